@@ -1,0 +1,1 @@
+"""The rendered specgen catalogue: `specgen render` writes this package; do not edit."""

@@ -1,0 +1,1 @@
+"""Rendered triton kernels."""

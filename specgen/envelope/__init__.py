@@ -1,0 +1,1 @@
+"""Hardware envelopes: device limits as data, the shared SMEM/TMEM/VMEM budget, and the named rules."""

@@ -1,0 +1,461 @@
+"""Envelope rules: small named functions with ids, each citing its source (../shared/HARDWARE.md rows).
+
+A rule gets a `RuleContext` (spec, target, device, resolved stages, budget) and yields `Finding`s whose
+messages carry the numbers compared. Hard limits are errors; example-kernel conventions are warnings.
+Every rule has a unit test on each side of its boundary (tests/test_rules.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from specgen.envelope.budget import MemoryBudget, max_ab_stages
+from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.spec.dtypes import DType
+from specgen.spec.models import GemmSpec, Target
+from specgen.spec.targets import Backend
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+    hint: str = ""
+    field: tuple[str | int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    spec: GemmSpec
+    target: Target
+    gpu: GpuDevice | None
+    tpu: TpuDevice | None
+    ab_stages: int
+    acc_stages: int
+    budget: MemoryBudget
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
+
+
+RuleFn = Callable[[RuleContext], Iterator[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    applies: Callable[[Target], bool]
+    fn: RuleFn = field(repr=False)
+
+
+RULES: list[Rule] = []
+
+
+def rule(rule_id: str, title: str, applies: Callable[[Target], bool]) -> Callable[[RuleFn], RuleFn]:
+    def register(fn: RuleFn) -> RuleFn:
+        RULES.append(Rule(rule_id, title, applies, fn))
+        return fn
+
+    return register
+
+
+# --- which targets a rule concerns -------------------------------------------------------------------
+def is_gpu(t: Target) -> bool:
+    return not t.arch.startswith("tpu")
+
+
+def is_tpu(t: Target) -> bool:
+    return t.arch.startswith("tpu")
+
+
+def is_triton(t: Target) -> bool:
+    return t.backend is Backend.triton
+
+
+def uses_wgmma(t: Target) -> bool:
+    return (t.backend is Backend.cute and t.arch == "sm90") or (t.backend is Backend.pallas and t.arch == "gpu_sm90")
+
+
+def uses_tcgen05(t: Target) -> bool:
+    return t.backend is Backend.cute and t.arch == "sm100"
+
+
+def uses_tma_boxes(t: Target) -> bool:
+    """Raw TMA boxes (<= 256 per dim): CuTe and Mosaic GPU. Triton splits its block shapes itself."""
+    return t.backend is Backend.cute or (t.backend is Backend.pallas and t.arch == "gpu_sm90")
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def k_per_instruction(dtype: DType) -> int:
+    """MMA K per instruction: 32 bytes of K (tf32 8, 16-bit 16, 8-bit 32). PTX wgmma / tcgen05."""
+    return 32 // dtype.bytes
+
+
+# --- dtypes --------------------------------------------------------------------------------------------
+_MMA_ACC: dict[str, dict[DType, tuple[DType, ...]]] = {
+    # CD cute/nvgpu/warpgroup/mma.py and PTX wgmma: f16 -> f16/f32; bf16 -> f32; tf32 -> f32; fp8 -> f16/f32; s8 -> s32
+    "wgmma": {
+        DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.f32,), DType.tf32: (DType.f32,),
+        DType.fp8_e4m3: (DType.f16, DType.f32), DType.fp8_e5m2: (DType.f16, DType.f32), DType.int8: (DType.int32,),
+    },
+    # PTX tcgen05.mma kinds: f16/bf16 (bf16 acc f32 only); tf32 -> f32; f8f6f4 -> f16/f32; i8 -> s32
+    "tcgen05": {
+        DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.f32,), DType.tf32: (DType.f32,),
+        DType.fp8_e4m3: (DType.f16, DType.f32), DType.fp8_e5m2: (DType.f16, DType.f32), DType.int8: (DType.int32,),
+    },
+}
+
+
+@rule("DT001", "operand and accumulator dtypes the MMA instruction takes", is_gpu)
+def mma_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """A and B share a dtype unless both are fp8 (e4m3/e5m2 mix); the accumulator must be one the
+    instruction produces. Sources: PTX wgmma and tcgen05 tables; CD `warpgroup/mma.py`,
+    `tcgen05/mma.py`; Triton `language/semantic.py` (tl.dot: same dtype unless both fp8)."""
+    s = ctx.spec
+    a, b, acc = s.a.dtype, s.b.dtype, s.accumulator
+    if a != b and not (a.is_fp8 and b.is_fp8):
+        yield Finding("DT001", "error", f"A is {a} but B is {b}: the MMA takes one dtype for both (fp8 formats may mix)",
+                      "give A and B the same dtype", ("b", "dtype"))
+        return
+    if ctx.backend is Backend.triton:
+        # tl.dot: int8 -> int32; f16 may accumulate in f16 (out_dtype); everything else in f32
+        legal = {DType.int8: (DType.int32,), DType.f16: (DType.f32, DType.f16)}.get(a, (DType.f32,))
+    else:
+        table = _MMA_ACC["tcgen05" if uses_tcgen05(ctx.target) else "wgmma"]
+        if a not in table:
+            yield Finding("DT001", "error", f"{ctx.target} has no tensor-core MMA for {a} operands",
+                          "use tf32 for f32 data" if a == DType.f32 else "", ("a", "dtype"))
+            return
+        legal = table[a]
+    if acc not in legal:
+        yield Finding("DT001", "error", f"{a} operands accumulate in {'/'.join(map(str, legal))} on {ctx.target}, not {acc}",
+                      f"set accumulator = \"{legal[0]}\"", ("accumulator",))
+
+
+@rule("DT002", "fp8 needs compute capability 8.9 or later in Triton", is_triton)
+def triton_fp8_arch(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.dot on fp8e4nv needs cc >= 89 (Triton `language/semantic.py`); sm90 and sm100 both qualify."""
+    assert ctx.gpu is not None
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt.is_fp8 and ctx.gpu.compute_capability < 89:
+            yield Finding("DT002", "error", f"{side.upper()} is {dt}: Triton's fp8 dot needs cc >= 89, {ctx.target} is "
+                          f"cc {ctx.gpu.compute_capability}", "", (side, "dtype"))
+
+
+@rule("DT003", "TPU MXU dtypes", is_tpu)
+def tpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """v5e/v5p/v6e multiply e5m2 (and e4m3b11fnuz), not e4m3fn; v7x e4m3fn and e5m2; no tf32 or f16 MXU
+    path. Source: jax `_src/tpu_info.py`."""
+    assert ctx.tpu is not None
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt.is_fp8 and dt not in ctx.tpu.fp8:
+            yield Finding("DT003", "error", f"{side.upper()} is {dt}: {ctx.tpu.name} MXU takes fp8 as "
+                          f"{', '.join(map(str, ctx.tpu.fp8))} only", "", (side, "dtype"))
+        if dt in (DType.tf32, DType.f16):
+            yield Finding("DT003", "error", f"{side.upper()} is {dt}: the TPU MXU has no {dt} mode",
+                          "use bf16 (or f32)", (side, "dtype"))
+
+
+@rule("DT004", "accumulator kind matches the operands", lambda t: True)
+def accumulator_kind(ctx: RuleContext) -> Iterator[Finding]:
+    """Integer operands accumulate in int32, float operands in a float type (every MMA table)."""
+    a, acc = ctx.spec.a.dtype, ctx.spec.accumulator
+    if a.is_float != acc.is_float or acc in (DType.int8, DType.fp8_e4m3, DType.fp8_e5m2, DType.bf16):
+        want = "int32" if not a.is_float else "f32"
+        yield Finding("DT004", "error", f"{a} operands cannot accumulate in {acc}", f"set accumulator = \"{want}\"",
+                      ("accumulator",))
+
+
+# --- major modes -----------------------------------------------------------------------------------------
+@rule("MAJ001", "wgmma reads only 16-bit operands MN-major", uses_wgmma)
+def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
+    """Only f16/bf16 may be MN-major (transposed) in wgmma; fp8, int8 and tf32 must be K-major for A and B.
+    Sources: CD `warpgroup/mma.py`; cutlass `mma_sm90_gmma.hpp`; jax `mosaic/gpu/wgmma.py`.
+    (tcgen05 and Triton both accept MN-major 8-bit operands: not checked there.)"""
+    for side in ("a", "b"):
+        op = getattr(ctx.spec, side)
+        if op.major == "mn" and not op.dtype.is_16bit:
+            yield Finding("MAJ001", "error", f"{side.upper()} is {op.dtype} and MN-major: wgmma transposes only 16-bit "
+                          "operands", f"store {side.upper()} K-major ({side}.major = \"k\")", (side, "major"))
+
+
+# --- MMA shapes ------------------------------------------------------------------------------------------
+@rule("MMA001", "wgmma instruction shape", uses_wgmma)
+def wgmma_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """wgmma: M = 64 per warpgroup, N 8..256 in steps of 8, K a multiple of 32 bytes of the dtype.
+    Source: CD `cute/nvgpu/warpgroup/mma.py`, PTX wgmma."""
+    t, kk = ctx.spec.tile, k_per_instruction(ctx.spec.a.dtype)
+    if t.m % 64:
+        yield Finding("MMA001", "error", f"tile.m = {t.m} is not a multiple of 64 (wgmma M per warpgroup)",
+                      f"use tile.m = {max(64, t.m // 64 * 64)}", ("tile", "m"))
+    if not (8 <= t.n <= 256 and t.n % 8 == 0):
+        yield Finding("MMA001", "error", f"tile.n = {t.n} is outside wgmma N 8..256 step 8", "", ("tile", "n"))
+    if t.k % kk:
+        yield Finding("MMA001", "error", f"tile.k = {t.k} is not a multiple of {kk} (wgmma K for {ctx.spec.a.dtype})",
+                      "", ("tile", "k"))
+
+
+@rule("MMA002", "tcgen05 (UMMA) instruction shape", uses_tcgen05)
+def tcgen05_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """tcgen05.mma: cta_group::1 M in {64, 128}, N 8..256 step 8; cta_group::2 M in {128, 256} (tile.m is
+    the per-CTA half), N 16..256 step 16; 8-bit MN-major B doubles the N step. K: 32 bytes per
+    instruction. Sources: PTX tcgen05; CD `cute/nvgpu/tcgen05/mma.py`; HARDWARE.md."""
+    s, t = ctx.spec, ctx.spec.tile
+    two = s.cute.two_cta
+    mma_m = t.m * 2 if two else t.m
+    legal_m = (128, 256) if two else (64, 128)
+    if mma_m not in legal_m:
+        yield Finding("MMA002", "error", f"MMA M = {mma_m} ({'2 x ' if two else ''}tile.m {t.m}) is not one of {legal_m} "
+                      f"for cta_group::{2 if two else 1}", "", ("tile", "m"))
+    step = 16 if two else 8
+    if s.b.dtype.bytes == 1 and s.b.major == "mn":
+        step *= 2
+    if not (step <= t.n <= 256 and t.n % step == 0):
+        yield Finding("MMA002", "error", f"tile.n = {t.n} is outside tcgen05 N {step}..256 step {step}", "", ("tile", "n"))
+    kk = k_per_instruction(s.a.dtype)
+    if t.k % kk:
+        yield Finding("MMA002", "error", f"tile.k = {t.k} is not a multiple of {kk} (tcgen05 K for {s.a.dtype})", "",
+                      ("tile", "k"))
+
+
+@rule("MMA003", "tl.dot minimum shapes", is_triton)
+def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.dot needs K >= 16 (16-bit), 32 (8-bit), 8 (32-bit) and M, N >= 16. Source: Triton
+    `language/semantic.py`; measured. M = 16 compiles but does not use wgmma (warning)."""
+    t, dt = ctx.spec.tile, ctx.spec.a.dtype
+    kmin = {1: 32, 2: 16, 4: 8}[dt.bytes]
+    if t.k < kmin:
+        yield Finding("MMA003", "error", f"tile.k = {t.k} < {kmin}, tl.dot's minimum K for {dt}", f"use tile.k = {kmin}",
+                      ("tile", "k"))
+    for dim in ("m", "n"):
+        if getattr(t, dim) < 16:
+            yield Finding("MMA003", "error", f"tile.{dim} = {getattr(t, dim)} < 16, tl.dot's minimum", "", ("tile", dim))
+    if ctx.target.arch == "sm90" and t.m < 64:
+        yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", "", ("tile", "m"))
+
+
+# --- powers of two, sizes --------------------------------------------------------------------------------
+@rule("POW001", "Triton block dims and num_warps are powers of two", is_triton)
+def triton_pow2(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.arange and block shapes need powers of two with numel <= 1048576 (Triton `_utils.py`);
+    num_warps is a power of two (Triton `backends/nvidia/compiler.py`)."""
+    t = ctx.spec.tile
+    for dim in ("m", "n", "k"):
+        v = getattr(t, dim)
+        if not _pow2(v):
+            yield Finding("POW001", "error", f"tile.{dim} = {v} is not a power of two (Triton block dims must be)",
+                          f"use {1 << (v.bit_length() - 1)} or {1 << v.bit_length()}", ("tile", dim))
+    if t.m * t.n > 1048576:
+        yield Finding("POW001", "error", f"tile m*n = {t.m * t.n} > 1048576 elements, Triton's block limit", "", ("tile",))
+    w = ctx.spec.triton.num_warps
+    if not _pow2(w) or w > 32:
+        yield Finding("POW001", "error", f"triton.num_warps = {w} is not a power of two in 1..32", "",
+                      ("triton", "num_warps"))
+
+
+# --- memory budgets --------------------------------------------------------------------------------------
+@rule("SMEM001", "shared memory per block", is_gpu)
+def smem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
+    """Everything a block stages must fit the per-block opt-in maximum: 232448 B on sm90 and sm100
+    (cutlass `arch.h`; measured on the H200), counting the barrier reserve where the kernel keeps one.
+    The planner's `auto` stages come from the same `smem_budget` (envelope/budget.py)."""
+    b = ctx.budget
+    if b.fits:
+        return
+    fit = max_ab_stages(ctx.spec, ctx.target)
+    hint = (f"ab_stages = {fit} fits ({ctx.budget.capacity - (b.total - b.ab_stage_bytes * (b.ab_stages - fit))} B)"
+            if fit >= 1 else "shrink the tile: not even one A/B stage fits")
+    yield Finding("SMEM001", "error", f"needs {b.total} B of SMEM > {b.capacity} B per block on {ctx.target} "
+                  f"({b.breakdown()})", hint, ("pipeline", "ab_stages") if fit >= 1 else ("tile",))
+
+
+@rule("VMEM001", "TPU VMEM budget", is_tpu)
+def vmem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
+    """Double-buffered blocks plus the f32 accumulator must fit VMEM per TensorCore: v5e 128 MiB,
+    v5p 64 MiB, v6e 128 MiB, v7x 64 MiB (jax `_src/tpu_info.py`). An explicit `vmem_limit_bytes`
+    must cover the plan and stay within VMEM; the default scoped limit is far lower, so the renderer
+    always sets one."""
+    b, tpu = ctx.budget, ctx.tpu
+    assert tpu is not None
+    if not b.fits:
+        yield Finding("VMEM001", "error", f"needs {b.total} B of VMEM > {b.capacity} B on {tpu.name} ({b.breakdown()})",
+                      "shrink the tile", ("tile",))
+    limit = ctx.spec.pallas.vmem_limit_bytes
+    if limit is not None and limit < b.total:
+        yield Finding("VMEM001", "error", f"pallas.vmem_limit_bytes = {limit} < {b.total} B the plan needs", "",
+                      ("pallas", "vmem_limit_bytes"))
+    if limit is not None and limit > tpu.vmem_bytes:
+        yield Finding("VMEM001", "error", f"pallas.vmem_limit_bytes = {limit} > {tpu.vmem_bytes} B of VMEM on {tpu.name}",
+                      "", ("pallas", "vmem_limit_bytes"))
+
+
+def tmem_columns(spec: GemmSpec) -> int:
+    """Accumulator TMEM columns per CTA per stage: N (1-CTA, or 2-CTA M=256), N/2 for 2-CTA M=128.
+    fp16 accumulators are not packed. Source: cutlass `mma_traits_sm100_frag.hpp`."""
+    n = spec.tile.n
+    return n // 2 if spec.cute.two_cta and spec.tile.m * 2 == 128 else n
+
+
+@rule("TMEM001", "tensor memory columns", uses_tcgen05)
+def tmem_budget(ctx: RuleContext) -> Iterator[Finding]:
+    """128 lanes x 512 columns of 32 bit per CTA; allocations are powers of two in [32, 512]
+    (CD `cute/arch/tmem.py`, `utils/tmem_allocator.py`). acc columns x acc stages <= 512."""
+    assert ctx.gpu is not None
+    cols = tmem_columns(ctx.spec)
+    total = cols * ctx.acc_stages
+    alloc = max(32, 1 << (total - 1).bit_length())
+    if alloc > ctx.gpu.tmem_columns:
+        yield Finding("TMEM001", "error", f"accumulator needs {cols} columns x {ctx.acc_stages} stages = {total} "
+                      f"(allocated {alloc}) > {ctx.gpu.tmem_columns} TMEM columns",
+                      "use acc_stages = 1" if cols <= 512 and ctx.acc_stages > 1 else "shrink tile.n",
+                      ("pipeline", "acc_stages"))
+
+
+# --- TMA ------------------------------------------------------------------------------------------------
+def _tma_boxes(spec: GemmSpec) -> list[tuple[str, tuple[int, int], int, tuple[str | int, ...]]]:
+    """(operand, box (outer, inner) in elements, element bytes, field) for every TMA-moved tile."""
+    t = spec.tile
+    a_box = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
+    b_box = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
+    return [("A", a_box, spec.a.dtype.bytes, ("a",)), ("B", b_box, spec.b.dtype.bytes, ("b",)),
+            ("out", (t.m, t.n), spec.out.dtype.bytes, ("out",))]
+
+
+def _moves_by_tma(t: Target, spec: GemmSpec) -> bool:
+    if t.backend is Backend.triton:
+        return spec.schedule.persistent and spec.triton.tma
+    return uses_tma_boxes(t)
+
+
+@rule("TMA001", "TMA inner box bytes are a multiple of 16", lambda t: is_gpu(t))
+def tma_inner_box(ctx: RuleContext) -> Iterator[Finding]:
+    """cuTensorMapEncodeTiled: the inner box dimension in bytes must be a multiple of 16 (Driver API).
+    Applies wherever tiles move by TMA: CuTe, Mosaic GPU, Triton's persistent descriptor kernel."""
+    if not _moves_by_tma(ctx.target, ctx.spec):
+        return
+    for name, (_, inner), nbytes, fld in _tma_boxes(ctx.spec):
+        if inner * nbytes % 16:
+            yield Finding("TMA001", "error", f"{name}'s TMA box has {inner} x {nbytes} B = {inner * nbytes} B along its "
+                          "contiguous dim, not a multiple of 16", "", (*fld, "major") if name != "out" else ("tile", "n"))
+
+
+@rule("TMA002", "TMA box dims are at most 256", uses_tma_boxes)
+def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
+    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe and Mosaic GPU
+    issue one box per tile; Triton splits larger blocks itself, so it is exempt."""
+    for name, box, _, _ in _tma_boxes(ctx.spec):
+        for extent in box:
+            if extent > 256:
+                yield Finding("TMA002", "error", f"{name}'s TMA box {box[0]}x{box[1]} has a dim {extent} > 256", "",
+                              ("tile",))
+                break
+
+
+# --- clusters -------------------------------------------------------------------------------------------
+@rule("CLU001", "cluster size", is_gpu)
+def cluster_size(ctx: RuleContext) -> Iterator[Finding]:
+    """Portable clusters hold at most 8 CTAs; sm90 allows 16 with the non-portable opt-in and 17 fails
+    (measured, cudaOccupancyMaxPotentialClusterSize). Triton and Pallas launch no clusters here."""
+    c = ctx.spec.cluster
+    if c.size == 1:
+        return
+    if ctx.backend is not Backend.cute:
+        yield Finding("CLU001", "warning", f"cluster {c.m}x{c.n} is ignored by {ctx.backend} (it launches single CTAs)",
+                      "", ("cluster",))
+        return
+    assert ctx.gpu is not None
+    if c.size > ctx.gpu.cluster_max:
+        yield Finding("CLU001", "error", f"cluster {c.m}x{c.n} = {c.size} CTAs > {ctx.gpu.cluster_max}, the hardware maximum",
+                      "", ("cluster",))
+    elif c.size > ctx.gpu.cluster_portable:
+        yield Finding("CLU001", "warning", f"cluster {c.m}x{c.n} = {c.size} CTAs > {ctx.gpu.cluster_portable} (portable): "
+                      "needs the non-portable opt-in", "", ("cluster",))
+    if not (_pow2(c.m) and _pow2(c.n)):
+        yield Finding("CLU001", "warning", f"cluster {c.m}x{c.n}: the CuTe examples use powers of two (convention, "
+                      "not hardware)", "", ("cluster",))
+
+
+@rule("CLU002", "2-CTA MMA needs an even cluster M", uses_tcgen05)
+def two_cta_cluster(ctx: RuleContext) -> Iterator[Finding]:
+    """cta_group::2 pairs CTAs along M: cluster.m must be even (CX `dense_gemm_persistent.py`)."""
+    if ctx.spec.cute.two_cta and ctx.spec.cluster.m % 2:
+        yield Finding("CLU002", "error", f"cute.two_cta needs an even cluster.m, got {ctx.spec.cluster.m}",
+                      "set cluster.m = 2", ("cluster", "m"))
+
+
+# --- registers ------------------------------------------------------------------------------------------
+def accumulator_registers(ctx: RuleContext) -> tuple[int, int]:
+    """(registers per thread holding the accumulator, threads sharing it)."""
+    s, t = ctx.spec, ctx.spec.tile
+    words = t.m * t.n * (4 if s.accumulator.bytes == 4 else 2) // 4
+    if ctx.backend is Backend.triton:
+        threads = s.triton.num_warps * 32
+    else:  # wgmma consumers: one warpgroup per 64 rows up to `mma_warpgroups`
+        wgs = s.cute.mma_warpgroups or (2 if t.m > 64 and t.n > 128 else 1)
+        threads = wgs * 128
+    return words // threads, threads
+
+
+@rule("REG001", "accumulator register pressure", lambda t: is_triton(t) or uses_wgmma(t))
+def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
+    """The register-resident accumulator: wgmma holds N/2 fp32 registers per thread per 64-row atom
+    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. Above 255 the accumulator cannot be
+    held (error); above 192 little room is left for addresses and the epilogue (warning: spills)."""
+    regs, threads = accumulator_registers(ctx)
+    fld = ("triton", "num_warps") if ctx.backend is Backend.triton else ("tile",)
+    if regs > 255:
+        yield Finding("REG001", "error", f"accumulator needs {regs} registers per thread ({threads} threads) > 255",
+                      "use more warps or a smaller tile", fld)
+    elif regs > 192:
+        yield Finding("REG001", "warning", f"accumulator needs {regs} of 255 registers per thread ({threads} threads): "
+                      "expect spills", "use more warps or a smaller tile", fld)
+
+
+# --- Pallas TPU -------------------------------------------------------------------------------------------
+@rule("PAL001", "TPU block shapes", is_tpu)
+def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """Block last two dims divisible by (sublanes, 128), sublanes 8 for 32/16-bit (16 for bf16 on v7x),
+    8*(32/bits) for narrower types. Sources: jax `_src/pallas/mosaic/lowering.py`, `tpu_info.py`.
+    (Blocks equal to the full array also pass, but a spec's tile does not know the array.)"""
+    s, t = ctx.spec, ctx.spec.tile
+    assert ctx.tpu is not None
+
+    def sublanes(dt: DType) -> int:
+        if dt.bytes < 4 and ctx.tpu.name == "tpu_v7x" and dt == DType.bf16:
+            return 16
+        return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
+
+    for name, rows, cols, dt, fld in (
+        ("A", t.m, t.k, s.a.dtype, ("tile",)), ("B", t.k, t.n, s.b.dtype, ("tile",)), ("out", t.m, t.n, s.out.dtype, ("tile",)),
+    ):
+        sub = sublanes(dt)
+        if rows % sub or cols % 128:
+            yield Finding("PAL001", "error", f"{name} block {rows}x{cols} ({dt}) is not divisible by ({sub}, 128) on "
+                          f"{ctx.tpu.name}", "", fld)
+
+
+@rule("PAL002", "TPU MXU-aligned tiles", is_tpu)
+def tpu_mxu_alignment(ctx: RuleContext) -> Iterator[Finding]:
+    """The MXU is 128x128 before v6 and 256x256 on v6e/v7x (jax `tpu_info.py`); smaller tile.n/k leave
+    it partly idle (warning, not a hard limit)."""
+    assert ctx.tpu is not None
+    t, mxu = ctx.spec.tile, ctx.tpu.mxu
+    if t.n % mxu or t.k % mxu:
+        yield Finding("PAL002", "warning", f"tile n={t.n}, k={t.k} are not multiples of the {mxu}x{mxu} MXU on "
+                      f"{ctx.tpu.name}", "", ("tile",))
+
+
+def run_rules(ctx: RuleContext) -> list[Finding]:
+    return [f for r in RULES if r.applies(ctx.target) for f in r.fn(ctx)]

@@ -1,0 +1,87 @@
+"""The Jinja2 environment every backend renders with: strict undefined, stable whitespace, filters
+that turn plan data into Python literals (never code built elsewhere)."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+
+def templates_dir() -> Path:
+    """Installed wheels carry the templates inside the package; a source checkout has them at the top."""
+    packaged = Path(__file__).resolve().parent.parent / "_templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def pylit(value: object, indent: int = 0) -> str:
+    """A deterministic Python literal of plain data, one key per line for dicts (order kept)."""
+    pad = "    " * (indent + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{pad}{k!r}: {pylit(v, indent + 1)}," for k, v in value.items()]
+        return "{\n" + "\n".join(items) + "\n" + "    " * indent + "}"
+    if isinstance(value, list):
+        flat = "[" + ", ".join(pylit(v, indent + 1) for v in value) + "]"
+        if len(flat) <= 80 and "\n" not in flat:
+            return flat
+        return "[\n" + "\n".join(f"{pad}{pylit(v, indent + 1)}," for v in value) + "\n" + "    " * indent + "]"
+    if isinstance(value, float):
+        return float_literal(value)
+    return repr(value)
+
+
+def float_literal(value: float) -> str:
+    v = float(value)
+    if math.isfinite(v):
+        return repr(v)
+    return 'float("inf")' if v > 0 else 'float("-inf")'
+
+
+def describe_op(op: dict) -> str:
+    kind = op["op"]
+    if kind == "bias":
+        return f"bias: + {op['name']} ({op['along'].upper()},) {op['dtype']}, per {'column' if op['along'] == 'n' else 'row'}"
+    if kind == "scale":
+        by = op["by"]
+        if by == "scalar":
+            return f"scale: * {op['value']!r}" if op["value"] is not None else f"scale: * {op['name'] or 'alpha'} (float)"
+        if by == "rowcol":
+            return "scale: * scale_a[m] * scale_b[n]"
+        name = op["name"] or ("row_scale" if by == "row" else "col_scale")
+        return f"scale: * {name}[{'m' if by == 'row' else 'n'}]"
+    if kind == "activation":
+        return f"activation: {op['fn']}"
+    if kind == "residual":
+        beta = "" if op["beta"] == 1.0 else f"{op['beta']!r} * "
+        return f"residual: + {beta}{op['name']} ({op['dtype']})"
+    if kind == "clamp":
+        lo = "-inf" if op["min"] is None else repr(op["min"])
+        hi = "inf" if op["max"] is None else repr(op["max"])
+        return f"clamp: to [{lo}, {hi}]"
+    return f"cast: round to {op['dtype']}"
+
+
+def triton_dtype(name: str) -> str:
+    from specgen.spec.dtypes import DType
+
+    return DType(name).info.triton
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype)
+    return env

@@ -1,0 +1,51 @@
+"""Context for templates/triton/gemm.py.jinja: the plan plus the argument bookkeeping the launcher
+needs (which integers Triton specializes, which strides the kernel takes), as names and numbers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from specgen.plan.triton import TritonPlan
+
+
+def _stride(param: str, var: str, dim: int, batch: bool = False) -> dict[str, object]:
+    return {"param": param, "expr": f"{var}[{dim}]", "batch": batch}
+
+
+def triton_context(p: TritonPlan) -> dict[str, object]:
+    lead_a = -2 if p.a_major == "k" else -1
+    lead_b = -1 if p.b_major == "k" else -2
+    strides: list[dict[str, object]] = []
+    if not p.tma:
+        if p.batch:
+            strides.append(_stride("stride_ab", "sa", 0, batch=True))
+        strides.append(_stride("stride_a", "sa", lead_a))
+        if p.batch:
+            strides.append(_stride("stride_bb", "sb", 0, batch=True))
+        strides.append(_stride("stride_b", "sb", lead_b))
+        if p.batch:
+            strides.append(_stride("stride_ob", "so", 0, batch=True))
+        strides.append(_stride("stride_om", "so", -2))
+    for arg in p.args:
+        if arg.role == "matrix":
+            if p.batch:
+                strides.append(_stride(f"stride_{arg.name}b", f"s_{arg.name}", 0, batch=True))
+            strides.append(_stride(f"stride_{arg.name}m", f"s_{arg.name}", -2))
+    # Batch strides (and the batch count) may pass 2**31: never specialized, only their width is keyed.
+    no_specialize = [s["param"] for s in strides if s["batch"]] + (["BATCH"] if p.batch and p.persistent else [])
+    key_exprs = [f"{v} % 16 == 0" for v in ("M", "N", "K")] + [f"{v} == 1" for v in ("M", "N", "K")]
+    for s in strides:
+        key_exprs.append(f"{s['expr']} >= 0x80000000" if s["batch"] else f"{s['expr']} % 16 == 0")
+        if not s["batch"]:
+            key_exprs.append(f"{s['expr']} == 1")
+    if p.batch and p.persistent:
+        key_exprs.append("batch >= 0x80000000")
+    schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)]
+    return {
+        "p": p,
+        "plan": asdict(p),
+        "strides": strides,
+        "no_specialize": no_specialize,
+        "key_exprs": key_exprs,
+        "op_schema": schema,
+    }

@@ -1,0 +1,128 @@
+"""Epilogue ops: a typed chain applied, in order, to the f32 accumulator before the final store.
+
+Each op is data. Templates render it through one macro per op and backend, so a spec can never inject
+code. Ops that read memory declare their runtime arguments (`RuntimeArg`); the launcher takes them in
+chain order after `a` and `b`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from specgen.spec.dtypes import DType
+
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+
+# What a runtime argument looks like to the launcher: its extent and element type.
+ArgShape = Literal["scalar", "vec_m", "vec_n", "matrix"]
+
+
+@dataclass(frozen=True)
+class RuntimeArg:
+    name: str
+    shape: ArgShape
+    dtype: DType
+    doc: str
+
+
+class _Op(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def runtime_args(self) -> list[RuntimeArg]:
+        return []
+
+
+class Bias(_Op):
+    """out += bias, a vector along the rows (`m`, one value per row) or the columns (`n`)."""
+
+    op: Literal["bias"]
+    along: Literal["m", "n"] = "n"
+    dtype: DType = DType.f32
+    name: Identifier = "bias"
+
+    def runtime_args(self) -> list[RuntimeArg]:
+        extent = "M" if self.along == "m" else "N"
+        return [RuntimeArg(self.name, f"vec_{self.along}", self.dtype, f"bias, ({extent},) {self.dtype}")]
+
+
+class Scale(_Op):
+    """Multiply by a scalar, a per-row vector, a per-column vector, or both (fp8 rowwise scaling).
+
+    A scalar with `value` is baked in as a constant; without it, the launcher takes `alpha`.
+    `rowcol` takes `scale_a` (M,) and `scale_b` (N,), as `torch._scaled_mm` does.
+    """
+
+    op: Literal["scale"]
+    by: Literal["scalar", "row", "col", "rowcol"]
+    value: float | None = None
+    name: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _value_only_for_scalar(self) -> Scale:
+        if self.value is not None and self.by != "scalar":
+            raise ValueError(f"`value` is only for by = 'scalar' (got by = '{self.by}')")
+        if self.name is not None and self.by == "rowcol":
+            raise ValueError("by = 'rowcol' takes two arguments named scale_a and scale_b; drop `name`")
+        return self
+
+    def runtime_args(self) -> list[RuntimeArg]:
+        if self.by == "scalar":
+            if self.value is not None:
+                return []
+            return [RuntimeArg(self.name or "alpha", "scalar", DType.f32, "scalar multiplier, a Python float")]
+        if self.by == "row":
+            return [RuntimeArg(self.name or "row_scale", "vec_m", DType.f32, "per-row scale, (M,) f32")]
+        if self.by == "col":
+            return [RuntimeArg(self.name or "col_scale", "vec_n", DType.f32, "per-column scale, (N,) f32")]
+        return [
+            RuntimeArg("scale_a", "vec_m", DType.f32, "per-row scale of A, (M,) or (M, 1) f32"),
+            RuntimeArg("scale_b", "vec_n", DType.f32, "per-column scale of B, (N,) or (1, N) f32"),
+        ]
+
+
+class Activation(_Op):
+    """Elementwise activation; `gelu` is the erf form, `gelu_tanh` the tanh approximation."""
+
+    op: Literal["activation"]
+    fn: Literal["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
+
+
+class Residual(_Op):
+    """out += beta * C, C a matrix shaped like the output, in its own dtype."""
+
+    op: Literal["residual"]
+    dtype: DType
+    beta: float = 1.0
+    name: Identifier = "c"
+
+    def runtime_args(self) -> list[RuntimeArg]:
+        return [RuntimeArg(self.name, "matrix", self.dtype, f"residual, shaped like out, {self.dtype}")]
+
+
+class Clamp(_Op):
+    """Clamp to [min, max]; either bound may be left out."""
+
+    op: Literal["clamp"]
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Clamp:
+        if self.min is None and self.max is None:
+            raise ValueError("clamp needs `min`, `max` or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"clamp min {self.min} > max {self.max}")
+        return self
+
+
+class Cast(_Op):
+    """Round the running value to `dtype` (and continue in f32), as an unfused chain would between ops."""
+
+    op: Literal["cast"]
+    dtype: DType
+
+
+EpilogueOp = Annotated[Bias | Scale | Activation | Residual | Clamp | Cast, Field(discriminator="op")]

@@ -1,0 +1,195 @@
+"""Source positions for spec documents: a map from a value's path to its (line, column), both 1-based.
+
+tomllib and json give values but no positions, so positions come from a second, structural pass:
+PyYAML's node marks for YAML and JSON (JSON is YAML's flow syntax), and a small scanner for TOML that
+understands tables, arrays of tables, dotted keys, inline tables and arrays, strings and comments. The
+values themselves always come from the real parsers; a position is only ever used for messages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+import yaml
+
+Path = tuple[str | int, ...]
+Positions = dict[Path, tuple[int, int]]
+
+
+def yaml_positions(text: str) -> Positions:
+    positions: Positions = {}
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def walk(node: yaml.Node, path: Path) -> None:
+        positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = (*path, key.value)
+                positions[sub] = (key.start_mark.line + 1, key.start_mark.column + 1)
+                walk(value, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    if root is not None:
+        walk(root, ())
+    return positions
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class _TomlScanner:
+    """Walks TOML text recording where each key and array element starts. Assumes text tomllib accepted."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.positions: Positions = {}
+        self.aot_index: dict[Path, int] = {}
+
+    def where(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, offset)
+        return line, offset - self.line_starts[line - 1] + 1
+
+    def peek(self) -> str:
+        return self.text[self.i] if self.i < len(self.text) else ""
+
+    def skip_space(self, newlines: bool = False) -> None:
+        while self.i < len(self.text):
+            c = self.text[self.i]
+            if c in " \t\r" or (newlines and c == "\n"):
+                self.i += 1
+            elif c == "#":
+                while self.i < len(self.text) and self.text[self.i] != "\n":
+                    self.i += 1
+            else:
+                return
+
+    def string(self) -> str:
+        t = self.text
+        for quote in ('"""', "'''"):
+            if t.startswith(quote, self.i):
+                end = self.i + 3
+                while True:
+                    end = t.index(quote, end)
+                    if quote == "'''" or t[end - 1] != "\\":
+                        break
+                    end += 1
+                while t.startswith(quote[0], end + 3):  # up to two quotes may close the content
+                    end += 1
+                value, self.i = t[self.i + 3 : end], end + 3
+                return value
+        quote = t[self.i]
+        j = self.i + 1
+        while t[j] != quote:
+            j += 2 if quote == '"' and t[j] == "\\" else 1
+        value, self.i = t[self.i + 1 : j], j + 1
+        return value
+
+    def key(self) -> list[tuple[str, int]]:
+        parts: list[tuple[str, int]] = []
+        while True:
+            self.skip_space()
+            start = self.i
+            if self.peek() in ("'", '"'):
+                parts.append((self.string(), start))
+            else:
+                m = _BARE_KEY.match(self.text, self.i)
+                if not m:
+                    raise ValueError("bad key")
+                parts.append((m.group(), start))
+                self.i = m.end()
+            self.skip_space()
+            if self.peek() != ".":
+                return parts
+            self.i += 1
+
+    def record(self, path: Path, offset: int) -> None:
+        self.positions.setdefault(path, self.where(offset))
+
+    def value(self, path: Path) -> None:
+        self.skip_space()
+        c = self.peek()
+        if c == "{":
+            self.i += 1
+            while True:
+                self.skip_space()
+                if self.peek() == "}":
+                    self.i += 1
+                    return
+                self.keyval(path)
+                self.skip_space()
+                if self.peek() == ",":
+                    self.i += 1
+        elif c == "[":
+            self.i += 1
+            index = 0
+            while True:
+                self.skip_space(newlines=True)
+                if self.peek() == "]":
+                    self.i += 1
+                    return
+                self.record((*path, index), self.i)
+                self.value((*path, index))
+                index += 1
+                self.skip_space(newlines=True)
+                if self.peek() == ",":
+                    self.i += 1
+        elif c in ("'", '"'):
+            self.string()
+        else:
+            while self.i < len(self.text) and self.text[self.i] not in ",]}\n#":
+                self.i += 1
+
+    def keyval(self, table: Path) -> None:
+        parts = self.key()
+        path = table
+        for name, offset in parts:
+            path = (*path, name)
+            self.record(path, offset)
+        self.skip_space()
+        self.i += 1  # '='
+        self.value(path)
+
+    def resolve(self, parts: list[tuple[str, int]]) -> Path:
+        path: Path = ()
+        for name, offset in parts:
+            path = (*path, name)
+            self.record(path, offset)
+            if path in self.aot_index:
+                path = (*path, self.aot_index[path])
+        return path
+
+    def scan(self) -> Positions:
+        table: Path = ()
+        while True:
+            self.skip_space(newlines=True)
+            if self.i >= len(self.text):
+                return self.positions
+            if self.peek() == "[":
+                start = self.i
+                array = self.text.startswith("[[", self.i)
+                self.i += 2 if array else 1
+                parts = self.key()
+                if array:
+                    prefix = self.resolve(parts[:-1])
+                    full = (*prefix, parts[-1][0])
+                    self.record(full, parts[-1][1])
+                    self.aot_index[full] = self.aot_index.get(full, -1) + 1
+                    table = (*full, self.aot_index[full])
+                    self.record(table, start)
+                else:
+                    table = self.resolve(parts)
+                self.i = self.text.index("\n", self.i) if "\n" in self.text[self.i :] else len(self.text)
+            else:
+                self.keyval(table)
+
+
+def toml_positions(text: str) -> Positions:
+    try:
+        return _TomlScanner(text).scan()
+    except (ValueError, IndexError):  # positions are a courtesy: never fail a load over them
+        return {}

@@ -1,0 +1,49 @@
+"""Render spec variants into a temporary package and import them: the numerics tests run what the
+catalogue renders, with dtypes swapped where the CPU interpreter cannot (bf16, fp8 -> f16)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from specgen.render.catalogue import render_triton_module
+from specgen.spec.load import load_paths, load_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def catalogue() -> dict[str, dict]:
+    """The shipped specs as plain data, by name."""
+    return {ls.name: ls.spec.model_dump(mode="json") for ls in load_paths([ROOT / "specs"])}
+
+
+def interpreter_variant(spec: dict, **changes: object) -> dict:
+    """The same kernel with interpreter-safe dtypes: bf16 and fp8 become f16 (Triton's CPU interpreter
+    gets bf16 wrong and has no fp8 dot)."""
+    spec = json.loads(json.dumps(spec))
+    swap = {"bf16": "f16", "fp8_e4m3": "f16", "fp8_e5m2": "f16"}
+    for side in ("a", "b", "out"):
+        spec[side]["dtype"] = swap.get(spec[side]["dtype"], spec[side]["dtype"])
+    for op in spec["epilogue"]:
+        if "dtype" in op:
+            op["dtype"] = swap.get(op["dtype"], op["dtype"])
+    spec["name"] = spec["name"] + "_interp"
+    spec.update(changes)
+    return spec
+
+
+def load_module(spec: dict, tmp_dir: Path):
+    """Render one Triton module for `spec` and import it under a unique name."""
+    spec = {**spec, "targets": [t for t in spec["targets"] if t.startswith("triton:")]}
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    text = render_triton_module(loaded, loaded.spec.targets)
+    path = tmp_dir / f"{spec['name']}.py"
+    path.write_text(text)
+    mod_name = f"_specgen_test_{spec['name']}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
+    module_spec.loader.exec_module(module)
+    return module
