@@ -112,6 +112,49 @@ def render(
     raise typer.Exit(1 if result.refused else 0)
 
 
+@app.command("compile")
+def compile_cmd(
+    paths: list[Path] | None = PathsArg,
+    out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
+    target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
+) -> None:
+    """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
+    from specgen.compile import ARCH_CC, compile_module, import_rendered
+    from specgen.spec.models import parse_target
+
+    wanted = set()
+    for t in target or []:
+        try:
+            wanted.add(str(parse_target(t)))
+        except ValueError as e:
+            err.print(f"error: {e}")
+            raise typer.Exit(2) from None
+    specs = _load(paths)
+    failed = 0
+    rows = []
+    for ls in specs:
+        for t in ls.spec.targets:
+            if t.backend.value != "triton" or (wanted and str(t) not in wanted):
+                continue
+            path = out_dir / "triton" / f"{ls.name}.py"
+            if not path.is_file():
+                err.print(f"error: {path} is missing: run `specgen render` first")
+                raise typer.Exit(1)
+            r = compile_module(import_rendered(path), t.arch)
+            failed += bool(r.error)
+            rows.append(r)
+            if r.error:
+                out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
+            else:
+                delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
+                out.print(f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
+                          f"({delta:+.1f}%)   {r.seconds:.1f} s", markup=False)
+    if not rows:
+        err.print(f"no Triton targets to compile (known archs: {', '.join(ARCH_CC)})")
+    out.print(f"{len(rows) - failed} compiled, {failed} failed")
+    raise typer.Exit(1 if failed else 0)
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of spec files."""

@@ -66,6 +66,7 @@ class TritonPlan:
     persistent: bool
     tma: bool
     epilogue_subtile: bool
+    flatten: bool
     epilogue: list[dict[str, object]]
     args: list[TensorArg]  # epilogue runtime arguments, in chain order
     configs: list[TritonArchConfig]
@@ -115,6 +116,7 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target]) -> TritonPlan:
         persistent=spec.schedule.persistent,
         tma=spec.schedule.persistent and spec.triton.tma,
         epilogue_subtile=spec.triton.epilogue_subtile,
+        flatten=spec.schedule.persistent and spec.triton.flatten,
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,

@@ -40,6 +40,8 @@ def float_literal(value: float) -> str:
     v = float(value)
     if math.isfinite(v):
         return repr(v)
+    if math.isnan(v):
+        return 'float("nan")'
     return 'float("inf")' if v > 0 else 'float("-inf")'
 
 

@@ -41,7 +41,8 @@ def device_of(kernel: str, a: object) -> int:
 
 
 def _same_device(kernel: str, name: str, t: torch.Tensor, device: int) -> None:
-    if t.get_device() != device:
+    # get_device() is -1 for every non-CUDA tensor (cpu, meta, ...): compare the device type too.
+    if t.device.type != ("cpu" if device < 0 else "cuda") or t.get_device() != device:
         want = "cpu" if device < 0 else f"cuda:{device}"
         raise _fail(kernel, name, f"must be on {want} (where 'a' is), got {t.device}")
 
@@ -90,7 +91,7 @@ def vector(kernel: str, name: str, t: object, dtype: torch.dtype, n: int, extent
         raise _fail(kernel, name, f"must hold {extent} = {n} values, shape ({n},), ({n}, 1) or (1, {n}); got shape "
                     f"{tuple(t.shape)}")
     _same_device(kernel, name, t, device)
-    if n > 1 and max(t.stride()) != 1:
+    if n > 1 and t.stride(list(t.shape).index(n)) != 1:  # the dim holding the n values; (1, n) has strides (n, 1)
         raise _fail(kernel, name, f"must be contiguous, got strides {t.stride()}")
     _aligned(kernel, name, t)
 

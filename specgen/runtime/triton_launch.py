@@ -18,9 +18,12 @@ _current_device = torch._C._cuda_getDevice if torch.cuda.is_available() else Non
 INTERPRET_NUM_SMS = 3  # a few programs, so the interpreter walks the persistent loop for real
 
 
-def _hooks_set() -> bool:
-    runtime = triton.knobs.runtime
-    return runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+_runtime_knobs = triton.knobs.runtime
+
+
+def _active(hook: object) -> bool:
+    """Launch hooks are HookChains (a list of calls) in recent Triton, plain callables or None before."""
+    return bool(getattr(hook, "calls", hook))
 
 
 class TritonLauncher:
@@ -47,30 +50,43 @@ class TritonLauncher:
                 self._devices[device] = (self.configs[cc], sms)
         return self._devices[device]
 
+    def fast_path_ready(self, device: int, key: tuple) -> bool:
+        """Whether the next call with this key launches the cached compiled kernel directly."""
+        return (device, key) in self._compiled
+
+    def num_sms(self, device: int) -> int:
+        return self.device_config(device)[1]
+
     def __call__(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
                  constexprs: dict[str, int], persistent: bool = False) -> None:
+        """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count)."""
         entry = self._compiled.get((device, key))
-        if entry is not None and _current_device() == device and not _hooks_set():
+        if entry is not None and _current_device() == device:
             compiled, slots, num_sms = entry
             if persistent:
                 grid = (min(grid, num_sms), 1, 1)
-            compiled.run(grid[0], grid[1], grid[2], _get_stream(device), compiled.function, compiled.packed_metadata,
-                         None, None, None, *args, *slots)
+            stream = _get_stream(device)
+            enter, leave = _runtime_knobs.launch_enter_hook, _runtime_knobs.launch_exit_hook
+            if _active(enter) or _active(leave):  # profilers (proton, ...) see what JITFunction.run shows
+                meta = compiled.launch_metadata(grid, stream, *args)
+                compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                             meta, enter, leave, *args, *slots)
+            else:
+                compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                             None, None, None, *args, *slots)
             return
         self._launch_jit(device, key, grid, args, constexprs, persistent)
 
     def _launch_jit(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
                     constexprs: dict[str, int], persistent: bool) -> None:
         config, num_sms = self.device_config(device)
-        consts = dict(constexprs)
         if persistent:
-            consts["NUM_SMS"] = num_sms
             grid = (min(grid, num_sms), 1, 1)
         if device < 0:
-            self.kernel[grid](*args, **consts, **config)
+            self.kernel[grid](*args, **constexprs, **config)
             return
         with torch.cuda.device(device):
-            compiled = self.kernel[grid](*args, **consts, **config)
+            compiled = self.kernel[grid](*args, **constexprs, **config)
         # Constexpr parameters keep their slots in a direct launch (the launcher skips them).
         slots = (None,) * (len(self.kernel.arg_names) - len(args))
         self._compiled[(device, key)] = (compiled, slots, num_sms)

@@ -55,8 +55,8 @@ class LazyPositions:
             else:
                 try:
                     self._positions = yaml_positions(self._text)
-                except yaml.YAMLError:  # valid JSON that PyYAML reads differently: values stand, positions do not
-                    self._positions = {}
+                except (yaml.YAMLError, RecursionError):  # valid JSON that PyYAML reads differently, or
+                    self._positions = {}  # aliases that make a cycle: values stand, positions do not
         return self._positions
 
 
@@ -114,6 +114,8 @@ def _parse(text: str, file: str, suffix: str) -> object:
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         line, col = (int(m.group(1)), int(m.group(2))) if m else (1, 1)
+        if not m and "(at end of document)" in str(e):
+            line, col = _offset_position(text, len(text))
         raise SpecError([SpecIssue(file, line, col, "", f"TOML syntax: {re.sub(r' [(]at .*', '', str(e))}")]) from None
     except json.JSONDecodeError as e:
         raise SpecError([SpecIssue(file, e.lineno, e.colno, "", f"JSON syntax: {e.msg}")]) from None
@@ -121,6 +123,17 @@ def _parse(text: str, file: str, suffix: str) -> object:
         mark = e.problem_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.problem}")]) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (control characters)
+        line, col = _offset_position(text, e.position)
+        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.reason} (#x{e.character:04x})")]) from None
+    except (ValueError, RecursionError) as e:  # an integer past Python's digit limit; nesting past the stack
+        kind = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
+        raise SpecError([SpecIssue(file, 1, 1, "", f"cannot parse: {kind}")]) from None
+
+
+def _offset_position(text: str, offset: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
 
 
 def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positions) -> SpecIssue:
@@ -128,11 +141,11 @@ def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positi
     loc = error["loc"]
     node, doc_path, shown = data, (), []
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if isinstance(node, dict) and part in (node.get("op"), node.get("kind")) and (i < len(loc) - 1 or part not in node):
+            continue  # a discriminated union's tag (before keys: `{op = "scale", scale = 2.0}` has both)
+        elif isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node, doc_path = node[part], (*doc_path, part)
             shown.append(part)
-        elif isinstance(node, dict) and part in (node.get("op"), node.get("kind")):
-            continue  # a discriminated union's tag
         elif i == len(loc) - 1:
             shown.append(part)  # the missing field itself
     line, col = (1, 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -87,6 +88,9 @@ class TritonOptions(Strict):
     tma: bool = True
     # Store the epilogue in two halves along N, halving the SMEM the TMA store stages.
     epilogue_subtile: bool = False
+    # Persistent kernels: let Triton pipeline across the tile loop (next tile's loads during this
+    # tile's epilogue).
+    flatten: bool = False
 
 
 class CuteOptions(Strict):
@@ -111,10 +115,12 @@ class Target(Strict):
 
 
 def parse_target(text: object) -> object:
-    if not isinstance(text, str):
-        return text
-    backend, sep, arch = text.partition(":")
     known = ", ".join(ALL_TARGETS)
+    if isinstance(text, Target):
+        text = str(text)  # re-checked: a Target built by hand may name any arch
+    if not isinstance(text, str):  # a table {backend, arch} would skip the arch check below
+        raise ValueError(f"a target is a string 'backend:arch', not {type(text).__name__}; known targets: {known}")
+    backend, sep, arch = text.partition(":")
     if not sep or backend not in Backend.__members__:
         raise ValueError(f"target '{text}' is not backend:arch; known targets: {known}")
     if arch not in TARGET_ARCHS[Backend(backend)]:
@@ -130,10 +136,23 @@ TargetName = Annotated[
 ]
 
 
+def _docstring_safe(text: str) -> str:
+    """A description is rendered into each generated module's docstring: refuse what would end that
+    docstring early or not survive as source text, so a spec can never inject code."""
+    if '"""' in text or "\\" in text:
+        raise ValueError('a description may not contain \'"""\' or backslashes (it is rendered into a docstring)')
+    if "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text):
+        raise ValueError("a description may not contain NUL or unpaired surrogate characters")
+    return text
+
+
+Description = Annotated[str, AfterValidator(_docstring_safe)]
+
+
 class GemmSpec(Strict):
     name: Identifier
     kind: Literal["gemm"]
-    description: str = ""
+    description: Description = ""
     a: Operand
     b: Operand
     out: Output

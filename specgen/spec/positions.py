@@ -75,7 +75,8 @@ class _TomlScanner:
                 end = self.i + 3
                 while True:
                     end = t.index(quote, end)
-                    if quote == "'''" or t[end - 1] != "\\":
+                    backslashes = end - len(t[:end].rstrip("\\"))
+                    if quote == "'''" or backslashes % 2 == 0:  # an even run of backslashes escapes itself
                         break
                     end += 1
                 while t.startswith(quote[0], end + 3):  # up to two quotes may close the content
@@ -191,5 +192,5 @@ class _TomlScanner:
 def toml_positions(text: str) -> Positions:
     try:
         return _TomlScanner(text).scan()
-    except (ValueError, IndexError):  # positions are a courtesy: never fail a load over them
+    except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
         return {}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The GPU entry point: the marked GPU tests, then the benchmark. Run from the repo root on a CUDA
+# machine with torch and triton installed (specgen's own deps are not needed: generated modules only
+# import specgen.runtime). Logs and results go to ${OUT:-bench/out}.
+set -uo pipefail
+out=${OUT:-bench/out}
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export TRITON_INTERPRET=0  # tests/conftest.py defaults it to 1 for the CPU suite
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+tests=${PIPESTATUS[0]}
+python3 bench/bench_triton.py --out "$out" "$@" 2>&1 | tee "$out/bench.log"
+bench=${PIPESTATUS[0]}
+exit $(( tests || bench ))
