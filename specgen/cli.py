@@ -94,8 +94,11 @@ def render(
             err.print(str(d), style="red", markup=False)
     for name in result.refused:
         err.print(f"refused {name}: it fails check (its previous outputs are kept)")
+    by_reason: dict[tuple[str, str], list[str]] = {}
     for spec, target, reason in result.skipped:
-        out.print(f"skipped {spec} @ {target}: {reason}", markup=False)
+        by_reason.setdefault((spec, reason), []).append(target)
+    for (spec, reason), targets in by_reason.items():
+        out.print(f"skipped {spec} @ {', '.join(targets)}: {reason}", markup=False)
     rep = result.report
     if check_only:
         for rel in rep.written:
@@ -117,6 +120,7 @@ def compile_cmd(
     paths: list[Path] | None = PathsArg,
     out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     from specgen.compile import ARCH_CC, compile_module, import_rendered
@@ -143,7 +147,11 @@ def compile_cmd(
             r = compile_module(import_rendered(path), t.arch)
             failed += bool(r.error)
             rows.append(r)
-            if r.error:
+            if as_json:
+                out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
+                                      "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
+                                      "error": r.error}), markup=False)
+            elif r.error:
                 out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
@@ -151,13 +159,19 @@ def compile_cmd(
                           f"({delta:+.1f}%)   {r.seconds:.1f} s", markup=False)
     if not rows:
         err.print(f"no Triton targets to compile (known archs: {', '.join(ARCH_CC)})")
-    out.print(f"{len(rows) - failed} compiled, {failed} failed")
+    if not as_json:
+        out.print(f"{len(rows) - failed} compiled, {failed} failed")
     raise typer.Exit(1 if failed else 0)
 
 
 @app.command()
-def schema() -> None:
-    """Print the JSON Schema of spec files."""
+def schema(markdown: bool = typer.Option(False, "--markdown", help="The spec reference as Markdown instead.")) -> None:
+    """Print the JSON Schema of spec files (or the Markdown spec reference)."""
+    if markdown:
+        from specgen.docs import spec_reference
+
+        out.print(spec_reference(), markup=False, end="")
+        return
     from specgen.spec.models import SpecFile
 
     out.print(json.dumps(SpecFile.model_json_schema(), indent=2), markup=False)

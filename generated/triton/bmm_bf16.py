@@ -187,6 +187,8 @@ def _check(a, b, out):
             and sa[-2] * 2 % 16 == 0 and sb[-2] * 2 % 16 == 0 and N * 2 % 16 == 0
             and sa[0] * 2 % 16 == 0 and sb[0] * 2 % 16 == 0
             and (a.data_ptr() | b.data_ptr()) % 16 == 0
+            # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
+            and (not _g.INTERPRET or (a.is_cpu and b.is_cpu))
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         ok = False
@@ -196,7 +198,9 @@ def _check(a, b, out):
         out = torch.empty((batch, M, N), device=a.device, dtype=torch.bfloat16)
     elif not (
         out.dtype is torch.bfloat16 and out.shape == (batch, M, N) and out.stride()[-1] == 1
-        and out.get_device() == device and out.data_ptr() % 16 == 0 and out.stride()[-2] * 2 % 16 == 0
+        and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
+        and out.stride()[-2] * 2 % 16 == 0 and out.stride()[0] * 2 % 16 == 0
+
     ):
         _g.output_like("bmm_bf16", "out", out, torch.bfloat16, (batch, M, N), device, tma=True)
     return device, batch, M, N, K, out

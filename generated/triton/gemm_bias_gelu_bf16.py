@@ -218,6 +218,8 @@ def _check(a, b, bias, out):
             and bias.dtype is torch.bfloat16 and bias.shape == (N,)
             and bias.stride() == (1,) and bias.get_device() == device
             and (a.data_ptr() | b.data_ptr() | bias.data_ptr()) % 16 == 0
+            # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
+            and (not _g.INTERPRET or (a.is_cpu and b.is_cpu and bias.is_cpu))
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         ok = False
@@ -227,7 +229,9 @@ def _check(a, b, bias, out):
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     elif not (
         out.dtype is torch.bfloat16 and out.shape == (M, N) and out.stride()[-1] == 1
-        and out.get_device() == device and out.data_ptr() % 16 == 0 and out.stride()[-2] * 2 % 16 == 0
+        and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
+        and out.stride()[-2] * 2 % 16 == 0
+
     ):
         _g.output_like("gemm_bias_gelu_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
     return device, M, N, K, out

@@ -217,6 +217,8 @@ def _check(a, b, scale_a, scale_b, out):
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)
             and scale_b.stride() == (1,) and scale_b.get_device() == device
             and (a.data_ptr() | b.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % 16 == 0
+            # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
+            and (not _g.INTERPRET or (a.is_cpu and b.is_cpu and scale_a.is_cpu and scale_b.is_cpu))
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         ok = False
@@ -226,7 +228,9 @@ def _check(a, b, scale_a, scale_b, out):
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     elif not (
         out.dtype is torch.bfloat16 and out.shape == (M, N) and out.stride()[-1] == 1
-        and out.get_device() == device and out.data_ptr() % 16 == 0 and out.stride()[-2] * 2 % 16 == 0
+        and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
+        and out.stride()[-2] * 2 % 16 == 0
+
     ):
         _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)
     return device, M, N, K, out

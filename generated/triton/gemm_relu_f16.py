@@ -198,6 +198,8 @@ def _check(a, b, out):
             a.dtype is torch.float16 and b.dtype is torch.float16 and K_b == K
             and sa[-1] == 1 and sb[-1] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
             and (a.data_ptr() | b.data_ptr()) % 16 == 0
+            # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
+            and (not _g.INTERPRET or (a.is_cpu and b.is_cpu))
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         ok = False
@@ -207,7 +209,8 @@ def _check(a, b, out):
         out = torch.empty((M, N), device=a.device, dtype=torch.float16)
     elif not (
         out.dtype is torch.float16 and out.shape == (M, N) and out.stride()[-1] == 1
-        and out.get_device() == device and out.data_ptr() % 16 == 0
+        and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
+
     ):
         _g.output_like("gemm_relu_f16", "out", out, torch.float16, (M, N), device)
     return device, M, N, K, out

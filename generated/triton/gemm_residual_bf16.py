@@ -226,6 +226,8 @@ def _check(a, b, alpha, c, out):
             and type(alpha) is float
             and c.dtype is torch.bfloat16 and c.shape == (M, N) and c.stride()[-1] == 1 and c.get_device() == device
             and (a.data_ptr() | b.data_ptr() | c.data_ptr()) % 16 == 0
+            # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
+            and (not _g.INTERPRET or (a.is_cpu and b.is_cpu and c.is_cpu))
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         ok = False
@@ -235,7 +237,8 @@ def _check(a, b, alpha, c, out):
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     elif not (
         out.dtype is torch.bfloat16 and out.shape == (M, N) and out.stride()[-1] == 1
-        and out.get_device() == device and out.data_ptr() % 16 == 0
+        and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
+
     ):
         _g.output_like("gemm_residual_bf16", "out", out, torch.bfloat16, (M, N), device)
     return device, M, N, K, out

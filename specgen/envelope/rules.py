@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specgen.envelope.budget import MemoryBudget, max_ab_stages
+from specgen.envelope.budget import MIN_STAGES, MemoryBudget, max_ab_stages, smem_budget
 from specgen.envelope.devices import GpuDevice, TpuDevice
 from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec, Target
@@ -275,8 +275,13 @@ def smem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
     if b.fits:
         return
     fit = max_ab_stages(ctx.spec, ctx.target)
-    hint = (f"ab_stages = {fit} fits ({ctx.budget.capacity - (b.total - b.ab_stage_bytes * (b.ab_stages - fit))} B)"
-            if fit >= 1 else "shrink the tile: not even one A/B stage fits")
+    hint = f"ab_stages = {fit} fits ({smem_budget(ctx.spec, ctx.target, fit).total} B)" if fit >= 1 else ""
+    if fit < MIN_STAGES and ctx.spec.tile.k >= 32:  # no real pipeline left: a thinner K slice is the way out
+        half = ctx.spec.model_copy(update={"tile": ctx.spec.tile.model_copy(update={"k": ctx.spec.tile.k // 2})})
+        deeper = max_ab_stages(half, ctx.target)
+        if deeper >= MIN_STAGES:
+            hint = (hint + "; " if hint else "") + f"tile.k = {half.tile.k} fits {deeper} stages"
+    hint = hint or "shrink the tile: not even one A/B stage fits"
     yield Finding("SMEM001", "error", f"needs {b.total} B of SMEM > {b.capacity} B per block on {ctx.target} "
                   f"({b.breakdown()})", hint, ("pipeline", "ab_stages") if fit >= 1 else ("tile",))
 

@@ -1,0 +1,33 @@
+"""Sessions: `nox -s tests` (the CPU suite CI runs), `nox -s lint`, `nox -s render` (the catalogue),
+`nox -s gpu` (GPU tests + benchmark, on a CUDA machine)."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """The CPU suite: unit, golden, fuzz, interpreter numerics, AOT compiles (deselects `gpu`)."""
+    session.run("python", "-m", "pytest", "-m", "not gpu", "-n", "2", "-q", *session.posargs)
+
+
+@nox.session(python=False)
+def lint(session: nox.Session) -> None:
+    session.run("ruff", "check", "specgen", "tests", "bench", "noxfile.py")
+    session.run("specgen", "render", "--check")
+
+
+@nox.session(python=False)
+def render(session: nox.Session) -> None:
+    session.run("specgen", "check")
+    session.run("specgen", "render")
+
+
+@nox.session(python=False)
+def gpu(session: nox.Session) -> None:
+    """Marked GPU tests, then bench/bench_triton.py; results under $OUT (default bench/out)."""
+    session.run("bash", "bench/run_gpu.sh", *session.posargs, external=True)
