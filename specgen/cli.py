@@ -28,7 +28,7 @@ def _paths(paths: list[Path] | None) -> list[Path]:
     resolved = []
     for p in chosen:
         if not p.exists():
-            err.print(f"error: no such file or folder: {p}")
+            err.print(f"error: no such file or folder: {p}", markup=False)
             raise typer.Exit(2)
         # messages and generated headers name specs relative to where specgen runs
         inside = p.resolve().is_relative_to(cwd)
@@ -37,13 +37,15 @@ def _paths(paths: list[Path] | None) -> list[Path]:
 
 
 def _load(paths: list[Path] | None):
+    from rich.markup import escape
+
     from specgen.spec.load import SpecError, load_paths
 
     try:
         return load_paths(_paths(paths))
     except SpecError as e:
         for issue in e.issues:
-            err.print(f"[red]error[/red] {issue}")
+            err.print(f"[red]error[/red] {escape(str(issue))}")  # spec text is not markup
         raise typer.Exit(1) from None
 
 
@@ -102,9 +104,9 @@ def render(
     rep = result.report
     if check_only:
         for rel in rep.written:
-            err.print(f"stale: {out_dir / rel}")
+            err.print(f"stale: {out_dir / rel}", markup=False)
         for rel in rep.removed:
-            err.print(f"stale (would be removed): {out_dir / rel}")
+            err.print(f"stale (would be removed): {out_dir / rel}", markup=False)
         out.print(f"{len(rep.unchanged)} up to date, {len(rep.changed)} stale")
         raise typer.Exit(1 if rep.changed or result.refused else 0)
     for rel in rep.written:
@@ -131,7 +133,7 @@ def compile_cmd(
         try:
             wanted.add(str(parse_target(t)))
         except ValueError as e:
-            err.print(f"error: {e}")
+            err.print(f"error: {e}", markup=False)
             raise typer.Exit(2) from None
     specs = _load(paths)
     failed = 0
@@ -142,7 +144,7 @@ def compile_cmd(
                 continue
             path = out_dir / "triton" / f"{ls.name}.py"
             if not path.is_file():
-                err.print(f"error: {path} is missing: run `specgen render` first")
+                err.print(f"error: {path} is missing: run `specgen render` first", markup=False)
                 raise typer.Exit(1)
             r = compile_module(import_rendered(path), t.arch)
             failed += bool(r.error)

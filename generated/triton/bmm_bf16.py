@@ -164,8 +164,8 @@ def _validate(a, b, out):
     batch_b, K_b, N = _g.matrix("bmm_bf16", "b", b, torch.bfloat16, 3, 2, device, tma=True)
     _g.same_extent("bmm_bf16", "b.shape[0] (batch)", batch_b, "a.shape[0]", batch)
     _g.same_extent("bmm_bf16", "b.shape[1] (K)", K_b, "a.shape[2]", K)
-    _g.tma_rows("bmm_bf16", "out", N, 2)
     if out is None:
+        _g.tma_rows("bmm_bf16", "out", N, 2)  # the rows we would allocate
         out = torch.empty((batch, M, N), device=a.device, dtype=torch.bfloat16)
     else:
         _g.output_like("bmm_bf16", "out", out, torch.bfloat16, (batch, M, N), device, tma=True)

@@ -160,8 +160,8 @@ def _validate(a, b, out):
     M, K = _g.matrix("gemm_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
     K_b, N = _g.matrix("gemm_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
     _g.same_extent("gemm_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.tma_rows("gemm_bf16", "out", N, 2)
     if out is None:
+        _g.tma_rows("gemm_bf16", "out", N, 2)  # the rows we would allocate
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     else:
         _g.output_like("gemm_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)

@@ -192,8 +192,8 @@ def _validate(a, b, scale_a, scale_b, out):
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
     _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
     _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
-    _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)
     if out is None:
+        _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)  # the rows we would allocate
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     else:
         _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)

@@ -172,7 +172,7 @@ def tpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
 def accumulator_kind(ctx: RuleContext) -> Iterator[Finding]:
     """Integer operands accumulate in int32, float operands in a float type (every MMA table)."""
     a, acc = ctx.spec.a.dtype, ctx.spec.accumulator
-    if a.is_float != acc.is_float or acc in (DType.int8, DType.fp8_e4m3, DType.fp8_e5m2, DType.bf16):
+    if a.is_float != acc.is_float or acc in (DType.int8, DType.fp8_e4m3, DType.fp8_e5m2, DType.bf16, DType.tf32):
         want = "int32" if not a.is_float else "f32"
         yield Finding("DT004", "error", f"{a} operands cannot accumulate in {acc}", f"set accumulator = \"{want}\"",
                       ("accumulator",))

@@ -100,7 +100,7 @@ def tma_rows(kernel: str, name: str, n: int, elem_bytes: int) -> None:
     """A TMA-stored matrix with rows of n elements needs row strides of a multiple of 16 bytes."""
     if n * elem_bytes % ALIGN:
         raise _fail(kernel, name, f"rows of N = {n} elements are {n * elem_bytes} bytes; the TMA store needs a "
-                    f"multiple of {ALIGN} (N a multiple of {ALIGN // elem_bytes})")
+                    f"multiple of {ALIGN} (N a multiple of {ALIGN // elem_bytes}), or pass out= a view of a wider buffer")
 
 
 def scalar(kernel: str, name: str, v: object) -> None:

@@ -134,7 +134,10 @@ class _TomlScanner:
                     self.i += 1
                     return
                 self.record((*path, index), self.i)
+                start = self.i
                 self.value((*path, index))
+                if self.i == start:  # end of text or a character no value starts with: never loop forever
+                    raise ValueError("bad array")
                 index += 1
                 self.skip_space(newlines=True)
                 if self.peek() == ",":
