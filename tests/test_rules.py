@@ -1,0 +1,584 @@
+"""Every envelope rule on each side of its boundary, with the numbers its message compares, and the
+budget that `check` and the planner's `auto` stages share (HARDWARE.md's worked examples)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgen.check import resolve_acc_stages, rule_context
+from specgen.envelope.budget import (
+    MAX_AUTO_STAGES,
+    MIN_STAGES,
+    max_ab_stages,
+    resolve_ab_stages,
+    smem_budget,
+)
+from specgen.envelope.devices import SM90, SM100, TPUS
+from specgen.envelope.rules import RULES, RuleContext, run_rules, tmem_columns
+from specgen.spec.load import load_paths
+from specgen.spec.models import GemmSpec, parse_target
+from specgen.spec.targets import ALL_TARGETS, Backend
+
+ROOT = Path(__file__).resolve().parents[1]
+RULE = {r.id: r for r in RULES}
+
+BASE: dict = {
+    "name": "k",
+    "kind": "gemm",
+    "a": {"dtype": "bf16", "major": "k"},
+    "b": {"dtype": "bf16", "major": "k"},
+    "out": {"dtype": "bf16"},
+    "tile": {"m": 128, "n": 128, "k": 64},
+    "targets": ["triton:sm90"],
+}
+
+F16 = {"a": {"dtype": "f16"}, "b": {"dtype": "f16"}, "out": {"dtype": "f16"}}
+FP8 = {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}
+
+
+def spec(**overrides: object) -> GemmSpec:
+    d = copy.deepcopy(BASE)
+    d.update(copy.deepcopy(overrides))
+    return GemmSpec.model_validate(d)
+
+
+def tile(m: int, n: int, k: int) -> dict:
+    return {"m": m, "n": n, "k": k}
+
+
+def ctx_for(target: str, **overrides: object) -> RuleContext:
+    return rule_context(spec(**overrides), parse_target(target))
+
+
+def findings(rule_id: str, ctx: RuleContext):
+    rule = RULE[rule_id]
+    assert rule.applies(ctx.target), f"{rule_id} does not apply to {ctx.target}"
+    return list(rule.fn(ctx))
+
+
+# --- which targets each rule concerns ------------------------------------------------------------------
+GPU = {"triton:sm90", "triton:sm100", "cute:sm90", "cute:sm100", "pallas:gpu_sm90"}
+TPU = {"pallas:tpu_v5e", "pallas:tpu_v5p", "pallas:tpu_v6e", "pallas:tpu_v7x"}
+TRITON = {"triton:sm90", "triton:sm100"}
+WGMMA = {"cute:sm90", "pallas:gpu_sm90"}
+APPLIES = {
+    "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
+    "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
+    "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
+    "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
+}
+
+
+def test_the_rule_table_is_the_documented_one():
+    assert [r.id for r in RULES] == list(APPLIES)
+    for r in RULES:
+        assert r.fn.__doc__ and r.title, f"{r.id} needs a title and a docstring citing its source"
+
+
+@pytest.mark.parametrize("rule_id", list(APPLIES))
+def test_where_each_rule_applies(rule_id):
+    assert {t for t in ALL_TARGETS if RULE[rule_id].applies(parse_target(t))} == APPLIES[rule_id]
+
+
+# --- each rule on each side of its boundary ------------------------------------------------------------
+# (rule, target, spec overrides, expected): expected None = the rule finds nothing; otherwise
+# (severity, [fragments the message must hold], field or None).
+CASES: list[tuple[str, str, dict, object]] = [
+    # DT001: A and B share a dtype (fp8 may mix); the accumulator is one the MMA produces
+    ("DT001", "triton:sm90", {}, None),
+    ("DT001", "triton:sm90", {"b": {"dtype": "f16"}}, ("error", ["A is bf16 but B is f16"], ("b", "dtype"))),
+    ("DT001", "cute:sm90", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}}, None),
+    ("DT001", "cute:sm90", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "int8"}},
+     ("error", ["A is fp8_e4m3 but B is int8"], ("b", "dtype"))),
+    ("DT001", "cute:sm90", {**F16, "accumulator": "f16"}, None),
+    ("DT001", "cute:sm90", {"accumulator": "f16"},
+     ("error", ["bf16 operands accumulate in f32 on cute:sm90, not f16"], ("accumulator",))),
+    ("DT001", "cute:sm100", {**FP8, "accumulator": "f16"}, None),
+    ("DT001", "cute:sm100", {**FP8, "accumulator": "int32"},
+     ("error", ["fp8_e4m3 operands accumulate in f16/f32 on cute:sm100, not int32"], ("accumulator",))),
+    ("DT001", "cute:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}}, None),
+    ("DT001", "cute:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}},
+     ("error", ["cute:sm100 has no tensor-core MMA for f32 operands"], ("a", "dtype"))),
+    ("DT001", "pallas:gpu_sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32"}, None),
+    ("DT001", "triton:sm100", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "f32"},
+     ("error", ["int8 operands accumulate in int32 on triton:sm100, not f32"], ("accumulator",))),
+    ("DT001", "triton:sm90", {**F16, "accumulator": "f16"}, None),
+    ("DT001", "triton:sm90", {**FP8, "accumulator": "f16"},
+     ("error", ["fp8_e4m3 operands accumulate in f32 on triton:sm90, not f16"], ("accumulator",))),
+    # DT003: TPU MXU dtypes per chip
+    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}}, None),
+    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}},
+     ("error", ["A is fp8_e4m3: tpu_v5e MXU takes fp8 as fp8_e5m2 only"], ("a", "dtype"))),
+    ("DT003", "pallas:tpu_v7x", FP8, None),
+    ("DT003", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}}, None),
+    ("DT003", "pallas:tpu_v6e", F16, ("error", ["A is f16: the TPU MXU has no f16 mode"], ("a", "dtype"))),
+    ("DT003", "pallas:tpu_v7x", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}},
+     ("error", ["A is tf32: the TPU MXU has no tf32 mode"], ("a", "dtype"))),
+    # DT004: integer operands accumulate in int32, float ones in a float type
+    ("DT004", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32"}, None),
+    ("DT004", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}},
+     ("error", ["int8 operands cannot accumulate in f32"], ("accumulator",))),
+    ("DT004", "triton:sm90", {**F16, "accumulator": "f16"}, None),
+    ("DT004", "triton:sm90", {"accumulator": "bf16"}, ("error", ["bf16 operands cannot accumulate in bf16"], None)),
+    ("DT004", "cute:sm90", {"accumulator": "int32"}, ("error", ["bf16 operands cannot accumulate in int32"], None)),
+    ("DT004", "cute:sm90", {"accumulator": "fp8_e4m3"}, ("error", ["cannot accumulate in fp8_e4m3"], None)),
+    ("DT004", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}}, None),
+    # tf32 is an operand format (f32 storage read by the tensor cores), never an accumulator
+    ("DT004", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "accumulator": "tf32"},
+     ("error", ["f32 operands cannot accumulate in tf32"], ("accumulator",))),
+    # MAJ001: wgmma transposes only 16-bit operands
+    ("MAJ001", "cute:sm90", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"}}, None),
+    ("MAJ001", "pallas:gpu_sm90", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}},
+     ("error", ["B is fp8_e4m3 and MN-major: wgmma transposes only 16-bit operands"], ("b", "major"))),
+    ("MAJ001", "cute:sm90", {"a": {"dtype": "tf32", "major": "mn"}, "b": {"dtype": "tf32"}},
+     ("error", ["A is tf32 and MN-major"], ("a", "major"))),
+    ("MAJ001", "cute:sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32"}, None),
+    # MMA001: wgmma M multiple of 64, N 8..256 step 8, K 32 bytes
+    ("MMA001", "cute:sm90", {"tile": tile(64, 8, 16)}, None),
+    ("MMA001", "cute:sm90", {"tile": tile(192, 256, 64)}, None),
+    ("MMA001", "cute:sm90", {"tile": tile(96, 128, 64)},
+     ("error", ["tile.m = 96 is not a multiple of 64 (wgmma M per warpgroup)"], ("tile", "m"))),
+    ("MMA001", "cute:sm90", {"tile": tile(128, 264, 64)},
+     ("error", ["tile.n = 264 is outside wgmma N 8..256 step 8"], ("tile", "n"))),
+    ("MMA001", "cute:sm90", {"tile": tile(128, 132, 64)}, ("error", ["tile.n = 132 is outside"], ("tile", "n"))),
+    ("MMA001", "cute:sm90", {"tile": tile(128, 128, 24)},
+     ("error", ["tile.k = 24 is not a multiple of 16 (wgmma K for bf16)"], ("tile", "k"))),
+    ("MMA001", "cute:sm90", {**FP8, "tile": tile(128, 128, 32)}, None),
+    ("MMA001", "cute:sm90", {**FP8, "tile": tile(128, 128, 48)},
+     ("error", ["tile.k = 48 is not a multiple of 32 (wgmma K for fp8_e4m3)"], ("tile", "k"))),
+    ("MMA001", "pallas:gpu_sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 64, 8)}, None),
+    ("MMA001", "pallas:gpu_sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 64, 12)},
+     ("error", ["tile.k = 12 is not a multiple of 8"], ("tile", "k"))),
+    # MMA002: tcgen05 shapes, 1-CTA and 2-CTA, 8-bit MN-major B
+    ("MMA002", "cute:sm100", {"tile": tile(64, 8, 16)}, None),
+    ("MMA002", "cute:sm100", {"tile": tile(128, 256, 64)}, None),
+    ("MMA002", "cute:sm100", {"tile": tile(256, 128, 64)},
+     ("error", ["MMA M = 256 (tile.m 256) is not one of (64, 128) for cta_group::1"], ("tile", "m"))),
+    ("MMA002", "cute:sm100", {"tile": tile(96, 128, 64)}, ("error", ["MMA M = 96"], ("tile", "m"))),
+    ("MMA002", "cute:sm100", {"tile": tile(64, 16, 64), "cute": {"two_cta": True}}, None),
+    ("MMA002", "cute:sm100", {"tile": tile(128, 256, 64), "cute": {"two_cta": True}}, None),
+    ("MMA002", "cute:sm100", {"tile": tile(32, 128, 64), "cute": {"two_cta": True}},
+     ("error", ["MMA M = 64 (2 x tile.m 32) is not one of (128, 256) for cta_group::2"], ("tile", "m"))),
+    ("MMA002", "cute:sm100", {"tile": tile(128, 264, 64)},
+     ("error", ["tile.n = 264 is outside tcgen05 N 8..256 step 8"], ("tile", "n"))),
+    ("MMA002", "cute:sm100", {"tile": tile(128, 8, 64), "cute": {"two_cta": True}},
+     ("error", ["tile.n = 8 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
+    ("MMA002", "cute:sm100", {"tile": tile(128, 24, 64), "cute": {"two_cta": True}},
+     ("error", ["tile.n = 24 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
+    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 16, 128)}, None),
+    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 24, 128)},
+     ("error", ["tile.n = 24 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
+    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 32, 128),
+                              "cute": {"two_cta": True}}, None),
+    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 48, 128),
+                              "cute": {"two_cta": True}},
+     ("error", ["tile.n = 48 is outside tcgen05 N 32..256 step 32"], ("tile", "n"))),
+    ("MMA002", "cute:sm100", {**FP8, "tile": tile(128, 24, 128)}, None),  # K-major fp8 B: step 8
+    ("MMA002", "cute:sm100", {"tile": tile(128, 128, 24)},
+     ("error", ["tile.k = 24 is not a multiple of 16 (tcgen05 K for bf16)"], ("tile", "k"))),
+    ("MMA002", "cute:sm100", {**FP8, "tile": tile(128, 128, 48)},
+     ("error", ["tile.k = 48 is not a multiple of 32 (tcgen05 K for fp8_e4m3)"], ("tile", "k"))),
+    # MMA003: tl.dot minimum K per width, M and N >= 16; M < 64 on sm90 is a warning
+    ("MMA003", "triton:sm90", {"tile": tile(64, 16, 16)}, None),
+    ("MMA003", "triton:sm90", {"tile": tile(64, 64, 8)},
+     ("error", ["tile.k = 8 < 16, tl.dot's minimum K for bf16"], ("tile", "k"))),
+    ("MMA003", "triton:sm90", {**FP8, "tile": tile(64, 64, 32)}, None),
+    ("MMA003", "triton:sm90", {**FP8, "tile": tile(64, 64, 16)},
+     ("error", ["tile.k = 16 < 32, tl.dot's minimum K for fp8_e4m3"], ("tile", "k"))),
+    ("MMA003", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "tile": tile(64, 64, 8)}, None),
+    ("MMA003", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "tile": tile(64, 64, 4)},
+     ("error", ["tile.k = 4 < 8, tl.dot's minimum K for f32"], ("tile", "k"))),
+    ("MMA003", "triton:sm100", {"tile": tile(64, 8, 64)}, ("error", ["tile.n = 8 < 16, tl.dot's minimum"], ("tile", "n"))),
+    ("MMA003", "triton:sm100", {"tile": tile(16, 64, 64)}, None),
+    ("MMA003", "triton:sm100", {"tile": tile(8, 64, 64)}, ("error", ["tile.m = 8 < 16"], ("tile", "m"))),
+    ("MMA003", "triton:sm90", {"tile": tile(32, 64, 64)},
+     ("warning", ["tile.m = 32 < 64: Triton will not use wgmma on sm90"], ("tile", "m"))),
+    # POW001: Triton block dims and num_warps are powers of two, m*n <= 1048576
+    ("POW001", "triton:sm90", {"tile": tile(1024, 1024, 16), "triton": {"num_warps": 32}}, None),
+    ("POW001", "triton:sm90", {"tile": tile(2048, 1024, 16)},
+     ("error", ["tile m*n = 2097152 > 1048576 elements"], ("tile",))),
+    ("POW001", "triton:sm90", {"tile": tile(96, 128, 64)},
+     ("error", ["tile.m = 96 is not a power of two"], ("tile", "m"))),
+    ("POW001", "triton:sm90", {"tile": tile(128, 128, 48)}, ("error", ["tile.k = 48 is not a power of two"], ("tile", "k"))),
+    ("POW001", "triton:sm100", {"triton": {"num_warps": 1}}, None),
+    ("POW001", "triton:sm100", {"triton": {"num_warps": 64}},
+     ("error", ["triton.num_warps = 64 is not a power of two in 1..32"], ("triton", "num_warps"))),
+    ("POW001", "triton:sm100", {"triton": {"num_warps": 6}},
+     ("error", ["triton.num_warps = 6"], ("triton", "num_warps"))),
+    # SMEM001: see also the worked examples below
+    ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
+    ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 279552 B of SMEM > 232448 B per block on cute:sm90",
+                "A/B 5 x 49152 = 245760 + epilogue 32768 + barriers 1024"], ("pipeline", "ab_stages"))),
+    # exactly the per-block maximum fits: 2 x (128 + 776) x 64 x 2 + 1024 = 232448
+    ("SMEM001", "cute:sm90", {"tile": tile(128, 776, 64), "cute": {"tma_store": False}, "pipeline": {"ab_stages": 2}},
+     None),
+    ("SMEM001", "cute:sm90", {"tile": tile(128, 784, 64), "cute": {"tma_store": False}, "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 234496 B of SMEM > 232448 B", "A/B 2 x 116736 = 233472 + barriers 1024"],
+      ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 3}}, None),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 4}},
+     ("error", ["needs 262144 B of SMEM > 232448 B per block on triton:sm90",
+                "A/B 4 x 49152 = 196608 + epilogue 65536"], ("pipeline", "ab_stages"))),
+    # the subtiled TMA store stages half the output tile: 4 stages fit again
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "triton": {"epilogue_subtile": True}, "pipeline": {"ab_stages": 4}}, None),
+    # the plain kernel's epilogue reuses the pipeline buffers
+    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
+    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 131072 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
+     ("error", ["needs 1115136 B of SMEM > 232448 B"], ("tile",))),
+    # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
+    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 4}}, None),
+    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 75497472 B of VMEM > 67108864 B on tpu_v5p",
+                "A/B 5 x 8388608 = 41943040 + epilogue 16777216 + accumulator+vectors 16777216"], ("tile",))),
+    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 5}}, None),
+    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 6291456}}, None),
+    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 6291455}},
+     ("error", ["pallas.vmem_limit_bytes = 6291455 < 6291456 B the plan needs"], ("pallas", "vmem_limit_bytes"))),
+    ("VMEM001", "pallas:tpu_v7x", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 67108864}}, None),
+    ("VMEM001", "pallas:tpu_v7x", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 67108865}},
+     ("error", ["pallas.vmem_limit_bytes = 67108865 > 67108864 B of VMEM on tpu_v7x"], ("pallas", "vmem_limit_bytes"))),
+    # TMEM001: columns x stages <= 512, allocated as a power of two >= 32
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "pipeline": {"acc_stages": 2}}, None),
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "pipeline": {"acc_stages": 3}},
+     ("error", ["accumulator needs 256 columns x 3 stages = 768 (allocated 1024) > 512 TMEM columns"],
+      ("pipeline", "acc_stages"))),
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 192, 64), "pipeline": {"acc_stages": 2}}, None),  # 384 -> 512
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 192, 64), "pipeline": {"acc_stages": 3}},
+     ("error", ["192 columns x 3 stages = 576 (allocated 1024)"], ("pipeline", "acc_stages"))),
+    # 2-CTA with MMA M = 128 (tile.m 64): N/2 columns per CTA
+    ("TMEM001", "cute:sm100", {"tile": tile(64, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
+                               "pipeline": {"acc_stages": 4}}, None),
+    ("TMEM001", "cute:sm100", {"tile": tile(64, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
+                               "pipeline": {"acc_stages": 5}},
+     ("error", ["128 columns x 5 stages = 640 (allocated 1024) > 512"], ("pipeline", "acc_stages"))),
+    # 2-CTA with MMA M = 256 (tile.m 128): N columns per CTA
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
+                               "pipeline": {"acc_stages": 3}},
+     ("error", ["256 columns x 3 stages = 768"], ("pipeline", "acc_stages"))),
+    # TMA001: the contiguous box dim is a multiple of 16 bytes
+    ("TMA001", "cute:sm90", {"tile": tile(64, 64, 8)}, None),
+    ("TMA001", "cute:sm90", {"tile": tile(64, 64, 4)},
+     ("error", ["A's TMA box has 4 x 2 B = 8 B along its contiguous dim, not a multiple of 16"], ("a", "major"))),
+    ("TMA001", "cute:sm100", {"a": {"dtype": "bf16", "major": "mn"}, "tile": tile(8, 64, 64)}, None),
+    ("TMA001", "cute:sm100", {"a": {"dtype": "bf16", "major": "mn"}, "tile": tile(12, 64, 64)},
+     ("error", ["A's TMA box has 12 x 2 B = 24 B"], ("a", "major"))),
+    ("TMA001", "pallas:gpu_sm90", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(64, 8, 64)},
+     ("error", ["B's TMA box has 8 x 1 B = 8 B"], ("b", "major"))),
+    ("TMA001", "cute:sm90", {"out": {"dtype": "f32"}, "tile": tile(64, 4, 64)}, None),
+    ("TMA001", "cute:sm90", {"out": {"dtype": "f32"}, "tile": tile(64, 2, 64)},
+     ("error", ["out's TMA box has 2 x 4 B = 8 B"], ("tile", "n"))),
+    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4), "schedule": {"persistent": True}},
+     ("error", ["A's TMA box has 4 x 2 B = 8 B"], ("a", "major"))),
+    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4)}, None),  # pointer loads: no TMA
+    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4), "schedule": {"persistent": True}, "triton": {"tma": False}},
+     None),
+    # TMA002: every box dim <= 256 (CuTe and Mosaic GPU; Triton splits its blocks)
+    ("TMA002", "cute:sm90", {"tile": tile(256, 256, 256)}, None),
+    ("TMA002", "cute:sm90", {"tile": tile(128, 512, 64)},
+     ("error", ["B's TMA box 512x64 has a dim 512 > 256"], ("tile",))),
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(128, 128, 257)}, ("error", ["A's TMA box 128x257 has a dim 257"], ("tile",))),
+    # CLU001: portable 8, hardware 16; powers of two are the examples' convention
+    ("CLU001", "cute:sm90", {"cluster": {"m": 2, "n": 4}}, None),
+    ("CLU001", "cute:sm90", {"cluster": {"m": 4, "n": 4}},
+     ("warning", ["cluster 4x4 = 16 CTAs > 8 (portable): needs the non-portable opt-in"], ("cluster",))),
+    ("CLU001", "cute:sm100", {"cluster": {"m": 3, "n": 1}},
+     ("warning", ["cluster 3x1: the CuTe examples use powers of two (convention, not hardware)"], ("cluster",))),
+    ("CLU001", "triton:sm90", {"cluster": {"m": 1, "n": 1}}, None),
+    ("CLU001", "triton:sm90", {"cluster": {"m": 2, "n": 1}},
+     ("warning", ["cluster 2x1 is ignored by triton (it launches single CTAs)"], ("cluster",))),
+    # CLU002: 2-CTA MMA pairs CTAs along M
+    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
+    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}}, ("error", ["cute.two_cta needs an even cluster.m, got 1"],
+                                                           ("cluster", "m"))),
+    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 3}}, ("error", ["got 3"], ("cluster", "m"))),
+    ("CLU002", "cute:sm100", {"cluster": {"m": 1}}, None),
+    # REG001: > 255 accumulator registers per thread is an error, > 192 a warning
+    ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 8}}, None),
+    ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("triton", "num_warps"))),
+    ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),
+    ("REG001", "cute:sm90", {"tile": tile(128, 200, 64), "cute": {"mma_warpgroups": 1}},
+     ("warning", ["accumulator needs 200 of 255 registers per thread (128 threads): expect spills"], ("tile",))),
+    ("REG001", "cute:sm90", {"tile": tile(128, 255, 64), "cute": {"mma_warpgroups": 1}},
+     ("warning", ["needs 255 of 255 registers"], ("tile",))),
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),  # 2 consumer warpgroups by default
+    ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
+     None),  # f16 accumulators pack two per register
+    # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit
+    ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
+    ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
+     ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
+    ("PAL001", "pallas:tpu_v7x", {"tile": tile(16, 128, 128)}, None),
+    ("PAL001", "pallas:tpu_v7x", {"tile": tile(8, 128, 128)},
+     ("error", ["A block 8x128 (bf16) is not divisible by (16, 128) on tpu_v7x"], ("tile",))),
+    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}, "tile": tile(32, 128, 128)},
+     None),
+    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}, "tile": tile(16, 128, 128)},
+     ("error", ["A block 16x128 (fp8_e5m2) is not divisible by (32, 128) on tpu_v5e"], ("tile",))),
+    # PAL002: MXU-aligned n and k (warning)
+    ("PAL002", "pallas:tpu_v5e", {"tile": tile(128, 128, 128)}, None),
+    ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),
+    ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 128, 256)},
+     ("warning", ["tile n=128, k=256 are not multiples of the 256x256 MXU on tpu_v6e"], ("tile",))),
+]
+
+
+def _case_id(case) -> str:
+    rule_id, target, _, expected = case
+    return f"{rule_id}-{target}-{'pass' if expected is None else expected[0]}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{_case_id(c)}-{i}" for i, c in enumerate(CASES)])
+def test_rule_boundary(case):
+    rule_id, target, overrides, expected = case
+    found = findings(rule_id, ctx_for(target, **overrides))
+    if expected is None:
+        assert found == []
+        return
+    severity, fragments, fld = expected
+    assert found, f"{rule_id} found nothing"
+    match = [f for f in found if all(frag in f.message for frag in fragments)]
+    assert match, [f.message for f in found]
+    f = match[0]
+    assert (f.rule, f.severity) == (rule_id, severity)
+    if fld is not None:
+        assert f.field == fld
+
+
+def test_every_rule_has_a_passing_and_a_failing_case():
+    passing = {c[0] for c in CASES if c[3] is None}
+    failing = {c[0] for c in CASES if c[3] is not None}
+    assert passing | {"DT002"} == failing | {"DT002"} == set(RULE)  # DT002: below, on a made-up device
+
+
+def _with_gpu(ctx: RuleContext, cc: int) -> RuleContext:
+    return dataclasses.replace(ctx, gpu=dataclasses.replace(ctx.gpu, compute_capability=cc))
+
+
+def test_dt002_fp8_needs_cc_89():
+    ctx = ctx_for("triton:sm90", **FP8)
+    assert findings("DT002", ctx) == []  # sm90 qualifies
+    assert findings("DT002", ctx_for("triton:sm100", **FP8)) == []
+    assert findings("DT002", _with_gpu(ctx, 89)) == []
+    (a, b) = findings("DT002", _with_gpu(ctx, 86))
+    assert (a.rule, a.severity, a.field, b.field) == ("DT002", "error", ("a", "dtype"), ("b", "dtype"))
+    assert "A is fp8_e4m3: Triton's fp8 dot needs cc >= 89, triton:sm90 is cc 86" in a.message
+    assert findings("DT002", _with_gpu(ctx_for("triton:sm90"), 80)) == []  # bf16 does not care
+
+
+def test_several_findings_of_one_rule():
+    found = findings("MMA001", ctx_for("cute:sm90", tile=tile(96, 264, 24)))
+    assert [f.field for f in found] == [("tile", "m"), ("tile", "n"), ("tile", "k")]
+    tma = findings("TMA002", ctx_for("cute:sm100", tile=tile(512, 512, 64)))
+    assert [f.message.split("'")[0] for f in tma] == ["A", "B", "out"]
+
+
+def test_mma001_hint_rounds_down_to_a_warpgroup():
+    (f,) = findings("MMA001", ctx_for("cute:sm90", tile=tile(96, 128, 64)))
+    assert f.hint == "use tile.m = 64"
+    (f,) = findings("MMA001", ctx_for("cute:sm90", tile=tile(32, 128, 64)))
+    assert f.hint == "use tile.m = 64"
+
+
+def test_pow001_hint_names_the_neighbouring_powers():
+    (f,) = findings("POW001", ctx_for("triton:sm90", tile=tile(96, 128, 64)))
+    assert f.hint == "use 64 or 128"
+
+
+def test_clu001_error_above_the_hardware_maximum():
+    found = findings("CLU001", ctx_for("cute:sm90", cluster={"m": 17, "n": 1}))
+    assert [(f.severity, f.message.split(":")[0]) for f in found] == [
+        ("error", "cluster 17x1 = 17 CTAs > 16, the hardware maximum"),
+        ("warning", "cluster 17x1"),
+    ]
+    (f,) = findings("CLU001", ctx_for("cute:sm90", cluster={"m": 16, "n": 1}))
+    assert f.severity == "warning" and "> 8 (portable)" in f.message
+
+
+def test_dt_and_tmem_hints():
+    (f,) = findings("DT001", ctx_for("cute:sm100", a={"dtype": "f32"}, b={"dtype": "f32"}))
+    assert f.hint == "use tf32 for f32 data"
+    (f,) = findings("DT004", ctx_for("triton:sm90", a={"dtype": "int8"}, b={"dtype": "int8"}))
+    assert f.hint == 'set accumulator = "int32"'
+    (f,) = findings("TMEM001", ctx_for("cute:sm100", tile=tile(128, 256, 64), pipeline={"acc_stages": 3}))
+    assert f.hint == "use acc_stages = 1"
+    (f,) = findings("TMEM001", ctx_for("cute:sm100", tile=tile(128, 1024, 64), pipeline={"acc_stages": 1}))
+    assert f.hint == "shrink tile.n" and "1024 columns x 1 stages = 1024" in f.message
+
+
+# --- TMEM ---------------------------------------------------------------------------------------------
+def test_tmem_columns_per_mma_mode():
+    assert tmem_columns(spec(tile=tile(128, 256, 64))) == 256  # 1-CTA M=128: N
+    assert tmem_columns(spec(tile=tile(64, 256, 64))) == 256  # 1-CTA M=64: N columns on 64 lanes
+    assert tmem_columns(spec(tile=tile(128, 256, 64), cute={"two_cta": True})) == 256  # 2-CTA M=256
+    assert tmem_columns(spec(tile=tile(64, 256, 64), cute={"two_cta": True})) == 128  # 2-CTA M=128: N/2
+    assert tmem_columns(spec(**F16, accumulator="f16", tile=tile(128, 256, 64))) == 256  # f16 is not packed
+
+
+def test_tmem_worked_example_256_columns_by_stages():
+    assert SM100.tmem_columns == 512
+    base = {"tile": tile(128, 256, 64)}
+    assert findings("TMEM001", ctx_for("cute:sm100", **base, pipeline={"acc_stages": 2})) == []
+    assert findings("TMEM001", ctx_for("cute:sm100", **base, pipeline={"acc_stages": 3}))
+    two = {"tile": tile(64, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}}
+    assert findings("TMEM001", ctx_for("cute:sm100", **two, pipeline={"acc_stages": 4})) == []  # 128 x 4 = 512
+
+
+def test_auto_acc_stages_double_buffer_when_tmem_allows():
+    sm100 = parse_target("cute:sm100")
+    assert resolve_acc_stages(spec(tile=tile(128, 256, 64)), sm100) == 2
+    assert resolve_acc_stages(spec(tile=tile(128, 257, 64)), sm100) == 1
+    assert resolve_acc_stages(spec(tile=tile(64, 512, 64), cute={"two_cta": True}), sm100) == 2
+    assert resolve_acc_stages(spec(tile=tile(128, 64, 64), pipeline={"acc_stages": 3}), sm100) == 3
+    for t in ("cute:sm90", "triton:sm100", "pallas:gpu_sm90", "pallas:tpu_v6e"):
+        assert resolve_acc_stages(spec(tile=tile(128, 64, 64)), parse_target(t)) == 1
+
+
+# --- the shared SMEM budget: HARDWARE.md's worked examples ----------------------------------------------
+def test_worked_example_sm90_fp16_128x256x64_is_4_stages():
+    cute_sm90 = parse_target("cute:sm90")
+    assert (SM90.smem_per_block, SM90.barrier_reserve) == (232448, 1024)
+    stage = (128 + 256) * 64 * 2
+    assert stage == 49152 and (232448 - 1024) // stage == 4
+    no_store = spec(**F16, tile=tile(128, 256, 64), cute={"tma_store": False})
+    assert smem_budget(no_store, cute_sm90, 1).ab_stage_bytes == 49152
+    assert max_ab_stages(no_store, cute_sm90) == (232448 - 1024) // 49152 == 4
+    # the TMA-store epilogue (2 subtiles of 128 x 64 f16) still leaves room for 4
+    assert max_ab_stages(spec(**F16, tile=tile(128, 256, 64)), cute_sm90) == (232448 - 1024 - 32768) // 49152 == 4
+
+
+def test_smem_hint_names_the_deepest_pipeline_that_fits():
+    target = parse_target("cute:sm90")
+    s = spec(**F16, tile=tile(128, 256, 64), pipeline={"ab_stages": 7})
+    (f,) = findings("SMEM001", rule_context(s, target))
+    fit = max_ab_stages(s, target)
+    assert fit == 4
+    assert f.hint.startswith(f"ab_stages = {fit} fits ({smem_budget(s, target, fit).total} B)")
+    assert smem_budget(s, target, fit).fits and not smem_budget(s, target, fit + 1).fits
+
+
+def test_smem_hint_when_not_even_one_stage_fits():
+    (f,) = findings("SMEM001", ctx_for("cute:sm90", tile=tile(256, 256, 512)))
+    assert f.field == ("tile",)
+    assert "ab_stages" not in f.hint
+
+
+def test_mosaic_gpu_128x256x64_bf16_with_4_steps_is_rejected():
+    ctx = ctx_for("pallas:gpu_sm90", tile=tile(128, 256, 64), pipeline={"ab_stages": 4})
+    (f,) = findings("SMEM001", ctx)
+    assert f.severity == "error"
+    assert f"needs {ctx.budget.total} B of SMEM > 232448 B per block on pallas:gpu_sm90" in f.message
+    assert ctx.budget.total == 4 * 49152 + 128 * 256 * 2 + 1024
+    # auto picks the deepest that fits instead, and check passes it
+    auto = ctx_for("pallas:gpu_sm90", tile=tile(128, 256, 64))
+    assert auto.ab_stages == 3 and findings("SMEM001", auto) == []
+
+
+def test_budget_breakdown_and_fits_at_exactly_the_capacity():
+    ctx = ctx_for("cute:sm90", tile=tile(128, 776, 64), cute={"tma_store": False}, pipeline={"ab_stages": 2})
+    assert ctx.budget.total == ctx.budget.capacity == 232448 and ctx.budget.fits
+    assert ctx.budget.breakdown() == "A/B 2 x 115712 = 231424 + barriers 1024"
+
+
+def test_tpu_budget_counts_vectors_and_residuals():
+    base = ctx_for("pallas:tpu_v6e", tile=tile(256, 256, 256), pipeline={"ab_stages": 2}).budget
+    epi = ctx_for("pallas:tpu_v6e", tile=tile(256, 256, 256), pipeline={"ab_stages": 2},
+                  epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "scale", "by": "row"},
+                            {"op": "residual", "dtype": "f32"}]).budget
+    assert epi.capacity == TPUS["tpu_v6e"].vmem_bytes
+    assert epi.total - base.total == 2 * 256 * 2 + 2 * 256 * 4 + 2 * 256 * 256 * 4
+
+
+# --- auto stages come from the same budget --------------------------------------------------------------
+def _brute_force_max(s: GemmSpec, target, limit: int = 64) -> int:
+    best = 0
+    for stages in range(1, limit + 1):
+        if not smem_budget(s, target, stages).fits:
+            break
+        best = stages
+    return best
+
+
+dims = st.sampled_from([8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048])
+dtypes = st.sampled_from(["f32", "tf32", "f16", "bf16", "fp8_e4m3", "int8"])
+
+
+@st.composite
+def budget_cases(draw):
+    dt = draw(dtypes)
+    overrides = {
+        "a": {"dtype": dt}, "b": {"dtype": dt}, "out": {"dtype": draw(st.sampled_from(["f32", "f16", "bf16"]))},
+        "tile": tile(draw(dims), draw(dims), draw(dims)),
+        "schedule": {"persistent": draw(st.booleans())},
+        "triton": {"tma": draw(st.booleans()), "epilogue_subtile": draw(st.booleans())},
+        "cute": {"tma_store": draw(st.booleans())},
+        "epilogue": draw(st.sampled_from([[], [{"op": "bias"}], [{"op": "residual", "dtype": "bf16"}]])),
+    }
+    if draw(st.booleans()):
+        overrides["pipeline"] = {"epilogue_stages": draw(st.integers(1, 4))}
+    return spec(**overrides), parse_target(draw(st.sampled_from(ALL_TARGETS)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(budget_cases())
+def test_auto_stages_never_exceed_what_fits(case):
+    s, target = case
+    fit = max_ab_stages(s, target)
+    assert fit == _brute_force_max(s, target)
+    stages = resolve_ab_stages(s, target)
+    ctx = rule_context(s, target)
+    assert ctx.ab_stages == stages and ctx.budget == smem_budget(s, target, stages)
+    if fit >= MIN_STAGES:
+        assert MIN_STAGES <= stages <= fit
+        assert stages == min(MAX_AUTO_STAGES[target.backend], fit)
+        assert ctx.budget.fits
+        assert not [f for f in run_rules(ctx) if f.rule in ("SMEM001", "VMEM001")]
+    else:  # auto never goes below a two-stage pipeline: the budget rule then says what does fit
+        assert stages == MIN_STAGES
+        memory_rule = "VMEM001" if target.arch.startswith("tpu") else "SMEM001"
+        assert any(f.rule == memory_rule and f.severity == "error" for f in run_rules(ctx))
+
+
+def test_explicit_stages_are_taken_as_written():
+    s = spec(tile=tile(128, 256, 64), pipeline={"ab_stages": 9})
+    for t in ("triton:sm90", "cute:sm100", "pallas:tpu_v5e"):
+        assert resolve_ab_stages(s, parse_target(t)) == 9
+
+
+def test_auto_stages_are_capped_per_backend():
+    small = spec(tile=tile(64, 64, 32))
+    for t in ALL_TARGETS:
+        target = parse_target(t)
+        if target.arch.startswith("tpu"):
+            continue
+        assert resolve_ab_stages(small, target) == MAX_AUTO_STAGES[target.backend]
+    assert MAX_AUTO_STAGES[Backend.cute] == 8 and MAX_AUTO_STAGES[Backend.triton] == 4
+
+
+def test_max_ab_stages_respects_its_limit():
+    small = spec(tile=tile(16, 16, 16))
+    target = parse_target("pallas:tpu_v5e")
+    assert max_ab_stages(small, target) == 64
+    assert max_ab_stages(small, target, limit=5) == 5
+
+
+# --- the shipped catalogue ------------------------------------------------------------------------------
+def test_shipped_specs_pass_every_rule_on_their_targets():
+    for ls in load_paths([ROOT / "specs"]):
+        for target in ls.spec.targets:
+            errors = [f for f in run_rules(rule_context(ls.spec, target)) if f.severity == "error"]
+            assert errors == [], (ls.name, str(target), errors)
