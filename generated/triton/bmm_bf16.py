@@ -126,7 +126,6 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit(do_not_specialize=['BATCH', 'NUM_SMS'])
 def _bmm_bf16_kernel(
     a_desc, b_desc, out_desc,
@@ -151,9 +150,7 @@ def _bmm_bf16_kernel(
             a = a_desc.load([pid_b, off_m, off_k]).reshape(BLOCK_M, BLOCK_K)
             b = b_desc.load([pid_b, off_k, off_n]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc)
-
         out_desc.store([pid_b, off_m, off_n], acc.to(tl.bfloat16).reshape(1, BLOCK_M, BLOCK_N))
-
 
 
 def _validate(a, b, out):

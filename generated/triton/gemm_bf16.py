@@ -125,7 +125,6 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit(do_not_specialize=['NUM_SMS'])
 def _gemm_bf16_kernel(
     a_desc, b_desc, out_desc,
@@ -148,9 +147,7 @@ def _gemm_bf16_kernel(
             a = a_desc.load([off_m, off_k])
             b = b_desc.load([off_n, off_k]).T
             acc = tl.dot(a, b, acc)
-
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
-
 
 
 def _validate(a, b, out):

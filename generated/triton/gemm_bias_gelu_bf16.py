@@ -140,7 +140,6 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit
 def _tanh(x, FAST_MATH: tl.constexpr):
     if FAST_MATH:
@@ -167,24 +166,23 @@ def _gemm_bias_gelu_bf16_kernel(
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        bias_v = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             off_k = k * BLOCK_K  # TMA fills out-of-bounds rows, columns and the K tail with zeros
             a = a_desc.load([off_m, off_k])
             b = b_desc.load([off_n, off_k]).T
             acc = tl.dot(a, b, acc)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_m = offs_m < M
-        mask_n = offs_n < N
         # epilogue[0]: bias: + bias (N,) bf16, per column
-        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        acc += bias_v[None, :]
         # epilogue[1]: activation: gelu_tanh
         # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
         acc = 0.5 * acc * (1.0 + _tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc), FAST_MATH))
-
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
-
 
 
 def _validate(a, b, bias, out):

@@ -145,7 +145,6 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit(do_not_specialize=['NUM_SMS'])
 def _gemm_fp8_rowwise_kernel(
     a_desc, b_desc, out_desc,
@@ -164,23 +163,21 @@ def _gemm_fp8_rowwise_kernel(
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        scale_a_v = tl.load(scale_a_ptr + offs_m, mask=mask_m, other=0.0)
+        scale_b_v = tl.load(scale_b_ptr + offs_n, mask=mask_n, other=0.0)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             off_k = k * BLOCK_K  # TMA fills out-of-bounds rows, columns and the K tail with zeros
             a = a_desc.load([off_m, off_k])
             b = b_desc.load([off_n, off_k]).T
             acc = tl.dot(a, b, acc)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_m = offs_m < M
-        mask_n = offs_n < N
         # epilogue[0]: scale: * scale_a[m] * scale_b[n]
-        scale_a = tl.load(scale_a_ptr + offs_m, mask=mask_m, other=0.0)
-        scale_b = tl.load(scale_b_ptr + offs_n, mask=mask_n, other=0.0)
-        acc = acc * scale_a[:, None] * scale_b[None, :]
-
+        acc = acc * scale_a_v[:, None] * scale_b_v[None, :]
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
-
 
 
 def _validate(a, b, scale_a, scale_b, out):

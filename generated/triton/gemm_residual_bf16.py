@@ -146,7 +146,6 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit(do_not_specialize=[])
 def _gemm_residual_bf16_kernel(
     a_ptr, b_ptr, out_ptr,
@@ -165,23 +164,21 @@ def _gemm_residual_bf16_kernel(
     tile_id = tl.program_id(0)
     pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
     a_base, b_base, out_base = a_ptr, b_ptr, out_ptr
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_base + rows[:, None] + offs_k[None, :] * stride_a  # A is M-major: (M, K), M contiguous
-    b_ptrs = b_base + offs_k[:, None] + cols[None, :] * stride_b  # B is K-major: (K, N), K contiguous
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_in = offs_k < K - k * BLOCK_K  # the K tail reads zeros
-        a = tl.load(a_ptrs, mask=(rows < M)[:, None] & k_in[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_in[:, None] & (cols < N)[None, :], other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_a
-        b_ptrs += BLOCK_K
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_base + offs_m[:, None] + offs_k[None, :] * stride_a  # A is M-major: (M, K), M contiguous
+    b_ptrs = b_base + offs_k[:, None] + offs_n[None, :] * stride_b  # B is K-major: (K, N), K contiguous
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_in = offs_k < K - k * BLOCK_K  # the K tail reads zeros
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & k_in[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_in[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_a
+        b_ptrs += BLOCK_K
     # epilogue[0]: scale: * alpha (float)
     acc = acc * alpha
     # epilogue[1]: residual: + c (bf16)
@@ -191,7 +188,6 @@ def _gemm_residual_bf16_kernel(
         mask=mask_m[:, None] & mask_n[None, :], other=0.0,
     ).to(tl.float32)
     acc += c_tile
-
     out_ptrs = out_base + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc.to(tl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
 
