@@ -46,21 +46,24 @@ def main() -> None:
     shapes = [(8192, 8192, 8192), (4096, 14336, 4096)]
     tmp = Path(tempfile.mkdtemp())
     for i, over in enumerate(variants):
-        fn, mod = build(merge(base, over), tmp, f"v{i}")
+        spec = merge(base, over)
+        fn, mod = build(spec, tmp, f"v{i}")
         for M, N, K in shapes:
             fp8 = base["a"]["dtype"].startswith("fp8")
             a = torch.randn(M, K, device="cuda")
             w = torch.randn(N, K, device="cuda")
             a, w = (a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)) if fp8 else (a.bfloat16(), w.bfloat16())
             args = [a, w.t()]
-            for op in base["epilogue"]:
+            for op in spec["epilogue"]:
                 if op["op"] == "bias":
                     args.append(torch.randn(N, device="cuda", dtype=torch.bfloat16))
                 if op["op"] == "scale":
                     args += [torch.rand(M, device="cuda"), torch.rand(N, device="cuda")]
             t = do_bench(lambda: fn(*args), warmup=50, rep=300, return_mode="median")
+            compiled = next(iter(mod._launcher.kernel.device_caches[0][0].values()))
+            spill = f"regs {compiled.n_regs} spills {compiled.n_spills}"
             print(f"{name} {json.dumps(over):70} {M}x{N}x{K}: {t * 1e3:8.1f} us {2 * M * N * K / t / 1e9:6.0f} TFLOP/s "
-                  f"stages {mod.CONFIGS[90]['num_stages']}", flush=True)
+                  f"stages {mod.CONFIGS[90]['num_stages']} {spill}", flush=True)
 
 
 if __name__ == "__main__":
