@@ -266,3 +266,54 @@ def test_legal_layouts_are_accepted(kernel, arg, how, make, load_kernel) -> None
         torch.testing.assert_close(result.double(), 2 * (a @ b) + c, atol=2e-2, rtol=4e-3)
     else:
         assert torch.equal(result, reference)
+
+
+def _contiguous_dim(spec: dict, arg: str) -> int:
+    if arg == "a":
+        return -1 if spec["a"]["major"] == "k" else -2
+    if arg == "b":
+        return -2 if spec["b"]["major"] == "k" else -1
+    return -1  # out and residuals are row-major
+
+
+def _span(x: torch.Tensor, contiguous_dim: int) -> int:
+    """Elements a pointer kernel's 32-bit offsets must reach: outer extent x leading stride."""
+    lead = -2 if contiguous_dim == -1 else -1
+    return x.shape[lead] * x.stride(lead)
+
+
+def _widen(x: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
+    """x with a leading stride 64 elements wider (same values, same major mode)."""
+    if contiguous_dim == -1:
+        return padded_rows(x, 64)
+    return padded_rows(x.transpose(-1, -2).contiguous(), 64).transpose(-1, -2)
+
+
+@pytest.mark.parametrize(("kernel", "arg"), [("ptr", "a"), ("relu", "b"), ("ptr", "c"), ("relu", "out"), ("bmm_res", "a")])
+def test_pointer_kernels_refuse_matrices_past_32_bit_offsets(kernel, arg, load_kernel, monkeypatch) -> None:
+    """Pointer kernels index within one matrix in 32 bits: a matrix spanning 2**31 elements or more
+    would wrap silently, so the guards refuse it. The limit is lowered (the fast check and the full
+    validation both read it at call time) to just above every other matrix's span, and `arg` widened
+    past it, instead of allocating 4 GiB."""
+    import specgen.runtime.guards as guards
+
+    call = Call(kernel, load_kernel)
+    tensors = {**{k: v for k, v in call.args.items() if isinstance(v, torch.Tensor) and v.dim() >= 2}, "out": call.out}
+    limit = max(_span(x, _contiguous_dim(call.spec, k)) for k, x in tensors.items() if k != arg) + 1
+    wide = _widen(tensors[arg], _contiguous_dim(call.spec, arg))
+    assert _span(wide, _contiguous_dim(call.spec, arg)) >= limit
+    if arg == "out":
+        call.out = wide
+    else:
+        call.args[arg] = wide
+    monkeypatch.setattr(guards, "INT32_SPAN", limit)
+    expect(call, monkeypatch, ValueError, arg, r"indexes within a matrix in 32 bits")
+
+
+def test_int32_span_guard_boundary() -> None:
+    from specgen.runtime.guards import INT32_SPAN, int32_span
+
+    int32_span("k", "a", 2**16, 2**15 - 1)  # 2**31 - 2**16 elements: fine
+    with pytest.raises(ValueError, match=r"k: argument 'a' spans 65536 x 32768 = 2147483648 elements"):
+        int32_span("k", "a", 2**16, 2**15)
+    assert INT32_SPAN == 2**31

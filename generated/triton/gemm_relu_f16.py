@@ -175,6 +175,10 @@ def _validate(a, b, out):
     M, K = _g.matrix("gemm_relu_f16", "a", a, torch.float16, 2, 1, device)
     K_b, N = _g.matrix("gemm_relu_f16", "b", b, torch.float16, 2, 1, device)
     _g.same_extent("gemm_relu_f16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
+    # Pointer kernels index within one matrix in 32 bits.
+    _g.int32_span("gemm_relu_f16", "a", M, a.stride(-2))
+    _g.int32_span("gemm_relu_f16", "b", K, b.stride(-2))
+    _g.int32_span("gemm_relu_f16", "out", M, N if out is None else out.stride(-2))
     if out is None:
         out = torch.empty((M, N), device=a.device, dtype=torch.float16)
     else:
@@ -193,6 +197,7 @@ def _check(a, b, out):
         ok = (
             a.dtype is torch.float16 and b.dtype is torch.float16 and K_b == K
             and sa[-1] == 1 and sb[-1] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
+            and M * sa[-2] < _g.INT32_SPAN and K * sb[-2] < _g.INT32_SPAN and M * N < _g.INT32_SPAN
             and (a.data_ptr() | b.data_ptr()) % 16 == 0
             # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
             and (not _g.INTERPRET or (a.is_cpu and b.is_cpu))
@@ -206,9 +211,9 @@ def _check(a, b, out):
     elif not (
         out.dtype is torch.float16 and out.shape == (M, N) and out.stride()[-1] == 1
         and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
-
+        and M * out.stride()[-2] < _g.INT32_SPAN
     ):
-        _g.output_like("gemm_relu_f16", "out", out, torch.float16, (M, N), device)
+        return _validate(a, b, out)
     return device, M, N, K, out
 
 

@@ -201,6 +201,11 @@ def _validate(a, b, alpha, c, out):
     _g.same_extent("gemm_residual_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
     _g.scalar("gemm_residual_bf16", "alpha", alpha)
     _g.output_like("gemm_residual_bf16", "c", c, torch.bfloat16, (M, N), device)
+    # Pointer kernels index within one matrix in 32 bits.
+    _g.int32_span("gemm_residual_bf16", "a", K, a.stride(-1))
+    _g.int32_span("gemm_residual_bf16", "b", N, b.stride(-1))
+    _g.int32_span("gemm_residual_bf16", "out", M, N if out is None else out.stride(-2))
+    _g.int32_span("gemm_residual_bf16", "c", M, c.stride(-2))
     if out is None:
         out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
     else:
@@ -221,6 +226,8 @@ def _check(a, b, alpha, c, out):
             and sa[-2] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
             and type(alpha) is float
             and c.dtype is torch.bfloat16 and c.shape == (M, N) and c.stride()[-1] == 1 and c.get_device() == device
+            and M * c.stride()[-2] < _g.INT32_SPAN
+            and K * sa[-1] < _g.INT32_SPAN and N * sb[-1] < _g.INT32_SPAN and M * N < _g.INT32_SPAN
             and (a.data_ptr() | b.data_ptr() | c.data_ptr()) % 16 == 0
             # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
             and (not _g.INTERPRET or (a.is_cpu and b.is_cpu and c.is_cpu))
@@ -234,9 +241,9 @@ def _check(a, b, alpha, c, out):
     elif not (
         out.dtype is torch.bfloat16 and out.shape == (M, N) and out.stride()[-1] == 1
         and out.get_device() == device and out.data_ptr() % 16 == 0 and (not _g.INTERPRET or out.is_cpu)
-
+        and M * out.stride()[-2] < _g.INT32_SPAN
     ):
-        _g.output_like("gemm_residual_bf16", "out", out, torch.bfloat16, (M, N), device)
+        return _validate(a, b, alpha, c, out)
     return device, M, N, K, out
 
 

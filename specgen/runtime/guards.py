@@ -103,6 +103,16 @@ def tma_rows(kernel: str, name: str, n: int, elem_bytes: int) -> None:
                     f"multiple of {ALIGN} (N a multiple of {ALIGN // elem_bytes}), or pass out= a view of a wider buffer")
 
 
+INT32_SPAN = 2**31  # pointer kernels index within one matrix in int32 (batch offsets are int64)
+
+
+def int32_span(kernel: str, name: str, outer: int, lead_stride: int) -> None:
+    """A matrix a pointer kernel addresses must span fewer than 2**31 elements."""
+    if outer * lead_stride >= INT32_SPAN:
+        raise _fail(kernel, name, f"spans {outer} x {lead_stride} = {outer * lead_stride} elements; this kernel "
+                    f"indexes within a matrix in 32 bits (< {INT32_SPAN}): use a persistent TMA spec or split the call")
+
+
 def scalar(kernel: str, name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _fail(kernel, name, f"must be a Python float, got {type(v).__name__}", TypeError)
