@@ -13,6 +13,17 @@ from specgen.spec.load import load_paths, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The smallest valid kernel spec; tests override fields of a copy.
+MINIMAL_SPEC: dict = {
+    "name": "k",
+    "kind": "gemm",
+    "a": {"dtype": "bf16", "major": "k"},
+    "b": {"dtype": "bf16", "major": "k"},
+    "out": {"dtype": "bf16"},
+    "tile": {"m": 128, "n": 128, "k": 64},
+    "targets": ["triton:sm90"],
+}
+
 
 def catalogue() -> dict[str, dict]:
     """The shipped specs as plain data, by name."""

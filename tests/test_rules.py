@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernels import MINIMAL_SPEC
 
 from specgen.check import resolve_acc_stages, rule_context
 from specgen.envelope.budget import (
@@ -28,22 +29,13 @@ from specgen.spec.targets import ALL_TARGETS, Backend
 ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}
 
-BASE: dict = {
-    "name": "k",
-    "kind": "gemm",
-    "a": {"dtype": "bf16", "major": "k"},
-    "b": {"dtype": "bf16", "major": "k"},
-    "out": {"dtype": "bf16"},
-    "tile": {"m": 128, "n": 128, "k": 64},
-    "targets": ["triton:sm90"],
-}
 
 F16 = {"a": {"dtype": "f16"}, "b": {"dtype": "f16"}, "out": {"dtype": "f16"}}
 FP8 = {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}
 
 
 def spec(**overrides: object) -> GemmSpec:
-    d = copy.deepcopy(BASE)
+    d = copy.deepcopy(MINIMAL_SPEC)
     d.update(copy.deepcopy(overrides))
     return GemmSpec.model_validate(d)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from kernels import MINIMAL_SPEC
 from pydantic import ValidationError
 
 from specgen.spec.dtypes import DType
@@ -32,19 +33,10 @@ from specgen.spec.targets import ALL_TARGETS, Backend
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE: dict = {
-    "name": "k",
-    "kind": "gemm",
-    "a": {"dtype": "bf16", "major": "k"},
-    "b": {"dtype": "bf16", "major": "k"},
-    "out": {"dtype": "bf16"},
-    "tile": {"m": 128, "n": 128, "k": 64},
-    "targets": ["triton:sm90"],
-}
 
 
 def spec_dict(**overrides: object) -> dict:
-    d = copy.deepcopy(BASE)
+    d = copy.deepcopy(MINIMAL_SPEC)
     d.update(copy.deepcopy(overrides))
     return d
 
