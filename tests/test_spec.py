@@ -684,3 +684,43 @@ def test_yaml_and_json_round_trips_of_the_catalogue_keep_hashes():
         (y,) = load_text(yaml.safe_dump(data), "r.yaml", ".yaml")
         (j,) = load_text(json.dumps(data), "r.json", ".json")
         assert y.spec_hash == j.spec_hash == ls.spec_hash
+
+
+def test_json_positions_track_keys_elements_and_escapes() -> None:
+    from specgen.spec.positions import json_positions
+
+    text = '{"kernels": [{"name": "a",\n "tile": {"m": 1, "n": [1, 2]}, "e\\"x": true}]}'
+    pos = json_positions(text)
+    assert pos[("kernels", 0, "tile", "m")] == (2, 11)
+    assert pos[("kernels", 0, "tile", "n", 1)] == (2, 28)
+    assert pos[("kernels", 0, 'e"x')] == (2, 33)
+
+
+def test_pyyaml_is_optional(tmp_path: Path) -> None:
+    """The tool installs with pydantic, jinja2 and typer only: TOML and JSON specs load without PyYAML,
+    and a YAML spec says what to install."""
+    import subprocess
+    import sys
+
+    (tmp_path / "k.yaml").write_text("kernels: []\n")
+    script = f"""
+import sys
+sys.modules["yaml"] = None  # as if PyYAML were not installed
+from pathlib import Path
+from specgen.spec.load import SpecError, load_file, load_paths
+specs = load_paths([Path({str(ROOT / "specs")!r})])
+assert len(specs) >= 6, specs
+bad = Path({str(tmp_path)!r}) / "bad.json"
+bad.write_text('{{"kernels": [{{"name": "x", "kind": "gemm"}}]}}')
+try:
+    load_file(bad)
+except SpecError as e:
+    assert "bad.json:1:" in str(e), str(e)
+try:
+    load_file(Path({str(tmp_path / "k.yaml")!r}))
+except SpecError as e:
+    assert "pip install 'specgen[yaml]'" in str(e), str(e)
+    print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

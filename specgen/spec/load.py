@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
-import yaml
 from pydantic import ValidationError
 
 from specgen.spec.models import GemmSpec, SpecFile
-from specgen.spec.positions import Positions, toml_positions, yaml_positions
+from specgen.spec.positions import Positions, json_positions, toml_positions, yaml_positions
 
 SPEC_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 
@@ -52,11 +51,15 @@ class LazyPositions:
         if self._positions is None:
             if self._suffix == ".toml":
                 self._positions = toml_positions(self._text)
+            elif self._suffix == ".json":
+                self._positions = json_positions(self._text)
             else:
+                import yaml  # present: the file parsed
+
                 try:
                     self._positions = yaml_positions(self._text)
-                except (yaml.YAMLError, RecursionError):  # valid JSON that PyYAML reads differently, or
-                    self._positions = {}  # aliases that make a cycle: values stand, positions do not
+                except (yaml.YAMLError, RecursionError):  # aliases that make a cycle: values stand,
+                    self._positions = {}  # positions do not
         return self._positions
 
 
@@ -104,13 +107,30 @@ def format_path(parts: Iterable[str | int]) -> str:
     return out
 
 
+def _parse_yaml(text: str, file: str) -> object:
+    try:
+        import yaml
+    except ImportError:
+        raise SpecError([SpecIssue(file, 1, 1, "", "YAML spec files need PyYAML: pip install 'specgen[yaml]' "
+                                   "(or write the spec in TOML or JSON)")]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.problem}")]) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (control characters)
+        line, col = _offset_position(text, e.position)
+        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.reason} (#x{e.character:04x})")]) from None
+
+
 def _parse(text: str, file: str, suffix: str) -> object:
     try:
         if suffix == ".toml":
             return tomllib.loads(text)
         if suffix == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return _parse_yaml(text, file)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         line, col = (int(m.group(1)), int(m.group(2))) if m else (1, 1)
@@ -119,13 +139,6 @@ def _parse(text: str, file: str, suffix: str) -> object:
         raise SpecError([SpecIssue(file, line, col, "", f"TOML syntax: {re.sub(r' [(]at .*', '', str(e))}")]) from None
     except json.JSONDecodeError as e:
         raise SpecError([SpecIssue(file, e.lineno, e.colno, "", f"JSON syntax: {e.msg}")]) from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.problem}")]) from None
-    except yaml.reader.ReaderError as e:  # a character YAML does not allow (control characters)
-        line, col = _offset_position(text, e.position)
-        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.reason} (#x{e.character:04x})")]) from None
     except (ValueError, RecursionError) as e:  # an integer past Python's digit limit; nesting past the stack
         kind = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
         raise SpecError([SpecIssue(file, 1, 1, "", f"cannot parse: {kind}")]) from None

@@ -1,23 +1,25 @@
 """Source positions for spec documents: a map from a value's path to its (line, column), both 1-based.
 
 tomllib and json give values but no positions, so positions come from a second, structural pass:
-PyYAML's node marks for YAML and JSON (JSON is YAML's flow syntax), and a small scanner for TOML that
-understands tables, arrays of tables, dotted keys, inline tables and arrays, strings and comments. The
-values themselves always come from the real parsers; a position is only ever used for messages.
+PyYAML's node marks for YAML, a small scanner for JSON, and one for TOML that understands tables,
+arrays of tables, dotted keys, inline tables and arrays, strings and comments. The values themselves
+always come from the real parsers; a position is only ever used for messages.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import json
 import re
-
-import yaml
 
 Path = tuple[str | int, ...]
 Positions = dict[Path, tuple[int, int]]
 
 
 def yaml_positions(text: str) -> Positions:
+    import yaml  # optional (specgen[yaml]): only YAML spec files need it
+
     positions: Positions = {}
     root = yaml.compose(text, Loader=yaml.SafeLoader)
 
@@ -197,3 +199,73 @@ def toml_positions(text: str) -> Positions:
         return _TomlScanner(text).scan()
     except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
         return {}
+
+
+class _JsonScanner:
+    """Walks JSON text (already accepted by `json.loads`) recording where keys and elements start."""
+
+    _WS = " \t\r\n"
+
+    def __init__(self, text: str) -> None:
+        self.text, self.i = text, 0
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.positions: Positions = {}
+
+    def where(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, offset)
+        return line, offset - self.line_starts[line - 1] + 1
+
+    def skip(self) -> None:
+        while self.i < len(self.text) and self.text[self.i] in self._WS:
+            self.i += 1
+
+    def string(self) -> str:
+        j = self.i + 1
+        while self.text[j] != '"':
+            j += 2 if self.text[j] == "\\" else 1
+        raw, self.i = self.text[self.i : j + 1], j + 1
+        return json.loads(raw)
+
+    def value(self, path: Path) -> None:
+        self.skip()
+        self.positions.setdefault(path, self.where(self.i))
+        c = self.text[self.i]
+        if c == "{":
+            self.i += 1
+            self.skip()
+            while self.text[self.i] != "}":
+                start = self.i
+                key = self.string()
+                self.positions[(*path, key)] = self.where(start)
+                self.skip()
+                self.i += 1  # ':'
+                self.value((*path, key))
+                self.skip()
+                if self.text[self.i] == ",":
+                    self.i += 1
+                    self.skip()
+            self.i += 1
+        elif c == "[":
+            self.i += 1
+            self.skip()
+            index = 0
+            while self.text[self.i] != "]":
+                self.value((*path, index))
+                index += 1
+                self.skip()
+                if self.text[self.i] == ",":
+                    self.i += 1
+                    self.skip()
+            self.i += 1
+        elif c == '"':
+            self.string()
+        else:
+            while self.i < len(self.text) and self.text[self.i] not in ",]}" + self._WS:
+                self.i += 1
+
+
+def json_positions(text: str) -> Positions:
+    scanner = _JsonScanner(text)
+    with contextlib.suppress(IndexError, ValueError, RecursionError):  # a courtesy: never fail a load over it
+        scanner.value(())
+    return scanner.positions
