@@ -13,8 +13,8 @@ Per backend:
   keeps `epilogue_stages` subtiles of (tile.m x 32) output elements (sm100) or (tile.m x 64) (sm90)
   beside the A/B stages.
 - Pallas Mosaic GPU: steps of A and B tiles plus the whole output tile for the TMA store.
-- Pallas TPU: VMEM, not SMEM. Inputs and outputs are double-buffered by the pipeline emitter, and the
-  f32 accumulator is a scratch buffer: 2 (A + B) + 2 out + acc + vectors.
+- Pallas TPU: VMEM, not SMEM. Inputs and outputs are double-buffered by the pipeline emitter (`auto`
+  stages are 2 there), and the f32 accumulator is a scratch buffer: 2 (A + B) + 2 out + acc + vectors.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from specgen.spec.targets import Backend, device_key
 # Auto pipeline depths never go past these: deeper buys nothing once loads are hidden.
 MAX_AUTO_STAGES = {Backend.triton: 4, Backend.cute: 8, Backend.pallas: 4}
 MIN_STAGES = 2  # one tile in flight while the other is consumed
+TPU_BUFFERS = 2
 EPILOGUE_SUBTILE_N = {"sm90": 64, "sm100": 32}
 DEFAULT_EPILOGUE_STAGES = 2
 
@@ -123,7 +124,11 @@ def max_ab_stages(spec: GemmSpec, target: Target, limit: int = 64) -> int:
 
 
 def resolve_ab_stages(spec: GemmSpec, target: Target) -> int:
-    """`auto` -> the deepest pipeline that fits, capped per backend and floored at MIN_STAGES."""
+    """`auto` -> the deepest pipeline that fits, capped per backend and floored at MIN_STAGES (where
+    not even two stages fit, SMEM001 reports it: a one-stage pipeline overlaps nothing); TPU blocks are
+    double-buffered."""
     if spec.pipeline.ab_stages != "auto":
         return spec.pipeline.ab_stages
+    if target.arch.startswith("tpu"):
+        return TPU_BUFFERS  # Pallas TPU pipelines double-buffer each BlockSpec by default
     return max(MIN_STAGES, min(MAX_AUTO_STAGES[target.backend], max_ab_stages(spec, target)))
