@@ -69,6 +69,11 @@ def describe_op(op: dict) -> str:
     return f"cast: round to {op['dtype']}"
 
 
+def oneline(text: str) -> str:
+    """Text safe inside a one-line comment: newlines and other control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def triton_dtype(name: str) -> str:
     from specgen.spec.dtypes import DType
 
@@ -85,5 +90,6 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype)
+    env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype,
+                       oneline=oneline)
     return env
