@@ -95,7 +95,7 @@ def render(
         if d.severity == "error":
             err.print(str(d), style="red", markup=False)
     for name in result.refused:
-        err.print(f"refused {name}: it fails check (its previous outputs are kept)")
+        err.print(f"refused {name}: it fails check (its previous outputs are kept)", markup=False)
     by_reason: dict[tuple[str, str], list[str]] = {}
     for spec, target, reason in result.skipped:
         by_reason.setdefault((spec, reason), []).append(target)
@@ -125,7 +125,14 @@ def compile_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
+    import importlib.util
+
     from specgen.compile import ARCH_CC, compile_module, import_rendered
+
+    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+    if missing:
+        err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[triton]'", markup=False)
+        raise typer.Exit(2)
     from specgen.spec.models import parse_target
 
     wanted = set()
@@ -160,7 +167,7 @@ def compile_cmd(
                 out.print(f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
                           f"({delta:+.1f}%)   {r.seconds:.1f} s", markup=False)
     if not rows:
-        err.print(f"no Triton targets to compile (known archs: {', '.join(ARCH_CC)})")
+        err.print(f"no Triton targets to compile (known archs: {', '.join(ARCH_CC)})", markup=False)
     if not as_json:
         out.print(f"{len(rows) - failed} compiled, {failed} failed")
     raise typer.Exit(1 if failed else 0)

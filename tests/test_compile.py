@@ -46,3 +46,12 @@ def test_compile_rejects_an_unknown_target() -> None:
     proc = run_compile("--target", "triton:sm75")
     assert proc.returncode == 2
     assert "known targets" in proc.stderr
+
+
+def test_compile_says_what_to_install_without_triton() -> None:
+    script = ("import sys; sys.modules['triton'] = None; import importlib.util as u; "
+              "u.find_spec = lambda name, *a: None if name == 'triton' else __import__('importlib.machinery')"
+              ".machinery.PathFinder.find_spec(name); from specgen.cli import main; sys.argv = ['specgen', 'compile']; main()")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pip install 'specgen[triton]'" in proc.stderr
