@@ -224,10 +224,16 @@ CASES: list[tuple[str, str, dict, object]] = [
     # the subtiled TMA store stages half the output tile: 4 stages fit again
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                 "triton": {"epilogue_subtile": True}, "pipeline": {"ab_stages": 4}}, None),
-    # the plain kernel's epilogue reuses the pipeline buffers
-    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
-    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
+    # the pointer kernel's epilogue (f32 layout scratch) reuses the pipeline buffers
+    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4},
+                                 "triton": {"tma": False}}, None),
+    ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5},
+                                 "triton": {"tma": False}},
      ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 131072 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    # one program per tile with TMA: the store buffer reuses the pipeline buffers too
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
     ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
      ("error", ["needs 1115136 B of SMEM > 232448 B"], ("tile",))),
     # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
@@ -274,7 +280,9 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["out's TMA box has 2 x 4 B = 8 B"], ("tile", "n"))),
     ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4), "schedule": {"persistent": True}},
      ("error", ["A's TMA box has 4 x 2 B = 8 B"], ("a", "major"))),
-    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4)}, None),  # pointer loads: no TMA
+    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4)},  # one program per tile, TMA too
+     ("error", ["A's TMA box has 4 x 2 B = 8 B"], ("a", "major"))),
+    ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4), "triton": {"tma": False}}, None),  # pointer loads: no TMA
     ("TMA001", "triton:sm90", {"tile": tile(64, 64, 4), "schedule": {"persistent": True}, "triton": {"tma": False}},
      None),
     # TMA002: every box dim <= 256 (CuTe and Mosaic GPU; Triton splits its blocks)

@@ -43,7 +43,7 @@ KERNELS = {
     # batched persistent TMA, B mn-major
     "bmm": _variant("bmm_bf16", "guard_bmm"),
     # batched, one program per tile, pointer loads, with a batched residual
-    "bmm_res": _variant("bmm_bf16", "guard_bmm_residual", schedule={"persistent": False},
+    "bmm_res": _variant("bmm_bf16", "guard_bmm_residual", schedule={"persistent": False}, triton={"tma": False},
                         epilogue=[{"op": "residual", "dtype": "f16", "beta": 0.5}]),
 }
 

@@ -41,7 +41,7 @@ def torch_dtype(dt: str) -> torch.dtype:
 
 
 def is_tma(spec: dict) -> bool:
-    return spec["schedule"]["persistent"] and spec["triton"]["tma"]
+    return spec["triton"]["tma"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -63,7 +63,8 @@ def f32_variant(spec: dict) -> dict:
 
 def extra(name: str, *, a: str = "k", b: str = "k", dtype: str = "f16", out: str | None = None,
           acc: str = "f32", epilogue: tuple = (), batch: bool = False, persistent: bool = False,
-          tma: bool = True, raster: str = "along_m", group_m: int = 8, subtile: bool = False) -> dict:
+          tma: bool | None = None, raster: str = "along_m", group_m: int = 8, subtile: bool = False) -> dict:
+    """An extra spec; `tma` defaults to the schedule's usual form (persistent kernels use TMA)."""
     base = interpreter_variant(CATALOGUE["gemm_bf16"])
     spec = {
         **base,
@@ -77,7 +78,7 @@ def extra(name: str, *, a: str = "k", b: str = "k", dtype: str = "f16", out: str
         "epilogue": [dict(op) for op in epilogue],
         "tile": dict(TILE),
         "schedule": {"persistent": persistent, "raster": raster, "group_m": group_m},
-        "triton": {"num_warps": 4, "tma": tma, "epilogue_subtile": subtile},
+        "triton": {"num_warps": 4, "tma": persistent if tma is None else tma, "epilogue_subtile": subtile},
     }
     return GemmSpec.model_validate(spec).model_dump(mode="json")  # with every default spelled out
 
@@ -157,6 +158,17 @@ EXTRAS = [
     extra("bmm_tma_k_mn", a="k", b="mn", batch=True, persistent=True, raster="along_n", epilogue=(
         {"op": "bias", "along": "m", "dtype": "f16"},
         {"op": "activation", "fn": "sigmoid"},
+    )),
+    # One program per tile, TMA descriptors.
+    extra("tile_tma_k_k", tma=True, epilogue=(
+        {"op": "bias", "along": "n", "dtype": "f16"},
+        {"op": "activation", "fn": "gelu_tanh"},
+    )),
+    extra("tile_tma_mn_mn", a="mn", b="mn", tma=True, raster="along_n", subtile=True, epilogue=(
+        {"op": "residual", "dtype": "f16", "beta": 2.0},
+    )),
+    extra("bmm_tile_tma_k_mn", a="k", b="mn", batch=True, tma=True, epilogue=(
+        {"op": "scale", "by": "rowcol"},
     )),
     # Accumulator and operand types.
     extra("f16acc", b="mn", acc="f16", epilogue=({"op": "bias", "along": "n", "dtype": "f16"},)),

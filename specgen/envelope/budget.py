@@ -94,13 +94,14 @@ def smem_budget(spec: GemmSpec, target: Target, ab_stages: int) -> MemoryBudget:
         )
     gpu = GPUS[device_key(target.backend, target.arch)]
     if target.backend is Backend.triton:
-        persistent_tma = spec.schedule.persistent and spec.triton.tma
-        if persistent_tma:
+        if spec.triton.tma:
             epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1)
         else:
             epi = t.m * t.n * 4  # layout conversion scratch of the f32 accumulator, reusing A/B
+        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline.
+        overlaps = not (spec.triton.tma and spec.schedule.persistent)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, _ab_stage_bytes(spec), ab_stages,
-                            epi, epilogue_overlaps_ab=not persistent_tma)
+                            epi, epilogue_overlaps_ab=overlaps)
     if target.backend is Backend.cute:
         sub_n = min(t.n, EPILOGUE_SUBTILE_N[target.arch])
         epi = epilogue_stages(spec) * t.m * sub_n * out_bytes if spec.cute.tma_store else 0

@@ -340,7 +340,7 @@ def _tma_boxes(spec: GemmSpec) -> list[tuple[str, tuple[int, int], int, tuple[st
 
 def _moves_by_tma(t: Target, spec: GemmSpec) -> bool:
     if t.backend is Backend.triton:
-        return spec.schedule.persistent and spec.triton.tma
+        return spec.triton.tma
     return uses_tma_boxes(t)
 
 

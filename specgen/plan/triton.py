@@ -114,7 +114,7 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target]) -> TritonPlan:
         group_m=spec.schedule.group_m,
         raster_along_n=spec.schedule.raster == "along_n",
         persistent=spec.schedule.persistent,
-        tma=spec.schedule.persistent and spec.triton.tma,
+        tma=spec.triton.tma,
         epilogue_subtile=spec.triton.epilogue_subtile,
         flatten=spec.schedule.persistent and spec.triton.flatten,
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],

@@ -84,7 +84,8 @@ class Schedule(Strict):
 
 class TritonOptions(Strict):
     num_warps: PositiveInt = 8
-    # Hopper persistent kernels: TMA tensor descriptors for A/B/out (sm90+ only); off = pointer loads.
+    # TMA tensor descriptors for A, B and out (sm90+), in either schedule; they need 16-byte aligned
+    # leading strides. Off: pointer loads, which take any N and any leading stride.
     tma: bool = True
     # Store the epilogue in two halves along N, halving the SMEM the TMA store stages.
     epilogue_subtile: bool = False
