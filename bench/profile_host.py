@@ -57,5 +57,5 @@ def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["gemm_relu_f16"]:
+    for name in sys.argv[1:] or ["gemm_small_bf16"]:
         main(name)

@@ -35,7 +35,7 @@ KERNELS = {
     # pointer loads, A mn-major, B k-major, scalar alpha, residual c
     "ptr": _variant("gemm_residual_bf16", "guard_residual"),
     # pointer loads, A k-major, B mn-major
-    "relu": _variant("gemm_relu_f16", "guard_relu"),
+    "relu": _variant("gemm_relu_f16", "guard_relu", triton={"num_warps": 8, "tma": False}),
     # persistent TMA, both k-major, scale_a (M,) and scale_b (N,)
     "tma": _variant("gemm_fp8_rowwise", "guard_rowwise"),
     # persistent TMA with a bias (N,)

@@ -13,7 +13,7 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-NAMES = ["gemm_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16", "gemm_fp8_rowwise", "gemm_residual_bf16"]
+NAMES = ["gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16", "gemm_fp8_rowwise", "gemm_residual_bf16"]
 # (M, N, K): tails on every dim, M = 1, K not a multiple of tile.k; N and K multiples of 16 so that
 # every kernel (TMA ones need 16-byte rows) takes them.
 SHAPES = [(1, 256, 512), (200, 144, 96), (517, 264, 1040), (1024, 1024, 1024), (3000, 2048, 2064)]
