@@ -43,4 +43,5 @@ def table(data: dict) -> str:
 
 
 if __name__ == "__main__":
-    print(table(json.load(open(sys.argv[1]))), end="")
+    with open(sys.argv[1]) as f:
+        print(table(json.load(f)), end="")
