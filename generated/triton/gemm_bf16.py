@@ -13,8 +13,8 @@ Epilogue, applied in order to the float32 accumulator: none
 
 Schedule: tile 128x256x64, grouped 8 along M, persistent (one program per SM), TMA descriptors for A, B and out.
 
-Tensors must have 16-byte aligned bases and leading strides, and sit on the current CUDA device (on
-the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
+Tensors must have 16-byte aligned bases and leading strides (TMA), and sit on the current CUDA device
+(on the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
 """
 
 from __future__ import annotations

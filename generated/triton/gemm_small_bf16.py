@@ -14,8 +14,8 @@ Epilogue, applied in order to the float32 accumulator: none
 
 Schedule: tile 64x128x64, grouped 8 along M, one program per tile.
 
-Tensors must have 16-byte aligned bases and leading strides, and sit on the current CUDA device (on
-the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
+Tensors must have 16-byte aligned bases (any leading stride), and sit on the current CUDA device
+(on the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
 """
 
 from __future__ import annotations
