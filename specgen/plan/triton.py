@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen import __version__
-from specgen.envelope.budget import resolve_ab_stages, smem_budget
-from specgen.envelope.devices import GPUS
-from specgen.envelope.rules import RuleContext, accumulator_registers
+from specgen.check import rule_context
+from specgen.envelope.rules import accumulator_registers
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
@@ -82,12 +81,10 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target]) -> TritonPlan:
     configs = []
     for t in targets:
         assert t.backend is Backend.triton
-        stages = resolve_ab_stages(spec, t)
-        budget = smem_budget(spec, t, stages)
-        gpu = GPUS[t.arch]
-        ctx = RuleContext(spec, t, gpu, None, stages, 1, budget)
-        configs.append(TritonArchConfig(t.arch, gpu.compute_capability, spec.triton.num_warps, stages,
-                                        budget.total, budget.breakdown(), accumulator_registers(ctx)[0]))
+        ctx = rule_context(spec, t)  # the numbers `check` proved: stages and budget come from one place
+        assert ctx.gpu is not None
+        configs.append(TritonArchConfig(t.arch, ctx.gpu.compute_capability, spec.triton.num_warps, ctx.ab_stages,
+                                        ctx.budget.total, ctx.budget.breakdown(), accumulator_registers(ctx)[0]))
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"

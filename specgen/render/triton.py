@@ -9,7 +9,8 @@ from specgen.plan.triton import TritonPlan
 
 
 def _stride(param: str, var: str, dim: int, batch: bool = False) -> dict[str, object]:
-    return {"param": param, "expr": f"{var}[{dim}]", "batch": batch}
+    """A stride parameter: the kernel's name for it, and which dim of which tensor's stride() it is."""
+    return {"param": param, "var": var, "dim": dim, "batch": batch}
 
 
 def triton_context(p: TritonPlan) -> dict[str, object]:
@@ -35,13 +36,6 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
     no_specialize = [s["param"] for s in strides if s["batch"]] + (["BATCH"] if p.batch and p.persistent else [])
     if p.persistent:
         no_specialize.append("NUM_SMS")  # a device fact, not a problem size: one compile serves every GPU
-    key_exprs = [f"{v} % 16 == 0" for v in ("M", "N", "K")] + [f"{v} == 1" for v in ("M", "N", "K")]
-    for s in strides:
-        key_exprs.append(f"{s['expr']} >= 0x80000000" if s["batch"] else f"{s['expr']} % 16 == 0")
-        if not s["batch"]:
-            key_exprs.append(f"{s['expr']} == 1")
-    if p.batch and p.persistent:
-        key_exprs.append("batch >= 0x80000000")
     signature = _signature(p, strides)
     schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)]
     return {
@@ -49,7 +43,6 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
         "plan": asdict(p),
         "strides": strides,
         "no_specialize": no_specialize,
-        "key_exprs": key_exprs,
         "op_schema": schema,
         "signature": signature,
         "uses_tanh": any(op["op"] == "activation" and op["fn"] in ("gelu_tanh", "silu", "sigmoid") for op in p.epilogue),
