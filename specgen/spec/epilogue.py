@@ -22,8 +22,18 @@ Identifier = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"patte
 
 # Largest finite float32: constants are applied to the float32 accumulator, where anything larger is inf.
 F32_MAX = 3.4028234663852886e38
-# A finite number (an integer is fine, a bool or a string is not), within float32's range.
-Constant = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-F32_MAX, le=F32_MAX)]
+
+
+def _f32_range(value: float) -> float:
+    if abs(value) > F32_MAX:
+        raise ValueError(f"{value!r} is beyond float32's range (|x| <= {F32_MAX:.8g}): the epilogue computes in f32")
+    return value
+
+
+# A finite number (an integer is fine; a bool, a string such as "1e400", NaN or infinity are not).
+Constant = Annotated[float, Field(strict=True, allow_inf_nan=False, json_schema_extra={"minimum": -F32_MAX,
+                                                                                       "maximum": F32_MAX}),
+                     AfterValidator(_f32_range)]
 
 # What a runtime argument looks like to the launcher: its extent and element type.
 ArgShape = Literal["scalar", "vec_m", "vec_n", "matrix"]
