@@ -209,8 +209,8 @@ def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positi
         elif isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node, doc_path = node[part], (*doc_path, part)
             shown.append(part)
-        elif i == len(loc) - 1:
-            shown.append(part)  # the missing field itself
+        elif i == len(loc) - 1 and isinstance(node, dict):
+            shown.append(part)  # the missing field itself (past a scalar: a union member's tag, not a field)
     line, col = (1, 1)
     for cut in range(len(doc_path), -1, -1):
         if doc_path[:cut] in positions:
@@ -248,7 +248,14 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
     try:
         parsed = SpecFile.model_validate(data)
     except ValidationError as e:
-        issues = [_issue_from_pydantic(err, data, file, positions.get()) for err in e.errors()]
+        issues: list[SpecIssue] = []
+        for err in e.errors():
+            issue = _issue_from_pydantic(err, data, file, positions.get())
+            prev = issues[-1] if issues else None
+            if prev and (prev.line, prev.column, prev.path) == (issue.line, issue.column, issue.path):
+                issue = SpecIssue(file, issue.line, issue.column, issue.path, f"{prev.message}; or {issue.message}")
+                issues.pop()  # one value failing each member of a union: one issue
+            issues.append(issue)
         raise SpecError(issues) from None
     return [LoadedSpec(spec, file, i, positions) for i, spec in enumerate(parsed.kernels)]
 
