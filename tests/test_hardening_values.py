@@ -159,3 +159,27 @@ def test_backend_options_are_checked_per_target(overrides, targets, expect):
     (ls,) = load(text)
     found = [(d.severity, d.target) for d in check_spec(ls) if d.rule == "OPT001" and d.severity != "note"]
     assert found == ([expect] if expect else [])
+
+
+# --- the loader and the published schema agree -----------------------------------------------------------
+@pytest.mark.parametrize("overrides", [
+    {}, {"tile": {"m": "128", "n": 128, "k": 64}}, {"tile": {"m": True, "n": 128, "k": 64}},
+    {"batch": "yes"}, {"batch": 1}, {"batch": True}, {"schedule": {"group_m": 10**18}},
+    {"schedule": {"group_m": 256}}, {"triton": {"num_warps": 0}}, {"description": "d" * (MAX_DESCRIPTION + 1)},
+    {"epilogue": [{"op": "residual", "dtype": "f16", "beta": 3.5e38}]},
+    {"epilogue": [{"op": "residual", "dtype": "f16", "beta": "1"}]},
+    {"epilogue": [{"op": "clamp", "min": False}]}, {"name": "9lives"}, {"name": "n" * 65},
+])
+def test_loader_and_json_schema_agree(overrides):
+    """Strict models: whatever the schema refuses the loader refuses and the other way round (128.0 is the
+    one exception: JSON Schema counts it as an integer, the loader refuses it as a float)."""
+    import jsonschema
+
+    doc = {"kernels": [spec(**overrides)]}
+    schema_ok = jsonschema.Draft202012Validator(SpecFile.model_json_schema()).is_valid(doc)
+    try:
+        load(json.dumps(doc))
+        loader_ok = True
+    except SpecError:
+        loader_ok = False
+    assert schema_ok == loader_ok
