@@ -26,9 +26,12 @@ def _paths(paths: list[Path] | None) -> list[Path]:
     chosen = paths or [Path("specs")]
     cwd = Path.cwd()
     resolved = []
+    from specgen.spec.load import inert, path_problem
+
     for p in chosen:
-        if not p.exists():
-            err.print(f"error: no such file or folder: {p}", markup=False)
+        problem = path_problem(p)  # missing, a symlink loop, a dangling link: each said as what it is
+        if problem:
+            err.print(f"error: {inert(problem)}", markup=False)
             raise typer.Exit(2)
         # messages and generated headers name specs relative to where specgen runs
         inside = p.resolve().is_relative_to(cwd)

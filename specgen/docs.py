@@ -23,8 +23,10 @@ def _type(prop: dict) -> str:
         return " or ".join(_type(p) for p in prop["oneOf"])
     if prop.get("type") == "array":
         return f"list of {_type(prop.get('items', {}))}"
-    bounds = "".join(f", >= {prop['minimum']}" if k == "minimum" else f", > {prop['exclusiveMinimum']}"
-                     for k in prop if k in ("minimum", "exclusiveMinimum"))
+    shown = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "maxLength": "length <=", "pattern": "matching"}
+    bounds = "".join(f", {shown[k]} {f'`{v}`' if k == 'pattern' else f'{v:.8g}' if isinstance(v, float) else v}"
+                     for k, v in sorted(prop.items(), key=lambda kv: list(shown).index(kv[0]) if kv[0] in shown else 0)
+                     if k in shown)
     return f"{prop.get('type', 'any')}{bounds}"
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import keyword
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -14,7 +16,9 @@ from hypothesis import strategies as st
 
 from specgen.check import check_spec
 from specgen.render.catalogue import render_triton_module
+from specgen.spec.epilogue import F32_MAX
 from specgen.spec.load import LoadedSpec, SpecError, load_paths, load_text
+from specgen.spec.names import MODULE_NAMES, RESERVED
 from specgen.spec.targets import ALL_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +197,13 @@ def test_mutated_specs_that_pass_check_render_valid_python(spec):
 DTYPES = ["f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int32"]
 sizes = st.one_of(st.integers(1, 512), st.sampled_from([8, 16, 32, 64, 128, 256, 1024, 1 << 20, 10**12]))
 stages = st.one_of(st.just("auto"), st.integers(1, 12), st.just(10**9))
-floats = st.floats(allow_nan=True, allow_infinity=True)
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([F32_MAX, -F32_MAX, 3.5e38, 1e-45]))
+# Argument names: mostly the usual ones, else random identifiers and the names the generated code uses.
+arg_names = st.one_of(
+    st.none(), st.none(),
+    st.from_regex(re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,12}"), fullmatch=True),
+    st.sampled_from(sorted(RESERVED | set(keyword.kwlist) | set(keyword.softkwlist))),
+)
 
 
 @st.composite
@@ -203,17 +213,18 @@ def epilogue_ops(draw) -> list[dict]:
         kind = draw(st.sampled_from(["bias", "scale", "activation", "residual", "clamp", "cast"]))
         if kind == "bias":
             ops.append({"op": "bias", "along": draw(st.sampled_from("mn")), "dtype": draw(st.sampled_from(DTYPES)),
-                        "name": f"bias{i}"})
+                        "name": draw(arg_names) or f"bias{i}"})
         elif kind == "scale":
             by = draw(st.sampled_from(["scalar", "row", "col"]))
-            op = {"op": "scale", "by": by, "name": f"s{i}"}
+            op = {"op": "scale", "by": by, "name": draw(arg_names) or f"s{i}"}
             if by == "scalar" and draw(st.booleans()):
                 op["value"] = draw(floats)
             ops.append(op)
         elif kind == "activation":
             ops.append({"op": "activation", "fn": draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]))})
         elif kind == "residual":
-            ops.append({"op": "residual", "dtype": draw(st.sampled_from(DTYPES)), "beta": draw(floats), "name": f"c{i}"})
+            ops.append({"op": "residual", "dtype": draw(st.sampled_from(DTYPES)), "beta": draw(floats),
+                        "name": draw(arg_names) or f"c{i}"})
         elif kind == "clamp":
             lo, hi = draw(st.one_of(st.none(), floats)), draw(st.one_of(st.none(), floats))
             ops.append({"op": "clamp", **({"min": lo} if lo is not None else {}), **({"max": hi} if hi is not None else {})})
@@ -226,7 +237,7 @@ def epilogue_ops(draw) -> list[dict]:
 def well_formed_specs(draw) -> dict:
     dt = st.sampled_from(DTYPES)
     spec = {
-        "name": "fuzzed",
+        "name": draw(st.one_of(st.just("fuzzed"), arg_names.filter(bool))),
         "kind": "gemm",
         "description": draw(st.text(max_size=30)),
         "a": {"dtype": draw(dt), "major": draw(st.sampled_from(["k", "mn"]))},
@@ -261,16 +272,27 @@ def well_formed_specs(draw) -> dict:
     return spec
 
 
+def constants(spec: dict) -> list[float]:
+    return [op[k] for op in spec["epilogue"] for k in ("value", "beta", "min", "max") if isinstance(op.get(k), float)]
+
+
 @settings(max_examples=150, deadline=None)
 @given(well_formed_specs())
 def test_well_formed_specs_check_and_render(spec):
     for text, suffix in serializations({"kernels": [spec]}):
-        for ls in load_or_spec_error(text, suffix):
+        loaded = load_or_spec_error(text, suffix)
+        if loaded and suffix == ".json":  # names and constants that load are ones that render correctly
+            assert all(math.isfinite(v) and abs(v) <= F32_MAX for v in constants(spec))
+            assert not {ls.spec.name for ls in loaded} & MODULE_NAMES
+            assert not {a.name for ls in loaded for a in ls.spec.runtime_args()} & (RESERVED - {"a", "b", "out"})
+        for ls in loaded:
             triton = [t for t in ls.spec.targets if t.backend.value == "triton"]
             if suffix != ".json" or not triton or any(d.severity == "error" for d in check_spec(ls)):
                 continue
             source = render_triton_module(ls, triton)
             compile(source, "fuzzed.py", "exec")
+            for v in constants(spec):  # every constant lands as the same float literal
+                assert repr(float(v)) in source
 
 
 # --- character-level edits of spec text -------------------------------------------------------------------

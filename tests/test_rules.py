@@ -65,6 +65,7 @@ APPLIES = {
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
+    "OPT001": GPU | TPU,
 }
 
 
@@ -335,6 +336,23 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 128, 256)},
      ("warning", ["tile n=128, k=256 are not multiples of the 256x256 MXU on tpu_v6e"], ("tile",))),
+    # OPT001: each backend option against the targets of its backend
+    ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
+    ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},
+     ("error", ["cute.two_cta = true needs tcgen05 2-CTA MMA (sm100); cute:sm90 has none"], ("cute", "two_cta"))),
+    ("OPT001", "triton:sm90", {"cute": {"two_cta": True}}, None),  # another backend's option is inert
+    ("OPT001", "cute:sm90", {"cute": {"mma_warpgroups": 2}}, None),
+    ("OPT001", "cute:sm100", {"cute": {"mma_warpgroups": 2}},
+     ("error", ["cute.mma_warpgroups = 2 splits a wgmma tile (sm90); cute:sm100"], ("cute", "mma_warpgroups"))),
+    ("OPT001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 1 << 26}}, None),
+    ("OPT001", "pallas:gpu_sm90", {"pallas": {"vmem_limit_bytes": 1 << 26}},
+     ("error", ["pallas.vmem_limit_bytes = 67108864 is a TPU setting; pallas:gpu_sm90"], ("pallas", "vmem_limit_bytes"))),
+    ("OPT001", "triton:sm100", {"triton": {"epilogue_subtile": True}}, None),
+    ("OPT001", "triton:sm100", {"triton": {"epilogue_subtile": True, "tma": False}},
+     ("warning", ["triton.epilogue_subtile = true is ignored"], ("triton", "epilogue_subtile"))),
+    ("OPT001", "triton:sm90", {"triton": {"flatten": True}, "schedule": {"persistent": True}}, None),
+    ("OPT001", "triton:sm90", {"triton": {"flatten": True}},
+     ("warning", ["triton.flatten = true is ignored"], ("triton", "flatten"))),
 ]
 
 

@@ -462,5 +462,42 @@ def tpu_mxu_alignment(ctx: RuleContext) -> Iterator[Finding]:
                       f"{ctx.tpu.name}", "", ("tile",))
 
 
+# --- backend options -----------------------------------------------------------------------------------
+def _any_target(t: Target) -> bool:
+    return True
+
+
+@rule("OPT001", "backend options the target can honour", _any_target)
+def backend_options(ctx: RuleContext) -> Iterator[Finding]:
+    """Each backend's options are read by that backend's targets only (a `triton` table on a spec that
+    lists no Triton target is inert, not an error). Within a backend, an option the target cannot
+    honour is an error: `cute.two_cta` is Blackwell's cta_group::2 tcgen05 MMA (sm100 only, PTX ISA
+    tcgen05); `cute.mma_warpgroups` splits a wgmma tile between consumer warpgroups (sm90 only, wgmma);
+    `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU). Triton options
+    that the spec's own settings switch off are warnings: the subtiled store is a TMA store
+    (`triton.tma`), `flatten` pipelines a persistent kernel's tile loop (`schedule.persistent`)."""
+    s, t = ctx.spec, ctx.target
+    if t.backend is Backend.cute:
+        if s.cute.two_cta and not uses_tcgen05(t):
+            yield Finding("OPT001", "error", f"cute.two_cta = true needs tcgen05 2-CTA MMA (sm100); {t} has none",
+                          "set cute.two_cta = false for this target", ("cute", "two_cta"))
+        if s.cute.mma_warpgroups is not None and not uses_wgmma(t):
+            yield Finding("OPT001", "error", f"cute.mma_warpgroups = {s.cute.mma_warpgroups} splits a wgmma tile "
+                          f"(sm90); {t} issues tcgen05 MMAs from one thread", "drop cute.mma_warpgroups",
+                          ("cute", "mma_warpgroups"))
+    elif t.backend is Backend.pallas:
+        if s.pallas.vmem_limit_bytes is not None and not is_tpu(t):
+            yield Finding("OPT001", "error", f"pallas.vmem_limit_bytes = {s.pallas.vmem_limit_bytes} is a TPU "
+                          f"setting; {t} (Mosaic GPU) has no VMEM", "drop pallas.vmem_limit_bytes",
+                          ("pallas", "vmem_limit_bytes"))
+    elif t.backend is Backend.triton:
+        if s.triton.epilogue_subtile and not s.triton.tma:
+            yield Finding("OPT001", "warning", "triton.epilogue_subtile = true is ignored: it halves the TMA "
+                          "store, and triton.tma = false stores through pointers", "", ("triton", "epilogue_subtile"))
+        if s.triton.flatten and not s.schedule.persistent:
+            yield Finding("OPT001", "warning", "triton.flatten = true is ignored: it pipelines the tile loop of a "
+                          "persistent kernel, and schedule.persistent = false", "", ("triton", "flatten"))
+
+
 def run_rules(ctx: RuleContext) -> list[Finding]:
     return [f for r in RULES if r.applies(ctx.target) for f in r.fn(ctx)]

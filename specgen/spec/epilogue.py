@@ -10,11 +10,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from specgen.spec.dtypes import DType
+from specgen.spec.names import IDENTIFIER, MAX_NAME, check_arg_name
 
-Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+# An argument's name becomes a launcher parameter, a kernel parameter and the locals derived from it:
+# names.py says which names are refused and why (the schema shows the pattern too).
+Identifier = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"pattern": IDENTIFIER.pattern}),
+                       AfterValidator(check_arg_name)]
+
+# Largest finite float32: constants are applied to the float32 accumulator, where anything larger is inf.
+F32_MAX = 3.4028234663852886e38
+
+
+def _f32_range(value: float) -> float:
+    if abs(value) > F32_MAX:
+        raise ValueError(f"{value!r} is beyond float32's range (|x| <= {F32_MAX:.8g}): the epilogue computes in f32")
+    return value
+
+
+# A finite number (an integer is fine; a bool, a string such as "1e400", NaN or infinity are not).
+Constant = Annotated[float, Field(strict=True, allow_inf_nan=False, json_schema_extra={"minimum": -F32_MAX,
+                                                                                       "maximum": F32_MAX}),
+                     AfterValidator(_f32_range)]
 
 # What a runtime argument looks like to the launcher: its extent and element type.
 ArgShape = Literal["scalar", "vec_m", "vec_n", "matrix"]
@@ -57,7 +76,7 @@ class Scale(_Op):
 
     op: Literal["scale"]
     by: Literal["scalar", "row", "col", "rowcol"]
-    value: float | None = None
+    value: Constant | None = None
     name: Identifier | None = None
 
     @model_validator(mode="after")
@@ -95,7 +114,7 @@ class Residual(_Op):
 
     op: Literal["residual"]
     dtype: DType
-    beta: float = 1.0
+    beta: Constant = 1.0
     name: Identifier = "c"
 
     def runtime_args(self) -> list[RuntimeArg]:
@@ -106,8 +125,8 @@ class Clamp(_Op):
     """Clamp to [min, max]; either bound may be left out."""
 
     op: Literal["clamp"]
-    min: float | None = None
-    max: float | None = None
+    min: Constant | None = None
+    max: Constant | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> Clamp:

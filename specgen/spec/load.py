@@ -6,9 +6,12 @@ what was expected, so an editor can jump to it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +20,32 @@ import tomllib
 from pydantic import ValidationError
 
 from specgen.spec.models import GemmSpec, SpecFile
-from specgen.spec.positions import Positions, json_positions, toml_positions, yaml_positions
+from specgen.spec.positions import (
+    Positions,
+    json_duplicate_keys,
+    json_positions,
+    spec_yaml_loader,
+    toml_positions,
+    yaml_positions,
+)
 
 SPEC_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+# Larger spec files are refused before reading: 64 MiB holds about 400k kernels.
+MAX_FILE_BYTES = 64 << 20
+_MAX_SHOWN = 60  # characters of a user's value quoted back in a message
+
+
+def inert(text: str) -> str:
+    """Text safe to print: control characters (newlines, ANSI escapes, carriage returns) escaped as in
+    repr, so a key or value from a spec file can never forge output lines or drive the terminal."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def quote(value: object) -> str:
+    """A user's value as a short, inert repr."""
+    shown = repr(value)
+    return inert(shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 5] + "...'" * isinstance(value, str)
+                 + f" ({len(shown)} characters)")
 
 
 @dataclass(frozen=True)
@@ -32,7 +58,7 @@ class SpecIssue:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}"
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        return inert(f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}")
 
 
 class SpecError(Exception):
@@ -114,11 +140,13 @@ def _parse_yaml(text: str, file: str) -> object:
         raise SpecError([SpecIssue(file, 1, 1, "", "YAML spec files need PyYAML: pip install 'specgen[yaml]' "
                                    "(or write the spec in TOML or JSON)")]) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=spec_yaml_loader())  # noqa: S506 - a SafeLoader without aliases
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.problem}")]) from None
+        problem = e.problem if e.problem else str(e)
+        prefix = "" if problem.startswith(("duplicate key", "YAML aliases")) else "YAML syntax: "
+        raise SpecError([SpecIssue(file, line, col, "", f"{prefix}{problem}")]) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (control characters)
         line, col = _offset_position(text, e.position)
         raise SpecError([SpecIssue(file, line, col, "", f"YAML syntax: {e.reason} (#x{e.character:04x})")]) from None
@@ -129,7 +157,7 @@ def _parse(text: str, file: str, suffix: str) -> object:
         if suffix == ".toml":
             return tomllib.loads(text)
         if suffix == ".json":
-            return json.loads(text)
+            return _parse_json(text, file)
         return _parse_yaml(text, file)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
@@ -139,9 +167,31 @@ def _parse(text: str, file: str, suffix: str) -> object:
         raise SpecError([SpecIssue(file, line, col, "", f"TOML syntax: {re.sub(r' [(]at .*', '', str(e))}")]) from None
     except json.JSONDecodeError as e:
         raise SpecError([SpecIssue(file, e.lineno, e.colno, "", f"JSON syntax: {e.msg}")]) from None
-    except (ValueError, RecursionError) as e:  # an integer past Python's digit limit; nesting past the stack
-        kind = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
+    except (ValueError, RecursionError, MemoryError) as e:  # an integer past Python's digit limit; nesting
+        kind = "nested too deeply" if isinstance(e, (RecursionError, MemoryError)) else str(e).split(";")[0]
         raise SpecError([SpecIssue(file, 1, 1, "", f"cannot parse: {kind}")]) from None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _DuplicateKey
+    return d
+
+
+def _parse_json(text: str, file: str) -> object:
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey:
+        # Rare: find both positions with the scanner (json.loads accepted the text otherwise).
+        issues = [SpecIssue(file, *second, format_path(path), f"duplicate key {quote(path[-1])} "
+                            f"(first at line {first[0]}, column {first[1]})")
+                  for path, first, second in json_duplicate_keys(text)]
+        raise SpecError(issues or [SpecIssue(file, 1, 1, "", "duplicate key in a JSON object")]) from None
 
 
 def _offset_position(text: str, offset: int) -> tuple[int, int]:
@@ -159,8 +209,8 @@ def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positi
         elif isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node, doc_path = node[part], (*doc_path, part)
             shown.append(part)
-        elif i == len(loc) - 1:
-            shown.append(part)  # the missing field itself
+        elif i == len(loc) - 1 and isinstance(node, dict):
+            shown.append(part)  # the missing field itself (past a scalar: a union member's tag, not a field)
     line, col = (1, 1)
     for cut in range(len(doc_path), -1, -1):
         if doc_path[:cut] in positions:
@@ -168,10 +218,22 @@ def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positi
             break
     message = error["msg"]
     given = error.get("input")
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = "expected a table (mapping) of fields"  # not pydantic's "instance of GemmSpec"
     if error["type"] not in ("missing",) and isinstance(given, (str, int, float, bool)) and not message.startswith("Value error"):
-        message += f" (got {given!r})"
+        message += f" (got {quote(given)})"
+    elif error["type"].endswith("_type") and given is not None and not isinstance(given, (str, int, float, bool)):
+        message += f" (got {_kind(given)})"
     message = message.removeprefix("Value error, ")
     return SpecIssue(file, line, col, format_path(shown), message)
+
+
+def _kind(value: object) -> str:
+    return {dict: "a table", list: "a list"}.get(type(value), type(value).__name__)
+
+
+# What a file must hold, for files that hold something else at the top.
+_FILE_SHAPE = "a spec file holds a table (mapping) with a `kernels` list of kernel specs"
 
 
 def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
@@ -179,54 +241,120 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
     positions = LazyPositions(text, suffix)
     if isinstance(data, dict) and "kernels" not in data and "kind" in data:
         raise SpecError([SpecIssue(file, 1, 1, "", "a spec file holds a `kernels` list; wrap this kernel in it")])
+    if data is None or data == {}:
+        raise SpecError([SpecIssue(file, 1, 1, "", f"the file is empty: {_FILE_SHAPE}")])
+    if not isinstance(data, dict):
+        raise SpecError([SpecIssue(file, 1, 1, "", f"the file holds {_kind(data)}: {_FILE_SHAPE}")])
     try:
         parsed = SpecFile.model_validate(data)
     except ValidationError as e:
-        issues = [_issue_from_pydantic(err, data, file, positions.get()) for err in e.errors()]
+        issues: list[SpecIssue] = []
+        for err in e.errors():
+            issue = _issue_from_pydantic(err, data, file, positions.get())
+            prev = issues[-1] if issues else None
+            if prev and (prev.line, prev.column, prev.path) == (issue.line, issue.column, issue.path):
+                issue = SpecIssue(file, issue.line, issue.column, issue.path, f"{prev.message}; or {issue.message}")
+                issues.pop()  # one value failing each member of a union: one issue
+            issues.append(issue)
         raise SpecError(issues) from None
     return [LoadedSpec(spec, file, i, positions) for i, spec in enumerate(parsed.kernels)]
 
 
-def load_file(path: Path) -> list[LoadedSpec]:
-    if path.suffix not in SPEC_SUFFIXES:
-        raise SpecError([SpecIssue(str(path), 1, 1, "", f"unknown spec file type; expected one of {', '.join(SPEC_SUFFIXES)}")])
+def decode(data: bytes, file: str) -> str:
+    """UTF-8 text (a leading BOM dropped), or an issue at the first byte that is not UTF-8."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        column = len(data[line_start : e.start].decode("utf-8", errors="replace")) + 1
+        raise SpecError([SpecIssue(file, line, column, "", f"not UTF-8: byte 0x{data[e.start]:02x} cannot start or "
+                                   "continue a UTF-8 character (spec files are UTF-8 text)")]) from None
+
+
+def path_problem(path: Path) -> str | None:
+    """Why `path` names no readable file or folder (missing, a symlink loop, a dangling link), or None."""
+    try:
+        os.stat(path)
     except OSError as e:
-        raise SpecError([SpecIssue(str(path), 1, 1, "", f"cannot read: {e.strerror}")]) from None
-    return load_text(text, str(path), path.suffix)
+        if e.errno == errno.ELOOP:
+            return f"symlink loop: {path} resolves through a cycle of links"
+        if path.is_symlink():
+            return f"dangling symlink: {path} points to {os.readlink(path)}, which does not exist"
+        if e.errno == errno.ENOENT:
+            return f"no such file or folder: {path}"
+        return f"{path}: {e.strerror}"
+    except ValueError as e:  # a NUL in the path
+        return f"{path!r}: {e}"
+    return None
+
+
+def load_file(path: Path) -> list[LoadedSpec]:
+    file = str(path)
+    if path.suffix not in SPEC_SUFFIXES:
+        raise SpecError([SpecIssue(file, 1, 1, "", f"unknown spec file type; expected one of {', '.join(SPEC_SUFFIXES)}")])
+    problem = path_problem(path)
+    if problem:
+        raise SpecError([SpecIssue(file, 1, 1, "", f"cannot read: {problem}")])
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
+            raise SpecError([SpecIssue(file, 1, 1, "", "not a regular file")])
+        if info.st_size > MAX_FILE_BYTES:
+            raise SpecError([SpecIssue(file, 1, 1, "", f"the file has {info.st_size} bytes > {MAX_FILE_BYTES}, the "
+                                       "largest spec file specgen reads; split it")])
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError([SpecIssue(file, 1, 1, "", f"cannot read: {e.strerror}")]) from None
+    return load_text(decode(data, file), file, path.suffix)
 
 
 def spec_files(paths: Iterable[Path]) -> list[Path]:
-    """Expand folders into their spec files, sorted, so every run sees the same order."""
+    """Expand folders into their spec files, sorted, so every run sees the same order. A folder's links
+    that lead nowhere (loops, dangling) are kept so that loading reports them."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files.extend(sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file()))
+            files.extend(sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES
+                                and (f.is_file() or (f.is_symlink() and not f.exists()))))
         else:
             files.append(p)
     return files
 
 
 def load_paths(paths: Iterable[Path]) -> list[LoadedSpec]:
-    """Load every spec under `paths`; collect all files' issues before raising, and reject duplicate names."""
+    """Load every spec under `paths`; collect all files' issues before raising, and reject duplicate names.
+    A path that holds no spec file (an empty folder, a folder named x.toml) is an error: an empty input
+    must never read as "nothing to do" (render would then drop every module it owns)."""
     loaded: list[LoadedSpec] = []
     issues: list[SpecIssue] = []
-    for f in spec_files(paths):
+    for p in paths:
+        problem = path_problem(p)
+        if problem:
+            issues.append(SpecIssue(str(p), 1, 1, "", problem))
+        elif p.is_dir() and not spec_files([p]):
+            issues.append(SpecIssue(str(p), 1, 1, "", f"the folder holds no spec files ({', '.join(SPEC_SUFFIXES)})"))
+    for f in spec_files(p for p in paths if path_problem(p) is None):
         try:
             loaded.extend(load_file(f))
         except SpecError as e:
             issues.extend(e.issues)
     first: dict[str, LoadedSpec] = {}
     for ls in loaded:
-        if ls.name in first:
-            prev = first[ls.name]
+        # Module files are named after kernels: names that differ only in case collide on macOS and Windows.
+        key = ls.name.lower()
+        if key in first:
+            prev = first[key]
             line, col = ls.where(("name",))
+            same = "is already used" if prev.name == ls.name else f"differs only in case from '{prev.name}'"
             issues.append(
                 SpecIssue(ls.file, line, col, f"kernels[{ls.index}].name",
-                          f"kernel name '{ls.name}' is already used at {prev.file}:{prev.where(('name',))[0]}")
+                          f"kernel name '{ls.name}' {same} at {prev.file}:{prev.where(('name',))[0]}"
+                          + ("" if prev.name == ls.name else " (module files would collide on case-insensitive file systems)"))
             )
-        first.setdefault(ls.name, ls)
+        first.setdefault(key, ls)
+    if not loaded and not issues:
+        issues.append(SpecIssue(", ".join(str(p) for p in paths) or ".", 1, 1, "", "no spec files given"))
     if issues:
         raise SpecError(issues)
     return loaded

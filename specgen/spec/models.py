@@ -21,13 +21,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    PositiveInt,
+    StrictBool,
     WithJsonSchema,
     model_validator,
 )
 
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import EpilogueOp, Identifier, RuntimeArg
+from specgen.spec.epilogue import EpilogueOp, RuntimeArg
+from specgen.spec.names import IDENTIFIER, MAX_NAME, check_kernel_name, derived_names
 from specgen.spec.targets import ALL_TARGETS, TARGET_ARCHS, Backend
 
 
@@ -35,8 +36,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def bounded(hi: int, lo: int = 1) -> object:
+    """A strict integer in [lo, hi]: no "128", 128.0 or true, as the JSON Schema says; the bound is what
+    the field's consumers hold (kernels compute in int32), far above any sane value."""
+    return Annotated[int, Field(strict=True, ge=lo, le=hi)]
+
+
+# Sanity bounds (the envelope rules then check what each target allows): a tile dim past 65536 has no
+# target; clusters hold at most 16 CTAs (CLU001 says so with the numbers); pipelines a few stages; group_m multiplies a tile count in the
+# kernel's int32 arithmetic; Triton takes at most 32 warps (POW001 says so with the numbers); a TPU core
+# has at most 128 MiB of VMEM.
+TileDim = bounded(65536)
+ClusterDim = bounded(64)
+StageCount = bounded(64)
 Major = Literal["k", "mn"]
-Stages = PositiveInt | Literal["auto"]
+Stages = StageCount | Literal["auto"]
+MAX_DESCRIPTION = 4096
+MAX_VMEM_LIMIT = 1 << 30
 
 
 class Operand(Strict):
@@ -51,14 +67,14 @@ class Output(Strict):
 class Tile(Strict):
     """The CTA (or TPU block) tile: out block m x n, reduced over k per pipeline step."""
 
-    m: PositiveInt
-    n: PositiveInt
-    k: PositiveInt
+    m: TileDim
+    n: TileDim
+    k: TileDim
 
 
 class Cluster(Strict):
-    m: PositiveInt = 1
-    n: PositiveInt = 1
+    m: ClusterDim = 1
+    n: ClusterDim = 1
 
     @property
     def size(self) -> int:
@@ -77,34 +93,34 @@ class Schedule(Strict):
     """Tile order: `persistent` launches one program per SM looping over tiles; `group_m` swizzles tiles
     in groups of that many rows (or columns, when `raster = "along_n"`) for L2 reuse."""
 
-    persistent: bool = False
+    persistent: StrictBool = False
     raster: Literal["along_m", "along_n"] = "along_m"
-    group_m: PositiveInt = 8
+    group_m: bounded(256) = 8
 
 
 class TritonOptions(Strict):
-    num_warps: PositiveInt = 8
+    num_warps: bounded(64) = 8
     # TMA tensor descriptors for A, B and out (sm90+), in either schedule; they need 16-byte aligned
     # leading strides. Off: pointer loads, which take any N and any leading stride.
-    tma: bool = True
+    tma: StrictBool = True
     # Store the epilogue in two halves along N, halving the SMEM the TMA store stages.
-    epilogue_subtile: bool = False
+    epilogue_subtile: StrictBool = False
     # Persistent kernels: let Triton pipeline across the tile loop (next tile's loads during this
     # tile's epilogue).
-    flatten: bool = False
+    flatten: StrictBool = False
 
 
 class CuteOptions(Strict):
     # Blackwell 2-CTA (cta_group::2) MMA: the cluster's CTA pair shares one MMA.
-    two_cta: bool = False
+    two_cta: StrictBool = False
     # Hopper: consumer warpgroups splitting the tile along M (1 or 2).
-    mma_warpgroups: PositiveInt | None = None
-    tma_store: bool = True
+    mma_warpgroups: bounded(2) | None = None
+    tma_store: StrictBool = True
 
 
 class PallasOptions(Strict):
     # Scoped VMEM limit to request; default: what the plan needs plus 25%, capped at the chip's VMEM.
-    vmem_limit_bytes: PositiveInt | None = None
+    vmem_limit_bytes: bounded(MAX_VMEM_LIMIT) | None = None
 
 
 class Target(Strict):
@@ -139,26 +155,33 @@ TargetName = Annotated[
 
 def _docstring_safe(text: str) -> str:
     """A description is rendered into each generated module's docstring: refuse what would end that
-    docstring early or not survive as source text, so a spec can never inject code."""
+    docstring early or not survive as source text, so a spec can never inject code; and control
+    characters (ANSI escapes, carriage returns) that would forge what a terminal shows of the file."""
     if '"""' in text or "\\" in text:
         raise ValueError('a description may not contain \'"""\' or backslashes (it is rendered into a docstring)')
     if "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text):
         raise ValueError("a description may not contain NUL or unpaired surrogate characters")
+    bad = next((c for c in text if (c < " " and c not in "\t\n") or "\x7f" <= c <= "\x9f"), None)
+    if bad is not None:
+        raise ValueError(f"a description may not contain control characters (found {bad!r})")
     return text
 
 
-Description = Annotated[str, AfterValidator(_docstring_safe)]
+Description = Annotated[str, Field(max_length=MAX_DESCRIPTION), AfterValidator(_docstring_safe)]
+# The pattern is checked by check_kernel_name (with a message that says why); the schema shows it too.
+KernelName = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"pattern": IDENTIFIER.pattern}),
+                       AfterValidator(check_kernel_name)]
 
 
 class GemmSpec(Strict):
-    name: Identifier
+    name: KernelName
     kind: Literal["gemm"]
     description: Description = ""
     a: Operand
     b: Operand
     out: Output
     accumulator: DType = DType.f32
-    batch: bool = False
+    batch: StrictBool = False
     epilogue: list[EpilogueOp] = Field(default_factory=list)
     tile: Tile
     cluster: Cluster = Cluster()
@@ -177,12 +200,18 @@ class GemmSpec(Strict):
                 raise ValueError(f"target '{t}' is listed twice")
             seen.add(str(t))
         names = {"a", "b", "out"}
+        owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
         for arg in self.runtime_args():
             if arg.name in names:
                 raise ValueError(
                     f"two epilogue arguments (or an operand) are named '{arg.name}'; give one op a `name`"
                 )
             names.add(arg.name)
+            for n in [arg.name, *derived_names(arg.name)]:
+                if n in owner and owner[n] != arg.name:
+                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
+                                     "into the generated kernel; rename one (give its op a `name`)")
+                owner[n] = arg.name
         return self
 
     def runtime_args(self) -> list[RuntimeArg]:

@@ -12,16 +12,49 @@ import bisect
 import contextlib
 import json
 import re
+from functools import cache
 
 Path = tuple[str | int, ...]
 Positions = dict[Path, tuple[int, int]]
+
+
+@cache
+def spec_yaml_loader() -> type:
+    """PyYAML's SafeLoader, refusing what a spec never needs and an attacker would use: aliases (a few
+    lines of `*ref` expand to gigabytes, billion-laughs style) and duplicate keys (last would win)."""
+    import yaml  # optional (specgen[yaml]): only YAML spec files need it
+
+    class SpecLoader(yaml.SafeLoader):
+        def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.MarkedYAMLError(None, None, "YAML aliases (*name) are not allowed in spec files: write "
+                                           "the value out", event.start_mark)
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            seen: dict[object, yaml.Node] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    break
+                if first is not None:
+                    m = first.start_mark
+                    raise yaml.MarkedYAMLError(None, None, f"duplicate key {key!r} (first at line {m.line + 1}, "
+                                               f"column {m.column + 1})", key_node.start_mark)
+                seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
+
+    return SpecLoader
 
 
 def yaml_positions(text: str) -> Positions:
     import yaml  # optional (specgen[yaml]): only YAML spec files need it
 
     positions: Positions = {}
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=spec_yaml_loader())
 
     def walk(node: yaml.Node, path: Path) -> None:
         positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
@@ -77,7 +110,9 @@ class _TomlScanner:
                 end = self.i + 3
                 while True:
                     end = t.index(quote, end)
-                    backslashes = end - len(t[:end].rstrip("\\"))
+                    backslashes = 0  # the run of backslashes before the quote (never copy the prefix)
+                    while t[end - 1 - backslashes] == "\\":
+                        backslashes += 1
                     if quote == "'''" or backslashes % 2 == 0:  # an even run of backslashes escapes itself
                         break
                     end += 1
@@ -189,7 +224,8 @@ class _TomlScanner:
                     self.record(table, start)
                 else:
                     table = self.resolve(parts)
-                self.i = self.text.index("\n", self.i) if "\n" in self.text[self.i :] else len(self.text)
+                end = self.text.find("\n", self.i)  # not `in self.text[i:]`: that copies the rest of the file
+                self.i = end if end >= 0 else len(self.text)
             else:
                 self.keyval(table)
 
@@ -210,6 +246,7 @@ class _JsonScanner:
         self.text, self.i = text, 0
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.positions: Positions = {}
+        self.duplicates: list[tuple[Path, tuple[int, int], tuple[int, int]]] = []  # (path, first, second)
 
     def where(self, offset: int) -> tuple[int, int]:
         line = bisect.bisect_right(self.line_starts, offset)
@@ -236,6 +273,8 @@ class _JsonScanner:
             while self.text[self.i] != "}":
                 start = self.i
                 key = self.string()
+                if (*path, key) in self.positions:
+                    self.duplicates.append(((*path, key), self.positions[(*path, key)], self.where(start)))
                 self.positions[(*path, key)] = self.where(start)
                 self.skip()
                 self.i += 1  # ':'
@@ -262,6 +301,14 @@ class _JsonScanner:
         else:
             while self.i < len(self.text) and self.text[self.i] not in ",]}" + self._WS:
                 self.i += 1
+
+
+def json_duplicate_keys(text: str) -> list[tuple[Path, tuple[int, int], tuple[int, int]]]:
+    """Each key written twice in one object: its path, the first and the second position."""
+    scanner = _JsonScanner(text)
+    with contextlib.suppress(IndexError, ValueError, RecursionError):
+        scanner.value(())
+    return scanner.duplicates
 
 
 def json_positions(text: str) -> Positions:

@@ -1,0 +1,333 @@
+"""Names in specs (issue 5): every kernel or argument name either renders a module that compiles and
+computes the right numbers, or is refused at load with an error naming its field.
+
+The reserved sets in specgen/spec/names.py are held to the templates mechanically: every rendered
+variant is tokenized, and what it emits that is not derived from a spec name must be exactly the
+reserved set (no missing entry, no stale one).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import itertools
+import json
+import keyword
+import re
+import tokenize
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kernels import catalogue, interpreter_variant, load_module
+
+from specgen.render.catalogue import render_triton_module
+from specgen.spec.load import SpecError, load_paths, load_text
+from specgen.spec.names import ARG_DERIVED, MODULE_NAMES, RESERVED, derived_names
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+
+BASE = interpreter_variant(catalogue()["gemm_bf16"])
+EVERY_OP = [
+    {"op": "bias", "along": "n", "dtype": "f16"}, {"op": "bias", "along": "m", "name": "bm"},
+    {"op": "scale", "by": "scalar", "value": 2.0}, {"op": "scale", "by": "scalar"},
+    {"op": "scale", "by": "row"}, {"op": "scale", "by": "col"}, {"op": "scale", "by": "rowcol"},
+    *({"op": "activation", "fn": f} for f in ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")),
+    {"op": "residual", "dtype": "f16"}, {"op": "residual", "dtype": "f16", "beta": 0.5, "name": "r2"},
+    {"op": "clamp", "min": -1.0, "max": 1.0}, {"op": "clamp", "min": 0.0}, {"op": "clamp", "max": 0.0},
+    {"op": "cast", "dtype": "f16"},
+]
+
+
+def spec_of(name: str = "kern", epilogue: list | None = None, **changes: object) -> dict:
+    s = json.loads(json.dumps(BASE))
+    s.update(name=name, epilogue=epilogue or [], targets=["triton:sm90", "triton:sm100"], description="")
+    s.update(changes)
+    return s
+
+
+def load_one(spec: dict):
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
+    return ls
+
+
+def refusal(spec: dict):
+    with pytest.raises(SpecError) as info:
+        load_one(spec)
+    return info.value.issues
+
+
+def variants():
+    """The catalogue's Triton modules and every epilogue op under every schedule form."""
+    for s in catalogue().values():
+        yield {**s, "targets": [t for t in s["targets"] if t.startswith("triton:")]}
+    for i, (persistent, tma, batch, raster, sub, flat) in enumerate(itertools.product([False, True], repeat=6)):
+        yield spec_of(f"v{i}", EVERY_OP, batch=batch,
+                      schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8},
+                      triton={"num_warps": 8, "tma": tma, "epilogue_subtile": sub, "flatten": flat})
+    # 32-bit operands (input_precision) and a 16-bit accumulator (out_dtype)
+    yield spec_of("v_f32", EVERY_OP[:3], a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
+                  out={"dtype": "f32"})
+    yield spec_of("v_acc16", EVERY_OP[:3], accumulator="f16")
+
+
+def emitted_names(text: str) -> set[str]:
+    """Every identifier token that is not an attribute (`tl.load`'s `load`) nor a keyword."""
+    out, prev = set(), None
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.NAME and not (prev is not None and prev.string == ".") and not keyword.iskeyword(tok.string):
+            out.add(tok.string)
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            prev = tok
+    return out
+
+
+def module_level_names(text: str) -> set[str]:
+    """Names the module binds at its top level, and the free names its functions read (globals, builtins)."""
+    tree = ast.parse(text)
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            out |= {n.id for d in node.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            out |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.Lambda)):
+            bound = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+            used: set[str] = set()
+            for stmt in fn.body if isinstance(fn.body, list) else [fn.body]:
+                for n in ast.walk(stmt):
+                    if isinstance(n, ast.Name):
+                        (bound.add if isinstance(n.ctx, ast.Store) else used.add)(n.id)
+            out |= used - bound
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[tuple[object, str]]:
+    out = []
+    for s in variants():
+        ls = load_one(s)
+        out.append((ls, render_triton_module(ls, ls.spec.targets)))
+    return out
+
+
+def user_names(ls) -> set[str]:
+    names = {ls.spec.name, f"_{ls.spec.name}_kernel"}
+    for arg in ls.spec.runtime_args():
+        names |= {arg.name, *derived_names(arg.name)}
+    return names
+
+
+# --- the reserved sets are exactly what the templates emit ----------------------------------------------
+def test_reserved_names_are_exactly_the_identifiers_the_templates_emit(rendered):
+    emitted: set[str] = set()
+    for ls, text in rendered:
+        emitted |= {n for n in emitted_names(text) - user_names(ls) if not n.startswith("__")}
+    assert emitted - RESERVED == set(), "templates emit names that specgen/spec/names.py does not reserve"
+    assert RESERVED - emitted == set(), "names.py reserves names no template emits any more"
+
+
+def test_module_names_are_exactly_the_module_level_identifiers(rendered):
+    emitted: set[str] = set()
+    for ls, text in rendered:
+        emitted |= {n for n in module_level_names(text) - user_names(ls) if not n.startswith("__")}
+    assert emitted == set(MODULE_NAMES)
+
+
+@pytest.mark.parametrize("op", [
+    {"op": "bias", "along": "n", "name": "qq"}, {"op": "bias", "along": "m", "name": "qq"},
+    {"op": "scale", "by": "scalar", "name": "qq"}, {"op": "scale", "by": "row", "name": "qq"},
+    {"op": "scale", "by": "col", "name": "qq"}, {"op": "residual", "dtype": "f16", "name": "qq"},
+])
+@pytest.mark.parametrize(("persistent", "tma", "batch"), [(False, False, False), (True, True, True), (True, False, True)])
+def test_derived_names_follow_the_declared_patterns(op, persistent, tma, batch):
+    """Every identifier built from an argument's name is one of ARG_DERIVED; the kernel's own derived
+    name is `_<name>_kernel`: the collision checks at load see every name a spec brings in."""
+    ls = load_one(spec_of("zkz", [op], batch=batch, schedule={"persistent": persistent},
+                          triton={"num_warps": 4, "tma": tma}))
+    names = emitted_names(render_triton_module(ls, ls.spec.targets))
+    assert {n for n in names if "qq" in n} <= {"qq", *derived_names("qq")}
+    assert {n for n in names if "zkz" in n} == {"zkz", "_zkz_kernel"}
+
+
+# --- refused names, each with its field -------------------------------------------------------------------
+ARG_REFUSED = sorted((RESERVED - {"a", "b", "out"}) | set(keyword.kwlist) | set(keyword.softkwlist)
+                     | {"__init__", "__x", "bad-name", "1x", "x y", "é", "x" * 65})
+KERNEL_REFUSED = sorted(MODULE_NAMES | set(keyword.kwlist) | set(keyword.softkwlist)
+                        | {"__init__", "__main__", "__x", "CON", "nul", "Com1", "bad.name", "x" * 65})
+
+
+@pytest.mark.parametrize("name", ARG_REFUSED)
+def test_reserved_argument_names_are_refused_naming_the_field(name):
+    (issue,) = refusal(spec_of("kern", [{"op": "bias", "along": "n", "name": name}]))
+    assert issue.path == "kernels[0].epilogue[0].name", issue
+
+
+@pytest.mark.parametrize("name", KERNEL_REFUSED)
+def test_reserved_kernel_names_are_refused_naming_the_field(name):
+    (issue,) = refusal(spec_of(name))
+    assert issue.path == "kernels[0].name", issue
+
+
+@pytest.mark.parametrize(("epilogue", "clash"), [
+    ([{"op": "bias", "name": "x1"}, {"op": "bias", "along": "m", "name": "x1_v"}], "x1_v"),
+    ([{"op": "residual", "dtype": "f16", "name": "r"}, {"op": "scale", "by": "scalar", "name": "s_r"}], "s_r"),
+    ([{"op": "scale", "by": "row", "name": "q_ptr"}, {"op": "bias", "name": "q"}], "q_ptr"),
+    ([{"op": "residual", "dtype": "f16", "name": "c"}, {"op": "bias", "name": "stride_cm"}], "stride_cm"),
+])
+def test_derived_names_may_not_collide_with_another_argument(epilogue, clash):
+    (issue,) = refusal(spec_of("kern", epilogue))
+    assert issue.path == "kernels[0]" and f"the name '{clash}'" in issue.message
+
+
+@pytest.mark.parametrize("name", ["o", "a_", "stride_"[:-1]])
+def test_names_whose_derived_names_are_reserved_are_refused(name):
+    # o -> stride_om (the output's stride), stride -> stride_b..., a_ -> a__ptr is fine but a_ is not reserved
+    problem = refusal if any(d in RESERVED for d in derived_names(name)) else None
+    if problem:
+        (issue,) = problem(spec_of("kern", [{"op": "residual", "dtype": "f16", "name": name}]))
+        assert "derives" in issue.message and issue.path == "kernels[0].epilogue[0].name"
+    else:
+        load_one(spec_of("kern", [{"op": "residual", "dtype": "f16", "name": name}]))
+
+
+def test_case_only_kernel_name_clashes_are_refused(tmp_path):
+    # gemm.py and Gemm.py are one file on macOS and Windows
+    (tmp_path / "s.json").write_text(json.dumps({"kernels": [spec_of("Gemm"), spec_of("gemm")]}))
+    with pytest.raises(SpecError, match="differs only in case from 'Gemm'"):
+        load_paths([tmp_path])
+
+
+# --- accepted names render, compile and compute -----------------------------------------------------------
+def adjacent(name: str) -> list[str]:
+    """Names one step from a reserved one: what a user would write next to it."""
+    return [f"{name}_", name.swapcase(), f"my_{name}"]
+
+
+KERNEL_LOCALS = sorted(RESERVED - MODULE_NAMES - {"_"})
+ADJACENT = sorted({n for r in sorted(RESERVED | set(keyword.kwlist) | set(keyword.softkwlist)) for n in adjacent(r)})
+
+
+def loads(spec: dict) -> bool:
+    try:
+        load_one(spec)
+    except SpecError:
+        return False
+    return True
+
+
+def test_reserved_adjacent_names_render_and_compile():
+    """Every reserved-adjacent name that loads, as a kernel name and as an argument of each kind, renders
+    a module that compiles; kernel names may be the kernel's locals (they live at module level)."""
+    kernels = [n for n in ADJACENT + KERNEL_LOCALS if loads(spec_of(n))]
+    args = [n for n in ADJACENT if loads(numeric_spec("kern", [n, "p1", "p2", "p3"], "f16", False, False))]
+    assert len(kernels) > len(ADJACENT) // 2 and len(args) > len(ADJACENT) // 2
+    for i in range(max(len(kernels), -(-len(args) // 4))):
+        names = args[4 * i : 4 * i + 4]
+        names += [f"p{j}" for j in range(4 - len(names))]
+        kernel = kernels[i % len(kernels)]
+        spec = numeric_spec(kernel, names, "f16", i % 2 == 1, i % 4 == 1)
+        if not loads(spec):  # two of these names derive the same name: each one on its own, then
+            specs = [numeric_spec(kernel, [n, "p1", "p2", "p3"][-4:], "f16", False, False) for n in names]
+        else:
+            specs = [spec]
+        for s_ in specs:
+            ls = load_one(s_)
+            compile(render_triton_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
+
+
+def run_case(module, spec: dict, seed: int) -> None:
+    """Call the rendered kernel on seeded data with a NaN-poisoned output; compare with float64."""
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, {"f16": "float16", "f32": "float32"}[spec["a"]["dtype"]])
+    m, n, k = 37, 40, 56  # ragged M, N and K tiles; K rows 16-byte aligned for TMA
+    a = torch.randn(m, k, generator=g).to(dt)
+    b = torch.randn(n, k, generator=g).to(dt).t()  # K-major B: (K, N), K contiguous
+    ref = a.double() @ b.double()
+    args = []
+    for op in spec["epilogue"]:
+        if op["op"] == "bias":
+            v = torch.randn(n, generator=g)
+            ref = ref + v.double()[None, :]
+        elif op["op"] == "scale" and op["by"] == "row":
+            v = torch.rand(m, generator=g) + 0.5
+            ref = ref * v.double()[:, None]
+        elif op["op"] == "residual":
+            v = torch.randn(m, n, generator=g)
+            ref = ref + op["beta"] * v.double()
+        else:  # scalar scale
+            v = 0.75
+            ref = ref * v
+        args.append(v)
+    out = torch.full((m, n), float("nan"), dtype=dt)
+    module_fn = getattr(module, spec["name"])
+    result = module_fn(a, b, *args, out=out)
+    assert result is out and not out.isnan().any(), "output elements never written"
+    tol = 2e-2 if dt is torch.float16 else 2e-4
+    torch.testing.assert_close(out.double(), ref.to(dt).double(), atol=tol, rtol=tol)
+
+
+def numeric_spec(kernel: str, names: list[str], dtype: str, persistent: bool, tma: bool) -> dict:
+    ops = [{"op": "bias", "along": "n", "dtype": "f32", "name": names[0]},
+           {"op": "scale", "by": "row", "name": names[1]},
+           {"op": "residual", "dtype": "f32", "beta": 0.5, "name": names[2]},
+           {"op": "scale", "by": "scalar", "name": names[3]}]
+    return spec_of(kernel, ops, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": "k"},
+                   out={"dtype": dtype}, tile={"m": 16, "n": 32, "k": 32},
+                   schedule={"persistent": persistent, "group_m": 2}, triton={"num_warps": 4, "tma": tma})
+
+
+@pytest.mark.parametrize(("kernel", "names"), [
+    ("acc", ["offs", "acc_", "Acc", "tile"]),          # the kernel named like its accumulator
+    ("offs_m", ["torch_", "tl_", "matches", "Case"]),
+    ("device", ["M_", "Kb", "x1", "out_"]),
+    ("result", ["bias", "row_scale", "c", "alpha"]),   # the defaults
+])
+def test_reserved_adjacent_names_compute_the_right_result(kernel_dir, kernel, names):
+    for dtype, persistent in (("f32", False), ("f16", True)):
+        spec = numeric_spec(f"{kernel}" if dtype == "f32" else f"{kernel}_h", names, dtype, persistent, persistent)
+        load_one(spec)
+        run_case(load_module(spec, kernel_dir), spec, seed=len(kernel))
+
+
+# --- random identifiers -----------------------------------------------------------------------------------
+identifiers = st.one_of(
+    st.from_regex(re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,30}"), fullmatch=True),
+    st.sampled_from(sorted(RESERVED | set(keyword.kwlist) | set(keyword.softkwlist))),
+    st.sampled_from(ADJACENT),
+    st.builds(lambda r, p: p.format(r), st.sampled_from(sorted(RESERVED)), st.sampled_from(ARG_DERIVED)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kernel=identifiers, names=st.lists(identifiers, min_size=4, max_size=4), persistent=st.booleans())
+def test_random_names_load_and_compile_or_are_refused(kernel, names, persistent):
+    spec = numeric_spec(kernel, names, "f32", persistent, persistent)
+    try:
+        ls = load_one(spec)
+    except SpecError as e:
+        assert e.issues and all(i.path.startswith("kernels[0]") for i in e.issues)
+        return
+    compile(render_triton_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
+
+
+_SEEN: set[str] = set()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kernel=identifiers, names=st.lists(identifiers, min_size=4, max_size=4), dtype=st.sampled_from(["f16", "f32"]),
+       persistent=st.booleans())
+def test_random_names_compute_the_right_result(kernel_dir, kernel, names, dtype, persistent):
+    spec = numeric_spec(kernel, names, dtype, persistent, persistent)
+    try:
+        load_one(spec)
+    except SpecError:
+        assume(False)
+    assume(kernel.lower() not in _SEEN)  # one spec per torch custom op name per process
+    _SEEN.add(kernel.lower())
+    run_case(load_module(spec, kernel_dir), spec, seed=len(kernel) + 7)
