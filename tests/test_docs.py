@@ -101,3 +101,18 @@ def test_ci_runs_the_readmes_two_commands_in_a_fresh_venv() -> None:
     assert '"-m", "venv"' in source and "stdin=subprocess.DEVNULL" in source
     noxfile = (README.parent / "noxfile.py").read_text()
     assert '".ci/fresh_venv.py", "--clone"' in noxfile and "success_codes=[0]" in noxfile
+
+
+def test_extras_declare_what_the_code_imports_and_bound_tested_versions() -> None:
+    """Triton's interpreter imports numpy and torch no longer pulls it in: a fresh venv needs it declared.
+    triton, jax and the CuTe DSL stop at the newest release tested (README, "Tested versions")."""
+    import tomllib
+
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: {re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0]: req for req in reqs} for extra, reqs in extras.items()}
+    for extra in ("triton", "test"):
+        assert "numpy" in names[extra] and {"torch", "triton"} <= set(names[extra])
+    for extra, package in (("triton", "triton"), ("test", "triton"), ("pallas", "jax"), ("cute", "nvidia-cutlass-dsl")):
+        assert "<" in names[extra][package], names[extra][package]
+        upper = names[extra][package].split("<")[1]
+        assert f"{package}>=" in names[extra][package] and upper in README.read_text(), (package, upper)

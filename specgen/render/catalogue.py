@@ -129,11 +129,12 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
     sources: dict[str, str] = {}
     kernels: dict[str, dict] = {}
     refused: set[str] = set()
+    refs: dict[str, str] = {}  # one lookup per spec file, not per kernel
     for ls in specs:
         if any(spec == ls.name for spec, _ in failing):
             refused.add(ls.name)
             continue
-        ref = spec_ref(Path(ls.file), out_dir)
+        ref = refs.get(ls.file) or refs.setdefault(ls.file, spec_ref(Path(ls.file), out_dir))
         placed = dataclasses.replace(ls, file=ref)  # headers name the spec the same from any folder
         by_backend: dict[Backend, list[Target]] = {}
         for t in ls.spec.targets:
