@@ -286,3 +286,15 @@ def test_renders_killed_at_random_points_converge(tmp_path):
     assert not [p for p in out.rglob(".*") if p.is_file()]
     before = mtimes(out)
     assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0 and mtimes(out) == before
+
+
+def test_a_manifest_from_before_sources_still_scopes_removal(tmp_path):
+    specs, out = two_specs(tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["sources"]  # what specgen wrote before it recorded each file's spec
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    (specs / "b.toml").unlink()
+    r = render(str(specs), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert f"removed {out / 'triton/beta.py'}" in r.stdout and (out / "triton" / "alpha.py").exists()
+    assert json.loads((out / MANIFEST).read_text())["sources"] == {"triton/alpha.py": "specs/a.toml"}

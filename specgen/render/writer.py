@@ -110,6 +110,11 @@ def read_manifest(out_dir: Path) -> Manifest:
         raise RenderError(f"{where}: `sources` must map listed files to spec files; fix or remove the manifest")
     if not isinstance(kernels, dict) or not all(isinstance(v, dict) for v in kernels.values()):
         raise RenderError(f"{where}: `kernels` must map kernel names to objects; fix or remove the manifest")
+    if "sources" not in data:  # a manifest from before `sources`: the kernels' entries say the same
+        for entry in kernels.values():
+            targets, spec_file = entry.get("targets"), entry.get("spec_file")
+            if isinstance(targets, dict) and isinstance(spec_file, str):
+                sources.update({rel: spec_file for rel in targets.values() if rel in files})
     return Manifest(list(files), dict(sources), dict(kernels))
 
 
