@@ -64,19 +64,33 @@ def is_generated(path: Path) -> bool:
         return False
 
 
-def _inside(out_dir: Path, rel: object) -> str:
-    """The reason `rel` is not a plain relative path to a regular file (or nothing) inside out_dir."""
+def _inside(out_dir: Path, rel: object, folders: dict[str, str] | None = None) -> str:
+    """The reason `rel` is not a plain relative path to a regular file (or nothing) inside out_dir.
+    No folder on the way may be a link (so nothing resolves outside); `folders` caches their verdicts."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
         return "is not a relative path"
-    pure = PurePosixPath(rel)
-    if pure.is_absolute() or any(part in ("..", ".", "") for part in rel.split("/")):
+    if PurePosixPath(rel).is_absolute() or any(part in ("..", ".", "") for part in rel.split("/")):
         return "is not a plain relative path inside --out"
-    path = out_dir / rel
+    folders = {} if folders is None else folders
+    parts = rel.split("/")
     try:
-        if not path.resolve().is_relative_to(out_dir.resolve()):
-            return "resolves outside --out (through a link)"
-        if os.path.lexists(path) and not stat.S_ISREG(path.lstat().st_mode):
-            return "is not a regular file"
+        for i in range(1, len(parts)):
+            sub = "/".join(parts[:i])
+            if sub not in folders:
+                mode = (out_dir / sub).lstat().st_mode if os.path.lexists(out_dir / sub) else None
+                folders[sub] = ("resolves outside --out (through a link)" if mode is not None and stat.S_ISLNK(mode)
+                                else f"lies under {sub}, which is not a folder" if mode is not None
+                                and not stat.S_ISDIR(mode) else "")
+            if folders[sub]:
+                return folders[sub]
+        path = out_dir / rel
+        if os.path.lexists(path):
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                return "resolves outside --out (through a link)" if not path.resolve().is_relative_to(
+                    out_dir.resolve()) else "is a link, not a regular file"
+            if not stat.S_ISREG(mode):
+                return "is not a regular file"
     except OSError as e:
         return f"cannot be inspected ({e.strerror})"
     return ""
@@ -98,8 +112,9 @@ def read_manifest(out_dir: Path) -> Manifest:
     if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
         raise RenderError(f"{where} is not a specgen manifest (no `files` list): restore or remove it")
     files = data.get("files", [])
+    folders: dict[str, str] = {}
     for rel in files:
-        why = _inside(out_dir, rel)
+        why = _inside(out_dir, rel, folders)
         if why:
             raise RenderError(f"{where} lists {rel!r}, which {why}: render only owns regular files it wrote "
                               f"inside --out; fix or remove the manifest (nothing was written)")
@@ -194,8 +209,9 @@ def write_outputs(out_dir: Path, files: dict[str, str], meta: dict[str, object],
     report = WriteReport()
     owned = set(old.files)
     files = dict(files)
+    folders: dict[str, str] = {}
     for rel in sorted(files):
-        why = _inside(out_dir, rel)
+        why = _inside(out_dir, rel, folders)
         path = out_dir / rel
         if why:
             raise RenderError(f"cannot write {path}: it {why}")
@@ -206,10 +222,6 @@ def write_outputs(out_dir: Path, files: dict[str, str], meta: dict[str, object],
                 continue
             raise RenderError(f"{path} exists and was not written by specgen: move it or choose another --out "
                               "(nothing was written)")
-        for parent in PurePosixPath(rel).parents:
-            folder = out_dir / parent
-            if os.path.lexists(folder) and not folder.is_dir():
-                raise RenderError(f"cannot write {path}: {folder} is not a folder")
     stale = sorted(rel for rel in owned - set(files) if removable(old.sources.get(rel)))
     still_owned = owned - set(files) - set(stale)
     final_sources = {k: v for k, v in old.sources.items() if k in still_owned} | sources
