@@ -15,11 +15,42 @@ from rich.console import Console
 
 from specgen import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative GEMM kernel specs -> checked, rendered kernels.")
+# rich_markup_mode=None: click's plain help, where a flag reads `--json`, not `--json <bool>`
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Declarative GEMM kernel specs -> checked, rendered kernels.")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False)
+PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False, metavar="PATH")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"specgen {__version__}", markup=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Declarative GEMM kernel specs -> checked, rendered kernels."""
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def print_diagnostic(d, console: Console | None = None) -> None:
+    """The one diagnostic format check and render share: severity file:line:col RULE spec @ target:
+    message, then the hint indented below."""
+    colors = {"error": "red", "warning": "yellow", "note": "dim"}
+    console = console or out
+    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {d.target}: {d.message}",
+                  style=colors[d.severity], markup=False)
+    if d.hint:
+        console.print(f"    hint: {d.hint}", markup=False)
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:
@@ -39,7 +70,7 @@ def _paths(paths: list[Path] | None) -> list[Path]:
     return resolved
 
 
-def _load(paths: list[Path] | None):
+def _load(paths: list[Path] | None, as_json: bool = False):
     from rich.markup import escape
 
     from specgen.spec.load import SpecError, load_paths
@@ -47,6 +78,10 @@ def _load(paths: list[Path] | None):
     try:
         return load_paths(_paths(paths))
     except SpecError as e:
+        if as_json:  # a reader of --json gets every failure on stdout, in the diagnostics' shape
+            rows = [{"spec": None, "file": i.file, "line": i.line, "column": i.column, "target": None, "rule": "LOAD",
+                     "severity": "error", "field": i.path, "message": i.message, "hint": ""} for i in e.issues]
+            out.print(json.dumps(rows, indent=2), markup=False)
         for issue in e.issues:
             err.print(f"[red]error[/red] {escape(str(issue))}")  # spec text is not markup
         raise typer.Exit(1) from None
@@ -56,30 +91,26 @@ def _load(paths: list[Path] | None):
 def check(
     paths: list[Path] | None = PathsArg,
     as_json: bool = typer.Option(False, "--json", help="Print diagnostics as a JSON list."),
-    notes: bool = typer.Option(False, "--notes", help="Also say, for each target a spec does not list, why it cannot serve it."),
+    notes: bool = typer.Option(False, "--notes",
+                               help="Also say, for each target a spec does not list, why it cannot serve it."),
 ) -> None:
     """Prove every spec fits each of its targets' hardware envelopes."""
     from specgen.check import check_all
 
     start = time.perf_counter()
-    specs = _load(paths)
-    diags = check_all(specs)
+    specs = _load(paths, as_json)
+    diags = [d for d in check_all(specs) if notes or d.severity != "note"]
     errors = [d for d in diags if d.severity == "error"]
     if as_json:
         out.print(json.dumps([d.as_dict() for d in diags], indent=2), markup=False)
     else:
-        colors = {"error": "red", "warning": "yellow", "note": "dim"}
         for d in diags:
-            if d.severity == "note" and not notes:
-                continue
-            out.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {d.target}: {d.message}",
-                      style=colors[d.severity], markup=False)
-            if d.hint:
-                out.print(f"    hint: {d.hint}", markup=False)
+            print_diagnostic(d)
         targets = sum(len(s.spec.targets) for s in specs)
         ms = (time.perf_counter() - start) * 1000
         warnings = sum(d.severity == "warning" for d in diags)
-        out.print(f"{len(specs)} specs, {targets} targets: {len(errors)} errors, {warnings} warnings ({ms:.0f} ms)")
+        out.print(f"{plural(len(specs), 'spec')}, {plural(targets, 'target')}: {plural(len(errors), 'error')}, "
+                  f"{plural(warnings, 'warning')} ({ms:.0f} ms)")
     raise typer.Exit(1 if errors else 0)
 
 
@@ -88,34 +119,49 @@ def render(
     paths: list[Path] | None = PathsArg,
     out_dir: Path = typer.Option(Path("generated"), "--out", help="Where the rendered package goes."),
     check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if any file would change."),
+    prune: bool = typer.Option(False, "--prune",
+                               help="Also remove outputs whose spec is not among PATHS (by default only outputs of "
+                                    "spec files in PATHS that no longer produce them are removed)."),
 ) -> None:
-    """Render every valid spec for every target whose backend has a renderer."""
+    """Render every valid spec for every target whose backend has a renderer.
+
+    Outputs of spec files you did not name are kept: `render specs/a.toml` touches only a.toml's
+    modules; `render` (all of specs/) also removes modules whose spec left specs/."""
     from specgen.render.catalogue import render_catalogue
+    from specgen.render.writer import RenderError
 
     specs = _load(paths)
-    result = render_catalogue(specs, out_dir, check=check_only)
+    scope = None if prune else _paths(paths)
+    try:
+        result = render_catalogue(specs, out_dir, check=check_only, scope=scope)
+    except RenderError as e:
+        err.print(f"error: {e}", style="red", markup=False)
+        raise typer.Exit(1) from None
     for d in result.diagnostics:
         if d.severity == "error":
-            err.print(str(d), style="red", markup=False)
+            print_diagnostic(d, err)
     for name in result.refused:
         err.print(f"refused {name}: it fails check (its previous outputs are kept)", markup=False)
-    by_reason: dict[tuple[str, str], list[str]] = {}
-    for spec, target, reason in result.skipped:
-        by_reason.setdefault((spec, reason), []).append(target)
-    for (spec, reason), targets in by_reason.items():
-        out.print(f"skipped {spec} @ {', '.join(targets)}: {reason}", markup=False)
+    skipped_targets = sorted({target for _, target, _ in result.skipped})
+    if skipped_targets:
+        n_specs = len({spec for spec, _, _ in result.skipped})
+        out.print(f"checked only, no renderer yet in specgen {__version__}: {', '.join(skipped_targets)} "
+                  f"({plural(len(result.skipped), 'target')} of {plural(n_specs, 'spec')})", markup=False)
     rep = result.report
+    for rel, why in rep.kept:
+        out.print(f"kept {out_dir / rel}: {why}", markup=False)
+    because = "no spec in the given paths produces it" if scope is not None else "--prune: no given spec produces it"
     if check_only:
         for rel in rep.written:
             err.print(f"stale: {out_dir / rel}", markup=False)
         for rel in rep.removed:
-            err.print(f"stale (would be removed): {out_dir / rel}", markup=False)
+            err.print(f"stale (would be removed): {out_dir / rel} ({because})", markup=False)
         out.print(f"{len(rep.unchanged)} up to date, {len(rep.changed)} stale")
         raise typer.Exit(1 if rep.changed or result.refused else 0)
     for rel in rep.written:
         out.print(f"wrote {out_dir / rel}", markup=False)
     for rel in rep.removed:
-        out.print(f"removed {out_dir / rel}", markup=False)
+        out.print(f"removed {out_dir / rel} ({because})", markup=False)
     out.print(f"{len(rep.written)} written, {len(rep.unchanged)} unchanged, {len(rep.removed)} removed")
     raise typer.Exit(1 if result.refused else 0)
 
@@ -193,9 +239,17 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="The spec ref
 def rules() -> None:
     """List the envelope rules: id, title, and where each applies."""
     from specgen.envelope.rules import RULES
+    from specgen.spec.models import parse_target
+    from specgen.spec.targets import ALL_TARGETS
 
-    for r in RULES:
-        out.print(f"{r.id:8} {r.title}", markup=False)
+    targets = [parse_target(t) for t in ALL_TARGETS]
+    for r in RULES:  # where a rule applies comes from the rule's own predicate, not a table
+        by_backend: dict[str, list[str]] = {}
+        for t in targets:
+            if r.applies(t):
+                by_backend.setdefault(t.backend.value, []).append(t.arch)
+        where = "; ".join(f"{b} {', '.join(archs)}" for b, archs in by_backend.items()) or "no target"
+        out.print(f"{r.id:8} {r.title}  [{where}]", markup=False)
 
 
 @app.command()

@@ -44,6 +44,18 @@ def _attrs(signature: dict[str, str], no_specialize: set[str]) -> dict[tuple[int
     return out
 
 
+def compiler_message(e: BaseException) -> str:
+    """One line from a compile failure: Triton's CompilationError reads "at 10:19:", the source lines,
+    a caret, then what went wrong; keep the position and what went wrong (or the cause's message)."""
+    lines = [line.rstrip() for line in str(e).splitlines()]
+    caret = max((i for i, line in enumerate(lines) if line.strip() == "^"), default=0)
+    detail = " ".join(line.strip() for line in lines[caret + 1 if caret else 1:] if line.strip())
+    if not detail and e.__cause__ is not None:
+        detail = f"{type(e.__cause__).__name__}: {e.__cause__}".splitlines()[0]
+    head = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip()
+    return f"{head} {detail}".strip()[:600]
+
+
 def compile_module(module: ModuleType, arch: str) -> CompileResult:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -64,7 +76,7 @@ def compile_module(module: ModuleType, arch: str) -> CompileResult:
         compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=dict(module.CONFIGS[cc]))
     except Exception as e:  # the compiler's own message is the useful part
         return CompileResult(name, f"triton:{arch}", plan_smem, None, time.perf_counter() - start,
-                             f"{type(e).__name__}: {e}".splitlines()[0][:300])
+                             compiler_message(e))
     return CompileResult(name, f"triton:{arch}", plan_smem, compiled.metadata.shared, time.perf_counter() - start)
 
 

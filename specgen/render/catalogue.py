@@ -3,6 +3,10 @@ and write the lot through writer.py. Specs that fail check are refused and their
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +16,22 @@ from specgen.check import Diagnostic, check_all, failing_targets
 from specgen.plan.triton import plan_triton
 from specgen.render.env import environment
 from specgen.render.triton import triton_context
-from specgen.render.writer import WriteReport, owned_files, write_outputs
+from specgen.render.writer import (
+    GENERATED_MARK,
+    RenderError,
+    WriteReport,
+    locked,
+    read_manifest,
+    write_outputs,
+)
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.spec.targets import Backend
 
-PACKAGE_INIT = '"""The rendered specgen catalogue: `specgen render` writes this package; do not edit."""\n'
+PACKAGE_INIT = (f"{GENERATED_MARK} {__version__}; do not edit.\n"
+                '"""The rendered specgen catalogue: `specgen render` writes this package."""\n')
+BACKEND_INIT = f"{GENERATED_MARK} {__version__}; do not edit.\n" + '"""Rendered {backend} kernels."""\n'
+PROJECT_MARKERS = ("pyproject.toml", ".git", "setup.py", "setup.cfg")
 
 
 def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
@@ -40,17 +54,88 @@ def module_path(backend: Backend, name: str) -> str:
     return f"{backend.value}/{name}.py"
 
 
-def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False) -> RenderResult:
+def project_root(path: Path) -> Path | None:
+    """The nearest folder at or above `path` that holds a project marker (pyproject.toml, .git, ...)."""
+    for folder in [path, *path.parents]:
+        if any((folder / m).exists() for m in PROJECT_MARKERS):
+            return folder
+    return None
+
+
+def spec_ref(path: Path, out_dir: Path) -> str:
+    """How headers and the manifest name a spec file or folder, the same from any working directory:
+    relative to the project root of --out (else of the spec, else --out's parent), in / form."""
+    out = out_dir.resolve()
+    target = path.resolve()
+    root = project_root(out) or project_root(target if target.is_dir() else target.parent) or out.parent
+    return Path(os.path.relpath(target, root)).as_posix()
+
+
+def _in_scope(ref: str | None, scopes: list[str] | None) -> bool:
+    """Whether an output's spec file lies in what this render was given (None: everything, --prune)."""
+    if scopes is None:
+        return True
+    if ref is None:
+        return False
+    return any(s == "." or ref == s or ref.startswith(s.rstrip("/") + "/") for s in scopes)
+
+
+def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
+    """The module an --out package would shadow: `--out .` puts `triton/` where `import triton` finds
+    it first; `--out torch` makes a package named `torch`. Found with find_spec, which imports nothing."""
+    out = out_dir.resolve()
+    roots = {Path.cwd().resolve()} | {Path(p or ".").resolve() for p in sys.path}
+    if out in roots:  # its backend folders become top-level packages
+        return backends[0]
+    name = out.name
+    if out.parent not in roots or not name.isidentifier():  # imported as a subpackage: no clash
+        return None
+    if name in {*backends, "torch", "jax", "cutlass", "numpy", "specgen"} or name in sys.stdlib_module_names:
+        return name
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    # an installed distribution (not a source folder on the path, such as an editable checkout's)
+    places = [spec.origin or "", *(spec.submodule_search_locations or [])]
+    installed = any(part in ("site-packages", "dist-packages") for p in places for part in Path(p).parts)
+    return name if installed and not any(Path(p).resolve() == out for p in places if p) else None
+
+
+def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False,
+                     scope: list[Path] | None = None) -> RenderResult:
+    """Render `specs` into out_dir. Outputs the manifest owns that no spec produces anymore are removed
+    when their spec file lies in `scope` (the files and folders render was given); scope None removes
+    every such output (`--prune`)."""
+    shadow = shadowed_module(out_dir, [b.value for b in RENDERERS])
+    if shadow:
+        raise RenderError(f"--out {out_dir} would make a package that shadows the `{shadow}` module "
+                          f"(`import {shadow}` would find it); choose a folder like `generated` or `mypkg/kernels`")
+    with locked(out_dir, create=not check):
+        return _render_locked(specs, out_dir, check, scope)
+
+
+def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: list[Path] | None) -> RenderResult:
+    old = read_manifest(out_dir)  # validated before anything is written
+    scopes = None if scope is None else [spec_ref(p, out_dir) for p in scope]
+    if not specs:  # inputs that came out empty never remove what render wrote before
+        scopes = []
     diags = check_all(specs)
     failing = failing_targets(diags)
     result = RenderResult(diags)
     files: dict[str, str] = {"__init__.py": PACKAGE_INIT}
-    kernels: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    kernels: dict[str, dict] = {}
     refused: set[str] = set()
+    refs: dict[str, str] = {}  # one lookup per spec file, not per kernel
     for ls in specs:
         if any(spec == ls.name for spec, _ in failing):
             refused.add(ls.name)
             continue
+        ref = refs.get(ls.file) or refs.setdefault(ls.file, spec_ref(Path(ls.file), out_dir))
+        placed = dataclasses.replace(ls, file=ref)  # headers name the spec the same from any folder
         by_backend: dict[Backend, list[Target]] = {}
         for t in ls.spec.targets:
             by_backend.setdefault(t.backend, []).append(t)
@@ -64,16 +149,24 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
                     entry[str(t)] = f"skipped: {reason}"
                 continue
             rel = module_path(backend, ls.name)
-            files[rel] = renderer(ls, targets)
-            files.setdefault(f"{backend.value}/__init__.py", f'"""Rendered {backend.value} kernels."""\n')
+            files[rel] = renderer(placed, targets)
+            sources[rel] = ref
+            files.setdefault(f"{backend.value}/__init__.py", BACKEND_INIT.format(backend=backend.value))
             for t in targets:
                 entry[str(t)] = rel
-        kernels[ls.name] = {"spec_file": ls.file, "spec_hash": ls.spec_hash, "targets": entry}
+        kernels[ls.name] = {"spec_file": ref, "spec_hash": ls.spec_hash, "targets": entry}
     result.refused = sorted(refused)
     if refused:  # keep what the refused specs rendered before: losing it helps nobody
-        for rel in owned_files(out_dir):
-            if any(rel == module_path(b, name) for b in RENDERERS for name in refused) and (out_dir / rel).exists():
+        for rel in old.files:
+            if any(rel == module_path(b, name) for b in RENDERERS for name in refused) and (out_dir / rel).is_file():
                 files[rel] = (out_dir / rel).read_text()
-    manifest = {"specgen_version": __version__, "kernels": dict(sorted(kernels.items()))}
-    result.report = write_outputs(out_dir, files, manifest, check)
+                if rel in old.sources:
+                    sources[rel] = old.sources[rel]
+        kernels |= {name: old.kernels[name] for name in refused if name in old.kernels}
+    # kernels of spec files outside this render's scope stay listed, as their files stay owned
+    kept = {name: e for name, e in old.kernels.items()
+            if name not in kernels and not _in_scope(e.get("spec_file"), scopes)}
+    manifest = {"specgen_version": __version__, "kernels": dict(sorted((kept | kernels).items()))}
+    result.report = write_outputs(out_dir, files, manifest, check, old=old, sources=sources,
+                                  removable=lambda ref: _in_scope(ref, scopes))
     return result

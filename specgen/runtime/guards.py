@@ -53,6 +53,20 @@ def _aligned(kernel: str, name: str, t: torch.Tensor) -> None:
                     f"{t.data_ptr() % ALIGN} (a sliced view? pass a .clone())")
 
 
+def _layout_hint(name: str, rank: int, contiguous_dim: int) -> str:
+    """The fix for an operand laid out the other way: for `b`, the usual cause is a weight stored
+    (N, K) the way nn.Linear keeps it."""
+    inner = contiguous_dim == rank - 1  # stride 1 along the last dim: row-major
+    if name == "b" and not inner:
+        return ('for a weight stored (N, K) (nn.Linear\'s layout) pass w.t(); for a (K, N) row-major b set '
+                'b.major = "mn" in the spec')
+    if name == "b":
+        return 'pass a (K, N) row-major tensor (w.t().contiguous() for a weight stored (N, K)), or set b.major = "k"'
+    if name == "a" and not inner:
+        return 'pass x.t() of a (K, M) row-major tensor, or set a.major = "k" in the spec'
+    return "pass a row-major tensor (.contiguous())"
+
+
 def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, contiguous_dim: int, device: int,
            tma: bool = False) -> tuple[int, ...]:
     """An operand of `rank` dims whose `contiguous_dim` has stride 1 (its major mode). With `tma`, every
@@ -64,7 +78,7 @@ def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, con
     shape, strides = t.shape, t.stride()
     if strides[contiguous_dim] != 1 and shape[contiguous_dim] > 1:
         raise _fail(kernel, name, f"must be contiguous along dim {contiguous_dim} (stride 1, the spec's major mode), "
-                    f"got strides {strides}; pass .contiguous() of the right layout")
+                    f"got strides {strides}; {_layout_hint(name, rank, contiguous_dim)}")
     _aligned(kernel, name, t)
     if tma:
         nbytes = t.element_size()
