@@ -12,17 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 
-from specgen.check import resolve_acc_stages, rule_context
-from specgen.envelope.budget import (
-    MAX_AUTO_STAGES,
-    MIN_STAGES,
-    TPU_BUFFERS,
-    max_ab_stages,
-    resolve_ab_stages,
-    smem_budget,
-)
+from specgen.envelope.budget import MAX_AUTO_STAGES, MIN_STAGES, TPU_BUFFERS
 from specgen.envelope.devices import SM90, SM100, TPUS
-from specgen.envelope.rules import RULES, RuleContext, run_rules, tmem_columns
+from specgen.envelope.rules import RULES, RuleContext, run_rules
+from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages, tmem_columns
+from specgen.resolve import memory as smem_budget
+from specgen.resolve import resolve as rule_context
 from specgen.spec.load import load_paths
 from specgen.spec.models import GemmSpec, parse_target
 from specgen.spec.targets import ALL_TARGETS, Backend
@@ -314,8 +309,12 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("warning", ["accumulator needs 200 of 255 registers per thread (128 threads): expect spills"], ("tile",))),
     ("REG001", "cute:sm90", {"tile": tile(128, 255, 64), "cute": {"mma_warpgroups": 1}},
      ("warning", ["needs 255 of 255 registers"], ("tile",))),
-    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
+    ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)},  # one consumer warpgroup for N <= 128
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    # Mosaic GPU does not read the CuTe options: the default split stands
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),  # 2 consumer warpgroups by default
     ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      None),  # f16 accumulators pack two per register
@@ -585,3 +584,55 @@ def test_shipped_specs_pass_every_rule_on_their_targets():
         for target in ls.spec.targets:
             errors = [f for f in run_rules(rule_context(ls.spec, target)) if f.severity == "error"]
             assert errors == [], (ls.name, str(target), errors)
+
+
+# --- resolve once per (spec, target) --------------------------------------------------------------------
+def _count_resolutions(monkeypatch) -> list[str]:
+    """Every `Resolved` built, by (spec, target): however it is reached, a resolution builds one."""
+    from specgen.resolve import Resolved
+
+    seen: list[str] = []
+    init = Resolved.__init__
+
+    def counting(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append(f"{self.spec.name} @ {self.target}")
+
+    monkeypatch.setattr(Resolved, "__init__", counting)
+    return seen
+
+
+def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_path):
+    from specgen.check import check_all
+    from specgen.render.catalogue import render_catalogue
+
+    specs = load_paths([ROOT / "specs"])
+    pairs = sorted(f"{ls.name} @ {t}" for ls in specs for t in ls.spec.targets)
+    seen = _count_resolutions(monkeypatch)
+    render_catalogue(specs, tmp_path, check=True)  # check, then every design's plan and render
+    assert sorted(seen) == pairs
+    seen.clear()
+    check_all(specs)  # plain check: the listed targets only
+    assert sorted(seen) == pairs
+    seen.clear()
+    check_all(specs, notes=True)  # notes resolve every other target too, once each
+    assert sorted(seen) == sorted(f"{ls.name} @ {t}" for ls in specs for t in ALL_TARGETS)
+
+
+def test_rules_run_only_on_the_kinds_they_name(monkeypatch):
+    ctx = ctx_for("triton:sm90", tile=tile(96, 128, 64))
+    assert any(f.rule == "POW001" for f in run_rules(ctx))
+    assert all(r.kinds == ("gemm",) for r in RULES)
+    only_other = [dataclasses.replace(r, kinds=("grouped_gemm",)) if r.id == "POW001" else r for r in RULES]
+    monkeypatch.setattr("specgen.envelope.rules.RULES", only_other)
+    assert not any(f.rule == "POW001" for f in run_rules(ctx))
+
+
+def test_rules_select_targets_by_table_facts_not_arch_names():
+    """No rule, resolve step or design tests an arch name: the target table says what each target is."""
+    import re
+
+    for rel in ("specgen/envelope/rules.py", "specgen/resolve.py", "specgen/envelope/budget.py",
+                "specgen/check.py", "specgen/designs/gemm_triton.py", "specgen/compile.py"):
+        text = (ROOT / rel).read_text()
+        assert not re.search(r"arch\s*==|arch\.startswith|\"tpu|\"sm\d+\"|\"gpu_sm", text), rel
