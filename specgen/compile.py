@@ -33,7 +33,7 @@ class CompileResult:
 
 
 class MissingModule(Exception):
-    """A spec's rendered module is not where `specgen render` would have written it."""
+    """A spec's rendered module is missing, or was rendered from another version of the spec."""
 
 
 def load_rendered(path: Path, name: str | None = None) -> ModuleType:
@@ -62,4 +62,9 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str]) -> Iterator[Co
             path = out_dir / rel
             if not path.is_file():
                 raise MissingModule(f"{path} is missing: run `specgen render` first")
-            yield _hook(design.compile_hook)(load_rendered(path), target_info(t))
+            module = load_rendered(path)
+            rendered = getattr(module, "METADATA", {}).get("spec_hash")
+            if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
+                raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
+                                    f"{ls.spec_hash}: run `specgen render` first")
+            yield _hook(design.compile_hook)(module, target_info(t))

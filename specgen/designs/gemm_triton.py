@@ -12,11 +12,12 @@ itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
@@ -79,6 +80,69 @@ class TensorArg:
 
 
 @dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter. The kernel def, the launch tuple, the specialization key, SIGNATURE,
+    do_not_specialize, the constexprs and the AOT compile all loop over the plan's list of these."""
+
+    name: str
+    type: str  # Triton's signature spelling: "*bf16", "i32", "fp32", "tensordesc<...>", "constexpr"
+    role: str  # operand, epilogue, size, stride, device, constexpr
+    # aligned: pointers 16-byte aligned, integers keyed (and specialized) on % 16 and == 1;
+    # wide: may pass 2**31 (batch strides and counts): never specialized, keyed on its width;
+    # none: never specialized nor keyed (the SM count: one compile serves every GPU); constexpr.
+    specialization: str
+    # How the launcher fills it: "name" (the local `var`), "stride" (`var[dim]`), "float" (float(var)),
+    # "num_sms" (the device's SM count); constexprs: "constant" (module constant `var`), "fast_math".
+    value: str
+    var: str = ""
+    dim: int = 0
+
+    @property
+    def keyed(self) -> bool:
+        return self.specialization in ("aligned", "wide") and self.type in ("i32", "i64")
+
+
+@dataclass(frozen=True)
+class StepArg:
+    name: str  # the launcher's argument
+    param: str  # the kernel's parameter
+    role: str  # vec_m, vec_n, matrix, scalar
+    axis: str  # "m" / "n" for vectors ("" otherwise)
+    dtype: str  # triton.language dtype name
+    needs_f32: bool  # loaded values convert to f32
+
+
+@dataclass(frozen=True)
+class EpilogueStep:
+    """One epilogue op with everything the template spells: argument names, axis, constants, dtypes."""
+
+    op: str  # bias, scale, activation, residual, clamp, cast
+    describe: str
+    args: list[StepArg]
+    fn: str = ""  # activation
+    value: float | None = None  # scale by a constant
+    beta: float = 1.0  # residual
+    min: float | None = None  # clamp
+    max: float | None = None
+    dtype: str = ""  # cast: triton.language dtype to round through
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """A TMA descriptor: the host builds it, SIGNATURE types it, the kernel loads or stores through it."""
+
+    param: str  # kernel parameter (a_desc)
+    tensor: str  # launcher tensor (a)
+    shape: list[str]  # global extents in descriptor order (batch first when batched)
+    strides: list[tuple[str, int]]  # (stride tuple, dim) for every dim but the contiguous one
+    block: list[int]  # the box, in elements, descriptor order (1 for the batch dim)
+    block_names: list[str]  # the kernel's view of the box (no batch dim)
+    coords: list[str]  # the kernel's load/store coordinates (pid_b first when batched)
+    transposed: bool  # the kernel transposes the loaded tile (MN-major A, K-major B)
+    type: str  # Triton signature type
+
+
+@dataclass(frozen=True)
 class TritonPlan:
     name: str
     kernel_name: str
@@ -103,10 +167,12 @@ class TritonPlan:
     tma: bool
     epilogue_subtile: bool
     flatten: bool
-    epilogue: list[dict[str, object]]
     args: list[TensorArg]  # epilogue runtime arguments, in chain order
     configs: list[TritonArchConfig]
     spec_json: dict[str, object]
+    params: list[KernelParam]  # the kernel ABI, in declaration order
+    steps: list[EpilogueStep]  # the epilogue, resolved
+    boxes: dict[str, TmaBox]  # "a", "b", "out" -> its TMA descriptor (empty for pointer kernels)
 
 
 def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
@@ -150,81 +216,129 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         tma=spec.triton.tma,
         epilogue_subtile=spec.triton.epilogue_subtile,
         flatten=spec.schedule.persistent and spec.triton.flatten,
-        epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,
         spec_json=spec.model_dump(mode="json"),
+        params=_params(spec),
+        steps=_steps(spec),
+        boxes=_boxes(spec),
     )
 
 
-def _stride(param: str, var: str, dim: int, batch: bool = False) -> dict[str, object]:
-    """A stride parameter: the kernel's name for it, and which dim of which tensor's stride() it is."""
-    return {"param": param, "var": var, "dim": dim, "batch": batch}
+def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
+    if not spec.triton.tma:
+        return {}
+    t, batch = spec.tile, spec.batch
+    lead_shape, lead_block, lead_coord = (["batch"], [1], ["pid_b"]) if batch else ([], [], [])
 
+    def box(side: str, dtype: DType, dims: tuple[str, str], blocks: tuple[str, str], block: tuple[int, int],
+            coords: tuple[str, str], stride_dim: int, transposed: bool) -> TmaBox:
+        var = "s" + side[0]
+        full = [*lead_block, *block]
+        return TmaBox(f"{side}_desc", side, [*lead_shape, *dims], ([(var, 0)] if batch else []) + [(var, stride_dim)],
+                      full, list(blocks), [*lead_coord, *coords], transposed,
+                      f"tensordesc<{dtype.info.triton_sig}[{', '.join(map(str, full))}]>")
 
-def triton_context(p: TritonPlan) -> dict[str, object]:
-    lead_a = -2 if p.a_major == "k" else -1
-    lead_b = -1 if p.b_major == "k" else -2
-    strides: list[dict[str, object]] = []
-    if not p.tma:
-        if p.batch:
-            strides.append(_stride("stride_ab", "sa", 0, batch=True))
-        strides.append(_stride("stride_a", "sa", lead_a))
-        if p.batch:
-            strides.append(_stride("stride_bb", "sb", 0, batch=True))
-        strides.append(_stride("stride_b", "sb", lead_b))
-        if p.batch:
-            strides.append(_stride("stride_ob", "so", 0, batch=True))
-        strides.append(_stride("stride_om", "so", -2))
-    for arg in p.args:
-        if arg.role == "matrix":
-            if p.batch:
-                strides.append(_stride(f"stride_{arg.name}b", f"s_{arg.name}", 0, batch=True))
-            strides.append(_stride(f"stride_{arg.name}m", f"s_{arg.name}", -2))
-    # Batch strides (and the batch count) may pass 2**31: never specialized, only their width is keyed.
-    no_specialize = [s["param"] for s in strides if s["batch"]] + (["BATCH"] if p.batch and p.persistent else [])
-    if p.persistent:
-        no_specialize.append("NUM_SMS")  # a device fact, not a problem size: one compile serves every GPU
-    signature = _signature(p, strides)
-    schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)]
+    a, b = spec.a, spec.b
+    out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
     return {
-        "p": p,
-        "plan": asdict(p),
-        "strides": strides,
-        "no_specialize": no_specialize,
-        "op_schema": schema,
-        "signature": signature,
-        "uses_tanh": any(op["op"] == "activation" and op["fn"] in ("gelu_tanh", "silu", "sigmoid") for op in p.epilogue),
+        "a": box("a", a.dtype, ("M", "K"), ("BLOCK_M", "BLOCK_K"), (t.m, t.k), ("off_m", "off_k"), -2, False)
+        if a.major == "k" else
+        box("a", a.dtype, ("K", "M"), ("BLOCK_K", "BLOCK_M"), (t.k, t.m), ("off_k", "off_m"), -1, True),
+        "b": box("b", b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
+        if b.major == "k" else
+        box("b", b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
+        "out": box("out", spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2,
+                   False),
     }
 
 
-def _desc(dtype_sig: str, block: list[str]) -> str:
-    return f"tensordesc<{dtype_sig}[{', '.join(block)}]>"
-
-
-def _signature(p: TritonPlan, strides: list[dict[str, object]]) -> dict[str, str]:
-    """Parameter name -> Triton type string, in declaration order (constexprs as "constexpr")."""
-    sig: dict[str, str] = {}
-    bm, bn, bk = str(p.block_m), str(p.block_n), str(p.block_k)
-    lead = ["1"] if p.batch else []
-    if p.tma:
-        sig["a_desc"] = _desc(p.a.dtype.info.triton_sig, [*lead, bm, bk] if p.a_major == "k" else [*lead, bk, bm])
-        sig["b_desc"] = _desc(p.b.dtype.info.triton_sig, [*lead, bn, bk] if p.b_major == "k" else [*lead, bk, bn])
-        out_n = str(p.block_n // 2) if p.epilogue_subtile else bn
-        sig["out_desc"] = _desc(p.out.dtype.info.triton_sig, [*lead, bm, out_n])
+def _params(spec: GemmSpec) -> list[KernelParam]:
+    """The kernel's parameters in declaration order, each with its type, role and specialization."""
+    batch, persistent = spec.batch, spec.schedule.persistent
+    ps: list[KernelParam] = []
+    if spec.triton.tma:
+        ps += [KernelParam(b.param, b.type, "operand", "aligned", "name", b.param) for b in _boxes(spec).values()]
     else:
-        for side in (p.a, p.b, p.out):
-            sig[f"{side.name}_ptr"] = "*" + side.dtype.info.triton_sig
-    for arg in p.args:
-        sig[arg.name if arg.role == "scalar" else f"{arg.name}_ptr"] = (
-            "fp32" if arg.role == "scalar" else "*" + arg.dtype.info.triton_sig
-        )
-    sig.update(M="i32", N="i32", K="i32")
-    if p.batch and p.persistent:
-        sig["BATCH"] = "i32"
-    for s in strides:
-        sig[str(s["param"])] = "i32"
-    if p.persistent:
-        sig["NUM_SMS"] = "i32"
-    sig.update(BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", FAST_MATH="constexpr")
-    return sig
+        for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype)):
+            ps.append(KernelParam(f"{side}_ptr", "*" + dt.info.triton_sig, "operand", "aligned", "name", side))
+    for arg in spec.runtime_args():
+        if arg.shape == "scalar":
+            ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
+        else:
+            ps.append(KernelParam(f"{arg.name}_ptr", "*" + arg.dtype.info.triton_sig, "epilogue", "aligned", "name",
+                                  arg.name))
+    ps += [KernelParam(d, "i32", "size", "aligned", "name", d) for d in ("M", "N", "K")]
+    if batch and persistent:
+        ps.append(KernelParam("BATCH", "i32", "size", "wide", "name", "batch"))
+
+    if not spec.triton.tma:
+        # each pointer operand's leading stride (the other is 1: its major mode)
+        if batch:
+            ps.append(KernelParam("stride_ab", "i32", "stride", "wide", "stride", "sa", 0))
+        ps.append(KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1))
+        if batch:
+            ps.append(KernelParam("stride_bb", "i32", "stride", "wide", "stride", "sb", 0))
+        ps.append(KernelParam("stride_b", "i32", "stride", "aligned", "stride", "sb", -1 if spec.b.major == "k" else -2))
+        if batch:
+            ps.append(KernelParam("stride_ob", "i32", "stride", "wide", "stride", "so", 0))
+        ps.append(KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2))
+    for arg in spec.runtime_args():
+        if arg.shape == "matrix":
+            if batch:
+                ps.append(KernelParam(f"stride_{arg.name}b", "i32", "stride", "wide", "stride", f"s_{arg.name}", 0))
+            ps.append(KernelParam(f"stride_{arg.name}m", "i32", "stride", "aligned", "stride", f"s_{arg.name}", -2))
+    if persistent:  # a device fact, not a problem size: one compile serves every GPU
+        ps.append(KernelParam("NUM_SMS", "i32", "device", "none", "num_sms"))
+    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
+    return ps
+
+
+def _steps(spec: GemmSpec) -> list[EpilogueStep]:
+    from specgen.render.env import describe_op
+
+    steps = []
+    for op in spec.epilogue:
+        args = [StepArg(a.name, a.name if a.shape == "scalar" else f"{a.name}_ptr", a.shape,
+                        a.shape[-1] if a.shape in ("vec_m", "vec_n") else "", a.dtype.info.triton,
+                        a.dtype != DType.f32 or op.op == "bias")
+                for a in op.runtime_args()]
+        data = op.model_dump(mode="json")
+        steps.append(EpilogueStep(
+            op=op.op, describe=describe_op(data), args=args, fn=data.get("fn", ""),
+            value=data.get("value"), beta=data.get("beta", 1.0), min=data.get("min"), max=data.get("max"),
+            dtype=DType(data["dtype"]).info.triton if op.op == "cast" else "",
+        ))
+    return steps
+
+
+def metadata(p: TritonPlan) -> dict[str, object]:
+    """The module's one metadata dict (rendered as METADATA)."""
+    return {
+        "runtime_abi": RUNTIME_ABI,
+        "specgen_version": p.specgen_version,
+        "spec_file": p.spec_file,
+        "spec_hash": p.spec_hash,
+        "kernel": p.name,
+        "custom_op": f"specgen::{p.name}_{p.spec_hash}",  # runtime/torch/ops.py: namespaced by spec hash
+        "targets": [f"triton:{c.arch}" for c in p.configs],
+        "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages, "smem_bytes": c.smem_bytes,
+                                        "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
+                 for c in p.configs},
+        "parameters": [[q.name, q.type, q.specialization] for q in p.params],
+    }
+
+
+def triton_context(p: TritonPlan) -> dict[str, object]:
+    return {
+        "p": p,
+        "metadata": metadata(p),
+        "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
+        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
+        "uses_tanh": any(s.op == "activation" and s.fn in ("gelu_tanh", "silu", "sigmoid") for s in p.steps),
+    }
+
+
+

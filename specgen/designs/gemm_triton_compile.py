@@ -15,13 +15,10 @@ from specgen.compile import CompileResult
 from specgen.targets import TargetInfo
 
 
-def _attrs(signature: dict[str, str], no_specialize: set[str]) -> dict[tuple[int], list[list[object]]]:
+def _attrs(params: list[list[str]]) -> dict[tuple[int], list[list[object]]]:
     """tt.divisibility=16 on every pointer and every specialized integer: the JIT's aligned case."""
-    out = {}
-    for i, (name, ty) in enumerate(signature.items()):
-        if ty.startswith("*") or (ty in ("i32", "i64") and name not in no_specialize):
-            out[(i,)] = [["tt.divisibility", 16]]
-    return out
+    return {(i,): [["tt.divisibility", 16]] for i, (_, ty, spec) in enumerate(params)
+            if spec == "aligned" and (ty.startswith("*") or ty in ("i32", "i64"))}
 
 
 def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
@@ -32,13 +29,11 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     kernel = module._launcher.kernel
     cc = target.compute_capability
     assert cc is not None
-    name = module.SPEC["name"]
-    plan_smem = module.PLAN_SMEM[cc]
-    constexprs = {"BLOCK_M": module.BLOCK_M, "BLOCK_N": module.BLOCK_N, "BLOCK_K": module.BLOCK_K, "GROUP_M": module.GROUP_M,
-                  "FAST_MATH": True}
-    no_specialize = {kernel.arg_names[i] if isinstance(i, int) else i for i in kernel.do_not_specialize}
-    src = ASTSource(fn=kernel, signature=dict(module.SIGNATURE), constexprs=constexprs,
-                    attrs=_attrs(module.SIGNATURE, no_specialize))
+    meta = module.METADATA
+    name, plan_smem, params = meta["kernel"], meta["plan"][cc]["smem_bytes"], meta["parameters"]
+    # the module's own constexpr values, with the GPU's fast math (the interpreter's exact forms are for CPUs)
+    constexprs = {**module._CONSTEXPRS, "FAST_MATH": True}
+    src = ASTSource(fn=kernel, signature={n: ty for n, ty, _ in params}, constexprs=constexprs, attrs=_attrs(params))
     start = time.perf_counter()
     try:
         compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=dict(module.CONFIGS[cc]))

@@ -10,6 +10,9 @@ import importlib
 
 import pytest
 import torch
+from reference import REFERENCES
+
+from specgen.spec.models import GemmSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -40,27 +43,9 @@ def layout(x: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
 
 
 def reference(spec: dict, args: list[torch.Tensor | float]) -> torch.Tensor:
-    a, b = args[0].double(), args[1].double()
-    acc = a @ b
-    rest = list(args[2:])
-    for op in spec["epilogue"]:
-        if op["op"] == "bias":
-            v = rest.pop(0).double().reshape(-1)
-            acc = acc + (v[None, :] if op["along"] == "n" else v[:, None])
-        elif op["op"] == "scale" and op["by"] == "rowcol":
-            sa, sb = rest.pop(0).double().reshape(-1), rest.pop(0).double().reshape(-1)
-            acc = acc * sa[:, None] * sb[None, :]
-        elif op["op"] == "scale" and op["by"] == "scalar":
-            acc = acc * (op["value"] if op["value"] is not None else rest.pop(0))
-        elif op["op"] == "activation":
-            acc = {"relu": torch.relu, "silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid,
-                   "gelu": torch.nn.functional.gelu,
-                   "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op["fn"]](acc)
-        elif op["op"] == "residual":
-            acc = acc + op["beta"] * rest.pop(0).double()
-        else:
-            raise AssertionError(f"reference lacks {op}")
-    return acc
+    """The shared float64 reference (tests/reference.py), the launcher's positional arguments by name."""
+    names = [arg.name for arg in GemmSpec.model_validate(spec).runtime_args()]
+    return REFERENCES[spec["kind"]](spec["epilogue"], args[0], args[1], dict(zip(names, args[2:], strict=True)))
 
 
 def build_args(spec: dict, M: int, N: int, K: int, gen: torch.Generator) -> list:
