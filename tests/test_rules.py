@@ -57,7 +57,7 @@ TRITON = {"triton:sm90", "triton:sm100"}
 WGMMA = {"cute:sm90", "pallas:gpu_sm90"}
 APPLIES = {
     "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
-    "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
+    "MMA002": {"cute:sm100"}, "MMA003": TRITON, "MMA004": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
 }
@@ -187,6 +187,18 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("MMA003", "triton:sm100", {"tile": tile(8, 64, 64)}, ("error", ["tile.m = 8 < 16"], ("tile", "m"))),
     ("MMA003", "triton:sm90", {"tile": tile(32, 64, 64)},
      ("warning", ["tile.m = 32 < 64: Triton will not use wgmma on sm90"], ("tile", "m"))),
+    # MMA004: tl.dot's fallbacks from wgmma / tcgen05: mma_v2 (M < 64 on sm100, < 4 warps), FMA (f32 ieee)
+    ("MMA004", "triton:sm100", {"tile": tile(64, 64, 64)}, None),
+    ("MMA004", "triton:sm100", {"tile": tile(32, 64, 64)},
+     ("warning", ["tile.m = 32 < 64: Triton falls back from tcgen05 to mma_v2 on triton:sm100"], ("tile", "m"))),
+    ("MMA004", "triton:sm90", {"tile": tile(32, 64, 64)}, None),  # MMA003 says it on sm90
+    ("MMA004", "triton:sm90", {"triton": {"num_warps": 4}}, None),
+    ("MMA004", "triton:sm90", {"triton": {"num_warps": 2}},
+     ("warning", ["triton.num_warps = 2 < 4 (one warpgroup): Triton falls back from wgmma to mma_v2"],
+      ("triton", "num_warps"))),
+    ("MMA004", "triton:sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "f32"}}, None),
+    ("MMA004", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"}},
+     ("warning", ["A and B are f32 (ieee): tl.dot runs on FMA units on triton:sm100, no tcgen05"], ("a", "dtype"))),
     # POW001: Triton block dims and num_warps are powers of two, m*n <= 1048576
     ("POW001", "triton:sm90", {"tile": tile(1024, 1024, 16), "triton": {"num_warps": 32}}, None),
     ("POW001", "triton:sm90", {"tile": tile(2048, 1024, 16)},

@@ -245,6 +245,26 @@ def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", "", ("tile", "m"))
 
 
+@rule("MMA004", "tl.dot falls back from the arch's tensor-core MMA", is_triton)
+def triton_mma_fallback(ctx: RuleContext) -> Iterator[Finding]:
+    """Triton lowers tl.dot to wgmma (sm90) or tcgen05 (sm100) only for blocks of M >= 64 on at least
+    one warpgroup (4 warps); otherwise to mma_v2, a fraction of the throughput. f32 operands with ieee
+    precision (specgen's `f32`, not `tf32`) run on the FMA units, no tensor cores at all. Sources:
+    Triton `AccelerateMatmul.cpp` (MMA version selection), `semantic.py` (input_precision); measured
+    with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning."""
+    t, w, mma = ctx.spec.tile, ctx.spec.triton.num_warps, ctx.info.mma
+    if ctx.spec.a.dtype == DType.f32:
+        yield Finding("MMA004", "warning", f"A and B are f32 (ieee): tl.dot runs on FMA units on {ctx.target}, no "
+                      f"{mma} (tensor cores)", 'use dtype = "tf32" for tensor cores', ("a", "dtype"))
+        return
+    if mma == "tcgen05" and t.m < 64:
+        yield Finding("MMA004", "warning", f"tile.m = {t.m} < 64: Triton falls back from tcgen05 to mma_v2 on "
+                      f"{ctx.target}", "use tile.m = 64", ("tile", "m"))
+    if w < 4:
+        yield Finding("MMA004", "warning", f"triton.num_warps = {w} < 4 (one warpgroup): Triton falls back from {mma} "
+                      f"to mma_v2 on {ctx.target}", "use num_warps = 4", ("triton", "num_warps"))
+
+
 # --- powers of two, sizes --------------------------------------------------------------------------------
 @rule("POW001", "Triton block dims and num_warps are powers of two", is_triton)
 def triton_pow2(ctx: RuleContext) -> Iterator[Finding]:
