@@ -89,9 +89,9 @@ GROUP_M = 8
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
+    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
     90: {"num_warps": 4, "num_stages": 4},
-    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
+    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
     100: {"num_warps": 4, "num_stages": 4},
 }
 # The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
@@ -110,14 +110,14 @@ METADATA = {
             'num_warps': 4,
             'num_stages': 4,
             'smem_bytes': 98304,
-            'smem_breakdown': 'A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B)',
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
             'acc_registers': 64,
         },
         100: {
             'num_warps': 4,
             'num_stages': 4,
             'smem_bytes': 98304,
-            'smem_breakdown': 'A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B)',
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
             'acc_registers': 64,
         },
     },

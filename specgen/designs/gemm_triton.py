@@ -4,10 +4,11 @@ One generated module serves all of a spec's Triton targets: the kernel source is
 and sm100, and the launcher picks the per-arch launch config (`configs`) by the device's compute
 capability.
 
-SMEM: each stage holds one A tile and one B tile. The persistent TMA kernel also keeps the output
-tile staged for its TMA store (half of it with `epilogue_subtile`) alive beside the pipeline; the
-plain kernel's epilogue layout conversion reuses the pipeline buffers once the K loop ends. Triton
-itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
+SMEM (`memory`, measured against `triton.compile` by tests/differential.py): each stage holds one A
+tile and one B tile (FMA dots keep one buffer fewer). The TMA store stages the output tile (half of
+it with `epilogue_subtile`), beside the pipeline in a persistent kernel, over the drained pipeline
+buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 operands get K-major copies.
+Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
 """
 
 from __future__ import annotations
@@ -35,15 +36,24 @@ class TritonGemm:
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         gpu = target.gpu
         assert gpu is not None
-        t = spec.tile
-        if spec.triton.tma:
-            epi = t.m * t.n * spec.out.dtype.bytes // (2 if spec.triton.epilogue_subtile else 1)
-        else:
-            epi = t.m * t.n * 4  # layout conversion scratch of the f32 accumulator, reusing A/B
+        t, out_bytes = spec.tile, spec.out.dtype.bytes
+        # The TMA store stages the output tile (half of it with epilogue_subtile); pointer stores go
+        # straight from registers (no scratch: measured).
+        epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1) if spec.triton.tma else 0
         # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline.
         overlaps = not (spec.triton.tma and spec.schedule.persistent)
+        # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
+        # num_stages - 1 A/B buffers, not num_stages (measured).
+        delta = -1 if spec.a.dtype == DType.f32 else 0
+        # tcgen05 reads tf32 operands K-major only: each MN-major one is copied through registers into
+        # a double-buffered K-major tile beside the pipeline (measured on sm_100).
+        copies = 0
+        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32:
+            copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
+                             if major == "mn")
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
-                            epilogue_overlaps_ab=overlaps)
+                            epilogue_overlaps_ab=overlaps, extra_bytes=copies, extra_label="tf32 K-major copies",
+                            ab_buffers_delta=delta)
 
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"triton/{spec.name}.py": list(targets)}

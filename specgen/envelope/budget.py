@@ -39,11 +39,17 @@ class MemoryBudget:
     ab_stages: int
     epilogue_bytes: int
     epilogue_overlaps_ab: bool  # epilogue reuses the pipeline buffers after the K loop
-    extra_bytes: int = 0  # accumulator scratch and vectors (TPU)
+    extra_bytes: int = 0  # never overlapped: accumulator scratch and vectors (TPU), operand copies (Triton)
+    extra_label: str = "accumulator+vectors"
+    ab_buffers_delta: int = 0  # A/B buffers the pipeline allocates beyond (or short of) its stages
+
+    @property
+    def ab_buffers(self) -> int:
+        return max(1, self.ab_stages + self.ab_buffers_delta)
 
     @property
     def ab_bytes(self) -> int:
-        return self.ab_stage_bytes * self.ab_stages
+        return self.ab_stage_bytes * self.ab_buffers
 
     @property
     def total(self) -> int:
@@ -55,11 +61,11 @@ class MemoryBudget:
         return self.total <= self.capacity
 
     def breakdown(self) -> str:
-        parts = [f"A/B {self.ab_stages} x {self.ab_stage_bytes} = {self.ab_bytes}"]
+        parts = [f"A/B {self.ab_buffers} x {self.ab_stage_bytes} = {self.ab_bytes}"]
         if self.epilogue_bytes:
             parts.append(f"epilogue {self.epilogue_bytes}" + (" (reuses A/B)" if self.epilogue_overlaps_ab else ""))
         if self.extra_bytes:
-            parts.append(f"accumulator+vectors {self.extra_bytes}")
+            parts.append(f"{self.extra_label} {self.extra_bytes}")
         if self.reserve:
             parts.append(f"barriers {self.reserve}")
         return " + ".join(parts)
