@@ -7,7 +7,7 @@ capability.
 SMEM (`memory`, measured against `triton.compile` by tests/differential.py): each stage holds one A
 tile and one B tile (FMA dots keep one buffer fewer). The TMA store stages the output tile (half of
 it with `epilogue_subtile`), beside the pipeline in a persistent kernel, over the drained pipeline
-buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 operands get K-major copies.
+buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 TMA operands get K-major copies.
 Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
 """
 
@@ -45,10 +45,11 @@ class TritonGemm:
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
         delta = -1 if spec.a.dtype == DType.f32 else 0
-        # tcgen05 reads tf32 operands K-major only: each MN-major one is copied through registers into
-        # a double-buffered K-major tile beside the pipeline (measured on sm_100).
+        # tcgen05 reads tf32 operands K-major only: a TMA kernel copies each MN-major one through
+        # registers into a double-buffered K-major tile beside the pipeline (measured on sm_100; pointer
+        # kernels load through registers anyway and need no copy).
         copies = 0
-        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32:
+        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and spec.triton.tma:
             copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
                              if major == "mn")
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
