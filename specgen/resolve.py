@@ -141,10 +141,16 @@ def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
             TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))
 
 
-def _moves_by_tma(spec: GemmSpec, info: TargetInfo) -> bool:
-    if info.tma_boxes:
-        return True
-    return info.backend is Backend.triton and spec.triton.tma and info.gpu is not None
+def resolve_tma_boxes(spec: GemmSpec, info: TargetInfo) -> tuple[TmaBox, ...]:
+    """The boxes the kernel moves by TMA: its design's own (`tma_boxes`, the ones the module builds), else
+    one per tile where the target moves raw TMA boxes, else none."""
+    from specgen.designs import design_for
+
+    design = design_for(spec.kind, info.backend)
+    own = getattr(design, "tma_boxes", None)
+    if own is not None:
+        return own(spec, info)
+    return tma_boxes(spec) if info.tma_boxes else ()
 
 
 def resolve(spec: GemmSpec, target: Target) -> Resolved:
@@ -157,5 +163,5 @@ def resolve(spec: GemmSpec, target: Target) -> Resolved:
         budget=memory(spec, info, stages),
         acc_registers=regs, acc_threads=threads,
         tmem_columns=tmem_columns(spec) if _acc_in_tmem(info) else 0,
-        tma_boxes=tma_boxes(spec) if _moves_by_tma(spec, info) else (),
+        tma_boxes=resolve_tma_boxes(spec, info),
     )

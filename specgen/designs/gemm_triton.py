@@ -14,18 +14,16 @@ Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers pe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.resolve import Resolved
+from specgen.resolve import TmaBox as RuleBox
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo
-
-if TYPE_CHECKING:
-    from specgen.resolve import Resolved
 
 
 class TritonGemm:
@@ -55,6 +53,14 @@ class TritonGemm:
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
                             epilogue_overlaps_ab=overlaps, extra_bytes=copies, extra_label="tf32 K-major copies",
                             ab_buffers_delta=delta)
+
+    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[RuleBox, ...]:
+        """The descriptors' boxes as the TMA rules see them (the same boxes the module builds)."""
+        if target.gpu is None:
+            return ()
+        fields = {"a": ("a",), "b": ("b",), "out": ("out",)}
+        return tuple(RuleBox(side.upper() if side != "out" else "out", b.block[-2], b.block[-1], b.elem_bytes, fields[side])
+                     for side, b in _boxes(spec).items())
 
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"triton/{spec.name}.py": list(targets)}
@@ -151,6 +157,7 @@ class TmaBox:
     coords: list[str]  # the kernel's load/store coordinates (pid_b first when batched)
     transposed: bool  # the kernel transposes the loaded tile (MN-major A, K-major B)
     type: str  # Triton signature type
+    elem_bytes: int
 
 
 @dataclass(frozen=True)
@@ -248,7 +255,7 @@ def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
         full = [*lead_block, *block]
         return TmaBox(f"{side}_desc", side, [*lead_shape, *dims], ([(var, 0)] if batch else []) + [(var, stride_dim)],
                       full, list(blocks), [*lead_coord, *coords], transposed,
-                      f"tensordesc<{dtype.info.triton_sig}[{', '.join(map(str, full))}]>")
+                      f"tensordesc<{dtype.info.triton_sig}[{', '.join(map(str, full))}]>", dtype.bytes)
 
     a, b = spec.a, spec.b
     out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
