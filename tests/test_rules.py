@@ -339,10 +339,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "triton:sm100", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
      ("warning", ["accumulator needs 256 registers per thread"], ("triton", "num_warps"))),
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
-                               "tile": tile(128, 128, 32)}, None),  # 64 + 32 operand registers
+                               "tile": tile(128, 128, 32)}, None),  # 64 + (64 + 32) operand registers = 160
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
                                "tile": tile(256, 128, 64)},
-     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 96 for the FMA operands = 224 of 255"],
+     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 224 for the FMA operands = 352 > 255"],
       ("triton", "num_warps"))),
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "cute:sm90", {"tile": tile(128, 200, 64), "cute": {"mma_warpgroups": 1}},
