@@ -254,6 +254,24 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
                                 "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 3}},
      None),  # sm_90's wgmma takes them as they are
+    # layout scratch: an FMA TMA kernel transposes an operand stored the other way (A MN-major here)
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 64, 64), "triton": {"num_warps": 4}, "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 4}}, None),  # 3 x 49152 + 32768 + 32768 = 212992
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 64, 64), "triton": {"num_warps": 4}, "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 262144 B of SMEM", "A/B 4 x 49152 = 196608", "layout scratch 32768"], ("pipeline", "ab_stages"))),
+    # ... and an sm_90 persistent TMA kernel converts a residual of 1 KB rows a quarter tile at a time
+    ("SMEM001", "triton:sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 262144 B of SMEM", "epilogue 131072 + layout scratch 32768"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "epilogue": [{"op": "residual", "dtype": "bf16"}], "pipeline": {"ab_stages": 2}},
+     None),  # 512-byte rows: no scratch (229376 B)
+    ("SMEM001", "triton:sm100", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                 "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     None),  # sm_100 converts it without
     # one program per tile with TMA: the store buffer reuses the pipeline buffers too
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},

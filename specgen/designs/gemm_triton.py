@@ -7,7 +7,9 @@ capability.
 SMEM (`memory`, measured against `triton.compile` by tests/differential.py): each stage holds one A
 tile and one B tile (FMA dots keep one buffer fewer). The TMA store stages the output tile (half of
 it with `epilogue_subtile`), beside the pipeline in a persistent kernel, over the drained pipeline
-buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 TMA operands get K-major copies.
+buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 TMA operands get K-major copies;
+layout conversions (FMA operands stored the other way, big residuals in sm_90 persistent kernels)
+take scratch.
 Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
 """
 
@@ -50,8 +52,21 @@ class TritonGemm:
         if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and spec.triton.tma:
             copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
                              if major == "mn")
+        # Layout-conversion scratch, one region reused (measured; the largest conversion sizes it):
+        # - an FMA dot reads A K-major and B N-major: a TMA kernel transposes an operand stored the
+        #   other way through one tile of scratch;
+        # - an sm_90 persistent TMA kernel converts a residual with rows of 1 KB or more into the
+        #   accumulator's layout a quarter tile at a time, beside the live pipeline.
+        scratch = 0
+        if spec.a.dtype == DType.f32 and spec.triton.tma:
+            scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
+        if target.mma == "wgmma" and spec.triton.tma and spec.schedule.persistent:
+            for arg in spec.runtime_args():
+                if arg.shape == "matrix" and t.n * arg.dtype.bytes >= 1024:
+                    scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
+        label = " + ".join(name for name, v in (("tf32 K-major copies", copies), ("layout scratch", scratch)) if v)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
-                            epilogue_overlaps_ab=overlaps, extra_bytes=copies, extra_label="tf32 K-major copies",
+                            epilogue_overlaps_ab=overlaps, extra_bytes=copies + scratch, extra_label=label,
                             ab_buffers_delta=delta)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[RuleBox, ...]:
