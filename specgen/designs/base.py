@@ -44,12 +44,17 @@ class Design(Protocol):
     compile_hook: str  # "module:function(module_path, target) -> CompileResult", imported lazily
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The on-chip bytes one block of this design stages at `ab_stages`, broken down."""
+        """The on-chip bytes one block of this design stages at `ab_stages`, broken down (the target's
+        row of the table, not the bare Target: its device, MMA family and memory kind)."""
         ...
 
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         """Relative output path (under the rendered package) -> the targets that module serves."""
         ...
+
+    # Optional: `tma_boxes(spec, target) -> tuple[resolve.TmaBox, ...]`, the boxes the module's TMA
+    # descriptors use, so that the TMA rules check exactly those (resolve.py falls back to one box per
+    # tile where the target's row says tiles move as raw TMA boxes).
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
