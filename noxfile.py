@@ -1,6 +1,6 @@
 """Sessions: `nox -s tests` (the CPU suite CI runs), `nox -s lint`, `nox -s render` (the catalogue),
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
-`nox -s gpu` (GPU tests + benchmark, on a CUDA machine)."""
+`nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,11 @@ def fresh(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """Marked GPU tests, then bench/bench_triton.py; results under $OUT (default bench/out)."""
     session.run("bash", "bench/run_gpu.sh", *session.posargs, external=True)
+
+
+@nox.session(python=False)
+def diff(session: nox.Session) -> None:
+    """Check vs triton.compile on the full seeded grid (tests/differential.py; CI runs a few dozen)."""
+    n = session.posargs[0] if session.posargs else "500"
+    session.run("python", "tests/differential.py", n, "7",
+                env={"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})

@@ -1,19 +1,18 @@
 """`specgen check`: run every envelope rule over every (spec, target) pair and report with positions.
 
-The context each rule sees carries the resolved pipeline depths and the memory budget from
-envelope/budget.py: the same numbers the planner will render.
+Each pair is resolved once (resolve.py: stages, memory budget, registers, TMA boxes); the rules read
+that, and `check_specs` hands the same `Resolved` objects on to render, whose designs plan from them.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-from specgen.envelope.budget import resolve_ab_stages, smem_budget
-from specgen.envelope.devices import GPUS, TPUS
-from specgen.envelope.rules import RuleContext, run_rules, tmem_columns
+from specgen.envelope.rules import run_rules
+from specgen.resolve import Resolved, resolve
 from specgen.spec.load import LoadedSpec
-from specgen.spec.models import GemmSpec, Target, parse_target
-from specgen.spec.targets import ALL_TARGETS, Backend, device_key
+from specgen.spec.models import parse_target
+from specgen.targets import ALL_TARGETS
 
 
 @dataclass(frozen=True)
@@ -36,53 +35,52 @@ class Diagnostic:
         return f"{text}\n    hint: {self.hint}" if self.hint else text
 
 
-def resolve_acc_stages(spec: GemmSpec, target: Target) -> int:
-    """Accumulator stages live in TMEM on tcgen05 (2 when they fit, so the epilogue overlaps the next
-    tile's MMA); register accumulators have one."""
-    if spec.pipeline.acc_stages != "auto":
-        return spec.pipeline.acc_stages
-    if target.backend is Backend.cute and target.arch == "sm100":
-        return 2 if tmem_columns(spec) * 2 <= GPUS["sm100"].tmem_columns else 1
-    return 1
+@dataclass
+class CheckReport:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    resolved: dict[tuple[str, str], Resolved] = field(default_factory=dict)  # (spec, target) -> its resolution
 
 
-def rule_context(spec: GemmSpec, target: Target) -> RuleContext:
-    stages = resolve_ab_stages(spec, target)
-    is_tpu = target.arch.startswith("tpu")
-    return RuleContext(
-        spec=spec, target=target,
-        gpu=None if is_tpu else GPUS[device_key(target.backend, target.arch)],
-        tpu=TPUS[target.arch] if is_tpu else None,
-        ab_stages=stages, acc_stages=resolve_acc_stages(spec, target),
-        budget=smem_budget(spec, target, stages),
-    )
-
-
-def check_spec(loaded: LoadedSpec) -> list[Diagnostic]:
-    """Errors and warnings for the spec's targets, then one note per target it does not list: why that
-    target cannot serve it, or that it could (a catalogue spec names every target it can serve)."""
-    out: list[Diagnostic] = []
+def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
+    out = report.diagnostics
     for target in loaded.spec.targets:
-        for f in run_rules(rule_context(loaded.spec, target)):
+        r = resolve(loaded.spec, target)
+        report.resolved[(loaded.name, str(target))] = r
+        for f in run_rules(r):
             line, col = loaded.where(f.field)
             out.append(Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint))
+    if not notes:
+        return
     listed = {str(t) for t in loaded.spec.targets}
     line, col = loaded.where(("targets",))
     for name in ALL_TARGETS:
         if name in listed:
             continue
-        errors = [f for f in run_rules(rule_context(loaded.spec, parse_target(name))) if f.severity == "error"]
+        errors = [f for f in run_rules(resolve(loaded.spec, parse_target(name))) if f.severity == "error"]
         if errors:
             why = "; ".join(f"{f.rule} {f.message}" for f in errors)
             out.append(Diagnostic(loaded.name, loaded.file, line, col, name, "TARGET", "note", f"cannot serve: {why}", ""))
         else:
             out.append(Diagnostic(loaded.name, loaded.file, line, col, name, "TARGET", "note",
                                   "could serve this spec but is not listed", f'add "{name}" to targets'))
-    return out
 
 
-def check_all(specs: list[LoadedSpec]) -> list[Diagnostic]:
-    return [d for ls in specs for d in check_spec(ls)]
+def check_specs(specs: list[LoadedSpec], notes: bool = False) -> CheckReport:
+    """Diagnostics for every spec's targets, with what each (spec, target) resolved to. With `notes`,
+    also one note per target a spec does not list: why that target cannot serve it, or that it could
+    (a catalogue spec names every target it can serve)."""
+    report = CheckReport()
+    for ls in specs:
+        _check_spec(ls, notes, report)
+    return report
+
+
+def check_spec(loaded: LoadedSpec, notes: bool = False) -> list[Diagnostic]:
+    return check_specs([loaded], notes).diagnostics
+
+
+def check_all(specs: list[LoadedSpec], notes: bool = False) -> list[Diagnostic]:
+    return check_specs(specs, notes).diagnostics
 
 
 def failing_targets(diags: list[Diagnostic]) -> dict[tuple[str, str], list[Diagnostic]]:

@@ -1,24 +1,21 @@
-"""`specgen compile`: compile rendered Triton modules ahead of time, with no GPU.
-
-For each module and each of its Triton targets, `triton.compile` runs on the kernel source for a
-`GPUTarget` of that arch, with the argument types the module declares (SIGNATURE) specialized the
-way the JIT specializes the common case (16-byte aligned pointers, sizes and strides multiples of
-16). That fills Triton's on-disk cache, which the launcher's first call for that specialization
-reuses, and gives the compiler's shared-memory figure to set beside the plan's estimate.
-
-Imports triton (and the generated modules, which import torch): never imported by check/render.
+"""`specgen compile`: compile rendered modules ahead of time, with no GPU, through each design's
+compile hook (imported lazily: the hooks import their compilers, and the rendered modules import torch;
+check/render never import this path).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
-import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-ARCH_CC = {"sm90": 90, "sm100": 100}
+from specgen.designs import design_for
+from specgen.spec.load import LoadedSpec
+from specgen.targets import target_info
 
 
 @dataclass(frozen=True)
@@ -35,13 +32,8 @@ class CompileResult:
         return None if not self.compiler_smem else self.plan_smem / self.compiler_smem
 
 
-def _attrs(signature: dict[str, str], no_specialize: set[str]) -> dict[tuple[int], list[list[object]]]:
-    """tt.divisibility=16 on every pointer and every specialized integer: the JIT's aligned case."""
-    out = {}
-    for i, (name, ty) in enumerate(signature.items()):
-        if ty.startswith("*") or (ty in ("i32", "i64") and name not in no_specialize):
-            out[(i,)] = [["tt.divisibility", 16]]
-    return out
+class MissingModule(Exception):
+    """A spec's rendered module is missing, or was rendered from another version of the spec."""
 
 
 def compiler_message(e: BaseException) -> str:
@@ -56,36 +48,35 @@ def compiler_message(e: BaseException) -> str:
     return f"{head} {detail}".strip()[:600]
 
 
-def compile_module(module: ModuleType, arch: str) -> CompileResult:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    launcher = module._launcher
-    kernel = launcher.kernel
-    cc = ARCH_CC[arch]
-    name = module.SPEC["name"]
-    plan_smem = module.PLAN_SMEM[cc]
-    constexprs = {"BLOCK_M": module.BLOCK_M, "BLOCK_N": module.BLOCK_N, "BLOCK_K": module.BLOCK_K, "GROUP_M": module.GROUP_M,
-                  "FAST_MATH": True}
-    no_specialize = {kernel.arg_names[i] if isinstance(i, int) else i for i in kernel.do_not_specialize}
-    src = ASTSource(fn=kernel, signature=dict(module.SIGNATURE), constexprs=constexprs,
-                    attrs=_attrs(module.SIGNATURE, no_specialize))
-    start = time.perf_counter()
-    try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=dict(module.CONFIGS[cc]))
-    except Exception as e:  # the compiler's own message is the useful part
-        return CompileResult(name, f"triton:{arch}", plan_smem, None, time.perf_counter() - start,
-                             compiler_message(e))
-    return CompileResult(name, f"triton:{arch}", plan_smem, compiled.metadata.shared, time.perf_counter() - start)
-
-
-def import_rendered(path: Path) -> ModuleType:
+def load_rendered(path: Path, name: str | None = None) -> ModuleType:
     """Import a rendered module from its file (any --out folder, importable as a package or not)."""
-    name = f"_specgen_compiled_{path.stem}"
+    name = name or f"_specgen_rendered_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _hook(ref: str) -> Callable:
+    module, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str]) -> Iterator[CompileResult]:
+    """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given)."""
+    for t in ls.spec.targets:
+        design = design_for(ls.spec.kind, t.backend)
+        if design is None or (wanted and str(t) not in wanted):
+            continue
+        for rel in design.modules(ls.spec, [t]):
+            path = out_dir / rel
+            if not path.is_file():
+                raise MissingModule(f"{path} is missing: run `specgen render` first")
+            module = load_rendered(path)
+            rendered = getattr(module, "METADATA", {}).get("spec_hash")
+            if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
+                raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
+                                    f"{ls.spec_hash}: run `specgen render` first")
+            yield _hook(design.compile_hook)(module, target_info(t))

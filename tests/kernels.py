@@ -3,11 +3,10 @@ catalogue renders, with dtypes swapped where the CPU interpreter cannot (bf16, f
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
+from specgen.compile import load_rendered
 from specgen.render.catalogue import render_triton_module
 from specgen.spec.load import load_paths, load_text
 
@@ -45,16 +44,11 @@ def interpreter_variant(spec: dict, **changes: object) -> dict:
     return spec
 
 
-def load_module(spec: dict, tmp_dir: Path):
-    """Render one Triton module for `spec` and import it under a unique name."""
+def load_module(spec: dict, tmp_dir: Path, module_name: str | None = None):
+    """Render one Triton module for `spec` and import it (under a unique name unless one is given)."""
     spec = {**spec, "targets": [t for t in spec["targets"] if t.startswith("triton:")]}
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
     text = render_triton_module(loaded, loaded.spec.targets)
     path = tmp_dir / f"{spec['name']}.py"
     path.write_text(text)
-    mod_name = f"_specgen_test_{spec['name']}"
-    module_spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[mod_name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return load_rendered(path, module_name or f"_specgen_test_{spec['name']}")

@@ -55,3 +55,21 @@ def test_compile_says_what_to_install_without_triton() -> None:
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "pip install 'specgen[triton]'" in proc.stderr
+
+
+def test_compile_refuses_a_module_rendered_from_another_spec(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (ROOT / "specs" / "gemm_bf16.toml").read_text()
+    (specs / "gemm_bf16.toml").write_text(text)
+    out = tmp_path / "out"
+    render = subprocess.run([sys.executable, "-m", "specgen", "render", "--out", str(out), str(specs)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert render.returncode == 0, render.stdout + render.stderr
+    (specs / "gemm_bf16.toml").write_text(text.replace("group_m = 8", "group_m = 4"))  # the spec changes
+    proc = subprocess.run([sys.executable, "-m", "specgen", "compile", "--json", "--out", str(out), str(specs)],
+                          cwd=tmp_path, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{out / 'triton' / 'gemm_bf16.py'} was rendered from spec" in proc.stderr
+    assert "run `specgen render` first" in proc.stderr and not proc.stdout.strip()

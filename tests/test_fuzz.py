@@ -108,7 +108,7 @@ def load_or_spec_error(text: str, suffix: str) -> list[LoadedSpec]:
             assert str(issue)
         return []
     for ls in loaded:
-        diags = check_spec(ls)
+        diags = check_spec(ls, notes=True)
         assert all(d.severity in ("error", "warning", "note") for d in diags)
         assert {d.target for d in diags if d.rule == "TARGET"} == set(ALL_TARGETS) - {str(t) for t in ls.spec.targets}
         assert len(ls.spec_hash) == 16

@@ -12,17 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 
-from specgen.check import resolve_acc_stages, rule_context
-from specgen.envelope.budget import (
-    MAX_AUTO_STAGES,
-    MIN_STAGES,
-    TPU_BUFFERS,
-    max_ab_stages,
-    resolve_ab_stages,
-    smem_budget,
-)
+from specgen.envelope.budget import MAX_AUTO_STAGES, MIN_STAGES, TPU_BUFFERS
 from specgen.envelope.devices import SM90, SM100, TPUS
-from specgen.envelope.rules import RULES, RuleContext, run_rules, tmem_columns
+from specgen.envelope.rules import RULES, RuleContext, run_rules
+from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages, tmem_columns
+from specgen.resolve import memory as smem_budget
+from specgen.resolve import resolve as rule_context
 from specgen.spec.load import load_paths
 from specgen.spec.models import GemmSpec, parse_target
 from specgen.spec.targets import ALL_TARGETS, Backend
@@ -62,7 +57,7 @@ TRITON = {"triton:sm90", "triton:sm100"}
 WGMMA = {"cute:sm90", "pallas:gpu_sm90"}
 APPLIES = {
     "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
-    "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
+    "MMA002": {"cute:sm100"}, "MMA003": TRITON, "MMA004": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
     "OPT001": GPU | TPU,
@@ -193,6 +188,18 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("MMA003", "triton:sm100", {"tile": tile(8, 64, 64)}, ("error", ["tile.m = 8 < 16"], ("tile", "m"))),
     ("MMA003", "triton:sm90", {"tile": tile(32, 64, 64)},
      ("warning", ["tile.m = 32 < 64: Triton will not use wgmma on sm90"], ("tile", "m"))),
+    # MMA004: tl.dot's fallbacks from wgmma / tcgen05: mma_v2 (M < 64 on sm100, < 4 warps), FMA (f32 ieee)
+    ("MMA004", "triton:sm100", {"tile": tile(64, 64, 64)}, None),
+    ("MMA004", "triton:sm100", {"tile": tile(32, 64, 64)},
+     ("warning", ["tile.m = 32 < 64: Triton falls back from tcgen05 to mma_v2 on triton:sm100"], ("tile", "m"))),
+    ("MMA004", "triton:sm90", {"tile": tile(32, 64, 64)}, None),  # MMA003 says it on sm90
+    ("MMA004", "triton:sm90", {"triton": {"num_warps": 4}}, None),
+    ("MMA004", "triton:sm90", {"triton": {"num_warps": 2}},
+     ("warning", ["triton.num_warps = 2 < 4 (one warpgroup): Triton falls back from wgmma to mma_v2"],
+      ("triton", "num_warps"))),
+    ("MMA004", "triton:sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "f32"}}, None),
+    ("MMA004", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"}},
+     ("warning", ["A and B are f32 (ieee): tl.dot runs on FMA units on triton:sm100, no tcgen05"], ("a", "dtype"))),
     # POW001: Triton block dims and num_warps are powers of two, m*n <= 1048576
     ("POW001", "triton:sm90", {"tile": tile(1024, 1024, 16), "triton": {"num_warps": 32}}, None),
     ("POW001", "triton:sm90", {"tile": tile(2048, 1024, 16)},
@@ -225,12 +232,47 @@ CASES: list[tuple[str, str, dict, object]] = [
     # the subtiled TMA store stages half the output tile: 4 stages fit again
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                 "triton": {"epilogue_subtile": True}, "pipeline": {"ab_stages": 4}}, None),
-    # the pointer kernel's epilogue (f32 layout scratch) reuses the pipeline buffers
+    # the pointer kernel stores from registers: no epilogue SMEM at all (triton.compile measured it)
     ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4},
                                  "triton": {"tma": False}}, None),
     ("SMEM001", "triton:sm100", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5},
                                  "triton": {"tma": False}},
-     ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 131072 (reuses A/B)"], ("pipeline", "ab_stages"))),
+     ("error", ["needs 245760 B of SMEM > 232448 B", "(A/B 5 x 49152 = 245760)"], ("pipeline", "ab_stages"))),
+    # FMA dots (f32 ieee) keep num_stages - 1 A/B buffers; sm_100 copies MN-major tf32 operands K-major
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 128, 64), "triton": {"tma": False}, "pipeline": {"ab_stages": 4}},
+     None),  # 3 x 65536 = 196608
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 128, 64), "triton": {"tma": False}, "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 262144 B of SMEM", "(A/B 4 x 65536 = 262144)"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
+                                 "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 3}},
+     ("error", ["needs 262144 B of SMEM", "A/B 3 x 65536 = 196608", "tf32 K-major copies 65536"],
+      ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
+                                 "tile": tile(128, 128, 64), "triton": {"tma": False}, "pipeline": {"ab_stages": 3}},
+     None),  # pointer loads pass through registers: no copy
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 3}},
+     None),  # sm_90's wgmma takes them as they are
+    # layout scratch: an FMA TMA kernel transposes an operand stored the other way (A MN-major here)
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 64, 64), "triton": {"num_warps": 4}, "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 4}}, None),  # 3 x 49152 + 32768 + 32768 = 212992
+    ("SMEM001", "triton:sm90", {"a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                                "tile": tile(128, 64, 64), "triton": {"num_warps": 4}, "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 262144 B of SMEM", "A/B 4 x 49152 = 196608", "layout scratch 32768"], ("pipeline", "ab_stages"))),
+    # ... and an sm_90 persistent TMA kernel converts a residual of 1 KB rows a quarter tile at a time
+    ("SMEM001", "triton:sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 262144 B of SMEM", "epilogue 131072 + layout scratch 32768"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "epilogue": [{"op": "residual", "dtype": "bf16"}], "pipeline": {"ab_stages": 2}},
+     None),  # 512-byte rows: no scratch (229376 B)
+    ("SMEM001", "triton:sm100", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                 "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     None),  # sm_100 converts it without
     # one program per tile with TMA: the store buffer reuses the pipeline buffers too
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
@@ -308,15 +350,30 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CLU002", "cute:sm100", {"cluster": {"m": 1}}, None),
     # REG001: > 255 accumulator registers per thread is an error, > 192 a warning
     ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 8}}, None),
+    # Triton: ptxas builds any of these, spilling: a warning with the estimate, never an error
     ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
-     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("triton", "num_warps"))),
+     ("warning", ["accumulator needs 256 registers per thread (128 threads) > 255: ptxas builds it but will likely "
+                  "spill"], ("triton", "num_warps"))),
+    ("REG001", "triton:sm100", {"tile": tile(128, 192, 64), "triton": {"num_warps": 4}}, None),  # 192: at the line
+    ("REG001", "triton:sm100", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
+     ("warning", ["accumulator needs 256 registers per thread"], ("triton", "num_warps"))),
+    ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                               "tile": tile(128, 128, 32)}, None),  # 64 + (64 + 32) operand registers = 160
+    ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                               "tile": tile(256, 128, 64)},
+     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 224 for the FMA operands = 352 > 255"],
+      ("triton", "num_warps"))),
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "cute:sm90", {"tile": tile(128, 200, 64), "cute": {"mma_warpgroups": 1}},
      ("warning", ["accumulator needs 200 of 255 registers per thread (128 threads): expect spills"], ("tile",))),
     ("REG001", "cute:sm90", {"tile": tile(128, 255, 64), "cute": {"mma_warpgroups": 1}},
      ("warning", ["needs 255 of 255 registers"], ("tile",))),
-    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
+    ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)},  # one consumer warpgroup for N <= 128
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    # Mosaic GPU does not read the CuTe options: the default split stands
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),  # 2 consumer warpgroups by default
     ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      None),  # f16 accumulators pack two per register
@@ -603,3 +660,55 @@ def test_shipped_specs_pass_every_rule_on_their_targets():
         for target in ls.spec.targets:
             errors = [f for f in run_rules(rule_context(ls.spec, target)) if f.severity == "error"]
             assert errors == [], (ls.name, str(target), errors)
+
+
+# --- resolve once per (spec, target) --------------------------------------------------------------------
+def _count_resolutions(monkeypatch) -> list[str]:
+    """Every `Resolved` built, by (spec, target): however it is reached, a resolution builds one."""
+    from specgen.resolve import Resolved
+
+    seen: list[str] = []
+    init = Resolved.__init__
+
+    def counting(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append(f"{self.spec.name} @ {self.target}")
+
+    monkeypatch.setattr(Resolved, "__init__", counting)
+    return seen
+
+
+def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_path):
+    from specgen.check import check_all
+    from specgen.render.catalogue import render_catalogue
+
+    specs = load_paths([ROOT / "specs"])
+    pairs = sorted(f"{ls.name} @ {t}" for ls in specs for t in ls.spec.targets)
+    seen = _count_resolutions(monkeypatch)
+    render_catalogue(specs, tmp_path, check=True)  # check, then every design's plan and render
+    assert sorted(seen) == pairs
+    seen.clear()
+    check_all(specs)  # plain check: the listed targets only
+    assert sorted(seen) == pairs
+    seen.clear()
+    check_all(specs, notes=True)  # notes resolve every other target too, once each
+    assert sorted(seen) == sorted(f"{ls.name} @ {t}" for ls in specs for t in ALL_TARGETS)
+
+
+def test_rules_run_only_on_the_kinds_they_name(monkeypatch):
+    ctx = ctx_for("triton:sm90", tile=tile(96, 128, 64))
+    assert any(f.rule == "POW001" for f in run_rules(ctx))
+    assert all(r.kinds == ("gemm",) for r in RULES)
+    only_other = [dataclasses.replace(r, kinds=("grouped_gemm",)) if r.id == "POW001" else r for r in RULES]
+    monkeypatch.setattr("specgen.envelope.rules.RULES", only_other)
+    assert not any(f.rule == "POW001" for f in run_rules(ctx))
+
+
+def test_rules_select_targets_by_table_facts_not_arch_names():
+    """No rule, resolve step or design tests an arch name: the target table says what each target is."""
+    import re
+
+    for rel in ("specgen/envelope/rules.py", "specgen/resolve.py", "specgen/envelope/budget.py",
+                "specgen/check.py", "specgen/designs/gemm_triton.py", "specgen/compile.py"):
+        text = (ROOT / rel).read_text()
+        assert not re.search(r"arch\s*==|arch\.startswith|\"tpu|\"sm\d+\"|\"gpu_sm", text), rel

@@ -1,5 +1,5 @@
 """The generated functions under torch.compile: inside a `fullgraph=True` graph they are one opaque
-custom op (`specgen::<name>`), with no graph break, and give eager's result; the op's fake
+custom op (`specgen::<name>_<spec hash>`), with no graph break, and give eager's result; the op's fake
 implementation gives the right output shape and dtype without running anything."""
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ class GraphRecorder:
 
         return lookup_backend("aot_eager")(gm, example_inputs)
 
-    def op_calls(self, name: str) -> int:
-        op = getattr(torch.ops.specgen, name)
+    def op_calls(self, op: object) -> int:
         return sum(node.target in (op, op.default) for gm in self.graphs for node in gm.graph.nodes)
 
 
@@ -84,7 +83,8 @@ def _fresh_dynamo():
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_fullgraph_matches_eager(kernel: str, load_kernel) -> None:
     spec = KERNELS[kernel]
-    fn = getattr(load_kernel(spec), spec["name"])
+    module = load_kernel(spec)
+    fn = getattr(module, spec["name"])
     args = make_args(spec)
 
     def program(*args):
@@ -100,7 +100,7 @@ def test_fullgraph_matches_eager(kernel: str, load_kernel) -> None:
     assert torch.equal(got, want)  # the same kernel on the same data
     torch.testing.assert_close(got_post, want_post, rtol=0, atol=0)
     assert len(recorder.graphs) == 1, "graph break"
-    assert recorder.op_calls(spec["name"]) == 1, "the kernel is not one custom op in the graph"
+    assert recorder.op_calls(module._op) == 1, "the kernel is not one custom op in the graph"
 
     # A new M: the fake implementation sizes the output symbolically (or the graph recompiles).
     args2 = make_args(spec, m=M + 7, seed=1)
@@ -137,8 +137,7 @@ def test_fullgraph_dynamic_shapes(load_kernel) -> None:
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_fake_tensor_shapes(kernel: str, load_kernel) -> None:
     spec = KERNELS[kernel]
-    load_kernel(spec)
-    op = getattr(torch.ops.specgen, spec["name"])
+    op = load_kernel(spec)._op
     real = make_args(spec)
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in real]
@@ -152,7 +151,33 @@ def test_fake_tensor_shapes(kernel: str, load_kernel) -> None:
 def test_opcheck(load_kernel) -> None:
     """torch.library's own checks: schema, autograd registration, fake vs real, AOT dispatch."""
     spec = KERNELS["residual"]
-    load_kernel(spec)
-    op = getattr(torch.ops.specgen, spec["name"])
+    op = load_kernel(spec)._op
     results = torch.library.opcheck(op, tuple(make_args(spec)))
     assert set(results.values()) == {"SUCCESS"}, results
+
+
+def test_one_kernel_name_in_two_packages_never_aliases(tmp_path) -> None:
+    """Two rendered packages, each with a kernel named `alias_k` from a different spec (relu vs sigmoid,
+    the same arguments): under torch.compile each call runs its own package's kernel."""
+    from kernels import load_module
+
+    relu = _variant("gemm_relu_f16", "alias_k")
+    sigmoid = {**relu, "epilogue": [{"op": "activation", "fn": "sigmoid"}]}
+    modules = []
+    for i, spec in enumerate((relu, sigmoid)):
+        folder = tmp_path / f"pkg{i}"
+        folder.mkdir()
+        modules.append(load_module(spec, folder, f"_alias_pkg{i}_alias_k"))
+    m1, m2 = modules
+    assert m1._op is not m2._op and m1.METADATA["custom_op"] != m2.METADATA["custom_op"]
+    args = make_args(relu)
+    eager1, eager2 = m1.alias_k(*args), m2.alias_k(*args)
+    assert not torch.allclose(eager1.float(), eager2.float())  # the two kernels differ on these inputs
+
+    def program(*args):
+        return m1.alias_k(*args), m2.alias_k(*args)
+
+    recorder = GraphRecorder()
+    got1, got2 = torch.compile(program, fullgraph=True, backend=recorder)(*args)
+    assert torch.equal(got1, eager1) and torch.equal(got2, eager2)
+    assert recorder.op_calls(m1._op) == 1 and recorder.op_calls(m2._op) == 1

@@ -23,10 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
-from specgen.runtime.descriptors import descriptor
-from specgen.runtime.torch_ops import register_custom_op
-from specgen.runtime.triton_launch import TritonLauncher
+from specgen.runtime.triton.descriptors import descriptor
+from specgen.runtime.torch.ops import register_custom_op
+from specgen.runtime.triton.launch import TritonLauncher
 
 SPEC = {
     'name': 'bmm_bf16',
@@ -93,25 +94,52 @@ CONFIGS = {
     # sm100: SMEM 163840 B = A/B 4 x 32768 = 131072 + epilogue 32768; accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The plan's shared-memory estimate per compute capability, for `specgen compile` to compare.
-PLAN_SMEM = {90: 163840, 100: 163840}
-
-# The kernel's parameter types for ahead-of-time compiles (`specgen compile`), in Triton's spelling.
-SIGNATURE = {
-    'a_desc': 'tensordesc<bf16[1, 128, 64]>',
-    'b_desc': 'tensordesc<bf16[1, 64, 128]>',
-    'out_desc': 'tensordesc<bf16[1, 128, 128]>',
-    'M': 'i32',
-    'N': 'i32',
-    'K': 'i32',
-    'BATCH': 'i32',
-    'NUM_SMS': 'i32',
-    'BLOCK_M': 'constexpr',
-    'BLOCK_N': 'constexpr',
-    'BLOCK_K': 'constexpr',
-    'GROUP_M': 'constexpr',
-    'FAST_MATH': 'constexpr',
+# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
+# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
+# parameters (name, Triton type, specialization) in declaration order.
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '9dfef758a43db0db',
+    'kernel': 'bmm_bf16',
+    'custom_op': 'specgen::bmm_bf16_9dfef758a43db0db',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 163840,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 163840,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<bf16[1, 128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<bf16[1, 64, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[1, 128, 128]>', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['BATCH', 'i32', 'wide'],
+        ['NUM_SMS', 'i32', 'none'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
 }
+if METADATA["runtime_abi"] != RUNTIME_ABI:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+                      f"{RUNTIME_ABI}: run `specgen render`")
 
 
 @triton.jit
@@ -128,11 +156,18 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit(do_not_specialize=['BATCH', 'NUM_SMS'])
 def _bmm_bf16_kernel(
-    a_desc, b_desc, out_desc,
-    M, N, K,
+    a_desc,
+    b_desc,
+    out_desc,
+    M,
+    N,
+    K,
     BATCH,
     NUM_SMS,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -215,20 +250,25 @@ def _run(a, b, out):
     sa, sb, so = a.stride(), b.stride(), out.stride()
     # Host-side TMA descriptors (the kernel's view of A is (M, K) and of B (N, K) or (K, N)); Triton
     # encodes the tensor maps at launch.
-    a_desc = descriptor(a, [batch, M, K], [sa[0], sa[-2], 1], [1, BLOCK_M, BLOCK_K])
-    b_desc = descriptor(b, [batch, K, N], [sb[0], sb[-2], 1], [1, BLOCK_K, BLOCK_N])
-    out_desc = descriptor(out, [batch, M, N], [so[0], so[-2], 1], [1, BLOCK_M, BLOCK_N])
+    a_desc = descriptor(a, [batch, M, K], [sa[0], sa[-2], 1], [1, 128, 64])
+    b_desc = descriptor(b, [batch, K, N], [sb[0], sb[-2], 1], [1, 64, 128])
+    out_desc = descriptor(out, [batch, M, N], [so[0], so[-2], 1], [1, 128, 128])
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
     # size): the compiled kernel is cached under the same key.
-    key = (M % 16 == 0, N % 16 == 0, K % 16 == 0, M == 1, N == 1, K == 1, batch >= 0x80000000, )
+    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, batch >= 0x80000000, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     _launcher(
         device,
         key,
         tiles * batch,
         (
-            a_desc, b_desc, out_desc,
-            M, N, K, batch,
+            a_desc,
+            b_desc,
+            out_desc,
+            M,
+            N,
+            K,
+            batch,
             _launcher.num_sms(device),
         ),
         _CONSTEXPRS,
@@ -257,6 +297,7 @@ def _fake(a, b):
 
 _op = register_custom_op(
     "bmm_bf16",
+    "9dfef758a43db0db",
     lambda a, b: _run(a, b, None),
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],

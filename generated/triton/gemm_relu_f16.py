@@ -25,10 +25,11 @@ import torch
 import triton
 import triton.language as tl
 
+from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
-from specgen.runtime.descriptors import descriptor
-from specgen.runtime.torch_ops import register_custom_op
-from specgen.runtime.triton_launch import TritonLauncher
+from specgen.runtime.triton.descriptors import descriptor
+from specgen.runtime.torch.ops import register_custom_op
+from specgen.runtime.triton.launch import TritonLauncher
 
 SPEC = {
     'name': 'gemm_relu_f16',
@@ -100,23 +101,50 @@ CONFIGS = {
     # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The plan's shared-memory estimate per compute capability, for `specgen compile` to compare.
-PLAN_SMEM = {90: 131072, 100: 131072}
-
-# The kernel's parameter types for ahead-of-time compiles (`specgen compile`), in Triton's spelling.
-SIGNATURE = {
-    'a_desc': 'tensordesc<fp16[128, 64]>',
-    'b_desc': 'tensordesc<fp16[64, 128]>',
-    'out_desc': 'tensordesc<fp16[128, 128]>',
-    'M': 'i32',
-    'N': 'i32',
-    'K': 'i32',
-    'BLOCK_M': 'constexpr',
-    'BLOCK_N': 'constexpr',
-    'BLOCK_K': 'constexpr',
-    'GROUP_M': 'constexpr',
-    'FAST_MATH': 'constexpr',
+# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
+# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
+# parameters (name, Triton type, specialization) in declaration order.
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '097330a6161f554c',
+    'kernel': 'gemm_relu_f16',
+    'custom_op': 'specgen::gemm_relu_f16_097330a6161f554c',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<fp16[128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<fp16[64, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<fp16[128, 128]>', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
 }
+if METADATA["runtime_abi"] != RUNTIME_ABI:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+                      f"{RUNTIME_ABI}: run `specgen render`")
 
 
 @triton.jit
@@ -133,9 +161,16 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit(do_not_specialize=[])
 def _gemm_relu_f16_kernel(
-    a_desc, b_desc, out_desc,
-    M, N, K,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_desc,
+    b_desc,
+    out_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -218,20 +253,24 @@ def _run(a, b, out):
     sa, sb, so = a.stride(), b.stride(), out.stride()
     # Host-side TMA descriptors (the kernel's view of A is (M, K) and of B (N, K) or (K, N)); Triton
     # encodes the tensor maps at launch.
-    a_desc = descriptor(a, [M, K], [sa[-2], 1], [BLOCK_M, BLOCK_K])
-    b_desc = descriptor(b, [K, N], [sb[-2], 1], [BLOCK_K, BLOCK_N])
-    out_desc = descriptor(out, [M, N], [so[-2], 1], [BLOCK_M, BLOCK_N])
+    a_desc = descriptor(a, [M, K], [sa[-2], 1], [128, 64])
+    b_desc = descriptor(b, [K, N], [sb[-2], 1], [64, 128])
+    out_desc = descriptor(out, [M, N], [so[-2], 1], [128, 128])
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
     # size): the compiled kernel is cached under the same key.
-    key = (M % 16 == 0, N % 16 == 0, K % 16 == 0, M == 1, N == 1, K == 1, )
+    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     _launcher(
         device,
         key,
         (tiles, 1, 1),
         (
-            a_desc, b_desc, out_desc,
-            M, N, K,
+            a_desc,
+            b_desc,
+            out_desc,
+            M,
+            N,
+            K,
         ),
         _CONSTEXPRS,
         persistent=False,
@@ -259,6 +298,7 @@ def _fake(a, b):
 
 _op = register_custom_op(
     "gemm_relu_f16",
+    "097330a6161f554c",
     lambda a, b: _run(a, b, None),
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],

@@ -28,9 +28,10 @@ import torch
 import triton
 import triton.language as tl
 
+from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
-from specgen.runtime.torch_ops import register_custom_op
-from specgen.runtime.triton_launch import TritonLauncher
+from specgen.runtime.torch.ops import register_custom_op
+from specgen.runtime.triton.launch import TritonLauncher
 
 SPEC = {
     'name': 'gemm_residual_bf16',
@@ -105,34 +106,61 @@ GROUP_M = 8
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 65536 (reuses A/B); accumulator 64 registers/thread
+    # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
     90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 65536 (reuses A/B); accumulator 64 registers/thread
+    # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The plan's shared-memory estimate per compute capability, for `specgen compile` to compare.
-PLAN_SMEM = {90: 131072, 100: 131072}
-
-# The kernel's parameter types for ahead-of-time compiles (`specgen compile`), in Triton's spelling.
-SIGNATURE = {
-    'a_ptr': '*bf16',
-    'b_ptr': '*bf16',
-    'out_ptr': '*bf16',
-    'alpha': 'fp32',
-    'c_ptr': '*bf16',
-    'M': 'i32',
-    'N': 'i32',
-    'K': 'i32',
-    'stride_a': 'i32',
-    'stride_b': 'i32',
-    'stride_om': 'i32',
-    'stride_cm': 'i32',
-    'BLOCK_M': 'constexpr',
-    'BLOCK_N': 'constexpr',
-    'BLOCK_K': 'constexpr',
-    'GROUP_M': 'constexpr',
-    'FAST_MATH': 'constexpr',
+# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
+# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
+# parameters (name, Triton type, specialization) in declaration order.
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '2601baab2d6a95f2',
+    'kernel': 'gemm_residual_bf16',
+    'custom_op': 'specgen::gemm_residual_bf16_2601baab2d6a95f2',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_ptr', '*bf16', 'aligned'],
+        ['b_ptr', '*bf16', 'aligned'],
+        ['out_ptr', '*bf16', 'aligned'],
+        ['alpha', 'fp32', 'none'],
+        ['c_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['stride_a', 'i32', 'aligned'],
+        ['stride_b', 'i32', 'aligned'],
+        ['stride_om', 'i32', 'aligned'],
+        ['stride_cm', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
 }
+if METADATA["runtime_abi"] != RUNTIME_ABI:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+                      f"{RUNTIME_ABI}: run `specgen render`")
 
 
 @triton.jit
@@ -149,15 +177,22 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit(do_not_specialize=[])
 def _gemm_residual_bf16_kernel(
-    a_ptr, b_ptr, out_ptr,
+    a_ptr,
+    b_ptr,
+    out_ptr,
     alpha,
     c_ptr,
-    M, N, K,
+    M,
+    N,
+    K,
     stride_a,
     stride_b,
     stride_om,
     stride_cm,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -262,17 +297,21 @@ def _run(a, b, alpha, c, out):
     s_c = c.stride()
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
     # size): the compiled kernel is cached under the same key.
-    key = (M % 16 == 0, N % 16 == 0, K % 16 == 0, M == 1, N == 1, K == 1, sa[-1] % 16 == 0, sa[-1] == 1, sb[-1] % 16 == 0, sb[-1] == 1, so[-2] % 16 == 0, so[-2] == 1, s_c[-2] % 16 == 0, s_c[-2] == 1, )
+    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, sa[-1] % 16 == 0, sa[-1] == 1, sb[-1] % 16 == 0, sb[-1] == 1, so[-2] % 16 == 0, so[-2] == 1, s_c[-2] % 16 == 0, s_c[-2] == 1, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     _launcher(
         device,
         key,
         (tiles, 1, 1),
         (
-            a, b, out,
+            a,
+            b,
+            out,
             float(alpha),
             c,
-            M, N, K,
+            M,
+            N,
+            K,
             sa[-1],
             sb[-1],
             so[-2],
@@ -306,6 +345,7 @@ def _fake(a, b, alpha, c):
 
 _op = register_custom_op(
     "gemm_residual_bf16",
+    "2601baab2d6a95f2",
     lambda a, b, alpha, c: _run(a, b, alpha, c, None),
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['alpha', 'float'], ['c', 'Tensor']],

@@ -24,9 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
+from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
-from specgen.runtime.torch_ops import register_custom_op
-from specgen.runtime.triton_launch import TritonLauncher
+from specgen.runtime.torch.ops import register_custom_op
+from specgen.runtime.triton.launch import TritonLauncher
 
 SPEC = {
     'name': 'gemm_small_bf16',
@@ -88,31 +89,58 @@ GROUP_M = 8
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
+    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
     90: {"num_warps": 4, "num_stages": 4},
-    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
+    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
     100: {"num_warps": 4, "num_stages": 4},
 }
-# The plan's shared-memory estimate per compute capability, for `specgen compile` to compare.
-PLAN_SMEM = {90: 98304, 100: 98304}
-
-# The kernel's parameter types for ahead-of-time compiles (`specgen compile`), in Triton's spelling.
-SIGNATURE = {
-    'a_ptr': '*bf16',
-    'b_ptr': '*bf16',
-    'out_ptr': '*bf16',
-    'M': 'i32',
-    'N': 'i32',
-    'K': 'i32',
-    'stride_a': 'i32',
-    'stride_b': 'i32',
-    'stride_om': 'i32',
-    'BLOCK_M': 'constexpr',
-    'BLOCK_N': 'constexpr',
-    'BLOCK_K': 'constexpr',
-    'GROUP_M': 'constexpr',
-    'FAST_MATH': 'constexpr',
+# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
+# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
+# parameters (name, Triton type, specialization) in declaration order.
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/gemm_bf16.toml',
+    'spec_hash': '690dc6733e4bd7aa',
+    'kernel': 'gemm_small_bf16',
+    'custom_op': 'specgen::gemm_small_bf16_690dc6733e4bd7aa',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 4,
+            'num_stages': 4,
+            'smem_bytes': 98304,
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 4,
+            'num_stages': 4,
+            'smem_bytes': 98304,
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_ptr', '*bf16', 'aligned'],
+        ['b_ptr', '*bf16', 'aligned'],
+        ['out_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['stride_a', 'i32', 'aligned'],
+        ['stride_b', 'i32', 'aligned'],
+        ['stride_om', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
 }
+if METADATA["runtime_abi"] != RUNTIME_ABI:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+                      f"{RUNTIME_ABI}: run `specgen render`")
 
 
 @triton.jit
@@ -129,12 +157,19 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit(do_not_specialize=[])
 def _gemm_small_bf16_kernel(
-    a_ptr, b_ptr, out_ptr,
-    M, N, K,
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
     stride_a,
     stride_b,
     stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -223,15 +258,19 @@ def _run(a, b, out):
     sa, sb, so = a.stride(), b.stride(), out.stride()
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
     # size): the compiled kernel is cached under the same key.
-    key = (M % 16 == 0, N % 16 == 0, K % 16 == 0, M == 1, N == 1, K == 1, sa[-2] % 16 == 0, sa[-2] == 1, sb[-1] % 16 == 0, sb[-1] == 1, so[-2] % 16 == 0, so[-2] == 1, )
+    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, sa[-2] % 16 == 0, sa[-2] == 1, sb[-1] % 16 == 0, sb[-1] == 1, so[-2] % 16 == 0, so[-2] == 1, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     _launcher(
         device,
         key,
         (tiles, 1, 1),
         (
-            a, b, out,
-            M, N, K,
+            a,
+            b,
+            out,
+            M,
+            N,
+            K,
             sa[-2],
             sb[-1],
             so[-2],
@@ -262,6 +301,7 @@ def _fake(a, b):
 
 _op = register_custom_op(
     "gemm_small_bf16",
+    "690dc6733e4bd7aa",
     lambda a, b: _run(a, b, None),
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],

@@ -1,14 +1,11 @@
-"""The one on-chip memory budget that `check` enforces and the planner fills.
+"""The on-chip memory budget (SMEM or VMEM) that `check` enforces and the planner fills.
 
-`smem_budget(spec, target, ab_stages)` says how many bytes a kernel of this spec needs on a target at
-a given pipeline depth, broken down; `max_ab_stages` is the deepest pipeline that fits. The SMEM rule
-(SMEM001) and the planner's `auto` stages both call these, so they can never disagree.
+A `MemoryBudget` says how many bytes a kernel of a spec needs on a target at a given pipeline depth,
+broken down. Each design (specgen/designs/) owns its layout (`Design.memory`); the layouts below are
+those of backends that are checked but not rendered yet, until their designs take them over.
+resolve.py picks the layout, resolves `auto` stages from it and hands the same budget to the rules
+(SMEM001, VMEM001) and the planners, so they can never disagree.
 
-Per backend:
-- Triton: each stage holds one A tile and one B tile. The persistent TMA kernel also keeps the output
-  tile staged for its TMA store (half of it with `epilogue_subtile`) alive beside the pipeline; the
-  plain kernel's epilogue layout conversion reuses the pipeline buffers once the K loop ends. Triton
-  itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
 - CuTe (the CUTLASS DSL example kernels): 1024 bytes of barriers and helpers; the TMA-store epilogue
   keeps `epilogue_stages` subtiles of (tile.m x 32) output elements (sm100) or (tile.m x 64) (sm90)
   beside the A/B stages.
@@ -19,17 +16,17 @@ Per backend:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from specgen.envelope.devices import GPUS, TPUS
-from specgen.spec.models import GemmSpec, Target
-from specgen.spec.targets import Backend, device_key
+from specgen.spec.models import GemmSpec
+from specgen.targets import Backend, TargetInfo
 
 # Auto pipeline depths never go past these: deeper buys nothing once loads are hidden.
 MAX_AUTO_STAGES = {Backend.triton: 4, Backend.cute: 8, Backend.pallas: 4}
 MIN_STAGES = 2  # one tile in flight while the other is consumed
 TPU_BUFFERS = 2
-EPILOGUE_SUBTILE_N = {"sm90": 64, "sm100": 32}
+EPILOGUE_SUBTILE_N = {"wgmma": 64, "tcgen05": 32}  # CuTe epilogue subtile N by MMA family
 DEFAULT_EPILOGUE_STAGES = 2
 
 
@@ -42,11 +39,17 @@ class MemoryBudget:
     ab_stages: int
     epilogue_bytes: int
     epilogue_overlaps_ab: bool  # epilogue reuses the pipeline buffers after the K loop
-    extra_bytes: int = 0  # accumulator scratch and vectors (TPU)
+    extra_bytes: int = 0  # never overlapped: accumulator scratch and vectors (TPU), operand copies (Triton)
+    extra_label: str = "accumulator+vectors"
+    ab_buffers_delta: int = 0  # A/B buffers the pipeline allocates beyond (or short of) its stages
+
+    @property
+    def ab_buffers(self) -> int:
+        return max(1, self.ab_stages + self.ab_buffers_delta)
 
     @property
     def ab_bytes(self) -> int:
-        return self.ab_stage_bytes * self.ab_stages
+        return self.ab_stage_bytes * self.ab_buffers
 
     @property
     def total(self) -> int:
@@ -58,17 +61,17 @@ class MemoryBudget:
         return self.total <= self.capacity
 
     def breakdown(self) -> str:
-        parts = [f"A/B {self.ab_stages} x {self.ab_stage_bytes} = {self.ab_bytes}"]
+        parts = [f"A/B {self.ab_buffers} x {self.ab_stage_bytes} = {self.ab_bytes}"]
         if self.epilogue_bytes:
             parts.append(f"epilogue {self.epilogue_bytes}" + (" (reuses A/B)" if self.epilogue_overlaps_ab else ""))
         if self.extra_bytes:
-            parts.append(f"accumulator+vectors {self.extra_bytes}")
+            parts.append(f"{self.extra_label} {self.extra_bytes}")
         if self.reserve:
             parts.append(f"barriers {self.reserve}")
         return " + ".join(parts)
 
 
-def _ab_stage_bytes(spec: GemmSpec) -> int:
+def ab_stage_bytes(spec: GemmSpec) -> int:
     t = spec.tile
     return t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes
 
@@ -78,58 +81,39 @@ def epilogue_stages(spec: GemmSpec) -> int:
     return DEFAULT_EPILOGUE_STAGES if s == "auto" else s
 
 
-def smem_budget(spec: GemmSpec, target: Target, ab_stages: int) -> MemoryBudget:
+def cute_memory(spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+    gpu = target.gpu
+    assert gpu is not None
+    t = spec.tile
+    sub_n = min(t.n, EPILOGUE_SUBTILE_N[gpu.mma])
+    epi = epilogue_stages(spec) * t.m * sub_n * spec.out.dtype.bytes if spec.cute.tma_store else 0
+    return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, ab_stage_bytes(spec), ab_stages,
+                        epi, epilogue_overlaps_ab=False)
+
+
+def pallas_memory(spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
     t, out_bytes = spec.tile, spec.out.dtype.bytes
-    if target.backend is Backend.pallas and target.arch.startswith("tpu"):
-        tpu = TPUS[target.arch]
+    if target.tpu is not None:
         vectors = sum(
             (t.m if a.shape == "vec_m" else t.n) * a.dtype.bytes * 2
             for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n")
         )
         residual = sum(t.m * t.n * a.dtype.bytes * 2 for a in spec.runtime_args() if a.shape == "matrix")
         return MemoryBudget(
-            "VMEM", tpu.vmem_bytes, 0, _ab_stage_bytes(spec), ab_stages,
+            "VMEM", target.tpu.vmem_bytes, 0, ab_stage_bytes(spec), ab_stages,
             epilogue_bytes=2 * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
             extra_bytes=t.m * t.n * 4 + vectors,
         )
-    gpu = GPUS[device_key(target.backend, target.arch)]
-    if target.backend is Backend.triton:
-        if spec.triton.tma:
-            epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1)
-        else:
-            epi = t.m * t.n * 4  # layout conversion scratch of the f32 accumulator, reusing A/B
-        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline.
-        overlaps = not (spec.triton.tma and spec.schedule.persistent)
-        return MemoryBudget("SMEM", gpu.smem_per_block, 0, _ab_stage_bytes(spec), ab_stages,
-                            epi, epilogue_overlaps_ab=overlaps)
-    if target.backend is Backend.cute:
-        sub_n = min(t.n, EPILOGUE_SUBTILE_N[target.arch])
-        epi = epilogue_stages(spec) * t.m * sub_n * out_bytes if spec.cute.tma_store else 0
-        return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, _ab_stage_bytes(spec), ab_stages,
-                            epi, epilogue_overlaps_ab=False)
-    # pallas:gpu_sm90 (Mosaic GPU)
-    return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, _ab_stage_bytes(spec), ab_stages,
+    gpu = target.gpu  # Mosaic GPU
+    assert gpu is not None
+    return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, ab_stage_bytes(spec), ab_stages,
                         t.m * t.n * out_bytes, epilogue_overlaps_ab=False)
 
 
-def max_ab_stages(spec: GemmSpec, target: Target, limit: int = 64) -> int:
-    """The deepest pipeline that fits (0 when not even one stage does), capped at `limit`.
+MemoryLayout = Callable[[GemmSpec, TargetInfo, int], MemoryBudget]
 
-    Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
-    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits."""
-    one = smem_budget(spec, target, 1)
-    if not one.fits:
-        return 0
-    room = one.capacity - one.reserve - one.extra_bytes - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes)
-    return min(limit, room // one.ab_stage_bytes)
-
-
-def resolve_ab_stages(spec: GemmSpec, target: Target) -> int:
-    """`auto` -> the deepest pipeline that fits, capped per backend and floored at MIN_STAGES (where
-    not even two stages fit, SMEM001 reports it: a one-stage pipeline overlaps nothing); TPU blocks are
-    double-buffered."""
-    if spec.pipeline.ab_stages != "auto":
-        return spec.pipeline.ab_stages
-    if target.arch.startswith("tpu"):
-        return TPU_BUFFERS  # Pallas TPU pipelines double-buffer each BlockSpec by default
-    return max(MIN_STAGES, min(MAX_AUTO_STAGES[target.backend], max_ab_stages(spec, target)))
+# (kind, backend) -> layout, for backends without a design yet (a design's own `memory` wins).
+CHECKED_ONLY_LAYOUTS: dict[tuple[str, Backend], MemoryLayout] = {
+    ("gemm", Backend.cute): cute_memory,
+    ("gemm", Backend.pallas): pallas_memory,
+}

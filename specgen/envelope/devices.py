@@ -34,6 +34,7 @@ class TpuDevice:
     default_scoped_vmem: int  # the compiler's default scoped limit; specgen always sets its own
     mxu: int  # MXU edge (128 or 256)
     sublane_rows_32bit: int  # native sublane tiling for 32/16-bit data
+    bf16_sublanes: int  # sublane tiling of bf16 blocks (16 on v7x, which packs bf16 natively)
     fp8: tuple[DType, ...]  # fp8 formats the MXU takes
 
 
@@ -50,10 +51,10 @@ SM100 = GpuDevice(
 
 MiB = 1024 * 1024
 _TPU_FP8_OLD = (DType.fp8_e5m2,)  # v5e/v5p/v6e: e5m2 (and e4m3b11fnuz, not a specgen dtype); not e4m3fn
-TPU_V5E = TpuDevice("tpu_v5e", 128 * MiB, 16 * MiB, 128, 8, _TPU_FP8_OLD)
-TPU_V5P = TpuDevice("tpu_v5p", 64 * MiB, 16 * MiB, 128, 8, _TPU_FP8_OLD)
-TPU_V6E = TpuDevice("tpu_v6e", 128 * MiB, 32 * MiB, 256, 8, _TPU_FP8_OLD)
-TPU_V7X = TpuDevice("tpu_v7x", 64 * MiB, 32 * MiB, 256, 8, (DType.fp8_e4m3, DType.fp8_e5m2))
+TPU_V5E = TpuDevice("tpu_v5e", 128 * MiB, 16 * MiB, 128, 8, 8, _TPU_FP8_OLD)
+TPU_V5P = TpuDevice("tpu_v5p", 64 * MiB, 16 * MiB, 128, 8, 8, _TPU_FP8_OLD)
+TPU_V6E = TpuDevice("tpu_v6e", 128 * MiB, 32 * MiB, 256, 8, 8, _TPU_FP8_OLD)
+TPU_V7X = TpuDevice("tpu_v7x", 64 * MiB, 32 * MiB, 256, 8, 16, (DType.fp8_e4m3, DType.fp8_e5m2))
 
 GPUS: dict[str, GpuDevice] = {"sm90": SM90, "sm100": SM100}
 TPUS: dict[str, TpuDevice] = {d.name: d for d in (TPU_V5E, TPU_V5P, TPU_V6E, TPU_V7X)}

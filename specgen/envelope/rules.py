@@ -1,8 +1,10 @@
 """Envelope rules: small named functions with ids, each citing its source (../shared/HARDWARE.md rows).
 
-A rule gets a `RuleContext` (spec, target, device, resolved stages, budget) and yields `Finding`s whose
-messages carry the numbers compared. Hard limits are errors; example-kernel conventions are warnings.
-Every rule has a unit test on each side of its boundary (tests/test_rules.py).
+A rule gets a `RuleContext` (the `Resolved` of resolve.py: spec, target, its row of the target table,
+device, resolved stages, budget, registers) and yields `Finding`s whose messages carry the numbers
+compared. Hard limits are errors; example-kernel conventions are warnings. A rule names the targets it
+concerns by their table facts (never by arch name) and the spec kinds it concerns (`kinds`): it never
+runs elsewhere. Every rule has a unit test on each side of its boundary (tests/test_rules.py).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specgen.envelope.budget import MIN_STAGES, MemoryBudget, max_ab_stages, smem_budget
-from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.envelope.budget import MIN_STAGES
+from specgen.resolve import Resolved, max_ab_stages, memory
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec, Target
-from specgen.spec.targets import Backend
+from specgen.spec.models import Target
+from specgen.targets import Backend, TargetInfo, target_info
 
 Severity = Literal["error", "warning"]
 
@@ -29,19 +31,7 @@ class Finding:
     field: tuple[str | int, ...] = ()
 
 
-@dataclass(frozen=True)
-class RuleContext:
-    spec: GemmSpec
-    target: Target
-    gpu: GpuDevice | None
-    tpu: TpuDevice | None
-    ab_stages: int
-    acc_stages: int
-    budget: MemoryBudget
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
+RuleContext = Resolved  # what every rule reads: resolved once per (spec, target) by resolve.py
 
 
 RuleFn = Callable[[RuleContext], Iterator[Finding]]
@@ -51,45 +41,54 @@ RuleFn = Callable[[RuleContext], Iterator[Finding]]
 class Rule:
     id: str
     title: str
-    applies: Callable[[Target], bool]
+    applies: Callable[[Target | TargetInfo], bool]
     fn: RuleFn = field(repr=False)
+    kinds: tuple[str, ...] = ("gemm",)  # the spec kinds the rule concerns
 
 
 RULES: list[Rule] = []
 
 
-def rule(rule_id: str, title: str, applies: Callable[[Target], bool]) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, title: str, applies: Callable[[Target | TargetInfo], bool],
+         kinds: tuple[str, ...] = ("gemm",)) -> Callable[[RuleFn], RuleFn]:
     def register(fn: RuleFn) -> RuleFn:
-        RULES.append(Rule(rule_id, title, applies, fn))
+        RULES.append(Rule(rule_id, title, applies, fn, kinds))
         return fn
 
     return register
 
 
-# --- which targets a rule concerns -------------------------------------------------------------------
-def is_gpu(t: Target) -> bool:
-    return not t.arch.startswith("tpu")
+# --- which targets a rule concerns: facts of the target table ------------------------------------------
+def _info(t: Target | TargetInfo) -> TargetInfo:
+    return t if isinstance(t, TargetInfo) else target_info(t)
 
 
-def is_tpu(t: Target) -> bool:
-    return t.arch.startswith("tpu")
+def is_gpu(t: Target | TargetInfo) -> bool:
+    return _info(t).memory == "smem"
 
 
-def is_triton(t: Target) -> bool:
+def is_tpu(t: Target | TargetInfo) -> bool:
+    return _info(t).memory == "vmem"
+
+
+def is_triton(t: Target | TargetInfo) -> bool:
     return t.backend is Backend.triton
 
 
-def uses_wgmma(t: Target) -> bool:
-    return (t.backend is Backend.cute and t.arch == "sm90") or (t.backend is Backend.pallas and t.arch == "gpu_sm90")
+def uses_wgmma(t: Target | TargetInfo) -> bool:
+    """The kernel issues wgmma itself (its tile maps onto the instruction): CuTe sm90, Mosaic GPU."""
+    info = _info(t)
+    return info.issues_mma and info.mma == "wgmma"
 
 
-def uses_tcgen05(t: Target) -> bool:
-    return t.backend is Backend.cute and t.arch == "sm100"
+def uses_tcgen05(t: Target | TargetInfo) -> bool:
+    info = _info(t)
+    return info.issues_mma and info.mma == "tcgen05"
 
 
-def uses_tma_boxes(t: Target) -> bool:
+def uses_tma_boxes(t: Target | TargetInfo) -> bool:
     """Raw TMA boxes (<= 256 per dim): CuTe and Mosaic GPU. Triton splits its block shapes itself."""
-    return t.backend is Backend.cute or (t.backend is Backend.pallas and t.arch == "gpu_sm90")
+    return _info(t).tma_boxes
 
 
 def _pow2(x: int) -> bool:
@@ -131,7 +130,7 @@ def mma_dtypes(ctx: RuleContext) -> Iterator[Finding]:
         # tl.dot: int8 -> int32; f16 may accumulate in f16 (out_dtype); everything else in f32
         legal = {DType.int8: (DType.int32,), DType.f16: (DType.f32, DType.f16)}.get(a, (DType.f32,))
     else:
-        table = _MMA_ACC["tcgen05" if uses_tcgen05(ctx.target) else "wgmma"]
+        table = _MMA_ACC[ctx.info.mma]
         if a not in table:
             yield Finding("DT001", "error", f"{ctx.target} has no tensor-core MMA for {a} operands",
                           "use tf32 for f32 data" if a == DType.f32 else "", ("a", "dtype"))
@@ -242,8 +241,28 @@ def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     for dim in ("m", "n"):
         if getattr(t, dim) < 16:
             yield Finding("MMA003", "error", f"tile.{dim} = {getattr(t, dim)} < 16, tl.dot's minimum", "", ("tile", dim))
-    if ctx.target.arch == "sm90" and t.m < 64:
+    if ctx.info.mma == "wgmma" and t.m < 64:
         yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", "", ("tile", "m"))
+
+
+@rule("MMA004", "tl.dot falls back from the arch's tensor-core MMA", is_triton)
+def triton_mma_fallback(ctx: RuleContext) -> Iterator[Finding]:
+    """Triton lowers tl.dot to wgmma (sm90) or tcgen05 (sm100) only for blocks of M >= 64 on at least
+    one warpgroup (4 warps); otherwise to mma_v2, a fraction of the throughput. f32 operands with ieee
+    precision (specgen's `f32`, not `tf32`) run on the FMA units, no tensor cores at all. Sources:
+    Triton `AccelerateMatmul.cpp` (MMA version selection), `semantic.py` (input_precision); measured
+    with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning."""
+    t, w, mma = ctx.spec.tile, ctx.spec.triton.num_warps, ctx.info.mma
+    if ctx.spec.a.dtype == DType.f32:
+        yield Finding("MMA004", "warning", f"A and B are f32 (ieee): tl.dot runs on FMA units on {ctx.target}, no "
+                      f"{mma} (tensor cores)", 'use dtype = "tf32" for tensor cores', ("a", "dtype"))
+        return
+    if mma == "tcgen05" and t.m < 64:
+        yield Finding("MMA004", "warning", f"tile.m = {t.m} < 64: Triton falls back from tcgen05 to mma_v2 on "
+                      f"{ctx.target}", "use tile.m = 64", ("tile", "m"))
+    if w < 4:
+        yield Finding("MMA004", "warning", f"triton.num_warps = {w} < 4 (one warpgroup): Triton falls back from {mma} "
+                      f"to mma_v2 on {ctx.target}", "use num_warps = 4", ("triton", "num_warps"))
 
 
 # --- powers of two, sizes --------------------------------------------------------------------------------
@@ -270,15 +289,15 @@ def triton_pow2(ctx: RuleContext) -> Iterator[Finding]:
 def smem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
     """Everything a block stages must fit the per-block opt-in maximum: 232448 B on sm90 and sm100
     (cutlass `arch.h`; measured on the H200), counting the barrier reserve where the kernel keeps one.
-    The planner's `auto` stages come from the same `smem_budget` (envelope/budget.py)."""
+    The planner's `auto` stages come from the same budget (the design's `memory`, via resolve.py)."""
     b = ctx.budget
     if b.fits:
         return
-    fit = max_ab_stages(ctx.spec, ctx.target)
-    hint = f"ab_stages = {fit} fits ({smem_budget(ctx.spec, ctx.target, fit).total} B)" if fit >= 1 else ""
+    fit = max_ab_stages(ctx.spec, ctx.info)
+    hint = f"ab_stages = {fit} fits ({memory(ctx.spec, ctx.info, fit).total} B)" if fit >= 1 else ""
     if fit < MIN_STAGES and ctx.spec.tile.k >= 32:  # no real pipeline left: a thinner K slice is the way out
         half = ctx.spec.model_copy(update={"tile": ctx.spec.tile.model_copy(update={"k": ctx.spec.tile.k // 2})})
-        deeper = max_ab_stages(half, ctx.target)
+        deeper = max_ab_stages(half, ctx.info)
         if deeper >= MIN_STAGES:
             hint = (hint + "; " if hint else "") + f"tile.k = {half.tile.k} fits {deeper} stages"
     hint = hint or "shrink the tile: not even one A/B stage fits"
@@ -306,19 +325,12 @@ def vmem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
                       "", ("pallas", "vmem_limit_bytes"))
 
 
-def tmem_columns(spec: GemmSpec) -> int:
-    """Accumulator TMEM columns per CTA per stage: N (1-CTA, or 2-CTA M=256), N/2 for 2-CTA M=128.
-    fp16 accumulators are not packed. Source: cutlass `mma_traits_sm100_frag.hpp`."""
-    n = spec.tile.n
-    return n // 2 if spec.cute.two_cta and spec.tile.m * 2 == 128 else n
-
-
 @rule("TMEM001", "tensor memory columns", uses_tcgen05)
 def tmem_budget(ctx: RuleContext) -> Iterator[Finding]:
     """128 lanes x 512 columns of 32 bit per CTA; allocations are powers of two in [32, 512]
     (CD `cute/arch/tmem.py`, `utils/tmem_allocator.py`). acc columns x acc stages <= 512."""
     assert ctx.gpu is not None
-    cols = tmem_columns(ctx.spec)
+    cols = ctx.tmem_columns
     total = cols * ctx.acc_stages
     alloc = max(32, 1 << (total - 1).bit_length())
     if alloc > ctx.gpu.tmem_columns:
@@ -329,42 +341,26 @@ def tmem_budget(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # --- TMA ------------------------------------------------------------------------------------------------
-def _tma_boxes(spec: GemmSpec) -> list[tuple[str, tuple[int, int], int, tuple[str | int, ...]]]:
-    """(operand, box (outer, inner) in elements, element bytes, field) for every TMA-moved tile."""
-    t = spec.tile
-    a_box = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
-    b_box = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
-    return [("A", a_box, spec.a.dtype.bytes, ("a",)), ("B", b_box, spec.b.dtype.bytes, ("b",)),
-            ("out", (t.m, t.n), spec.out.dtype.bytes, ("out",))]
-
-
-def _moves_by_tma(t: Target, spec: GemmSpec) -> bool:
-    if t.backend is Backend.triton:
-        return spec.triton.tma
-    return uses_tma_boxes(t)
-
-
 @rule("TMA001", "TMA inner box bytes are a multiple of 16", lambda t: is_gpu(t))
 def tma_inner_box(ctx: RuleContext) -> Iterator[Finding]:
     """cuTensorMapEncodeTiled: the inner box dimension in bytes must be a multiple of 16 (Driver API).
     Applies wherever tiles move by TMA: CuTe, Mosaic GPU, Triton's persistent descriptor kernel."""
-    if not _moves_by_tma(ctx.target, ctx.spec):
-        return
-    for name, (_, inner), nbytes, fld in _tma_boxes(ctx.spec):
+    for box in ctx.tma_boxes:
+        name, inner, nbytes = box.operand, box.inner, box.elem_bytes
         if inner * nbytes % 16:
             yield Finding("TMA001", "error", f"{name}'s TMA box has {inner} x {nbytes} B = {inner * nbytes} B along its "
-                          "contiguous dim, not a multiple of 16", "", (*fld, "major") if name != "out" else ("tile", "n"))
+                          "contiguous dim, not a multiple of 16", "", (*box.field, "major") if name != "out" else ("tile", "n"))
 
 
 @rule("TMA002", "TMA box dims are at most 256", uses_tma_boxes)
 def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
     """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe and Mosaic GPU
     issue one box per tile; Triton splits larger blocks itself, so it is exempt."""
-    for name, box, _, _ in _tma_boxes(ctx.spec):
-        for extent in box:
+    for box in ctx.tma_boxes:
+        for extent in (box.outer, box.inner):
             if extent > 256:
-                yield Finding("TMA002", "error", f"{name}'s TMA box {box[0]}x{box[1]} has a dim {extent} > 256", "",
-                              ("tile",))
+                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {box.outer}x{box.inner} has a dim {extent} > 256",
+                              "", ("tile",))
                 break
 
 
@@ -376,7 +372,7 @@ def cluster_size(ctx: RuleContext) -> Iterator[Finding]:
     c = ctx.spec.cluster
     if c.size == 1:
         return
-    if ctx.backend is not Backend.cute:
+    if not ctx.info.clusters:
         yield Finding("CLU001", "warning", f"cluster {c.m}x{c.n} is ignored by {ctx.backend} (it launches single CTAs)",
                       "", ("cluster",))
         return
@@ -401,31 +397,39 @@ def two_cta_cluster(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # --- registers ------------------------------------------------------------------------------------------
-def accumulator_registers(ctx: RuleContext) -> tuple[int, int]:
-    """(registers per thread holding the accumulator, threads sharing it)."""
-    s, t = ctx.spec, ctx.spec.tile
-    words = t.m * t.n * (4 if s.accumulator.bytes == 4 else 2) // 4
-    if ctx.backend is Backend.triton:
-        threads = s.triton.num_warps * 32
-    else:  # wgmma consumers: one warpgroup per 64 rows up to `mma_warpgroups`
-        wgs = s.cute.mma_warpgroups or (2 if t.m > 64 and t.n > 128 else 1)
-        threads = wgs * 128
-    return words // threads, threads
-
-
 @rule("REG001", "accumulator register pressure", lambda t: is_triton(t) or uses_wgmma(t))
 def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
     """The register-resident accumulator: wgmma holds N/2 fp32 registers per thread per 64-row atom
-    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. Above 255 the accumulator cannot be
-    held (error); above 192 little room is left for addresses and the epilogue (warning: spills)."""
-    regs, threads = accumulator_registers(ctx)
-    fld = ("triton", "num_warps") if ctx.backend is Backend.triton else ("tile",)
+    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. CuTe and Mosaic GPU: above 255 the
+    accumulator cannot be held (error); above 192 little room is left for addresses and the epilogue
+    (warning: spills). Triton: ptxas always builds the kernel, spilling what does not fit (measured
+    with `triton.compile`, tests/differential.py: 256 accumulator registers on sm_90 spilled 2.6-3.8 KB,
+    and tcgen05 kernels, whose accumulator lives in TMEM until the epilogue, spill less), so Triton
+    gets a warning with the estimate where spills are likely, never an error. The estimate adds the
+    operands an FMA dot (f32 ieee) holds in registers (measured: 128 accumulator registers spilled
+    2.6-10.8 KB there, 32 none)."""
+    regs, threads = ctx.acc_registers, ctx.acc_threads
+    if ctx.backend is Backend.triton:
+        t = ctx.spec.tile
+        # an FMA dot also holds operand fragments about the accumulator's size, beside its slice of the tiles
+        operands = regs + (t.m * t.k + t.k * t.n) // threads if ctx.spec.a.dtype == DType.f32 else 0
+        need = regs + operands
+        if need > TRITON_SPILL_REGISTERS:
+            held = f" + {operands} for the FMA operands = {need}" if operands else ""
+            over = " > 255" if need > 255 else f" of 255 (over {TRITON_SPILL_REGISTERS})"
+            yield Finding("REG001", "warning", f"accumulator needs {regs} registers per thread ({threads} threads){held}"
+                          f"{over}: ptxas builds it but will likely spill to local memory",
+                          "use more warps or a smaller tile", ("triton", "num_warps"))
+        return
     if regs > 255:
         yield Finding("REG001", "error", f"accumulator needs {regs} registers per thread ({threads} threads) > 255",
-                      "use more warps or a smaller tile", fld)
+                      "use more warps or a smaller tile", ("tile",))
     elif regs > 192:
         yield Finding("REG001", "warning", f"accumulator needs {regs} of 255 registers per thread ({threads} threads): "
-                      "expect spills", "use more warps or a smaller tile", fld)
+                      "expect spills", "use more warps or a smaller tile", ("tile",))
+
+
+TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas spilled in the measured grid
 
 
 # --- Pallas TPU -------------------------------------------------------------------------------------------
@@ -438,8 +442,8 @@ def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
     assert ctx.tpu is not None
 
     def sublanes(dt: DType) -> int:
-        if dt.bytes < 4 and ctx.tpu.name == "tpu_v7x" and dt == DType.bf16:
-            return 16
+        if dt == DType.bf16:
+            return ctx.tpu.bf16_sublanes
         return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
 
     for name, rows, cols, dt, fld in (
@@ -499,5 +503,17 @@ def backend_options(ctx: RuleContext) -> Iterator[Finding]:
                           "persistent kernel, and schedule.persistent = false", "", ("triton", "flatten"))
 
 
+_SELECTED: dict[tuple[int, str, str], list[RuleFn]] = {}
+
+
+def rules_for(kind: str, info: TargetInfo) -> list[RuleFn]:
+    """The rules that concern a kind on a target, in table order (selected once per pair)."""
+    key = (id(RULES), kind, info.name)  # RULES may be swapped (tests); its identity keys the cache
+    fns = _SELECTED.get(key)
+    if fns is None:
+        fns = _SELECTED[key] = [r.fn for r in RULES if kind in r.kinds and r.applies(info)]
+    return fns
+
+
 def run_rules(ctx: RuleContext) -> list[Finding]:
-    return [f for r in RULES if r.applies(ctx.target) for f in r.fn(ctx)]
+    return [f for fn in rules_for(ctx.spec.kind, ctx.info) for f in fn(ctx)]

@@ -1,5 +1,6 @@
-"""Render a set of loaded specs: check them, plan each servable target, render each backend's module,
-and write the lot through writer.py. Specs that fail check are refused and their old outputs kept."""
+"""Render a set of loaded specs: check them (resolving each (spec, target) once), let each target's
+design render its modules from those resolutions, and write the lot through writer.py. A module whose
+targets fail check is refused and its old output kept; the spec's other modules still render."""
 
 from __future__ import annotations
 
@@ -7,15 +8,12 @@ import dataclasses
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgen import __version__
-from specgen.check import Diagnostic, check_all, failing_targets
-from specgen.plan.triton import plan_triton
-from specgen.render.env import environment
-from specgen.render.triton import triton_context
+from specgen.check import Diagnostic, check_specs, failing_targets
+from specgen.designs import DESIGNS, design_for
 from specgen.render.writer import (
     GENERATED_MARK,
     RenderError,
@@ -24,9 +22,10 @@ from specgen.render.writer import (
     read_manifest,
     write_outputs,
 )
+from specgen.resolve import resolve
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
-from specgen.spec.targets import Backend
+from specgen.targets import Backend
 
 PACKAGE_INIT = (f"{GENERATED_MARK} {__version__}; do not edit.\n"
                 '"""The rendered specgen catalogue: `specgen render` writes this package."""\n')
@@ -35,11 +34,17 @@ PROJECT_MARKERS = ("pyproject.toml", ".git", "setup.py", "setup.cfg")
 
 
 def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
-    return environment().get_template("triton/gemm.py.jinja").render(triton_context(plan_triton(loaded, targets)))
+    """The Triton module of one spec (tests and tools that render outside the catalogue)."""
+    design = design_for(loaded.spec.kind, Backend.triton)
+    assert design is not None
+    resolved = {str(t): resolve(loaded.spec, t) for t in targets}
+    (text,) = design.render(loaded, targets, resolved).values()
+    return text
 
 
-# backend -> (module renderer, output folder). A backend without an entry is checked but not rendered.
-RENDERERS: dict[Backend, Callable[[LoadedSpec, list[Target]], str]] = {Backend.triton: render_triton_module}
+def rendered_backends() -> list[str]:
+    """The backends some design renders: the folders an --out package gets."""
+    return sorted({backend.value for _, backend in DESIGNS})
 
 
 @dataclass
@@ -48,10 +53,6 @@ class RenderResult:
     refused: list[str] = field(default_factory=list)  # spec names that failed check
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (spec, target, reason)
     report: WriteReport = field(default_factory=WriteReport)
-
-
-def module_path(backend: Backend, name: str) -> str:
-    return f"{backend.value}/{name}.py"
 
 
 def project_root(path: Path) -> Path | None:
@@ -109,7 +110,7 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
     """Render `specs` into out_dir. Outputs the manifest owns that no spec produces anymore are removed
     when their spec file lies in `scope` (the files and folders render was given); scope None removes
     every such output (`--prune`)."""
-    shadow = shadowed_module(out_dir, [b.value for b in RENDERERS])
+    shadow = shadowed_module(out_dir, rendered_backends())
     if shadow:
         raise RenderError(f"--out {out_dir} would make a package that shadows the `{shadow}` module "
                           f"(`import {shadow}` would find it); choose a folder like `generated` or `mypkg/kernels`")
@@ -122,18 +123,16 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
     scopes = None if scope is None else [spec_ref(p, out_dir) for p in scope]
     if not specs:  # inputs that came out empty never remove what render wrote before
         scopes = []
-    diags = check_all(specs)
-    failing = failing_targets(diags)
-    result = RenderResult(diags)
+    checked = check_specs(specs)  # resolves each (spec, target) once; designs render from those
+    failing = failing_targets(checked.diagnostics)
+    result = RenderResult(checked.diagnostics)
     files: dict[str, str] = {"__init__.py": PACKAGE_INIT}
     sources: dict[str, str] = {}
     kernels: dict[str, dict] = {}
     refused: set[str] = set()
+    refused_paths: set[str] = set()
     refs: dict[str, str] = {}  # one lookup per spec file, not per kernel
     for ls in specs:
-        if any(spec == ls.name for spec, _ in failing):
-            refused.add(ls.name)
-            continue
         ref = refs.get(ls.file) or refs.setdefault(ls.file, spec_ref(Path(ls.file), out_dir))
         placed = dataclasses.replace(ls, file=ref)  # headers name the spec the same from any folder
         by_backend: dict[Backend, list[Target]] = {}
@@ -141,28 +140,36 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
             by_backend.setdefault(t.backend, []).append(t)
         entry: dict[str, str] = {}
         for backend, targets in by_backend.items():
-            renderer = RENDERERS.get(backend)
-            if renderer is None:
+            design = design_for(ls.spec.kind, backend)
+            if design is None:
                 reason = f"specgen {__version__} has no {backend} renderer yet (checked only)"
                 for t in targets:
                     result.skipped.append((ls.name, str(t), reason))
                     entry[str(t)] = f"skipped: {reason}"
                 continue
-            rel = module_path(backend, ls.name)
-            files[rel] = renderer(placed, targets)
-            sources[rel] = ref
-            files.setdefault(f"{backend.value}/__init__.py", BACKEND_INIT.format(backend=backend.value))
-            for t in targets:
-                entry[str(t)] = rel
-        kernels[ls.name] = {"spec_file": ref, "spec_hash": ls.spec_hash, "targets": entry}
+            for rel, module_targets in design.modules(ls.spec, targets).items():
+                if any((ls.name, str(t)) in failing for t in module_targets):
+                    refused.add(ls.name)  # this module only: the spec's other modules still render
+                    refused_paths.add(rel)
+                    continue
+                resolved = {str(t): checked.resolved[(ls.name, str(t))] for t in module_targets}
+                for path, text in design.render(placed, module_targets, resolved).items():
+                    files[path] = text
+                    sources[path] = ref
+                files.setdefault(f"{backend.value}/__init__.py", BACKEND_INIT.format(backend=backend.value))
+                for t in module_targets:
+                    entry[str(t)] = rel
+        if ls.name in refused and ls.name in old.kernels and not entry:
+            kernels[ls.name] = old.kernels[ls.name]  # wholly refused: its old entry goes with its old files
+        else:
+            kernels[ls.name] = {"spec_file": ref, "spec_hash": ls.spec_hash, "targets": entry}
     result.refused = sorted(refused)
-    if refused:  # keep what the refused specs rendered before: losing it helps nobody
-        for rel in old.files:
-            if any(rel == module_path(b, name) for b in RENDERERS for name in refused) and (out_dir / rel).is_file():
-                files[rel] = (out_dir / rel).read_text()
-                if rel in old.sources:
-                    sources[rel] = old.sources[rel]
-        kernels |= {name: old.kernels[name] for name in refused if name in old.kernels}
+    # keep what the refused modules rendered before: losing it helps nobody
+    for rel in old.files:
+        if rel in refused_paths and (out_dir / rel).is_file():
+            files[rel] = (out_dir / rel).read_text()
+            if rel in old.sources:
+                sources[rel] = old.sources[rel]
     # kernels of spec files outside this render's scope stay listed, as their files stay owned
     kept = {name: e for name, e in old.kernels.items()
             if name not in kernels and not _in_scope(e.get("spec_file"), scopes)}

@@ -24,8 +24,8 @@ MAX_NAME = 64
 # functions call): a kernel's name becomes a module-level function and must not replace one of them.
 MODULE_NAMES: frozenset[str] = frozenset({
     "annotations", "torch", "triton", "tl", "descriptor", "register_custom_op", "TritonLauncher",
-    "SPEC", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "PLAN_SMEM", "SIGNATURE", "a", "b",
-    "float", "range", "type", "AttributeError", "TypeError", "ValueError", "_g", "_tile_coords",
+    "SPEC", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "METADATA", "RUNTIME_ABI", "a", "b",
+    "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_g", "_tile_coords",
     "_tanh", "_validate", "_check", "_run", "_fake", "_op", "_launcher", "_CONSTEXPRS",
 })
 

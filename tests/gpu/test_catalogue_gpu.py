@@ -7,9 +7,11 @@ Marked `gpu`: CI (CPU only) deselects them; `nox -s gpu` / bench/run_gpu.sh run 
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import pytest
 import torch
+from reference import REFERENCES
 
 pytestmark = pytest.mark.gpu
 
@@ -39,28 +41,11 @@ def layout(x: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
     return x.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
-def reference(spec: dict, args: list[torch.Tensor | float]) -> torch.Tensor:
-    a, b = args[0].double(), args[1].double()
-    acc = a @ b
-    rest = list(args[2:])
-    for op in spec["epilogue"]:
-        if op["op"] == "bias":
-            v = rest.pop(0).double().reshape(-1)
-            acc = acc + (v[None, :] if op["along"] == "n" else v[:, None])
-        elif op["op"] == "scale" and op["by"] == "rowcol":
-            sa, sb = rest.pop(0).double().reshape(-1), rest.pop(0).double().reshape(-1)
-            acc = acc * sa[:, None] * sb[None, :]
-        elif op["op"] == "scale" and op["by"] == "scalar":
-            acc = acc * (op["value"] if op["value"] is not None else rest.pop(0))
-        elif op["op"] == "activation":
-            acc = {"relu": torch.relu, "silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid,
-                   "gelu": torch.nn.functional.gelu,
-                   "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op["fn"]](acc)
-        elif op["op"] == "residual":
-            acc = acc + op["beta"] * rest.pop(0).double()
-        else:
-            raise AssertionError(f"reference lacks {op}")
-    return acc
+def reference(fn, spec: dict, args: list[torch.Tensor | float]) -> torch.Tensor:
+    """The shared float64 reference (tests/reference.py), the launcher's positional arguments by name
+    (read off its signature: the GPU machine needs no pydantic)."""
+    names = list(inspect.signature(fn).parameters)[2:-1]  # a, b, <epilogue arguments>, out
+    return REFERENCES[spec["kind"]](spec["epilogue"], args[0], args[1], dict(zip(names, args[2:], strict=True)))
 
 
 def build_args(spec: dict, M: int, N: int, K: int, gen: torch.Generator) -> list:
@@ -97,7 +82,7 @@ def test_matches_float64_reference(name: str, shape: tuple[int, int, int]) -> No
     torch.cuda.synchronize()
     assert got.data_ptr() == out.data_ptr()
     assert not torch.isnan(out).any(), "some output elements were never written"
-    ref = reference(spec, args)
+    ref = reference(fn, spec, args)
     # bf16/f16 output rounding (2^-8 relative) plus accumulation-order noise growing like sqrt(K)
     scale = ref.abs().max().item() + 1.0
     tol = (2e-2 if out_dtype is torch.bfloat16 else 5e-3) * scale

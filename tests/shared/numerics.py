@@ -1,4 +1,4 @@
-"""Numerics of the rendered Triton kernels under the CPU interpreter, against a float64 torch reference.
+"""Numerics of rendered kernels (the Triton ones under the CPU interpreter) against the float64 reference.
 
 Every catalogue kernel runs as its interpreter variant (bf16 / fp8 -> f16) and as an f32 variant, and a
 set of extra specs covers what the catalogue does not: every epilogue op, both major modes of A and B in
@@ -21,8 +21,8 @@ import zlib
 
 import pytest
 import torch
-import torch.nn.functional as F
 from kernels import catalogue, interpreter_variant
+from reference import REFERENCES
 
 from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec
@@ -322,47 +322,6 @@ class Case:
 # Reference
 
 
-def reference(epilogue: list[dict], a: torch.Tensor, b: torch.Tensor, args: dict[str, object]) -> torch.Tensor:
-    """epilogue(A @ B) in float64: each op as an unfused torch program would apply it."""
-    acc = a.double() @ b.double()
-
-    def vec(name: str, along: str) -> torch.Tensor:
-        v = args[name].double().reshape(-1)
-        return v[:, None] if along == "m" else v
-
-    for op in epilogue:
-        kind = op["op"]
-        if kind == "bias":
-            acc = acc + vec(op["name"], op["along"])
-        elif kind == "scale":
-            by = op["by"]
-            if by == "scalar":
-                acc = acc * (op["value"] if op["value"] is not None else args[op["name"] or "alpha"])
-            elif by == "row":
-                acc = acc * vec(op["name"] or "row_scale", "m")
-            elif by == "col":
-                acc = acc * vec(op["name"] or "col_scale", "n")
-            else:
-                acc = acc * vec("scale_a", "m") * vec("scale_b", "n")
-        elif kind == "activation":
-            acc = {
-                "relu": torch.relu,
-                "gelu": F.gelu,
-                "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-                "silu": F.silu,
-                "sigmoid": torch.sigmoid,
-            }[op["fn"]](acc)
-        elif kind == "residual":
-            acc = acc + op["beta"] * args[op["name"]].double()
-        elif kind == "clamp":
-            acc = acc.clamp(min=op["min"], max=op["max"])
-        elif kind == "cast":
-            acc = acc.to(torch_dtype(op["dtype"])).double()
-        else:
-            raise AssertionError(f"unknown epilogue op {kind}")
-    return acc
-
-
 def tolerance(spec: dict) -> dict[str, float]:
     """For O(1) results (A is scaled so that A @ B has unit variance): the out dtype's rounding, or the
     f16 accumulator's error over K <= 72; the f32 kernels compute in ieee f32."""
@@ -381,53 +340,59 @@ def tolerance(spec: dict) -> dict[str, float]:
 # The test
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_matches_float64_reference(variant: str, shape: str, load_kernel) -> None:
-    spec = VARIANTS[variant]
-    module = load_kernel(spec)
-    with open(module.__file__) as f:  # the spec says TMA exactly when the module builds descriptors
-        assert is_tma(spec) == ("a_desc" in f.read())
-    fn = getattr(module, spec["name"])
-    case = Case(spec, shape)
-    a, b, stores = case.operands()
-    args, arg_stores = case.epilogue_args()
-    out, out_store = case.out()
-    inputs = [store.clone() for store in stores + arg_stores]
+class NumericsTests:
+    """The numerics tests every backend's folder runs: subclass as `Test<Backend>Numerics` and override
+    `check_module` for what only that backend's modules show."""
 
-    result = fn(a, b, *(value for _, value in args), out=out)
+    def check_module(self, spec: dict, module: object) -> None:
+        """Backend-specific checks of a loaded module before it runs (none by default)."""
 
-    assert result is out
-    assert result.dtype == torch_dtype(spec["out"]["dtype"])
-    assert result.shape == ((BATCH,) if spec["batch"] else ()) + (case.M, case.N)
-    poisoned = poison(out.dtype)
-    if out.dtype.is_floating_point:
-        assert not out.isnan().any(), f"{int(out.isnan().sum())} of {out.numel()} output elements never written"
-        assert outside(out, out_store).isnan().all(), "the kernel wrote outside the output"
-    else:
-        assert not (out == poisoned).any(), "output elements never written"
-        assert (outside(out, out_store) == poisoned).all(), "the kernel wrote outside the output"
-    for store, before in zip(stores + arg_stores, inputs, strict=True):  # nor touched its inputs
-        torch.testing.assert_close(store, before, rtol=0, atol=0, equal_nan=True)
-    tol = tolerance(spec)
-    kwargs = dict(args)
-    want = reference(spec["epilogue"], a, b, kwargs)
-    torch.testing.assert_close(out.double(), want, **tol, msg=lambda m: f"{variant} {shape}: {m}")
+    @pytest.mark.parametrize("shape", list(SHAPES))
+    @pytest.mark.parametrize("variant", list(VARIANTS))
+    def test_matches_float64_reference(self, variant: str, shape: str, load_kernel) -> None:
+        spec = VARIANTS[variant]
+        module = load_kernel(spec)
+        self.check_module(spec, module)
+        fn = getattr(module, spec["name"])
+        case = Case(spec, shape)
+        a, b, stores = case.operands()
+        args, arg_stores = case.epilogue_args()
+        out, out_store = case.out()
+        inputs = [store.clone() for store in stores + arg_stores]
 
-    # The tolerance is tight enough to see every op: dropping any one from the reference must fail it,
-    # and so must the other GELU form where the tolerance is f32's.
-    chain = spec["epilogue"]
-    for i, op in enumerate(chain):
-        mutants = []
-        if not (op["op"] == "cast" and spec["out"]["dtype"] == op["dtype"]):  # a cast to the out dtype
-            mutants.append(("dropped", chain[:i] + chain[i + 1:]))  # just before the store changes nothing
-        if op["op"] == "activation" and op["fn"] in ("gelu", "gelu_tanh") and spec["out"]["dtype"] == "f32":
-            other = {**op, "fn": "gelu" if op["fn"] == "gelu_tanh" else "gelu_tanh"}
-            mutants.append((f"as {other['fn']}", chain[:i] + [other] + chain[i + 1:]))
-        for how, mutant in mutants:
-            wrong = reference(mutant, a, b, kwargs)
-            assert not torch.allclose(out.double(), wrong, **tol), f"{variant} {shape}: epilogue[{i}] {op} {how} passes"
+        result = fn(a, b, *(value for _, value in args), out=out)
 
-    if shape == "ragged":  # allocating the output gives the same bits
-        again = fn(a, b, *(value for _, value in args))
-        assert again.is_contiguous() and torch.equal(again, out)
+        assert result is out
+        assert result.dtype == torch_dtype(spec["out"]["dtype"])
+        assert result.shape == ((BATCH,) if spec["batch"] else ()) + (case.M, case.N)
+        poisoned = poison(out.dtype)
+        if out.dtype.is_floating_point:
+            assert not out.isnan().any(), f"{int(out.isnan().sum())} of {out.numel()} output elements never written"
+            assert outside(out, out_store).isnan().all(), "the kernel wrote outside the output"
+        else:
+            assert not (out == poisoned).any(), "output elements never written"
+            assert (outside(out, out_store) == poisoned).all(), "the kernel wrote outside the output"
+        for store, before in zip(stores + arg_stores, inputs, strict=True):  # nor touched its inputs
+            torch.testing.assert_close(store, before, rtol=0, atol=0, equal_nan=True)
+        tol = tolerance(spec)
+        kwargs = dict(args)
+        want = REFERENCES[spec["kind"]](spec["epilogue"], a, b, kwargs)
+        torch.testing.assert_close(out.double(), want, **tol, msg=lambda m: f"{variant} {shape}: {m}")
+
+        # The tolerance is tight enough to see every op: dropping any one from the reference must fail it,
+        # and so must the other GELU form where the tolerance is f32's.
+        chain = spec["epilogue"]
+        for i, op in enumerate(chain):
+            mutants = []
+            if not (op["op"] == "cast" and spec["out"]["dtype"] == op["dtype"]):  # a cast to the out dtype
+                mutants.append(("dropped", chain[:i] + chain[i + 1:]))  # just before the store changes nothing
+            if op["op"] == "activation" and op["fn"] in ("gelu", "gelu_tanh") and spec["out"]["dtype"] == "f32":
+                other = {**op, "fn": "gelu" if op["fn"] == "gelu_tanh" else "gelu_tanh"}
+                mutants.append((f"as {other['fn']}", chain[:i] + [other] + chain[i + 1:]))
+            for how, mutant in mutants:
+                wrong = REFERENCES[spec["kind"]](mutant, a, b, kwargs)
+                assert not torch.allclose(out.double(), wrong, **tol), f"{variant} {shape}: epilogue[{i}] {op} {how} passes"
+
+        if shape == "ragged":  # allocating the output gives the same bits
+            again = fn(a, b, *(value for _, value in args))
+            assert again.is_contiguous() and torch.equal(again, out)

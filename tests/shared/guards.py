@@ -1,4 +1,4 @@
-"""The generated launchers refuse bad arguments before anything launches.
+"""The generated launchers (the shared torch host part) refuse bad arguments before anything launches.
 
 Each case starts from a valid call, breaks one argument, and expects TypeError (wrong dtype, not a
 tensor, not a float) or ValueError (rank, extents, major mode, alignment, TMA strides, shapes, device)
@@ -211,36 +211,6 @@ CASES: list[tuple[str, str, str, Break, type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("kernel", "arg", "how", "make", "exc", "pattern"), CASES,
-                         ids=[f"{k}-{a}-{h}" for k, a, h, *_ in CASES])
-def test_guard_raises_before_launch(kernel, arg, how, make, exc, pattern, load_kernel, monkeypatch) -> None:
-    call = Call(kernel, load_kernel)
-    if arg == "out":
-        call.out = make(call)
-    else:
-        call.args[arg] = make(call)
-    expect(call, monkeypatch, exc, arg, pattern)
-
-
-def test_tma_rows_of_the_allocated_output(load_kernel, monkeypatch) -> None:
-    """With out=None, a TMA kernel still needs N * elem to be a multiple of 16 bytes (N = 20 f16: 40)."""
-    call = Call("tma", load_kernel)
-    b = layout(torch.randn(K, 20, dtype=torch.float16), -2)  # B's own strides are fine: K is contiguous
-    monkeypatch.setattr(call.module, "_launcher", Tripwire())
-    with pytest.raises(ValueError, match=r"argument 'out' rows of N = 20 elements are 40 bytes") as info:
-        call.fn(call.args["a"], b, call.args["scale_a"], torch.rand(20))
-    assert str(info.value).startswith(f"{call.name}: ")
-
-
-@pytest.mark.parametrize("kernel", list(KERNELS))
-def test_valid_call_reaches_the_launcher(kernel: str, load_kernel, monkeypatch) -> None:
-    """The tripwire is wired: the unbroken call of every case above gets as far as the launch."""
-    call = Call(kernel, load_kernel)
-    monkeypatch.setattr(call.module, "_launcher", Tripwire())
-    with pytest.raises(Launched):
-        call()
-
-
 # Unusual but legal arguments: the per-call fast check hands them to the full validation, which accepts.
 LEGAL = [
     ("ptr", "alpha", "int", lambda c: 2),
@@ -252,20 +222,6 @@ LEGAL = [
     ("tma", "a", "16-byte padded rows", lambda c: padded_rows(c.args["a"], 8)),
     ("ptr", "c", "padded rows", lambda c: padded_rows(c.args["c"], 5)),
 ]
-
-
-@pytest.mark.parametrize(("kernel", "arg", "how", "make"), LEGAL, ids=[f"{k}-{a}-{h}" for k, a, h, _ in LEGAL])
-def test_legal_layouts_are_accepted(kernel, arg, how, make, load_kernel) -> None:
-    call = Call(kernel, load_kernel)
-    reference = call().clone()
-    call.args[arg] = make(call)
-    call.out = torch.full_like(call.out, float("nan"))
-    result = call()
-    if arg == "alpha":  # 2 instead of 0.5
-        a, b, c = (call.args[n].double() for n in "abc")
-        torch.testing.assert_close(result.double(), 2 * (a @ b) + c, atol=2e-2, rtol=4e-3)
-    else:
-        assert torch.equal(result, reference)
 
 
 def _contiguous_dim(spec: dict, arg: str) -> int:
@@ -289,31 +245,74 @@ def _widen(x: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
     return padded_rows(x.transpose(-1, -2).contiguous(), 64).transpose(-1, -2)
 
 
-@pytest.mark.parametrize(("kernel", "arg"), [("ptr", "a"), ("relu", "b"), ("ptr", "c"), ("relu", "out"), ("bmm_res", "a")])
-def test_pointer_kernels_refuse_matrices_past_32_bit_offsets(kernel, arg, load_kernel, monkeypatch) -> None:
-    """Pointer kernels index within one matrix in 32 bits: a matrix spanning 2**31 elements or more
-    would wrap silently, so the guards refuse it. The limit is lowered (the fast check and the full
-    validation both read it at call time) to just above every other matrix's span, and `arg` widened
-    past it, instead of allocating 4 GiB."""
-    import specgen.runtime.guards as guards
+class GuardTests:
+    """The argument-guard tests every torch-facing backend's folder runs (the guards come from the
+    shared torch host template): subclass as `Test<Backend>Guards`."""
 
-    call = Call(kernel, load_kernel)
-    tensors = {**{k: v for k, v in call.args.items() if isinstance(v, torch.Tensor) and v.dim() >= 2}, "out": call.out}
-    limit = max(_span(x, _contiguous_dim(call.spec, k)) for k, x in tensors.items() if k != arg) + 1
-    wide = _widen(tensors[arg], _contiguous_dim(call.spec, arg))
-    assert _span(wide, _contiguous_dim(call.spec, arg)) >= limit
-    if arg == "out":
-        call.out = wide
-    else:
-        call.args[arg] = wide
-    monkeypatch.setattr(guards, "INT32_SPAN", limit)
-    expect(call, monkeypatch, ValueError, arg, r"indexes within a matrix in 32 bits")
+    @pytest.mark.parametrize(("kernel", "arg", "how", "make", "exc", "pattern"), CASES,
+                             ids=[f"{k}-{a}-{h}" for k, a, h, *_ in CASES])
+    def test_guard_raises_before_launch(self, kernel, arg, how, make, exc, pattern, load_kernel, monkeypatch) -> None:
+        call = Call(kernel, load_kernel)
+        if arg == "out":
+            call.out = make(call)
+        else:
+            call.args[arg] = make(call)
+        expect(call, monkeypatch, exc, arg, pattern)
 
+    def test_tma_rows_of_the_allocated_output(self, load_kernel, monkeypatch) -> None:
+        """With out=None, a TMA kernel still needs N * elem to be a multiple of 16 bytes (N = 20 f16: 40)."""
+        call = Call("tma", load_kernel)
+        b = layout(torch.randn(K, 20, dtype=torch.float16), -2)  # B's own strides are fine: K is contiguous
+        monkeypatch.setattr(call.module, "_launcher", Tripwire())
+        with pytest.raises(ValueError, match=r"argument 'out' rows of N = 20 elements are 40 bytes") as info:
+            call.fn(call.args["a"], b, call.args["scale_a"], torch.rand(20))
+        assert str(info.value).startswith(f"{call.name}: ")
 
-def test_int32_span_guard_boundary() -> None:
-    from specgen.runtime.guards import INT32_SPAN, int32_span
+    @pytest.mark.parametrize("kernel", list(KERNELS))
+    def test_valid_call_reaches_the_launcher(self, kernel: str, load_kernel, monkeypatch) -> None:
+        """The tripwire is wired: the unbroken call of every case above gets as far as the launch."""
+        call = Call(kernel, load_kernel)
+        monkeypatch.setattr(call.module, "_launcher", Tripwire())
+        with pytest.raises(Launched):
+            call()
 
-    int32_span("k", "a", 2**16, 2**15 - 1)  # 2**31 - 2**16 elements: fine
-    with pytest.raises(ValueError, match=r"k: argument 'a' spans 65536 x 32768 = 2147483648 elements"):
-        int32_span("k", "a", 2**16, 2**15)
-    assert INT32_SPAN == 2**31
+    @pytest.mark.parametrize(("kernel", "arg", "how", "make"), LEGAL, ids=[f"{k}-{a}-{h}" for k, a, h, _ in LEGAL])
+    def test_legal_layouts_are_accepted(self, kernel, arg, how, make, load_kernel) -> None:
+        call = Call(kernel, load_kernel)
+        reference = call().clone()
+        call.args[arg] = make(call)
+        call.out = torch.full_like(call.out, float("nan"))
+        result = call()
+        if arg == "alpha":  # 2 instead of 0.5
+            a, b, c = (call.args[n].double() for n in "abc")
+            torch.testing.assert_close(result.double(), 2 * (a @ b) + c, atol=2e-2, rtol=4e-3)
+        else:
+            assert torch.equal(result, reference)
+
+    @pytest.mark.parametrize(("kernel", "arg"), [("ptr", "a"), ("relu", "b"), ("ptr", "c"), ("relu", "out"), ("bmm_res", "a")])
+    def test_pointer_kernels_refuse_matrices_past_32_bit_offsets(self, kernel, arg, load_kernel, monkeypatch) -> None:
+        """Pointer kernels index within one matrix in 32 bits: a matrix spanning 2**31 elements or more
+        would wrap silently, so the guards refuse it. The limit is lowered (the fast check and the full
+        validation both read it at call time) to just above every other matrix's span, and `arg` widened
+        past it, instead of allocating 4 GiB."""
+        import specgen.runtime.guards as guards
+
+        call = Call(kernel, load_kernel)
+        tensors = {**{k: v for k, v in call.args.items() if isinstance(v, torch.Tensor) and v.dim() >= 2}, "out": call.out}
+        limit = max(_span(x, _contiguous_dim(call.spec, k)) for k, x in tensors.items() if k != arg) + 1
+        wide = _widen(tensors[arg], _contiguous_dim(call.spec, arg))
+        assert _span(wide, _contiguous_dim(call.spec, arg)) >= limit
+        if arg == "out":
+            call.out = wide
+        else:
+            call.args[arg] = wide
+        monkeypatch.setattr(guards, "INT32_SPAN", limit)
+        expect(call, monkeypatch, ValueError, arg, r"indexes within a matrix in 32 bits")
+
+    def test_int32_span_guard_boundary(self) -> None:
+        from specgen.runtime.guards import INT32_SPAN, int32_span
+
+        int32_span("k", "a", 2**16, 2**15 - 1)  # 2**31 - 2**16 elements: fine
+        with pytest.raises(ValueError, match=r"k: argument 'a' spans 65536 x 32768 = 2147483648 elements"):
+            int32_span("k", "a", 2**16, 2**15)
+        assert INT32_SPAN == 2**31

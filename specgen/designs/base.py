@@ -1,0 +1,62 @@
+"""The design protocol: one design per (kernel kind, backend) owns everything backend-specific.
+
+A design says how much on-chip memory its kernel stages (`memory`, the layout the budget rules check
+and `auto` stages fill), how a spec's targets group into generated modules (`modules`), and renders
+those modules (`render`, returning `{relative path: text}` so that a backend may emit several files).
+Its ahead-of-time compile lives behind `compile_hook`, a "module:function" string imported only by
+`specgen compile`: importing a design must stay free of torch, triton, jax and cutlass, since check
+and render import every design.
+
+How to add a backend (say CuTe sm90):
+  1. a row per `backend:arch` in specgen/targets.py (device, MMA family, TMA boxes, clusters, memory);
+  2. specgen/designs/gemm_<backend>.py: a class with the attributes below; register it in
+     specgen/designs/__init__.py's DESIGNS under ("gemm", Backend.<backend>);
+  3. its templates under templates/<backend>/, including templates/torch/ for the torch host part;
+  4. its run-time helpers under specgen/runtime/ (imported by generated code only);
+  5. its compile hook module (imports the backend's compiler lazily);
+  6. tests under tests/backends/<backend>/ subclassing the shared numerics and guard bases.
+  Nothing else is edited: check runs the rules the target's row selects, render asks the design.
+
+How to add a kernel kind (say grouped GEMM):
+  1. its spec model in specgen/spec/ (a new member of the `kind` union);
+  2. rules that concern it carry the kind in `@rule(..., kinds=(...))` (rules never run on kinds
+     they do not name);
+  3. one design per backend that renders it, registered under (kind, backend);
+  4. a float64 reference for it in tests/reference.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from specgen.targets import Backend, TargetInfo
+
+if TYPE_CHECKING:
+    from specgen.envelope.budget import MemoryBudget
+    from specgen.resolve import Resolved
+    from specgen.spec.load import LoadedSpec
+    from specgen.spec.models import GemmSpec, Target
+
+
+class Design(Protocol):
+    kind: str  # the spec kind it renders ("gemm")
+    backend: Backend
+    compile_hook: str  # "module:function(module_path, target) -> CompileResult", imported lazily
+
+    def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        """The on-chip bytes one block of this design stages at `ab_stages`, broken down (the target's
+        row of the table, not the bare Target: its device, MMA family and memory kind)."""
+        ...
+
+    def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        """Relative output path (under the rendered package) -> the targets that module serves."""
+        ...
+
+    # Optional: `tma_boxes(spec, target) -> tuple[resolve.TmaBox, ...]`, the boxes the module's TMA
+    # descriptors use, so that the TMA rules check exactly those (resolve.py falls back to one box per
+    # tile where the target's row says tiles move as raw TMA boxes).
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+        """{relative path: text} for one module's targets; `resolved` maps each target name to what
+        check resolved for it (stages, budget, registers): the design never resolves again."""
+        ...

@@ -1,0 +1,377 @@
+"""The Triton GEMM design: its SMEM layout, its plan, its render, and (lazily) its compile hook.
+
+One generated module serves all of a spec's Triton targets: the kernel source is the same for sm90
+and sm100, and the launcher picks the per-arch launch config (`configs`) by the device's compute
+capability.
+
+SMEM (`memory`, measured against `triton.compile` by tests/differential.py): each stage holds one A
+tile and one B tile (FMA dots keep one buffer fewer). The TMA store stages the output tile (half of
+it with `epilogue_subtile`), beside the pipeline in a persistent kernel, over the drained pipeline
+buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 TMA operands get K-major copies;
+layout conversions (FMA operands stored the other way, big residuals in sm_90 persistent kernels)
+take scratch.
+Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen import __version__
+from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.resolve import Resolved
+from specgen.resolve import TmaBox as RuleBox
+from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
+from specgen.spec.dtypes import DType
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import GemmSpec, Target
+from specgen.targets import Backend, TargetInfo
+
+
+class TritonGemm:
+    kind = "gemm"
+    backend = Backend.triton
+    compile_hook = "specgen.designs.gemm_triton_compile:compile_module"
+
+    def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        gpu = target.gpu
+        assert gpu is not None
+        t, out_bytes = spec.tile, spec.out.dtype.bytes
+        # The TMA store stages the output tile (half of it with epilogue_subtile); pointer stores go
+        # straight from registers (no scratch: measured).
+        epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1) if spec.triton.tma else 0
+        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline.
+        overlaps = not (spec.triton.tma and spec.schedule.persistent)
+        # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
+        # num_stages - 1 A/B buffers, not num_stages (measured).
+        delta = -1 if spec.a.dtype == DType.f32 else 0
+        # tcgen05 reads tf32 operands K-major only: a TMA kernel copies each MN-major one through
+        # registers into a double-buffered K-major tile beside the pipeline (measured on sm_100; pointer
+        # kernels load through registers anyway and need no copy).
+        copies = 0
+        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and spec.triton.tma:
+            copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
+                             if major == "mn")
+        # Layout-conversion scratch, one region reused (measured; the largest conversion sizes it):
+        # - an FMA dot reads A K-major and B N-major: a TMA kernel transposes an operand stored the
+        #   other way through one tile of scratch;
+        # - an sm_90 persistent TMA kernel converts a residual with rows of 1 KB or more into the
+        #   accumulator's layout a quarter tile at a time, beside the live pipeline.
+        scratch = 0
+        if spec.a.dtype == DType.f32 and spec.triton.tma:
+            scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
+        if target.mma == "wgmma" and spec.triton.tma and spec.schedule.persistent:
+            for arg in spec.runtime_args():
+                if arg.shape == "matrix" and t.n * arg.dtype.bytes >= 1024:
+                    scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
+        label = " + ".join(name for name, v in (("tf32 K-major copies", copies), ("layout scratch", scratch)) if v)
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
+                            epilogue_overlaps_ab=overlaps, extra_bytes=copies + scratch, extra_label=label,
+                            ab_buffers_delta=delta)
+
+    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[RuleBox, ...]:
+        """The descriptors' boxes as the TMA rules see them (the same boxes the module builds)."""
+        if target.gpu is None:
+            return ()
+        fields = {"a": ("a",), "b": ("b",), "out": ("out",)}
+        return tuple(RuleBox(side.upper() if side != "out" else "out", b.block[-2], b.block[-1], b.elem_bytes, fields[side])
+                     for side, b in _boxes(spec).items())
+
+    def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        return {f"triton/{spec.name}.py": list(targets)}
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+        from specgen.render.env import environment
+
+        (rel,) = self.modules(loaded.spec, targets)
+        context = triton_context(plan_triton(loaded, targets, resolved))
+        return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
+
+
+@dataclass(frozen=True)
+class TritonArchConfig:
+    arch: str
+    compute_capability: int
+    num_warps: int
+    num_stages: int
+    smem_bytes: int  # the plan's estimate; `specgen compile` prints it beside the compiler's figure
+    smem_breakdown: str
+    acc_registers: int
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor (or scalar) the launcher takes, with what the guards check."""
+
+    name: str
+    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
+    dtype: DType
+    torch_dtype: str
+    triton_dtype: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter. The kernel def, the launch tuple, the specialization key, SIGNATURE,
+    do_not_specialize, the constexprs and the AOT compile all loop over the plan's list of these."""
+
+    name: str
+    type: str  # Triton's signature spelling: "*bf16", "i32", "fp32", "tensordesc<...>", "constexpr"
+    role: str  # operand, epilogue, size, stride, device, constexpr
+    # aligned: pointers 16-byte aligned, integers keyed (and specialized) on % 16 and == 1;
+    # wide: may pass 2**31 (batch strides and counts): never specialized, keyed on its width;
+    # none: never specialized nor keyed (the SM count: one compile serves every GPU); constexpr.
+    specialization: str
+    # How the launcher fills it: "name" (the local `var`), "stride" (`var[dim]`), "float" (float(var)),
+    # "num_sms" (the device's SM count); constexprs: "constant" (module constant `var`), "fast_math".
+    value: str
+    var: str = ""
+    dim: int = 0
+
+    @property
+    def keyed(self) -> bool:
+        return self.specialization in ("aligned", "wide") and self.type in ("i32", "i64")
+
+
+@dataclass(frozen=True)
+class StepArg:
+    name: str  # the launcher's argument
+    param: str  # the kernel's parameter
+    role: str  # vec_m, vec_n, matrix, scalar
+    axis: str  # "m" / "n" for vectors ("" otherwise)
+    dtype: str  # triton.language dtype name
+    needs_f32: bool  # loaded values convert to f32
+
+
+@dataclass(frozen=True)
+class EpilogueStep:
+    """One epilogue op with everything the template spells: argument names, axis, constants, dtypes."""
+
+    op: str  # bias, scale, activation, residual, clamp, cast
+    describe: str
+    args: list[StepArg]
+    fn: str = ""  # activation
+    value: float | None = None  # scale by a constant
+    beta: float = 1.0  # residual
+    min: float | None = None  # clamp
+    max: float | None = None
+    dtype: str = ""  # cast: triton.language dtype to round through
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """A TMA descriptor: the host builds it, SIGNATURE types it, the kernel loads or stores through it."""
+
+    param: str  # kernel parameter (a_desc)
+    tensor: str  # launcher tensor (a)
+    shape: list[str]  # global extents in descriptor order (batch first when batched)
+    strides: list[tuple[str, int]]  # (stride tuple, dim) for every dim but the contiguous one
+    block: list[int]  # the box, in elements, descriptor order (1 for the batch dim)
+    block_names: list[str]  # the kernel's view of the box (no batch dim)
+    coords: list[str]  # the kernel's load/store coordinates (pid_b first when batched)
+    transposed: bool  # the kernel transposes the loaded tile (MN-major A, K-major B)
+    type: str  # Triton signature type
+    elem_bytes: int
+
+
+@dataclass(frozen=True)
+class TritonPlan:
+    name: str
+    kernel_name: str
+    spec_file: str
+    spec_hash: str
+    specgen_version: str
+    description: str
+    a: TensorArg
+    b: TensorArg
+    out: TensorArg
+    a_major: str
+    b_major: str
+    acc_dtype: str  # triton.language name of the accumulator
+    input_precision: str | None  # "tf32" / "ieee" for 32-bit operands, None otherwise
+    batch: bool
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    raster_along_n: bool
+    persistent: bool
+    tma: bool
+    epilogue_subtile: bool
+    flatten: bool
+    args: list[TensorArg]  # epilogue runtime arguments, in chain order
+    configs: list[TritonArchConfig]
+    spec_json: dict[str, object]
+    params: list[KernelParam]  # the kernel ABI, in declaration order
+    steps: list[EpilogueStep]  # the epilogue, resolved
+    boxes: dict[str, TmaBox]  # "a", "b", "out" -> its TMA descriptor (empty for pointer kernels)
+
+
+def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
+    return TensorArg(name, role, dtype, dtype.info.torch, dtype.info.triton, doc)
+
+
+def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
+    spec = loaded.spec
+    configs = []
+    for t in targets:
+        r = resolved[str(t)]  # the numbers `check` proved: stages and budget come from one place
+        assert r.info.backend is Backend.triton and r.info.compute_capability is not None
+        configs.append(TritonArchConfig(t.arch, r.info.compute_capability, spec.triton.num_warps, r.ab_stages,
+                                        r.budget.total, r.budget.breakdown(), r.acc_registers))
+    a_dt = spec.a.dtype
+    precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
+    batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
+    return TritonPlan(
+        name=spec.name,
+        kernel_name=f"_{spec.name}_kernel",
+        spec_file=loaded.file,
+        spec_hash=loaded.spec_hash,
+        specgen_version=__version__,
+        description=spec.description,
+        a=_tensor_arg("a", "a", a_dt, f"{batch_dims} {a_dt}, {spec.a.major}-major"),
+        b=_tensor_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+                      f"{spec.b.major}-major"),
+        out=_tensor_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
+                        "row-major"),
+        a_major=spec.a.major,
+        b_major=spec.b.major,
+        acc_dtype=spec.accumulator.info.triton,
+        input_precision=precision,
+        batch=spec.batch,
+        block_m=spec.tile.m,
+        block_n=spec.tile.n,
+        block_k=spec.tile.k,
+        group_m=spec.schedule.group_m,
+        raster_along_n=spec.schedule.raster == "along_n",
+        persistent=spec.schedule.persistent,
+        tma=spec.triton.tma,
+        epilogue_subtile=spec.triton.epilogue_subtile,
+        flatten=spec.schedule.persistent and spec.triton.flatten,
+        args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+        configs=configs,
+        spec_json=spec.model_dump(mode="json"),
+        params=_params(spec),
+        steps=_steps(spec),
+        boxes=_boxes(spec),
+    )
+
+
+def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
+    if not spec.triton.tma:
+        return {}
+    t, batch = spec.tile, spec.batch
+    lead_shape, lead_block, lead_coord = (["batch"], [1], ["pid_b"]) if batch else ([], [], [])
+
+    def box(side: str, dtype: DType, dims: tuple[str, str], blocks: tuple[str, str], block: tuple[int, int],
+            coords: tuple[str, str], stride_dim: int, transposed: bool) -> TmaBox:
+        var = "s" + side[0]
+        full = [*lead_block, *block]
+        return TmaBox(f"{side}_desc", side, [*lead_shape, *dims], ([(var, 0)] if batch else []) + [(var, stride_dim)],
+                      full, list(blocks), [*lead_coord, *coords], transposed,
+                      f"tensordesc<{dtype.info.triton_sig}[{', '.join(map(str, full))}]>", dtype.bytes)
+
+    a, b = spec.a, spec.b
+    out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
+    return {
+        "a": box("a", a.dtype, ("M", "K"), ("BLOCK_M", "BLOCK_K"), (t.m, t.k), ("off_m", "off_k"), -2, False)
+        if a.major == "k" else
+        box("a", a.dtype, ("K", "M"), ("BLOCK_K", "BLOCK_M"), (t.k, t.m), ("off_k", "off_m"), -1, True),
+        "b": box("b", b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
+        if b.major == "k" else
+        box("b", b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
+        "out": box("out", spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2,
+                   False),
+    }
+
+
+def _params(spec: GemmSpec) -> list[KernelParam]:
+    """The kernel's parameters in declaration order, each with its type, role and specialization."""
+    batch, persistent = spec.batch, spec.schedule.persistent
+    ps: list[KernelParam] = []
+    if spec.triton.tma:
+        ps += [KernelParam(b.param, b.type, "operand", "aligned", "name", b.param) for b in _boxes(spec).values()]
+    else:
+        for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype)):
+            ps.append(KernelParam(f"{side}_ptr", "*" + dt.info.triton_sig, "operand", "aligned", "name", side))
+    for arg in spec.runtime_args():
+        if arg.shape == "scalar":
+            ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
+        else:
+            ps.append(KernelParam(f"{arg.name}_ptr", "*" + arg.dtype.info.triton_sig, "epilogue", "aligned", "name",
+                                  arg.name))
+    ps += [KernelParam(d, "i32", "size", "aligned", "name", d) for d in ("M", "N", "K")]
+    if batch and persistent:
+        ps.append(KernelParam("BATCH", "i32", "size", "wide", "name", "batch"))
+
+    if not spec.triton.tma:
+        # each pointer operand's leading stride (the other is 1: its major mode)
+        if batch:
+            ps.append(KernelParam("stride_ab", "i32", "stride", "wide", "stride", "sa", 0))
+        ps.append(KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1))
+        if batch:
+            ps.append(KernelParam("stride_bb", "i32", "stride", "wide", "stride", "sb", 0))
+        ps.append(KernelParam("stride_b", "i32", "stride", "aligned", "stride", "sb", -1 if spec.b.major == "k" else -2))
+        if batch:
+            ps.append(KernelParam("stride_ob", "i32", "stride", "wide", "stride", "so", 0))
+        ps.append(KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2))
+    for arg in spec.runtime_args():
+        if arg.shape == "matrix":
+            if batch:
+                ps.append(KernelParam(f"stride_{arg.name}b", "i32", "stride", "wide", "stride", f"s_{arg.name}", 0))
+            ps.append(KernelParam(f"stride_{arg.name}m", "i32", "stride", "aligned", "stride", f"s_{arg.name}", -2))
+    if persistent:  # a device fact, not a problem size: one compile serves every GPU
+        ps.append(KernelParam("NUM_SMS", "i32", "device", "none", "num_sms"))
+    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
+    return ps
+
+
+def _steps(spec: GemmSpec) -> list[EpilogueStep]:
+    from specgen.render.env import describe_op
+
+    steps = []
+    for op in spec.epilogue:
+        args = [StepArg(a.name, a.name if a.shape == "scalar" else f"{a.name}_ptr", a.shape,
+                        a.shape[-1] if a.shape in ("vec_m", "vec_n") else "", a.dtype.info.triton,
+                        a.dtype != DType.f32 or op.op == "bias")
+                for a in op.runtime_args()]
+        data = op.model_dump(mode="json")
+        steps.append(EpilogueStep(
+            op=op.op, describe=describe_op(data), args=args, fn=data.get("fn", ""),
+            value=data.get("value"), beta=data.get("beta", 1.0), min=data.get("min"), max=data.get("max"),
+            dtype=DType(data["dtype"]).info.triton if op.op == "cast" else "",
+        ))
+    return steps
+
+
+def metadata(p: TritonPlan) -> dict[str, object]:
+    """The module's one metadata dict (rendered as METADATA)."""
+    return {
+        "runtime_abi": RUNTIME_ABI,
+        "specgen_version": p.specgen_version,
+        "spec_file": p.spec_file,
+        "spec_hash": p.spec_hash,
+        "kernel": p.name,
+        "custom_op": f"specgen::{p.name}_{p.spec_hash}",  # runtime/torch/ops.py: namespaced by spec hash
+        "targets": [f"triton:{c.arch}" for c in p.configs],
+        "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages, "smem_bytes": c.smem_bytes,
+                                        "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
+                 for c in p.configs},
+        "parameters": [[q.name, q.type, q.specialization] for q in p.params],
+    }
+
+
+def triton_context(p: TritonPlan) -> dict[str, object]:
+    return {
+        "p": p,
+        "metadata": metadata(p),
+        "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
+        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
+        "uses_tanh": any(s.op == "activation" and s.fn in ("gelu_tanh", "silu", "sigmoid") for s in p.steps),
+    }
+
+
+

@@ -1,1 +1,0 @@
-"""Planning: the derived numbers a backend's template needs, from a spec that passed `check`."""

@@ -1,0 +1,167 @@
+"""Resolve once what check and the planners both need, per (spec, target).
+
+`resolve(spec, target)` turns `auto` pipeline depths into numbers, lays out the on-chip memory with the
+target's design (or its checked-only layout), and works out the accumulator's registers, its TMEM
+columns and the TMA boxes. `check` runs the rules over a `Resolved` and hands the same objects to render,
+whose designs plan from them: nothing is resolved twice (tests/test_rules.py counts it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen.envelope.budget import (
+    CHECKED_ONLY_LAYOUTS,
+    MAX_AUTO_STAGES,
+    MIN_STAGES,
+    TPU_BUFFERS,
+    MemoryBudget,
+    MemoryLayout,
+)
+from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.spec.models import GemmSpec, Target
+from specgen.targets import Backend, TargetInfo, target_info
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    operand: str  # "A", "B", "out"
+    outer: int  # elements
+    inner: int  # elements along the contiguous dim
+    elem_bytes: int
+    field: tuple[str | int, ...]  # the spec field a message points at
+
+
+@dataclass(frozen=True)
+class Resolved:
+    spec: GemmSpec
+    target: Target
+    info: TargetInfo
+    gpu: GpuDevice | None
+    tpu: TpuDevice | None
+    ab_stages: int
+    acc_stages: int
+    budget: MemoryBudget
+    acc_registers: int  # 32-bit registers per thread holding a register-resident accumulator
+    acc_threads: int  # threads sharing it
+    tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
+    tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
+
+    @property
+    def backend(self) -> Backend:
+        return self.info.backend
+
+
+_LAYOUTS: dict[tuple[str, Backend], MemoryLayout] = {}
+
+
+def layout(kind: str, backend: Backend) -> MemoryLayout:
+    """The memory layout of a (kind, backend): its design's, else the checked-only one."""
+    fn = _LAYOUTS.get((kind, backend))
+    if fn is None:
+        from specgen.designs import design_for  # designs import this module's types
+
+        design = design_for(kind, backend)
+        fn = _LAYOUTS[(kind, backend)] = design.memory if design is not None else CHECKED_ONLY_LAYOUTS[(kind, backend)]
+    return fn
+
+
+def memory(spec: GemmSpec, target: Target | TargetInfo, ab_stages: int) -> MemoryBudget:
+    """The budget at a given depth, from the target's design (or its checked-only layout)."""
+    info = target if isinstance(target, TargetInfo) else target_info(target)
+    return layout(spec.kind, info.backend)(spec, info, ab_stages)
+
+
+def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) -> int:
+    """The deepest pipeline that fits (0 when not even one stage does), capped at `limit`.
+
+    Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
+    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits."""
+    one = memory(spec, target, 1)
+    if not one.fits:
+        return 0
+    room = one.capacity - one.reserve - one.extra_bytes - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes)
+    return min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
+
+
+def resolve_ab_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
+    """`auto` -> the deepest pipeline that fits, capped per backend and floored at MIN_STAGES (where
+    not even two stages fit, SMEM001 reports it: a one-stage pipeline overlaps nothing); TPU blocks are
+    double-buffered."""
+    if spec.pipeline.ab_stages != "auto":
+        return spec.pipeline.ab_stages
+    info = target if isinstance(target, TargetInfo) else target_info(target)
+    if info.memory == "vmem":
+        return TPU_BUFFERS  # Pallas TPU pipelines double-buffer each BlockSpec by default
+    return max(MIN_STAGES, min(MAX_AUTO_STAGES[info.backend], max_ab_stages(spec, info)))
+
+
+def tmem_columns(spec: GemmSpec) -> int:
+    """Accumulator TMEM columns per CTA per stage: N (1-CTA, or 2-CTA M=256), N/2 for 2-CTA M=128.
+    fp16 accumulators are not packed. Source: cutlass `mma_traits_sm100_frag.hpp`."""
+    n = spec.tile.n
+    return n // 2 if spec.cute.two_cta and spec.tile.m * 2 == 128 else n
+
+
+def _acc_in_tmem(info: TargetInfo) -> bool:
+    return info.issues_mma and info.mma == "tcgen05"
+
+
+def resolve_acc_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
+    """Accumulator stages live in TMEM on tcgen05 (2 when they fit, so the epilogue overlaps the next
+    tile's MMA); register accumulators have one."""
+    if spec.pipeline.acc_stages != "auto":
+        return spec.pipeline.acc_stages
+    info = target if isinstance(target, TargetInfo) else target_info(target)
+    if _acc_in_tmem(info):
+        assert info.gpu is not None
+        return 2 if tmem_columns(spec) * 2 <= info.gpu.tmem_columns else 1
+    return 1
+
+
+def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
+    """(registers per thread holding the accumulator, threads sharing it)."""
+    t = spec.tile
+    words = t.m * t.n * (4 if spec.accumulator.bytes == 4 else 2) // 4
+    if info.backend is Backend.triton:
+        threads = spec.triton.num_warps * 32
+    elif info.backend is Backend.cute and spec.cute.mma_warpgroups:
+        threads = spec.cute.mma_warpgroups * 128
+    else:  # wgmma consumers: one warpgroup per 64 rows, two for wide tiles (the CuTe examples' default)
+        threads = (2 if t.m > 64 and t.n > 128 else 1) * 128
+    return words // threads, threads
+
+
+def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
+    """Every TMA-moved tile: (outer, inner) in elements, by the operand's major mode."""
+    t = spec.tile
+    a = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
+    b = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
+    return (TmaBox("A", *a, spec.a.dtype.bytes, ("a",)), TmaBox("B", *b, spec.b.dtype.bytes, ("b",)),
+            TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))
+
+
+def resolve_tma_boxes(spec: GemmSpec, info: TargetInfo) -> tuple[TmaBox, ...]:
+    """The boxes the kernel moves by TMA: its design's own (`tma_boxes`, the ones the module builds), else
+    one per tile where the target moves raw TMA boxes, else none."""
+    from specgen.designs import design_for
+
+    design = design_for(spec.kind, info.backend)
+    own = getattr(design, "tma_boxes", None)
+    if own is not None:
+        return own(spec, info)
+    return tma_boxes(spec) if info.tma_boxes else ()
+
+
+def resolve(spec: GemmSpec, target: Target) -> Resolved:
+    info = target_info(target)
+    stages = resolve_ab_stages(spec, info)
+    regs, threads = accumulator_registers(spec, info)
+    return Resolved(
+        spec=spec, target=target, info=info, gpu=info.gpu, tpu=info.tpu,
+        ab_stages=stages, acc_stages=resolve_acc_stages(spec, info),
+        budget=memory(spec, info, stages),
+        acc_registers=regs, acc_threads=threads,
+        tmem_columns=tmem_columns(spec) if _acc_in_tmem(info) else 0,
+        tma_boxes=resolve_tma_boxes(spec, info),
+    )

@@ -1,0 +1,62 @@
+"""One float64 reference per kernel kind, shared by the CPU (interpreter) and GPU tests.
+
+`REFERENCES[kind](epilogue, a, b, args)`: the kind's result in float64, each epilogue op applied as an
+unfused torch program would (so `cast` rounds through its dtype). `args` maps each runtime argument's
+name (GemmSpec.runtime_args) to its tensor or float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "int32": torch.int32,
+                "int8": torch.int8, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+}
+
+
+def gemm(epilogue: list[dict], a: torch.Tensor, b: torch.Tensor, args: dict[str, object]) -> torch.Tensor:
+    """epilogue(A @ B) in float64 (batched when A and B are)."""
+    acc = a.double() @ b.double()
+
+    def vec(name: str, along: str) -> torch.Tensor:
+        v = args[name].double().reshape(-1)
+        return v[:, None] if along == "m" else v
+
+    for op in epilogue:
+        kind = op["op"]
+        if kind == "bias":
+            acc = acc + vec(op["name"], op["along"])
+        elif kind == "scale":
+            by = op["by"]
+            if by == "scalar":
+                acc = acc * (op["value"] if op["value"] is not None else args[op["name"] or "alpha"])
+            elif by == "row":
+                acc = acc * vec(op["name"] or "row_scale", "m")
+            elif by == "col":
+                acc = acc * vec(op["name"] or "col_scale", "n")
+            else:
+                acc = acc * vec("scale_a", "m") * vec("scale_b", "n")
+        elif kind == "activation":
+            acc = ACTIVATIONS[op["fn"]](acc)
+        elif kind == "residual":
+            acc = acc + op["beta"] * args[op["name"]].double()
+        elif kind == "clamp":
+            acc = acc.clamp(min=op["min"], max=op["max"])
+        elif kind == "cast":
+            acc = acc.to(TORCH_DTYPES[op["dtype"]]).double()
+        else:
+            raise AssertionError(f"unknown epilogue op {kind}")
+    return acc
+
+
+REFERENCES: dict[str, Callable[..., torch.Tensor]] = {"gemm": gemm}
