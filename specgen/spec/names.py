@@ -90,7 +90,7 @@ def kernel_name_problem(name: str) -> str | None:
     problem = _common(name)
     if problem:
         return problem
-    if name in MODULE_NAMES:
+    if name in MODULE_NAMES or f"_{name}_kernel" in MODULE_NAMES:
         return f"{name!r} is a name the generated module uses itself (an import, a constant or a builtin)"
     if name.lower() in _DEVICE_NAMES:
         return f"{name!r} is a device name on Windows: no file can be called {name}.py there"
