@@ -345,9 +345,9 @@ def test_render_of_100_specs_is_fast(tmp_path):
     timings = []
     for attempt in range(2):
         out = tmp_path / f"out{attempt}"
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: other processes on the machine do not count
         result = render_catalogue(load_paths([spec]), out)
-        timings.append(time.perf_counter() - start)
+        timings.append(time.process_time() - start)
         assert result.refused == [] and len(result.report.written) == 100 + 3
         if timings[-1] < 1.0:
             break
