@@ -8,7 +8,18 @@ compiled by `triton.compile` for sm_90 and sm_100 on this CPU machine (no GPU), 
 - plan error: |plan SMEM - compiler SMEM| / compiler SMEM;
 - spills: ptxas' spill stores, against whether check warned (REG001).
 tests/test_differential.py runs a few dozen cases in CI; `nox -s diff` (or `python tests/differential.py
-N`) the full grid. Imports triton: never imported by check/render.
+N [SEED [START]]`) the full grid. Imports triton: never imported by check/render.
+
+Measured 2026-11-22 (triton 3.9.0, CPU only, ptxas from Triton's wheel), the final rules over 168
+compiled cases (seeds 7 and 3, 77 specs x 2 archs, plus 14 targeted variants; the CI prefix is
+seed 7's first 12 specs): 0 false accepts, 0 false rejects, the plan within 10% of the compiler on
+100% of the accepted cases (the compiler adds 0-80 B of mbarriers), every spill of 1 KB or more
+warned by REG001 (31 cases, up to 47 KB; 3 warnings without spills), and the 5 "wgmma serialized"
+cases all warned. The classes the model learnt from it: pointer kernels allocate no epilogue SMEM;
+FMA dots keep num_stages - 1 A/B buffers and, with TMA, one transposition scratch tile; sm_100
+TMA kernels copy MN-major tf32 operands K-major (2 tiles each); sm_90 persistent TMA kernels convert
+a residual with 1 KB rows through a quarter-tile scratch. A grid run on the older model (issue 7's
+figures) had 2 false accepts and 11 plan errors over 10% in its first 80 cases.
 """
 
 from __future__ import annotations
