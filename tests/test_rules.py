@@ -272,6 +272,13 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm100", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                  "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
      None),  # sm_100 converts it without
+    # a pointer kernel converts it through a whole f32 tile, over the drained pipeline buffers
+    ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
+                                "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 262144 B of SMEM", "A/B 2 x 32768 = 65536 + epilogue 262144 (reuses A/B)"], None)),
+    ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
+                                "epilogue": [{"op": "residual", "dtype": "bf16"}], "pipeline": {"ab_stages": 2}},
+     None),
     # one program per tile with TMA: the store buffer reuses the pipeline buffers too
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
