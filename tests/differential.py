@@ -8,7 +8,21 @@ compiled by `triton.compile` for sm_90 and sm_100 on this CPU machine (no GPU), 
 - plan error: |plan SMEM - compiler SMEM| / compiler SMEM;
 - spills: ptxas' spill stores, against whether check warned (REG001).
 tests/test_differential.py runs a few dozen cases in CI; `nox -s diff` (or `python tests/differential.py
-N`) the full grid. Imports triton: never imported by check/render.
+N [SEED [START]]`) the full grid. Imports triton: never imported by check/render.
+
+Measured 2026-11-22 (triton 3.9.0, CPU only, ptxas from Triton's wheel), the final rules over 206
+compiled cases (seed 7's first 60 specs but one, seed 3's 40, x 2 archs, plus 14 targeted variants;
+the CI prefix is seed 7's first 12 specs): 0 false accepts, 0 false rejects, the plan within 10% of
+the compiler on 100% of the accepted cases (the compiler adds 0-80 B of mbarriers), every spill of
+1 KB or more warned by REG001 (39 cases, up to 47 KB; 4 warnings without spills), all 9 "wgmma
+serialized" cases warned. The model was fitted to these cases (the last 80 found one more class), so
+read them as agreement, not a held-out score. The classes: pointer kernels allocate no epilogue SMEM;
+FMA dots keep num_stages - 1 A/B buffers and, with TMA, one transposition scratch tile; sm_100 TMA
+kernels copy MN-major tf32 operands K-major (2 tiles each); on sm_90 a residual with 1 KB rows goes
+through conversion scratch (a quarter tile beside a persistent TMA pipeline, a whole tile over a
+pointer kernel's). Before the scratch classes the seed-3 grid had 2 false accepts and the plan within
+10% on 91.5%; main's model, on seed 7's first 36 cases: 1 false accept (sm_100 tf32), 4 false
+rejects (REG001), the plan more than 10% off on 5 of 24 accepted cases.
 """
 
 from __future__ import annotations

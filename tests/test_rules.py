@@ -273,6 +273,13 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm100", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                  "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
      None),  # sm_100 converts it without
+    # a pointer kernel converts it through a whole f32 tile, over the drained pipeline buffers
+    ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
+                                "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 262144 B of SMEM", "A/B 2 x 32768 = 65536 + epilogue 262144 (reuses A/B)"], None)),
+    ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
+                                "epilogue": [{"op": "residual", "dtype": "bf16"}], "pipeline": {"ab_stages": 2}},
+     None),
     # one program per tile with TMA: the store buffer reuses the pipeline buffers too
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
@@ -358,10 +365,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "triton:sm100", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
      ("warning", ["accumulator needs 256 registers per thread"], ("triton", "num_warps"))),
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
-                               "tile": tile(128, 128, 32)}, None),  # 64 + (64 + 32) operand registers = 160
+                               "tile": tile(64, 128, 32)}, None),  # 32 + (2 x 32 + 24) operand registers = 120
+    ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                               "tile": tile(128, 128, 32)},
+     ("warning", ["accumulator needs 64 registers per thread (256 threads) + 160 for the FMA operands = 224 of 255 "
+                  "(over 192)"], ("triton", "num_warps"))),
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
                                "tile": tile(256, 128, 64)},
-     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 224 for the FMA operands = 352 > 255"],
+     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 352 for the FMA operands = 480 > 255"],
       ("triton", "num_warps"))),
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "cute:sm90", {"tile": tile(128, 200, 64), "cute": {"mma_warpgroups": 1}},

@@ -55,15 +55,19 @@ class TritonGemm:
         # Layout-conversion scratch, one region reused (measured; the largest conversion sizes it):
         # - an FMA dot reads A K-major and B N-major: a TMA kernel transposes an operand stored the
         #   other way through one tile of scratch;
-        # - an sm_90 persistent TMA kernel converts a residual with rows of 1 KB or more into the
-        #   accumulator's layout a quarter tile at a time, beside the live pipeline.
+        # - on sm_90 a residual with rows of 1 KB or more is converted into the accumulator's layout:
+        #   a persistent TMA kernel does it a quarter tile at a time beside the live pipeline, a
+        #   pointer kernel through a whole tile over the drained pipeline buffers.
         scratch = 0
         if spec.a.dtype == DType.f32 and spec.triton.tma:
             scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
-        if target.mma == "wgmma" and spec.triton.tma and spec.schedule.persistent:
+        if target.mma == "wgmma":
             for arg in spec.runtime_args():
                 if arg.shape == "matrix" and t.n * arg.dtype.bytes >= 1024:
-                    scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
+                    if spec.triton.tma and spec.schedule.persistent:
+                        scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
+                    elif not spec.triton.tma:
+                        epi = max(epi, t.m * t.n * arg.dtype.bytes)
         label = " + ".join(name for name, v in (("tf32 K-major copies", copies), ("layout scratch", scratch)) if v)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
                             epilogue_overlaps_ab=overlaps, extra_bytes=copies + scratch, extra_label=label,
