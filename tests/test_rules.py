@@ -501,7 +501,9 @@ def test_tpu_budget_counts_vectors_and_residuals():
                   epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "scale", "by": "row"},
                             {"op": "residual", "dtype": "f32"}]).budget
     assert epi.capacity == TPUS["tpu_v6e"].vmem_bytes
-    assert epi.total - base.total == 2 * 256 * 2 + 2 * 256 * 4 + 2 * 256 * 256 * 4
+    # double-buffered: the (1, 256) bf16 bias padded to one 32-byte-deep tile row per lane, the (256, 1) f32
+    # row scale padded to 128 lanes, the (256, 256) f32 residual
+    assert epi.total - base.total == 2 * 32 * 256 + 2 * 256 * 128 * 4 + 2 * 256 * 256 * 4
 
 
 # --- auto stages come from the same budget --------------------------------------------------------------

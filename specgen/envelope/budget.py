@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.envelope.devices import GPUS, TPUS
+from specgen.envelope.devices import GPUS
 from specgen.spec.models import GemmSpec, Target
 from specgen.spec.targets import Backend, device_key
 
@@ -80,18 +80,10 @@ def epilogue_stages(spec: GemmSpec) -> int:
 
 def smem_budget(spec: GemmSpec, target: Target, ab_stages: int) -> MemoryBudget:
     t, out_bytes = spec.tile, spec.out.dtype.bytes
-    if target.backend is Backend.pallas and target.arch.startswith("tpu"):
-        tpu = TPUS[target.arch]
-        vectors = sum(
-            (t.m if a.shape == "vec_m" else t.n) * a.dtype.bytes * 2
-            for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n")
-        )
-        residual = sum(t.m * t.n * a.dtype.bytes * 2 for a in spec.runtime_args() if a.shape == "matrix")
-        return MemoryBudget(
-            "VMEM", tpu.vmem_bytes, 0, _ab_stage_bytes(spec), ab_stages,
-            epilogue_bytes=2 * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
-            extra_bytes=t.m * t.n * 4 + vectors,
-        )
+    if target.backend is Backend.pallas:  # the design owns its VMEM / SMEM layout
+        from specgen.designs.gemm_pallas import DESIGN
+
+        return DESIGN.memory(spec, target, ab_stages)
     gpu = GPUS[device_key(target.backend, target.arch)]
     if target.backend is Backend.triton:
         if spec.triton.tma:
@@ -107,9 +99,7 @@ def smem_budget(spec: GemmSpec, target: Target, ab_stages: int) -> MemoryBudget:
         epi = epilogue_stages(spec) * t.m * sub_n * out_bytes if spec.cute.tma_store else 0
         return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, _ab_stage_bytes(spec), ab_stages,
                             epi, epilogue_overlaps_ab=False)
-    # pallas:gpu_sm90 (Mosaic GPU)
-    return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, _ab_stage_bytes(spec), ab_stages,
-                        t.m * t.n * out_bytes, epilogue_overlaps_ab=False)
+    raise AssertionError(f"no memory model for {target}")
 
 
 def max_ab_stages(spec: GemmSpec, target: Target, limit: int = 64) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specgen import __version__
 from specgen.check import Diagnostic, check_all, failing_targets
+from specgen.designs.gemm_pallas import DESIGN as PALLAS_GEMM
 from specgen.plan.triton import plan_triton
 from specgen.render.env import environment
 from specgen.render.triton import triton_context
@@ -26,6 +27,9 @@ def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
 
 # backend -> (module renderer, output folder). A backend without an entry is checked but not rendered.
 RENDERERS: dict[Backend, Callable[[LoadedSpec, list[Target]], str]] = {Backend.triton: render_triton_module}
+# backend -> a design that groups targets into modules and renders {path: text}; targets it does not
+# group stay checked only. (Until the design registry lands: then both tables become DESIGNS.)
+DESIGNS = {Backend.pallas: PALLAS_GEMM}
 
 
 @dataclass
@@ -56,6 +60,23 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
             by_backend.setdefault(t.backend, []).append(t)
         entry: dict[str, str] = {}
         for backend, targets in by_backend.items():
+            design = DESIGNS.get(backend)
+            if design is not None:
+                groups = design.modules(ls.spec, targets)
+                texts = design.render(ls, targets)
+                served: set[str] = set()
+                for rel, group in groups.items():
+                    files[rel] = texts[rel]
+                    files.setdefault(f"{backend.value}/__init__.py", f'"""Rendered {backend.value} kernels."""\n')
+                    for t in group:
+                        entry[str(t)] = rel
+                        served.add(str(t))
+                reason = f"specgen {__version__} has no {backend} design for this arch yet (checked only)"
+                for t in targets:
+                    if str(t) not in served:
+                        result.skipped.append((ls.name, str(t), reason))
+                        entry[str(t)] = f"skipped: {reason}"
+                continue
             renderer = RENDERERS.get(backend)
             if renderer is None:
                 reason = f"specgen {__version__} has no {backend} renderer yet (checked only)"
@@ -72,7 +93,7 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
     result.refused = sorted(refused)
     if refused:  # keep what the refused specs rendered before: losing it helps nobody
         for rel in owned_files(out_dir):
-            if any(rel == module_path(b, name) for b in RENDERERS for name in refused) and (out_dir / rel).exists():
+            if any(rel == module_path(b, name) for b in (*RENDERERS, *DESIGNS) for name in refused) and (out_dir / rel).exists():
                 files[rel] = (out_dir / rel).read_text()
     manifest = {"specgen_version": __version__, "kernels": dict(sorted(kernels.items()))}
     result.report = write_outputs(out_dir, files, manifest, check)
