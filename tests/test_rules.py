@@ -330,6 +330,14 @@ CASES: list[tuple[str, str, dict, object]] = [
      None),
     ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}, "tile": tile(16, 128, 128)},
      ("error", ["A block 16x128 (fp8_e5m2) is not divisible by (32, 128) on tpu_v5e"], ("tile",))),
+    # PAL001 in the stored layout: MN-major A is (k, m), K-major B is (n, k)
+    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                                  "tile": tile(128, 128, 8)}, None),
+    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "tile": tile(128, 128, 8)},
+     ("error", ["B block 128x8 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
+    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                                  "tile": tile(8, 128, 128)},
+     ("error", ["A block 128x8 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
     # PAL002: MXU-aligned n and k (warning)
     ("PAL002", "pallas:tpu_v5e", {"tile": tile(128, 128, 128)}, None),
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),

@@ -13,8 +13,9 @@ stored layout (a K-major operand has K last):
 
 It is jax.jit-compatible (the tile is baked in, shapes come from the arguments), checks shapes and dtypes
 when traced, and keeps one jitted callable per shape. `interpret=None` runs the kernel natively on a TPU
-and in Pallas's TPU interpreter anywhere else (uninitialized VMEM reads as NaN there, so a missing mask
-shows). Arrays spread over several devices raise unless the call runs under `jax.shard_map`.
+and in Pallas's strict TPU interpreter anywhere else (uninitialized VMEM reads as NaN there, so a
+missing mask shows; under `jax.shard_map` the plain one); `interpret=True` picks Pallas's plain
+interpreter. Arrays spread over several devices raise unless the call runs under `jax.shard_map`.
 `gemm_bias_gelu_tpu_torch(...)` takes torch tensors in their usual logical shapes (through DLPack).
 
 Epilogue, applied in order to the float32 accumulator at the last K step:
@@ -157,7 +158,7 @@ def _kernel(a_ref, b_ref, bias_ref, out_ref, acc_ref, *, k_total: int, block_k: 
 
 
 @functools.cache
-def _build(m: int, n: int, k: int, interpret: object):
+def _build(m: int, n: int, k: int, varying: frozenset, interpret: object):
     """The pallas_call for one problem shape (cached: tracing it again would rebuild nothing new)."""
     bm = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     bn = n if n < BLOCK_N else BLOCK_N
@@ -168,7 +169,7 @@ def _build(m: int, n: int, k: int, interpret: object):
         pl.BlockSpec((bn, bk), lambda i, j, k: (j, k)),  # b
         pl.BlockSpec((1, bn), lambda i, j, k: (0, j)),  # bias
     ]
-    out_shape = jax.ShapeDtypeStruct((m, n), jnp.bfloat16)
+    out_shape = _rt.out_struct((m, n), jnp.bfloat16, varying)
     return pl.pallas_call(
         functools.partial(_kernel, k_total=k, block_k=bk),
         out_shape=out_shape,
@@ -198,13 +199,15 @@ def _call(a, b, bias, *, interpret: object) -> jax.Array:
     n = b_shape[0]
     _rt.expect_shape(NAME, "b", b_shape, (n, k), "(N, K) bf16, stored k-major")
     bias = _rt.vector(NAME, "bias", bias, jnp.bfloat16, n, "n")
-    return _build(m, n, k, interpret)(a, b, bias)
+    varying = _rt.varying_axes(a, b, bias)  # mesh axes, under jax.shard_map
+    mode = _rt.interpret_mode(interpret, varying)
+    return _build(m, n, k, varying, mode)(a, b, bias)
 
 
 def gemm_bias_gelu_tpu(a, b, bias, *, interpret: object = None) -> jax.Array:
     """out = epilogue(A @ B); see the module docstring."""
     _rt.check_placement(NAME, {"a": a, "b": b, "bias": bias})
-    return _call(a, b, bias, interpret=_rt.interpret_mode(interpret))
+    return _call(a, b, bias, interpret=interpret)
 
 
 def gemm_bias_gelu_tpu_torch(a, b, bias, *, interpret: object = None):

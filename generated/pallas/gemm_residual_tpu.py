@@ -14,8 +14,9 @@ stored layout (a K-major operand has K last):
 
 It is jax.jit-compatible (the tile is baked in, shapes come from the arguments), checks shapes and dtypes
 when traced, and keeps one jitted callable per shape. `interpret=None` runs the kernel natively on a TPU
-and in Pallas's TPU interpreter anywhere else (uninitialized VMEM reads as NaN there, so a missing mask
-shows). Arrays spread over several devices raise unless the call runs under `jax.shard_map`.
+and in Pallas's strict TPU interpreter anywhere else (uninitialized VMEM reads as NaN there, so a
+missing mask shows; under `jax.shard_map` the plain one); `interpret=True` picks Pallas's plain
+interpreter. Arrays spread over several devices raise unless the call runs under `jax.shard_map`.
 `gemm_residual_tpu_torch(...)` takes torch tensors in their usual logical shapes (through DLPack).
 
 Epilogue, applied in order to the float32 accumulator at the last K step:
@@ -159,7 +160,7 @@ def _kernel(a_ref, b_ref, alpha_ref, c_ref, out_ref, acc_ref, *, k_total: int, b
 
 
 @functools.cache
-def _build(m: int, n: int, k: int, interpret: object):
+def _build(m: int, n: int, k: int, varying: frozenset, interpret: object):
     """The pallas_call for one problem shape (cached: tracing it again would rebuild nothing new)."""
     bm = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     bn = n if n < BLOCK_N else BLOCK_N
@@ -171,7 +172,7 @@ def _build(m: int, n: int, k: int, interpret: object):
         pl.BlockSpec(memory_space=pltpu.SMEM),  # alpha: one f32 scalar
         pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),  # c
     ]
-    out_shape = jax.ShapeDtypeStruct((m, n), jnp.float32)
+    out_shape = _rt.out_struct((m, n), jnp.float32, varying)
     return pl.pallas_call(
         functools.partial(_kernel, k_total=k, block_k=bk),
         out_shape=out_shape,
@@ -202,13 +203,15 @@ def _call(a, b, alpha, c, *, interpret: object) -> jax.Array:
     _rt.expect_shape(NAME, "b", b_shape, (n, k), "(N, K) bf16, stored k-major")
     alpha = _rt.scalar(NAME, "alpha", alpha)
     _rt.expect_shape(NAME, "c", _rt.operand(NAME, "c", c, jnp.float32, 2, "residual, shaped like out, f32"), (m, n), "residual, shaped like out, f32")
-    return _build(m, n, k, interpret)(a, b, alpha, c)
+    varying = _rt.varying_axes(a, b, alpha, c)  # mesh axes, under jax.shard_map
+    mode = _rt.interpret_mode(interpret, varying)
+    return _build(m, n, k, varying, mode)(a, b, alpha, c)
 
 
 def gemm_residual_tpu(a, b, alpha, c, *, interpret: object = None) -> jax.Array:
     """out = epilogue(A @ B); see the module docstring."""
-    _rt.check_placement(NAME, {"a": a, "b": b, "alpha": alpha, "c": c})
-    return _call(a, b, alpha, c, interpret=_rt.interpret_mode(interpret))
+    _rt.check_placement(NAME, {"a": a, "b": b, "c": c})
+    return _call(a, b, alpha, c, interpret=interpret)
 
 
 def gemm_residual_tpu_torch(a, b, alpha, c, *, interpret: object = None):

@@ -14,13 +14,14 @@ from jax.experimental.pallas import tpu as pltpu
 STRICT_INTERPRET = pltpu.InterpretParams(out_of_bounds_reads="uninitialized", uninitialized_memory="nan")
 
 
-def interpret_mode(flag: object) -> object:
-    """None: native on a TPU, the strict interpreter elsewhere; True: the strict interpreter; False:
-    native; an `InterpretParams` passes through."""
+def interpret_mode(flag: object, varying: frozenset = frozenset()) -> object:
+    """None: native on a TPU, else the strict interpreter (Pallas's plain one under `jax.shard_map`,
+    where the strict one, simulating every device of the mesh together, stalls on jax 0.10 CPU
+    devices); True: Pallas's plain interpreter; False: native; an `InterpretParams` passes through."""
     if flag is None:
-        return False if jax.default_backend() == "tpu" else STRICT_INTERPRET
-    if flag is True:
-        return STRICT_INTERPRET
+        if jax.default_backend() == "tpu":
+            return False
+        return True if varying else STRICT_INTERPRET
     return flag
 
 
@@ -63,15 +64,38 @@ def scalar(fn: str, name: str, x: Any) -> jax.Array:
 
 
 def check_placement(fn: str, args: dict[str, Any]) -> None:
-    """One device per call. A concrete array spread over several devices raises: the kernel sees one
+    """Array arguments are jax.Arrays, on one device per call. A concrete array spread over several devices raises: the kernel sees one
     device's memory, so split the work with `jax.shard_map` (inside it the arguments are per-device
     shards, traced, and pass)."""
     for name, x in args.items():
-        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        if not isinstance(x, jax.Array):  # (numpy arrays too: the kernel takes device arrays, no silent copies)
+            raise TypeError(f"{fn}: argument '{name}' must be a jax.Array, got {type(x).__name__}")
+        if not isinstance(x, jax.core.Tracer):
             devices = x.sharding.device_set
             if len(devices) > 1:
                 raise ValueError(f"{fn}: argument '{name}' is spread over {len(devices)} devices; call {fn} inside "
                                  "jax.shard_map (one shard per device) or put the arrays on one device")
+
+
+def varying_axes(*args: Any) -> frozenset:
+    """Under `jax.shard_map` (check_vma): the mesh axes any argument varies over; the output varies
+    over all of them. Empty outside shard_map. (jax 0.10 names it `mat.varying`, older jax `vma`.)"""
+    axes: set = set()
+    for x in args:
+        aval = jax.typeof(x)
+        mat = getattr(aval, "mat", None)
+        axes |= set(mat.varying) if mat is not None else set(getattr(aval, "vma", ()))
+    return frozenset(axes)
+
+
+def out_struct(shape: tuple[int, ...], dtype: Any, varying: frozenset) -> jax.ShapeDtypeStruct:
+    """The pallas_call's out_shape, varying over `varying` mesh axes under shard_map."""
+    if not varying:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    manual = getattr(jax.sharding, "ManualAxisType", None)
+    if manual is not None:
+        return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=manual(varying=varying))
+    return jax.ShapeDtypeStruct(shape, dtype, vma=varying)
 
 
 def from_torch(fn: str, name: str, t: Any, transpose: bool) -> jax.Array:

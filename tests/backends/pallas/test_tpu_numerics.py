@@ -5,7 +5,7 @@ Every catalogue spec with a TPU target runs at its shipped blocks; extra specs w
 grid steps) cover every epilogue op, both majors of A and B, batching, f32, int8 and fp8 operands. The
 interpreter runs strict (`specgen.runtime.jax.STRICT_INTERPRET`): VMEM and block reads past an array's
 end are NaN, so an unmasked K tail or an output element never written shows as NaN (poisoned outputs;
-`test_interpreter_poisons_what_a_kernel_leaves_unwritten` proves the premise). Shapes: aligned to the
+`test_interpreter_poisons_unwritten_and_out_of_bounds_blocks` proves the premise). Shapes: aligned to the
 block, ragged in M, N and K, M = 1, K smaller than one block, and several K steps ending in a tail.
 The tolerance sees every op: the reference with any one op dropped fails it (on the ragged shape), but
 for a rounding cast, which the tolerance of a chain holding one must absorb (f32 and float64 sums may
