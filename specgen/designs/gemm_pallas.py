@@ -6,8 +6,9 @@ VMEM scratch, and the epilogue chain runs at the last K step. One module serves 
 spec: the blocks and the VMEM they need are the same on every generation (only the capacity differs,
 which `check` compares), so the module carries one `vmem_limit_bytes`.
 
-Mosaic GPU (`pallas:gpu_sm90`): the SMEM model lives here too (`memory`), but no kernel is rendered
-yet; those targets stay "checked only".
+Mosaic GPU (`pallas:gpu_sm90`): the SMEM model lives here too (`memory`, calibrated to the byte on
+lowerings of JAX's warp-specialized Hopper matmul), but no kernel is rendered yet; those targets stay
+"checked only".
 
 Self-contained on purpose: the lead wires `PallasGemmDesign` into the design registry
 (specgen/designs/) after merging; until then render/catalogue.py and envelope/budget.py call it.
@@ -26,6 +27,10 @@ from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.spec.targets import Backend, device_key
+
+MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
+MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
+MGPU_BARRIER_BYTES = 8  # one mbarrier; each pipeline step has a full and an empty one
 
 # jnp attribute per specgen dtype (tf32 has no TPU mode: DT003 refuses it before a plan is made).
 JNP_DTYPES: dict[DType, str] = {
@@ -111,11 +116,18 @@ class PallasGemmDesign:
                 epilogue_bytes=buf * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
                 extra_bytes=t.m * t.n * acc_bytes + vectors,
             )
-        # pallas:gpu_sm90 (Mosaic GPU): steps of A and B tiles plus the whole output tile for the TMA store.
+        # pallas:gpu_sm90 (Mosaic GPU), the structure of JAX's warp-specialized Hopper matmul
+        # (`pallas/ops/gpu/hopper_matmul_mgpu.py`): the CTA tile split along N between two consumer
+        # warpgroups; per step an A and a B tile plus a full/empty mbarrier pair; per consumer warpgroup
+        # up to two epi_m x epi_n (64 x 64) buffers staging the TMA store. Calibrated on real lowerings
+        # (jax 0.11.2, H200: bench/results/2026-11-22-h200-mgpu-smem.jsonl): equal to the byte.
         gpu = GPUS[device_key(target.backend, target.arch)]
-        return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve,
-                            t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes, ab_stages,
-                            t.m * t.n * out_bytes, epilogue_overlaps_ab=False)
+        wg_n = max(1, t.n // MGPU_CONSUMER_WGS)
+        epi_m, epi_n = min(MGPU_EPI_TILE, t.m), min(MGPU_EPI_TILE, wg_n)
+        slots = max(1, min(2, (t.m * wg_n) // (epi_m * epi_n)))
+        stage = t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes + 2 * MGPU_BARRIER_BYTES
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, stage, ab_stages,
+                            MGPU_CONSUMER_WGS * slots * epi_m * epi_n * out_bytes, epilogue_overlaps_ab=False)
 
     # --- modules --------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
@@ -189,3 +201,4 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
 
 
 DESIGN = PallasGemmDesign()
+
