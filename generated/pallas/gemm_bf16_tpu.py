@@ -104,6 +104,7 @@ PLAN = {
     'block_m': 256,
     'block_n': 256,
     'block_k': 512,
+    'ab_buffers': 2,
     'vmem_bytes': 1572864,
     'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 262144',
     'vmem_limit_bytes': 1966080,
@@ -112,6 +113,8 @@ PLAN = {
 NAME = "gemm_bf16_tpu"
 # Blocks (spec: tile).
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 512
+# Pipeline buffers per A and B block (spec: pipeline.ab_stages; auto is Pallas's double buffering).
+AB_BUFFERS = 2
 # VMEM the blocks need: 1572864 B = A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 262144.
 # The scoped limit requested (spec: pallas.vmem_limit_bytes, else the need + 25% capped at VMEM).
 VMEM_LIMIT_BYTES = 1966080

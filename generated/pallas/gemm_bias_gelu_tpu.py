@@ -118,6 +118,7 @@ PLAN = {
     'block_m': 256,
     'block_n': 256,
     'block_k': 512,
+    'ab_buffers': 2,
     'vmem_bytes': 1589248,
     'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 278528',
     'vmem_limit_bytes': 1986560,
@@ -126,6 +127,8 @@ PLAN = {
 NAME = "gemm_bias_gelu_tpu"
 # Blocks (spec: tile).
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 512
+# Pipeline buffers per A and B block (spec: pipeline.ab_stages; auto is Pallas's double buffering).
+AB_BUFFERS = 2
 # VMEM the blocks need: 1589248 B = A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 278528.
 # The scoped limit requested (spec: pallas.vmem_limit_bytes, else the need + 25% capped at VMEM).
 VMEM_LIMIT_BYTES = 1986560

@@ -122,6 +122,7 @@ PLAN = {
     'block_m': 128,
     'block_n': 256,
     'block_k': 128,
+    'ab_buffers': 2,
     'vmem_bytes': 507904,
     'vmem_breakdown': 'A/B 2 x 49152 = 98304 + epilogue 131072 + accumulator+vectors 278528',
     'vmem_limit_bytes': 634880,
@@ -130,6 +131,8 @@ PLAN = {
 NAME = "gemm_fp8_rowwise"
 # Blocks (spec: tile).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
+# Pipeline buffers per A and B block (spec: pipeline.ab_stages; auto is Pallas's double buffering).
+AB_BUFFERS = 2
 # VMEM the blocks need: 507904 B = A/B 2 x 49152 = 98304 + epilogue 131072 + accumulator+vectors 278528.
 # The scoped limit requested (spec: pallas.vmem_limit_bytes, else the need + 25% capped at VMEM).
 VMEM_LIMIT_BYTES = 634880

@@ -121,6 +121,7 @@ PLAN = {
     'block_m': 256,
     'block_n': 256,
     'block_k': 256,
+    'ab_buffers': 2,
     'vmem_bytes': 1835008,
     'vmem_breakdown': 'A/B 2 x 262144 = 524288 + epilogue 1048576 + accumulator+vectors 262144',
     'vmem_limit_bytes': 2293760,
@@ -129,6 +130,8 @@ PLAN = {
 NAME = "gemm_residual_tpu"
 # Blocks (spec: tile).
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 256
+# Pipeline buffers per A and B block (spec: pipeline.ab_stages; auto is Pallas's double buffering).
+AB_BUFFERS = 2
 # VMEM the blocks need: 1835008 B = A/B 2 x 262144 = 524288 + epilogue 1048576 + accumulator+vectors 262144.
 # The scoped limit requested (spec: pallas.vmem_limit_bytes, else the need + 25% capped at VMEM).
 VMEM_LIMIT_BYTES = 2293760

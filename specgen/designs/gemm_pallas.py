@@ -78,6 +78,7 @@ class PallasTpuPlan:
     block_m: int
     block_n: int
     block_k: int
+    ab_buffers: int  # pipeline buffers per A / B BlockSpec (2: Pallas's default double buffering)
     vmem_bytes: int  # what the plan's blocks need (the VMEM001 figure)
     vmem_breakdown: str
     vmem_limit_bytes: int  # the scoped limit the kernel requests
@@ -140,7 +141,9 @@ class PallasGemmDesign:
         from specgen.check import rule_context  # check imports budget, which imports this module lazily
 
         spec = loaded.spec
-        budgets = [rule_context(spec, t).budget for t in targets]
+        contexts = [rule_context(spec, t) for t in targets]
+        budgets = [c.budget for c in contexts]
+        (buffers,) = {c.ab_stages for c in contexts}  # `auto` is 2 on every TPU; a number is the spec's
         need = max(b.total for b in budgets)  # the same on every generation; max() in case that changes
         cap = min(b.capacity for b in budgets)
         limit = spec.pallas.vmem_limit_bytes or min(cap, math.ceil(need * VMEM_HEADROOM))
@@ -165,6 +168,7 @@ class PallasGemmDesign:
             block_m=spec.tile.m,
             block_n=spec.tile.n,
             block_k=spec.tile.k,
+            ab_buffers=buffers,
             vmem_bytes=need,
             vmem_breakdown=budgets[0].breakdown(),
             vmem_limit_bytes=limit,

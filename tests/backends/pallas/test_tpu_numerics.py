@@ -28,12 +28,14 @@ SMALL = {"m": 16, "n": 128, "k": 128}
 
 
 def extra(name: str, *, a: str = "k", b: str = "k", dtype: str = "bf16", out: str | None = None,
-          acc: str = "f32", epilogue: tuple = (), batch: bool = False, target: str = "pallas:tpu_v5e") -> dict:
+          acc: str = "f32", epilogue: tuple = (), batch: bool = False, target: str = "pallas:tpu_v5e",
+          ab_stages: int | str = "auto") -> dict:
     spec = {
         "name": f"xp_{name}", "kind": "gemm",
         "a": {"dtype": dtype, "major": a}, "b": {"dtype": dtype, "major": b}, "out": {"dtype": out or dtype},
         "accumulator": acc, "batch": batch, "epilogue": [dict(op) for op in epilogue],
         "tile": dict(SMALL if a == "k" else {**SMALL, "m": 128}), "targets": [target],
+        "pipeline": {"ab_stages": ab_stages},
     }
     return GemmSpec.model_validate(spec).model_dump(mode="json")
 
@@ -77,7 +79,7 @@ EXTRAS = [
         {"op": "bias", "along": "n", "dtype": "f32"},
         {"op": "activation", "fn": "gelu"},
     )),
-    extra("int8", dtype="int8", out="int32", acc="int32"),
+    extra("int8", dtype="int8", out="int32", acc="int32", ab_stages=3),  # triple-buffered A and B
     extra("fp8_e5m2", dtype="fp8_e5m2", out="bf16", epilogue=({"op": "scale", "by": "rowcol"},)),
 ]
 
