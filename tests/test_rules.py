@@ -65,6 +65,7 @@ APPLIES = {
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
+    "PAL003": TPU,
 }
 
 
@@ -338,6 +339,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
                                   "tile": tile(8, 128, 128)},
      ("error", ["A block 128x8 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
+    # PAL003: Pallas TPU buffers a block 1 or 2 deep
+    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 2}}, None),
+    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 1}}, None),
+    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 3}},
+     ("error", ["pipeline.ab_stages = 3: Pallas TPU buffers a block 1 or 2 deep"], ("pipeline", "ab_stages"))),
     # PAL002: MXU-aligned n and k (warning)
     ("PAL002", "pallas:tpu_v5e", {"tile": tile(128, 128, 128)}, None),
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),

@@ -466,5 +466,15 @@ def tpu_mxu_alignment(ctx: RuleContext) -> Iterator[Finding]:
                       f"{ctx.tpu.name}", "", ("tile",))
 
 
+@rule("PAL003", "TPU pipeline buffering depth", is_tpu)
+def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
+    """The Pallas TPU pipeline buffers each BlockSpec once or twice only: lowering `pl.Buffered(3)`
+    fails with "Only single (1) and double (2) buffering are supported" (jax 0.10.2
+    `_src/pallas/mosaic/lowering.py`; measured by lowering for TPU on a CPU machine)."""
+    if ctx.ab_stages not in (1, 2):
+        yield Finding("PAL003", "error", f"pipeline.ab_stages = {ctx.ab_stages}: Pallas TPU buffers a block 1 or 2 "
+                      "deep", 'use ab_stages = 2 (or "auto")', ("pipeline", "ab_stages"))
+
+
 def run_rules(ctx: RuleContext) -> list[Finding]:
     return [f for r in RULES if r.applies(ctx.target) for f in r.fn(ctx)]

@@ -168,15 +168,16 @@ def test_multi_device_arrays_raise_unless_under_shard_map(module, tmp_path: Path
 
 
 def test_ab_stages_become_pallas_buffering(tmp_path: Path) -> None:
-    """pipeline.ab_stages = 3 buffers A and B three deep (pl.Buffered(3)); the plan's VMEM counts 3."""
-    spec = {**SPEC, "name": "buffered3", "pipeline": {**SPEC["pipeline"], "ab_stages": 3}}
+    """pipeline.ab_stages = 1 buffers A and B once (pl.Buffered(1)); the plan's VMEM counts 1. (3 would
+    not lower: PAL003.)"""
+    spec = {**SPEC, "name": "buffered1", "pipeline": {**SPEC["pipeline"], "ab_stages": 1}}
     module = render_module(spec, tmp_path)
-    assert module.AB_BUFFERS == 3 and "A/B 3 x " in module.PLAN["vmem_breakdown"]
+    assert module.AB_BUFFERS == 1 and "A/B 1 x " in module.PLAN["vmem_breakdown"]
     d = Data(spec, 40, 130, 1100, tag="buffered")
     a, b = d.operands()
     ((_, bias),) = d.epilogue_args()
-    (eqn,) = pallas_calls(jax.make_jaxpr(module.buffered3)(a, b, bias).jaxpr)
+    (eqn,) = pallas_calls(jax.make_jaxpr(module.buffered1)(a, b, bias).jaxpr)
     modes = [getattr(bm, "pipeline_mode", None) for bm in eqn.params["grid_mapping"].block_mappings]
-    assert [getattr(m, "buffer_count", None) for m in modes[:2]] == [3, 3]
-    np.testing.assert_allclose(np.asarray(module.buffered3(a, b, bias), np.float64),
+    assert [getattr(m, "buffer_count", None) for m in modes[:2]] == [1, 1]
+    np.testing.assert_allclose(np.asarray(module.buffered1(a, b, bias), np.float64),
                                reference(spec, a, b, [("bias", bias)]).numpy(), **tolerance(spec))
