@@ -97,12 +97,15 @@ def shapes(spec: dict) -> dict[str, tuple[int, int, int]]:
     }
 
 
-# Each shape costs one interpreter compile (seconds): the catalogue runs every shape, each extra spec
-# the ragged one (with the op-dropping checks) and one more, in turn.
+# Each shape costs one interpreter compile (seconds): each catalogue spec runs aligned, ragged, M = 1
+# and one K tail (K < block and several K steps ending in a tail, in turn: the catalogue covers both);
+# each extra spec the ragged shape (with the op-dropping checks) and one more, in turn.
+_K_TAILS = ["ksmall", "deepk"]
 _EDGE = ["m1", "ksmall", "deepk", "aligned"]
-CASES = [(v, s) for v in TPU_CATALOGUE for s in shapes(TPU_CATALOGUE[v])] + [
+CASES = [(v, s) for i, v in enumerate(TPU_CATALOGUE) for s in ("aligned", "ragged", "m1", _K_TAILS[i % 2])] + [
     (spec["name"], s) for i, spec in enumerate(EXTRAS) for s in ("ragged", _EDGE[i % len(_EDGE)])
 ]
+assert {s for _, s in CASES[:4 * len(TPU_CATALOGUE)]} == set(shapes(EXTRAS[0])), "a shape class lost"
 
 
 @pytest.fixture(scope="module")
