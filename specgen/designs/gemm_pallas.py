@@ -42,9 +42,9 @@ JNP_DTYPES: dict[DType, str] = {
     DType.fp8_e5m2: "float8_e5m2", DType.int8: "int8", DType.int32: "int32", DType.tf32: "float32",
 }
 VMEM_HEADROOM = 1.25  # default scoped limit: the plan's bytes plus 25% (PallasOptions), capped at VMEM
-TPU_ARGS_DOUBLE_BUFFERED = 2
+TPU_ARGS_DOUBLE_BUFFERED = 2  # every BlockSpec'd operand is double-buffered by the pipeline emitter
 TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_src/tpu_info.py`
-TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)  # every BlockSpec'd operand is double-buffered by the pipeline emitter
+TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
 
 
 def is_tpu_target(t: Target | TargetInfo) -> bool:
