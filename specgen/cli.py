@@ -204,6 +204,8 @@ def compile_cmd(
                                       "error": r.error}), markup=False)
             elif r.error:
                 out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
+            elif r.compiler_smem is None:  # lowered only (Pallas TPU: libtpu's compile needs a TPU)
+                out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
                 out.print(f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "

@@ -1,6 +1,6 @@
 """`specgen compile` on this CPU machine: every catalogue Triton kernel compiles for each of its
 targets (triton.compile for a GPUTarget), and the plan's SMEM estimate stays within 10% of what the
-compiler allocated. Runs the real CLI in a subprocess: compiling needs the interpreter off, which
+compiler allocated; every Pallas TPU module lowers for each of its TPU targets (Mosaic lowering). Runs the real CLI in a subprocess: compiling needs the interpreter off, which
 the rest of the CPU suite keeps on."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from specgen.spec.load import load_paths
+from specgen.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,14 +27,22 @@ def test_every_catalogue_kernel_compiles_with_plan_smem_within_10_percent() -> N
     proc = run_compile()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    expected = {(ls.name, str(t)) for ls in load_paths([ROOT / "specs"]) for t in ls.spec.targets if t.backend.value == "triton"}
-    assert {(r["kernel"], r["target"]) for r in rows} == expected
-    assert {r["target"] for r in rows} == {"triton:sm90", "triton:sm100"}
-    for r in rows:
+    specs = load_paths([ROOT / "specs"])
+    triton = [r for r in rows if r["target"].startswith("triton:")]
+    expected = {(ls.name, str(t)) for ls in specs for t in ls.spec.targets if t.backend.value == "triton"}
+    assert {(r["kernel"], r["target"]) for r in triton} == expected
+    assert {r["target"] for r in triton} == {"triton:sm90", "triton:sm100"}
+    for r in triton:
         assert not r["error"], r
         # Triton adds a few 8-byte mbarriers per stage on top of the buffers the plan counts.
         assert abs(r["plan_smem"] - r["compiler_smem"]) <= 0.10 * r["compiler_smem"], r
         assert r["compiler_smem"] <= 232448, r
+    # Pallas TPU modules lower for TPU (Mosaic); libtpu's compile, and its VMEM figure, need a TPU.
+    pallas = [r for r in rows if r not in triton]
+    assert {(r["kernel"], r["target"]) for r in pallas} == {
+        (ls.name, str(t)) for ls in specs for t in ls.spec.targets if TARGETS[str(t)].memory == "vmem"}
+    for r in pallas:
+        assert not r["error"] and r["compiler_smem"] is None and r["plan_smem"] > 0, r
 
 
 def test_compile_fails_cleanly_on_a_missing_module(tmp_path: Path) -> None:

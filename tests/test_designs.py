@@ -23,7 +23,7 @@ def loaded(**overrides: object):
 
 
 def test_registry_is_keyed_by_kind_and_backend():
-    assert set(DESIGNS) == {("gemm", Backend.triton)}
+    assert set(DESIGNS) == {("gemm", Backend.triton), ("gemm", Backend.pallas)}
     for (kind, backend), design in DESIGNS.items():
         assert (design.kind, design.backend) == (kind, backend)
         module, _, fn = design.compile_hook.partition(":")

@@ -22,9 +22,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module
 
+from specgen.designs import design_for
 from specgen.render.catalogue import render_triton_module
+from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_paths, load_text
 from specgen.spec.names import ARG_DERIVED, MODULE_NAMES, RESERVED, derived_names
+from specgen.targets import TARGETS, Backend
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
@@ -61,7 +64,9 @@ def refusal(spec: dict):
 def variants():
     """The catalogue's Triton modules and every epilogue op under every schedule form."""
     for s in catalogue().values():
-        yield {**s, "targets": [t for t in s["targets"] if t.startswith("triton:")]}
+        triton = [t for t in s["targets"] if t.startswith("triton:")]
+        if triton:  # (the TPU-only specs render Pallas modules only: pallas_variants)
+            yield {**s, "targets": triton}
     for i, (persistent, tma, batch, raster, sub, flat) in enumerate(itertools.product([False, True], repeat=6)):
         yield spec_of(f"v{i}", EVERY_OP, batch=batch,
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8},
@@ -83,6 +88,39 @@ def emitted_names(text: str) -> set[str]:
     return out
 
 
+def _scope(nodes: list[ast.AST]) -> tuple[set[str], set[str], list[ast.AST]]:
+    """(names bound, names read, nested functions) of one function scope, not looking inside the nested
+    functions' bodies (their decorators and defaults belong to this scope)."""
+    bound: set[str] = set()
+    used: set[str] = set()
+    nested: list[ast.AST] = []
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name):
+            (bound.add if isinstance(n.ctx, ast.Store) else used.add)(n.id)
+        if isinstance(n, (ast.FunctionDef, ast.Lambda)):
+            nested.append(n)
+            if isinstance(n, ast.FunctionDef):
+                bound.add(n.name)
+                stack.extend(n.decorator_list)
+            stack.extend(n.args.defaults + [d for d in n.args.kw_defaults if d is not None])
+        else:
+            stack.extend(ast.iter_child_nodes(n))
+    return bound, used, nested
+
+
+def _free_names(fn: ast.FunctionDef | ast.Lambda, outer: set[str]) -> set[str]:
+    """The names a function (and the functions nested in it) reads from the module or the builtins."""
+    args = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+    bound, used, nested = _scope(fn.body if isinstance(fn.body, list) else [fn.body])
+    scope = outer | args | bound
+    free = used - scope
+    for inner in nested:
+        free |= _free_names(inner, scope)
+    return free
+
+
 def module_level_names(text: str) -> set[str]:
     """Names the module binds at its top level, and the free names its functions read (globals, builtins)."""
     tree = ast.parse(text)
@@ -91,33 +129,48 @@ def module_level_names(text: str) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             out.add(node.name)
             out |= {n.id for d in node.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)}
+            if isinstance(node, ast.FunctionDef):
+                out |= _free_names(node, set())
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             out |= {(a.asname or a.name).split(".")[0] for a in node.names}
         else:
             out |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.Lambda)):
-            bound = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
-            used: set[str] = set()
-            for stmt in fn.body if isinstance(fn.body, list) else [fn.body]:
-                for n in ast.walk(stmt):
-                    if isinstance(n, ast.Name):
-                        (bound.add if isinstance(n.ctx, ast.Store) else used.add)(n.id)
-            out |= used - bound
     return out
+
+
+def pallas_variants():
+    """The catalogue's Pallas TPU modules and every epilogue op in every layout, batched or not."""
+    for s in catalogue().values():
+        tpu = [t for t in s["targets"] if TARGETS[t].memory == "vmem"]
+        if tpu:
+            yield {**s, "targets": tpu}
+    for i, (batch, a, b) in enumerate(itertools.product([False, True], ["k", "mn"], ["k", "mn"])):
+        yield spec_of(f"p{i}", EVERY_OP, batch=batch, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b},
+                      tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"])
+
+
+def render_pallas_module(ls) -> str:
+    design = design_for(ls.spec.kind, Backend.pallas)
+    assert design is not None
+    (text,) = design.render(ls, ls.spec.targets, {str(t): resolve(ls.spec, t) for t in ls.spec.targets}).values()
+    return text
 
 
 @pytest.fixture(scope="module")
 def rendered() -> list[tuple[object, str]]:
+    """Every design's modules: Triton and Pallas TPU."""
     out = []
     for s in variants():
         ls = load_one(s)
         out.append((ls, render_triton_module(ls, ls.spec.targets)))
+    for s in pallas_variants():
+        ls = load_one(s)
+        out.append((ls, render_pallas_module(ls)))
     return out
 
 
 def user_names(ls) -> set[str]:
-    names = {ls.spec.name, f"_{ls.spec.name}_kernel"}
+    names = {ls.spec.name, f"_{ls.spec.name}_kernel", f"{ls.spec.name}_torch"}
     for arg in ls.spec.runtime_args():
         names |= {arg.name, *derived_names(arg.name)}
     return names

@@ -9,9 +9,7 @@ resolve.py picks the layout, resolves `auto` stages from it and hands the same b
 - CuTe (the CUTLASS DSL example kernels): 1024 bytes of barriers and helpers; the TMA-store epilogue
   keeps `epilogue_stages` subtiles of (tile.m x 32) output elements (sm100) or (tile.m x 64) (sm90)
   beside the A/B stages.
-- Pallas Mosaic GPU: steps of A and B tiles plus the whole output tile for the TMA store.
-- Pallas TPU: VMEM, not SMEM. Inputs and outputs are double-buffered by the pipeline emitter (`auto`
-  stages are 2 there), and the f32 accumulator is a scratch buffer: 2 (A + B) + 2 out + acc + vectors.
+Pallas (TPU VMEM and Mosaic GPU SMEM) is laid out by its design, specgen/designs/gemm_pallas.py.
 """
 
 from __future__ import annotations
@@ -91,29 +89,9 @@ def cute_memory(spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBud
                         epi, epilogue_overlaps_ab=False)
 
 
-def pallas_memory(spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-    t, out_bytes = spec.tile, spec.out.dtype.bytes
-    if target.tpu is not None:
-        vectors = sum(
-            (t.m if a.shape == "vec_m" else t.n) * a.dtype.bytes * 2
-            for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n")
-        )
-        residual = sum(t.m * t.n * a.dtype.bytes * 2 for a in spec.runtime_args() if a.shape == "matrix")
-        return MemoryBudget(
-            "VMEM", target.tpu.vmem_bytes, 0, ab_stage_bytes(spec), ab_stages,
-            epilogue_bytes=2 * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
-            extra_bytes=t.m * t.n * 4 + vectors,
-        )
-    gpu = target.gpu  # Mosaic GPU
-    assert gpu is not None
-    return MemoryBudget("SMEM", gpu.smem_per_block, gpu.barrier_reserve, ab_stage_bytes(spec), ab_stages,
-                        t.m * t.n * out_bytes, epilogue_overlaps_ab=False)
-
-
 MemoryLayout = Callable[[GemmSpec, TargetInfo, int], MemoryBudget]
 
 # (kind, backend) -> layout, for backends without a design yet (a design's own `memory` wins).
 CHECKED_ONLY_LAYOUTS: dict[tuple[str, Backend], MemoryLayout] = {
     ("gemm", Backend.cute): cute_memory,
-    ("gemm", Backend.pallas): pallas_memory,
 }

@@ -436,7 +436,8 @@ TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas 
 @rule("PAL001", "TPU block shapes", is_tpu)
 def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
     """Block last two dims divisible by (sublanes, 128), sublanes 8 for 32/16-bit (16 for bf16 on v7x),
-    8*(32/bits) for narrower types. Sources: jax `_src/pallas/mosaic/lowering.py`, `tpu_info.py`.
+    8*(32/bits) for narrower types, each block in its operand's stored layout (specgen's Pallas kernels
+    take a K-major B as (N, K)). Sources: jax `_src/pallas/mosaic/lowering.py`, `tpu_info.py`.
     (Blocks equal to the full array also pass, but a spec's tile does not know the array.)"""
     s, t = ctx.spec, ctx.spec.tile
     assert ctx.tpu is not None
@@ -446,8 +447,11 @@ def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
             return ctx.tpu.bf16_sublanes
         return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
 
-    for name, rows, cols, dt, fld in (
-        ("A", t.m, t.k, s.a.dtype, ("tile",)), ("B", t.k, t.n, s.b.dtype, ("tile",)), ("out", t.m, t.n, s.out.dtype, ("tile",)),
+    # Blocks in the stored layout: a K-major operand has K last (A (m, k), B (n, k)), MN-major has K first.
+    a_block = (t.m, t.k) if s.a.major == "k" else (t.k, t.m)
+    b_block = (t.n, t.k) if s.b.major == "k" else (t.k, t.n)
+    for name, (rows, cols), dt, fld in (
+        ("A", a_block, s.a.dtype, ("tile",)), ("B", b_block, s.b.dtype, ("tile",)), ("out", (t.m, t.n), s.out.dtype, ("tile",)),
     ):
         sub = sublanes(dt)
         if rows % sub or cols % 128:
@@ -464,6 +468,16 @@ def tpu_mxu_alignment(ctx: RuleContext) -> Iterator[Finding]:
     if t.n % mxu or t.k % mxu:
         yield Finding("PAL002", "warning", f"tile n={t.n}, k={t.k} are not multiples of the {mxu}x{mxu} MXU on "
                       f"{ctx.tpu.name}", "", ("tile",))
+
+
+@rule("PAL003", "TPU pipeline buffering depth", is_tpu)
+def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
+    """The Pallas TPU pipeline buffers each BlockSpec once or twice only: lowering `pl.Buffered(3)`
+    fails with "Only single (1) and double (2) buffering are supported" (jax 0.10.2
+    `_src/pallas/mosaic/lowering.py`; measured by lowering for TPU on a CPU machine)."""
+    if ctx.ab_stages not in (1, 2):
+        yield Finding("PAL003", "error", f"pipeline.ab_stages = {ctx.ab_stages}: Pallas TPU buffers a block 1 or 2 "
+                      "deep", 'use ab_stages = 2 (or "auto")', ("pipeline", "ab_stages"))
 
 
 # --- backend options -----------------------------------------------------------------------------------

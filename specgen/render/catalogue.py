@@ -81,13 +81,20 @@ def _in_scope(ref: str | None, scopes: list[str] | None) -> bool:
     return any(s == "." or ref == s or ref.startswith(s.rstrip("/") + "/") for s in scopes)
 
 
+def _finds(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
     """The module an --out package would shadow: `--out .` puts `triton/` where `import triton` finds
     it first; `--out torch` makes a package named `torch`. Found with find_spec, which imports nothing."""
     out = out_dir.resolve()
     roots = {Path.cwd().resolve()} | {Path(p or ".").resolve() for p in sys.path}
-    if out in roots:  # its backend folders become top-level packages
-        return backends[0]
+    if out in roots:  # its backend folders become top-level packages: name one that is installed
+        return next((b for b in backends if _finds(b)), backends[0])
     name = out.name
     if out.parent not in roots or not name.isidentifier():  # imported as a subpackage: no clash
         return None
@@ -147,7 +154,14 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
                     result.skipped.append((ls.name, str(t), reason))
                     entry[str(t)] = f"skipped: {reason}"
                 continue
-            for rel, module_targets in design.modules(ls.spec, targets).items():
+            modules = design.modules(ls.spec, targets)
+            served = {str(t) for group in modules.values() for t in group}
+            reason = f"specgen {__version__} has no {backend} design for this arch yet (checked only)"
+            for t in targets:  # targets the design renders no module for (Pallas's Mosaic GPU today)
+                if str(t) not in served:
+                    result.skipped.append((ls.name, str(t), reason))
+                    entry[str(t)] = f"skipped: {reason}"
+            for rel, module_targets in modules.items():
                 if any((ls.name, str(t)) in failing for t in module_targets):
                     refused.add(ls.name)  # this module only: the spec's other modules still render
                     refused_paths.add(rel)

@@ -27,6 +27,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "SPEC", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "METADATA", "RUNTIME_ABI", "a", "b",
     "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_g", "_tile_coords",
     "_tanh", "_validate", "_check", "_run", "_fake", "_op", "_launcher", "_CONSTEXPRS",
+    # Pallas TPU modules (templates/pallas/)
+    "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
+    "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
 })
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,
@@ -41,14 +44,21 @@ RESERVED: frozenset[str] = MODULE_NAMES | frozenset({
     "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "half", "halves", "x", "tiles", "key",
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
+    # Pallas TPU modules: kernel refs and locals, BlockSpec index-map arguments, launcher locals, keywords
+    "a_ref", "b_ref", "out_ref", "acc_ref", "_init", "_epilogue", "valid", "k_total", "block_k", "m", "n",
+    "blk_m", "blk_n", "blk_k", "grid", "in_specs", "out_shape", "out_specs", "bb", "i", "j", "b_shape",
+    "varying", "mode", "interpret", "transpose", "int", "object", "frozenset", "name", "pallas", "tpu",
+    "memory_space", "scratch_shapes", "compiler_params", "dimension_semantics", "vmem_limit_bytes",
+    "cost_estimate", "flops", "transcendentals", "bytes_accessed", "preferred_element_type", "static_argnames",
 })
 
 OPERANDS = frozenset({"a", "b", "out"})
 
 # How the templates derive names from an epilogue argument `x`: its pointer, the vector loaded from it,
 # a residual's batch-offset base, tile, strides and host stride tuple (templates/triton/*.jinja,
-# specgen/render/triton.py). Every argument is held to all of them, whatever its role.
-ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}")
+# specgen/render/triton.py), and its ref in a Pallas kernel. Every argument is held to all of them, whatever its role.
+ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
+                                 "{}_ref")  # the Pallas kernel's ref of the argument (templates/pallas/)
 
 # Windows device names: a module file named so cannot be created there.
 _DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))})

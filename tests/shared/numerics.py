@@ -187,6 +187,8 @@ EXTRAS = [
 
 VARIANTS: dict[str, dict] = {}
 for _name, _spec in CATALOGUE.items():
+    if not any(t.startswith("triton:") for t in _spec["targets"]):  # TPU-only specs: no Triton kernel
+        continue
     VARIANTS[f"{_name}-f16"] = interpreter_variant(_spec, tile=dict(TILE))
     VARIANTS[f"{_name}-f32"] = f32_variant(VARIANTS[f"{_name}-f16"])
 for _spec in EXTRAS:

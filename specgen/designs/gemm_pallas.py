@@ -1,0 +1,212 @@
+"""The Pallas GEMM design: its on-chip memory layout, how targets group into modules, the plan, render.
+
+TPU (Mosaic): one `pl.pallas_call` over a grid of (batch,) M blocks x N blocks x K steps. Each
+BlockSpec is double-buffered by Pallas's pipeline emitter, the f32 (int32 for int8) accumulator is a
+VMEM scratch, and the epilogue chain runs at the last K step. One module serves every TPU target of a
+spec: the blocks and the VMEM they need are the same on every generation (only the capacity differs,
+which `check` compares), so the module carries one `vmem_limit_bytes`.
+
+Mosaic GPU (`pallas:gpu_sm90`): the SMEM model lives here too (`memory`, calibrated to the byte on
+lowerings of JAX's warp-specialized Hopper matmul), but no kernel is rendered yet; those targets stay
+"checked only".
+
+Registered in specgen/designs/DESIGNS under ("gemm", Backend.pallas): resolve.py asks it for the
+memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
+Imports jax-free code only: `specgen check` / `render` must stay light.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from specgen import __version__
+from specgen.envelope.budget import MemoryBudget
+from specgen.runtime import RUNTIME_ABI
+from specgen.spec.dtypes import DType
+from specgen.spec.models import GemmSpec, Target
+from specgen.targets import Backend, TargetInfo, target_info
+
+if TYPE_CHECKING:
+    from specgen.resolve import Resolved
+    from specgen.spec.load import LoadedSpec
+
+MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
+MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
+MGPU_BARRIER_BYTES = 8  # one mbarrier; each pipeline step has a full and an empty one
+
+# jnp attribute per specgen dtype (tf32 has no TPU mode: DT003 refuses it before a plan is made).
+JNP_DTYPES: dict[DType, str] = {
+    DType.f32: "float32", DType.f16: "float16", DType.bf16: "bfloat16", DType.fp8_e4m3: "float8_e4m3fn",
+    DType.fp8_e5m2: "float8_e5m2", DType.int8: "int8", DType.int32: "int32", DType.tf32: "float32",
+}
+VMEM_HEADROOM = 1.25  # default scoped limit: the plan's bytes plus 25% (PallasOptions), capped at VMEM
+TPU_ARGS_DOUBLE_BUFFERED = 2  # every BlockSpec'd operand is double-buffered by the pipeline emitter
+TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_src/tpu_info.py`
+TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
+
+
+def is_tpu_target(t: Target | TargetInfo) -> bool:
+    """A Mosaic TPU target (the table's VMEM rows), which this design renders."""
+    info = t if isinstance(t, TargetInfo) else target_info(t)
+    return info.backend is Backend.pallas and info.memory == "vmem"
+
+
+@dataclass(frozen=True)
+class JaxArg:
+    """An argument of the generated JAX function: name, role, dtype and what the docstring says."""
+
+    name: str
+    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
+    dtype: str  # specgen dtype name
+    jnp_dtype: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class PallasTpuPlan:
+    """Every number templates/pallas/gemm_tpu.py.jinja renders, named."""
+
+    name: str
+    spec_file: str
+    spec_hash: str
+    specgen_version: str
+    description: str
+    targets: list[str]
+    a: JaxArg
+    b: JaxArg
+    out: JaxArg
+    a_major: str
+    b_major: str
+    batch: bool
+    acc_jnp_dtype: str
+    block_m: int
+    block_n: int
+    block_k: int
+    ab_buffers: int  # pipeline buffers per A / B BlockSpec (2: Pallas's default double buffering)
+    vmem_bytes: int  # what the plan's blocks need (the VMEM001 figure)
+    vmem_breakdown: str
+    vmem_limit_bytes: int  # the scoped limit the kernel requests
+    epilogue: list[dict[str, object]]
+    args: list[JaxArg]  # epilogue runtime arguments, in chain order
+    spec_json: dict[str, object] = field(default_factory=dict)
+
+
+def _arg(name: str, role: str, dtype: DType, doc: str) -> JaxArg:
+    return JaxArg(name, role, dtype.value, JNP_DTYPES[dtype], doc)
+
+
+class PallasGemmDesign:
+    """kind "gemm", backend pallas. See the module docstring."""
+
+    kind = "gemm"
+    backend = Backend.pallas
+    # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
+    compile_hook = "specgen.designs.gemm_pallas_compile:compile_module"
+
+    # --- memory ---------------------------------------------------------------------------------------
+    def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        t, out_bytes = spec.tile, spec.out.dtype.bytes
+        tpu = target.tpu
+        if tpu is not None:
+            buf = TPU_ARGS_DOUBLE_BUFFERED
+            # Vector blocks are padded to whole (sublane, 128-lane) tiles: a (bm, 1) row vector takes
+            # bm x 128 lanes, a (1, bn) column vector one tile of 32 bytes of rows (8 x f32, 16 x bf16).
+            vectors = sum(
+                (t.m * TPU_LANES * a.dtype.bytes if a.shape == "vec_m" else TPU_TILE_ROW_BYTES * t.n) * buf
+                for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n")
+            )
+            residual = sum(t.m * t.n * a.dtype.bytes * buf for a in spec.runtime_args() if a.shape == "matrix")
+            acc_bytes = 4  # f32 or int32 accumulator scratch
+            return MemoryBudget(
+                "VMEM", tpu.vmem_bytes, 0, t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes, ab_stages,
+                epilogue_bytes=buf * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
+                extra_bytes=t.m * t.n * acc_bytes + vectors,
+            )
+        # pallas:gpu_sm90 (Mosaic GPU), the structure of JAX's warp-specialized Hopper matmul
+        # (`pallas/ops/gpu/hopper_matmul_mgpu.py`): the CTA tile split along N between two consumer
+        # warpgroups; per step an A and a B tile plus a full/empty mbarrier pair; per consumer warpgroup
+        # up to two epi_m x epi_n (64 x 64) buffers staging the TMA store. Calibrated on real lowerings
+        # (jax 0.11.2, H200: bench/results/2026-11-22-h200-mgpu-smem.jsonl): equal to the byte.
+        gpu = target.gpu
+        assert gpu is not None
+        wg_n = max(1, t.n // MGPU_CONSUMER_WGS)
+        epi_m, epi_n = min(MGPU_EPI_TILE, t.m), min(MGPU_EPI_TILE, wg_n)
+        slots = max(1, min(2, (t.m * wg_n) // (epi_m * epi_n)))
+        stage = t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes + 2 * MGPU_BARRIER_BYTES
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, stage, ab_stages,
+                            MGPU_CONSUMER_WGS * slots * epi_m * epi_n * out_bytes, epilogue_overlaps_ab=False)
+
+    # --- modules --------------------------------------------------------------------------------------
+    def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        """All TPU targets share `pallas/<name>.py`; Mosaic GPU targets render nothing yet."""
+        tpu = [t for t in targets if is_tpu_target(t)]
+        return {f"pallas/{spec.name}.py": tpu} if tpu else {}
+
+    # --- plan and render ------------------------------------------------------------------------------
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> PallasTpuPlan:
+        spec = loaded.spec
+        contexts = [resolved[str(t)] for t in targets]
+        budgets = [c.budget for c in contexts]
+        (buffers,) = {c.ab_stages for c in contexts}  # `auto` is 2 on every TPU; a number is the spec's
+        need = max(b.total for b in budgets)  # the same on every generation; max() in case that changes
+        cap = min(b.capacity for b in budgets)
+        limit = spec.pallas.vmem_limit_bytes or min(cap, math.ceil(need * VMEM_HEADROOM))
+        bsz = "batch, " if spec.batch else ""
+        a_dims = f"({bsz}M, K)" if spec.a.major == "k" else f"({bsz}K, M)"
+        b_dims = f"({bsz}N, K)" if spec.b.major == "k" else f"({bsz}K, N)"
+        acc = "int32" if spec.accumulator == DType.int32 else "float32"
+        return PallasTpuPlan(
+            name=spec.name,
+            spec_file=loaded.file,
+            spec_hash=loaded.spec_hash,
+            specgen_version=__version__,
+            description=spec.description,
+            targets=[str(t) for t in targets],
+            a=_arg("a", "a", spec.a.dtype, f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major"),
+            b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major"),
+            out=_arg("out", "out", spec.out.dtype, f"({bsz}M, N) {spec.out.dtype}"),
+            a_major=spec.a.major,
+            b_major=spec.b.major,
+            batch=spec.batch,
+            acc_jnp_dtype=acc,
+            block_m=spec.tile.m,
+            block_n=spec.tile.n,
+            block_k=spec.tile.k,
+            ab_buffers=buffers,
+            vmem_bytes=need,
+            vmem_breakdown=budgets[0].breakdown(),
+            vmem_limit_bytes=limit,
+            epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
+            args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            spec_json=spec.model_dump(mode="json"),
+        )
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+        """{relative path: module text}, planned from what check resolved for each target."""
+        from specgen.render.env import environment
+
+        out: dict[str, str] = {}
+        template = environment().get_template("pallas/gemm_tpu.py.jinja")
+        for rel, group in self.modules(loaded.spec, targets).items():
+            out[rel] = template.render(tpu_context(self.plan(loaded, group, resolved)))
+        return out
+
+
+def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
+    """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
+    meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
+            **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+    transcendental = {"gelu", "gelu_tanh", "silu", "sigmoid"}
+    return {
+        "p": p,
+        "plan_meta": meta,
+        "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
+        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and op["fn"] in transcendental),
+        "a_bytes": DType(p.a.dtype).bytes,
+        "b_bytes": DType(p.b.dtype).bytes,
+        "out_bytes": DType(p.out.dtype).bytes,
+    }
+
+

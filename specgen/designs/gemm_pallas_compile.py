@@ -1,0 +1,53 @@
+"""The Pallas GEMM design's compile hook: Pallas's Mosaic lowering of a rendered TPU module's kernel, on a
+CPU machine (`jax.jit(...).lower(lowering_platforms=("tpu",))`: jaxpr -> Mosaic MLIR in a tpu_custom_call).
+
+Lowering refuses what Mosaic cannot express (it refused 3-deep buffering: rule PAL003). libtpu's own
+compile, and with it the VMEM the chip would allocate, needs a TPU: `compiler_smem` stays None and the
+plan's VMEM figure is reported beside it. The problem is ragged against every block (two and a bit
+blocks per dim), so the K-tail masks and edge blocks lower too. Imports jax: only `specgen compile`
+imports this module.
+"""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+
+from specgen.compile import CompileResult, compiler_message
+from specgen.spec.models import GemmSpec
+from specgen.targets import TargetInfo
+
+BATCH = 2
+
+
+def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
+    import jax
+    import jax.numpy as jnp
+
+    from specgen.designs.gemm_pallas import JNP_DTYPES
+
+    meta = module.METADATA
+    spec = GemmSpec.model_validate(module.SPEC)
+    m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
+    lead = (BATCH,) if spec.batch else ()
+
+    def struct(shape: tuple[int, ...], dtype: object) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))  # type: ignore[index]
+
+    args = [
+        struct((*lead, m, k) if spec.a.major == "k" else (*lead, k, m), spec.a.dtype),
+        struct((*lead, n, k) if spec.b.major == "k" else (*lead, k, n), spec.b.dtype),
+    ]
+    for arg in spec.runtime_args():
+        shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": ()}[arg.shape]
+        args.append(struct(shape, arg.dtype))
+    start = time.perf_counter()
+    try:
+        lowered = jax.jit(lambda *xs: module._call(*xs, interpret=False)).trace(*args).lower(
+            lowering_platforms=("tpu",))
+        if "tpu_custom_call" not in lowered.as_text():
+            raise RuntimeError("the lowered module holds no tpu_custom_call (the kernel did not lower to Mosaic)")
+    except Exception as e:  # the lowering's own message is the useful part
+        return CompileResult(meta["kernel"], target.name, meta["vmem_bytes"], None, time.perf_counter() - start,
+                             compiler_message(e))
+    return CompileResult(meta["kernel"], target.name, meta["vmem_bytes"], None, time.perf_counter() - start)

@@ -1,0 +1,118 @@
+"""Render Pallas TPU modules for test specs into a temporary folder and import them; the data and the
+float64 reference shared by the Pallas tests."""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from kernels import catalogue
+from reference import REFERENCES
+
+from specgen.compile import load_rendered
+from specgen.designs import design_for
+from specgen.designs.gemm_pallas import JNP_DTYPES, is_tpu_target
+from specgen.resolve import resolve
+from specgen.spec.dtypes import DType
+from specgen.spec.load import load_text
+from specgen.spec.models import GemmSpec
+from specgen.targets import TARGETS, Backend
+
+CATALOGUE = catalogue()
+TPU_CATALOGUE = {name: spec for name, spec in CATALOGUE.items()
+                 if any(is_tpu_target(TARGETS[t]) for t in spec["targets"])}
+
+
+def jnp_dtype(dt: str):
+    return jnp.dtype(JNP_DTYPES[DType(dt)])
+
+
+def render_module(spec: dict, tmp_dir: Path):
+    """Render the spec's TPU module (the design's one file) and import it under a unique name."""
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    targets = [t for t in loaded.spec.targets if is_tpu_target(t)]
+    design = design_for(loaded.spec.kind, Backend.pallas)
+    assert design is not None
+    (text,) = design.render(loaded, targets, {str(t): resolve(loaded.spec, t) for t in targets}).values()
+    path = tmp_dir / f"pallas_{spec['name']}.py"
+    path.write_text(text)
+    return load_rendered(path, f"_specgen_pallas_test_{spec['name']}")
+
+
+class Data:
+    """Seeded operands in the stored layouts the JAX function takes, and their float64 logical forms."""
+
+    def __init__(self, spec: dict, M: int, N: int, K: int, batch: int = 3, tag: str = "") -> None:
+        self.spec, self.M, self.N, self.K = spec, M, N, K
+        self.batch = (batch,) if spec["batch"] else ()
+        self.rng = np.random.default_rng(zlib.crc32(f"{spec['name']}/{M}/{N}/{K}/{tag}".encode()))
+
+    def values(self, shape: tuple[int, ...], dt: str, kind: str = "normal") -> jax.Array:
+        if not DType(dt).is_float:
+            return jnp.asarray(self.rng.integers(-8, 9, shape), jnp_dtype(dt))
+        if kind == "positive":
+            return jnp.asarray(self.rng.random(shape) + 0.5, jnp_dtype(dt))
+        return jnp.asarray(self.rng.standard_normal(shape), jnp_dtype(dt))
+
+    def operands(self) -> tuple[jax.Array, jax.Array]:
+        s, M, N, K = self.spec, self.M, self.N, self.K
+        a_shape = (*self.batch, M, K) if s["a"]["major"] == "k" else (*self.batch, K, M)
+        b_shape = (*self.batch, N, K) if s["b"]["major"] == "k" else (*self.batch, K, N)
+        a = self.values(a_shape, s["a"]["dtype"])
+        if DType(s["a"]["dtype"]).is_float and DType(s["a"]["dtype"]).bytes > 1:  # A @ B of unit variance
+            a = (a.astype(jnp.float32) / math.sqrt(K)).astype(a.dtype)
+        return a, self.values(b_shape, s["b"]["dtype"])
+
+    def epilogue_args(self) -> list[tuple[str, object]]:
+        M, N = self.M, self.N
+        args: list[tuple[str, object]] = []
+        for op in self.spec["epilogue"]:
+            if op["op"] == "bias":
+                args.append((op["name"], self.values((M if op["along"] == "m" else N,), op["dtype"])))
+            elif op["op"] == "scale" and op["by"] == "scalar" and op["value"] is None:
+                args.append((op["name"] or "alpha", 0.75))
+            elif op["op"] == "scale" and op["by"] == "row":
+                args.append((op["name"] or "row_scale", self.values((M,), "f32", "positive")))
+            elif op["op"] == "scale" and op["by"] == "col":
+                args.append((op["name"] or "col_scale", self.values((N,), "f32", "positive")))
+            elif op["op"] == "scale" and op["by"] == "rowcol":
+                args.append(("scale_a", self.values((M,), "f32", "positive")))
+                args.append(("scale_b", self.values((N,), "f32", "positive")))
+            elif op["op"] == "residual":
+                args.append((op["name"], self.values((*self.batch, M, N), op["dtype"])))
+        want = [arg.name for arg in GemmSpec.model_validate(self.spec).runtime_args()]
+        assert [name for name, _ in args] == want
+        return args
+
+
+def f64(x: object) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
+def reference(spec: dict, a: jax.Array, b: jax.Array, args: list[tuple[str, object]],
+              epilogue: list[dict] | None = None) -> torch.Tensor:
+    """epilogue(A @ B) in float64 from the stored layouts (transposed back to A (M, K), B (K, N))."""
+    a64, b64 = f64(a), f64(b)
+    if spec["a"]["major"] == "mn":
+        a64 = a64.transpose(-1, -2)
+    if spec["b"]["major"] == "k":
+        b64 = b64.transpose(-1, -2)
+    kwargs = {name: (value if isinstance(value, float) else f64(value)) for name, value in args}
+    return REFERENCES[spec["kind"]](spec["epilogue"] if epilogue is None else epilogue, a64, b64, kwargs)
+
+
+def tolerance(spec: dict) -> dict[str, float]:
+    """O(1) results: the out dtype's rounding; an f32 out from 16-bit operands is exact f32 sums."""
+    out = spec["out"]["dtype"]
+    casts = [op["dtype"] for op in spec["epilogue"] if op["op"] == "cast"]
+    if out == "int32":
+        return {"atol": 0.0, "rtol": 0.0}
+    if out == "bf16" or "bf16" in casts:  # one bf16 ulp (2**-7 relative) either way
+        return {"atol": 1e-2, "rtol": 1e-2}
+    return {"atol": 2e-5, "rtol": 2e-5}
