@@ -9,9 +9,9 @@ Per backend:
   tile staged for its TMA store (half of it with `epilogue_subtile`) alive beside the pipeline; the
   plain kernel's epilogue layout conversion reuses the pipeline buffers once the K loop ends. Triton
   itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
-- CuTe (the CUTLASS DSL example kernels): 1024 bytes of barriers and helpers; the TMA-store epilogue
-  keeps `epilogue_stages` subtiles of (tile.m x 32) output elements (sm100) or (tile.m x 64) (sm90)
-  beside the A/B stages.
+- CuTe sm90: the design's own struct, to the byte (designs/gemm_cute_sm90.py `memory`).
+- CuTe sm100 (the CUTLASS DSL example kernels): 1024 bytes of barriers and helpers; the TMA-store
+  epilogue keeps `epilogue_stages` subtiles of (tile.m x 32) output elements beside the A/B stages.
 - Pallas Mosaic GPU: steps of A and B tiles plus the whole output tile for the TMA store.
 - Pallas TPU: VMEM, not SMEM. Inputs and outputs are double-buffered by the pipeline emitter (`auto`
   stages are 2 there), and the f32 accumulator is a scratch buffer: 2 (A + B) + 2 out + acc + vectors.
@@ -102,6 +102,10 @@ def smem_budget(spec: GemmSpec, target: Target, ab_stages: int) -> MemoryBudget:
         overlaps = not (spec.triton.tma and spec.schedule.persistent)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, _ab_stage_bytes(spec), ab_stages,
                             epi, epilogue_overlaps_ab=overlaps)
+    if target.backend is Backend.cute and target.arch == "sm90":
+        from specgen.designs.gemm_cute_sm90 import DESIGN  # the layout its template really allocates
+
+        return DESIGN.memory(spec, target, ab_stages)
     if target.backend is Backend.cute:
         sub_n = min(t.n, EPILOGUE_SUBTILE_N[target.arch])
         epi = epilogue_stages(spec) * t.m * sub_n * out_bytes if spec.cute.tma_store else 0

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from specgen import __version__
 from specgen.check import Diagnostic, check_all, failing_targets
+from specgen.designs.gemm_cute_sm90 import DESIGN as CUTE_SM90
+from specgen.designs.gemm_cute_sm90 import render_cute_module
 from specgen.plan.triton import plan_triton
 from specgen.render.env import environment
 from specgen.render.triton import triton_context
@@ -25,7 +27,12 @@ def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
 
 
 # backend -> (module renderer, output folder). A backend without an entry is checked but not rendered.
-RENDERERS: dict[Backend, Callable[[LoadedSpec, list[Target]], str]] = {Backend.triton: render_triton_module}
+RENDERERS: dict[Backend, Callable[[LoadedSpec, list[Target]], str]] = {
+    Backend.triton: render_triton_module,
+    Backend.cute: render_cute_module,
+}
+# backend -> which of its targets it renders today (the others stay checked only).
+SERVES: dict[Backend, Callable[[Target], bool]] = {Backend.cute: CUTE_SM90.serves}
 
 
 @dataclass
@@ -57,11 +64,14 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
         entry: dict[str, str] = {}
         for backend, targets in by_backend.items():
             renderer = RENDERERS.get(backend)
-            if renderer is None:
-                reason = f"specgen {__version__} has no {backend} renderer yet (checked only)"
-                for t in targets:
-                    result.skipped.append((ls.name, str(t), reason))
-                    entry[str(t)] = f"skipped: {reason}"
+            serves = SERVES.get(backend, lambda t: True)
+            unserved = [t for t in targets if renderer is None or not serves(t)]
+            reason = f"specgen {__version__} has no {backend} renderer for this arch yet (checked only)"
+            for t in unserved:
+                result.skipped.append((ls.name, str(t), reason))
+                entry[str(t)] = f"skipped: {reason}"
+            targets = [t for t in targets if t not in unserved]
+            if renderer is None or not targets:
                 continue
             rel = module_path(backend, ls.name)
             files[rel] = renderer(ls, targets)

@@ -1,0 +1,1 @@
+"""Rendered cute kernels."""
