@@ -123,16 +123,11 @@ def compile_cmd(
     out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
+    sass: bool = typer.Option(False, "--sass", help="CuTe: count UTMALDG, UTMASTG, HGMMA/QGMMA and LDL/STL in the SASS."),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     import importlib.util
 
-    from specgen.compile import ARCH_CC, compile_module, import_rendered
-
-    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
-    if missing:
-        err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[triton]'", markup=False)
-        raise typer.Exit(2)
     from specgen.spec.models import parse_target
 
     wanted = set()
@@ -143,31 +138,52 @@ def compile_cmd(
             err.print(f"error: {e}", markup=False)
             raise typer.Exit(2) from None
     specs = _load(paths)
+    jobs = [(ls, t) for ls in specs for t in ls.spec.targets
+            if (t.backend.value == "triton" or str(t) == "cute:sm90") and (not wanted or str(t) in wanted)]
+    needs = {"triton": ("torch", "triton"), "cute": ("torch", "cutlass")}
+    for backend in sorted({t.backend.value for _, t in jobs}):
+        missing = [m for m in needs[backend] if importlib.util.find_spec(m) is None]
+        if missing:
+            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{backend}]'", markup=False)
+            raise typer.Exit(2)
+    if not jobs and not wanted:  # nothing rendered to compile: still say what triton compile would need
+        missing = [m for m in needs["triton"] if importlib.util.find_spec(m) is None]
+        if missing:
+            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[triton]'", markup=False)
+            raise typer.Exit(2)
+    from specgen.compile import compile_module, import_rendered
+
     failed = 0
     rows = []
-    for ls in specs:
-        for t in ls.spec.targets:
-            if t.backend.value != "triton" or (wanted and str(t) not in wanted):
-                continue
-            path = out_dir / "triton" / f"{ls.name}.py"
-            if not path.is_file():
-                err.print(f"error: {path} is missing: run `specgen render` first", markup=False)
-                raise typer.Exit(1)
+    for ls, t in jobs:
+        path = out_dir / t.backend.value / f"{ls.name}.py"
+        if not path.is_file():
+            err.print(f"error: {path} is missing: run `specgen render` first", markup=False)
+            raise typer.Exit(1)
+        if t.backend.value == "cute":
+            from specgen.compile_cute import compile_module as compile_cute
+
+            r = compile_cute(import_rendered(path), t.arch, sass=sass)
+        else:
             r = compile_module(import_rendered(path), t.arch)
-            failed += bool(r.error)
-            rows.append(r)
-            if as_json:
-                out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
-                                      "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
-                                      "error": r.error}), markup=False)
-            elif r.error:
-                out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
-            else:
-                delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
-                out.print(f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
-                          f"({delta:+.1f}%)   {r.seconds:.1f} s", markup=False)
+        failed += bool(r.error)
+        rows.append(r)
+        counts = getattr(r, "sass", {})
+        if as_json:
+            out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
+                                  "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
+                                  "error": r.error, **({"sass": counts} if counts else {})}), markup=False)
+        elif r.error:
+            out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
+        else:
+            delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
+            line = (f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
+                    f"({delta:+.1f}%)   {r.seconds:.1f} s")
+            if counts:
+                line += "   " + " ".join(f"{k} {v}" for k, v in counts.items())
+            out.print(line, markup=False)
     if not rows:
-        err.print(f"no Triton targets to compile (known archs: {', '.join(ARCH_CC)})", markup=False)
+        err.print("no Triton or cute:sm90 targets to compile", markup=False)
     if not as_json:
         out.print(f"{len(rows) - failed} compiled, {failed} failed")
     raise typer.Exit(1 if failed else 0)

@@ -64,7 +64,8 @@ APPLIES = {
     "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
-    "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
+    "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
+    "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
 }
 
 
@@ -321,6 +322,19 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      None),  # f16 accumulators pack two per register
     # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit
+    # CUTE001: one producer + two consumer warpgroups fill the register file; 64 rows per consumer
+    ("CUTE001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
+    ("CUTE001", "cute:sm90", {"tile": tile(192, 128, 64), "cute": {"mma_warpgroups": 3}},
+     ("error", ["cute.mma_warpgroups = 3: 128 x 40 + 3 x 128 x 232 registers > 65536"], ("cute", "mma_warpgroups"))),
+    ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
+     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups"], ("tile", "m"))),
+    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
+     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
+     ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
      ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),

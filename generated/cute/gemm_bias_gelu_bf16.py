@@ -386,9 +386,11 @@ def _fake_args() -> tuple:
 
     M, N, K = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
 
-    def matrix(dtype, rows, cols, major_rows: bool):
-        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows)."""
-        lead = cute.sym_int64(divisibility=128 // dtype.width)
+    def matrix(dtype, rows, cols, major_rows: bool, tma: bool = True):
+        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows);
+        TMA-moved ones have 16-byte strides, a residual read element-wise any stride."""
+        div = 128 // dtype.width if tma else 1
+        lead = cute.sym_int64(divisibility=div)
         shape, stride = (rows, cols), ()
         return make_fake_tensor(dtype, shape, stride + ((1, lead) if major_rows else (lead, 1)), assumed_align=16)
 
@@ -411,7 +413,7 @@ _launcher = CuteLauncher("gemm_bias_gelu_bf16", __file__, ARCH, gemm_host, _fake
 def _validate(a, b, bias, out):
     """The slow path: every guard with its own error message (or acceptance of a legal oddity)."""
     name = "gemm_bias_gelu_bf16"
-    device = _g.device_of(name, a)
+    device = _g.cuda_device_of(name, a)
     M, K = _g.matrix(name, "a", a, torch.bfloat16, 2, -1, device, tma=True)
     K_b, N = _g.matrix(name, "b", b, torch.bfloat16, 2, -2, device, tma=True)
     _g.same_extent(name, "b.shape[-2] (K)", K_b, "a.shape[-1] (K)", K)
@@ -463,6 +465,8 @@ def _run(a, b, bias, out):
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
+    if bias.dim() != 1:  # (n, 1) or (1, n), accepted by _validate
+        bias = bias.reshape(-1)
     _launcher(
         a, b,
         bias,

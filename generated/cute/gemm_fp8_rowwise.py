@@ -391,9 +391,11 @@ def _fake_args() -> tuple:
 
     M, N, K = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
 
-    def matrix(dtype, rows, cols, major_rows: bool):
-        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows)."""
-        lead = cute.sym_int64(divisibility=128 // dtype.width)
+    def matrix(dtype, rows, cols, major_rows: bool, tma: bool = True):
+        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows);
+        TMA-moved ones have 16-byte strides, a residual read element-wise any stride."""
+        div = 128 // dtype.width if tma else 1
+        lead = cute.sym_int64(divisibility=div)
         shape, stride = (rows, cols), ()
         return make_fake_tensor(dtype, shape, stride + ((1, lead) if major_rows else (lead, 1)), assumed_align=16)
 
@@ -417,7 +419,7 @@ _launcher = CuteLauncher("gemm_fp8_rowwise", __file__, ARCH, gemm_host, _fake_ar
 def _validate(a, b, scale_a, scale_b, out):
     """The slow path: every guard with its own error message (or acceptance of a legal oddity)."""
     name = "gemm_fp8_rowwise"
-    device = _g.device_of(name, a)
+    device = _g.cuda_device_of(name, a)
     M, K = _g.matrix(name, "a", a, torch.float8_e4m3fn, 2, -1, device, tma=True)
     K_b, N = _g.matrix(name, "b", b, torch.float8_e4m3fn, 2, -2, device, tma=True)
     _g.same_extent(name, "b.shape[-2] (K)", K_b, "a.shape[-1] (K)", K)
@@ -472,6 +474,10 @@ def _run(a, b, scale_a, scale_b, out):
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
+    if scale_a.dim() != 1:  # (n, 1) or (1, n), accepted by _validate
+        scale_a = scale_a.reshape(-1)
+    if scale_b.dim() != 1:  # (n, 1) or (1, n), accepted by _validate
+        scale_b = scale_b.reshape(-1)
     _launcher(
         a, b,
         scale_a,

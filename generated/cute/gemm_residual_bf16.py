@@ -392,9 +392,11 @@ def _fake_args() -> tuple:
 
     M, N, K = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
 
-    def matrix(dtype, rows, cols, major_rows: bool):
-        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows)."""
-        lead = cute.sym_int64(divisibility=128 // dtype.width)
+    def matrix(dtype, rows, cols, major_rows: bool, tma: bool = True):
+        """A torch-shaped (rows, cols) tensor, contiguous along cols (or rows);
+        TMA-moved ones have 16-byte strides, a residual read element-wise any stride."""
+        div = 128 // dtype.width if tma else 1
+        lead = cute.sym_int64(divisibility=div)
         shape, stride = (rows, cols), ()
         return make_fake_tensor(dtype, shape, stride + ((1, lead) if major_rows else (lead, 1)), assumed_align=16)
 
@@ -405,7 +407,7 @@ def _fake_args() -> tuple:
         matrix(A_DTYPE, M, K, major_rows=True),
         matrix(B_DTYPE, K, N, major_rows=True),
         cutlass.Float32(1.0),
-        matrix(cutlass.BFloat16, M, N, major_rows=False),
+        matrix(cutlass.BFloat16, M, N, major_rows=False, tma=False),
         matrix(OUT_DTYPE, M, N, major_rows=False),
         cutlass.Int32(1),
         make_fake_stream(use_tvm_ffi_env_stream=True),
@@ -418,7 +420,7 @@ _launcher = CuteLauncher("gemm_residual_bf16", __file__, ARCH, gemm_host, _fake_
 def _validate(a, b, alpha, c, out):
     """The slow path: every guard with its own error message (or acceptance of a legal oddity)."""
     name = "gemm_residual_bf16"
-    device = _g.device_of(name, a)
+    device = _g.cuda_device_of(name, a)
     M, K = _g.matrix(name, "a", a, torch.bfloat16, 2, -2, device, tma=True)
     K_b, N = _g.matrix(name, "b", b, torch.bfloat16, 2, -2, device, tma=True)
     _g.same_extent(name, "b.shape[-2] (K)", K_b, "a.shape[-1] (K)", K)
@@ -474,7 +476,7 @@ def _run(a, b, alpha, c, out):
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
     _launcher(
         a, b,
-        alpha,
+        float(alpha),
         c,
         out,
         _launcher.max_clusters(a.get_device(), CLUSTER_M * CLUSTER_N) if PERSISTENT else 0x7FFFFFFF,

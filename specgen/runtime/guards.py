@@ -40,6 +40,15 @@ def device_of(kernel: str, a: object) -> int:
     return a.get_device()
 
 
+def cuda_device_of(kernel: str, a: object) -> int:
+    """The CUDA device every tensor must share, for kernels with no CPU interpreter (CuTe DSL)."""
+    if not isinstance(a, torch.Tensor):
+        raise _fail(kernel, "a", f"must be a torch.Tensor, got {type(a).__name__}", TypeError)
+    if not a.is_cuda:
+        raise _fail(kernel, "a", f"must be on a CUDA device, got {a.device}")
+    return a.get_device()
+
+
 def _same_device(kernel: str, name: str, t: torch.Tensor, device: int) -> None:
     # get_device() is -1 for every non-CUDA tensor (cpu, meta, ...): compare the device type too.
     if t.device.type != ("cpu" if device < 0 else "cuda") or t.get_device() != device:
