@@ -27,6 +27,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
+from cutlass.tensor_utils import LayoutEnum
 
 from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
@@ -91,9 +92,9 @@ ARCH = "sm_90a"
 A_DTYPE, B_DTYPE, OUT_DTYPE = cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16
 ACC_DTYPE = cutlass.Float32
 # Major modes in CuTe's terms: A is viewed (M, K, L), B (N, K, L), out (M, N, L); ROW_MAJOR = K (or N) contiguous.
-A_LAYOUT = utils.LayoutEnum.ROW_MAJOR  # spec: a.major = "k"
-B_LAYOUT = utils.LayoutEnum.ROW_MAJOR  # spec: b.major = "k"
-OUT_LAYOUT = utils.LayoutEnum.ROW_MAJOR
+A_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: a.major = "k"
+B_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: b.major = "k"
+OUT_LAYOUT = LayoutEnum.ROW_MAJOR
 # Tile, cluster, pipeline (spec: tile, cluster, pipeline; stages from specgen's SMEM budget).
 TILE_M, TILE_N, TILE_K = 128, 256, 64
 CLUSTER_M, CLUSTER_N = 1, 1
@@ -123,7 +124,7 @@ class SharedStorage:
     sOut: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, EPI_M * EPI_N * EPI_STAGES], 1024]
 
 
-def _smem_layout(layout: utils.LayoutEnum, dtype, rows: int, stages: int) -> cute.ComposedLayout:
+def _smem_layout(layout: LayoutEnum, dtype, rows: int, stages: int) -> cute.ComposedLayout:
     """A stage of an operand in SMEM: (rows, TILE_K, stages), tiled from the widest swizzle atom its
     contiguous extent allows (128-byte swizzle for 64 bf16 / 128 fp8 of K)."""
     k_major = layout.sm90_mma_major_mode() == cute.nvgpu.warpgroup.OperandMajorMode.K
