@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernels import MINIMAL_SPEC, catalogue
+
 from specgen.compile_cute import compile_module
 from specgen.designs.gemm_cute_sm90 import DESIGN, epilogue_tile, mma_warpgroups
 from specgen.spec.load import load_text
