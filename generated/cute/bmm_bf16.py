@@ -134,6 +134,22 @@ def _smem_layout(layout: LayoutEnum, dtype, rows: int, stages: int) -> cute.Comp
     return cute.tile_to_shape(atom, (rows, TILE_K, stages), order=(0, 1, 2) if k_major else (1, 0, 2))
 
 
+def make_tiled_mma() -> cute.TiledMma:
+    """wgmma over the tile: MMA_WARPGROUPS warpgroups stacked along M, each 64 x TILE_N per instruction."""
+    return sm90_utils.make_trivial_tiled_mma(
+        A_DTYPE, B_DTYPE, A_LAYOUT.sm90_mma_major_mode(), B_LAYOUT.sm90_mma_major_mode(), ACC_DTYPE,
+        (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, TILE_N),
+    )
+
+
+def make_r2s_copy(tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+    """Accumulator registers -> an SMEM subtile (stmatrix where the output layout allows)."""
+    return cute.make_tiled_copy_S(
+        sm90_utils.sm90_get_smem_store_op(OUT_LAYOUT, elem_ty_d=OUT_DTYPE, elem_ty_acc=ACC_DTYPE),
+        cute.make_tiled_copy_C_atom(cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), OUT_DTYPE), tiled_mma),
+    )
+
+
 def _mkl(t: cute.Tensor) -> cute.Tensor:
     """A torch-shaped matrix (rows, cols) or (batch, rows, cols) as CuTe's (rows, cols, batch)."""
     return cute.make_tensor(t.iterator, cute.make_layout((t.shape[1], t.shape[2], t.shape[0]), stride=(t.stride[1], t.stride[2], t.stride[0])))
@@ -154,10 +170,7 @@ def gemm_host(
 ):
     """Host side: views, TMA descriptors, the tile scheduler's grid, then the launch."""
     mA, mB, mOut = _mkl(a), _nkl(b), _mkl(out)
-    tiled_mma = sm90_utils.make_trivial_tiled_mma(
-        A_DTYPE, B_DTYPE, A_LAYOUT.sm90_mma_major_mode(), B_LAYOUT.sm90_mma_major_mode(), ACC_DTYPE,
-        (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, TILE_N),
-    )
+    tiled_mma = make_tiled_mma()
     sA_layout = _smem_layout(A_LAYOUT, A_DTYPE, TILE_M, AB_STAGES)
     sB_layout = _smem_layout(B_LAYOUT, B_DTYPE, TILE_N, AB_STAGES)
     out_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(OUT_LAYOUT, OUT_DTYPE, EPI_N), OUT_DTYPE)
@@ -279,10 +292,7 @@ def gemm_kernel(
         k_blocks = cute.size(tCrA, mode=[2])
 
         # Epilogue copies: registers -> SMEM (stmatrix where the layout allows), SMEM -> global by TMA.
-        r2s = cute.make_tiled_copy_S(
-            sm90_utils.sm90_get_smem_store_op(OUT_LAYOUT, elem_ty_d=OUT_DTYPE, elem_ty_acc=ACC_DTYPE),
-            cute.make_tiled_copy_C_atom(cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), OUT_DTYPE), tiled_mma),
-        )
+        r2s = make_r2s_copy(tiled_mma)
         thr_r2s = r2s.get_slice(mma_tidx)
         tRS_sOut = thr_r2s.partition_D(sOut)
         tRS_acc = r2s.retile(acc_regs)

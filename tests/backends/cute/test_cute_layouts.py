@@ -1,0 +1,53 @@
+"""The epilogue's coordinates, checked at trace time on the CPU: for every thread of the consumer
+warpgroups, the (row, column) the epilogue assigns to each accumulator element of each subtile (the
+identity subtile partitioned like the register -> SMEM copy's source, plus the subtile's origin) is
+the coordinate the wgmma accumulator layout gives that register. Bias, scale and residual operands
+are gathered by these coordinates, so a mismatch would fuse the wrong row or column."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specgen.compile import import_rendered
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16"])
+def test_epilogue_coordinates_are_the_accumulators(name: str, monkeypatch) -> None:
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    m = import_rendered(ROOT / "generated" / "cute" / f"{name}.py")
+    import cutlass
+    import cutlass.cute as cute
+
+    found: dict[str, int] = {}
+
+    @cute.jit
+    def probe():
+        tiled_mma = m.make_tiled_mma()
+        r2s = m.make_r2s_copy(tiled_mma)
+        tile = cute.make_identity_tensor((m.TILE_M, m.TILE_N))
+        subtiles = cute.zipped_divide(tile, (m.EPI_M, m.EPI_N))
+        sub_grid = cute.make_layout(subtiles.shape[1], stride=(subtiles.shape[1][1], 1))
+        checked, wrong = 0, 0
+        for t in cutlass.range_constexpr(0, 128 * m.MMA_WARPGROUPS, 9):
+            truth = r2s.retile(tiled_mma.get_slice(t).partition_C(tile))  # register order, as the kernel reads it
+            crd = r2s.get_slice(t).partition_S(cute.make_identity_tensor((m.EPI_M, m.EPI_N)))
+            size = cute.size(crd)
+            for s in cutlass.range_constexpr(cute.size(subtiles, mode=[1])):
+                origin = sub_grid.get_hier_coord(s)
+                for i in cutlass.range_constexpr(size):
+                    want = truth[s * size + i]
+                    got = (origin[0] * m.EPI_M + crd[i][0], origin[1] * m.EPI_N + crd[i][1])
+                    checked += 1
+                    if cutlass.const_expr((want[0], want[1]) != got):
+                        wrong += 1
+        found.update(checked=checked, wrong=wrong)
+
+    cute.compile(probe)
+    threads = len(range(0, 128 * m.MMA_WARPGROUPS, 9))
+    assert found == {"checked": threads * m.TILE_M * m.TILE_N // (128 * m.MMA_WARPGROUPS), "wrong": 0}
+    assert os.environ["CUTE_DSL_ARCH"] == "sm_90a"
