@@ -53,7 +53,8 @@ def launch_smem(ir_text: str) -> int | None:
         store = re.search(rf"llvm\.store (%\w+), {re.escape(gep)} : i64", ir_text[m.end():])
         if store is None:
             continue
-        func_start = ir_text.rfind("llvm.func", 0, m.start())
+        starts = [f.start() for f in re.finditer(r"^\s*llvm\.func @", ir_text[:m.start()], re.M)]  # not `vararg(!llvm.func<`
+        func_start = starts[-1] if starts else 0
         const = re.findall(rf"{re.escape(store.group(1))} = llvm\.mlir\.constant\((\d+) : i64\)", ir_text[func_start:m.start()])
         if const:
             found = int(const[-1])

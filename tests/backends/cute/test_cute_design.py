@@ -111,3 +111,34 @@ def test_guards_raise_before_launching():
     with pytest.raises(TypeError, match="argument 'a' must be a torch.Tensor, got list"):
         module.gemm_bias_gelu_bf16([[1.0]], b, bias)
     assert module._fake(a, b, bias).shape == (64, 64)
+
+
+BORDERLINE = [
+    {"tile": {"m": 128, "n": 256, "k": 64}},
+    {"a": {"dtype": "f16", "major": "mn"}, "b": {"dtype": "f16", "major": "mn"}, "out": {"dtype": "f16"},
+     "tile": {"m": 64, "n": 192, "k": 64}},
+    {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}, "tile": {"m": 128, "n": 128, "k": 128},
+     "cluster": {"m": 2, "n": 1}},
+]
+
+
+@pytest.mark.parametrize("case", range(len(BORDERLINE)))
+def test_check_passes_exactly_the_pipelines_that_fit(case, tmp_path):
+    """At the deepest pipeline check allows, the compiled kernel reserves the plan's SMEM and fits; one
+    stage deeper, check refuses (SMEM001) and the compiler's kernel would indeed need more than a block
+    may have (the launch would fail)."""
+    from specgen.check import check_spec
+    from specgen.envelope.budget import max_ab_stages
+
+    base = {**MINIMAL_SPEC, **BORDERLINE[case], "targets": ["cute:sm90"]}
+    deepest = max_ab_stages(loaded(base).spec, SM90)
+    assert deepest >= 2
+    for stages, fits in ((deepest, True), (deepest + 1, False)):
+        spec = {**base, "name": f"edge{case}_{stages}", "pipeline": {"ab_stages": stages}}
+        errors = [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
+        assert errors == ([] if fits else ["SMEM001"]), errors
+        module, _ = render_and_import(spec, tmp_path)
+        r = compile_module(module, "sm90", fill_cache=False)
+        assert not r.error, r.error
+        assert r.compiler_smem == r.plan_smem
+        assert (r.compiler_smem <= 232448) is fits, (stages, r.compiler_smem)
