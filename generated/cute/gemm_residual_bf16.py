@@ -17,7 +17,7 @@ Epilogue, applied in order to the f32 accumulator:
     1. residual: + c (bf16)
 
 Kernel: tile 128x128x64, cluster 1x1, 6 TMA stages of A and B, one producer
-warp and 1 wgmma consumer warpgroup, one CTA per tile with tiles grouped 8 along M;
+warp and 1 wgmma consumer warpgroup, one CTA per tile with tiles in groups of 8 rows;
 epilogue in 64x32 subtiles through SMEM (2 in flight) and TMA stores.
 M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
@@ -122,9 +122,10 @@ EPI_M, EPI_N, EPI_STAGES = 64, 32, 2
 MMA_WARPGROUPS = 1
 THREADS = 256
 LOAD_REGISTERS, MMA_REGISTERS = 40, 232  # setmaxnreg per role
-# Schedule (spec: schedule): tiles swizzled in groups of GROUP_M rows for L2 reuse.
+# Schedule (spec: schedule): consecutive tiles walk down a band of GROUP_M tile rows, then
+# move right (L2 reuse of the band's A tiles), as Triton's grouped ordering does.
 GROUP_M = 8
-RASTER_ALONG_M = True
+GROUP_ROWS = True
 PERSISTENT = False
 # SMEM the plan allocates: A/B 6 x 32768 = 196608 + epilogue 8192 + barriers 2048
 PLAN_SMEM = 206848
@@ -166,6 +167,12 @@ def make_r2s_copy(tiled_mma: cute.TiledMma) -> cute.TiledCopy:
         sm90_utils.sm90_get_smem_store_op(OUT_LAYOUT, elem_ty_d=OUT_DTYPE, elem_ty_acc=ACC_DTYPE),
         cute.make_tiled_copy_C_atom(cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), OUT_DTYPE), tiled_mma),
     )
+
+
+def make_schedule(tiles) -> utils.PersistentTileSchedulerParams:
+    """The tile order over (tiles_m, tiles_n, batch). CUTLASS's raster_along_m=False is the band of
+    rows walked down M (its True bands columns)."""
+    return utils.PersistentTileSchedulerParams(tiles, (CLUSTER_M, CLUSTER_N, 1), GROUP_M, raster_along_m=not GROUP_ROWS)
 
 
 def _mkl(t: cute.Tensor) -> cute.Tensor:
@@ -211,7 +218,7 @@ def gemm_host(
     )
 
     tiles = cute.zipped_divide(mOut, tiler=(TILE_M, TILE_N))[(0, (None, None, None))].shape
-    sched = utils.PersistentTileSchedulerParams(tiles, (CLUSTER_M, CLUSTER_N, 1), GROUP_M, RASTER_ALONG_M)
+    sched = make_schedule(tiles)
     grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, max_clusters)
     gemm_kernel(
         tma_a, tA, tma_b, tB, tma_out, tOut,

@@ -123,7 +123,7 @@ class CuteSm90Plan:
     epi_n: int
     epi_stages: int
     group_m: int
-    raster_along_m: bool
+    group_rows: bool  # groups of group_m tile rows (spec raster along_m), else of columns
     persistent: bool
     smem_bytes: int
     smem_breakdown: str
@@ -199,7 +199,7 @@ class CuteSm90GemmDesign:
             ab_stages=ab_stages,
             epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
             group_m=spec.schedule.group_m,
-            raster_along_m=spec.schedule.raster == "along_m",
+            group_rows=spec.schedule.raster == "along_m",
             persistent=spec.schedule.persistent,
             smem_bytes=budget.total,
             smem_breakdown=budget.breakdown(),
