@@ -61,6 +61,7 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path, monkeyp
     import json
 
     from kernels import MINIMAL_SPEC
+
     from specgen.designs.gemm_cute_sm90 import DESIGN
     from specgen.spec.load import load_text
 
