@@ -6,7 +6,8 @@ source hash, the arch and the cutlass DSL version; on a miss it runs `cute.compi
 fake tensors (dynamic M, N, K, batch and leading strides: one compile serves every problem size) and
 exports the result there (`export_to_c`, an object file `load_module` reads back). With TVM-FFI
 (`apache-tvm-ffi` installed) the compiled function takes torch tensors directly and reads torch's
-current stream; without it, each call wraps its tensors with `from_dlpack` (slower host path).
+current stream; without it, each call wraps its tensors with `from_dlpack` (slower host path, and
+not exercised by the CPU suite: install TVM-FFI).
 
 `specgen compile` uses `compile_for(...)` here to fill the same cache on a machine without a GPU.
 """
@@ -123,7 +124,9 @@ def _to_cute(args: tuple) -> list[Any]:
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    out: list[Any] = [from_dlpack(a, assumed_align=16) if isinstance(a, torch.Tensor) else a for a in args]
+    # dynamic shapes and strides with the stride-1 dim static, as the fake tensors were compiled
+    out: list[Any] = [from_dlpack(a, assumed_align=16).mark_layout_dynamic() if isinstance(a, torch.Tensor) else a
+                      for a in args]
     from cuda.bindings.driver import CUstream
 
     out.append(CUstream(torch.cuda.current_stream().cuda_stream))
