@@ -11,7 +11,6 @@ Imports cutlass (and the generated module, which imports torch): never imported 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
@@ -108,7 +107,6 @@ def compile_module(module: ModuleType, arch: str, sass: bool = False, fill_cache
     launcher = module._launcher
     name = module.SPEC["name"]
     target = f"cute:{arch}"
-    os.environ.setdefault("CUTE_DSL_ARCH", module.ARCH)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
         try:

@@ -19,7 +19,8 @@ import importlib.util
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,8 @@ class CuteLauncher:
         """cute.compile over the fake tensors (no GPU needed); returns the JIT-compiled function."""
         import cutlass.cute as cute
 
-        return cute.compile(self.host_fn, *self.fake_args(), options=compile_options(self.arch, TVM_FFI, options))
+        with dsl_arch(self.arch):
+            return cute.compile(self.host_fn, *self.fake_args(), options=compile_options(self.arch, TVM_FFI, options))
 
     def export(self, compiled: Any) -> Path:
         """Write the compiled kernel into the disk cache (atomically: a racing process loses nothing)."""
@@ -117,6 +119,20 @@ class CuteLauncher:
             fn(*args)
         else:
             fn(*_to_cute(args))
+
+
+@contextmanager
+def dsl_arch(arch: str) -> Iterator[None]:
+    """The DSL checks instructions against its own arch setting (CUTE_DSL_ARCH as read when cutlass
+    was imported, else the GPU's, else sm_100a): this module's arch while tracing, then the default."""
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    env = CuTeDSL._get_dsl().envar
+    env.arch = arch
+    try:
+        yield
+    finally:
+        del env.arch  # back to the construction-time setting (or lazy detection)
 
 
 def _to_cute(args: tuple) -> list[Any]:

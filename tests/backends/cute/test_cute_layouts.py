@@ -6,19 +6,18 @@ are gathered by these coordinates, so a mismatch would fuse the wrong row or col
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from specgen.compile import import_rendered
+from specgen.runtime.cute import dsl_arch
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16"])
-def test_epilogue_coordinates_are_the_accumulators(name: str, monkeypatch) -> None:
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+def test_epilogue_coordinates_are_the_accumulators(name: str) -> None:
     m = import_rendered(ROOT / "generated" / "cute" / f"{name}.py")
     import cutlass
     import cutlass.cute as cute
@@ -47,17 +46,16 @@ def test_epilogue_coordinates_are_the_accumulators(name: str, monkeypatch) -> No
                         wrong += 1
         found.update(checked=checked, wrong=wrong)
 
-    cute.compile(probe)
+    with dsl_arch(m.ARCH):
+        cute.compile(probe)
     threads = len(range(0, 128 * m.MMA_WARPGROUPS, 9))
     assert found == {"checked": threads * m.TILE_M * m.TILE_N // (128 * m.MMA_WARPGROUPS), "wrong": 0}
-    assert os.environ["CUTE_DSL_ARCH"] == "sm_90a"
 
 
 @pytest.mark.parametrize("raster", ["along_m", "along_n"])
-def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path, monkeypatch) -> None:
+def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path) -> None:
     """schedule.group_m = 4 over 8 x 8 tiles: along_m walks down a band of 4 tile rows, then right;
     along_n walks across a band of 4 tile columns, then down (Triton's grouped ordering)."""
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     import json
 
     from kernels import MINIMAL_SPEC
@@ -83,7 +81,8 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path, monkeyp
             c = layout.get_flat_coord(i)
             order.append((c[0], c[1]))
 
-    cute.compile(probe)
+    with dsl_arch(m.ARCH):
+        cute.compile(probe)
     first = order[:9]
     if raster == "along_m":
         assert first == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1), (0, 2)]
