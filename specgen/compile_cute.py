@@ -124,5 +124,7 @@ def compile_module(module: ModuleType, arch: str, sass: bool = False, fill_cache
         dynamic = launch_smem(str(compiled.ir_module))  # the SharedStorage struct
         total = None if dynamic is None else dynamic + static_smem(cubin_path.read_bytes())  # + base alignment pad
         counts = sass_counts(str(cubin_path)) if sass else {}
-        cache = str(launcher.export(compiled)) if fill_cache else ""
+        from specgen.runtime.cute import TVM_FFI
+
+        cache = str(launcher.export(compiled)) if fill_cache and TVM_FFI else ""
     return CuteCompileResult(name, target, module.PLAN_SMEM, total, seconds, sass=counts, cache=cache)
