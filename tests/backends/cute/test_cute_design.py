@@ -142,3 +142,17 @@ def test_check_passes_exactly_the_pipelines_that_fit(case, tmp_path):
         assert not r.error, r.error
         assert r.compiler_smem == r.plan_smem
         assert (r.compiler_smem <= 232448) is fits, (stages, r.compiler_smem)
+
+
+def test_a_corrupt_cache_entry_is_recompiled_and_replaced(tmp_path, monkeypatch):
+    from specgen.compile import import_rendered
+
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path))
+    launcher = import_rendered(ROOT / "generated" / "cute" / "gemm_small_bf16.py")._launcher
+    path = launcher.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not an object file")
+    with pytest.warns(RuntimeWarning, match="ignoring unreadable CuTe cache entry"):
+        fn = launcher.load()
+    assert fn is not None and launcher.load() is fn  # loaded once per process
+    assert path.stat().st_size > 10_000  # the fresh compile replaced it
