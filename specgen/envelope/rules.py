@@ -452,7 +452,8 @@ def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
 @rule("CUTE002", "sm90 epilogue subtiles cover the tile", is_cute_sm90)
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
-    outputs), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py `epilogue_tile`)."""
+    outputs), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py `epilogue_tile`).
+    Measured: nvidia-cutlass-dsl 4.8.1 aborts the compiling process on a 128x40 tile."""
     from specgen.designs.gemm_cute_sm90 import epilogue_tile
 
     em, en = epilogue_tile(ctx.spec)

@@ -156,3 +156,17 @@ def test_a_corrupt_cache_entry_is_recompiled_and_replaced(tmp_path, monkeypatch)
         fn = launcher.load()
     assert fn is not None and launcher.load() is fn  # loaded once per process
     assert path.stat().st_size > 10_000  # the fresh compile replaced it
+
+
+@pytest.mark.parametrize(("rule", "change"), [
+    ("MAJ001", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": {"m": 128, "n": 128, "k": 128}}),
+    ("MMA001", {"tile": {"m": 128, "n": 264, "k": 64}, "cute": {"mma_warpgroups": 2}}),
+])
+def test_what_check_refuses_the_compiler_refuses_too(rule, change, tmp_path):
+    """wgmma majors and shapes: the spec check refuses is one `cute.compile` cannot build either."""
+    from specgen.check import check_spec
+
+    spec = {**MINIMAL_SPEC, **change, "name": f"refused_{rule.lower()}", "targets": ["cute:sm90"]}
+    assert rule in [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
+    module, _ = render_and_import(spec, tmp_path)
+    assert compile_module(module, "sm90", fill_cache=False).error
