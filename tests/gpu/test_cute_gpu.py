@@ -52,9 +52,13 @@ def rendered(spec: dict, tmp: Path):
 
 
 def operand(dtype: str, rows: int, cols: int, batch: int | None, contiguous_last: bool, gen) -> torch.Tensor:
-    shape = (batch, rows, cols) if batch else (rows, cols)
-    x = torch.randn(shape, generator=gen, device="cuda").to(TORCH[dtype])
-    return x.contiguous() if contiguous_last else x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    """A (rows, cols) operand contiguous along cols (or rows), its leading stride padded to 16 elements
+    (TMA needs 16-byte strides: a 1-row column-major matrix has a leading stride of 1 otherwise)."""
+    lead = (batch,) if batch else ()
+    inner, outer = (cols, rows) if contiguous_last else (rows, cols)
+    padded = -(-inner // 16) * 16
+    x = torch.randn((*lead, outer, padded), generator=gen, device="cuda").to(TORCH[dtype])[..., :inner]
+    return x if contiguous_last else x.transpose(-1, -2)
 
 
 def build_args(spec: dict, M: int, N: int, K: int, gen) -> list:
