@@ -202,7 +202,8 @@ def test_manifest_records_spec_file_hash_and_targets(in_repo, tmp_path):
         assert (entry["spec_file"], entry["spec_hash"]) == (ls.file, ls.spec_hash)
         assert set(entry["targets"]) == {str(t) for t in ls.spec.targets}
         assert entry["targets"]["triton:sm90"] == f"triton/{ls.name}.py"
-        assert entry["targets"]["cute:sm90"].startswith("skipped: ")
+        assert entry["targets"]["cute:sm90"] == f"cute/{ls.name}.py"
+        assert entry["targets"]["cute:sm100"].startswith("skipped: ")  # Blackwell: checked only
     assert manifest["files"] == sorted(manifest["files"])
 
 
