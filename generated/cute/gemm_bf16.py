@@ -188,14 +188,14 @@ def make_schedule(tiles) -> utils.PersistentTileSchedulerParams:
     return utils.PersistentTileSchedulerParams(tiles, (CLUSTER_M, CLUSTER_N, 1), GROUP_M, raster_along_m=not GROUP_ROWS)
 
 
-def _mkl(t: cute.Tensor) -> cute.Tensor:
+def _mkl(x: cute.Tensor) -> cute.Tensor:
     """A torch-shaped matrix (rows, cols) or (batch, rows, cols) as CuTe's (rows, cols, batch)."""
-    return cute.make_tensor(t.iterator, cute.make_layout((t.shape[0], t.shape[1], 1), stride=(t.stride[0], t.stride[1], 0)))
+    return cute.make_tensor(x.iterator, cute.make_layout((x.shape[0], x.shape[1], 1), stride=(x.stride[0], x.stride[1], 0)))
 
 
-def _nkl(t: cute.Tensor) -> cute.Tensor:
+def _nkl(x: cute.Tensor) -> cute.Tensor:
     """B, torch-shaped (K, N) or (batch, K, N), as CuTe's (N, K, batch)."""
-    return cute.make_tensor(t.iterator, cute.make_layout((t.shape[1], t.shape[0], 1), stride=(t.stride[1], t.stride[0], 0)))
+    return cute.make_tensor(x.iterator, cute.make_layout((x.shape[1], x.shape[0], 1), stride=(x.stride[1], x.stride[0], 0)))
 
 
 @cute.jit
@@ -378,13 +378,13 @@ def gemm_kernel(
             subs = cute.size(gOut_sub, mode=[1])
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             done = scheduler.num_tiles_executed * subs
-            for s in cutlass.range_constexpr(subs):
-                sub_crd = sub_grid.get_hier_coord(s)
-                for i in cutlass.range_constexpr(sub_size):
-                    r_acc[i] = tRS_acc[s * sub_size + i]
+            for si in cutlass.range_constexpr(subs):
+                sub_crd = sub_grid.get_hier_coord(si)
+                for ei in cutlass.range_constexpr(sub_size):
+                    r_acc[ei] = tRS_acc[si * sub_size + ei]
                 acc = r_acc.load()
                 r_out.store(acc.to(OUT_DTYPE))
-                buf = (done + s) % EPI_STAGES
+                buf = (done + si) % EPI_STAGES
                 cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA
                 epi_barrier.arrive_and_wait()
@@ -413,8 +413,8 @@ def _fake_args() -> tuple:
         shape, stride = (rows, cols), ()
         return make_fake_tensor(dtype, shape, stride + ((1, lead) if major_rows else (lead, 1)), assumed_align=16)
 
-    def vector(dtype, n):
-        return make_fake_tensor(dtype, (n,), (1,), assumed_align=16)
+    def vector(dtype, extent):
+        return make_fake_tensor(dtype, (extent,), (1,), assumed_align=16)
 
     return (
         matrix(A_DTYPE, M, K, major_rows=False),

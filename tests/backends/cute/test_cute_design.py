@@ -86,7 +86,7 @@ def test_the_rendered_module_has_only_the_epilogue_it_needs():
     text = (ROOT / "generated" / "cute" / "gemm_bf16.py").read_text()
     assert "\n        crd = " not in text and "r_bias" not in text and "tanh" not in text  # no epilogue: no gathers
     gelu = (ROOT / "generated" / "cute" / "gemm_bias_gelu_bf16.py").read_text()
-    assert "r_bias[i] = mbias[cutlass.min(n0 + crd[i][1], N - 1)]" in gelu and "cute.math.tanh" in gelu
+    assert "r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)]" in gelu and "cute.math.tanh" in gelu
     assert "erf" not in gelu and "r_scale_a" not in gelu
     fp8 = (ROOT / "generated" / "cute" / "gemm_fp8_rowwise.py").read_text()
     assert "acc = acc * r_scale_a.load() * r_scale_b.load()" in fp8 and "Float8E4M3FN" in fp8
