@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU entry point: the marked GPU tests, then the benchmark. Run from the repo root on a CUDA
-# machine with torch and triton installed (specgen's own deps are not needed: generated modules only
-# import specgen.runtime). Logs and results go to ${OUT:-bench/out}.
+# The GPU entry point: the marked GPU tests, then the benchmarks (Triton, then CuTe). Run from the repo
+# root on a CUDA machine with torch and triton installed (specgen's own deps are not needed: generated
+# modules only import specgen.runtime); the CuTe parts need nvidia-cutlass-dsl 4.8.1 (and apache-tvm-ffi
+# for the fast call path): on the H200 image, install them with ../shared/tools/gpu-wheel-bundle (its
+# header says how) and export PYTHONPATH as it shows. Logs and results go to ${OUT:-bench/out}.
 set -uo pipefail
 out=${OUT:-bench/out}
 mkdir -p "$out"
@@ -12,4 +14,6 @@ python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-t
 tests=${PIPESTATUS[0]}
 python3 bench/bench_triton.py --out "$out" "$@" 2>&1 | tee "$out/bench.log"
 bench=${PIPESTATUS[0]}
-exit $(( tests || bench ))
+python3 bench/bench_cute.py --out "$out" 2>&1 | tee "$out/bench-cute.log"
+cute=${PIPESTATUS[0]}
+exit $(( tests || bench || cute ))

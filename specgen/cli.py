@@ -172,16 +172,11 @@ def compile_cmd(
     out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
+    sass: bool = typer.Option(False, "--sass", help="CuTe: count UTMALDG, UTMASTG, HGMMA/QGMMA and LDL/STL in the SASS."),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     import importlib.util
 
-    from specgen.compile import MissingModule, compile_spec
-
-    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
-    if missing:
-        err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[triton]'", markup=False)
-        raise typer.Exit(2)
     from specgen.spec.models import parse_target
 
     wanted = set()
@@ -192,24 +187,40 @@ def compile_cmd(
             err.print(f"error: {e}", markup=False)
             raise typer.Exit(2) from None
     specs = _load(paths)
+    from specgen.compile import COMPILER_MODULES, MissingModule, compile_spec, compile_targets
+    from specgen.targets import Backend
+
+    backends = {t.backend for ls in specs for t in compile_targets(ls, wanted)}
+    if not backends and not wanted:  # nothing to compile: still say what a Triton compile would need
+        backends = {Backend.triton}
+    for backend in sorted(backends):
+        missing = [m for m in COMPILER_MODULES[backend] if importlib.util.find_spec(m) is None]
+        if missing:
+            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{backend}]'", markup=False)
+            raise typer.Exit(2)
     failed = 0
     rows = []
     try:
-        for r in (r for ls in specs for r in compile_spec(ls, out_dir, wanted)):
+        for r in (r for ls in specs for r in compile_spec(ls, out_dir, wanted, sass=sass)):
             failed += bool(r.error)
             rows.append(r)
             if as_json:
                 out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
                                       "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
-                                      "error": r.error}), markup=False)
+                                      "error": r.error, **({"sass": r.sass} if r.sass else {}),
+                                      **({"cpu_seconds": round(r.cpu_seconds, 3)} if r.cpu_seconds is not None else {})}),
+                          markup=False)
             elif r.error:
                 out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
             elif r.compiler_smem is None:  # lowered only (Pallas TPU: libtpu's compile needs a TPU)
                 out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
-                out.print(f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
-                          f"({delta:+.1f}%)   {r.seconds:.1f} s", markup=False)
+                line = (f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
+                        f"({delta:+.1f}%)   {r.seconds:.1f} s")
+                if r.sass:
+                    line += "   " + " ".join(f"{k} {v}" for k, v in r.sass.items())
+                out.print(line, markup=False)
     except MissingModule as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(1) from None

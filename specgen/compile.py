@@ -7,15 +7,24 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from specgen.designs import design_for
 from specgen.spec.load import LoadedSpec
-from specgen.targets import target_info
+from specgen.spec.models import Target
+from specgen.targets import Backend, target_info
+
+# backend -> the modules its compile hook and its rendered modules import (`specgen compile` says which are missing)
+COMPILER_MODULES: dict[Backend, tuple[str, ...]] = {
+    Backend.triton: ("torch", "triton"),
+    Backend.cute: ("torch", "cutlass"),
+    Backend.pallas: ("jax",),
+}
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,9 @@ class CompileResult:
     compiler_smem: int | None
     seconds: float
     error: str = ""
+    sass: dict[str, int] = field(default_factory=dict)  # opcode -> count (hooks that read SASS, with --sass)
+    cache: str = ""  # the disk-cache entry the compile filled, where the backend keeps one
+    cpu_seconds: float | None = None  # the compile's own CPU time, where the hook measures it
 
     @property
     def ratio(self) -> float | None:
@@ -64,12 +76,24 @@ def _hook(ref: str) -> Callable:
     return getattr(importlib.import_module(module), fn)
 
 
-def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str]) -> Iterator[CompileResult]:
-    """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given)."""
+def compile_targets(ls: LoadedSpec, wanted: set[str]) -> list[Target]:
+    """The spec's targets that some design renders a module for (only `wanted` ones, when given)."""
+    found = []
     for t in ls.spec.targets:
         design = design_for(ls.spec.kind, t.backend)
-        if design is None or (wanted and str(t) not in wanted):
-            continue
+        if design is not None and (not wanted or str(t) in wanted) and design.modules(ls.spec, [t]):
+            found.append(t)
+    return found
+
+
+def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = False) -> Iterator[CompileResult]:
+    """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given).
+    `sass`: hooks that take a `sass` keyword count SASS opcodes too (the others ignore it)."""
+    for t in compile_targets(ls, wanted):
+        design = design_for(ls.spec.kind, t.backend)
+        assert design is not None
+        hook = _hook(design.compile_hook)
+        options = {"sass": True} if sass and "sass" in inspect.signature(hook).parameters else {}
         for rel in design.modules(ls.spec, [t]):
             path = out_dir / rel
             if not path.is_file():
@@ -79,4 +103,4 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str]) -> Iterator[Co
             if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
                 raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
                                     f"{ls.spec_hash}: run `specgen render` first")
-            yield _hook(design.compile_hook)(module, target_info(t))
+            yield hook(module, target_info(t), **options)

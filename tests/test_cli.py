@@ -62,10 +62,10 @@ def test_check_reports_an_over_budget_tile_with_position_and_numbers(tmp_path):
     spec.write_text(KERNEL.format(name="too_deep", stages=6))
     r = run("check", str(spec))
     assert r.exit_code == 1
-    # 6 x 49152 + 2 x 128 x 64 x 2 (TMA-store subtiles) + 1024 barriers
-    line = f"error {spec}:8:14 SMEM001 too_deep @ cute:sm90: needs 328704 B of SMEM > 232448 B per block on cute:sm90"
+    # 6 x 49152 + 2 x 128 x 32 x 2 (TMA-store subtiles) + 1024 base pad + 1024 barriers (designs/gemm_cute_sm90.py)
+    line = f"error {spec}:8:14 SMEM001 too_deep @ cute:sm90: needs 313344 B of SMEM > 232448 B per block on cute:sm90"
     assert line in r.stdout
-    assert "A/B 6 x 49152 = 294912 + epilogue 32768 + barriers 1024" in r.stdout
+    assert "A/B 6 x 49152 = 294912 + epilogue 16384 + barriers 2048" in r.stdout
     assert "hint: ab_stages = 4 fits" in r.stdout
     assert "1 spec, 1 target: 1 error, 0 warnings" in r.stdout  # singular where it is one
 
@@ -133,7 +133,7 @@ def test_check_json_lists_every_diagnostic(tmp_path):
     (smem,) = [d for d in diags if d["rule"] == "SMEM001"]
     assert (smem["spec"], smem["file"], smem["line"], smem["column"]) == ("too_deep", str(spec), 8, 14)
     assert (smem["target"], smem["severity"]) == ("cute:sm90", "error")
-    assert "328704 B of SMEM > 232448 B" in smem["message"]
+    assert "313344 B of SMEM > 232448 B" in smem["message"]
     notes = {d["target"] for d in diags if d["severity"] == "note"}
     assert notes == set(ALL_TARGETS) - {"cute:sm90"}
 

@@ -23,12 +23,12 @@ def loaded(**overrides: object):
 
 
 def test_registry_is_keyed_by_kind_and_backend():
-    assert set(DESIGNS) == {("gemm", Backend.triton), ("gemm", Backend.pallas)}
+    assert set(DESIGNS) == {("gemm", Backend.triton), ("gemm", Backend.cute), ("gemm", Backend.pallas)}
     for (kind, backend), design in DESIGNS.items():
         assert (design.kind, design.backend) == (kind, backend)
         module, _, fn = design.compile_hook.partition(":")
         assert module.startswith("specgen.") and fn.isidentifier()
-    assert design_for("gemm", Backend.cute) is None  # checked only
+    assert design_for("gemm", Backend.pallas) is None  # checked only
 
 
 def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
@@ -48,14 +48,22 @@ def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
 
 
 def test_a_failing_checked_only_target_does_not_refuse_the_triton_module(tmp_path: Path):
-    # cute:sm90 fails MMA001 (tile.m = 32 is not a multiple of 64); triton:sm90 takes it (with a warning)
-    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "cute:sm90"])
+    # pallas:gpu_sm90 fails MMA001 (tile.m = 32 is not a multiple of 64); triton:sm90 takes it (with a warning)
+    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "pallas:gpu_sm90"])
     result = render_catalogue([ls], tmp_path)
-    assert any(d.rule == "MMA001" and d.severity == "error" and d.target == "cute:sm90" for d in result.diagnostics)
+    assert any(d.rule == "MMA001" and d.severity == "error" and d.target == "pallas:gpu_sm90" for d in result.diagnostics)
     assert result.refused == []
     assert (tmp_path / "triton" / "k.py").is_file()
     manifest = json.loads((tmp_path / "MANIFEST.json").read_text())
     assert manifest["kernels"]["k"]["targets"]["triton:sm90"] == "triton/k.py"
+
+
+def test_a_failing_cute_sm90_target_refuses_only_the_cute_module(tmp_path: Path):
+    # the CuTe design renders cute:sm90: its MMA001 error refuses its module, never the Triton one
+    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "cute:sm90"])
+    result = render_catalogue([ls], tmp_path)
+    assert result.refused == ["k"]
+    assert (tmp_path / "triton" / "k.py").is_file() and not (tmp_path / "cute" / "k.py").exists()
 
 
 def test_a_failing_target_refuses_only_its_module(tmp_path: Path):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module
 
 from specgen.designs import design_for
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_modules, render_triton_module
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_paths, load_text
 from specgen.spec.names import ARG_DERIVED, MODULE_NAMES, RESERVED, derived_names
@@ -62,7 +62,7 @@ def refusal(spec: dict):
 
 
 def variants():
-    """The catalogue's Triton modules and every epilogue op under every schedule form."""
+    """The catalogue's Triton and CuTe modules and every epilogue op under every schedule form."""
     for s in catalogue().values():
         triton = [t for t in s["targets"] if t.startswith("triton:")]
         if triton:  # (the TPU-only specs render Pallas modules only: pallas_variants)
@@ -75,6 +75,13 @@ def variants():
     yield spec_of("v_f32", EVERY_OP[:3], a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
                   out={"dtype": "f32"})
     yield spec_of("v_acc16", EVERY_OP[:3], accumulator="f16")
+    # the CuTe sm90 modules: the catalogue's, and every op under each schedule form
+    for s in catalogue().values():
+        if "cute:sm90" in s["targets"]:
+            yield {**s, "name": f"{s['name']}_cute", "targets": ["cute:sm90"]}
+    for i, (persistent, batch, raster) in enumerate(itertools.product([False, True], repeat=3)):
+        yield spec_of(f"c{i}", EVERY_OP, batch=batch, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64},
+                      schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8})
 
 
 def emitted_names(text: str) -> set[str]:
@@ -162,7 +169,7 @@ def rendered() -> list[tuple[object, str]]:
     out = []
     for s in variants():
         ls = load_one(s)
-        out.append((ls, render_triton_module(ls, ls.spec.targets)))
+        out.extend((ls, text) for text in render_modules(ls, ls.spec.targets).values())
     for s in pallas_variants():
         ls = load_one(s)
         out.append((ls, render_pallas_module(ls)))
@@ -208,6 +215,21 @@ def test_derived_names_follow_the_declared_patterns(op, persistent, tma, batch):
     assert {n for n in names if "zkz" in n} == {"zkz", "_zkz_kernel"}
 
 
+@pytest.mark.parametrize("op", [
+    {"op": "bias", "along": "n", "name": "qq"}, {"op": "bias", "along": "m", "name": "qq"},
+    {"op": "scale", "by": "scalar", "name": "qq"}, {"op": "scale", "by": "row", "name": "qq"},
+    {"op": "scale", "by": "col", "name": "qq"}, {"op": "residual", "dtype": "f16", "name": "qq"},
+])
+@pytest.mark.parametrize("batch", [False, True])
+def test_cute_derived_names_follow_the_declared_patterns(op, batch):
+    """The CuTe modules build names from an argument's by the same ARG_DERIVED patterns ("m{}", "r_{}")."""
+    ls = load_one(spec_of("zkz", [op], batch=batch, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64}))
+    (text,) = render_modules(ls, ls.spec.targets).values()
+    names = emitted_names(text)
+    assert {n for n in names if "qq" in n} <= {"qq", *derived_names("qq")}
+    assert {n for n in names if "zkz" in n} == {"zkz"}
+
+
 # --- refused names, each with its field -------------------------------------------------------------------
 ARG_REFUSED = sorted((RESERVED - {"a", "b", "out"}) | set(keyword.kwlist) | set(keyword.softkwlist)
                      | {"__init__", "__x", "bad-name", "1x", "x y", "é", "x" * 65})
@@ -238,9 +260,10 @@ def test_derived_names_may_not_collide_with_another_argument(epilogue, clash):
     assert issue.path == "kernels[0]" and f"the name '{clash}'" in issue.message
 
 
-@pytest.mark.parametrize("name", ["o", "a_", "stride_"[:-1]])
+@pytest.mark.parametrize("name", ["o", "a_", "ask", "A"])
 def test_names_whose_derived_names_are_reserved_are_refused(name):
-    # o -> stride_om (the output's stride), stride -> stride_b..., a_ -> a__ptr is fine but a_ is not reserved
+    # o -> stride_om (the output's stride), ask -> mask, A -> mA (CuTe's global A), a_ -> a__ptr is fine
+    # but a_ is not reserved ("stride" itself is reserved now: a CuTe local; ARG_REFUSED covers it)
     problem = refusal if any(d in RESERVED for d in derived_names(name)) else None
     if problem:
         (issue,) = problem(spec_of("kern", [{"op": "residual", "dtype": "f16", "name": name}]))

@@ -202,15 +202,16 @@ def test_manifest_records_spec_file_hash_and_targets(in_repo, tmp_path):
         assert (entry["spec_file"], entry["spec_hash"]) == (ls.file, ls.spec_hash)
         assert set(entry["targets"]) == {str(t) for t in ls.spec.targets}
         for target, where in entry["targets"].items():
-            if target.startswith("triton:"):
-                assert where == f"triton/{ls.name}.py"
+            if target.startswith(("triton:", "cute:sm90")):
+                assert where == f"{target.split(':')[0]}/{ls.name}.py"
             elif target.startswith("pallas:tpu_"):  # the Pallas design: one module for every TPU target
                 assert where == f"pallas/{ls.name}.py"
-            else:  # CuTe and Mosaic GPU: checked only
+            else:  # CuTe Blackwell and Mosaic GPU: checked only
                 assert where.startswith("skipped: ")
         if any(t.startswith("triton:") for t in entry["targets"]):
             assert entry["targets"]["triton:sm90"] == f"triton/{ls.name}.py"
-            assert entry["targets"]["cute:sm90"].startswith("skipped: ")
+            assert entry["targets"]["cute:sm90"] == f"cute/{ls.name}.py"
+            assert entry["targets"]["cute:sm100"].startswith("skipped: ")  # Blackwell: checked only
     assert manifest["files"] == sorted(manifest["files"])
 
 

@@ -59,7 +59,8 @@ APPLIES = {
     "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "MMA004": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
-    "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA, "PAL001": TPU, "PAL002": TPU,
+    "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
+    "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "OPT001": GPU | TPU,
 }
 
@@ -215,13 +216,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     # SMEM001: see also the worked examples below
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
-     ("error", ["needs 279552 B of SMEM > 232448 B per block on cute:sm90",
-                "A/B 5 x 49152 = 245760 + epilogue 32768 + barriers 1024"], ("pipeline", "ab_stages"))),
-    # exactly the per-block maximum fits: 2 x (128 + 776) x 64 x 2 + 1024 = 232448
-    ("SMEM001", "cute:sm90", {"tile": tile(128, 776, 64), "cute": {"tma_store": False}, "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 264192 B of SMEM > 232448 B per block on cute:sm90",
+                "A/B 5 x 49152 = 245760 + epilogue 16384 + barriers 2048"], ("pipeline", "ab_stages"))),
+    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90.py): 2 x (128 + 740)
+    # x 64 x 2 + 2 x 64 x 32 x 2 (one warpgroup's TMA-store subtiles) + 1024 base pad + 1024 barriers = 232448
+    ("SMEM001", "cute:sm90", {"tile": tile(128, 740, 64), "cute": {"mma_warpgroups": 1}, "pipeline": {"ab_stages": 2}},
      None),
-    ("SMEM001", "cute:sm90", {"tile": tile(128, 784, 64), "cute": {"tma_store": False}, "pipeline": {"ab_stages": 2}},
-     ("error", ["needs 234496 B of SMEM > 232448 B", "A/B 2 x 116736 = 233472 + barriers 1024"],
+    ("SMEM001", "cute:sm90", {"tile": tile(128, 748, 64), "cute": {"mma_warpgroups": 1}, "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 234496 B of SMEM > 232448 B", "A/B 2 x 112128 = 224256 + epilogue 8192 + barriers 2048"],
       ("pipeline", "ab_stages"))),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                 "pipeline": {"ab_stages": 3}}, None),
@@ -285,7 +287,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
     ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
-     ("error", ["needs 1115136 B of SMEM > 232448 B"], ("tile",))),
+     ("error", ["needs 1067008 B of SMEM > 232448 B"], ("tile",))),
     # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
     ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 4}}, None),
     ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 5}},
@@ -389,6 +391,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      None),  # f16 accumulators pack two per register
     # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit
+    # CUTE001: one producer + two consumer warpgroups fill the register file; 64 rows per consumer
+    ("CUTE001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
+    ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
+     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups"], ("tile", "m"))),
+    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
+     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
+     ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
      ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
@@ -593,9 +606,9 @@ def test_mosaic_gpu_128x256x64_bf16_with_5_steps_is_rejected():
 
 
 def test_budget_breakdown_and_fits_at_exactly_the_capacity():
-    ctx = ctx_for("cute:sm90", tile=tile(128, 776, 64), cute={"tma_store": False}, pipeline={"ab_stages": 2})
+    ctx = ctx_for("cute:sm90", tile=tile(128, 740, 64), cute={"mma_warpgroups": 1}, pipeline={"ab_stages": 2})
     assert ctx.budget.total == ctx.budget.capacity == 232448 and ctx.budget.fits
-    assert ctx.budget.breakdown() == "A/B 2 x 115712 = 231424 + barriers 1024"
+    assert ctx.budget.breakdown() == "A/B 2 x 111104 = 222208 + epilogue 8192 + barriers 2048"
 
 
 def test_tpu_budget_counts_vectors_and_residuals():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specgen.designs.base import Design
+from specgen.designs.gemm_cute_sm90 import CuteSm90Gemm
 from specgen.designs.gemm_pallas import PallasGemmDesign
 from specgen.designs.gemm_triton import TritonGemm
 from specgen.targets import Backend
@@ -10,6 +11,7 @@ from specgen.targets import Backend
 DESIGNS: dict[tuple[str, Backend], Design] = {
     ("gemm", Backend.triton): TritonGemm(),
     ("gemm", Backend.pallas): PallasGemmDesign(),
+    ("gemm", Backend.cute): CuteSm90Gemm(),  # Hopper renders; Blackwell stays checked only (its layout below)
 }
 
 

@@ -6,9 +6,10 @@ those of backends that are checked but not rendered yet, until their designs tak
 resolve.py picks the layout, resolves `auto` stages from it and hands the same budget to the rules
 (SMEM001, VMEM001) and the planners, so they can never disagree.
 
-- CuTe (the CUTLASS DSL example kernels): 1024 bytes of barriers and helpers; the TMA-store epilogue
-  keeps `epilogue_stages` subtiles of (tile.m x 32) output elements (sm100) or (tile.m x 64) (sm90)
-  beside the A/B stages.
+- CuTe sm90: the CuTe design's own struct, to the byte (designs/gemm_cute_sm90.py `memory`).
+- CuTe on targets that design does not serve (sm100, the CUTLASS DSL example kernels): 1024 bytes of
+  barriers and helpers; the TMA-store epilogue keeps `epilogue_stages` subtiles of (tile.m x 32)
+  output elements beside the A/B stages (the design's `memory` falls back to `cute_memory`).
 Pallas (TPU VMEM and Mosaic GPU SMEM) is laid out by its design, specgen/designs/gemm_pallas.py.
 """
 

@@ -432,6 +432,50 @@ def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
 TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas spilled in the measured grid
 
 
+# --- the CuTe sm90 design (designs/gemm_cute_sm90.py) --------------------------------------------------
+def is_cute_wgmma(t: Target | TargetInfo) -> bool:
+    """The CuTe design's Hopper kernel: CuTe DSL issuing wgmma."""
+    info = _info(t)
+    return info.backend is Backend.cute and info.mma == "wgmma"
+
+
+@rule("CUTE001", "sm90 consumer warpgroups", is_cute_wgmma)
+def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
+    """One producer warpgroup (40 registers) and 1 or 2 wgmma warpgroups (232 registers each) fill the
+    65536-register file (setmaxnreg, PTX ISA; CUTLASS's sm90 split: the spec model bounds
+    `cute.mma_warpgroups` to 2); each consumer warpgroup owns 64-row wgmma atoms, so tile.m is a
+    multiple of 64 x warpgroups."""
+    from specgen.designs.gemm_cute_sm90 import mma_warpgroups
+
+    wgs = mma_warpgroups(ctx.spec)
+    if ctx.spec.tile.m % (64 * wgs):
+        yield Finding("CUTE001", "error", f"tile.m = {ctx.spec.tile.m} is not a multiple of 64 x {wgs} consumer "
+                      "warpgroups", f"use tile.m = {64 * wgs} or cute.mma_warpgroups = 1", ("tile", "m"))
+
+
+@rule("CUTE002", "sm90 epilogue subtiles cover the tile", is_cute_wgmma)
+def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
+    """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
+    outputs), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py `epilogue_tile`).
+    Measured: nvidia-cutlass-dsl 4.8.1 aborts the compiling process on a 128x40 tile."""
+    from specgen.designs.gemm_cute_sm90 import epilogue_tile
+
+    em, en = epilogue_tile(ctx.spec)
+    t = ctx.spec.tile
+    if t.m % em or t.n % en:
+        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles",
+                      f"use tile.n a multiple of {en}", ("tile",))
+
+
+@rule("CUTE003", "sm90 stores through SMEM by TMA", is_cute_wgmma)
+def cute_sm90_tma_store(ctx: RuleContext) -> Iterator[Finding]:
+    """The sm90 design always stages the output in SMEM and stores it by TMA (its SMEM budget counts
+    that staging); `cute.tma_store = false` is not honoured there (a design choice, not a limit)."""
+    if not ctx.spec.cute.tma_store:
+        yield Finding("CUTE003", "warning", "cute.tma_store = false is ignored on cute:sm90: the kernel stores by TMA",
+                      "drop cute.tma_store", ("cute", "tma_store"))
+
+
 # --- Pallas TPU -------------------------------------------------------------------------------------------
 @rule("PAL001", "TPU block shapes", is_tpu)
 def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:

@@ -42,6 +42,15 @@ def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
     return text
 
 
+def render_modules(loaded: LoadedSpec, targets: list[Target]) -> dict[str, str]:
+    """{path: text} of one spec's modules for `targets` (one backend), resolved as check resolves them
+    (tests and tools that render outside the catalogue)."""
+    (backend,) = {t.backend for t in targets}
+    design = design_for(loaded.spec.kind, backend)
+    assert design is not None
+    return design.render(loaded, targets, {str(t): resolve(loaded.spec, t) for t in targets})
+
+
 def rendered_backends() -> list[str]:
     """The backends some design renders: the folders an --out package gets."""
     return sorted({backend.value for _, backend in DESIGNS})
@@ -155,10 +164,10 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
                     entry[str(t)] = f"skipped: {reason}"
                 continue
             modules = design.modules(ls.spec, targets)
-            served = {str(t) for group in modules.values() for t in group}
-            reason = f"specgen {__version__} has no {backend} design for this arch yet (checked only)"
-            for t in targets:  # targets the design renders no module for (Pallas's Mosaic GPU today)
+            served = {str(t) for ts in modules.values() for t in ts}
+            for t in targets:  # the design decides which targets it serves: the others stay checked only
                 if str(t) not in served:
+                    reason = f"specgen {__version__} has no {backend} renderer for {t.arch} yet (checked only)"
                     result.skipped.append((ls.name, str(t), reason))
                     entry[str(t)] = f"skipped: {reason}"
             for rel, module_targets in modules.items():

@@ -40,6 +40,15 @@ def device_of(kernel: str, a: object) -> int:
     return a.get_device()
 
 
+def cuda_device_of(kernel: str, a: object) -> int:
+    """The CUDA device every tensor must share, for kernels with no CPU interpreter (CuTe DSL)."""
+    if not isinstance(a, torch.Tensor):
+        raise _fail(kernel, "a", f"must be a torch.Tensor, got {type(a).__name__}", TypeError)
+    if not a.is_cuda:
+        raise _fail(kernel, "a", f"must be on a CUDA device, got {a.device}")
+    return a.get_device()
+
+
 def _same_device(kernel: str, name: str, t: torch.Tensor, device: int) -> None:
     # get_device() is -1 for every non-CUDA tensor (cpu, meta, ...): compare the device type too.
     if t.device.type != ("cpu" if device < 0 else "cuda") or t.get_device() != device:
@@ -80,7 +89,7 @@ def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, con
         raise _fail(kernel, name, f"must be contiguous along dim {contiguous_dim} (stride 1, the spec's major mode), "
                     f"got strides {strides}; {_layout_hint(name, rank, contiguous_dim)}")
     _aligned(kernel, name, t)
-    if tma:
+    if tma and t.numel():  # an empty tensor is never addressed: its strides are torch's filler ((M, 0) has (1, 1))
         nbytes = t.element_size()
         for dim, stride in enumerate(strides):
             if dim != contiguous_dim and (stride * nbytes) % ALIGN:

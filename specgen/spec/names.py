@@ -20,6 +20,37 @@ import re
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME = 64
 
+# The CuTe modules' own (templates/cute/*.jinja): the DSL's imports, the plan's constants, the host and
+# kernel functions, and the free names their nested helpers read.
+CUTE_MODULE_NAMES: frozenset[str] = frozenset({
+    "AB_STAGES", "ACC_DTYPE", "ARCH", "A_DTYPE", "A_LAYOUT", "B_DTYPE", "B_LAYOUT", "CLUSTER_M",
+    "CLUSTER_N", "CuteLauncher", "EPI_M", "EPI_N", "EPI_STAGES", "GROUP_ROWS", "LOAD_REGISTERS",
+    "LayoutEnum", "MMA_REGISTERS", "MMA_WARPGROUPS", "OUT_DTYPE", "OUT_LAYOUT", "PERSISTENT",
+    "SharedStorage", "THREADS", "TILE_K", "TILE_M", "TILE_N", "_MMA_THREADS", "_fake_args", "_mkl",
+    "_nkl", "_smem_layout", "batch", "bool", "cols", "cute", "cutlass", "dtype", "extent", "gemm_host",
+    "gemm_kernel", "major_rows", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_schedule",
+    "make_tiled_mma", "matrix", "pipeline", "rows", "sm90_utils", "tma", "utils", "vector", "zero_operand"
+})
+
+# Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
+# the epilogue's registers) and the keyword arguments of the DSL calls.
+CUTE_RESERVED: frozenset[str] = frozenset({
+    "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "acc_regs", "assumed_align", "atom", "bSG_g",
+    "bSG_s", "b_mask", "b_tiles", "barrier_id", "barrier_storage", "block", "buf", "cluster",
+    "cluster_crd", "cluster_shape_mn", "consumer_group", "crd", "cta_layout", "cta_layout_vmnk",
+    "defer_sync", "div", "divisibility", "done", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
+    "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid", "int", "is_relaxed", "k_blocks",
+    "k_major", "k_tiles", "kb", "layout", "lb", "lead", "m0", "mA", "mB", "mOut", "max_clusters",
+    "mcast_mask", "min_blocks_per_mp", "mma_tidx", "mode", "n0", "num_multicast", "num_stages",
+    "num_threads", "order", "out_atom", "producer_group", "r2s", "r_acc", "r_out", "raster_along_m",
+    "read", "release", "sA", "sA_layout", "sB", "sB_layout", "sOut", "sOut_layout", "sched", "scheduler",
+    "shape", "si", "space", "stage_bytes", "stages", "state", "storage", "store_pipe", "stream", "stride",
+    "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle", "tA", "tAgA", "tAsA", "tB", "tBgB",
+    "tBsB", "tCrA", "tCrB", "tOut", "tRS_acc", "tRS_sOut", "thr_mma", "thr_r2s", "tidx", "tiled_mma",
+    "tiler", "tiler_mn", "tm", "tma_a", "tma_b", "tma_bar_ptr", "tma_out", "tn", "torch_rows_first",
+    "tuple", "tx_count", "use_tvm_ffi_env_stream", "warp", "warpgroup"
+})
+
 # Names the generated module binds or reads at its top level (imports, constants, the builtins its
 # functions call): a kernel's name becomes a module-level function and must not replace one of them.
 MODULE_NAMES: frozenset[str] = frozenset({
@@ -30,12 +61,12 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
-})
+}) | CUTE_MODULE_NAMES
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,
 # keyword arguments of the calls it makes. An epilogue argument becomes a parameter of the kernel and
 # of each launcher function, so its name (and each name derived from it) must avoid all of them.
-RESERVED: frozenset[str] = MODULE_NAMES | frozenset({
+RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "specgen", "guards", "FAST_MATH", "NUM_SMS", "BATCH", "M", "N", "K", "K_b", "out", "a_desc",
     "b_desc", "out_desc", "a_ptr", "b_ptr", "out_ptr", "a_base", "b_base", "out_base", "a_ptrs",
     "b_ptrs", "out_ptrs", "stride_a", "stride_b", "stride_ab", "stride_bb", "stride_ob", "stride_om",
@@ -56,9 +87,12 @@ OPERANDS = frozenset({"a", "b", "out"})
 
 # How the templates derive names from an epilogue argument `x`: its pointer, the vector loaded from it,
 # a residual's batch-offset base, tile, strides and host stride tuple (templates/triton/*.jinja,
-# specgen/render/triton.py), and its ref in a Pallas kernel. Every argument is held to all of them, whatever its role.
+# specgen/render/triton.py), its ref in a Pallas kernel, and its global tensor and registers in a CuTe
+# kernel. Every argument is held to all of them, whatever its role.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
-                                 "{}_ref")  # the Pallas kernel's ref of the argument (templates/pallas/)
+                                "{}_ref",  # the Pallas kernel's ref of the argument (templates/pallas/)
+                                # CuTe (templates/cute/*.jinja): the argument's global tensor and its registers
+                                "m{}", "r_{}")
 
 # Windows device names: a module file named so cannot be created there.
 _DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))})

@@ -1,0 +1,277 @@
+"""The CuTe DSL GEMM for Hopper (sm90, wgmma): its SMEM layout, its plan, and its rendering.
+
+The kernel (templates/cute/gemm_sm90.py.jinja) is warp-specialized and persistent:
+- one producer warpgroup whose first warp issues the TMA loads of A and B into `ab_stages` SMEM
+  stages guarded by full/empty mbarriers (multicast across the cluster where cluster > 1);
+- `mma_warpgroups` consumer warpgroups (1, or 2 splitting the tile along M: "cooperative") that run
+  wgmma over each stage, then the epilogue: accumulator registers -> the fused op chain -> SMEM
+  subtiles of `epi_m x epi_n` (`epi_stages` of them in flight) -> TMA store;
+- a static persistent tile scheduler with group-M rasterization (`schedule.group_m`, `raster`).
+
+The SMEM it allocates is one struct (see `memory`): the pipeline's mbarriers (8 bytes each, full and
+empty per stage), then A stages, B stages and the epilogue staging, each aligned to 1024 bytes (the
+128-byte swizzle atoms need it). `memory` is that struct's size to the byte; the tests compare it with
+what the compiled kernel reserves.
+
+Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing the epilogue macros
+(templates/cute/epilogue.jinja), the host part (templates/cute/host.jinja) and runtime/cute.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen import __version__
+from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
+from specgen.resolve import Resolved, TmaBox, tma_boxes
+from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
+from specgen.spec.dtypes import DType
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import GemmSpec, Target
+from specgen.targets import Backend, TargetInfo, target_info
+
+ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
+MBARRIER_BYTES = 8
+BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
+WARPGROUP_THREADS = 128
+WGMMA_M = 64  # rows per warpgroup per wgmma
+# setmaxnreg: the producer gives registers back, the consumers take them (CUTLASS's sm90 split).
+LOAD_REGISTERS = 40
+MMA_REGISTERS = 232
+
+# specgen dtype -> cutlass.Numeric class name
+CUTLASS_DTYPES: dict[DType, str] = {
+    DType.f32: "Float32", DType.tf32: "TFloat32", DType.f16: "Float16", DType.bf16: "BFloat16",
+    DType.fp8_e4m3: "Float8E4M3FN", DType.fp8_e5m2: "Float8E5M2", DType.int8: "Int8", DType.int32: "Int32",
+}
+
+
+def _align(n: int, to: int = ALIGN) -> int:
+    return -(-n // to) * to
+
+
+def mma_warpgroups(spec: GemmSpec) -> int:
+    """Consumer warpgroups: the spec's `cute.mma_warpgroups`, else two for tiles wider than 64x128
+    (one warpgroup would hold more than 128 accumulator registers per thread)."""
+    if spec.cute.mma_warpgroups is not None:
+        return spec.cute.mma_warpgroups
+    return 2 if spec.tile.m > 64 and spec.tile.n > 128 else 1
+
+
+def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
+    """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
+    64 of its rows), else 64 x 32 (64 x 64 for 8-bit outputs, whose rows would be 32 bytes)."""
+    t = spec.tile
+    if mma_warpgroups(spec) == 2:
+        return min(128, t.m), min(32, t.n)
+    return min(64, t.m), min(64 if spec.out.dtype.bytes == 1 else 32, t.n)
+
+
+def arch_flag(info: TargetInfo) -> str:
+    """The compiler's arch: wgmma and setmaxnreg need the arch-specific target (sm_90a)."""
+    return f"sm_{info.compute_capability}a"
+
+
+def serves(target: Target | TargetInfo) -> bool:
+    """This design renders the CuTe targets that issue wgmma (Hopper)."""
+    info = target if isinstance(target, TargetInfo) else target_info(target)
+    return info.backend is Backend.cute and info.mma == "wgmma"
+
+
+@dataclass(frozen=True)
+class CuteArg:
+    """A tensor (or scalar) the launcher takes, with what the guards check and the kernel reads."""
+
+    name: str
+    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
+    dtype: DType
+    torch_dtype: str
+    cutlass_dtype: str
+    doc: str
+
+
+def _arg(name: str, role: str, dtype: DType, doc: str) -> CuteArg:
+    return CuteArg(name, role, dtype, dtype.info.torch, CUTLASS_DTYPES[dtype], doc)
+
+
+@dataclass(frozen=True)
+class CuteSm90Plan:
+    """Every number the sm90 template renders, named."""
+
+    name: str
+    spec_file: str
+    spec_hash: str
+    specgen_version: str
+    description: str
+    arch: str
+    arch_flag: str
+    compute_capability: int
+    a: CuteArg
+    b: CuteArg
+    out: CuteArg
+    args: list[CuteArg]  # epilogue runtime arguments, in chain order
+    a_major: str
+    b_major: str
+    acc_dtype: str  # cutlass name
+    batch: bool
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int
+    cluster_n: int
+    mma_warpgroups: int
+    threads: int
+    load_registers: int
+    mma_registers: int
+    acc_registers: int
+    ab_stages: int
+    epi_m: int
+    epi_n: int
+    epi_stages: int
+    group_m: int
+    group_rows: bool  # groups of group_m tile rows (spec raster along_m), else of columns
+    persistent: bool
+    smem_bytes: int
+    smem_breakdown: str
+    barrier_bytes: int
+    a_stage_bytes: int
+    b_stage_bytes: int
+    epi_bytes: int
+    epilogue: list[dict[str, object]]
+    spec_json: dict[str, object]
+
+    @property
+    def tma(self) -> bool:
+        """A, B and out move by TMA (the shared torch host template's 16-byte stride guards)."""
+        return True
+
+
+class CuteSm90Gemm:
+    """GEMM on Hopper through the CuTe DSL (see the module docstring)."""
+
+    kind = "gemm"
+    backend = Backend.cute
+    template = "cute/gemm_sm90.py.jinja"
+    compile_hook = "specgen.designs.gemm_cute_sm90_compile:compile_module"
+
+    def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers, then
+        A, B and epilogue buffers, each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
+        puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
+        `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
+        wgmma takes (64 rows x 16 bytes of K at least). Targets this design does not serve (tcgen05)
+        keep the checked-only CuTe layout."""
+        if not serves(target):
+            return cute_memory(spec, target, ab_stages)
+        gpu = target.gpu
+        assert gpu is not None
+        t = spec.tile
+        em, en = epilogue_tile(spec)
+        epi = _align(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
+        reserve = BASE_ALIGN_PAD + _align(2 * ab_stages * MBARRIER_BYTES)
+        stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes
+        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False)
+
+    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
+        the store (the out tile is stored EPI_M x EPI_N at a time)."""
+        a, b, out = tma_boxes(spec)
+        if not serves(target):
+            return (a, b, out)
+        em, en = epilogue_tile(spec)
+        return (a, b, TmaBox("out", em, en, out.elem_bytes, out.field))
+
+    def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        served = [t for t in targets if serves(t)]
+        return {f"cute/{spec.name}.py": served} if served else {}
+
+    def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm90Plan:
+        """The plan from what check resolved (stages, budget): nothing is resolved again."""
+        spec = loaded.spec
+        budget = r.budget
+        t = spec.tile
+        wgs = mma_warpgroups(spec)
+        em, en = epilogue_tile(spec)
+        batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
+        return CuteSm90Plan(
+            name=spec.name,
+            spec_file=loaded.file,
+            spec_hash=loaded.spec_hash,
+            specgen_version=__version__,
+            description=spec.description,
+            arch=r.info.arch,
+            arch_flag=arch_flag(r.info),
+            compute_capability=r.info.compute_capability or 0,
+            a=_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
+            b=_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+                   f"{spec.b.major}-major"),
+            out=_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
+                     "row-major"),
+            args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            a_major=spec.a.major,
+            b_major=spec.b.major,
+            acc_dtype=CUTLASS_DTYPES[spec.accumulator],
+            batch=spec.batch,
+            tile_m=t.m, tile_n=t.n, tile_k=t.k,
+            cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
+            mma_warpgroups=wgs,
+            threads=(1 + wgs) * WARPGROUP_THREADS,
+            load_registers=LOAD_REGISTERS,
+            mma_registers=MMA_REGISTERS,
+            acc_registers=r.acc_registers,
+            ab_stages=r.ab_stages,
+            epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
+            group_m=spec.schedule.group_m,
+            group_rows=spec.schedule.raster == "along_m",
+            persistent=spec.schedule.persistent,
+            smem_bytes=budget.total,
+            smem_breakdown=budget.breakdown(),
+            barrier_bytes=budget.reserve - BASE_ALIGN_PAD,
+            a_stage_bytes=t.m * t.k * spec.a.dtype.bytes,
+            b_stage_bytes=t.n * t.k * spec.b.dtype.bytes,
+            epi_bytes=budget.epilogue_bytes,
+            epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
+            spec_json=spec.model_dump(mode="json"),
+        )
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+        from specgen.render.env import environment
+
+        out: dict[str, str] = {}
+        for rel, served in self.modules(loaded.spec, targets).items():
+            (target,) = served  # one arch per module
+            plan = self.plan(loaded, resolved[str(target)])
+            out[rel] = environment().get_template(self.template).render(**render_context(plan))
+        return out
+
+
+def metadata(p: CuteSm90Plan) -> dict[str, object]:
+    """The module's one metadata dict (rendered as METADATA), the shape the Triton modules' has."""
+    return {
+        "runtime_abi": RUNTIME_ABI,
+        "specgen_version": p.specgen_version,
+        "spec_file": p.spec_file,
+        "spec_hash": p.spec_hash,
+        "kernel": p.name,
+        "custom_op": f"specgen::{p.name}_{p.spec_hash}",  # runtime/torch/ops.py: namespaced by spec hash
+        "targets": [f"cute:{p.arch}"],
+        "plan": {p.compute_capability: {"ab_stages": p.ab_stages, "smem_bytes": p.smem_bytes,
+                                        "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
+                                        "mma_warpgroups": p.mma_warpgroups, "arch_flag": p.arch_flag}},
+        # the compiled host function's parameters: (name, kind) in call order
+        "parameters": [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
+                       for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["stream", "stream"]],
+    }
+
+
+def render_context(p: CuteSm90Plan) -> dict[str, object]:
+    """The plan plus names the templates spell: argument order, the custom op's schema, and the
+    cutlass spelling of each dtype (for the epilogue's cast op)."""
+    args = [p.a, p.b, *p.args]
+    return {
+        "p": p,
+        "metadata": metadata(p),
+        "names": [a.name for a in args],
+        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
+        "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
+    }

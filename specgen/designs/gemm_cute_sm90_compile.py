@@ -1,0 +1,123 @@
+"""`specgen compile` for CuTe DSL modules: `cute.compile` for the module's arch (sm_90a) on a machine
+without a GPU, the compiler's SMEM beside the plan's, SASS instruction counts, and the disk cache the
+launcher reads (runtime/cute.py) filled on the way.
+
+The compiler's SMEM is what the compiled host code launches with (the dynamic shared memory of the
+launch config, read from the lowered module) plus any static `.nv.shared.<kernel>` the cubin
+declares. SASS comes from nvdisasm (`pip install nvidia-cuda-nvdisasm`).
+
+Imports cutlass (and the generated module, which imports torch): never imported by check/render.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+from specgen.compile import CompileResult
+from specgen.targets import TargetInfo
+
+# SASS opcodes worth counting: TMA loads / stores, Hopper tensor-core MMAs, local-memory spills.
+SASS_OPS = ("UTMALDG", "UTMASTG", "HGMMA", "QGMMA", "LDL", "STL")
+
+
+_LAUNCH_SMEM = re.compile(
+    r"(%\w+) = llvm\.getelementptr (%\w+)\[0, 2\] : \(!llvm\.ptr\) -> !llvm\.ptr, "
+    r"!llvm\.struct<\(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32\)>"
+)
+
+
+def launch_smem(ir_text: str) -> int | None:
+    """The dynamic SMEM bytes of the kernel launch: the constant stored into the launch config's
+    `sharedMemBytes` field (CUlaunchConfig: grid, block, sharedMemBytes, stream, attrs, numAttrs)."""
+    found = None
+    for m in _LAUNCH_SMEM.finditer(ir_text):
+        gep = m.group(1)
+        store = re.search(rf"llvm\.store (%\w+), {re.escape(gep)} : i64", ir_text[m.end():])
+        if store is None:
+            continue
+        starts = [f.start() for f in re.finditer(r"^\s*llvm\.func @", ir_text[:m.start()], re.M)]  # not `vararg(!llvm.func<`
+        func_start = starts[-1] if starts else 0
+        const = re.findall(rf"{re.escape(store.group(1))} = llvm\.mlir\.constant\((\d+) : i64\)", ir_text[func_start:m.start()])
+        if const:
+            found = int(const[-1])
+    return found
+
+
+def static_smem(cubin: bytes) -> int:
+    """Bytes of the cubin's `.nv.shared.<kernel>` sections (static shared memory; ELF64)."""
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_off = headers[shstrndx][4]
+
+    def name(h: tuple) -> str:
+        end = cubin.index(b"\0", names_off + h[0])
+        return cubin[names_off + h[0]:end].decode()
+
+    return sum(h[5] for h in headers if name(h).startswith(".nv.shared.") and not name(h).startswith(".nv.shared.reserved"))
+
+
+def nvdisasm() -> str | None:
+    """nvdisasm from the nvidia-cuda-nvdisasm wheel (cu13 or cu12 layout), else from PATH."""
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            for sub in ("cu13", "cuda_nvdisasm", "cu12"):
+                exe = Path(root) / sub / "bin" / "nvdisasm"
+                if exe.is_file():
+                    return str(exe)
+    except ImportError:
+        pass
+    return shutil.which("nvdisasm")
+
+
+def sass_counts(cubin_path: str) -> dict[str, int]:
+    exe = nvdisasm()
+    if exe is None:
+        raise RuntimeError("nvdisasm not found: pip install nvidia-cuda-nvdisasm")
+    text = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True, check=True).stdout
+    counts = dict.fromkeys(SASS_OPS, 0)
+    for line in text.splitlines():
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
+        if m and m.group(1) in counts:
+            counts[m.group(1)] += 1
+    return counts
+
+
+def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False, fill_cache: bool = True) -> CompileResult:
+    """Compile one rendered CuTe module for its target (the `compile_hook` of designs/gemm_cute_sm90.py);
+    optionally count SASS opcodes; fill the disk cache the launcher reads."""
+    launcher = module._launcher
+    meta = module.METADATA
+    name = meta["kernel"]
+    plan_smem = meta["plan"][target.compute_capability]["smem_bytes"]
+    start, cpu = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
+        try:
+            compiled = launcher.compile(f"--keep-cubin --dump-dir {dump}")
+        except Exception as e:  # the compiler's own message is the useful part
+            first = next((ln for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()), type(e).__name__)
+            return CompileResult(name, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+        cubin = compiled.artifacts.CUBIN  # the cubin's path, or (some DSL versions) its bytes
+        if isinstance(cubin, bytes):
+            cubin_path = Path(dump) / "kernel.cubin"
+            cubin_path.write_bytes(cubin)
+        else:
+            cubin_path = Path(cubin)
+        dynamic = launch_smem(str(compiled.ir_module))  # the SharedStorage struct
+        total = None if dynamic is None else dynamic + static_smem(cubin_path.read_bytes())  # + base alignment pad
+        counts = sass_counts(str(cubin_path)) if sass else {}
+        from specgen.runtime.cute import TVM_FFI
+
+        cache = str(launcher.export(compiled)) if fill_cache and TVM_FFI else ""
+    return CompileResult(name, target.name, plan_smem, total, seconds, sass=counts, cache=cache,
+                         cpu_seconds=cpu_seconds)

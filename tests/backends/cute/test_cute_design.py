@@ -1,0 +1,179 @@
+"""The CuTe sm90 design without a GPU: what it renders (only sm90; the epilogue chain expanded, dead
+branches absent), its SMEM layout, a spec using every epilogue op compiling to spill-free SASS with
+the plan's SMEM, and the launcher's guards raising before anything launches."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kernels import MINIMAL_SPEC, catalogue
+
+from specgen.designs import design_for
+from specgen.designs.gemm_cute_sm90 import epilogue_tile, mma_warpgroups
+from specgen.designs.gemm_cute_sm90_compile import compile_module
+from specgen.render.catalogue import render_modules
+from specgen.resolve import memory, resolve
+from specgen.spec.load import load_text
+from specgen.spec.models import parse_target
+from specgen.targets import Backend, target_info
+
+ROOT = Path(__file__).resolve().parents[3]
+SM90, SM100 = parse_target("cute:sm90"), parse_target("cute:sm100")
+DESIGN = design_for("gemm", Backend.cute)
+
+EVERY_OP = [
+    {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},
+    {"op": "bias", "along": "n", "dtype": "f32", "name": "bias_n"},
+    {"op": "scale", "by": "scalar"},
+    {"op": "scale", "by": "scalar", "value": 0.5},
+    {"op": "scale", "by": "row"},
+    {"op": "scale", "by": "col"},
+    {"op": "scale", "by": "rowcol"},
+    {"op": "activation", "fn": "relu"},
+    {"op": "activation", "fn": "gelu"},
+    {"op": "activation", "fn": "gelu_tanh"},
+    {"op": "activation", "fn": "silu"},
+    {"op": "activation", "fn": "sigmoid"},
+    {"op": "residual", "dtype": "bf16", "beta": 0.5},
+    {"op": "clamp", "min": -4.0, "max": 4.0},
+    {"op": "cast", "dtype": "f16"},
+]
+
+
+def loaded(spec: dict):
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    return ls
+
+
+def render_and_import(spec: dict, tmp_path: Path):
+    (text,) = render_modules(loaded(spec), [SM90]).values()
+    path = tmp_path / f"{spec['name']}.py"
+    path.write_text(text)
+    name = f"_specgen_cute_test_{spec['name']}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module, text
+
+
+def test_modules_serve_sm90_only():
+    spec = loaded({**MINIMAL_SPEC, "targets": ["cute:sm90", "cute:sm100"]}).spec
+    assert DESIGN.modules(spec, [SM90, SM100]) == {"cute/k.py": [SM90]}
+    assert DESIGN.modules(spec, [SM100]) == {}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in catalogue().items() if "cute:sm90" in s["targets"]))
+def test_catalogue_memory_is_the_struct(name):
+    spec = loaded(catalogue()[name]).spec
+    four = dataclasses.replace(resolve(spec, SM90), ab_stages=4, budget=memory(spec, SM90, 4))
+    plan = DESIGN.plan(loaded(catalogue()[name]), four)
+    em, en = epilogue_tile(spec)
+    t = spec.tile
+    expected = (1024 + 1024 + 4 * (t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes)
+                + -(-2 * em * en * spec.out.dtype.bytes // 1024) * 1024)
+    assert DESIGN.memory(spec, target_info(SM90), 4).total == plan.smem_bytes == expected
+    assert plan.threads == 128 * (1 + mma_warpgroups(spec))
+
+
+def test_the_rendered_module_has_only_the_epilogue_it_needs():
+    text = (ROOT / "generated" / "cute" / "gemm_bf16.py").read_text()
+    assert "\n        crd = " not in text and "r_bias" not in text and "tanh" not in text  # no epilogue: no gathers
+    gelu = (ROOT / "generated" / "cute" / "gemm_bias_gelu_bf16.py").read_text()
+    assert "r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)]" in gelu and "cute.math.tanh" in gelu
+    assert "erf" not in gelu and "r_scale_a" not in gelu
+    fp8 = (ROOT / "generated" / "cute" / "gemm_fp8_rowwise.py").read_text()
+    assert "acc = acc * r_scale_a.load() * r_scale_b.load()" in fp8 and "Float8E4M3FN" in fp8
+
+
+def test_every_epilogue_op_compiles_spill_free_with_the_plans_smem(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
+    spec = {**MINIMAL_SPEC, "name": "every_op", "epilogue": EVERY_OP, "targets": ["cute:sm90"],
+            "tile": {"m": 128, "n": 128, "k": 64}, "schedule": {"persistent": True}}
+    module, text = render_and_import(spec, tmp_path)
+    for op in ("cute.math.erf", "cute.math.tanh", "alpha", "0.5", "r_bias_m", "r_bias_n", "r_row_scale",
+               "r_col_scale", "r_scale_a", "r_c", "cutlass.Float16).to(cutlass.Float32)"):
+        assert op in text, op
+    r = compile_module(module, target_info(SM90), sass=True, fill_cache=False)
+    assert not r.error, r.error
+    assert r.compiler_smem == r.plan_smem
+    assert r.sass["HGMMA"] > 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
+
+
+def test_guards_raise_before_launching():
+    from specgen.compile import load_rendered
+
+    module = load_rendered(ROOT / "generated" / "cute" / "gemm_bias_gelu_bf16.py")
+    a = torch.zeros(64, 64, dtype=torch.bfloat16)
+    b = torch.zeros(64, 64, dtype=torch.bfloat16).t()
+    bias = torch.zeros(64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="gemm_bias_gelu_bf16: argument 'a' must be on a CUDA device, got cpu"):
+        module.gemm_bias_gelu_bf16(a, b, bias)
+    with pytest.raises(TypeError, match="argument 'a' must be a torch.Tensor, got list"):
+        module.gemm_bias_gelu_bf16([[1.0]], b, bias)
+    assert module._fake(a, b, bias).shape == (64, 64)
+
+
+BORDERLINE = [
+    {"tile": {"m": 128, "n": 256, "k": 64}},
+    {"a": {"dtype": "f16", "major": "mn"}, "b": {"dtype": "f16", "major": "mn"}, "out": {"dtype": "f16"},
+     "tile": {"m": 64, "n": 192, "k": 64}},
+    {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}, "tile": {"m": 128, "n": 128, "k": 128},
+     "cluster": {"m": 2, "n": 1}},
+]
+
+
+@pytest.mark.parametrize("case", range(len(BORDERLINE)))
+def test_check_passes_exactly_the_pipelines_that_fit(case, tmp_path):
+    """At the deepest pipeline check allows, the compiled kernel reserves the plan's SMEM and fits; one
+    stage deeper, check refuses (SMEM001) and the compiler's kernel would indeed need more than a block
+    may have (the launch would fail)."""
+    from specgen.check import check_spec
+    from specgen.resolve import max_ab_stages
+
+    base = {**MINIMAL_SPEC, **BORDERLINE[case], "targets": ["cute:sm90"]}
+    deepest = max_ab_stages(loaded(base).spec, SM90)
+    assert deepest >= 2
+    for stages, fits in ((deepest, True), (deepest + 1, False)):
+        spec = {**base, "name": f"edge{case}_{stages}", "pipeline": {"ab_stages": stages}}
+        errors = [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
+        assert errors == ([] if fits else ["SMEM001"]), errors
+        module, _ = render_and_import(spec, tmp_path)
+        r = compile_module(module, target_info(SM90), fill_cache=False)
+        assert not r.error, r.error
+        assert r.compiler_smem == r.plan_smem
+        assert (r.compiler_smem <= 232448) is fits, (stages, r.compiler_smem)
+
+
+def test_a_corrupt_cache_entry_is_recompiled_and_replaced(tmp_path, monkeypatch):
+    from specgen.compile import load_rendered
+
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path))
+    launcher = load_rendered(ROOT / "generated" / "cute" / "gemm_small_bf16.py")._launcher
+    path = launcher.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not an object file")
+    with pytest.warns(RuntimeWarning, match="ignoring unreadable CuTe cache entry"):
+        fn = launcher.load()
+    assert fn is not None and launcher.load() is fn  # loaded once per process
+    assert path.stat().st_size > 10_000  # the fresh compile replaced it
+
+
+@pytest.mark.parametrize(("rule", "change"), [
+    ("MAJ001", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": {"m": 128, "n": 128, "k": 128}}),
+    ("MMA001", {"tile": {"m": 128, "n": 264, "k": 64}, "cute": {"mma_warpgroups": 2}}),
+])
+def test_what_check_refuses_the_compiler_refuses_too(rule, change, tmp_path):
+    """wgmma majors and shapes: the spec check refuses is one `cute.compile` cannot build either."""
+    from specgen.check import check_spec
+
+    spec = {**MINIMAL_SPEC, **change, "name": f"refused_{rule.lower()}", "targets": ["cute:sm90"]}
+    assert rule in [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
+    module, _ = render_and_import(spec, tmp_path)
+    assert compile_module(module, target_info(SM90), fill_cache=False).error

@@ -1,0 +1,208 @@
+"""The CuTe sm90 catalogue on a real Hopper GPU: numerics against a float64 reference in the kernels'
+own dtypes (bf16, f16, fp8), poisoned outputs inside a NaN guard band, edge shapes (M = 1, tails on
+M, N and K, K = 0), dtype variants (f16, fp8 e4m3 / e5m2), every epilogue op, the direct call after
+the first, the disk cache, and torch.compile.
+
+Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them on the H200 (CuTe DSL
+installed with ../shared/tools/gpu-wheel-bundle).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ["gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16", "gemm_fp8_rowwise",
+         "gemm_residual_bf16"]
+# (M, N, K): M = 1, tails on every dim, K not a multiple of tile.k; N and K multiples of 16 so that TMA
+# rows are 16-byte multiples for every dtype.
+SHAPES = [(1, 256, 512), (200, 144, 96), (517, 264, 1040), (1024, 1024, 1024), (3000, 2048, 2064)]
+TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "fp8_e4m3": torch.float8_e4m3fn,
+         "fp8_e5m2": torch.float8_e5m2}
+
+
+def module(name: str):
+    return importlib.import_module(f"generated.cute.{name}")
+
+
+def rendered(spec: dict, tmp: Path):
+    """Render a spec variant's cute:sm90 module into `tmp` and import it."""
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
+
+    (ls,) = load_text(json.dumps({"kernels": [{**spec, "targets": ["cute:sm90"]}]}), f"<gpu:{spec['name']}>", ".json")
+    (text,) = render_modules(ls, ls.spec.targets).values()
+    path = tmp / f"{spec['name']}.py"
+    path.write_text(text)
+    name = f"_specgen_cute_gpu_{spec['name']}"
+    mspec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(mspec)
+    sys.modules[name] = mod
+    mspec.loader.exec_module(mod)
+    return mod
+
+
+def operand(dtype: str, rows: int, cols: int, batch: int | None, contiguous_last: bool, gen) -> torch.Tensor:
+    """A (rows, cols) operand contiguous along cols (or rows), its leading stride padded to 16 elements
+    (TMA needs 16-byte strides: a 1-row column-major matrix has a leading stride of 1 otherwise)."""
+    lead = (batch,) if batch else ()
+    inner, outer = (cols, rows) if contiguous_last else (rows, cols)
+    padded = -(-inner // 16) * 16
+    x = torch.randn((*lead, outer, padded), generator=gen, device="cuda").to(TORCH[dtype])[..., :inner]
+    return x if contiguous_last else x.transpose(-1, -2)
+
+
+def build_args(spec: dict, M: int, N: int, K: int, gen) -> list:
+    batch = 3 if spec["batch"] else None
+    args: list = [operand(spec["a"]["dtype"], M, K, batch, spec["a"]["major"] == "k", gen),
+                  operand(spec["b"]["dtype"], K, N, batch, spec["b"]["major"] != "k", gen)]
+    for op in spec["epilogue"]:
+        if op["op"] == "bias":
+            args.append(torch.randn(M if op["along"] == "m" else N, generator=gen, device="cuda").to(TORCH[op["dtype"]]))
+        elif op["op"] == "scale" and op["by"] == "rowcol":
+            args += [torch.rand(M, 1, generator=gen, device="cuda") + 0.5, torch.rand(1, N, generator=gen, device="cuda") + 0.5]
+        elif op["op"] == "scale" and op["by"] in ("row", "col"):
+            args.append(torch.rand(M if op["by"] == "row" else N, generator=gen, device="cuda") + 0.5)
+        elif op["op"] == "scale" and op["value"] is None:
+            args.append(0.75)
+        elif op["op"] == "residual":
+            args.append(torch.randn((batch, M, N) if batch else (M, N), generator=gen, device="cuda").to(TORCH[op["dtype"]]))
+    return args
+
+
+def reference(spec: dict, args: list) -> torch.Tensor:
+    acc = args[0].double() @ args[1].double()
+    rest = list(args[2:])
+    for op in spec["epilogue"]:
+        kind = op["op"]
+        if kind == "bias":
+            v = rest.pop(0).double().reshape(-1)
+            acc = acc + (v[None, :] if op["along"] == "n" else v[:, None])
+        elif kind == "scale" and op["by"] == "rowcol":
+            sa, sb = rest.pop(0).double().reshape(-1), rest.pop(0).double().reshape(-1)
+            acc = acc * sa[:, None] * sb[None, :]
+        elif kind == "scale" and op["by"] == "row":
+            acc = acc * rest.pop(0).double()[:, None]
+        elif kind == "scale" and op["by"] == "col":
+            acc = acc * rest.pop(0).double()[None, :]
+        elif kind == "scale":
+            acc = acc * (op["value"] if op["value"] is not None else rest.pop(0))
+        elif kind == "activation":
+            acc = {"relu": torch.relu, "silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid,
+                   "gelu": torch.nn.functional.gelu,
+                   "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op["fn"]](acc)
+        elif kind == "residual":
+            acc = acc + op["beta"] * rest.pop(0).double()
+        elif kind == "clamp":
+            acc = acc.clamp(op["min"], op["max"])
+        else:  # cast
+            acc = acc.to(TORCH[op["dtype"]]).double()
+    return acc
+
+
+def guarded_out(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A NaN-poisoned `out` view with a NaN guard band of one row above and below and 8 columns (16
+    bytes and more) either side: (buffer, view). Bases and row strides stay 16-byte aligned."""
+    *lead, M, N = shape
+    buf = torch.full((*lead, M + 2, N + 16), float("nan"), device="cuda", dtype=dtype)
+    return buf, buf[..., 1:M + 1, 8:N + 8]
+
+
+def check(mod, fn, spec: dict, M: int, N: int, K: int, seed: int) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    args = build_args(spec, M, N, K, gen)
+    out_dtype = TORCH[spec["out"]["dtype"]]
+    shape = (3, M, N) if spec["batch"] else (M, N)
+    buf, out = guarded_out(shape, out_dtype)
+    got = fn(*args, out=out)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == out.data_ptr()
+    assert not torch.isnan(out).any(), "some output elements were never written"
+    band = torch.ones_like(buf, dtype=torch.bool)
+    band[..., 1:M + 1, 8:N + 8] = False
+    assert torch.isnan(buf[band]).all(), "the kernel wrote outside `out`"
+    ref = reference(spec, args)
+    scale = ref.abs().max().item() + 1.0
+    tol = {torch.bfloat16: 2e-2, torch.float16: 5e-3}.get(out_dtype, 2e-2) * scale
+    err = (out.double() - ref).abs().max().item()
+    assert err <= tol, f"{spec['name']} {(M, N, K)}: max |err| {err:.4g} > {tol:.4g}"
+    again = fn(*args)  # the direct call on the loaded kernel, allocating out
+    torch.cuda.synchronize()
+    assert torch.equal(again, out)
+    assert mod._launcher._fn is not None
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_catalogue_matches_float64_reference(name: str, shape: tuple[int, int, int]) -> None:
+    mod = module(name)
+    check(mod, getattr(mod, name), mod.SPEC, *shape, seed=hash((name, shape)) % 2**31)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_k_gives_the_epilogue_of_zero(name: str) -> None:
+    mod = module(name)
+    check(mod, getattr(mod, name), mod.SPEC, 130, 136, 0, seed=1)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "fp8_e4m3", "fp8_e5m2"])
+def test_dtype_variants(dtype: str, tmp_path: Path) -> None:
+    spec = dict(module("gemm_bf16").SPEC)
+    spec.update(name=f"gemm_{dtype}_cute", a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": "k"},
+                out={"dtype": "bf16"}, tile={"m": 128, "n": 256, "k": 128 if dtype.startswith("fp8") else 64})
+    mod = rendered(spec, tmp_path)
+    for shape in SHAPES:
+        check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=7)
+
+
+def test_every_epilogue_op(tmp_path: Path) -> None:
+    ops = [
+        {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},
+        {"op": "bias", "along": "n", "dtype": "f32", "name": "bias_n"},
+        {"op": "scale", "by": "scalar"}, {"op": "scale", "by": "scalar", "value": 0.5},
+        {"op": "scale", "by": "row"}, {"op": "scale", "by": "col"},
+        {"op": "activation", "fn": "gelu"}, {"op": "residual", "dtype": "bf16", "beta": 0.5},
+        {"op": "activation", "fn": "silu"}, {"op": "clamp", "min": -0.5, "max": 2.0}, {"op": "cast", "dtype": "f16"},
+        {"op": "activation", "fn": "sigmoid"}, {"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "relu"},
+    ]
+    spec = dict(module("gemm_bf16").SPEC)
+    spec.update(name="every_op_cute", epilogue=ops, tile={"m": 128, "n": 128, "k": 64})
+    mod = rendered(spec, tmp_path)
+    for shape in SHAPES:
+        check(mod, mod.every_op_cute, mod.SPEC, *shape, seed=3)
+
+
+def test_torch_compile_fullgraph() -> None:
+    mod = module("gemm_bias_gelu_bf16")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a, b, bias = build_args(mod.SPEC, 256, 512, 128, gen)
+
+    @torch.compile(fullgraph=True)
+    def layer(a, b, bias):
+        return mod.gemm_bias_gelu_bf16(a, b, bias) * 2.0
+
+    torch.testing.assert_close(layer(a, b, bias), mod.gemm_bias_gelu_bf16(a, b, bias) * 2.0)
+
+
+def test_guards_on_the_gpu() -> None:
+    mod = module("gemm_bf16")
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="argument 'b' must be contiguous along dim 0"):
+        mod.gemm_bf16(a, b)  # B must be K-major: b.t() of a row-major weight
+    with pytest.raises(TypeError, match="argument 'a' must have dtype torch.bfloat16"):
+        mod.gemm_bf16(a.half(), b.t())
+    with pytest.raises(ValueError, match="rows of N = 60 elements are 120 bytes"):
+        mod.gemm_bf16(a, b[:60].t())
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        # 4096 elements starting one element (2 bytes) past an aligned base
+        mod.gemm_bf16(torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(64, 64), b.t())
