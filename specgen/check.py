@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from specgen.designs import design_for
 from specgen.envelope.rules import run_rules
 from specgen.resolve import Resolved, resolve
 from specgen.spec.load import LoadedSpec
@@ -47,8 +48,9 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
         r = resolve(loaded.spec, target)
         report.resolved[(loaded.name, str(target))] = r
         for f in run_rules(r):
-            line, col = loaded.where(f.field)
+            line, col = loaded.where(loaded.spec.config_field(target, f.field))
             out.append(Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint))
+    _module_agreement(loaded, report)
     if not notes:
         return
     listed = {str(t) for t in loaded.spec.targets}
@@ -63,6 +65,46 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
         else:
             out.append(Diagnostic(loaded.name, loaded.file, line, col, name, "TARGET", "note",
                                   "could serve this spec but is not listed", f'add "{name}" to targets'))
+
+
+def _field_value(spec: object, path: tuple[str, ...]) -> object:
+    for part in path:
+        spec = getattr(spec, part)
+    return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else spec
+
+
+def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
+    """CFG001 (error): the targets one generated module serves run one kernel source, so their effective
+    configs agree on the fields its design lists as `shared_config` (the Triton design: tile, schedule,
+    TMA and epilogue options; warps and stages stay per compute capability). Reported at the per_target
+    line of each target that departs from the module's first target."""
+    by_backend: dict[object, list] = {}
+    for t in loaded.spec.targets:
+        by_backend.setdefault(t.backend, []).append(t)
+    for backend, targets in by_backend.items():
+        design = design_for(loaded.spec.kind, backend)
+        shared = getattr(design, "shared_config", ())
+        if not shared:
+            continue
+        for rel, served in design.modules(loaded.spec, targets).items():
+            first = served[0]
+            base = report.resolved[(loaded.name, str(first))].spec
+            for t in served[1:]:
+                eff = report.resolved[(loaded.name, str(t))].spec
+                for path in shared:
+                    mine, theirs = _field_value(eff, path), _field_value(base, path)
+                    if mine == theirs:
+                        continue
+                    field = loaded.spec.config_field(t, path)
+                    if field == path:
+                        field = loaded.spec.config_field(first, path)
+                    line, col = loaded.where(field)
+                    name = ".".join(path)
+                    report.diagnostics.append(Diagnostic(
+                        loaded.name, loaded.file, line, col, str(t), "CFG001", "error",
+                        f"{t} and {first} render into one module ({rel}) with one kernel, so they share {name}: "
+                        f"{name} = {mine} on {t}, {theirs} on {first}",
+                        f"give both the same {name} (per-target warps and pipeline stages may differ)"))
 
 
 def check_specs(specs: list[LoadedSpec], notes: bool = False) -> CheckReport:

@@ -1,6 +1,6 @@
 """Resolve once what check and the planners both need, per (spec, target).
 
-`resolve(spec, target)` turns `auto` pipeline depths into numbers, lays out the on-chip memory with the
+`resolve(spec, target)` applies the target's `per_target` configuration, turns `auto` pipeline depths into numbers, lays out the on-chip memory with the
 target's design (or its checked-only layout), and works out the accumulator's registers, its TMEM
 columns and the TMA boxes. `check` runs the rules over a `Resolved` and hands the same objects to render,
 whose designs plan from them: nothing is resolved twice (tests/test_rules.py counts it).
@@ -154,7 +154,10 @@ def resolve_tma_boxes(spec: GemmSpec, info: TargetInfo) -> tuple[TmaBox, ...]:
 
 
 def resolve(spec: GemmSpec, target: Target) -> Resolved:
+    """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
+    applied): `Resolved.spec` is that effective spec, which the rules and the designs read."""
     info = target_info(target)
+    spec = spec.for_target(target)
     stages = resolve_ab_stages(spec, info)
     regs, threads = accumulator_registers(spec, info)
     return Resolved(

@@ -80,6 +80,12 @@ class TritonGemm:
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"triton/{spec.name}.py": list(targets)}
 
+    # One kernel source serves every target of the module: these fields shape it (constexpr blocks, the
+    # descriptors' boxes, the loop), so its targets' effective configs must agree on them. Warps and
+    # pipeline depth are per compute capability (CONFIGS) and may differ.
+    shared_config: tuple[tuple[str, ...], ...] = (
+        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"))
+
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         from specgen.render.env import environment
 
@@ -213,12 +219,14 @@ def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
 
 
 def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
-    spec = loaded.spec
+    # The effective config (per_target applied): its shared_config fields agree across the module's
+    # targets (check's CFG001), so the first target's shapes the kernel.
+    spec = resolved[str(targets[0])].spec
     configs = []
     for t in targets:
         r = resolved[str(t)]  # the numbers `check` proved: stages and budget come from one place
         assert r.info.backend is Backend.triton and r.info.compute_capability is not None
-        configs.append(TritonArchConfig(t.arch, r.info.compute_capability, spec.triton.num_warps, r.ab_stages,
+        configs.append(TritonArchConfig(t.arch, r.info.compute_capability, r.spec.triton.num_warps, r.ab_stages,
                                         r.budget.total, r.budget.breakdown(), r.acc_registers))
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
@@ -251,7 +259,7 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         flatten=spec.schedule.persistent and spec.triton.flatten,
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,
-        spec_json=spec.model_dump(mode="json"),
+        spec_json=loaded.spec.model_dump(mode="json"),
         params=_params(spec),
         steps=_steps(spec),
         boxes=_boxes(spec),

@@ -21,8 +21,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     StrictBool,
     WithJsonSchema,
+    model_serializer,
     model_validator,
 )
 
@@ -167,6 +170,33 @@ def _docstring_safe(text: str) -> str:
     return text
 
 
+# The configuration sections a target may override (the kernel's semantics, its operands, dtypes, batch
+# and epilogue, stay the same on every target), and the backend whose options each one is.
+CONFIG_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas")
+BACKEND_SECTIONS: dict[str, Backend] = {"triton": Backend.triton, "cute": Backend.cute, "pallas": Backend.pallas}
+
+
+class TargetConfig(Strict):
+    """One target's configuration over the kernel's: each key given replaces the kernel's value of that
+    key, keys not given keep it (a `tile` is given whole). Semantics (operands, dtypes, batch, epilogue)
+    cannot be overridden: they are the same on every target."""
+
+    tile: Tile | None = None
+    cluster: Cluster | None = None
+    pipeline: Pipeline | None = None
+    schedule: Schedule | None = None
+    triton: TritonOptions | None = None
+    cute: CuteOptions | None = None
+    pallas: PallasOptions | None = None
+
+
+def _target_key(text: object) -> str:
+    return str(parse_target(text))
+
+
+TargetKey = Annotated[str, BeforeValidator(_target_key), WithJsonSchema({"type": "string", "enum": list(ALL_TARGETS)})]
+
+
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION), AfterValidator(_docstring_safe)]
 # The pattern is checked by check_kernel_name (with a message that says why); the schema shows it too.
 KernelName = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"pattern": IDENTIFIER.pattern}),
@@ -191,6 +221,9 @@ class GemmSpec(Strict):
     triton: TritonOptions = TritonOptions()
     cute: CuteOptions = CuteOptions()
     pallas: PallasOptions = PallasOptions()
+    # Per-target configuration: `[kernels.per_target."cute:sm100"]` tables (not `on`: YAML 1.1 reads
+    # that key as true).
+    per_target: dict[TargetKey, TargetConfig] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique(self) -> GemmSpec:
@@ -199,6 +232,13 @@ class GemmSpec(Strict):
             if str(t) in seen:
                 raise ValueError(f"target '{t}' is listed twice")
             seen.add(str(t))
+        for key, cfg in self.per_target.items():
+            if key not in seen:
+                raise ValueError(f"per_target names '{key}', which is not in targets ({', '.join(sorted(seen))})")
+            backend = key.partition(":")[0]
+            for section, owner in BACKEND_SECTIONS.items():
+                if section in cfg.model_fields_set and owner.value != backend:
+                    raise ValueError(f"per_target '{key}' sets {section} options, which only {owner} targets read")
         names = {"a", "b", "out"}
         owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
         for arg in self.runtime_args():
@@ -216,6 +256,40 @@ class GemmSpec(Strict):
 
     def runtime_args(self) -> list[RuntimeArg]:
         return [arg for op in self.epilogue for arg in op.runtime_args()]
+
+    def for_target(self, target: object) -> GemmSpec:
+        """The effective spec on one target: its `per_target` keys applied over the kernel's, with no
+        `per_target` left (what resolve, the rules and the designs read). The spec itself when the
+        target overrides nothing."""
+        cfg = self.per_target.get(str(target))
+        if cfg is None:
+            return self if not self.per_target else self.model_copy(update={"per_target": {}})
+        update: dict[str, object] = {"per_target": {}}
+        for section in cfg.model_fields_set:
+            given = getattr(cfg, section)
+            if given is not None:  # values were validated on load; merging keys keeps them valid
+                update[section] = getattr(self, section).model_copy(
+                    update={k: getattr(given, k) for k in given.model_fields_set})
+        return self.model_copy(update=update)
+
+    def config_field(self, target: object, field: tuple[str | int, ...]) -> tuple[str | int, ...]:
+        """Where a configuration field of the effective spec on `target` was written: under
+        `per_target` when that target's table sets it (a section, or a key of it), else the kernel's."""
+        cfg = self.per_target.get(str(target))
+        if cfg is None or not field or field[0] not in cfg.model_fields_set:
+            return field
+        section = getattr(cfg, str(field[0]))
+        if section is not None and (len(field) == 1 or field[1] in section.model_fields_set):
+            return ("per_target", str(target), *field)
+        return field
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        # A spec without per-target tables dumps (and hashes) as it did before they existed.
+        data = handler(self)
+        if not self.per_target:
+            data.pop("per_target", None)
+        return data
 
 
 KernelSpec = Annotated[GemmSpec, Field(discriminator="kind")]
