@@ -47,7 +47,8 @@ def print_diagnostic(d, console: Console | None = None) -> None:
     message, then the hint indented below."""
     colors = {"error": "red", "warning": "yellow", "note": "dim"}
     console = console or out
-    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {d.target}: {d.message}",
+    where = f"{d.target} {d.variant}" if getattr(d, "variant", "") else d.target
+    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {where}: {d.message}",
                   style=colors[d.severity], markup=False)
     if d.hint:
         console.print(f"    hint: {d.hint}", markup=False)

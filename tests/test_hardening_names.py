@@ -70,6 +70,12 @@ def variants():
     yield spec_of("v_f32", EVERY_OP[:3], a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
                   out={"dtype": "f32"})
     yield spec_of("v_acc16", EVERY_OP[:3], accumulator="f16")
+    # size-selected variants (the launcher's selection locals), with TMA boxes and with pointers
+    for tma in (False, True):
+        yield spec_of(f"v_sizes_{tma}", EVERY_OP[:3], schedule={"persistent": tma},
+                      triton={"num_warps": 8, "tma": tma},
+                      variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64}},
+                                {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
 
 
 def emitted_names(text: str) -> set[str]:

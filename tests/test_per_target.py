@@ -150,4 +150,4 @@ def test_schema_lists_per_target_keyed_by_target_names() -> None:
     assert prop["additionalProperties"] == {"$ref": "#/$defs/TargetConfig"}
     assert "cute:sm100" in prop["propertyNames"]["enum"]
     assert set(schema["$defs"]["TargetConfig"]["properties"]) == {
-        "tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas"}
+        "tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas", "variants"}

@@ -27,6 +27,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "SPEC", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "METADATA", "RUNTIME_ABI", "a", "b",
     "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_g", "_tile_coords",
     "_tanh", "_validate", "_check", "_run", "_fake", "_op", "_launcher", "_CONSTEXPRS",
+    "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS",
 })
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,
@@ -41,6 +42,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | frozenset({
     "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "half", "halves", "x", "tiles", "key",
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
+    "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box",
 })
 
 OPERANDS = frozenset({"a", "b", "out"})

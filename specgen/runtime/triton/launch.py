@@ -51,10 +51,12 @@ def direct_launch(compiled) -> tuple[Callable, tuple]:
 
 
 class TritonLauncher:
-    def __init__(self, kernel: triton.JITFunction, name: str, configs: dict[int, dict[str, int]]) -> None:
+    def __init__(self, kernel: triton.JITFunction, name: str, configs: dict[int, dict[str, int]],
+                 variants: tuple[dict[int, dict[str, int]], ...] = ()) -> None:
         self.kernel = kernel
         self.name = name
         self.configs = configs
+        self.variants = variants  # size-selected variants' launch configs, per compute capability
         # (device, key) -> (launch, leading args, constexpr slots, SM count)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
@@ -83,8 +85,9 @@ class TritonLauncher:
         return self.device_config(device)[1]
 
     def __call__(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
-                 constexprs: dict[str, object], persistent: bool = False) -> None:
-        """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count)."""
+                 constexprs: dict[str, object], persistent: bool = False, variant: int | None = None) -> None:
+        """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count). `key`
+        includes the variant, whose constexprs and launch config compile a kernel of their own."""
         entry = self._compiled.get((device, key))
         if entry is not None and _current_device() == device and not _hooks_active():
             launch, leading, slots, num_sms = entry
@@ -92,11 +95,13 @@ class TritonLauncher:
                 grid = (min(grid, num_sms), 1, 1)
             launch(grid[0], grid[1], grid[2], _get_stream(device), *leading, *args, *slots)
             return
-        self._launch_jit(device, key, grid, args, constexprs, persistent)
+        self._launch_jit(device, key, grid, args, constexprs, persistent, variant)
 
     def _launch_jit(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
-                    constexprs: dict[str, object], persistent: bool) -> None:
+                    constexprs: dict[str, object], persistent: bool, variant: int | None = None) -> None:
         config, num_sms = self.device_config(device)
+        if variant is not None:  # the variant's config for the same compute capability
+            config = self.variants[variant][next(cc for cc, c in self.configs.items() if c is config)]
         if persistent:
             grid = (min(grid, num_sms), 1, 1)
         if device < 0:
