@@ -54,6 +54,20 @@ def print_diagnostic(d, console: Console | None = None) -> None:
         console.print(f"    hint: {d.hint}", markup=False)
 
 
+def print_variants(loaded) -> None:
+    """One line per target with size-selected variants: the order the launcher tries them in."""
+    for t in loaded.spec.targets:
+        variants = loaded.spec.variants_on(t)
+        if not variants:
+            continue
+        shown = []
+        for i, v in enumerate(variants):
+            tile = loaded.spec.for_target(t, i).tile
+            shown.append(f"{v.when}: {tile.m}x{tile.n}x{tile.k}")
+        tile = loaded.spec.for_target(t).tile
+        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {tile.m}x{tile.n}x{tile.k}", markup=False)
+
+
 def _paths(paths: list[Path] | None) -> list[Path]:
     chosen = paths or [Path("specs")]
     cwd = Path.cwd()
@@ -107,6 +121,8 @@ def check(
     else:
         for d in diags:
             print_diagnostic(d)
+        for s in specs:
+            print_variants(s)
         targets = sum(len(s.spec.targets) for s in specs)
         ms = (time.perf_counter() - start) * 1000
         warnings = sum(d.severity == "warning" for d in diags)

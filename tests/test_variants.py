@@ -213,3 +213,16 @@ def test_each_variants_path_computes_the_product(dtype: str, tma: bool, load_ker
         assert not got.isnan().any(), (m, n, k)
         tol = 2e-2 if dtype == "f16" else 1e-4
         torch.testing.assert_close(got.double(), ref, atol=tol * k ** 0.5, rtol=tol)
+
+
+def test_check_prints_each_targets_variants(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from specgen.cli import app
+
+    path = tmp_path / "k.toml"
+    path.write_text(TOML.replace('"cute:sm90"]', '"triton:sm100"]').replace('"triton:sm100", "triton:sm100"', '"triton:sm100"'))
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 0, result.output
+    line = "variants k @ triton:sm90: M <= 16: 16x64x128; M <= 128 and N <= 4096: 64x128x64; else 128x256x64"
+    assert line in result.output and "variants k @ triton:sm100" in result.output
