@@ -18,6 +18,8 @@ from collections.abc import Callable
 import torch
 import triton
 
+from specgen.runtime.triton.descriptors import with_descriptor_cache
+
 _get_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
 _current_device = torch._C._cuda_getDevice if torch.cuda.is_available() else None
 _runtime_knobs = triton.knobs.runtime
@@ -45,8 +47,9 @@ def direct_launch(compiled) -> tuple[Callable, tuple]:
     params = list(inspect.signature(type(run).__call__).parameters)
     if (params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
             and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0):
-        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                            compiled.packed_metadata, None, None, None)
+        # TMA kernels: the launch encodes each descriptor; ours caches the encodings (descriptors.py)
+        return with_descriptor_cache(run.launch), (compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                                                   None, None, compiled.packed_metadata, None, None, None)
     return run, (compiled.function, compiled.packed_metadata, None, None, None)
 
 
