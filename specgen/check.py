@@ -89,6 +89,8 @@ def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
     for backend, targets in by_backend.items():
         design = design_for(loaded.spec.kind, backend)
         _variants_agree(loaded, report, targets, getattr(design, "variant_shared_config", ()))
+        if not getattr(design, "renders_variants", False):
+            _variants_unrendered(loaded, report, design.modules(loaded.spec, targets))
         shared = getattr(design, "shared_config", ())
         if not shared:
             continue
@@ -121,6 +123,26 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
                     f"a variant runs the target's kernel with its own tile, warps and stages; {name} changes the "
                     f"kernel's code: {name} = {mine} in the variant, {theirs} on the target",
                     f"keep {name} = {theirs} in the variant, or give the kernel another spec", f"variant {v.variant} ({v.when})"))
+
+
+def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[str, list]) -> None:
+    """CFG003 (error): only the Triton design renders size-selected variants (its launcher picks one
+    with integer compares, designs/gemm_triton.py); the CuTe sm90 and Pallas TPU designs render one
+    config per module, so a variant on a target they render would be dropped silently. Reported at the
+    variants' line. (Targets no design renders are checked only, variants included.)"""
+    for rel, served in modules.items():
+        for t in served:
+            variants = report.resolved[(loaded.name, str(t))].variants
+            if not variants:
+                continue
+            own = getattr(loaded.spec.per_target.get(str(t)), "variants", None) is not None
+            line, col = loaded.where(("per_target", str(t), "variants") if own else ("variants",))
+            bounds = "; ".join(str(v.when) for v in variants)
+            report.diagnostics.append(Diagnostic(
+                loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
+                f"the {t.backend.value} design renders one config per module ({rel}); size-selected variants are "
+                f"Triton-only today, and {t} has {len(variants)} ({bounds})",
+                f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
 
 
 def _disagreement(loaded: LoadedSpec, rel: str, shared: tuple[tuple[str, ...], ...], first: object, base: Resolved,

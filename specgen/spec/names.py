@@ -27,14 +27,16 @@ CUTE_MODULE_NAMES: frozenset[str] = frozenset({
     "CLUSTER_N", "CuteLauncher", "EPI_M", "EPI_N", "EPI_STAGES", "GROUP_ROWS", "LOAD_REGISTERS",
     "LayoutEnum", "MMA_REGISTERS", "MMA_WARPGROUPS", "OUT_DTYPE", "OUT_LAYOUT", "PERSISTENT",
     "SharedStorage", "THREADS", "TILE_K", "TILE_M", "TILE_N", "_MMA_THREADS", "_fake_args", "_mkl",
-    "_nkl", "_smem_layout", "batch", "bool", "cols", "cute", "cutlass", "dtype", "extent", "gemm_host",
-    "gemm_kernel", "major_rows", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_schedule",
-    "make_tiled_mma", "matrix", "pipeline", "rows", "sm90_utils", "tma", "utils", "vector", "zero_operand"
+    "_nkl", "_smem_layout", "cute", "cutlass", "gemm_host", "gemm_kernel", "make_fake_stream",
+    "make_fake_tensor", "make_r2s_copy", "make_schedule", "make_tiled_mma", "pipeline", "sm90_utils", "utils",
+    "zero_operand"
 })
 
 # Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
 # the epilogue's registers) and the keyword arguments of the DSL calls.
 CUTE_RESERVED: frozenset[str] = frozenset({
+    # _fake_args' nested helpers and their parameters (closure-local: not module-level names)
+    "batch", "bool", "cols", "dtype", "extent", "major_rows", "matrix", "rows", "tma", "vector",
     "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "acc_regs", "assumed_align", "atom", "bSG_g",
     "bSG_s", "b_mask", "b_tiles", "barrier_id", "barrier_storage", "block", "buf", "cluster",
     "cluster_crd", "cluster_shape_mn", "consumer_group", "crd", "cta_layout", "cta_layout_vmnk",
