@@ -20,7 +20,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from kernels import catalogue, interpreter_variant, load_module
+from kernels import catalogue, interpreter_variant, load_module, triton_only
 
 from specgen.render.catalogue import render_triton_module
 from specgen.spec.load import SpecError, load_paths, load_text
@@ -61,7 +61,7 @@ def refusal(spec: dict):
 def variants():
     """The catalogue's Triton modules and every epilogue op under every schedule form."""
     for s in catalogue().values():
-        yield {**s, "targets": [t for t in s["targets"] if t.startswith("triton:")]}
+        yield triton_only(s)
     for i, (persistent, tma, batch, raster, sub, flat) in enumerate(itertools.product([False, True], repeat=6)):
         yield spec_of(f"v{i}", EVERY_OP, batch=batch,
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8},
