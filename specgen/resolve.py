@@ -8,7 +8,7 @@ whose designs plan from them: nothing is resolved twice (tests/test_rules.py cou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specgen.envelope.budget import (
     CHECKED_ONLY_LAYOUTS,
@@ -160,13 +160,13 @@ def resolve(spec: GemmSpec, target: Target) -> Resolved:
     """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
     applied): `Resolved.spec` is that effective spec, which the rules and the designs read. Each of
     the target's size-selected variants resolves too, into `Resolved.variants`."""
-    default = _resolve(spec.for_target(target), target)
-    variants = tuple(replace(_resolve(spec.for_target(target, i), target), variant=i, when=v.when)
+    variants = tuple(_resolve(spec.for_target(target, i), target, i, v.when)
                      for i, v in enumerate(spec.variants_on(target)))
-    return replace(default, variants=variants) if variants else default
+    return _resolve(spec.for_target(target), target, variants=variants)
 
 
-def _resolve(spec: GemmSpec, target: Target) -> Resolved:
+def _resolve(spec: GemmSpec, target: Target, variant: int | None = None, when: When | None = None,
+             variants: tuple[Resolved, ...] = ()) -> Resolved:
     info = target_info(target)
     stages = resolve_ab_stages(spec, info)
     regs, threads = accumulator_registers(spec, info)
@@ -177,4 +177,5 @@ def _resolve(spec: GemmSpec, target: Target) -> Resolved:
         acc_registers=regs, acc_threads=threads,
         tmem_columns=tmem_columns(spec) if _acc_in_tmem(info) else 0,
         tma_boxes=resolve_tma_boxes(spec, info),
+        variant=variant, when=when, variants=variants,
     )

@@ -20,7 +20,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from kernels import catalogue, interpreter_variant, load_module
+from kernels import catalogue, interpreter_variant, load_module, triton_only
 
 from specgen.designs import design_for
 from specgen.render.catalogue import render_modules, render_triton_module
@@ -64,9 +64,9 @@ def refusal(spec: dict):
 def variants():
     """The catalogue's Triton and CuTe modules and every epilogue op under every schedule form."""
     for s in catalogue().values():
-        triton = [t for t in s["targets"] if t.startswith("triton:")]
-        if triton:  # (the TPU-only specs render Pallas modules only: pallas_variants)
-            yield {**s, "targets": triton}
+        triton = triton_only(s)
+        if triton["targets"]:  # (the TPU-only specs render Pallas modules only: pallas_variants)
+            yield triton
     for i, (persistent, tma, batch, raster, sub, flat) in enumerate(itertools.product([False, True], repeat=6)):
         yield spec_of(f"v{i}", EVERY_OP, batch=batch,
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8},

@@ -89,12 +89,18 @@ def test_a_spec_without_tables_dumps_and_hashes_as_before() -> None:
     assert "per_target" in load().spec.model_dump(mode="json")
 
 
+def test_a_table_for_an_unlisted_target_is_inert() -> None:
+    spec = load(TOML + '[kernels.per_target."cute:sm90"]\ntile = { m = 16, n = 16, k = 16 }\n').spec
+    assert [str(t) for t in spec.targets] == ["triton:sm90", "triton:sm100", "cute:sm100"]
+    assert not [d for d in check_spec(load(TOML + '[kernels.per_target."cute:sm90"]\ntile = { m = 16, n = 16, k = 16 }\n'))
+                if d.severity == "error"]
+
+
 @pytest.mark.parametrize(("extra", "words"), [
-    ('[kernels.per_target."cute:sm90"]\ntile = { m = 64, n = 64, k = 64 }\n', ["cute:sm90", "not in targets"]),
     ('[kernels.per_target."cute:sm42"]\ntile = { m = 64, n = 64, k = 64 }\n', ["cute:sm42", "no arch"]),
     ('[kernels.per_target."triton:sm90"]\ncute = { two_cta = true }\n', ["cute options", "only cute targets"]),
 ])
-def test_per_target_tables_name_listed_targets_and_their_own_backend(extra: str, words: list[str]) -> None:
+def test_per_target_tables_name_known_targets_and_their_own_backend(extra: str, words: list[str]) -> None:
     with pytest.raises(SpecError) as info:
         load(TOML + extra)
     text = str(info.value)
@@ -151,3 +157,13 @@ def test_schema_lists_per_target_keyed_by_target_names() -> None:
     assert "cute:sm100" in prop["propertyNames"]["enum"]
     assert set(schema["$defs"]["TargetConfig"]["properties"]) == {
         "tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas", "variants"}
+
+
+def test_a_dumped_spec_loads_back_with_the_same_effective_configs() -> None:
+    # a table's sections dump the keys they were given, not the defaults of the rest
+    spec = load().spec
+    dumped = spec.model_dump(mode="json")
+    assert dumped["per_target"]["triton:sm100"]["triton"] == {"num_warps": 4}
+    (again,) = load_text(json.dumps({"kernels": [dumped]}), "again.json", ".json")
+    for t in spec.targets:
+        assert again.spec.for_target(t) == spec.for_target(t)
