@@ -177,8 +177,8 @@ def test_an_out_that_would_shadow_a_module_is_refused(tmp_path, monkeypatch, whe
     monkeypatch.chdir(tmp_path)
     r = render("specs", "--out", where)
     assert r.exit_code == 1
-    # --out . makes each backend folder a top-level package: the first (cute/) is named
-    shadowed = {".": "cute", "triton": "triton", "torch": "torch"}[where]
+    # --out . makes each backend folder a top-level package: the message names the installed module it shadows
+    shadowed = {".": "triton", "triton": "triton", "torch": "torch"}[where]
     assert f"shadows the `{shadowed}` module" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["specs"]
 
