@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from specgen.designs import design_for
 from specgen.envelope.rules import run_rules
 from specgen.resolve import Resolved, resolve
 from specgen.spec.load import LoadedSpec
@@ -26,12 +27,14 @@ class Diagnostic:
     severity: str
     message: str
     hint: str
+    variant: str = ""  # "variant 0 (M <= 64)" when the finding is about a size-selected variant
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def __str__(self) -> str:
-        text = f"{self.file}:{self.line}:{self.column}: {self.severity} {self.rule} [{self.spec} @ {self.target}] {self.message}"
+        where = f"{self.target} {self.variant}" if self.variant else self.target
+        text = f"{self.file}:{self.line}:{self.column}: {self.severity} {self.rule} [{self.spec} @ {where}] {self.message}"
         return f"{text}\n    hint: {self.hint}" if self.hint else text
 
 
@@ -46,9 +49,13 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
     for target in loaded.spec.targets:
         r = resolve(loaded.spec, target)
         report.resolved[(loaded.name, str(target))] = r
-        for f in run_rules(r):
-            line, col = loaded.where(f.field)
-            out.append(Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint))
+        for one in (r, *r.variants):  # every variant of every target is checked
+            label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
+            for f in run_rules(one):
+                line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
+                out.append(Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message,
+                                      f.hint, label))
+    _module_agreement(loaded, report)
     if not notes:
         return
     listed = {str(t) for t in loaded.spec.targets}
@@ -63,6 +70,109 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
         else:
             out.append(Diagnostic(loaded.name, loaded.file, line, col, name, "TARGET", "note",
                                   "could serve this spec but is not listed", f'add "{name}" to targets'))
+
+
+def _field_value(spec: object, path: tuple[str, ...]) -> object:
+    for part in path:
+        spec = getattr(spec, part)
+    return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else spec
+
+
+def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
+    """CFG001 (error): the targets one generated module serves run one kernel source, so their effective
+    configs agree on the fields its design lists as `shared_config` (the Triton design: tile, schedule,
+    TMA and epilogue options; warps and stages stay per compute capability). Reported at the per_target
+    line of each target that departs from the module's first target."""
+    by_backend: dict[object, list] = {}
+    for t in loaded.spec.targets:
+        by_backend.setdefault(t.backend, []).append(t)
+    for backend, targets in by_backend.items():
+        design = design_for(loaded.spec.kind, backend)
+        _variants_agree(loaded, report, targets, getattr(design, "variant_shared_config", ()))
+        if not getattr(design, "renders_variants", False):
+            _variants_unrendered(loaded, report, design.modules(loaded.spec, targets))
+        shared = getattr(design, "shared_config", ())
+        if not shared:
+            continue
+        for rel, served in design.modules(loaded.spec, targets).items():
+            first = served[0]
+            base = report.resolved[(loaded.name, str(first))]
+            for t in served[1:]:
+                mine = report.resolved[(loaded.name, str(t))]
+                out = _disagreement(loaded, rel, shared, first, base, t, mine)
+                if out is not None:
+                    report.diagnostics.append(out)
+
+
+def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shared: tuple[tuple[str, ...], ...]) -> None:
+    """CFG002 (error): a size-selected variant launches its target's kernel with other constexprs, warps
+    and stages, so it keeps the fields that change the kernel's code (the design's
+    `variant_shared_config`; Triton: persistent, raster, TMA and epilogue options). Reported at the
+    variant's line."""
+    for t in targets:
+        r = report.resolved[(loaded.name, str(t))]
+        for v in r.variants:
+            for path in shared:
+                mine, theirs = _field_value(v.spec, path), _field_value(r.spec, path)
+                if mine == theirs:
+                    continue
+                name = ".".join(path)
+                line, col = loaded.where(loaded.spec.config_field(t, path, v.variant))
+                report.diagnostics.append(Diagnostic(
+                    loaded.name, loaded.file, line, col, str(t), "CFG002", "error",
+                    f"a variant runs the target's kernel with its own tile, warps and stages; {name} changes the "
+                    f"kernel's code: {name} = {mine} in the variant, {theirs} on the target",
+                    f"keep {name} = {theirs} in the variant, or give the kernel another spec", f"variant {v.variant} ({v.when})"))
+
+
+def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[str, list]) -> None:
+    """CFG003 (error): only the Triton design renders size-selected variants (its launcher picks one
+    with integer compares, designs/gemm_triton.py); the CuTe sm90 and Pallas TPU designs render one
+    config per module, so a variant on a target they render would be dropped silently. Reported at the
+    variants' line. (Targets no design renders are checked only, variants included.)"""
+    for rel, served in modules.items():
+        for t in served:
+            variants = report.resolved[(loaded.name, str(t))].variants
+            if not variants:
+                continue
+            own = getattr(loaded.spec.per_target.get(str(t)), "variants", None) is not None
+            line, col = loaded.where(("per_target", str(t), "variants") if own else ("variants",))
+            bounds = "; ".join(str(v.when) for v in variants)
+            report.diagnostics.append(Diagnostic(
+                loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
+                f"the {t.backend.value} design renders one config per module ({rel}); size-selected variants are "
+                f"Triton-only today, and {t} has {len(variants)} ({bounds})",
+                f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
+
+
+def _disagreement(loaded: LoadedSpec, rel: str, shared: tuple[tuple[str, ...], ...], first: object, base: Resolved,
+                  t: object, mine: Resolved) -> Diagnostic | None:
+    spec = loaded.spec
+
+    def diag(field: tuple[str | int, ...], message: str, hint: str, variant: str = "") -> Diagnostic:
+        line, col = loaded.where(field)
+        return Diagnostic(loaded.name, loaded.file, line, col, str(t), "CFG001", "error",
+                          f"{t} and {first} render into one module ({rel}) with one kernel: {message}", hint, variant)
+
+    if [v.when for v in mine.variants] != [v.when for v in base.variants]:
+        own = [x for x in (t, first) if getattr(spec.per_target.get(str(x)), "variants", None) is not None]
+        where = ("per_target", str(own[0]), "variants") if own else ("variants",)
+        shown = ["; ".join(str(v.when) for v in r.variants) or "none" for r in (mine, base)]
+        return diag(where, f"they share the variants' bounds: {shown[0]} on {t}, {shown[1]} on {first}",
+                    "give both targets the same variant bounds")
+    for ours, theirs in zip((mine, *mine.variants), (base, *base.variants), strict=True):
+        for path in shared:
+            a, b = _field_value(ours.spec, path), _field_value(theirs.spec, path)
+            if a == b:
+                continue
+            field = spec.config_field(t, path, ours.variant)
+            if field == path:
+                field = spec.config_field(first, path, theirs.variant)
+            name = ".".join(path)
+            label = "" if ours.variant is None else f"variant {ours.variant} ({ours.when})"
+            return diag(field, f"they share {name}: {name} = {a} on {t}, {b} on {first}",
+                        f"give both the same {name} (per-target warps and pipeline stages may differ)", label)
+    return None
 
 
 def check_specs(specs: list[LoadedSpec], notes: bool = False) -> CheckReport:

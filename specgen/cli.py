@@ -47,10 +47,25 @@ def print_diagnostic(d, console: Console | None = None) -> None:
     message, then the hint indented below."""
     colors = {"error": "red", "warning": "yellow", "note": "dim"}
     console = console or out
-    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {d.target}: {d.message}",
+    where = f"{d.target} {d.variant}" if getattr(d, "variant", "") else d.target
+    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {where}: {d.message}",
                   style=colors[d.severity], markup=False)
     if d.hint:
         console.print(f"    hint: {d.hint}", markup=False)
+
+
+def print_variants(loaded) -> None:
+    """One line per target with size-selected variants: the order the launcher tries them in."""
+    for t in loaded.spec.targets:
+        variants = loaded.spec.variants_on(t)
+        if not variants:
+            continue
+        shown = []
+        for i, v in enumerate(variants):
+            tile = loaded.spec.for_target(t, i).tile
+            shown.append(f"{v.when}: {tile.m}x{tile.n}x{tile.k}")
+        tile = loaded.spec.for_target(t).tile
+        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {tile.m}x{tile.n}x{tile.k}", markup=False)
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:
@@ -106,6 +121,8 @@ def check(
     else:
         for d in diags:
             print_diagnostic(d)
+        for s in specs:
+            print_variants(s)
         targets = sum(len(s.spec.targets) for s in specs)
         ms = (time.perf_counter() - start) * 1000
         warnings = sum(d.severity == "warning" for d in diags)

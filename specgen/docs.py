@@ -21,6 +21,10 @@ def _type(prop: dict) -> str:
         return " or ".join(_type(p) for p in prop["anyOf"])
     if "oneOf" in prop:
         return " or ".join(_type(p) for p in prop["oneOf"])
+    if prop.get("type") == "object" and isinstance(prop.get("additionalProperties"), dict):
+        keys = prop.get("propertyNames", {})
+        key = "target name" if "enum" in keys else "name"
+        return f"table of {key} to {_type(prop['additionalProperties'])}"
     if prop.get("type") == "array":
         return f"list of {_type(prop.get('items', {}))}"
     shown = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "maxLength": "length <=", "pattern": "matching"}
@@ -47,7 +51,8 @@ def spec_reference() -> str:
         lines += ["| field | type | default |", "|---|---|---|"]
         required = set(d.get("required", []))
         for field, prop in d["properties"].items():
-            fallback = [] if prop.get("type") == "array" else None  # default_factory fields carry no default
+            # default_factory fields carry no default
+            fallback = [] if prop.get("type") == "array" else {} if prop.get("type") == "object" else None
             default = "required" if field in required else f"`{json.dumps(prop.get('default', fallback))}`"
             lines.append(f"| `{field}` | {_type(prop)} | {default} |")
         lines.append("")

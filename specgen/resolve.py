@@ -1,6 +1,6 @@
 """Resolve once what check and the planners both need, per (spec, target).
 
-`resolve(spec, target)` turns `auto` pipeline depths into numbers, lays out the on-chip memory with the
+`resolve(spec, target)` applies the target's `per_target` configuration, turns `auto` pipeline depths into numbers, lays out the on-chip memory with the
 target's design (or its checked-only layout), and works out the accumulator's registers, its TMEM
 columns and the TMA boxes. `check` runs the rules over a `Resolved` and hands the same objects to render,
 whose designs plan from them: nothing is resolved twice (tests/test_rules.py counts it).
@@ -19,7 +19,7 @@ from specgen.envelope.budget import (
     MemoryLayout,
 )
 from specgen.envelope.devices import GpuDevice, TpuDevice
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import GemmSpec, Target, When
 from specgen.targets import Backend, TargetInfo, target_info
 
 
@@ -46,6 +46,9 @@ class Resolved:
     acc_threads: int  # threads sharing it
     tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
     tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
+    variant: int | None = None  # which of the target's size-selected variants (None: the default config)
+    when: When | None = None  # that variant's bounds
+    variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved
 
     @property
     def backend(self) -> Backend:
@@ -154,6 +157,16 @@ def resolve_tma_boxes(spec: GemmSpec, info: TargetInfo) -> tuple[TmaBox, ...]:
 
 
 def resolve(spec: GemmSpec, target: Target) -> Resolved:
+    """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
+    applied): `Resolved.spec` is that effective spec, which the rules and the designs read. Each of
+    the target's size-selected variants resolves too, into `Resolved.variants`."""
+    variants = tuple(_resolve(spec.for_target(target, i), target, i, v.when)
+                     for i, v in enumerate(spec.variants_on(target)))
+    return _resolve(spec.for_target(target), target, variants=variants)
+
+
+def _resolve(spec: GemmSpec, target: Target, variant: int | None = None, when: When | None = None,
+             variants: tuple[Resolved, ...] = ()) -> Resolved:
     info = target_info(target)
     stages = resolve_ab_stages(spec, info)
     regs, threads = accumulator_registers(spec, info)
@@ -164,4 +177,5 @@ def resolve(spec: GemmSpec, target: Target) -> Resolved:
         acc_registers=regs, acc_threads=threads,
         tmem_columns=tmem_columns(spec) if _acc_in_tmem(info) else 0,
         tma_boxes=resolve_tma_boxes(spec, info),
+        variant=variant, when=when, variants=variants,
     )

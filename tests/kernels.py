@@ -44,9 +44,18 @@ def interpreter_variant(spec: dict, **changes: object) -> dict:
     return spec
 
 
+def triton_only(spec: dict) -> dict:
+    """The spec on its Triton targets alone (their per_target tables kept, the others' dropped)."""
+    targets = [t for t in spec["targets"] if t.startswith("triton:")]
+    spec = {**spec, "targets": targets}
+    if "per_target" in spec:
+        spec["per_target"] = {t: c for t, c in spec["per_target"].items() if t in targets}
+    return spec
+
+
 def load_module(spec: dict, tmp_dir: Path, module_name: str | None = None):
     """Render one Triton module for `spec` and import it (under a unique name unless one is given)."""
-    spec = {**spec, "targets": [t for t in spec["targets"] if t.startswith("triton:")]}
+    spec = triton_only(spec)
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
     text = render_triton_module(loaded, loaded.spec.targets)
     path = tmp_dir / f"{spec['name']}.py"

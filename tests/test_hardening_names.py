@@ -20,7 +20,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from kernels import catalogue, interpreter_variant, load_module
+from kernels import catalogue, interpreter_variant, load_module, triton_only
 
 from specgen.designs import design_for
 from specgen.render.catalogue import render_modules, render_triton_module
@@ -64,9 +64,9 @@ def refusal(spec: dict):
 def variants():
     """The catalogue's Triton and CuTe modules and every epilogue op under every schedule form."""
     for s in catalogue().values():
-        triton = [t for t in s["targets"] if t.startswith("triton:")]
-        if triton:  # (the TPU-only specs render Pallas modules only: pallas_variants)
-            yield {**s, "targets": triton}
+        triton = triton_only(s)
+        if triton["targets"]:  # (the TPU-only specs render Pallas modules only: pallas_variants)
+            yield triton
     for i, (persistent, tma, batch, raster, sub, flat) in enumerate(itertools.product([False, True], repeat=6)):
         yield spec_of(f"v{i}", EVERY_OP, batch=batch,
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8},
@@ -82,6 +82,12 @@ def variants():
     for i, (persistent, batch, raster) in enumerate(itertools.product([False, True], repeat=3)):
         yield spec_of(f"c{i}", EVERY_OP, batch=batch, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64},
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8})
+    # size-selected variants (the launcher's selection locals), with TMA boxes and with pointers
+    for tma in (False, True):
+        yield spec_of(f"v_sizes_{tma}", EVERY_OP[:3], schedule={"persistent": tma},
+                      triton={"num_warps": 8, "tma": tma},
+                      variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64}},
+                                {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
 
 
 def emitted_names(text: str) -> set[str]:

@@ -715,7 +715,7 @@ def _count_resolutions(monkeypatch) -> list[str]:
 
     def counting(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        seen.append(f"{self.spec.name} @ {self.target}")
+        seen.append(f"{self.spec.name} @ {self.target}" + ("" if self.variant is None else f" #{self.variant}"))
 
     monkeypatch.setattr(Resolved, "__init__", counting)
     return seen
@@ -726,7 +726,12 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
     from specgen.render.catalogue import render_catalogue
 
     specs = load_paths([ROOT / "specs"])
-    pairs = sorted(f"{ls.name} @ {t}" for ls in specs for t in ls.spec.targets)
+
+    def resolutions(ls, t) -> list[str]:  # the target's default config and each of its variants
+        return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t))))]
+
+    pairs = sorted(r for ls in specs for t in ls.spec.targets for r in resolutions(ls, t))
+    assert any("#" in p for p in pairs)  # the shipped specs have variants
     seen = _count_resolutions(monkeypatch)
     render_catalogue(specs, tmp_path, check=True)  # check, then every design's plan and render
     assert sorted(seen) == pairs
@@ -735,7 +740,7 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
     assert sorted(seen) == pairs
     seen.clear()
     check_all(specs, notes=True)  # notes resolve every other target too, once each
-    assert sorted(seen) == sorted(f"{ls.name} @ {t}" for ls in specs for t in ALL_TARGETS)
+    assert sorted(seen) == sorted(r for ls in specs for t in ALL_TARGETS for r in resolutions(ls, t))
 
 
 def test_rules_run_only_on_the_kinds_they_name(monkeypatch):

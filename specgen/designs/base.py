@@ -52,6 +52,10 @@ class Design(Protocol):
         """Relative output path (under the rendered package) -> the targets that module serves."""
         ...
 
+    # Optional: `shared_config`, field paths (("tile",), ("triton", "tma")) on which the targets of one
+    # module must agree after their per_target tables apply (check's CFG001 says where they do not).
+    # Optional: `renders_variants = True` where the module selects size-selected variants at launch; a
+    # design without it refuses variants on the targets it renders (check's CFG003).
     # Optional: `tma_boxes(spec, target) -> tuple[resolve.TmaBox, ...]`, the boxes the module's TMA
     # descriptors use, so that the TMA rules check exactly those (resolve.py falls back to one box per
     # tile where the target's row says tiles move as raw TMA boxes).

@@ -186,8 +186,9 @@ class CuteSm90Gemm:
         return {f"cute/{spec.name}.py": served} if served else {}
 
     def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm90Plan:
-        """The plan from what check resolved (stages, budget): nothing is resolved again."""
-        spec = loaded.spec
+        """The plan from what check resolved (stages, budget): nothing is resolved again. Every config
+        field comes from the target's effective spec (its per_target keys applied); SPEC keeps the file's."""
+        spec = r.spec
         budget = r.budget
         t = spec.tile
         wgs = mma_warpgroups(spec)
@@ -231,7 +232,7 @@ class CuteSm90Gemm:
             b_stage_bytes=t.n * t.k * spec.b.dtype.bytes,
             epi_bytes=budget.epilogue_bytes,
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
-            spec_json=spec.model_dump(mode="json"),
+            spec_json=loaded.spec.model_dump(mode="json"),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:

@@ -145,8 +145,13 @@ class PallasGemmDesign:
         return {f"pallas/{spec.name}.py": tpu} if tpu else {}
 
     # --- plan and render ------------------------------------------------------------------------------
+    # One module serves every TPU target, so their effective configs (per_target applied) agree on what
+    # shapes it: the blocks, the A/B buffering and the VMEM limit (check's CFG001 says where they do not).
+    shared_config: tuple[tuple[str, ...], ...] = (("tile",), ("pipeline", "ab_stages"), ("pallas",))
+
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> PallasTpuPlan:
-        spec = loaded.spec
+        # The effective config: CFG001 keeps shared_config equal across the targets, so the first's serves
+        spec = resolved[str(targets[0])].spec
         contexts = [resolved[str(t)] for t in targets]
         budgets = [c.budget for c in contexts]
         (buffers,) = {c.ab_stages for c in contexts}  # `auto` is 2 on every TPU; a number is the spec's
@@ -180,7 +185,7 @@ class PallasGemmDesign:
             vmem_limit_bytes=limit,
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
-            spec_json=spec.model_dump(mode="json"),
+            spec_json=loaded.spec.model_dump(mode="json"),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:

@@ -84,6 +84,18 @@ class TritonGemm:
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"triton/{spec.name}.py": list(targets)}
 
+    # One kernel source serves every target of the module: these fields shape it (constexpr blocks, the
+    # descriptors' boxes, the loop), so its targets' effective configs must agree on them. Warps and
+    # pipeline depth are per compute capability (CONFIGS) and may differ.
+    shared_config: tuple[tuple[str, ...], ...] = (
+        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"))
+    # A size-selected variant launches the same kernel with its own constexprs (tile, group_m), warps
+    # and stages; these fields change the kernel's code, so a variant keeps the target's.
+    renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
+    variant_shared_config: tuple[tuple[str, ...], ...] = (
+        ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
+        ("triton", "flatten"))
+
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         from specgen.render.env import environment
 
@@ -101,6 +113,22 @@ class TritonArchConfig:
     smem_bytes: int  # the plan's estimate; `specgen compile` prints it beside the compiler's figure
     smem_breakdown: str
     acc_registers: int
+
+
+@dataclass(frozen=True)
+class TritonVariant:
+    """A size-selected variant: its bounds (the launcher's integer compares), constexprs, the TMA boxes
+    its descriptors use and its launch config per compute capability."""
+
+    index: int
+    bounds: list[tuple[str, int]]  # ("M", 64): M <= 64
+    when: str
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    boxes: dict[str, list[int]]  # "a", "b", "out" -> the descriptor's box (TMA kernels)
+    configs: list[TritonArchConfig]
 
 
 @dataclass(frozen=True)
@@ -210,6 +238,7 @@ class TritonPlan:
     params: list[KernelParam]  # the kernel ABI, in declaration order
     steps: list[EpilogueStep]  # the epilogue, resolved
     boxes: dict[str, TmaBox]  # "a", "b", "out" -> its TMA descriptor (empty for pointer kernels)
+    variants: list[TritonVariant]  # size-selected, tried in order before the default config
 
 
 def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
@@ -217,13 +246,18 @@ def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
 
 
 def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
-    spec = loaded.spec
-    configs = []
-    for t in targets:
-        r = resolved[str(t)]  # the numbers `check` proved: stages and budget come from one place
-        assert r.info.backend is Backend.triton and r.info.compute_capability is not None
-        configs.append(TritonArchConfig(t.arch, r.info.compute_capability, spec.triton.num_warps, r.ab_stages,
-                                        r.budget.total, r.budget.breakdown(), r.acc_registers))
+    # The effective config (per_target applied): its shared_config fields agree across the module's
+    # targets (check's CFG001), so the first target's shapes the kernel.
+    spec = resolved[str(targets[0])].spec
+    configs = [_arch_config(resolved[str(t)]) for t in targets]
+    variants = []
+    for i, first in enumerate(resolved[str(targets[0])].variants):  # CFG001: the same bounds on every target
+        vs, when = first.spec, first.when
+        assert when is not None
+        variants.append(TritonVariant(
+            i, list(when.bounds().items()), str(when), vs.tile.m, vs.tile.n, vs.tile.k, vs.schedule.group_m,
+            {side: b.block for side, b in _boxes(vs).items()},
+            [_arch_config(resolved[str(t)].variants[i]) for t in targets]))
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
@@ -255,11 +289,20 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         flatten=spec.schedule.persistent and spec.triton.flatten,
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,
-        spec_json=spec.model_dump(mode="json"),
+        spec_json=loaded.spec.model_dump(mode="json"),
         params=_params(spec),
         steps=_steps(spec),
         boxes=_boxes(spec),
+        variants=variants,
     )
+
+
+def _arch_config(r: Resolved) -> TritonArchConfig:
+    """One compute capability's launch config: the numbers `check` proved (stages and budget come
+    from one place)."""
+    assert r.info.backend is Backend.triton and r.info.compute_capability is not None
+    return TritonArchConfig(r.target.arch, r.info.compute_capability, r.spec.triton.num_warps, r.ab_stages,
+                            r.budget.total, r.budget.breakdown(), r.acc_registers)
 
 
 def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
@@ -365,7 +408,15 @@ def metadata(p: TritonPlan) -> dict[str, object]:
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
-    }
+    } | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
+
+
+def _variant_metadata(v: TritonVariant) -> dict[str, object]:
+    return {"when": {f"{dim.lower()}_max": n for dim, n in v.bounds}, "tile": [v.block_m, v.block_n, v.block_k],
+            "group_m": v.group_m,
+            "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages,
+                                            "smem_bytes": c.smem_bytes, "acc_registers": c.acc_registers}
+                     for c in v.configs}}
 
 
 def triton_context(p: TritonPlan) -> dict[str, object]:

@@ -21,8 +21,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     StrictBool,
     WithJsonSchema,
+    model_serializer,
     model_validator,
 )
 
@@ -167,6 +170,105 @@ def _docstring_safe(text: str) -> str:
     return text
 
 
+# The configuration sections a target may override (the kernel's semantics, its operands, dtypes, batch
+# and epilogue, stay the same on every target), and the backend whose options each one is.
+CONFIG_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas")
+BACKEND_SECTIONS: dict[str, Backend] = {"triton": Backend.triton, "cute": Backend.cute, "pallas": Backend.pallas}
+
+
+class Sparse(Strict):
+    """A model of optional keys that dumps only the keys given a value, so that a dumped spec loads
+    back as the same spec (SPEC, tests) and reads as it was written."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ConfigLayer(Sparse):
+    """Configuration keys over the kernel's (the base of per-target tables and variants)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        # Sections dump the keys they were given only: a layer replaces exactly those, so a dumped
+        # layer that spelled out defaults would override the kernel's values when loaded back.
+        data = {k: v for k, v in handler(self).items() if v is not None}
+        for section in CONFIG_SECTIONS:
+            given = getattr(self, section)
+            if given is not None:
+                data[section] = given.model_dump(mode=info.mode, exclude_unset=True)
+        return data
+
+    tile: Tile | None = None
+    cluster: Cluster | None = None
+    pipeline: Pipeline | None = None
+    schedule: Schedule | None = None
+    triton: TritonOptions | None = None
+    cute: CuteOptions | None = None
+    pallas: PallasOptions | None = None
+
+
+MAX_BOUND = (1 << 31) - 1  # problem sizes are int32 in the kernels
+Bound = bounded(MAX_BOUND)
+
+
+class When(Sparse):
+    """A variant's problem-size bounds: it serves calls with M <= m_max (and N <= n_max, K <= k_max
+    where given). The launcher tries the variants in the order listed, then the default config."""
+
+    m_max: Bound | None = None
+    n_max: Bound | None = None
+    k_max: Bound | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> When:
+        if self.m_max is None and self.n_max is None and self.k_max is None:
+            raise ValueError("a variant's `when` gives at least one of m_max, n_max, k_max")
+        return self
+
+    def bounds(self) -> dict[str, int]:
+        return {dim: v for dim, v in (("M", self.m_max), ("N", self.n_max), ("K", self.k_max)) if v is not None}
+
+    def contains(self, other: When) -> bool:
+        """Whether every problem `other` admits, this admits too."""
+        return all(mine is None or (theirs is not None and theirs <= mine)
+                   for mine, theirs in ((self.m_max, other.m_max), (self.n_max, other.n_max), (self.k_max, other.k_max)))
+
+    def __str__(self) -> str:
+        return " and ".join(f"{d} <= {v}" for d, v in self.bounds().items())
+
+
+class Variant(ConfigLayer):
+    """A configuration chosen by problem size: `when` bounds it, the other keys override the target's
+    config as a per_target table does (each key given replaces, keys not given keep)."""
+
+    when: When
+
+
+class TargetConfig(ConfigLayer):
+    """One target's configuration over the kernel's: each key given replaces the kernel's value of that
+    key, keys not given keep it (a `tile` is given whole). Semantics (operands, dtypes, batch, epilogue)
+    cannot be overridden: they are the same on every target. `variants`, when given, replaces the
+    kernel's list on this target."""
+
+    variants: list[Variant] | None = None
+
+
+def _check_variants(variants: list[Variant], where: str) -> None:
+    for i, v in enumerate(variants):
+        for j in range(i):
+            if variants[j].when.contains(v.when):
+                raise ValueError(f"{where}variant {i} ({v.when}) is never chosen: variant {j} ({variants[j].when}), "
+                                 "listed before it, admits every problem it does; list the narrower one first")
+
+
+def _target_key(text: object) -> str:
+    return str(parse_target(text))
+
+
+TargetKey = Annotated[str, BeforeValidator(_target_key), WithJsonSchema({"type": "string", "enum": list(ALL_TARGETS)})]
+
+
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION), AfterValidator(_docstring_safe)]
 # The pattern is checked by check_kernel_name (with a message that says why); the schema shows it too.
 KernelName = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"pattern": IDENTIFIER.pattern}),
@@ -191,6 +293,11 @@ class GemmSpec(Strict):
     triton: TritonOptions = TritonOptions()
     cute: CuteOptions = CuteOptions()
     pallas: PallasOptions = PallasOptions()
+    # Per-target configuration: `[kernels.per_target."cute:sm100"]` tables (not `on`: YAML 1.1 reads
+    # that key as true).
+    per_target: dict[TargetKey, TargetConfig] = Field(default_factory=dict)
+    # Size-selected variants (`[[kernels.variants]]`), tried in order before the config above.
+    variants: list[Variant] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> GemmSpec:
@@ -199,6 +306,18 @@ class GemmSpec(Strict):
             if str(t) in seen:
                 raise ValueError(f"target '{t}' is listed twice")
             seen.add(str(t))
+        _check_variants(self.variants, "")
+        for key, cfg in self.per_target.items():
+            if cfg.variants:
+                _check_variants(cfg.variants, f"per_target '{key}': ")
+            # a table for a target the spec does not list is inert, as a backend's options are on a
+            # spec that lists none of its targets (so a copy of a spec may narrow its targets)
+            backend = key.partition(":")[0]
+            for section, owner in BACKEND_SECTIONS.items():
+                for i, c in [(None, cfg), *enumerate(cfg.variants or [])]:
+                    if getattr(c, section) is not None and owner.value != backend:
+                        where = f"per_target '{key}'" + ("" if i is None else f" variant {i}")
+                        raise ValueError(f"{where} sets {section} options, which only {owner} targets read")
         names = {"a", "b", "out"}
         owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
         for arg in self.runtime_args():
@@ -216,6 +335,58 @@ class GemmSpec(Strict):
 
     def runtime_args(self) -> list[RuntimeArg]:
         return [arg for op in self.epilogue for arg in op.runtime_args()]
+
+    def variants_on(self, target: object) -> list[Variant]:
+        """The size-selected variants on one target: its per_target list where it gives one, else the
+        kernel's."""
+        cfg = self.per_target.get(str(target))
+        return cfg.variants if cfg is not None and cfg.variants is not None else self.variants
+
+    def for_target(self, target: object, variant: int | None = None) -> GemmSpec:
+        """The effective spec on one target (and one of its variants): the target's `per_target` keys
+        applied over the kernel's, then the variant's, with no `per_target` or `variants` left (what
+        resolve, the rules and the designs read)."""
+        layers = [c for c in (self.per_target.get(str(target)),) if c is not None]
+        if variant is not None:
+            layers.append(self.variants_on(target)[variant])
+        update: dict[str, object] = {"per_target": {}, "variants": []}
+        for cfg in layers:
+            for section in cfg.model_fields_set & set(CONFIG_SECTIONS):
+                given = getattr(cfg, section)
+                if given is not None:  # values were validated on load; merging keys keeps them valid
+                    base = update.get(section, getattr(self, section))
+                    update[section] = base.model_copy(update={k: getattr(given, k) for k in given.model_fields_set})
+        return self.model_copy(update=update)
+
+    def config_field(self, target: object, field: tuple[str | int, ...],
+                     variant: int | None = None) -> tuple[str | int, ...]:
+        """Where a configuration field of the effective spec on `target` (and variant) was written:
+        in the variant when it sets it (a section, or a key of it), else in the target's per_target
+        table, else the kernel's own."""
+        cfg = self.per_target.get(str(target))
+        layers: list[tuple[tuple[str | int, ...], ConfigLayer]] = []
+        if variant is not None:
+            own = cfg is not None and cfg.variants is not None
+            prefix = ("per_target", str(target), "variants", variant) if own else ("variants", variant)
+            layers.append((prefix, self.variants_on(target)[variant]))
+        if cfg is not None:
+            layers.append((("per_target", str(target)), cfg))
+        for prefix, layer in layers:
+            if not field or field[0] not in layer.model_fields_set or field[0] not in CONFIG_SECTIONS:
+                continue
+            section = getattr(layer, str(field[0]))
+            if section is not None and (len(field) == 1 or field[1] in section.model_fields_set):
+                return (*prefix, *field)
+        return field
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        # A spec without per-target tables dumps (and hashes) as it did before they existed.
+        data = handler(self)
+        for key in ("per_target", "variants"):
+            if not data.get(key, True):
+                data.pop(key)
+        return data
 
 
 KernelSpec = Annotated[GemmSpec, Field(discriminator="kind")]

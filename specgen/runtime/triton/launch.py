@@ -18,6 +18,8 @@ from collections.abc import Callable
 import torch
 import triton
 
+from specgen.runtime.triton.descriptors import with_descriptor_cache
+
 _get_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
 _current_device = torch._C._cuda_getDevice if torch.cuda.is_available() else None
 _runtime_knobs = triton.knobs.runtime
@@ -45,16 +47,19 @@ def direct_launch(compiled) -> tuple[Callable, tuple]:
     params = list(inspect.signature(type(run).__call__).parameters)
     if (params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
             and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0):
-        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                            compiled.packed_metadata, None, None, None)
+        # TMA kernels: the launch encodes each descriptor; ours caches the encodings (descriptors.py)
+        return with_descriptor_cache(run.launch), (compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                                                   None, None, compiled.packed_metadata, None, None, None)
     return run, (compiled.function, compiled.packed_metadata, None, None, None)
 
 
 class TritonLauncher:
-    def __init__(self, kernel: triton.JITFunction, name: str, configs: dict[int, dict[str, int]]) -> None:
+    def __init__(self, kernel: triton.JITFunction, name: str, configs: dict[int, dict[str, int]],
+                 variants: tuple[dict[int, dict[str, int]], ...] = ()) -> None:
         self.kernel = kernel
         self.name = name
         self.configs = configs
+        self.variants = variants  # size-selected variants' launch configs, per compute capability
         # (device, key) -> (launch, leading args, constexpr slots, SM count)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
@@ -83,8 +88,9 @@ class TritonLauncher:
         return self.device_config(device)[1]
 
     def __call__(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
-                 constexprs: dict[str, object], persistent: bool = False) -> None:
-        """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count)."""
+                 constexprs: dict[str, object], persistent: bool = False, variant: int | None = None) -> None:
+        """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count). `key`
+        includes the variant, whose constexprs and launch config compile a kernel of their own."""
         entry = self._compiled.get((device, key))
         if entry is not None and _current_device() == device and not _hooks_active():
             launch, leading, slots, num_sms = entry
@@ -92,11 +98,13 @@ class TritonLauncher:
                 grid = (min(grid, num_sms), 1, 1)
             launch(grid[0], grid[1], grid[2], _get_stream(device), *leading, *args, *slots)
             return
-        self._launch_jit(device, key, grid, args, constexprs, persistent)
+        self._launch_jit(device, key, grid, args, constexprs, persistent, variant)
 
     def _launch_jit(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
-                    constexprs: dict[str, object], persistent: bool) -> None:
+                    constexprs: dict[str, object], persistent: bool, variant: int | None = None) -> None:
         config, num_sms = self.device_config(device)
+        if variant is not None:  # the variant's config for the same compute capability
+            config = self.variants[variant][next(cc for cc, c in self.configs.items() if c is config)]
         if persistent:
             grid = (min(grid, num_sms), 1, 1)
         if device < 0:
