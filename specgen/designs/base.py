@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, TargetInfo
 
 if TYPE_CHECKING:
@@ -64,3 +65,12 @@ class Design(Protocol):
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
         check resolved for it (stages, budget, registers): the design never resolves again."""
         ...
+
+
+def module_identity(name: str, spec_file: str, spec_hash: str, specgen_version: str,
+                    targets: list[str]) -> dict[str, object]:
+    """The keys a torch-hosted module's METADATA starts with: the runtime ABI it was rendered for, the spec it
+    came from, and its custom op, namespaced by spec hash (runtime/torch/ops.py) so that two rendered
+    packages with one kernel name never alias."""
+    return {"runtime_abi": RUNTIME_ABI, "specgen_version": specgen_version, "spec_file": spec_file,
+            "spec_hash": spec_hash, "kernel": name, "custom_op": f"specgen::{name}_{spec_hash}", "targets": targets}

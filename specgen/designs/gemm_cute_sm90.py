@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen import __version__
+from specgen.designs.base import module_identity
 from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
 from specgen.resolve import Resolved, TmaBox, tma_boxes
-from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
@@ -248,14 +248,7 @@ class CuteSm90Gemm:
 
 def metadata(p: CuteSm90Plan) -> dict[str, object]:
     """The module's one metadata dict (rendered as METADATA), the shape the Triton modules' has."""
-    return {
-        "runtime_abi": RUNTIME_ABI,
-        "specgen_version": p.specgen_version,
-        "spec_file": p.spec_file,
-        "spec_hash": p.spec_hash,
-        "kernel": p.name,
-        "custom_op": f"specgen::{p.name}_{p.spec_hash}",  # runtime/torch/ops.py: namespaced by spec hash
-        "targets": [f"cute:{p.arch}"],
+    return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "plan": {p.compute_capability: {"ab_stages": p.ab_stages, "smem_bytes": p.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
                                         "mma_warpgroups": p.mma_warpgroups, "arch_flag": p.arch_flag}},

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen import __version__
+from specgen.designs.base import module_identity
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolve import Resolved
 from specgen.resolve import TmaBox as RuleBox
-from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
@@ -396,14 +396,7 @@ def _steps(spec: GemmSpec) -> list[EpilogueStep]:
 
 def metadata(p: TritonPlan) -> dict[str, object]:
     """The module's one metadata dict (rendered as METADATA)."""
-    return {
-        "runtime_abi": RUNTIME_ABI,
-        "specgen_version": p.specgen_version,
-        "spec_file": p.spec_file,
-        "spec_hash": p.spec_hash,
-        "kernel": p.name,
-        "custom_op": f"specgen::{p.name}_{p.spec_hash}",  # runtime/torch/ops.py: namespaced by spec hash
-        "targets": [f"triton:{c.arch}" for c in p.configs],
+    return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"triton:{c.arch}" for c in p.configs]) | {
         "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
