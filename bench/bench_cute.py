@@ -26,22 +26,17 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from timing import host_us, ms, tflops
 from torch.profiler import ProfilerActivity, profile
-from triton.testing import do_bench
 
 GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048), (8192, 1024, 8192), (4096, 14336, 4096)]
 FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (512, 2048, 2048)]
 NAMES = ["gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16", "gemm_fp8_rowwise",
          "gemm_residual_bf16"]
 ROUNDS = 5
-
-
-def ms(fn) -> float:
-    return do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
 def kernel_ms(fn, calls: int = 20) -> float:
@@ -66,10 +61,6 @@ def pair(ours, peer) -> dict[str, float]:
         kb.append(kernel_ms(peer))
     med = lambda xs: sorted(xs)[ROUNDS // 2]  # noqa: E731
     return dict(ours_ms=med(a), peer_ms=med(b), ours_kernel_ms=med(ka), peer_kernel_ms=med(kb))
-
-
-def tflops(M: int, N: int, K: int, t_ms: float) -> float:
-    return 2 * M * N * K / (t_ms * 1e-3) / 1e12
 
 
 def assert_matches(ours: torch.Tensor, peer: torch.Tensor, what: str) -> None:
@@ -130,21 +121,6 @@ def bench_fp8(rows: list[dict]) -> None:
         t = pair(lambda: fn(a, w.t(), sa, sb, out=out),
                  lambda: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
         rows.append(row(f"fp8 e4m3 rowwise {M}x{N}x{K}", "gemm_fp8_rowwise", "torch._scaled_mm", "fp8", M, N, K, t))
-
-
-def host_us(fn, calls: int = 20000) -> float:
-    """CPU time per call with the GPU never the bottleneck (tiny kernels), median of 5 batches."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls // 5):
-            fn()
-        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
-        torch.cuda.synchronize()
-    return sorted(samples)[2]
 
 
 def bench_host(rows: list[dict]) -> None:

@@ -18,23 +18,18 @@ import importlib
 import json
 import math
 import platform
-import time
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
-from triton.testing import do_bench
+from timing import host_us, ms, tflops
 
 GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048), (8192, 1024, 8192), (4096, 14336, 4096)]
 FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
 
 
 ROUNDS = 5
-
-
-def ms(fn) -> float:
-    return do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
 def ms_pair(ours, peer) -> tuple[float, float]:
@@ -45,10 +40,6 @@ def ms_pair(ours, peer) -> tuple[float, float]:
         a.append(ms(ours))
         b.append(ms(peer))
     return sorted(a)[ROUNDS // 2], sorted(b)[ROUNDS // 2]
-
-
-def tflops(M: int, N: int, K: int, t_ms: float) -> float:
-    return 2 * M * N * K / (t_ms * 1e-3) / 1e12
 
 
 def assert_matches(ours: torch.Tensor, peer: torch.Tensor, what: str) -> None:
@@ -124,21 +115,6 @@ def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
-def host_us(fn, calls: int = 20000) -> float:
-    """CPU time per call with the GPU never the bottleneck (tiny kernels), median of 5 batches."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls // 5):
-            fn()
-        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
-        torch.cuda.synchronize()
-    return sorted(samples)[2]
 
 
 def bench_host(rows: list[dict]) -> None:
