@@ -6,9 +6,12 @@ VMEM scratch, and the epilogue chain runs at the last K step. One module serves 
 spec: the blocks and the VMEM they need are the same on every generation (only the capacity differs,
 which `check` compares), so the module carries one `vmem_limit_bytes`.
 
-Mosaic GPU (`pallas:gpu_sm90`): the SMEM model lives here too (`memory`, calibrated to the byte on
-lowerings of JAX's warp-specialized Hopper matmul), but no kernel is rendered yet; those targets stay
-"checked only".
+Mosaic GPU (`pallas:gpu_sm90`): one `plgpu.kernel` per module (`pallas/gpu_sm90/<name>.py`,
+templates/pallas/gemm_mgpu.py.jinja), the structure of JAX's warp-specialized Hopper matmul: a
+persistent grid of one CTA per SM looping over output tiles, a memory warpgroup feeding a
+`max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
+on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
+and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
 
 Registered in specgen/designs/DESIGNS under ("gemm", Backend.pallas): resolve.py asks it for the
 memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
 MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
 MGPU_BARRIER_BYTES = 8  # one mbarrier; each pipeline step has a full and an empty one
+MGPU_MEMORY_REGISTERS = 40  # setmaxnreg for the TMA warpgroup (JAX's Hopper matmul; HOPPER.md)
+MGPU_SWIZZLES = (128, 64, 32, 16)  # bytes, largest first (`plgpu.find_swizzle`)
+TMA_MIN_BYTES = 16  # a TMA-copied array's contiguous extent spans a multiple of 16 bytes
 
 # jnp attribute per specgen dtype (tf32 has no TPU mode: DT003 refuses it before a plan is made).
 JNP_DTYPES: dict[DType, str] = {
@@ -51,6 +57,39 @@ def is_tpu_target(t: Target | TargetInfo) -> bool:
     """A Mosaic TPU target (the table's VMEM rows), which this design renders."""
     info = t if isinstance(t, TargetInfo) else target_info(t)
     return info.backend is Backend.pallas and info.memory == "vmem"
+
+
+def is_mgpu_target(t: Target | TargetInfo) -> bool:
+    """A Mosaic GPU target (the table's SMEM rows of the pallas backend): wgmma, raw TMA boxes."""
+    info = t if isinstance(t, TargetInfo) else target_info(t)
+    return info.backend is Backend.pallas and info.memory == "smem"
+
+
+def swizzle_bytes(minor_bytes: int) -> int:
+    """The SMEM swizzle of a tile whose contiguous dim spans `minor_bytes`: the largest of 128/64/32/16
+    dividing it (jax `pallas/mosaic_gpu/helpers.py` find_swizzle); 0 where none does."""
+    return next((sw for sw in MGPU_SWIZZLES if minor_bytes % sw == 0), 0)
+
+
+@dataclass(frozen=True)
+class MgpuLayout:
+    """How the Mosaic GPU kernel splits a CTA tile: per consumer warpgroup a tile.m x wg_n slice, stored
+    through epi_m x epi_n SMEM subtiles, `out_slots` of them per warpgroup."""
+
+    wg_n: int
+    epi_m: int
+    epi_n: int
+    out_slots: int
+    residual_barriers: int  # mbarriers the residual's TMA loads wait on (0 without a residual)
+
+
+def mgpu_layout(spec: GemmSpec) -> MgpuLayout:
+    t = spec.tile
+    wg_n = max(1, t.n // MGPU_CONSUMER_WGS)
+    epi_m, epi_n = min(MGPU_EPI_TILE, t.m), min(MGPU_EPI_TILE, wg_n)
+    slots = max(1, min(2, (t.m * wg_n) // (epi_m * epi_n)))
+    residual = any(a.shape == "matrix" for a in spec.runtime_args())
+    return MgpuLayout(wg_n, epi_m, epi_n, slots, MGPU_CONSUMER_WGS * slots if residual else 0)
 
 
 @dataclass(frozen=True)
@@ -93,6 +132,53 @@ class PallasTpuPlan:
     spec_json: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PallasMgpuPlan:
+    """Every number templates/pallas/gemm_mgpu.py.jinja renders, named."""
+
+    name: str
+    spec_file: str
+    spec_hash: str
+    specgen_version: str
+    description: str
+    targets: list[str]
+    a: JaxArg
+    b: JaxArg
+    out: JaxArg
+    a_major: str
+    b_major: str
+    batch: bool
+    tile_m: int  # the CTA tile (spec: tile)
+    tile_n: int
+    tile_k: int
+    stages: int  # TMA pipeline depth (spec: pipeline.ab_stages; auto: the deepest that fits)
+    warpgroups: int  # consumer warpgroups, side by side in N
+    wg_n: int
+    epi_m: int
+    epi_n: int
+    out_slots: int
+    residual_barriers: int
+    a_swizzle: int  # bytes
+    b_swizzle: int
+    out_swizzle: int
+    a_min: int  # elements in 16 bytes: a TMA'd array's contiguous extent is a multiple of this
+    b_min: int
+    out_min: int
+    memory_registers: int
+    group_m: int
+    persistent: bool
+    num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
+    smem_bytes: int  # the SMEM001 figure; equal to what Mosaic GPU allocates
+    smem_breakdown: str
+    epilogue: list[dict[str, object]]
+    args: list[JaxArg]
+    spec_json: dict[str, object] = field(default_factory=dict)
+
+
+# The package of the Mosaic GPU modules, written beside them (the same text as render's backend packages).
+MGPU_PACKAGE_INIT = f"# Generated by specgen {__version__}; do not edit.\n" + '"""Rendered pallas {arch} kernels."""\n'
+
+
 def _arg(name: str, role: str, dtype: DType, doc: str) -> JaxArg:
     return JaxArg(name, role, dtype.value, JNP_DTYPES[dtype], doc)
 
@@ -129,20 +215,29 @@ class PallasGemmDesign:
         # warpgroups; per step an A and a B tile plus a full/empty mbarrier pair; per consumer warpgroup
         # up to two epi_m x epi_n (64 x 64) buffers staging the TMA store. Calibrated on real lowerings
         # (jax 0.11.2, H200: bench/results/2026-11-22-h200-mgpu-smem.jsonl): equal to the byte.
+        # A residual is TMA-loaded into the output's staging slot, one mbarrier per slot (the example's
+        # `c_gmem` path): `residual_barriers` x 8 B more.
         gpu = target.gpu
         assert gpu is not None
-        wg_n = max(1, t.n // MGPU_CONSUMER_WGS)
-        epi_m, epi_n = min(MGPU_EPI_TILE, t.m), min(MGPU_EPI_TILE, wg_n)
-        slots = max(1, min(2, (t.m * wg_n) // (epi_m * epi_n)))
+        lay = mgpu_layout(spec)
         stage = t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes + 2 * MGPU_BARRIER_BYTES
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, stage, ab_stages,
-                            MGPU_CONSUMER_WGS * slots * epi_m * epi_n * out_bytes, epilogue_overlaps_ab=False)
+                            MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes,
+                            epilogue_overlaps_ab=False, extra_bytes=lay.residual_barriers * MGPU_BARRIER_BYTES,
+                            extra_label="residual barriers")
 
     # --- modules --------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
-        """All TPU targets share `pallas/<name>.py`; Mosaic GPU targets render nothing yet."""
+        """All TPU targets share `pallas/<name>.py`; the Mosaic GPU target renders
+        `pallas/gpu_sm90/<name>.py` (a package of its own, so no kernel name can collide with it)."""
+        out: dict[str, list[Target]] = {}
         tpu = [t for t in targets if is_tpu_target(t)]
-        return {f"pallas/{spec.name}.py": tpu} if tpu else {}
+        if tpu:
+            out[f"pallas/{spec.name}.py"] = tpu
+        for t in targets:
+            if is_mgpu_target(t):
+                out[f"pallas/{t.arch}/{spec.name}.py"] = [t]
+        return out
 
     # --- plan and render ------------------------------------------------------------------------------
     # One module serves every TPU target, so their effective configs (per_target applied) agree on what
@@ -150,6 +245,8 @@ class PallasGemmDesign:
     shared_config: tuple[tuple[str, ...], ...] = (("tile",), ("pipeline", "ab_stages"), ("pallas",))
 
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> PallasTpuPlan:
+        if any(is_mgpu_target(t) for t in targets):
+            raise ValueError("plan() is the TPU plan; Mosaic GPU targets are planned by plan_mgpu()")
         # The effective config: CFG001 keeps shared_config equal across the targets, so the first's serves
         spec = resolved[str(targets[0])].spec
         contexts = [resolved[str(t)] for t in targets]
@@ -193,10 +290,72 @@ class PallasGemmDesign:
         from specgen.render.env import environment
 
         out: dict[str, str] = {}
-        template = environment().get_template("pallas/gemm_tpu.py.jinja")
+        env = environment()
         for rel, group in self.modules(loaded.spec, targets).items():
-            out[rel] = template.render(tpu_context(self.plan(loaded, group, resolved)))
+            if is_mgpu_target(group[0]):
+                (target,) = group
+                out[rel] = env.get_template("pallas/gemm_mgpu.py.jinja").render(
+                    mgpu_context(self.plan_mgpu(loaded, target, resolved[str(target)])))
+                out[f"{rel.rsplit('/', 1)[0]}/__init__.py"] = MGPU_PACKAGE_INIT.format(arch=target.arch)
+            else:
+                out[rel] = env.get_template("pallas/gemm_tpu.py.jinja").render(
+                    tpu_context(self.plan(loaded, group, resolved)))
         return out
+
+    def plan_mgpu(self, loaded: LoadedSpec, target: Target, ctx: Resolved) -> PallasMgpuPlan:
+        """The Mosaic GPU module's numbers, from what check resolved for the target (its effective spec,
+        stages and SMEM budget)."""
+        spec = ctx.spec
+        t, lay = spec.tile, mgpu_layout(spec)
+        a_b, b_b, o_b = spec.a.dtype.bytes, spec.b.dtype.bytes, spec.out.dtype.bytes
+        bsz = "batch, " if spec.batch else ""
+        a_dims = f"({bsz}M, K)" if spec.a.major == "k" else f"({bsz}K, M)"
+        b_dims = f"({bsz}N, K)" if spec.b.major == "k" else f"({bsz}K, N)"
+        # The SMEM tiles in their stored layout: the contiguous dim is K for a K-major operand.
+        a_minor = t.k if spec.a.major == "k" else t.m
+        b_minor = t.k if spec.b.major == "k" else t.n
+        a_sw, b_sw, o_sw = swizzle_bytes(a_minor * a_b), swizzle_bytes(b_minor * b_b), swizzle_bytes(lay.epi_n * o_b)
+        gpu = target_info(target).gpu
+        assert gpu is not None
+        return PallasMgpuPlan(
+            name=spec.name,
+            spec_file=loaded.file,
+            spec_hash=loaded.spec_hash,
+            specgen_version=__version__,
+            description=spec.description,
+            targets=[str(target)],
+            a=_arg("a", "a", spec.a.dtype, f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major"),
+            b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major"),
+            out=_arg("out", "out", spec.out.dtype, f"({bsz}M, N) {spec.out.dtype}"),
+            a_major=spec.a.major,
+            b_major=spec.b.major,
+            batch=spec.batch,
+            tile_m=t.m,
+            tile_n=t.n,
+            tile_k=t.k,
+            stages=ctx.ab_stages,
+            warpgroups=MGPU_CONSUMER_WGS,
+            wg_n=lay.wg_n,
+            epi_m=lay.epi_m,
+            epi_n=lay.epi_n,
+            out_slots=lay.out_slots,
+            residual_barriers=lay.residual_barriers,
+            a_swizzle=a_sw,
+            b_swizzle=b_sw,
+            out_swizzle=o_sw,
+            a_min=TMA_MIN_BYTES // a_b,
+            b_min=TMA_MIN_BYTES // b_b,
+            out_min=TMA_MIN_BYTES // o_b,
+            memory_registers=MGPU_MEMORY_REGISTERS,
+            group_m=spec.schedule.group_m,
+            persistent=spec.schedule.persistent,
+            num_sms=gpu.num_sms_example,
+            smem_bytes=ctx.budget.total,
+            smem_breakdown=ctx.budget.breakdown(),
+            epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
+            args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            spec_json=loaded.spec.model_dump(mode="json"),
+        )
 
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
@@ -215,3 +374,10 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     }
 
 
+
+
+def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
+    """The Mosaic GPU template's variables: the plan and its METADATA dict."""
+    meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
+            **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+    return {"p": p, "plan_meta": meta, "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}

@@ -1,0 +1,190 @@
+"""Side-by-side benchmark of the rendered Pallas Mosaic GPU (pallas:gpu_sm90) kernels on one Hopper GPU.
+
+Same process, same data (torch tensors shared with jax through DLPack, no copies), specgen and each peer
+measured alternately (ROUNDS rounds, median of each). Ratios are peer time / specgen time (> 1: specgen
+faster):
+- bf16 GEMM (generated.pallas.gpu_sm90.gemm_bf16; B K-major, a weight (N, K)) at 8192^3, 4096^3, 2048^3
+  vs XLA (`jax.jit(lambda a, w: a @ w.T)`) and vs cuBLAS through torch (`a @ w.t()`), geomeans;
+- bf16 GEMM + bias + GELU-tanh 8192^3 (gemm_bias_gelu_bf16) vs `jax.jit(gelu(a @ w.T + bias))` (XLA);
+- the per-call host cost of the jax function and of its torch entry (DLPack both ways), 64^3.
+
+Two timers per pair:
+- do_bench: `triton.testing.do_bench` medians (L2 flushed between calls by do_bench) of a call that
+  waits for its result (`.block_until_ready()` for jax, `torch.cuda.synchronize()` for torch: the same
+  semantics for both; jax runs on its own stream, which torch's events cannot time otherwise);
+- CUPTI: the device time of the kernels a call launches, from torch.profiler, with L2 flushed before each
+  call (the flush kernels' own time, profiled alone, subtracted). Whether jax's kernels appear in the
+  profile is recorded (`cupti_sees_jax`).
+
+Usage (repo root on PYTHONPATH): python bench/bench_pallas.py --out DIR  -> DIR/bench-pallas.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU in this process
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import torch  # noqa: E402
+from timing import ms, tflops  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
+FUSED = (8192, 8192, 8192)
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+
+def module(name: str):
+    return importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+
+
+def cupti_ms(fn, calls: int = 10) -> tuple[float, bool]:
+    """Device time per call of what `fn` launches (CUPTI via torch.profiler), L2 flushed before each call;
+    also whether any kernel beyond the flush was seen (jax's kernels run outside torch)."""
+
+    def profiled(with_fn: bool) -> tuple[float, int]:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                FLUSH.zero_()
+                if with_fn:
+                    fn()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.device_time_total > 0]
+        return sum(e.device_time_total for e in events), len(events)
+
+    fn()
+    torch.cuda.synchronize()
+    flush_us, flush_kinds = profiled(False)
+    total_us, kinds = profiled(True)
+    return (total_us - flush_us) / calls / 1e3, kinds > flush_kinds
+
+
+def pair(ours, peer) -> dict[str, float]:
+    a, b, ka, kb, seen = [], [], [], [], []
+    for _ in range(ROUNDS):
+        a.append(ms(ours))
+        b.append(ms(peer))
+        k_ours, s = cupti_ms(ours)
+        ka.append(k_ours)
+        seen.append(s)
+        kb.append(cupti_ms(peer)[0])
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {"ours_ms": med(a), "peer_ms": med(b), "ratio": med(b) / med(a),
+            "ours_cupti_ms": med(ka), "peer_cupti_ms": med(kb),
+            "ratio_cupti": med(kb) / med(ka) if med(ka) > 0 else float("nan"), "cupti_sees_jax": all(seen)}
+
+
+def jax_call(fn, *args):
+    return lambda: fn(*args).block_until_ready()
+
+
+def torch_call(fn, *args):
+    def run():
+        fn(*args)
+        torch.cuda.synchronize()
+
+    return run
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def host_us(fn, calls: int = 2000) -> float:
+    for _ in range(50):
+        fn()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls // 5):
+            fn()
+        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+    return sorted(samples)[2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("bench/out"))
+    ap.add_argument("--modules", default="", help="extra module paths (pkg.mod) to time at the GEMM shapes")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    gemm = module("gemm_bf16")
+    fused = module("gemm_bias_gelu_bf16")
+    xla_mm = jax.jit(lambda a, w: a @ w.T)
+    xla_fused = jax.jit(lambda a, w, bias: jax.nn.gelu(a @ w.T + bias, approximate=True))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows: list[dict] = []
+    for M, N, K in SHAPES:
+        ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+        tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
+        a, w = jax.dlpack.from_dlpack(ta), jax.dlpack.from_dlpack(tw)
+        assert a.unsafe_buffer_pointer() == ta.data_ptr()
+        ours = jax_call(gemm.gemm_bf16, a, w)
+        diff = float(jnp.max(jnp.abs(gemm.gemm_bf16(a, w).astype(jnp.float32) - xla_mm(a, w).astype(jnp.float32))))
+        for peer, fn in (("xla", jax_call(xla_mm, a, w)), ("cublas", torch_call(torch.matmul, ta, tw.t()))):
+            r = pair(ours, fn)
+            r |= {"workload": "bf16 gemm", "peer": peer, "M": M, "N": N, "K": K, "max_abs_diff_vs_xla": diff,
+                  "ours_tflops": tflops(M, N, K, r["ours_ms"]), "peer_tflops": tflops(M, N, K, r["peer_ms"])}
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        for extra in filter(None, args.modules.split(",")):
+            mod = importlib.import_module(extra)
+            t = ms(jax_call(mod.gemm_bf16, a, w))
+            r = {"workload": "bf16 gemm config", "module": extra, "M": M, "N": N, "K": K, "ours_ms": t,
+                 "ours_tflops": tflops(M, N, K, t), "config": {k: mod.METADATA.get(k) for k in
+                                                               ("tile_m", "tile_n", "tile_k", "stages", "group_m")}}
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    M, N, K = FUSED
+    ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
+    tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
+    a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
+    diff = float(jnp.max(jnp.abs(fused.gemm_bias_gelu_bf16(a, w, bias).astype(jnp.float32)
+                                 - xla_fused(a, w, bias).astype(jnp.float32))))
+    r = pair(jax_call(fused.gemm_bias_gelu_bf16, a, w, bias), jax_call(xla_fused, a, w, bias))
+    r |= {"workload": "bf16 gemm + bias + gelu_tanh", "peer": "xla", "M": M, "N": N, "K": K,
+          "max_abs_diff_vs_xla": diff, "ours_tflops": tflops(M, N, K, r["ours_ms"])}
+    rows.append(r)
+    print(json.dumps(r), flush=True)
+    # Host cost per call at 64^3: the jax function (jitted dispatch) and the torch entry (DLPack both ways).
+    ta, tw = torch.randn(64, 64, device="cuda").bfloat16(), torch.randn(64, 64, device="cuda").bfloat16()
+    a, w = jax.dlpack.from_dlpack(ta), jax.dlpack.from_dlpack(tw)
+    host = {"workload": "host cost per call 64^3", "jax_us": host_us(lambda: gemm.gemm_bf16(a, w)),
+            "torch_entry_us": host_us(lambda: gemm.gemm_bf16_torch(ta, tw.t())),
+            "torch_matmul_us": host_us(lambda: torch.matmul(ta, tw.t()))}
+    torch.cuda.synchronize()
+    rows.append(host)
+    print(json.dumps(host), flush=True)
+    gemm_rows = [r for r in rows if r["workload"] == "bf16 gemm"]
+    summary = {
+        "bf16_vs_cublas_geomean": geomean([r["ratio"] for r in gemm_rows if r["peer"] == "cublas"]),
+        "bf16_vs_cublas_geomean_cupti": geomean([r["ratio_cupti"] for r in gemm_rows if r["peer"] == "cublas"]),
+        "bf16_vs_xla_geomean": geomean([r["ratio"] for r in gemm_rows if r["peer"] == "xla"]),
+        "bf16_vs_xla_geomean_cupti": geomean([r["ratio_cupti"] for r in gemm_rows if r["peer"] == "xla"]),
+        "fused_vs_xla": rows[-2]["ratio"], "fused_vs_xla_cupti": rows[-2]["ratio_cupti"],
+    }
+    print(json.dumps(summary), flush=True)
+    record = {
+        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "python": platform.python_version(),
+        "jax": jax.__version__, "torch": torch.__version__, "timers": "do_bench medians (block_until_ready / "
+        "cuda.synchronize per call) and CUPTI kernel time via torch.profiler, L2 flushed", "rounds": ROUNDS,
+        "rows": rows, "summary": summary, "argv": sys.argv[1:],
+    }
+    (args.out / "bench-pallas.json").write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
