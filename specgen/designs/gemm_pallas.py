@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
 MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
 MGPU_BARRIER_BYTES = 8  # one mbarrier; each pipeline step has a full and an empty one
+# wgmma groups a consumer keeps running past a K step (the step's SMEM is released that many steps
+# later): overlapping consecutive wgmmas, as CUTLASS's mainloops do. Measured on the H200: bench_pallas.py.
+MGPU_WGMMA_IN_FLIGHT = 1
 MGPU_MEMORY_REGISTERS = 40  # setmaxnreg for the TMA warpgroup (JAX's Hopper matmul; HOPPER.md)
 MGPU_SWIZZLES = (128, 64, 32, 16)  # bytes, largest first (`plgpu.find_swizzle`)
 TMA_MIN_BYTES = 16  # a TMA-copied array's contiguous extent spans a multiple of 16 bytes
@@ -152,6 +155,7 @@ class PallasMgpuPlan:
     tile_n: int
     tile_k: int
     stages: int  # TMA pipeline depth (spec: pipeline.ab_stages; auto: the deepest that fits)
+    wgmma_in_flight: int  # wgmma groups a consumer leaves running while it issues the next K step
     warpgroups: int  # consumer warpgroups, side by side in N
     wg_n: int
     epi_m: int
@@ -334,6 +338,7 @@ class PallasGemmDesign:
             tile_n=t.n,
             tile_k=t.k,
             stages=ctx.ab_stages,
+            wgmma_in_flight=min(MGPU_WGMMA_IN_FLIGHT, ctx.ab_stages - 1),
             warpgroups=MGPU_CONSUMER_WGS,
             wg_n=lay.wg_n,
             epi_m=lay.epi_m,

@@ -55,7 +55,7 @@ def pad(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """Zero-pad `x` at the end of each dim to `shape` (no-op, no copy, where it already has it)."""
     if tuple(x.shape) == tuple(shape):
         return x
-    return jnp.pad(x, [(0, s - d) for d, s in zip(x.shape, shape)])
+    return jnp.pad(x, [(0, s - d) for d, s in zip(x.shape, shape, strict=True)])
 
 
 def load(ref: Any, layout: Any) -> jax.Array:

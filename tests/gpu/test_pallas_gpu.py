@@ -54,7 +54,7 @@ def run_poisoned(fn, out_shape, out_dtype, *args):
 @pytest.mark.parametrize("name", NAMES)
 def test_numerics_against_float64(name: str, shape) -> None:
     import numpy as np
-    from backends.pallas.common import Data, f64, jnp_dtype, reference, tolerance
+    from backends.pallas.common import Data, f64, jnp_dtype, reference
 
     spec = spec_of(name)
     mod = module(name)
@@ -68,7 +68,12 @@ def test_numerics_against_float64(name: str, shape) -> None:
     got = f64(out.astype("float32"))
     assert not got.isnan().any(), "the kernel left part of the output unwritten (NaN poison) or produced NaN"
     want = reference(spec, a, b, args)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), **tolerance(spec))
+    # The output dtype's rounding, relative to each element and to the result's scale (a sum of K
+    # products that cancels keeps the absolute error of its terms; fp8 wgmma accumulates in a
+    # narrower adder than f32): bf16 2**-7, f16 2**-10, with margin.
+    eps = {"bf16": 1e-2, "f16": 2e-3}[spec["out"]["dtype"]]
+    scale = float(want.abs().max()) + 1.0 if want.numel() else 1.0
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=eps, atol=eps * scale)
 
 
 @pytest.mark.parametrize("name", NAMES)

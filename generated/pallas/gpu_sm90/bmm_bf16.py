@@ -114,6 +114,7 @@ METADATA = {
     'tile_n': 128,
     'tile_k': 64,
     'stages': 4,
+    'wgmma_in_flight': 1,
     'warpgroups': 2,
     'wg_n': 64,
     'epi_m': 64,
@@ -141,8 +142,8 @@ NAME = "bmm_bf16"
 # CTA tile (spec: tile); each of WARPGROUPS consumer warpgroups owns TILE_M x WG_N of it.
 TILE_M, TILE_N, TILE_K = 128, 128, 64
 WARPGROUPS, WG_N = 2, 64
-# K steps in flight (spec: pipeline.ab_stages).
-STAGES = 4
+# K steps in flight (spec: pipeline.ab_stages), and the wgmma groups each consumer keeps running.
+STAGES, WGMMA_IN_FLIGHT = 4, 1
 # Epilogue subtile and the SMEM slots per warpgroup that stage its TMA stores.
 EPI_M, EPI_N, OUT_SLOTS = 64, 64, 2
 # SMEM swizzles (bytes) of the A, B and output tiles.
@@ -156,9 +157,9 @@ SMEM_BYTES = 163904
 def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
     m_tiles, n_tiles, k_steps = pl.cdiv(m, TILE_M), pl.cdiv(n, TILE_N), pl.cdiv(k, TILE_K)
     a_spec = plgpu.BlockSpec((TILE_M, TILE_K), lambda kk: (0, kk), transforms=_mg.transforms(a_gmem.dtype, A_SWIZZLE),
-                             memory_space=plgpu.SMEM)
+                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
     b_spec = plgpu.BlockSpec((TILE_K, TILE_N), lambda kk: (kk, 0), transforms=_mg.transforms(b_gmem.dtype, B_SWIZZLE),
-                             memory_space=plgpu.SMEM)
+                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
 
     def pipeline(body, context):
         """The K loop: a memory warpgroup fills STAGES slots by TMA; `body` runs on the consumers."""
@@ -194,7 +195,9 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
                 a_op = a_smem
                 b_op = b_smem.at[:, wg_cols]
                 plgpu.wgmma(acc_ref, a_op, b_op)
-                plgpu.wgmma_wait(0)  # before the pipeline releases this step's SMEM to the loads
+                # Keep WGMMA_IN_FLIGHT wgmma groups running: the pipeline releases a step's SMEM to the
+                # loads only WGMMA_IN_FLIGHT steps later (the BlockSpecs' delay_release), once it is read.
+                plgpu.wgmma_wait(WGMMA_IN_FLIGHT)
                 return acc_ref
 
             def context(run_pipeline):

@@ -115,6 +115,7 @@ METADATA = {
     'tile_n': 128,
     'tile_k': 64,
     'stages': 4,
+    'wgmma_in_flight': 1,
     'warpgroups': 2,
     'wg_n': 64,
     'epi_m': 64,
@@ -142,8 +143,8 @@ NAME = "gemm_small_bf16"
 # CTA tile (spec: tile); each of WARPGROUPS consumer warpgroups owns TILE_M x WG_N of it.
 TILE_M, TILE_N, TILE_K = 64, 128, 64
 WARPGROUPS, WG_N = 2, 64
-# K steps in flight (spec: pipeline.ab_stages).
-STAGES = 4
+# K steps in flight (spec: pipeline.ab_stages), and the wgmma groups each consumer keeps running.
+STAGES, WGMMA_IN_FLIGHT = 4, 1
 # Epilogue subtile and the SMEM slots per warpgroup that stage its TMA stores.
 EPI_M, EPI_N, OUT_SLOTS = 64, 64, 1
 # SMEM swizzles (bytes) of the A, B and output tiles.
@@ -157,9 +158,9 @@ SMEM_BYTES = 114752
 def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
     m_tiles, n_tiles, k_steps = pl.cdiv(m, TILE_M), pl.cdiv(n, TILE_N), pl.cdiv(k, TILE_K)
     a_spec = plgpu.BlockSpec((TILE_M, TILE_K), lambda kk: (0, kk), transforms=_mg.transforms(a_gmem.dtype, A_SWIZZLE),
-                             memory_space=plgpu.SMEM)
+                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
     b_spec = plgpu.BlockSpec((TILE_N, TILE_K), lambda kk: (0, kk), transforms=_mg.transforms(b_gmem.dtype, B_SWIZZLE),
-                             memory_space=plgpu.SMEM)
+                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
 
     def pipeline(body, context):
         """The K loop: a memory warpgroup fills STAGES slots by TMA; `body` runs on the consumers."""
@@ -192,9 +193,11 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
 
             def mma(_, a_smem, b_smem, acc_ref):
                 a_op = a_smem
-                b_op = plgpu.transpose_ref(b_smem.at[wg_cols, :], (1, 0))  # stored (N, K)
+                b_op = b_smem.at[wg_cols, :].transpose((1, 0))  # stored (N, K)
                 plgpu.wgmma(acc_ref, a_op, b_op)
-                plgpu.wgmma_wait(0)  # before the pipeline releases this step's SMEM to the loads
+                # Keep WGMMA_IN_FLIGHT wgmma groups running: the pipeline releases a step's SMEM to the
+                # loads only WGMMA_IN_FLIGHT steps later (the BlockSpecs' delay_release), once it is read.
+                plgpu.wgmma_wait(WGMMA_IN_FLIGHT)
                 return acc_ref
 
             def context(run_pipeline):
