@@ -152,26 +152,32 @@ def module_level_names(text: str) -> set[str]:
 
 
 def pallas_variants():
-    """The catalogue's Pallas TPU modules and every epilogue op in every layout, batched or not."""
+    """The catalogue's Pallas TPU and Mosaic GPU modules and every epilogue op in every layout, batched or
+    not, for both."""
     for s in catalogue().values():
-        tpu = [t for t in s["targets"] if TARGETS[t].memory == "vmem"]
-        if tpu:
-            yield {**s, "targets": tpu}
-    for i, (batch, a, b) in enumerate(itertools.product([False, True], ["k", "mn"], ["k", "mn"])):
+        for memory in ("vmem", "smem"):
+            targets = [t for t in s["targets"] if TARGETS[t].backend is Backend.pallas and TARGETS[t].memory == memory]
+            if targets:
+                yield {**s, "targets": targets, "variants": [], "per_target": {}}
+    for i, (batch, a, b, target) in enumerate(itertools.product([False, True], ["k", "mn"], ["k", "mn"],
+                                                                ["pallas:tpu_v5e", "pallas:gpu_sm90"])):
         yield spec_of(f"p{i}", EVERY_OP, batch=batch, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b},
-                      tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"])
+                      tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target])
 
 
 def render_pallas_module(ls) -> str:
+    """The one kernel module the Pallas design renders for the spec's targets (a Mosaic GPU module comes
+    with its package's __init__.py)."""
     design = design_for(ls.spec.kind, Backend.pallas)
     assert design is not None
-    (text,) = design.render(ls, ls.spec.targets, {str(t): resolve(ls.spec, t) for t in ls.spec.targets}).values()
+    files = design.render(ls, ls.spec.targets, {str(t): resolve(ls.spec, t) for t in ls.spec.targets})
+    (text,) = [text for path, text in files.items() if not path.endswith("__init__.py")]
     return text
 
 
 @pytest.fixture(scope="module")
 def rendered() -> list[tuple[object, str]]:
-    """Every design's modules: Triton and Pallas TPU."""
+    """Every design's modules: Triton, CuTe, Pallas TPU and Mosaic GPU."""
     out = []
     for s in variants():
         ls = load_one(s)

@@ -62,6 +62,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
+    # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
+    "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
+    "OUT_SWIZZLE", "SMEM_BYTES", "min",
 }) | CUTE_MODULE_NAMES
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,
@@ -83,6 +86,14 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "varying", "mode", "interpret", "transpose", "int", "object", "frozenset", "name", "pallas", "tpu",
     "memory_space", "scratch_shapes", "compiler_params", "dimension_semantics", "vmem_limit_bytes",
     "cost_estimate", "flops", "transcendentals", "bytes_accessed", "preferred_element_type", "static_argnames",
+    # Pallas Mosaic GPU modules: kernel refs and locals, pipeline and epilogue locals, launcher locals, keywords
+    "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem", "a_spec", "b_spec", "a_op", "b_op", "a_first",
+    "b_first", "a_view", "b_view", "out_view", "_acc", "_scope", "_tile", "allocations", "bi", "body", "col0",
+    "row0", "context", "ej", "ignore", "info", "k_steps", "kk", "lin", "m_tiles", "n_tiles", "mi", "ni", "mma",
+    "out_cols", "out_rows", "res_barrier", "run_pipeline", "slot", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
+    "collective_axes", "compute_context", "delay_release", "grid_names", "lowering_semantics",
+    "max_concurrent_steps", "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name",
+    "transforms", "wait_read_only", "wg_axis",
 })
 
 OPERANDS = frozenset({"a", "b", "out"})
@@ -93,6 +104,8 @@ OPERANDS = frozenset({"a", "b", "out"})
 # kernel. Every argument is held to all of them, whatever its role.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
                                 "{}_ref",  # the Pallas kernel's ref of the argument (templates/pallas/)
+                                # Mosaic GPU (templates/pallas/gemm_mgpu.py.jinja): its GMEM ref, a residual's batch view
+                                "{}_gmem", "{}_view",
                                 # CuTe (templates/cute/*.jinja): the argument's global tensor and its registers
                                 "m{}", "r_{}")
 

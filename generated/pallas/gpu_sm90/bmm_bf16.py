@@ -188,7 +188,7 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
             (lin,) = info.index
             bi = lin // (m_tiles * n_tiles)
             mi, ni = plgpu.planar_snake(lin % (m_tiles * n_tiles), (m_tiles, n_tiles), 0, GROUP_M)
-            a_b, b_b, out_b = a_gmem.at[bi], b_gmem.at[bi], out_gmem.at[bi]
+            a_view, b_view, out_view = a_gmem.at[bi], b_gmem.at[bi], out_gmem.at[bi]
             wg_cols = pl.ds(wg * WG_N, WG_N)
 
             def mma(_, a_smem, b_smem, acc_ref):
@@ -216,11 +216,11 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
-                                                    out_b.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)])
+                                                    out_view.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)])
 
             pipeline(mma, context)(
-                a_b.at[pl.ds(mi * TILE_M, TILE_M), :],
-                b_b.at[:, pl.ds(ni * TILE_N, TILE_N)],
+                a_view.at[pl.ds(mi * TILE_M, TILE_M), :],
+                b_view.at[:, pl.ds(ni * TILE_N, TILE_N)],
                 allocations=allocations,
             )
 

@@ -206,8 +206,8 @@ def _kernel(a_gmem, b_gmem, alpha_gmem, c_gmem, out_gmem, *, m: int, n: int, k: 
         def _tile(info):
             (lin,) = info.index
             mi, ni = plgpu.planar_snake(lin, (m_tiles, n_tiles), 0, GROUP_M)
-            a_b, b_b, out_b = a_gmem, b_gmem, out_gmem
-            c_b = c_gmem
+            a_view, b_view, out_view = a_gmem, b_gmem, out_gmem
+            c_view = c_gmem
             wg_cols = pl.ds(wg * WG_N, WG_N)
 
             def mma(_, a_smem, b_smem, acc_ref):
@@ -234,18 +234,18 @@ def _kernel(a_gmem, b_gmem, alpha_gmem, c_gmem, out_gmem, *, m: int, n: int, k: 
                             x = acc[ei * EPI_M:(ei + 1) * EPI_M, ej * EPI_N:(ej + 1) * EPI_N]
                             x = x * _mg.cols(alpha_gmem, 0, EPI_M, EPI_N)  # the scalar, repeated EPI_N times
                             # c: TMA-load its subtile into this warpgroup's staging slot (the output dtype), then add it
-                            plgpu.copy_gmem_to_smem(c_b.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)], out_smem.at[wg, slot],
+                            plgpu.copy_gmem_to_smem(c_view.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)], out_smem.at[wg, slot],
                                                     res_barrier.at[wg * OUT_SLOTS + slot])
                             plgpu.barrier_wait(res_barrier.at[wg * OUT_SLOTS + slot])
                             x = x + out_smem[wg, slot].astype(jnp.float32)
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
-                                                    out_b.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)])
+                                                    out_view.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)])
 
             pipeline(mma, context)(
-                a_b.at[:, pl.ds(mi * TILE_M, TILE_M)],
-                b_b.at[pl.ds(ni * TILE_N, TILE_N), :],
+                a_view.at[:, pl.ds(mi * TILE_M, TILE_M)],
+                b_view.at[pl.ds(ni * TILE_N, TILE_N), :],
                 allocations=allocations,
             )
 
