@@ -130,6 +130,8 @@ def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
         threads = spec.triton.num_warps * 32
     elif info.backend is Backend.cute and spec.cute.mma_warpgroups:
         threads = spec.cute.mma_warpgroups * 128
+    elif info.backend is Backend.pallas:  # Mosaic GPU: two consumer warpgroups split N (designs/gemm_pallas.py)
+        threads = 2 * 128
     else:  # wgmma consumers: one warpgroup per 64 rows, two for wide tiles (the CuTe examples' default)
         threads = (2 if t.m > 64 and t.n > 128 else 1) * 128
     return words // threads, threads

@@ -61,7 +61,8 @@ APPLIES = {
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
-    "PAL003": TPU, "OPT001": GPU | TPU,
+    "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
+    "OPT001": GPU | TPU,
 }
 
 
@@ -383,8 +384,10 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("warning", ["needs 255 of 255 registers"], ("tile",))),
     ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
-    ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)},  # one consumer warpgroup for N <= 128
-     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas.py), so 256x128 is 128 each
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)}, None),
+    ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 256, 64)},
+     ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),
     # Mosaic GPU does not read the CuTe options: the default split stands
     ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),  # 2 consumer warpgroups by default
@@ -430,6 +433,25 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),
     ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 128, 256)},
      ("warning", ["tile n=128, k=256 are not multiples of the 256x256 MXU on tpu_v6e"], ("tile",))),
+    # PAL004: the Mosaic GPU kernel takes 16-bit and fp8 operands, accumulating in f32
+    ("PAL004", "pallas:gpu_sm90", {}, None),
+    ("PAL004", "pallas:gpu_sm90", {**FP8, "out": {"dtype": "bf16"}}, None),
+    ("PAL004", "pallas:gpu_sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                                   "out": {"dtype": "int32"}},
+     ("error", ["A is int8: the pallas:gpu_sm90 kernel takes f16, bf16, fp8_e4m3, fp8_e5m2 operands"], ("a", "dtype"))),
+    ("PAL004", "pallas:gpu_sm90", {**F16, "accumulator": "f16"},
+     ("error", ["accumulator = f16: the pallas:gpu_sm90 kernel accumulates in f32"], ("accumulator",))),
+    # PAL005: a residual is staged in the output's SMEM slot, so it has the output's dtype
+    ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
+    ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "f16"}]},
+     ("error", ["residual 'c' is f16 but out is bf16"], ("epilogue", 0, "dtype"))),
+    # PAL006: tile.n splits into two wgmma N slices of whole 64-column epilogue subtiles
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(64, 64, 64)}, None),  # 32-column slices: one 64x32 subtile
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 192, 64)},
+     ("error", ["a warpgroup's 128x96 slice is not a whole number of 64x64 epilogue subtiles"], ("tile",))),
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 24, 64)},
+     ("error", ["tile.n = 24 splits into 2 warpgroup slices of 12"], ("tile", "n"))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},

@@ -32,7 +32,7 @@ from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:
-    from specgen.resolve import Resolved
+    from specgen.resolve import Resolved, TmaBox
     from specgen.spec.load import LoadedSpec
 
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
@@ -229,6 +229,17 @@ class PallasGemmDesign:
                             MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes,
                             epilogue_overlaps_ab=False, extra_bytes=lay.residual_barriers * MGPU_BARRIER_BYTES,
                             extra_label="residual barriers")
+
+    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output
+        (and a residual, staged in the output's slot). TPU targets move no TMA boxes."""
+        from specgen.resolve import TmaBox, tma_boxes
+
+        if not target.tma_boxes:
+            return ()
+        a, b, _ = tma_boxes(spec)
+        lay = mgpu_layout(spec)
+        return (a, b, TmaBox("out", lay.epi_m, lay.epi_n, spec.out.dtype.bytes, ("out",)))
 
     # --- modules --------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:

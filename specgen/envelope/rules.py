@@ -524,6 +524,64 @@ def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
                       "deep", 'use ab_stages = 2 (or "auto")', ("pipeline", "ab_stages"))
 
 
+# --- Pallas Mosaic GPU (designs/gemm_pallas.py, templates/pallas/gemm_mgpu.py.jinja) ----------------------
+def is_mgpu(t: Target | TargetInfo) -> bool:
+    """The Pallas design's Mosaic GPU kernel: the pallas backend on an SMEM (GPU) target."""
+    info = _info(t)
+    return info.backend is Backend.pallas and info.memory == "smem"
+
+
+MGPU_OPERANDS = (DType.f16, DType.bf16, DType.fp8_e4m3, DType.fp8_e5m2)
+
+
+@rule("PAL004", "Mosaic GPU operand and accumulator dtypes", is_mgpu)
+def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
+    (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
+    accumulators are not rendered by this design. fp8 runs (K-major only: MAJ001), measured on the H200
+    (tests/gpu/test_pallas_gpu.py)."""
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt not in MGPU_OPERANDS:
+            yield Finding("PAL004", "error", f"{side.upper()} is {dt}: the {ctx.target} kernel takes "
+                          f"{', '.join(map(str, MGPU_OPERANDS))} operands", "use a Triton or CuTe target for this dtype",
+                          (side, "dtype"))
+    if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
+        yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
+                      "in f32", 'set accumulator = "f32"', ("accumulator",))
+
+
+@rule("PAL005", "Mosaic GPU residual staging", is_mgpu)
+def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
+    """A residual's subtile is TMA-loaded into the output's SMEM staging slot before it is added (JAX's
+    Hopper matmul stages its `c` operand the same way), so it has the output's dtype: the slot holds
+    64 x 64 output elements (templates/pallas/gemm_mgpu.py.jinja)."""
+    for i, op in enumerate(ctx.spec.epilogue):
+        if op.op == "residual" and op.dtype != ctx.spec.out.dtype:
+            yield Finding("PAL005", "error", f"residual {op.name!r} is {op.dtype} but out is {ctx.spec.out.dtype}: on "
+                          f"{ctx.target} a residual is staged in the output's SMEM slot ({ctx.spec.out.dtype.bytes} "
+                          "B per element)", f'set its dtype = "{ctx.spec.out.dtype}"', ("epilogue", i, "dtype"))
+
+
+@rule("PAL006", "Mosaic GPU warpgroup split and epilogue subtiles", is_mgpu)
+def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
+    """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
+    N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
+    warpgroup's slice where smaller: designs/gemm_pallas.py `mgpu_layout`)."""
+    from specgen.designs.gemm_pallas import MGPU_CONSUMER_WGS, mgpu_layout
+
+    t = ctx.spec.tile
+    wg_n = t.n // MGPU_CONSUMER_WGS
+    if t.n % (8 * MGPU_CONSUMER_WGS) or not 8 <= wg_n <= 256:
+        yield Finding("PAL006", "error", f"tile.n = {t.n} splits into {MGPU_CONSUMER_WGS} warpgroup slices of {t.n / 2:g}: "
+                      "not a wgmma N (8..256, step 8)", f"use tile.n a multiple of {8 * MGPU_CONSUMER_WGS}", ("tile", "n"))
+        return
+    lay = mgpu_layout(ctx.spec)
+    if t.m % lay.epi_m or wg_n % lay.epi_n:
+        yield Finding("PAL006", "error", f"a warpgroup's {t.m}x{wg_n} slice is not a whole number of {lay.epi_m}x{lay.epi_n} "
+                      "epilogue subtiles", f"use tile.n a multiple of {2 * lay.epi_n}", ("tile",))
+
+
 # --- backend options -----------------------------------------------------------------------------------
 def _any_target(t: Target) -> bool:
     return True
