@@ -6,6 +6,11 @@ warpgroup, TMA store) at several tiles and depths, and prints, per config, wheth
 SMEM figure Mosaic GPU reports, beside specgen's model for that kernel structure (the Pallas design's
 `memory` for pallas:gpu_sm90 at the CTA tile m x 2n x k). One JSON line per config; the recorded H200
 run is bench/results/2026-11-22-h200-mgpu-smem.jsonl.
+
+`--catalogue`: instead, lower each rendered catalogue module (generated/pallas/gpu_sm90/) with Mosaic
+GPU's SMEM limit set to 1 byte, whose error carries the exact figure the kernel allocates, beside the
+plan's. This runs on a CPU machine too, with absl-py and the jax-cuda12 plugin/pjrt wheels installed
+(`lowering_platforms=("cuda",)`); the record is bench/results/2026-11-22-cpu-mgpu-smem-catalogue.jsonl.
 """
 
 from __future__ import annotations
@@ -37,7 +42,51 @@ def model_bytes(wg_m: int, wg_n: int, tile_k: int, steps: int) -> int:
     return memory(spec, TARGETS["pallas:gpu_sm90"], steps).total
 
 
+def catalogue() -> None:
+    import importlib
+    from pathlib import Path
+
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+
+    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.spec.dtypes import DType
+
+    platforms = None if jax.default_backend() == "gpu" else ("cuda",)
+    for path in sorted(Path("generated/pallas/gpu_sm90").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        mod = importlib.import_module(f"generated.pallas.gpu_sm90.{path.stem}")
+        spec = GemmSpec.model_validate(mod.SPEC)
+        lead = (2,) if spec.batch else ()
+        m = n = k = 512
+
+        def struct(shape: tuple[int, ...], dt: object) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dt]))  # type: ignore[index]
+
+        args: list = [struct((*lead, m, k) if spec.a.major == "k" else (*lead, k, m), spec.a.dtype),
+                      struct((*lead, n, k) if spec.b.major == "k" else (*lead, k, n), spec.b.dtype)]
+        for arg in spec.runtime_args():
+            shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": (1,)}[arg.shape]
+            args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))
+        traced = jax.jit(mod._call).trace(*args)
+        row = {"kernel": path.stem, "plan": mod.SMEM_BYTES}
+        with mgpu_core.artificial_shared_memory_limit(1):
+            try:
+                traced.lower(lowering_platforms=platforms) if platforms else traced.lower()
+                row["lowered"] = None
+            except Exception as e:  # the figure is in Mosaic GPU's message
+                hit = re.search(r"smem_bytes=(\d+)", str(e))
+                row["lowered"] = int(hit.group(1)) if hit else None
+                if not hit:
+                    row["err"] = str(e)[-300:]
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"jax": jax.__version__, "backend": jax.default_backend()}), file=sys.stderr)
+
+
 def main() -> None:
+    if "--catalogue" in sys.argv:
+        catalogue()
+        return
     a = b = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
     for tm, tn, tk, steps in CONFIGS:
         cfg = hm.TuningConfig(tile_m=tm, tile_n=tn, tile_k=tk, max_concurrent_steps=steps, epi_tile_m=64,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU entry point: the marked GPU tests, then the benchmarks (Triton, then CuTe). Run from the repo
+# The GPU entry point: the marked GPU tests, then the benchmarks (Triton, CuTe, then Pallas Mosaic GPU). Run from the repo
 # root on a CUDA machine with torch and triton installed (specgen's own deps are not needed: generated
 # modules only import specgen.runtime); the CuTe parts need nvidia-cutlass-dsl 4.8.1 (and apache-tvm-ffi
 # for the fast call path): on the H200 image, install them with ../shared/tools/gpu-wheel-bundle (its
@@ -16,4 +16,7 @@ python3 bench/bench_triton.py --out "$out" "$@" 2>&1 | tee "$out/bench.log"
 bench=${PIPESTATUS[0]}
 python3 bench/bench_cute.py --out "$out" 2>&1 | tee "$out/bench-cute.log"
 cute=${PIPESTATUS[0]}
-exit $(( tests || bench || cute ))
+# Pallas Mosaic GPU (needs jax[cuda] 0.11; torch shares the GPU, so jax must not preallocate it)
+XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_pallas.py --out "$out" 2>&1 | tee "$out/bench-pallas.log"
+pallas=${PIPESTATUS[0]}
+exit $(( tests || bench || cute || pallas ))

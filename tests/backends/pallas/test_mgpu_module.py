@@ -1,0 +1,170 @@
+"""The Mosaic GPU (pallas:gpu_sm90) modules on a CPU machine: every catalogue spec with that target renders
+a module that imports without a GPU (the jax CI installs), whose plan figures are the ones check resolved
+and whose SMEM figure is what Mosaic GPU allocated when the module was lowered for CUDA (the record);
+the launcher's trace-time shapes (padding for TMA's tiled view, M = 1, K = 0) and errors naming the
+argument; refusal without a CUDA device and for arrays spread over several devices. Numerics run on the
+H200: tests/gpu/test_pallas_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from backends.pallas.common import CATALOGUE, jnp_dtype
+from specgen.compile import load_rendered
+from specgen.designs import design_for
+from specgen.designs.gemm_pallas import is_mgpu_target
+from specgen.resolve import resolve
+from specgen.spec.load import load_text
+from specgen.spec.models import GemmSpec
+from specgen.targets import Backend
+
+ROOT = Path(__file__).resolve().parents[3]
+MGPU = {name: spec for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"]}
+RECORD = ROOT / "bench" / "results" / "2026-11-22-cpu-mgpu-smem-catalogue.jsonl"
+
+
+def render(spec: dict, tmp: Path):
+    """Render the spec's Mosaic GPU module into `tmp` and import it; also return what check resolved."""
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    (target,) = [t for t in loaded.spec.targets if is_mgpu_target(t)]
+    resolved = resolve(loaded.spec, target)
+    design = design_for(loaded.spec.kind, Backend.pallas)
+    files = design.render(loaded, [target], {str(target): resolved})
+    assert set(files) == {f"pallas/gpu_sm90/{spec['name']}.py", "pallas/gpu_sm90/__init__.py"}
+    path = tmp / f"mgpu_{spec['name']}.py"
+    path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
+    return load_rendered(path, f"_specgen_mgpu_test_{spec['name']}"), resolved
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mgpu")
+    return {name: render(spec, tmp) for name, spec in MGPU.items()}
+
+
+def structs(spec: dict, M: int, N: int, K: int, batch: int = 3) -> list:
+    s = GemmSpec.model_validate(spec)
+    lead = (batch,) if s.batch else ()
+    args: list = [jax.ShapeDtypeStruct((*lead, M, K) if s.a.major == "k" else (*lead, K, M), jnp_dtype(s.a.dtype.value)),
+                  jax.ShapeDtypeStruct((*lead, N, K) if s.b.major == "k" else (*lead, K, N), jnp_dtype(s.b.dtype.value))]
+    for arg in s.runtime_args():
+        shape = {"vec_m": (M,), "vec_n": (N,), "matrix": (*lead, M, N), "scalar": ()}[arg.shape]
+        args.append(jax.ShapeDtypeStruct(shape, jnp_dtype("f32" if arg.shape == "scalar" else arg.dtype.value)))
+    return args
+
+
+def test_the_catalogue_has_mosaic_gpu_specs() -> None:
+    assert set(MGPU) == {"gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16",
+                         "gemm_fp8_rowwise", "gemm_residual_bf16"}
+
+
+@pytest.mark.parametrize("name", sorted(MGPU))
+def test_module_imports_without_a_gpu_with_the_plan_check_resolved(modules, name: str) -> None:
+    mod, resolved = modules[name]
+    assert jax.default_backend() == "cpu"
+    assert mod.METADATA["targets"] == ["pallas:gpu_sm90"]
+    assert mod.SMEM_BYTES == mod.METADATA["smem_bytes"] == resolved.budget.total
+    assert tuple(MGPU[name]["tile"][d] for d in "mnk") == (mod.TILE_M, mod.TILE_N, mod.TILE_K)
+    assert resolved.ab_stages == mod.STAGES and min(1, mod.STAGES - 1) == mod.WGMMA_IN_FLIGHT
+    assert mod.WG_N * mod.WARPGROUPS == mod.TILE_N
+
+
+def test_plan_smem_is_what_mosaic_gpu_allocated_when_lowered() -> None:
+    """The record: each catalogue module lowered for CUDA (Mosaic GPU's own figure, from its SMEM-limit
+    error at a 1-byte limit) by bench/mgpu_smem_probe.py --catalogue; the H200 test does it live."""
+    rows = [json.loads(line) for line in RECORD.read_text().splitlines() if line.startswith('{"kernel"')]
+    assert {r["kernel"] for r in rows} == set(MGPU)
+    for row in rows:
+        assert row["lowered"] == row["plan"] == load_rendered(
+            ROOT / "generated" / "pallas" / "gpu_sm90" / f"{row['kernel']}.py", f"_mgpu_rec_{row['kernel']}").SMEM_BYTES
+
+
+SHAPES = [(256, 512, 256), (1, 256, 512), (130, 100, 1000), (517, 264, 1040), (96, 320, 0), (0, 64, 64)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("name", ["gemm_bf16", "bmm_bf16", "gemm_residual_bf16", "gemm_fp8_rowwise"])
+def test_traced_shapes_cover_tails_m1_and_empty_k(modules, name: str, shape) -> None:
+    """Tracing the jitted call (no lowering, no GPU) runs every launcher branch: TMA padding of ragged
+    extents, the sliced result, K = 0 and an empty output."""
+    mod, _ = modules[name]
+    M, N, K = shape
+    args = structs(MGPU[name], M, N, K)
+    out = jax.eval_shape(mod._call, *args)
+    lead = (3,) if MGPU[name]["batch"] else ()
+    assert out.shape == (*lead, M, N) and out.dtype == jnp_dtype(MGPU[name]["out"]["dtype"])
+
+
+def test_tma_extents() -> None:
+    from specgen.runtime import mgpu
+
+    # within one tile, or a whole number of tiles; contiguous dims a multiple of 16 bytes (8 bf16)
+    assert [mgpu.tma_extent(e, 64, 8) for e in (1, 8, 60, 64, 100, 128, 1000, 1024, 0)] == \
+        [8, 8, 64, 64, 128, 128, 1024, 1024, 8]
+    assert [mgpu.tma_extent(e, 8, 1) for e in (1, 7, 8, 9, 1000, 1001)] == [1, 7, 8, 16, 1000, 1008]
+    x = jnp.ones((2, 3))
+    assert mgpu.pad(x, (2, 3)) is x
+    np.testing.assert_array_equal(mgpu.pad(x, (4, 5))[2:], 0)
+
+
+def test_trace_time_errors_name_the_argument(modules) -> None:
+    mod, _ = modules["gemm_bias_gelu_bf16"]
+    a, w, bias = (jnp.zeros((64, 128), jnp.bfloat16), jnp.zeros((256, 128), jnp.bfloat16), jnp.zeros((256,), jnp.bfloat16))
+    with pytest.raises(TypeError, match="gemm_bias_gelu_bf16: argument 'a' is float32, expected bfloat16"):
+        mod._call(a.astype(jnp.float32), w, bias)
+    with pytest.raises(ValueError, match=r"argument 'b' has shape \(256, 64\), expected \(256, 128\)"):
+        mod._call(a, w[:, :64], bias)
+    with pytest.raises(ValueError, match="argument 'a' has shape .* expected rank 2"):
+        mod._call(a[None], w, bias)
+    with pytest.raises(ValueError, match=r"argument 'bias' has shape \(255,\)"):
+        mod._call(a, w, bias[:255])
+    with pytest.raises(TypeError, match="argument 'a' must be a jax.Array"):
+        mod.gemm_bias_gelu_bf16(np.zeros((64, 128)), w, bias)
+    mod_r, _ = modules["gemm_residual_bf16"]  # A is M-major: (K, M)
+    with pytest.raises(ValueError, match=r"argument 'c' has shape \(32, 64\), expected \(64, 32\)"):
+        mod_r._call(jnp.zeros((128, 64), jnp.bfloat16), jnp.zeros((32, 128), jnp.bfloat16), 0.5,
+                    jnp.zeros((32, 64), jnp.bfloat16))
+
+
+def test_a_call_without_a_cuda_device_says_so(modules) -> None:
+    import torch
+
+    mod, _ = modules["gemm_bf16"]
+    a, w = jnp.zeros((64, 128), jnp.bfloat16), jnp.zeros((256, 128), jnp.bfloat16)
+    with pytest.raises(RuntimeError, match="gemm_bf16: Mosaic GPU kernels run on an sm90 CUDA device; jax's "
+                                           "default backend is 'cpu'"):
+        mod.gemm_bf16(a, w)
+    with pytest.raises(RuntimeError, match="sm90 CUDA device"):  # the torch entry converts, then refuses
+        mod.gemm_bf16_torch(torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(256, 128, dtype=torch.bfloat16).t())
+
+
+def test_arrays_on_several_devices_are_refused(tmp_path) -> None:
+    """A concrete array spread over two devices raises before anything is traced (the kernel sees one
+    device's memory; `jax.shard_map` hands it per-device shards instead)."""
+    code = textwrap.dedent(f"""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from specgen.compile import load_rendered
+        mod = load_rendered({str(ROOT / "generated" / "pallas" / "gpu_sm90" / "gemm_bf16.py")!r}, "m")
+        mesh = Mesh(np.array(jax.devices()), ("x",))
+        a = jax.device_put(jnp.zeros((64, 128), jnp.bfloat16), NamedSharding(mesh, P("x", None)))
+        w = jnp.zeros((256, 128), jnp.bfloat16)
+        try:
+            mod.gemm_bf16(a, w)
+        except ValueError as e:
+            print("REFUSED", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "REFUSED gemm_bf16: argument 'a' is spread over 2 devices; call gemm_bf16 inside jax.shard_map" in \
+        out.stdout, out.stderr[-2000:]
