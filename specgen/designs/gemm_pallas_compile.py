@@ -1,6 +1,10 @@
 """The Pallas GEMM design's compile hook: Pallas's Mosaic lowering of a rendered TPU module's kernel, on a
 CPU machine (`jax.jit(...).lower(lowering_platforms=("tpu",))`: jaxpr -> Mosaic MLIR in a tpu_custom_call).
 
+A Mosaic GPU module (pallas:gpu_sm90) is lowered for CUDA instead, with Mosaic GPU's SMEM limit set to
+1 byte: its refusal carries the exact SMEM the kernel allocates (`compiler_smem`, beside the plan's). On
+a machine without a GPU that needs absl-py and the jax-cuda12 plugin/pjrt wheels (not CI's install).
+
 Lowering refuses what Mosaic cannot express (it refused 3-deep buffering: rule PAL003). libtpu's own
 compile, and with it the VMEM the chip would allocate, needs a TPU: `compiler_smem` stays None and the
 plan's VMEM figure is reported beside it. The problem is ragged against every block (two and a bit
@@ -10,6 +14,7 @@ imports this module.
 
 from __future__ import annotations
 
+import re
 import time
 from types import ModuleType
 
@@ -21,6 +26,8 @@ BATCH = 2
 
 
 def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
+    if target.memory == "smem":
+        return _lower_mgpu(module, target)
     import jax
     import jax.numpy as jnp
 
@@ -51,3 +58,42 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
         return CompileResult(meta["kernel"], target.name, meta["vmem_bytes"], None, time.perf_counter() - start,
                              compiler_message(e))
     return CompileResult(meta["kernel"], target.name, meta["vmem_bytes"], None, time.perf_counter() - start)
+
+
+def _lower_mgpu(module: ModuleType, target: TargetInfo) -> CompileResult:
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+
+    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.spec.dtypes import DType
+
+    meta = module.METADATA
+    spec = GemmSpec.model_validate(module.SPEC)
+    # Tails on every dim; K long enough for every stage (Mosaic GPU's pipeline allocates min(stages, K
+    # steps) buffers, so a short K needs less SMEM than the plan's figure, which is its maximum).
+    m, n = 2 * module.TILE_M + 3, 2 * module.TILE_N + 3
+    k = (module.STAGES + 1) * module.TILE_K + 3
+    lead = (BATCH,) if spec.batch else ()
+
+    def struct(shape: tuple[int, ...], dtype: DType) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))
+
+    args = [struct((*lead, m, k) if spec.a.major == "k" else (*lead, k, m), spec.a.dtype),
+            struct((*lead, n, k) if spec.b.major == "k" else (*lead, k, n), spec.b.dtype)]
+    for arg in spec.runtime_args():
+        shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": ()}[arg.shape]
+        args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))
+    start = time.perf_counter()
+    try:
+        traced = jax.jit(module._call).trace(*args)
+        with mgpu_core.artificial_shared_memory_limit(1):
+            traced.lower(lowering_platforms=("cuda",))
+        raise RuntimeError("Mosaic GPU accepted a 1-byte SMEM limit: the module holds no Mosaic GPU kernel")
+    except Exception as e:
+        hit = re.search(r"smem_bytes=(\d+)", str(e))
+        if hit:
+            return CompileResult(meta["kernel"], target.name, meta["smem_bytes"], int(hit.group(1)),
+                                 time.perf_counter() - start)
+        return CompileResult(meta["kernel"], target.name, meta["smem_bytes"], None, time.perf_counter() - start,
+                             compiler_message(e))
