@@ -6,6 +6,9 @@ faster):
 - bf16 GEMM (generated.pallas.gpu_sm90.gemm_bf16; B K-major, a weight (N, K)) at 8192^3, 4096^3, 2048^3
   vs XLA (`jax.jit(lambda a, w: a @ w.T)`) and vs cuBLAS through torch (`a @ w.t()`), geomeans;
 - bf16 GEMM + bias + GELU-tanh 8192^3 (gemm_bias_gelu_bf16) vs `jax.jit(gelu(a @ w.T + bias))` (XLA);
+- fp8 e4m3 rowwise-scaled GEMM, not yet run on the H200 (gemm_fp8_rowwise: (A @ B) * scale_a[m] * scale_b[n] -> bf16) at 8192^3 and
+  4096^3 vs `torch._scaled_mm` with rowwise scales (the fp8 bytes shared with jax as uint8 through
+  DLPack and bitcast, so both read the same memory);
 - the per-call host cost of the jax function and of its torch entry (DLPack both ways), 64^3.
 
 Three timers per pair:
@@ -39,11 +42,13 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
+from jax.lax import bitcast_convert_type as lax_bitcast  # noqa: E402
 from timing import ms, tflops  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
 FUSED = (8192, 8192, 8192)
+FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
 
@@ -152,10 +157,30 @@ def host_us(fn, calls: int = 2000) -> float:
     return sorted(samples)[2]
 
 
+def fp8_row(fp8, gen, M: int, N: int, K: int) -> dict:
+    """gemm_fp8_rowwise against torch._scaled_mm (rowwise scales) on the same fp8 bytes."""
+    ta = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    tw = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    tsa = torch.rand(M, 1, device="cuda", generator=gen) + 0.5
+    tsb = torch.rand(1, N, device="cuda", generator=gen) + 0.5
+    a, w = (lax_bitcast(jax.dlpack.from_dlpack(t.view(torch.uint8)), jnp.float8_e4m3fn) for t in (ta, tw))
+    sa, sb = jax.dlpack.from_dlpack(tsa).reshape(M), jax.dlpack.from_dlpack(tsb).reshape(N)
+
+    def peer():
+        return torch._scaled_mm(ta, tw.t(), scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
+
+    diff = float((torch.from_dlpack(fp8.gemm_fp8_rowwise(a, w, sa, sb)).float() - peer().float()).abs().max())
+    r = pair(jax_call(fp8.gemm_fp8_rowwise, a, w, sa, sb), torch_call(peer))
+    return r | {"workload": "fp8 e4m3 rowwise", "peer": "torch._scaled_mm", "M": M, "N": N, "K": K,
+                "max_abs_diff_vs_peer": diff, "ours_tflops_cupti": tflops(M, N, K, r["ours_cupti_ms"])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
     ap.add_argument("--modules", default="", help="extra module paths (pkg.mod) to time at the GEMM shapes")
+    ap.add_argument("--only-fp8", action="store_true", help="the fp8 rows and the host cost only")
+    ap.add_argument("--no-fp8", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gemm = module("gemm_bf16")
@@ -164,7 +189,7 @@ def main() -> None:
     xla_fused = jax.jit(lambda a, w, bias: jax.nn.gelu(a @ w.T + bias, approximate=True))
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows: list[dict] = []
-    for M, N, K in SHAPES:
+    for M, N, K in SHAPES if not args.only_fp8 else []:
         ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
         tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
         a, w = jax.dlpack.from_dlpack(ta), jax.dlpack.from_dlpack(tw)
@@ -185,18 +210,26 @@ def main() -> None:
                  "config": {k: mod.METADATA.get(k) for k in ("tile_m", "tile_n", "tile_k", "stages", "group_m")}}
             rows.append(r)
             print(json.dumps(r), flush=True)
-    M, N, K = FUSED
-    ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
-    tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
-    tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
-    a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
-    diff = float(jnp.max(jnp.abs(fused.gemm_bias_gelu_bf16(a, w, bias).astype(jnp.float32)
-                                 - xla_fused(a, w, bias).astype(jnp.float32))))
-    r = pair(jax_call(fused.gemm_bias_gelu_bf16, a, w, bias), jax_call(xla_fused, a, w, bias))
-    r |= {"workload": "bf16 gemm + bias + gelu_tanh", "peer": "xla", "M": M, "N": N, "K": K,
-          "max_abs_diff_vs_xla": diff, "ours_tflops": tflops(M, N, K, r["ours_ms"])}
-    rows.append(r)
-    print(json.dumps(r), flush=True)
+    if not args.only_fp8:
+        M, N, K = FUSED
+        ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+        tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
+        tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
+        a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
+        diff = float(jnp.max(jnp.abs(fused.gemm_bias_gelu_bf16(a, w, bias).astype(jnp.float32)
+                                     - xla_fused(a, w, bias).astype(jnp.float32))))
+        r = pair(jax_call(fused.gemm_bias_gelu_bf16, a, w, bias), jax_call(xla_fused, a, w, bias))
+        r |= {"workload": "bf16 gemm + bias + gelu_tanh", "peer": "xla", "M": M, "N": N, "K": K,
+              "max_abs_diff_vs_xla": diff, "ours_tflops": tflops(M, N, K, r["ours_ms"])}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    fp8 = module("gemm_fp8_rowwise")
+    for M, N, K in FP8_SHAPES if not args.no_fp8 else []:
+        try:  # (added after the 2026-11-22 H200 run: first run pending, so a failure is recorded, not fatal)
+            rows.append(fp8_row(fp8, gen, M, N, K))
+        except Exception as e:
+            rows.append({"workload": "fp8 e4m3 rowwise", "M": M, "N": N, "K": K, "error": repr(e)[:500]})
+        print(json.dumps(rows[-1]), flush=True)
     # Host cost per call at 64^3: the jax function (jitted dispatch) and the torch entry (DLPack both ways).
     ta, tw = torch.randn(64, 64, device="cuda").bfloat16(), torch.randn(64, 64, device="cuda").bfloat16()
     a, w = jax.dlpack.from_dlpack(ta), jax.dlpack.from_dlpack(tw)
@@ -208,17 +241,17 @@ def main() -> None:
     torch.cuda.synchronize()
     rows.append(host)
     print(json.dumps(host), flush=True)
-    gemm_rows = [r for r in rows if r["workload"] == "bf16 gemm"]
-    summary = {
-        "bf16_vs_cublas_geomean": geomean([r["ratio"] for r in gemm_rows if r["peer"] == "cublas"]),
-        "bf16_vs_cublas_geomean_cupti": geomean([r["ratio_cupti"] for r in gemm_rows if r["peer"] == "cublas"]),
-        "bf16_vs_xla_geomean": geomean([r["ratio"] for r in gemm_rows if r["peer"] == "xla"]),
-        "bf16_vs_xla_geomean_cupti": geomean([r["ratio_cupti"] for r in gemm_rows if r["peer"] == "xla"]),
-        "bf16_vs_cublas_geomean_wall": geomean([r["ratio_wall"] for r in gemm_rows if r["peer"] == "cublas"]),
-        "bf16_vs_xla_geomean_wall": geomean([r["ratio_wall"] for r in gemm_rows if r["peer"] == "xla"]),
-        "fused_vs_xla": rows[-2]["ratio"], "fused_vs_xla_cupti": rows[-2]["ratio_cupti"],
-        "fused_vs_xla_wall": rows[-2]["ratio_wall"],
-    }
+
+    def ratios(workload: str, peer: str, key: str) -> list[float]:
+        return [r[key] for r in rows if r["workload"] == workload and r.get("peer") == peer]
+
+    summary = {}
+    for label, workload, peer in (("bf16_vs_cublas", "bf16 gemm", "cublas"), ("bf16_vs_xla", "bf16 gemm", "xla"),
+                                  ("fused_vs_xla", "bf16 gemm + bias + gelu_tanh", "xla"),
+                                  ("fp8_vs_scaled_mm", "fp8 e4m3 rowwise", "torch._scaled_mm")):
+        for timer, key in (("", "ratio"), ("_cupti", "ratio_cupti"), ("_wall", "ratio_wall")):
+            if ratios(workload, peer, key):
+                summary[f"{label}_geomean{timer}"] = geomean(ratios(workload, peer, key))
     print(json.dumps(summary), flush=True)
     record = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "python": platform.python_version(),
