@@ -18,8 +18,8 @@ shapes (through DLPack, no copies).
 Epilogue, applied in order to the float32 accumulator, 64-row subtile by subtile: none
 
 The kernel (JAX's warp-specialized Hopper matmul, pallas/ops/gpu/hopper_matmul_mgpu.py, grown an
-epilogue): a persistent grid of one CTA per SM (at most one per tile) walks the 128x128 output
-tiles of every batch entry in bands of 8 tile rows. In each CTA a memory warpgroup keeps 4 K steps of
+epilogue): a persistent grid of one CTA per SM (at most one per tile) walks the
+128x128 output tiles of every batch entry in bands of 8 tile rows. In each CTA a memory warpgroup keeps 4 K steps of
 128x64 A and 64x128 B tiles in flight (TMA into swizzled SMEM, full/empty mbarriers) and
 2 consumer warpgroups each issue wgmma on a 128x64 half into an f32 register accumulator. Each
 consumer then runs the epilogue on 64x64 subtiles, stages them in SMEM (2 slots) and stores them
