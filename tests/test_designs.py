@@ -48,14 +48,23 @@ def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
 
 
 def test_a_failing_checked_only_target_does_not_refuse_the_triton_module(tmp_path: Path):
-    # pallas:gpu_sm90 fails MMA001 (tile.m = 32 is not a multiple of 64); triton:sm90 takes it (with a warning)
-    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "pallas:gpu_sm90"])
+    # cute:sm100 (checked only) fails MMA002 (tcgen05 M is 64 or 128); triton:sm90 takes it (with a warning)
+    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "cute:sm100"])
     result = render_catalogue([ls], tmp_path)
-    assert any(d.rule == "MMA001" and d.severity == "error" and d.target == "pallas:gpu_sm90" for d in result.diagnostics)
+    assert any(d.rule == "MMA002" and d.severity == "error" and d.target == "cute:sm100" for d in result.diagnostics)
     assert result.refused == []
     assert (tmp_path / "triton" / "k.py").is_file()
     manifest = json.loads((tmp_path / "MANIFEST.json").read_text())
     assert manifest["kernels"]["k"]["targets"]["triton:sm90"] == "triton/k.py"
+
+
+def test_a_failing_mosaic_gpu_target_refuses_only_its_module(tmp_path: Path):
+    # the Pallas design renders pallas:gpu_sm90 (pallas/gpu_sm90/): its MMA001 error refuses that module only
+    ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "pallas:gpu_sm90"])
+    result = render_catalogue([ls], tmp_path)
+    assert any(d.rule == "MMA001" and d.severity == "error" and d.target == "pallas:gpu_sm90" for d in result.diagnostics)
+    assert result.refused == ["k"]
+    assert (tmp_path / "triton" / "k.py").is_file() and not (tmp_path / "pallas" / "gpu_sm90" / "k.py").exists()
 
 
 def test_a_failing_cute_sm90_target_refuses_only_the_cute_module(tmp_path: Path):

@@ -206,7 +206,9 @@ def test_manifest_records_spec_file_hash_and_targets(in_repo, tmp_path):
                 assert where == f"{target.split(':')[0]}/{ls.name}.py"
             elif target.startswith("pallas:tpu_"):  # the Pallas design: one module for every TPU target
                 assert where == f"pallas/{ls.name}.py"
-            else:  # CuTe Blackwell and Mosaic GPU: checked only
+            elif target == "pallas:gpu_sm90":  # and one Mosaic GPU module, in a package of its own
+                assert where == f"pallas/gpu_sm90/{ls.name}.py"
+            else:  # CuTe Blackwell: checked only
                 assert where.startswith("skipped: ")
         if any(t.startswith("triton:") for t in entry["targets"]):
             assert entry["targets"]["triton:sm90"] == f"triton/{ls.name}.py"
