@@ -63,6 +63,8 @@ class TritonLauncher:
         # (device, key) -> (launch, leading args, constexpr slots, SM count)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
+        # (device, stream, atomic) -> (f32 partials, int32 arrival counters), for split-K configs
+        self._workspaces: dict[tuple[int, int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def device_config(self, device: int) -> tuple[dict[str, int], int]:
         """(launch config, SM count) for a device, by its compute capability."""
@@ -86,6 +88,31 @@ class TritonLauncher:
 
     def num_sms(self, device: int) -> int:
         return self.device_config(device)[1]
+
+    def workspace(self, device: int, tiles: int, split_k: int, tile_elems: int,
+                  atomic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split-K workspace for a launch of `tiles` output tiles: f32 partials (split_k tiles of
+        `tile_elems` per output tile, or one with atomics) and one int32 arrival counter per tile.
+
+        Cached per (device, stream, reduction): launches on one stream run in order, so they can share
+        it; other streams get their own. Counters (and atomic partials) start at zero and every launch
+        leaves them at zero (the last program of each tile resets its own). A launch that needs more
+        gets new zeroed buffers (at least twice the old, so a growing workload reallocates rarely);
+        the old ones go back to the caching allocator in stream order. A config without split-K
+        (split_k == 1) gets the cached buffers as they are: its kernel never touches them."""
+        stream = _get_stream(device) if device >= 0 else 0
+        key = (device, stream, atomic)
+        entry = self._workspaces.get(key)
+        if split_k == 1:
+            tiles = 0
+        floats = tiles * tile_elems * (1 if atomic else split_k)
+        if entry is None or entry[0].numel() < floats or entry[1].numel() < tiles:
+            old_floats, old_tiles = (entry[0].numel(), entry[1].numel()) if entry is not None else (0, 0)
+            where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+            entry = (torch.zeros(max(floats, 2 * old_floats, 1), dtype=torch.float32, device=where),
+                     torch.zeros(max(tiles, 2 * old_tiles, 1), dtype=torch.int32, device=where))
+            self._workspaces[key] = entry
+        return entry
 
     def __call__(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
                  constexprs: dict[str, object], persistent: bool = False, variant: int | None = None) -> None:
