@@ -22,21 +22,28 @@ from pathlib import Path
 
 BF16_SHAPES = [(m, n, k) for m in (1, 16, 64, 128) for n, k in ((8192, 8192), (14336, 4096), (4096, 14336))]
 FP8_SHAPES = [(16, 8192, 8192), (128, 8192, 8192), (512, 2048, 2048)]
-# (tile m, n, k, warps, split_k): candidates for small-M configs of the shipped persistent TMA kernels,
-# each tried on the shapes whose M it could serve (m <= 16 tiles on M <= 16, the others on M >= 64).
+# (tile m, n, k, warps, split_k, ab_stages or 0 for auto, M range): candidates for small-M configs of the
+# shipped persistent TMA kernels, each tried on the shapes of its M range ("small": M <= 16, "mid": M > 16).
+# The first sweep (2026-11-22, results/2026-11-22-h200-decode-sweep1.json) tried tiles with split-K; the
+# second adds 64-row (wgmma) tiles for M <= 16, deeper pipelines and wider N tiles.
 BF16_CANDIDATES = [
-    (16, 64, 128, 4, 1), (16, 32, 256, 4, 1), (16, 128, 128, 4, 1),
-    (16, 64, 128, 4, 2), (16, 128, 128, 4, 2), (16, 64, 256, 4, 2), (16, 128, 256, 4, 4), (16, 256, 128, 4, 4),
-    (64, 64, 128, 4, 1), (64, 128, 64, 4, 1), (128, 128, 64, 8, 1),
-    (64, 64, 128, 4, 2), (64, 128, 128, 4, 2), (128, 64, 128, 4, 2), (128, 128, 64, 8, 2), (128, 128, 64, 8, 4),
-    (128, 256, 64, 8, 4), (64, 256, 64, 8, 2),
+    (16, 64, 128, 4, 1, 0, "small"), (16, 64, 256, 4, 2, 0, "small"), (16, 128, 128, 4, 1, 0, "small"),
+    (16, 64, 128, 4, 1, 6, "small"), (16, 128, 128, 4, 1, 6, "small"), (32, 64, 128, 4, 1, 0, "small"),
+    (64, 64, 128, 4, 1, 0, "small"), (64, 64, 128, 4, 2, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
+    (64, 32, 256, 4, 1, 0, "small"),
+    (64, 256, 64, 8, 2, 0, "mid"), (64, 256, 64, 8, 2, 5, "mid"), (64, 256, 128, 8, 2, 0, "mid"),
+    (64, 256, 64, 8, 4, 5, "mid"), (128, 256, 64, 8, 2, 0, "mid"), (128, 128, 64, 8, 2, 5, "mid"),
+    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 64, 8, 1, 5, "mid"), (128, 128, 64, 8, 1, 5, "mid"),
+    (64, 64, 128, 4, 2, 0, "mid"), (64, 128, 128, 4, 2, 0, "mid"), (64, 128, 64, 4, 1, 0, "mid"),
 ]
 FP8_CANDIDATES = [
-    (16, 64, 256, 4, 1), (16, 128, 256, 4, 1), (16, 64, 256, 4, 2), (16, 128, 256, 4, 2), (16, 64, 512, 4, 2),
-    (16, 256, 128, 4, 4),
-    (64, 64, 256, 4, 1), (64, 128, 128, 4, 1), (128, 128, 128, 8, 1),
-    (64, 128, 256, 4, 2), (128, 128, 128, 8, 2), (128, 128, 128, 8, 4), (128, 64, 256, 4, 2), (64, 64, 256, 4, 2),
-    (128, 256, 128, 8, 4),
+    (16, 64, 256, 4, 1, 0, "small"), (16, 64, 256, 4, 1, 6, "small"), (16, 32, 512, 4, 1, 0, "small"),
+    (16, 128, 256, 4, 1, 6, "small"), (64, 64, 256, 4, 1, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
+    (64, 64, 256, 4, 2, 0, "small"), (64, 32, 256, 4, 1, 0, "small"),
+    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 128, 8, 2, 0, "mid"), (128, 256, 128, 8, 2, 0, "mid"),
+    (128, 128, 256, 8, 2, 0, "mid"), (128, 128, 128, 8, 2, 5, "mid"), (128, 128, 128, 8, 3, 0, "mid"),
+    (128, 128, 128, 8, 1, 0, "mid"), (128, 64, 128, 4, 1, 0, "mid"), (64, 128, 128, 4, 1, 0, "mid"),
+    (128, 128, 128, 8, 1, 5, "mid"), (64, 128, 128, 8, 1, 0, "mid"),
 ]
 ROUNDS = 5
 
@@ -45,6 +52,7 @@ def render(folder: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kernels import catalogue
 
+    from specgen.check import check_spec
     from specgen.render.catalogue import render_triton_module
     from specgen.spec.load import load_text
 
@@ -53,13 +61,20 @@ def render(folder: Path) -> None:
     cat = catalogue()
     names = []
     for base, cands in (("gemm_bf16", BF16_CANDIDATES), ("gemm_fp8_rowwise", FP8_CANDIDATES)):
-        for m, n, k, w, s in cands:
+        for m, n, k, w, s, st, scope in cands:
             spec = json.loads(json.dumps(cat[base]))
             for key in ("variants", "per_target"):  # the candidate is the only config
                 spec.pop(key, None)
-            spec.update(name=f"{base}_{m}x{n}x{k}w{w}s{s}", targets=["triton:sm90"], tile={"m": m, "n": n, "k": k},
-                        triton={**spec["triton"], "num_warps": w}, schedule={**spec["schedule"], "split_k": s})
+            spec.update(name=f"{base}_{m}x{n}x{k}w{w}s{s}p{st}_{scope}", targets=["triton:sm90"],
+                        tile={"m": m, "n": n, "k": k}, triton={**spec["triton"], "num_warps": w},
+                        schedule={**spec["schedule"], "split_k": s})
+            if st:
+                spec["pipeline"] = {"ab_stages": st}
             (ls,) = load_text(json.dumps({"kernels": [spec]}), f"specs/{base}.toml", ".json")
+            errors = [d for d in check_spec(ls) if d.severity == "error"]
+            if errors:
+                print(f"skipped {spec['name']}: {errors[0].rule} {errors[0].message}")
+                continue
             (folder / f"{spec['name']}.py").write_text(render_triton_module(ls, ls.spec.targets))
             names.append(spec["name"])
     (folder / "candidates.json").write_text(json.dumps(names))
@@ -123,14 +138,16 @@ def sweep(folder: Path, out: Path) -> None:
 
     names = json.loads((folder / "candidates.json").read_text())
     mods = {n: _load(folder / f"{n}.py", f"cand_{n}") for n in names}
+    root = Path(__file__).resolve().parents[1]
+    for n in ("gemm_bf16", "gemm_fp8_rowwise"):  # the shipped module (its variants) beside the candidates
+        mods[f"{n}_shipped"] = _load(root / "generated" / "triton" / f"{n}.py", f"shipped_{n}")
     rows, t0 = [], time.time()
     for kind, (M, N, K), ours, peer, ref, o in _problems():
         base = "gemm_bf16_" if kind == "bf16" else "gemm_fp8_rowwise_"
         for name, mod in mods.items():
             if not name.startswith(base):
                 continue
-            tm = mod.BLOCK_M
-            if (tm <= 16) != (M <= 16) or tm > max(M, 16) * 4:
+            if not name.endswith("_shipped") and name.endswith("_small") != (M <= 16):
                 continue
             fn = getattr(mod, mod.METADATA["kernel"])
             try:
@@ -150,7 +167,7 @@ def sweep(folder: Path, out: Path) -> None:
     (out / "sweep.json").write_text(json.dumps(dict(meta=_meta(), rows=rows), indent=1))
     for key in sorted({(r["kind"], *r["shape"]) for r in rows}):
         ranked = sorted((r for r in rows if (r["kind"], *r["shape"]) == key and r.get("ok")), key=lambda r: -r["ratio"])
-        print(key, "  ".join(f"{r['kernel'].split('_')[-1]} {r['ratio']:.3f}" for r in ranked[:5]))
+        print(key, "  ".join(f"{r['kernel'].split('_')[-2]} {r['ratio']:.3f}" for r in ranked[:6]))
     for r in rows:
         if not r.get("ok", False):
             print("FAILED", r)
