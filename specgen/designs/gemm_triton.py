@@ -40,10 +40,10 @@ class TritonGemm:
         # The TMA store stages the output tile (half of it with epilogue_subtile); pointer stores go
         # straight from registers (no scratch: measured).
         epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1) if spec.triton.tma else 0
-        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline; a
-        # split-K config stores from the tile's last program only (a branch), over the drained
-        # pipeline buffers (measured: triton.compile for sm_90, 16x64x128 and 128x128x64 tiles).
-        overlaps = not (spec.triton.tma and spec.schedule.persistent) or spec.schedule.split_k > 1
+        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline (a
+        # split-K config's store, in the tile's last program only, sometimes reuses the drained pipeline
+        # buffers, sometimes not: measured on sm_90, so the plan counts it beside them, an upper bound).
+        overlaps = not (spec.triton.tma and spec.schedule.persistent)
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
         delta = -1 if spec.a.dtype == DType.f32 else 0
@@ -133,6 +133,7 @@ class TritonVariant:
     configs: list[TritonArchConfig]
     split_k: int = 1  # programs per output tile along K (schedule.split_k)
     split_atomic: bool = False  # schedule.split_k_reduction = "atomic"
+    desc_types: dict[str, str] | None = None  # descriptor parameter -> its Triton type with this box
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,8 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
             i, list(when.bounds().items()), str(when), vs.tile.m, vs.tile.n, vs.tile.k, vs.schedule.group_m,
             {side: b.block for side, b in _boxes(vs).items()},
             [_arch_config(resolved[str(t)].variants[i]) for t in targets],
-            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic"))
+            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic",
+            {b.param: b.type for b in _boxes(vs).values()}))
     split = spec.schedule.split_k > 1 or any(v.split_k > 1 for v in variants)
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
@@ -428,6 +430,8 @@ def _variant_metadata(v: TritonVariant) -> dict[str, object]:
             "group_m": v.group_m,
             **({"split_k": v.split_k, "split_k_reduction": "atomic" if v.split_atomic else "deterministic"}
                if v.split_k > 1 else {}),
+            # the TMA descriptors' types with this variant's boxes (the kernel's signature differs there)
+            **({"descriptors": v.desc_types} if v.desc_types else {}),
             "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages,
                                             "smem_bytes": c.smem_bytes, "acc_registers": c.acc_registers}
                      for c in v.configs}}
