@@ -274,3 +274,17 @@ def test_the_workspace_is_cached_per_device_stream_and_reduction_and_grows(load_
     assert bigger is not ws and bigger.numel() >= 40 * 3 * 256 and not bigger_counts.any()
     # a config without split-K takes what is cached: nothing is allocated for it
     assert launcher.workspace(-1, 10_000, 1, 128 * 256, False) == (bigger, bigger_counts)
+
+
+def test_check_prints_each_variants_split(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from specgen.cli import app
+
+    path = tmp_path / "k.toml"
+    path.write_text(TOML)
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 0, result.output
+    line = ("variants k @ triton:sm90: M <= 16: 16x64x128 split-K 4; M <= 128 and K <= 8192: 64x128x64 split-K 2 atomic; "
+            "else 128x256x64")
+    assert line in result.output
