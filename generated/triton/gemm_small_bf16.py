@@ -260,10 +260,11 @@ def _run(a, b, out):
     # size): the compiled kernel is cached under the same key.
     key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, sa[-2] % 16 == 0, sa[-2] == 1, sb[-1] % 16 == 0, sb[-1] == 1, so[-2] % 16 == 0, so[-2] == 1, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
+    grid = (tiles, 1, 1)
     _launcher(
         device,
         key,
-        (tiles, 1, 1),
+        grid,
         (
             a,
             b,

@@ -77,6 +77,8 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
     "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box",
+    # the TMA launchers' launch-cache key (templates/triton/gemm.py.jinja: a local and the keyword)
+    "args_key",
     # split-K (templates/triton/gemm.py.jinja, tile.jinja): kernel parameters and locals, the reduction's
     # locals, the launcher's, and the keywords of the atomic and cache-modified calls
     "ws_ptr", "counts_ptr", "pid_k", "slot", "k_tiles", "k_per_split", "k_lo", "k_hi", "last", "ws_offs",
