@@ -137,7 +137,7 @@ def test_the_module_names_split_k_in_its_docstring_metadata_and_launch() -> None
     assert "1. M <= 128 and K <= 8192: tile 64x128x64, grouped 8, split-K 2 (float atomics)" in text
     assert "SPLIT_K, SPLIT_K_ATOMIC = 1, False" in text
     assert '"SPLIT_K": 4, "SPLIT_K_ATOMIC": False' in text and '"SPLIT_K": 2, "SPLIT_K_ATOMIC": True' in text
-    assert "def _split_k_reduce(" in text and "tiles * split_k," in text
+    assert "def _split_k_reduce(" in text and "grid = tiles * split_k\n" in text  # the launch grid
     assert "_launcher.workspace(device, tiles, split_k, block_m * block_n, split_atomic)" in text
     # a module without split-K keeps its kernel as it was: no workspace, no reduction
     plain = load(TOML.split("[[kernels.variants]]")[0])

@@ -8,6 +8,13 @@ also fills Triton's disk cache, shared with `specgen compile`); later calls go s
 compiled kernel's launcher. Under TRITON_INTERPRET=1 every call goes through the JIT, which the
 interpreter replaces; with launch hooks installed (profilers such as proton) calls go through the JIT
 too, so the hooks see every launch.
+
+TMA kernels go one step further (the serving case: the same tensors call after call). Triton's
+launcher expands each host-side descriptor into an encoded CUtensorMap plus its shape and strides in
+Python on every call; the generated launcher instead keys everything the launch's arguments depend on
+(`args_key`), and the launch built for a key (by running Triton's own wrapper once, Expander) is kept
+and relaunched by `launch_cached` straight into the C `launch`: a repeat call builds no descriptor,
+encodes nothing and expands no argument.
 """
 
 from __future__ import annotations
