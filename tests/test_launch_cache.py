@@ -412,3 +412,23 @@ def test_a_scalar_is_keyed_by_its_exact_bits(load_kernel, monkeypatch) -> None:
     keys = [k for k, _ in spy.seen]
     assert keys[0] == keys[1] and len(set(keys[1:])) == 4  # 0.0 and -0.0 differ in their bits
     check_keys(spy)
+
+
+def test_hooks_are_seen_in_every_form_triton_has_had(monkeypatch) -> None:
+    from triton.knobs import HookChain
+
+    def knobs(enter, leave):
+        monkeypatch.setattr(L, "_runtime_knobs", types.SimpleNamespace(launch_enter_hook=enter, launch_exit_hook=leave))
+
+    knobs(HookChain(), HookChain(reversed=True))
+    assert not L._hooks_active()
+    chain = HookChain()
+    chain.add(lambda metadata: None)
+    knobs(HookChain(), chain)
+    assert L._hooks_active()
+    knobs(chain, HookChain())
+    assert L._hooks_active()
+    knobs(None, None)  # before HookChain: None or a plain callable
+    assert not L._hooks_active()
+    knobs(print, None)
+    assert L._hooks_active()

@@ -34,13 +34,11 @@ _runtime_knobs = triton.knobs.runtime
 INTERPRET_NUM_SMS = 3  # a few programs, so the interpreter walks the persistent loop for real
 
 
-def _active(hook: object) -> bool:
-    """Launch hooks are HookChains (a list of calls) in recent Triton, plain callables or None before."""
-    return bool(getattr(hook, "calls", hook))
-
-
 def _hooks_active() -> bool:
-    return _active(_runtime_knobs.launch_enter_hook) or _active(_runtime_knobs.launch_exit_hook)
+    """Whether a launch hook is installed: hooks are HookChains (a list of calls) in recent Triton,
+    plain callables or None before. Inlined: it runs on every launch."""
+    enter, leave = _runtime_knobs.launch_enter_hook, _runtime_knobs.launch_exit_hook
+    return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
 
 
 _CALL_36 = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
