@@ -1,7 +1,7 @@
 """Per-call host cost of a tiny GEMM (64^3, bf16, `out` given), in one process, alternating rounds: the
-persistent TMA kernel (gemm_bf16) with its cached launch, the same kernel with the launch cache off
-(the path before it: descriptors built and the tensordesc wrapper run every call), the pointer kernel
-(gemm_small_bf16), `torch.add` and `torch.mm(out=)`. Each figure is wall time per call with the GPU
+persistent TMA kernel (gemm_bf16) and the pointer kernel (gemm_small_bf16), each with its cached
+launch and with the launch cache off (the path before it: the argument tuple, and for TMA the
+descriptors and the tensordesc wrapper, built every call), `torch.add` and `torch.mm(out=)`. Each figure is wall time per call with the GPU
 never the bottleneck, the median of 7 batches; a round times each in turn, and the medians across
 rounds are reported with the ratios the issue asks about. Then where the TMA call's time goes, layer
 by layer, and with --profile a cProfile listing.
@@ -79,17 +79,18 @@ def compare(rounds: int, calls: int) -> dict:
             fn(a, b, out=o)
         torch.cuda.synchronize()
         assert torch.allclose(o.float(), ref.float(), atol=0.05, rtol=0.02), f"{fn.__name__} is wrong"
-    cached = len(tma_mod._launcher._expanded)
-    print(f"TMA launch cache entries after warm-up: {cached} (1 means repeat calls take the cached launch)")
+    cached = {"tma": len(tma_mod._launcher._expanded), "pointer": len(ptr_mod._launcher._expanded)}
+    print(f"launch cache entries after warm-up: {cached} (1 each: repeat calls take the cached launch)")
 
-    def tma_uncached() -> float:
-        with LaunchCacheOff(tma_mod._launcher):
-            return per_call_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls)
+    def uncached(mod, fn) -> float:
+        with LaunchCacheOff(mod._launcher):
+            return per_call_us(lambda: fn(a, b, out=o), calls)
 
     timers = {
         "tma": lambda: per_call_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls),
-        "tma_no_launch_cache": tma_uncached,
+        "tma_no_launch_cache": lambda: uncached(tma_mod, tma_mod.gemm_bf16),
         "pointer": lambda: per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=o), calls),
+        "pointer_no_launch_cache": lambda: uncached(ptr_mod, ptr_mod.gemm_small_bf16),
         "torch_add": lambda: per_call_us(lambda: torch.add(x, x, out=o), calls),
         "torch_mm": lambda: per_call_us(lambda: torch.mm(a, b, out=o), calls),
     }
@@ -103,6 +104,9 @@ def compare(rounds: int, calls: int) -> dict:
     ratios = {"tma / pointer (target <= 1.2)": med["tma"] / med["pointer"],
               "pointer / torch_add (target <= 1.3)": med["pointer"] / med["torch_add"],
               "tma_no_launch_cache / tma": med["tma_no_launch_cache"] / med["tma"],
+              "pointer_no_launch_cache / pointer": med["pointer_no_launch_cache"] / med["pointer"],
+              "tma_no_launch_cache / pointer_no_launch_cache (before)":
+                  med["tma_no_launch_cache"] / med["pointer_no_launch_cache"],
               "tma / torch_mm": med["tma"] / med["torch_mm"]}
     print("median us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
     for k, v in ratios.items():
@@ -136,7 +140,11 @@ def layers(calls: int) -> dict[str, float]:
     got["gemm_small_bf16 whole call"] = per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=out), calls)
     (device, key), (launch, leading, slots, _, _) = next(iter(ptr_mod._launcher._compiled.items()))
     args = (a, b, out, 64, 64, 64, a.stride(-2), b.stride(-1), 64)
-    got["  direct launch (grid 1)"] = per_call_us(lambda: launch(1, 1, 1, stream, *leading, *args, *slots), calls)
+    got["  direct launch, tensors (grid 1)"] = per_call_us(
+        lambda: launch(1, 1, 1, stream, *leading, *args, *slots), calls)
+    (p_stream, p_key), (p_launch, p_rest, _) = next(iter(ptr_mod._launcher._expanded.items()))
+    got["  launch_cached (grid 1)"] = per_call_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0, (1, 1, 1)), calls)
+    got["  C launch alone, addresses (grid 1)"] = per_call_us(lambda: p_launch(1, 1, 1, p_stream, *p_rest), calls)
     got["torch.compiler.is_compiling"] = per_call_us(torch.compiler.is_compiling, calls)
     got["torch.empty 64x64"] = per_call_us(lambda: torch.empty((64, 64), device=a.device, dtype=a.dtype), calls)
     for k, v in got.items():

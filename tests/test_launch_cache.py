@@ -9,6 +9,7 @@ cuTensorMapEncodeTiled.
   the C launch would read from them.
 - The generated launchers' args key changes with every input the launch's arguments depend on (equal
   keys always mean equal arguments), and not otherwise; a stale entry is never launched.
+- Pointer kernels (whose launch is the C function itself) get the same cached launch.
 - The cache is bounded, per stream, and bypassed under launch hooks or on another device; a replaced
   split-K workspace drops every cached launch.
 """
@@ -54,20 +55,30 @@ def address(x):
     return x
 
 
+class CLaunch:
+    """A recording stand-in for Triton's C `launch` (like it, no Python code object)."""
+
+    def __init__(self, recorded: list) -> None:
+        self.recorded = recorded
+
+    def __call__(self, *args):
+        self.recorded.append(args)
+
+
 def holds_tensor(x) -> bool:
     return isinstance(x, torch.Tensor) or isinstance(x, (list, tuple)) and any(map(holds_tensor, x))
 
 
 # --- Triton launchers of each shape, with a recording C launch ---------------------------------------
 
-def launcher_39(c_launch, encode):
+def launcher_39(c_launch, encode, signature=SIGNATURE, meta=META):
     """Triton 3.9's CudaLauncher (its __call__ and tensordesc wrapper, the installed ones)."""
     from triton.backends.driver import wrap_handle_tensordesc_impl
     from triton.backends.nvidia.driver import CudaLauncher
 
     cls = type("CudaLauncher39", (), {"__call__": CudaLauncher.__call__})
     run = cls()
-    run.launch = wrap_handle_tensordesc_impl(c_launch, SIGNATURE, META, encode)
+    run.launch = wrap_handle_tensordesc_impl(c_launch, signature, meta, encode)
     run.num_ctas, run.gsan_enabled = 1, False
     run.global_scratch_size = run.profile_scratch_size = 0
     run.global_scratch_align = run.profile_scratch_align = 1
@@ -120,13 +131,14 @@ def source_36() -> str | None:
     return "\n\n".join(parts) if len(parts) == len(wanted) else None
 
 
-def launcher_36(c_launch, encode, source: str = SHAPE_36):
+def launcher_36(c_launch, encode, source: str = SHAPE_36, signature=SIGNATURE, meta=META):
     scope: dict = {"make_tensordesc_arg": encode, "_allocation": types.SimpleNamespace(
         _allocator=None, _profile_allocator=None)}
     exec(compile(source, "<triton 3.6 shape>", "exec"), scope)
     cls = scope["CudaLauncher"]
     run = cls.__new__(cls)  # its __init__ compiles the C launcher
-    run.launch = scope["wrap_handle_tensordesc"](c_launch, SIGNATURE, META)
+    # a kernel without descriptors: its launch is the C function itself, as Triton leaves it
+    run.launch = scope["wrap_handle_tensordesc"](c_launch, signature, meta) if meta else c_launch
     run.num_ctas = 1
     run.global_scratch_size = run.profile_scratch_size = 0
     run.global_scratch_align = run.profile_scratch_align = 1
@@ -137,10 +149,10 @@ def launcher_36(c_launch, encode, source: str = SHAPE_36):
 SHAPES = ["3.9", "3.6-shaped"] + (["3.6 source"] if source_36() else [])
 
 
-def make_run(shape: str, c_launch, encode):
+def make_run(shape: str, c_launch, encode, signature=SIGNATURE, meta=META):
     if shape == "3.9":
-        return launcher_39(c_launch, encode)
-    return launcher_36(c_launch, encode, SHAPE_36 if shape == "3.6-shaped" else source_36())
+        return launcher_39(c_launch, encode, signature, meta)
+    return launcher_36(c_launch, encode, SHAPE_36 if shape == "3.6-shaped" else source_36(), signature, meta)
 
 
 def call_reference(run, gx, gy, gz, stream, kernel_args) -> None:
@@ -166,7 +178,7 @@ def kernel_args(a, b, ws, m=7, alpha=0.5):
 
 
 def make_launcher(shape: str, recorded: list, encoded: list):
-    run = make_run(shape, lambda *args: recorded.append(args), encoder(encoded))
+    run = make_run(shape, CLaunch(recorded), encoder(encoded))
     compiled = types.SimpleNamespace(run=run, function=FUNCTION, packed_metadata=PACKED)
     launch, leading, expander = L.direct_launch(compiled)
     assert expander is not None, f"the Triton {shape} launcher shape is not recognised"
@@ -221,6 +233,25 @@ def test_a_new_key_builds_afresh_and_never_launches_a_stale_entry(shape, gpu_fre
     assert tl.launch_cached(first_key, 0, (4, 1, 1)) and recorded.pop() == first  # both kept
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_pointer_kernels_cached_launch_passes_what_tritons_launcher_passes(shape, gpu_free) -> None:
+    recorded: list = []
+    signature = {0: "*fp16", 1: "*fp16", 2: "i32", 3: "fp32", 4: "constexpr"}
+    run = make_run(shape, CLaunch(recorded), encoder([]), signature, [])
+    launch, leading, expander = L.direct_launch(types.SimpleNamespace(run=run, function=FUNCTION,
+                                                                      packed_metadata=PACKED))
+    assert expander is not None and expander.recorder is L._echo
+    tl = L.TritonLauncher(types.SimpleNamespace(arg_names=["a", "b", "M", "alpha", "BLOCK"]), "t", {90: {}})
+    tl._compiled[(0, ("key",))] = (launch, leading, (None,), 132, expander)
+    a, b = torch.zeros(8, dtype=torch.float16), torch.zeros(8, dtype=torch.float16)
+    call_reference(run, 3, 2, 1, 77, (a, b, 5, 0.25, None))
+    reference = address(recorded.pop())
+    args_key = (0, ("key",), a.data_ptr(), b.data_ptr(), 5, 0.25)
+    tl(0, ("key",), (3, 2, 1), (a, b, 5, 0.25), {}, args_key=args_key)
+    assert address(recorded[-1]) == reference and not holds_tensor(recorded[-1])
+    assert tl.launch_cached(args_key, 0, (3, 2, 1)) and recorded[-1] == recorded[-2]
+
+
 def test_the_cache_is_bounded_per_stream_and_bypassed_under_hooks_or_another_device(gpu_free, monkeypatch) -> None:
     recorded: list = []
     tl, _ = make_launcher("3.9", recorded, [])
@@ -266,7 +297,7 @@ def test_unknown_launcher_shapes_get_no_expander() -> None:
     launch, leading, expander = L.direct_launch(types.SimpleNamespace(run=run, function=1, packed_metadata=PACKED))
     assert launch is run and expander is None
     # 3.9-shaped with global scratch: Triton's own __call__ allocates it, so no direct launch
-    run39 = launcher_39(lambda *a: None, encoder([]))
+    run39 = launcher_39(CLaunch([]), encoder([]))
     run39.global_scratch_size = 64
     launch, _, expander = L.direct_launch(types.SimpleNamespace(run=run39, function=1, packed_metadata=PACKED))
     assert launch is run39 and expander is None
@@ -432,3 +463,33 @@ def test_hooks_are_seen_in_every_form_triton_has_had(monkeypatch) -> None:
     assert not L._hooks_active()
     knobs(print, None)
     assert L._hooks_active()
+
+
+def test_pointer_kernels_args_keys(monkeypatch) -> None:
+    from generated.triton import gemm_residual_bf16, gemm_small_bf16
+
+    spy = spied(gemm_small_bf16, monkeypatch)
+    abuf, obuf = torch.zeros(64 * 128, dtype=torch.bfloat16), torch.empty(64 * 160, dtype=torch.bfloat16)
+    a, a_wide = abuf[:64 * 64].view(64, 64), abuf.view(64, 128)[:, :64]
+    out, out_wide = obuf[:64 * 96].view(64, 96), obuf.view(64, 160)[:, :96]
+    wbuf = torch.zeros(96 * 128, dtype=torch.bfloat16)
+    w, w_wide = wbuf[:96 * 64].view(96, 64), wbuf.view(96, 128)[:, :64]
+    for x, y, o in ((a, w.t(), out), (a, w.t(), out), (a_wide, w.t(), out), (a, w_wide.t(), out),
+                    (a, w.t(), out_wide), (a[:32], w.t(), out[:32]), (a, w[:48].t(), out[:, :48]),
+                    (abuf[64:64 + 64 * 64].view(64, 64), w.t(), out)):
+        gemm_small_bf16._run(x, y, o)
+    keys = [k for k, _ in spy.seen]
+    assert keys[0] == keys[1] and len(set(keys[1:])) == len(keys) - 1
+    check_keys(spy)
+
+    spy = spied(gemm_residual_bf16, monkeypatch)
+    a = torch.zeros(64, 32, dtype=torch.bfloat16).t()  # (32, 64), M-major
+    b = torch.zeros(48, 64, dtype=torch.bfloat16).t()  # (K, N), K-major
+    cbuf = torch.zeros(32 * 64, dtype=torch.bfloat16)
+    c, c_wide = cbuf[:32 * 48].view(32, 48), cbuf.view(32, 64)[:, :48]
+    out = torch.empty(32, 48, dtype=torch.bfloat16)
+    for alpha, cc in ((0.5, c), (0.5, c), (2.0, c), (0.0, c), (-0.0, c), (0.5, c_wide)):
+        gemm_residual_bf16._run(a, b, alpha, cc, out)
+    keys = [k for k, _ in spy.seen]
+    assert keys[0] == keys[1] and len(set(keys[1:])) == len(keys) - 1  # alpha's bits, c's stride
+    check_keys(spy)

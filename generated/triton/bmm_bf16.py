@@ -280,6 +280,7 @@ def _run(a, b, out):
         _CONSTEXPRS,
         persistent=True,
         args_key=args_key,
+
     )
     return out
 

@@ -853,6 +853,7 @@ def _run(a, b, out):
         persistent=True,
         variant=variant,
         args_key=args_key,
+
     )
     return out
 

@@ -313,6 +313,7 @@ def _run(a, b, bias, out):
         _CONSTEXPRS,
         persistent=True,
         args_key=args_key,
+
     )
     return out
 

@@ -563,6 +563,7 @@ def _run(a, b, scale_a, scale_b, out):
         persistent=True,
         variant=variant,
         args_key=args_key,
+
     )
     return out
 

@@ -281,6 +281,7 @@ def _run(a, b, out):
         _CONSTEXPRS,
         persistent=False,
         args_key=args_key,
+
     )
     return out
 

@@ -9,12 +9,13 @@ compiled kernel's launcher. Under TRITON_INTERPRET=1 every call goes through the
 interpreter replaces; with launch hooks installed (profilers such as proton) calls go through the JIT
 too, so the hooks see every launch.
 
-TMA kernels go one step further (the serving case: the same tensors call after call). Triton's
-launcher expands each host-side descriptor into an encoded CUtensorMap plus its shape and strides in
-Python on every call; the generated launcher instead keys everything the launch's arguments depend on
-(`args_key`), and the launch built for a key (by running Triton's own wrapper once, Expander) is kept
-and relaunched by `launch_cached` straight into the C `launch`: a repeat call builds no descriptor,
-encodes nothing and expands no argument.
+A repeat call with the same tensors (the serving case) goes one step further. Triton's launcher
+expands each TMA kernel's host-side descriptors into encoded CUtensorMaps plus shapes and strides in
+Python on every call, and its C launch reads each pointer through `data_ptr()` and
+cuPointerGetAttribute; the generated launcher instead keys everything the launch's arguments depend
+on (`args_key`), and the launch built for a key (by running Triton's own wrapper once, Expander) is
+kept, tensors as addresses, and relaunched by `launch_cached` straight into the C `launch`: a repeat
+call builds no descriptor, encodes nothing and expands no argument.
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def recording_copy(wrapper) -> tuple[Callable, Callable] | None:
 
 
 class Expander:
-    """Builds a TMA kernel's launch once: runs Triton's own tensordesc wrapper (a recording copy, its
-    encoder caching, descriptors.py) and keeps the C launch's arguments after the stream, tensors as
-    addresses. A repeat launch calls `c_launch(gx, gy, gz, stream, *rest)`: no descriptor is built or
-    encoded, no argument re-expanded.
+    """Builds a kernel's launch once and keeps the C launch's arguments after the stream, tensors as
+    addresses: a repeat launch calls `c_launch(gx, gy, gz, stream, *rest)`. For TMA kernels it runs
+    Triton's own tensordesc wrapper (a recording copy, its encoder caching, descriptors.py), so a
+    repeat launch builds and encodes no descriptor and expands no argument; for pointer kernels (whose
+    launch is the C function itself) the recorder hands the arguments back as they are.
 
     `flat`: Triton 3.6 passes the kernel arguments flat after its 13 base arguments (`leading` here
     is the nine after the stream); 3.9 passes them as one sequence after its base arguments."""
@@ -101,10 +103,21 @@ class Expander:
         return (*self.leading, tuple(map(_address, final[n])))
 
 
+def _recorder(run_launch, launch) -> tuple[Callable, Callable] | None:
+    """(C launch, recorder) for a launcher's `launch` attribute: the C function itself (a kernel
+    without descriptors) with an echo, or Triton's tensordesc wrapper with its recording copy (of
+    `launch`, the copy whose encoder caches). None for a Python launch of any other shape."""
+    if getattr(run_launch, "__code__", None) is None:
+        return run_launch, _echo
+    if launch is run_launch:  # with_descriptor_cache did not recognise it
+        return None
+    return recording_copy(launch)
+
+
 def direct_launch(compiled) -> tuple[Callable, tuple, Expander | None]:
     """(launch, leading arguments, expander) for a compiled kernel: launch(gx, gy, gz, stream, *leading,
-    *args); the expander (TMA kernels of a Triton shape we know, else None) builds a launch that
-    skips Triton's Python wrapper altogether.
+    *args); the expander (launchers of a Triton shape we know, else None) builds a launch that calls
+    the C function with everything expanded, skipping Triton's Python wrapper altogether.
 
     Triton 3.6's CudaLauncher.__call__(gridX, gridY, gridZ, stream, function, *args) only adds scratch
     buffers and two flags before calling its C `launch`; for kernels that need no scratch we call that
@@ -122,14 +135,13 @@ def direct_launch(compiled) -> tuple[Callable, tuple, Expander | None]:
         leading = (compiled.function, run.launch_cooperative_grid, run.launch_pdl,
                    None, None, compiled.packed_metadata, None, None, None)
         launch = with_descriptor_cache(run.launch)
-        rec = recording_copy(launch) if launch is not run.launch else None
+        rec = _recorder(run.launch, launch)
         expander = None
-        if rec is not None and launch.__globals__.get("_BASE_ARGS_FORMAT_LEN") == 4 + len(leading):
+        if rec is not None and (rec[1] is _echo or launch.__globals__.get("_BASE_ARGS_FORMAT_LEN") == 4 + len(leading)):
             expander = Expander(rec[0], rec[1], leading, flat=True)
         return launch, leading, expander
     if params == _CALL_39 and no_scratch and not getattr(run, "gsan_enabled", True):
-        launch = with_descriptor_cache(run.launch)
-        rec = recording_copy(launch) if launch is not run.launch else None
+        rec = _recorder(run.launch, with_descriptor_cache(run.launch))
         expander = None
         if rec is not None and hasattr(run, "arg_annotations") and hasattr(run, "kernel_signature"):
             expander = Expander(rec[0], rec[1], (compiled.function, run.launch_cooperative_grid, run.launch_pdl,
@@ -148,7 +160,7 @@ class TritonLauncher:
         self.variants = variants  # size-selected variants' launch configs, per compute capability
         # (device, key) -> (launch, leading args, constexpr slots, SM count, expander or None)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int, Expander | None]] = {}
-        # (stream, args key) -> (C launch, its arguments after the stream, SM count): TMA kernels' launches
+        # (stream, args key) -> (C launch, its arguments after the stream, SM count): launches
         # built once (launch_cached); the args key starts with the device and the compiled kernel's key
         self._expanded: dict[tuple[int, tuple], tuple[Callable, tuple, int]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
@@ -207,7 +219,7 @@ class TritonLauncher:
         return entry
 
     def launch_cached(self, args_key: tuple, device: int, grid: tuple[int, int, int] | int) -> bool:
-        """Launch the TMA kernel built earlier for `args_key` on the current stream, if there is one;
+        """Launch the kernel built earlier for `args_key` on the current stream, if there is one;
         False (nothing launched) otherwise. `args_key` is the generated launcher's tuple of everything
         the launch's arguments depend on: the device, the compiled kernel's key (the variant and the
         specialization), each operand's address, the shapes and strides its descriptors and pointers
@@ -233,7 +245,7 @@ class TritonLauncher:
                  args_key: tuple | None = None) -> None:
         """Launch over `grid` (for persistent kernels: the tile count, capped at the SM count). `key`
         includes the variant, whose constexprs and launch config compile a kernel of their own. With an
-        `args_key` (TMA kernels) a direct launch is also built once and kept for launch_cached."""
+        `args_key` the direct launch is built once and kept for launch_cached."""
         entry = self._compiled.get((device, key))
         if entry is not None and _current_device() == device and not _hooks_active():
             launch, leading, slots, num_sms, expander = entry
