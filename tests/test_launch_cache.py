@@ -493,3 +493,20 @@ def test_pointer_kernels_args_keys(monkeypatch) -> None:
     keys = [k for k, _ in spy.seen]
     assert keys[0] == keys[1] and len(set(keys[1:])) == len(keys) - 1  # alpha's bits, c's stride
     check_keys(spy)
+
+
+def test_another_dtype_never_reaches_the_cache(monkeypatch) -> None:
+    """The args key leaves dtypes out because the guards admit only the spec's: a tensor of another
+    dtype (here the same bytes reinterpreted, so address, shape and strides all match) raises first."""
+    from generated.triton import gemm_bf16 as mod
+
+    spy = spied(mod, monkeypatch)
+    a, w, out = torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(64, 64, dtype=torch.bfloat16), \
+        torch.empty(64, 64, dtype=torch.bfloat16)
+    mod._run(a, w.t(), out)
+    assert len(spy.seen) == 1
+    for x, y, o in ((a.view(torch.float16), w.t(), out), (a, w.view(torch.float16).t(), out),
+                    (a, w.t(), out.view(torch.float16))):
+        with pytest.raises(TypeError, match="dtype"):
+            mod._run(x, y, o)
+    assert len(spy.seen) == 1
