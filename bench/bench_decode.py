@@ -1,32 +1,58 @@
 """Decode-shaped GEMMs (small M) against cuBLAS and torch._scaled_mm, and the per-call host cost of
 the TMA and pointer kernels, on one GPU.
 
-Two steps, because the GPU machine has no pydantic (it cannot render):
-  python bench/bench_decode.py render DIR   # here: renders each candidate config as its own module
-  python bench/bench_decode.py run DIR OUT  # there: measures them -> OUT/decode.json
-Same process, same data; ours and the peer measured alternately (`triton.testing.do_bench` median of
-each, median over rounds). Each candidate's result is checked against the peer first.
+Three steps, because the GPU machine has no pydantic (it cannot render):
+  python bench/bench_decode.py render DIR       # here: renders each candidate config as its own module
+  python bench/bench_decode.py sweep DIR OUT    # there: every candidate on its shapes -> OUT/sweep.json
+  python bench/bench_decode.py run OUT          # there: the shipped modules -> OUT/decode.json, decode.md
+Same process, same data; ours and the peer measured alternately. Each kernel's result is checked
+against the peer first. The sweep times with `triton.testing.do_bench` (L2 flushed between runs) to
+pick configs; `run` records both timers per pair, `do_bench` medians and the CUPTI kernel time
+(torch.profiler, L2 flushed before each call: bench/timing.py), median over ROUNDS alternating rounds.
+Ratios are peer time / ours (> 1: specgen faster).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
 BF16_SHAPES = [(m, n, k) for m in (1, 16, 64, 128) for n, k in ((8192, 8192), (14336, 4096), (4096, 14336))]
 FP8_SHAPES = [(16, 8192, 8192), (128, 8192, 8192), (512, 2048, 2048)]
-# (tile m, n, k, warps): candidates for small-M configs of the shipped persistent TMA kernels
-BF16_CANDIDATES = [(16, 64, 128, 4), (16, 32, 256, 4), (16, 128, 128, 4), (32, 64, 128, 4), (64, 64, 128, 4),
-                   (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8)]
-FP8_CANDIDATES = [(16, 64, 256, 4), (16, 128, 256, 4), (32, 64, 256, 4), (64, 128, 128, 4), (128, 128, 128, 8),
-                  (64, 64, 256, 4)]
+# (tile m, n, k, warps, split_k, ab_stages or 0 for auto, M range): candidates for small-M configs of the
+# shipped persistent TMA kernels, each tried on the shapes of its M range ("small": M <= 16, "mid": M > 16).
+# The first sweep (2026-11-22, results/2026-11-22-h200-decode-sweep1.json) tried tiles with split-K; the
+# second adds 64-row (wgmma) tiles for M <= 16, deeper pipelines and wider N tiles.
+BF16_CANDIDATES = [
+    (16, 64, 128, 4, 1, 0, "small"), (16, 64, 256, 4, 2, 0, "small"), (16, 128, 128, 4, 1, 0, "small"),
+    (16, 64, 128, 4, 1, 6, "small"), (16, 128, 128, 4, 1, 6, "small"), (32, 64, 128, 4, 1, 0, "small"),
+    (64, 64, 128, 4, 1, 0, "small"), (64, 64, 128, 4, 2, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
+    (64, 32, 256, 4, 1, 0, "small"),
+    (64, 256, 64, 8, 2, 0, "mid"), (64, 256, 64, 8, 2, 5, "mid"), (64, 256, 128, 8, 2, 0, "mid"),
+    (64, 256, 64, 8, 4, 5, "mid"), (128, 256, 64, 8, 2, 0, "mid"), (128, 128, 64, 8, 2, 5, "mid"),
+    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 64, 8, 1, 5, "mid"), (128, 128, 64, 8, 1, 5, "mid"),
+    (64, 64, 128, 4, 2, 0, "mid"), (64, 128, 128, 4, 2, 0, "mid"), (64, 128, 64, 4, 1, 0, "mid"),
+]
+FP8_CANDIDATES = [
+    (16, 64, 256, 4, 1, 0, "small"), (16, 64, 256, 4, 1, 6, "small"), (16, 32, 512, 4, 1, 0, "small"),
+    (16, 128, 256, 4, 1, 6, "small"), (64, 64, 256, 4, 1, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
+    (64, 64, 256, 4, 2, 0, "small"), (64, 32, 256, 4, 1, 0, "small"),
+    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 128, 8, 2, 0, "mid"), (128, 256, 128, 8, 2, 0, "mid"),
+    (128, 128, 256, 8, 2, 0, "mid"), (128, 128, 128, 8, 2, 5, "mid"), (128, 128, 128, 8, 3, 0, "mid"),
+    (128, 128, 128, 8, 1, 0, "mid"), (128, 64, 128, 4, 1, 0, "mid"), (64, 128, 128, 4, 1, 0, "mid"),
+    (128, 128, 128, 8, 1, 5, "mid"), (64, 128, 128, 8, 1, 0, "mid"),
+]
+ROUNDS = 3
 
 
 def render(folder: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kernels import catalogue
 
+    from specgen.check import check_spec
     from specgen.render.catalogue import render_triton_module
     from specgen.spec.load import load_text
 
@@ -35,66 +61,48 @@ def render(folder: Path) -> None:
     cat = catalogue()
     names = []
     for base, cands in (("gemm_bf16", BF16_CANDIDATES), ("gemm_fp8_rowwise", FP8_CANDIDATES)):
-        for m, n, k, w in cands:
+        for m, n, k, w, s, st, scope in cands:
             spec = json.loads(json.dumps(cat[base]))
-            spec.update(name=f"{base}_{m}x{n}x{k}w{w}", targets=["triton:sm90"], tile={"m": m, "n": n, "k": k},
-                        triton={**spec["triton"], "num_warps": w})
+            for key in ("variants", "per_target"):  # the candidate is the only config
+                spec.pop(key, None)
+            spec.update(name=f"{base}_{m}x{n}x{k}w{w}s{s}p{st}_{scope}", targets=["triton:sm90"],
+                        tile={"m": m, "n": n, "k": k}, triton={**spec["triton"], "num_warps": w},
+                        schedule={**spec["schedule"], "split_k": s})
+            if st:
+                spec["pipeline"] = {"ab_stages": st}
             (ls,) = load_text(json.dumps({"kernels": [spec]}), f"specs/{base}.toml", ".json")
+            errors = [d for d in check_spec(ls) if d.severity == "error"]
+            if errors:
+                print(f"skipped {spec['name']}: {errors[0].rule} {errors[0].message}")
+                continue
             (folder / f"{spec['name']}.py").write_text(render_triton_module(ls, ls.spec.targets))
             names.append(spec["name"])
     (folder / "candidates.json").write_text(json.dumps(names))
 
 
-def run(folder: Path, out: Path) -> None:
+def _load(path: Path, name: str):
     import importlib.util
-    import time
 
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _close(x, y) -> bool:
+    return (x.float() - y.float()).abs().max().item() <= 1e-2 * y.float().abs().max().item()
+
+
+def _problems():
+    """(kind, (M, N, K), ours(fn, out), peer(out), ref): the same data for every kernel of a shape."""
     import torch
-    import triton
-    from triton.testing import do_bench
 
-    def load(path: Path):
-        spec = importlib.util.spec_from_file_location(f"cand_{path.stem}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
-    def ms(fn) -> float:
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-    def pair(ours, peer, rounds: int = 3) -> tuple[float, float]:
-        a, b = [], []
-        for _ in range(rounds):
-            a.append(ms(ours))
-            b.append(ms(peer))
-        return sorted(a)[rounds // 2], sorted(b)[rounds // 2]
-
-    def close(x, y) -> bool:
-        return (x.float() - y.float()).abs().max().item() <= 1e-2 * y.float().abs().max().item()
-
-    names = json.loads((folder / "candidates.json").read_text())
-    mods = {n: load(folder / f"{n}.py") for n in names}
-    root = Path(__file__).resolve().parents[1]
-    shipped = {n: load(root / "generated" / "triton" / f"{n}.py") for n in ("gemm_bf16", "gemm_small_bf16", "gemm_fp8_rowwise")}
-    rows = []
-    t0 = time.time()
     for M, N, K in BF16_SHAPES:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         o = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = a @ w.t()
-        for name, mod in [*((n, shipped[n]) for n in ("gemm_bf16", "gemm_small_bf16")),
-                          *((n, m) for n, m in mods.items() if n.startswith("gemm_bf16_"))]:
-            fn = getattr(mod, mod.METADATA["kernel"])
-            try:
-                ok = close(fn(a, w.t()), ref)
-                t, p = pair(lambda fn=fn: fn(a, w.t(), out=o), lambda: torch.matmul(a, w.t(), out=o))
-            except Exception as e:  # a candidate that fails to compile is a finding, not a crash
-                rows.append(dict(kind="bf16", shape=[M, N, K], kernel=name, error=repr(e)[:300]))
-                continue
-            rows.append(dict(kind="bf16", shape=[M, N, K], kernel=name, ok=ok, ours_us=t * 1e3, peer_us=p * 1e3,
-                             ratio=p / t))
-        print(f"bf16 {M}x{N}x{K} done at {time.time() - t0:.0f}s", flush=True)
+        yield ("bf16", (M, N, K), lambda fn, out=None, a=a, w=w: fn(a, w.t(), out=out),
+               lambda a=a, w=w, o=o: torch.matmul(a, w.t(), out=o), a @ w.t(), o)
     for M, N, K in FP8_SHAPES:
         a = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
         w = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn)
@@ -102,26 +110,134 @@ def run(folder: Path, out: Path) -> None:
         sb = torch.rand(1, N, device="cuda") + 0.5
         o = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
 
-        def peer():
+        def peer(a=a, w=w, sa=sa, sb=sb):
             return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
-        ref = peer()
-        for name, mod in [("gemm_fp8_rowwise", shipped["gemm_fp8_rowwise"]),
-                          *((n, m) for n, m in mods.items() if n.startswith("gemm_fp8_rowwise_"))]:
+        yield ("fp8", (M, N, K), lambda fn, out=None, a=a, w=w, sa=sa, sb=sb: fn(a, w.t(), sa, sb, out=out), peer,
+               peer(), o)
+
+
+def _meta() -> dict:
+    import platform
+
+    import torch
+    import triton
+
+    return dict(gpu=torch.cuda.get_device_name(), sms=torch.cuda.get_device_properties(0).multi_processor_count,
+                torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                python=platform.python_version(), date=time.strftime("%Y-%m-%d"))
+
+
+def sweep(folder: Path, out: Path) -> None:
+    """Every candidate on the shapes it could serve: do_bench (warmup 10, rep 40 ms) alternating with
+    the peer, median of 3 rounds; results checked against the peer first."""
+    from triton.testing import do_bench
+
+    def ms(fn) -> float:
+        return do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+    names = json.loads((folder / "candidates.json").read_text())
+    mods = {n: _load(folder / f"{n}.py", f"cand_{n}") for n in names}
+    root = Path(__file__).resolve().parents[1]
+    for n in ("gemm_bf16", "gemm_fp8_rowwise"):  # the shipped module (its variants) beside the candidates
+        mods[f"{n}_shipped"] = _load(root / "generated" / "triton" / f"{n}.py", f"shipped_{n}")
+    rows, t0 = [], time.time()
+    for kind, (M, N, K), ours, peer, ref, o in _problems():
+        base = "gemm_bf16_" if kind == "bf16" else "gemm_fp8_rowwise_"
+        for name, mod in mods.items():
+            if not name.startswith(base):
+                continue
+            if not name.endswith("_shipped") and name.endswith("_small") != (M <= 16):
+                continue
             fn = getattr(mod, mod.METADATA["kernel"])
             try:
-                ok = close(fn(a, w.t(), sa, sb), ref)
-                t, p = pair(lambda fn=fn: fn(a, w.t(), sa, sb, out=o), peer)
-            except Exception as e:
-                rows.append(dict(kind="fp8", shape=[M, N, K], kernel=name, error=repr(e)[:300]))
+                ok = _close(ours(fn), ref)
+                a_ms, p_ms = [], []
+                for _ in range(3):
+                    a_ms.append(ms(lambda fn=fn: ours(fn, o)))
+                    p_ms.append(ms(peer))
+            except Exception as e:  # a candidate that fails to compile is a finding, not a crash
+                rows.append(dict(kind=kind, shape=[M, N, K], kernel=name, error=repr(e)[:300]))
                 continue
-            rows.append(dict(kind="fp8", shape=[M, N, K], kernel=name, ok=ok, ours_us=t * 1e3, peer_us=p * 1e3,
+            t, p = sorted(a_ms)[1], sorted(p_ms)[1]
+            rows.append(dict(kind=kind, shape=[M, N, K], kernel=name, ok=ok, ours_us=t * 1e3, peer_us=p * 1e3,
                              ratio=p / t))
-        print(f"fp8 {M}x{N}x{K} done at {time.time() - t0:.0f}s", flush=True)
+        print(f"{kind} {M}x{N}x{K} done at {time.time() - t0:.0f}s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(dict(meta=_meta(), rows=rows), indent=1))
+    for key in sorted({(r["kind"], *r["shape"]) for r in rows}):
+        ranked = sorted((r for r in rows if (r["kind"], *r["shape"]) == key and r.get("ok")), key=lambda r: -r["ratio"])
+        print(key, "  ".join(f"{r['kernel'].split('_')[-2]} {r['ratio']:.3f}" for r in ranked[:6]))
+    for r in rows:
+        if not r.get("ok", False):
+            print("FAILED", r)
 
-    # Host cost per call, 64^3, out given: alternating batches, median; the TMA kernel with and
-    # without the descriptor cache (a fresh launcher entry each way).
-    from specgen.runtime.triton import launch as launch_mod
+
+def run(out: Path) -> None:
+    """The shipped gemm_bf16 and gemm_fp8_rowwise (their selected variants) vs the peers, both timers;
+    the per-call host cost; a GPU check that descriptors and split-K workspaces never go stale."""
+    import torch
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from timing import kernel_us
+
+    def ms(fn) -> float:
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = {n: _load(root / "generated" / "triton" / f"{n}.py", f"shipped_{n}")
+               for n in ("gemm_bf16", "gemm_small_bf16", "gemm_fp8_rowwise")}
+    rows = []
+    for kind, (M, N, K), ours, peer, ref, o in _problems():
+        mod = shipped["gemm_bf16" if kind == "bf16" else "gemm_fp8_rowwise"]
+        fn = getattr(mod, mod.METADATA["kernel"])
+        try:
+            ok = _close(ours(fn), ref)
+            again = ours(fn)
+            deterministic = bool(torch.equal(again, ours(fn)))
+            a_ms, p_ms, a_k, p_k = [], [], [], []
+            for _ in range(ROUNDS):
+                a_ms.append(ms(lambda fn=fn: ours(fn, o)))
+                p_ms.append(ms(peer))
+                a_k.append(kernel_us(lambda fn=fn: ours(fn, o)))
+                p_k.append(kernel_us(peer))
+        except Exception as e:  # recorded, and the other shapes still run
+            rows.append(dict(kind=kind, shape=[M, N, K], error=repr(e)[:400]))
+            print("FAILED", rows[-1], flush=True)
+            continue
+        med = lambda xs: sorted(xs)[ROUNDS // 2]  # noqa: E731
+        row = dict(kind=kind, shape=[M, N, K], kernel=mod.METADATA["kernel"], config=_config(mod, M, N, K), ok=ok,
+                   bit_identical_rerun=deterministic,
+                   ours_us=med(a_ms) * 1e3, peer_us=med(p_ms) * 1e3, ours_kernel_us=med(a_k), peer_kernel_us=med(p_k))
+        row.update(ratio=row["peer_us"] / row["ours_us"], kernel_ratio=row["peer_kernel_us"] / row["ours_kernel_us"])
+        rows.append(row)
+        print(f"{kind} {M}x{N}x{K}: CUPTI {row['ours_kernel_us']:.1f} vs {row['peer_kernel_us']:.1f} us "
+              f"{row['kernel_ratio']:.3f}x; do_bench {row['ours_us']:.1f} vs {row['peer_us']:.1f} us {row['ratio']:.3f}x",
+              flush=True)
+    host = host_cost(shipped)
+    stale_ok = stale_check(shipped["gemm_bf16"])
+    out.mkdir(parents=True, exist_ok=True)
+    result = dict(meta=_meta(), rows=rows, host_us=host, stale_ok=stale_ok)
+    (out / "decode.json").write_text(json.dumps(result, indent=1))
+    (out / "decode.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def _config(mod, M: int, N: int, K: int) -> str:
+    """The config the shipped module's launcher picks for a problem (its variants in order)."""
+    for v in mod.METADATA.get("variants", ()):
+        bounds = {"M": v["when"].get("m_max"), "N": v["when"].get("n_max"), "K": v["when"].get("k_max")}
+        if all(b is None or x <= b for x, b in ((M, bounds["M"]), (N, bounds["N"]), (K, bounds["K"]))):
+            split = f" split-K {v['split_k']}" if v.get("split_k", 1) > 1 else ""
+            return "x".join(map(str, v["tile"])) + split
+    return "default"
+
+
+def host_cost(shipped: dict) -> dict[str, list[float]]:
+    """Per-call CPU time, 64^3, out given: median of 7 batches of 4000 calls, 3 alternating rounds
+    (64^3 takes gemm_bf16's M <= 64 and K <= 4096 variant: no split-K)."""
+    import torch
 
     def host_us(fn, calls: int = 4000) -> float:
         for _ in range(200):
@@ -141,44 +257,62 @@ def run(folder: Path, out: Path) -> None:
     o = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     tma, ptr = shipped["gemm_bf16"], shipped["gemm_small_bf16"]
-    host = {}
+    host: dict[str, list[float]] = {}
     for _r in range(3):
-        host.setdefault("tma_cached", []).append(host_us(lambda: tma.gemm_bf16(a, w.t(), out=o)))
+        host.setdefault("tma", []).append(host_us(lambda: tma.gemm_bf16(a, w.t(), out=o)))
         host.setdefault("pointer", []).append(host_us(lambda: ptr.gemm_small_bf16(a, w.t(), out=o)))
         host.setdefault("torch_add", []).append(host_us(lambda: torch.add(x, x, out=o)))
         host.setdefault("torch_mm", []).append(host_us(lambda: torch.mm(a, w.t(), out=o)))
-    cache_fn = launch_mod.with_descriptor_cache
-    launch_mod.with_descriptor_cache = lambda f: f
-    tma._launcher._compiled.clear()
-    for _r in range(3):
-        host.setdefault("tma_uncached", []).append(host_us(lambda: tma.gemm_bf16(a, w.t(), out=o)))
-    launch_mod.with_descriptor_cache = cache_fn
-    # stale-descriptor check on the GPU: new addresses, shapes and strides through the cached launcher
-    tma._launcher._compiled.clear()
-    stale_ok = True
-    for M, N, K in ((64, 64, 64), (128, 64, 64), (64, 128, 64), (64, 64, 128), (64, 64, 64)):
+    return host
+
+
+def stale_check(tma) -> bool:
+    """New addresses, shapes and strides between calls through the cached launcher, split-K shapes
+    included: every result must match cuBLAS."""
+    import torch
+
+    ok = True
+    for M, N, K in ((64, 64, 64), (128, 64, 64), (64, 128, 64), (64, 64, 128), (64, 64, 64), (16, 4096, 4096),
+                    (1, 4096, 8192), (128, 4096, 8192), (128, 2048, 8192)):
         for _ in range(2):
             a2 = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             w2 = torch.randn(N, K + 8, device="cuda", dtype=torch.bfloat16)[:, :K]  # a wider stride
-            stale_ok &= close(tma.gemm_bf16(a2, w2.t()), a2 @ w2.t())
-            stale_ok &= close(tma.gemm_bf16(a, w.t()), a @ w.t())
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                cuda=torch.version.cuda, date=time.strftime("%Y-%m-%d"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "decode.json").write_text(json.dumps(dict(meta=meta, rows=rows, host_us=host, stale_ok=stale_ok), indent=1))
-    print(json.dumps(dict(meta=meta, host=host, stale_ok=stale_ok)))
-    best: dict[tuple, dict] = {}
-    for row in rows:
-        if row.get("ok"):
-            key = (row["kind"], *row["shape"])
-            if key not in best or row["ratio"] > best[key]["ratio"]:
-                best[key] = row
-    for key, row in best.items():
-        print(key, row["kernel"], f"{row['ours_us']:.1f} vs {row['peer_us']:.1f} us", f"{row['ratio']:.3f}x")
+            ok &= _close(tma.gemm_bf16(a2, w2.t()), a2 @ w2.t())
+    return bool(ok)
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def markdown(result: dict) -> str:
+    m, rows = result["meta"], result["rows"]
+    lines = [f"Decode shapes, {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, triton {m['triton']}, CUDA {m['cuda']}, "
+             f"{m['date']}. Ratio = peer / ours.", "",
+             "| workload | config | checked | rerun bit-identical | ours CUPTI us | peer CUPTI us | ratio CUPTI | "
+             "ours do_bench us | peer do_bench us | ratio do_bench |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [r for r in rows if "error" not in r]
+    for r in rows:
+        M, N, K = r["shape"]
+        lines.append(f"| {r['kind']} {M}x{N}x{K} | {r.get('config', '')} | {r['ok']} | {r['bit_identical_rerun']} | "
+                     f"{r['ours_kernel_us']:.1f} | {r['peer_kernel_us']:.1f} | "
+                     f"{r['kernel_ratio']:.3f}x | {r['ours_us']:.1f} | {r['peer_us']:.1f} | {r['ratio']:.3f}x |")
+    bf = [r for r in rows if r["kind"] == "bf16"]
+    lines += ["", f"bf16 geomean: CUPTI {geomean([r['kernel_ratio'] for r in bf]):.3f}x, do_bench "
+              f"{geomean([r['ratio'] for r in bf]):.3f}x; lowest CUPTI {min(r['kernel_ratio'] for r in bf):.3f}x, "
+              f"do_bench {min(r['ratio'] for r in bf):.3f}x"]
+    h = {k: sorted(v)[1] for k, v in result["host_us"].items()}
+    lines += [f"host us per call (64^3, out given, middle of 3 rounds): TMA {h['tma']:.1f}, pointer {h['pointer']:.1f}, "
+              f"torch.add {h['torch_add']:.1f}, torch.mm {h['torch_mm']:.1f}; TMA/pointer {h['tma'] / h['pointer']:.2f}x, "
+              f"pointer/add {h['pointer'] / h['torch_add']:.2f}x; stale check ok: {result['stale_ok']}"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "render":
         render(Path(sys.argv[2]))
+    elif sys.argv[1] == "sweep":
+        sweep(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
-        run(Path(sys.argv[2]), Path(sys.argv[3]))
+        run(Path(sys.argv[2]))

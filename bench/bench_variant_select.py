@@ -77,6 +77,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for kernel in ("gemm_bf16", "gemm_small_bf16"):  # TMA persistent; pointer, one program per tile
             plain = interpreter_variant(catalogue()[kernel])
+            for key in ("variants", "per_target"):  # the catalogue's own variants: not part of "plain"
+                plain.pop(key, None)
             plain["name"] = f"{kernel}_plain"
             varied = {**plain, "name": f"{kernel}_variants", "variants": VARIANTS}
             mods = {name: load_module(spec, Path(tmp)) for name, spec in (("plain", plain), ("variants", varied))}

@@ -1,61 +1,194 @@
-"""Where a tiny GEMM's per-call host time goes: each layer of the call timed on its own (mean of many
-calls, the GPU never the bottleneck), then a cProfile listing. Diagnostic only; bench_triton.py
-records the comparison with the peers."""
+"""Per-call host cost of a tiny GEMM (64^3, bf16, `out` given), in one process, alternating rounds: the
+persistent TMA kernel (gemm_bf16) and the pointer kernel (gemm_small_bf16), each with its cached
+launch and with the launch cache off (the path before it: the argument tuple, and for TMA the
+descriptors and the tensordesc wrapper, built every call), `torch.add` and `torch.mm(out=)`. Each figure is wall time per call with the GPU
+never the bottleneck, the median of 7 batches; a round times each in turn, and the medians across
+rounds are reported with the ratios the issue asks about. Then where the TMA call's time goes, layer
+by layer, and with --profile a cProfile listing.
+
+    python bench/profile_host.py [--rounds 5] [--calls 3000] [--out FILE.json] [--profile]
+
+Takes well under a minute on an H200 host (the two kernels compile on first use unless Triton's cache
+has them)."""
 
 from __future__ import annotations
 
+import argparse
 import cProfile
-import importlib
+import json
 import pstats
+import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def per_call_us(fn, n: int = 20000) -> float:
-    for _ in range(500):
+
+def per_call_us(fn, calls: int) -> float:
+    """Median of 7 batches of `calls` calls (after 200 warm-up calls), microseconds per call."""
+    for _ in range(200):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / n * 1e6
+    samples = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return sorted(samples)[3]
 
 
-def main(name: str) -> None:
-    mod = importlib.import_module(f"generated.triton.{name}")
-    fn = getattr(mod, name)
-    dtype = torch.float16 if mod.SPEC["a"]["dtype"] == "f16" else torch.bfloat16
-    a = torch.randn(64, 64, device="cuda", dtype=dtype)
-    b = torch.randn(64, 64, device="cuda", dtype=dtype)
-    b = b if mod.SPEC["b"]["major"] == "mn" else b.t()
-    out = torch.empty(64, 64, device="cuda", dtype=dtype)
-    fn(a, b, out=out)
-    (device, key), entry = next(iter(mod._launcher._compiled.items()))
-    launch, leading, slots, _ = entry
-    stream = torch._C._cuda_getCurrentRawStream(0)
-    print(f"{name}: whole call {per_call_us(lambda: fn(a, b, out=out)):.2f} us")
-    print(f"  _run (no custom-op check) {per_call_us(lambda: mod._run(a, b, out)):.2f} us")
-    print(f"  _check {per_call_us(lambda: mod._check(a, b, out)):.2f} us")
-    if not mod._launcher.kernel.arg_names[0].endswith("desc"):
-        args = (a, b, out, 64, 64, 64, a.stride(-2), b.stride(-2 if mod.SPEC["b"]["major"] == "mn" else -1), 64)
-        grid = (1, 1, 1)
-        print(f"  direct launch ({getattr(launch, '__name__', type(launch).__name__)}) "
-              f"{per_call_us(lambda: launch(1, 1, 1, stream, *leading, *args, *slots)):.2f} us")
-        print(f"  launcher call {per_call_us(lambda: mod._launcher(device, key, grid, args, mod._CONSTEXPRS)):.2f} us")
-    print(f"  torch.compiler.is_compiling {per_call_us(torch.compiler.is_compiling):.2f} us")
-    print(f"  torch.empty 64x64 {per_call_us(lambda: torch.empty((64, 64), device=a.device, dtype=dtype)):.2f} us")
+class LaunchCacheOff:
+    """While active, `launcher` takes the path it took before cached launches: launch_cached finds
+    nothing and the compiled kernels have no expander (descriptors built, the wrapper run, per call)."""
+
+    def __init__(self, launcher) -> None:
+        self.launcher = launcher
+
+    def __enter__(self):
+        lc = self.launcher
+        self.saved = dict(lc._compiled)
+        lc._compiled.update({k: (*v[:4], None) for k, v in lc._compiled.items()})
+        lc.launch_cached = lambda args_key, device, grid: False
+        return self
+
+    def __exit__(self, *exc) -> None:
+        lc = self.launcher
+        del lc.launch_cached
+        lc._compiled.clear()
+        lc._compiled.update(self.saved)
+
+
+def compare(rounds: int, calls: int) -> dict:
+    from generated.triton import gemm_bf16 as tma_mod
+    from generated.triton import gemm_small_bf16 as ptr_mod
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = w.t()
+    ref = torch.mm(a, b)
+    for fn in (tma_mod.gemm_bf16, ptr_mod.gemm_small_bf16):
+        for _ in range(3):  # compile, build the direct launch, then the cached one
+            o.fill_(float("nan"))
+            fn(a, b, out=o)
+        torch.cuda.synchronize()
+        assert torch.allclose(o.float(), ref.float(), atol=0.05, rtol=0.02), f"{fn.__name__} is wrong"
+    cached = {"tma": len(tma_mod._launcher._expanded), "pointer": len(ptr_mod._launcher._expanded)}
+    print(f"launch cache entries after warm-up: {cached} (1 each: repeat calls take the cached launch)")
+
+    def uncached(mod, fn) -> float:
+        with LaunchCacheOff(mod._launcher):
+            return per_call_us(lambda: fn(a, b, out=o), calls)
+
+    timers = {
+        "tma": lambda: per_call_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls),
+        "tma_no_launch_cache": lambda: uncached(tma_mod, tma_mod.gemm_bf16),
+        "pointer": lambda: per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=o), calls),
+        "pointer_no_launch_cache": lambda: uncached(ptr_mod, ptr_mod.gemm_small_bf16),
+        "torch_add": lambda: per_call_us(lambda: torch.add(x, x, out=o), calls),
+        "torch_mm": lambda: per_call_us(lambda: torch.mm(a, b, out=o), calls),
+    }
+    runs: dict[str, list[float]] = {k: [] for k in timers}
+    for r in range(rounds):
+        order = list(timers) if r % 2 == 0 else list(reversed(timers))
+        for name in order:
+            runs[name].append(timers[name]())
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in runs.items()) + " us")
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    ratios = {"tma / pointer (target <= 1.2)": med["tma"] / med["pointer"],
+              "pointer / torch_add (target <= 1.3)": med["pointer"] / med["torch_add"],
+              "tma_no_launch_cache / tma": med["tma_no_launch_cache"] / med["tma"],
+              "pointer_no_launch_cache / pointer": med["pointer_no_launch_cache"] / med["pointer"],
+              "tma_no_launch_cache / pointer_no_launch_cache (before)":
+                  med["tma_no_launch_cache"] / med["pointer_no_launch_cache"],
+              "tma / torch_mm": med["tma"] / med["torch_mm"]}
+    print("median us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}")
+    return dict(rounds=runs, median_us=med, ratios=ratios, launch_cache_entries=cached)
+
+
+def layers(calls: int) -> dict[str, float]:
+    """Where gemm_bf16's call goes on the cached path (and gemm_small_bf16's, for comparison)."""
+    from generated.triton import gemm_bf16 as mod
+    from generated.triton import gemm_small_bf16 as ptr_mod
+    from specgen.runtime.triton import launch as L
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    mod._launcher._expanded.clear()  # only this function's tensors: the cached launches below are theirs
+    ptr_mod._launcher._expanded.clear()
+    for _ in range(3):
+        mod.gemm_bf16(a, b, out=out)
+        ptr_mod.gemm_small_bf16(a, b, out=out)
+    got: dict[str, float] = {}
+    got["gemm_bf16 whole call"] = per_call_us(lambda: mod.gemm_bf16(a, b, out=out), calls)
+    got["  _run"] = per_call_us(lambda: mod._run(a, b, out), calls)
+    got["  _check"] = per_call_us(lambda: mod._check(a, b, out), calls)
+    (stream, args_key), (c_launch, rest, _) = next(iter(mod._launcher._expanded.items()))
+    got["  launch_cached (grid 1)"] = per_call_us(lambda: mod._launcher.launch_cached(args_key, 0, 1), calls)
+    got["  C launch alone (grid 1)"] = per_call_us(lambda: c_launch(1, 1, 1, stream, *rest), calls)
+    got["  args key (3 data_ptr + tuple)"] = per_call_us(
+        lambda: (0, (3, True), a.data_ptr(), 64, 64, 64, b.data_ptr(), 64, 64, out.data_ptr(), 64), calls)
+    got["  hooks check"] = per_call_us(L._hooks_active, calls)
+    got["  current device + stream"] = per_call_us(lambda: (L._current_device(), L._get_stream(0)), calls)
+    got["gemm_small_bf16 whole call"] = per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=out), calls)
+    (device, key), (launch, leading, slots, _, _) = next(iter(ptr_mod._launcher._compiled.items()))
+    args = (a, b, out, 64, 64, 64, a.stride(-2), b.stride(-1), 64)
+    got["  direct launch, tensors (grid 1)"] = per_call_us(
+        lambda: launch(1, 1, 1, stream, *leading, *args, *slots), calls)
+    (p_stream, p_key), (p_launch, p_rest, _) = next(iter(ptr_mod._launcher._expanded.items()))
+    got["  launch_cached (grid 1)"] = per_call_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0, (1, 1, 1)), calls)
+    got["  C launch alone, addresses (grid 1)"] = per_call_us(lambda: p_launch(1, 1, 1, p_stream, *p_rest), calls)
+    got["torch.compiler.is_compiling"] = per_call_us(torch.compiler.is_compiling, calls)
+    got["torch.empty 64x64"] = per_call_us(lambda: torch.empty((64, 64), device=a.device, dtype=a.dtype), calls)
+    for k, v in got.items():
+        print(f"{k} {v:.2f} us")
+    return got
+
+
+def profile(calls: int = 5000) -> None:
+    from generated.triton import gemm_bf16 as mod
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    mod.gemm_bf16(a, b, out=out)
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(5000):
-        fn(a, b, out=out)
+    for _ in range(calls):
+        mod.gemm_bf16(a, b, out=out)
     prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(10)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=3000, help="calls per batch (7 batches per figure)")
+    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile listing of gemm_bf16")
+    args = parser.parse_args()
+    import triton
+
+    result = dict(meta=dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, triton=triton.__version__,
+                            date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), shape="64x64x64 bf16, out given",
+                            calls_per_batch=args.calls),
+                  compare=compare(args.rounds, args.calls), layers=layers(args.calls))
+    if args.profile:
+        profile()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["gemm_small_bf16"]:
-        main(name)
+    main()

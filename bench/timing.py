@@ -30,3 +30,36 @@ def host_us(fn, calls: int = 20000) -> float:
         samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
         torch.cuda.synchronize()
     return sorted(samples)[2]
+
+
+_FLUSH: dict[int, torch.Tensor] = {}
+
+
+def flush_l2(device: int = 0) -> None:
+    """Evict the GPU's L2 (50 MB on an H200) by writing a 256 MB buffer, as do_bench does between runs."""
+    buf = _FLUSH.get(device)
+    if buf is None:
+        buf = _FLUSH[device] = torch.empty(256 << 20, dtype=torch.int8, device=f"cuda:{device}")
+    buf.zero_()
+
+
+def kernel_us(fn, calls: int = 20) -> float:
+    """Device time per call of the kernels `fn` launches, from CUPTI (torch.profiler), with L2 flushed
+    before each call: the flush's own kernels (profiled alone first) are left out of the sum."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    flush_l2()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as alone:
+        flush_l2()
+        torch.cuda.synchronize()
+    flush_names = {e.key for e in alone.key_averages() if e.device_time_total > 0}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush_l2()
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in prof.key_averages()
+                if e.device_time_total > 0 and e.key not in flush_names and not getattr(e, "is_user_annotation", False))
+    return total / calls

@@ -62,10 +62,16 @@ def print_variants(loaded) -> None:
             continue
         shown = []
         for i, v in enumerate(variants):
-            tile = loaded.spec.for_target(t, i).tile
-            shown.append(f"{v.when}: {tile.m}x{tile.n}x{tile.k}")
-        tile = loaded.spec.for_target(t).tile
-        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {tile.m}x{tile.n}x{tile.k}", markup=False)
+            shown.append(f"{v.when}: {_config(loaded.spec.for_target(t, i))}")
+        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {_config(loaded.spec.for_target(t))}",
+                  markup=False)
+
+
+def _config(spec) -> str:
+    """A config as `check` shows it: the tile, and split-K where it splits (`split-K 2`, `atomic` when so)."""
+    tile, sched = spec.tile, spec.schedule
+    split = f" split-K {sched.split_k}" if sched.split_k > 1 else ""
+    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}"
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:
@@ -222,18 +228,20 @@ def compile_cmd(
             failed += bool(r.error)
             rows.append(r)
             if as_json:
-                out.print(json.dumps({"kernel": r.kernel, "target": r.target, "plan_smem": r.plan_smem,
+                out.print(json.dumps({"kernel": r.kernel, "target": r.target, "variant": r.variant, "plan_smem": r.plan_smem,
                                       "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
                                       "error": r.error, **({"sass": r.sass} if r.sass else {}),
                                       **({"cpu_seconds": round(r.cpu_seconds, 3)} if r.cpu_seconds is not None else {})}),
                           markup=False)
             elif r.error:
-                out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
+                label = "" if r.variant is None else f" variant {r.variant}"
+                out.print(f"FAILED {r.kernel}{label} @ {r.target}: {r.error}", style="red", markup=False)
             elif r.compiler_smem is None:  # lowered only (Pallas TPU: libtpu's compile needs a TPU)
                 out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
-                line = (f"{r.kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
+                kernel = r.kernel if r.variant is None else f"{r.kernel}[{r.variant}]"
+                line = (f"{kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
                         f"({delta:+.1f}%)   {r.seconds:.1f} s")
                 if r.sass:
                     line += "   " + " ".join(f"{k} {v}" for k, v in r.sass.items())

@@ -38,6 +38,7 @@ class CompileResult:
     sass: dict[str, int] = field(default_factory=dict)  # opcode -> count (hooks that read SASS, with --sass)
     cache: str = ""  # the disk-cache entry the compile filled, where the backend keeps one
     cpu_seconds: float | None = None  # the compile's own CPU time, where the hook measures it
+    variant: int | None = None  # which size-selected variant (None: the default config)
 
     @property
     def ratio(self) -> float | None:
@@ -103,4 +104,5 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
             if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
                 raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
                                     f"{ls.spec_hash}: run `specgen render` first")
-            yield hook(module, target_info(t), **options)
+            result = hook(module, target_info(t), **options)  # one result, or one per config (Triton)
+            yield from (result if isinstance(result, list) else [result])

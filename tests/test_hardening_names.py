@@ -88,6 +88,12 @@ def variants():
                       triton={"num_warps": 8, "tma": tma},
                       variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64}},
                                 {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
+    # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
+    for tma, batch in ((False, False), (True, True)):
+        yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},
+                      triton={"num_warps": 8, "tma": tma},
+                      variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64},
+                                 "schedule": {"split_k": 4, "split_k_reduction": "atomic"}}])
 
 
 def emitted_names(text: str) -> set[str]:

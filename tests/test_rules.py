@@ -62,7 +62,7 @@ APPLIES = {
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
-    "OPT001": GPU | TPU,
+    "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -469,6 +469,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("OPT001", "triton:sm90", {"triton": {"flatten": True}, "schedule": {"persistent": True}}, None),
     ("OPT001", "triton:sm90", {"triton": {"flatten": True}},
      ("warning", ["triton.flatten = true is ignored"], ("triton", "flatten"))),
+    # SPK001-003: split-K is Triton's; f32 partials; a config serving every M warns (k_max bounds: below)
+    ("SPK001", "cute:sm90", {"schedule": {"split_k": 1}}, None),
+    ("SPK001", "pallas:tpu_v6e", {"schedule": {"split_k": 2}},
+     ("error", ["schedule.split_k = 2: the pallas design renders no split-K"], ("schedule", "split_k"))),
+    ("SPK002", "triton:sm90", {"schedule": {"split_k": 64}}, None),
+    ("SPK002", "triton:sm90", {**F16, "accumulator": "f16", "schedule": {"split_k": 2}},
+     ("error", ["schedule.split_k = 2 sums f32 partials; the accumulator is f16"], ("schedule", "split_k"))),
+    ("SPK003", "triton:sm100", {"schedule": {"split_k": 1}}, None),
+    ("SPK003", "triton:sm100", {"schedule": {"split_k": 2}},
+     ("warning", ["schedule.split_k = 2 on a config that serves every M", "128x128 tiles", "2 f32 partial tiles"],
+      ("schedule", "split_k"))),
 ]
 
 
@@ -492,6 +503,31 @@ def test_rule_boundary(case):
     assert (f.rule, f.severity) == (rule_id, severity)
     if fld is not None:
         assert f.field == fld
+
+
+def _variant_ctx(target: str, when: dict, split_k: int) -> RuleContext:
+    s = spec(variants=[{"when": when, "schedule": {"split_k": split_k}}])
+    (v,) = rule_context(s, parse_target(target)).variants
+    return v
+
+
+@pytest.mark.parametrize(("k_max", "split_k", "bad"), [(256, 4, False), (256, 5, True), (193, 4, False),
+                                                       (192, 4, True), (64, 1, False)])
+def test_spk002_every_split_gets_a_k_tile_at_k_max(k_max: int, split_k: int, bad: bool):
+    found = findings("SPK002", _variant_ctx("triton:sm90", {"m_max": 16, "k_max": k_max}, split_k))  # tile.k 64
+    if not bad:
+        assert found == []
+        return
+    (f,) = found
+    tiles = -(-k_max // 64)
+    assert (f.severity, f.field) == ("error", ("schedule", "split_k"))
+    assert f"schedule.split_k = {split_k} > {tiles} K tiles at k_max = {k_max} (tile.k = 64)" in f.message
+
+
+def test_spk003_is_quiet_for_a_variant_bounded_by_m():
+    assert findings("SPK003", _variant_ctx("triton:sm90", {"m_max": 128}, 4)) == []
+    (f,) = findings("SPK003", _variant_ctx("triton:sm90", {"n_max": 4096}, 4))
+    assert f.severity == "warning" and "serves every M" in f.message
 
 
 def test_every_rule_has_a_passing_and_a_failing_case():

@@ -40,7 +40,9 @@ class TritonGemm:
         # The TMA store stages the output tile (half of it with epilogue_subtile); pointer stores go
         # straight from registers (no scratch: measured).
         epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1) if spec.triton.tma else 0
-        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline.
+        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline (a
+        # split-K config's store, in the tile's last program only, sometimes reuses the drained pipeline
+        # buffers, sometimes not: measured on sm_90, so the plan counts it beside them, an upper bound).
         overlaps = not (spec.triton.tma and spec.schedule.persistent)
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
@@ -129,6 +131,9 @@ class TritonVariant:
     group_m: int
     boxes: dict[str, list[int]]  # "a", "b", "out" -> the descriptor's box (TMA kernels)
     configs: list[TritonArchConfig]
+    split_k: int = 1  # programs per output tile along K (schedule.split_k)
+    split_atomic: bool = False  # schedule.split_k_reduction = "atomic"
+    desc_types: dict[str, str] | None = None  # descriptor parameter -> its Triton type with this box
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ class KernelParam:
 
     name: str
     type: str  # Triton's signature spelling: "*bf16", "i32", "fp32", "tensordesc<...>", "constexpr"
-    role: str  # operand, epilogue, size, stride, device, constexpr
+    role: str  # operand, epilogue, workspace, size, stride, device, constexpr
     # aligned: pointers 16-byte aligned, integers keyed (and specialized) on % 16 and == 1;
     # wide: may pass 2**31 (batch strides and counts): never specialized, keyed on its width;
     # none: never specialized nor keyed (the SM count: one compile serves every GPU); constexpr.
@@ -239,6 +244,10 @@ class TritonPlan:
     steps: list[EpilogueStep]  # the epilogue, resolved
     boxes: dict[str, TmaBox]  # "a", "b", "out" -> its TMA descriptor (empty for pointer kernels)
     variants: list[TritonVariant]  # size-selected, tried in order before the default config
+    split_k: int = 1  # the default config's split-K (schedule.split_k)
+    split_atomic: bool = False  # its reduction: float atomics instead of the ordered sum
+    # any config of the module splits K: the kernel takes the workspace and SPLIT_K constexprs
+    split: bool = False
 
 
 def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
@@ -257,7 +266,10 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         variants.append(TritonVariant(
             i, list(when.bounds().items()), str(when), vs.tile.m, vs.tile.n, vs.tile.k, vs.schedule.group_m,
             {side: b.block for side, b in _boxes(vs).items()},
-            [_arch_config(resolved[str(t)].variants[i]) for t in targets]))
+            [_arch_config(resolved[str(t)].variants[i]) for t in targets],
+            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic",
+            {b.param: b.type for b in _boxes(vs).values()}))
+    split = spec.schedule.split_k > 1 or any(v.split_k > 1 for v in variants)
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
@@ -290,10 +302,13 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,
         spec_json=loaded.spec.model_dump(mode="json"),
-        params=_params(spec),
+        params=_params(spec, split),
         steps=_steps(spec),
         boxes=_boxes(spec),
         variants=variants,
+        split_k=spec.schedule.split_k,
+        split_atomic=spec.schedule.split_k_reduction == "atomic",
+        split=split,
     )
 
 
@@ -333,8 +348,10 @@ def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
     }
 
 
-def _params(spec: GemmSpec) -> list[KernelParam]:
-    """The kernel's parameters in declaration order, each with its type, role and specialization."""
+def _params(spec: GemmSpec, split: bool = False) -> list[KernelParam]:
+    """The kernel's parameters in declaration order, each with its type, role and specialization. A
+    module with split-K configs adds the f32 partial-sum workspace, the per-tile arrival counters and
+    the SPLIT_K / SPLIT_K_ATOMIC constexprs."""
     batch, persistent = spec.batch, spec.schedule.persistent
     ps: list[KernelParam] = []
     if spec.triton.tma:
@@ -348,6 +365,9 @@ def _params(spec: GemmSpec) -> list[KernelParam]:
         else:
             ps.append(KernelParam(f"{arg.name}_ptr", "*" + arg.dtype.info.triton_sig, "epilogue", "aligned", "name",
                                   arg.name))
+    if split:
+        ps += [KernelParam("ws_ptr", "*fp32", "workspace", "aligned", "name", "ws"),
+               KernelParam("counts_ptr", "*i32", "workspace", "aligned", "name", "counts")]
     ps += [KernelParam(d, "i32", "size", "aligned", "name", d) for d in ("M", "N", "K")]
     if batch and persistent:
         ps.append(KernelParam("BATCH", "i32", "size", "wide", "name", "batch"))
@@ -371,7 +391,7 @@ def _params(spec: GemmSpec) -> list[KernelParam]:
     if persistent:  # a device fact, not a problem size: one compile serves every GPU
         ps.append(KernelParam("NUM_SMS", "i32", "device", "none", "num_sms"))
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
-           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *(("SPLIT_K", "SPLIT_K_ATOMIC") if split else ()))]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
     return ps
 
@@ -401,12 +421,17 @@ def metadata(p: TritonPlan) -> dict[str, object]:
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
-    } | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
+    } | ({"split_k": p.split_k, "split_k_reduction": "atomic" if p.split_atomic else "deterministic"}
+         if p.split_k > 1 else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
 
 
 def _variant_metadata(v: TritonVariant) -> dict[str, object]:
     return {"when": {f"{dim.lower()}_max": n for dim, n in v.bounds}, "tile": [v.block_m, v.block_n, v.block_k],
             "group_m": v.group_m,
+            **({"split_k": v.split_k, "split_k_reduction": "atomic" if v.split_atomic else "deterministic"}
+               if v.split_k > 1 else {}),
+            # the TMA descriptors' types with this variant's boxes (the kernel's signature differs there)
+            **({"descriptors": v.desc_types} if v.desc_types else {}),
             "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages,
                                             "smem_bytes": c.smem_bytes, "acc_registers": c.acc_registers}
                      for c in v.configs}}

@@ -582,6 +582,64 @@ def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
                       "epilogue subtiles", f"use tile.n a multiple of {2 * lay.epi_n}", ("tile",))
 
 
+# --- split-K -------------------------------------------------------------------------------------------
+def _not_triton(t: Target | TargetInfo) -> bool:
+    return not is_triton(t)
+
+
+@rule("SPK001", "split-K is rendered by the Triton design only", _not_triton)
+def split_k_design(ctx: RuleContext) -> Iterator[Finding]:
+    """`schedule.split_k > 1` needs a kernel that divides the K loop and a launcher that reduces the
+    partials: the Triton design renders both (designs/gemm_triton.py, templates/triton/gemm.py.jinja);
+    the CuTe and Pallas designs render one K loop per tile, so a split there would be dropped silently."""
+    k = ctx.spec.schedule.split_k
+    if k > 1:
+        yield Finding("SPK001", "error", f"schedule.split_k = {k}: the {ctx.backend.value} design renders no split-K "
+                      f"(Triton targets only)", f'set schedule.split_k = 1 for {ctx.target} (a per_target table)',
+                      ("schedule", "split_k"))
+
+
+def _k_tiles(k: int, block: int) -> int:
+    return -(-k // block)
+
+
+@rule("SPK002", "split-K partials and K tiles", is_triton)
+def split_k_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """Each split reduces its share of the K tiles into f32 partials that the last program of the tile
+    sums (templates/triton/gemm.py.jinja `_split_k_reduce`): the accumulator must be f32 (an int32 or
+    f16 accumulator would be rounded through f32), and a config whose `when` bounds K (`k_max`) must
+    leave every split at least one K tile at that bound: cdiv(k_max, tile.k) >= split_k, or some
+    programs only add zeros for every problem it serves."""
+    s = ctx.spec
+    k = s.schedule.split_k
+    if k == 1:
+        return
+    if s.accumulator != DType.f32:
+        yield Finding("SPK002", "error", f"schedule.split_k = {k} sums f32 partials; the accumulator is {s.accumulator}",
+                      'set accumulator = "f32" or schedule.split_k = 1', ("schedule", "split_k"))
+    k_max = ctx.when.k_max if ctx.when is not None else None
+    if k_max is not None and _k_tiles(k_max, s.tile.k) < k:
+        tiles = _k_tiles(k_max, s.tile.k)
+        yield Finding("SPK002", "error", f"schedule.split_k = {k} > {tiles} K tiles at k_max = {k_max} "
+                      f"(tile.k = {s.tile.k}): some splits never get a K tile",
+                      f"use schedule.split_k <= {tiles}", ("schedule", "split_k"))
+
+
+@rule("SPK003", "split-K pays only where tiles are too few", is_triton)
+def split_k_pays(ctx: RuleContext) -> Iterator[Finding]:
+    """Split-K trades f32 partial traffic (split_k partial tiles written and read per output tile) for
+    more programs along K: it pays when M x N gives too few tiles to fill the SMs (decode shapes: small
+    M), measured in bench/bench_decode.py. A config that serves every M (no `when.m_max`) also serves
+    large problems, whose tiles already fill the GPU: a warning with the numbers."""
+    s = ctx.spec
+    k = s.schedule.split_k
+    if k == 1 or (ctx.when is not None and ctx.when.m_max is not None):
+        return
+    yield Finding("SPK003", "warning", f"schedule.split_k = {k} on a config that serves every M: large problems "
+                  f"fill the GPU with {s.tile.m}x{s.tile.n} tiles already and pay {k} f32 partial tiles of traffic each",
+                  "put split_k in a variant bounded by when.m_max", ("schedule", "split_k"))
+
+
 # --- backend options -----------------------------------------------------------------------------------
 def _any_target(t: Target) -> bool:
     return True

@@ -92,13 +92,34 @@ class Pipeline(Strict):
     epilogue_stages: Stages = "auto"
 
 
+MAX_SPLIT_K = 64
+_SPLIT_DEFAULTS = {"split_k": 1, "split_k_reduction": "deterministic"}
+
+
 class Schedule(Strict):
     """Tile order: `persistent` launches one program per SM looping over tiles; `group_m` swizzles tiles
-    in groups of that many rows (or columns, when `raster = "along_n"`) for L2 reuse."""
+    in groups of that many rows (or columns, when `raster = "along_n"`) for L2 reuse.
+
+    `split_k` divides each output tile's K loop between that many programs (decode shapes: few tiles,
+    long K); each writes f32 partial sums and the last to finish a tile reduces them and runs the
+    epilogue once. `split_k_reduction = "deterministic"` (the default) sums the partials in split order,
+    so results are bit-identical run to run; `"atomic"` adds them with float atomics instead (less
+    workspace and traffic, summation order varies)."""
 
     persistent: StrictBool = False
     raster: Literal["along_m", "along_n"] = "along_m"
     group_m: bounded(256) = 8
+    split_k: bounded(MAX_SPLIT_K) = 1
+    split_k_reduction: Literal["deterministic", "atomic"] = "deterministic"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        # A spec without split-K dumps (and hashes) as it did before split-K existed.
+        data = handler(self)
+        for key, default in _SPLIT_DEFAULTS.items():
+            if key not in self.model_fields_set and data.get(key) == default:
+                data.pop(key, None)
+        return data
 
 
 class TritonOptions(Strict):

@@ -58,7 +58,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "SPEC", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "METADATA", "RUNTIME_ABI", "a", "b",
     "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_g", "_tile_coords",
     "_tanh", "_validate", "_check", "_run", "_fake", "_op", "_launcher", "_CONSTEXPRS",
-    "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS",
+    "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS", "SPLIT_K", "SPLIT_K_ATOMIC", "_split_k_reduce",
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
@@ -80,6 +80,12 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
     "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box",
+    # the TMA launchers' launch-cache key (templates/triton/gemm.py.jinja: a local and the keyword)
+    "args_key",
+    # split-K (templates/triton/gemm.py.jinja, tile.jinja): kernel parameters and locals, the reduction's
+    # locals, the launcher's, and the keywords of the atomic and cache-modified calls
+    "ws_ptr", "counts_ptr", "pid_k", "slot", "k_tiles", "k_per_split", "k_lo", "k_hi", "last", "ws_offs",
+    "tile_ws", "arrived", "part", "split_k", "split_atomic", "ws", "counts", "sem", "cache_modifier",
     # Pallas TPU modules: kernel refs and locals, BlockSpec index-map arguments, launcher locals, keywords
     "a_ref", "b_ref", "out_ref", "acc_ref", "_init", "_epilogue", "valid", "k_total", "block_k", "m", "n",
     "blk_m", "blk_n", "blk_k", "grid", "in_specs", "out_shape", "out_specs", "bb", "i", "j", "b_shape",
@@ -90,7 +96,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem", "a_spec", "b_spec", "a_op", "b_op", "a_first",
     "b_first", "a_view", "b_view", "out_view", "_acc", "_scope", "_tile", "allocations", "bi", "body", "col0",
     "row0", "context", "ej", "ignore", "info", "k_steps", "kk", "lin", "m_tiles", "n_tiles", "mi", "ni", "mma",
-    "out_cols", "out_rows", "res_barrier", "run_pipeline", "slot", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
+    "out_cols", "out_rows", "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
     "collective_axes", "compute_context", "delay_release", "grid_names", "lowering_semantics",
     "max_concurrent_steps", "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name",
     "transforms", "wait_read_only", "wg_axis",

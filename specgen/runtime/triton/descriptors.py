@@ -28,6 +28,8 @@ def descriptor(base, shape: list[int], strides: list[int], block_shape: list[int
 # only on the tensor's address, shape, strides and dtype, the box and the kernel's swizzle/element
 # metadata (and the padding and tf32-rounding flags), so encodings are cached per launcher under
 # exactly those: a changed address, shape, stride, dtype or box is a different key, never a stale hit.
+# (A repeat launch with the same tensors skips the wrapper altogether: launch.py's cached launches. This
+# cache serves the launches built anew, where often only one operand changed.)
 MAX_CACHED = 256  # per launcher; cleared whole when full (a serving loop reuses a handful)
 _ENCODER = "make_tensordesc_arg"
 
