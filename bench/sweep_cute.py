@@ -18,9 +18,9 @@ import datetime
 import json
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 from bench_cute import FP8_SHAPES, GEMM_SHAPES, assert_matches, kernel_ms
 
