@@ -140,11 +140,11 @@ class CuteLauncher:
 
     def __call__(self, variant: int | None, *args: Any) -> None:
         fn = self._fns.get(variant) or self.load(variant)
-        # the config index is the host function's Constexpr parameter: passed, and checked, in its slot
+        # the config index is the host function's Constexpr parameter: baked into `fn`, not passed
         if TVM_FFI:
-            fn(*args, variant)
+            fn(*args)
         else:
-            fn(*_to_cute((*args, variant)))
+            fn(*_to_cute(args))
 
 
 @contextmanager
