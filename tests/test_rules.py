@@ -60,7 +60,7 @@ APPLIES = {
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "MMA004": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
-    "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
+    "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"}, "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "OPT001": GPU | TPU,
 }
 
@@ -402,6 +402,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
      ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
+    # CUTE004: ping-pong warpgroups each own a whole tile; REG001 counts its accumulator over 128 threads
+    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 1}}, None),
+    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 2}},
+     ("error", ['cute.schedule = "pingpong" gives each of its two consumer warpgroups a whole tile'],
+      ("cute", "mma_warpgroups"))),
+    ("REG001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong"}}, None),
+    ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"schedule": "pingpong"}},
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
      ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
@@ -436,6 +444,9 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["cute.two_cta = true needs tcgen05 2-CTA MMA (sm100); cute:sm90 has none"], ("cute", "two_cta"))),
     ("OPT001", "triton:sm90", {"cute": {"two_cta": True}}, None),  # another backend's option is inert
     ("OPT001", "cute:sm90", {"cute": {"mma_warpgroups": 2}}, None),
+    ("OPT001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong"}}, None),
+    ("OPT001", "cute:sm100", {"cute": {"schedule": "pingpong"}},
+     ("error", ['cute.schedule = "pingpong" alternates wgmma warpgroups (sm90)'], ("cute", "schedule"))),
     ("OPT001", "cute:sm100", {"cute": {"mma_warpgroups": 2}},
      ("error", ["cute.mma_warpgroups = 2 splits a wgmma tile (sm90); cute:sm100"], ("cute", "mma_warpgroups"))),
     ("OPT001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 1 << 26}}, None),

@@ -42,7 +42,7 @@ CUTE_RESERVED: frozenset[str] = frozenset({
     "group_m", "int", "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead", "len",
     "length", "m0", "mA", "mB", "mOut", "major_rows", "matrix", "max_clusters", "mcast_mask",
     "min_blocks_per_mp", "mma_order", "mma_warpgroups", "mode", "multicast", "n0", "num_multicast",
-    "num_stages", "num_threads", "order", "order_barriers", "out_atom", "pingpong", "producer_group",
+    "num_stages", "num_threads", "order", "order_barriers", "order_phase", "out_atom", "pingpong", "producer_group",
     "property", "r2s", "r_acc", "r_out", "raster_along_m", "read", "release", "rows", "sA", "sA_layout",
     "sB", "sB_layout", "sOut", "sOut_layout", "sched", "scheduler", "self", "shape", "si", "smem_bytes",
     "space", "stage_bytes", "state", "storage", "store_pipe", "store_warp", "stored", "stream", "stride",
