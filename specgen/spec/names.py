@@ -26,8 +26,8 @@ CUTE_MODULE_NAMES: frozenset[str] = frozenset({
     "ACC_DTYPE", "ARCH", "A_DTYPE", "A_LAYOUT", "B_DTYPE", "B_LAYOUT", "CONFIG", "Config", "CuteLauncher",
     "LOAD_REGISTERS", "LayoutEnum", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT",
     "SharedStorage", "_fake_args", "_g2s", "_mkl", "_nkl", "_smem_layout", "config", "cute", "cutlass",
-    "gemm_host", "gemm_kernel", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_schedule",
-    "make_tiled_mma", "pipeline", "shared_storage", "sm90_utils", "typing", "utils", "zero_operand"
+    "gemm_host", "gemm_kernel", "len", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_schedule",
+    "make_tiled_mma", "pipeline", "shared_storage", "sm90_utils", "utils", "zero_operand"
 })
 
 # Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
@@ -39,7 +39,7 @@ CUTE_RESERVED: frozenset[str] = frozenset({
     "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "defer_sync", "depth",
     "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier", "epi_base", "epi_m",
     "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid", "group_id",
-    "group_m", "int", "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead", "len",
+    "group_m", "int", "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead",
     "length", "m0", "mA", "mB", "mOut", "major_rows", "matrix", "max_clusters", "mcast_mask",
     "min_blocks_per_mp", "mma_order", "mma_warpgroups", "mode", "multicast", "n0", "num_multicast",
     "num_stages", "num_threads", "order", "order_barriers", "order_phase", "out_atom", "pingpong", "producer_group",
@@ -49,7 +49,7 @@ CUTE_RESERVED: frozenset[str] = frozenset({
     "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle", "tA", "tAgA", "tAsA", "tB", "tBgB",
     "tBsB", "tCrA", "tCrB", "tOut", "tRS_acc", "tRS_sOut", "thr_mma", "thr_r2s", "threads", "tidx", "tile_k",
     "tile_m", "tile_n", "tile_threads", "tile_tidx", "tiled_mma", "tiler", "tiler_mn", "tm", "tma", "tma_a",
-    "tma_b", "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tuple", "turn", "tx_count",
+    "tma_b", "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tuple", "turn", "typing", "tx_count",
     "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup"
 })
 
