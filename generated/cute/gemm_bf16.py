@@ -14,6 +14,7 @@ Epilogue, applied in order to the f32 accumulator: none
 Kernel: tile 128x256x64, cluster 2x1, 4 TMA stages of A and B, one producer warp and 2 cooperative
 wgmma warpgroups, persistent (one CTA per SM) with tiles in groups of 8 rows; epilogue in 128x32
 subtiles through SMEM (2 in flight) and TMA stores; 215040 B of SMEM
+
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; each
 compiled once, on its first call or by `specgen compile`):
     0. N <= 2048: tile 128x256x64, cluster 2x1, 4 TMA stages of A and B, one producer warp and 2
@@ -23,6 +24,7 @@ compiled once, on its first call or by `specgen compile`):
        ping-pong wgmma warpgroups (each owns a whole tile; one's epilogue runs under the other's
        mainloop), persistent (one CTA per SM) with tiles in groups of 8 rows; epilogue in 64x32
        subtiles through SMEM (2 in flight per warpgroup) and TMA stores; 215040 B of SMEM
+
 M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
 Tensors must have 16-byte aligned bases and leading strides (TMA) and sit on the current CUDA device;

@@ -16,7 +16,8 @@ Epilogue, applied in order to the f32 accumulator:
 
 Kernel: tile 128x256x64, cluster 2x1, 4 TMA stages of A and B, one producer warp and 2 cooperative
 wgmma warpgroups, persistent (one CTA per SM) with tiles in groups of 8 rows; epilogue in 128x32
-subtiles through SMEM (2 in flight) and TMA stores; 215040 B of SMEMM, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
+subtiles through SMEM (2 in flight) and TMA stores; 215040 B of SMEM
+M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
 Tensors must have 16-byte aligned bases and leading strides (TMA) and sit on the current CUDA device;
 anything else raises before the kernel launches.

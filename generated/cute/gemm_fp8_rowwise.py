@@ -19,11 +19,13 @@ Kernel: tile 128x128x128, cluster 2x1, 6 TMA stages of A and B, one producer war
 wgmma warpgroups (each owns a whole tile; one's epilogue runs under the other's mainloop),
 persistent (one CTA per SM) with tiles in groups of 8 rows; epilogue in 64x32 subtiles through SMEM
 (2 in flight per warpgroup) and TMA stores; 215040 B of SMEM
+
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; each
 compiled once, on its first call or by `specgen compile`):
-    0. M <= 1024, N <= 4096: tile 64x128x128, cluster 1x1, 8 TMA stages of A and B, one producer warp
-       and 1 cooperative wgmma warpgroup, persistent (one CTA per SM) with tiles in groups of 8 rows;
-       epilogue in 64x32 subtiles through SMEM (2 in flight) and TMA stores; 206848 B of SMEM
+    0. M <= 1024 and N <= 4096: tile 64x128x128, cluster 1x1, 8 TMA stages of A and B, one producer
+       warp and 1 cooperative wgmma warpgroup, persistent (one CTA per SM) with tiles in groups of 8
+       rows; epilogue in 64x32 subtiles through SMEM (2 in flight) and TMA stores; 206848 B of SMEM
+
 M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
 Tensors must have 16-byte aligned bases and leading strides (TMA) and sit on the current CUDA device;
@@ -253,7 +255,7 @@ class Config(NamedTuple):
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040)
 # Size-selected variants (spec: variants), in the launcher's order.
 VARIANT_CONFIGS = (
-    # 0: M <= 1024, N <= 4096; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
+    # 0: M <= 1024 and N <= 4096; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
     Config(tile_m=64, tile_n=128, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=206848),
 )
 # The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was

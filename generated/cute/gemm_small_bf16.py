@@ -14,7 +14,8 @@ Epilogue, applied in order to the f32 accumulator: none
 
 Kernel: tile 64x128x64, cluster 1x1, 8 TMA stages of A and B, one producer warp and 1 cooperative
 wgmma warpgroup, one CTA per tile with tiles in groups of 8 rows; epilogue in 64x32 subtiles through
-SMEM (2 in flight) and TMA stores; 206848 B of SMEMM, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
+SMEM (2 in flight) and TMA stores; 206848 B of SMEM
+M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
 Tensors must have 16-byte aligned bases and leading strides (TMA) and sit on the current CUDA device;
 anything else raises before the kernel launches.

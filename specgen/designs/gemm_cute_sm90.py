@@ -3,10 +3,18 @@
 The kernel (templates/cute/gemm_sm90.py.jinja) is warp-specialized and persistent:
 - one producer warpgroup whose first warp issues the TMA loads of A and B into `ab_stages` SMEM
   stages guarded by full/empty mbarriers (multicast across the cluster where cluster > 1);
-- `mma_warpgroups` consumer warpgroups (1, or 2 splitting the tile along M: "cooperative") that run
-  wgmma over each stage, then the epilogue: accumulator registers -> the fused op chain -> SMEM
-  subtiles of `epi_m x epi_n` (`epi_stages` of them in flight) -> TMA store;
+- consumer warpgroups that run wgmma over each stage, then the epilogue: accumulator registers ->
+  the fused op chain -> SMEM subtiles of `epi_m x epi_n` (`epi_stages` of them in flight) -> TMA
+  store. `cute.schedule = "cooperative"`: `mma_warpgroups` of them (1, or 2 splitting the tile along
+  M) share every tile. `"pingpong"`: two, each owning a whole tile (this CTA's even or odd tiles),
+  taking turns at the mainloop through a pair of mbarriers, so one's epilogue runs under the other's
+  mainloop; each has its own epilogue subtiles and store barrier;
 - a static persistent tile scheduler with group-M rasterization (`schedule.group_m`, `raster`).
+
+Size-selected variants (`[[kernels.variants]]`, per target too) render into the same module: each
+config (the default and every variant) is a row of the module's `Config` table that the kernel reads
+at trace time; the launcher picks one with integer compares and compiles (or loads from the disk
+cache) each config once. `specgen compile` compiles every config and reports each beside its plan.
 
 The SMEM it allocates is one struct (see `memory`): the pipeline's mbarriers (8 bytes each, full and
 empty per stage), then A stages, B stages and the epilogue staging, each aligned to 1024 bytes (the
@@ -145,7 +153,7 @@ def cute_config(r: Resolved) -> CuteConfig:
     em, en = epilogue_tile(spec)
     bounds = list(r.when.bounds().items()) if r.when is not None else []
     return CuteConfig(
-        index=r.variant, when=", ".join(f"{d} <= {n}" for d, n in bounds), bounds=bounds,
+        index=r.variant, when=str(r.when) if r.when is not None else "", bounds=bounds,
         tile_m=t.m, tile_n=t.n, tile_k=t.k, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
         ab_stages=r.ab_stages, epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
         mma_warpgroups=mma_warpgroups(spec), pingpong=pingpong(spec), group_m=spec.schedule.group_m,
