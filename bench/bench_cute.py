@@ -216,10 +216,13 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 
 
 def main() -> None:
+    global ROUNDS
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*", default=["bf16", "bias_gelu", "fp8", "host", "start"])
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds per pair (median taken)")
     args = parser.parse_args()
+    ROUNDS = args.rounds
     from importlib.metadata import version
 
     from specgen.runtime.cute import TVM_FFI

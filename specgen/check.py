@@ -126,9 +126,9 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
 
 
 def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[str, list]) -> None:
-    """CFG003 (error): only the Triton design renders size-selected variants (its launcher picks one
-    with integer compares, designs/gemm_triton.py); the CuTe sm90 and Pallas TPU designs render one
-    config per module, so a variant on a target they render would be dropped silently. Reported at the
+    """CFG003 (error): the Triton and CuTe sm90 designs render size-selected variants (their launchers
+    pick one with integer compares, designs/gemm_triton.py, designs/gemm_cute_sm90.py); a design
+    without `renders_variants` (Pallas today) renders one config per module, so a variant on a target they render would be dropped silently. Reported at the
     variants' line. (Targets no design renders are checked only, variants included.)"""
     for rel, served in modules.items():
         for t in served:
@@ -141,7 +141,7 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
             report.diagnostics.append(Diagnostic(
                 loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
                 f"the {t.backend.value} design renders one config per module ({rel}); size-selected variants are "
-                f"Triton-only today, and {t} has {len(variants)} ({bounds})",
+                f"rendered by the Triton and CuTe sm90 designs only, and {t} has {len(variants)} ({bounds})",
                 f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
 
 

@@ -104,5 +104,5 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
             if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
                 raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
                                     f"{ls.spec_hash}: run `specgen render` first")
-            result = hook(module, target_info(t), **options)  # one result, or one per config (Triton)
+            result = hook(module, target_info(t), **options)  # one result, or one per config (Triton and CuTe variants)
             yield from (result if isinstance(result, list) else [result])

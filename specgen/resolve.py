@@ -128,6 +128,8 @@ def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
     words = t.m * t.n * (4 if spec.accumulator.bytes == 4 else 2) // 4
     if info.backend is Backend.triton:
         threads = spec.triton.num_warps * 32
+    elif info.backend is Backend.cute and spec.cute.schedule == "pingpong":  # each warpgroup owns a whole tile
+        threads = 128
     elif info.backend is Backend.cute and spec.cute.mma_warpgroups:
         threads = spec.cute.mma_warpgroups * 128
     elif info.backend is Backend.pallas:  # Mosaic GPU: two consumer warpgroups split N (designs/gemm_pallas.py)

@@ -82,6 +82,13 @@ def variants():
     for i, (persistent, batch, raster) in enumerate(itertools.product([False, True], repeat=3)):
         yield spec_of(f"c{i}", EVERY_OP, batch=batch, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64},
                       schedule={"persistent": persistent, "raster": "along_n" if raster else "along_m", "group_m": 8})
+    # the ping-pong schedule, and CuTe size-selected variants (one of them ping-pong)
+    yield spec_of("c_pingpong", EVERY_OP, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64},
+                  cute={"schedule": "pingpong"})
+    yield spec_of("c_sizes", EVERY_OP[:3], targets=["cute:sm90"], tile={"m": 128, "n": 256, "k": 64},
+                  variants=[{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}},
+                            {"when": {"n_max": 2048}, "tile": {"m": 128, "n": 128, "k": 64},
+                             "cute": {"schedule": "pingpong"}}])
     # size-selected variants (the launcher's selection locals), with TMA boxes and with pointers
     for tma in (False, True):
         yield spec_of(f"v_sizes_{tma}", EVERY_OP[:3], schedule={"persistent": tma},

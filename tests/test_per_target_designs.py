@@ -59,8 +59,9 @@ def test_a_cute_per_target_override_reaches_the_module_and_its_figures() -> None
     assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.cluster_m, plan.ab_stages) == (128, 128, 64, 2, 3)
     assert plan.smem_bytes == r.budget.total and plan.mma_warpgroups == 1 and plan.threads == 256
     (text,) = render_modules(ls, [CUTE]).values()
-    for line in ("TILE_M, TILE_N, TILE_K = 128, 128, 64", "CLUSTER_M, CLUSTER_N = 2, 1", "AB_STAGES = 3",
-                 "MMA_WARPGROUPS = 1", "PERSISTENT = False", "GROUP_ROWS = False", f"'smem_bytes': {r.budget.total}"):
+    for line in ("CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, ab_stages=3,",
+                 "mma_warpgroups=1, pingpong=False,", "group_rows=False, persistent=False,",
+                 f"smem_bytes={r.budget.total})", f"'smem_bytes': {r.budget.total}"):
         assert line in text, line
     assert "tile 128x128x64, cluster 2x1, 3 TMA stages" in text  # the docstring too
     assert "'per_target'" in text  # SPEC is the file's spec, tables included
@@ -128,12 +129,13 @@ VARIANTS = [{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 128}}]
 BASE = {**MINIMAL_SPEC, "name": "v", "tile": {"m": 128, "n": 128, "k": 128}}
 
 
-def test_variants_on_a_cute_or_tpu_target_are_refused_cfg003() -> None:
-    for target, rel in (("cute:sm90", "cute/v.py"), ("pallas:tpu_v5e", "pallas/v.py")):
+def test_variants_on_a_tpu_target_are_refused_cfg003() -> None:
+    for target, rel in (("pallas:tpu_v5e", "pallas/v.py"),):
         spec = {**BASE, "targets": ["triton:sm90", target], "variants": VARIANTS}
         ls = load(spec)
         (d,) = errors(ls, "CFG003")
-        assert d.target == target and rel in d.message and "M <= 64" in d.message and "Triton-only" in d.message
+        assert d.target == target and rel in d.message and "M <= 64" in d.message
+        assert "rendered by the Triton and CuTe sm90 designs only" in d.message
         assert d.line == line_of(spec, '"variants"')
         # the same variants listed for that target alone point at its per_target table
         spec = {**BASE, "targets": ["triton:sm90", target],
@@ -141,6 +143,17 @@ def test_variants_on_a_cute_or_tpu_target_are_refused_cfg003() -> None:
         ls = load(spec)
         (d,) = errors(ls, "CFG003")
         assert d.line == line_of(spec, '"variants"') and d.line > line_of(spec, '"per_target"')
+
+
+def test_variants_on_a_cute_sm90_target_are_rendered_not_refused() -> None:
+    """The CuTe sm90 design renders size-selected variants (designs/gemm_cute_sm90.py): no CFG003, and
+    the module carries each variant's config and the launcher's integer compares."""
+    spec = {**BASE, "targets": ["triton:sm90", "cute:sm90"], "variants": VARIANTS}
+    ls = load(spec)
+    assert not errors(ls, "CFG003")
+    (text,) = [t for rel, t in render_modules(ls, [parse_target("cute:sm90")]).items() if rel == "cute/v.py"]
+    assert "    if M <= 64:\n        variant = 0\n    else:\n        variant = None\n" in text
+    assert "VARIANT_CONFIGS = (\n    # 0: M <= 64;" in text
 
 
 def test_variants_on_triton_only_or_on_checked_only_targets_pass() -> None:

@@ -3,10 +3,18 @@
 The kernel (templates/cute/gemm_sm90.py.jinja) is warp-specialized and persistent:
 - one producer warpgroup whose first warp issues the TMA loads of A and B into `ab_stages` SMEM
   stages guarded by full/empty mbarriers (multicast across the cluster where cluster > 1);
-- `mma_warpgroups` consumer warpgroups (1, or 2 splitting the tile along M: "cooperative") that run
-  wgmma over each stage, then the epilogue: accumulator registers -> the fused op chain -> SMEM
-  subtiles of `epi_m x epi_n` (`epi_stages` of them in flight) -> TMA store;
+- consumer warpgroups that run wgmma over each stage, then the epilogue: accumulator registers ->
+  the fused op chain -> SMEM subtiles of `epi_m x epi_n` (`epi_stages` of them in flight) -> TMA
+  store. `cute.schedule = "cooperative"`: `mma_warpgroups` of them (1, or 2 splitting the tile along
+  M) share every tile. `"pingpong"`: two, each owning a whole tile (this CTA's even or odd tiles),
+  taking turns at the mainloop through a pair of mbarriers, so one's epilogue runs under the other's
+  mainloop; each has its own epilogue subtiles and store barrier;
 - a static persistent tile scheduler with group-M rasterization (`schedule.group_m`, `raster`).
+
+Size-selected variants (`[[kernels.variants]]`, per target too) render into the same module: each
+config (the default and every variant) is a row of the module's `Config` table that the kernel reads
+at trace time; the launcher picks one with integer compares and compiles (or loads from the disk
+cache) each config once. `specgen compile` compiles every config and reports each beside its plan.
 
 The SMEM it allocates is one struct (see `memory`): the pipeline's mbarriers (8 bytes each, full and
 empty per stage), then A stages, B stages and the epilogue staging, each aligned to 1024 bytes (the
@@ -50,17 +58,31 @@ def _align(n: int, to: int = ALIGN) -> int:
     return -(-n // to) * to
 
 
+def pingpong(spec: GemmSpec) -> bool:
+    """`cute.schedule = "pingpong"`: two consumer warpgroups, each owning a whole tile, alternating."""
+    return spec.cute.schedule == "pingpong"
+
+
 def mma_warpgroups(spec: GemmSpec) -> int:
-    """Consumer warpgroups: the spec's `cute.mma_warpgroups`, else two for tiles wider than 64x128
-    (one warpgroup would hold more than 128 accumulator registers per thread)."""
+    """Warpgroups sharing one tile's wgmma: one when ping-pong (each owns its tile), else the spec's
+    `cute.mma_warpgroups`, else two for tiles wider than 64x128 (one warpgroup would hold more than
+    128 accumulator registers per thread)."""
+    if pingpong(spec):
+        return 1
     if spec.cute.mma_warpgroups is not None:
         return spec.cute.mma_warpgroups
     return 2 if spec.tile.m > 64 and spec.tile.n > 128 else 1
 
 
+def consumer_warpgroups(spec: GemmSpec) -> int:
+    """Warpgroups running wgmma and the epilogue: two when ping-pong, else those sharing the tile."""
+    return 2 if pingpong(spec) else mma_warpgroups(spec)
+
+
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
-    64 of its rows), else 64 x 32 (64 x 64 for 8-bit outputs, whose rows would be 32 bytes)."""
+    64 of its rows), else 64 x 32 (64 x 64 for 8-bit outputs, whose rows would be 32 bytes). Ping-pong
+    warpgroups each store their own tile through their own subtiles."""
     t = spec.tile
     if mma_warpgroups(spec) == 2:
         return min(128, t.m), min(32, t.n)
@@ -92,6 +114,52 @@ class CuteArg:
 
 def _arg(name: str, role: str, dtype: DType, doc: str) -> CuteArg:
     return CuteArg(name, role, dtype, dtype.info.torch, CUTLASS_DTYPES[dtype], doc)
+
+
+@dataclass(frozen=True)
+class CuteConfig:
+    """One compiled configuration: the default's or a size-selected variant's (the module's `Config`)."""
+
+    index: int | None  # the variant's index (None: the default)
+    when: str  # the variant's bounds, as the docstring shows them ("" for the default)
+    bounds: list[tuple[str, int]]  # (dim, max) the launcher compares
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int
+    cluster_n: int
+    ab_stages: int
+    epi_m: int
+    epi_n: int
+    epi_stages: int
+    mma_warpgroups: int
+    pingpong: bool
+    group_m: int
+    group_rows: bool
+    persistent: bool
+    smem_bytes: int
+    smem_breakdown: str
+    acc_registers: int
+
+    @property
+    def threads(self) -> int:
+        return (1 + (2 if self.pingpong else self.mma_warpgroups)) * WARPGROUP_THREADS
+
+
+def cute_config(r: Resolved) -> CuteConfig:
+    """The config a resolved (spec, target[, variant]) compiles to."""
+    spec = r.spec
+    t = spec.tile
+    em, en = epilogue_tile(spec)
+    bounds = list(r.when.bounds().items()) if r.when is not None else []
+    return CuteConfig(
+        index=r.variant, when=str(r.when) if r.when is not None else "", bounds=bounds,
+        tile_m=t.m, tile_n=t.n, tile_k=t.k, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
+        ab_stages=r.ab_stages, epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
+        mma_warpgroups=mma_warpgroups(spec), pingpong=pingpong(spec), group_m=spec.schedule.group_m,
+        group_rows=spec.schedule.raster == "along_m", persistent=spec.schedule.persistent,
+        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), acc_registers=r.acc_registers,
+    )
 
 
 @dataclass(frozen=True)
@@ -139,6 +207,13 @@ class CuteSm90Plan:
     epi_bytes: int
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
+    config: CuteConfig  # the default config
+    variants: list[CuteConfig]  # size-selected, in the launcher's order
+
+    @property
+    def any_pingpong(self) -> bool:
+        """Some config runs ping-pong (the template renders that code only then)."""
+        return any(c.pingpong for c in (self.config, *self.variants))
 
     @property
     def tma(self) -> bool:
@@ -153,10 +228,13 @@ class CuteSm90Gemm:
     backend = Backend.cute
     template = "cute/gemm_sm90.py.jinja"
     compile_hook = "specgen.designs.gemm_cute_sm90_compile:compile_module"
+    # the module bakes every size-selected variant's config and the launcher picks one by integer
+    # compares; each compiles on its own, so a variant may change any config field (no shared_config)
+    renders_variants = True
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers, then
-        A, B and epilogue buffers, each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
+        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers (+ 2
+        ping-pong order barriers), then A, B and epilogue buffers (two sets when ping-pong), each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
         puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
         `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
         wgmma takes (64 rows x 16 bytes of K at least). Targets this design does not serve (tcgen05)
@@ -167,8 +245,10 @@ class CuteSm90Gemm:
         assert gpu is not None
         t = spec.tile
         em, en = epilogue_tile(spec)
-        epi = _align(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
-        reserve = BASE_ALIGN_PAD + _align(2 * ab_stages * MBARRIER_BYTES)
+        sets = 2 if pingpong(spec) else 1  # ping-pong: one set of subtiles per warpgroup
+        epi = _align(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
+        order = 2 * MBARRIER_BYTES if pingpong(spec) else 0  # ping-pong: whose turn at the mainloop
+        reserve = BASE_ALIGN_PAD + _align(2 * ab_stages * MBARRIER_BYTES + order)
         stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes
         return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False)
 
@@ -216,7 +296,7 @@ class CuteSm90Gemm:
             tile_m=t.m, tile_n=t.n, tile_k=t.k,
             cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
             mma_warpgroups=wgs,
-            threads=(1 + wgs) * WARPGROUP_THREADS,
+            threads=(1 + consumer_warpgroups(spec)) * WARPGROUP_THREADS,
             load_registers=LOAD_REGISTERS,
             mma_registers=MMA_REGISTERS,
             acc_registers=r.acc_registers,
@@ -233,6 +313,8 @@ class CuteSm90Gemm:
             epi_bytes=budget.epilogue_bytes,
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             spec_json=loaded.spec.model_dump(mode="json"),
+            config=cute_config(r),
+            variants=[cute_config(v) for v in r.variants],
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
@@ -251,11 +333,20 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "plan": {p.compute_capability: {"ab_stages": p.ab_stages, "smem_bytes": p.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
-                                        "mma_warpgroups": p.mma_warpgroups, "arch_flag": p.arch_flag}},
+                                        "mma_warpgroups": p.mma_warpgroups, "pingpong": p.config.pingpong,
+                                        "arch_flag": p.arch_flag,
+                                        "variants": [_variant_meta(v) for v in p.variants]}},
         # the compiled host function's parameters: (name, kind) in call order
         "parameters": [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
-                       for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["stream", "stream"]],
+                       for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["variant", "constexpr"],
+                                                                 ["stream", "stream"]],
     }
+
+
+def _variant_meta(c: CuteConfig) -> dict[str, object]:
+    return {"when": dict(c.bounds), "tile": [c.tile_m, c.tile_n, c.tile_k], "cluster": [c.cluster_m, c.cluster_n],
+            "ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes, "mma_warpgroups": c.mma_warpgroups,
+            "pingpong": c.pingpong}
 
 
 def render_context(p: CuteSm90Plan) -> dict[str, object]:

@@ -92,20 +92,29 @@ def sass_counts(cubin_path: str) -> dict[str, int]:
     return counts
 
 
-def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False, fill_cache: bool = True) -> CompileResult:
-    """Compile one rendered CuTe module for its target (the `compile_hook` of designs/gemm_cute_sm90.py);
-    optionally count SASS opcodes; fill the disk cache the launcher reads."""
+def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
+                   fill_cache: bool = True) -> list[CompileResult]:
+    """Compile one rendered CuTe module for its target (the `compile_hook` of designs/gemm_cute_sm90.py):
+    every config, the default first, then each size-selected variant (reported as `<kernel>[variant i]`),
+    each beside its own plan SMEM; optionally count SASS opcodes; fill the disk cache the launcher reads."""
     launcher = module._launcher
     meta = module.METADATA
-    name = meta["kernel"]
-    plan_smem = meta["plan"][target.compute_capability]["smem_bytes"]
+    plan = meta["plan"][target.compute_capability]
+    smem = [plan["smem_bytes"]] + [v["smem_bytes"] for v in plan.get("variants", [])]
+    return [_compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
+            for variant, plan_smem in zip(launcher.configs, smem, strict=True)]
+
+
+def _compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan_smem: int, sass: bool,
+                    fill_cache: bool) -> CompileResult:
+    label = name if variant is None else f"{name}[variant {variant}]"
     start, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
         try:
-            compiled = launcher.compile(f"--keep-cubin --dump-dir {dump}")
+            compiled = launcher.compile(variant, f"--keep-cubin --dump-dir {dump}")
         except Exception as e:  # the compiler's own message is the useful part
             first = next((ln for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()), type(e).__name__)
-            return CompileResult(name, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
+            return CompileResult(label, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
         cubin = compiled.artifacts.CUBIN  # the cubin's path, or (some DSL versions) its bytes
         if isinstance(cubin, bytes):
@@ -118,6 +127,6 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False, f
         counts = sass_counts(str(cubin_path)) if sass else {}
         from specgen.runtime.cute import TVM_FFI
 
-        cache = str(launcher.export(compiled)) if fill_cache and TVM_FFI else ""
-    return CompileResult(name, target.name, plan_smem, total, seconds, sass=counts, cache=cache,
+        cache = str(launcher.export(compiled, variant)) if fill_cache and TVM_FFI else ""
+    return CompileResult(label, target.name, plan_smem, total, seconds, sass=counts, cache=cache,
                          cpu_seconds=cpu_seconds)

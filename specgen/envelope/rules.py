@@ -476,6 +476,19 @@ def cute_sm90_tma_store(ctx: RuleContext) -> Iterator[Finding]:
                       "drop cute.tma_store", ("cute", "tma_store"))
 
 
+@rule("CUTE004", "sm90 ping-pong warpgroups", is_cute_wgmma)
+def cute_sm90_pingpong(ctx: RuleContext) -> Iterator[Finding]:
+    """`cute.schedule = "pingpong"` runs two consumer warpgroups that each own a whole tile and take
+    turns at the mainloop (CUTLASS's KernelTmaWarpSpecializedPingpong); they cannot also split a tile,
+    so `cute.mma_warpgroups = 2` contradicts it. (Each warpgroup then holds the whole tile's
+    accumulator: REG001 counts it over 128 threads.)"""
+    s = ctx.spec
+    if s.cute.schedule == "pingpong" and s.cute.mma_warpgroups == 2:
+        yield Finding("CUTE004", "error", "cute.schedule = \"pingpong\" gives each of its two consumer warpgroups a whole "
+                      "tile; cute.mma_warpgroups = 2 would split each tile between them",
+                      "drop cute.mma_warpgroups (or use cute.schedule = \"cooperative\")", ("cute", "mma_warpgroups"))
+
+
 # --- Pallas TPU -------------------------------------------------------------------------------------------
 @rule("PAL001", "TPU block shapes", is_tpu)
 def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
@@ -650,7 +663,8 @@ def backend_options(ctx: RuleContext) -> Iterator[Finding]:
     """Each backend's options are read by that backend's targets only (a `triton` table on a spec that
     lists no Triton target is inert, not an error). Within a backend, an option the target cannot
     honour is an error: `cute.two_cta` is Blackwell's cta_group::2 tcgen05 MMA (sm100 only, PTX ISA
-    tcgen05); `cute.mma_warpgroups` splits a wgmma tile between consumer warpgroups (sm90 only, wgmma);
+    tcgen05); `cute.mma_warpgroups` splits a wgmma tile between consumer warpgroups and
+    `cute.schedule = "pingpong"` alternates them (sm90 only, wgmma);
     `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU). Triton options
     that the spec's own settings switch off are warnings: the subtiled store is a TMA store
     (`triton.tma`), `flatten` pipelines a persistent kernel's tile loop (`schedule.persistent`)."""
@@ -659,6 +673,10 @@ def backend_options(ctx: RuleContext) -> Iterator[Finding]:
         if s.cute.two_cta and not uses_tcgen05(t):
             yield Finding("OPT001", "error", f"cute.two_cta = true needs tcgen05 2-CTA MMA (sm100); {t} has none",
                           "set cute.two_cta = false for this target", ("cute", "two_cta"))
+        if s.cute.schedule == "pingpong" and not uses_wgmma(t):
+            yield Finding("OPT001", "error", f"cute.schedule = \"pingpong\" alternates wgmma warpgroups (sm90); {t} "
+                          "issues tcgen05 MMAs from one thread", "drop cute.schedule for this target",
+                          ("cute", "schedule"))
         if s.cute.mma_warpgroups is not None and not uses_wgmma(t):
             yield Finding("OPT001", "error", f"cute.mma_warpgroups = {s.cute.mma_warpgroups} splits a wgmma tile "
                           f"(sm90); {t} issues tcgen05 MMAs from one thread", "drop cute.mma_warpgroups",

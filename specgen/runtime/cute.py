@@ -1,6 +1,7 @@
 """Run-time helper of generated CuTe DSL modules: compile once, cache on disk, call directly.
 
-`CuteLauncher` owns one module's compiled kernel. The first call (per process) looks for the kernel in
+`CuteLauncher` owns one module's compiled kernels, one per config (the default, `variant` None, and
+each size-selected variant by index). The first call of a config (per process) looks for it in
 the disk cache (`$SPECGEN_CUTE_CACHE`, default `~/.cache/specgen/cute`), keyed by the module's
 source hash, the arch and the cutlass DSL version; on a miss it runs `cute.compile` over the module's
 fake tensors (dynamic M, N, K, batch and leading strides: one compile serves every problem size) and
@@ -49,73 +50,80 @@ def compile_options(arch: str, tvm_ffi: bool, extra: str = "") -> str:
 
 
 class CuteLauncher:
-    """One module's kernel: `launcher(*args)` calls the compiled function with the host function's
+    """One module's kernels: `launcher(variant, *args)` calls the compiled function of that config
+    (None: the default; else an index into the module's VARIANT_CONFIGS) with the host function's
     arguments (torch tensors and Python numbers; the stream is torch's current one)."""
 
-    def __init__(self, name: str, source_file: str, arch: str, host_fn: Callable, fake_args: Callable[[], tuple]):
+    def __init__(self, name: str, source_file: str, arch: str, host_fn: Callable,
+                 fake_args: Callable[[int | None], tuple], variants: int = 0):
         self.name, self.arch = name, arch
         self.host_fn, self.fake_args = host_fn, fake_args
-        self._fn: Any = None
+        self.configs: tuple[int | None, ...] = (None, *range(variants))  # every config, default first
+        self._fns: dict[int | None, Any] = {}
         self._lock = threading.Lock()
         self._sms: dict[int, int] = {}
         self.source = Path(source_file).read_bytes()
 
-    @property
-    def key(self) -> str:
-        """Module bytes (spec and template both land in them), arch, DSL version, call convention."""
+    def key(self, variant: int | None = None) -> str:
+        """Module bytes (spec and template both land in them), config, arch, DSL version, call convention."""
         h = hashlib.sha256(self.source)
-        h.update(f"|{self.arch}|{cutlass_version()}|tvm_ffi={TVM_FFI}".encode())
-        return f"{self.name}-{self.arch}-{h.hexdigest()[:16]}"
+        h.update(f"|{variant}|{self.arch}|{cutlass_version()}|tvm_ffi={TVM_FFI}".encode())
+        return f"{self.name}-{self.arch}-{self.tag(variant)}-{h.hexdigest()[:16]}"
 
-    @property
-    def symbol(self) -> str:
-        return f"specgen_{self.name}"
+    @staticmethod
+    def tag(variant: int | None) -> str:
+        return "default" if variant is None else f"variant{variant}"
 
-    def cache_path(self) -> Path:
-        return cache_dir() / f"{self.key}.o"
+    def symbol(self, variant: int | None = None) -> str:
+        return f"specgen_{self.name}_{self.tag(variant)}"
 
-    def compile(self, options: str = "") -> Any:
-        """cute.compile over the fake tensors (no GPU needed); returns the JIT-compiled function."""
+    def cache_path(self, variant: int | None = None) -> Path:
+        return cache_dir() / f"{self.key(variant)}.o"
+
+    def compile(self, variant: int | None = None, options: str = "") -> Any:
+        """cute.compile of one config over the fake tensors (no GPU needed); returns the JIT-compiled function."""
         import cutlass.cute as cute
 
         with dsl_arch(self.arch):
-            return cute.compile(self.host_fn, *self.fake_args(), options=compile_options(self.arch, TVM_FFI, options))
+            return cute.compile(self.host_fn, *self.fake_args(variant),
+                                options=compile_options(self.arch, TVM_FFI, options))
 
-    def export(self, compiled: Any) -> Path:
-        """Write the compiled kernel into the disk cache (atomically: a racing process loses nothing)."""
-        path = self.cache_path()
+    def export(self, compiled: Any, variant: int | None = None) -> Path:
+        """Write one config's compiled kernel into the disk cache (atomically: a racing process loses nothing)."""
+        path = self.cache_path(variant)
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.") as tmp:
             obj = Path(tmp) / "kernel.o"
-            compiled.export_to_c(str(obj), function_name=self.symbol)
+            compiled.export_to_c(str(obj), function_name=self.symbol(variant))
             os.replace(obj, path)
         return path
 
-    def load(self) -> Any:
-        """The compiled function: from this process, else the disk cache, else compiled and cached.
-        A cache that cannot be read or written costs a compile per process, never a failed call."""
-        if self._fn is not None:
-            return self._fn
+    def load(self, variant: int | None = None) -> Any:
+        """One config's compiled function: from this process, else the disk cache, else compiled and
+        cached. A cache that cannot be read or written costs a compile per process, never a failed call."""
+        fn = self._fns.get(variant)
+        if fn is not None:
+            return fn
         with self._lock:
-            if self._fn is None:
-                path = self.cache_path()
-                fn = self._load(path) if TVM_FFI and path.is_file() else None
+            if variant not in self._fns:
+                path = self.cache_path(variant)
+                fn = self._load(path, variant) if TVM_FFI and path.is_file() else None
                 if fn is None:
-                    compiled = self.compile()
+                    compiled = self.compile(variant)
                     try:  # the DSL exports only TVM-FFI functions of this signature (4.8.1)
-                        fn = self._load(self.export(compiled)) if TVM_FFI else None
+                        fn = self._load(self.export(compiled, variant), variant) if TVM_FFI else None
                     except OSError as e:
                         warnings.warn(f"{self.name}: CuTe disk cache not written ({e}); compiled in memory only",
                                       RuntimeWarning, stacklevel=3)
                     fn = fn or compiled
-                self._fn = fn
-        return self._fn
+                self._fns[variant] = fn
+        return self._fns[variant]
 
-    def _load(self, path: Path) -> Any:
+    def _load(self, path: Path, variant: int | None) -> Any:
         from cutlass.cute.runtime import load_module
 
         try:
-            return getattr(load_module(str(path), enable_tvm_ffi=TVM_FFI), self.symbol)
+            return getattr(load_module(str(path), enable_tvm_ffi=TVM_FFI), self.symbol(variant))
         except Exception as e:  # a truncated or foreign file: recompile rather than fail the call
             warnings.warn(f"{self.name}: ignoring unreadable CuTe cache entry {path} ({type(e).__name__}: {e})",
                           RuntimeWarning, stacklevel=3)
@@ -130,8 +138,9 @@ class CuteLauncher:
             sms = self._sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
         return max(1, sms // cluster_size)
 
-    def __call__(self, *args: Any) -> None:
-        fn = self._fn or self.load()
+    def __call__(self, variant: int | None, *args: Any) -> None:
+        fn = self._fns.get(variant) or self.load(variant)
+        # the config index is the host function's Constexpr parameter: baked into `fn`, not passed
         if TVM_FFI:
             fn(*args)
         else:

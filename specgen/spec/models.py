@@ -139,6 +139,10 @@ class CuteOptions(Strict):
     two_cta: StrictBool = False
     # Hopper: consumer warpgroups splitting the tile along M (1 or 2).
     mma_warpgroups: bounded(2) | None = None
+    # Hopper: how the consumer warpgroups share the work. "cooperative": they split each tile along M
+    # (its epilogue runs after its mainloop); "pingpong": two warpgroups each own a whole tile and
+    # alternate, one's epilogue running under the other's mainloop.
+    schedule: Literal["cooperative", "pingpong"] = "cooperative"
     tma_store: StrictBool = True
 
 

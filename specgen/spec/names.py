@@ -23,32 +23,34 @@ MAX_NAME = 64
 # The CuTe modules' own (templates/cute/*.jinja): the DSL's imports, the plan's constants, the host and
 # kernel functions, and the free names their nested helpers read.
 CUTE_MODULE_NAMES: frozenset[str] = frozenset({
-    "AB_STAGES", "ACC_DTYPE", "ARCH", "A_DTYPE", "A_LAYOUT", "B_DTYPE", "B_LAYOUT", "CLUSTER_M", "CLUSTER_N",
-    "CuteLauncher", "EPI_M", "EPI_N", "EPI_STAGES", "GROUP_ROWS", "LOAD_REGISTERS", "LayoutEnum",
-    "MMA_REGISTERS", "MMA_WARPGROUPS", "OUT_DTYPE", "OUT_LAYOUT", "PERSISTENT", "SharedStorage", "THREADS",
-    "TILE_K", "TILE_M", "TILE_N", "_MMA_THREADS", "_fake_args", "_mkl", "_nkl", "_smem_layout", "cute",
-    "cutlass", "gemm_host", "gemm_kernel", "make_fake_stream", "make_fake_tensor", "make_r2s_copy",
-    "make_schedule", "make_tiled_mma", "pipeline", "sm90_utils", "utils", "zero_operand"
+    "ACC_DTYPE", "ARCH", "A_DTYPE", "A_LAYOUT", "B_DTYPE", "B_LAYOUT", "CONFIG", "Config", "CuteLauncher",
+    "LOAD_REGISTERS", "LayoutEnum", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT",
+    "SharedStorage", "_fake_args", "_g2s", "_mkl", "_nkl", "_smem_layout", "config", "cute", "cutlass",
+    "gemm_host", "gemm_kernel", "len", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_schedule",
+    "make_tiled_mma", "pipeline", "shared_storage", "sm90_utils", "utils", "zero_operand"
 })
 
 # Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
 # the epilogue's registers) and the keyword arguments of the DSL calls.
 CUTE_RESERVED: frozenset[str] = frozenset({
-    "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "acc_regs", "assumed_align", "atom", "bSG_g",
-    "bSG_s", "b_mask", "b_tiles", "barrier_id", "barrier_storage", "batch", "block", "bool", "buf",
-    "cluster", "cluster_crd", "cluster_shape_mn", "cols", "consumer_group", "crd", "cta_layout",
-    "cta_layout_vmnk", "defer_sync", "div", "divisibility", "done", "dtype", "ei", "elem_ty_acc",
-    "elem_ty_d", "epi_barrier", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid", "int",
-    "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead", "m0", "mA", "mB", "mOut",
-    "major_rows", "matrix", "max_clusters", "mcast_mask", "min_blocks_per_mp", "mma_tidx", "mode", "n0",
-    "num_multicast", "num_stages", "num_threads", "order", "out_atom", "producer_group", "r2s", "r_acc",
-    "r_out", "raster_along_m", "read", "release", "rows", "sA", "sA_layout", "sB", "sB_layout", "sOut",
-    "sOut_layout", "sched", "scheduler", "shape", "si", "space", "stage_bytes", "stages", "state", "storage",
-    "store_pipe", "stream", "stride", "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle",
-    "tA", "tAgA", "tAsA", "tB", "tBgB", "tBsB", "tCrA", "tCrB", "tOut", "tRS_acc", "tRS_sOut", "thr_mma",
-    "thr_r2s", "tidx", "tiled_mma", "tiler", "tiler_mn", "tm", "tma", "tma_a", "tma_b", "tma_bar_ptr",
-    "tma_out", "tn", "torch_rows_first", "tuple", "tx_count", "use_tvm_ffi_env_stream", "vector", "warp",
-    "warpgroup"
+    "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "advance_count",
+    "assumed_align", "atom", "bSG_g", "bSG_s", "b_mask", "b_tiles", "barrier_id", "barrier_storage", "batch",
+    "block", "bool", "buf", "cfg", "cluster", "cluster_crd", "cluster_m", "cluster_n", "cluster_shape_mn",
+    "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "defer_sync", "depth",
+    "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier", "epi_base", "epi_m",
+    "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid", "group_id",
+    "group_m", "int", "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead",
+    "length", "m0", "mA", "mB", "mOut", "major_rows", "matrix", "max_clusters", "mcast_mask",
+    "min_blocks_per_mp", "mma_order", "mma_warpgroups", "mode", "multicast", "n0", "num_multicast",
+    "num_stages", "num_threads", "order", "order_barriers", "order_phase", "out_atom", "pingpong", "producer_group",
+    "property", "r2s", "r_acc", "r_out", "raster_along_m", "read", "release", "rows", "sA", "sA_layout",
+    "sB", "sB_layout", "sOut", "sOut_layout", "sched", "scheduler", "self", "shape", "si", "smem_bytes",
+    "space", "stage_bytes", "state", "storage", "store_pipe", "store_warp", "stored", "stream", "stride",
+    "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle", "tA", "tAgA", "tAsA", "tB", "tBgB",
+    "tBsB", "tCrA", "tCrB", "tOut", "tRS_acc", "tRS_sOut", "thr_mma", "thr_r2s", "threads", "tidx", "tile_k",
+    "tile_m", "tile_n", "tile_threads", "tile_tidx", "tiled_mma", "tiler", "tiler_mn", "tm", "tma", "tma_a",
+    "tma_b", "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tuple", "turn", "typing", "tx_count",
+    "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup"
 })
 
 # Names the generated module binds or reads at its top level (imports, constants, the builtins its
@@ -64,7 +66,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
     # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
     "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
-    "OUT_SWIZZLE", "SMEM_BYTES", "min",
+    "OUT_SWIZZLE", "SMEM_BYTES", "min", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
 }) | CUTE_MODULE_NAMES
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,

@@ -26,6 +26,8 @@ NAMES = ["gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16",
 # (M, N, K): M = 1, tails on every dim, K not a multiple of tile.k; N and K multiples of 16 so that TMA
 # rows are 16-byte multiples for every dtype.
 SHAPES = [(1, 256, 512), (200, 144, 96), (517, 264, 1040), (1024, 1024, 1024), (3000, 2048, 2064)]
+# wide N: the catalogue's size-selected configs for N > 2048 and N > 8192 (gemm_bf16, gemm_fp8_rowwise)
+WIDE = [(130, 4112, 136), (72, 8208, 264)]
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "fp8_e4m3": torch.float8_e4m3fn,
          "fp8_e5m2": torch.float8_e5m2}
 
@@ -34,12 +36,14 @@ def module(name: str):
     return importlib.import_module(f"generated.cute.{name}")
 
 
-def rendered(spec: dict, tmp: Path):
-    """Render a spec variant's cute:sm90 module into `tmp` and import it."""
+def rendered(spec: dict, tmp: Path, variants: list[dict] = ()):
+    """Render a spec variant's cute:sm90 module into `tmp` and import it: the spec's own config (its
+    catalogue per-target tables and size-selected variants dropped), with `variants` if given."""
     from specgen.render.catalogue import render_modules
     from specgen.spec.load import load_text
 
-    (ls,) = load_text(json.dumps({"kernels": [{**spec, "targets": ["cute:sm90"]}]}), f"<gpu:{spec['name']}>", ".json")
+    spec = {**spec, "targets": ["cute:sm90"], "per_target": {}, "variants": list(variants)}
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<gpu:{spec['name']}>", ".json")
     (text,) = render_modules(ls, ls.spec.targets).values()
     path = tmp / f"{spec['name']}.py"
     path.write_text(text)
@@ -138,11 +142,11 @@ def check(mod, fn, spec: dict, M: int, N: int, K: int, seed: int) -> None:
     again = fn(*args)  # the direct call on the loaded kernel, allocating out
     torch.cuda.synchronize()
     assert torch.equal(again, out)
-    assert mod._launcher._fn is not None
+    assert mod._launcher._fns, "the call should have loaded a compiled kernel"
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES + WIDE, ids=lambda s: "x".join(map(str, s)))
 def test_catalogue_matches_float64_reference(name: str, shape: tuple[int, int, int]) -> None:
     mod = module(name)
     check(mod, getattr(mod, name), mod.SPEC, *shape, seed=hash((name, shape)) % 2**31)
@@ -164,6 +168,18 @@ def test_dtype_variants(dtype: str, tmp_path: Path) -> None:
         check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=7)
 
 
+EVERY_OP = [
+    {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},
+    {"op": "bias", "along": "n", "dtype": "f32", "name": "bias_n"},
+    {"op": "scale", "by": "scalar"}, {"op": "scale", "by": "scalar", "value": 0.5},
+    {"op": "scale", "by": "row"}, {"op": "scale", "by": "col"},
+    {"op": "activation", "fn": "gelu"}, {"op": "residual", "dtype": "bf16", "beta": 0.5},
+    {"op": "activation", "fn": "silu"}, {"op": "clamp", "min": -0.5, "max": 2.0}, {"op": "cast", "dtype": "f16"},
+    {"op": "activation", "fn": "sigmoid"}, {"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "relu"},
+    {"op": "activation", "fn": "gelu_tanh"},
+]
+
+
 def test_every_epilogue_op(tmp_path: Path) -> None:
     ops = [
         {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},
@@ -179,6 +195,73 @@ def test_every_epilogue_op(tmp_path: Path) -> None:
     mod = rendered(spec, tmp_path)
     for shape in SHAPES:
         check(mod, mod.every_op_cute, mod.SPEC, *shape, seed=3)
+
+
+PINGPONG = {"cute": {"schedule": "pingpong"}, "tile": {"m": 128, "n": 128, "k": 64}}
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gemm_bf16", PINGPONG),
+    ("gemm_bf16", {**PINGPONG, "cluster": {"m": 2, "n": 1}}),
+    ("gemm_bf16", {**PINGPONG, "tile": {"m": 64, "n": 256, "k": 64}, "cluster": {"m": 1, "n": 2}}),
+    ("gemm_relu_f16", PINGPONG),
+    ("bmm_bf16", PINGPONG),
+    ("gemm_residual_bf16", PINGPONG),
+    ("gemm_fp8_rowwise", {**PINGPONG, "tile": {"m": 128, "n": 128, "k": 128}}),
+], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}{v}" for k, v in x.items()).replace(" ", ""))
+def test_pingpong_matches_float64_reference(name: str, config: dict, tmp_path: Path) -> None:
+    """Two consumer warpgroups taking alternate tiles: every shape (M = 1: one tile, the second warpgroup
+    idle; tails; more tiles than SMs) and the catalogue kernels' epilogues."""
+    spec = {**module(name).SPEC, **config, "name": f"{name}_pingpong"}
+    mod = rendered(spec, tmp_path)
+    assert mod.CONFIG.pingpong
+    for shape in SHAPES + [(4096, 4096, 512)]:
+        check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=11)
+
+
+def test_pingpong_every_epilogue_op(tmp_path: Path) -> None:
+    spec = dict(module("gemm_bf16").SPEC)
+    spec.update(name="every_op_pingpong", epilogue=EVERY_OP, **PINGPONG)
+    mod = rendered(spec, tmp_path)
+    for shape in SHAPES:
+        check(mod, mod.every_op_pingpong, mod.SPEC, *shape, seed=5)
+
+
+class Spy:
+    """Stands in for a module's launcher, recording the config index of each call."""
+
+    def __init__(self, launcher):
+        self.launcher, self.variants = launcher, []
+
+    def __call__(self, variant, *args):
+        self.variants.append(variant)
+        return self.launcher(variant, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.launcher, name)
+
+
+def test_variants_run_the_config_their_bounds_pick(tmp_path: Path, monkeypatch) -> None:
+    """A spec with three size-selected variants (cooperative 64x128, ping-pong 128x128 with a 2x1
+    cluster, cooperative 128x128 with two warpgroups) before the 128x256 default: each shape runs the
+    first variant whose bounds hold, and each matches the reference."""
+    spec = dict(module("gemm_bias_gelu_bf16").SPEC)
+    spec.update(name="variants_cute")
+    mod = rendered(spec, tmp_path, variants=[
+        {"when": {"m_max": 16}, "tile": {"m": 64, "n": 128, "k": 64}},
+        {"when": {"m_max": 1024, "k_max": 1024}, **PINGPONG, "cluster": {"m": 2, "n": 1}},
+        {"when": {"n_max": 1024}, "tile": {"m": 128, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 2}},
+    ])
+    assert len(mod.VARIANT_CONFIGS) == 3 and mod.VARIANT_CONFIGS[1].pingpong
+    spy = Spy(mod._launcher)
+    monkeypatch.setattr(mod, "_launcher", spy)
+    cases = [((1, 256, 512), 0), ((200, 144, 96), 1), ((517, 264, 1040), 2), ((1024, 1024, 1024), 1),
+             ((3000, 2048, 2064), None), ((2048, 1024, 4096), 2)]
+    for shape, want in cases:
+        spy.variants.clear()
+        check(mod, mod.variants_cute, mod.SPEC, *shape, seed=13)
+        assert spy.variants == [want, want], (shape, spy.variants)
+    assert set(mod._launcher._fns) == {None, 0, 1, 2}
 
 
 def test_torch_compile_fullgraph() -> None:

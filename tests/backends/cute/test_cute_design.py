@@ -100,7 +100,7 @@ def test_every_epilogue_op_compiles_spill_free_with_the_plans_smem(tmp_path, mon
     for op in ("cute.math.erf", "cute.math.tanh", "alpha", "0.5", "r_bias_m", "r_bias_n", "r_row_scale",
                "r_col_scale", "r_scale_a", "r_c", "cutlass.Float16).to(cutlass.Float32)"):
         assert op in text, op
-    r = compile_module(module, target_info(SM90), sass=True, fill_cache=False)
+    (r,) = compile_module(module, target_info(SM90), sass=True, fill_cache=False)  # one config: no variants
     assert not r.error, r.error
     assert r.compiler_smem == r.plan_smem
     assert r.sass["HGMMA"] > 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
@@ -145,7 +145,7 @@ def test_check_passes_exactly_the_pipelines_that_fit(case, tmp_path):
         errors = [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
         assert errors == ([] if fits else ["SMEM001"]), errors
         module, _ = render_and_import(spec, tmp_path)
-        r = compile_module(module, target_info(SM90), fill_cache=False)
+        (r,) = compile_module(module, target_info(SM90), fill_cache=False)
         assert not r.error, r.error
         assert r.compiler_smem == r.plan_smem
         assert (r.compiler_smem <= 232448) is fits, (stages, r.compiler_smem)
@@ -176,4 +176,33 @@ def test_what_check_refuses_the_compiler_refuses_too(rule, change, tmp_path):
     spec = {**MINIMAL_SPEC, **change, "name": f"refused_{rule.lower()}", "targets": ["cute:sm90"]}
     assert rule in [d.rule for d in check_spec(loaded(spec)) if d.severity == "error"]
     module, _ = render_and_import(spec, tmp_path)
-    assert compile_module(module, target_info(SM90), fill_cache=False).error
+    (r,) = compile_module(module, target_info(SM90), fill_cache=False)
+    assert r.error
+
+
+def test_variants_are_baked_listed_and_selected_by_integer_compares(tmp_path):
+    """Each size-selected variant's config is a Config row of VARIANT_CONFIGS (its own stages and SMEM,
+    ping-pong or cooperative), listed in the docstring and METADATA; the launcher picks one with an
+    if/elif chain of integer compares before launching, and `specgen compile` compiles every config."""
+    spec = {**MINIMAL_SPEC, "name": "sized", "targets": ["cute:sm90"], "tile": {"m": 128, "n": 256, "k": 64},
+            "variants": [{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}},
+                         {"when": {"n_max": 4096, "k_max": 8192}, "tile": {"m": 128, "n": 128, "k": 64},
+                          "cluster": {"m": 2, "n": 1}, "cute": {"schedule": "pingpong"}}]}
+    module, text = render_and_import(spec, tmp_path)
+    r = resolve(loaded(spec).spec, SM90)
+    assert [c.tile_n for c in module.VARIANT_CONFIGS] == [128, 128]
+    assert [c.pingpong for c in (module.CONFIG, *module.VARIANT_CONFIGS)] == [False, False, True]
+    assert [c.smem_bytes for c in module.VARIANT_CONFIGS] == [v.budget.total for v in r.variants]
+    assert [c.ab_stages for c in module.VARIANT_CONFIGS] == [v.ab_stages for v in r.variants]
+    assert module.VARIANT_CONFIGS[1].threads == 384 and module.VARIANT_CONFIGS[0].threads == 256
+    assert "    if M <= 64:\n        variant = 0\n    elif N <= 4096 and K <= 8192:\n        variant = 1\n" in text
+    doc = " ".join(module.__doc__.split())
+    assert "0. M <= 64: tile 64x128x64" in doc and "1. N <= 4096 and K <= 8192: tile 128x128x64, cluster 2x1" in doc
+    assert "two ping-pong wgmma warpgroups" in doc
+    variants = module.METADATA["plan"][90]["variants"]
+    assert [v["when"] for v in variants] == [{"M": 64}, {"N": 4096, "K": 8192}] and variants[1]["pingpong"]
+    results = compile_module(module, target_info(SM90), sass=True, fill_cache=False)
+    assert [x.kernel for x in results] == ["sized", "sized[variant 0]", "sized[variant 1]"]
+    for x in results:
+        assert not x.error and x.compiler_smem == x.plan_smem, x
+        assert x.sass["HGMMA"] > 0 and x.sass["LDL"] == 0 and x.sass["STL"] == 0, x

@@ -16,9 +16,28 @@ from specgen.runtime.cute import dsl_arch
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16"])
-def test_epilogue_coordinates_are_the_accumulators(name: str) -> None:
-    m = load_rendered(ROOT / "generated" / "cute" / f"{name}.py")
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16", "pingpong"])
+def test_epilogue_coordinates_are_the_accumulators(name: str, tmp_path) -> None:
+    """Per config: the catalogue's defaults (cooperative, two and one warpgroups) and a ping-pong one,
+    whose warpgroups each hold a whole 128x128 tile (thread indices within the warpgroup)."""
+    if name == "pingpong":
+        import json
+
+        from kernels import MINIMAL_SPEC
+
+        from specgen.render.catalogue import render_modules
+        from specgen.spec.load import load_text
+
+        spec = {**MINIMAL_SPEC, "name": "pp", "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 64},
+                "cute": {"schedule": "pingpong"}}
+        (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
+        (text,) = render_modules(ls, ls.spec.targets).values()
+        (tmp_path / "pp.py").write_text(text)
+        m = load_rendered(tmp_path / "pp.py")
+        assert m.CONFIG.pingpong and m.CONFIG.tile_threads == 128
+    else:
+        m = load_rendered(ROOT / "generated" / "cute" / f"{name}.py")
+    cfg = m.CONFIG
     import cutlass
     import cutlass.cute as cute
 
@@ -26,21 +45,21 @@ def test_epilogue_coordinates_are_the_accumulators(name: str) -> None:
 
     @cute.jit
     def probe():
-        tiled_mma = m.make_tiled_mma()
+        tiled_mma = m.make_tiled_mma(cfg)
         r2s = m.make_r2s_copy(tiled_mma)
-        tile = cute.make_identity_tensor((m.TILE_M, m.TILE_N))
-        subtiles = cute.zipped_divide(tile, (m.EPI_M, m.EPI_N))
+        tile = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
+        subtiles = cute.zipped_divide(tile, (cfg.epi_m, cfg.epi_n))
         sub_grid = cute.make_layout(subtiles.shape[1], stride=(subtiles.shape[1][1], 1))
         checked, wrong = 0, 0
-        for t in cutlass.range_constexpr(0, 128 * m.MMA_WARPGROUPS, 9):
+        for t in cutlass.range_constexpr(0, cfg.tile_threads, 9):
             truth = r2s.retile(tiled_mma.get_slice(t).partition_C(tile))  # register order, as the kernel reads it
-            crd = r2s.get_slice(t).partition_S(cute.make_identity_tensor((m.EPI_M, m.EPI_N)))
+            crd = r2s.get_slice(t).partition_S(cute.make_identity_tensor((cfg.epi_m, cfg.epi_n)))
             size = cute.size(crd)
             for s in cutlass.range_constexpr(cute.size(subtiles, mode=[1])):
                 origin = sub_grid.get_hier_coord(s)
                 for i in cutlass.range_constexpr(size):
                     want = truth[s * size + i]
-                    got = (origin[0] * m.EPI_M + crd[i][0], origin[1] * m.EPI_N + crd[i][1])
+                    got = (origin[0] * cfg.epi_m + crd[i][0], origin[1] * cfg.epi_n + crd[i][1])
                     checked += 1
                     if cutlass.const_expr((want[0], want[1]) != got):
                         wrong += 1
@@ -48,8 +67,8 @@ def test_epilogue_coordinates_are_the_accumulators(name: str) -> None:
 
     with dsl_arch(m.ARCH):
         cute.compile(probe)
-    threads = len(range(0, 128 * m.MMA_WARPGROUPS, 9))
-    assert found == {"checked": threads * m.TILE_M * m.TILE_N // (128 * m.MMA_WARPGROUPS), "wrong": 0}
+    threads = len(range(0, cfg.tile_threads, 9))
+    assert found == {"checked": threads * cfg.tile_m * cfg.tile_n // cfg.tile_threads, "wrong": 0}
 
 
 @pytest.mark.parametrize("raster", ["along_m", "along_n"])
@@ -76,7 +95,7 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path) -> None
 
     @cute.jit
     def probe():
-        layout = m.make_schedule((8, 8, 1)).problem_layout_ncluster_mnl
+        layout = m.make_schedule(m.CONFIG, (8, 8, 1)).problem_layout_ncluster_mnl
         for i in cutlass.range_constexpr(64):
             c = layout.get_flat_coord(i)
             order.append((c[0], c[1]))
