@@ -2,7 +2,8 @@
 
 Same process, same data, specgen and peer measured alternately (ROUNDS rounds, median of each), two
 timers per pair: `triton.testing.do_bench` (wall time of back-to-back calls, host included) and the
-kernel time CUPTI records (torch.profiler, device time of the kernels each call launches). Ratios are
+kernel time CUPTI records (torch.profiler, device time of the kernels each call launches, L2 flushed
+before each call). Ratios are
 peer time / specgen time (> 1: specgen faster):
 - bf16 GEMM (gemm_bf16) vs cuBLAS (`a @ w.t()`), five shapes, geomean
 - bf16 GEMM + bias + GELU-tanh 8192^3 (gemm_bias_gelu_bf16) vs eager `gelu(addmm(...))`
@@ -29,8 +30,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from timing import host_us, ms, tflops
-from torch.profiler import ProfilerActivity, profile
+from timing import host_us, kernel_us, ms, tflops
 
 GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048), (8192, 1024, 8192), (4096, 14336, 4096)]
 FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (512, 2048, 2048)]
@@ -40,15 +40,9 @@ ROUNDS = 5
 
 
 def kernel_ms(fn, calls: int = 20) -> float:
-    """Device time per call of the kernels `fn` launches, from CUPTI (torch.profiler)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total_us = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0 and not getattr(e, "is_user_annotation", False))
-    return total_us / calls / 1e3
+    """Device time per call of the kernels `fn` launches, from CUPTI (torch.profiler), L2 flushed
+    before each call (bench/timing.py's timer, shared with the Triton and decode benchmarks)."""
+    return kernel_us(fn, calls) / 1e3
 
 
 def pair(ours, peer) -> dict[str, float]:
@@ -190,7 +184,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"# specgen CuTe sm90 catalogue vs peers: {meta['date']}", "",
              f"GPU: {meta['gpu']} ({meta['sms']} SMs); torch {meta['torch']}, nvidia-cutlass-dsl {meta['cutlass']}, "
              f"TVM-FFI {meta['tvm_ffi']}, CUDA {meta['cuda']}, Python {meta['python']}.",
-             f"Timers: do_bench median (warmup 50 ms, rep 300 ms) and CUPTI kernel time (torch.profiler, 20 calls), "
+             f"Timers: do_bench median (warmup 50 ms, rep 300 ms) and CUPTI kernel time (torch.profiler, 20 calls, L2 flushed before each), "
              f"specgen and peer alternately, {ROUNDS} rounds, median of each. Ratio = peer / specgen (> 1: specgen faster).",
              "", "| workload | peer | specgen kernel | peer kernel | ratio (CUPTI) | ratio (do_bench) |",
              "|---|---|---|---|---|---|"]
