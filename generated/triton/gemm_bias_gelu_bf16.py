@@ -290,16 +290,18 @@ def _run(a, b, bias, out):
     if M == 0 or N == 0:
         return out
     sa, sb, so = a.stride(), b.stride(), out.stride()
-    # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
-    # size): the compiled kernel is cached under the same key.
-    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, )
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     grid = tiles
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
-    args_key = (device, key, a.data_ptr(), M, K, sa[-2], b.data_ptr(), N, sb[-1], out.data_ptr(), so[-2], bias.data_ptr())
+    # The compiled kernel's key (the variant, the specializations) is a function of these sizes and
+    # strides, so it is built only when the cached launch misses.
+    args_key = (device, a.data_ptr(), M, K, sa[-2], b.data_ptr(), N, sb[-1], out.data_ptr(), so[-2], bias.data_ptr())
     if _launcher.launch_cached(args_key, device, grid):
         return out
+    # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
+    # size): the compiled kernel is cached under the same key.
+    key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, )
     # Host-side TMA descriptors (the kernel's view of A is (M, K) and of B (N, K) or (K, N)); Triton
     # encodes the tensor maps at launch.
     a_desc = descriptor(a, [M, K], [sa[-2], 1], [128, 64])

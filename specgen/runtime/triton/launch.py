@@ -161,7 +161,7 @@ class TritonLauncher:
         # (device, key) -> (launch, leading args, constexpr slots, SM count, expander or None)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int, Expander | None]] = {}
         # (stream, args key) -> (C launch, its arguments after the stream, SM count): launches
-        # built once (launch_cached); the args key starts with the device and the compiled kernel's key
+        # built once (launch_cached); the args key starts with the device
         self._expanded: dict[tuple[int, tuple], tuple[Callable, tuple, int]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
         # (device, stream, atomic) -> (f32 partials, int32 arrival counters), for split-K configs
@@ -221,9 +221,10 @@ class TritonLauncher:
     def launch_cached(self, args_key: tuple, device: int, grid: tuple[int, int, int] | int) -> bool:
         """Launch the kernel built earlier for `args_key` on the current stream, if there is one;
         False (nothing launched) otherwise. `args_key` is the generated launcher's tuple of everything
-        the launch's arguments depend on: the device, the compiled kernel's key (the variant and the
-        specialization), each operand's address, the shapes and strides its descriptors and pointers
-        use, the workspace's layout. Dtypes are the spec's (the guards admit no other), and the
+        the launch's arguments depend on: the device, each operand's address, the shapes and strides its
+        descriptors and pointers use, the integers and the scalars' bits. The compiled kernel's key (the
+        variant, chosen by M, N and K, and the specializations of those integers) and the workspace's
+        layout are functions of them, so the generated launcher builds the kernel key only on a miss. Dtypes are the spec's (the guards admit no other), and the
         workspace buffers are this launcher's own per device and stream (replacing them drops every
         cached launch), so equal keys on one stream mean equal arguments: a changed pointer, shape,
         stride, variant or device is another key, never a stale hit."""
