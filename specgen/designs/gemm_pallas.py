@@ -29,7 +29,7 @@ from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec, Target
-from specgen.targets import Backend, TargetInfo, target_info
+from specgen.targets import Backend, TargetInfo, is_mgpu_target, is_tpu_target, target_info
 
 if TYPE_CHECKING:
     from specgen.resolve import Resolved, TmaBox
@@ -54,18 +54,6 @@ VMEM_HEADROOM = 1.25  # default scoped limit: the plan's bytes plus 25% (PallasO
 TPU_ARGS_DOUBLE_BUFFERED = 2  # every BlockSpec'd operand is double-buffered by the pipeline emitter
 TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_src/tpu_info.py`
 TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
-
-
-def is_tpu_target(t: Target | TargetInfo) -> bool:
-    """A Mosaic TPU target (the table's VMEM rows), which this design renders."""
-    info = t if isinstance(t, TargetInfo) else target_info(t)
-    return info.backend is Backend.pallas and info.memory == "vmem"
-
-
-def is_mgpu_target(t: Target | TargetInfo) -> bool:
-    """A Mosaic GPU target (the table's SMEM rows of the pallas backend): wgmma, raw TMA boxes."""
-    info = t if isinstance(t, TargetInfo) else target_info(t)
-    return info.backend is Backend.pallas and info.memory == "smem"
 
 
 def swizzle_bytes(minor_bytes: int) -> int:

@@ -17,7 +17,7 @@ from specgen.envelope.budget import MIN_STAGES
 from specgen.resolve import Resolved, max_ab_stages, memory
 from specgen.spec.dtypes import DType
 from specgen.spec.models import Target
-from specgen.targets import Backend, TargetInfo, target_info
+from specgen.targets import Backend, TargetInfo, is_mgpu_target, target_info
 
 Severity = Literal["error", "warning"]
 
@@ -538,16 +538,10 @@ def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # --- Pallas Mosaic GPU (designs/gemm_pallas.py, templates/pallas/gemm_mgpu.py.jinja) ----------------------
-def is_mgpu(t: Target | TargetInfo) -> bool:
-    """The Pallas design's Mosaic GPU kernel: the pallas backend on an SMEM (GPU) target."""
-    info = _info(t)
-    return info.backend is Backend.pallas and info.memory == "smem"
-
-
 MGPU_OPERANDS = (DType.f16, DType.bf16, DType.fp8_e4m3, DType.fp8_e5m2)
 
 
-@rule("PAL004", "Mosaic GPU operand and accumulator dtypes", is_mgpu)
+@rule("PAL004", "Mosaic GPU operand and accumulator dtypes", is_mgpu_target)
 def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
     (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
@@ -564,7 +558,7 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
                       "in f32", 'set accumulator = "f32"', ("accumulator",))
 
 
-@rule("PAL005", "Mosaic GPU residual staging", is_mgpu)
+@rule("PAL005", "Mosaic GPU residual staging", is_mgpu_target)
 def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
     """A residual's subtile is TMA-loaded into the output's SMEM staging slot before it is added (JAX's
     Hopper matmul stages its `c` operand the same way), so it has the output's dtype: the slot holds
@@ -576,7 +570,7 @@ def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
                           "B per element)", f'set its dtype = "{ctx.spec.out.dtype}"', ("epilogue", i, "dtype"))
 
 
-@rule("PAL006", "Mosaic GPU warpgroup split and epilogue subtiles", is_mgpu)
+@rule("PAL006", "Mosaic GPU warpgroup split and epilogue subtiles", is_mgpu_target)
 def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
     """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
     N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
