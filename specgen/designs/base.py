@@ -57,6 +57,8 @@ class Design(Protocol):
     # module must agree after their per_target tables apply (check's CFG001 says where they do not).
     # Optional: `renders_variants = True` where the module selects size-selected variants at launch; a
     # design without it refuses variants on the targets it renders (check's CFG003).
+    # Optional: `renders_split_k = True` where the kernel splits K (schedule.split_k) and reduces the
+    # partials; check's SPK001 refuses split-K on the backends of designs without it.
     # Optional: `tma_boxes(spec, target) -> tuple[resolve.TmaBox, ...]`, the boxes the module's TMA
     # descriptors use, so that the TMA rules check exactly those (resolve.py falls back to one box per
     # tile where the target's row says tiles move as raw TMA boxes).

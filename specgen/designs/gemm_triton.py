@@ -94,6 +94,7 @@ class TritonGemm:
     # A size-selected variant launches the same kernel with its own constexprs (tile, group_m), warps
     # and stages; these fields change the kernel's code, so a variant keeps the target's.
     renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
+    renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))

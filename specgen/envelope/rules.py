@@ -590,19 +590,27 @@ def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # --- split-K -------------------------------------------------------------------------------------------
-def _not_triton(t: Target | TargetInfo) -> bool:
-    return not is_triton(t)
+def _no_split_k_design(t: Target | TargetInfo) -> bool:
+    """No design of the target's backend renders split-K (a design's `renders_split_k`; designs/base.py)."""
+    from specgen.designs import DESIGNS  # the registry imports the rules' neighbours: look it up late
+
+    backend = _info(t).backend
+    return not any(getattr(d, "renders_split_k", False) for (_, b), d in DESIGNS.items() if b is backend)
 
 
-@rule("SPK001", "split-K is rendered by the Triton design only", _not_triton)
+@rule("SPK001", "split-K where a design renders it", _no_split_k_design)
 def split_k_design(ctx: RuleContext) -> Iterator[Finding]:
     """`schedule.split_k > 1` needs a kernel that divides the K loop and a launcher that reduces the
-    partials: the Triton design renders both (designs/gemm_triton.py, templates/triton/gemm.py.jinja);
-    the CuTe and Pallas designs render one K loop per tile, so a split there would be dropped silently."""
+    partials: designs that render both say `renders_split_k` (the Triton design: designs/gemm_triton.py,
+    templates/triton/gemm.py.jinja); the others render one K loop per tile, so a split there would be
+    dropped silently."""
+    from specgen.designs import DESIGNS
+
     k = ctx.spec.schedule.split_k
     if k > 1:
+        where = sorted({b.value for (_, b), d in DESIGNS.items() if getattr(d, "renders_split_k", False)})
         yield Finding("SPK001", "error", f"schedule.split_k = {k}: the {ctx.backend.value} design renders no split-K "
-                      f"(Triton targets only)", f'set schedule.split_k = 1 for {ctx.target} (a per_target table)',
+                      f"({', '.join(where)} targets only)", f'set schedule.split_k = 1 for {ctx.target} (a per_target table)',
                       ("schedule", "split_k"))
 
 
