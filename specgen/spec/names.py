@@ -76,7 +76,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "specgen", "guards", "FAST_MATH", "NUM_SMS", "BATCH", "M", "N", "K", "K_b", "out", "a_desc",
     "b_desc", "out_desc", "a_ptr", "b_ptr", "out_ptr", "a_base", "b_base", "out_base", "a_ptrs",
     "b_ptrs", "out_ptrs", "stride_a", "stride_b", "stride_ab", "stride_bb", "stride_ob", "stride_om",
-    "sa", "sb", "so", "tile_id", "num_pid_m", "num_pid_n", "per_group", "first_m", "group_rows",
+    "sa", "sb", "so", "pa", "pb", "po", "tile_id", "num_pid_m", "num_pid_n", "per_group", "first_m", "group_rows",
     "pid_m", "pid_n", "pid_b", "work", "tiles_per_batch", "offs_m", "offs_n", "offs_k", "mask_m",
     "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "half", "halves", "x", "tiles", "key",
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
