@@ -1,12 +1,13 @@
 """Per-call host cost of a tiny GEMM (64^3, bf16, `out` given), in one process, alternating rounds: the
 persistent TMA kernel (gemm_bf16) and the pointer kernel (gemm_small_bf16), each with its cached
 launch and with the launch cache off (the path before it: the argument tuple, and for TMA the
-descriptors and the tensordesc wrapper, built every call), `torch.add` and `torch.mm(out=)`. Each figure is wall time per call with the GPU
-never the bottleneck, the median of 7 batches; a round times each in turn, and the medians across
-rounds are reported with the ratios the issue asks about. Then where the TMA call's time goes, layer
-by layer, and with --profile a cProfile listing.
+descriptors and the tensordesc wrapper, built every call), `torch.add` and `torch.mm(out=)`. Each
+figure is wall time per call with the GPU never the bottleneck (timing.host_us: short batches, the
+GPU drained between them); a round times each in turn, and the medians across rounds are reported
+with the ratios the issue asks about. Then where the TMA call's time goes, layer by layer, and with
+--profile a cProfile listing.
 
-    python bench/profile_host.py [--rounds 5] [--calls 3000] [--out FILE.json] [--profile]
+    python bench/profile_host.py [--rounds 5] [--calls 100] [--out FILE.json] [--profile]
 
 Takes well under a minute on an H200 host (the two kernels compile on first use unless Triton's cache
 has them)."""
@@ -25,21 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def per_call_us(fn, calls: int) -> float:
-    """Median of 7 batches of `calls` calls (after 200 warm-up calls), microseconds per call."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return sorted(samples)[3]
+from timing import host_us  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 
 class LaunchCacheOff:
@@ -84,15 +71,15 @@ def compare(rounds: int, calls: int) -> dict:
 
     def uncached(mod, fn) -> float:
         with LaunchCacheOff(mod._launcher):
-            return per_call_us(lambda: fn(a, b, out=o), calls)
+            return host_us(lambda: fn(a, b, out=o), calls)
 
     timers = {
-        "tma": lambda: per_call_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls),
+        "tma": lambda: host_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls),
         "tma_no_launch_cache": lambda: uncached(tma_mod, tma_mod.gemm_bf16),
-        "pointer": lambda: per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=o), calls),
+        "pointer": lambda: host_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=o), calls),
         "pointer_no_launch_cache": lambda: uncached(ptr_mod, ptr_mod.gemm_small_bf16),
-        "torch_add": lambda: per_call_us(lambda: torch.add(x, x, out=o), calls),
-        "torch_mm": lambda: per_call_us(lambda: torch.mm(a, b, out=o), calls),
+        "torch_add": lambda: host_us(lambda: torch.add(x, x, out=o), calls),
+        "torch_mm": lambda: host_us(lambda: torch.mm(a, b, out=o), calls),
     }
     runs: dict[str, list[float]] = {k: [] for k in timers}
     for r in range(rounds):
@@ -129,26 +116,26 @@ def layers(calls: int) -> dict[str, float]:
         mod.gemm_bf16(a, b, out=out)
         ptr_mod.gemm_small_bf16(a, b, out=out)
     got: dict[str, float] = {}
-    got["gemm_bf16 whole call"] = per_call_us(lambda: mod.gemm_bf16(a, b, out=out), calls)
-    got["  _run"] = per_call_us(lambda: mod._run(a, b, out), calls)
-    got["  _check"] = per_call_us(lambda: mod._check(a, b, out), calls)
+    got["gemm_bf16 whole call"] = host_us(lambda: mod.gemm_bf16(a, b, out=out), calls)
+    got["  _run"] = host_us(lambda: mod._run(a, b, out), calls)
+    got["  _check"] = host_us(lambda: mod._check(a, b, out), calls)
     (stream, args_key), (c_launch, rest, _) = next(iter(mod._launcher._expanded.items()))
-    got["  launch_cached (grid 1)"] = per_call_us(lambda: mod._launcher.launch_cached(args_key, 0, 1), calls)
-    got["  C launch alone (grid 1)"] = per_call_us(lambda: c_launch(1, 1, 1, stream, *rest), calls)
-    got["  args key (3 data_ptr + tuple)"] = per_call_us(
+    got["  launch_cached (grid 1)"] = host_us(lambda: mod._launcher.launch_cached(args_key, 0, 1), calls)
+    got["  C launch alone (grid 1)"] = host_us(lambda: c_launch(1, 1, 1, stream, *rest), calls)
+    got["  args key (3 data_ptr + tuple)"] = host_us(
         lambda: (0, (3, True), a.data_ptr(), 64, 64, 64, b.data_ptr(), 64, 64, out.data_ptr(), 64), calls)
-    got["  hooks check"] = per_call_us(L._hooks_active, calls)
-    got["  current device + stream"] = per_call_us(lambda: (L._current_device(), L._get_stream(0)), calls)
-    got["gemm_small_bf16 whole call"] = per_call_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=out), calls)
+    got["  hooks check"] = host_us(L._hooks_active, calls)
+    got["  current device + stream"] = host_us(lambda: (L._current_device(), L._get_stream(0)), calls)
+    got["gemm_small_bf16 whole call"] = host_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=out), calls)
     (device, key), (launch, leading, slots, _, _) = next(iter(ptr_mod._launcher._compiled.items()))
     args = (a, b, out, 64, 64, 64, a.stride(-2), b.stride(-1), 64)
-    got["  direct launch, tensors (grid 1)"] = per_call_us(
+    got["  direct launch, tensors (grid 1)"] = host_us(
         lambda: launch(1, 1, 1, stream, *leading, *args, *slots), calls)
     (p_stream, p_key), (p_launch, p_rest, _) = next(iter(ptr_mod._launcher._expanded.items()))
-    got["  launch_cached (grid 1)"] = per_call_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0, (1, 1, 1)), calls)
-    got["  C launch alone, addresses (grid 1)"] = per_call_us(lambda: p_launch(1, 1, 1, p_stream, *p_rest), calls)
-    got["torch.compiler.is_compiling"] = per_call_us(torch.compiler.is_compiling, calls)
-    got["torch.empty 64x64"] = per_call_us(lambda: torch.empty((64, 64), device=a.device, dtype=a.dtype), calls)
+    got["  launch_cached (grid 1)"] = host_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0, (1, 1, 1)), calls)
+    got["  C launch alone, addresses (grid 1)"] = host_us(lambda: p_launch(1, 1, 1, p_stream, *p_rest), calls)
+    got["torch.compiler.is_compiling"] = host_us(torch.compiler.is_compiling, calls)
+    got["torch.empty 64x64"] = host_us(lambda: torch.empty((64, 64), device=a.device, dtype=a.dtype), calls)
     for k, v in got.items():
         print(f"{k} {v:.2f} us")
     return got
@@ -172,7 +159,7 @@ def profile(calls: int = 5000) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=3000, help="calls per batch (7 batches per figure)")
+    parser.add_argument("--calls", type=int, default=100, help="calls per batch (timing.host_us: 41 batches per figure, the GPU drained between)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile listing of gemm_bf16")
     args = parser.parse_args()

@@ -3,6 +3,7 @@ cost per call. Imported by scripts run as `python bench/<script>.py`, which puts
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -17,19 +18,23 @@ def tflops(M: int, N: int, K: int, t_ms: float) -> float:
     return 2 * M * N * K / (t_ms * 1e-3) / 1e12
 
 
-def host_us(fn, calls: int = 20000) -> float:
-    """CPU time per call with the GPU never the bottleneck (tiny kernels), median of 5 batches."""
+def host_us(fn, calls: int = 100, batches: int = 41) -> float:
+    """Host microseconds per call: the median over `batches` batches of `calls` calls each (after 200
+    warm-up calls), the GPU drained between batches and outside the timing. A batch is far shorter
+    than the launch queue, so a call never waits for the GPU: a 64^3 kernel at the GPU's idle clock
+    can take longer than its launch, and long batches then time the GPU, not the host (runs with
+    batches of thousands of calls moved between two levels with the GPU's clock)."""
     for _ in range(200):
         fn()
     torch.cuda.synchronize()
     samples = []
-    for _ in range(5):
+    for _ in range(batches):
         start = time.perf_counter()
-        for _ in range(calls // 5):
+        for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+        samples.append((time.perf_counter() - start) / calls * 1e6)
         torch.cuda.synchronize()
-    return sorted(samples)[2]
+    return statistics.median(samples)
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
