@@ -510,3 +510,24 @@ def test_another_dtype_never_reaches_the_cache(monkeypatch) -> None:
         with pytest.raises(TypeError, match="dtype"):
             mod._run(x, y, o)
     assert len(spy.seen) == 1
+
+
+@pytest.mark.parametrize("name", ["gemm_small_bf16", "gemm_bf16", "bmm_bf16"])
+def test_the_guard_hands_the_key_what_it_read(name) -> None:
+    """`_check` returns the strides and addresses of a, b and out it read (the args key is built from
+    them, reading no tensor twice), and `_validate` (the slow path) returns the same for the same
+    tensors: the launcher never keys on figures of another tensor."""
+    import importlib
+
+    mod = importlib.import_module(f"generated.triton.{name}")
+    batch = (3,) if name.startswith("bmm") else ()
+    a = torch.zeros(*batch, 48, 64, dtype=torch.bfloat16)
+    b = torch.zeros(*batch, 80, 64, dtype=torch.bfloat16).transpose(-1, -2)  # (K, N) in the spec's major mode
+    if mod.SPEC["b"]["major"] != "k":
+        b = b.contiguous()
+    out = torch.empty(*batch, 48, 80, dtype=torch.bfloat16)
+    fast, slow = mod._check(a, b, out), mod._validate(a, b, out)
+    assert fast == slow and fast[-6:] == (a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(),
+                                          out.data_ptr())
+    made = mod._check(a, b, None)  # the output it allocates, and that output's figures
+    assert made[-6:] == (a.stride(), b.stride(), made[-7].stride(), a.data_ptr(), b.data_ptr(), made[-7].data_ptr())
