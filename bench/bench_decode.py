@@ -2,7 +2,7 @@
 the TMA and pointer kernels, on one GPU.
 
 Three steps, because the GPU machine has no pydantic (it cannot render):
-  python bench/bench_decode.py render DIR       # here: renders each candidate config as its own module
+  python bench/bench_decode.py render DIR [4]   # here: renders each candidate config (of sweep 3 or 4)
   python bench/bench_decode.py sweep DIR OUT    # there: every candidate on its shapes -> OUT/sweep.json
   python bench/bench_decode.py run OUT          # there: the shipped modules -> OUT/decode.json, decode.md
 Same process, same data; ours and the peer measured alternately. Each kernel's result is checked
@@ -47,6 +47,19 @@ FP8_CANDIDATES = [
     (128, 256, 128, 8, 4, 3, "mid", False), (128, 64, 256, 4, 1, 4, "mid", False), (128, 128, 128, 8, 2, 6, "mid", False),
     (128, 64, 512, 4, 1, 2, "mid", False), (128, 128, 128, 8, 3, 6, "mid", False),
 ]
+# A fourth, smaller sweep around sweep 3's winners (the shipped variants re-chosen from it sit beside them):
+# deeper or wider pipelines for fp8 M <= 16 swapped, and neighbours of 64x128x128 for bf16 M = 128.
+SWEEP4 = (
+    [(16, 64, 256, 4, 1, 5, "small", True), (16, 64, 128, 4, 1, 8, "small", True),
+     (64, 128, 128, 4, 1, 3, "mid", False), (64, 128, 64, 4, 1, 8, "mid", False), (64, 128, 256, 4, 1, 2, "mid", False),
+     (64, 128, 128, 8, 1, 4, "mid", False), (64, 128, 128, 4, 1, 3, "mid", True), (128, 128, 64, 8, 1, 4, "mid", False)],
+    [(16, 64, 512, 4, 1, 4, "small", True), (16, 64, 512, 4, 1, 5, "small", True), (16, 64, 1024, 4, 1, 2, "small", True),
+     (16, 128, 512, 4, 1, 2, "small", True), (16, 64, 256, 4, 1, 8, "small", True),
+     (128, 64, 256, 4, 1, 3, "mid", False), (128, 64, 256, 8, 1, 4, "mid", False), (64, 128, 256, 4, 1, 4, "mid", False),
+     (128, 64, 128, 4, 1, 8, "mid", False)],
+    {("bf16", 16, 8192, 8192), ("bf16", 128, 8192, 8192), ("bf16", 128, 14336, 4096), ("fp8", 16, 8192, 8192),
+     ("fp8", 128, 8192, 8192)},
+)
 # The sweep visits only these shapes (the run visits them all).
 SWEEP_SHAPES = {("bf16", 1, 8192, 8192), ("bf16", 16, 8192, 8192), ("bf16", 1, 4096, 14336), ("bf16", 16, 14336, 4096),
                 ("bf16", 64, 14336, 4096), ("bf16", 128, 8192, 8192), ("bf16", 128, 14336, 4096),
@@ -54,7 +67,7 @@ SWEEP_SHAPES = {("bf16", 1, 8192, 8192), ("bf16", 16, 8192, 8192), ("bf16", 1, 4
 ROUNDS = 5
 
 
-def render(folder: Path) -> None:
+def render(folder: Path, which: str = "3") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kernels import catalogue
 
@@ -66,7 +79,8 @@ def render(folder: Path) -> None:
     (folder / "__init__.py").write_text("")
     cat = catalogue()
     names = []
-    for base, cands in (("gemm_bf16", BF16_CANDIDATES), ("gemm_fp8_rowwise", FP8_CANDIDATES)):
+    bf16, fp8, shapes = SWEEP4 if which == "4" else (BF16_CANDIDATES, FP8_CANDIDATES, SWEEP_SHAPES)
+    for base, cands in (("gemm_bf16", bf16), ("gemm_fp8_rowwise", fp8)):
         for m, n, k, w, s, st, scope, swap in cands:
             spec = json.loads(json.dumps(cat[base]))
             for key in ("variants", "per_target"):  # the candidate is the only config
@@ -84,7 +98,7 @@ def render(folder: Path) -> None:
                 continue
             (folder / f"{spec['name']}.py").write_text(render_triton_module(ls, ls.spec.targets))
             names.append(spec["name"])
-    (folder / "candidates.json").write_text(json.dumps(names))
+    (folder / "candidates.json").write_text(json.dumps(dict(names=names, shapes=sorted(shapes))))
 
 
 def _load(path: Path, name: str):
@@ -143,14 +157,15 @@ def sweep(folder: Path, out: Path) -> None:
     def ms(fn) -> float:
         return do_bench(fn, warmup=10, rep=40, return_mode="median")
 
-    names = json.loads((folder / "candidates.json").read_text())
+    listed = json.loads((folder / "candidates.json").read_text())
+    names, shapes = listed["names"], {tuple(x) for x in listed["shapes"]}
     mods = {n: _load(folder / f"{n}.py", f"cand_{n}") for n in names}
     root = Path(__file__).resolve().parents[1]
     for n in ("gemm_bf16", "gemm_fp8_rowwise"):  # the shipped module (its variants) beside the candidates
         mods[f"{n}_shipped"] = _load(root / "generated" / "triton" / f"{n}.py", f"shipped_{n}")
     rows, t0 = [], time.time()
     for kind, (M, N, K), ours, peer, ref, o in _problems():
-        if (kind, M, N, K) not in SWEEP_SHAPES:
+        if (kind, M, N, K) not in shapes:
             continue
         base = "gemm_bf16_" if kind == "bf16" else "gemm_fp8_rowwise_"
         for name, mod in mods.items():
@@ -320,7 +335,7 @@ def markdown(result: dict) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1] == "render":
-        render(Path(sys.argv[2]))
+        render(Path(sys.argv[2]), *sys.argv[3:4])
     elif sys.argv[1] == "sweep":
         sweep(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
