@@ -254,7 +254,7 @@ def _config(mod, M: int, N: int, K: int) -> str:
         bounds = {"M": v["when"].get("m_max"), "N": v["when"].get("n_max"), "K": v["when"].get("k_max")}
         if all(b is None or x <= b for x, b in ((M, bounds["M"]), (N, bounds["N"]), (K, bounds["K"]))):
             split = f" split-K {v['split_k']}" if v.get("split_k", 1) > 1 else ""
-            return "x".join(map(str, v["tile"])) + split
+            return "x".join(map(str, v["tile"])) + split + (" swap_ab" if v.get("swap_ab") else "")
     return "default"
 
 

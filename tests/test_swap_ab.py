@@ -72,6 +72,19 @@ def test_swap_ab_layers_per_variant_and_per_target() -> None:
     assert again == spec and spec_hash(again) == spec_hash(spec)
 
 
+def test_targets_of_one_module_agree_on_swap_ab() -> None:
+    # sm90 and sm100 render into one module whose SWAP_AB constant is one value: CFG001 at the line
+    text = TOML + '\n[kernels.per_target."triton:sm100"]\ntriton = { swap_ab = true }\n'
+    (d,) = [d for d in check_spec(load(text)) if d.rule == "CFG001"]
+    assert d.severity == "error" and d.target == "triton:sm100" and d.line == len(text.splitlines())  # its table
+    assert "triton.swap_ab = True on triton:sm100, False on triton:sm90" in d.message
+    # the same swap on both targets, or a variant of its own, is fine
+    both = (text + '\n[kernels.per_target."triton:sm90"]\ntriton = { swap_ab = true }\n').replace(
+        "tile = { m = 128, n = 256, k = 64 }", "tile = { m = 64, n = 128, k = 64 }")
+    assert not [d for d in check_spec(load(both)) if d.severity == "error"]
+    assert not [d for d in check_spec(load()) if d.severity == "error"]
+
+
 def test_swap_ab_is_a_strict_bool_named_at_its_line() -> None:
     text = TOML.replace("triton = { swap_ab = true }", "triton = { swap_ab = 1 }")
     with pytest.raises(SpecError) as info:

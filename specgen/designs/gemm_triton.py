@@ -94,9 +94,11 @@ class TritonGemm:
     # descriptors' boxes, the loop), so its targets' effective configs must agree on them. Warps and
     # pipeline depth are per compute capability (CONFIGS) and may differ.
     shared_config: tuple[tuple[str, ...], ...] = (
-        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"))
+        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"),
+        ("triton", "swap_ab"))
     # A size-selected variant launches the same kernel with its own constexprs (tile, group_m), warps
-    # and stages; these fields change the kernel's code, so a variant keeps the target's.
+    # and stages; these fields change the kernel's code, so a variant keeps the target's (swap_ab is a
+    # constexpr, SWAP_AB, like split_k: a variant may set its own).
     renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
     renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
