@@ -2,7 +2,7 @@
 the TMA and pointer kernels, on one GPU.
 
 Three steps, because the GPU machine has no pydantic (it cannot render):
-  python bench/bench_decode.py render DIR       # here: renders each candidate config as its own module
+  python bench/bench_decode.py render DIR [4]   # here: renders each candidate config (of sweep 3 or 4)
   python bench/bench_decode.py sweep DIR OUT    # there: every candidate on its shapes -> OUT/sweep.json
   python bench/bench_decode.py run OUT          # there: the shipped modules -> OUT/decode.json, decode.md
 Same process, same data; ours and the peer measured alternately. Each kernel's result is checked
@@ -22,33 +22,52 @@ from pathlib import Path
 
 BF16_SHAPES = [(m, n, k) for m in (1, 16, 64, 128) for n, k in ((8192, 8192), (14336, 4096), (4096, 14336))]
 FP8_SHAPES = [(16, 8192, 8192), (128, 8192, 8192), (512, 2048, 2048)]
-# (tile m, n, k, warps, split_k, ab_stages or 0 for auto, M range): candidates for small-M configs of the
-# shipped persistent TMA kernels, each tried on the shapes of its M range ("small": M <= 16, "mid": M > 16).
-# The first sweep (2026-11-22, results/2026-11-22-h200-decode-sweep1.json) tried tiles with split-K; the
-# second adds 64-row (wgmma) tiles for M <= 16, deeper pipelines and wider N tiles.
+# (tile m, n, k, warps, split_k, ab_stages or 0 for auto, M range, swap_ab): candidates for small-M configs
+# of the shipped persistent TMA kernels, each tried on the sweep's shapes of its M range ("small":
+# M <= 16, "mid": M > 16). The first two sweeps (2026-11-22, results/2026-11-22-h200-decode-sweep{1,2}.json:
+# 74 candidates) varied tile, stages, warps and split-K 1/2/4; this third one (session 3) tries
+# triton.swap_ab (wgmma with tile.n as its rows for tile.m = 16), split counts that fill the 132 SMs in
+# whole waves (128x256 split-K 4 at N = 8192: 128 work units), 128x64 tiles without split-K, deeper
+# pipelines and BLOCK_K 256/512 for small M, on the shapes still short of the targets (SWEEP_SHAPES).
 BF16_CANDIDATES = [
-    (16, 64, 128, 4, 1, 0, "small"), (16, 64, 256, 4, 2, 0, "small"), (16, 128, 128, 4, 1, 0, "small"),
-    (16, 64, 128, 4, 1, 6, "small"), (16, 128, 128, 4, 1, 6, "small"), (32, 64, 128, 4, 1, 0, "small"),
-    (64, 64, 128, 4, 1, 0, "small"), (64, 64, 128, 4, 2, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
-    (64, 32, 256, 4, 1, 0, "small"),
-    (64, 256, 64, 8, 2, 0, "mid"), (64, 256, 64, 8, 2, 5, "mid"), (64, 256, 128, 8, 2, 0, "mid"),
-    (64, 256, 64, 8, 4, 5, "mid"), (128, 256, 64, 8, 2, 0, "mid"), (128, 128, 64, 8, 2, 5, "mid"),
-    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 64, 8, 1, 5, "mid"), (128, 128, 64, 8, 1, 5, "mid"),
-    (64, 64, 128, 4, 2, 0, "mid"), (64, 128, 128, 4, 2, 0, "mid"), (64, 128, 64, 4, 1, 0, "mid"),
+    (16, 64, 128, 4, 1, 0, "small", True), (16, 64, 128, 4, 1, 6, "small", True),
+    (16, 128, 128, 4, 1, 0, "small", True), (16, 128, 128, 4, 2, 0, "small", True),
+    (16, 64, 256, 4, 1, 4, "small", True), (16, 64, 256, 4, 2, 0, "small", True),
+    (16, 128, 64, 4, 1, 8, "small", True), (16, 64, 512, 4, 1, 2, "small", True),
+    (16, 128, 128, 4, 1, 5, "small", True), (16, 256, 64, 4, 1, 5, "small", True),
+    (64, 128, 64, 4, 1, 6, "mid", False), (64, 128, 64, 8, 1, 5, "mid", False), (64, 128, 128, 4, 1, 4, "mid", False),
+    (64, 128, 64, 4, 1, 5, "mid", True), (128, 128, 64, 8, 1, 6, "mid", False), (128, 128, 128, 8, 1, 3, "mid", False),
+    (128, 256, 64, 8, 4, 3, "mid", False), (128, 128, 64, 8, 2, 6, "mid", False), (128, 64, 128, 4, 1, 4, "mid", False),
+    (128, 64, 256, 4, 1, 2, "mid", False), (128, 128, 128, 8, 2, 0, "mid", True), (128, 128, 64, 8, 3, 6, "mid", False),
 ]
 FP8_CANDIDATES = [
-    (16, 64, 256, 4, 1, 0, "small"), (16, 64, 256, 4, 1, 6, "small"), (16, 32, 512, 4, 1, 0, "small"),
-    (16, 128, 256, 4, 1, 6, "small"), (64, 64, 256, 4, 1, 0, "small"), (64, 128, 128, 4, 1, 0, "small"),
-    (64, 64, 256, 4, 2, 0, "small"), (64, 32, 256, 4, 1, 0, "small"),
-    (128, 128, 128, 8, 2, 0, "mid"), (64, 256, 128, 8, 2, 0, "mid"), (128, 256, 128, 8, 2, 0, "mid"),
-    (128, 128, 256, 8, 2, 0, "mid"), (128, 128, 128, 8, 2, 5, "mid"), (128, 128, 128, 8, 3, 0, "mid"),
-    (128, 128, 128, 8, 1, 0, "mid"), (128, 64, 128, 4, 1, 0, "mid"), (64, 128, 128, 4, 1, 0, "mid"),
-    (128, 128, 128, 8, 1, 5, "mid"), (64, 128, 128, 8, 1, 0, "mid"),
+    (16, 64, 256, 4, 1, 6, "small", True), (16, 64, 256, 4, 1, 4, "small", True), (16, 128, 256, 4, 1, 4, "small", True),
+    (16, 64, 512, 4, 1, 3, "small", True), (16, 128, 128, 4, 1, 6, "small", True), (16, 64, 256, 4, 2, 4, "small", True),
+    (16, 128, 256, 4, 2, 0, "small", True), (16, 64, 512, 4, 1, 4, "small", False), (16, 256, 128, 4, 1, 5, "small", True),
+    (128, 256, 128, 8, 4, 3, "mid", False), (128, 64, 256, 4, 1, 4, "mid", False), (128, 128, 128, 8, 2, 6, "mid", False),
+    (128, 64, 512, 4, 1, 2, "mid", False), (128, 128, 128, 8, 3, 6, "mid", False),
 ]
-ROUNDS = 3
+# A fourth, smaller sweep around sweep 3's winners (the shipped variants re-chosen from it sit beside them):
+# deeper or wider pipelines for fp8 M <= 16 swapped, and neighbours of 64x128x128 for bf16 M = 128.
+SWEEP4 = (
+    [(16, 64, 256, 4, 1, 5, "small", True), (16, 64, 128, 4, 1, 8, "small", True),
+     (64, 128, 128, 4, 1, 3, "mid", False), (64, 128, 64, 4, 1, 8, "mid", False), (64, 128, 256, 4, 1, 2, "mid", False),
+     (64, 128, 128, 8, 1, 4, "mid", False), (64, 128, 128, 4, 1, 3, "mid", True), (128, 128, 64, 8, 1, 4, "mid", False)],
+    [(16, 64, 512, 4, 1, 4, "small", True), (16, 64, 512, 4, 1, 5, "small", True), (16, 64, 1024, 4, 1, 2, "small", True),
+     (16, 128, 512, 4, 1, 2, "small", True), (16, 64, 256, 4, 1, 8, "small", True),
+     (128, 64, 256, 4, 1, 3, "mid", False), (128, 64, 256, 8, 1, 4, "mid", False), (64, 128, 256, 4, 1, 4, "mid", False),
+     (128, 64, 128, 4, 1, 8, "mid", False)],
+    {("bf16", 16, 8192, 8192), ("bf16", 128, 8192, 8192), ("bf16", 128, 14336, 4096), ("fp8", 16, 8192, 8192),
+     ("fp8", 128, 8192, 8192)},
+)
+# The sweep visits only these shapes (the run visits them all).
+SWEEP_SHAPES = {("bf16", 1, 8192, 8192), ("bf16", 16, 8192, 8192), ("bf16", 1, 4096, 14336), ("bf16", 16, 14336, 4096),
+                ("bf16", 64, 14336, 4096), ("bf16", 128, 8192, 8192), ("bf16", 128, 14336, 4096),
+                ("fp8", 16, 8192, 8192), ("fp8", 128, 8192, 8192)}
+ROUNDS = 5
 
 
-def render(folder: Path) -> None:
+def render(folder: Path, which: str = "3") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kernels import catalogue
 
@@ -60,13 +79,15 @@ def render(folder: Path) -> None:
     (folder / "__init__.py").write_text("")
     cat = catalogue()
     names = []
-    for base, cands in (("gemm_bf16", BF16_CANDIDATES), ("gemm_fp8_rowwise", FP8_CANDIDATES)):
-        for m, n, k, w, s, st, scope in cands:
+    bf16, fp8, shapes = SWEEP4 if which == "4" else (BF16_CANDIDATES, FP8_CANDIDATES, SWEEP_SHAPES)
+    for base, cands in (("gemm_bf16", bf16), ("gemm_fp8_rowwise", fp8)):
+        for m, n, k, w, s, st, scope, swap in cands:
             spec = json.loads(json.dumps(cat[base]))
             for key in ("variants", "per_target"):  # the candidate is the only config
                 spec.pop(key, None)
-            spec.update(name=f"{base}_{m}x{n}x{k}w{w}s{s}p{st}_{scope}", targets=["triton:sm90"],
-                        tile={"m": m, "n": n, "k": k}, triton={**spec["triton"], "num_warps": w},
+            spec.update(name=f"{base}_{m}x{n}x{k}w{w}s{s}p{st}{'x' if swap else ''}_{scope}", targets=["triton:sm90"],
+                        tile={"m": m, "n": n, "k": k},
+                        triton={**spec["triton"], "num_warps": w, **({"swap_ab": True} if swap else {})},
                         schedule={**spec["schedule"], "split_k": s})
             if st:
                 spec["pipeline"] = {"ab_stages": st}
@@ -77,7 +98,7 @@ def render(folder: Path) -> None:
                 continue
             (folder / f"{spec['name']}.py").write_text(render_triton_module(ls, ls.spec.targets))
             names.append(spec["name"])
-    (folder / "candidates.json").write_text(json.dumps(names))
+    (folder / "candidates.json").write_text(json.dumps(dict(names=names, shapes=sorted(shapes))))
 
 
 def _load(path: Path, name: str):
@@ -129,20 +150,23 @@ def _meta() -> dict:
 
 
 def sweep(folder: Path, out: Path) -> None:
-    """Every candidate on the shapes it could serve: do_bench (warmup 10, rep 40 ms) alternating with
-    the peer, median of 3 rounds; results checked against the peer first."""
+    """Every candidate on the SWEEP_SHAPES it could serve: do_bench (warmup 10, rep 40 ms) alternating
+    with the peer, median of ROUNDS rounds; results checked against the peer first."""
     from triton.testing import do_bench
 
     def ms(fn) -> float:
         return do_bench(fn, warmup=10, rep=40, return_mode="median")
 
-    names = json.loads((folder / "candidates.json").read_text())
+    listed = json.loads((folder / "candidates.json").read_text())
+    names, shapes = listed["names"], {tuple(x) for x in listed["shapes"]}
     mods = {n: _load(folder / f"{n}.py", f"cand_{n}") for n in names}
     root = Path(__file__).resolve().parents[1]
     for n in ("gemm_bf16", "gemm_fp8_rowwise"):  # the shipped module (its variants) beside the candidates
         mods[f"{n}_shipped"] = _load(root / "generated" / "triton" / f"{n}.py", f"shipped_{n}")
     rows, t0 = [], time.time()
     for kind, (M, N, K), ours, peer, ref, o in _problems():
+        if (kind, M, N, K) not in shapes:
+            continue
         base = "gemm_bf16_" if kind == "bf16" else "gemm_fp8_rowwise_"
         for name, mod in mods.items():
             if not name.startswith(base):
@@ -153,18 +177,18 @@ def sweep(folder: Path, out: Path) -> None:
             try:
                 ok = _close(ours(fn), ref)
                 a_ms, p_ms = [], []
-                for _ in range(3):
+                for _ in range(ROUNDS):
                     a_ms.append(ms(lambda fn=fn: ours(fn, o)))
                     p_ms.append(ms(peer))
             except Exception as e:  # a candidate that fails to compile is a finding, not a crash
                 rows.append(dict(kind=kind, shape=[M, N, K], kernel=name, error=repr(e)[:300]))
                 continue
-            t, p = sorted(a_ms)[1], sorted(p_ms)[1]
+            t, p = sorted(a_ms)[ROUNDS // 2], sorted(p_ms)[ROUNDS // 2]
             rows.append(dict(kind=kind, shape=[M, N, K], kernel=name, ok=ok, ours_us=t * 1e3, peer_us=p * 1e3,
                              ratio=p / t))
         print(f"{kind} {M}x{N}x{K} done at {time.time() - t0:.0f}s", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(dict(meta=_meta(), rows=rows), indent=1))
+        out.mkdir(parents=True, exist_ok=True)  # written after every shape: a cut-off sweep keeps its rows
+        (out / "sweep.json").write_text(json.dumps(dict(meta=_meta(), rows=rows), indent=1))
     for key in sorted({(r["kind"], *r["shape"]) for r in rows}):
         ranked = sorted((r for r in rows if (r["kind"], *r["shape"]) == key and r.get("ok")), key=lambda r: -r["ratio"])
         print(key, "  ".join(f"{r['kernel'].split('_')[-2]} {r['ratio']:.3f}" for r in ranked[:6]))
@@ -230,7 +254,7 @@ def _config(mod, M: int, N: int, K: int) -> str:
         bounds = {"M": v["when"].get("m_max"), "N": v["when"].get("n_max"), "K": v["when"].get("k_max")}
         if all(b is None or x <= b for x, b in ((M, bounds["M"]), (N, bounds["N"]), (K, bounds["K"]))):
             split = f" split-K {v['split_k']}" if v.get("split_k", 1) > 1 else ""
-            return "x".join(map(str, v["tile"])) + split
+            return "x".join(map(str, v["tile"])) + split + (" swap_ab" if v.get("swap_ab") else "")
     return "default"
 
 
@@ -311,7 +335,7 @@ def markdown(result: dict) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1] == "render":
-        render(Path(sys.argv[2]))
+        render(Path(sys.argv[2]), *sys.argv[3:4])
     elif sys.argv[1] == "sweep":
         sweep(Path(sys.argv[2]), Path(sys.argv[3]))
     else:

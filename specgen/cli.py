@@ -62,16 +62,18 @@ def print_variants(loaded) -> None:
             continue
         shown = []
         for i, v in enumerate(variants):
-            shown.append(f"{v.when}: {_config(loaded.spec.for_target(t, i))}")
-        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {_config(loaded.spec.for_target(t))}",
+            shown.append(f"{v.when}: {_config(loaded.spec.for_target(t, i), t)}")
+        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {_config(loaded.spec.for_target(t), t)}",
                   markup=False)
 
 
-def _config(spec) -> str:
-    """A config as `check` shows it: the tile, and split-K where it splits (`split-K 2`, `atomic` when so)."""
+def _config(spec, target) -> str:
+    """A config as `check` shows it: the tile, split-K where it splits (`split-K 2`, `atomic` when so), and
+    `swap_ab` where a Triton config swaps the MMA's operands."""
     tile, sched = spec.tile, spec.schedule
     split = f" split-K {sched.split_k}" if sched.split_k > 1 else ""
-    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}"
+    swap = " swap_ab" if spec.triton.swap_ab and str(target).startswith("triton:") else ""
+    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{swap}"
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:

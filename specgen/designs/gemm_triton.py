@@ -70,6 +70,10 @@ class TritonGemm:
                         scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
                     elif not spec.triton.tma:
                         epi = max(epi, t.m * t.n * arg.dtype.bytes)
+        if spec.triton.swap_ab:
+            # swap_ab: the BLOCK_N x BLOCK_M accumulator is transposed back through SMEM after the K loop
+            # (an upper bound: the compiler may reuse the drained pipeline buffers for it).
+            scratch = max(scratch, t.m * t.n * spec.accumulator.bytes)
         label = " + ".join(name for name, v in (("tf32 K-major copies", copies), ("layout scratch", scratch)) if v)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
                             epilogue_overlaps_ab=overlaps, extra_bytes=copies + scratch, extra_label=label,
@@ -90,9 +94,11 @@ class TritonGemm:
     # descriptors' boxes, the loop), so its targets' effective configs must agree on them. Warps and
     # pipeline depth are per compute capability (CONFIGS) and may differ.
     shared_config: tuple[tuple[str, ...], ...] = (
-        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"))
+        ("tile",), ("schedule",), ("triton", "tma"), ("triton", "epilogue_subtile"), ("triton", "flatten"),
+        ("triton", "swap_ab"))
     # A size-selected variant launches the same kernel with its own constexprs (tile, group_m), warps
-    # and stages; these fields change the kernel's code, so a variant keeps the target's.
+    # and stages; these fields change the kernel's code, so a variant keeps the target's (swap_ab is a
+    # constexpr, SWAP_AB, like split_k: a variant may set its own).
     renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
     renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
@@ -134,6 +140,7 @@ class TritonVariant:
     configs: list[TritonArchConfig]
     split_k: int = 1  # programs per output tile along K (schedule.split_k)
     split_atomic: bool = False  # schedule.split_k_reduction = "atomic"
+    swap_ab: bool = False  # triton.swap_ab: the MMA computes the tile transposed
     desc_types: dict[str, str] | None = None  # descriptor parameter -> its Triton type with this box
 
 
@@ -249,6 +256,8 @@ class TritonPlan:
     split_atomic: bool = False  # its reduction: float atomics instead of the ordered sum
     # any config of the module splits K: the kernel takes the workspace and SPLIT_K constexprs
     split: bool = False
+    swap_ab: bool = False  # the default config's triton.swap_ab
+    swap: bool = False  # any config of the module swaps A and B: the kernel takes the SWAP_AB constexpr
 
 
 def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
@@ -268,9 +277,10 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
             i, list(when.bounds().items()), str(when), vs.tile.m, vs.tile.n, vs.tile.k, vs.schedule.group_m,
             {side: b.block for side, b in _boxes(vs).items()},
             [_arch_config(resolved[str(t)].variants[i]) for t in targets],
-            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic",
+            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic", vs.triton.swap_ab,
             {b.param: b.type for b in _boxes(vs).values()}))
     split = spec.schedule.split_k > 1 or any(v.split_k > 1 for v in variants)
+    swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
@@ -303,13 +313,15 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         args=[_tensor_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         configs=configs,
         spec_json=loaded.spec.model_dump(mode="json"),
-        params=_params(spec, split),
+        params=_params(spec, split, swap),
         steps=_steps(spec),
         boxes=_boxes(spec),
         variants=variants,
         split_k=spec.schedule.split_k,
         split_atomic=spec.schedule.split_k_reduction == "atomic",
         split=split,
+        swap_ab=spec.triton.swap_ab,
+        swap=swap,
     )
 
 
@@ -349,10 +361,10 @@ def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
     }
 
 
-def _params(spec: GemmSpec, split: bool = False) -> list[KernelParam]:
+def _params(spec: GemmSpec, split: bool = False, swap: bool = False) -> list[KernelParam]:
     """The kernel's parameters in declaration order, each with its type, role and specialization. A
     module with split-K configs adds the f32 partial-sum workspace, the per-tile arrival counters and
-    the SPLIT_K / SPLIT_K_ATOMIC constexprs."""
+    the SPLIT_K / SPLIT_K_ATOMIC constexprs; one with swap_ab configs the SWAP_AB constexpr."""
     batch, persistent = spec.batch, spec.schedule.persistent
     ps: list[KernelParam] = []
     if spec.triton.tma:
@@ -392,7 +404,8 @@ def _params(spec: GemmSpec, split: bool = False) -> list[KernelParam]:
     if persistent:  # a device fact, not a problem size: one compile serves every GPU
         ps.append(KernelParam("NUM_SMS", "i32", "device", "none", "num_sms"))
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
-           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *(("SPLIT_K", "SPLIT_K_ATOMIC") if split else ()))]
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *(("SPLIT_K", "SPLIT_K_ATOMIC") if split else ()),
+                     *(("SWAP_AB",) if swap else ()))]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
     return ps
 
@@ -423,7 +436,7 @@ def metadata(p: TritonPlan) -> dict[str, object]:
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
     } | ({"split_k": p.split_k, "split_k_reduction": "atomic" if p.split_atomic else "deterministic"}
-         if p.split_k > 1 else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
+         if p.split_k > 1 else {}) | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
 
 
 def _variant_metadata(v: TritonVariant) -> dict[str, object]:
@@ -431,6 +444,7 @@ def _variant_metadata(v: TritonVariant) -> dict[str, object]:
             "group_m": v.group_m,
             **({"split_k": v.split_k, "split_k_reduction": "atomic" if v.split_atomic else "deterministic"}
                if v.split_k > 1 else {}),
+            **({"swap_ab": True} if v.swap_ab else {}),
             # the TMA descriptors' types with this variant's boxes (the kernel's signature differs there)
             **({"descriptors": v.desc_types} if v.desc_types else {}),
             "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages,

@@ -232,7 +232,9 @@ def tcgen05_shape(ctx: RuleContext) -> Iterator[Finding]:
 @rule("MMA003", "tl.dot minimum shapes", is_triton)
 def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     """tl.dot needs K >= 16 (16-bit), 32 (8-bit), 8 (32-bit) and M, N >= 16. Source: Triton
-    `language/semantic.py`; measured. M = 16 compiles but does not use wgmma (warning)."""
+    `language/semantic.py`; measured. A block of fewer than 64 MMA rows compiles but does not use wgmma
+    (warning): the rows are tile.m, or tile.n with `triton.swap_ab` (the kernel computes the tile
+    transposed, templates/triton/tile.jinja `dot`)."""
     t, dt = ctx.spec.tile, ctx.spec.a.dtype
     kmin = {1: 32, 2: 16, 4: 8}[dt.bytes]
     if t.k < kmin:
@@ -241,8 +243,14 @@ def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     for dim in ("m", "n"):
         if getattr(t, dim) < 16:
             yield Finding("MMA003", "error", f"tile.{dim} = {getattr(t, dim)} < 16, tl.dot's minimum", "", ("tile", dim))
-    if ctx.info.mma == "wgmma" and t.m < 64:
-        yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", "", ("tile", "m"))
+    if ctx.info.mma == "wgmma":
+        if ctx.spec.triton.swap_ab and t.n < 64:
+            yield Finding("MMA003", "warning", f"tile.n = {t.n} < 64 with triton.swap_ab (tile.n is the MMA's rows): "
+                          "Triton will not use wgmma on sm90", "use tile.n >= 64", ("tile", "n"))
+        elif not ctx.spec.triton.swap_ab and t.m < 64:
+            hint = "set triton.swap_ab = true (tile.n becomes the MMA's rows)" if t.n >= 64 else ""
+            yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", hint,
+                          ("tile", "m"))
 
 
 @rule("MMA004", "tl.dot falls back from the arch's tensor-core MMA", is_triton)
@@ -251,15 +259,17 @@ def triton_mma_fallback(ctx: RuleContext) -> Iterator[Finding]:
     one warpgroup (4 warps); otherwise to mma_v2, a fraction of the throughput. f32 operands with ieee
     precision (specgen's `f32`, not `tf32`) run on the FMA units, no tensor cores at all. Sources:
     Triton `AccelerateMatmul.cpp` (MMA version selection), `semantic.py` (input_precision); measured
-    with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning."""
+    with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning; with `triton.swap_ab`
+    the MMA's rows are tile.n."""
     t, w, mma = ctx.spec.tile, ctx.spec.triton.num_warps, ctx.info.mma
     if ctx.spec.a.dtype == DType.f32:
         yield Finding("MMA004", "warning", f"A and B are f32 (ieee): tl.dot runs on FMA units on {ctx.target}, no "
                       f"{mma} (tensor cores)", 'use dtype = "tf32" for tensor cores', ("a", "dtype"))
         return
-    if mma == "tcgen05" and t.m < 64:
-        yield Finding("MMA004", "warning", f"tile.m = {t.m} < 64: Triton falls back from tcgen05 to mma_v2 on "
-                      f"{ctx.target}", "use tile.m = 64", ("tile", "m"))
+    rows, dim = (t.n, "n") if ctx.spec.triton.swap_ab else (t.m, "m")
+    if mma == "tcgen05" and rows < 64:
+        yield Finding("MMA004", "warning", f"tile.{dim} = {rows} < 64{' (swap_ab: the MMA rows)' if dim == 'n' else ''}: "
+                      f"Triton falls back from tcgen05 to mma_v2 on {ctx.target}", f"use tile.{dim} = 64", ("tile", dim))
     if w < 4:
         yield Finding("MMA004", "warning", f"triton.num_warps = {w} < 4 (one warpgroup): Triton falls back from {mma} "
                       f"to mma_v2 on {ctx.target}", "use num_warps = 4", ("triton", "num_warps"))

@@ -132,6 +132,19 @@ class TritonOptions(Strict):
     # Persistent kernels: let Triton pipeline across the tile loop (next tile's loads during this
     # tile's epilogue).
     flatten: StrictBool = False
+    # Swap the operands of the MMA: the kernel computes the tile transposed, out^T = B^T A^T, so that
+    # tile.n (at least 64) sits on the MMA's row side and a small tile.m (decode: M <= 16) on its
+    # column side (Hopper wgmma is 64 rows by 8..256 columns; a tile.m below 64 otherwise falls back
+    # to mma.sync). The accumulator is transposed back before the epilogue.
+    swap_ab: StrictBool = False
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        # A spec without swap_ab dumps (and hashes) as it did before swap_ab existed.
+        data = handler(self)
+        if "swap_ab" not in self.model_fields_set and data.get("swap_ab") is False:
+            data.pop("swap_ab", None)
+        return data
 
 
 class CuteOptions(Strict):

@@ -61,6 +61,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_g", "_tile_coords",
     "_tanh", "_validate", "_check", "_run", "_fake", "_op", "_launcher", "_CONSTEXPRS",
     "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS", "SPLIT_K", "SPLIT_K_ATOMIC", "_split_k_reduce",
+    "SWAP_AB",
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
