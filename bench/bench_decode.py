@@ -259,22 +259,10 @@ def _config(mod, M: int, N: int, K: int) -> str:
 
 
 def host_cost(shipped: dict) -> dict[str, list[float]]:
-    """Per-call CPU time, 64^3, out given: median of 7 batches of 4000 calls, 3 alternating rounds
-    (64^3 takes gemm_bf16's M <= 64 and K <= 4096 variant: no split-K)."""
+    """Per-call host time, 64^3, out given (timing.host_us: short batches, the GPU drained between
+    them), 3 alternating rounds (64^3 takes gemm_bf16's M <= 64 and K <= 4096 variant: no split-K)."""
     import torch
-
-    def host_us(fn, calls: int = 4000) -> float:
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(7):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples.append((time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-        return sorted(samples)[3]
+    from timing import host_us  # bench/ is on sys.path (run as a script)
 
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
