@@ -2,8 +2,9 @@
 persistent TMA kernel (gemm_bf16) and the pointer kernel (gemm_small_bf16), each with its cached
 launch and with the launch cache off (the path before it: the argument tuple, and for TMA the
 descriptors and the tensordesc wrapper, built every call), `torch.add` and `torch.mm(out=)`. Each
-figure is wall time per call with the GPU never the bottleneck (timing.host_us: short batches, the
-GPU drained between them); a round times each in turn, and the medians across rounds are reported
+figure is wall time per call with the GPU never the bottleneck (short batches, the GPU drained
+between them); a round interleaves the batches of all six (timing.host_us_interleaved), each ratio
+is the median over a round's side-by-side batch pairs, and the medians across rounds are reported
 with the ratios the issue asks about. Then where the TMA call's time goes, layer by layer, and with
 --profile a cProfile listing.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from timing import host_us  # noqa: E402  (bench/ is on sys.path: run as a script)
+from timing import host_us, host_us_interleaved, paired_ratio  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 
 class LaunchCacheOff:
@@ -69,36 +70,40 @@ def compare(rounds: int, calls: int) -> dict:
     cached = {"tma": len(tma_mod._launcher._expanded), "pointer": len(ptr_mod._launcher._expanded)}
     print(f"launch cache entries after warm-up: {cached} (1 each: repeat calls take the cached launch)")
 
-    def uncached(mod, fn) -> float:
-        with LaunchCacheOff(mod._launcher):
-            return host_us(lambda: fn(a, b, out=o), calls)
-
-    timers = {
-        "tma": lambda: host_us(lambda: tma_mod.gemm_bf16(a, b, out=o), calls),
-        "tma_no_launch_cache": lambda: uncached(tma_mod, tma_mod.gemm_bf16),
-        "pointer": lambda: host_us(lambda: ptr_mod.gemm_small_bf16(a, b, out=o), calls),
-        "pointer_no_launch_cache": lambda: uncached(ptr_mod, ptr_mod.gemm_small_bf16),
-        "torch_add": lambda: host_us(lambda: torch.add(x, x, out=o), calls),
-        "torch_mm": lambda: host_us(lambda: torch.mm(a, b, out=o), calls),
+    calls_of = {
+        "tma": lambda: tma_mod.gemm_bf16(a, b, out=o),
+        "tma_no_launch_cache": lambda: tma_mod.gemm_bf16(a, b, out=o),
+        "pointer": lambda: ptr_mod.gemm_small_bf16(a, b, out=o),
+        "pointer_no_launch_cache": lambda: ptr_mod.gemm_small_bf16(a, b, out=o),
+        "torch_add": lambda: torch.add(x, x, out=o),
+        "torch_mm": lambda: torch.mm(a, b, out=o),
     }
-    runs: dict[str, list[float]] = {k: [] for k in timers}
+    contexts = {"tma_no_launch_cache": lambda: LaunchCacheOff(tma_mod._launcher),
+                "pointer_no_launch_cache": lambda: LaunchCacheOff(ptr_mod._launcher)}
+    pairs = {"tma / pointer (target <= 1.2)": ("tma", "pointer"),
+             "pointer / torch_add (target <= 1.3)": ("pointer", "torch_add"),
+             "tma_no_launch_cache / tma": ("tma_no_launch_cache", "tma"),
+             "pointer_no_launch_cache / pointer": ("pointer_no_launch_cache", "pointer"),
+             "tma_no_launch_cache / pointer_no_launch_cache (before)": ("tma_no_launch_cache", "pointer_no_launch_cache"),
+             "tma / torch_mm": ("tma", "torch_mm")}
+    runs: dict[str, list[float]] = {k: [] for k in calls_of}
+    round_ratios: dict[str, list[float]] = {k: [] for k in pairs}
     for r in range(rounds):
-        order = list(timers) if r % 2 == 0 else list(reversed(timers))
-        for name in order:
-            runs[name].append(timers[name]())
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in runs.items()) + " us")
+        samples = host_us_interleaved(calls_of, calls, contexts=contexts)
+        for name, got in samples.items():
+            runs[name].append(statistics.median(got))
+        for what, (num, den) in pairs.items():
+            round_ratios[what].append(paired_ratio(samples, num, den))
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in runs.items()) + " us; "
+              + ", ".join(f"{pairs[k][0]}/{pairs[k][1]} {v[-1]:.2f}" for k, v in round_ratios.items() if "target" in k))
     med = {k: statistics.median(v) for k, v in runs.items()}
-    ratios = {"tma / pointer (target <= 1.2)": med["tma"] / med["pointer"],
-              "pointer / torch_add (target <= 1.3)": med["pointer"] / med["torch_add"],
-              "tma_no_launch_cache / tma": med["tma_no_launch_cache"] / med["tma"],
-              "pointer_no_launch_cache / pointer": med["pointer_no_launch_cache"] / med["pointer"],
-              "tma_no_launch_cache / pointer_no_launch_cache (before)":
-                  med["tma_no_launch_cache"] / med["pointer_no_launch_cache"],
-              "tma / torch_mm": med["tma"] / med["torch_mm"]}
+    # each round's ratio is the median over its batch pairs (side by side within milliseconds); the
+    # figure is the median of the rounds'
+    ratios = {k: statistics.median(v) for k, v in round_ratios.items()}
     print("median us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}")
-    return dict(rounds=runs, median_us=med, ratios=ratios, launch_cache_entries=cached)
+    return dict(rounds=runs, median_us=med, ratios=ratios, round_ratios=round_ratios, launch_cache_entries=cached)
 
 
 def layers(calls: int) -> dict[str, float]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from triton.testing import do_bench
@@ -35,6 +37,39 @@ def host_us(fn, calls: int = 100, batches: int = 41) -> float:
         samples.append((time.perf_counter() - start) / calls * 1e6)
         torch.cuda.synchronize()
     return statistics.median(samples)
+
+
+def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100, batches: int = 41,
+                        contexts: dict[str, Callable[[], AbstractContextManager]] | None = None) -> dict[str, list[float]]:
+    """host_us for several calls at once, their batches interleaved: batch i of every call runs before
+    batch i + 1 of any, in an order that rotates, so each batch of ours sits within milliseconds of the
+    peer's. The host's speed moves by up to 1.5x over seconds (measured: torch.add 6.5 and 9.3 us in
+    one run), which sequential figures read as a difference between the calls; the ratio of batch i's
+    figures does not. `contexts[name]()` is entered around each batch of that call (outside the timing
+    of the others). Returns each call's per-batch microseconds per call."""
+    contexts = contexts or {}
+    names = list(fns)
+    for name in names:
+        with contexts.get(name, nullcontext)():
+            for _ in range(200):
+                fns[name]()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(batches):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            fn = fns[name]
+            with contexts.get(name, nullcontext)():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return samples
+
+
+def paired_ratio(samples: dict[str, list[float]], num: str, den: str) -> float:
+    """Median over batches of num's time / den's (host_us_interleaved's batches i side by side)."""
+    return statistics.median(n / d for n, d in zip(samples[num], samples[den], strict=True))
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
