@@ -153,7 +153,10 @@ class PallasMgpuPlan(PallasModule):
     out_min: int
     memory_registers: int
     group_m: int
+    raster_dim: int  # planar_snake's minor dim: 0 bands of group_m tile rows (raster along_m), 1 of columns
     persistent: bool
+    cluster_m: int  # CTAs per cluster along M / N (1x1, 2x1 or 1x2): the pair multicasts its shared operand
+    cluster_n: int
     num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
     smem_bytes: int  # the SMEM001 figure; equal to what Mosaic GPU allocates
     smem_breakdown: str
@@ -340,7 +343,10 @@ class PallasGemmDesign:
             out_min=TMA_MIN_BYTES // o_b,
             memory_registers=MGPU_MEMORY_REGISTERS,
             group_m=spec.schedule.group_m,
+            raster_dim=0 if spec.schedule.raster == "along_m" else 1,
             persistent=spec.schedule.persistent,
+            cluster_m=spec.cluster.m,
+            cluster_n=spec.cluster.n,
             num_sms=gpu.num_sms_example,
             smem_bytes=ctx.budget.total,
             smem_breakdown=ctx.budget.breakdown(),

@@ -139,6 +139,34 @@ def test_torch_entry_shares_memory_through_dlpack() -> None:
     assert rt.to_torch(j).data_ptr() == j.unsafe_buffer_pointer()  # jax -> torch: no copy
 
 
+def test_torch_entry_short_path_shares_memory_and_orders_streams() -> None:
+    """The torch entry's short DLPack path (one stream handshake per call, capsules without one): the
+    arrays alias the tensors, and work torch queued on a side stream just before the call (filling A and
+    B) is seen by the kernel; the result is ready on torch's stream (read right after, no sync)."""
+    import torch
+
+    from specgen.runtime import jax as rt
+
+    mod = module("gemm_bias_gelu_bf16")
+    a = torch.empty(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.empty(768, 1024, device="cuda", dtype=torch.bfloat16)
+    bias = torch.empty(768, device="cuda", dtype=torch.bfloat16)
+    ja, jw, jb = rt.torch_to_jax("t", (("a", a, False), ("w", w, False), ("bias", bias, False)))
+    assert (ja.unsafe_buffer_pointer(), jw.unsafe_buffer_pointer(), jb.unsafe_buffer_pointer()) == \
+        (a.data_ptr(), w.data_ptr(), bias.data_ptr())
+    side = torch.cuda.Stream()
+    for round_ in range(3):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # keep the stream busy, so a missing handshake reads stale data
+            a.normal_(generator=torch.Generator(device="cuda").manual_seed(round_))
+            w.normal_(generator=torch.Generator(device="cuda").manual_seed(100 + round_)).mul_(1 / 32)
+            bias.normal_(generator=torch.Generator(device="cuda").manual_seed(200 + round_))
+            out = mod.gemm_bias_gelu_bf16_torch(a, w.t(), bias)
+            want = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double(), approximate="tanh")
+            torch.testing.assert_close(out.double(), want, atol=3e-2, rtol=2e-2)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(c) for c in CONFIGS])
 def test_mgpu_smem_model_matches_a_live_lowering(config) -> None:
     import jax

@@ -143,8 +143,28 @@ def test_a_call_without_a_cuda_device_says_so(modules) -> None:
     with pytest.raises(RuntimeError, match="gemm_bf16: Mosaic GPU kernels run on an sm90 CUDA device; jax's "
                                            "default backend is 'cpu'"):
         mod.gemm_bf16(a, w)
-    with pytest.raises(RuntimeError, match="sm90 CUDA device"):  # the torch entry converts, then refuses
+    with pytest.raises(RuntimeError, match="sm90 CUDA device"):  # the torch entry refuses before converting
         mod.gemm_bf16_torch(torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(256, 128, dtype=torch.bfloat16).t())
+
+
+def test_torch_to_jax_on_cpu_tensors_and_its_errors() -> None:
+    """CPU tensors take jax's own DLPack import (the short path is CUDA's): the arrays alias the tensors,
+    a transposed view is read in its stored layout, and a tensor that is not contiguous in the layout
+    the kernel reads, or not a tensor, is refused naming the argument."""
+    import torch
+
+    from specgen.runtime import jax as rt
+
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    w = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    ja, jw = rt.torch_to_jax("f", (("a", a, False), ("b", w.t(), True)))
+    assert ja.shape == (3, 4) and jw.shape == (2, 4)
+    np.testing.assert_array_equal(np.asarray(jw), w.numpy())
+    assert ja.unsafe_buffer_pointer() == a.data_ptr()
+    with pytest.raises(ValueError, match="f: argument 'b' .* must be contiguous with its last two dims transposed"):
+        rt.torch_to_jax("f", (("a", a, False), ("b", w, True)))
+    with pytest.raises(TypeError, match="f: argument 'a' must be a torch.Tensor, got ndarray"):
+        rt.torch_to_jax("f", (("a", a.numpy(), False),))
 
 
 def test_arrays_on_several_devices_are_refused(tmp_path) -> None:
