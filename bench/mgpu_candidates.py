@@ -23,7 +23,6 @@ CANDIDATES: dict[str, dict[str, dict[str, list[str] | dict[str, object]]]] = {
         "base": {},
         "cm2": {"cluster": {"m": 2, "n": 1}},
         "cn2": {"cluster": {"m": 1, "n": 2}},
-        "rn": {"schedule": {"raster": "along_n"}},
         "cm2g16": {"cluster": {"m": 2, "n": 1}, "schedule": {"group_m": 16}},
     },
     "gemm_bias_gelu_bf16": {
