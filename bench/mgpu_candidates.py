@@ -24,6 +24,10 @@ CANDIDATES: dict[str, dict[str, dict[str, list[str] | dict[str, object]]]] = {
         "cm2": {"cluster": {"m": 2, "n": 1}},
         "cn2": {"cluster": {"m": 1, "n": 2}},
         "cm2g16": {"cluster": {"m": 2, "n": 1}, "schedule": {"group_m": 16}},
+        "t128x128": {"tile": {"m": 128, "n": 128, "k": 64}, "pipeline": {"ab_stages": 6}},
+        "t128x128cm2": {"tile": {"m": 128, "n": 128, "k": 64}, "pipeline": {"ab_stages": 6}, "cluster": {"m": 2, "n": 1}},
+        "t256x128": {"tile": {"m": 256, "n": 128, "k": 64}},
+        "t128x256k32": {"tile": {"m": 128, "n": 256, "k": 32}, "pipeline": {"ab_stages": 8}},
     },
     "gemm_bias_gelu_bf16": {
         "base": {},

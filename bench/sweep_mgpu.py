@@ -35,7 +35,8 @@ from triton.testing import do_bench  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
 TAILS = [(517, 264, 1040), (1, 256, 512), (1000, 1000, 640)]
-TAIL_LABELS = ("base", "cm2", "cn2")  # the cluster code paths beside the catalogue config
+TAIL_LABELS = ("base", "cm2", "cn2", "t128x128", "t256x128")
+OUT = Path("bench/out")  # the cluster code paths beside the catalogue config
 
 
 def load(path: Path):
@@ -137,7 +138,26 @@ def host(rows: list, gemm) -> None:
         "step_jax_dlpack_with_stream_us": lambda: out.__dlpack__(stream=cur),
         "step_addressable_data_us": lambda: out.addressable_data(0),
         "torch_matmul_us": lambda: torch.matmul(ta, tw.t()),
+        "jitted_call_on_fresh_imports_us": lambda: gemm._call(*rt.torch_to_jax("t", (("a", ta, False), ("b", tw, False)))),
+        "jitted_call_on_jax_dlpack_imports_us": lambda: gemm._call(jax.dlpack.from_dlpack(ta), jax.dlpack.from_dlpack(tw)),
+        "stream_handshake_us": lambda: waiting.wait_stream(torch.cuda.current_stream()),
+        "require_gpu_us": lambda: gemm._mg.require_gpu("t"),
     }
+    waiting = rt._cuda_bridge(0)[2]
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(500):
+        gemm.gemm_bf16_torch(ta, tw.t())
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+    (OUT / "host-profile.txt").write_text(text.getvalue())
     res = {"workload": "host cost per call 64^3"}
     for _ in range(3):
         for k, fn in steps.items():
@@ -158,10 +178,12 @@ def main() -> None:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
+    global OUT
+    OUT = args.out
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
 
     by_kernel: dict[str, dict] = {}
-    for f in sorted(args.cands.glob("*__*.py")):
+    for f in sorted(args.cands.glob("gemm*__*.py")):
         kernel, label = f.stem.split("__")
         by_kernel.setdefault(kernel, {})[label] = load(f)
     for k in by_kernel:  # the catalogue config first
