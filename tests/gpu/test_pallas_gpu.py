@@ -53,17 +53,60 @@ def run_poisoned(fn, out_shape, out_dtype, *args):
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
 @pytest.mark.parametrize("name", NAMES)
 def test_numerics_against_float64(name: str, shape) -> None:
+    check_numerics(spec_of(name), getattr(module(name), name), shape)
+
+
+# 2-CTA clusters (TMA multicast of the shared operand) and the column-band raster, rendered here from
+# catalogue specs: the same numerics on the same shapes (pairs past the last tile row / column included).
+CLUSTERED = [("gemm_bias_gelu_bf16", {"cluster": {"m": 2, "n": 1}}),
+             ("bmm_bf16", {"cluster": {"m": 2, "n": 1}}),
+             ("gemm_residual_bf16", {"cluster": {"m": 1, "n": 2}, "schedule": {"raster": "along_n"}}),
+             ("gemm_fp8_rowwise", {"cluster": {"m": 1, "n": 2}})]
+
+
+@pytest.fixture(scope="module")
+def clustered(tmp_path_factory):
+    import json
+
+    from specgen.compile import load_rendered
+    from specgen.designs import design_for
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+    from specgen.targets import Backend
+
+    tmp, mods = tmp_path_factory.mktemp("clustered"), {}
+    for name, over in CLUSTERED:
+        spec = {k: v for k, v in spec_of(name).items() if k != "per_target"}
+        for section, keys in over.items():
+            spec[section] = {**spec.get(section, {}), **keys}
+        spec["targets"] = ["pallas:gpu_sm90"]
+        (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
+        (target,) = loaded.spec.targets
+        files = design_for("gemm", Backend.pallas).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
+        path = tmp / f"clustered_{name}.py"
+        path.write_text(files[f"pallas/gpu_sm90/{name}.py"])
+        mods[name] = (spec, load_rendered(path, f"_clustered_{name}"))
+    return mods
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("name", [n for n, _ in CLUSTERED])
+def test_clustered_numerics_against_float64(clustered, name: str, shape) -> None:
+    spec, mod = clustered[name]
+    assert mod.CLUSTER_M * mod.CLUSTER_N == 2
+    check_numerics(spec, getattr(mod, name), shape)
+
+
+def check_numerics(spec: dict, fn, shape) -> None:
     import numpy as np
     from backends.pallas.common import Data, f64, jnp_dtype, reference
 
-    spec = spec_of(name)
-    mod = module(name)
     M, N, K = shape
     data = Data(spec, M, N, K, batch=3, tag="mgpu")
     a, b = data.operands()
     args = data.epilogue_args()
     out_shape = (*data.batch, M, N)
-    out = run_poisoned(getattr(mod, name), out_shape, jnp_dtype(spec["out"]["dtype"]), a, b, *[v for _, v in args])
+    out = run_poisoned(fn, out_shape, jnp_dtype(spec["out"]["dtype"]), a, b, *[v for _, v in args])
     assert out.shape == out_shape and out.dtype == jnp_dtype(spec["out"]["dtype"])
     got = f64(out.astype("float32"))
     assert not got.isnan().any(), "the kernel left part of the output unwritten (NaN poison) or produced NaN"
