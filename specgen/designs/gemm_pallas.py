@@ -12,6 +12,9 @@ persistent grid of one CTA per SM looping over output tiles, a memory warpgroup 
 `max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
 on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
 and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
+Options read from the spec: `cluster` 2x1 / 1x2 launches CTA pairs that load their shared operand's tile
+by TMA multicast (B along M, A along N; rule PAL007; the cluster barriers take the bytes the plain ones
+did, so the SMEM figure is unchanged), `schedule.raster` picks the band direction of `group_m`.
 
 Registered in specgen/designs/DESIGNS under ("gemm", Backend.pallas): resolve.py asks it for the
 memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
