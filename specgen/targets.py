@@ -72,7 +72,7 @@ _ROWS = (
     _gpu(Backend.cute, "sm100", "sm100", issues_mma=True, tma_boxes=True, clusters=True),
     _tpu("tpu_v5e"), _tpu("tpu_v5p"), _tpu("tpu_v6e"), _tpu("tpu_v7x"),
     # Pallas Mosaic GPU runs on an sm90 device: wgmma with raw TMA boxes, one CTA per program.
-    _gpu(Backend.pallas, "gpu_sm90", "sm90", issues_mma=True, tma_boxes=True, clusters=False),
+    _gpu(Backend.pallas, "gpu_sm90", "sm90", issues_mma=True, tma_boxes=True, clusters=True),
 )
 _BACKEND_ORDER = list(Backend)
 TARGETS: dict[str, TargetInfo] = {t.name: t for t in sorted(_ROWS, key=lambda t: _BACKEND_ORDER.index(t.backend))}
@@ -101,6 +101,6 @@ def is_tpu_target(t: object) -> bool:
 
 def is_mgpu_target(t: object) -> bool:
     """A Mosaic GPU target: the pallas backend on an SMEM row (the Pallas design's wgmma kernel, raw TMA
-    boxes); the design renders it and the PAL004-PAL006 rules concern it."""
+    boxes); the design renders it and the PAL004-PAL007 rules concern it."""
     info = _row(t)
     return info.backend is Backend.pallas and info.memory == "smem"

@@ -174,8 +174,11 @@ def pallas_variants():
                 yield {**s, "targets": targets, "variants": [], "per_target": {}}
     for i, (batch, a, b, target) in enumerate(itertools.product([False, True], ["k", "mn"], ["k", "mn"],
                                                                 ["pallas:tpu_v5e", "pallas:gpu_sm90"])):
+        # (Mosaic GPU: a 2-CTA cluster along M or N, and both rasters)
+        gpu = {} if target.endswith("v5e") else {"cluster": {"m": 2, "n": 1} if a == "k" else {"m": 1, "n": 2},
+                                                 "schedule": {"raster": "along_n" if b == "k" else "along_m"}}
         yield spec_of(f"p{i}", EVERY_OP, batch=batch, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b},
-                      tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target])
+                      tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target], **gpu)
 
 
 def render_pallas_module(ls) -> str:

@@ -63,7 +63,7 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
-    "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
+    "PAL007": {"pallas:gpu_sm90"}, "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -461,6 +461,17 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["a warpgroup's 128x96 slice is not a whole number of 64x64 epilogue subtiles"], ("tile",))),
     ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 24, 64)},
      ("error", ["tile.n = 24 splits into 2 warpgroup slices of 12"], ("tile", "n"))),
+    # PAL007: Mosaic GPU clusters are one CTA or a pair along M or N, whose shared tile splits in two
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}}, None),
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 1, "n": 2}}, None),
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 2}},
+     ("error", ["cluster 2x2: the pallas:gpu_sm90 kernel launches 1x1, 2x1 or 1x2 clusters"], ("cluster",))),
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 4, "n": 1}},
+     ("error", ["cluster 4x1: the pallas:gpu_sm90 kernel launches 1x1, 2x1 or 1x2 clusters"], ("cluster",))),
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 16, 64)}, None),
+    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 24, 64)},
+     ("error", ["cluster 2x1 multicasts a 24-wide tile (tile.n) in two halves of 12: not a multiple of 8 rows"],
+      ("tile",))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},

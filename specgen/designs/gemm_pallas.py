@@ -12,6 +12,9 @@ persistent grid of one CTA per SM looping over output tiles, a memory warpgroup 
 `max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
 on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
 and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
+Options read from the spec: `cluster` 2x1 / 1x2 launches CTA pairs that load their shared operand's tile
+by TMA multicast (B along M, A along N; rule PAL007; the cluster barriers take the bytes the plain ones
+did, so the SMEM figure is unchanged), `schedule.raster` picks the band direction of `group_m`.
 
 Registered in specgen/designs/DESIGNS under ("gemm", Backend.pallas): resolve.py asks it for the
 memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
@@ -153,7 +156,10 @@ class PallasMgpuPlan(PallasModule):
     out_min: int
     memory_registers: int
     group_m: int
+    raster_dim: int  # planar_snake's minor dim: 0 bands of group_m tile rows (raster along_m), 1 of columns
     persistent: bool
+    cluster_m: int  # CTAs per cluster along M / N (1x1, 2x1 or 1x2): the pair multicasts its shared operand
+    cluster_n: int
     num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
     smem_bytes: int  # the SMEM001 figure; equal to what Mosaic GPU allocates
     smem_breakdown: str
@@ -340,7 +346,10 @@ class PallasGemmDesign:
             out_min=TMA_MIN_BYTES // o_b,
             memory_registers=MGPU_MEMORY_REGISTERS,
             group_m=spec.schedule.group_m,
+            raster_dim=0 if spec.schedule.raster == "along_m" else 1,
             persistent=spec.schedule.persistent,
+            cluster_m=spec.cluster.m,
+            cluster_n=spec.cluster.n,
             num_sms=gpu.num_sms_example,
             smem_bytes=ctx.budget.total,
             smem_breakdown=ctx.budget.breakdown(),

@@ -378,7 +378,8 @@ def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
 @rule("CLU001", "cluster size", is_gpu)
 def cluster_size(ctx: RuleContext) -> Iterator[Finding]:
     """Portable clusters hold at most 8 CTAs; sm90 allows 16 with the non-portable opt-in and 17 fails
-    (measured, cudaOccupancyMaxPotentialClusterSize). Triton and Pallas launch no clusters here."""
+    (measured, cudaOccupancyMaxPotentialClusterSize). Triton and Pallas TPU launch no clusters; Pallas
+    Mosaic GPU launches the pairs PAL007 allows."""
     c = ctx.spec.cluster
     if c.size == 1:
         return
@@ -597,6 +598,26 @@ def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
     if t.m % lay.epi_m or wg_n % lay.epi_n:
         yield Finding("PAL006", "error", f"a warpgroup's {t.m}x{wg_n} slice is not a whole number of {lay.epi_m}x{lay.epi_n} "
                       "epilogue subtiles", f"use tile.n a multiple of {2 * lay.epi_n}", ("tile",))
+
+
+@rule("PAL007", "Mosaic GPU clusters", is_mgpu_target)
+def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
+    """The Mosaic GPU kernel launches a cluster of one CTA or a pair along M or N (JAX's Hopper matmul,
+    pallas/ops/gpu/hopper_matmul_mgpu.py `cluster_dimension`): the pair shares its common operand's tile,
+    each CTA loading half of it by TMA multicast (`BlockSpec(collective_axes=("cluster",))`), so that
+    tile must split in two whole 8-row TMA boxes: tile.n for a pair along M (B shared), tile.m along N.
+    A persistent grid holds num_sms / 2 pairs."""
+    c, t = ctx.spec.cluster, ctx.spec.tile
+    if c.size == 1:
+        return
+    if c.size != 2:
+        yield Finding("PAL007", "error", f"cluster {c.m}x{c.n}: the {ctx.target} kernel launches 1x1, 2x1 or 1x2 clusters",
+                      "use cluster = { m = 2, n = 1 } or { m = 1, n = 2 }", ("cluster",))
+        return
+    shared, extent = ("tile.n", t.n) if c.m == 2 else ("tile.m", t.m)
+    if extent % 16:
+        yield Finding("PAL007", "error", f"cluster {c.m}x{c.n} multicasts a {extent}-wide tile ({shared}) in two halves of "
+                      f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
 
 
 # --- split-K -------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
     "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
     "OUT_SWIZZLE", "SMEM_BYTES", "min", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
+    "CLUSTER_M", "CLUSTER_N", "RASTER_DIM",
 }) | CUTE_MODULE_NAMES
 
 # Every other identifier the generated code uses: kernel parameters and locals, launcher locals,
@@ -103,6 +104,8 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "collective_axes", "compute_context", "delay_release", "grid_names", "lowering_semantics",
     "max_concurrent_steps", "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name",
     "transforms", "wait_read_only", "wg_axis",
+    # (2-CTA clusters: the CTA's place in its pair, the launch keywords)
+    "cta", "cluster", "cluster_names",
 })
 
 OPERANDS = frozenset({"a", "b", "out"})

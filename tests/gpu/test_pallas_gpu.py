@@ -53,17 +53,60 @@ def run_poisoned(fn, out_shape, out_dtype, *args):
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
 @pytest.mark.parametrize("name", NAMES)
 def test_numerics_against_float64(name: str, shape) -> None:
+    check_numerics(spec_of(name), getattr(module(name), name), shape)
+
+
+# 2-CTA clusters (TMA multicast of the shared operand) and the column-band raster, rendered here from
+# catalogue specs: the same numerics on the same shapes (pairs past the last tile row / column included).
+CLUSTERED = [("gemm_bias_gelu_bf16", {"cluster": {"m": 2, "n": 1}}),
+             ("bmm_bf16", {"cluster": {"m": 2, "n": 1}}),
+             ("gemm_residual_bf16", {"cluster": {"m": 1, "n": 2}, "schedule": {"raster": "along_n"}}),
+             ("gemm_fp8_rowwise", {"cluster": {"m": 1, "n": 2}})]
+
+
+@pytest.fixture(scope="module")
+def clustered(tmp_path_factory):
+    import json
+
+    from specgen.compile import load_rendered
+    from specgen.designs import design_for
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+    from specgen.targets import Backend
+
+    tmp, mods = tmp_path_factory.mktemp("clustered"), {}
+    for name, over in CLUSTERED:
+        spec = {k: v for k, v in spec_of(name).items() if k != "per_target"}
+        for section, keys in over.items():
+            spec[section] = {**spec.get(section, {}), **keys}
+        spec["targets"] = ["pallas:gpu_sm90"]
+        (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
+        (target,) = loaded.spec.targets
+        files = design_for("gemm", Backend.pallas).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
+        path = tmp / f"clustered_{name}.py"
+        path.write_text(files[f"pallas/gpu_sm90/{name}.py"])
+        mods[name] = (spec, load_rendered(path, f"_clustered_{name}"))
+    return mods
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("name", [n for n, _ in CLUSTERED])
+def test_clustered_numerics_against_float64(clustered, name: str, shape) -> None:
+    spec, mod = clustered[name]
+    assert mod.CLUSTER_M * mod.CLUSTER_N == 2
+    check_numerics(spec, getattr(mod, name), shape)
+
+
+def check_numerics(spec: dict, fn, shape) -> None:
     import numpy as np
     from backends.pallas.common import Data, f64, jnp_dtype, reference
 
-    spec = spec_of(name)
-    mod = module(name)
     M, N, K = shape
     data = Data(spec, M, N, K, batch=3, tag="mgpu")
     a, b = data.operands()
     args = data.epilogue_args()
     out_shape = (*data.batch, M, N)
-    out = run_poisoned(getattr(mod, name), out_shape, jnp_dtype(spec["out"]["dtype"]), a, b, *[v for _, v in args])
+    out = run_poisoned(fn, out_shape, jnp_dtype(spec["out"]["dtype"]), a, b, *[v for _, v in args])
     assert out.shape == out_shape and out.dtype == jnp_dtype(spec["out"]["dtype"])
     got = f64(out.astype("float32"))
     assert not got.isnan().any(), "the kernel left part of the output unwritten (NaN poison) or produced NaN"
@@ -137,6 +180,34 @@ def test_torch_entry_shares_memory_through_dlpack() -> None:
     torch.testing.assert_close(out.float(), (a.double() @ w.double().t()).float(), atol=1e-1, rtol=1e-2)
     j = jax.numpy.ones((64, 64), jax.numpy.bfloat16)
     assert rt.to_torch(j).data_ptr() == j.unsafe_buffer_pointer()  # jax -> torch: no copy
+
+
+def test_torch_entry_short_path_shares_memory_and_orders_streams() -> None:
+    """The torch entry's short DLPack path (one stream handshake per call, capsules without one): the
+    arrays alias the tensors, and work torch queued on a side stream just before the call (filling A and
+    B) is seen by the kernel; the result is ready on torch's stream (read right after, no sync)."""
+    import torch
+
+    from specgen.runtime import jax as rt
+
+    mod = module("gemm_bias_gelu_bf16")
+    a = torch.empty(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.empty(768, 1024, device="cuda", dtype=torch.bfloat16)
+    bias = torch.empty(768, device="cuda", dtype=torch.bfloat16)
+    ja, jw, jb = rt.torch_to_jax("t", (("a", a, False), ("w", w, False), ("bias", bias, False)))
+    assert (ja.unsafe_buffer_pointer(), jw.unsafe_buffer_pointer(), jb.unsafe_buffer_pointer()) == \
+        (a.data_ptr(), w.data_ptr(), bias.data_ptr())
+    side = torch.cuda.Stream()
+    for round_ in range(3):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # keep the stream busy, so a missing handshake reads stale data
+            a.normal_(generator=torch.Generator(device="cuda").manual_seed(round_))
+            w.normal_(generator=torch.Generator(device="cuda").manual_seed(100 + round_)).mul_(1 / 32)
+            bias.normal_(generator=torch.Generator(device="cuda").manual_seed(200 + round_))
+            out = mod.gemm_bias_gelu_bf16_torch(a, w.t(), bias)
+            want = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double(), approximate="tanh")
+            torch.testing.assert_close(out.double(), want, atol=3e-2, rtol=2e-2)
+    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(c) for c in CONFIGS])

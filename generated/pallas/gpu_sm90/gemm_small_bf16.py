@@ -131,7 +131,10 @@ METADATA = {
     'out_min': 8,
     'memory_registers': 40,
     'group_m': 8,
+    'raster_dim': 0,
     'persistent': False,
+    'cluster_m': 1,
+    'cluster_n': 1,
     'num_sms': 132,
     'smem_bytes': 114752,
     'smem_breakdown': 'A/B 4 x 24592 = 98368 + epilogue 16384',
@@ -150,8 +153,12 @@ STAGES, WGMMA_IN_FLIGHT = 4, 1
 EPI_M, EPI_N, OUT_SLOTS = 64, 64, 1
 # SMEM swizzles (bytes) of the A, B and output tiles.
 A_SWIZZLE, B_SWIZZLE, OUT_SWIZZLE = 128, 128, 128
-# Tile order (spec: schedule): bands of GROUP_M tile rows; PERSISTENT: one CTA per SM.
-GROUP_M, PERSISTENT = 8, False
+# Tile order (spec: schedule): bands of GROUP_M tile rows (RASTER_DIM 0) or columns (1); PERSISTENT: one
+# CTA per SM.
+GROUP_M, RASTER_DIM, PERSISTENT = 8, 0, False
+# CTAs per cluster along M and N (spec: cluster): a pair shares its common operand's tile, each CTA
+# loading half of it by TMA multicast (B for a pair along M, A for a pair along N).
+CLUSTER_M, CLUSTER_N = 1, 1
 # SMEM the kernel allocates (== Mosaic GPU's own figure): A/B 4 x 24592 = 98368 + epilogue 16384.
 SMEM_BYTES = 114752
 
@@ -188,7 +195,7 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
         @plgpu.nd_loop((m_tiles * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            mi, ni = plgpu.planar_snake(lin, (m_tiles, n_tiles), 0, GROUP_M)
+            mi, ni = plgpu.planar_snake(lin, (m_tiles, n_tiles), RASTER_DIM, GROUP_M)
             a_view, b_view, out_view = a_gmem, b_gmem, out_gmem
             wg_cols = pl.ds(wg * WG_N, WG_N)
 
@@ -279,9 +286,12 @@ def gemm_small_bf16(a, b) -> jax.Array:
 
 def gemm_small_bf16_torch(a, b):
     """The torch entry point: CUDA tensors in the logical shapes the Triton launcher takes (A (M, K),
-    B (K, N)), shared with jax through DLPack (no copies). Returns a torch tensor on the same device."""
-    result = gemm_small_bf16(
-        _rt.from_torch(NAME, "a", a, transpose=False),
-        _rt.from_torch(NAME, "b", b, transpose=True),
-    )
-    return _rt.to_torch(result)
+    B (K, N)), shared with jax through DLPack (no copies; jax waits once for torch's stream). Returns a
+    torch tensor on the same device, ready on torch's current stream."""
+    _mg.require_gpu(NAME)
+    a, b = _rt.torch_to_jax(NAME, (
+        ("a", a, False),
+        ("b", b, True),
+    ))
+    # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
+    return _rt.to_torch(_call(a, b))

@@ -104,6 +104,40 @@ def test_traced_shapes_cover_tails_m1_and_empty_k(modules, name: str, shape) -> 
     assert out.shape == (*lead, M, N) and out.dtype == jnp_dtype(MGPU[name]["out"]["dtype"])
 
 
+CLUSTERED = [("bmm_bf16", {"cluster": {"m": 2, "n": 1}}),
+             ("gemm_residual_bf16", {"cluster": {"m": 1, "n": 2}, "schedule": {"raster": "along_n"}}),
+             ("gemm_fp8_rowwise", {"cluster": {"m": 2, "n": 1}, "schedule": {"group_m": 4}})]
+
+
+@pytest.mark.parametrize(("name", "over"), CLUSTERED, ids=[n for n, _ in CLUSTERED])
+def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: dict) -> None:
+    """A 2-CTA cluster (spec: cluster) renders a kernel launched in pairs whose shared operand is loaded
+    by TMA multicast (B for a pair along M, A along N), and schedule.raster picks planar_snake's minor
+    dim; lowered for CUDA on this CPU machine, Mosaic GPU allocates exactly the plan's SMEM (the cluster
+    barriers take the bytes the plain ones did), and tracing covers tails, M = 1 and K = 0."""
+    from specgen.designs.gemm_pallas_compile import compile_module
+    from specgen.targets import TARGETS
+
+    spec = {k: v for k, v in MGPU[name].items() if k != "per_target"}
+    for section, keys in over.items():
+        spec[section] = {**spec.get(section, {}), **keys}
+    mod, resolved = render(spec, tmp_path)
+    assert (spec["cluster"]["m"], spec["cluster"]["n"]) == (mod.CLUSTER_M, mod.CLUSTER_N)
+    assert (1 if spec.get("schedule", {}).get("raster") == "along_n" else 0) == mod.RASTER_DIM
+    text = Path(mod.__file__).read_text()
+    assert "cluster=(CLUSTER_M * CLUSTER_N,)," in text and 'cluster_names=("cluster",)' in text
+    shared = "b_spec" if mod.CLUSTER_M == 2 else "a_spec"
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{shared} = plgpu.BlockSpec("))
+    assert 'collective_axes=("cluster",)' in lines[at + 1]  # the shared operand's spec, and only it
+    assert text.count('collective_axes=("cluster",)') == 1
+    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert (r.compiler_smem, r.error) == (mod.SMEM_BYTES, "") and resolved.budget.total == mod.SMEM_BYTES
+    for M, N, K in SHAPES:
+        out = jax.eval_shape(mod._call, *structs(spec, M, N, K))
+        assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
+
+
 def test_tma_extents() -> None:
     from specgen.runtime import mgpu
 
@@ -143,8 +177,28 @@ def test_a_call_without_a_cuda_device_says_so(modules) -> None:
     with pytest.raises(RuntimeError, match="gemm_bf16: Mosaic GPU kernels run on an sm90 CUDA device; jax's "
                                            "default backend is 'cpu'"):
         mod.gemm_bf16(a, w)
-    with pytest.raises(RuntimeError, match="sm90 CUDA device"):  # the torch entry converts, then refuses
+    with pytest.raises(RuntimeError, match="sm90 CUDA device"):  # the torch entry refuses before converting
         mod.gemm_bf16_torch(torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(256, 128, dtype=torch.bfloat16).t())
+
+
+def test_torch_to_jax_on_cpu_tensors_and_its_errors() -> None:
+    """CPU tensors take jax's own DLPack import (the short path is CUDA's): the arrays alias the tensors,
+    a transposed view is read in its stored layout, and a tensor that is not contiguous in the layout
+    the kernel reads, or not a tensor, is refused naming the argument."""
+    import torch
+
+    from specgen.runtime import jax as rt
+
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    w = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    ja, jw = rt.torch_to_jax("f", (("a", a, False), ("b", w.t(), True)))
+    assert ja.shape == (3, 4) and jw.shape == (2, 4)
+    np.testing.assert_array_equal(np.asarray(jw), w.numpy())
+    assert ja.unsafe_buffer_pointer() == a.data_ptr()
+    with pytest.raises(ValueError, match="f: argument 'b' .* must be contiguous with its last two dims transposed"):
+        rt.torch_to_jax("f", (("a", a, False), ("b", w, True)))
+    with pytest.raises(TypeError, match="f: argument 'a' must be a torch.Tensor, got ndarray"):
+        rt.torch_to_jax("f", (("a", a.numpy(), False),))
 
 
 def test_arrays_on_several_devices_are_refused(tmp_path) -> None:
