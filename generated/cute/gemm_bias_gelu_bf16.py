@@ -446,6 +446,10 @@ def gemm_kernel(
             release.reset_count()
             acc_regs.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            m0, n0, lb = tm * cfg.tile_m, tn * cfg.tile_n, tl  # the tile's first subtile
+            # prefetch the vector operands of the tile's first subtile: their loads fly under the mainloop
+            for ei in cutlass.range_constexpr(sub_size):
+                r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
             cute.nvgpu.warpgroup.fence()
             for k in range(k_tiles):
                 ab_pipe.consumer_wait(read)
@@ -471,9 +475,6 @@ def gemm_kernel(
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             for si in cutlass.range_constexpr(subs):
                 sub_crd = sub_grid.get_hier_coord(si)
-                m0, n0, lb = tm * cfg.tile_m + sub_crd[0] * cfg.epi_m, tn * cfg.tile_n + sub_crd[1] * cfg.epi_n, tl
-                for ei in cutlass.range_constexpr(sub_size):
-                    r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
                 for ei in cutlass.range_constexpr(sub_size):
                     r_acc[ei] = tRS_acc[si * sub_size + ei]
                 acc = r_acc.load()
@@ -484,6 +485,12 @@ def gemm_kernel(
                 half = 0.5 * acc
                 acc = half + half * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)
                 r_out.store(acc.to(OUT_DTYPE))
+                if cutlass.const_expr(si + 1 < subs):
+                    # prefetch the next subtile's vector operands: their loads fly under this subtile's store
+                    m0 = tm * cfg.tile_m + sub_grid.get_hier_coord(si + 1)[0] * cfg.epi_m
+                    n0 = tn * cfg.tile_n + sub_grid.get_hier_coord(si + 1)[1] * cfg.epi_n
+                    for ei in cutlass.range_constexpr(sub_size):
+                        r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
                 buf = epi_base + (stored + si) % cfg.epi_stages
                 cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA

@@ -447,6 +447,7 @@ def gemm_kernel(
             release.reset_count()
             acc_regs.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            m0, n0, lb = tm * cfg.tile_m, tn * cfg.tile_n, tl  # the tile's first subtile
             cute.nvgpu.warpgroup.fence()
             for k in range(k_tiles):
                 ab_pipe.consumer_wait(read)
@@ -472,7 +473,8 @@ def gemm_kernel(
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             for si in cutlass.range_constexpr(subs):
                 sub_crd = sub_grid.get_hier_coord(si)
-                m0, n0, lb = tm * cfg.tile_m + sub_crd[0] * cfg.epi_m, tn * cfg.tile_n + sub_crd[1] * cfg.epi_n, tl
+                # operands gathered at their subtile (held any longer beside the accumulator they would spill)
+                m0, n0 = tm * cfg.tile_m + sub_crd[0] * cfg.epi_m, tn * cfg.tile_n + sub_crd[1] * cfg.epi_n
                 for ei in cutlass.range_constexpr(sub_size):
                     r_c[ei] = mc[cutlass.min(m0 + crd[ei][0], M - 1), cutlass.min(n0 + crd[ei][1], N - 1), lb].to(cutlass.Float32)
                 for ei in cutlass.range_constexpr(sub_size):
