@@ -15,7 +15,13 @@ import torch
 from kernels import MINIMAL_SPEC, catalogue
 
 from specgen.designs import design_for
-from specgen.designs.gemm_cute_sm90 import PREFETCH_REGISTERS, cute_config, epilogue_tile, mma_warpgroups, prefetch_vectors
+from specgen.designs.gemm_cute_sm90 import (
+    PREFETCH_REGISTERS,
+    cute_config,
+    epilogue_tile,
+    mma_warpgroups,
+    prefetch_vectors,
+)
 from specgen.designs.gemm_cute_sm90_compile import compile_module
 from specgen.render.catalogue import render_modules
 from specgen.resolve import memory, resolve
