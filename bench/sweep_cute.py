@@ -51,24 +51,20 @@ WIDE = [(8192, 8192, 8192), (4096, 14336, 4096)]
 
 BF16 = [
     cand("coop 128x256x64 2x1", tile(128, 256, 64), (2, 1)),
-    cand("coop 128x256x64 1x2", tile(128, 256, 64), (1, 2)),
+    cand("pingpong 128x128x64 2x1", tile(128, 128, 64), (2, 1), schedule="pingpong"),
+    cand("coop 128x256x64 1x2", tile(128, 256, 64), (1, 2), shapes=[*WIDE, (8192, 1024, 8192)]),
     cand("coop 128x256x64 2x1 along_n", tile(128, 256, 64), (2, 1), raster="along_n", shapes=WIDE),
     cand("coop 128x256x64 2x1 group 16", tile(128, 256, 64), (2, 1), group_m=16, shapes=WIDE),
     cand("coop 256x128x64 2x1", tile(256, 128, 64), (2, 1), wgs=2, shapes=WIDE),
-    cand("pingpong 128x128x64 2x1", tile(128, 128, 64), (2, 1), schedule="pingpong"),
-    cand("pingpong 128x128x64 1x2", tile(128, 128, 64), (1, 2), schedule="pingpong"),
-    cand("pingpong 128x128x64 2x1 along_n", tile(128, 128, 64), (2, 1), schedule="pingpong", raster="along_n",
-         shapes=WIDE),
+    cand("pingpong 128x128x64 1x2", tile(128, 128, 64), (1, 2), schedule="pingpong", shapes=GEMM_SHAPES[:3]),
 ]
 FP8 = [
-    cand("coop 128x256x128 2x1", tile(128, 256, 128), (2, 1), shapes=FP8_SHAPES[:2]),
-    cand("coop 64x128x128 1x1", tile(64, 128, 128), shapes=FP8_SHAPES[2:]),
     cand("pingpong 128x128x128 2x1", tile(128, 128, 128), (2, 1), schedule="pingpong", shapes=FP8_SHAPES[:2]),
+    cand("coop 64x128x128 1x1", tile(64, 128, 128), shapes=FP8_SHAPES[2:]),
+    cand("coop 128x256x128 2x1", tile(128, 256, 128), (2, 1), shapes=FP8_SHAPES[:2]),
     cand("pingpong 128x128x128 1x2", tile(128, 128, 128), (1, 2), schedule="pingpong", shapes=FP8_SHAPES[:2]),
-    cand("pingpong 64x128x128 1x1", tile(64, 128, 128), schedule="pingpong", shapes=FP8_SHAPES[2:]),
 ]
-GELU = [c for c in BF16 if c["label"] in ("coop 128x256x64 2x1", "coop 128x256x64 1x2", "pingpong 128x128x64 2x1",
-                                          "pingpong 128x128x64 1x2")]
+GELU = [c for c in BF16 if c["label"] in ("coop 128x256x64 2x1", "pingpong 128x128x64 2x1")]
 # Measured before (bench/results/2026-11-22-h200-cute-sweep.json): cooperative 128x256x64 1x1 (the first
 # default), ping-pong 128x128 without a cluster (15-30% behind), fp8 coop 128x256x128 1x1 and 64x128 tiles
 # on the large shapes (0.54-0.57x).
