@@ -461,7 +461,7 @@ def gemm_kernel(
         b_mask = cute.make_layout_image_mask(cta_layout, cluster_crd, mode=0)  # B goes to the CTAs of this cluster column
 
     # --- SMEM and the A/B pipeline (full barrier: TMA bytes landed; empty: every consumer warp done) --
-    storage = cutlass.utils.SmemAllocator().allocate(shared_storage(cfg))
+    storage = cutlass.memory.SmemAllocator().allocate(shared_storage(cfg))
     stage_bytes = cute.size_in_bytes(A_DTYPE, cute.slice_(sA_layout, (None, None, 0))) + cute.size_in_bytes(
         B_DTYPE, cute.slice_(sB_layout, (None, None, 0))
     )
