@@ -228,8 +228,8 @@ def make_raster(cfg: Config, tiles) -> cute.Layout:
     """The static persistent schedule's order: work index -> cluster coordinate (m, n, batch) over the
     clusters covering (tiles_m, tiles_n, batch). With group_m > 1 the clusters go in bands of group_m
     rows (group_rows: rows fastest inside a band, the band walked along N) or of group_m columns, the
-    band count rounded up (work past the real clusters is skipped), as CUTLASS's persistent scheduler
-    orders them. Work index w runs on persistent cluster w % grid_z, CTA (x, y) of its cluster taking
+    band count rounded up, as CUTLASS's persistent scheduler orders them (a padding cluster's tiles lie
+    past M or N: TMA reads them as zeros and stores none of them). Work index w runs on persistent cluster w % grid_z, CTA (x, y) of its cluster taking
     tile (m * cluster_m + x, n * cluster_n + y)."""
     clusters = cute.ceil_div(tiles, (cfg.cluster_m, cfg.cluster_n))
     if cutlass.const_expr(cfg.group_m == 1 and cfg.group_rows):  # bands of one row: N fastest

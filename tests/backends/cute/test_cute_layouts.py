@@ -115,7 +115,7 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path) -> None
 @pytest.mark.parametrize(("raster", "group_m"), [("along_m", 1), ("along_n", 1), ("along_m", 4), ("along_n", 4)])
 def test_tile_order_covers_ragged_grids_once(raster: str, group_m: int, tmp_path) -> None:
     """The kernel's own persistent schedule (make_raster) over 11 x 5 tiles and 2 batches, a 2x1 cluster
-    (6 x 5 clusters): bands round up (work past the real clusters is skipped), every cluster of every
+    (6 x 5 clusters): bands round up (padding clusters lie past the tiles), every cluster of every
     batch comes exactly once, and group_m = 1 walks a row (along_m: N fastest) or a column (along_n)."""
     import json
 
