@@ -29,7 +29,6 @@ from typing import NamedTuple
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 from cutlass.tensor_utils import LayoutEnum
@@ -247,11 +246,26 @@ def make_r2s_copy(tiled_mma: cute.TiledMma) -> cute.TiledCopy:
     )
 
 
-def make_schedule(cfg: Config, tiles) -> utils.PersistentTileSchedulerParams:
-    """The tile order over (tiles_m, tiles_n, batch). CUTLASS's raster_along_m=False is the band of
-    rows walked down M (its True bands columns)."""
-    return utils.PersistentTileSchedulerParams(tiles, (cfg.cluster_m, cfg.cluster_n, 1), cfg.group_m,
-                                               raster_along_m=not cfg.group_rows)
+def make_raster(cfg: Config, tiles) -> cute.Layout:
+    """The static persistent schedule's order: work index -> cluster coordinate (m, n, batch) over the
+    clusters covering (tiles_m, tiles_n, batch). With group_m > 1 the clusters go in bands of group_m
+    rows (group_rows: rows fastest inside a band, the band walked along N) or of group_m columns, the
+    band count rounded up, as CUTLASS's persistent scheduler orders them (a padding cluster's tiles lie
+    past M or N: TMA reads them as zeros and stores none of them). Work index w runs on persistent cluster w % grid_z, CTA (x, y) of its cluster taking
+    tile (m * cluster_m + x, n * cluster_n + y)."""
+    clusters = cute.ceil_div(tiles, (cfg.cluster_m, cfg.cluster_n))
+    if cutlass.const_expr(cfg.group_m == 1 and cfg.group_rows):  # bands of one row: N fastest
+        cm, cn, cl = clusters
+        return cute.make_layout(clusters, stride=(cn, 1, cm * cn))
+    if cutlass.const_expr(cfg.group_m == 1):  # bands of one column: M fastest
+        return cute.make_layout(clusters)
+    if cutlass.const_expr(cfg.group_rows):
+        cm, cn, cl = cute.round_up(clusters, (cfg.group_m, 1, 1))
+        return cute.make_layout(((cfg.group_m, cm // cfg.group_m), cn, cl),
+                                stride=((1, cfg.group_m * cn), cfg.group_m, cm * cn))
+    cm, cn, cl = cute.round_up(clusters, (1, cfg.group_m, 1))
+    return cute.make_layout((cm, (cfg.group_m, cn // cfg.group_m), cl),
+                            stride=(cfg.group_m, (1, cfg.group_m * cm), cm * cn))
 
 
 def _g2s(multicast: bool):
@@ -301,12 +315,13 @@ def gemm_host(
     )
 
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
-    sched = make_schedule(cfg, tiles)
-    grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, max_clusters)
+    raster = make_raster(cfg, tiles)
+    # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
+    grid = (cfg.cluster_m, cfg.cluster_n, cutlass.min(cute.size(raster), max_clusters))
     gemm_kernel(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
-        tiled_mma, sA_layout, sB_layout, sOut_layout, sched, cfg,
+        tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
 
@@ -323,7 +338,7 @@ def gemm_kernel(
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
     sOut_layout: cute.ComposedLayout,
-    sched: utils.PersistentTileSchedulerParams,
+    raster: cute.Layout,
     cfg: cutlass.Constexpr,
 ):
     tidx, _, _ = cute.arch.thread_idx()
@@ -345,7 +360,7 @@ def gemm_kernel(
         b_mask = cute.make_layout_image_mask(cta_layout, cluster_crd, mode=0)  # B goes to the CTAs of this cluster column
 
     # --- SMEM and the A/B pipeline (full barrier: TMA bytes landed; empty: every consumer warp done) --
-    storage = cutlass.utils.SmemAllocator().allocate(shared_storage(cfg))
+    storage = cutlass.memory.SmemAllocator().allocate(shared_storage(cfg))
     stage_bytes = cute.size_in_bytes(A_DTYPE, cute.slice_(sA_layout, (None, None, 0))) + cute.size_in_bytes(
         B_DTYPE, cute.slice_(sB_layout, (None, None, 0))
     )
@@ -377,15 +392,23 @@ def gemm_kernel(
     )
     pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
 
+    # --- the static persistent schedule: this cluster's first work index, the stride, the CTA's offset -
+    bidx, bidy, bidz = cute.arch.block_idx()
+    work_count = cute.size(raster)
+    work_stride = cute.arch.grid_dim()[2]
+    cta_m, cta_n = bidx % cfg.cluster_m, bidy % cfg.cluster_n
+
     if warpgroup == 0:
         # ================= producer: one warp streams A and B tiles through the stages ==============
         cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
         if warp == 0:
-            scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
-            work = scheduler.initial_work_tile_info()
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, cfg.ab_stages)
-            while work.is_valid_tile:
-                tm, tn, tl = work.tile_idx
+            work = cutlass.Int32(bidz)
+            while work < work_count:
+                cluster_of = raster.get_flat_coord(work)  # this work index's cluster, then this CTA's tile in it
+                tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
+                tn = cute.arch.make_warp_uniform(cluster_of[1] * cfg.cluster_n + cta_n)
+                tl = cute.arch.make_warp_uniform(cluster_of[2])
                 a_tiles = tAgA[(None, tm, None, tl)]
                 b_tiles = tBgB[(None, tn, None, tl)]
                 state.reset_count()
@@ -396,8 +419,7 @@ def gemm_kernel(
                     cute.copy(tma_b, b_tiles[(None, state.count)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=b_mask)
                     ab_pipe.producer_commit(state)
                     state.advance()
-                scheduler.advance_to_next_work()
-                work = scheduler.get_current_work()
+                work += work_stride
             ab_pipe.producer_tail(state)
     else:
         # ================= consumers: wgmma over the stages, then the fused epilogue ================
@@ -434,18 +456,24 @@ def gemm_kernel(
         store_warp = 4 + 4 * turn  # the tile's first warp issues its TMA stores
         epi_base = cfg.epi_stages * turn  # this warpgroup's subtile buffers
 
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        work = cutlass.Int32(bidz)
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
-        work = scheduler.get_current_work()
         stored = cutlass.Int32(0)  # subtiles this warpgroup has stored (rotates the SMEM buffers)
-        while work.is_valid_tile:
-            tm, tn, tl = work.tile_idx
+        while work < work_count:
+            cluster_of = raster.get_flat_coord(work)  # this work index's cluster, then this CTA's tile in it
+            tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
+            tn = cute.arch.make_warp_uniform(cluster_of[1] * cfg.cluster_n + cta_n)
+            tl = cute.arch.make_warp_uniform(cluster_of[2])
             # ---- mainloop: keep one wgmma batch in flight, release each stage once its batch retired
             read.reset_count()
             release.reset_count()
             acc_regs.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            m0, n0, lb = tm * cfg.tile_m, tn * cfg.tile_n, tl  # the tile's first subtile
+            # prefetch the vector operands of the tile's first subtile: their loads fly under the mainloop
+            for ei in cutlass.range_constexpr(sub_size):
+                r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
             cute.nvgpu.warpgroup.fence()
             for k in range(k_tiles):
                 ab_pipe.consumer_wait(read)
@@ -471,9 +499,6 @@ def gemm_kernel(
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             for si in cutlass.range_constexpr(subs):
                 sub_crd = sub_grid.get_hier_coord(si)
-                m0, n0, lb = tm * cfg.tile_m + sub_crd[0] * cfg.epi_m, tn * cfg.tile_n + sub_crd[1] * cfg.epi_n, tl
-                for ei in cutlass.range_constexpr(sub_size):
-                    r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
                 for ei in cutlass.range_constexpr(sub_size):
                     r_acc[ei] = tRS_acc[si * sub_size + ei]
                 acc = r_acc.load()
@@ -484,6 +509,12 @@ def gemm_kernel(
                 half = 0.5 * acc
                 acc = half + half * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)
                 r_out.store(acc.to(OUT_DTYPE))
+                if cutlass.const_expr(si + 1 < subs):
+                    # prefetch the next subtile's vector operands: their loads fly under this subtile's store
+                    m0 = tm * cfg.tile_m + sub_grid.get_hier_coord(si + 1)[0] * cfg.epi_m
+                    n0 = tn * cfg.tile_n + sub_grid.get_hier_coord(si + 1)[1] * cfg.epi_n
+                    for ei in cutlass.range_constexpr(sub_size):
+                        r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
                 buf = epi_base + (stored + si) % cfg.epi_stages
                 cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA
@@ -494,8 +525,7 @@ def gemm_kernel(
                     store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
                 epi_barrier.arrive_and_wait()
             stored += subs
-            scheduler.advance_to_next_work(advance_count=2 if cfg.pingpong else 1)
-            work = scheduler.get_current_work()
+            work += work_stride * (2 if cfg.pingpong else 1)
         store_pipe.producer_tail()
 
 

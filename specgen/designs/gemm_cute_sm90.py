@@ -89,6 +89,23 @@ def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     return min(64, t.m), min(64 if spec.out.dtype.bytes == 1 else 32, t.n)
 
 
+# Registers a consumer thread may hold for prefetched vector operands (bias, row/column scales) beside its
+# accumulator: measured on the sm_90a compiles (ptxas, nvidia-cutlass-dsl 4.8.1): two vectors of 16 f32
+# each (fp8 rowwise, 128x128 ping-pong) stay spill-free; six (every vector op at once) spill.
+PREFETCH_REGISTERS = 32
+
+
+def prefetch_vectors(spec: GemmSpec, configs: list[CuteConfig]) -> bool:
+    """Whether the kernel gathers its vector operands one epilogue subtile ahead (the first subtile's
+    before the mainloop, the next one's under each subtile's TMA store) instead of at each subtile:
+    only when they fit PREFETCH_REGISTERS per thread in every config (a subtile's share of a thread is
+    epi_m x epi_n / tile threads per vector). Matrix operands (residual) are always gathered at their
+    subtile. Source: this design's SASS (tests/backends/cute: zero LDL/STL on every catalogue kernel)."""
+    vectors = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n"))
+    held = max(c.epi_m * c.epi_n // (WARPGROUP_THREADS * c.mma_warpgroups) for c in configs) * vectors
+    return 0 < held <= PREFETCH_REGISTERS
+
+
 def arch_flag(info: TargetInfo) -> str:
     """The compiler's arch: wgmma and setmaxnreg need the arch-specific target (sm_90a)."""
     return f"sm_{info.compute_capability}a"
@@ -209,6 +226,7 @@ class CuteSm90Plan:
     spec_json: dict[str, object]
     config: CuteConfig  # the default config
     variants: list[CuteConfig]  # size-selected, in the launcher's order
+    prefetch_vectors: bool  # vector operands gathered one subtile ahead (see prefetch_vectors)
 
     @property
     def any_pingpong(self) -> bool:
@@ -274,6 +292,7 @@ class CuteSm90Gemm:
         wgs = mma_warpgroups(spec)
         em, en = epilogue_tile(spec)
         batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
+        config, variants = cute_config(r), [cute_config(v) for v in r.variants]
         return CuteSm90Plan(
             name=spec.name,
             spec_file=loaded.file,
@@ -313,8 +332,9 @@ class CuteSm90Gemm:
             epi_bytes=budget.epilogue_bytes,
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             spec_json=loaded.spec.model_dump(mode="json"),
-            config=cute_config(r),
-            variants=[cute_config(v) for v in r.variants],
+            config=config,
+            variants=variants,
+            prefetch_vectors=prefetch_vectors(spec, [config, *variants]),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:

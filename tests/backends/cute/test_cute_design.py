@@ -15,7 +15,13 @@ import torch
 from kernels import MINIMAL_SPEC, catalogue
 
 from specgen.designs import design_for
-from specgen.designs.gemm_cute_sm90 import epilogue_tile, mma_warpgroups
+from specgen.designs.gemm_cute_sm90 import (
+    PREFETCH_REGISTERS,
+    cute_config,
+    epilogue_tile,
+    mma_warpgroups,
+    prefetch_vectors,
+)
 from specgen.designs.gemm_cute_sm90_compile import compile_module
 from specgen.render.catalogue import render_modules
 from specgen.resolve import memory, resolve
@@ -104,6 +110,29 @@ def test_every_epilogue_op_compiles_spill_free_with_the_plans_smem(tmp_path, mon
     assert not r.error, r.error
     assert r.compiler_smem == r.plan_smem
     assert r.sass["HGMMA"] > 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
+
+
+def _vectors(n: int, tile_m: int = 128, wgs: int = 1) -> tuple:
+    ops = [{"op": "bias", "along": "n", "dtype": "f32", "name": f"v{i}"} for i in range(n)]
+    spec = loaded({**MINIMAL_SPEC, "name": "vec", "epilogue": ops, "targets": ["cute:sm90"],
+                   "tile": {"m": tile_m, "n": 128, "k": 64}, "cute": {"mma_warpgroups": wgs}}).spec
+    return spec, [cute_config(resolve(spec, SM90))]
+
+
+def test_vector_operands_are_prefetched_while_they_fit_the_register_allowance():
+    # 64x32 subtiles over one warpgroup: 16 registers per vector; the allowance is 32
+    assert PREFETCH_REGISTERS == 32
+    assert prefetch_vectors(*_vectors(2))  # 32 registers: at the allowance
+    assert not prefetch_vectors(*_vectors(3))  # 48: over it, gathered at each subtile
+    assert not prefetch_vectors(*_vectors(0))  # nothing to prefetch
+    assert prefetch_vectors(*_vectors(2, tile_m=128, wgs=2))  # 128x32 subtiles over two warpgroups: 16 each
+    gelu = (ROOT / "generated" / "cute" / "gemm_bias_gelu_bf16.py").read_text()
+    body = gelu[gelu.index("acc_regs.fill(0.0)"):]
+    # the first subtile's bias is gathered before the mainloop, the next one's after the current subtile's ops
+    assert body.index("r_bias[ei] = mbias") < body.index("for k in range(k_tiles)")
+    assert "if cutlass.const_expr(si + 1 < subs):" in body
+    residual = (ROOT / "generated" / "cute" / "gemm_residual_bf16.py").read_text()  # matrix operands: at the subtile
+    assert "si + 1 < subs" not in residual and "# operands gathered at their subtile" in residual
 
 
 def test_guards_raise_before_launching():

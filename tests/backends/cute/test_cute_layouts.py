@@ -95,7 +95,7 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path) -> None
 
     @cute.jit
     def probe():
-        layout = m.make_schedule(m.CONFIG, (8, 8, 1)).problem_layout_ncluster_mnl
+        layout = m.make_raster(m.CONFIG, (8, 8, 1))
         for i in cutlass.range_constexpr(64):
             c = layout.get_flat_coord(i)
             order.append((c[0], c[1]))
@@ -110,3 +110,45 @@ def test_tile_order_is_grouped_like_the_spec_says(raster: str, tmp_path) -> None
         assert first == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0)]
         assert order[32] == (0, 4)
     assert sorted(order) == [(i, j) for i in range(8) for j in range(8)]
+
+
+@pytest.mark.parametrize(("raster", "group_m"), [("along_m", 1), ("along_n", 1), ("along_m", 4), ("along_n", 4)])
+def test_tile_order_covers_ragged_grids_once(raster: str, group_m: int, tmp_path) -> None:
+    """The kernel's own persistent schedule (make_raster) over 11 x 5 tiles and 2 batches, a 2x1 cluster
+    (6 x 5 clusters): bands round up (padding clusters lie past the tiles), every cluster of every
+    batch comes exactly once, and group_m = 1 walks a row (along_m: N fastest) or a column (along_n)."""
+    import json
+
+    from kernels import MINIMAL_SPEC
+
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
+
+    spec = {**MINIMAL_SPEC, "name": f"ragged_{raster}_{group_m}", "targets": ["cute:sm90"], "cluster": {"m": 2, "n": 1},
+            "schedule": {"persistent": True, "group_m": group_m, "raster": raster}}
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
+    (text,) = render_modules(ls, ls.spec.targets).values()
+    (tmp_path / "ragged.py").write_text(text)
+    m = load_rendered(tmp_path / "ragged.py")
+    import cutlass
+    import cutlass.cute as cute
+
+    order: list[tuple[int, int, int]] = []
+    count: list[int] = []
+
+    @cute.jit
+    def probe():
+        layout = m.make_raster(m.CONFIG, (11, 5, 2))  # clusters: 6 x 5 x 2
+        count.append(cute.size(layout))
+        for i in cutlass.range_constexpr(cute.size(layout)):
+            c = layout.get_flat_coord(i)
+            order.append((c[0], c[1], c[2]))
+
+    with dsl_arch(m.ARCH):
+        cute.compile(probe)
+    real = [c for c in order if c[0] < 6 and c[1] < 5]
+    assert sorted(real) == [(i, j, b) for i in range(6) for j in range(5) for b in range(2)]
+    # bands of 4 rows: 6 cluster rows round up to 8; of 4 columns: 5 round up to 8
+    assert count == [{1: 6 * 5 * 2, 4: (8 * 5 if raster == "along_m" else 6 * 8) * 2}[group_m]]
+    if group_m == 1:
+        assert order[:3] == ([(0, 0, 0), (0, 1, 0), (0, 2, 0)] if raster == "along_m" else [(0, 0, 0), (1, 0, 0), (2, 0, 0)])
