@@ -201,7 +201,7 @@ def shared_storage(cfg: Config):
 def _smem_layout(cfg: Config, layout: LayoutEnum, dtype, rows: int) -> cute.ComposedLayout:
     """A stage of an operand in SMEM: (rows, tile_k, stages), tiled from the widest swizzle atom its
     contiguous extent allows (128-byte swizzle for 64 bf16 / 128 fp8 of K)."""
-    k_major = layout.sm90_mma_major_mode() == cute.nvgpu.warpgroup.OperandMajorMode.K
+    k_major = layout.sm90_mma_major_mode() == cute.nvgpu.OperandMajorMode.K
     atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
         sm90_utils.get_smem_layout_atom(layout, dtype, cfg.tile_k if k_major else rows), dtype
     )
