@@ -41,7 +41,7 @@ class LaunchCacheOff:
         lc = self.launcher
         self.saved = dict(lc._compiled)
         lc._compiled.update({k: (*v[:4], None) for k, v in lc._compiled.items()})
-        lc.launch_cached = lambda args_key, device, grid: False
+        lc.launch_cached = lambda args_key, device: False
         return self
 
     def __exit__(self, *exc) -> None:
@@ -124,9 +124,9 @@ def layers(calls: int) -> dict[str, float]:
     got["gemm_bf16 whole call"] = host_us(lambda: mod.gemm_bf16(a, b, out=out), calls)
     got["  _run"] = host_us(lambda: mod._run(a, b, out), calls)
     got["  _check"] = host_us(lambda: mod._check(a, b, out), calls)
-    (stream, args_key), (c_launch, rest, _) = next(iter(mod._launcher._expanded.items()))
-    got["  launch_cached (grid 1)"] = host_us(lambda: mod._launcher.launch_cached(args_key, 0, 1), calls)
-    got["  C launch alone (grid 1)"] = host_us(lambda: c_launch(1, 1, 1, stream, *rest), calls)
+    (stream, args_key), (c_launch, launch_args) = next(iter(mod._launcher._expanded.items()))
+    got["  launch_cached"] = host_us(lambda: mod._launcher.launch_cached(args_key, 0), calls)
+    got["  C launch alone"] = host_us(lambda: c_launch(*launch_args), calls)
     got["  args key (3 data_ptr + tuple)"] = host_us(
         lambda: (0, (3, True), a.data_ptr(), 64, 64, 64, b.data_ptr(), 64, 64, out.data_ptr(), 64), calls)
     got["  hooks check"] = host_us(L._hooks_active, calls)
@@ -136,9 +136,9 @@ def layers(calls: int) -> dict[str, float]:
     args = (a, b, out, 64, 64, 64, a.stride(-2), b.stride(-1), 64)
     got["  direct launch, tensors (grid 1)"] = host_us(
         lambda: launch(1, 1, 1, stream, *leading, *args, *slots), calls)
-    (p_stream, p_key), (p_launch, p_rest, _) = next(iter(ptr_mod._launcher._expanded.items()))
-    got["  launch_cached (grid 1)"] = host_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0, (1, 1, 1)), calls)
-    got["  C launch alone, addresses (grid 1)"] = host_us(lambda: p_launch(1, 1, 1, p_stream, *p_rest), calls)
+    (p_stream, p_key), (p_launch, p_args) = next(iter(ptr_mod._launcher._expanded.items()))
+    got["  launch_cached"] = host_us(lambda: ptr_mod._launcher.launch_cached(p_key, 0), calls)
+    got["  C launch alone, addresses"] = host_us(lambda: p_launch(*p_args), calls)
     got["torch.compiler.is_compiling"] = host_us(torch.compiler.is_compiling, calls)
     got["torch.empty 64x64"] = host_us(lambda: torch.empty((64, 64), device=a.device, dtype=a.dtype), calls)
     for k, v in got.items():

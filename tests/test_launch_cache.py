@@ -204,15 +204,12 @@ def test_built_and_cached_launches_pass_what_tritons_launcher_passes(shape, gpu_
     tl(0, ("key",), 300, args, {}, persistent=True, args_key=args_key)
     built = recorded.pop()
     assert address(built) == reference
-    assert tl.launch_cached(args_key, 0, 300)
+    assert tl.launch_cached(args_key, 0)
     repeated = recorded.pop()
-    assert repeated == built and address(repeated) == reference
+    # the grid (capped at the SM count) and stream included: the grid is a function of the key's sizes
+    assert repeated == built and repeated[:4] == (132, 1, 1, 77) and address(repeated) == reference
     assert not holds_tensor(repeated)  # addresses only: the cache keeps no caller's tensor alive
     assert len(encoded) == 2 + 2  # the reference's two encodings, the built launch's two, none when repeated
-
-    # a grid of its own per call; the rest is what was built
-    assert tl.launch_cached(args_key, 0, 5)
-    assert recorded.pop() == (5, 1, 1, 77, *built[4:])
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -225,12 +222,12 @@ def test_a_new_key_builds_afresh_and_never_launches_a_stale_entry(shape, gpu_fre
     tl(0, ("key",), (4, 1, 1), kernel_args(big[:64, :64], b, ws), {}, args_key=first_key)
     first = recorded.pop()
     other = big[64:128, :64]  # another address, the same shape
-    assert not tl.launch_cached((0, ("key",), other.data_ptr(), 64), 0, (4, 1, 1)) and not recorded
+    assert not tl.launch_cached((0, ("key",), other.data_ptr(), 64), 0) and not recorded
     tl(0, ("key",), (4, 1, 1), kernel_args(other, b, ws), {}, args_key=(0, ("key",), other.data_ptr(), 64))
     second = recorded.pop()
     call_reference(run, 4, 1, 1, 77, kernel_args(other, b, ws) + (None,))
     assert address(second) == address(recorded.pop()) and second != first
-    assert tl.launch_cached(first_key, 0, (4, 1, 1)) and recorded.pop() == first  # both kept
+    assert tl.launch_cached(first_key, 0) and recorded.pop() == first  # both kept
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -249,7 +246,7 @@ def test_pointer_kernels_cached_launch_passes_what_tritons_launcher_passes(shape
     args_key = (0, ("key",), a.data_ptr(), b.data_ptr(), 5, 0.25)
     tl(0, ("key",), (3, 2, 1), (a, b, 5, 0.25), {}, args_key=args_key)
     assert address(recorded[-1]) == reference and not holds_tensor(recorded[-1])
-    assert tl.launch_cached(args_key, 0, (3, 2, 1)) and recorded[-1] == recorded[-2]
+    assert tl.launch_cached(args_key, 0) and recorded[-1] == recorded[-2]
 
 
 def test_the_cache_is_bounded_per_stream_and_bypassed_under_hooks_or_another_device(gpu_free, monkeypatch) -> None:
@@ -261,19 +258,19 @@ def test_the_cache_is_bounded_per_stream_and_bypassed_under_hooks_or_another_dev
         assert len(tl._expanded) <= L.MAX_EXPANDED
     assert len(recorded) == L.MAX_EXPANDED + 5
     key = (0, ("key",), L.MAX_EXPANDED + 4)
-    assert tl.launch_cached(key, 0, (1, 1, 1))
+    assert tl.launch_cached(key, 0)
     monkeypatch.setattr(L, "_get_stream", lambda device: 78)  # another stream: its own entries
-    assert not tl.launch_cached(key, 0, (1, 1, 1))
+    assert not tl.launch_cached(key, 0)
     monkeypatch.setattr(L, "_get_stream", lambda device: 77)
     monkeypatch.setattr(L, "_current_device", lambda: 1)  # another current device
-    assert not tl.launch_cached(key, 0, (1, 1, 1))
+    assert not tl.launch_cached(key, 0)
     monkeypatch.setattr(L, "_current_device", lambda: 0)
     monkeypatch.setattr(L, "_hooks_active", lambda: True)  # profilers see every launch through the JIT
-    assert not tl.launch_cached(key, 0, (1, 1, 1))
-    assert not tl.launch_cached(key, -1, (1, 1, 1))  # the interpreter never has cached launches
+    assert not tl.launch_cached(key, 0)
+    assert not tl.launch_cached(key, -1)  # the interpreter never has cached launches
     n = len(recorded)
     monkeypatch.setattr(L, "_hooks_active", lambda: False)
-    assert tl.launch_cached(key, 0, (1, 1, 1)) and len(recorded) == n + 1
+    assert tl.launch_cached(key, 0) and len(recorded) == n + 1
 
 
 def test_a_replaced_workspace_drops_every_cached_launch(gpu_free) -> None:
@@ -312,7 +309,7 @@ class KeySpy:
     def __init__(self, real) -> None:
         self.real, self.seen = real, []
 
-    def launch_cached(self, args_key, device, grid) -> bool:
+    def launch_cached(self, args_key, device) -> bool:
         self.last_key = args_key
         return False
 

@@ -292,15 +292,15 @@ def _run(a, b, bias, out):
     device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, bias, out)
     if M == 0 or N == 0:
         return out
-    tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
-    grid = tiles
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
-    # The compiled kernel's key (the variant, the specializations) is a function of these sizes and
-    # strides, so it is built only when the cached launch misses.
+    # The variant, the grid and the compiled kernel's key (the specializations) are functions of
+    # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-1], po, so[-2], bias.data_ptr())
-    if _launcher.launch_cached(args_key, device, grid):
+    if _launcher.launch_cached(args_key, device):
         return out
+    tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
+    grid = tiles
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
     # size): the compiled kernel is cached under the same key.
     key = (M % 16 == 0, M == 1, N % 16 == 0, N == 1, K % 16 == 0, K == 1, )

@@ -160,9 +160,9 @@ class TritonLauncher:
         self.variants = variants  # size-selected variants' launch configs, per compute capability
         # (device, key) -> (launch, leading args, constexpr slots, SM count, expander or None)
         self._compiled: dict[tuple[int, tuple], tuple[Callable, tuple, tuple, int, Expander | None]] = {}
-        # (stream, args key) -> (C launch, its arguments after the stream, SM count): launches
-        # built once (launch_cached); the args key starts with the device
-        self._expanded: dict[tuple[int, tuple], tuple[Callable, tuple, int]] = {}
+        # (stream, args key) -> (C launch, all its arguments: grid, stream, then the kernel's):
+        # launches built once (launch_cached); the args key starts with the device
+        self._expanded: dict[tuple[int, tuple], tuple[Callable, tuple]] = {}
         self._devices: dict[int, tuple[dict[str, int], int]] = {}
         # (device, stream, atomic) -> (f32 partials, int32 arrival counters), for split-K configs
         self._workspaces: dict[tuple[int, int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -218,27 +218,23 @@ class TritonLauncher:
             self._expanded.clear()
         return entry
 
-    def launch_cached(self, args_key: tuple, device: int, grid: tuple[int, int, int] | int) -> bool:
+    def launch_cached(self, args_key: tuple, device: int) -> bool:
         """Launch the kernel built earlier for `args_key` on the current stream, if there is one;
         False (nothing launched) otherwise. `args_key` is the generated launcher's tuple of everything
         the launch's arguments depend on: the device, each operand's address, the shapes and strides its
         descriptors and pointers use, the integers and the scalars' bits. The compiled kernel's key (the
-        variant, chosen by M, N and K, and the specializations of those integers) and the workspace's
-        layout are functions of them, so the generated launcher builds the kernel key only on a miss. Dtypes are the spec's (the guards admit no other), and the
-        workspace buffers are this launcher's own per device and stream (replacing them drops every
-        cached launch), so equal keys on one stream mean equal arguments: a changed pointer, shape,
-        stride, variant or device is another key, never a stale hit."""
+        variant, chosen by M, N and K, and the specializations of those integers), the grid and the
+        workspace's layout are functions of them, so the generated launcher builds none of those on a
+        hit. Dtypes are the spec's (the guards admit no other), and the workspace buffers are this
+        launcher's own per device and stream (replacing them drops every cached launch), so equal keys
+        on one stream mean equal arguments: a changed pointer, shape, stride, variant or device is
+        another key, never a stale hit."""
         if device < 0 or _current_device() != device or _hooks_active():
             return False
-        stream = _get_stream(device)
-        hit = self._expanded.get((stream, args_key))
+        hit = self._expanded.get((_get_stream(device), args_key))
         if hit is None:
             return False
-        c_launch, rest, num_sms = hit
-        if type(grid) is int:  # persistent: the tile count, capped at the SM count
-            c_launch(min(grid, num_sms), 1, 1, stream, *rest)
-        else:
-            c_launch(grid[0], grid[1], grid[2], stream, *rest)
+        hit[0](*hit[1])  # the C launch, its whole argument tuple (grid and stream first)
         return True
 
     def __call__(self, device: int, key: tuple, grid: tuple[int, int, int] | int, args: tuple,
@@ -258,8 +254,9 @@ class TritonLauncher:
                 if rest is not None:
                     if len(self._expanded) >= MAX_EXPANDED:
                         self._expanded.clear()
-                    self._expanded[(stream, args_key)] = (expander.c_launch, rest, num_sms)
-                    expander.c_launch(grid[0], grid[1], grid[2], stream, *rest)
+                    launch_args = (grid[0], grid[1], grid[2], stream, *rest)
+                    self._expanded[(stream, args_key)] = (expander.c_launch, launch_args)
+                    expander.c_launch(*launch_args)
                     return
             launch(grid[0], grid[1], grid[2], stream, *leading, *args, *slots)
             return
