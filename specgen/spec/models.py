@@ -12,7 +12,7 @@ row-major.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -93,10 +93,24 @@ class Pipeline(Strict):
 
 
 MAX_SPLIT_K = 64
-_SPLIT_DEFAULTS = {"split_k": 1, "split_k_reduction": "deterministic"}
 
 
-class Schedule(Strict):
+class KeysAddedLater(Strict):
+    """A section that gained keys after specs were first hashed: such a key, left unset at its default,
+    is not dumped, so a spec that does not use it dumps (and hashes) as it did before the key existed."""
+
+    ADDED_LATER: ClassVar[dict[str, object]] = {}  # key -> its default
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        data = handler(self)
+        for key, default in self.ADDED_LATER.items():
+            if key not in self.model_fields_set and data.get(key) == default:
+                data.pop(key, None)
+        return data
+
+
+class Schedule(KeysAddedLater):
     """Tile order: `persistent` launches one program per SM looping over tiles; `group_m` swizzles tiles
     in groups of that many rows (or columns, when `raster = "along_n"`) for L2 reuse.
 
@@ -112,17 +126,10 @@ class Schedule(Strict):
     split_k: bounded(MAX_SPLIT_K) = 1
     split_k_reduction: Literal["deterministic", "atomic"] = "deterministic"
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
-        # A spec without split-K dumps (and hashes) as it did before split-K existed.
-        data = handler(self)
-        for key, default in _SPLIT_DEFAULTS.items():
-            if key not in self.model_fields_set and data.get(key) == default:
-                data.pop(key, None)
-        return data
+    ADDED_LATER: ClassVar[dict[str, object]] = {"split_k": 1, "split_k_reduction": "deterministic"}
 
 
-class TritonOptions(Strict):
+class TritonOptions(KeysAddedLater):
     num_warps: bounded(64) = 8
     # TMA tensor descriptors for A, B and out (sm90+), in either schedule; they need 16-byte aligned
     # leading strides. Off: pointer loads, which take any N and any leading stride.
@@ -138,13 +145,7 @@ class TritonOptions(Strict):
     # to mma.sync). The accumulator is transposed back before the epilogue.
     swap_ab: StrictBool = False
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
-        # A spec without swap_ab dumps (and hashes) as it did before swap_ab existed.
-        data = handler(self)
-        if "swap_ab" not in self.model_fields_set and data.get("swap_ab") is False:
-            data.pop("swap_ab", None)
-        return data
+    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
 
 
 class CuteOptions(Strict):
