@@ -181,17 +181,8 @@ EVERY_OP = [
 
 
 def test_every_epilogue_op(tmp_path: Path) -> None:
-    ops = [
-        {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},
-        {"op": "bias", "along": "n", "dtype": "f32", "name": "bias_n"},
-        {"op": "scale", "by": "scalar"}, {"op": "scale", "by": "scalar", "value": 0.5},
-        {"op": "scale", "by": "row"}, {"op": "scale", "by": "col"},
-        {"op": "activation", "fn": "gelu"}, {"op": "residual", "dtype": "bf16", "beta": 0.5},
-        {"op": "activation", "fn": "silu"}, {"op": "clamp", "min": -0.5, "max": 2.0}, {"op": "cast", "dtype": "f16"},
-        {"op": "activation", "fn": "sigmoid"}, {"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "relu"},
-    ]
     spec = dict(module("gemm_bf16").SPEC)
-    spec.update(name="every_op_cute", epilogue=ops, tile={"m": 128, "n": 128, "k": 64})
+    spec.update(name="every_op_cute", epilogue=EVERY_OP, tile={"m": 128, "n": 128, "k": 64})
     mod = rendered(spec, tmp_path)
     for shape in SHAPES:
         check(mod, mod.every_op_cute, mod.SPEC, *shape, seed=3)

@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from reference import REFERENCES
+from decode_checks import assert_workspaces_reset, operands, run_against_float64
 
 pytestmark = pytest.mark.gpu
 
@@ -29,40 +29,14 @@ SHIPPED = [
 ]
 
 
-def _args(name: str, M: int, N: int, K: int, gen: torch.Generator) -> tuple[list, dict]:
-    if name == "gemm_bf16":
-        a = torch.randn(M, K, generator=gen, device="cuda").to(torch.bfloat16)
-        w = torch.randn(N, K, generator=gen, device="cuda").to(torch.bfloat16)
-        return [a, w.t()], {}
-    a = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    w = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    sa, sb = torch.rand(M, 1, generator=gen, device="cuda") + 0.5, torch.rand(1, N, generator=gen, device="cuda") + 0.5
-    return [a, w.t(), sa, sb], {"scale_a": sa, "scale_b": sb}
-
-
-def _assert_workspaces_reset(launcher) -> None:
-    torch.cuda.synchronize()
-    for (_device, _stream, atomic), (ws, counts) in launcher._workspaces.items():
-        assert not counts.any(), "a launch left arrival counters behind"
-        if atomic:
-            assert not ws.any(), "a launch left atomic partials behind"
-
-
 @pytest.mark.parametrize(("name", "M", "N", "K", "variant"), SHIPPED, ids=lambda x: str(x))
 def test_shipped_split_k_variants_match_float64(name: str, M: int, N: int, K: int, variant: int) -> None:
     mod = importlib.import_module(f"generated.triton.{name}")
     assert mod.METADATA["variants"][variant]["split_k"] > 1
     fn = getattr(mod, name)
     gen = torch.Generator(device="cuda").manual_seed(M * N + K)
-    args, named = _args(name, M, N, K, gen)
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    got = fn(*args, out=out)
-    torch.cuda.synchronize()
-    ref = REFERENCES["gemm"](mod.SPEC["epilogue"], args[0], args[1], named)
-    assert not got.isnan().any()
-    err = (got.double() - ref).abs().max().item()
-    tol = 2e-2 * (ref.abs().max().item() + 1.0)
-    assert err <= tol, f"{name} {M}x{N}x{K}: max |err| {err:.4g} > {tol:.4g}"
+    args, named = operands(name != "gemm_bf16", M, N, K, gen)
+    got = run_against_float64(mod, fn, args, named, f"{name} {M}x{N}x{K}")
     # the ordered sum: bit-identical every run, on another stream too
     runs = [fn(*args) for _ in range(3)]
     side = torch.cuda.Stream()
@@ -70,7 +44,7 @@ def test_shipped_split_k_variants_match_float64(name: str, M: int, N: int, K: in
         runs.append(fn(*args))
     side.synchronize()
     assert all(torch.equal(r, got) for r in runs)
-    _assert_workspaces_reset(mod._launcher)
+    assert_workspaces_reset(mod._launcher)
 
 
 def _rendered(spec: dict, tmp_path):
@@ -105,16 +79,9 @@ def test_rendered_split_k_with_an_epilogue_matches_float64(tma: bool, reduction:
         w = torch.randn(N, K, generator=gen, device="cuda").to(torch.bfloat16)
         bias = torch.randn(N, generator=gen, device="cuda").to(torch.bfloat16)
         c = torch.randn(M, N, generator=gen, device="cuda").to(torch.bfloat16)
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        got = fn(a, w.t(), bias, c, out=out)
-        torch.cuda.synchronize()
-        ref = REFERENCES["gemm"](mod.SPEC["epilogue"], a, w.t(), {"bias": bias, "c": c})
-        assert not got.isnan().any()
-        err = (got.double() - ref).abs().max().item()
-        tol = 2e-2 * (ref.abs().max().item() + 1.0)
-        assert err <= tol, f"{spec['name']} {M}x{N}x{K}: max |err| {err:.4g} > {tol:.4g}"
+        got = run_against_float64(mod, fn, [a, w.t(), bias, c], {"bias": bias, "c": c}, f"{spec['name']} {M}x{N}x{K}")
         if reduction == "deterministic":
             assert all(torch.equal(fn(a, w.t(), bias, c), got) for _ in range(3))
-    _assert_workspaces_reset(mod._launcher)
+    assert_workspaces_reset(mod._launcher)
     assert any(key[2] == (reduction == "atomic") for key in mod._launcher._workspaces)
     json.dumps(mod.METADATA)  # the module's metadata stays plain data

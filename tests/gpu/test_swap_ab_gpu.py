@@ -13,7 +13,7 @@ import importlib
 
 import pytest
 import torch
-from reference import REFERENCES
+from decode_checks import assert_workspaces_reset, operands, run_against_float64
 
 pytestmark = pytest.mark.gpu
 
@@ -31,38 +31,12 @@ SHIPPED = [
 ]
 
 
-def _args(name: str, M: int, N: int, K: int, gen: torch.Generator) -> tuple[list, dict]:
-    if name == "gemm_bf16" or name.startswith("swp_bf16"):
-        a = torch.randn(M, K, generator=gen, device="cuda").to(torch.bfloat16)
-        w = torch.randn(N, K, generator=gen, device="cuda").to(torch.bfloat16)
-        return [a, w.t()], {}
-    a = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    w = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    sa, sb = torch.rand(M, 1, generator=gen, device="cuda") + 0.5, torch.rand(1, N, generator=gen, device="cuda") + 0.5
-    return [a, w.t(), sa, sb], {"scale_a": sa, "scale_b": sb}
-
-
 def _check(mod, fn, name: str, M: int, N: int, K: int, deterministic: bool) -> None:
     gen = torch.Generator(device="cuda").manual_seed(M * N + K)
-    args, named = _args(name, M, N, K, gen)
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    got = fn(*args, out=out)
-    torch.cuda.synchronize()
-    ref = REFERENCES["gemm"](mod.SPEC["epilogue"], args[0], args[1], named)
-    assert not got.isnan().any()
-    err = (got.double() - ref).abs().max().item()
-    tol = 2e-2 * (ref.abs().max().item() + 1.0)
-    assert err <= tol, f"{name} {M}x{N}x{K}: max |err| {err:.4g} > {tol:.4g}"
+    args, named = operands(name == "gemm_fp8_rowwise", M, N, K, gen)
+    got = run_against_float64(mod, fn, args, named, f"{name} {M}x{N}x{K}")
     if deterministic:
         assert all(torch.equal(fn(*args), got) for _ in range(3))
-
-
-def _assert_workspaces_reset(launcher) -> None:
-    torch.cuda.synchronize()
-    for (_device, _stream, atomic), (ws, counts) in launcher._workspaces.items():
-        assert not counts.any(), "a launch left arrival counters behind"
-        if atomic:
-            assert not ws.any(), "a launch left atomic partials behind"
 
 
 @pytest.mark.parametrize(("name", "M", "N", "K", "variant"), SHIPPED, ids=lambda x: str(x))
@@ -70,7 +44,7 @@ def test_shipped_triton_swap_ab_variants_match_float64(name: str, M: int, N: int
     mod = importlib.import_module(f"generated.triton.{name}")
     assert mod.METADATA["variants"][variant]["swap_ab"] is True
     _check(mod, getattr(mod, name), name, M, N, K, deterministic=True)
-    _assert_workspaces_reset(mod._launcher)
+    assert_workspaces_reset(mod._launcher)
 
 
 def test_shipped_triton_swapped_kernels_use_wgmma() -> None:
@@ -114,20 +88,12 @@ def test_rendered_triton_swap_ab_with_split_k_matches_float64(dtype: str, tma: b
     # K multiples of 16 (fp8 rows of TMA operands are 16-byte aligned), tails on every tile dim
     for M, N, K in ((1, 264, 1008), (16, 1024, 4112), (13, 520, 2064), (40, 1000, 3008), (64, 2048, 8192),
                     (300, 264, 1008)):
-        args_name = "swp_bf16" if dtype == "bf16" else "swp_fp8"
         gen = torch.Generator(device="cuda").manual_seed(M + N + K)
-        args, named = _args(args_name, M, N, K, gen)
+        args, named = operands(dtype != "bf16", M, N, K, gen)
         if dtype == "bf16":
             bias = torch.randn(N, generator=gen, device="cuda").to(torch.bfloat16)
             args, named = [*args, bias], {"bias": bias}
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        got = fn(*args, out=out)
-        torch.cuda.synchronize()
-        ref = REFERENCES["gemm"](mod.SPEC["epilogue"], args[0], args[1], named)
-        assert not got.isnan().any()
-        err = (got.double() - ref).abs().max().item()
-        tol = 2e-2 * (ref.abs().max().item() + 1.0)
-        assert err <= tol, f"{spec['name']} {M}x{N}x{K}: max |err| {err:.4g} > {tol:.4g}"
+        got = run_against_float64(mod, fn, args, named, f"{spec['name']} {M}x{N}x{K}")
         if reduction == "deterministic":
             assert all(torch.equal(fn(*args), got) for _ in range(3))
-    _assert_workspaces_reset(mod._launcher)
+    assert_workspaces_reset(mod._launcher)
