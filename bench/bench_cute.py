@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from timing import host_us, kernel_us, ms, tflops
+from timing import bench_pairs, host_us, kernel_pairs, kernel_us, ms, tflops
 
 GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048), (8192, 1024, 8192), (4096, 14336, 4096)]
 FP8_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (512, 2048, 2048)]
@@ -45,8 +45,10 @@ def kernel_ms(fn, calls: int = 20) -> float:
     return kernel_us(fn, calls) / 1e3
 
 
-def pair(ours, peer) -> dict[str, float]:
-    """Both timers, alternating ours and the peer for ROUNDS rounds: clocks drift with heat."""
+def pair(ours, peer) -> dict:
+    """Both timers, alternating ours and the peer for ROUNDS rounds: clocks drift with heat. Then both
+    timers paired call by call (timing.kernel_pairs) and window by window (timing.bench_pairs): the
+    ratio of adjacent measurements, which the clock's swings between windows do not move."""
     a, b, ka, kb = [], [], [], []
     for _ in range(ROUNDS):
         a.append(ms(ours))
@@ -54,7 +56,8 @@ def pair(ours, peer) -> dict[str, float]:
         ka.append(kernel_ms(ours))
         kb.append(kernel_ms(peer))
     med = lambda xs: sorted(xs)[ROUNDS // 2]  # noqa: E731
-    return dict(ours_ms=med(a), peer_ms=med(b), ours_kernel_ms=med(ka), peer_kernel_ms=med(kb))
+    return dict(ours_ms=med(a), peer_ms=med(b), ours_kernel_ms=med(ka), peer_kernel_ms=med(kb),
+                paired_cupti=kernel_pairs(ours, peer), paired_do_bench=bench_pairs(ours, peer))
 
 
 def assert_matches(ours: torch.Tensor, peer: torch.Tensor, what: str) -> None:
@@ -180,26 +183,37 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
+def interval(p: dict) -> str:
+    return f"{p['ratio']:.3f}x ({p['ratio_lo']:.3f}-{p['ratio_hi']:.3f})"
+
+
 def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"# specgen CuTe sm90 catalogue vs peers: {meta['date']}", "",
              f"GPU: {meta['gpu']} ({meta['sms']} SMs); torch {meta['torch']}, nvidia-cutlass-dsl {meta['cutlass']}, "
              f"TVM-FFI {meta['tvm_ffi']}, CUDA {meta['cuda']}, Python {meta['python']}.",
              f"Timers: do_bench median (warmup 50 ms, rep 300 ms) and CUPTI kernel time (torch.profiler, 20 calls, L2 flushed before each), "
              f"specgen and peer alternately, {ROUNDS} rounds, median of each. Ratio = peer / specgen (> 1: specgen faster).",
-             "", "| workload | peer | specgen kernel | peer kernel | ratio (CUPTI) | ratio (do_bench) |",
-             "|---|---|---|---|---|---|"]
+             "Paired: the same timers alternated call by call (CUPTI, 40 pairs) and window by window (do_bench, 15 x 40 ms), "
+             "median of each pair's ratio with its ~95% interval (bench/timing.py: kernel_pairs, bench_pairs).",
+             "", "| workload | peer | specgen kernel | peer kernel | ratio (CUPTI) | ratio (do_bench) | paired CUPTI "
+             "| paired do_bench | peer's kernels |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["group"] in ("host", "start"):
             continue
         lines.append(f"| {r['workload']} | {r['peer']} | {r['ours_kernel_ms'] * 1e3:.1f} us ({r['ours_tflops']:.0f} TFLOP/s) "
                      f"| {r['peer_kernel_ms'] * 1e3:.1f} us ({r['peer_tflops']:.0f} TFLOP/s) | {r['kernel_ratio']:.3f}x "
-                     f"| {r['ratio']:.3f}x |")
+                     f"| {r['ratio']:.3f}x | {interval(r['paired_cupti'])} | {interval(r['paired_do_bench'])} "
+                     f"| {'; '.join(f'{k[:90]} {v:.1f} us' for k, v in r['paired_cupti']['peer_kernels'].items())} |")
     lines.append("")
     for group, label in (("bf16", "bf16 GEMM geomean vs cuBLAS"), ("fp8", "fp8 rowwise geomean vs torch._scaled_mm")):
         sel = [r for r in rows if r["group"] == group]
         if sel:
             lines.append(f"- {label}: CUPTI {geomean([r['kernel_ratio'] for r in sel]):.3f}x, "
-                         f"do_bench {geomean([r['ratio'] for r in sel]):.3f}x (lowest {min(r['kernel_ratio'] for r in sel):.3f}x)")
+                         f"do_bench {geomean([r['ratio'] for r in sel]):.3f}x (lowest {min(r['kernel_ratio'] for r in sel):.3f}x); "
+                         f"paired CUPTI {geomean([r['paired_cupti']['ratio'] for r in sel]):.3f}x "
+                         f"(lowest {min(r['paired_cupti']['ratio'] for r in sel):.3f}x), paired do_bench "
+                         f"{geomean([r['paired_do_bench']['ratio'] for r in sel]):.3f}x")
     for r in rows:
         if r["group"] == "host":
             lines.append(f"- {r['workload']}: {r['ours_us']:.2f} us vs {r['peer']} {r['peer_us']:.2f} us")

@@ -43,7 +43,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 from jax.lax import bitcast_convert_type as lax_bitcast  # noqa: E402
-from timing import ms, tflops  # noqa: E402
+from timing import bench_pairs, kernel_pairs, ms, tflops  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
@@ -110,10 +110,15 @@ def pair(ours: Call, peer: Call) -> dict[str, float]:
         calls = max(3, int(50 / max(ka[-1], 1e-3)))  # about 50 ms a batch
         wa.append(wall_ms(ours.launch, ours.wait, calls))
         wb.append(wall_ms(peer.launch, peer.wait, calls))
+    # Both timers again, paired call by call / window by window (bench/timing.py): the clock's swings
+    # between windows move the medians above, not a pair's ratio.
+    paired_cupti, paired_do_bench = kernel_pairs(ours.blocking, peer.blocking), bench_pairs(ours.blocking, peer.blocking)
     return {"ours_ms": med(a), "peer_ms": med(b), "ratio": med(b) / med(a),
             "ours_cupti_ms": med(ka), "peer_cupti_ms": med(kb),
             "ratio_cupti": med(kb) / med(ka) if med(ka) > 0 else float("nan"), "cupti_sees_jax": all(seen),
-            "ours_wall_ms": med(wa), "peer_wall_ms": med(wb), "ratio_wall": med(wb) / med(wa)}
+            "ours_wall_ms": med(wa), "peer_wall_ms": med(wb), "ratio_wall": med(wb) / med(wa),
+            "paired_cupti": paired_cupti, "ratio_paired_cupti": paired_cupti["ratio"],
+            "paired_do_bench": paired_do_bench, "ratio_paired_do_bench": paired_do_bench["ratio"]}
 
 
 class Call:
@@ -249,7 +254,8 @@ def main() -> None:
     for label, workload, peer in (("bf16_vs_cublas", "bf16 gemm", "cublas"), ("bf16_vs_xla", "bf16 gemm", "xla"),
                                   ("fused_vs_xla", "bf16 gemm + bias + gelu_tanh", "xla"),
                                   ("fp8_vs_scaled_mm", "fp8 e4m3 rowwise", "torch._scaled_mm")):
-        for timer, key in (("", "ratio"), ("_cupti", "ratio_cupti"), ("_wall", "ratio_wall")):
+        for timer, key in (("", "ratio"), ("_cupti", "ratio_cupti"), ("_wall", "ratio_wall"),
+                           ("_paired_cupti", "ratio_paired_cupti"), ("_paired_do_bench", "ratio_paired_do_bench")):
             if ratios(workload, peer, key):
                 summary[f"{label}_geomean{timer}"] = geomean(ratios(workload, peer, key))
     print(json.dumps(summary), flush=True)

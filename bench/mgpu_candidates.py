@@ -28,6 +28,9 @@ CANDIDATES: dict[str, dict[str, dict[str, list[str] | dict[str, object]]]] = {
         "t128x128cm2": {"tile": {"m": 128, "n": 128, "k": 64}, "pipeline": {"ab_stages": 6}, "cluster": {"m": 2, "n": 1}},
         "t256x128": {"tile": {"m": 256, "n": 128, "k": 64}},
         "t128x256k32": {"tile": {"m": 128, "n": 256, "k": 32}, "pipeline": {"ab_stages": 8}},
+        "t128x192": {"tile": {"m": 128, "n": 192, "k": 64}},
+        "t128x192cm2": {"tile": {"m": 128, "n": 192, "k": 64}, "cluster": {"m": 2, "n": 1}},
+        "s3": {"pipeline": {"ab_stages": 3}},
     },
     "gemm_bias_gelu_bf16": {
         "base": {},

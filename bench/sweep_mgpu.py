@@ -5,7 +5,9 @@ Candidates are modules rendered on a CPU machine by bench/mgpu_candidates.py (`<
 one directory). For each shape: every candidate's output is checked against the first candidate's (the
 catalogue config) - bit-identical expected, the math and K order being the same - at the shape and at
 tail shapes; then ROUNDS rounds, the order of candidates and peer reversed every other round, each
-timed by CUPTI (L2 flushed, bench_pallas.cupti_ms) and do_bench (a call that waits for its result).
+timed by CUPTI (L2 flushed, bench_pallas.cupti_ms) and do_bench (a call that waits for its result); then
+each candidate and peer paired call by call with the catalogue config (timing.kernel_pairs), the figure
+that ranks them.
 JAX's own Hopper matmul example (jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu, B given (K, N))
 runs beside them as a reference, with and without a 2-CTA cluster. Medians per candidate.
 
@@ -30,7 +32,7 @@ import bench_pallas as bp  # noqa: E402  (the CUPTI timer, FLUSH, Call wrappers;
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
-from timing import tflops  # noqa: E402
+from timing import kernel_pairs, tflops  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
@@ -75,9 +77,13 @@ def sweep(kernel: str, cands: dict, shapes, peers_for, rows: list, rounds: int, 
                 ku[label].append(bp.cupti_ms(calls[label].blocking, calls=5)[0])
                 du[label].append(dbench(calls[label]))
         for label in order:
+            # Paired with the catalogue config (bench/timing.py): first's time / label's, > 1 where label is
+            # faster; the unpaired medians above move with the clock between windows by more than that.
+            paired = None if label == first else kernel_pairs(calls[label].blocking, calls[first].blocking)
             row = {"kernel": kernel, "label": label, "M": M, "N": N, "K": K, "cupti_ms": bp.med(ku[label]),
                    "do_bench_ms": bp.med(du[label]), "cupti_all": ku[label], "do_bench_all": du[label],
-                   "tflops_cupti": tflops(M, N, K, bp.med(ku[label])), "max_abs_diff_vs_first": check.get(label)}
+                   "tflops_cupti": tflops(M, N, K, bp.med(ku[label])), "max_abs_diff_vs_first": check.get(label),
+                   "paired_vs_first": paired}
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if not k.endswith("_all")}), flush=True)
 
