@@ -41,7 +41,7 @@ def test_every_catalogue_cute_sm90_kernel_compiles_in_10_s_with_the_plans_smem(c
     # one row per config: the default (`<kernel>`), then each size-selected variant (`<kernel>[variant i]`)
     assert {(r["kernel"], r["target"]) for r in rows if "[" not in r["kernel"]} == CATALOGUE
     assert len(CATALOGUE) >= 7
-    assert {r["kernel"] for r in rows} >= {"gemm_bf16[variant 0]", "gemm_bf16[variant 1]", "gemm_fp8_rowwise[variant 0]"}
+    assert {r["kernel"] for r in rows} >= {"gemm_bf16[variant 0]", "gemm_fp8_rowwise[variant 0]"}
     for r in rows:
         assert not r["error"], r
         assert r["cpu_seconds"] < 10, r  # CPU time: CI's 2 cores are shared, wall time waits on others
@@ -67,7 +67,7 @@ def test_a_second_process_loads_the_compiled_kernel_from_the_disk_cache(compiled
         "m = load_rendered(Path('generated/cute/gemm_bf16.py')); L = type(m._launcher); "
         "L.compile = lambda *a, **k: (_ for _ in ()).throw(AssertionError('recompiled')); "
         "t = time.perf_counter(); fns = [m._launcher.load(v) for v in m._launcher.configs]; "
-        "print(all(f is not None for f in fns) and len(fns) == 3, time.perf_counter() - t)"
+        "print(all(f is not None for f in fns) and len(fns) == 2, time.perf_counter() - t)"
     )
     env = {**os.environ, "SPECGEN_CUTE_CACHE": str(cache)}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
