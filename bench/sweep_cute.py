@@ -103,6 +103,7 @@ def catalogue() -> dict[str, dict]:
 
 def render(name: str, c: dict, folder: Path, index: int):
     """The catalogue kernel `name` with candidate `c` as its only cute:sm90 config, rendered and imported."""
+    from specgen.check import check_spec
     from specgen.compile import load_rendered
     from specgen.render.catalogue import render_modules
     from specgen.resolve import resolve
@@ -115,6 +116,9 @@ def render(name: str, c: dict, folder: Path, index: int):
     if c.get("stages"):
         k["pipeline"] = {**k.get("pipeline", {}), "ab_stages": c["stages"]}
     (ls,) = load_text(json.dumps({"kernels": [k]}), f"<sweep:{k['name']}>", ".json")
+    errors = [f"{d.rule}: {d.message}" for d in check_spec(ls) if d.severity == "error"]
+    if errors:  # the caller prints SKIP with this
+        raise ValueError("; ".join(errors))
     r = resolve(ls.spec, ls.spec.targets[0])
     (text,) = render_modules(ls, ls.spec.targets).values()
     path = folder / f"{k['name']}.py"
