@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from specgen import __version__
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, TargetInfo
 
@@ -67,6 +68,14 @@ class Design(Protocol):
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
         check resolved for it (stages, budget, registers): the design never resolves again."""
         ...
+
+
+def plan_header(loaded: LoadedSpec) -> dict[str, str]:
+    """The fields every design's plan opens with, for the module's header and METADATA: the kernel's name,
+    the spec file and hash it came from, the specgen that rendered it, the spec's description."""
+    spec = loaded.spec
+    return {"name": spec.name, "spec_file": loaded.file, "spec_hash": loaded.spec_hash,
+            "specgen_version": __version__, "description": spec.description}
 
 
 def module_identity(name: str, spec_file: str, spec_hash: str, specgen_version: str,

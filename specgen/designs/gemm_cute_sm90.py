@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen import __version__
-from specgen.designs.base import module_identity
+from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
 from specgen.resolve import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
@@ -294,11 +293,7 @@ class CuteSm90Gemm:
         batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
         config, variants = cute_config(r), [cute_config(v) for v in r.variants]
         return CuteSm90Plan(
-            name=spec.name,
-            spec_file=loaded.file,
-            spec_hash=loaded.spec_hash,
-            specgen_version=__version__,
-            description=spec.description,
+            **plan_header(loaded),
             arch=r.info.arch,
             arch_flag=arch_flag(r.info),
             compute_capability=r.info.compute_capability or 0,

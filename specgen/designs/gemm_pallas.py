@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from specgen import __version__
+from specgen.designs.base import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
@@ -182,11 +183,7 @@ def _module_fields(loaded: LoadedSpec, spec: GemmSpec, targets: list[Target]) ->
     a_dims = f"({bsz}M, K)" if spec.a.major == "k" else f"({bsz}K, M)"
     b_dims = f"({bsz}N, K)" if spec.b.major == "k" else f"({bsz}K, N)"
     return dict(
-        name=spec.name,
-        spec_file=loaded.file,
-        spec_hash=loaded.spec_hash,
-        specgen_version=__version__,
-        description=spec.description,
+        **plan_header(loaded),
         targets=[str(t) for t in targets],
         a=_arg("a", "a", spec.a.dtype, f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major"),
         b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major"),

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen import __version__
-from specgen.designs.base import module_identity
+from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolve import Resolved
 from specgen.resolve import TmaBox as RuleBox
@@ -285,12 +284,8 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
     return TritonPlan(
-        name=spec.name,
+        **plan_header(loaded),
         kernel_name=f"_{spec.name}_kernel",
-        spec_file=loaded.file,
-        spec_hash=loaded.spec_hash,
-        specgen_version=__version__,
-        description=spec.description,
         a=_tensor_arg("a", "a", a_dt, f"{batch_dims} {a_dt}, {spec.a.major}-major"),
         b=_tensor_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
                       f"{spec.b.major}-major"),

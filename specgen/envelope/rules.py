@@ -16,7 +16,7 @@ from typing import Literal
 from specgen.envelope.budget import MIN_STAGES
 from specgen.resolve import Resolved, max_ab_stages, memory
 from specgen.spec.dtypes import DType
-from specgen.spec.models import Target
+from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, is_mgpu_target, target_info
 
 Severity = Literal["error", "warning"]
@@ -229,6 +229,12 @@ def tcgen05_shape(ctx: RuleContext) -> Iterator[Finding]:
                       ("tile", "k"))
 
 
+def triton_mma_rows(spec: GemmSpec) -> tuple[int, str]:
+    """The rows of a Triton tile's MMA and the tile field that holds them: tile.m, or tile.n with
+    `triton.swap_ab` (the kernel computes the tile transposed: templates/triton/tile.jinja `dot`)."""
+    return (spec.tile.n, "n") if spec.triton.swap_ab else (spec.tile.m, "m")
+
+
 @rule("MMA003", "tl.dot minimum shapes", is_triton)
 def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     """tl.dot needs K >= 16 (16-bit), 32 (8-bit), 8 (32-bit) and M, N >= 16. Source: Triton
@@ -243,11 +249,12 @@ def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     for dim in ("m", "n"):
         if getattr(t, dim) < 16:
             yield Finding("MMA003", "error", f"tile.{dim} = {getattr(t, dim)} < 16, tl.dot's minimum", "", ("tile", dim))
-    if ctx.info.mma == "wgmma":
-        if ctx.spec.triton.swap_ab and t.n < 64:
+    rows, dim = triton_mma_rows(ctx.spec)
+    if ctx.info.mma == "wgmma" and rows < 64:
+        if dim == "n":
             yield Finding("MMA003", "warning", f"tile.n = {t.n} < 64 with triton.swap_ab (tile.n is the MMA's rows): "
                           "Triton will not use wgmma on sm90", "use tile.n >= 64", ("tile", "n"))
-        elif not ctx.spec.triton.swap_ab and t.m < 64:
+        else:
             hint = "set triton.swap_ab = true (tile.n becomes the MMA's rows)" if t.n >= 64 else ""
             yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", hint,
                           ("tile", "m"))
@@ -261,12 +268,12 @@ def triton_mma_fallback(ctx: RuleContext) -> Iterator[Finding]:
     Triton `AccelerateMatmul.cpp` (MMA version selection), `semantic.py` (input_precision); measured
     with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning; with `triton.swap_ab`
     the MMA's rows are tile.n."""
-    t, w, mma = ctx.spec.tile, ctx.spec.triton.num_warps, ctx.info.mma
+    w, mma = ctx.spec.triton.num_warps, ctx.info.mma
     if ctx.spec.a.dtype == DType.f32:
         yield Finding("MMA004", "warning", f"A and B are f32 (ieee): tl.dot runs on FMA units on {ctx.target}, no "
                       f"{mma} (tensor cores)", 'use dtype = "tf32" for tensor cores', ("a", "dtype"))
         return
-    rows, dim = (t.n, "n") if ctx.spec.triton.swap_ab else (t.m, "m")
+    rows, dim = triton_mma_rows(ctx.spec)
     if mma == "tcgen05" and rows < 64:
         yield Finding("MMA004", "warning", f"tile.{dim} = {rows} < 64{' (swap_ab: the MMA rows)' if dim == 'n' else ''}: "
                       f"Triton falls back from tcgen05 to mma_v2 on {ctx.target}", f"use tile.{dim} = 64", ("tile", dim))
