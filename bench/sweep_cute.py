@@ -7,8 +7,8 @@ peer's result on every shape (and on M = 1 and ragged shapes with `--smoke`), th
 the candidate and the peer paired (bench/timing.py): CUPTI kernel time alternated call by call (L2 flushed
 before each call, 40 pairs) and do_bench alternated window by window (2 x ROUNDS + 1 windows of 25 ms each),
 each ranked by the median of its pairs' ratios: the card's clock moves 1390-1760 MHz between windows, which
-moved unpaired medians by up to 8% and hid differences between configs of under ~5%. The winners feed the per_target."cute:sm90" tables and variants of specs/
-(bench/RESULTS.md says which run chose them). `--baseline DIR` adds, per kernel, a module rendered by
+moved unpaired medians by up to 8% and hid differences between configs of under ~5%. The winners feed the
+per_target."cute:sm90" tables and variants of specs/ (bench/RESULTS.md says which run chose them). `--baseline DIR` adds, per kernel, a module rendered by
 another checkout (DIR/<kernel>.py, e.g. main's generated/cute) as one more candidate: the same config
 through another template, in the same process.
 
@@ -16,7 +16,8 @@ through another template, in the same process.
 so that candidates are compared in the same rounds rather than each through the peer in its own window.
 
 Usage (repo root on PYTHONPATH): python bench/sweep_cute.py --out DIR [--smoke] [--only NAME ...]
-  [--rounds N] [--baseline DIR] [--cycle W] [--shapes MxNxK,...]  -> DIR/sweep-cute.json (one row per candidate and shape), progress on stdout.
+  [--rounds N] [--baseline DIR] [--cycle W] [--shapes MxNxK,...]
+  -> DIR/sweep-cute.json (one row per candidate and shape), progress on stdout.
 """
 
 from __future__ import annotations

@@ -137,8 +137,9 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
     and its SM clock moves 1390-1760 MHz between windows tens of ms apart: medians taken in separate
     windows compare clock states, one round's calls run at (nearly) one clock. (The throttle state still
     shifts between runs, and with it which kernel leads: a kernel drawing more power also lowers the
-    others' clock. Compare runs, not only rounds.) Returns per call: each round's us and its kernels by
-    name with their median us (what cuBLAS or XLA picked for the shape, how an eager peer's time splits)."""
+    others' clock. Compare runs, not only rounds.) Returns per call: "samples", each round's us, and
+    "kernels", its kernels by name with their median us (what cuBLAS or XLA picked for the shape, how an
+    eager peer's time splits)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -167,9 +168,9 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
     if len(calls) != len(order):
         raise RuntimeError(f"kernel_cycle: {len(calls)} kernel segments for {len(order)} calls (a call launched no "
                            f"kernel, or a kernel shares the flush's name: {sorted(flush_names)})")
-    out: dict[str, dict] = {name: {"us": [], "kernels": {}} for name in names}
+    out: dict[str, dict] = {name: {"samples": [], "kernels": {}} for name in names}
     for name, segment in zip(order, calls, strict=True):
-        out[name]["us"].append(sum(e.time_range.elapsed_us() for e in segment))
+        out[name]["samples"].append(sum(e.time_range.elapsed_us() for e in segment))
         for e in segment:
             out[name]["kernels"].setdefault(e.name, []).append(e.time_range.elapsed_us())
     for side in out.values():
@@ -178,32 +179,32 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
 
 
 def cycle_ratios(cycle: dict[str, dict], peer: str) -> dict[str, dict]:
-    """Per call: the median over rounds of the peer's time / its time in the same round, with a ~95%
-    interval, and its median us."""
-    return {name: _pair_summary(side["us"], cycle[peer]["us"]) for name, side in cycle.items() if name != peer}
+    """Per call of a kernel_cycle or bench_cycle: the median over rounds of the peer's time / its time in the
+    same round, with a ~95% interval, and the two medians."""
+    return {name: _pair_summary(side["samples"], cycle[peer]["samples"]) for name, side in cycle.items() if name != peer}
 
 
 def kernel_pairs(ours: Callable[[], object], peer: Callable[[], object], pairs: int = 40) -> dict:
     """kernel_cycle of ours and the peer (ABBA): the median over pairs of peer / ours with a ~95% interval,
     medians (us), and each side's kernels by name (`ours_kernels`, `peer_kernels`)."""
     c = kernel_cycle({"ours": ours, "peer": peer}, pairs)
-    return _pair_summary(c["ours"]["us"], c["peer"]["us"]) | {"ours_kernels": c["ours"]["kernels"],
-                                                              "peer_kernels": c["peer"]["kernels"]}
+    return _pair_summary(c["ours"]["samples"], c["peer"]["samples"]) | {"ours_kernels": c["ours"]["kernels"],
+                                                                        "peer_kernels": c["peer"]["kernels"]}
 
 
 def bench_cycle(fns: dict[str, Callable[[], object]], rounds: int = 15, rep: int = 40) -> dict[str, dict]:
     """do_bench medians (ms) of several calls in short windows (`rep` ms each), every call once per round
     in an order that rotates every round: do_bench's own figure, paired in time as kernel_cycle is.
-    Returns per call {"us": each round's figure in ms} (the key name kept for cycle_ratios)."""
+    Returns per call {"samples": each round's figure in ms}."""
     names = list(fns)
-    out: dict[str, dict] = {name: {"us": []} for name in names}
+    out: dict[str, dict] = {name: {"samples": []} for name in names}
     for i in range(rounds):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            out[name]["us"].append(do_bench(fns[name], warmup=10, rep=rep, return_mode="median"))
+            out[name]["samples"].append(do_bench(fns[name], warmup=10, rep=rep, return_mode="median"))
     return out
 
 
 def bench_pairs(ours: Callable[[], object], peer: Callable[[], object], rounds: int = 15, rep: int = 40) -> dict:
     """bench_cycle of ours and the peer (ABBA): medians (ms) and the median over rounds of peer / ours."""
     c = bench_cycle({"ours": ours, "peer": peer}, rounds, rep)
-    return _pair_summary(c["ours"]["us"], c["peer"]["us"])
+    return _pair_summary(c["ours"]["samples"], c["peer"]["samples"])
