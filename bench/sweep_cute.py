@@ -44,12 +44,14 @@ def tile(m: int, n: int, k: int) -> dict:
 
 
 def cand(label: str, t: dict, cluster: tuple[int, int] = (1, 1), schedule: str = "cooperative", wgs: int | None = None,
-         group_m: int = 8, raster: str = "along_m", shapes: list | None = None, stages: int | None = None) -> dict:
+         group_m: int = 8, raster: str = "along_m", shapes: list | None = None, stages: int | None = None,
+         epi: int | None = None) -> dict:
     """A candidate config; `shapes` limits it to those (M, N, K) of its group (None: every shape); `stages`
-    sets pipeline.ab_stages (None: auto, as many as the SMEM budget holds)."""
+    sets pipeline.ab_stages (None: auto, as many as the SMEM budget holds), `epi` pipeline.epilogue_stages
+    (the TMA stores in flight; None: the default)."""
     cute = {"schedule": schedule} | ({"mma_warpgroups": wgs} if wgs else {})
     return {"label": label, "tile": t, "cluster": {"m": cluster[0], "n": cluster[1]}, "cute": cute,
-            "group_m": group_m, "raster": raster, "shapes": shapes, "stages": stages}
+            "group_m": group_m, "raster": raster, "shapes": shapes, "stages": stages, "epi": epi}
 
 
 WIDE = [(8192, 8192, 8192), (4096, 14336, 4096)]
@@ -87,6 +89,23 @@ FP8 = [
     cand("coop 64x128x128 1x1 4 stages", tile(64, 128, 128), stages=4, shapes=FP8_SHAPES[2:]),
     cand("coop 64x256x128 1x1", tile(64, 256, 128), shapes=FP8_SHAPES[2:]),
 ]
+# The TMA stores each warpgroup keeps in flight (pipeline.epilogue_stages), beside the shipped configs.
+EPI = {
+    "bf16": [cand("coop 128x256x64 2x1", tile(128, 256, 64), (2, 1), shapes=GEMM_SHAPES[1:4]),
+             *[cand(f"coop 128x256x64 2x1 epi {e}", tile(128, 256, 64), (2, 1), stages=4, epi=e, shapes=GEMM_SHAPES[1:4])
+               for e in (3, 4)],
+             cand("pingpong 128x128x64 2x1", tile(128, 128, 64), (2, 1), schedule="pingpong", shapes=WIDE),
+             *[cand(f"pingpong 128x128x64 2x1 epi {e}", tile(128, 128, 64), (2, 1), schedule="pingpong", stages=6, epi=e,
+                    shapes=WIDE) for e in (3, 4)]],
+    "fp8": [cand("pingpong 128x192x128 2x1", tile(128, 192, 128), (2, 1), schedule="pingpong", shapes=FP8_SHAPES[:1]),
+            *[cand(f"pingpong 128x192x128 2x1 epi {e}", tile(128, 192, 128), (2, 1), schedule="pingpong", stages=5, epi=e,
+                   shapes=FP8_SHAPES[:1]) for e in (3, 4)],
+            cand("pingpong 128x128x128 2x1", tile(128, 128, 128), (2, 1), schedule="pingpong", shapes=FP8_SHAPES[1:2]),
+            *[cand(f"pingpong 128x128x128 2x1 epi {e}", tile(128, 128, 128), (2, 1), schedule="pingpong", stages=6, epi=e,
+                   shapes=FP8_SHAPES[1:2]) for e in (3, 4)],
+            cand("coop 64x128x128 1x1", tile(64, 128, 128), shapes=FP8_SHAPES[2:]),
+            *[cand(f"coop 64x128x128 1x1 epi {e}", tile(64, 128, 128), epi=e, shapes=FP8_SHAPES[2:]) for e in (3, 4)]],
+}
 GELU = [c for c in BF16 if c["label"] in ("coop 128x256x64 2x1", "pingpong 128x128x64 2x1", "coop 256x128x64 2x1",
                                           "coop 128x256x64 1x2")]
 # Measured before (bench/results/2026-11-22-h200-cute-sweep.json): cooperative 128x256x64 1x1 (the first
@@ -116,6 +135,8 @@ def render(name: str, c: dict, folder: Path, index: int):
                                           "raster": c["raster"]}}
     if c.get("stages"):
         k["pipeline"] = {**k.get("pipeline", {}), "ab_stages": c["stages"]}
+    if c.get("epi"):
+        k["pipeline"] = {**k.get("pipeline", {}), "epilogue_stages": c["epi"]}
     (ls,) = load_text(json.dumps({"kernels": [k]}), f"<sweep:{k['name']}>", ".json")
     errors = [f"{d.rule}: {d.message}" for d in check_spec(ls) if d.severity == "error"]
     if errors:  # the caller prints SKIP with this
@@ -253,6 +274,7 @@ def main() -> None:
     parser.add_argument("--cycle", type=int, default=0, metavar="WINDOWS",
                         help="time every candidate of a shape in one rotation with the peer, WINDOWS times")
     parser.add_argument("--shapes", default="", help="only these shapes, e.g. 8192x8192x8192,4096x14336x4096")
+    parser.add_argument("--epi", action="store_true", help="the epilogue-stage candidates (EPI) instead")
     args = parser.parse_args()
     ROUNDS = args.rounds
     args.out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +283,8 @@ def main() -> None:
             "fp8": ("gemm_fp8_rowwise", FP8, FP8_SHAPES)}
     for group in args.only:
         name, cands, shapes = plan[group]
+        if args.epi:
+            cands = EPI[group]
         if args.shapes:
             shapes = [s for s in shapes if "x".join(map(str, s)) in args.shapes.split(",")]
         if args.cycle:
