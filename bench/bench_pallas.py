@@ -43,7 +43,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 from jax.lax import bitcast_convert_type as lax_bitcast  # noqa: E402
-from timing import bench_pairs, kernel_pairs, ms, tflops  # noqa: E402
+from timing import bench_pairs, host_us, kernel_pairs, ms, tflops  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048)]
@@ -148,18 +148,6 @@ def torch_call(fn, *args) -> Call:
 
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
-def host_us(fn, calls: int = 2000) -> float:
-    for _ in range(50):
-        fn()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls // 5):
-            fn()
-        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
-    return sorted(samples)[2]
 
 
 def fp8_row(fp8, gen, M: int, N: int, K: int) -> dict:

@@ -56,13 +56,18 @@ def dbench(call) -> float:
     return do_bench(call.blocking, warmup=10, rep=40, return_mode="median")
 
 
+def operands(kernel: str, M: int, N: int, K: int, gen):
+    """Torch tensors (a, w, bias) of one shape, the same memory as jax arrays, and `kernel`'s arguments."""
+    ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
+    tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
+    a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
+    return (ta, tw, tbias), (a, w, bias), ((a, w, bias) if "bias" in kernel else (a, w))
+
+
 def sweep(kernel: str, cands: dict, shapes, peers_for, rows: list, rounds: int, gen) -> None:
     for M, N, K in shapes:
-        ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
-        tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
-        tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
-        a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
-        args = (a, w, bias) if "bias" in kernel else (a, w)
+        (ta, tw, tbias), (a, w, bias), args = operands(kernel, M, N, K, gen)
         calls = {label: bp.jax_call(fn_of(mod), *args) for label, mod in cands.items()}
         first = next(iter(cands))
         ref = fn_of(cands[first])(*args)
@@ -91,11 +96,7 @@ def sweep(kernel: str, cands: dict, shapes, peers_for, rows: list, rounds: int, 
 def tails(kernel: str, cands: dict, rows: list, gen) -> None:
     """Each candidate against the first (the catalogue config) at tail shapes: bit-identical expected."""
     for M, N, K in TAILS:
-        ta = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
-        tw = torch.randn(N, K, device="cuda", generator=gen).bfloat16() / math.sqrt(K)
-        tbias = torch.randn(N, device="cuda", generator=gen).bfloat16()
-        a, w, bias = (jax.dlpack.from_dlpack(t) for t in (ta, tw, tbias))
-        args = (a, w, bias) if "bias" in kernel else (a, w)
+        _, (a, w, _), args = operands(kernel, M, N, K, gen)
         outs = {label: fn_of(mod)(*args) for label, mod in cands.items() if label in TAIL_LABELS}
         first = next(iter(outs))
         xla = (a.astype(jnp.float32) @ w.T.astype(jnp.float32))
@@ -108,7 +109,8 @@ def tails(kernel: str, cands: dict, rows: list, gen) -> None:
 
 
 def host(rows: list, gemm) -> None:
-    """Per call at 64^3: where the torch entry's time goes (bench_pallas.host_us: no sync in the loop)."""
+    """Per call at 64^3: where the torch entry's time goes (timing.host_us, as bench_pallas: short batches,
+    the GPU drained between them)."""
     from jax._src import xla_bridge
     from jax._src.lib import _jax
 
@@ -167,7 +169,7 @@ def host(rows: list, gemm) -> None:
     res = {"workload": "host cost per call 64^3"}
     for _ in range(3):
         for k, fn in steps.items():
-            res.setdefault(k + "_all", []).append(bp.host_us(fn, calls=1000))
+            res.setdefault(k + "_all", []).append(bp.host_us(fn))
             torch.cuda.synchronize()
     for k in steps:
         res[k] = bp.med(res[k + "_all"])

@@ -40,6 +40,12 @@ def host_us(fn, calls: int = 100, batches: int = 41) -> float:
     return statistics.median(samples)
 
 
+def rotation(names: list[str], i: int) -> list[str]:
+    """Round i's order of `names`: rotated by i, so that over len(names) rounds each call takes each place
+    (for two calls: AB, BA, AB, ...), and no call always runs right after the same one."""
+    return names[i % len(names):] + names[:i % len(names)]
+
+
 def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100, batches: int = 41,
                         contexts: dict[str, Callable[[], AbstractContextManager]] | None = None) -> dict[str, list[float]]:
     """host_us for several calls at once, their batches interleaved: batch i of every call runs before
@@ -57,7 +63,7 @@ def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100, 
     torch.cuda.synchronize()
     samples: dict[str, list[float]] = {name: [] for name in names}
     for i in range(batches):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in rotation(names, i):
             fn = fns[name]
             with contexts.get(name, nullcontext)():
                 start = time.perf_counter()
@@ -150,7 +156,7 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
     order: list[str] = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:  # each call in each place in turn
+            for name in rotation(names, i):
                 flush_l2()
                 torch.cuda.synchronize()
                 fns[name]()
@@ -199,7 +205,7 @@ def bench_cycle(fns: dict[str, Callable[[], object]], rounds: int = 15, rep: int
     names = list(fns)
     out: dict[str, dict] = {name: {"samples": []} for name in names}
     for i in range(rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in rotation(names, i):
             out[name]["samples"].append(do_bench(fns[name], warmup=10, rep=rep, return_mode="median"))
     return out
 
