@@ -599,26 +599,28 @@ _launcher = CuteLauncher("gemm_bias_gelu_bf16", __file__, ARCH, gemm_host, _fake
 
 def _validate(a, b, bias, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.cuda_device_of("gemm_bias_gelu_bf16", a)
-    M, K = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_bias_gelu_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_bias_gelu_bf16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_bias_gelu_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    bias = _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
+    out, result = _g.output("gemm_bias_gelu_bf16", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, bias), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, bias, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -644,13 +646,13 @@ def _check(a, b, bias, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, bias, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, bias), out, out, sa, sb, so, pa, pb, po
 
 
 def _run(a, b, bias, out):
-    device, M, N, K, out, *_ = _check(a, b, bias, out)  # *_: strides, addresses
+    device, M, N, K, (a, b, bias), out, result, *_ = _check(a, b, bias, out)  # *_: strides, addresses
     if M == 0 or N == 0:
-        return out
+        return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
@@ -663,7 +665,7 @@ def _run(a, b, bias, out):
         out,
         _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_bias_gelu_bf16(

@@ -735,27 +735,29 @@ _launcher = CuteLauncher("gemm_fp8_rowwise", __file__, ARCH, gemm_host, _fake_ar
 
 def _validate(a, b, scale_a, scale_b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.cuda_device_of("gemm_fp8_rowwise", a)
-    M, K = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
-    _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    scale_a = _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
+    scale_b = _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
+    out, result = _g.output("gemm_fp8_rowwise", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, scale_a, scale_b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, scale_a, scale_b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -783,13 +785,13 @@ def _check(a, b, scale_a, scale_b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, scale_a, scale_b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, scale_a, scale_b), out, out, sa, sb, so, pa, pb, po
 
 
 def _run(a, b, scale_a, scale_b, out):
-    device, M, N, K, out, *_ = _check(a, b, scale_a, scale_b, out)  # *_: strides, addresses
+    device, M, N, K, (a, b, scale_a, scale_b), out, result, *_ = _check(a, b, scale_a, scale_b, out)  # *_: strides, addresses
     if M == 0 or N == 0:
-        return out
+        return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
@@ -812,7 +814,7 @@ def _run(a, b, scale_a, scale_b, out):
         out,
         _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_fp8_rowwise(

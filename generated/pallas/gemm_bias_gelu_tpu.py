@@ -227,7 +227,7 @@ def gemm_bias_gelu_tpu_torch(a, b, bias, *, interpret: object = None):
     result = gemm_bias_gelu_tpu(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
-        _rt.from_torch(NAME, "bias", bias, transpose=False),
+        _rt.from_torch(NAME, "bias", bias, transpose=None),
         interpret=interpret,
     )
     return _rt.to_torch(result)

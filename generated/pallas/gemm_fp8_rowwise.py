@@ -335,8 +335,8 @@ def gemm_fp8_rowwise_torch(a, b, scale_a, scale_b, *, interpret: object = None):
     result = gemm_fp8_rowwise(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
-        _rt.from_torch(NAME, "scale_a", scale_a, transpose=False),
-        _rt.from_torch(NAME, "scale_b", scale_b, transpose=False),
+        _rt.from_torch(NAME, "scale_a", scale_a, transpose=None),
+        _rt.from_torch(NAME, "scale_b", scale_b, transpose=None),
         interpret=interpret,
     )
     return _rt.to_torch(result)

@@ -222,6 +222,7 @@ def _call(a, b, alpha, c, *, interpret: object) -> jax.Array:
 def gemm_residual_tpu(a, b, alpha, c, *, interpret: object = None) -> jax.Array:
     """out = epilogue(A @ B); see the module docstring."""
     _rt.check_placement(NAME, {"a": a, "b": b, "c": c})
+    _rt.scalar(NAME, "alpha", alpha)  # before jax.jit sees it: a wrong type names the argument
     return _call(a, b, alpha, c, interpret=interpret)
 
 

@@ -765,25 +765,27 @@ def _gemm_bf16_kernel(
 
 def _validate(a, b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_bf16", a)
-    M, K = _g.matrix("gemm_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    if out is None:
-        _g.tma_rows("gemm_bf16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    out, result = _g.output("gemm_bf16", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -809,7 +811,7 @@ def _check(a, b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -830,16 +832,16 @@ _launcher = TritonLauncher(_gemm_bf16_kernel, "gemm_bf16", CONFIGS, VARIANT_CONF
 
 
 def _run(a, b, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, out)
+    device, M, N, K, (a, b), out, result, sa, sb, so, pa, pb, po = _check(a, b, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-1], po, so[-2])
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     # The size-selected variant: the first whose bounds hold (spec: variants), else the default config.
     if M <= 16 and N <= 4096:
         variant, block_m, block_n, constexprs = 0, 16, 64, _VARIANT_CONSTEXPRS[0]
@@ -915,7 +917,7 @@ def _run(a, b, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_bf16(

@@ -442,27 +442,29 @@ def _gemm_fp8_rowwise_kernel(
 
 def _validate(a, b, scale_a, scale_b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_fp8_rowwise", a)
-    M, K = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
-    _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    scale_a = _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
+    scale_b = _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
+    out, result = _g.output("gemm_fp8_rowwise", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, scale_a, scale_b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, scale_a, scale_b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -492,7 +494,7 @@ def _check(a, b, scale_a, scale_b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, scale_a, scale_b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, scale_a, scale_b), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -507,16 +509,16 @@ _launcher = TritonLauncher(_gemm_fp8_rowwise_kernel, "gemm_fp8_rowwise", CONFIGS
 
 
 def _run(a, b, scale_a, scale_b, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, scale_a, scale_b, out)
+    device, M, N, K, (a, b, scale_a, scale_b), out, result, sa, sb, so, pa, pb, po = _check(a, b, scale_a, scale_b, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-1], po, so[-2], scale_a.data_ptr(), scale_b.data_ptr())
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     # The size-selected variant: the first whose bounds hold (spec: variants), else the default config.
     if M <= 16:
         variant, block_m, block_n, constexprs = 0, 16, 64, _VARIANT_CONSTEXPRS[0]
@@ -561,7 +563,7 @@ def _run(a, b, scale_a, scale_b, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_fp8_rowwise(

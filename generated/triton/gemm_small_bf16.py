@@ -199,28 +199,31 @@ def _gemm_small_bf16_kernel(
 
 def _validate(a, b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_small_bf16", a)
-    M, K = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device)
-    K_b, N = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    a = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device)
+    b = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_small_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
+    out, result = _g.output("gemm_small_bf16", out, torch.bfloat16, (M, N), device, a)
     # Pointer kernels index within one matrix in 32 bits.
     _g.int32_span("gemm_small_bf16", "a", M, a.stride(-2))
     _g.int32_span("gemm_small_bf16", "b", N, b.stride(-1))
-    _g.int32_span("gemm_small_bf16", "out", M, N if out is None else out.stride(-2))
-    if out is None:
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_small_bf16", "out", out, torch.bfloat16, (M, N), device)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    _g.int32_span("gemm_small_bf16", "out", M, out.stride(-2))
+    return (device, M, N, K, (a, b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -246,7 +249,7 @@ def _check(a, b, out):
         and M * so[-2] < _g.INT32_SPAN
     ):
         return _validate(a, b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -256,16 +259,16 @@ _launcher = TritonLauncher(_gemm_small_bf16_kernel, "gemm_small_bf16", CONFIGS)
 
 
 def _run(a, b, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, out)
+    device, M, N, K, (a, b), out, result, sa, sb, so, pa, pb, po = _check(a, b, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them, pointers as
     # addresses (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, pb, po, M, N, K, sa[-2], sb[-1], so[-2])
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     grid = (tiles, 1, 1)
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
@@ -291,7 +294,7 @@ def _run(a, b, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_small_bf16(

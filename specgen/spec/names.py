@@ -68,7 +68,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
     # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
     "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
-    "OUT_SWIZZLE", "SMEM_BYTES", "min", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
+    "OUT_SWIZZLE", "SMEM_BYTES", "min", "max", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
     "CLUSTER_M", "CLUSTER_N", "RASTER_DIM",
 }) | CUTE_MODULE_NAMES
 
@@ -101,7 +101,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem", "a_spec", "b_spec", "a_op", "b_op", "a_first",
     "b_first", "a_view", "b_view", "out_view", "_acc", "_scope", "_tile", "allocations", "bi", "body", "col0",
     "row0", "context", "ej", "ignore", "info", "k_steps", "kk", "lin", "m_tiles", "n_tiles", "mi", "ni", "mma",
-    "out_cols", "out_rows", "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
+    "out_cols", "out_rows", "n_pad", "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
     "collective_axes", "compute_context", "delay_release", "grid_names", "lowering_semantics",
     "max_concurrent_steps", "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name",
     "transforms", "wait_read_only", "wg_axis",

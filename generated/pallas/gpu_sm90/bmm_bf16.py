@@ -267,10 +267,15 @@ def _call(a, b) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((k, n)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(n_pad, 64, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     out = _build(batch, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]

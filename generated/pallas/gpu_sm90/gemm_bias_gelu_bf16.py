@@ -300,10 +300,15 @@ def _call(a, b, bias) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     bias = _mg.pad(bias, (pl.cdiv(n, TILE_N) * TILE_N,))  # read whole subtiles
     out = _build(m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, bias)
     if (out_rows, out_cols) != (m, n):
@@ -326,7 +331,7 @@ def gemm_bias_gelu_bf16_torch(a, b, bias):
     a, b, bias = _rt.torch_to_jax(NAME, (
         ("a", a, False),
         ("b", b, True),
-        ("bias", bias, False),
+        ("bias", bias, None),
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, bias))

@@ -391,10 +391,15 @@ def _call(a, b, scale_a, scale_b) -> jax.Array:
         k = 16
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 128, 16)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 128, 16)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], 128, 16)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     scale_a = _mg.pad(scale_a, (pl.cdiv(m, TILE_M) * TILE_M,))
     scale_b = _mg.pad(scale_b, (pl.cdiv(n, TILE_N) * TILE_N,))  # read whole subtiles
     out = _build(m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, scale_a, scale_b)
@@ -418,8 +423,8 @@ def gemm_fp8_rowwise_torch(a, b, scale_a, scale_b):
     a, b, scale_a, scale_b = _rt.torch_to_jax(NAME, (
         ("a", a, False),
         ("b", b, True),
-        ("scale_a", scale_a, False),
-        ("scale_b", scale_b, False),
+        ("scale_a", scale_a, None),
+        ("scale_b", scale_b, None),
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, scale_a, scale_b))
