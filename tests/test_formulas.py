@@ -20,6 +20,7 @@ import pytest
 import torch
 from kernels import MINIMAL_SPEC, load_module
 from reference import ACTIVATIONS, REFERENCES
+from specials import BIAS_SPECIALS, CHAINS, assert_same_classes, chain_id, full
 
 from specgen.render.catalogue import render_modules
 from specgen.spec import formulas
@@ -71,23 +72,6 @@ def inputs() -> torch.Tensor:
     return torch.cat([torch.tensor(SPECIALS, dtype=torch.float64), wide, torch.linspace(-30, 30, 601, dtype=torch.float64)])
 
 
-def assert_same(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor, rtol: float, atol: float, what: str) -> None:
-    """Same NaN-ness, the same infinities, the same sign where torch gives zero, values to tolerance
-    (atol scaled by |x|: silu's tanh form is x times a sigmoid good to an absolute error)."""
-    got, want, x = got.double().flatten(), want.double().flatten(), x.double().flatten()
-    for i in torch.nonzero(want.isnan() != got.isnan()).flatten().tolist():
-        raise AssertionError(f"{what}({x[i].item()!r}) = {got[i].item()!r}, torch {want[i].item()!r}")
-    inf = want.isinf() | got.isinf()
-    assert torch.equal(got[inf], want[inf]), f"{what}: {x[inf][:5].tolist()} -> {got[inf][:5].tolist()}, torch {want[inf][:5].tolist()}"
-    zero = want == 0
-    assert torch.equal(got[zero].signbit(), want[zero].signbit()), f"{what}: zero signs differ at {x[zero][:5].tolist()}"
-    fin = want.isfinite() & got.isfinite()
-    err = (got[fin] - want[fin]).abs()
-    bound = rtol * want[fin].abs() + atol * x[fin].abs().clamp(min=1.0)
-    bad = err > bound
-    assert not bad.any(), f"{what}: {x[fin][bad][:5].tolist()} -> {got[fin][bad][:5].tolist()}, torch {want[fin][bad][:5].tolist()}"
-
-
 # --- (a) the table is torch's functions ----------------------------------------------------------------
 
 
@@ -105,7 +89,7 @@ def test_the_table_has_every_activation_and_clamp_bound() -> None:
 @pytest.mark.parametrize("fn", list(ACTIVATIONS))
 def test_activation_equals_torch_in_float64(fn: str) -> None:
     x = inputs()
-    assert_same(evaluate(FORMULAS[fn].expr, x), ACTIVATIONS[fn](x), x, rtol=1e-12, atol=1e-15, what=fn)
+    assert_same_classes(evaluate(FORMULAS[fn].expr, x), ACTIVATIONS[fn](x), x, rtol=1e-12, atol=1e-15, what=fn)
 
 
 @pytest.mark.parametrize("fn", list(ACTIVATIONS))
@@ -113,7 +97,7 @@ def test_activation_in_float32_gives_torchs_float64_classes(fn: str) -> None:
     x = inputs()
     x32 = x.float()  # 3e38 and 1e30 stay finite in f32
     # f32 tanh / erf and a one-tanh sigmoid (absolute error ~2^-24, times x in silu)
-    assert_same(evaluate(FORMULAS[fn].expr, x32), ACTIVATIONS[fn](x32.double()), x32.double(), rtol=2e-6, atol=3e-7,
+    assert_same_classes(evaluate(FORMULAS[fn].expr, x32), ACTIVATIONS[fn](x32.double()), x32.double(), rtol=2e-6, atol=3e-7,
                 what=f"{fn} f32")
 
 
@@ -122,7 +106,7 @@ def test_activation_in_float32_gives_torchs_float64_classes(fn: str) -> None:
 def test_clamp_equals_torch_clamp(op: dict, dtype: torch.dtype) -> None:
     x = inputs().to(dtype)
     rtol = 0.0 if dtype == torch.float64 else 2.0**-24  # an f32 kernel holds its bounds rounded to f32
-    assert_same(clamp(x, op), x.double().clamp(min=op["min"], max=op["max"]), x.double(), rtol=rtol, atol=0.0,
+    assert_same_classes(clamp(x, op), x.double().clamp(min=op["min"], max=op["max"]), x.double(), rtol=rtol, atol=0.0,
                 what=f"clamp {op}")
 
 
@@ -234,20 +218,8 @@ def test_no_backend_drops_nan_in_its_epilogue(modules: dict[str, str], backend: 
 
 # --- (c) through the Triton interpreter ----------------------------------------------------------------
 
-INTERP_SPECIALS = [math.nan, math.inf, -math.inf, 1e30, -1e30, 3e38, -3e38, 0.25, -0.75]
-
-
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("chain", [
-    [{"op": "activation", "fn": "relu"}],
-    [{"op": "clamp", "min": -0.5, "max": 0.5}],
-    [{"op": "clamp", "min": -0.5}],
-    [{"op": "clamp", "max": 0.5}],
-    [{"op": "activation", "fn": "gelu"}],
-    [{"op": "activation", "fn": "gelu_tanh"}],
-    [{"op": "activation", "fn": "silu"}],
-    [{"op": "activation", "fn": "sigmoid"}],
-], ids=lambda c: "_".join(f"{o['op']}{o.get('fn', '')}{o.get('min', '')}{o.get('max', '')}" for o in c))
+@pytest.mark.parametrize("chain", CHAINS, ids=chain_id)
 def test_triton_kernel_keeps_the_tables_specials(chain: list[dict], tmp_path) -> None:
     """A bias carrying NaN, +-inf and huge values: each column's result has the reference's class (NaN
     stays NaN through relu and clamp, where tl.maximum used to give 0)."""
@@ -260,11 +232,10 @@ def test_triton_kernel_keeps_the_tables_specials(chain: list[dict], tmp_path) ->
     m, n, k = 8, 24, 16
     a = torch.randn(m, k, generator=g) * 0.1
     b = torch.randn(n, k, generator=g) * 0.1
-    bias = torch.tensor(INTERP_SPECIALS * (n // len(INTERP_SPECIALS) + 1))[:n].float()
+    bias = torch.tensor(BIAS_SPECIALS * (n // len(BIAS_SPECIALS) + 1))[:n].float()
     out = getattr(module, name)(a, b.T, bias)
-    full = [{"min": None, "max": None, **op} if op["op"] == "clamp" else op for op in chain]
-    want = REFERENCES["gemm"]([{"op": "bias", "along": "n", "name": "bias"}, *full], a, b.T, {"bias": bias})
+    want = REFERENCES["gemm"]([{"op": "bias", "along": "n", "name": "bias"}, *full(chain)], a, b.T, {"bias": bias})
     x = (a.double() @ b.T.double()) + bias.double()
-    assert_same(out, want, x, rtol=1e-5, atol=1e-6, what=json.dumps(chain))
+    assert_same_classes(out, want, x, rtol=1e-5, atol=1e-6, what=json.dumps(chain))
     if chain[0].get("fn") == "relu" or chain[0]["op"] == "clamp":
         assert out[:, 0].isnan().all(), "NaN dropped"
