@@ -110,20 +110,33 @@ def test_clamp_equals_torch_clamp(op: dict, dtype: torch.dtype) -> None:
                 what=f"clamp {op}")
 
 
-def test_specials_are_what_the_docstring_says() -> None:
-    """The rows of the module's table, on the values themselves (f32, as the kernels compute)."""
-    def f(fn: str, v: float) -> float:
-        return evaluate(FORMULAS[fn].expr, torch.tensor([v], dtype=torch.float32)).item()
+def pairs(specials: str) -> list[tuple[float, str]]:
+    """The `input -> result` pairs of a Formula's specials (notes in parentheses dropped)."""
+    out = []
+    for item in specials.split(", "):
+        lhs, rhs = item.split(" -> ")
+        out.append((float(lhs), rhs.split(" (")[0]))
+    return out
 
-    for fn in ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"):
-        assert math.isnan(f(fn, math.nan))
-    assert [f("relu", v) for v in (math.inf, -math.inf)] == [math.inf, 0.0] and math.copysign(1, f("relu", -0.0)) < 0
-    for fn in ("gelu", "gelu_tanh", "silu"):
-        assert f(fn, math.inf) == math.inf and math.isnan(f(fn, -math.inf)), fn
-        assert f(fn, -0.0) == 0.0 and math.copysign(1, f(fn, -0.0)) < 0, fn
-        assert f(fn, -1e30) == 0.0 and math.copysign(1, f(fn, -1e30)) < 0, fn
-        assert f(fn, 3e38) == pytest.approx(3e38, rel=1e-6), fn  # finite: 0.5 * x first
-    assert [f("sigmoid", v) for v in (math.inf, -math.inf, -0.0)] == [1.0, 0.0, 0.5]
+
+@pytest.mark.parametrize("op", list(FORMULAS))
+def test_each_special_the_table_states_holds_in_f32_and_is_torchs(op: str) -> None:
+    f = FORMULAS[op]
+    bounds = {"min": -1.5, "max": 2.5}
+    stated = pairs(f.specials)
+    assert {"nan", "inf", "-inf"} <= {str(x) for x, _ in stated}, f"{op} states no NaN / inf rule"
+    x = torch.tensor([v for v, _ in stated], dtype=torch.float32)
+    got = evaluate(f.expr, x, bounds)
+    if op.startswith("clamp"):
+        torch_ = x.double().clamp(**{op[6:]: bounds[op[6:]]})
+    else:
+        torch_ = ACTIVATIONS[op](x.double())
+    for (v, rhs), g, t in zip(stated, got.tolist(), torch_.tolist(), strict=True):
+        want = bounds[rhs] if rhs in bounds else float(rhs)
+        for who, value in (("f32 formula", g), ("torch float64", t)):
+            same = (math.isnan(value) and math.isnan(want)) or (
+                value == pytest.approx(want, rel=1e-6) and math.copysign(1, value) == math.copysign(1, want))
+            assert same, f"{op}({v}): {who} gives {value!r}, the table says {rhs}"
 
 
 def test_a_where_compares_x_with_a_number_and_arity_is_checked() -> None:

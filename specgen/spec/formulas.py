@@ -140,7 +140,8 @@ _SIGMOID = add(HALF, mul(HALF, tanh(mul(HALF, X))))  # sigmoid(x) = (1 + tanh(x 
 @dataclass(frozen=True)
 class Formula:
     """One op of the table: its title (the generated code's comment), its expression and what it does
-    with special values (documentation; tests/test_formulas.py checks it against torch)."""
+    with special values: `input -> result` pairs, a note in parentheses (tests/test_formulas.py
+    evaluates each pair in f32 and checks it against torch in float64)."""
 
     op: str
     title: str
@@ -155,21 +156,21 @@ class Formula:
 
 FORMULAS: dict[str, Formula] = {f.op: f for f in (
     Formula("relu", "ReLU, NaN kept", Node("where_lt", (X, ZERO)),
-            "NaN -> NaN, +inf -> +inf, -inf -> 0, -0.0 -> -0.0"),
+            "NaN -> NaN, +inf -> +inf, -inf -> 0, -0.0 -> -0.0, -1e30 -> 0, 3e38 -> 3e38"),
     Formula("gelu", "GELU, erf form", mul(mul(HALF, X), add(ONE, erf(mul(X, const(SQRT_HALF, "sqrt(1/2)"))))),
-            "NaN -> NaN, +inf -> +inf, -inf -> NaN (-inf * 0), -0.0 -> -0.0, -1e30 -> -0.0"),
+            "NaN -> NaN, +inf -> +inf, -inf -> NaN (-inf * 0), -0.0 -> -0.0, -1e30 -> -0.0, 3e38 -> 3e38"),
     Formula("gelu_tanh", "GELU, tanh form",
             mul(mul(HALF, X), add(ONE, tanh(mul(X, add(const(SQRT_2_OVER_PI, "sqrt(2/pi)"),
                                                     mul(mul(const(GELU_TANH_C1), X), X)))))),
             "NaN -> NaN, +inf -> +inf, -inf -> NaN (-inf * 0), -0.0 -> -0.0, -1e30 -> -0.0, 3e38 -> 3e38"),
     Formula("silu", "SiLU, x * sigmoid(x)", mul(X, _SIGMOID),
-            "NaN -> NaN, +inf -> +inf, -inf -> NaN (-inf * 0), -0.0 -> -0.0, -1e30 -> -0.0"),
+            "NaN -> NaN, +inf -> +inf, -inf -> NaN (-inf * 0), -0.0 -> -0.0, -1e30 -> -0.0, 3e38 -> 3e38"),
     Formula("sigmoid", "sigmoid", _SIGMOID,
-            "NaN -> NaN, +inf -> 1, -inf -> 0, -0.0 -> 0.5"),
+            "NaN -> NaN, +inf -> 1, -inf -> 0, -0.0 -> 0.5, -1e30 -> 0, 3e38 -> 1"),
     Formula("clamp_min", "clamp below, NaN kept", Node("where_lt", (X, param("min"))),
-            "NaN -> NaN, -inf -> min, -0.0 stays -0.0 unless min > 0"),
+            "NaN -> NaN, -inf -> min, +inf -> +inf, -0.0 -> -0.0 (when min <= 0)"),
     Formula("clamp_max", "clamp above, NaN kept", Node("where_gt", (X, param("max"))),
-            "NaN -> NaN, +inf -> max, -0.0 stays -0.0 unless max < 0"),
+            "NaN -> NaN, +inf -> max, -inf -> -inf, -0.0 -> -0.0 (when max >= 0)"),
 )}
 
 # The ops that are plain IEEE arithmetic, for the conformance suite's documentation.
