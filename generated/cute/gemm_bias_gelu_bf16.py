@@ -541,9 +541,7 @@ def gemm_kernel(
                 # 0. bias: + bias (N,) bf16, per column
                 acc = acc + r_bias.load()  # bias along n
                 # 1. activation: gelu_tanh
-                # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), factored
-                half = 0.5 * acc
-                acc = half + half * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)
+                acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                 r_out.store(acc.to(OUT_DTYPE))
                 if cutlass.const_expr(si + 1 < subs):
                     # prefetch the next subtile's vector operands: their loads fly under this subtile's store

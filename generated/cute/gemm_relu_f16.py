@@ -476,7 +476,7 @@ def gemm_kernel(
                     r_acc[ei] = tRS_acc[si * sub_size + ei]
                 acc = r_acc.load()
                 # 0. activation: relu
-                acc = cute.where(acc < 0.0, cute.full_like(acc, 0.0), acc)  # ReLU (NaN stays NaN)
+                acc = cute.where(acc < 0.0, cute.full_like(acc, 0.0), acc)  # ReLU, NaN kept
                 r_out.store(acc.to(OUT_DTYPE))
                 buf = epi_base + (stored + si) % cfg.epi_stages
                 cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])

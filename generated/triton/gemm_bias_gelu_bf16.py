@@ -232,9 +232,7 @@ def _gemm_bias_gelu_bf16_kernel(
         # epilogue[0]: bias: + bias (N,) bf16, per column
         acc += bias_v[None, :]
         # epilogue[1]: activation: gelu_tanh
-        # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), factored to 6 ops + one tanh
-        half = 0.5 * acc
-        acc = half + half * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)
+        acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
 
 

@@ -191,7 +191,7 @@ def _gemm_relu_f16_kernel(
         b = b_desc.load([off_k, off_n])
         acc = tl.dot(a, b, acc)
     # epilogue[0]: activation: relu
-    acc = tl.maximum(acc, 0.0)
+    acc = tl.where(acc < 0.0, 0.0, acc)  # ReLU, NaN kept
     out_desc.store([off_m, off_n], acc.to(tl.float16))
 
 

@@ -32,6 +32,7 @@ from specgen.designs.base import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
+from specgen.spec.formulas import FORMULAS
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, is_mgpu_target, is_tpu_target, target_info
 
@@ -360,12 +361,11 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
             **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
-    transcendental = {"gelu", "gelu_tanh", "silu", "sigmoid"}
     return {
         "p": p,
         "plan_meta": meta,
         "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
-        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and op["fn"] in transcendental),
+        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and FORMULAS[op["fn"]].transcendental),
         "a_bytes": DType(p.a.dtype).bytes,
         "b_bytes": DType(p.b.dtype).bytes,
         "out_bytes": DType(p.out.dtype).bytes,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jinja2
 
+from specgen.spec.formulas import FORMULAS
+
 
 def templates_dir() -> Path:
     """Installed wheels carry the templates inside the package; a source checkout has them at the top."""
@@ -74,6 +76,11 @@ def oneline(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def fail(message: str) -> None:
+    """Stop a render from a template (a formula primitive a backend cannot spell)."""
+    raise jinja2.TemplateRuntimeError(message)
+
+
 def triton_dtype(name: str) -> str:
     from specgen.spec.dtypes import DType
 
@@ -92,4 +99,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype,
                        oneline=oneline)
+    # The epilogue formula table (data: expression trees the backends' `formula` macros spell).
+    env.globals.update(formulas=FORMULAS, fail=fail)
     return env

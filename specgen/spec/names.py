@@ -65,7 +65,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "SWAP_AB",
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
-    "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
+    "_kernel", "_build", "_call",
     # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
     "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
     "OUT_SWIZZLE", "SMEM_BYTES", "min", "max", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
@@ -81,7 +81,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "b_ptrs", "out_ptrs", "stride_a", "stride_b", "stride_ab", "stride_bb", "stride_ob", "stride_om",
     "sa", "sb", "so", "pa", "pb", "po", "tile_id", "num_pid_m", "num_pid_n", "per_group", "first_m", "group_rows",
     "pid_m", "pid_n", "pid_b", "work", "tiles_per_batch", "offs_m", "offs_n", "offs_k", "mask_m",
-    "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "half", "halves", "x", "tiles", "key",
+    "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "halves", "x", "tiles", "key",
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
     "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box",

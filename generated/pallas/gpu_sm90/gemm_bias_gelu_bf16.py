@@ -190,7 +190,6 @@ GROUP_M, RASTER_DIM, PERSISTENT = 8, 0, True
 CLUSTER_M, CLUSTER_N = 1, 1
 # SMEM the kernel allocates (== Mosaic GPU's own figure): A/B 4 x 49168 = 196672 + epilogue 32768.
 SMEM_BYTES = 229440
-_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def _kernel(a_gmem, b_gmem, bias_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
@@ -252,7 +251,7 @@ def _kernel(a_gmem, b_gmem, bias_gmem, out_gmem, *, m: int, n: int, k: int, batc
                             plgpu.wait_smem_to_gmem(OUT_SLOTS - 1, wait_read_only=True)  # this slot is free
                             x = acc[ei * EPI_M:(ei + 1) * EPI_M, ej * EPI_N:(ej + 1) * EPI_N]
                             x = x + _mg.cols(bias_gmem, col0, EPI_M, EPI_N)
-                            x = 0.5 * x * (1.0 + jnp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+                            x = 0.5 * x * (1.0 + jnp.tanh(x * (0.7978845608028654 + 0.0356774081363001 * x * x)))  # GELU, tanh form
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],

@@ -227,7 +227,7 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
                             col0 = ni * TILE_N + wg * WG_N + ej * EPI_N
                             plgpu.wait_smem_to_gmem(OUT_SLOTS - 1, wait_read_only=True)  # this slot is free
                             x = acc[ei * EPI_M:(ei + 1) * EPI_M, ej * EPI_N:(ej + 1) * EPI_N]
-                            x = jnp.maximum(x, 0.0)
+                            x = jnp.where(x < 0.0, 0.0, x)  # ReLU, NaN kept
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
