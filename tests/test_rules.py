@@ -63,7 +63,7 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
-    "PAL007": {"pallas:gpu_sm90"}, "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
+    "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -461,6 +461,10 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["a warpgroup's 128x96 slice is not a whole number of 64x64 epilogue subtiles"], ("tile",))),
     ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 24, 64)},
      ("error", ["tile.n = 24 splits into 2 warpgroup slices of 12"], ("tile", "n"))),
+    # PAL008: Mosaic GPU lowers no erf: GELU's erf form is refused there, its tanh form is not
+    ("PAL008", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
+    ("PAL008", "pallas:gpu_sm90", {"epilogue": [{"op": "bias", "along": "n"}, {"op": "activation", "fn": "gelu"}]},
+     ("error", ["epilogue[1] gelu (erf form): Mosaic GPU lowers no erf on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
     # PAL007: Mosaic GPU clusters are one CTA or a pair along M or N, whose shared tile splits in two
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}}, None),
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 1, "n": 2}}, None),

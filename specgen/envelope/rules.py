@@ -627,6 +627,17 @@ def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
                       f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
 
 
+@rule("PAL008", "Mosaic GPU epilogue functions", is_mgpu_target)
+def mgpu_epilogue_functions(ctx: RuleContext) -> Iterator[Finding]:
+    """Mosaic GPU's warpgroup lowering has no layout rule for `math.erf` (jax 0.10.2: lowering for CUDA
+    raises NotImplementedError; tests/backends/pallas/test_mgpu_formulas.py), so GELU's erf form
+    (specgen/spec/formulas.py) cannot be rendered there; its tanh form lowers."""
+    for i, op in enumerate(ctx.spec.epilogue):
+        if op.op == "activation" and op.fn == "gelu":
+            yield Finding("PAL008", "error", f"epilogue[{i}] gelu (erf form): Mosaic GPU lowers no erf on {ctx.target}",
+                          'use fn = "gelu_tanh", or a Triton or CuTe target', ("epilogue", i, "fn"))
+
+
 # --- split-K -------------------------------------------------------------------------------------------
 def _no_split_k_design(t: Target | TargetInfo) -> bool:
     """No design of the target's backend renders split-K (a design's `renders_split_k`; designs/base.py)."""

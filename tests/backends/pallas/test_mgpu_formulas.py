@@ -2,7 +2,7 @@
 for CUDA on this CPU machine (`lowering_platforms=("cuda",)`, Mosaic GPU's warpgroup lowering of
 jnp.where, jnp.tanh and the constants; needs the jax-cuda12 plugin, as bench/mgpu_smem_probe.py does).
 GELU's erf form does not lower there: Mosaic GPU 0.10.2 has no layout rule for math.erf (it did not
-before the table either), recorded as an expected failure."""
+before the table either), recorded as an expected failure; check refuses it (PAL008)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from specgen.compile import load_rendered
 from specgen.render.catalogue import render_modules
 from specgen.spec.load import load_text
 
-pytest.importorskip("jax_plugins.xla_cuda12", reason="lowering for CUDA needs the jax-cuda12 plugin")
+# Lowering for CUDA needs jax's CUDA plugin: a GPU machine has it (CI, CPU only, deselects `gpu`); on a CPU
+# machine with the jax-cuda12 plugin installed, `pytest -m gpu tests/backends/pallas/test_mgpu_formulas.py`.
+pytestmark = pytest.mark.gpu
 
 CLAMPS = [{"op": "clamp", "min": -1.5, "max": 2.5}, {"op": "clamp", "min": -0.0}, {"op": "clamp", "max": 3e38}]
 
