@@ -38,7 +38,9 @@ def _cases() -> list:
             for i, shape in enumerate(shapes(key, backend.device)):
                 layout, data = COMBOS[i % len(COMBOS)]
                 bt, m, n, k = shape
-                marks = [pytest.mark.gpu] if backend.device == "cuda" else []
+                # one worker builds each (backend, spec) module: `-n N --dist loadgroup` spreads the compiles
+                marks = [pytest.mark.xdist_group(f"{backend.id}-{key}")]
+                marks += [pytest.mark.gpu] if backend.device == "cuda" else []
                 params.append(pytest.param(backend, key, shape, layout, data, marks=marks,
                                            id=f"{backend.id}-{key}-{bt}x{m}x{n}x{k}-{layout}-{data}"))
     return params
