@@ -51,178 +51,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
 ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
@@ -280,66 +108,9 @@ VARIANT_CONFIGS = (
     # 1: N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
     Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040),
 )
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the plan per compute capability (and per variant),
-# and the compiled host function's parameters in call order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'kernel': 'gemm_fp8_rowwise',
-    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
-    'targets': ['cute:sm90'],
-    'plan': {
-        90: {
-            'ab_stages': 5,
-            'smem_bytes': 223232,
-            'smem_breakdown': 'A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048',
-            'acc_registers': 192,
-            'mma_warpgroups': 1,
-            'pingpong': True,
-            'arch_flag': 'sm_90a',
-            'variants': [
-                {
-                    'when': {
-                        'M': 1024,
-                        'N': 4096,
-                    },
-                    'tile': [64, 128, 128],
-                    'cluster': [1, 1],
-                    'ab_stages': 8,
-                    'smem_bytes': 206848,
-                    'mma_warpgroups': 1,
-                    'pingpong': False,
-                },
-                {
-                    'when': {
-                        'N': 4096,
-                    },
-                    'tile': [128, 128, 128],
-                    'cluster': [2, 1],
-                    'ab_stages': 6,
-                    'smem_bytes': 215040,
-                    'mma_warpgroups': 1,
-                    'pingpong': True,
-                },
-            ],
-        },
-    },
-    'parameters': [
-        ['a', 'tensor<Float8E4M3FN>'],
-        ['b', 'tensor<Float8E4M3FN>'],
-        ['scale_a', 'tensor<Float32>'],
-        ['scale_b', 'tensor<Float32>'],
-        ['out', 'tensor<BFloat16>'],
-        ['max_clusters', 'i32'],
-        ['variant', 'constexpr'],
-        ['stream', 'stream'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -844,3 +615,117 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['scale_a', 'Tensor'], ['scale_b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'kernel': 'gemm_fp8_rowwise',
+    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
+    'targets': ['cute:sm90'],
+    'plan': {
+        90: {
+            'ab_stages': 5,
+            'smem_bytes': 223232,
+            'smem_breakdown': 'A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048',
+            'acc_registers': 192,
+            'mma_warpgroups': 1,
+            'pingpong': True,
+            'arch_flag': 'sm_90a',
+            'variants': [
+                {
+                    'when': {'M': 1024, 'N': 4096},
+                    'tile': [64, 128, 128],
+                    'cluster': [1, 1],
+                    'ab_stages': 8,
+                    'smem_bytes': 206848,
+                    'mma_warpgroups': 1,
+                    'pingpong': False,
+                },
+                {
+                    'when': {'N': 4096},
+                    'tile': [128, 128, 128],
+                    'cluster': [2, 1],
+                    'ab_stages': 6,
+                    'smem_bytes': 215040,
+                    'mma_warpgroups': 1,
+                    'pingpong': True,
+                },
+            ],
+        },
+    },
+    'parameters': [
+        ['a', 'tensor<Float8E4M3FN>'],
+        ['b', 'tensor<Float8E4M3FN>'],
+        ['scale_a', 'tensor<Float32>'],
+        ['scale_b', 'tensor<Float32>'],
+        ['out', 'tensor<BFloat16>'],
+        ['max_clusters', 'i32'],
+        ['variant', 'constexpr'],
+        ['stream', 'stream'],
+    ],
+}

@@ -37,65 +37,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
-SPEC = {
-    'name': 'gemm_relu_f16',
-    'kind': 'gemm',
-    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
-    'a': {
-        'dtype': 'f16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'f16',
-        'major': 'mn',
-    },
-    'out': {
-        'dtype': 'f16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'activation',
-            'fn': 'relu',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
@@ -148,40 +89,9 @@ class Config(NamedTuple):
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=False, smem_bytes=206848)
 # Size-selected variants (spec: variants), in the launcher's order: none.
 VARIANT_CONFIGS = ()
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the plan per compute capability (and per variant),
-# and the compiled host function's parameters in call order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'dd911d7ce4aff559',
-    'kernel': 'gemm_relu_f16',
-    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
-    'targets': ['cute:sm90'],
-    'plan': {
-        90: {
-            'ab_stages': 6,
-            'smem_bytes': 206848,
-            'smem_breakdown': 'A/B 6 x 32768 = 196608 + epilogue 8192 + barriers 2048',
-            'acc_registers': 128,
-            'mma_warpgroups': 1,
-            'pingpong': False,
-            'arch_flag': 'sm_90a',
-            'variants': [],
-        },
-    },
-    'parameters': [
-        ['a', 'tensor<Float16>'],
-        ['b', 'tensor<Float16>'],
-        ['out', 'tensor<Float16>'],
-        ['max_clusters', 'i32'],
-        ['variant', 'constexpr'],
-        ['stream', 'stream'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -613,3 +523,55 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_relu_f16',
+    'kind': 'gemm',
+    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
+    'a': {'dtype': 'f16', 'major': 'k'},
+    'b': {'dtype': 'f16', 'major': 'mn'},
+    'out': {'dtype': 'f16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'activation', 'fn': 'relu'}],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'dd911d7ce4aff559',
+    'kernel': 'gemm_relu_f16',
+    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
+    'targets': ['cute:sm90'],
+    'plan': {
+        90: {
+            'ab_stages': 6,
+            'smem_bytes': 206848,
+            'smem_breakdown': 'A/B 6 x 32768 = 196608 + epilogue 8192 + barriers 2048',
+            'acc_registers': 128,
+            'mma_warpgroups': 1,
+            'pingpong': False,
+            'arch_flag': 'sm_90a',
+            'variants': [],
+        },
+    },
+    'parameters': [
+        ['a', 'tensor<Float16>'],
+        ['b', 'tensor<Float16>'],
+        ['out', 'tensor<Float16>'],
+        ['max_clusters', 'i32'],
+        ['variant', 'constexpr'],
+        ['stream', 'stream'],
+    ],
+}

@@ -32,87 +32,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'bias',
-            'along': 'n',
-            'dtype': 'bf16',
-            'name': 'bias',
-        },
-        {
-            'op': 'activation',
-            'fn': 'gelu_tanh',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 128,
-                'k': 64,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-        },
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64
@@ -125,51 +44,9 @@ CONFIGS = {
     # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
     100: {"num_warps": 8, "num_stages": 3},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '2598040dd21ddf69',
-    'kernel': 'gemm_bias_gelu_bf16',
-    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<bf16[128, 64]>', 'aligned'],
-        ['b_desc', 'tensordesc<bf16[256, 64]>', 'aligned'],
-        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
-        ['bias_ptr', '*bf16', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['NUM_SMS', 'i32', 'none'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -365,3 +242,76 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['bias', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bias_gelu_bf16',
+    'kind': 'gemm',
+    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
+        {'op': 'activation', 'fn': 'gelu_tanh'},
+    ],
+    'tile': {'m': 128, 'n': 256, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 128, 'k': 64},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+        },
+    },
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '2598040dd21ddf69',
+    'kernel': 'gemm_bias_gelu_bf16',
+    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<bf16[128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<bf16[256, 64]>', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
+        ['bias_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['NUM_SMS', 'i32', 'none'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}

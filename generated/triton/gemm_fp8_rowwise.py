@@ -38,178 +38,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
@@ -245,135 +73,9 @@ VARIANT_CONFIGS = (
         100: {"num_warps": 4, "num_stages": 4},
     },
 )
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'kernel': 'gemm_fp8_rowwise',
-    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<fp8e4nv[128, 128]>', 'aligned'],
-        ['b_desc', 'tensordesc<fp8e4nv[256, 128]>', 'aligned'],
-        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
-        ['scale_a_ptr', '*fp32', 'aligned'],
-        ['scale_b_ptr', '*fp32', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['NUM_SMS', 'i32', 'none'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['SWAP_AB', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-    'variants': [
-        {
-            'when': {
-                'm_max': 16,
-            },
-            'tile': [16, 64, 512],
-            'group_m': 8,
-            'swap_ab': True,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[16, 512]>',
-                'b_desc': 'tensordesc<fp8e4nv[64, 512]>',
-                'out_desc': 'tensordesc<bf16[16, 64]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 3,
-                    'smem_bytes': 129024,
-                    'acc_registers': 8,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 3,
-                    'smem_bytes': 129024,
-                    'acc_registers': 8,
-                },
-            },
-        },
-        {
-            'when': {
-                'm_max': 128,
-            },
-            'tile': [128, 64, 256],
-            'group_m': 8,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[128, 256]>',
-                'b_desc': 'tensordesc<fp8e4nv[64, 256]>',
-                'out_desc': 'tensordesc<bf16[128, 64]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 212992,
-                    'acc_registers': 64,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 212992,
-                    'acc_registers': 64,
-                },
-            },
-        },
-        {
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-            'tile': [64, 128, 128],
-            'group_m': 8,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[64, 128]>',
-                'b_desc': 'tensordesc<fp8e4nv[128, 128]>',
-                'out_desc': 'tensordesc<bf16[64, 128]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 114688,
-                    'acc_registers': 64,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 114688,
-                    'acc_registers': 64,
-                },
-            },
-        },
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -593,3 +295,184 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['scale_a', 'Tensor'], ['scale_b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'kernel': 'gemm_fp8_rowwise',
+    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<fp8e4nv[128, 128]>', 'aligned'],
+        ['b_desc', 'tensordesc<fp8e4nv[256, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
+        ['scale_a_ptr', '*fp32', 'aligned'],
+        ['scale_b_ptr', '*fp32', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['NUM_SMS', 'i32', 'none'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['SWAP_AB', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+    'variants': [
+        {
+            'when': {'m_max': 16},
+            'tile': [16, 64, 512],
+            'group_m': 8,
+            'swap_ab': True,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[16, 512]>',
+                'b_desc': 'tensordesc<fp8e4nv[64, 512]>',
+                'out_desc': 'tensordesc<bf16[16, 64]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 3,
+                    'smem_bytes': 129024,
+                    'acc_registers': 8,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 3,
+                    'smem_bytes': 129024,
+                    'acc_registers': 8,
+                },
+            },
+        },
+        {
+            'when': {'m_max': 128},
+            'tile': [128, 64, 256],
+            'group_m': 8,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[128, 256]>',
+                'b_desc': 'tensordesc<fp8e4nv[64, 256]>',
+                'out_desc': 'tensordesc<bf16[128, 64]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 212992,
+                    'acc_registers': 64,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 212992,
+                    'acc_registers': 64,
+                },
+            },
+        },
+        {
+            'when': {'m_max': 1024, 'n_max': 4096},
+            'tile': [64, 128, 128],
+            'group_m': 8,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[64, 128]>',
+                'b_desc': 'tensordesc<fp8e4nv[128, 128]>',
+                'out_desc': 'tensordesc<bf16[64, 128]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 114688,
+                    'acc_registers': 64,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 114688,
+                    'acc_registers': 64,
+                },
+            },
+        },
+    ],
+}

@@ -31,65 +31,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_relu_f16',
-    'kind': 'gemm',
-    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
-    'a': {
-        'dtype': 'f16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'f16',
-        'major': 'mn',
-    },
-    'out': {
-        'dtype': 'f16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'activation',
-            'fn': 'relu',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
@@ -102,49 +43,9 @@ CONFIGS = {
     # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'dd911d7ce4aff559',
-    'kernel': 'gemm_relu_f16',
-    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
-            'acc_registers': 64,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
-            'acc_registers': 64,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<fp16[128, 64]>', 'aligned'],
-        ['b_desc', 'tensordesc<fp16[64, 128]>', 'aligned'],
-        ['out_desc', 'tensordesc<fp16[128, 128]>', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -318,3 +219,64 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_relu_f16',
+    'kind': 'gemm',
+    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
+    'a': {'dtype': 'f16', 'major': 'k'},
+    'b': {'dtype': 'f16', 'major': 'mn'},
+    'out': {'dtype': 'f16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'activation', 'fn': 'relu'}],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'dd911d7ce4aff559',
+    'kernel': 'gemm_relu_f16',
+    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<fp16[128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<fp16[64, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<fp16[128, 128]>', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}

@@ -29,60 +29,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_small_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {
-        'm': 64,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 4,
-        'tma': False,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 64
@@ -95,52 +41,9 @@ CONFIGS = {
     # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
     100: {"num_warps": 4, "num_stages": 4},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/gemm_bf16.toml',
-    'spec_hash': 'd1a59c7af2df3590',
-    'kernel': 'gemm_small_bf16',
-    'custom_op': 'specgen::gemm_small_bf16_d1a59c7af2df3590',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 4,
-            'num_stages': 4,
-            'smem_bytes': 98304,
-            'smem_breakdown': 'A/B 4 x 24576 = 98304',
-            'acc_registers': 64,
-        },
-        100: {
-            'num_warps': 4,
-            'num_stages': 4,
-            'smem_bytes': 98304,
-            'smem_breakdown': 'A/B 4 x 24576 = 98304',
-            'acc_registers': 64,
-        },
-    },
-    'parameters': [
-        ['a_ptr', '*bf16', 'aligned'],
-        ['b_ptr', '*bf16', 'aligned'],
-        ['out_ptr', '*bf16', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['stride_a', 'i32', 'aligned'],
-        ['stride_b', 'i32', 'aligned'],
-        ['stride_om', 'i32', 'aligned'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -322,3 +225,67 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_small_bf16',
+    'kind': 'gemm',
+    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [],
+    'tile': {'m': 64, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 4, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/gemm_bf16.toml',
+    'spec_hash': 'd1a59c7af2df3590',
+    'kernel': 'gemm_small_bf16',
+    'custom_op': 'specgen::gemm_small_bf16_d1a59c7af2df3590',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 4,
+            'num_stages': 4,
+            'smem_bytes': 98304,
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 4,
+            'num_stages': 4,
+            'smem_bytes': 98304,
+            'smem_breakdown': 'A/B 4 x 24576 = 98304',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_ptr', '*bf16', 'aligned'],
+        ['b_ptr', '*bf16', 'aligned'],
+        ['out_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['stride_a', 'i32', 'aligned'],
+        ['stride_b', 'i32', 'aligned'],
+        ['stride_om', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}
