@@ -564,13 +564,19 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
     (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
     accumulators are not rendered by this design. fp8 runs (K-major only: MAJ001), measured on the H200
-    (tests/gpu/test_pallas_gpu.py)."""
+    (tests/gpu/test_pallas_gpu.py). A and B share one dtype: Mosaic GPU refuses an e4m3 x e5m2 mix
+    that wgmma itself takes ("Mixed input dtypes for matrix multiplication unsupported", jax 0.10.2
+    lowering for CUDA: tests/grids/mgpu.py)."""
     for side in ("a", "b"):
         dt = getattr(ctx.spec, side).dtype
         if dt not in MGPU_OPERANDS:
             yield Finding("PAL004", "error", f"{side.upper()} is {dt}: the {ctx.target} kernel takes "
                           f"{', '.join(map(str, MGPU_OPERANDS))} operands", "use a Triton or CuTe target for this dtype",
                           (side, "dtype"))
+    a, b = ctx.spec.a.dtype, ctx.spec.b.dtype
+    if a != b and a in MGPU_OPERANDS and b in MGPU_OPERANDS:
+        yield Finding("PAL004", "error", f"A is {a} and B is {b}: Mosaic GPU's matmul takes one input dtype for "
+                      "both", f'use the same dtype for both (b.dtype = "{a}")', ("b", "dtype"))
     if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
         yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
                       "in f32", 'set accumulator = "f32"', ("accumulator",))
@@ -625,6 +631,45 @@ def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
     if extent % 16:
         yield Finding("PAL007", "error", f"cluster {c.m}x{c.n} multicasts a {extent}-wide tile ({shared}) in two halves of "
                       f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
+
+
+@rule("PAL008", "Mosaic GPU SMEM swizzles", is_mgpu_target)
+def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
+    """Mosaic GPU stages each TMA'd tile in SMEM with a 32, 64 or 128 B swizzle ("Swizzle 16 is not
+    supported. Only 32, 64 and 128 are accepted"), and its wgmma takes one swizzle for A and B
+    ("Non-matching swizzles of operands a and b in WGMMA") and K in groups of swizzle/bytes elements
+    ("K must be a multiple of ..."): jax 0.10.2 `mosaic/gpu/wgmma.py`, `dialect_lowering.py`. So one
+    swizzle must divide A's and B's contiguous extents in bytes (K for K-major; tile.m for MN-major A;
+    for MN-major B each warpgroup's tile.n/2 slice, which starts on a whole swizzle tile) and tile.k's;
+    the output's epilogue subtile row must span a multiple of 32 B. Found by lowering for CUDA
+    (tests/grids/mgpu.py), where such specs failed as layout inference, slice or swizzle errors."""
+    from specgen.designs.gemm_pallas import mgpu_layout, mgpu_swizzles
+
+    s, t = ctx.spec, ctx.spec.tile
+    sw, lay = mgpu_swizzles(s), mgpu_layout(s)
+    if not sw.ab:
+        a_ext = f"tile.k {t.k}" if s.a.major == "k" else f"tile.m {t.m}"
+        b_ext = f"tile.k {t.k}" if s.b.major == "k" else f"tile.n/2 {lay.wg_n}"
+        yield Finding("PAL008", "error", f"no 32/64/128 B swizzle divides A's ({a_ext} x {s.a.dtype.bytes} B), B's "
+                      f"({b_ext} x {s.b.dtype.bytes} B) and K's (tile.k {t.k}) extents: Mosaic GPU's wgmma takes one "
+                      "swizzle for both operands and K in whole swizzle groups",
+                      f"use tile.k a multiple of {128 // s.a.dtype.bytes} (and tile.m, tile.n/2 of "
+                      f"{32 // s.a.dtype.bytes})", ("tile",))
+    if not sw.out:
+        yield Finding("PAL008", "error", f"the output's {lay.epi_m}x{lay.epi_n} epilogue subtile rows span "
+                      f"{lay.epi_n * s.out.dtype.bytes} B ({s.out.dtype}): Mosaic GPU swizzles SMEM in 32/64/128 B only",
+                      f"use tile.n a multiple of {2 * 32 // s.out.dtype.bytes}", ("tile", "n"))
+
+
+@rule("PAL009", "Mosaic GPU epilogue ops", is_mgpu_target)
+def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
+    """The erf form of GELU does not lower on Mosaic GPU: its layout inference has no rule for `math.erf`
+    ("No layout inference rule defined for math.erf", jax 0.10.2 `mosaic/gpu/layout_inference.py`,
+    found by lowering for CUDA: tests/grids/mgpu.py); tanh, exp and the rest of the chain lower."""
+    for i, op in enumerate(ctx.spec.epilogue):
+        if op.op == "activation" and op.fn == "gelu":
+            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+                          "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
 
 
 # --- split-K -------------------------------------------------------------------------------------------
