@@ -30,6 +30,7 @@ class TmaBox:
     inner: int  # elements along the contiguous dim
     elem_bytes: int
     field: tuple[str | int, ...]  # the spec field a message points at
+    dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (Mosaic GPU's tiled view)
 
 
 @dataclass(frozen=True)

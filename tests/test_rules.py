@@ -350,6 +350,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TMA002", "cute:sm90", {"tile": tile(128, 512, 64)},
      ("error", ["B's TMA box 512x64 has a dim 512 > 256"], ("tile",))),
     ("TMA002", "pallas:gpu_sm90", {"tile": tile(128, 128, 257)}, ("error", ["A's TMA box 128x257 has a dim 257"], ("tile",))),
+    # Mosaic GPU copies through its tiled GMEM view: (rows / 8, cols / swizzle, 8, swizzle) per box
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(320, 128, 64)}, None),  # 40 row tiles (lowers: tests/grids/mgpu.py)
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(2112, 128, 64)},
+     ("error", ["A's TMA box 264x1x8x64 has a dim 264 > 256"], ("tile",))),
     # CLU001: portable 8, hardware 16; powers of two are the examples' convention
     ("CLU001", "cute:sm90", {"cluster": {"m": 2, "n": 4}}, None),
     ("CLU001", "cute:sm90", {"cluster": {"m": 4, "n": 4}},
@@ -495,6 +499,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
     ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "bias"}, {"op": "activation", "fn": "gelu"}]},
      ("error", ["activation gelu (erf form) does not lower on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
+    # ... and an fp8 output after a trailing cast to bf16 (f32 casts after it change nothing)
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "activation", "fn": "relu"}]},
+     None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"}, "epilogue": [{"op": "cast", "dtype": "f16"}]}, None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e5m2"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "cast", "dtype": "f32"}]},
+     ("error", ["the epilogue ends in a cast to bf16 and out is fp8_e5m2"], ("epilogue", 0, "dtype"))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},

@@ -24,7 +24,7 @@ Imports jax-free code only: `specgen check` / `render` must stay light.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from specgen import __version__
@@ -270,14 +270,28 @@ class PallasGemmDesign:
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output
-        (and a residual, staged in the output's slot). TPU targets move no TMA boxes."""
+        (and a residual, staged in the output's slot). TPU targets move no TMA boxes.
+
+        Mosaic GPU copies a tile through a tiled view of GMEM, (8 rows x swizzle bytes) tiles, so the box
+        it encodes is (outer / 8, inner / swizzle elements, 8, swizzle elements) (jax 0.10.2
+        `mosaic/gpu/launch_context.py`: "Async copies only support copying <=256 elements along each
+        dimension" of that shape): a 320-row tile is 40 row tiles and lowers (tests/grids/mgpu.py)."""
         from specgen.resolve import TmaBox, tma_boxes
 
         if not target.tma_boxes:
             return ()
         a, b, _ = tma_boxes(spec)
-        lay = mgpu_layout(spec)
-        return (a, b, TmaBox("out", lay.epi_m, lay.epi_n, spec.out.dtype.bytes, ("out",)))
+        lay, sw = mgpu_layout(spec), mgpu_swizzles(spec)
+        out = TmaBox("out", lay.epi_m, lay.epi_n, spec.out.dtype.bytes, ("out",))
+
+        def tiled(box: TmaBox, swizzle: int) -> TmaBox:
+            if not swizzle:  # no swizzle fits (PAL008): the plain box
+                return box
+            elems = swizzle // box.elem_bytes
+            dims = (-(-box.outer // 8), -(-box.inner // elems), min(8, box.outer), min(elems, box.inner))
+            return replace(box, dims=dims)
+
+        return (tiled(a, sw.ab), tiled(b, sw.ab), tiled(out, sw.out))
 
     # --- modules --------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:

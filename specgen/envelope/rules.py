@@ -371,12 +371,16 @@ def tma_inner_box(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule("TMA002", "TMA box dims are at most 256", uses_tma_boxes)
 def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
-    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe and Mosaic GPU
-    issue one box per tile; Triton splits larger blocks itself, so it is exempt."""
+    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe issues one box
+    per tile; Mosaic GPU one per tile in its tiled GMEM view, (outer / 8, inner / swizzle, 8, swizzle)
+    (the design's `tma_boxes` dims: a 320-row tile is 40 row tiles); Triton splits larger blocks itself,
+    so it is exempt."""
     for box in ctx.tma_boxes:
-        for extent in (box.outer, box.inner):
+        dims = box.dims or (box.outer, box.inner)
+        for extent in dims:
             if extent > 256:
-                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {box.outer}x{box.inner} has a dim {extent} > 256",
+                shape = "x".join(map(str, dims))
+                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {shape} has a dim {extent} > 256",
                               "", ("tile",))
                 break
 
@@ -663,13 +667,24 @@ def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule("PAL009", "Mosaic GPU epilogue ops", is_mgpu_target)
 def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
-    """The erf form of GELU does not lower on Mosaic GPU: its layout inference has no rule for `math.erf`
-    ("No layout inference rule defined for math.erf", jax 0.10.2 `mosaic/gpu/layout_inference.py`,
-    found by lowering for CUDA: tests/grids/mgpu.py); tanh, exp and the rest of the chain lower."""
-    for i, op in enumerate(ctx.spec.epilogue):
+    """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
+    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
+    chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
+    direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
+    f8E4M3FN"); any other op after the cast, or a cast to f16, lowers."""
+    chain = ctx.spec.epilogue
+    for i, op in enumerate(chain):
         if op.op == "activation" and op.fn == "gelu":
             yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
                           "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
+    last = next((i for i in range(len(chain) - 1, -1, -1)
+                 if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
+    out = ctx.spec.out.dtype
+    if last is not None and chain[last].op == "cast" and chain[last].dtype == DType.bf16 and out.bytes == 1:
+        yield Finding("PAL009", "error", f"the epilogue ends in a cast to bf16 and out is {out}: Mosaic GPU lowers the "
+                      "bf16 -> f32 -> fp8 round trip as a bf16 -> fp8 conversion, which it cannot do",
+                      "drop the cast (the store rounds to out's dtype) or cast to f16", ("epilogue", last, "dtype"))
 
 
 # --- split-K -------------------------------------------------------------------------------------------
