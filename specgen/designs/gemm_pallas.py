@@ -263,10 +263,11 @@ class PallasGemmDesign:
         a_tile, b_tile = t.m * t.k * spec.a.dtype.bytes, t.k * t.n * spec.b.dtype.bytes
         out_tiles = MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes
         pad = sum(-n % MGPU_SMEM_ALIGNMENT for n in (a_tile * ab_stages, b_tile * ab_stages, out_tiles))
-        extra = {"residual barriers": lay.residual_barriers * MGPU_BARRIER_BYTES, "KiB alignment": pad}
+        barriers = lay.residual_barriers * MGPU_BARRIER_BYTES
+        label = ("KiB alignment" if not barriers else "residual barriers" if not pad
+                 else f"residual barriers {barriers} + KiB alignment {pad} =")
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, a_tile + b_tile + 2 * MGPU_BARRIER_BYTES, ab_stages,
-                            out_tiles, epilogue_overlaps_ab=False, extra_bytes=sum(extra.values()),
-                            extra_label=" + ".join(k for k, v in extra.items() if v) or "residual barriers")
+                            out_tiles, epilogue_overlaps_ab=False, extra_bytes=barriers + pad, extra_label=label)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output
