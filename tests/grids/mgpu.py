@@ -3,7 +3,8 @@ checked by specgen and lowered by jax for CUDA on this CPU machine (no GPU).
 
 Usage: `python tests/grids/mgpu.py N [SEED [OUT]]` (from the repository root, the tree on PYTHONPATH):
 N specs of seed SEED, one JSON line per spec on stdout, the summary last; OUT (optional) writes the
-record the CPU replay test reads (tests/data/grid_mgpu.json). Needs what lowering Mosaic GPU for CUDA
+record the CPU replay test reads (tests/data/grid_mgpu.json). `--catalogue-small-n` instead lowers the
+rendered catalogue at small N and counts the TMA indices Mosaic GPU drops (see below). Needs what lowering Mosaic GPU for CUDA
 needs on a CPU: jax with absl-py and the jax-cuda12 plugin/pjrt wheels of the same version
 (`pip install --no-deps "jax-cuda12-plugin==<jax>" "jax-cuda12-pjrt==<jax>"`: no CUDA libraries, no
 GPU; the plugin's "Unable to load CUDA" warning is expected). The replay test
@@ -386,7 +387,27 @@ def main(n: int, seed: int = 11, out: str | None = None) -> int:
     return 1 if summary["false_accepts"] or len(summary["false_rejects"]) > 0.02 * len(cases) else 0
 
 
+def catalogue_small_n(ns: tuple[int, ...] = (8, 16, 40, 64, 72, 512)) -> None:
+    """`--catalogue-small-n`: lower every rendered catalogue module (generated/pallas/gpu_sm90/) at M = K =
+    1024 and each N, printing how many dynamic TMA indices Mosaic GPU dropped (`dropped_tma_indices`): a
+    CPU check for the small-N aliasing of the output's subtile stores, before and after a fix."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "generated" / "pallas" / "gpu_sm90").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        mod = importlib.import_module(f"generated.pallas.gpu_sm90.{path.stem}")
+        rows = {n: lower(mod, (1024, n, 1024)) for n in ns}
+        print(json.dumps({"kernel": path.stem, "tile": [mod.TILE_M, mod.TILE_N, mod.TILE_K],
+                          "dropped_tma_index": {n: r["dropped_tma_index"] for n, r in rows.items()},
+                          "lowered": all(r["ok"] for r in rows.values())}), flush=True)
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    if argv == ["--catalogue-small-n"]:
+        catalogue_small_n()
+        sys.exit(0)
     sys.exit(main(int(argv[0]) if argv else 300, int(argv[1]) if len(argv) > 1 else 11,
                   argv[2] if len(argv) > 2 else None))
