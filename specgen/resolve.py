@@ -30,6 +30,7 @@ class TmaBox:
     inner: int  # elements along the contiguous dim
     elem_bytes: int
     field: tuple[str | int, ...]  # the spec field a message points at
+    dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (Mosaic GPU's tiled view)
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,20 @@ def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) 
     """The deepest pipeline that fits (0 when not even one stage does), capped at `limit`.
 
     Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
-    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits."""
+    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits;
+    then checked against the budget at that depth (padding that varies with it moves it a stage)."""
     one = memory(spec, target, 1)
     if not one.fits:
         return 0
     room = one.capacity - one.reserve - one.extra_bytes - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes)
-    return min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
+    stages = min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
+    # A layout whose extra bytes vary with the depth (Mosaic GPU pads its buffers to whole KiB) moves the
+    # answer by a stage at most: settle it on the budget itself.
+    while stages > 0 and not memory(spec, target, stages).fits:
+        stages -= 1
+    while 0 < stages < limit and memory(spec, target, stages + 1).fits:
+        stages += 1
+    return stages
 
 
 def resolve_ab_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:

@@ -63,7 +63,8 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
-    "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
+    "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
+    "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -288,6 +289,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    # Mosaic GPU pads each SMEM buffer to whole KiB: 9 stages of a 48-wide B tile (9 x 4608 B) take 41472 B
+    ("SMEM001", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(192, 48, 48), "pipeline": {"ab_stages": 8}},
+     None),  # 209024 B, Mosaic GPU's own figure (tests/grids/mgpu.py)
+    ("SMEM001", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(192, 48, 48), "pipeline": {"ab_stages": 9}},
+     ("error", ["needs 232592 B of SMEM > 232448 B", "KiB alignment 512"], ("pipeline", "ab_stages"))),
     ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
      ("error", ["needs 1067008 B of SMEM > 232448 B"], ("tile",))),
     # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
@@ -344,6 +350,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TMA002", "cute:sm90", {"tile": tile(128, 512, 64)},
      ("error", ["B's TMA box 512x64 has a dim 512 > 256"], ("tile",))),
     ("TMA002", "pallas:gpu_sm90", {"tile": tile(128, 128, 257)}, ("error", ["A's TMA box 128x257 has a dim 257"], ("tile",))),
+    # Mosaic GPU copies through its tiled GMEM view: (rows / 8, cols / swizzle, 8, swizzle) per box
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(320, 128, 64)}, None),  # 40 row tiles (lowers: tests/grids/mgpu.py)
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(2112, 128, 64)},
+     ("error", ["A's TMA box 264x1x8x64 has a dim 264 > 256"], ("tile",))),
     # CLU001: portable 8, hardware 16; powers of two are the examples' convention
     ("CLU001", "cute:sm90", {"cluster": {"m": 2, "n": 4}}, None),
     ("CLU001", "cute:sm90", {"cluster": {"m": 4, "n": 4}},
@@ -450,6 +460,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["A is int8: the pallas:gpu_sm90 kernel takes f16, bf16, fp8_e4m3, fp8_e5m2 operands"], ("a", "dtype"))),
     ("PAL004", "pallas:gpu_sm90", {**F16, "accumulator": "f16"},
      ("error", ["accumulator = f16: the pallas:gpu_sm90 kernel accumulates in f32"], ("accumulator",))),
+    ("PAL004", "pallas:gpu_sm90", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}},
+     ("error", ["A is fp8_e4m3 and B is fp8_e5m2: Mosaic GPU's matmul takes one input dtype"], ("b", "dtype"))),
     # PAL005: a residual is staged in the output's SMEM slot, so it has the output's dtype
     ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
     ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "f16"}]},
@@ -461,10 +473,6 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["a warpgroup's 128x96 slice is not a whole number of 64x64 epilogue subtiles"], ("tile",))),
     ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 24, 64)},
      ("error", ["tile.n = 24 splits into 2 warpgroup slices of 12"], ("tile", "n"))),
-    # PAL008: Mosaic GPU lowers no erf: GELU's erf form is refused there, its tanh form is not
-    ("PAL008", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
-    ("PAL008", "pallas:gpu_sm90", {"epilogue": [{"op": "bias", "along": "n"}, {"op": "activation", "fn": "gelu"}]},
-     ("error", ["epilogue[1] gelu (erf form): Mosaic GPU lowers no erf on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
     # PAL007: Mosaic GPU clusters are one CTA or a pair along M or N, whose shared tile splits in two
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}}, None),
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 1, "n": 2}}, None),
@@ -476,6 +484,29 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 24, 64)},
      ("error", ["cluster 2x1 multicasts a 24-wide tile (tile.n) in two halves of 12: not a multiple of 8 rows"],
       ("tile",))),
+    # PAL008: one 32/64/128 B swizzle for A and B (MN-major B: each warpgroup's tile.n/2 slice), the output's too
+    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
+                                   "tile": tile(128, 32, 64)}, None),  # 16-column slices: 32 B
+    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
+                                   "tile": tile(128, 16, 64)},
+     ("error", ["no 32/64/128 B swizzle divides A's (tile.k 64 x 2 B), B's (tile.n/2 8 x 2 B)"], ("tile",))),
+    ("PAL008", "pallas:gpu_sm90", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                                   "tile": tile(128, 128, 16)}, None),  # a 32 B swizzle for both, K in 16s
+    ("PAL008", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 16, 64)}, None),  # 8 x 4 B = 32 B
+    ("PAL008", "pallas:gpu_sm90", {"tile": tile(128, 16, 64)},
+     ("error", ["the output's 64x8 epilogue subtile rows span 16 B (bf16)"], ("tile", "n"))),
+    # PAL009: GELU's erf form has no Mosaic GPU layout rule; the tanh form lowers
+    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
+    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "bias"}, {"op": "activation", "fn": "gelu"}]},
+     ("error", ["activation gelu (erf form) does not lower on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
+    # ... and an fp8 output after a trailing cast to bf16 (f32 casts after it change nothing)
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "activation", "fn": "relu"}]},
+     None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"}, "epilogue": [{"op": "cast", "dtype": "f16"}]}, None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e5m2"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "cast", "dtype": "f32"}]},
+     ("error", ["the epilogue ends in a cast to bf16 and out is fp8_e5m2"], ("epilogue", 0, "dtype"))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},

@@ -371,12 +371,16 @@ def tma_inner_box(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule("TMA002", "TMA box dims are at most 256", uses_tma_boxes)
 def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
-    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe and Mosaic GPU
-    issue one box per tile; Triton splits larger blocks itself, so it is exempt."""
+    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe issues one box
+    per tile; Mosaic GPU one per tile in its tiled GMEM view, (outer / 8, inner / swizzle, 8, swizzle)
+    (the design's `tma_boxes` dims: a 320-row tile is 40 row tiles); Triton splits larger blocks itself,
+    so it is exempt."""
     for box in ctx.tma_boxes:
-        for extent in (box.outer, box.inner):
+        dims = box.dims or (box.outer, box.inner)
+        for extent in dims:
             if extent > 256:
-                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {box.outer}x{box.inner} has a dim {extent} > 256",
+                shape = "x".join(map(str, dims))
+                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {shape} has a dim {extent} > 256",
                               "", ("tile",))
                 break
 
@@ -564,13 +568,19 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
     (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
     accumulators are not rendered by this design. fp8 runs (K-major only: MAJ001), measured on the H200
-    (tests/gpu/test_pallas_gpu.py)."""
+    (tests/gpu/test_pallas_gpu.py). A and B share one dtype: Mosaic GPU refuses an e4m3 x e5m2 mix
+    that wgmma itself takes ("Mixed input dtypes for matrix multiplication unsupported", jax 0.10.2
+    lowering for CUDA: tests/grids/mgpu.py)."""
     for side in ("a", "b"):
         dt = getattr(ctx.spec, side).dtype
         if dt not in MGPU_OPERANDS:
             yield Finding("PAL004", "error", f"{side.upper()} is {dt}: the {ctx.target} kernel takes "
                           f"{', '.join(map(str, MGPU_OPERANDS))} operands", "use a Triton or CuTe target for this dtype",
                           (side, "dtype"))
+    a, b = ctx.spec.a.dtype, ctx.spec.b.dtype
+    if a != b and a in MGPU_OPERANDS and b in MGPU_OPERANDS:
+        yield Finding("PAL004", "error", f"A is {a} and B is {b}: Mosaic GPU's matmul takes one input dtype for "
+                      "both", f'use the same dtype for both (b.dtype = "{a}")', ("b", "dtype"))
     if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
         yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
                       "in f32", 'set accumulator = "f32"', ("accumulator",))
@@ -627,15 +637,54 @@ def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
                       f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
 
 
-@rule("PAL008", "Mosaic GPU epilogue functions", is_mgpu_target)
-def mgpu_epilogue_functions(ctx: RuleContext) -> Iterator[Finding]:
-    """Mosaic GPU's warpgroup lowering has no layout rule for `math.erf` (jax 0.10.2: lowering for CUDA
-    raises NotImplementedError; tests/backends/pallas/test_mgpu_formulas.py), so GELU's erf form
-    (specgen/spec/formulas.py) cannot be rendered there; its tanh form lowers."""
-    for i, op in enumerate(ctx.spec.epilogue):
+@rule("PAL008", "Mosaic GPU SMEM swizzles", is_mgpu_target)
+def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
+    """Mosaic GPU stages each TMA'd tile in SMEM with a 32, 64 or 128 B swizzle ("Swizzle 16 is not
+    supported. Only 32, 64 and 128 are accepted"), and its wgmma takes one swizzle for A and B
+    ("Non-matching swizzles of operands a and b in WGMMA") and K in groups of swizzle/bytes elements
+    ("K must be a multiple of ..."): jax 0.10.2 `mosaic/gpu/wgmma.py`, `dialect_lowering.py`. So one
+    swizzle must divide A's and B's contiguous extents in bytes (K for K-major; tile.m for MN-major A;
+    for MN-major B each warpgroup's tile.n/2 slice, which starts on a whole swizzle tile) and tile.k's;
+    the output's epilogue subtile row must span a multiple of 32 B. Found by lowering for CUDA
+    (tests/grids/mgpu.py), where such specs failed as layout inference, slice or swizzle errors."""
+    from specgen.designs.gemm_pallas import mgpu_layout, mgpu_swizzles
+
+    s, t = ctx.spec, ctx.spec.tile
+    sw, lay = mgpu_swizzles(s), mgpu_layout(s)
+    if not sw.ab:
+        a_ext = f"tile.k {t.k}" if s.a.major == "k" else f"tile.m {t.m}"
+        b_ext = f"tile.k {t.k}" if s.b.major == "k" else f"tile.n/2 {lay.wg_n}"
+        yield Finding("PAL008", "error", f"no 32/64/128 B swizzle divides A's ({a_ext} x {s.a.dtype.bytes} B), B's "
+                      f"({b_ext} x {s.b.dtype.bytes} B) and K's (tile.k {t.k}) extents: Mosaic GPU's wgmma takes one "
+                      "swizzle for both operands and K in whole swizzle groups",
+                      f"use tile.k a multiple of {128 // s.a.dtype.bytes} (and tile.m, tile.n/2 of "
+                      f"{32 // s.a.dtype.bytes})", ("tile",))
+    if not sw.out:
+        yield Finding("PAL008", "error", f"the output's {lay.epi_m}x{lay.epi_n} epilogue subtile rows span "
+                      f"{lay.epi_n * s.out.dtype.bytes} B ({s.out.dtype}): Mosaic GPU swizzles SMEM in 32/64/128 B only",
+                      f"use tile.n a multiple of {2 * 32 // s.out.dtype.bytes}", ("tile", "n"))
+
+
+@rule("PAL009", "Mosaic GPU epilogue ops", is_mgpu_target)
+def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
+    """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
+    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
+    chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
+    direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
+    f8E4M3FN"); any other op after the cast, or a cast to f16, lowers."""
+    chain = ctx.spec.epilogue
+    for i, op in enumerate(chain):
         if op.op == "activation" and op.fn == "gelu":
-            yield Finding("PAL008", "error", f"epilogue[{i}] gelu (erf form): Mosaic GPU lowers no erf on {ctx.target}",
-                          'use fn = "gelu_tanh", or a Triton or CuTe target', ("epilogue", i, "fn"))
+            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+                          "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
+    last = next((i for i in range(len(chain) - 1, -1, -1)
+                 if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
+    out = ctx.spec.out.dtype
+    if last is not None and chain[last].op == "cast" and chain[last].dtype == DType.bf16 and out.bytes == 1:
+        yield Finding("PAL009", "error", f"the epilogue ends in a cast to bf16 and out is {out}: Mosaic GPU lowers the "
+                      "bf16 -> f32 -> fp8 round trip as a bf16 -> fp8 conversion, which it cannot do",
+                      "drop the cast (the store rounds to out's dtype) or cast to f16", ("epilogue", last, "dtype"))
 
 
 # --- split-K -------------------------------------------------------------------------------------------

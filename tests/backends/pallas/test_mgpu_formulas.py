@@ -2,7 +2,7 @@
 for CUDA on this CPU machine (`lowering_platforms=("cuda",)`, Mosaic GPU's warpgroup lowering of
 jnp.where, jnp.tanh and the constants; needs the jax-cuda12 plugin, as bench/mgpu_smem_probe.py does).
 GELU's erf form does not lower there: Mosaic GPU 0.10.2 has no layout rule for math.erf (it did not
-before the table either), recorded as an expected failure; check refuses it (PAL008)."""
+before the table either), recorded as an expected failure; check refuses it (PAL009)."""
 
 from __future__ import annotations
 
