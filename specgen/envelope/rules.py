@@ -422,13 +422,15 @@ def two_cta_cluster(ctx: RuleContext) -> Iterator[Finding]:
 @rule("REG001", "accumulator register pressure", lambda t: is_triton(t) or uses_wgmma(t))
 def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
     """The register-resident accumulator: wgmma holds N/2 fp32 registers per thread per 64-row atom
-    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. CuTe and Mosaic GPU: above 255 the
-    accumulator cannot be held (error); above 192 little room is left for addresses and the epilogue
-    (warning: spills). Triton: ptxas always builds the kernel, spilling what does not fit (measured
-    with `triton.compile`, tests/differential.py: 256 accumulator registers on sm_90 spilled 2.6-3.8 KB,
-    and tcgen05 kernels, whose accumulator lives in TMEM until the epilogue, spill less), so Triton
-    gets a warning with the estimate where spills are likely, never an error. The estimate adds the
-    operands an FMA dot (f32 ieee) holds in registers."""
+    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. CuTe sm90: the design's register model,
+    the accumulator plus the epilogue's live operands (`_cute_sm90_registers`), errors above the 232
+    registers setmaxnreg gives a consumer, where ptxas spilled (measured, nvidia-cutlass-dsl 4.8.1).
+    Mosaic GPU: above 255 the accumulator cannot be held (error); above 192 little room is left for
+    addresses and the epilogue (warning: spills). Triton: ptxas always builds the kernel, spilling what
+    does not fit (measured with `triton.compile`, tests/differential.py: 256 accumulator registers on
+    sm_90 spilled 2.6-3.8 KB, and tcgen05 kernels, whose accumulator lives in TMEM until the epilogue,
+    spill less), so Triton gets a warning with the estimate where spills are likely, never an error. The
+    estimate adds the operands an FMA dot (f32 ieee) holds in registers."""
     regs, threads = ctx.acc_registers, ctx.acc_threads
     if ctx.backend is Backend.triton:
         t = ctx.spec.tile
@@ -443,12 +445,41 @@ def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
                           f"{over}: ptxas builds it but will likely spill to local memory",
                           "use more warps or a smaller tile", ("triton", "num_warps"))
         return
+    if is_cute_wgmma(ctx.info):
+        yield from _cute_sm90_registers(ctx)
+        return
     if regs > 255:
         yield Finding("REG001", "error", f"accumulator needs {regs} registers per thread ({threads} threads) > 255",
                       "use more warps or a smaller tile", ("tile",))
     elif regs > 192:
         yield Finding("REG001", "warning", f"accumulator needs {regs} of 255 registers per thread ({threads} threads): "
                       "expect spills", "use more warps or a smaller tile", ("tile",))
+
+
+def _cute_sm90_registers(ctx: RuleContext) -> Iterator[Finding]:
+    """CuTe sm90: the design's register model (designs/gemm_cute_sm90.py `register_estimate`: the
+    accumulator, a base, and the epilogue's operands and temporaries at a subtile) against the
+    MMA_REGISTERS its consumers get from setmaxnreg. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a SASS over
+    the compile grid of tests/grids/cute_sm90.py, tests/data/grid_cute_sm90.json): where the estimate is
+    over, ptxas spilled to local memory (LDL/STL), and only a handful of the kernels it refuses compile
+    spill-free. An error: the spilling kernel builds, but runs slowly."""
+    from specgen.designs.gemm_cute_sm90 import mma_warpgroups, register_estimate
+
+    est = register_estimate(ctx.spec)
+    if not est.spills:
+        return
+    s = ctx.spec
+    hints = []
+    if est.operands or est.temporaries:
+        hints.append("fewer vector, residual or cast ops in the epilogue")
+    if s.cute.schedule == "pingpong":
+        hints.append('cute.schedule = "cooperative" with cute.mma_warpgroups = 2 (each holds half the tile)')
+    elif mma_warpgroups(s) == 1 and s.tile.m % 128 == 0:
+        hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
+    hints.append("a smaller tile.n")
+    yield Finding("REG001", "error", f"a consumer thread needs about {est.total} registers ({est.breakdown()}; "
+                  f"{ctx.acc_threads} threads share the {s.tile.m}x{s.tile.n} accumulator) > the {est.budget} "
+                  "setmaxnreg gives it: ptxas spills to local memory", "use " + ", or ".join(hints), ("tile",))
 
 
 TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas spilled in the measured grid
@@ -465,28 +496,41 @@ def is_cute_wgmma(t: Target | TargetInfo) -> bool:
 def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
     """One producer warpgroup (40 registers) and 1 or 2 wgmma warpgroups (232 registers each) fill the
     65536-register file (setmaxnreg, PTX ISA; CUTLASS's sm90 split: the spec model bounds
-    `cute.mma_warpgroups` to 2); each consumer warpgroup owns 64-row wgmma atoms, so tile.m is a
-    multiple of 64 x warpgroups."""
+    `cute.mma_warpgroups` to 2); the template stacks the consumer warpgroups' 64-row wgmma atoms along
+    M (`make_tiled_mma`: atom layout (warpgroups, 1, 1)), so tile.m is a multiple of 64 x warpgroups.
+    Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64-row tile over two warpgroups compiles without
+    complaint, but the second warpgroup's atom covers rows 64..127 of a 64-row tile: it multiplies
+    SMEM past the A stage and its epilogue indexes accumulator rows the tile does not have. So the
+    refusal stands (a template limit, not a hardware one)."""
     from specgen.designs.gemm_cute_sm90 import mma_warpgroups
 
     wgs = mma_warpgroups(ctx.spec)
-    if ctx.spec.tile.m % (64 * wgs):
-        yield Finding("CUTE001", "error", f"tile.m = {ctx.spec.tile.m} is not a multiple of 64 x {wgs} consumer "
-                      "warpgroups", f"use tile.m = {64 * wgs} or cute.mma_warpgroups = 1", ("tile", "m"))
+    m = ctx.spec.tile.m
+    if m % (64 * wgs):
+        yield Finding("CUTE001", "error", f"tile.m = {m} is not a multiple of 64 x {wgs} consumer warpgroups: "
+                      f"the warpgroups' stacked 64-row wgmma atoms cover {-(-m // (64 * wgs)) * 64 * wgs} rows, "
+                      f"and rows past {m} would be read from SMEM beyond the A tile (it compiles; the results "
+                      "would be wrong)", f"use tile.m = {max(64 * wgs, m // (64 * wgs) * 64 * wgs)} or "
+                      "cute.mma_warpgroups = 1", ("tile", "m"))
 
 
 @rule("CUTE002", "sm90 epilogue subtiles cover the tile", is_cute_wgmma)
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
-    outputs), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py `epilogue_tile`).
-    Measured: nvidia-cutlass-dsl 4.8.1 aborts the compiling process on a 128x40 tile."""
+    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py
+    `epilogue_tile`); each subtile takes the next epi_m x epi_n share of the thread's accumulator
+    registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
+    subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
+    garbage); a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column
+    subtiles (it compiles spill-free)."""
     from specgen.designs.gemm_cute_sm90 import epilogue_tile
 
     em, en = epilogue_tile(ctx.spec)
     t = ctx.spec.tile
     if t.m % em or t.n % en:
-        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles",
-                      f"use tile.n a multiple of {en}", ("tile",))
+        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles: "
+                      "the last subtile would read accumulator registers past the tile's (it compiles; those "
+                      "columns would be garbage)", f"use tile.n a multiple of {en}", ("tile",))
 
 
 @rule("CUTE003", "sm90 stores through SMEM by TMA", is_cute_wgmma)
