@@ -35,7 +35,7 @@ from specgen.targets import Backend, TargetInfo
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
-    from specgen.resolve import Resolved
+    from specgen.resolved import Resolved
     from specgen.spec.load import LoadedSpec
     from specgen.spec.models import GemmSpec, Target
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
-from specgen.resolve import Resolved, TmaBox, tma_boxes
+from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target

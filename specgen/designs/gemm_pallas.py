@@ -37,7 +37,7 @@ from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, is_mgpu_target, is_tpu_target, target_info
 
 if TYPE_CHECKING:
-    from specgen.resolve import Resolved, TmaBox
+    from specgen.resolved import Resolved, TmaBox
     from specgen.spec.load import LoadedSpec
 
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
@@ -278,7 +278,7 @@ class PallasGemmDesign:
         it encodes is (outer / 8, inner / swizzle elements, 8, swizzle elements) (jax 0.10.2
         `mosaic/gpu/launch_context.py`: "Async copies only support copying <=256 elements along each
         dimension" of that shape): a 320-row tile is 40 row tiles and lowers (tests/grids/mgpu.py)."""
-        from specgen.resolve import TmaBox, tma_boxes
+        from specgen.resolved import TmaBox, tma_boxes
 
         if not target.tma_boxes:
             return ()

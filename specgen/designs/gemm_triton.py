@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
-from specgen.resolve import Resolved
-from specgen.resolve import TmaBox as RuleBox
+from specgen.resolved import Resolved
+from specgen.resolved import TmaBox as RuleBox
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
