@@ -39,7 +39,8 @@ def fresh(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def gpu(session: nox.Session) -> None:
-    """Marked GPU tests, then bench/bench_triton.py; results under $OUT (default bench/out)."""
+    """Every `gpu`-marked test (tests/gpu, the conformance suite's GPU backends), then the benchmarks
+    (bench/run_gpu.sh); results under $OUT (default bench/out)."""
     session.run("bash", "bench/run_gpu.sh", *session.posargs, external=True)
 
 

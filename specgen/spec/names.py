@@ -113,7 +113,7 @@ OPERANDS = frozenset({"a", "b", "out"})
 
 # How the templates derive names from an epilogue argument `x`: its pointer, the vector loaded from it,
 # a residual's batch-offset base, tile, strides and host stride tuple (templates/triton/*.jinja,
-# specgen/render/triton.py), its ref in a Pallas kernel, and its global tensor and registers in a CuTe
+# specgen/designs/gemm_triton.py), its ref in a Pallas kernel, and its global tensor and registers in a CuTe
 # kernel. Every argument is held to all of them, whatever its role.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
                                 "{}_ref",  # the Pallas kernel's ref of the argument (templates/pallas/)
