@@ -83,7 +83,8 @@ def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) 
     one = memory(spec, target, 1)
     if not one.fits:
         return 0
-    room = one.capacity - one.reserve - one.extra_bytes - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes)
+    room = (one.capacity - one.reserve - one.extra_bytes - one.loop_bytes
+            - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes))
     return min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
 
 
