@@ -48,12 +48,10 @@ class TritonGemm:
         # live beside the next tile's loads (a split-K kernel reduces outside that loop: measured)
         flat = spec.schedule.persistent and opt.flatten and not split
         residuals = [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
-        # The TMA store stages the output tile (half of it with epilogue_subtile; a flattened loop keeps
-        # three halves in flight: measured on sm_90). A persistent kernel keeps it beside the next tile's pipeline; one
-        # program per tile, or a split-K kernel's last program, reuses the drained pipeline buffers.
-        epi = 0
-        if opt.tma:
-            epi = tile_bytes * (3 if flat else 1) // 2 if opt.epilogue_subtile else tile_bytes
+        # The TMA store stages the output tile (half of it with epilogue_subtile). A persistent kernel
+        # keeps it beside the next tile's pipeline; one program per tile, or a split-K kernel's last
+        # program, reuses the drained pipeline buffers.
+        epi = (tile_bytes // 2 if opt.epilogue_subtile else tile_bytes) if opt.tma else 0
         overlaps = not persistent_tma or split
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
@@ -71,11 +69,14 @@ class TritonGemm:
         #   other way through one tile of scratch;
         # - on sm_90 a persistent TMA kernel converts a residual with rows of 1 KB or more into the
         #   accumulator's layout a quarter tile at a time beside the live pipeline;
-        # - a flattened loop converts any residual beside it (sm_90: up to a whole tile, sm_100: a
-        #   quarter), and a flattened pointer kernel its output for the store (at most 32 KB).
+        # - a flattened loop converts its epilogue's values beside it: a subtiled TMA store the whole
+        #   output tile, a pointer store its output (at most 32 KB), any residual (sm_90: up to a whole
+        #   tile, sm_100: a quarter).
         scratch = 0
         if spec.a.dtype == DType.f32 and opt.tma:
             scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
+        if flat and opt.tma and opt.epilogue_subtile:
+            scratch = max(scratch, tile_bytes)
         if flat and not opt.tma:
             scratch = max(scratch, min(FLAT_STORE_SCRATCH, tile_bytes))
         # Conversions after the K loop go through scratch over the drained pipeline buffers (measured: a
