@@ -218,11 +218,19 @@ def compile_case(spec: dict, arch: str, folder: Path) -> dict:
         knobs.nvidia.dump_ptxas_log = False
         knobs.compilation.always_compile = False
     text = log.getvalue()
-    return {"arch": arch, "num_stages": plan["num_stages"], "num_warps": plan["num_warps"],
-            "compiler_smem": result.compiler_smem, "compile_error": result.error[:300],
-            "spill_stores": sum(int(x) for x in re.findall(r"(\d+) bytes spill stores", text)),
-            "serialized": bool(re.search(r"wgmma[^\n]*serialized", text)),
-            "seconds": round(time.perf_counter() - start, 2), "triton": triton.__version__, "spec": spec}
+    record = {"arch": arch, "num_stages": plan["num_stages"], "num_warps": plan["num_warps"],
+              "compiler_smem": result.compiler_smem, "compile_error": result.error[:300],
+              "spill_stores": sum(int(x) for x in re.findall(r"(\d+) bytes spill stores", text)),
+              "serialized": bool(re.search(r"wgmma[^\n]*serialized", text)),
+              "seconds": round(time.perf_counter() - start, 2), "triton": triton.__version__, "spec": spec}
+    return record | {"verdict": verdict(record)}
+
+
+def verdict(record: dict) -> str:
+    """The compiler's verdict on a recorded case: "fits", "over_smem" (it built a kernel that needs more
+    shared memory than a block may use: the launch would fail) or "error" (it built none)."""
+    smem = record["compiler_smem"]
+    return "error" if smem is None else "fits" if smem <= SMEM_LIMIT else "over_smem"
 
 
 def run_case(spec: dict, arch: str, folder: Path) -> Case:
@@ -312,7 +320,7 @@ def run_grid(n: int = GRID_SPECS, seed: int = GRID_SEED, path: Path = RECORD, ar
                 print(json.dumps({k: have[key][k] for k in ("arch", "num_stages", "compiler_smem", "seconds")}
                                  | {"name": spec["name"]}), flush=True)
             keep.append(have[key])
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
+    path.write_text("".join(json.dumps(r | {"verdict": verdict(r)}, sort_keys=True) + "\n" for r in keep))  # older lines lack it
     status = 0
     cases, stale = replay(keep)
     for arch in archs:

@@ -1,6 +1,6 @@
 """Check agrees with the Triton compiler (tests/differential.py). The grid's compiles are recorded in
-tests/data/grid_triton.jsonl (spec, arch, the compiled depth, the compiler's SMEM or error, ptxas'
-spills, the triton version); CI replays `check` over every recorded case on the CPU in seconds: no
+tests/data/grid_triton.jsonl (spec, arch, the compiled depth, the compiler's verdict and SMEM or
+error, ptxas' spills, the triton version); CI replays `check` over every recorded case on the CPU in seconds: no
 false accepts and at most 2% false rejects per arch. A few live `triton.compile` cases (marked
 `slow`: `-m "not slow"` deselects them) keep the record honest against the installed compiler;
 `nox -s diff` re-runs the whole grid (it compiles only what the record lacks)."""
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from differential import ARCHS, GRID_SEED, GRID_SPECS, compare, grid, load_records, replay
+from differential import ARCHS, GRID_SEED, GRID_SPECS, compare, grid, load_records, replay, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 LIVE_SPECS = 2  # per arch: 4 compiles, about 10 s with the interpreter's start
@@ -28,7 +28,7 @@ def test_check_agrees_with_the_recorded_grid() -> None:
         mine = [c for c in cases if c.arch == arch]
         # the record is the grid: every (spec, arch) of it, once, with the triton version that compiled it
         assert [c.name for c in mine] == [s["name"] for s in grid(GRID_SPECS, GRID_SEED, arch)]
-        assert all(r["triton"] for r in records)
+        assert all(r["triton"] and r["verdict"] == verdict(r) for r in records)
         s = compare(mine)
         print(f"{arch}: {s['cases']} cases, {s['runs']} fit, {s['accepted']} accepted, "
               f"{len(s['false_accepts'])} false accepts, {len(s['false_rejects'])} false rejects, "
