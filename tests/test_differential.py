@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,9 @@ def test_check_agrees_with_the_compiler_live() -> None:
     (result,) = [line for line in lines if "summary" in line]
     assert len(cases) == result["summary"]["cases"] == len(ARCHS) * LIVE_SPECS, proc.stderr[-2000:]
     assert result["problems"] == [] and proc.returncode == 0, proc.stderr[-2000:]
-    recorded = {(r["spec"]["name"], r["arch"]): r["compiler_smem"] for r in load_records()}
-    assert {(c["name"], c["arch"]): c["compiler_smem"] for c in cases} == \
-        {k: recorded[k] for k in ((c["name"], c["arch"]) for c in cases)}
+    # the record's compiler: the same SMEM to the byte; another triton: the same verdicts at least
+    recorded = {(r["spec"]["name"], r["arch"]): r for r in load_records()}
+    same = all(recorded[(c["name"], c["arch"])]["triton"] == version("triton") for c in cases)
+    for c in cases:
+        rec = recorded[(c["name"], c["arch"])]
+        assert verdict(c) == rec["verdict"] and (not same or c["compiler_smem"] == rec["compiler_smem"]), (c, rec)
