@@ -1,6 +1,7 @@
 """Sessions: `nox -s tests` (the CPU suite CI runs), `nox -s lint`, `nox -s render` (the catalogue),
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
-`nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid)."""
+`nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
+`nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def fresh(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def gpu(session: nox.Session) -> None:
-    """Marked GPU tests, then bench/bench_triton.py; results under $OUT (default bench/out)."""
+    """Every `gpu`-marked test (tests/gpu, the conformance suite's GPU backends), then the benchmarks
+    (bench/run_gpu.sh); results under $OUT (default bench/out)."""
     session.run("bash", "bench/run_gpu.sh", *session.posargs, external=True)
 
 
@@ -48,3 +50,11 @@ def diff(session: nox.Session) -> None:
     tests/data/grid_triton.jsonl lacks (delete it to recompile everything) and rewrites it; CI replays it."""
     session.run("python", "tests/differential.py", *session.posargs,
                 env={"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
+
+
+@nox.session(python=False)
+def grid_mgpu(session: nox.Session) -> None:
+    """Check vs the Mosaic GPU lowering for CUDA, re-recording tests/data/grid_mgpu.json (tests/grids/mgpu.py;
+    needs jax's jax-cuda12 plugin/pjrt wheels, never CI's; CI replays the record in tests/test_grid_mgpu.py)."""
+    n = session.posargs[0] if session.posargs else "300"
+    session.run("python", "tests/grids/mgpu.py", n, "11", "tests/data/grid_mgpu.json")

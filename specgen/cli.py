@@ -233,6 +233,7 @@ def compile_cmd(
                 out.print(json.dumps({"kernel": r.kernel, "target": r.target, "variant": r.variant, "plan_smem": r.plan_smem,
                                       "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
                                       "error": r.error, **({"sass": r.sass} if r.sass else {}),
+                                      **({"resources": r.resources} if r.resources else {}),
                                       **({"cpu_seconds": round(r.cpu_seconds, 3)} if r.cpu_seconds is not None else {})}),
                           markup=False)
             elif r.error:
@@ -247,6 +248,8 @@ def compile_cmd(
                         f"({delta:+.1f}%)   {r.seconds:.1f} s")
                 if r.sass:
                     line += "   " + " ".join(f"{k} {v}" for k, v in r.sass.items())
+                if r.resources:
+                    line += "   " + " ".join(f"{k} {v}" for k, v in r.resources.items())
                 out.print(line, markup=False)
     except MissingModule as e:
         err.print(f"error: {e}", markup=False)

@@ -39,6 +39,9 @@ class CompileResult:
     cache: str = ""  # the disk-cache entry the compile filled, where the backend keeps one
     cpu_seconds: float | None = None  # the compile's own CPU time, where the hook measures it
     variant: int | None = None  # which size-selected variant (None: the default config)
+    # per-thread resources read off the cubin, where the hook reads them (CuTe with --sass): registers,
+    # stack frame bytes, bytes of local-memory spill stores / loads (STL / LDL widths in the SASS)
+    resources: dict[str, int] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:

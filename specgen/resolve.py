@@ -8,8 +8,7 @@ whose designs plan from them: nothing is resolved twice (tests/test_rules.py cou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from specgen.designs import design_for
 from specgen.envelope.budget import (
     CHECKED_ONLY_LAYOUTS,
     MAX_AUTO_STAGES,
@@ -18,41 +17,11 @@ from specgen.envelope.budget import (
     MemoryBudget,
     MemoryLayout,
 )
-from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.models import GemmSpec, Target, When
 from specgen.targets import Backend, TargetInfo, target_info
 
-
-@dataclass(frozen=True)
-class TmaBox:
-    operand: str  # "A", "B", "out"
-    outer: int  # elements
-    inner: int  # elements along the contiguous dim
-    elem_bytes: int
-    field: tuple[str | int, ...]  # the spec field a message points at
-
-
-@dataclass(frozen=True)
-class Resolved:
-    spec: GemmSpec
-    target: Target
-    info: TargetInfo
-    gpu: GpuDevice | None
-    tpu: TpuDevice | None
-    ab_stages: int
-    acc_stages: int
-    budget: MemoryBudget
-    acc_registers: int  # 32-bit registers per thread holding a register-resident accumulator
-    acc_threads: int  # threads sharing it
-    tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
-    tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
-    variant: int | None = None  # which of the target's size-selected variants (None: the default config)
-    when: When | None = None  # that variant's bounds
-    variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved
-
-    @property
-    def backend(self) -> Backend:
-        return self.info.backend
+__all__ = ["Resolved", "TmaBox", "memory", "max_ab_stages", "resolve", "tma_boxes"]
 
 
 _LAYOUTS: dict[tuple[str, Backend], MemoryLayout] = {}
@@ -62,8 +31,6 @@ def layout(kind: str, backend: Backend) -> MemoryLayout:
     """The memory layout of a (kind, backend): its design's, else the checked-only one."""
     fn = _LAYOUTS.get((kind, backend))
     if fn is None:
-        from specgen.designs import design_for  # designs import this module's types
-
         design = design_for(kind, backend)
         fn = _LAYOUTS[(kind, backend)] = design.memory if design is not None else CHECKED_ONLY_LAYOUTS[(kind, backend)]
     return fn
@@ -79,13 +46,21 @@ def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) 
     """The deepest pipeline that fits (0 when not even one stage does), capped at `limit`.
 
     Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
-    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits."""
+    stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits;
+    then checked against the budget at that depth (padding that varies with it moves it a stage)."""
     one = memory(spec, target, 1)
     if not one.fits:
         return 0
     room = (one.capacity - one.reserve - one.extra_bytes - one.loop_bytes
             - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes))
-    return min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
+    stages = min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
+    # A layout whose extra bytes vary with the depth (Mosaic GPU pads its buffers to whole KiB) moves the
+    # answer by a stage at most: settle it on the budget itself.
+    while stages > 0 and not memory(spec, target, stages).fits:
+        stages -= 1
+    while 0 < stages < limit and memory(spec, target, stages + 1).fits:
+        stages += 1
+    return stages
 
 
 def resolve_ab_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
@@ -140,20 +115,9 @@ def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
     return words // threads, threads
 
 
-def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
-    """Every TMA-moved tile: (outer, inner) in elements, by the operand's major mode."""
-    t = spec.tile
-    a = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
-    b = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
-    return (TmaBox("A", *a, spec.a.dtype.bytes, ("a",)), TmaBox("B", *b, spec.b.dtype.bytes, ("b",)),
-            TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))
-
-
 def resolve_tma_boxes(spec: GemmSpec, info: TargetInfo) -> tuple[TmaBox, ...]:
     """The boxes the kernel moves by TMA: its design's own (`tma_boxes`, the ones the module builds), else
     one per tile where the target moves raw TMA boxes, else none."""
-    from specgen.designs import design_for
-
     design = design_for(spec.kind, info.backend)
     own = getattr(design, "tma_boxes", None)
     if own is not None:

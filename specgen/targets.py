@@ -101,6 +101,6 @@ def is_tpu_target(t: object) -> bool:
 
 def is_mgpu_target(t: object) -> bool:
     """A Mosaic GPU target: the pallas backend on an SMEM row (the Pallas design's wgmma kernel, raw TMA
-    boxes); the design renders it and the PAL004-PAL007 rules concern it."""
+    boxes); the design renders it and the PAL004-PAL009 rules concern it."""
     info = _row(t)
     return info.backend is Backend.pallas and info.memory == "smem"

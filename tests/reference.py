@@ -2,7 +2,8 @@
 
 `REFERENCES[kind](epilogue, a, b, args)`: the kind's result in float64, each epilogue op applied as an
 unfused torch program would (so `cast` rounds through its dtype). `args` maps each runtime argument's
-name (GemmSpec.runtime_args) to its tensor or float.
+name (GemmSpec.runtime_args) to its tensor or float. Activations and clamp are torch's: the kernels'
+formula table (specgen/spec/formulas.py) gives the same NaN, +-inf and -0.0 results (tests/test_formulas.py).
 """
 
 from __future__ import annotations

@@ -326,8 +326,12 @@ def test_float_literals_and_pylit():
     data = {"b": [1, 2.5, "x"], "a": {"nested": None, "t": True}, "e": {}}
     text = pylit(data)
     assert eval(text) == data  # noqa: S307 - a literal we just built
-    assert text.splitlines()[1] == "    'b': [1, 2.5, 'x'],"  # insertion order, one key per line
-    assert pylit(list(range(40))).startswith("[\n")  # long lists wrap one item per line
+    assert text == "{'b': [1, 2.5, 'x'], 'a': {'nested': None, 't': True}, 'e': {}}"  # fits: one line, order kept
+    wide = {"b": list(range(30)), "a": {"nested": "x" * 120}}
+    lines = pylit(wide).splitlines()
+    assert eval(pylit(wide)) == wide  # noqa: S307
+    assert lines[1] == "    'b': [" and "    'a': {" in lines  # one key a line, long values wrapped
+    assert all(len(line) <= 110 for line in pylit({"k": list(range(60))}).splitlines())  # long lists wrap
 
 
 def test_strict_undefined():

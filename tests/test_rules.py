@@ -63,7 +63,8 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
-    "PAL007": {"pallas:gpu_sm90"}, "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
+    "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
+    "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -341,6 +342,11 @@ CASES: list[tuple[str, str, dict, object]] = [
                                  "schedule": {"persistent": True}, "triton": {"flatten": True, "epilogue_subtile": True},
                                  "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 3}},
      ("error", ["needs 294912 B of SMEM", "epilogue 16384 + layout scratch 32768"], ("pipeline", "ab_stages"))),
+    # Mosaic GPU pads each SMEM buffer to whole KiB: 9 stages of a 48-wide B tile (9 x 4608 B) take 41472 B
+    ("SMEM001", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(192, 48, 48), "pipeline": {"ab_stages": 8}},
+     None),  # 209024 B, Mosaic GPU's own figure (tests/grids/mgpu.py)
+    ("SMEM001", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(192, 48, 48), "pipeline": {"ab_stages": 9}},
+     ("error", ["needs 232592 B of SMEM > 232448 B", "KiB alignment 512"], ("pipeline", "ab_stages"))),
     ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
      ("error", ["needs 1067008 B of SMEM > 232448 B"], ("tile",))),
     # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
@@ -397,6 +403,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TMA002", "cute:sm90", {"tile": tile(128, 512, 64)},
      ("error", ["B's TMA box 512x64 has a dim 512 > 256"], ("tile",))),
     ("TMA002", "pallas:gpu_sm90", {"tile": tile(128, 128, 257)}, ("error", ["A's TMA box 128x257 has a dim 257"], ("tile",))),
+    # Mosaic GPU copies through its tiled GMEM view: (rows / 8, cols / swizzle, 8, swizzle) per box
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(320, 128, 64)}, None),  # 40 row tiles (lowers: tests/grids/mgpu.py)
+    ("TMA002", "pallas:gpu_sm90", {"tile": tile(2112, 128, 64)},
+     ("error", ["A's TMA box 264x1x8x64 has a dim 264 > 256"], ("tile",))),
     # CLU001: portable 8, hardware 16; powers of two are the examples' convention
     ("CLU001", "cute:sm90", {"cluster": {"m": 2, "n": 4}}, None),
     ("CLU001", "cute:sm90", {"cluster": {"m": 4, "n": 4}},
@@ -431,13 +441,23 @@ CASES: list[tuple[str, str, dict, object]] = [
                                "tile": tile(256, 128, 64)},
      ("warning", ["accumulator needs 128 registers per thread (256 threads) + 352 for the FMA operands = 480 > 255"],
       ("triton", "num_warps"))),
-    ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),
-    ("REG001", "cute:sm90", {"tile": tile(128, 200, 64), "cute": {"mma_warpgroups": 1}},
-     ("warning", ["accumulator needs 200 of 255 registers per thread (128 threads): expect spills"], ("tile",))),
-    ("REG001", "cute:sm90", {"tile": tile(128, 255, 64), "cute": {"mma_warpgroups": 1}},
-     ("warning", ["needs 255 of 255 registers"], ("tile",))),
+    # CuTe sm90: the design's register model (accumulator + base + epilogue) against setmaxnreg's 232
+    ("REG001", "cute:sm90", {"tile": tile(128, 216, 64), "cute": {"mma_warpgroups": 1}}, None),  # 216 + 13 = 229
+    ("REG001", "cute:sm90", {"tile": tile(128, 224, 64), "cute": {"mma_warpgroups": 1}},
+     ("error", ["a consumer thread needs about 237 registers (224 accumulator + 13 base; 128 threads share the "
+                "128x224 accumulator) > the 232 setmaxnreg gives it: ptxas spills"], ("tile",))),
     ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
-     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+     ("error", ["about 269 registers (256 accumulator + 13 base;"], ("tile",))),
+    # the catalogue's fp8 rowwise config: two prefetched vectors span 2 rows + 8 columns, 2.5 registers each
+    ("REG001", "cute:sm90", {**FP8, "tile": tile(128, 192, 128), "cute": {"schedule": "pingpong"},
+                             "epilogue": [{"op": "scale", "by": "rowcol"}]}, None),  # 192 + 13 + 25 = 230
+    ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"schedule": "pingpong"},
+                             "epilogue": [{"op": "bias"}, {"op": "residual", "dtype": "bf16"}]},
+     ("error", ["about 329 registers (192 accumulator + 13 base + 124 epilogue operands;"], ("tile",))),
+    # two warpgroups: 20 more registers each (measured spills at 160 accumulator registers and an epilogue)
+    ("REG001", "cute:sm90", {"tile": tile(256, 192, 64)}, None),  # 192 + 33 = 225
+    ("REG001", "cute:sm90", {"tile": tile(256, 192, 64), "epilogue": [{"op": "bias"}]},
+     ("error", ["about 245 registers (192 accumulator + 33 base + 20 epilogue operands; 256 threads"], ("tile",))),
     # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas.py), so 256x128 is 128 each
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 256, 64)},
@@ -451,11 +471,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     # CUTE001: one producer + two consumer warpgroups fill the register file; 64 rows per consumer
     ("CUTE001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
     ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
-     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups"], ("tile", "m"))),
+     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups: the warpgroups' stacked 64-row wgmma "
+                "atoms cover 128 rows"], ("tile", "m"))),
     # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
     ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
     ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
-     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
+     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles: the last subtile would read "
+                "accumulator registers past the tile's"], ("tile",))),
+    # 8-bit outputs: 64-column subtiles where tile.n allows, else 32 (an fp8 64x160 tile compiles)
+    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 160, 128)}, None),
+    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 144, 128)},
+     ("error", ["tile 64x144 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
      ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
@@ -466,7 +492,7 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("cute", "mma_warpgroups"))),
     ("REG001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong"}}, None),
     ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"schedule": "pingpong"}},
-     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255"], ("tile",))),
+     ("error", ["about 269 registers (256 accumulator + 13 base; 128 threads share the 128x256"], ("tile",))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
      ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
@@ -503,6 +529,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["A is int8: the pallas:gpu_sm90 kernel takes f16, bf16, fp8_e4m3, fp8_e5m2 operands"], ("a", "dtype"))),
     ("PAL004", "pallas:gpu_sm90", {**F16, "accumulator": "f16"},
      ("error", ["accumulator = f16: the pallas:gpu_sm90 kernel accumulates in f32"], ("accumulator",))),
+    ("PAL004", "pallas:gpu_sm90", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}},
+     ("error", ["A is fp8_e4m3 and B is fp8_e5m2: Mosaic GPU's matmul takes one input dtype"], ("b", "dtype"))),
     # PAL005: a residual is staged in the output's SMEM slot, so it has the output's dtype
     ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
     ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "f16"}]},
@@ -525,6 +553,29 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 24, 64)},
      ("error", ["cluster 2x1 multicasts a 24-wide tile (tile.n) in two halves of 12: not a multiple of 8 rows"],
       ("tile",))),
+    # PAL008: one 32/64/128 B swizzle for A and B (MN-major B: each warpgroup's tile.n/2 slice), the output's too
+    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
+                                   "tile": tile(128, 32, 64)}, None),  # 16-column slices: 32 B
+    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
+                                   "tile": tile(128, 16, 64)},
+     ("error", ["no 32/64/128 B swizzle divides A's (tile.k 64 x 2 B), B's (tile.n/2 8 x 2 B)"], ("tile",))),
+    ("PAL008", "pallas:gpu_sm90", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                                   "tile": tile(128, 128, 16)}, None),  # a 32 B swizzle for both, K in 16s
+    ("PAL008", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 16, 64)}, None),  # 8 x 4 B = 32 B
+    ("PAL008", "pallas:gpu_sm90", {"tile": tile(128, 16, 64)},
+     ("error", ["the output's 64x8 epilogue subtile rows span 16 B (bf16)"], ("tile", "n"))),
+    # PAL009: GELU's erf form has no Mosaic GPU layout rule; the tanh form lowers
+    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
+    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "bias"}, {"op": "activation", "fn": "gelu"}]},
+     ("error", ["activation gelu (erf form) does not lower on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
+    # ... and an fp8 output after a trailing cast to bf16 (f32 casts after it change nothing)
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "activation", "fn": "relu"}]},
+     None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"}, "epilogue": [{"op": "cast", "dtype": "f16"}]}, None),
+    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e5m2"},
+                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "cast", "dtype": "f32"}]},
+     ("error", ["the epilogue ends in a cast to bf16 and out is fp8_e5m2"], ("epilogue", 0, "dtype"))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},

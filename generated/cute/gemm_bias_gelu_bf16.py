@@ -39,87 +39,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'bias',
-            'along': 'n',
-            'dtype': 'bf16',
-            'name': 'bias',
-        },
-        {
-            'op': 'activation',
-            'fn': 'gelu_tanh',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 128,
-                'k': 64,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-        },
-    },
-}
 
 ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
@@ -172,41 +91,9 @@ class Config(NamedTuple):
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040)
 # Size-selected variants (spec: variants), in the launcher's order: none.
 VARIANT_CONFIGS = ()
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the plan per compute capability (and per variant),
-# and the compiled host function's parameters in call order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '2598040dd21ddf69',
-    'kernel': 'gemm_bias_gelu_bf16',
-    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
-    'targets': ['cute:sm90'],
-    'plan': {
-        90: {
-            'ab_stages': 6,
-            'smem_bytes': 215040,
-            'smem_breakdown': 'A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048',
-            'acc_registers': 128,
-            'mma_warpgroups': 1,
-            'pingpong': True,
-            'arch_flag': 'sm_90a',
-            'variants': [],
-        },
-    },
-    'parameters': [
-        ['a', 'tensor<BFloat16>'],
-        ['b', 'tensor<BFloat16>'],
-        ['bias', 'tensor<BFloat16>'],
-        ['out', 'tensor<BFloat16>'],
-        ['max_clusters', 'i32'],
-        ['variant', 'constexpr'],
-        ['stream', 'stream'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -541,9 +428,7 @@ def gemm_kernel(
                 # 0. bias: + bias (N,) bf16, per column
                 acc = acc + r_bias.load()  # bias along n
                 # 1. activation: gelu_tanh
-                # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), factored
-                half = 0.5 * acc
-                acc = half + half * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)
+                acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                 r_out.store(acc.to(OUT_DTYPE))
                 if cutlass.const_expr(si + 1 < subs):
                     # prefetch the next subtile's vector operands: their loads fly under this subtile's store
@@ -599,26 +484,28 @@ _launcher = CuteLauncher("gemm_bias_gelu_bf16", __file__, ARCH, gemm_host, _fake
 
 def _validate(a, b, bias, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.cuda_device_of("gemm_bias_gelu_bf16", a)
-    M, K = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_bias_gelu_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_bias_gelu_bf16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_bias_gelu_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    bias = _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
+    out, result = _g.output("gemm_bias_gelu_bf16", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, bias), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, bias, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -644,13 +531,13 @@ def _check(a, b, bias, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, bias, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, bias), out, out, sa, sb, so, pa, pb, po
 
 
 def _run(a, b, bias, out):
-    device, M, N, K, out, *_ = _check(a, b, bias, out)  # *_: strides, addresses
+    device, M, N, K, (a, b, bias), out, result, *_ = _check(a, b, bias, out)  # *_: strides, addresses
     if M == 0 or N == 0:
-        return out
+        return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
@@ -663,7 +550,7 @@ def _run(a, b, bias, out):
         out,
         _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_bias_gelu_bf16(
@@ -692,3 +579,66 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['bias', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bias_gelu_bf16',
+    'kind': 'gemm',
+    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
+        {'op': 'activation', 'fn': 'gelu_tanh'},
+    ],
+    'tile': {'m': 128, 'n': 256, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 128, 'k': 64},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+        },
+    },
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '2598040dd21ddf69',
+    'kernel': 'gemm_bias_gelu_bf16',
+    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
+    'targets': ['cute:sm90'],
+    'plan': {
+        90: {
+            'ab_stages': 6,
+            'smem_bytes': 215040,
+            'smem_breakdown': 'A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048',
+            'acc_registers': 128,
+            'mma_warpgroups': 1,
+            'pingpong': True,
+            'arch_flag': 'sm_90a',
+            'variants': [],
+        },
+    },
+    'parameters': [
+        ['a', 'tensor<BFloat16>'],
+        ['b', 'tensor<BFloat16>'],
+        ['bias', 'tensor<BFloat16>'],
+        ['out', 'tensor<BFloat16>'],
+        ['max_clusters', 'i32'],
+        ['variant', 'constexpr'],
+        ['stream', 'stream'],
+    ],
+}

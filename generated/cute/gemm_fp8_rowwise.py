@@ -51,178 +51,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
 ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
@@ -280,66 +108,9 @@ VARIANT_CONFIGS = (
     # 1: N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
     Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040),
 )
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the plan per compute capability (and per variant),
-# and the compiled host function's parameters in call order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'kernel': 'gemm_fp8_rowwise',
-    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
-    'targets': ['cute:sm90'],
-    'plan': {
-        90: {
-            'ab_stages': 5,
-            'smem_bytes': 223232,
-            'smem_breakdown': 'A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048',
-            'acc_registers': 192,
-            'mma_warpgroups': 1,
-            'pingpong': True,
-            'arch_flag': 'sm_90a',
-            'variants': [
-                {
-                    'when': {
-                        'M': 1024,
-                        'N': 4096,
-                    },
-                    'tile': [64, 128, 128],
-                    'cluster': [1, 1],
-                    'ab_stages': 8,
-                    'smem_bytes': 206848,
-                    'mma_warpgroups': 1,
-                    'pingpong': False,
-                },
-                {
-                    'when': {
-                        'N': 4096,
-                    },
-                    'tile': [128, 128, 128],
-                    'cluster': [2, 1],
-                    'ab_stages': 6,
-                    'smem_bytes': 215040,
-                    'mma_warpgroups': 1,
-                    'pingpong': True,
-                },
-            ],
-        },
-    },
-    'parameters': [
-        ['a', 'tensor<Float8E4M3FN>'],
-        ['b', 'tensor<Float8E4M3FN>'],
-        ['scale_a', 'tensor<Float32>'],
-        ['scale_b', 'tensor<Float32>'],
-        ['out', 'tensor<BFloat16>'],
-        ['max_clusters', 'i32'],
-        ['variant', 'constexpr'],
-        ['stream', 'stream'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -735,27 +506,29 @@ _launcher = CuteLauncher("gemm_fp8_rowwise", __file__, ARCH, gemm_host, _fake_ar
 
 def _validate(a, b, scale_a, scale_b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.cuda_device_of("gemm_fp8_rowwise", a)
-    M, K = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
-    _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    scale_a = _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
+    scale_b = _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
+    out, result = _g.output("gemm_fp8_rowwise", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, scale_a, scale_b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, scale_a, scale_b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -783,13 +556,13 @@ def _check(a, b, scale_a, scale_b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, scale_a, scale_b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, scale_a, scale_b), out, out, sa, sb, so, pa, pb, po
 
 
 def _run(a, b, scale_a, scale_b, out):
-    device, M, N, K, out, *_ = _check(a, b, scale_a, scale_b, out)  # *_: strides, addresses
+    device, M, N, K, (a, b, scale_a, scale_b), out, result, *_ = _check(a, b, scale_a, scale_b, out)  # *_: strides, addresses
     if M == 0 or N == 0:
-        return out
+        return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
@@ -812,7 +585,7 @@ def _run(a, b, scale_a, scale_b, out):
         out,
         _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_fp8_rowwise(
@@ -842,3 +615,117 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['scale_a', 'Tensor'], ['scale_b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'kernel': 'gemm_fp8_rowwise',
+    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
+    'targets': ['cute:sm90'],
+    'plan': {
+        90: {
+            'ab_stages': 5,
+            'smem_bytes': 223232,
+            'smem_breakdown': 'A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048',
+            'acc_registers': 192,
+            'mma_warpgroups': 1,
+            'pingpong': True,
+            'arch_flag': 'sm_90a',
+            'variants': [
+                {
+                    'when': {'M': 1024, 'N': 4096},
+                    'tile': [64, 128, 128],
+                    'cluster': [1, 1],
+                    'ab_stages': 8,
+                    'smem_bytes': 206848,
+                    'mma_warpgroups': 1,
+                    'pingpong': False,
+                },
+                {
+                    'when': {'N': 4096},
+                    'tile': [128, 128, 128],
+                    'cluster': [2, 1],
+                    'ab_stages': 6,
+                    'smem_bytes': 215040,
+                    'mma_warpgroups': 1,
+                    'pingpong': True,
+                },
+            ],
+        },
+    },
+    'parameters': [
+        ['a', 'tensor<Float8E4M3FN>'],
+        ['b', 'tensor<Float8E4M3FN>'],
+        ['scale_a', 'tensor<Float32>'],
+        ['scale_b', 'tensor<Float32>'],
+        ['out', 'tensor<BFloat16>'],
+        ['max_clusters', 'i32'],
+        ['variant', 'constexpr'],
+        ['stream', 'stream'],
+    ],
+}

@@ -36,60 +36,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.cute import CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
-SPEC = {
-    'name': 'gemm_small_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {
-        'm': 64,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 4,
-        'tma': False,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
@@ -142,40 +88,9 @@ class Config(NamedTuple):
 CONFIG = Config(tile_m=64, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=False, smem_bytes=206848)
 # Size-selected variants (spec: variants), in the launcher's order: none.
 VARIANT_CONFIGS = ()
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the plan per compute capability (and per variant),
-# and the compiled host function's parameters in call order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/gemm_bf16.toml',
-    'spec_hash': 'd1a59c7af2df3590',
-    'kernel': 'gemm_small_bf16',
-    'custom_op': 'specgen::gemm_small_bf16_d1a59c7af2df3590',
-    'targets': ['cute:sm90'],
-    'plan': {
-        90: {
-            'ab_stages': 8,
-            'smem_bytes': 206848,
-            'smem_breakdown': 'A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048',
-            'acc_registers': 64,
-            'mma_warpgroups': 1,
-            'pingpong': False,
-            'arch_flag': 'sm_90a',
-            'variants': [],
-        },
-    },
-    'parameters': [
-        ['a', 'tensor<BFloat16>'],
-        ['b', 'tensor<BFloat16>'],
-        ['out', 'tensor<BFloat16>'],
-        ['max_clusters', 'i32'],
-        ['variant', 'constexpr'],
-        ['stream', 'stream'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -517,25 +432,27 @@ _launcher = CuteLauncher("gemm_small_bf16", __file__, ARCH, gemm_host, _fake_arg
 
 def _validate(a, b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.cuda_device_of("gemm_small_bf16", a)
-    M, K = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_small_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    if out is None:
-        _g.tma_rows("gemm_small_bf16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_small_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    out, result = _g.output("gemm_small_bf16", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -559,13 +476,13 @@ def _check(a, b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b), out, out, sa, sb, so, pa, pb, po
 
 
 def _run(a, b, out):
-    device, M, N, K, out, *_ = _check(a, b, out)  # *_: strides, addresses
+    device, M, N, K, (a, b), out, result, *_ = _check(a, b, out)  # *_: strides, addresses
     if M == 0 or N == 0:
-        return out
+        return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)
         a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
         b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
@@ -575,7 +492,7 @@ def _run(a, b, out):
         out,
         _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_small_bf16(
@@ -603,3 +520,55 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_small_bf16',
+    'kind': 'gemm',
+    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [],
+    'tile': {'m': 64, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 4, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/gemm_bf16.toml',
+    'spec_hash': 'd1a59c7af2df3590',
+    'kernel': 'gemm_small_bf16',
+    'custom_op': 'specgen::gemm_small_bf16_d1a59c7af2df3590',
+    'targets': ['cute:sm90'],
+    'plan': {
+        90: {
+            'ab_stages': 8,
+            'smem_bytes': 206848,
+            'smem_breakdown': 'A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048',
+            'acc_registers': 64,
+            'mma_warpgroups': 1,
+            'pingpong': False,
+            'arch_flag': 'sm_90a',
+            'variants': [],
+        },
+    },
+    'parameters': [
+        ['a', 'tensor<BFloat16>'],
+        ['b', 'tensor<BFloat16>'],
+        ['out', 'tensor<BFloat16>'],
+        ['max_clusters', 'i32'],
+        ['variant', 'constexpr'],
+        ['stream', 'stream'],
+    ],
+}

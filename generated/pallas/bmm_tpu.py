@@ -37,85 +37,10 @@ from jax.experimental.pallas import tpu as pltpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 
-SPEC = {
-    'name': 'bmm_tpu',
-    'kind': 'gemm',
-    'description': 'Batched bf16 GEMM on TPU, out[i] = A[i] @ B[i], B stored (batch, K, N).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'mn',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': True,
-    'epilogue': [],
-    'tile': {
-        'm': 256,
-        'n': 256,
-        'k': 256,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the blocks and the VMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'bmm_tpu',
-    'spec_file': 'specs/tpu.toml',
-    'spec_hash': '055cb213672233b0',
-    'specgen_version': '0.1.0',
-    'description': 'Batched bf16 GEMM on TPU, out[i] = A[i] @ B[i], B stored (batch, K, N).',
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'a_major': 'k',
-    'b_major': 'mn',
-    'batch': True,
-    'acc_jnp_dtype': 'float32',
-    'block_m': 256,
-    'block_n': 256,
-    'block_k': 256,
-    'ab_buffers': 2,
-    'vmem_bytes': 1048576,
-    'vmem_breakdown': 'A/B 2 x 262144 = 524288 + epilogue 262144 + accumulator+vectors 262144',
-    'vmem_limit_bytes': 1310720,
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "bmm_tpu"
@@ -211,3 +136,46 @@ def bmm_tpu_torch(a, b, *, interpret: object = None):
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'bmm_tpu',
+    'kind': 'gemm',
+    'description': 'Batched bf16 GEMM on TPU, out[i] = A[i] @ B[i], B stored (batch, K, N).',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'mn'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': True,
+    'epilogue': [],
+    'tile': {'m': 256, 'n': 256, 'k': 256},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'bmm_tpu',
+    'spec_file': 'specs/tpu.toml',
+    'spec_hash': '055cb213672233b0',
+    'specgen_version': '0.1.0',
+    'description': 'Batched bf16 GEMM on TPU, out[i] = A[i] @ B[i], B stored (batch, K, N).',
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'a_major': 'k',
+    'b_major': 'mn',
+    'batch': True,
+    'acc_jnp_dtype': 'float32',
+    'block_m': 256,
+    'block_n': 256,
+    'block_k': 256,
+    'ab_buffers': 2,
+    'vmem_bytes': 1048576,
+    'vmem_breakdown': 'A/B 2 x 262144 = 524288 + epilogue 262144 + accumulator+vectors 262144',
+    'vmem_limit_bytes': 1310720,
+}

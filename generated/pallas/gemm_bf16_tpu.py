@@ -37,85 +37,10 @@ from jax.experimental.pallas import tpu as pltpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 
-SPEC = {
-    'name': 'gemm_bf16_tpu',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM with f32 accumulation on TPU; B is K-major (a weight stored (N, K)).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {
-        'm': 256,
-        'n': 256,
-        'k': 512,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the blocks and the VMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_bf16_tpu',
-    'spec_file': 'specs/tpu.toml',
-    'spec_hash': '195ca3b576ea4ee6',
-    'specgen_version': '0.1.0',
-    'description': 'bf16 GEMM with f32 accumulation on TPU; B is K-major (a weight stored (N, K)).',
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'a_major': 'k',
-    'b_major': 'k',
-    'batch': False,
-    'acc_jnp_dtype': 'float32',
-    'block_m': 256,
-    'block_n': 256,
-    'block_k': 512,
-    'ab_buffers': 2,
-    'vmem_bytes': 1572864,
-    'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 262144',
-    'vmem_limit_bytes': 1966080,
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_bf16_tpu"
@@ -211,3 +136,46 @@ def gemm_bf16_tpu_torch(a, b, *, interpret: object = None):
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bf16_tpu',
+    'kind': 'gemm',
+    'description': 'bf16 GEMM with f32 accumulation on TPU; B is K-major (a weight stored (N, K)).',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [],
+    'tile': {'m': 256, 'n': 256, 'k': 512},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_bf16_tpu',
+    'spec_file': 'specs/tpu.toml',
+    'spec_hash': '195ca3b576ea4ee6',
+    'specgen_version': '0.1.0',
+    'description': 'bf16 GEMM with f32 accumulation on TPU; B is K-major (a weight stored (N, K)).',
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'a_major': 'k',
+    'b_major': 'k',
+    'batch': False,
+    'acc_jnp_dtype': 'float32',
+    'block_m': 256,
+    'block_n': 256,
+    'block_k': 512,
+    'ab_buffers': 2,
+    'vmem_bytes': 1572864,
+    'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 262144',
+    'vmem_limit_bytes': 1966080,
+}

@@ -40,96 +40,10 @@ from jax.experimental.pallas import tpu as pltpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 
-SPEC = {
-    'name': 'gemm_bias_gelu_tpu',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form) on TPU: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'bias',
-            'along': 'n',
-            'dtype': 'bf16',
-            'name': 'bias',
-        },
-        {
-            'op': 'activation',
-            'fn': 'gelu_tanh',
-        },
-    ],
-    'tile': {
-        'm': 256,
-        'n': 256,
-        'k': 512,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the blocks and the VMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_bias_gelu_tpu',
-    'spec_file': 'specs/tpu.toml',
-    'spec_hash': '65252a8967237fa7',
-    'specgen_version': '0.1.0',
-    'description': 'Linear layer + GELU (tanh form) on TPU: gelu_tanh(A @ B + bias), bias per output column.',
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'a_major': 'k',
-    'b_major': 'k',
-    'batch': False,
-    'acc_jnp_dtype': 'float32',
-    'block_m': 256,
-    'block_n': 256,
-    'block_k': 512,
-    'ab_buffers': 2,
-    'vmem_bytes': 1589248,
-    'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 278528',
-    'vmem_limit_bytes': 1986560,
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_bias_gelu_tpu"
@@ -140,7 +54,6 @@ AB_BUFFERS = 2
 # VMEM the blocks need: 1589248 B = A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 278528.
 # The scoped limit requested (spec: pallas.vmem_limit_bytes, else the need + 25% capped at VMEM).
 VMEM_LIMIT_BYTES = 1986560
-_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def _kernel(a_ref, b_ref, bias_ref, out_ref, acc_ref, *, k_total: int, block_k: int):
@@ -164,7 +77,7 @@ def _kernel(a_ref, b_ref, bias_ref, out_ref, acc_ref, *, k_total: int, block_k: 
     def _epilogue():
         acc = acc_ref[...]
         acc = acc + bias_ref[...].astype(jnp.float32)  # (1, blk_n) broadcast
-        acc = 0.5 * acc * (1.0 + jnp.tanh(_SQRT_2_OVER_PI * (acc + 0.044715 * acc * acc * acc)))
+        acc = 0.5 * acc * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))  # GELU, tanh form
         out_ref[...] = acc.astype(out_ref.dtype)
 
 
@@ -227,7 +140,53 @@ def gemm_bias_gelu_tpu_torch(a, b, bias, *, interpret: object = None):
     result = gemm_bias_gelu_tpu(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
-        _rt.from_torch(NAME, "bias", bias, transpose=False),
+        _rt.from_torch(NAME, "bias", bias, transpose=None),
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bias_gelu_tpu',
+    'kind': 'gemm',
+    'description': 'Linear layer + GELU (tanh form) on TPU: gelu_tanh(A @ B + bias), bias per output column.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
+        {'op': 'activation', 'fn': 'gelu_tanh'},
+    ],
+    'tile': {'m': 256, 'n': 256, 'k': 512},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_bias_gelu_tpu',
+    'spec_file': 'specs/tpu.toml',
+    'spec_hash': '65252a8967237fa7',
+    'specgen_version': '0.1.0',
+    'description': 'Linear layer + GELU (tanh form) on TPU: gelu_tanh(A @ B + bias), bias per output column.',
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'a_major': 'k',
+    'b_major': 'k',
+    'batch': False,
+    'acc_jnp_dtype': 'float32',
+    'block_m': 256,
+    'block_n': 256,
+    'block_k': 512,
+    'ab_buffers': 2,
+    'vmem_bytes': 1589248,
+    'vmem_breakdown': 'A/B 2 x 524288 = 1048576 + epilogue 262144 + accumulator+vectors 278528',
+    'vmem_limit_bytes': 1986560,
+}

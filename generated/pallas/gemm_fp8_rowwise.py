@@ -41,203 +41,10 @@ from jax.experimental.pallas import tpu as pltpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the blocks and the VMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_fp8_rowwise',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'specgen_version': '0.1.0',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'targets': ['pallas:tpu_v7x'],
-    'a_major': 'k',
-    'b_major': 'k',
-    'batch': False,
-    'acc_jnp_dtype': 'float32',
-    'block_m': 128,
-    'block_n': 256,
-    'block_k': 128,
-    'ab_buffers': 2,
-    'vmem_bytes': 507904,
-    'vmem_breakdown': 'A/B 2 x 49152 = 98304 + epilogue 131072 + accumulator+vectors 278528',
-    'vmem_limit_bytes': 634880,
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_fp8_rowwise"
@@ -335,8 +142,92 @@ def gemm_fp8_rowwise_torch(a, b, scale_a, scale_b, *, interpret: object = None):
     result = gemm_fp8_rowwise(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
-        _rt.from_torch(NAME, "scale_a", scale_a, transpose=False),
-        _rt.from_torch(NAME, "scale_b", scale_b, transpose=False),
+        _rt.from_torch(NAME, "scale_a", scale_a, transpose=None),
+        _rt.from_torch(NAME, "scale_b", scale_b, transpose=None),
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_fp8_rowwise',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'specgen_version': '0.1.0',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'targets': ['pallas:tpu_v7x'],
+    'a_major': 'k',
+    'b_major': 'k',
+    'batch': False,
+    'acc_jnp_dtype': 'float32',
+    'block_m': 128,
+    'block_n': 256,
+    'block_k': 128,
+    'ab_buffers': 2,
+    'vmem_bytes': 507904,
+    'vmem_breakdown': 'A/B 2 x 49152 = 98304 + epilogue 131072 + accumulator+vectors 278528',
+    'vmem_limit_bytes': 634880,
+}

@@ -41,98 +41,10 @@ from jax.experimental.pallas import tpu as pltpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 
-SPEC = {
-    'name': 'gemm_residual_tpu',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C on TPU, A stored (K, M) (MN-major), f32 out.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'mn',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'f32',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'scalar',
-            'value': None,
-            'name': None,
-        },
-        {
-            'op': 'residual',
-            'dtype': 'f32',
-            'beta': 1.0,
-            'name': 'c',
-        },
-    ],
-    'tile': {
-        'm': 256,
-        'n': 256,
-        'k': 256,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the blocks and the VMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_residual_tpu',
-    'spec_file': 'specs/tpu.toml',
-    'spec_hash': 'df07033d7dfb5fa6',
-    'specgen_version': '0.1.0',
-    'description': 'out = alpha * (A @ B) + C on TPU, A stored (K, M) (MN-major), f32 out.',
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'a_major': 'mn',
-    'b_major': 'k',
-    'batch': False,
-    'acc_jnp_dtype': 'float32',
-    'block_m': 256,
-    'block_n': 256,
-    'block_k': 256,
-    'ab_buffers': 2,
-    'vmem_bytes': 1835008,
-    'vmem_breakdown': 'A/B 2 x 262144 = 524288 + epilogue 1048576 + accumulator+vectors 262144',
-    'vmem_limit_bytes': 2293760,
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_residual_tpu"
@@ -222,6 +134,7 @@ def _call(a, b, alpha, c, *, interpret: object) -> jax.Array:
 def gemm_residual_tpu(a, b, alpha, c, *, interpret: object = None) -> jax.Array:
     """out = epilogue(A @ B); see the module docstring."""
     _rt.check_placement(NAME, {"a": a, "b": b, "c": c})
+    _rt.scalar(NAME, "alpha", alpha)  # before jax.jit sees it: a wrong type names the argument
     return _call(a, b, alpha, c, interpret=interpret)
 
 
@@ -236,3 +149,49 @@ def gemm_residual_tpu_torch(a, b, alpha, c, *, interpret: object = None):
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_residual_tpu',
+    'kind': 'gemm',
+    'description': 'out = alpha * (A @ B) + C on TPU, A stored (K, M) (MN-major), f32 out.',
+    'a': {'dtype': 'bf16', 'major': 'mn'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'f32'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
+        {'op': 'residual', 'dtype': 'f32', 'beta': 1.0, 'name': 'c'},
+    ],
+    'tile': {'m': 256, 'n': 256, 'k': 256},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_residual_tpu',
+    'spec_file': 'specs/tpu.toml',
+    'spec_hash': 'df07033d7dfb5fa6',
+    'specgen_version': '0.1.0',
+    'description': 'out = alpha * (A @ B) + C on TPU, A stored (K, M) (MN-major), f32 out.',
+    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
+    'a_major': 'mn',
+    'b_major': 'k',
+    'batch': False,
+    'acc_jnp_dtype': 'float32',
+    'block_m': 256,
+    'block_n': 256,
+    'block_k': 256,
+    'ab_buffers': 2,
+    'vmem_bytes': 1835008,
+    'vmem_breakdown': 'A/B 2 x 262144 = 524288 + epilogue 1048576 + accumulator+vectors 262144',
+    'vmem_limit_bytes': 2293760,
+}

@@ -32,87 +32,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'bias',
-            'along': 'n',
-            'dtype': 'bf16',
-            'name': 'bias',
-        },
-        {
-            'op': 'activation',
-            'fn': 'gelu_tanh',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 128,
-                'k': 64,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-        },
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64
@@ -125,51 +44,9 @@ CONFIGS = {
     # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
     100: {"num_warps": 8, "num_stages": 3},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '2598040dd21ddf69',
-    'kernel': 'gemm_bias_gelu_bf16',
-    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<bf16[128, 64]>', 'aligned'],
-        ['b_desc', 'tensordesc<bf16[256, 64]>', 'aligned'],
-        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
-        ['bias_ptr', '*bf16', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['NUM_SMS', 'i32', 'none'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -232,34 +109,34 @@ def _gemm_bias_gelu_bf16_kernel(
         # epilogue[0]: bias: + bias (N,) bf16, per column
         acc += bias_v[None, :]
         # epilogue[1]: activation: gelu_tanh
-        # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), factored to 6 ops + one tanh
-        half = 0.5 * acc
-        acc = half + half * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)
+        acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
 
 
 def _validate(a, b, bias, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_bias_gelu_bf16", a)
-    M, K = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_bias_gelu_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_bias_gelu_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_bias_gelu_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_bias_gelu_bf16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_bias_gelu_bf16", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    bias = _g.vector("gemm_bias_gelu_bf16", "bias", bias, torch.bfloat16, N, "N", device)
+    out, result = _g.output("gemm_bias_gelu_bf16", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, bias), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, bias, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -287,7 +164,7 @@ def _check(a, b, bias, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, bias, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, bias), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -297,16 +174,16 @@ _launcher = TritonLauncher(_gemm_bias_gelu_bf16_kernel, "gemm_bias_gelu_bf16", C
 
 
 def _run(a, b, bias, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, bias, out)
+    device, M, N, K, (a, b, bias), out, result, sa, sb, so, pa, pb, po = _check(a, b, bias, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-1], po, so[-2], bias.data_ptr())
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     grid = tiles
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
@@ -336,7 +213,7 @@ def _run(a, b, bias, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_bias_gelu_bf16(
@@ -365,3 +242,76 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['bias', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bias_gelu_bf16',
+    'kind': 'gemm',
+    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
+        {'op': 'activation', 'fn': 'gelu_tanh'},
+    ],
+    'tile': {'m': 128, 'n': 256, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 128, 'k': 64},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+        },
+    },
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '2598040dd21ddf69',
+    'kernel': 'gemm_bias_gelu_bf16',
+    'custom_op': 'specgen::gemm_bias_gelu_bf16_2598040dd21ddf69',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<bf16[128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<bf16[256, 64]>', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
+        ['bias_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['NUM_SMS', 'i32', 'none'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}

@@ -38,178 +38,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
@@ -245,135 +73,9 @@ VARIANT_CONFIGS = (
         100: {"num_warps": 4, "num_stages": 4},
     },
 )
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'kernel': 'gemm_fp8_rowwise',
-    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 3,
-            'smem_bytes': 212992,
-            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
-            'acc_registers': 128,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<fp8e4nv[128, 128]>', 'aligned'],
-        ['b_desc', 'tensordesc<fp8e4nv[256, 128]>', 'aligned'],
-        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
-        ['scale_a_ptr', '*fp32', 'aligned'],
-        ['scale_b_ptr', '*fp32', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['NUM_SMS', 'i32', 'none'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['SWAP_AB', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-    'variants': [
-        {
-            'when': {
-                'm_max': 16,
-            },
-            'tile': [16, 64, 512],
-            'group_m': 8,
-            'swap_ab': True,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[16, 512]>',
-                'b_desc': 'tensordesc<fp8e4nv[64, 512]>',
-                'out_desc': 'tensordesc<bf16[16, 64]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 3,
-                    'smem_bytes': 124928,
-                    'acc_registers': 8,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 3,
-                    'smem_bytes': 124928,
-                    'acc_registers': 8,
-                },
-            },
-        },
-        {
-            'when': {
-                'm_max': 128,
-            },
-            'tile': [128, 64, 256],
-            'group_m': 8,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[128, 256]>',
-                'b_desc': 'tensordesc<fp8e4nv[64, 256]>',
-                'out_desc': 'tensordesc<bf16[128, 64]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 212992,
-                    'acc_registers': 64,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 212992,
-                    'acc_registers': 64,
-                },
-            },
-        },
-        {
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-            'tile': [64, 128, 128],
-            'group_m': 8,
-            'descriptors': {
-                'a_desc': 'tensordesc<fp8e4nv[64, 128]>',
-                'b_desc': 'tensordesc<fp8e4nv[128, 128]>',
-                'out_desc': 'tensordesc<bf16[64, 128]>',
-            },
-            'plan': {
-                90: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 114688,
-                    'acc_registers': 64,
-                },
-                100: {
-                    'num_warps': 4,
-                    'num_stages': 4,
-                    'smem_bytes': 114688,
-                    'acc_registers': 64,
-                },
-            },
-        },
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -442,27 +144,29 @@ def _gemm_fp8_rowwise_kernel(
 
 def _validate(a, b, scale_a, scale_b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_fp8_rowwise", a)
-    M, K = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
-    _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
-    if out is None:
-        _g.tma_rows("gemm_fp8_rowwise", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_fp8_rowwise", "out", out, torch.bfloat16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    scale_a = _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
+    scale_b = _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
+    out, result = _g.output("gemm_fp8_rowwise", out, torch.bfloat16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b, scale_a, scale_b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, scale_a, scale_b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -492,7 +196,7 @@ def _check(a, b, scale_a, scale_b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, scale_a, scale_b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, scale_a, scale_b), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -507,16 +211,16 @@ _launcher = TritonLauncher(_gemm_fp8_rowwise_kernel, "gemm_fp8_rowwise", CONFIGS
 
 
 def _run(a, b, scale_a, scale_b, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, scale_a, scale_b, out)
+    device, M, N, K, (a, b, scale_a, scale_b), out, result, sa, sb, so, pa, pb, po = _check(a, b, scale_a, scale_b, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-1], po, so[-2], scale_a.data_ptr(), scale_b.data_ptr())
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     # The size-selected variant: the first whose bounds hold (spec: variants), else the default config.
     if M <= 16:
         variant, block_m, block_n, constexprs = 0, 16, 64, _VARIANT_CONSTEXPRS[0]
@@ -561,7 +265,7 @@ def _run(a, b, scale_a, scale_b, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_fp8_rowwise(
@@ -591,3 +295,184 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['scale_a', 'Tensor'], ['scale_b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'kernel': 'gemm_fp8_rowwise',
+    'custom_op': 'specgen::gemm_fp8_rowwise_b599f2b2f6cbc0c9',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 3,
+            'smem_bytes': 212992,
+            'smem_breakdown': 'A/B 3 x 49152 = 147456 + epilogue 65536',
+            'acc_registers': 128,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<fp8e4nv[128, 128]>', 'aligned'],
+        ['b_desc', 'tensordesc<fp8e4nv[256, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[128, 256]>', 'aligned'],
+        ['scale_a_ptr', '*fp32', 'aligned'],
+        ['scale_b_ptr', '*fp32', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['NUM_SMS', 'i32', 'none'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['SWAP_AB', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+    'variants': [
+        {
+            'when': {'m_max': 16},
+            'tile': [16, 64, 512],
+            'group_m': 8,
+            'swap_ab': True,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[16, 512]>',
+                'b_desc': 'tensordesc<fp8e4nv[64, 512]>',
+                'out_desc': 'tensordesc<bf16[16, 64]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 3,
+                    'smem_bytes': 124928,
+                    'acc_registers': 8,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 3,
+                    'smem_bytes': 124928,
+                    'acc_registers': 8,
+                },
+            },
+        },
+        {
+            'when': {'m_max': 128},
+            'tile': [128, 64, 256],
+            'group_m': 8,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[128, 256]>',
+                'b_desc': 'tensordesc<fp8e4nv[64, 256]>',
+                'out_desc': 'tensordesc<bf16[128, 64]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 212992,
+                    'acc_registers': 64,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 212992,
+                    'acc_registers': 64,
+                },
+            },
+        },
+        {
+            'when': {'m_max': 1024, 'n_max': 4096},
+            'tile': [64, 128, 128],
+            'group_m': 8,
+            'descriptors': {
+                'a_desc': 'tensordesc<fp8e4nv[64, 128]>',
+                'b_desc': 'tensordesc<fp8e4nv[128, 128]>',
+                'out_desc': 'tensordesc<bf16[64, 128]>',
+            },
+            'plan': {
+                90: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 114688,
+                    'acc_registers': 64,
+                },
+                100: {
+                    'num_warps': 4,
+                    'num_stages': 4,
+                    'smem_bytes': 114688,
+                    'acc_registers': 64,
+                },
+            },
+        },
+    ],
+}

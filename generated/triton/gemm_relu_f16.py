@@ -31,65 +31,6 @@ from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_relu_f16',
-    'kind': 'gemm',
-    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
-    'a': {
-        'dtype': 'f16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'f16',
-        'major': 'mn',
-    },
-    'out': {
-        'dtype': 'f16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'activation',
-            'fn': 'relu',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
@@ -102,49 +43,9 @@ CONFIGS = {
     # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B); accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'dd911d7ce4aff559',
-    'kernel': 'gemm_relu_f16',
-    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
-            'acc_registers': 64,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
-            'acc_registers': 64,
-        },
-    },
-    'parameters': [
-        ['a_desc', 'tensordesc<fp16[128, 64]>', 'aligned'],
-        ['b_desc', 'tensordesc<fp16[64, 128]>', 'aligned'],
-        ['out_desc', 'tensordesc<fp16[128, 128]>', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -191,31 +92,33 @@ def _gemm_relu_f16_kernel(
         b = b_desc.load([off_k, off_n])
         acc = tl.dot(a, b, acc)
     # epilogue[0]: activation: relu
-    acc = tl.maximum(acc, 0.0)
+    acc = tl.where(acc < 0.0, 0.0, acc)  # ReLU, NaN kept
     out_desc.store([off_m, off_n], acc.to(tl.float16))
 
 
 def _validate(a, b, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_relu_f16", a)
-    M, K = _g.matrix("gemm_relu_f16", "a", a, torch.float16, 2, 1, device, tma=True)
-    K_b, N = _g.matrix("gemm_relu_f16", "b", b, torch.float16, 2, 1, device, tma=True)
+    a = _g.matrix("gemm_relu_f16", "a", a, torch.float16, 2, 1, device, tma=True)
+    b = _g.matrix("gemm_relu_f16", "b", b, torch.float16, 2, 1, device, tma=True)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_relu_f16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
-    if out is None:
-        _g.tma_rows("gemm_relu_f16", "out", N, 2)  # the rows we would allocate
-        out = torch.empty((M, N), device=a.device, dtype=torch.float16)
-    else:
-        _g.output_like("gemm_relu_f16", "out", out, torch.float16, (M, N), device, tma=True)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    out, result = _g.output("gemm_relu_f16", out, torch.float16, (M, N), device, a, tma=True)
+    return (device, M, N, K, (a, b), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -241,7 +144,7 @@ def _check(a, b, out):
         and so[-2] * 2 % 16 == 0
     ):
         return _validate(a, b, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -251,16 +154,16 @@ _launcher = TritonLauncher(_gemm_relu_f16_kernel, "gemm_relu_f16", CONFIGS)
 
 
 def _run(a, b, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, out)
+    device, M, N, K, (a, b), out, result, sa, sb, so, pa, pb, po = _check(a, b, out)
     if M == 0 or N == 0:
-        return out
+        return result
     # A repeat call with the same tensors relaunches what the launcher built for them: no descriptor
     # is built or encoded, no argument expanded (the key lists everything the arguments depend on).
     # The variant, the grid and the compiled kernel's key (the specializations) are functions of
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, M, K, sa[-2], pb, N, sb[-2], po, so[-2])
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     grid = (tiles, 1, 1)
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
@@ -288,7 +191,7 @@ def _run(a, b, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_relu_f16(
@@ -316,3 +219,64 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_relu_f16',
+    'kind': 'gemm',
+    'description': 'f16 GEMM + ReLU with B row-major (x @ W for W stored (K, N)), one program per tile, TMA loads and store.',
+    'a': {'dtype': 'f16', 'major': 'k'},
+    'b': {'dtype': 'f16', 'major': 'mn'},
+    'out': {'dtype': 'f16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'activation', 'fn': 'relu'}],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'dd911d7ce4aff559',
+    'kernel': 'gemm_relu_f16',
+    'custom_op': 'specgen::gemm_relu_f16_dd911d7ce4aff559',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072 + epilogue 32768 (reuses A/B)',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_desc', 'tensordesc<fp16[128, 64]>', 'aligned'],
+        ['b_desc', 'tensordesc<fp16[64, 128]>', 'aligned'],
+        ['out_desc', 'tensordesc<fp16[128, 128]>', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}

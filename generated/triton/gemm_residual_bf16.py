@@ -33,73 +33,6 @@ from specgen.runtime import guards as _g
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
 
-SPEC = {
-    'name': 'gemm_residual_bf16',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'mn',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'scalar',
-            'value': None,
-            'name': None,
-        },
-        {
-            'op': 'residual',
-            'dtype': 'bf16',
-            'beta': 1.0,
-            'name': 'c',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': False,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
 # Tile and rasterization (spec: tile, schedule).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
@@ -112,55 +45,9 @@ CONFIGS = {
     # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its targets, the plan per compute capability, and the kernel's
-# parameters (name, Triton type, specialization) in declaration order.
-METADATA = {
-    'runtime_abi': 1,
-    'specgen_version': '0.1.0',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '36c7f23df39cb5d1',
-    'kernel': 'gemm_residual_bf16',
-    'custom_op': 'specgen::gemm_residual_bf16_36c7f23df39cb5d1',
-    'targets': ['triton:sm90', 'triton:sm100'],
-    'plan': {
-        90: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072',
-            'acc_registers': 64,
-        },
-        100: {
-            'num_warps': 8,
-            'num_stages': 4,
-            'smem_bytes': 131072,
-            'smem_breakdown': 'A/B 4 x 32768 = 131072',
-            'acc_registers': 64,
-        },
-    },
-    'parameters': [
-        ['a_ptr', '*bf16', 'aligned'],
-        ['b_ptr', '*bf16', 'aligned'],
-        ['out_ptr', '*bf16', 'aligned'],
-        ['alpha', 'fp32', 'none'],
-        ['c_ptr', '*bf16', 'aligned'],
-        ['M', 'i32', 'aligned'],
-        ['N', 'i32', 'aligned'],
-        ['K', 'i32', 'aligned'],
-        ['stride_a', 'i32', 'aligned'],
-        ['stride_b', 'i32', 'aligned'],
-        ['stride_om', 'i32', 'aligned'],
-        ['stride_cm', 'i32', 'aligned'],
-        ['BLOCK_M', 'constexpr', 'constexpr'],
-        ['BLOCK_N', 'constexpr', 'constexpr'],
-        ['BLOCK_K', 'constexpr', 'constexpr'],
-        ['GROUP_M', 'constexpr', 'constexpr'],
-        ['FAST_MATH', 'constexpr', 'constexpr'],
-    ],
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
@@ -231,31 +118,34 @@ def _gemm_residual_bf16_kernel(
 
 def _validate(a, b, alpha, c, out):
     """Check every argument against the spec, raising TypeError/ValueError that names the argument;
-    return what `_check` returns."""
+    return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
+    16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
+    here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     device = _g.device_of("gemm_residual_bf16", a)
-    M, K = _g.matrix("gemm_residual_bf16", "a", a, torch.bfloat16, 2, 0, device)
-    K_b, N = _g.matrix("gemm_residual_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    a = _g.matrix("gemm_residual_bf16", "a", a, torch.bfloat16, 2, 0, device)
+    b = _g.matrix("gemm_residual_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_residual_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
     _g.scalar("gemm_residual_bf16", "alpha", alpha)
-    _g.output_like("gemm_residual_bf16", "c", c, torch.bfloat16, (M, N), device)
+    c = _g.input_like("gemm_residual_bf16", "c", c, torch.bfloat16, (M, N), device)
+    out, result = _g.output("gemm_residual_bf16", out, torch.bfloat16, (M, N), device, a)
     # Pointer kernels index within one matrix in 32 bits.
     _g.int32_span("gemm_residual_bf16", "a", K, a.stride(-1))
     _g.int32_span("gemm_residual_bf16", "b", N, b.stride(-1))
-    _g.int32_span("gemm_residual_bf16", "out", M, N if out is None else out.stride(-2))
+    _g.int32_span("gemm_residual_bf16", "out", M, out.stride(-2))
     _g.int32_span("gemm_residual_bf16", "c", M, c.stride(-2))
-    if out is None:
-        out = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
-    else:
-        _g.output_like("gemm_residual_bf16", "out", out, torch.bfloat16, (M, N), device)
-    return device, M, N, K, out, a.stride(), b.stride(), out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    return (device, M, N, K, (a, b, alpha, c), out, result, a.stride(), b.stride(),
+            out.stride(), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
 def _check(a, b, alpha, c, out):
     """The per-call guard: one boolean over the common case (exact dtypes, the spec's major modes,
     contiguous vectors, 16-byte alignment, one device); anything else goes to `_validate`, which
-    raises with the details or accepts the unusual-but-legal input. Returns the device, the problem
-    size, the output (allocated when None), then the strides and addresses of a, b and out as read
-    here, so that the launcher's cache key reads no tensor twice."""
+    raises with the details or accepts the unusual-but-legal input (copying what the kernel cannot
+    read in place). Returns the device, the problem size, the arguments the kernel reads, the output
+    it writes and the tensor the call returns (the same one unless `_validate` had to stage it), then
+    the strides and addresses of a, b and out as read here, so that the launcher's cache key reads no
+    tensor twice."""
     try:
         M, K = a.shape
         K_b, N = b.shape
@@ -284,7 +174,7 @@ def _check(a, b, alpha, c, out):
         and M * so[-2] < _g.INT32_SPAN
     ):
         return _validate(a, b, alpha, c, out)
-    return device, M, N, K, out, sa, sb, so, pa, pb, po
+    return device, M, N, K, (a, b, alpha, c), out, out, sa, sb, so, pa, pb, po
 
 
 # Compile-time constants; FAST_MATH picks hardware approximations (tanh.approx) on the GPU and exact
@@ -294,9 +184,9 @@ _launcher = TritonLauncher(_gemm_residual_bf16_kernel, "gemm_residual_bf16", CON
 
 
 def _run(a, b, alpha, c, out):
-    device, M, N, K, out, sa, sb, so, pa, pb, po = _check(a, b, alpha, c, out)
+    device, M, N, K, (a, b, alpha, c), out, result, sa, sb, so, pa, pb, po = _check(a, b, alpha, c, out)
     if M == 0 or N == 0:
-        return out
+        return result
     s_c = c.stride()
     # A repeat call with the same tensors relaunches what the launcher built for them, pointers as
     # addresses (the key lists everything the arguments depend on).
@@ -304,7 +194,7 @@ def _run(a, b, alpha, c, out):
     # these sizes and strides, so they are chosen and built only when the cached launch misses.
     args_key = (device, pa, pb, po, float(alpha).hex(), c.data_ptr(), M, N, K, sa[-1], sb[-1], so[-2], s_c[-2])
     if _launcher.launch_cached(args_key, device):
-        return out
+        return out if result is out else result.copy_(out)
     tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)  # triton.cdiv goes through constexpr unwrapping
     grid = (tiles, 1, 1)
     # Triton specializes integer arguments on `== 1` and `% 16 == 0` (and 64-bit batch strides on
@@ -333,7 +223,7 @@ def _run(a, b, alpha, c, out):
         args_key=args_key,
 
     )
-    return out
+    return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 
 
 def gemm_residual_bf16(
@@ -363,3 +253,73 @@ _op = register_custom_op(
     _fake,
     [['a', 'Tensor'], ['b', 'Tensor'], ['alpha', 'float'], ['c', 'Tensor']],
 )
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_residual_bf16',
+    'kind': 'gemm',
+    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
+    'a': {'dtype': 'bf16', 'major': 'mn'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
+        {'op': 'residual', 'dtype': 'bf16', 'beta': 1.0, 'name': 'c'},
+    ],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'specgen_version': '0.1.0',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '36c7f23df39cb5d1',
+    'kernel': 'gemm_residual_bf16',
+    'custom_op': 'specgen::gemm_residual_bf16_36c7f23df39cb5d1',
+    'targets': ['triton:sm90', 'triton:sm100'],
+    'plan': {
+        90: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072',
+            'acc_registers': 64,
+        },
+        100: {
+            'num_warps': 8,
+            'num_stages': 4,
+            'smem_bytes': 131072,
+            'smem_breakdown': 'A/B 4 x 32768 = 131072',
+            'acc_registers': 64,
+        },
+    },
+    'parameters': [
+        ['a_ptr', '*bf16', 'aligned'],
+        ['b_ptr', '*bf16', 'aligned'],
+        ['out_ptr', '*bf16', 'aligned'],
+        ['alpha', 'fp32', 'none'],
+        ['c_ptr', '*bf16', 'aligned'],
+        ['M', 'i32', 'aligned'],
+        ['N', 'i32', 'aligned'],
+        ['K', 'i32', 'aligned'],
+        ['stride_a', 'i32', 'aligned'],
+        ['stride_b', 'i32', 'aligned'],
+        ['stride_om', 'i32', 'aligned'],
+        ['stride_cm', 'i32', 'aligned'],
+        ['BLOCK_M', 'constexpr', 'constexpr'],
+        ['BLOCK_N', 'constexpr', 'constexpr'],
+        ['BLOCK_K', 'constexpr', 'constexpr'],
+        ['GROUP_M', 'constexpr', 'constexpr'],
+        ['FAST_MATH', 'constexpr', 'constexpr'],
+    ],
+}

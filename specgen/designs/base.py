@@ -15,7 +15,8 @@ How to add a backend (say CuTe sm90):
   4. its run-time helpers under specgen/runtime/ (imported by generated code only);
   5. its compile hook module (imports the backend's compiler lazily);
   6. tests under tests/backends/<backend>/ subclassing the shared numerics and guard bases.
-  Nothing else is edited: check runs the rules the target's row selects, render asks the design.
+  Its rules still go in the shared specgen/envelope/rules.py (keyed by the target's row), and the
+  registry holds one design per (kind, backend): a second design on one backend edits both.
 
 How to add a kernel kind (say grouped GEMM):
   1. its spec model in specgen/spec/ (a new member of the `kind` union);
@@ -35,7 +36,7 @@ from specgen.targets import Backend, TargetInfo
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
-    from specgen.resolve import Resolved
+    from specgen.resolved import Resolved
     from specgen.spec.load import LoadedSpec
     from specgen.spec.models import GemmSpec, Target
 

@@ -27,11 +27,12 @@ Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
-from specgen.resolve import Resolved, TmaBox, tma_boxes
+from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
@@ -80,12 +81,14 @@ def consumer_warpgroups(spec: GemmSpec) -> int:
 
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
-    64 of its rows), else 64 x 32 (64 x 64 for 8-bit outputs, whose rows would be 32 bytes). Ping-pong
-    warpgroups each store their own tile through their own subtiles."""
+    64 of its rows), else 64 x 32; 8-bit outputs take 64 columns (64-byte rows) where tile.n is a
+    multiple of 64, else 32 (32-byte rows: a 64x160 fp8 tile compiles, nvidia-cutlass-dsl 4.8.1,
+    sm_90a). Ping-pong warpgroups each store their own tile through their own subtiles."""
     t = spec.tile
     if mma_warpgroups(spec) == 2:
         return min(128, t.m), min(32, t.n)
-    return min(64, t.m), min(64 if spec.out.dtype.bytes == 1 else 32, t.n)
+    wide = spec.out.dtype.bytes == 1 and t.n % 64 == 0
+    return min(64, t.m), min(64 if wide else 32, t.n)
 
 
 # Registers a consumer thread may hold for prefetched vector operands (bias, row/column scales) beside its
@@ -103,6 +106,85 @@ def prefetch_vectors(spec: GemmSpec, configs: list[CuteConfig]) -> bool:
     vectors = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n"))
     held = max(c.epi_m * c.epi_n // (WARPGROUP_THREADS * c.mma_warpgroups) for c in configs) * vectors
     return 0 < held <= PREFETCH_REGISTERS
+
+
+# The register model (REG001). Measured: nvidia-cutlass-dsl 4.8.1, `cute.compile` for sm_90a, the SASS read
+# for LDL/STL over the seeded compile grid of tests/grids/cute_sm90.py (tests/data/grid_cute_sm90.json: 330
+# random specs and 15 named probes). A consumer thread gets MMA_REGISTERS from setmaxnreg; the accumulator
+# takes tile m x n / tile threads of them (224 with no epilogue spill 4.4 KB; 192 do not), the rest goes to
+# addresses and pipeline state and to the epilogue. The epilogue's terms follow what it holds at a
+# subtile (wgmma's C layout gives a thread 2 distinct rows and epi_n / 4 distinct columns of a subtile;
+# a matrix operand is a whole fragment of epi_m x epi_n / tile threads), but their weights were FITTED
+# (a mixed-integer program) so that every spill in the grid is over the budget: ptxas spills near the
+# line depend on scheduling the model does not see (a 128x96 ping-pong tile with a residual spilled 20 B
+# beside kernels with twice its accumulator that did not), so the weights are pessimistic, and some
+# kernels REG001 refuses compile spill-free: 15 of the grid's 330 (4.5%; 2 of 60 in a grid of another seed,
+# run after the fit, with no spill under the line there either).
+BASE_REGISTERS = 13
+TWO_WARPGROUP_REGISTERS = 20  # cooperative kernels sharing the tile between two warpgroups
+PREFETCHED_PER_ROW_OR_COLUMN = 2.5  # per distinct row / column a vector held across the mainloop spans
+GATHERED_PER_ROW_OR_COLUMN = 1.0  # the same for vectors gathered at their subtile
+MATRIX_FRAGMENTS = 4.75  # fragments per matrix operand (residual) gathered at its subtile
+MATRIX_FRAGMENTS_BESIDE_PREFETCH = 6.5  # the same beside prefetched vectors
+GELU_ERF_FRAGMENTS = 2.5  # an erf GELU's working set
+CAST_FRAGMENTS = 0.5  # a cast op's working set
+C_ROWS_PER_THREAD = 2  # rows r and r + 8 of its warp's 16 (wgmma m64nNk16 accumulator layout, PTX ISA)
+
+
+@dataclass(frozen=True)
+class RegisterEstimate:
+    """Registers one consumer thread needs at its peak (a subtile's epilogue, the whole accumulator
+    still live), by part: see `register_estimate`."""
+
+    accumulator: int  # the tile's accumulator over the threads sharing it (f16 accumulators pack two)
+    base: int  # addresses, pipeline state, loop counters
+    operands: float  # the epilogue's vector and matrix operands
+    temporaries: float  # an erf GELU's or a cast's working set
+    budget: int = MMA_REGISTERS
+
+    @property
+    def total(self) -> int:
+        return math.ceil(self.accumulator + self.base + self.operands + self.temporaries)
+
+    @property
+    def spills(self) -> bool:
+        return self.total > self.budget
+
+    def breakdown(self) -> str:
+        parts = [f"{self.accumulator} accumulator", f"{self.base} base"]
+        if self.operands:
+            parts.append(f"{self.operands:g} epilogue operands")
+        if self.temporaries:
+            parts.append(f"{self.temporaries:g} epilogue temporaries")
+        return " + ".join(parts)
+
+
+def register_estimate(spec: GemmSpec) -> RegisterEstimate:
+    """Registers per consumer thread where the kernel needs most: its accumulator (tile m x n over the
+    threads sharing it, two f16 values a register), a base, and the epilogue's operands and temporaries
+    at a subtile, weighted as the constants above say. REG001 errors where this exceeds MMA_REGISTERS:
+    over the compile grid, no kernel that spilled is under it. The prefetch decision is this config's
+    alone (`prefetch_vectors` over a module of one config)."""
+    t = spec.tile
+    wgs = mma_warpgroups(spec)
+    threads = WARPGROUP_THREADS * wgs
+    accumulator = t.m * t.n // (1 if spec.accumulator.bytes == 4 else 2) // threads
+    em, en = epilogue_tile(spec)
+    fragment = em * en // threads
+    args = spec.runtime_args()
+    vec_m = sum(1 for a in args if a.shape == "vec_m")
+    vec_n = sum(1 for a in args if a.shape == "vec_n")
+    matrices = sum(1 for a in args if a.shape == "matrix")
+    spanned = vec_m * C_ROWS_PER_THREAD + vec_n * (en // 4)  # distinct rows / columns of the vectors' fragments
+    if 0 < (vec_m + vec_n) * fragment <= PREFETCH_REGISTERS:  # prefetched: held across the mainloop
+        operands = spanned * PREFETCHED_PER_ROW_OR_COLUMN + matrices * fragment * MATRIX_FRAGMENTS_BESIDE_PREFETCH
+    else:
+        operands = spanned * GATHERED_PER_ROW_OR_COLUMN + matrices * fragment * MATRIX_FRAGMENTS
+    gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)
+    cast = any(op.op == "cast" for op in spec.epilogue)
+    temporaries = fragment * (GELU_ERF_FRAGMENTS * gelu + CAST_FRAGMENTS * cast)
+    base = BASE_REGISTERS + (TWO_WARPGROUP_REGISTERS if wgs == 2 else 0)
+    return RegisterEstimate(accumulator, base, operands, temporaries)
 
 
 def arch_flag(info: TargetInfo) -> str:

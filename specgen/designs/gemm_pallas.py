@@ -24,7 +24,7 @@ Imports jax-free code only: `specgen check` / `render` must stay light.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from specgen import __version__
@@ -32,21 +32,27 @@ from specgen.designs.base import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
+from specgen.spec.formulas import FORMULAS
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, is_mgpu_target, is_tpu_target, target_info
 
 if TYPE_CHECKING:
-    from specgen.resolve import Resolved, TmaBox
+    from specgen.resolved import Resolved, TmaBox
     from specgen.spec.load import LoadedSpec
 
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
 MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
 MGPU_BARRIER_BYTES = 8  # one mbarrier; each pipeline step has a full and an empty one
+# Pallas Mosaic GPU starts every SMEM buffer on a 1024-byte boundary (jax `_src/pallas/mosaic_gpu/core.py`
+# SMEM_ALIGNMENT): a buffer whose bytes are no multiple of it takes the rest of its last KiB too.
+MGPU_SMEM_ALIGNMENT = 1024
 # wgmma groups a consumer keeps running past a K step (the step's SMEM is released that many steps
 # later): overlapping consecutive wgmmas, as CUTLASS's mainloops do. Measured on the H200: bench_pallas.py.
 MGPU_WGMMA_IN_FLIGHT = 1
 MGPU_MEMORY_REGISTERS = 40  # setmaxnreg for the TMA warpgroup (JAX's Hopper matmul; HOPPER.md)
-MGPU_SWIZZLES = (128, 64, 32, 16)  # bytes, largest first (`plgpu.find_swizzle`)
+# SMEM swizzles Mosaic GPU's SwizzleTransform and wgmma take, bytes, largest first (jax 0.10.2
+# `mosaic/gpu/wgmma.py`: "No swizzle is not supported"; 16 is refused as "Swizzle 16 is not supported").
+MGPU_SWIZZLES = (128, 64, 32)
 TMA_MIN_BYTES = 16  # a TMA-copied array's contiguous extent spans a multiple of 16 bytes
 
 # jnp attribute per specgen dtype (tf32 has no TPU mode: DT003 refuses it before a plan is made).
@@ -60,10 +66,32 @@ TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_s
 TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
 
 
-def swizzle_bytes(minor_bytes: int) -> int:
-    """The SMEM swizzle of a tile whose contiguous dim spans `minor_bytes`: the largest of 128/64/32/16
-    dividing it (jax `pallas/mosaic_gpu/helpers.py` find_swizzle); 0 where none does."""
-    return next((sw for sw in MGPU_SWIZZLES if minor_bytes % sw == 0), 0)
+def swizzle_bytes(*extents: int) -> int:
+    """The largest SMEM swizzle (128/64/32 bytes) dividing every given byte extent; 0 where none does
+    (PAL008 refuses the spec)."""
+    return next((sw for sw in MGPU_SWIZZLES if all(e % sw == 0 for e in extents)), 0)
+
+
+@dataclass(frozen=True)
+class MgpuSwizzles:
+    """The SMEM swizzles of the Mosaic GPU kernel's tiles, bytes (0: none fits, PAL008)."""
+
+    ab: int  # A's and B's: one wgmma takes one swizzle for both operands
+    out: int  # the epilogue's staging subtile (and a residual's, staged in the same slot)
+
+
+def mgpu_swizzles(spec: GemmSpec) -> MgpuSwizzles:
+    """One swizzle for A and B (Mosaic GPU's wgmma lowering: "Non-matching swizzles of operands a and b"),
+    dividing each SMEM tile's contiguous extent in bytes (K for a K-major operand; M for MN-major A;
+    for MN-major B the warpgroup's tile.n/2 slice, whose start must fall on a whole swizzle tile) and
+    K's (wgmma issues K in groups of swizzle/bytes elements: "K must be a multiple of ..."). The
+    output's from the epilogue subtile's width."""
+    t, lay = spec.tile, mgpu_layout(spec)
+    a_b, b_b = spec.a.dtype.bytes, spec.b.dtype.bytes
+    a_minor = t.k * a_b if spec.a.major == "k" else t.m * a_b
+    b_minor = t.k * b_b if spec.b.major == "k" else lay.wg_n * b_b
+    return MgpuSwizzles(swizzle_bytes(a_minor, b_minor, t.k * a_b, t.k * b_b),
+                        swizzle_bytes(lay.epi_n * spec.out.dtype.bytes))
 
 
 @dataclass(frozen=True)
@@ -231,22 +259,41 @@ class PallasGemmDesign:
         gpu = target.gpu
         assert gpu is not None
         lay = mgpu_layout(spec)
-        stage = t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes + 2 * MGPU_BARRIER_BYTES
-        return MemoryBudget("SMEM", gpu.smem_per_block, 0, stage, ab_stages,
-                            MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes,
-                            epilogue_overlaps_ab=False, extra_bytes=lay.residual_barriers * MGPU_BARRIER_BYTES,
-                            extra_label="residual barriers")
+        # The A buffer (all stages), the B buffer and the output's slots are each padded to whole KiB
+        # (MGPU_SMEM_ALIGNMENT; measured 512 B over the unpadded sum for a 3-stage 128x48x16 bf16 tile).
+        a_tile, b_tile = t.m * t.k * spec.a.dtype.bytes, t.k * t.n * spec.b.dtype.bytes
+        out_tiles = MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes
+        pad = sum(-n % MGPU_SMEM_ALIGNMENT for n in (a_tile * ab_stages, b_tile * ab_stages, out_tiles))
+        barriers = lay.residual_barriers * MGPU_BARRIER_BYTES
+        label = ("KiB alignment" if not barriers else "residual barriers" if not pad
+                 else f"residual barriers {barriers} + KiB alignment {pad} =")
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, a_tile + b_tile + 2 * MGPU_BARRIER_BYTES, ab_stages,
+                            out_tiles, epilogue_overlaps_ab=False, extra_bytes=barriers + pad, extra_label=label)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output
-        (and a residual, staged in the output's slot). TPU targets move no TMA boxes."""
-        from specgen.resolve import TmaBox, tma_boxes
+        (and a residual, staged in the output's slot). TPU targets move no TMA boxes.
+
+        Mosaic GPU copies a tile through a tiled view of GMEM, (8 rows x swizzle bytes) tiles, so the box
+        it encodes is (outer / 8, inner / swizzle elements, 8, swizzle elements) (jax 0.10.2
+        `mosaic/gpu/launch_context.py`: "Async copies only support copying <=256 elements along each
+        dimension" of that shape): a 320-row tile is 40 row tiles and lowers (tests/grids/mgpu.py)."""
+        from specgen.resolved import TmaBox, tma_boxes
 
         if not target.tma_boxes:
             return ()
         a, b, _ = tma_boxes(spec)
-        lay = mgpu_layout(spec)
-        return (a, b, TmaBox("out", lay.epi_m, lay.epi_n, spec.out.dtype.bytes, ("out",)))
+        lay, sw = mgpu_layout(spec), mgpu_swizzles(spec)
+        out = TmaBox("out", lay.epi_m, lay.epi_n, spec.out.dtype.bytes, ("out",))
+
+        def tiled(box: TmaBox, swizzle: int) -> TmaBox:
+            if not swizzle:  # no swizzle fits (PAL008): the plain box
+                return box
+            elems = swizzle // box.elem_bytes
+            dims = (-(-box.outer // 8), -(-box.inner // elems), min(8, box.outer), min(elems, box.inner))
+            return replace(box, dims=dims)
+
+        return (tiled(a, sw.ab), tiled(b, sw.ab), tiled(out, sw.out))
 
     # --- modules --------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
@@ -314,12 +361,8 @@ class PallasGemmDesign:
         """The Mosaic GPU module's numbers, from what check resolved for the target (its effective spec,
         stages and SMEM budget)."""
         spec = ctx.spec
-        t, lay = spec.tile, mgpu_layout(spec)
+        t, lay, sw = spec.tile, mgpu_layout(spec), mgpu_swizzles(spec)
         a_b, b_b, o_b = spec.a.dtype.bytes, spec.b.dtype.bytes, spec.out.dtype.bytes
-        # The SMEM tiles in their stored layout: the contiguous dim is K for a K-major operand.
-        a_minor = t.k if spec.a.major == "k" else t.m
-        b_minor = t.k if spec.b.major == "k" else t.n
-        a_sw, b_sw, o_sw = swizzle_bytes(a_minor * a_b), swizzle_bytes(b_minor * b_b), swizzle_bytes(lay.epi_n * o_b)
         gpu = target_info(target).gpu
         assert gpu is not None
         return PallasMgpuPlan(
@@ -335,9 +378,9 @@ class PallasGemmDesign:
             epi_n=lay.epi_n,
             out_slots=lay.out_slots,
             residual_barriers=lay.residual_barriers,
-            a_swizzle=a_sw,
-            b_swizzle=b_sw,
-            out_swizzle=o_sw,
+            a_swizzle=sw.ab,
+            b_swizzle=sw.ab,
+            out_swizzle=sw.out,
             a_min=TMA_MIN_BYTES // a_b,
             b_min=TMA_MIN_BYTES // b_b,
             out_min=TMA_MIN_BYTES // o_b,
@@ -360,12 +403,11 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
             **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
-    transcendental = {"gelu", "gelu_tanh", "silu", "sigmoid"}
     return {
         "p": p,
         "plan_meta": meta,
         "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
-        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and op["fn"] in transcendental),
+        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and FORMULAS[op["fn"]].transcendental),
         "a_bytes": DType(p.a.dtype).bytes,
         "b_bytes": DType(p.b.dtype).bytes,
         "out_bytes": DType(p.out.dtype).bytes,

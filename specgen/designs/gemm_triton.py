@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from specgen.designs.base import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
-from specgen.resolve import Resolved
-from specgen.resolve import TmaBox as RuleBox
+from specgen.resolved import Resolved
+from specgen.resolved import TmaBox as RuleBox
 from specgen.spec.dtypes import DType
+from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo
@@ -474,7 +475,7 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
         "metadata": metadata(p),
         "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
-        "uses_tanh": any(s.op == "activation" and s.fn in ("gelu_tanh", "silu", "sigmoid") for s in p.steps),
+        "uses_tanh": any(s.op == "activation" and "tanh" in FORMULAS[s.fn].expr.kinds() for s in p.steps),
     }
 
 

@@ -371,12 +371,16 @@ def tma_inner_box(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule("TMA002", "TMA box dims are at most 256", uses_tma_boxes)
 def tma_box_dims(ctx: RuleContext) -> Iterator[Finding]:
-    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe and Mosaic GPU
-    issue one box per tile; Triton splits larger blocks itself, so it is exempt."""
+    """cuTensorMapEncodeTiled: each box dimension is 1..256 elements (Driver API). CuTe issues one box
+    per tile; Mosaic GPU one per tile in its tiled GMEM view, (outer / 8, inner / swizzle, 8, swizzle)
+    (the design's `tma_boxes` dims: a 320-row tile is 40 row tiles); Triton splits larger blocks itself,
+    so it is exempt."""
     for box in ctx.tma_boxes:
-        for extent in (box.outer, box.inner):
+        dims = box.dims or (box.outer, box.inner)
+        for extent in dims:
             if extent > 256:
-                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {box.outer}x{box.inner} has a dim {extent} > 256",
+                shape = "x".join(map(str, dims))
+                yield Finding("TMA002", "error", f"{box.operand}'s TMA box {shape} has a dim {extent} > 256",
                               "", ("tile",))
                 break
 
@@ -418,13 +422,15 @@ def two_cta_cluster(ctx: RuleContext) -> Iterator[Finding]:
 @rule("REG001", "accumulator register pressure", lambda t: is_triton(t) or uses_wgmma(t))
 def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
     """The register-resident accumulator: wgmma holds N/2 fp32 registers per thread per 64-row atom
-    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. CuTe and Mosaic GPU: above 255 the
-    accumulator cannot be held (error); above 192 little room is left for addresses and the epilogue
-    (warning: spills). Triton: ptxas always builds the kernel, spilling what does not fit (measured
-    with `triton.compile`, tests/differential.py: 256 accumulator registers on sm_90 spilled 2.6-3.8 KB,
-    and tcgen05 kernels, whose accumulator lives in TMEM until the epilogue, spill less), so Triton
-    gets a warning with the estimate where spills are likely, never an error. The estimate adds the
-    operands an FMA dot (f32 ieee) holds in registers."""
+    (cutlass `mma_sm90_gmma.hpp`); a thread has 255 registers. CuTe sm90: the design's register model,
+    the accumulator plus the epilogue's live operands (`_cute_sm90_registers`), errors above the 232
+    registers setmaxnreg gives a consumer, where ptxas spilled (measured, nvidia-cutlass-dsl 4.8.1).
+    Mosaic GPU: above 255 the accumulator cannot be held (error); above 192 little room is left for
+    addresses and the epilogue (warning: spills). Triton: ptxas always builds the kernel, spilling what
+    does not fit (measured with `triton.compile`, tests/differential.py: 256 accumulator registers on
+    sm_90 spilled 2.6-3.8 KB, and tcgen05 kernels, whose accumulator lives in TMEM until the epilogue,
+    spill less), so Triton gets a warning with the estimate where spills are likely, never an error. The
+    estimate adds the operands an FMA dot (f32 ieee) holds in registers."""
     regs, threads = ctx.acc_registers, ctx.acc_threads
     if ctx.backend is Backend.triton:
         t = ctx.spec.tile
@@ -439,12 +445,41 @@ def register_pressure(ctx: RuleContext) -> Iterator[Finding]:
                           f"{over}: ptxas builds it but will likely spill to local memory",
                           "use more warps or a smaller tile", ("triton", "num_warps"))
         return
+    if is_cute_wgmma(ctx.info):
+        yield from _cute_sm90_registers(ctx)
+        return
     if regs > 255:
         yield Finding("REG001", "error", f"accumulator needs {regs} registers per thread ({threads} threads) > 255",
                       "use more warps or a smaller tile", ("tile",))
     elif regs > 192:
         yield Finding("REG001", "warning", f"accumulator needs {regs} of 255 registers per thread ({threads} threads): "
                       "expect spills", "use more warps or a smaller tile", ("tile",))
+
+
+def _cute_sm90_registers(ctx: RuleContext) -> Iterator[Finding]:
+    """CuTe sm90: the design's register model (designs/gemm_cute_sm90.py `register_estimate`: the
+    accumulator, a base, and the epilogue's operands and temporaries at a subtile) against the
+    MMA_REGISTERS its consumers get from setmaxnreg. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a SASS over
+    the compile grid of tests/grids/cute_sm90.py, tests/data/grid_cute_sm90.json): where the estimate is
+    over, ptxas spilled to local memory (LDL/STL), and only a handful of the kernels it refuses compile
+    spill-free. An error: the spilling kernel builds, but runs slowly."""
+    from specgen.designs.gemm_cute_sm90 import mma_warpgroups, register_estimate
+
+    est = register_estimate(ctx.spec)
+    if not est.spills:
+        return
+    s = ctx.spec
+    hints = []
+    if est.operands or est.temporaries:
+        hints.append("fewer vector, residual or cast ops in the epilogue")
+    if s.cute.schedule == "pingpong":
+        hints.append('cute.schedule = "cooperative" with cute.mma_warpgroups = 2 (each holds half the tile)')
+    elif mma_warpgroups(s) == 1 and s.tile.m % 128 == 0:
+        hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
+    hints.append("a smaller tile.n")
+    yield Finding("REG001", "error", f"a consumer thread needs about {est.total} registers ({est.breakdown()}; "
+                  f"{ctx.acc_threads} threads share the {s.tile.m}x{s.tile.n} accumulator) > the {est.budget} "
+                  "setmaxnreg gives it: ptxas spills to local memory", "use " + ", or ".join(hints), ("tile",))
 
 
 TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas spilled in the measured grid
@@ -461,28 +496,41 @@ def is_cute_wgmma(t: Target | TargetInfo) -> bool:
 def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
     """One producer warpgroup (40 registers) and 1 or 2 wgmma warpgroups (232 registers each) fill the
     65536-register file (setmaxnreg, PTX ISA; CUTLASS's sm90 split: the spec model bounds
-    `cute.mma_warpgroups` to 2); each consumer warpgroup owns 64-row wgmma atoms, so tile.m is a
-    multiple of 64 x warpgroups."""
+    `cute.mma_warpgroups` to 2); the template stacks the consumer warpgroups' 64-row wgmma atoms along
+    M (`make_tiled_mma`: atom layout (warpgroups, 1, 1)), so tile.m is a multiple of 64 x warpgroups.
+    Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64-row tile over two warpgroups compiles without
+    complaint, but the second warpgroup's atom covers rows 64..127 of a 64-row tile: it multiplies
+    SMEM past the A stage and its epilogue indexes accumulator rows the tile does not have. So the
+    refusal stands (a template limit, not a hardware one)."""
     from specgen.designs.gemm_cute_sm90 import mma_warpgroups
 
     wgs = mma_warpgroups(ctx.spec)
-    if ctx.spec.tile.m % (64 * wgs):
-        yield Finding("CUTE001", "error", f"tile.m = {ctx.spec.tile.m} is not a multiple of 64 x {wgs} consumer "
-                      "warpgroups", f"use tile.m = {64 * wgs} or cute.mma_warpgroups = 1", ("tile", "m"))
+    m = ctx.spec.tile.m
+    if m % (64 * wgs):
+        yield Finding("CUTE001", "error", f"tile.m = {m} is not a multiple of 64 x {wgs} consumer warpgroups: "
+                      f"the warpgroups' stacked 64-row wgmma atoms cover {-(-m // (64 * wgs)) * 64 * wgs} rows, "
+                      f"and rows past {m} would be read from SMEM beyond the A tile (it compiles; the results "
+                      "would be wrong)", f"use tile.m = {max(64 * wgs, m // (64 * wgs) * 64 * wgs)} or "
+                      "cute.mma_warpgroups = 1", ("tile", "m"))
 
 
 @rule("CUTE002", "sm90 epilogue subtiles cover the tile", is_cute_wgmma)
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
-    outputs), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py `epilogue_tile`).
-    Measured: nvidia-cutlass-dsl 4.8.1 aborts the compiling process on a 128x40 tile."""
+    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py
+    `epilogue_tile`); each subtile takes the next epi_m x epi_n share of the thread's accumulator
+    registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
+    subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
+    garbage); a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column
+    subtiles (it compiles spill-free)."""
     from specgen.designs.gemm_cute_sm90 import epilogue_tile
 
     em, en = epilogue_tile(ctx.spec)
     t = ctx.spec.tile
     if t.m % em or t.n % en:
-        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles",
-                      f"use tile.n a multiple of {en}", ("tile",))
+        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles: "
+                      "the last subtile would read accumulator registers past the tile's (it compiles; those "
+                      "columns would be garbage)", f"use tile.n a multiple of {en}", ("tile",))
 
 
 @rule("CUTE003", "sm90 stores through SMEM by TMA", is_cute_wgmma)
@@ -564,13 +612,19 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
     (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
     accumulators are not rendered by this design. fp8 runs (K-major only: MAJ001), measured on the H200
-    (tests/gpu/test_pallas_gpu.py)."""
+    (tests/gpu/test_pallas_gpu.py). A and B share one dtype: Mosaic GPU refuses an e4m3 x e5m2 mix
+    that wgmma itself takes ("Mixed input dtypes for matrix multiplication unsupported", jax 0.10.2
+    lowering for CUDA: tests/grids/mgpu.py)."""
     for side in ("a", "b"):
         dt = getattr(ctx.spec, side).dtype
         if dt not in MGPU_OPERANDS:
             yield Finding("PAL004", "error", f"{side.upper()} is {dt}: the {ctx.target} kernel takes "
                           f"{', '.join(map(str, MGPU_OPERANDS))} operands", "use a Triton or CuTe target for this dtype",
                           (side, "dtype"))
+    a, b = ctx.spec.a.dtype, ctx.spec.b.dtype
+    if a != b and a in MGPU_OPERANDS and b in MGPU_OPERANDS:
+        yield Finding("PAL004", "error", f"A is {a} and B is {b}: Mosaic GPU's matmul takes one input dtype for "
+                      "both", f'use the same dtype for both (b.dtype = "{a}")', ("b", "dtype"))
     if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
         yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
                       "in f32", 'set accumulator = "f32"', ("accumulator",))
@@ -625,6 +679,56 @@ def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
     if extent % 16:
         yield Finding("PAL007", "error", f"cluster {c.m}x{c.n} multicasts a {extent}-wide tile ({shared}) in two halves of "
                       f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
+
+
+@rule("PAL008", "Mosaic GPU SMEM swizzles", is_mgpu_target)
+def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
+    """Mosaic GPU stages each TMA'd tile in SMEM with a 32, 64 or 128 B swizzle ("Swizzle 16 is not
+    supported. Only 32, 64 and 128 are accepted"), and its wgmma takes one swizzle for A and B
+    ("Non-matching swizzles of operands a and b in WGMMA") and K in groups of swizzle/bytes elements
+    ("K must be a multiple of ..."): jax 0.10.2 `mosaic/gpu/wgmma.py`, `dialect_lowering.py`. So one
+    swizzle must divide A's and B's contiguous extents in bytes (K for K-major; tile.m for MN-major A;
+    for MN-major B each warpgroup's tile.n/2 slice, which starts on a whole swizzle tile) and tile.k's;
+    the output's epilogue subtile row must span a multiple of 32 B. Found by lowering for CUDA
+    (tests/grids/mgpu.py), where such specs failed as layout inference, slice or swizzle errors."""
+    from specgen.designs.gemm_pallas import mgpu_layout, mgpu_swizzles
+
+    s, t = ctx.spec, ctx.spec.tile
+    sw, lay = mgpu_swizzles(s), mgpu_layout(s)
+    if not sw.ab:
+        a_ext = f"tile.k {t.k}" if s.a.major == "k" else f"tile.m {t.m}"
+        b_ext = f"tile.k {t.k}" if s.b.major == "k" else f"tile.n/2 {lay.wg_n}"
+        yield Finding("PAL008", "error", f"no 32/64/128 B swizzle divides A's ({a_ext} x {s.a.dtype.bytes} B), B's "
+                      f"({b_ext} x {s.b.dtype.bytes} B) and K's (tile.k {t.k}) extents: Mosaic GPU's wgmma takes one "
+                      "swizzle for both operands and K in whole swizzle groups",
+                      f"use tile.k a multiple of {128 // s.a.dtype.bytes} (and tile.m, tile.n/2 of "
+                      f"{32 // s.a.dtype.bytes})", ("tile",))
+    if not sw.out:
+        yield Finding("PAL008", "error", f"the output's {lay.epi_m}x{lay.epi_n} epilogue subtile rows span "
+                      f"{lay.epi_n * s.out.dtype.bytes} B ({s.out.dtype}): Mosaic GPU swizzles SMEM in 32/64/128 B only",
+                      f"use tile.n a multiple of {2 * 32 // s.out.dtype.bytes}", ("tile", "n"))
+
+
+@rule("PAL009", "Mosaic GPU epilogue ops", is_mgpu_target)
+def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
+    """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
+    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
+    chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
+    direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
+    f8E4M3FN"); any other op after the cast, or a cast to f16, lowers."""
+    chain = ctx.spec.epilogue
+    for i, op in enumerate(chain):
+        if op.op == "activation" and op.fn == "gelu":
+            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+                          "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
+    last = next((i for i in range(len(chain) - 1, -1, -1)
+                 if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
+    out = ctx.spec.out.dtype
+    if last is not None and chain[last].op == "cast" and chain[last].dtype == DType.bf16 and out.bytes == 1:
+        yield Finding("PAL009", "error", f"the epilogue ends in a cast to bf16 and out is {out}: Mosaic GPU lowers the "
+                      "bf16 -> f32 -> fp8 round trip as a bf16 -> fp8 conversion, which it cannot do",
+                      "drop the cast (the store rounds to out's dtype) or cast to f16", ("epilogue", last, "dtype"))
 
 
 # --- split-K -------------------------------------------------------------------------------------------

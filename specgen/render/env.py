@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jinja2
 
+from specgen.spec.formulas import FORMULAS
+
 
 def templates_dir() -> Path:
     """Installed wheels carry the templates inside the package; a source checkout has them at the top."""
@@ -18,19 +20,34 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "templates"
 
 
-def pylit(value: object, indent: int = 0) -> str:
-    """A deterministic Python literal of plain data, one key per line for dicts (order kept)."""
+def pylit(value: object, indent: int = 0, width: int = 110) -> str:
+    """A deterministic Python literal of plain data (order kept), compact: a dict or list that fits in
+    the line stays on it; a longer one puts one entry a line, each entry compact in turn."""
+    flat = _flat(value)
+    if len(flat) + 4 * indent <= width or not isinstance(value, (dict, list)) or not value:
+        return flat
     pad = "    " * (indent + 1)
     if isinstance(value, dict):
-        if not value:
-            return "{}"
-        items = [f"{pad}{k!r}: {pylit(v, indent + 1)}," for k, v in value.items()]
+        items = [f"{pad}{k!r}: {pylit(v, indent + 1, width - len(repr(k)) - 2)}," for k, v in value.items()]
         return "{\n" + "\n".join(items) + "\n" + "    " * indent + "}"
+    if all(not isinstance(v, (dict, list)) for v in value):  # scalars: as many a line as fit
+        lines, line = [], ""
+        for item in (_flat(v) + "," for v in value):
+            if line and len(pad) + len(line) + 1 + len(item) > width:
+                lines.append(line)
+                line = ""
+            line = f"{line} {item}" if line else item
+        return "[\n" + "\n".join(pad + x for x in [*lines, line]) + "\n" + "    " * indent + "]"
+    return "[\n" + "\n".join(f"{pad}{pylit(v, indent + 1, width)}," for v in value) + "\n" + "    " * indent + "]"
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_flat(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        flat = "[" + ", ".join(pylit(v, indent + 1) for v in value) + "]"
-        if len(flat) <= 80 and "\n" not in flat:
-            return flat
-        return "[\n" + "\n".join(f"{pad}{pylit(v, indent + 1)}," for v in value) + "\n" + "    " * indent + "]"
+        return "[" + ", ".join(_flat(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_flat(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     if isinstance(value, float):
         return float_literal(value)
     return repr(value)
@@ -74,6 +91,11 @@ def oneline(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def fail(message: str) -> None:
+    """Stop a render from a template (a formula primitive a backend cannot spell)."""
+    raise jinja2.TemplateRuntimeError(message)
+
+
 def triton_dtype(name: str) -> str:
     from specgen.spec.dtypes import DType
 
@@ -92,4 +114,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype,
                        oneline=oneline)
+    # The epilogue formula table (data: expression trees the backends' `formula` macros spell).
+    env.globals.update(formulas=FORMULAS, fail=fail)
     return env

@@ -1,7 +1,8 @@
-"""Tiny helpers the generated modules import, by framework and backend: `torch/` (custom ops; the
-argument guards in guards.py), `triton/` (launch, descriptors); `cute/` and `jax/` join them with their
-designs. Imported only by generated code (never by check/render): the submodules may import torch,
-triton, cutlass or jax. This package itself imports nothing (render reads RUNTIME_ABI from it).
+"""Tiny helpers the generated modules import, by framework and backend: `torch/` (custom ops),
+`guards.py` (the torch launchers' argument guards), `triton/` (launch, descriptors), `cute.py` (the CuTe
+launcher and disk cache), `jax.py` (trace-time checks, placement, DLPack) and `mgpu.py` (Mosaic GPU's
+padding and vector loads). Imported only by generated code (never by check/render): the submodules may
+import torch, triton, cutlass or jax. This package itself imports nothing (render reads RUNTIME_ABI).
 """
 
 # Bumped when what generated modules import from here changes incompatibly; each module records the

@@ -56,10 +56,33 @@ def _same_device(kernel: str, name: str, t: torch.Tensor, device: int) -> None:
         raise _fail(kernel, name, f"must be on {want} (where 'a' is), got {t.device}")
 
 
-def _aligned(kernel: str, name: str, t: torch.Tensor) -> None:
+def aligned_copy(t: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
+    """A copy of `t` laid out as every kernel can take it: stride 1 along `contiguous_dim`, that dim's
+    storage padded to a multiple of 16 bytes (so every other stride is one too), a fresh (aligned)
+    base. Used where a caller's legal view cannot be read in place: a base off a 16-byte boundary, or a
+    TMA kernel's stride that is not a multiple of 16 bytes. One copy, on the slow path only."""
+    rank, cd = t.dim(), contiguous_dim % t.dim()
+    other = rank - 2 if cd == rank - 1 else rank - 1
+    order = [*range(rank - 2), other, cd]  # storage order: batch, the other matrix dim, the contiguous dim
+    per = max(1, ALIGN // t.element_size())
+    store = [t.shape[d] for d in order]
+    store[-1] = -(-max(store[-1], 1) // per) * per
+    storage = torch.empty(store, dtype=t.dtype, device=t.device)
+    view = storage[..., : t.shape[cd]].permute(*[order.index(d) for d in range(rank)])
+    view.copy_(t)
+    return view
+
+
+def _needs_copy(t: torch.Tensor, contiguous_dim: int, tma: bool) -> bool:
+    """True where the kernel cannot read `t` in place: its base is not 16-byte aligned (the kernels are
+    compiled for aligned pointers), or, for TMA, a stride other than the contiguous one is not a
+    multiple of 16 bytes (cuTensorMapEncodeTiled). An empty tensor is never addressed."""
+    if not t.numel():
+        return False
     if t.data_ptr() % ALIGN:
-        raise _fail(kernel, name, f"must start at a {ALIGN}-byte aligned address, got data_ptr() % {ALIGN} = "
-                    f"{t.data_ptr() % ALIGN} (a sliced view? pass a .clone())")
+        return True
+    nbytes = t.element_size()
+    return tma and any((s * nbytes) % ALIGN for d, s in enumerate(t.stride()) if d != contiguous_dim % t.dim())
 
 
 def _layout_hint(name: str, rank: int, contiguous_dim: int) -> str:
@@ -76,10 +99,9 @@ def _layout_hint(name: str, rank: int, contiguous_dim: int) -> str:
     return "pass a row-major tensor (.contiguous())"
 
 
-def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, contiguous_dim: int, device: int,
-           tma: bool = False) -> tuple[int, ...]:
-    """An operand of `rank` dims whose `contiguous_dim` has stride 1 (its major mode). With `tma`, every
-    other stride must be a multiple of 16 bytes (cuTensorMapEncodeTiled)."""
+def _checked(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, contiguous_dim: int,
+             device: int) -> torch.Tensor:
+    """A tensor of `dtype` and `rank` on `device` whose `contiguous_dim` has stride 1 (the spec's major mode)."""
     t = _tensor(kernel, name, t, dtype)
     if t.dim() != rank:
         raise _fail(kernel, name, f"must have {rank} dims, got shape {tuple(t.shape)}")
@@ -88,42 +110,60 @@ def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, con
     if strides[contiguous_dim] != 1 and shape[contiguous_dim] > 1:
         raise _fail(kernel, name, f"must be contiguous along dim {contiguous_dim} (stride 1, the spec's major mode), "
                     f"got strides {strides}; {_layout_hint(name, rank, contiguous_dim)}")
-    _aligned(kernel, name, t)
-    if tma and t.numel():  # an empty tensor is never addressed: its strides are torch's filler ((M, 0) has (1, 1))
-        nbytes = t.element_size()
-        for dim, stride in enumerate(strides):
-            if dim != contiguous_dim and (stride * nbytes) % ALIGN:
-                raise _fail(kernel, name, f"stride {stride} of dim {dim} is {stride * nbytes} bytes, not a multiple of "
-                            f"{ALIGN} (TMA needs that: pad the contiguous dim)")
-    return tuple(shape)
+    return t
 
 
-def output_like(kernel: str, name: str, t: object, dtype: torch.dtype, shape: tuple[int, ...], device: int,
-                tma: bool = False) -> None:
-    """A row-major tensor of exactly `shape` (the output, or a residual shaped like it)."""
-    got = matrix(kernel, name, t, dtype, len(shape), len(shape) - 1, device, tma)
-    if got != shape:
-        raise _fail(kernel, name, f"must have shape {shape}, got {got}")
+def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, contiguous_dim: int, device: int,
+           tma: bool = False) -> torch.Tensor:
+    """An operand in the spec's major mode: returned as it is, or as an aligned copy (`aligned_copy`)
+    where the kernel cannot read it in place, so that every backend accepts what torch.matmul accepts in
+    that major mode. A wrong dtype, rank, device or major mode raises, naming the argument."""
+    t = _checked(kernel, name, t, dtype, rank, contiguous_dim, device)
+    return aligned_copy(t, contiguous_dim) if _needs_copy(t, contiguous_dim, tma) else t
 
 
-def vector(kernel: str, name: str, t: object, dtype: torch.dtype, n: int, extent: str, device: int) -> None:
-    """A contiguous vector of n values: shape (n,), (n, 1) or (1, n)."""
+def input_like(kernel: str, name: str, t: object, dtype: torch.dtype, shape: tuple[int, ...], device: int,
+               tma: bool = False) -> torch.Tensor:
+    """A row-major input of exactly `shape` (a residual shaped like the output), copied where needed."""
+    t = matrix(kernel, name, t, dtype, len(shape), len(shape) - 1, device, tma)
+    if tuple(t.shape) != shape:
+        raise _fail(kernel, name, f"must have shape {shape}, got {tuple(t.shape)}")
+    return t
+
+
+def output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, ...], device: int, like: torch.Tensor,
+           tma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(where the kernel writes, what the call returns), for the caller's `out=` (or None: a new
+    row-major tensor on `like`'s device). The kernel writes in place where it can; otherwise (a base off
+    16 bytes; for TMA, rows or batch strides that are not 16-byte multiples) it writes to an aligned
+    buffer that is copied into the result after the launch: one copy, on the slow path only."""
+    if t is None:
+        result = torch.empty(shape, device=like.device, dtype=dtype)
+    else:
+        result = _checked(kernel, "out", t, dtype, len(shape), len(shape) - 1, device)
+        if tuple(result.shape) != shape:
+            raise _fail(kernel, "out", f"must have shape {shape}, got {tuple(result.shape)}")
+    return (_aligned_empty(result) if _needs_copy(result, -1, tma) else result), result
+
+
+def _aligned_empty(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised row-major buffer shaped like `t` with 16-byte rows and base."""
+    per = max(1, ALIGN // t.element_size())
+    cols = -(-max(t.shape[-1], 1) // per) * per
+    return torch.empty((*t.shape[:-1], cols), dtype=t.dtype, device=t.device)[..., : t.shape[-1]]
+
+
+def vector(kernel: str, name: str, t: object, dtype: torch.dtype, n: int, extent: str, device: int) -> torch.Tensor:
+    """A vector of n values: shape (n,), (n, 1) or (1, n); returned as it is, or as a contiguous copy
+    where it is strided or off a 16-byte boundary."""
     t = _tensor(kernel, name, t, dtype)
     ok_shape = t.dim() == 1 or (t.dim() == 2 and 1 in t.shape)
     if not ok_shape or t.numel() != n:
         raise _fail(kernel, name, f"must hold {extent} = {n} values, shape ({n},), ({n}, 1) or (1, {n}); got shape "
                     f"{tuple(t.shape)}")
     _same_device(kernel, name, t, device)
-    if n > 1 and t.stride(list(t.shape).index(n)) != 1:  # the dim holding the n values; (1, n) has strides (n, 1)
-        raise _fail(kernel, name, f"must be contiguous, got strides {t.stride()}")
-    _aligned(kernel, name, t)
-
-
-def tma_rows(kernel: str, name: str, n: int, elem_bytes: int) -> None:
-    """A TMA-stored matrix with rows of n elements needs row strides of a multiple of 16 bytes."""
-    if n * elem_bytes % ALIGN:
-        raise _fail(kernel, name, f"rows of N = {n} elements are {n * elem_bytes} bytes; the TMA store needs a "
-                    f"multiple of {ALIGN} (N a multiple of {ALIGN // elem_bytes}), or pass out= a view of a wider buffer")
+    strided = n > 1 and t.stride(list(t.shape).index(n)) != 1  # the dim holding the n values; (1, n) has strides (n, 1)
+    return t.reshape(-1).clone() if strided or (n and t.data_ptr() % ALIGN) else t
 
 
 INT32_SPAN = 2**31  # pointer kernels index within one matrix in int32 (batch offsets are int64)

@@ -99,23 +99,44 @@ def out_struct(shape: tuple[int, ...], dtype: Any, varying: frozenset) -> jax.Sh
     return jax.ShapeDtypeStruct(shape, dtype, vma=varying)
 
 
-def _stored(fn: str, name: str, t: Any, transpose: bool) -> Any:
-    """The tensor in the layout the kernel reads: `transpose` swaps the last two dims first (a K-major B
-    given as a (K, N) view of an (N, K) tensor); it must then be contiguous, since a jax.Array has no
-    strides."""
+def _stored(fn: str, name: str, t: Any, transpose: bool | None) -> Any:
+    """The tensor in the layout the kernel reads, contiguous (a jax.Array has no strides): `transpose`
+    swaps the last two dims first (a K-major B given as a (K, N) view of an (N, K) tensor); None marks a
+    vector, taken in any view. A legal view the import cannot share (padded rows, a strided vector, a
+    base off 16 bytes) is copied once, as the torch launchers copy what their kernels cannot read in
+    place; an operand in the other major mode raises, naming the argument, as theirs do."""
     import torch
 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    stored = t.transpose(-1, -2) if transpose else t
-    if not stored.is_contiguous():
-        layout = "its last two dims transposed" if transpose else "it"
-        raise ValueError(f"{fn}: argument '{name}' (shape {tuple(t.shape)}, strides {t.stride()}) must be contiguous "
-                         f"with {layout} (a jax.Array has no strides)")
-    return stored
+    if _narrowed(t.dtype):
+        raise TypeError(f"{fn}: argument '{name}' must not be {t.dtype}: jax (without jax_enable_x64) would narrow "
+                        "it silently; pass the spec's dtype")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{fn}: argument '{name}' must be on the CPU or a CUDA device (DLPack to jax), got {t.device}")
+    stored = t if transpose is None else t.transpose(-1, -2) if transpose else t
+    if stored.is_contiguous() and stored.data_ptr() % 16 == 0:
+        return stored
+    if transpose is not None and stored.dim() and stored.shape[-1] > 1 and stored.stride(-1) != 1:
+        dim = t.dim() - (2 if transpose else 1)
+        raise ValueError(f"{fn}: argument '{name}' must be contiguous along dim {dim} (stride 1, the spec's major "
+                         f"mode), got strides {t.stride()}")
+    return stored.clone(memory_format=torch.contiguous_format)
 
 
-def from_torch(fn: str, name: str, t: Any, transpose: bool) -> jax.Array:
+@functools.cache
+def _narrowed(dtype: Any) -> bool:
+    """True for a torch dtype jax would import as another (64-bit types without jax_enable_x64), which
+    no spec dtype is: the call would otherwise compute on silently converted values."""
+    name = str(dtype).removeprefix("torch.")
+    try:
+        np_dtype = jnp.dtype(name)
+    except TypeError:
+        return False
+    return jax.dtypes.canonicalize_dtype(np_dtype) != np_dtype
+
+
+def from_torch(fn: str, name: str, t: Any, transpose: bool | None) -> jax.Array:
     """A torch tensor as a jax.Array through DLPack (jax's own import, with its stream handshake); see
     `_stored` for `transpose`."""
     return jax.dlpack.from_dlpack(_stored(fn, name, t, transpose))
@@ -141,7 +162,7 @@ def _cuda_bridge(index: int) -> tuple[Any, int, Any] | None:
     return device, stream, torch.cuda.ExternalStream(stream, device=torch.device("cuda", index))
 
 
-def torch_to_jax(fn: str, tensors: tuple[tuple[str, Any, bool], ...]) -> list[jax.Array]:
+def torch_to_jax(fn: str, tensors: tuple[tuple[str, Any, bool | None], ...]) -> list[jax.Array]:
     """Torch tensors ((name, tensor, transpose) each) as jax.Arrays sharing their memory. CUDA tensors of
     one device take the short path: jax's import stream waits ONCE for torch's current stream (all of
     torch's work on these tensors so far), then each capsule is made without another handshake

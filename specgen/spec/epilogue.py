@@ -103,7 +103,12 @@ class Scale(_Op):
 
 
 class Activation(_Op):
-    """Elementwise activation; `gelu` is the erf form, `gelu_tanh` the tanh approximation."""
+    """Elementwise activation; `gelu` is the erf form, `gelu_tanh` the tanh approximation.
+
+    Every backend computes the same f32 formula (specgen/spec/formulas.py): `relu` is
+    `where(x < 0, 0, x)`, `silu` is `x * sigmoid(x)`, `sigmoid` is `0.5 + 0.5 * tanh(0.5 * x)`. NaN,
+    infinities and -0.0 give what torch gives: NaN stays NaN, and gelu, gelu_tanh and silu of -inf are NaN.
+    """
 
     op: Literal["activation"]
     fn: Literal["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
@@ -122,7 +127,7 @@ class Residual(_Op):
 
 
 class Clamp(_Op):
-    """Clamp to [min, max]; either bound may be left out."""
+    """Clamp to [min, max]; either bound may be left out. NaN stays NaN, as in torch.clamp, on every backend."""
 
     op: Literal["clamp"]
     min: Constant | None = None

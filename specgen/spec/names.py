@@ -65,10 +65,10 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "SWAP_AB",
     # Pallas TPU modules (templates/pallas/)
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
-    "_SQRT_HALF", "_SQRT_2_OVER_PI", "_kernel", "_build", "_call",
+    "_kernel", "_build", "_call",
     # Pallas Mosaic GPU modules (templates/pallas/gemm_mgpu.py.jinja)
     "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE", "B_SWIZZLE",
-    "OUT_SWIZZLE", "SMEM_BYTES", "min", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
+    "OUT_SWIZZLE", "SMEM_BYTES", "min", "max", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N", "PERSISTENT",
     "CLUSTER_M", "CLUSTER_N", "RASTER_DIM",
 }) | CUTE_MODULE_NAMES
 
@@ -81,7 +81,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "b_ptrs", "out_ptrs", "stride_a", "stride_b", "stride_ab", "stride_bb", "stride_ob", "stride_om",
     "sa", "sb", "so", "pa", "pb", "po", "tile_id", "num_pid_m", "num_pid_n", "per_group", "first_m", "group_rows",
     "pid_m", "pid_n", "pid_b", "work", "tiles_per_batch", "offs_m", "offs_n", "offs_k", "mask_m",
-    "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "half", "halves", "x", "tiles", "key",
+    "mask_n", "k", "k_in", "off_m", "off_n", "off_k", "acc", "halves", "x", "tiles", "key",
     "device", "batch", "batch_b", "ok", "result", "_", "mask", "other", "dtype", "input_precision",
     "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent", "tma",
     "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box",
@@ -101,7 +101,7 @@ RESERVED: frozenset[str] = MODULE_NAMES | CUTE_RESERVED | frozenset({
     "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem", "a_spec", "b_spec", "a_op", "b_op", "a_first",
     "b_first", "a_view", "b_view", "out_view", "_acc", "_scope", "_tile", "allocations", "bi", "body", "col0",
     "row0", "context", "ej", "ignore", "info", "k_steps", "kk", "lin", "m_tiles", "n_tiles", "mi", "ni", "mma",
-    "out_cols", "out_rows", "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
+    "out_cols", "out_rows", "n_pad", "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu",
     "collective_axes", "compute_context", "delay_release", "grid_names", "lowering_semantics",
     "max_concurrent_steps", "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name",
     "transforms", "wait_read_only", "wg_axis",
@@ -113,7 +113,7 @@ OPERANDS = frozenset({"a", "b", "out"})
 
 # How the templates derive names from an epilogue argument `x`: its pointer, the vector loaded from it,
 # a residual's batch-offset base, tile, strides and host stride tuple (templates/triton/*.jinja,
-# specgen/render/triton.py), its ref in a Pallas kernel, and its global tensor and registers in a CuTe
+# specgen/designs/gemm_triton.py), its ref in a Pallas kernel, and its global tensor and registers in a CuTe
 # kernel. Every argument is held to all of them, whatever its role.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
                                 "{}_ref",  # the Pallas kernel's ref of the argument (templates/pallas/)

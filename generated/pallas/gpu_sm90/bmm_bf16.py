@@ -43,103 +43,10 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
 
-SPEC = {
-    'name': 'bmm_bf16',
-    'kind': 'gemm',
-    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'mn',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': True,
-    'epilogue': [],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the tiles, the pipeline and the SMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'bmm_bf16',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '0a2057c8d0193e54',
-    'specgen_version': '0.1.0',
-    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
-    'targets': ['pallas:gpu_sm90'],
-    'a_major': 'k',
-    'b_major': 'mn',
-    'batch': True,
-    'tile_m': 128,
-    'tile_n': 128,
-    'tile_k': 64,
-    'stages': 4,
-    'wgmma_in_flight': 1,
-    'warpgroups': 2,
-    'wg_n': 64,
-    'epi_m': 64,
-    'epi_n': 64,
-    'out_slots': 2,
-    'residual_barriers': 0,
-    'a_swizzle': 128,
-    'b_swizzle': 128,
-    'out_swizzle': 128,
-    'a_min': 8,
-    'b_min': 8,
-    'out_min': 8,
-    'memory_registers': 40,
-    'group_m': 8,
-    'raster_dim': 0,
-    'persistent': True,
-    'cluster_m': 1,
-    'cluster_n': 1,
-    'num_sms': 132,
-    'smem_bytes': 163904,
-    'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "bmm_bf16"
@@ -267,10 +174,15 @@ def _call(a, b) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((k, n)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(n_pad, 64, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     out = _build(batch, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
@@ -295,3 +207,64 @@ def bmm_bf16_torch(a, b):
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b))
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'bmm_bf16',
+    'kind': 'gemm',
+    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'mn'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': True,
+    'epilogue': [],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'bmm_bf16',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '0a2057c8d0193e54',
+    'specgen_version': '0.1.0',
+    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
+    'targets': ['pallas:gpu_sm90'],
+    'a_major': 'k',
+    'b_major': 'mn',
+    'batch': True,
+    'tile_m': 128,
+    'tile_n': 128,
+    'tile_k': 64,
+    'stages': 4,
+    'wgmma_in_flight': 1,
+    'warpgroups': 2,
+    'wg_n': 64,
+    'epi_m': 64,
+    'epi_n': 64,
+    'out_slots': 2,
+    'residual_barriers': 0,
+    'a_swizzle': 128,
+    'b_swizzle': 128,
+    'out_swizzle': 128,
+    'a_min': 8,
+    'b_min': 8,
+    'out_min': 8,
+    'memory_registers': 40,
+    'group_m': 8,
+    'raster_dim': 0,
+    'persistent': True,
+    'cluster_m': 1,
+    'cluster_n': 1,
+    'num_sms': 132,
+    'smem_bytes': 163904,
+    'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
+}

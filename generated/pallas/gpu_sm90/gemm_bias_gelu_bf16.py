@@ -46,130 +46,10 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
 
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'bias',
-            'along': 'n',
-            'dtype': 'bf16',
-            'name': 'bias',
-        },
-        {
-            'op': 'activation',
-            'fn': 'gelu_tanh',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 128,
-                'k': 64,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-        },
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the tiles, the pipeline and the SMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_bias_gelu_bf16',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '2598040dd21ddf69',
-    'specgen_version': '0.1.0',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'targets': ['pallas:gpu_sm90'],
-    'a_major': 'k',
-    'b_major': 'k',
-    'batch': False,
-    'tile_m': 128,
-    'tile_n': 256,
-    'tile_k': 64,
-    'stages': 4,
-    'wgmma_in_flight': 1,
-    'warpgroups': 2,
-    'wg_n': 128,
-    'epi_m': 64,
-    'epi_n': 64,
-    'out_slots': 2,
-    'residual_barriers': 0,
-    'a_swizzle': 128,
-    'b_swizzle': 128,
-    'out_swizzle': 128,
-    'a_min': 8,
-    'b_min': 8,
-    'out_min': 8,
-    'memory_registers': 40,
-    'group_m': 8,
-    'raster_dim': 0,
-    'persistent': True,
-    'cluster_m': 1,
-    'cluster_n': 1,
-    'num_sms': 132,
-    'smem_bytes': 229440,
-    'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 32768',
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_bias_gelu_bf16"
@@ -190,7 +70,6 @@ GROUP_M, RASTER_DIM, PERSISTENT = 8, 0, True
 CLUSTER_M, CLUSTER_N = 1, 1
 # SMEM the kernel allocates (== Mosaic GPU's own figure): A/B 4 x 49168 = 196672 + epilogue 32768.
 SMEM_BYTES = 229440
-_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def _kernel(a_gmem, b_gmem, bias_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
@@ -252,7 +131,7 @@ def _kernel(a_gmem, b_gmem, bias_gmem, out_gmem, *, m: int, n: int, k: int, batc
                             plgpu.wait_smem_to_gmem(OUT_SLOTS - 1, wait_read_only=True)  # this slot is free
                             x = acc[ei * EPI_M:(ei + 1) * EPI_M, ej * EPI_N:(ej + 1) * EPI_N]
                             x = x + _mg.cols(bias_gmem, col0, EPI_M, EPI_N)
-                            x = 0.5 * x * (1.0 + jnp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+                            x = 0.5 * x * (1.0 + jnp.tanh(x * (0.7978845608028654 + 0.0356774081363001 * x * x)))  # GELU, tanh form
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
@@ -300,10 +179,15 @@ def _call(a, b, bias) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     bias = _mg.pad(bias, (pl.cdiv(n, TILE_N) * TILE_N,))  # read whole subtiles
     out = _build(m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, bias)
     if (out_rows, out_cols) != (m, n):
@@ -326,7 +210,78 @@ def gemm_bias_gelu_bf16_torch(a, b, bias):
     a, b, bias = _rt.torch_to_jax(NAME, (
         ("a", a, False),
         ("b", b, True),
-        ("bias", bias, False),
+        ("bias", bias, None),
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, bias))
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_bias_gelu_bf16',
+    'kind': 'gemm',
+    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
+    'a': {'dtype': 'bf16', 'major': 'k'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
+        {'op': 'activation', 'fn': 'gelu_tanh'},
+    ],
+    'tile': {'m': 128, 'n': 256, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 128, 'k': 64},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+        },
+    },
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_bias_gelu_bf16',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '2598040dd21ddf69',
+    'specgen_version': '0.1.0',
+    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
+    'targets': ['pallas:gpu_sm90'],
+    'a_major': 'k',
+    'b_major': 'k',
+    'batch': False,
+    'tile_m': 128,
+    'tile_n': 256,
+    'tile_k': 64,
+    'stages': 4,
+    'wgmma_in_flight': 1,
+    'warpgroups': 2,
+    'wg_n': 128,
+    'epi_m': 64,
+    'epi_n': 64,
+    'out_slots': 2,
+    'residual_barriers': 0,
+    'a_swizzle': 128,
+    'b_swizzle': 128,
+    'out_swizzle': 128,
+    'a_min': 8,
+    'b_min': 8,
+    'out_min': 8,
+    'memory_registers': 40,
+    'group_m': 8,
+    'raster_dim': 0,
+    'persistent': True,
+    'cluster_m': 1,
+    'cluster_n': 1,
+    'num_sms': 132,
+    'smem_bytes': 229440,
+    'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 32768',
+}

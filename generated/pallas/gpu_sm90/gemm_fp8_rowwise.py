@@ -47,221 +47,10 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
 
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'b': {
-        'dtype': 'fp8_e4m3',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'rowcol',
-            'value': None,
-            'name': None,
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 256,
-        'k': 128,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': True,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': [
-        'triton:sm90',
-        'triton:sm100',
-        'cute:sm90',
-        'cute:sm100',
-        'pallas:gpu_sm90',
-        'pallas:tpu_v7x',
-    ],
-    'triton': {
-        'num_warps': 8,
-        'tma': True,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-    'per_target': {
-        'cute:sm90': {
-            'tile': {
-                'm': 128,
-                'n': 192,
-                'k': 128,
-            },
-            'cluster': {
-                'm': 2,
-                'n': 1,
-            },
-            'cute': {
-                'schedule': 'pingpong',
-            },
-            'variants': [
-                {
-                    'tile': {
-                        'm': 64,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'cluster': {
-                        'm': 1,
-                        'n': 1,
-                    },
-                    'cute': {
-                        'schedule': 'cooperative',
-                    },
-                    'when': {
-                        'm_max': 1024,
-                        'n_max': 4096,
-                    },
-                },
-                {
-                    'tile': {
-                        'm': 128,
-                        'n': 128,
-                        'k': 128,
-                    },
-                    'when': {
-                        'n_max': 4096,
-                    },
-                },
-            ],
-        },
-        'cute:sm100': {
-            'variants': [],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [],
-        },
-        'pallas:tpu_v7x': {
-            'variants': [],
-        },
-    },
-    'variants': [
-        {
-            'tile': {
-                'm': 16,
-                'n': 64,
-                'k': 512,
-            },
-            'pipeline': {
-                'ab_stages': 3,
-            },
-            'triton': {
-                'num_warps': 4,
-                'swap_ab': True,
-            },
-            'when': {
-                'm_max': 16,
-            },
-        },
-        {
-            'tile': {
-                'm': 128,
-                'n': 64,
-                'k': 256,
-            },
-            'pipeline': {
-                'ab_stages': 4,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 128,
-            },
-        },
-        {
-            'tile': {
-                'm': 64,
-                'n': 128,
-                'k': 128,
-            },
-            'triton': {
-                'num_warps': 4,
-            },
-            'when': {
-                'm_max': 1024,
-                'n_max': 4096,
-            },
-        },
-    ],
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the tiles, the pipeline and the SMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_fp8_rowwise',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': 'b599f2b2f6cbc0c9',
-    'specgen_version': '0.1.0',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'targets': ['pallas:gpu_sm90'],
-    'a_major': 'k',
-    'b_major': 'k',
-    'batch': False,
-    'tile_m': 128,
-    'tile_n': 256,
-    'tile_k': 128,
-    'stages': 4,
-    'wgmma_in_flight': 1,
-    'warpgroups': 2,
-    'wg_n': 128,
-    'epi_m': 64,
-    'epi_n': 64,
-    'out_slots': 2,
-    'residual_barriers': 0,
-    'a_swizzle': 128,
-    'b_swizzle': 128,
-    'out_swizzle': 128,
-    'a_min': 16,
-    'b_min': 16,
-    'out_min': 8,
-    'memory_registers': 40,
-    'group_m': 8,
-    'raster_dim': 0,
-    'persistent': True,
-    'cluster_m': 1,
-    'cluster_n': 1,
-    'num_sms': 132,
-    'smem_bytes': 229440,
-    'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 32768',
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_fp8_rowwise"
@@ -391,10 +180,15 @@ def _call(a, b, scale_a, scale_b) -> jax.Array:
         k = 16
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 128, 16)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 128, 16)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], 128, 16)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     scale_a = _mg.pad(scale_a, (pl.cdiv(m, TILE_M) * TILE_M,))
     scale_b = _mg.pad(scale_b, (pl.cdiv(n, TILE_N) * TILE_N,))  # read whole subtiles
     out = _build(m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, scale_a, scale_b)
@@ -418,8 +212,110 @@ def gemm_fp8_rowwise_torch(a, b, scale_a, scale_b):
     a, b, scale_a, scale_b = _rt.torch_to_jax(NAME, (
         ("a", a, False),
         ("b", b, True),
-        ("scale_a", scale_a, False),
-        ("scale_b", scale_b, False),
+        ("scale_a", scale_a, None),
+        ("scale_b", scale_b, None),
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, scale_a, scale_b))
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_fp8_rowwise',
+    'kind': 'gemm',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
+    'tile': {'m': 128, 'n': 256, 'k': 128},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
+    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+    'per_target': {
+        'cute:sm90': {
+            'tile': {'m': 128, 'n': 192, 'k': 128},
+            'cluster': {'m': 2, 'n': 1},
+            'cute': {'schedule': 'pingpong'},
+            'variants': [
+                {
+                    'tile': {'m': 64, 'n': 128, 'k': 128},
+                    'cluster': {'m': 1, 'n': 1},
+                    'cute': {'schedule': 'cooperative'},
+                    'when': {'m_max': 1024, 'n_max': 4096},
+                },
+                {
+                    'tile': {'m': 128, 'n': 128, 'k': 128},
+                    'when': {'n_max': 4096},
+                },
+            ],
+        },
+        'cute:sm100': {'variants': []},
+        'pallas:gpu_sm90': {'variants': []},
+        'pallas:tpu_v7x': {'variants': []},
+    },
+    'variants': [
+        {
+            'tile': {'m': 16, 'n': 64, 'k': 512},
+            'pipeline': {'ab_stages': 3},
+            'triton': {'num_warps': 4, 'swap_ab': True},
+            'when': {'m_max': 16},
+        },
+        {
+            'tile': {'m': 128, 'n': 64, 'k': 256},
+            'pipeline': {'ab_stages': 4},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 128},
+        },
+        {
+            'tile': {'m': 64, 'n': 128, 'k': 128},
+            'triton': {'num_warps': 4},
+            'when': {'m_max': 1024, 'n_max': 4096},
+        },
+    ],
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_fp8_rowwise',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': 'b599f2b2f6cbc0c9',
+    'specgen_version': '0.1.0',
+    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
+    'targets': ['pallas:gpu_sm90'],
+    'a_major': 'k',
+    'b_major': 'k',
+    'batch': False,
+    'tile_m': 128,
+    'tile_n': 256,
+    'tile_k': 128,
+    'stages': 4,
+    'wgmma_in_flight': 1,
+    'warpgroups': 2,
+    'wg_n': 128,
+    'epi_m': 64,
+    'epi_n': 64,
+    'out_slots': 2,
+    'residual_barriers': 0,
+    'a_swizzle': 128,
+    'b_swizzle': 128,
+    'out_swizzle': 128,
+    'a_min': 16,
+    'b_min': 16,
+    'out_min': 8,
+    'memory_registers': 40,
+    'group_m': 8,
+    'raster_dim': 0,
+    'persistent': True,
+    'cluster_m': 1,
+    'cluster_n': 1,
+    'num_sms': 132,
+    'smem_bytes': 229440,
+    'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 32768',
+}

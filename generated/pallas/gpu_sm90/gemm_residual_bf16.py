@@ -48,116 +48,10 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
 
-SPEC = {
-    'name': 'gemm_residual_bf16',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'a': {
-        'dtype': 'bf16',
-        'major': 'mn',
-    },
-    'b': {
-        'dtype': 'bf16',
-        'major': 'k',
-    },
-    'out': {
-        'dtype': 'bf16',
-    },
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {
-            'op': 'scale',
-            'by': 'scalar',
-            'value': None,
-            'name': None,
-        },
-        {
-            'op': 'residual',
-            'dtype': 'bf16',
-            'beta': 1.0,
-            'name': 'c',
-        },
-    ],
-    'tile': {
-        'm': 128,
-        'n': 128,
-        'k': 64,
-    },
-    'cluster': {
-        'm': 1,
-        'n': 1,
-    },
-    'pipeline': {
-        'ab_stages': 'auto',
-        'acc_stages': 'auto',
-        'epilogue_stages': 'auto',
-    },
-    'schedule': {
-        'persistent': False,
-        'raster': 'along_m',
-        'group_m': 8,
-    },
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {
-        'num_warps': 8,
-        'tma': False,
-        'epilogue_subtile': False,
-        'flatten': False,
-    },
-    'cute': {
-        'two_cta': False,
-        'mma_warpgroups': None,
-        'schedule': 'cooperative',
-        'tma_store': True,
-    },
-    'pallas': {
-        'vmem_limit_bytes': None,
-    },
-}
 
-# The module's identity and plan figures, for `specgen compile` and tools: the runtime ABI it was
-# rendered against, the spec's hash, its target, the tiles, the pipeline and the SMEM they need.
-METADATA = {
-    'runtime_abi': 1,
-    'kernel': 'gemm_residual_bf16',
-    'spec_file': 'specs/catalogue.toml',
-    'spec_hash': '36c7f23df39cb5d1',
-    'specgen_version': '0.1.0',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'targets': ['pallas:gpu_sm90'],
-    'a_major': 'mn',
-    'b_major': 'k',
-    'batch': False,
-    'tile_m': 128,
-    'tile_n': 128,
-    'tile_k': 64,
-    'stages': 4,
-    'wgmma_in_flight': 1,
-    'warpgroups': 2,
-    'wg_n': 64,
-    'epi_m': 64,
-    'epi_n': 64,
-    'out_slots': 2,
-    'residual_barriers': 4,
-    'a_swizzle': 128,
-    'b_swizzle': 128,
-    'out_swizzle': 128,
-    'a_min': 8,
-    'b_min': 8,
-    'out_min': 8,
-    'memory_registers': 40,
-    'group_m': 8,
-    'raster_dim': 0,
-    'persistent': False,
-    'cluster_m': 1,
-    'cluster_n': 1,
-    'num_sms': 132,
-    'smem_bytes': 163936,
-    'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768 + residual barriers 32',
-}
-if METADATA["runtime_abi"] != RUNTIME_ABI:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI {METADATA['runtime_abi']}, this specgen has "
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "gemm_residual_bf16"
@@ -294,10 +188,15 @@ def _call(a, b, alpha, c) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((k, m)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy).
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
+    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
+    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
+    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
+    # output sliced back.
+    n_pad = max(n, TILE_N)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n, 64, 8)
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], 64, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
     c = _mg.pad(c, (out_rows, out_cols))
     out = _build(m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, alpha, c)
     if (out_rows, out_cols) != (m, n):
@@ -308,6 +207,7 @@ def _call(a, b, alpha, c) -> jax.Array:
 def gemm_residual_bf16(a, b, alpha, c) -> jax.Array:
     """out = epilogue(A @ B); see the module docstring."""
     _rt.check_placement(NAME, {"a": a, "b": b, "c": c})
+    _rt.scalar(NAME, "alpha", alpha)  # before jax.jit sees it: a wrong type names the argument
     _mg.require_gpu(NAME)
     return _call(a, b, alpha, c)
 
@@ -317,6 +217,7 @@ def gemm_residual_bf16_torch(a, b, alpha, c):
     B (K, N)), shared with jax through DLPack (no copies; jax waits once for torch's stream). Returns a
     torch tensor on the same device, ready on torch's current stream."""
     _mg.require_gpu(NAME)
+    _rt.scalar(NAME, "alpha", alpha)
     a, b, c = _rt.torch_to_jax(NAME, (
         ("a", a, True),
         ("b", b, True),
@@ -324,3 +225,67 @@ def gemm_residual_bf16_torch(a, b, alpha, c):
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, alpha, c))
+
+
+# The spec this module was rendered from, and the module's identity and plan figures for `specgen
+# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
+SPEC = {
+    'name': 'gemm_residual_bf16',
+    'kind': 'gemm',
+    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
+    'a': {'dtype': 'bf16', 'major': 'mn'},
+    'b': {'dtype': 'bf16', 'major': 'k'},
+    'out': {'dtype': 'bf16'},
+    'accumulator': 'f32',
+    'batch': False,
+    'epilogue': [
+        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
+        {'op': 'residual', 'dtype': 'bf16', 'beta': 1.0, 'name': 'c'},
+    ],
+    'tile': {'m': 128, 'n': 128, 'k': 64},
+    'cluster': {'m': 1, 'n': 1},
+    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
+    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
+    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
+    'triton': {'num_warps': 8, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
+    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
+    'pallas': {'vmem_limit_bytes': None},
+}
+METADATA = {
+    'runtime_abi': 1,
+    'kernel': 'gemm_residual_bf16',
+    'spec_file': 'specs/catalogue.toml',
+    'spec_hash': '36c7f23df39cb5d1',
+    'specgen_version': '0.1.0',
+    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
+    'targets': ['pallas:gpu_sm90'],
+    'a_major': 'mn',
+    'b_major': 'k',
+    'batch': False,
+    'tile_m': 128,
+    'tile_n': 128,
+    'tile_k': 64,
+    'stages': 4,
+    'wgmma_in_flight': 1,
+    'warpgroups': 2,
+    'wg_n': 64,
+    'epi_m': 64,
+    'epi_n': 64,
+    'out_slots': 2,
+    'residual_barriers': 4,
+    'a_swizzle': 128,
+    'b_swizzle': 128,
+    'out_swizzle': 128,
+    'a_min': 8,
+    'b_min': 8,
+    'out_min': 8,
+    'memory_registers': 40,
+    'group_m': 8,
+    'raster_dim': 0,
+    'persistent': False,
+    'cluster_m': 1,
+    'cluster_n': 1,
+    'num_sms': 132,
+    'smem_bytes': 163936,
+    'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768 + residual barriers 32',
+}

@@ -1,2 +1,2 @@
-"""Run-time helpers every torch-facing module uses (Triton today, CuTe next): custom-op registration.
-The argument guards (specgen/runtime/guards.py) belong here too and move when their owner's edits land."""
+"""Run-time helpers every torch-facing generated module uses (Triton, CuTe): custom-op registration
+(`ops.py`). The argument guards they share are specgen/runtime/guards.py."""

@@ -195,8 +195,17 @@ def test_torch_to_jax_on_cpu_tensors_and_its_errors() -> None:
     assert ja.shape == (3, 4) and jw.shape == (2, 4)
     np.testing.assert_array_equal(np.asarray(jw), w.numpy())
     assert ja.unsafe_buffer_pointer() == a.data_ptr()
-    with pytest.raises(ValueError, match="f: argument 'b' .* must be contiguous with its last two dims transposed"):
+    with pytest.raises(ValueError, match=r"f: argument 'b' must be contiguous along dim 0 \(stride 1, the spec's major"):
         rt.torch_to_jax("f", (("a", a, False), ("b", w, True)))
+    # a legal view jax cannot share (padded rows, a strided vector, an offset base) is copied, once
+    padded = torch.zeros(3, 7)[:, :4]
+    padded.copy_(a)
+    offset = torch.zeros(13)[1:].view(3, 4)
+    offset.copy_(a)
+    jp, jo, jv = rt.torch_to_jax("f", (("a", padded, False), ("c", offset, False), ("v", torch.arange(8.0)[::2], None)))
+    np.testing.assert_array_equal(np.asarray(jp), a.numpy())
+    np.testing.assert_array_equal(np.asarray(jo), a.numpy())
+    np.testing.assert_array_equal(np.asarray(jv), [0.0, 2.0, 4.0, 6.0])
     with pytest.raises(TypeError, match="f: argument 'a' must be a torch.Tensor, got ndarray"):
         rt.torch_to_jax("f", (("a", a.numpy(), False),))
 

@@ -1,0 +1,54 @@
+"""What resolve produces, and the tile boxes every design starts from: plain types, below both resolve
+(which fills them, asking the design registry for memory layouts and boxes) and the designs (which read
+them), so that neither imports the other's module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen.envelope.budget import MemoryBudget
+from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.spec.models import GemmSpec, Target, When
+from specgen.targets import Backend, TargetInfo
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    operand: str  # "A", "B", "out"
+    outer: int  # elements
+    inner: int  # elements along the contiguous dim
+    elem_bytes: int
+    field: tuple[str | int, ...]  # the spec field a message points at
+    dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (Mosaic GPU's tiled view)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    spec: GemmSpec
+    target: Target
+    info: TargetInfo
+    gpu: GpuDevice | None
+    tpu: TpuDevice | None
+    ab_stages: int
+    acc_stages: int
+    budget: MemoryBudget
+    acc_registers: int  # 32-bit registers per thread holding a register-resident accumulator
+    acc_threads: int  # threads sharing it
+    tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
+    tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
+    variant: int | None = None  # which of the target's size-selected variants (None: the default config)
+    when: When | None = None  # that variant's bounds
+    variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved
+
+    @property
+    def backend(self) -> Backend:
+        return self.info.backend
+
+
+def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
+    """Every TMA-moved tile: (outer, inner) in elements, by the operand's major mode."""
+    t = spec.tile
+    a = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
+    b = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
+    return (TmaBox("A", *a, spec.a.dtype.bytes, ("a",)), TmaBox("B", *b, spec.b.dtype.bytes, ("b",)),
+            TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))
