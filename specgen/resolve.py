@@ -51,7 +51,8 @@ def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) 
     one = memory(spec, target, 1)
     if not one.fits:
         return 0
-    room = one.capacity - one.reserve - one.extra_bytes - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes)
+    room = (one.capacity - one.reserve - one.extra_bytes - one.loop_bytes
+            - (0 if one.epilogue_overlaps_ab else one.epilogue_bytes))
     stages = min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
     # A layout whose extra bytes vary with the depth (Mosaic GPU pads its buffers to whole KiB) moves the
     # answer by a stage at most: settle it on the budget itself.

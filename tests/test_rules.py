@@ -278,10 +278,15 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm100", {"out": {"dtype": "f32"}, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
                                  "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
      None),  # sm_100 converts it without
-    # a pointer kernel converts it through a whole f32 tile, over the drained pipeline buffers
+    # a pointer kernel converts it through a whole f32 tile, over the drained pipeline buffers, at
+    # most 128 KB at a time (tests/data/grid_triton.jsonl: a 256 x 256 f32 residual took 131072 B)
     ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
                                 "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
-     ("error", ["needs 262144 B of SMEM", "A/B 2 x 32768 = 65536 + epilogue 262144 (reuses A/B)"], None)),
+     None),  # max(65536, 131072)
+    ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 64), "triton": {"tma": False},
+                                "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 4}},
+     ("error", ["needs 262144 B of SMEM", "A/B 4 x 65536 = 262144 + conversion scratch 131072 (reuses A/B)"],
+      ("pipeline", "ab_stages"))),
     ("SMEM001", "triton:sm90", {"tile": tile(256, 256, 32), "triton": {"tma": False},
                                 "epilogue": [{"op": "residual", "dtype": "bf16"}], "pipeline": {"ab_stages": 2}},
      None),
@@ -289,6 +294,54 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 245760 B of SMEM > 232448 B", "epilogue 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    # a split-K kernel's store (its tile's last program) reuses the drained pipeline even when persistent
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True, "split_k": 2},
+                                "pipeline": {"ab_stages": 4}}, None),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True, "split_k": 2},
+                                "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 245760 B of SMEM", "epilogue 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(128, 256, 64), "schedule": {"persistent": True},
+                                "pipeline": {"ab_stages": 4}},
+     ("error", ["needs 262144 B of SMEM", "A/B 4 x 49152 = 196608 + epilogue 65536"], ("pipeline", "ab_stages"))),
+    # swap_ab transposes the accumulator back over the drained pipeline buffers
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(64, 256, 64), "triton": {"swap_ab": True},
+                                "pipeline": {"ab_stages": 5}}, None),
+    ("SMEM001", "triton:sm90", {**F16, "tile": tile(64, 256, 64), "triton": {"swap_ab": True},
+                                "pipeline": {"ab_stages": 6}},
+     ("error", ["needs 245760 B of SMEM", "conversion scratch 65536 (reuses A/B)"], ("pipeline", "ab_stages"))),
+    # a flattened persistent loop converts a subtiled store's whole output tile through scratch beside
+    # the pipeline and the half in flight (tests/data/grid_triton.jsonl: 262160 B compiled for the second)
+    ("SMEM001", "triton:sm90", {**FP8, "out": {"dtype": "f32"}, "tile": tile(64, 256, 256),
+                                "schedule": {"persistent": True}, "triton": {"epilogue_subtile": True},
+                                "pipeline": {"ab_stages": 2}}, None),
+    ("SMEM001", "triton:sm90", {**FP8, "out": {"dtype": "f32"}, "tile": tile(64, 256, 256),
+                                "schedule": {"persistent": True}, "triton": {"epilogue_subtile": True, "flatten": True},
+                                "pipeline": {"ab_stages": 2}},
+     ("error", ["needs 262144 B of SMEM", "A/B 2 x 81920 = 163840 + epilogue 32768 + layout scratch 65536"],
+      ("pipeline", "ab_stages"))),
+    # sm_100's tf32 K-major copies live with the pipeline: a drained kernel's store reuses them too
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
+                                 "tile": tile(128, 256, 16), "pipeline": {"ab_stages": 8}}, None),  # 196608 + 32768
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32", "major": "mn"}, "out": {"dtype": "f32"},
+                                 "tile": tile(128, 256, 16), "pipeline": {"ab_stages": 9}},
+     ("error", ["needs 253952 B of SMEM", "A/B 9 x 24576 = 221184 + tf32 K-major copies 32768 + epilogue 131072 "
+                "(reuses A/B)"], ("pipeline", "ab_stages"))),
+    # a flattened pointer kernel converts its output for the store beside the pipeline (at most 32 KB;
+    # tests/data/grid_triton.jsonl: 237584 B compiled for the second)
+    ("SMEM001", "triton:sm100", {**FP8, "tile": tile(128, 128, 128), "schedule": {"persistent": True},
+                                 "triton": {"tma": False, "flatten": True}, "pipeline": {"ab_stages": 6}}, None),
+    ("SMEM001", "triton:sm100", {**FP8, "tile": tile(128, 128, 128), "schedule": {"persistent": True},
+                                 "triton": {"tma": False, "flatten": True}, "pipeline": {"ab_stages": 7}},
+     ("error", ["needs 262144 B of SMEM", "A/B 7 x 32768 = 229376 + layout scratch 32768"], ("pipeline", "ab_stages"))),
+    # ... and its residual (sm_100: a quarter tile, in the same scratch; 196640 B compiled)
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 256, 64),
+                                 "schedule": {"persistent": True}, "triton": {"flatten": True, "epilogue_subtile": True},
+                                 "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 2}},
+     None),  # 163840 + 16384 + max(32768, 16384) = 212992
+    ("SMEM001", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 256, 64),
+                                 "schedule": {"persistent": True}, "triton": {"flatten": True, "epilogue_subtile": True},
+                                 "epilogue": [{"op": "residual", "dtype": "f32"}], "pipeline": {"ab_stages": 3}},
+     ("error", ["needs 294912 B of SMEM", "epilogue 16384 + layout scratch 32768"], ("pipeline", "ab_stages"))),
     # Mosaic GPU pads each SMEM buffer to whole KiB: 9 stages of a 48-wide B tile (9 x 4608 B) take 41472 B
     ("SMEM001", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(192, 48, 48), "pipeline": {"ab_stages": 8}},
      None),  # 209024 B, Mosaic GPU's own figure (tests/grids/mgpu.py)

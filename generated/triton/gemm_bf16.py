@@ -64,27 +64,27 @@ CONFIGS = {
 # Size-selected variants (spec: variants): each one's launch config per compute capability.
 VARIANT_CONFIGS = (
     {  # 0. M <= 16 and N <= 4096: tile 16x64x256
-        # sm90: SMEM 169984 B = A/B 4 x 40960 = 163840 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm90: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048 (reuses A/B); accumulator 8 registers/thread
         90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 169984 B = A/B 4 x 40960 = 163840 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm100: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048 (reuses A/B); accumulator 8 registers/thread
         100: {"num_warps": 4, "num_stages": 4},
     },
     {  # 1. M <= 16 and K <= 4096: tile 16x128x128
-        # sm90: SMEM 196608 B = A/B 5 x 36864 = 184320 + epilogue 4096 + layout scratch 8192; accumulator 16 registers/thread
+        # sm90: SMEM 188416 B = A/B 5 x 36864 = 184320 + conversion scratch 8192 (reuses A/B) + epilogue 4096; accumulator 16 registers/thread
         90: {"num_warps": 4, "num_stages": 5},
-        # sm100: SMEM 196608 B = A/B 5 x 36864 = 184320 + epilogue 4096 + layout scratch 8192; accumulator 16 registers/thread
+        # sm100: SMEM 188416 B = A/B 5 x 36864 = 184320 + conversion scratch 8192 (reuses A/B) + epilogue 4096; accumulator 16 registers/thread
         100: {"num_warps": 4, "num_stages": 5},
     },
     {  # 2. M <= 16: tile 16x64x256
-        # sm90: SMEM 169984 B = A/B 4 x 40960 = 163840 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm90: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
         90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 169984 B = A/B 4 x 40960 = 163840 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm100: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
         100: {"num_warps": 4, "num_stages": 4},
     },
     {  # 3. M <= 64 and N <= 4096: tile 64x64x128
-        # sm90: SMEM 139264 B = A/B 4 x 32768 = 131072 + epilogue 8192; accumulator 32 registers/thread
+        # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 8192 (reuses A/B); accumulator 32 registers/thread
         90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 139264 B = A/B 4 x 32768 = 131072 + epilogue 8192; accumulator 32 registers/thread
+        # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072 + epilogue 8192 (reuses A/B); accumulator 32 registers/thread
         100: {"num_warps": 4, "num_stages": 4},
     },
     {  # 4. M <= 64 and K <= 4096: tile 64x128x128
@@ -100,9 +100,9 @@ VARIANT_CONFIGS = (
         100: {"num_warps": 4, "num_stages": 4},
     },
     {  # 6. M <= 128 and N <= 4096: tile 64x128x128
-        # sm90: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 16384 (reuses A/B); accumulator 64 registers/thread
         90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 16384 (reuses A/B); accumulator 64 registers/thread
         100: {"num_warps": 4, "num_stages": 4},
     },
     {  # 7. M <= 128 and K <= 4096: tile 128x128x64
@@ -553,13 +553,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 169984,
+                    'smem_bytes': 163840,
                     'acc_registers': 8,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 169984,
+                    'smem_bytes': 163840,
                     'acc_registers': 8,
                 },
             },
@@ -578,13 +578,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 5,
-                    'smem_bytes': 196608,
+                    'smem_bytes': 188416,
                     'acc_registers': 16,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 5,
-                    'smem_bytes': 196608,
+                    'smem_bytes': 188416,
                     'acc_registers': 16,
                 },
             },
@@ -603,13 +603,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 169984,
+                    'smem_bytes': 165888,
                     'acc_registers': 8,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 169984,
+                    'smem_bytes': 165888,
                     'acc_registers': 8,
                 },
             },
@@ -629,13 +629,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 139264,
+                    'smem_bytes': 131072,
                     'acc_registers': 32,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 139264,
+                    'smem_bytes': 131072,
                     'acc_registers': 32,
                 },
             },
@@ -703,13 +703,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 212992,
+                    'smem_bytes': 196608,
                     'acc_registers': 64,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 4,
-                    'smem_bytes': 212992,
+                    'smem_bytes': 196608,
                     'acc_registers': 64,
                 },
             },

@@ -55,9 +55,9 @@ CONFIGS = {
 # Size-selected variants (spec: variants): each one's launch config per compute capability.
 VARIANT_CONFIGS = (
     {  # 0. M <= 16: tile 16x64x512
-        # sm90: SMEM 129024 B = A/B 3 x 40960 = 122880 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm90: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
         90: {"num_warps": 4, "num_stages": 3},
-        # sm100: SMEM 129024 B = A/B 3 x 40960 = 122880 + epilogue 2048 + layout scratch 4096; accumulator 8 registers/thread
+        # sm100: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
         100: {"num_warps": 4, "num_stages": 3},
     },
     {  # 1. M <= 128: tile 128x64x256
@@ -415,13 +415,13 @@ METADATA = {
                 90: {
                     'num_warps': 4,
                     'num_stages': 3,
-                    'smem_bytes': 129024,
+                    'smem_bytes': 124928,
                     'acc_registers': 8,
                 },
                 100: {
                     'num_warps': 4,
                     'num_stages': 3,
-                    'smem_bytes': 129024,
+                    'smem_bytes': 124928,
                     'acc_registers': 8,
                 },
             },

@@ -4,12 +4,14 @@ One generated module serves all of a spec's Triton targets: the kernel source is
 and sm100, and the launcher picks the per-arch launch config (`configs`) by the device's compute
 capability.
 
-SMEM (`memory`, measured against `triton.compile` by tests/differential.py): each stage holds one A
-tile and one B tile (FMA dots keep one buffer fewer). The TMA store stages the output tile (half of
-it with `epilogue_subtile`), beside the pipeline in a persistent kernel, over the drained pipeline
-buffers otherwise; pointer stores need no SMEM. On sm_100, MN-major tf32 TMA operands get K-major copies;
-layout conversions (FMA operands stored the other way, big residuals in sm_90 persistent kernels)
-take scratch.
+SMEM (`memory`, measured against `triton.compile` by tests/differential.py, whose verdicts
+tests/data/grid_triton.jsonl records): each stage holds one A tile and one B tile (FMA dots keep one
+buffer fewer). Three lifetimes share the block: buffers of the K loop (the A/B stages; sm_100's K-major
+copies of MN-major tf32 TMA operands), scratch used after it over the drained pipeline buffers
+(swap_ab's transpose, an sm_90 pointer kernel's residual conversion), and buffers beside both (a
+persistent TMA kernel's store tile, whose async store outlives the tile; layout scratch; in a
+flattened loop, the epilogue's buffers too). One program per tile, or a split-K kernel's last
+program, stores over the drained pipeline; pointer stores need no SMEM.
 Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers per stage).
 """
 
@@ -27,6 +29,9 @@ from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo
 
+CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measured, tests/differential.py)
+FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
+
 
 class TritonGemm:
     kind = "gemm"
@@ -36,48 +41,64 @@ class TritonGemm:
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         gpu = target.gpu
         assert gpu is not None
-        t, out_bytes = spec.tile, spec.out.dtype.bytes
-        # The TMA store stages the output tile (half of it with epilogue_subtile); pointer stores go
-        # straight from registers (no scratch: measured).
-        epi = t.m * t.n * out_bytes // (2 if spec.triton.epilogue_subtile else 1) if spec.triton.tma else 0
-        # Only a persistent TMA kernel keeps its store buffer alive beside the next tile's pipeline (a
-        # split-K config's store, in the tile's last program only, sometimes reuses the drained pipeline
-        # buffers, sometimes not: measured on sm_90, so the plan counts it beside them, an upper bound).
-        overlaps = not (spec.triton.tma and spec.schedule.persistent)
+        t, out_bytes, opt = spec.tile, spec.out.dtype.bytes, spec.triton
+        tile_bytes = t.m * t.n * out_bytes
+        persistent_tma = opt.tma and spec.schedule.persistent
+        split = spec.schedule.split_k > 1
+        # flatten pipelines a persistent kernel's whole tile loop, epilogue included: its buffers stay
+        # live beside the next tile's loads (a split-K kernel reduces outside that loop: measured)
+        flat = spec.schedule.persistent and opt.flatten and not split
+        residuals = [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
+        # The TMA store stages the output tile (half of it with epilogue_subtile). A persistent kernel
+        # keeps it beside the next tile's pipeline; one program per tile, or a split-K kernel's last
+        # program, reuses the drained pipeline buffers.
+        epi = (tile_bytes // 2 if opt.epilogue_subtile else tile_bytes) if opt.tma else 0
+        overlaps = not persistent_tma or split
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
         delta = -1 if spec.a.dtype == DType.f32 else 0
         # tcgen05 reads tf32 operands K-major only: a TMA kernel copies each MN-major one through
-        # registers into a double-buffered K-major tile beside the pipeline (measured on sm_100; pointer
-        # kernels load through registers anyway and need no copy).
+        # registers into a double-buffered K-major tile, live with the pipeline and freed with it: the
+        # epilogue of a kernel that drains its pipeline reuses it (measured on sm_100; pointer kernels
+        # load through registers anyway and need no copy).
         copies = 0
-        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and spec.triton.tma:
+        if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and opt.tma:
             copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
                              if major == "mn")
-        # Layout-conversion scratch, one region reused (measured; the largest conversion sizes it):
+        # Layout-conversion scratch beside the pipeline, one region reused (the largest sizes it):
         # - an FMA dot reads A K-major and B N-major: a TMA kernel transposes an operand stored the
         #   other way through one tile of scratch;
-        # - on sm_90 a residual with rows of 1 KB or more is converted into the accumulator's layout:
-        #   a persistent TMA kernel does it a quarter tile at a time beside the live pipeline, a
-        #   pointer kernel through a whole tile over the drained pipeline buffers.
+        # - on sm_90 a persistent TMA kernel converts a residual with rows of 1 KB or more into the
+        #   accumulator's layout a quarter tile at a time beside the live pipeline;
+        # - a flattened loop converts its epilogue's values beside it: a subtiled TMA store the whole
+        #   output tile, a pointer store its output (at most 32 KB), any residual (sm_90: up to a whole
+        #   tile, sm_100: a quarter).
         scratch = 0
-        if spec.a.dtype == DType.f32 and spec.triton.tma:
+        if spec.a.dtype == DType.f32 and opt.tma:
             scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
-        if target.mma == "wgmma":
-            for arg in spec.runtime_args():
-                if arg.shape == "matrix" and t.n * arg.dtype.bytes >= 1024:
-                    if spec.triton.tma and spec.schedule.persistent:
-                        scratch = max(scratch, t.m * t.n * arg.dtype.bytes // 4)
-                    elif not spec.triton.tma:
-                        epi = max(epi, t.m * t.n * arg.dtype.bytes)
-        if spec.triton.swap_ab:
-            # swap_ab: the BLOCK_N x BLOCK_M accumulator is transposed back through SMEM after the K loop
-            # (an upper bound: the compiler may reuse the drained pipeline buffers for it).
-            scratch = max(scratch, t.m * t.n * spec.accumulator.bytes)
-        label = " + ".join(name for name, v in (("tf32 K-major copies", copies), ("layout scratch", scratch)) if v)
+        if flat and opt.tma and opt.epilogue_subtile:
+            scratch = max(scratch, tile_bytes)
+        if flat and not opt.tma:
+            scratch = max(scratch, min(FLAT_STORE_SCRATCH, tile_bytes))
+        # Conversions after the K loop go through scratch over the drained pipeline buffers (measured: a
+        # conversion of more than 128 KB goes in pieces of 128 KB):
+        # - an sm_90 pointer kernel converts a residual with rows of 1 KB or more through a whole tile;
+        # - swap_ab transposes the BLOCK_N x BLOCK_M accumulator back.
+        drained = 0
+        for size in residuals:
+            if flat and opt.tma:
+                scratch = max(scratch, t.m * t.n * size // (1 if target.mma == "wgmma" else 4))
+            elif target.mma == "wgmma" and t.n * size >= 1024:
+                if persistent_tma and not split and not opt.swap_ab:
+                    scratch = max(scratch, t.m * t.n * size // 4)
+                elif not opt.tma:
+                    drained = max(drained, min(CONVERSION_PIECE, t.m * t.n * size))
+        if opt.swap_ab:
+            drained = max(drained, min(CONVERSION_PIECE, t.m * t.n * spec.accumulator.bytes))
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epi,
-                            epilogue_overlaps_ab=overlaps, extra_bytes=copies + scratch, extra_label=label,
-                            ab_buffers_delta=delta)
+                            epilogue_overlaps_ab=overlaps, extra_bytes=scratch, extra_label="layout scratch",
+                            ab_buffers_delta=delta, loop_bytes=copies, loop_label="tf32 K-major copies",
+                            drained_bytes=drained)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[RuleBox, ...]:
         """The descriptors' boxes as the TMA rules see them (the same boxes the module builds)."""

@@ -41,6 +41,13 @@ class MemoryBudget:
     extra_bytes: int = 0  # never overlapped: accumulator scratch and vectors (TPU), operand copies (Triton)
     extra_label: str = "accumulator+vectors"
     ab_buffers_delta: int = 0  # A/B buffers the pipeline allocates beyond (or short of) its stages
+    # buffers live only while the K loop runs, beside the A/B stages (operand copies): freed with them
+    loop_bytes: int = 0
+    loop_label: str = "operand copies"
+    # scratch used only after the K loop (layout conversions), over the drained A/B buffers: the
+    # pipeline region is as large as the larger of the two
+    drained_bytes: int = 0
+    drained_label: str = "conversion scratch"
 
     @property
     def ab_buffers(self) -> int:
@@ -52,7 +59,8 @@ class MemoryBudget:
 
     @property
     def total(self) -> int:
-        body = max(self.ab_bytes, self.epilogue_bytes) if self.epilogue_overlaps_ab else self.ab_bytes + self.epilogue_bytes
+        pipeline = max(self.ab_bytes + self.loop_bytes, self.drained_bytes)
+        body = max(pipeline, self.epilogue_bytes) if self.epilogue_overlaps_ab else pipeline + self.epilogue_bytes
         return body + self.reserve + self.extra_bytes
 
     @property
@@ -61,6 +69,10 @@ class MemoryBudget:
 
     def breakdown(self) -> str:
         parts = [f"A/B {self.ab_buffers} x {self.ab_stage_bytes} = {self.ab_bytes}"]
+        if self.loop_bytes:
+            parts.append(f"{self.loop_label} {self.loop_bytes}")
+        if self.drained_bytes:
+            parts.append(f"{self.drained_label} {self.drained_bytes} (reuses A/B)")
         if self.epilogue_bytes:
             parts.append(f"epilogue {self.epilogue_bytes}" + (" (reuses A/B)" if self.epilogue_overlaps_ab else ""))
         if self.extra_bytes:
