@@ -10,7 +10,7 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_INTERPRET=0  # tests/conftest.py defaults it to 1 for the CPU suite
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-python3 -m pytest tests -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+python3 -m pytest tests/gpu tests/conformance tests/backends -m gpu -q -p no:cacheprovider -n 8 --dist loadgroup 2>&1 | tee "$out/gpu-tests.log"
 tests=${PIPESTATUS[0]}
 # The timers' own check: cuBLAS against itself, paired and unpaired (bench/RESULTS.md reads ratios through it)
 python3 bench/aa_check.py --out "$out" 2>&1 | tee "$out/aa-check.log"

@@ -275,8 +275,10 @@ def test_guards_on_the_gpu() -> None:
         mod.gemm_bf16(a, b)  # B must be K-major: b.t() of a row-major weight
     with pytest.raises(TypeError, match="argument 'a' must have dtype torch.bfloat16"):
         mod.gemm_bf16(a.half(), b.t())
-    with pytest.raises(ValueError, match="rows of N = 60 elements are 120 bytes"):
-        mod.gemm_bf16(a, b[:60].t())
-    with pytest.raises(ValueError, match="16-byte aligned"):
-        # 4096 elements starting one element (2 bytes) past an aligned base
-        mod.gemm_bf16(torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(64, 64), b.t())
+    # What TMA cannot take in place is staged by the launcher (one copy), not refused: output rows of
+    # N = 60 elements (120 bytes), and an A whose base is one element (2 bytes) past an aligned one.
+    want = a.double() @ b[:60].double().t()
+    torch.testing.assert_close(mod.gemm_bf16(a, b[:60].t()).double(), want, atol=5e-2, rtol=1e-2)
+    off = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(64, 64)
+    off.copy_(a)
+    torch.testing.assert_close(mod.gemm_bf16(off, b.t()).double(), a.double() @ b.double().t(), atol=5e-2, rtol=1e-2)
