@@ -397,10 +397,16 @@ def gemm_kernel(
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             for si in cutlass.range_constexpr(subs):
                 sub_crd = sub_grid.get_hier_coord(si)
-                # operands gathered at their subtile (held any longer beside the accumulator they would spill)
-                m0, n0 = tm * cfg.tile_m + sub_crd[0] * cfg.epi_m, tn * cfg.tile_n + sub_crd[1] * cfg.epi_n
+                # operands read at their subtile (held any longer beside the accumulator they would spill)
+                # a matrix through this thread's view of its subtile (two row addresses, immediate column
+                # offsets), each load predicated on the bounds: a lane past M or N keeps a stale value the
+                # TMA store drops
+                sub_tm, sub_tn = tm * (cfg.tile_m // cfg.epi_m) + sub_crd[0], tn * (cfg.tile_n // cfg.epi_n) + sub_crd[1]
+                rows_left, cols_left = M - sub_tm * cfg.epi_m, N - sub_tn * cfg.epi_n
+                g_c = thr_r2s.partition_S(cute.local_tile(mc[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (sub_tm, sub_tn)))
                 for ei in cutlass.range_constexpr(sub_size):
-                    r_c[ei] = mc[cutlass.min(m0 + crd[ei][0], M - 1), cutlass.min(n0 + crd[ei][1], N - 1), lb].to(cutlass.Float32)
+                    if cute.elem_less(crd[ei], (rows_left, cols_left)):
+                        r_c[ei] = g_c[ei].to(cutlass.Float32)
                 for ei in cutlass.range_constexpr(sub_size):
                     r_acc[ei] = tRS_acc[si * sub_size + ei]
                 acc = r_acc.load()

@@ -43,7 +43,7 @@ CUTE_RESERVED: frozenset[str] = frozenset({
     "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead", "length", "m0", "mA", "major_rows",
     "matrix", "max_clusters", "mB", "mcast_mask", "min_blocks_per_mp", "mma_order", "mma_warpgroups", "mode",
     "mOut", "multicast", "n0", "num_multicast", "num_stages", "num_threads", "order", "order_barriers",
-    "order_phase", "out_atom", "pingpong", "producer_group", "property", "r2s", "r_acc", "r_out", "raster",
+    "cols_left", "order_phase", "out_atom", "rows_left", "sub_tm", "sub_tn", "pingpong", "producer_group", "property", "r2s", "r_acc", "r_out", "raster",
     "read", "release", "rows", "sA", "sA_layout", "sB", "sB_layout", "self", "shape", "si", "smem_bytes",
     "sOut", "sOut_layout", "space", "stage_bytes", "state", "storage", "store_pipe", "store_warp", "stored",
     "stream", "stride", "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle", "tA", "tAgA",
@@ -119,8 +119,9 @@ ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_
                                 "{}_ref",  # the Pallas kernel's ref of the argument (templates/pallas/)
                                 # Mosaic GPU (templates/pallas/gemm_mgpu.py.jinja): its GMEM ref, a residual's batch view
                                 "{}_gmem", "{}_view",
-                                # CuTe (templates/cute/*.jinja): the argument's global tensor and its registers
-                                "m{}", "r_{}")
+                                # CuTe (templates/cute/*.jinja): the argument's global tensor, its registers
+                                # and a residual's per-thread view of its subtile
+                                "m{}", "r_{}", "g_{}")
 
 # Windows device names: a module file named so cannot be created there.
 _DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))})

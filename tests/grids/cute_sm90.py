@@ -12,23 +12,28 @@ Verdicts, per spec:
   compiler said `ok`.
 Registers per thread (the cubin's), the stack frame and the spill store / load bytes are recorded too.
 
-`python tests/grids/cute_sm90.py N [SEED [OUT]]` compiles N specs (seed 17 by default) one at a time,
-each printed as a JSON line, then a summary; OUT (tests/data/grid_cute_sm90.json to refresh the
-record) gets every spec with both verdicts and the DSL's version. A worker subprocess compiles; when
-the DSL aborts it, the driver records an `error` and starts a new worker after that spec.
-tests/backends/cute/test_cute_grid.py replays `check` over the record in CI (no compiler). Imports
-cutlass and torch in the worker only: never imported by check/render.
+`python tests/grids/cute_sm90.py N [SEED [OUT]]` compiles N specs (seed 17 by default; N and SEED may be
+comma-separated lists, one N per SEED) one at a time, each printed as a JSON line, then a summary; OUT
+(tests/data/grid_cute_sm90.json to refresh the record) gets every spec with both verdicts and the DSL's
+version. A worker subprocess compiles; when the DSL aborts it, the driver records an `error` and starts a
+new worker after that spec. tests/backends/cute/test_cute_grid.py replays `check` over the record in CI
+(no compiler). Imports cutlass and torch in the worker only: never imported by check/render.
 
-Measured 2026-11-24 (nvidia-cutlass-dsl 4.8.1, CPU only, about 2-5 s a spec), seed 17's 330 specs and
-the 15 probes (tests/data/grid_cute_sm90.json): the compiler built 189 spill-free, 113 spilled (12 B to
-19 KB of spill stores), 37 launched past the SMEM limit, 6 failed (MN-major fp8: MAJ001). main's check
-(REG001 a warning above 192 accumulator registers): 51 false accepts (48 random + 3 probes: every
-spill below 256 accumulator registers), 12 false rejects (fp8 outputs whose tile.n is no multiple of
-64: CUTE002; the 4 template-limit probes). After the register model (designs/gemm_cute_sm90.py
-`register_estimate`): 0 false accepts, 15 false rejects of 330 random specs (4.5%, all REG001) and 6
-of the probes (4 template limits, 2 REG001). The model's weights were fitted to these cases, so read
-the figures as agreement; held out, seed 18's 60 specs (`python tests/grids/cute_sm90.py 60 18`, fitted
-before they ran): 44 spill-free, 24 spilled, 7 over SMEM; 0 false accepts, 2 false rejects (3.3%).
+Measured 2026-11-24 (nvidia-cutlass-dsl 4.8.1, CPU only, about 1-5 s a spec), seed 17's 330 specs and the
+15 probes: the compiler built 189 spill-free, 113 spilled (12 B to 19 KB of spill stores), 37 launched past
+the SMEM limit, 6 failed (MN-major fp8: MAJ001). main's check then (REG001 a warning above 192 accumulator
+registers): 51 false accepts (every spill below 256 accumulator registers), 12 false rejects.
+
+2026-11-25, after the template reads a residual through the thread's view of its subtile (two row
+addresses and immediate column offsets, predicated loads; it used to compute a clamped 64-bit address per
+element): 6 of the 49 spilling residual kernels of seed 17 compile spill-free, 1 spill-free one spills.
+The record holds seeds 17 to 20 (`330,60,80,80 17,18,19,20`: 550 random specs) and the probes; the
+register model (designs/gemm_cute_sm90.py `register_estimate`) is fitted to them: 0 false accepts, 11
+false rejects (2.0%). Each seed after the first was compiled held out first: fitted on seed 17, seeds 18
+and 19 (140 specs) showed 1 false accept (a ping-pong 128x128 tile with five vectors and an f32
+residual, 856 B of spills) and 1 false reject; refitted on 17-19, seed 20 (80) showed 1 false accept (an
+8 B spill) and 2 false rejects. The model is a fit to ptxas's scheduling, not a derivation: expect about
+1% false accepts on specs unlike the record's, each an error away once a grid finds it.
 """
 
 from __future__ import annotations
@@ -178,9 +183,13 @@ PROBES = [
 ]
 
 
-def cases(n: int, seed: int) -> list[dict]:
-    """The grid's n random specs, then the named probes."""
-    return grid(n, seed) + PROBES
+def cases(n: str, seed: str) -> list[dict]:
+    """The grid's random specs, n of them per seed (comma-separated lists, "330,60,80" and "17,18,19"),
+    then the named probes."""
+    sizes, seeds = [int(x) for x in str(n).split(",")], [int(x) for x in str(seed).split(",")]
+    if len(sizes) != len(seeds):
+        raise SystemExit(f"{len(sizes)} sizes for {len(seeds)} seeds: give one N per SEED")
+    return [s for k, r in zip(sizes, seeds, strict=True) for s in grid(k, r)] + PROBES
 
 
 def check_case(spec: dict) -> dict:
@@ -228,7 +237,7 @@ def compile_case(spec: dict, folder: Path) -> dict:
             "seconds": round(time.perf_counter() - start, 2)}
 
 
-def worker(n: int, seed: int, start: int) -> None:
+def worker(n: str, seed: str, start: int) -> None:
     """Compile grid(n, seed)[start:], announcing each spec before its compile (the driver's crash marker)."""
     folder = Path(tempfile.mkdtemp(prefix="specgen-cute-grid-"))
     for i, spec in enumerate(cases(n, seed)[start:], start):
@@ -269,7 +278,7 @@ def write_record(path: Path, generator: str, cases: list[tuple[dict, dict]]) -> 
     path.write_text(head + ', "cases": [\n' + ",\n".join(lines) + "\n]}\n")
 
 
-def main(n: int = 300, seed: int = 17, out: str = "") -> int:
+def main(n: str = "300", seed: str = "17", out: str = "") -> int:
     specs = cases(n, seed)
     results: dict[int, dict] = {}
     start = 0
@@ -300,12 +309,12 @@ def main(n: int = 300, seed: int = 17, out: str = "") -> int:
     print(json.dumps({"summary": summary}), flush=True)
     if out:
         write_record(Path(out), f"tests/grids/cute_sm90.py {n} {seed}", [(c["spec"], c["compiler"]) for c in done])
-    return 1 if summary["false_accepts"] or len(summary["false_rejects"]) > 0.02 * n else 0
+    return 1 if summary["false_accepts"] or len(summary["false_rejects"]) > 0.02 * (len(specs) - len(PROBES)) else 0
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     if sys.argv[1:2] == ["--worker"]:
-        worker(*(int(a) for a in sys.argv[2:5]))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
-        sys.exit(main(*(int(a) for a in sys.argv[1:3]), *sys.argv[3:4]))
+        sys.exit(main(*sys.argv[1:4]))

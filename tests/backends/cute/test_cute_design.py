@@ -99,9 +99,11 @@ def test_the_rendered_module_has_only_the_epilogue_it_needs():
 
 
 def test_every_epilogue_op_compiles_spill_free_with_the_plans_smem(tmp_path, monkeypatch):
+    """Two warpgroups share the 128x128 tile: on one, every op at once spills (REG001 refuses it; the
+    compile grid's probe cprobe_c128_every_op)."""
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     spec = {**MINIMAL_SPEC, "name": "every_op", "epilogue": EVERY_OP, "targets": ["cute:sm90"],
-            "tile": {"m": 128, "n": 128, "k": 64}, "schedule": {"persistent": True}}
+            "tile": {"m": 128, "n": 128, "k": 64}, "schedule": {"persistent": True}, "cute": {"mma_warpgroups": 2}}
     module, text = render_and_import(spec, tmp_path)
     for op in ("cute.math.erf", "cute.math.tanh", "alpha", "0.5", "r_bias_m", "r_bias_n", "r_row_scale",
                "r_col_scale", "r_scale_a", "r_c", "cutlass.Float16).to(cutlass.Float32)"):
@@ -132,7 +134,9 @@ def test_vector_operands_are_prefetched_while_they_fit_the_register_allowance():
     assert body.index("r_bias[ei] = mbias") < body.index("for k in range(k_tiles)")
     assert "if cutlass.const_expr(si + 1 < subs):" in body
     residual = (ROOT / "generated" / "cute" / "gemm_residual_bf16.py").read_text()  # matrix operands: at the subtile
-    assert "si + 1 < subs" not in residual and "# operands gathered at their subtile" in residual
+    assert "si + 1 < subs" not in residual and "# operands read at their subtile" in residual
+    # through the thread's view of the subtile, each load predicated on the bounds
+    assert "g_c = thr_r2s.partition_S(cute.local_tile(mc[" in residual and "if cute.elem_less(crd[ei], (rows_left, cols_left)):" in residual
 
 
 def test_guards_raise_before_launching():
