@@ -38,7 +38,6 @@ def _random(shape: tuple[int, ...], dtype: str, seed: int) -> Any:
 
 def inputs(spec: GemmSpec, shape: Shape, seed: int = 0) -> tuple[Any, ...]:
     """Random normal A and B (unit-ish scales, as BASELINES.md measures) and the epilogue's arguments."""
-    import torch
 
     m, n, k, batch = shape.m, shape.n, shape.k, shape.batch
     lead = (batch,) if spec.batch else ()

@@ -97,3 +97,13 @@ def ray_actors(folder: Path) -> Measurer:
     actors = itertools.cycle([actor.remote(str(folder)) for _ in range(gpus)])
     return lambda cand, inc, target, shape, rounds: ray.get(next(actors).measure.remote(cand, inc, target,
                                                                                          tuple(shape), rounds))
+
+
+def one_cycle(calls: Calls, timer: Timer, flats: dict[str, dict], inc: dict, target: str, shape: Shape,
+              rounds: int) -> dict[str, float]:
+    """Every given candidate in one rotation (name -> median us): `specgen tune --verify`'s check that the
+    pick is the fastest when all are timed side by side."""
+    import statistics
+
+    cycle = {name: calls(flat, inc, target, shape)[0] for name, flat in flats.items()}
+    return {name: statistics.median(v) for name, v in timer.cycle(cycle, rounds).items()}
