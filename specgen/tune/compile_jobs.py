@@ -5,6 +5,7 @@ GPUTarget; CuTe: `cute.compile`), which fills the disk caches the timing process
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -32,6 +33,8 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
     from specgen.targets import target_info
     from specgen.tune.space import loaded_from
 
+    # an AOT compile is for the GPU, never the CPU interpreter (a test session's workers inherit it)
+    os.environ["TRITON_INTERPRET"] = "0"
     start = time.perf_counter()
     try:
         loaded = loaded_from(job.flat)

@@ -86,9 +86,19 @@ def _yaml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
 
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
+    if "\n  - " in text:  # the common "key:\n  - item" layout (ruamel's default is "key:\n- item")
+        yaml.indent(mapping=2, sequence=4, offset=2)
     data = yaml.load(text)
     kernel = data["kernels"][index]
-    apply_edits(kernel, edits, table=lambda _: CommentedMap())
+
+    def flow(v: Any) -> Any:  # sections and tiles in flow style ({m: 128, n: 128, k: 64}), as specs write them
+        if isinstance(v, dict):
+            m = CommentedMap((k, flow(x)) for k, x in v.items())
+            m.fa.set_flow_style()
+            return m
+        return [flow(x) for x in v] if isinstance(v, list) else v
+
+    apply_edits(kernel, edits, table=lambda path: CommentedMap() if len(path) <= 2 else flow({}), value=flow)
     if summary and "per_target" in kernel:
         kernel.yaml_set_comment_before_after_key("per_target", before="\n".join(summary),
                                                  indent=kernel.lc.col if kernel.lc else 0)
