@@ -154,8 +154,10 @@ def tune(
                                         metavar="MIN"),
     write: bool = typer.Option(False, "--write", help="Write the winners into the spec file."),
     from_cache: bool = typer.Option(False, "--from-cache", help="Choose from cached timings only (no GPU)."),
-    ray: str | None = typer.Option(None, "--ray", flag_value="local", is_flag=False, metavar="[ADDRESS]",
-                                   help="Compile on Ray CPU tasks, time on one Ray actor per GPU."),
+    ray: bool = typer.Option(False, "--ray", help="Compile on Ray CPU tasks, time on one Ray actor per GPU "
+                             "(a local Ray cluster, or --ray-address's)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Join this Ray cluster (implies --ray).",
+                                           metavar="ADDRESS"),
     workers: int = typer.Option(max(1, (os.cpu_count() or 2) - 1), "--workers", help="Compile processes (no Ray)."),
     cache_path: Path = typer.Option(Path(".specgen/tune-cache.jsonl"), "--cache", help="The results cache."),
     knob: list[str] | None = typer.Option(None, "--knob", help="Replace a knob's range: tile.n=128,256 (repeatable)."),
@@ -185,7 +187,8 @@ def tune(
     progress = RichProgress()
     try:
         session.run(loaded, wanted, shape_list, overrides, cache_path=cache_path, budget_min=budget, write=write,
-                    from_cache=from_cache, ray=ray, workers=workers, rounds=rounds, compile_only=compile_only,
+                    from_cache=from_cache,
+                    ray=ray_address or ("local" if ray else None), workers=workers, rounds=rounds, compile_only=compile_only,
                     verify=verify, progress=progress, need_gpu=_need_gpu, say=lambda t: out.print(t, markup=False))
     except (SpaceError, WriteError, session.TuneError) as e:
         progress.stop()

@@ -84,7 +84,7 @@ def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Wor
                                   f"{w.max_error:.3g} of its largest magnitude (> {ERROR_BAR})")
             if str(target) not in aa_done:  # the table's A/A row, at its first shape
                 aa_done.add(str(target))
-                aa = Workload(w.peer, Call(w.peer.key + " (again)", w.peer.fn), w.peer_name)
+                aa = Workload(w.peer, Call(w.peer.key, w.peer.fn), w.peer_name)
                 rows.append(_row(ls, target, shape, aa, timer.cycle({"ours": aa.ours, "peer": aa.peer}, rounds),
                                  environment.gpu, kernels, aa=True))
                 progress(f"A/A {w.peer_name} @ {target} {shape}: {rows[-1].ratio:.4f}")
