@@ -14,7 +14,7 @@ from specgen.tune.cache import Cache, Machine
 from specgen.tune.compile_jobs import inline
 from specgen.tune.measure import local
 from specgen.tune.run import tune
-from tests.tune.fakes import FakeTimer, fake_calls, failing_compile
+from tests.tune.fakes import FakeTimer, failing_compile, fake_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = Machine(gpu="Fake H200", driver="0.0", versions={"triton": "x"})
