@@ -89,30 +89,40 @@ def _eager_chain(spec: GemmSpec) -> Callable[..., Any]:
             x, todo = torch.addmm(env[first.name], a, b), ops[1:]
         else:
             x = torch.matmul(a, b)
-        for op in todo:
-            if op.op == "bias":
-                v = env[op.name]
-                x = x + (v[:, None] if op.along == "m" else v)
-            elif op.op == "scale":
-                if op.by == "scalar":
-                    x = x * (op.value if op.value is not None else env[op.name or "alpha"])
-                elif op.by == "row":
-                    x = x * env[op.name or "row_scale"][:, None]
-                elif op.by == "col":
-                    x = x * env[op.name or "col_scale"]
-                else:
-                    x = x * env["scale_a"].reshape(-1, 1) * env["scale_b"].reshape(1, -1)
-            elif op.op == "activation":
-                x = acts[op.fn](x)
-            elif op.op == "residual":
-                x = torch.add(x, env[op.name], alpha=op.beta)
-            elif op.op == "clamp":
-                x = x.clamp(min=op.min, max=op.max)
-            else:  # cast
-                x = x.to(torch_dtype(op.dtype.value))
+        x = _epilogue(todo, x, env, acts, residual=lambda x, c, beta: torch.add(x, c, alpha=beta),
+                      clamp=lambda x, lo, hi: x.clamp(min=lo, max=hi), cast=lambda x, d: x.to(torch_dtype(d)))
         return x.to(out_dtype)
 
     return run
+
+
+def _epilogue(ops: list, x: Any, env: dict[str, Any], acts: dict[str, Callable[[Any], Any]],
+              residual: Callable[[Any, Any, float], Any], clamp: Callable[[Any, Any, Any], Any],
+              cast: Callable[[Any, str], Any]) -> Any:
+    """The epilogue ops applied one by one, as an unfused program would, in either framework (the
+    framework's own primitives passed in: torch's and jax.numpy's arrays share the operators)."""
+    for op in ops:
+        if op.op == "bias":
+            v = env[op.name]
+            x = x + (v[:, None] if op.along == "m" else v)
+        elif op.op == "scale":
+            if op.by == "scalar":
+                x = x * (op.value if op.value is not None else env[op.name or "alpha"])
+            elif op.by == "row":
+                x = x * env[op.name or "row_scale"][:, None]
+            elif op.by == "col":
+                x = x * env[op.name or "col_scale"]
+            else:
+                x = x * env["scale_a"].reshape(-1, 1) * env["scale_b"].reshape(1, -1)
+        elif op.op == "activation":
+            x = acts[op.fn](x)
+        elif op.op == "residual":
+            x = residual(x, env[op.name], op.beta)
+        elif op.op == "clamp":
+            x = clamp(x, op.min, op.max)
+        else:  # cast
+            x = cast(x, op.dtype.value)
+    return x
 
 
 def peer_name(spec: GemmSpec, target: Target) -> str:
@@ -136,27 +146,9 @@ def _xla_chain(spec: GemmSpec) -> Callable[..., Any]:
     def run(a: Any, b: Any, *rest: Any) -> Any:
         env = dict(zip(names, rest, strict=True))
         x = jnp.matmul(a, b, preferred_element_type=jnp.float32)
-        for op in spec.epilogue:
-            if op.op == "bias":
-                v = env[op.name].astype(jnp.float32)
-                x = x + (v[:, None] if op.along == "m" else v)
-            elif op.op == "scale":
-                if op.by == "scalar":
-                    x = x * (op.value if op.value is not None else env[op.name or "alpha"])
-                elif op.by == "row":
-                    x = x * env[op.name or "row_scale"][:, None]
-                elif op.by == "col":
-                    x = x * env[op.name or "col_scale"]
-                else:
-                    x = x * env["scale_a"].reshape(-1, 1) * env["scale_b"].reshape(1, -1)
-            elif op.op == "activation":
-                x = acts[op.fn](x)
-            elif op.op == "residual":
-                x = x + op.beta * env[op.name].astype(jnp.float32)
-            elif op.op == "clamp":
-                x = jnp.clip(x, op.min, op.max)
-            else:
-                x = x.astype(jnp.dtype(TORCH_DTYPES[op.dtype.value])).astype(jnp.float32)
+        f32 = jnp.float32
+        x = _epilogue(spec.epilogue, x, env, acts, residual=lambda x, c, beta: x + beta * c.astype(f32),
+                      clamp=jnp.clip, cast=lambda x, d: x.astype(jnp.dtype(TORCH_DTYPES[d])).astype(f32))
         return x.astype(out_dtype)
 
     return jax.jit(run)
