@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# The GPU entry point: the marked GPU tests, then the benchmarks (Triton, CuTe, then Pallas Mosaic GPU). Run from the repo
-# root on a CUDA machine with torch and triton installed (specgen's own deps are not needed: generated
-# modules only import specgen.runtime); the CuTe parts need nvidia-cutlass-dsl 4.8.1 (and apache-tvm-ffi
-# for the fast call path): on the H200 image, install them with ../shared/tools/gpu-wheel-bundle (its
-# header says how) and export PYTHONPATH as it shows. Logs and results go to ${OUT:-bench/out}.
+# The GPU entry point: the marked GPU tests, then `specgen bench` over the catalogue, then a small
+# `specgen tune` (a 24-config space of gemm_bf16 on triton:sm90 at one shape) with --verify (all 24 timed
+# side by side: is the pick the best?), and the compile throughput with 1 and 16 workers. Run from the repo
+# root on a CUDA machine with torch and triton (the CuTe rows need nvidia-cutlass-dsl 4.8.1, the Pallas rows
+# jax 0.11 with CUDA); specgen's own deps (pydantic, jinja2, typer, rich, tomlkit) come from .whl/ where the
+# machine has no network. Logs and records go to ${OUT:-bench/out}.
 set -uo pipefail
 out=${OUT:-bench/out}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_INTERPRET=0  # tests/conftest.py defaults it to 1 for the CPU suite
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # torch and jax share the GPU in one process
+if [ -d .whl ]; then python3 -m pip install -q --no-index --find-links .whl tomlkit 2>&1 | tail -1; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 python3 -m pytest tests/gpu tests/conformance tests/backends -m gpu -q -p no:cacheprovider -n 8 --dist loadgroup 2>&1 | tee "$out/gpu-tests.log"
 tests=${PIPESTATUS[0]}
-# The timers' own check: cuBLAS against itself, paired and unpaired (bench/RESULTS.md reads ratios through it)
-python3 bench/aa_check.py --out "$out" 2>&1 | tee "$out/aa-check.log"
-python3 bench/bench_triton.py --out "$out" "$@" 2>&1 | tee "$out/bench.log"
+# every catalogue kernel on every target this GPU runs, at its default shapes (variants' corners + model shapes)
+python3 -m specgen bench --rounds "${ROUNDS:-30}" --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
 bench=${PIPESTATUS[0]}
-python3 bench/bench_cute.py --out "$out" 2>&1 | tee "$out/bench-cute.log"
-cute=${PIPESTATUS[0]}
-# Pallas Mosaic GPU (needs jax[cuda] 0.11; torch shares the GPU, so jax must not preallocate it)
-XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_pallas.py --out "$out" 2>&1 | tee "$out/bench-pallas.log"
-pallas=${PIPESTATUS[0]}
-exit $(( tests || bench || cute || pallas ))
+# the tuner on a small space: 2 x 2 x 2 x 3 = 24 configs (all pass check) + the incumbent, then all timed in one cycle
+cp specs/gemm_bf16.toml "$out/tune_gemm_bf16.toml"
+python3 -m specgen tune "$out/tune_gemm_bf16.toml" --kernel gemm_bf16 --target triton:sm90 --shapes 8192x8192x8192 \
+  --knob tile.m=64,128 --knob tile.n=64,128 --knob tile.k=64 --knob triton.num_warps=4,8 --knob pipeline.ab_stages=2,3,4 \
+  --cache "$out/tune-cache.jsonl" --workers 8 --verify --write 2>&1 | tee "$out/tune.log"
+tune=${PIPESTATUS[0]}
+# compile throughput: the same spec's default space (Triton sm90, one shape) with 1 and 16 workers, nothing cached
+for w in 1 16; do
+  python3 -m specgen tune gemm_bf16 --target triton:sm90 --shapes 8192x8192x8192 --compile-only --workers $w 2>&1 \
+    | tail -3 | tee "$out/compile-$w.log"
+done
+exit $(( tests || bench || tune ))

@@ -299,3 +299,4 @@ def version() -> None:
 
 def main() -> None:
     app()
+from specgen import cli_perf  # noqa: E402,F401  (registers `bench` and `tune` on app)

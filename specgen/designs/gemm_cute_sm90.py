@@ -461,3 +461,10 @@ def render_context(p: CuteSm90Plan) -> dict[str, object]:
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
         "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
     }
+
+
+def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+    """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
+    consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements)."""
+    return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": (128,) if spec.a.dtype.bytes == 1 else (64,),
+            "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}

@@ -421,3 +421,12 @@ def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
             **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
     return {"p": p, "plan_meta": meta, "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}
+
+
+def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+    """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two) and
+    pipeline steps; TPU blocks in MXU multiples (timed only on a TPU)."""
+    if target.memory == "vmem":
+        return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
+    k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
+    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4)}

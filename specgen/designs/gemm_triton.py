@@ -480,3 +480,11 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
 
 
 
+
+
+def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+    """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot
+    fit): block shape, warps, pipeline depth. 8-bit operands take deeper K blocks (tl.dot's K is 32 bytes)."""
+    narrow = spec.a.dtype.bytes == 1
+    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": (128, 256) if narrow else (64, 128),
+            "triton.num_warps": (4, 8), "pipeline.ab_stages": ("auto", 3, 4)}

@@ -19,7 +19,7 @@ Per spec, both sides:
   epilogue), layout inference and the dialect lowering; what is left (NVVM, ptxas) runs in C++ only
   where a GPU is (an XLA compile on the CPU has no `mosaic_gpu_v2` handler). A failure is a reject.
   The SMEM figure is Mosaic GPU's own: lowered once with its SMEM limit set to 1 byte, whose error
-  carries `smem_bytes=<n>` (bench/mgpu_smem_probe.py), and compared with the plan's (SMEM_BYTES).
+  carries `smem_bytes=<n>` (the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history)), and compared with the plan's (SMEM_BYTES).
 - small N: every fourth spec is also lowered at N = 8, 16 and 40 with its own tile (the launcher pads
   what TMA needs), recorded beside the main verdict (the shape does not enter check's verdict).
 

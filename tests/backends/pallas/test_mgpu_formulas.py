@@ -1,6 +1,6 @@
 """The formula table on Mosaic GPU without a GPU: a module with every activation and clamp form lowers
 for CUDA on this CPU machine (`lowering_platforms=("cuda",)`, Mosaic GPU's warpgroup lowering of
-jnp.where, jnp.tanh and the constants; needs the jax-cuda12 plugin, as bench/mgpu_smem_probe.py does).
+jnp.where, jnp.tanh and the constants; needs the jax-cuda12 plugin, as the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history) does).
 GELU's erf form does not lower there: Mosaic GPU 0.10.2 has no layout rule for math.erf (it did not
 before the table either), recorded as an expected failure; check refuses it (PAL009)."""
 

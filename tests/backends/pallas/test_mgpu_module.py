@@ -80,7 +80,7 @@ def test_module_imports_without_a_gpu_with_the_plan_check_resolved(modules, name
 
 def test_plan_smem_is_what_mosaic_gpu_allocated_when_lowered() -> None:
     """The record: each catalogue module lowered for CUDA (Mosaic GPU's own figure, from its SMEM-limit
-    error at a 1-byte limit) by bench/mgpu_smem_probe.py --catalogue; the H200 test does it live."""
+    error at a 1-byte limit) by the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history) --catalogue; the H200 test does it live."""
     rows = [json.loads(line) for line in RECORD.read_text().splitlines() if line.startswith('{"kernel"')]
     assert {r["kernel"] for r in rows} == set(MGPU)
     for row in rows:

@@ -1,7 +1,7 @@
 """The Mosaic GPU SMEM model (the Pallas design's `memory` for pallas:gpu_sm90) against what Mosaic GPU
 itself computed when lowering JAX's warp-specialized Hopper matmul on the H200 (jax 0.11.2): every
 recorded figure, over and under the 232448 B limit, equal to the byte. The live form of this check is
-tests/gpu/test_pallas_gpu.py (and bench/mgpu_smem_probe.py, which wrote the record)."""
+tests/gpu/test_pallas_gpu.py (and the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history), which wrote the record)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,135 @@
+"""The one JSON schema of a `specgen bench` record (pydantic): where it ran (GPU, clocks, driver, library
+versions, date) and one row per (kernel, target, shape) with both times, the paired ratio and its interval,
+TFLOP/s and the share of the GPU's peak; an A/A row (the peer against itself) in every target's table.
+`environment()` reads the machine (torch and nvidia-smi, imported and run only when called)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specgen import __version__
+from specgen.bench.stats import geomean
+
+SCHEMA = "specgen.bench/1"
+LIBRARIES = ("torch", "triton", "jax", "jaxlib", "nvidia-cutlass-dsl", "apache-tvm-ffi")
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Environment(Model):
+    gpu: str
+    sm_count: int | None = None
+    sm_clock_mhz: int | None = None  # when the record was taken: the card throttles at its power cap
+    max_sm_clock_mhz: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    versions: dict[str, str] = Field(default_factory=dict)  # library -> version, those installed
+    python: str = ""
+    specgen: str = __version__
+    date: str = ""  # ISO date
+
+
+class Row(Model):
+    kernel: str  # the spec's name, or the peer's for an A/A row
+    target: str
+    shape: tuple[int, int, int]  # M, N, K
+    batch: int = 1
+    kind: Literal["kernel", "aa"] = "kernel"
+    peer: str
+    spec_file: str = ""
+    spec_hash: str = ""
+    variant: str = ""  # which config the launcher picks for the shape ("default", "variant 0 (M <= 16)")
+    ours_us: float
+    peer_us: float
+    ratio: float  # median over rounds of peer / ours: > 1, ours is faster
+    ratio_lo: float
+    ratio_hi: float
+    pairs: int
+    ours_tflops: float
+    peer_tflops: float
+    pct_peak: float | None = None  # ours as a share of the GPU's dense peak for the operands' width
+    max_error: float = 0.0  # max |ours - peer| / max |peer| on the timed inputs
+    ours_kernels: dict[str, float] = Field(default_factory=dict)
+    peer_kernels: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        b = f"{self.batch}x" if self.batch > 1 else ""
+        return f"{self.kernel} {b}{'x'.join(map(str, self.shape))}"
+
+
+class BenchRecord(Model):
+    schema_id: Literal["specgen.bench/1"] = Field(SCHEMA, alias="schema")
+    environment: Environment
+    rows: list[Row]
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def geomeans(self) -> dict[str, float]:
+        """Per target: the geomean of its kernel rows' ratios (the A/A rows stay out)."""
+        by: dict[str, list[float]] = {}
+        for r in self.rows:
+            if r.kind == "kernel":
+                by.setdefault(r.target, []).append(r.ratio)
+        return {t: geomean(v) for t, v in by.items()}
+
+    def dump(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.model_dump_json(indent=1, by_alias=True) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> BenchRecord:
+        return cls.model_validate_json(path.read_text())
+
+
+def tflops(shape: tuple[int, int, int], us: float, batch: int = 1) -> float:
+    m, n, k = shape
+    return 2 * m * n * k * batch / (us * 1e-6) / 1e12
+
+
+def library_versions() -> dict[str, str]:
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _smi() -> dict[str, str]:
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    fields = "driver_version,clocks.sm,clocks.max.sm"
+    try:
+        line = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout.strip().splitlines()[0]
+    except (subprocess.SubprocessError, OSError, IndexError):
+        return {}
+    return dict(zip(fields.split(","), (v.strip() for v in line.split(",")), strict=False))
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def environment() -> Environment:
+    """The machine a timing runs on (needs torch with CUDA)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    smi = _smi()
+    return Environment(gpu=props.name, sm_count=props.multi_processor_count, sm_clock_mhz=_int(smi.get("clocks.sm")),
+                       max_sm_clock_mhz=_int(smi.get("clocks.max.sm")), driver=smi.get("driver_version"),
+                       cuda=torch.version.cuda, versions=library_versions(), python=platform.python_version(),
+                       date=datetime.date.today().isoformat())

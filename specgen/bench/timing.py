@@ -1,0 +1,118 @@
+"""The project's one timer: CUPTI kernel time (torch.profiler) of several calls alternated call by call
+in one profiler window. Each round runs every call once, in an order that rotates every round, each
+call preceded by an L2 flush and a device sync (so a call on another stream, jax's, cannot overlap the
+flush); a round's ratio is baseline / candidate. The card runs at its power limit and its SM clock
+moves 1390-1760 MHz between windows tens of ms apart: medians taken in separate windows compare clock
+states, one round's calls run at (nearly) one clock (BASELINES.md, "paired kernel times").
+
+torch is imported inside the functions: `specgen bench` imports this module, `check` and `render` never do.
+A `Timer` is what run.py and the tuner call; `CuptiTimer` is the GPU's, tests inject a fake."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specgen.bench.stats import rotation
+
+FLUSH_BYTES = 256 << 20  # > 5x the H200's 50 MB L2, as do_bench flushes
+
+
+@dataclass(frozen=True)
+class Call:
+    """One timed call: `key` names what it runs (a kernel and config, a peer), `fn` launches it."""
+
+    key: str
+    fn: Callable[[], object]
+
+
+class Timer(Protocol):
+    def cycle(self, calls: dict[str, Call], rounds: int) -> dict[str, list[float]]:
+        """Per call name, each round's microseconds (rounds paired across the calls)."""
+        ...
+
+
+_FLUSH: dict[int, Any] = {}
+
+
+def flush_l2(device: int = 0) -> None:
+    """Evict the GPU's L2 by writing a 256 MB buffer."""
+    import torch
+
+    buf = _FLUSH.get(device)
+    if buf is None:
+        buf = _FLUSH[device] = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=f"cuda:{device}")
+    buf.zero_()
+
+
+def _flush_kernel_names() -> set[str]:
+    """The kernels flush_l2 launches (profiled alone, after a warm-up flush): the timer leaves them out of
+    a call's time and uses them to tell calls apart."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    flush_l2()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as alone:
+        flush_l2()
+        torch.cuda.synchronize()
+    return {e.key for e in alone.key_averages() if e.device_time_total > 0}
+
+
+def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict[str, dict]:
+    """CUPTI kernel time of each call, `rounds` rounds, every call once per round in a rotating order, L2
+    flushed before each. Returns per call "samples" (each round's us: the sum of the kernels it launched)
+    and "kernels" (its kernels by name with their median us: what cuBLAS or XLA picked for the shape, how
+    an eager peer's time splits)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    names = list(fns)
+    for fn in fns.values():
+        fn()
+    flush_names = _flush_kernel_names()
+    order: list[str] = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(rounds):
+            for name in rotation(names, i):
+                flush_l2()
+                torch.cuda.synchronize()
+                fns[name]()
+                torch.cuda.synchronize()
+                order.append(name)
+    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    segments: list[list] = []
+    for e in kernels:  # one segment per call: the kernels between two flushes
+        if e.name in flush_names:
+            if not segments or segments[-1]:
+                segments.append([])
+        elif segments:
+            segments[-1].append(e)
+    segments = [s for s in segments if s]
+    if len(segments) != len(order):
+        raise RuntimeError(f"kernel_cycle: {len(segments)} kernel segments for {len(order)} calls (a call launched "
+                           f"no kernel, or a kernel shares the flush's name: {sorted(flush_names)})")
+    out: dict[str, dict] = {name: {"samples": [], "kernels": {}} for name in names}
+    for name, segment in zip(order, segments, strict=True):
+        out[name]["samples"].append(sum(e.time_range.elapsed_us() for e in segment))
+        for e in segment:
+            out[name]["kernels"].setdefault(e.name, []).append(e.time_range.elapsed_us())
+    for side in out.values():
+        side["kernels"] = {k: statistics.median(v) for k, v in side["kernels"].items()}
+    return out
+
+
+class CuptiTimer:
+    """The GPU's Timer: kernel_cycle. `kernels` keeps the last cycle's kernel names per call key."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[str, dict[str, float]] = {}
+
+    def cycle(self, calls: dict[str, Call], rounds: int) -> dict[str, list[float]]:
+        c = kernel_cycle({name: call.fn for name, call in calls.items()}, rounds)
+        for name, call in calls.items():
+            self.kernels[call.key] = c[name]["kernels"]
+        return {name: c[name]["samples"] for name in calls}

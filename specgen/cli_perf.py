@@ -1,0 +1,198 @@
+"""`specgen bench` and `specgen tune` (registered on cli.app): parse, call specgen.bench / specgen.tune,
+print. Importing this module imports neither torch nor triton: the commands import them when they run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from specgen.cli import app, err, out
+
+
+def _specs(items: list[str] | None):
+    """Spec files, or kernel names from specs/ (a name not found says which exist)."""
+    from specgen.cli import _load
+
+    items = items or []
+    paths = [Path(i) for i in items if Path(i).exists()]
+    names = [i for i in items if not Path(i).exists()]
+    loaded = _load(paths) if paths or not names else []
+    if names:
+        catalogue = {ls.name: ls for ls in _load([Path("specs")])}
+        missing = [n for n in names if n not in catalogue]
+        if missing:
+            err.print(f"error: {', '.join(missing)}: neither a file nor a kernel in specs/ "
+                      f"(kernels: {', '.join(sorted(catalogue))})", markup=False)
+            raise typer.Exit(2)
+        loaded += [catalogue[n] for n in names]
+    return loaded
+
+
+def _targets(items: list[str] | None) -> set[str]:
+    from specgen.spec.models import parse_target
+
+    try:
+        return {str(parse_target(t)) for t in items or []}
+    except ValueError as e:
+        err.print(f"error: --target: {e}", markup=False)
+        raise typer.Exit(2) from None
+
+
+def _shapes(text: str | None):
+    from specgen.bench.shapes import ShapeError, parse_shapes
+
+    try:
+        return parse_shapes(text) if text else None
+    except ShapeError as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(2) from None
+
+
+def _need_gpu(what: str) -> None:
+    try:
+        import torch
+    except ImportError:
+        err.print(f"error: {what} needs torch with CUDA: pip install 'specgen[triton]'", markup=False)
+        raise typer.Exit(2) from None
+    if not torch.cuda.is_available():
+        err.print(f"error: {what} times kernels on a CUDA GPU and this machine has none"
+                  f"{' (use --from-cache to apply cached results)' if what == 'specgen tune' else ''}", markup=False)
+        raise typer.Exit(2)
+
+
+class RichProgress:
+    """The tuner's Progress as rich bars: done / total, elapsed, ETA."""
+
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=err)
+        self.task = None
+
+    def phase(self, name: str, total: int) -> None:
+        if self.task is None:
+            self.bar.start()
+        self.task = self.bar.add_task(name, total=total, last="")
+
+    def advance(self, text: str = "") -> None:
+        self.bar.update(self.task, advance=1, last=text[:70])
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
+@app.command()
+def bench(
+    specs: list[str] | None = typer.Argument(None, help="Spec files or kernel names (default: all of specs/).",
+                                             show_default=False, metavar="SPEC_OR_NAME"),
+    target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
+    shapes: str | None = typer.Option(None, "--shapes", help="MxNxK[,...] (default: variants' ranges + model shapes)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the record (one JSON schema) here."),
+    png: Path | None = typer.Option(None, "--png", help="Draw ratio per shape per target (the plot extra)."),
+    compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two records: A.json B.json.",
+                                                     metavar="A B"),
+    rounds: int = typer.Option(40, "--rounds", min=3, help="Paired rounds per row."),
+) -> None:
+    """Time rendered kernels against their peer (paired CUPTI, L2 flushed, an A/A row per table)."""
+    from specgen.bench.record import BenchRecord
+    from specgen.bench.report import compare as compare_records
+    from specgen.bench.report import plot, print_record
+
+    if compare:
+        a, b = (BenchRecord.read(p) for p in compare)
+        table, notes = compare_records(a, b)
+        out.print(table)
+        for line in notes:
+            out.print(line, markup=False)
+        raise typer.Exit(0)
+    loaded = _specs(specs)
+    wanted, shape_list = _targets(target), _shapes(shapes)
+    _need_gpu("specgen bench")
+    from specgen.bench.record import environment
+    from specgen.bench.run import WrongResult, plan, run_bench
+    from specgen.bench.timing import CuptiTimer
+    from specgen.bench.workloads import GpuWorkloads
+
+    workloads = GpuWorkloads()
+    jobs = plan(loaded, wanted, shape_list, workloads)
+    if not jobs:
+        err.print("error: no target of these specs runs on this GPU", markup=False)
+        raise typer.Exit(1)
+    try:
+        record = run_bench(jobs, workloads, CuptiTimer(), environment(), rounds,
+                           progress=lambda line: err.print(line, markup=False))
+    except WrongResult as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(1) from None
+    print_record(record, out)
+    if json_out:
+        record.dump(json_out)
+        out.print(f"wrote {json_out}", markup=False)
+    if png:
+        plot(record, png)
+        out.print(f"wrote {png}", markup=False)
+
+
+@app.command()
+def tune(
+    spec: str = typer.Argument(..., help="A spec file (one kernel) or a kernel name in specs/.", metavar="SPEC"),
+    kernel: str | None = typer.Option(None, "--kernel", help="Which kernel of a file that holds several."),
+    target: list[str] | None = typer.Option(None, "--target", help="Targets to tune (default: those this GPU runs)."),
+    shapes: str | None = typer.Option(None, "--shapes", help="MxNxK[,...] (default: variants' ranges + model shapes)."),
+    budget: float | None = typer.Option(None, "--budget", help="Stop timing after MIN minutes, with the best so far.",
+                                        metavar="MIN"),
+    write: bool = typer.Option(False, "--write", help="Write the winners into the spec file."),
+    from_cache: bool = typer.Option(False, "--from-cache", help="Choose from cached timings only (no GPU)."),
+    ray: bool = typer.Option(False, "--ray", help="Compile on Ray CPU tasks, time on one Ray actor per GPU "
+                             "(a local Ray cluster, or --ray-address's)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Join this Ray cluster (implies --ray).",
+                                           metavar="ADDRESS"),
+    workers: int = typer.Option(max(1, (os.cpu_count() or 2) - 1), "--workers", help="Compile processes (no Ray)."),
+    cache_path: Path = typer.Option(Path(".specgen/tune-cache.jsonl"), "--cache", help="The results cache."),
+    knob: list[str] | None = typer.Option(None, "--knob", help="Replace a knob's range: tile.n=128,256 (repeatable)."),
+    rounds: int = typer.Option(40, "--rounds", min=3, help="Paired rounds per timing."),
+    compile_only: bool = typer.Option(False, "--compile-only",
+                                      help="Compile every candidate afresh (no cache, no GPU) and report throughput."),
+    verify: bool = typer.Option(False, "--verify", help="Then time every candidate in one cycle: is the pick the best?"),
+) -> None:
+    """Find each target's best config for SPEC's shapes; with --write, put it in the spec file."""
+    from specgen.tune.space import SpaceError, parse_knobs
+    from specgen.tune.writeback import WriteError
+
+    candidates = [ls for ls in _specs([spec]) if kernel is None or ls.name == kernel]
+    if len(candidates) != 1:
+        err.print(f"error: {spec} holds {len(candidates)} kernels: name one with --kernel "
+                  f"({', '.join(ls.name for ls in _specs([spec]))})", markup=False)
+        raise typer.Exit(2)
+    (loaded,) = candidates
+    try:
+        overrides = parse_knobs(knob or [])
+    except SpaceError as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(2) from None
+    wanted, shape_list = _targets(target), _shapes(shapes)
+    from specgen.tune import session
+
+    progress = RichProgress()
+    try:
+        session.run(loaded, wanted, shape_list, overrides, cache_path=cache_path, budget_min=budget, write=write,
+                    from_cache=from_cache,
+                    ray=ray_address or ("local" if ray else None), workers=workers, rounds=rounds, compile_only=compile_only,
+                    verify=verify, progress=progress, need_gpu=_need_gpu, say=lambda t: out.print(t, markup=False))
+    except (SpaceError, WriteError, session.TuneError) as e:
+        progress.stop()
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(1) from None
+    progress.stop()
+

@@ -1,0 +1,109 @@
+"""The tuner's cache: one JSON line per compile and per timing, appended and flushed as each lands (a
+killed tune loses nothing; a re-run skips what is there; `--from-cache` chooses from it with no GPU).
+
+A timing's key is (the kernel's semantics, target, shape, the candidate's whole effective config, the
+incumbent's, GPU name, driver, library versions); a compile's drops the GPU. Keying by semantics rather
+than the file's spec hash keeps entries valid after `--write` changes the config in the spec."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specgen.spec.models import GemmSpec
+
+SEMANTIC_FIELDS = ("a", "b", "out", "accumulator", "batch", "epilogue")
+
+
+class Machine(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str
+    driver: str | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["compile", "time"]
+    key: str
+    semantics: str
+    spec_hash: str  # the spec file's hash when measured (information; not part of the key)
+    target: str
+    config: dict[str, Any]  # the knobs
+    config_key: str  # the candidate's whole effective config
+    shape: tuple[int, int, int, int] | None = None  # M, N, K, batch
+    incumbent_key: str = ""
+    machine: Machine | None = None
+    error: str = ""
+    seconds: float = 0.0  # compile time
+    ours_us: float = 0.0
+    incumbent_us: float = 0.0
+    peer_us: float = 0.0
+    ratio: float = 0.0  # incumbent / candidate, paired per round
+    ratio_lo: float = 0.0
+    ratio_hi: float = 0.0
+    ratio_peer: float = 0.0  # peer / candidate
+    pairs: int = 0
+
+
+def _sha(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def semantics(spec: GemmSpec) -> str:
+    return _sha(spec.model_dump(mode="json", include=set(SEMANTIC_FIELDS)))
+
+
+def compile_key(sem: str, target: str, config_key: str, versions: dict[str, str]) -> str:
+    return _sha("compile", sem, target, config_key, versions)
+
+
+def time_key(sem: str, target: str, shape: tuple[int, ...], config_key: str, incumbent_key: str,
+             machine: Machine) -> str:
+    return _sha("time", sem, target, list(shape), config_key, incumbent_key, machine.model_dump())
+
+
+class Cache:
+    """Entries by key, read once; `put` appends one line and fsyncs it. A line cut short by a kill is
+    skipped on the next read (the work it stood for is redone)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[str, Entry] = {}
+        self.skipped = 0
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    e = Entry.model_validate_json(line)
+                except ValueError:
+                    self.skipped += 1
+                    continue
+                self.entries[e.key] = e
+
+    def get(self, key: str) -> Entry | None:
+        return self.entries.get(key)
+
+    def put(self, entry: Entry) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(entry.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.entries[entry.key] = entry
+
+    def machines(self, sem: str, target: str) -> list[Machine]:
+        """The machines that timed this kernel on this target, most recent last."""
+        seen: list[Machine] = []
+        for e in self.entries.values():
+            if e.kind == "time" and e.semantics == sem and e.target == target and e.machine is not None:
+                if e.machine in seen:
+                    seen.remove(e.machine)
+                seen.append(e.machine)
+        return seen

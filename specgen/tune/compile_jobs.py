@@ -1,0 +1,96 @@
+"""Ahead-of-time compiles of candidates, in parallel CPU processes (a process pool, or Ray CPU tasks with
+`--ray`). A job is a flattened candidate (one kernel, one target, its slot's config as default):
+rendered into its own folder and compiled through the design's compile hook (Triton: `triton.compile` for a
+GPUTarget; CuTe: `cute.compile`), which fills the disk caches the timing process's first call reuses."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    key: str
+    flat: dict  # the flattened candidate spec (JSON-able)
+    target: str
+    folder: str
+
+
+def compile_job(job: CompileJob) -> dict[str, Any]:
+    """Render and compile one candidate; returns {"key", "error", "seconds", "compiler_smem"} (never raises:
+    a compiler's failure is the candidate's verdict)."""
+    from specgen.compile import _hook, load_rendered
+    from specgen.designs import design_for
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.models import parse_target
+    from specgen.targets import target_info
+    from specgen.tune.space import loaded_from
+
+    # an AOT compile is for the GPU, never the CPU interpreter (a test session's workers inherit it)
+    os.environ["TRITON_INTERPRET"] = "0"
+    start = time.perf_counter()
+    try:
+        loaded = loaded_from(job.flat)
+        target = parse_target(job.target)
+        (rel, text), = render_modules(loaded, [target]).items()
+        path = Path(job.folder) / job.key / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        module = load_rendered(path, f"_specgen_tune_{job.key}")
+        design = design_for(loaded.spec.kind, target.backend)
+        result = _hook(design.compile_hook)(module, target_info(target))
+        results = result if isinstance(result, list) else [result]
+        errors = [r.error for r in results if r.error]
+        smem = max((r.compiler_smem or 0 for r in results), default=0)
+        return {"key": job.key, "error": "; ".join(errors), "seconds": time.perf_counter() - start, "compiler_smem": smem}
+    except Exception as e:  # a render or import failure is a verdict too, said in one line
+        return {"key": job.key, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:600],
+                "seconds": time.perf_counter() - start, "compiler_smem": 0}
+
+
+Compiler = Callable[[list[CompileJob]], Iterator[dict[str, Any]]]
+
+
+def inline(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:
+    """Compile in this process, one at a time (workers = 0; the tests' fake compiles)."""
+    def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
+        for job in jobs:
+            yield fn(job)
+    return run
+
+
+def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:
+    """A process pool of `workers` spawned processes (not forked: the parent may hold CUDA and threads);
+    results come back as they finish."""
+    def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
+        if not jobs:
+            return
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
+            pending: set[Future] = {ex.submit(fn, job) for job in jobs}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
+    return run
+
+
+def ray_tasks(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:
+    """Each job a Ray task of one CPU (ray.init is the caller's: `--ray [ADDRESS]`)."""
+    import ray
+
+    remote = ray.remote(num_cpus=1)(fn)
+
+    def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
+        pending = [remote.remote(job) for job in jobs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    return run

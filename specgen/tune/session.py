@@ -1,0 +1,120 @@
+"""One `specgen tune` session as the CLI runs it: choose the compiler (process pool or Ray tasks) and the
+measurer (this GPU or Ray actors), read the machine's identity, run the tune and say what it found;
+`--compile-only` measures compile throughput, `--verify` times every candidate side by side."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specgen.bench.shapes import Shape
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import Target
+from specgen.targets import target_info
+from specgen.tune import compile_jobs, measure
+from specgen.tune.cache import Cache, Machine
+from specgen.tune.run import Progress, TuneError, compile_all, folder_for, plan_slots, tune
+from specgen.tune.space import config_key
+
+__all__ = ["TuneError", "run"]
+
+
+def _targets(loaded: LoadedSpec, wanted: set[str], gpu_cc: int | None) -> list[Target]:
+    """The spec's targets to tune: `wanted`, else those the GPU here runs (all GPU targets without a GPU)."""
+    if wanted:
+        unknown = wanted - {str(t) for t in loaded.spec.targets}
+        if unknown:
+            raise TuneError(f"{loaded.name} does not list {', '.join(sorted(unknown))}")
+        return [t for t in loaded.spec.targets if str(t) in wanted]
+    found = [t for t in loaded.spec.targets if target_info(t).memory == "smem"
+             and (gpu_cc is None or target_info(t).compute_capability == gpu_cc)]
+    if not found:
+        raise TuneError(f"no target of {loaded.name} runs on this machine's GPU")
+    return found
+
+
+def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, overrides: dict,
+                  compiler: compile_jobs.Compiler, workers: int, progress: Progress, say: Callable[[str], None]) -> None:
+    """Every candidate compiled afresh (a new cache and a new Triton cache dir): compiles per second."""
+    tmp = Path(tempfile.mkdtemp(prefix="specgen-compile-"))
+    os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")  # spawned workers inherit it: nothing is a cache hit
+    slots = plan_slots(loaded, targets, shapes, overrides)
+    start = time.perf_counter()
+    done, _ = compile_all(loaded, slots, Cache(tmp / "cache.jsonl"), compiler, tmp / "modules", {}, progress)
+    wall = time.perf_counter() - start
+    entries = [e for e in Cache(tmp / "cache.jsonl").entries.values()]
+    failed = sum(bool(e.error) for e in entries)
+    cpu = sum(e.seconds for e in entries)
+    say(f"compiled {done} candidates ({failed} failed) with {workers} workers in {wall:.1f} s: "
+        f"{done / wall:.2f} compiles/s; {cpu:.1f} s of compile time in all ({cpu / max(done, 1):.2f} s each)")
+    for e in entries:
+        if e.error:
+            say(f"  failed {e.target} {e.config}: {e.error[:200]}")
+
+
+def run(loaded: LoadedSpec, wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]], *,
+        cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
+        rounds: int, compile_only: bool, verify: bool, progress: Progress, need_gpu: Callable[[str], None],
+        say: Callable[[str], None]) -> None:
+    if ray is not None:
+        import ray as ray_lib
+
+        ray_lib.init(address=None if ray == "local" else ray, ignore_reinit_error=True, log_to_driver=False)
+        compiler = compile_jobs.ray_tasks()
+    else:
+        compiler = compile_jobs.pool(workers) if workers > 1 else compile_jobs.inline()
+    if compile_only:
+        _compile_only(loaded, _targets(loaded, wanted, None), shapes, overrides, compiler, workers, progress, say)
+        return
+    cache = Cache(cache_path)
+    if from_cache:
+        report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,
+                      measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat())
+    else:
+        need_gpu("specgen tune")
+        import torch
+
+        from specgen.bench.record import environment
+        from specgen.bench.timing import CuptiTimer
+
+        env = environment()
+        machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions)
+        major, minor = torch.cuda.get_device_capability()
+        targets = _targets(loaded, wanted, 10 * major + minor)
+        folder = folder_for(cache_path, loaded)
+        timer = CuptiTimer()
+        calls = measure.GpuCalls(folder / "timed")
+        measurer = measure.ray_actors(folder / "timed") if ray is not None else measure.local(calls, timer)
+        report = tune(loaded, targets, shapes, cache=cache, machine=machine, compiler=compiler, measurer=measurer,
+                      rounds=rounds, budget_s=None if budget_min is None else 60 * budget_min, overrides=overrides,
+                      versions=env.versions, progress=progress, do_write=write, date=env.date)
+        if verify:
+            _verify(report.slots, calls, timer, rounds, say)
+    if hasattr(progress, "stop"):
+        progress.stop()
+    say(f"{loaded.name}: {report.compiled} compiled, {report.measured} timed now, on {report.machine.gpu if report.machine else '?'}"
+        + (" (budget spent: the best so far)" if report.budget_stop else ""))
+    for s in report.slots:
+        say(f"  {s.target} {s.label}: {len(s.kept)} candidates after check ({s.rejected} rejected), "
+            f"{len(s.failed)} failed to compile, {s.timed} timed")
+    for line in report.summary:
+        say(line)
+    if write:
+        say(f"wrote {len(report.edits)} changes into {loaded.file}" if report.edits else "nothing to write: every incumbent stays")
+
+
+def _verify(slots: list, calls: measure.GpuCalls, timer: Any, rounds: int, say: Callable[[str], None]) -> None:
+    for s in slots:
+        inc = s.flats[config_key(s.incumbent)]
+        flats = {config_key(c): s.flats[config_key(c)] for c in s.kept if config_key(c) not in s.failed}
+        pick = config_key(s.winner or s.incumbent)
+        med = measure.one_cycle(calls, timer, flats, inc, str(s.target), s.shapes[0], rounds)
+        best = min(med, key=med.get)
+        say(f"verify {s.target} {s.label} at {s.shapes[0]}: all {len(med)} in one cycle: the pick {med[pick]:.1f} us, "
+            f"the fastest {med[best]:.1f} us ({best == pick and 'the pick' or best}): pick within "
+            f"{100 * (med[pick] / med[best] - 1):.2f}% of the best")

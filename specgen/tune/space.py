@@ -1,0 +1,194 @@
+"""The tuner's candidates: each design's knobs and ranges (a module-level `tune_space(spec, target)` beside
+the design class), their product with the incumbent always in it, each applied to the spec as the writeback
+would write it (`edits`) and pruned by the same `check` (no compile is spent on a config check rejects).
+
+A config is flat: {"tile.m": 128, "tile.n": 256, "tile.k": 64, "triton.num_warps": 8}. It is written into
+the target's per_target table (or its copy of the size variants, for a variant's slot); a field the
+design's `shared_config` makes common to a module's targets (Triton's tile) is written for each of them."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import itertools
+import json
+from collections.abc import Callable, MutableMapping, MutableSequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgen.check import Diagnostic, check_spec
+from specgen.designs import design_for
+from specgen.spec.load import LazyPositions, LoadedSpec
+from specgen.spec.models import CONFIG_SECTIONS, GemmSpec, Target
+from specgen.targets import target_info
+
+Config = dict[str, Any]
+Edit = tuple[tuple[str | int, ...], Any]  # (path from the kernel's table, value)
+
+
+class SpaceError(ValueError):
+    pass
+
+
+def config_key(config: Config) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def design_space(spec: GemmSpec, target: Target) -> dict[str, tuple[Any, ...]]:
+    design = design_for(spec.kind, target.backend)
+    fn = getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
+    if fn is None:
+        raise SpaceError(f"{target} has no tune space: its design declares no `tune_space`")
+    return fn(spec, target_info(target))
+
+
+def parse_knobs(items: list[str]) -> dict[str, tuple[Any, ...]]:
+    """--knob tile.n=128,256: a knob's range replaced (integers where they parse, else strings)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        section, dot, key = name.partition(".")
+        if not sep or not dot or section not in CONFIG_SECTIONS or not values:
+            raise SpaceError(f"--knob '{item}' is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(CONFIG_SECTIONS)}")
+        out[name] = tuple(int(v) if v.lstrip("-").isdigit() else v for v in values.split(","))
+    return out
+
+
+def current(spec: GemmSpec, target: Target, slot: int | None, knobs: list[str]) -> Config:
+    """The incumbent: the effective value of each knob on (target, slot)."""
+    eff = spec.for_target(target, slot)
+    return {k: getattr(getattr(eff, k.split(".")[0]), k.split(".")[1]) for k in knobs}
+
+
+def space(spec: GemmSpec, target: Target, slot: int | None,
+          overrides: dict[str, tuple[Any, ...]] | None = None) -> tuple[Config, list[Config]]:
+    """(incumbent, every config of the product of the knobs' ranges, the incumbent first)."""
+    ranges = {**design_space(spec.for_target(target, slot), target), **(overrides or {})}
+    unknown = [k for k in ranges if k.split(".")[1] not in type(getattr(spec, k.split(".")[0])).model_fields]
+    if unknown:
+        raise SpaceError(f"unknown knob(s) {', '.join(unknown)} on {target}")
+    inc = current(spec, target, slot, list(ranges))
+    configs = [inc]
+    for values in itertools.product(*ranges.values()):
+        c = dict(zip(ranges, values, strict=True))
+        if c != inc:
+            configs.append(c)
+    return inc, configs
+
+
+def _module_targets(spec: GemmSpec, target: Target) -> list[Target]:
+    design = design_for(spec.kind, target.backend)
+    same = [t for t in spec.targets if t.backend is target.backend]
+    for targets in (design.modules(spec, same) if design else {}).values():
+        if target in targets:
+            return targets
+    return [target]
+
+
+def _shared(spec: GemmSpec, target: Target, knob: str) -> bool:
+    design = design_for(spec.kind, target.backend)
+    section, key = knob.split(".")
+    return any(p in ((section,), (section, key)) for p in getattr(design, "shared_config", ()))
+
+
+def _layer(spec: GemmSpec, target: Target, slot: int | None, edits: list[Edit]) -> tuple[str | int, ...]:
+    """The path of (target, slot)'s layer; a variant's slot copies the kernel's variants into the target's
+    table first (its own list, so the other targets keep theirs)."""
+    if slot is None:
+        return ("per_target", str(target))
+    cfg = spec.per_target.get(str(target))
+    if cfg is None or cfg.variants is None:
+        copy = [v.model_dump(mode="json") for v in spec.variants]
+        if not any(p == ("per_target", str(target), "variants") for p, _ in edits):
+            edits.append((("per_target", str(target), "variants"), copy))
+    return ("per_target", str(target), "variants", slot)
+
+
+def edits(spec: GemmSpec, target: Target, slot: int | None, config: Config) -> list[Edit]:
+    """What writing `config` for (target, slot) changes: only knobs whose value differs; a tile written
+    whole; a shared field written for each of the module's targets."""
+    out: list[Edit] = []
+    for t in _module_targets(spec, target):
+        if t != target and (slot is not None and spec.variants_on(t) != spec.variants_on(target)):
+            continue  # another target's variants differ: its slot is not this one
+        eff = spec.for_target(t, slot)
+        mine = [k for k in config if t == target or _shared(spec, target, k)]
+        changed = [k for k in mine if getattr(getattr(eff, k.split(".")[0]), k.split(".")[1]) != config[k]]
+        if not changed:
+            continue
+        layer = _layer(spec, t, slot, out)
+        if any(k.startswith("tile.") for k in changed):
+            tile = eff.tile.model_dump() | {k.split(".")[1]: config[k] for k in mine if k.startswith("tile.")}
+            out.append(((*layer, "tile"), tile))
+        for k in changed:
+            if not k.startswith("tile."):
+                out.append(((*layer, *k.split(".")), config[k]))
+    return out
+
+
+def apply_edits(root: MutableMapping, changes: list[Edit],
+                table: Callable[[tuple[str | int, ...]], MutableMapping] = lambda _: {},
+                value: Callable[[Any], Any] = lambda v: v) -> None:
+    """Apply edits to a kernel's table (a dict, a tomlkit table, a ruamel map): a missing table is made
+    with `table(its path)`, values converted by `value` (inline tables for TOML)."""
+    for path, v in changes:
+        node: Any = root
+        for depth, part in enumerate(path[:-1]):
+            if isinstance(node, MutableSequence):
+                node = node[part]
+                continue
+            if part not in node:
+                node[part] = table(path[:depth + 1])
+            node = node[part]
+        node[path[-1]] = value(v)
+
+
+def loaded_from(spec_data: dict, file: str = "<tune>") -> LoadedSpec:
+    return LoadedSpec(GemmSpec.model_validate(spec_data), file, 0, LazyPositions("", ".json"))
+
+
+@dataclass
+class Candidates:
+    target: Target
+    slot: int | None
+    incumbent: Config
+    kept: list[Config] = field(default_factory=list)
+    rejected: list[tuple[Config, list[Diagnostic]]] = field(default_factory=list)
+
+
+def candidate_spec(loaded: LoadedSpec, target: Target, slot: int | None, config: Config) -> LoadedSpec:
+    data = loaded.spec.model_dump(mode="json")
+    apply_edits(data, edits(loaded.spec, target, slot, config))
+    return loaded_from(data, loaded.file)
+
+
+def enumerate_candidates(loaded: LoadedSpec, target: Target, slot: int | None,
+                         overrides: dict[str, tuple[Any, ...]] | None = None) -> Candidates:
+    """Every config of the space, checked as written: kept when the whole spec then passes check (no new
+    error on any target), rejected with check's errors otherwise."""
+    inc, configs = space(loaded.spec, target, slot, overrides)
+    out = Candidates(target, slot, inc)
+    for c in configs:
+        try:
+            spec = candidate_spec(loaded, target, slot, c)
+        except ValueError as e:  # the model refused the value (a bound): check's first gate
+            out.rejected.append((c, [Diagnostic(loaded.name, loaded.file, 1, 1, str(target), "LOAD", "error",
+                                                str(e).splitlines()[0], "")]))
+            continue
+        errors = [d for d in check_spec(spec) if d.severity == "error"]
+        if errors:
+            out.rejected.append((c, errors))
+        else:
+            out.kept.append(c)
+    return out
+
+
+def flattened(loaded: LoadedSpec, target: Target, slot: int | None, config: Config) -> dict:
+    """The candidate as one kernel for one target, the slot's config as its default (no variants): what is
+    compiled and timed (exactly what the launcher would run for a shape in that slot)."""
+    spec = candidate_spec(loaded, target, slot, config).spec.for_target(target, slot)
+    return spec.model_copy(update={"targets": [target]}).model_dump(mode="json")

@@ -1,0 +1,121 @@
+"""`specgen bench`'s orchestration, record and report on a CPU: the GPU replaced by fake workloads whose
+calls carry a time keyed by (kernel, target, shape) and a fake timer behind the real paired statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specgen.bench.record import BenchRecord, Environment
+from specgen.bench.report import compare, tables
+from specgen.bench.run import Workload, WrongResult, plan, run_bench
+from specgen.bench.shapes import Shape, ShapeError, parse_shapes, slot_for
+from specgen.bench.timing import Call
+from specgen.cli import app
+from specgen.spec.load import load_paths
+from tests.tune.fakes import FakeTimer
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = Environment(gpu="NVIDIA H200", driver="580.0", sm_clock_mhz=1755, date="2026-11-25")
+
+
+class FakeWorkloads:
+    """Our kernel at 100 us x the shape's work, the peer `speedup` times slower; sm90 targets only."""
+
+    def __init__(self, speedup: float = 1.05, error: float = 0.0) -> None:
+        self.speedup, self.error = speedup, error
+
+    def runs(self, target) -> bool:
+        return str(target) in ("triton:sm90", "cute:sm90")
+
+    def make(self, loaded, target, shape: Shape) -> Workload:
+        us = 2 * shape.m * shape.n * shape.k * shape.batch / 7e8
+        ours = Call(json.dumps({"us": us, "k": f"{loaded.name}@{target}"}), lambda: None)
+        peer = Call(json.dumps({"us": us * self.speedup, "k": "peer"}), lambda: None)
+        return Workload(ours, peer, "cuBLAS (torch.matmul)", self.error)
+
+
+def _catalogue():
+    return {ls.name: ls for ls in load_paths([ROOT / "specs"])}
+
+
+def test_plan_times_the_targets_this_gpu_runs_and_default_shapes() -> None:
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"], specs["bmm_bf16"]], None, None, FakeWorkloads())
+    assert [(ls.name, str(t)) for ls, t, _ in jobs] == [("gemm_bf16", "triton:sm90"), ("gemm_bf16", "cute:sm90"),
+                                                          ("bmm_bf16", "triton:sm90"), ("bmm_bf16", "cute:sm90")]
+    shapes = dict(((ls.name, str(t)), s) for ls, t, s in jobs)
+    tri = shapes[("gemm_bf16", "triton:sm90")]
+    # each Triton variant's corner is measured (and served by that variant), then the model shapes
+    spec = specs["gemm_bf16"].spec
+    for i, v in enumerate(spec.variants_on("triton:sm90")):
+        corner = Shape(v.when.m_max or 8192, v.when.n_max or 8192, v.when.k_max or 8192)
+        assert corner in tri and slot_for(spec, "triton:sm90", corner) == i
+    assert Shape(8192, 8192, 8192) in tri and Shape(16, 8192, 8192) in tri
+    assert all(s.batch == 8 or s.batch == 4 for s in shapes[("bmm_bf16", "cute:sm90")])
+
+
+def test_record_rows_aa_geomean_and_schema(tmp_path: Path) -> None:
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,16x8192x8192"), FakeWorkloads())
+    record = run_bench(jobs, FakeWorkloads(1.05), FakeTimer(), ENV, rounds=9)
+    aa = [r for r in record.rows if r.kind == "aa"]
+    rows = [r for r in record.rows if r.kind == "kernel"]
+    assert len(aa) == 1 and abs(aa[0].ratio - 1) < 0.005 and len(rows) == 2
+    assert all(abs(r.ratio - 1.05) < 0.005 and r.ratio_lo <= r.ratio <= r.ratio_hi for r in rows)
+    big = rows[0]
+    assert big.variant == "default" and rows[1].variant.startswith("variant ")
+    assert abs(big.ours_tflops - 700) < 2 and big.pct_peak == pytest.approx(100 * big.ours_tflops / 989.4)
+    assert abs(record.geomeans()["triton:sm90"] - 1.05) < 0.005
+    path = tmp_path / "r.json"
+    record.dump(path)
+    data = json.loads(path.read_text())
+    assert data["schema"] == "specgen.bench/1" and data["environment"]["gpu"] == "NVIDIA H200"
+    assert BenchRecord.read(path) == record
+    data["rows"][0]["unknown"] = 1
+    with pytest.raises(ValueError, match="unknown"):
+        BenchRecord.model_validate(data)
+    assert "A/A" in str(tables(record)[0].columns[0]._cells[0])
+
+
+def test_wrong_result_is_refused() -> None:
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("256x256x256"), FakeWorkloads())
+    with pytest.raises(WrongResult, match="gemm_bf16 @ triton:sm90 256x256x256"):
+        run_bench(jobs, FakeWorkloads(error=0.5), FakeTimer(), ENV, rounds=5)
+
+
+def test_compare_says_what_moved(tmp_path: Path) -> None:
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,4096x4096x4096"), FakeWorkloads())
+    a = run_bench(jobs, FakeWorkloads(1.05), FakeTimer(), ENV, rounds=9)
+    b = run_bench(jobs[:1], FakeWorkloads(1.20), FakeTimer(), ENV, rounds=9)
+    table, notes = compare(a, b)
+    verdicts = table.columns[-1]._cells
+    assert verdicts == ["same", "faster", "faster"]  # the A/A row, then both shapes
+    a.dump(tmp_path / "a.json")
+    b.dump(tmp_path / "b.json")
+    result = CliRunner().invoke(app, ["bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert result.exit_code == 0, result.output
+    assert "faster" in result.output and "1.050x -> 1.200x" in result.output
+    assert not notes[0].startswith("only")
+
+
+def test_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from specgen.bench.report import plot
+
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"]], None, parse_shapes("8192x8192x8192"), FakeWorkloads())
+    plot(run_bench(jobs, FakeWorkloads(), FakeTimer(), ENV, rounds=5), tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_shape_errors_name_the_item() -> None:
+    assert parse_shapes("8x16x32x64, 1x2x3") == [Shape(16, 32, 64, 8), Shape(1, 2, 3)]
+    for bad in ("8x8", "8x0x8", "axbxc", ""):
+        with pytest.raises(ShapeError):
+            parse_shapes(bad)

@@ -1,0 +1,53 @@
+"""The peers `specgen bench` times against compute what the spec means: the eager torch program and the
+XLA one, on CPU tensors, against the float64 reference (tests/reference.py), for every bf16/f16 kernel of
+the catalogue (fp8's `torch._scaled_mm` needs a GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specgen.bench.workloads import _eager_chain, _xla_chain
+from specgen.spec.load import load_paths
+from tests.reference import gemm
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = [ls for ls in load_paths([ROOT / "specs"]) if ls.spec.a.dtype.bytes == 2 and not ls.spec.batch]
+
+
+def _args(spec, m: int = 48, n: int = 40, k: int = 32) -> tuple:
+    g = torch.Generator().manual_seed(0)
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+    a = torch.randn(m, k, generator=g).to(dt[spec.a.dtype.value])
+    b = torch.randn(k, n, generator=g).to(dt[spec.b.dtype.value])
+    rest = []
+    for arg in spec.runtime_args():
+        if arg.shape == "scalar":
+            rest.append(0.5)
+        elif arg.shape == "matrix":
+            rest.append(torch.randn(m, n, generator=g).to(dt[arg.dtype.value]))
+        else:
+            rest.append(torch.randn(m if arg.shape == "vec_m" else n, generator=g).to(dt[arg.dtype.value]))
+    return a, b, *rest
+
+
+@pytest.mark.parametrize("ls", SPECS, ids=[ls.name for ls in SPECS])
+def test_eager_and_xla_peers_match_the_reference(ls) -> None:
+    spec = ls.spec
+    args = _args(spec)
+    names = [arg.name for arg in spec.runtime_args()]
+    ref = gemm([op.model_dump() for op in spec.epilogue], args[0], args[1], dict(zip(names, args[2:], strict=True)))
+    scale = ref.abs().max().item()
+    eager = _eager_chain(spec)(*args)
+    assert eager.dtype == {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[spec.out.dtype.value]
+    assert (eager.double() - ref).abs().max().item() <= 2e-2 * scale
+    jargs = [np.asarray(x.float()) if isinstance(x, torch.Tensor) else x for x in args]
+    import jax.numpy as jnp
+
+    jargs = [jnp.asarray(x, dtype=jnp.bfloat16) if i < 2 and spec.a.dtype.value == "bf16" else x
+             for i, x in enumerate(jargs)]
+    xla = np.asarray(_xla_chain(spec)(*jargs).astype(jnp.float32))
+    assert np.abs(xla - ref.numpy()).max() <= 2e-2 * scale

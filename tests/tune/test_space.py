@@ -1,0 +1,53 @@
+"""Enumeration and pruning agree with `specgen check`: every kept candidate, written into the spec file,
+checks clean; every rejected one fails check with the errors the tuner recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specgen.check import check_spec
+from specgen.spec.load import load_file
+from specgen.spec.models import parse_target
+from specgen.tune.space import SpaceError, candidate_spec, edits, enumerate_candidates, parse_knobs
+from specgen.tune.writeback import write_back
+
+
+@pytest.mark.parametrize(("target", "slot"), [("triton:sm90", None), ("cute:sm90", None), ("pallas:gpu_sm90", None),
+                                              ("triton:sm90", 2)])
+def test_pruning_agrees_with_check(spec_copy, target: str, slot: int | None, tmp_path: Path) -> None:
+    path = spec_copy()
+    loaded = load_file(path)[0]
+    c = enumerate_candidates(loaded, parse_target(target), slot)
+    assert c.kept[0] == c.incumbent  # the incumbent is always a candidate, first
+    assert c.kept and c.rejected, "the design's space should straddle the envelope on this spec"
+    assert len(c.kept) + len(c.rejected) == len({str(sorted(x.items())) for x in c.kept + [r for r, _ in c.rejected]})
+    for config in c.kept[:6]:  # written through the file writer, loaded back, checked: no error
+        out = tmp_path / f"kept{len(config)}.toml"
+        out.write_text(path.read_text())
+        write_back(out, 0, edits(loaded.spec, parse_target(target), slot, config), [])
+        assert not [d for d in check_spec(load_file(out)[0]) if d.severity == "error"], config
+    for config, errors in c.rejected:
+        again = [d for d in check_spec(candidate_spec(loaded, parse_target(target), slot, config)) if d.severity == "error"]
+        assert again and {d.rule for d in again} == {d.rule for d in errors}
+
+
+def test_shared_tile_is_written_for_the_modules_targets(spec_copy) -> None:
+    """Triton's sm90 and sm100 share one module and so one tile (CFG001): a tile goes to both tables."""
+    loaded = load_file(spec_copy())[0]
+    e = edits(loaded.spec, parse_target("triton:sm90"), None, {"tile.m": 128, "tile.n": 128, "tile.k": 64,
+                                                               "triton.num_warps": 4})
+    paths = {p for p, _ in e}
+    assert ("per_target", "triton:sm90", "tile") in paths and ("per_target", "triton:sm100", "tile") in paths
+    assert ("per_target", "triton:sm90", "triton", "num_warps") in paths
+    assert ("per_target", "triton:sm100", "triton", "num_warps") not in paths  # warps are per compute capability
+
+
+def test_knob_parsing_errors_name_the_item() -> None:
+    assert parse_knobs(["tile.n=128,256", "cute.schedule=pingpong"]) == {"tile.n": (128, 256),
+                                                                         "cute.schedule": ("pingpong",)}
+    with pytest.raises(SpaceError, match="'tiles.n=1'"):
+        parse_knobs(["tiles.n=1"])
+    with pytest.raises(SpaceError, match="'tile.n'"):
+        parse_knobs(["tile.n"])

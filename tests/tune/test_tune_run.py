@@ -1,0 +1,109 @@
+"""The tuner's orchestration on a CPU, the GPU replaced by a deterministic timing function keyed by config
+(fakes.py): it finds the fastest config, keeps the incumbent when nothing beats it, loses nothing when
+killed, stops on its budget with the best so far, and re-applies from the cache with no GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specgen.bench.shapes import Shape
+from specgen.spec.load import load_file
+from specgen.tune.cache import Cache
+from specgen.tune.measure import local
+from tests.tune.conftest import SMALL, run_tune
+from tests.tune.fakes import BEST, FakeTimer, fake_calls, fake_us
+
+
+def _best_config(report) -> dict:
+    (slot,) = report.slots
+    flats = [slot.flats[k] for k in slot.flats if k not in slot.failed]
+    return min(flats, key=lambda f: fake_us(f, Shape(8192, 8192, 8192)))
+
+
+def test_picks_the_fastest_and_writes_it(spec_copy, tmp_path: Path) -> None:
+    path = spec_copy()
+    r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, write=True)
+    (slot,) = r.slots
+    assert len(slot.kept) == 25 and len(slot.failed) == 2 and slot.timed == 23  # fakes.failing_compile: 64x128, 4 warps
+    best = _best_config(r)
+    assert slot.winner == {"tile.m": 128, "tile.n": 128, "tile.k": 64, "triton.num_warps": 4, "pipeline.ab_stages": 4}
+    assert (best["tile"]["n"], best["triton"]["num_warps"]) == (BEST["n"], BEST["num_warps"])
+    assert slot.score > 1.05 and slot.score_lo > 1.0
+    eff = load_file(path)[0].spec.for_target("triton:sm90")
+    assert (eff.tile.n, eff.triton.num_warps, eff.pipeline.ab_stages) == (128, 4, 4)
+    assert "specgen tune 2026-11-25 on Fake H200" in path.read_text()
+
+
+def test_incumbent_kept_when_nothing_is_faster(spec_copy, tmp_path: Path) -> None:
+    path = spec_copy()
+    # a space whose every config is slower than the incumbent on the fake GPU (wider N, more warps)
+    r = run_tune(path, tmp_path / "c.jsonl", overrides={"tile.n": (256,), "triton.num_warps": (8,),
+                                                       "pipeline.ab_stages": (3, 5)}, write=True)
+    before = path.read_text()
+    (slot,) = r.slots
+    assert slot.timed >= 2 and slot.winner is None and r.edits == []
+    assert path.read_text() == before
+    assert "kept the incumbent" in r.summary[0]
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_after_a_kill_loses_nothing(spec_copy, tmp_path: Path) -> None:
+    cache = tmp_path / "c.jsonl"
+    timer, calls = FakeTimer(), []
+
+    def dies_after_7(*args):
+        if len(calls) == 7:
+            raise Killed
+        calls.append(args)
+        return local(fake_calls, timer)(*args)
+
+    with pytest.raises(Killed):
+        run_tune(spec_copy(), cache, overrides=SMALL, measurer=dies_after_7)
+    kept = Cache(cache)
+    assert sum(e.kind == "time" for e in kept.entries.values()) == 7  # each result on disk as it landed
+    with cache.open("a") as f:
+        f.write('{"kind": "time", "key": "cut sho')  # the line a kill cut short
+    second = FakeTimer()
+    r = run_tune(spec_copy(), cache, overrides=SMALL, measurer=local(fake_calls, second))
+    (slot,) = r.slots
+    assert r.measured == slot.timed - 7 and second.cycles == r.measured and r.compiled == 0
+    assert Cache(cache).skipped == 1
+    fresh = run_tune(spec_copy("gemm_bf16.toml"), tmp_path / "fresh.jsonl", overrides=SMALL)
+    assert slot.winner == fresh.slots[0].winner
+
+
+def test_budget_stops_with_the_best_so_far(spec_copy, tmp_path: Path) -> None:
+    ticks = iter(range(10_000))
+    r = run_tune(spec_copy(), tmp_path / "c.jsonl", overrides=SMALL, budget_s=5.5, clock=lambda: next(ticks))
+    (slot,) = r.slots
+    assert r.budget_stop and r.measured == 5 and slot.timed == 5  # the clock ticks once per check: 1..5 <= 5.5
+    assert slot.winner is not None  # the best of the five measured, the incumbent among them
+    assert slot.score > 1.0
+
+
+def test_from_cache_reapplies_without_a_gpu(spec_copy, tmp_path: Path) -> None:
+    cache = tmp_path / "c.jsonl"
+    tuned = spec_copy()
+    run_tune(tuned, cache, overrides=SMALL, write=True)
+    other = tmp_path / "again" / "gemm_bf16.toml"
+    other.parent.mkdir()
+    other.write_text(Path(__file__).resolve().parents[2].joinpath("specs/gemm_bf16.toml").read_text())
+    r = run_tune(other, cache, overrides=SMALL, write=True, from_cache=True)
+    assert r.machine is not None and r.machine.gpu == "Fake H200" and r.measured == 0
+    assert other.read_text() == tuned.read_text()
+
+
+def test_a_failing_spec_is_refused_before_any_work(tmp_path: Path) -> None:
+    from specgen.tune.run import TuneError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[kernels]]\nname = "k"\nkind = "gemm"\na = { dtype = "bf16" }\nb = { dtype = "bf16" }\n'
+                   'out = { dtype = "bf16" }\ntile = { m = 256, n = 256, k = 128 }\npipeline = { ab_stages = 6 }\n'
+                   'targets = ["triton:sm90"]\n')
+    with pytest.raises(TuneError, match="SMEM001"):
+        run_tune(bad, tmp_path / "c.jsonl")

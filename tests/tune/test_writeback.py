@@ -1,0 +1,68 @@
+"""Writeback keeps the file's comments and layout (TOML through tomlkit, YAML through ruamel.yaml), and
+the written spec checks clean and renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specgen.check import check_spec
+from specgen.render.catalogue import render_catalogue
+from specgen.spec.load import load_file
+from tests.tune.conftest import SMALL, run_tune
+
+YAML = """\
+# A YAML spec: this comment, the blank lines and the key order must survive a tune.
+kernels:
+  - name: yaml_gemm   # inline comment
+    kind: gemm
+    a: {dtype: bf16, major: k}
+    b: {dtype: bf16, major: k}
+    out: {dtype: bf16}
+
+    tile: {m: 128, n: 256, k: 64}   # the incumbent tile
+    schedule: {persistent: true}
+    targets: ["triton:sm90", "triton:sm100"]
+"""
+
+
+def _comments(text: str) -> list[str]:
+    return [line.split("#", 1)[1].strip() for line in text.splitlines() if "#" in line and "specgen tune" not in line]
+
+
+def test_toml_keeps_comments_and_rerenders(spec_copy, tmp_path: Path) -> None:
+    path = spec_copy()
+    before = path.read_text()
+    r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, write=True)
+    after = path.read_text()
+    assert r.edits and after != before
+    assert _comments(after) == _comments(before)
+    assert after.startswith(before.split("[kernels.per_target.\"triton:sm90\"]")[0][:2000])  # the head untouched
+    specs = load_file(path)
+    assert not [d for ls in specs for d in check_spec(ls) if d.severity == "error"]
+    result = render_catalogue(specs, tmp_path / "out")
+    assert not result.refused and (tmp_path / "out" / "triton" / "gemm_bf16.py").is_file()
+
+
+def test_yaml_keeps_comments_and_rerenders(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(YAML)
+    r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, write=True)
+    after = path.read_text()
+    assert r.edits
+    assert _comments(after) == _comments(YAML)
+    assert after.startswith(YAML.split("    targets:")[0])  # everything above the new keys byte for byte
+    (ls,) = load_file(path)
+    assert ls.spec.for_target("triton:sm90").triton.num_warps == 4
+    assert not [d for d in check_spec(ls) if d.severity == "error"]
+    assert not render_catalogue([ls], tmp_path / "out").refused
+
+
+def test_json_spec_is_rewritten(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(yaml.safe_load(YAML), indent=2))
+    r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, write=True)
+    assert r.edits and load_file(path)[0].spec.for_target("triton:sm90").tile.n == 128
