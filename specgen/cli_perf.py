@@ -120,7 +120,7 @@ def bench(
     wanted, shape_list = _targets(target), _shapes(shapes)
     _need_gpu("specgen bench")
     from specgen.bench.record import environment
-    from specgen.bench.run import WrongResult, plan, run_bench
+    from specgen.bench.run import plan, run_bench
     from specgen.bench.timing import CuptiTimer
     from specgen.bench.workloads import GpuWorkloads
 
@@ -129,12 +129,8 @@ def bench(
     if not jobs:
         err.print("error: no target of these specs runs on this GPU", markup=False)
         raise typer.Exit(1)
-    try:
-        record = run_bench(jobs, workloads, CuptiTimer(), environment(), rounds,
-                           progress=lambda line: err.print(line, markup=False))
-    except WrongResult as e:
-        err.print(f"error: {e}", markup=False)
-        raise typer.Exit(1) from None
+    record = run_bench(jobs, workloads, CuptiTimer(), environment(), rounds,
+                       progress=lambda line: err.print(line, markup=False))
     print_record(record, out)
     if json_out:
         record.dump(json_out)
@@ -142,6 +138,10 @@ def bench(
     if png:
         plot(record, png)
         out.print(f"wrote {png}", markup=False)
+    for failure in record.failures:
+        err.print(f"error: {failure}", markup=False)
+    if record.failures:
+        raise typer.Exit(1)
 
 
 @app.command()

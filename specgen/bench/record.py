@@ -72,6 +72,7 @@ class BenchRecord(Model):
     schema_id: Literal["specgen.bench/1"] = Field(SCHEMA, alias="schema")
     environment: Environment
     rows: list[Row]
+    failures: list[str] = []  # "kernel @ target shape: why" for each row that could not be timed
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

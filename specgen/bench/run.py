@@ -74,14 +74,21 @@ def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Wor
               environment: Environment, rounds: int = 40,
               progress: Callable[[str], None] = lambda _: None) -> BenchRecord:
     rows: list[Row] = []
+    failures: list[str] = []
     kernels = getattr(timer, "kernels", {})
     aa_done: set[str] = set()
     for ls, target, shapes in jobs:
         for shape in shapes:
-            w = workloads.make(ls, target, shape)
-            if w.max_error > ERROR_BAR:
-                raise WrongResult(f"{ls.name} @ {target} {shape}: result differs from {w.peer_name} by "
-                                  f"{w.max_error:.3g} of its largest magnitude (> {ERROR_BAR})")
+            where = f"{ls.name} @ {target} {shape}"
+            try:  # one row that cannot be built or is wrong is reported, and the others still run
+                w = workloads.make(ls, target, shape)
+                if w.max_error > ERROR_BAR:
+                    raise WrongResult(f"{where}: result differs from {w.peer_name} by "
+                                      f"{w.max_error:.3g} of its largest magnitude (> {ERROR_BAR})")
+            except Exception as e:  # noqa: BLE001 (any failure of one workload: say it, go on)
+                failures.append(str(e) if isinstance(e, WrongResult) else f"{where}: {type(e).__name__}: {e}")
+                progress(f"FAILED {failures[-1]}")
+                continue
             if str(target) not in aa_done:  # the table's A/A row, at its first shape
                 aa_done.add(str(target))
                 aa = Workload(w.peer, Call(w.peer.key, w.peer.fn), w.peer_name)
@@ -90,5 +97,5 @@ def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Wor
                 progress(f"A/A {w.peer_name} @ {target} {shape}: {rows[-1].ratio:.4f}")
             rows.append(_row(ls, target, shape, w, timer.cycle({"ours": w.ours, "peer": w.peer}, rounds),
                              environment.gpu, kernels))
-            progress(f"{ls.name} @ {target} {shape}: {rows[-1].ratio:.3f}x {w.peer_name}")
-    return BenchRecord(environment=environment, rows=rows)
+            progress(f"{where}: {rows[-1].ratio:.3f}x {w.peer_name}")
+    return BenchRecord(environment=environment, rows=rows, failures=failures)

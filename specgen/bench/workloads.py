@@ -158,12 +158,14 @@ def _to_jax(t: Any) -> Any:
     import jax
     import torch
 
+    if not isinstance(t, torch.Tensor):  # a scalar epilogue argument
+        return t
     if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # DLPack has no fp8: share the bytes, bitcast
         import jax.numpy as jnp
 
         u8 = jax.dlpack.from_dlpack(t.contiguous().view(torch.uint8))
         return jax.lax.bitcast_convert_type(u8, jnp.dtype(str(t.dtype).removeprefix("torch.")))
-    return jax.dlpack.from_dlpack(t.contiguous()) if isinstance(t, torch.Tensor) else t
+    return jax.dlpack.from_dlpack(t.contiguous())
 
 
 def peer_call(spec: GemmSpec, target: Target, args: tuple[Any, ...]) -> Callable[[], Any]:

@@ -66,13 +66,30 @@ def inline(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler
     return run
 
 
-def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:
+def import_backends(_: int = 0) -> None:
+    """Import the compilers a job may need, so that a worker's first job pays no import (`--compile-only`
+    times compiles, not interpreter start-up); a backend not installed is simply not imported."""
+    import importlib
+    import importlib.util
+
+    for name in ("torch", "triton", "cutlass"):
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    time.sleep(0.5)  # hold this worker so that each of the pool's first jobs lands on its own process
+
+
+def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
+         ready: Callable[[], None] | None = None) -> Compiler:
     """A process pool of `workers` spawned processes (not forked: the parent may hold CUDA and threads);
-    results come back as they finish."""
+    results come back as they finish. With `ready`, every worker first imports the compilers, then
+    `ready()` is called (where `--compile-only` starts its clock) and the jobs run."""
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
         if not jobs:
             return
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
+            if ready is not None:
+                list(ex.map(import_backends, range(workers)))
+                ready()
             pending: set[Future] = {ex.submit(fn, job) for job in jobs}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

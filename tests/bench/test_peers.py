@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from specgen.bench.workloads import _eager_chain, _xla_chain
+from specgen.bench.workloads import _eager_chain, _to_jax, _xla_chain
 from specgen.spec.load import load_paths
 from tests.reference import gemm
 
@@ -44,10 +44,8 @@ def test_eager_and_xla_peers_match_the_reference(ls) -> None:
     eager = _eager_chain(spec)(*args)
     assert eager.dtype == {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[spec.out.dtype.value]
     assert (eager.double() - ref).abs().max().item() <= 2e-2 * scale
-    jargs = [np.asarray(x.float()) if isinstance(x, torch.Tensor) else x for x in args]
     import jax.numpy as jnp
 
-    jargs = [jnp.asarray(x, dtype=jnp.bfloat16) if i < 2 and spec.a.dtype.value == "bf16" else x
-             for i, x in enumerate(jargs)]
+    jargs = [_to_jax(x) for x in args]  # what the bench hands XLA: tensors by DLPack, scalars as they are
     xla = np.asarray(_xla_chain(spec)(*jargs).astype(jnp.float32))
     assert np.abs(xla - ref.numpy()).max() <= 2e-2 * scale

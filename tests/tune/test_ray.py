@@ -40,3 +40,12 @@ def test_ray_compile_tasks_on_a_local_cluster(tmp_path: Path) -> None:
     # a process pool compiles the same kernels to the same figures
     again = {r["key"]: r for r in pool(2)(jobs)}
     assert {k: r["compiler_smem"] for k, r in again.items()} == {k: r["compiler_smem"] for k, r in results.items()}
+
+
+def test_a_warmed_pool_starts_the_clock_after_every_worker_imported_its_compilers(tmp_path: Path) -> None:
+    """--compile-only's clock: `ready` runs once, after the workers' imports and before the first job."""
+    import time
+
+    jobs, marks = _jobs(tmp_path), []
+    results = list(pool(2, ready=lambda: marks.append(time.perf_counter()))(jobs))
+    assert len(marks) == 1 and len(results) == 2 and all(not r["error"] for r in results)
