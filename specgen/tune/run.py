@@ -142,20 +142,31 @@ def time_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machi
             for shape in s.shapes:
                 key = time_key(sem, str(s.target), tuple(shape), _full_key(s.flats[config_key(c)]),
                                _full_key(inc_flat), machine)
-                if cache.get(key) is None:
+                found = cache.get(key)
+                if found is None:
                     todo.append((key, s, c, shape, inc_flat))
+                elif found.error:  # it could not launch in an earlier run
+                    s.failed[config_key(c)] = found.error
     progress.phase("time", len(todo))
     start, done = clock(), 0
     for key, s, c, shape, inc_flat in todo:
         if budget_s is not None and clock() - start > budget_s:
             return done, True
+        if config_key(c) in s.failed:  # it failed at an earlier shape: no more of its shapes
+            continue
         flat = s.flats[config_key(c)]
-        m = measurer(flat, inc_flat, str(s.target), shape, rounds)
+        try:
+            m = measurer(flat, inc_flat, str(s.target), shape, rounds)
+        except Exception as e:  # noqa: BLE001 (a candidate that cannot launch, e.g. the driver's resource check, is its verdict)
+            first = next((ln for ln in str(e).splitlines() if ln.strip()), "")
+            m = {"error": f"{type(e).__name__}: {first}"[:600]}
+            s.failed[config_key(c)] = m["error"]
         cache.put(Entry(kind="time", key=key, semantics=sem, spec_hash=loaded.spec_hash, target=str(s.target),
                         config=c, config_key=_full_key(flat), shape=tuple(shape), incumbent_key=_full_key(inc_flat),
                         machine=machine, **m))
         done += 1
-        progress.advance(f"{s.target} {shape} {c}: {m['ratio']:.3f}x incumbent")
+        progress.advance(f"{s.target} {shape} {c}: " + (f"failed: {m['error']}" if "error" in m else
+                                                           f"{m['ratio']:.3f}x incumbent"))
     return done, False
 
 
@@ -170,7 +181,7 @@ def select(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machine
         for c in s.kept:
             found = [cache.get(time_key(sem, str(s.target), tuple(sh), _full_key(s.flats[config_key(c)]), inc_key,
                                         machine)) for sh in s.shapes]
-            if any(e is None for e in found):
+            if any(e is None or e.error for e in found):  # not timed at every shape, or could not launch
                 continue
             s.timed += 1
             es = [e for e in found if e is not None]

@@ -36,6 +36,30 @@ def test_picks_the_fastest_and_writes_it(spec_copy, tmp_path: Path) -> None:
     assert "specgen tune 2026-11-25 on Fake H200" in path.read_text()
 
 
+def test_a_candidate_that_cannot_launch_is_its_verdict_not_the_end(spec_copy, tmp_path: Path) -> None:
+    """The driver refuses some configs at launch (Triton's OutOfResources: the H100 run of 2026-11-25):
+    the tune records the error, times the rest, and a resumed run does not try that config again."""
+    inner = local(fake_calls, FakeTimer())
+    refused: list[dict] = []
+
+    def measurer(cand, inc, target, shape, rounds):
+        if cand["tile"]["n"] == 128 and cand["triton"]["num_warps"] == 8:
+            refused.append(cand)
+            raise RuntimeError("out of resource: shared memory, Required: 262176, Hardware limit: 232448")
+        return inner(cand, inc, target, shape, rounds)
+
+    path = spec_copy()
+    r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, measurer=measurer,
+                 shapes="8192x8192x8192,4096x4096x4096")
+    (slot,) = r.slots
+    launch = [e for e in slot.failed.values() if e.startswith("RuntimeError: out of resource")]
+    assert len(launch) == 6 and len(refused) == 6  # tile.m 2 x ab_stages 3, each once: not at its second shape
+    assert slot.winner == {"tile.m": 128, "tile.n": 128, "tile.k": 64, "triton.num_warps": 4, "pipeline.ab_stages": 4}
+    again = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, measurer=measurer,
+                     shapes="8192x8192x8192,4096x4096x4096")
+    assert len(refused) == 6 and again.slots[0].winner == slot.winner  # read from the cache, not relaunched
+
+
 def test_incumbent_kept_when_nothing_is_faster(spec_copy, tmp_path: Path) -> None:
     path = spec_copy()
     # a space whose every config is slower than the incumbent on the fake GPU (wider N, more warps)
@@ -48,8 +72,8 @@ def test_incumbent_kept_when_nothing_is_faster(spec_copy, tmp_path: Path) -> Non
     assert "kept the incumbent" in r.summary[0]
 
 
-class Killed(Exception):
-    pass
+class Killed(BaseException):
+    """A kill reaches the tuner as a BaseException (Ctrl-C's KeyboardInterrupt), never as a candidate's failure."""
 
 
 def test_resume_after_a_kill_loses_nothing(spec_copy, tmp_path: Path) -> None:
