@@ -204,18 +204,22 @@ def max_error(ours: Any, peer: Any) -> float:
     return float((o - p).abs().max().item() / max(p.abs().max().item(), 1e-30))
 
 
-def build_module(loaded: LoadedSpec, target: Target, folder: Path | None = None) -> ModuleType:
-    """Render one spec's module for `target` and import it (rendered as `specgen render` renders it)."""
+def build_module(loaded: LoadedSpec, target: Target, folder: Path | None = None,
+                 module_name: str | None = None) -> ModuleType:
+    """Render one spec's module for `target` and import it (rendered as `specgen render` renders it: every
+    file it writes, e.g. a Pallas target's package `__init__.py` beside the module)."""
     from specgen.compile import load_rendered
     from specgen.render.catalogue import render_modules
 
     folder = folder or Path(tempfile.mkdtemp(prefix="specgen-bench-"))
     texts = render_modules(loaded, [target])
-    rel, text = next(iter(texts.items()))
-    path = folder / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return load_rendered(path, f"_specgen_bench_{loaded.name}_{loaded.spec_hash}_{target.backend.value}")
+    for rel, text in texts.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (module,) = [rel for rel in texts if not rel.endswith("__init__.py")]
+    return load_rendered(folder / module,
+                         module_name or f"_specgen_bench_{loaded.name}_{loaded.spec_hash}_{target.backend.value}")
 
 
 class GpuWorkloads:

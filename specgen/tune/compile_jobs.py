@@ -26,9 +26,9 @@ class CompileJob:
 def compile_job(job: CompileJob) -> dict[str, Any]:
     """Render and compile one candidate; returns {"key", "error", "seconds", "compiler_smem"} (never raises:
     a compiler's failure is the candidate's verdict)."""
-    from specgen.compile import _hook, load_rendered
+    from specgen.bench.workloads import build_module
+    from specgen.compile import _hook
     from specgen.designs import design_for
-    from specgen.render.catalogue import render_modules
     from specgen.spec.models import parse_target
     from specgen.targets import target_info
     from specgen.tune.space import loaded_from
@@ -39,11 +39,7 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
     try:
         loaded = loaded_from(job.flat)
         target = parse_target(job.target)
-        (rel, text), = render_modules(loaded, [target]).items()
-        path = Path(job.folder) / job.key / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        module = load_rendered(path, f"_specgen_tune_{job.key}")
+        module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
         design = design_for(loaded.spec.kind, target.backend)
         result = _hook(design.compile_hook)(module, target_info(target))
         results = result if isinstance(result, list) else [result]

@@ -5,6 +5,7 @@ a summary comment says what was measured (TOML and YAML)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +16,19 @@ class WriteError(RuntimeError):
     pass
 
 
-def _toml_value(v: Any) -> Any:
+def _toml_value(v: Any, padded: bool = False) -> Any:
+    """A TOML item for `v`; inline tables as `{ m = 1 }` where the file pads its braces (else `{m = 1}`)."""
     import tomlkit
 
     if isinstance(v, dict):
         t = tomlkit.inline_table()
-        t.update({k: _toml_value(x) for k, x in v.items()})
+        t.update({k: _toml_value(x, padded) for k, x in v.items()})
+        if padded and len(t):
+            return tomlkit.parse(f"x = {{ {t.as_string()[1:-1]} }}")["x"]
         return t
     if isinstance(v, list):
         a = tomlkit.array()
-        a.extend(_toml_value(x) for x in v)
+        a.extend(_toml_value(x, padded) for x in v)
         if any(isinstance(x, dict) for x in v):
             a.multiline(True)
         return a
@@ -57,12 +61,42 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
                 if line.startswith(f"{target} "):
                     layer.add(tomlkit.comment(line))
     # sections inside a target's table are inline ({ num_warps = 4 }), as the catalogue writes them
+    padded = re.search(r"=\s*\{ ", text) is not None  # the file writes `{ m = 128 }`: so do the edits
     apply_edits(kernel, edits, table=lambda path: tomlkit.table() if len(path) <= 2 else tomlkit.inline_table(),
-                value=_toml_value)
+                value=lambda v: _toml_value(v, padded))
+    if padded:
+        for target in dict.fromkeys(p[1] for p, _ in edits):
+            _pad(kernel["per_target"][target])
     last = _last_table(kernel)
     for item in tail:
         last.value.body.append((None, item))
     return tomlkit.dumps(doc)
+
+
+def _padded(t: Any) -> Any:
+    """An inline table in the `{ m = 1 }` style, its own inline tables too (tomlkit writes `{m = 1}`)."""
+    import tomlkit
+
+    text = t.as_string().strip()
+    if len(t) and not (text.startswith("{ ") and text.endswith(" }")):
+        text = f"{{ {text[1:-1].strip()} }}"
+    out = tomlkit.parse(f"x = {text}")["x"]
+    for k, v in list(out.items()):
+        if isinstance(v, tomlkit.items.InlineTable):
+            out[k] = _padded(v)
+    return out
+
+
+def _pad(container: Any) -> None:
+    """Every inline table under `container` (a table, or an array of them) in the padded style."""
+    import tomlkit
+
+    items = list(container.items()) if hasattr(container, "items") else list(enumerate(container))
+    for k, v in items:
+        if isinstance(v, tomlkit.items.InlineTable):
+            container[k] = _padded(v)
+        elif isinstance(v, (tomlkit.items.Table, tomlkit.items.Array)):
+            _pad(v)
 
 
 def _last_table(table: Any) -> Any:

@@ -49,3 +49,16 @@ def test_eager_and_xla_peers_match_the_reference(ls) -> None:
     jargs = [_to_jax(x) for x in args]  # what the bench hands XLA: tensors by DLPack, scalars as they are
     xla = np.asarray(_xla_chain(spec)(*jargs).astype(jnp.float32))
     assert np.abs(xla - ref.numpy()).max() <= 2e-2 * scale
+
+
+def test_build_module_writes_what_render_writes(tmp_path: Path) -> None:
+    """A Pallas target renders a package (its `__init__.py` beside the module): the bench and the tuner's
+    compile jobs write both and import the module (the H100 tune of 2026-11-25 failed every Mosaic GPU
+    candidate on the first of them)."""
+    from specgen.bench.workloads import build_module
+    from specgen.spec.models import parse_target
+
+    (ls,) = [s for s in load_paths([ROOT / "specs" / "gemm_bf16.toml"]) if s.name == "gemm_bf16"]
+    module = build_module(ls, parse_target("pallas:gpu_sm90"), tmp_path, "_test_build_module_pallas")
+    assert (tmp_path / "pallas" / "gpu_sm90" / "__init__.py").is_file()
+    assert module.METADATA["kernel"] == "gemm_bf16" and callable(module.gemm_bf16)
