@@ -21,4 +21,7 @@ cute=${PIPESTATUS[0]}
 # Pallas Mosaic GPU (needs jax[cuda] 0.11; torch shares the GPU, so jax must not preallocate it)
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_pallas.py --out "$out" 2>&1 | tee "$out/bench-pallas.log"
 pallas=${PIPESTATUS[0]}
-exit $(( tests || bench || cute || pallas ))
+# CuTe through JAX (XLA's FFI): host cost, kernel time, cold start
+XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
+cute_jax=${PIPESTATUS[0]}
+exit $(( tests || bench || cute || pallas || cute_jax ))

@@ -560,7 +560,7 @@ def bmm_bf16_jax_torch(a, b):
     door to the XLA path. Returns a new torch tensor."""
     from specgen.runtime import jax as _rt
 
-    a, b = _rt.torch_to_jax("bmm_bf16_jax", (
+    a, b = _rt.torch_to_jax("bmm_bf16", (
         ("a", a, False),
         ("b", b, False),
     ))

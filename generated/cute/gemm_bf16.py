@@ -599,7 +599,7 @@ def gemm_bf16_jax_torch(a, b):
     door to the XLA path. Returns a new torch tensor."""
     from specgen.runtime import jax as _rt
 
-    a, b = _rt.torch_to_jax("gemm_bf16_jax", (
+    a, b = _rt.torch_to_jax("gemm_bf16", (
         ("a", a, False),
         ("b", b, True),
     ))

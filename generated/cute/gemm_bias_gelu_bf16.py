@@ -616,7 +616,7 @@ def gemm_bias_gelu_bf16_jax_torch(a, b, bias):
     door to the XLA path. Returns a new torch tensor."""
     from specgen.runtime import jax as _rt
 
-    a, b, bias = _rt.torch_to_jax("gemm_bias_gelu_bf16_jax", (
+    a, b, bias = _rt.torch_to_jax("gemm_bias_gelu_bf16", (
         ("a", a, False),
         ("b", b, True),
         ("bias", bias, None),

@@ -652,7 +652,7 @@ def gemm_fp8_rowwise_jax_torch(a, b, scale_a, scale_b):
     door to the XLA path. Returns a new torch tensor."""
     from specgen.runtime import jax as _rt
 
-    a, b, scale_a, scale_b = _rt.torch_to_jax("gemm_fp8_rowwise_jax", (
+    a, b, scale_a, scale_b = _rt.torch_to_jax("gemm_fp8_rowwise", (
         ("a", a, False),
         ("b", b, True),
         ("scale_a", scale_a, None),

@@ -598,7 +598,7 @@ def gemm_residual_bf16_jax_torch(a, b, alpha, c):
     door to the XLA path. Returns a new torch tensor."""
     from specgen.runtime import jax as _rt
 
-    a, b, c = _rt.torch_to_jax("gemm_residual_bf16_jax", (
+    a, b, c = _rt.torch_to_jax("gemm_residual_bf16", (
         ("a", a, True),
         ("b", b, True),
         ("c", c, False),

@@ -114,7 +114,7 @@ class CuteJaxEntry:
                  variants: tuple[tuple[tuple[str, int], ...], ...]):
         self.launcher, self.host = launcher, host
         self.configs = configs  # the module's CONFIG, then its VARIANT_CONFIGS
-        self.name = f"{launcher.name}_jax"
+        self.name = launcher.name  # errors start with the kernel's name, as the launchers' do
         self.operands, self.a_major, self.b_major, self.batch = operands, a_major, b_major, batch
         self.out = Operand("out", "out", out_dtype)
         self.variants = variants

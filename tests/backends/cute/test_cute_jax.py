@@ -106,7 +106,7 @@ def test_variants_are_picked_by_size_as_the_torch_launcher_picks(modules):
 def test_trace_time_errors_name_the_argument(modules):
     g = modules["gemm_bias_gelu_bf16"].gemm_bias_gelu_bf16_jax
     a, w, bias = jnp.zeros((64, 128), jnp.bfloat16), jnp.zeros((256, 128), jnp.bfloat16), jnp.zeros((256,), jnp.bfloat16)
-    with pytest.raises(TypeError, match="gemm_bias_gelu_bf16_jax: argument 'a' is float32, expected bfloat16"):
+    with pytest.raises(TypeError, match="gemm_bias_gelu_bf16: argument 'a' is float32, expected bfloat16"):
         jax.eval_shape(g, a.astype(jnp.float32), w, bias)
     with pytest.raises(ValueError, match=r"argument 'b' has shape \(256, 64\), expected \(256, 128\)"):
         jax.eval_shape(g, a, w[:, :64], bias)
@@ -134,7 +134,7 @@ def test_trace_time_errors_name_the_argument(modules):
 def test_a_cpu_lowering_is_refused_with_the_reason(modules):
     g = modules["gemm_bf16"].gemm_bf16_jax
     a, w = jnp.zeros((64, 128), jnp.bfloat16), jnp.zeros((256, 128), jnp.bfloat16)
-    with pytest.raises(RuntimeError, match="gemm_bf16_jax: CuTe kernels run on a CUDA sm_90a device; this "
+    with pytest.raises(RuntimeError, match="gemm_bf16: CuTe kernels run on a CUDA sm_90a device; this "
                                            "computation is being compiled for cpu"):
         g(a, w)
     with pytest.raises(RuntimeError, match="CUDA sm_90a device"):
@@ -181,7 +181,7 @@ def test_several_devices_only_under_shard_map(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "argument 'a' is spread over 4 devices; call gemm_bias_gelu_bf16_jax inside jax.shard_map" in r["error"]
+    assert "argument 'a' is spread over 4 devices; call gemm_bias_gelu_bf16 inside jax.shard_map" in r["error"]
     assert r["shape"] == [256, 512] and r["per_shard"] == [64, 512]
     assert "CuTe kernels run on a CUDA sm_90a device" in r["lowered"]
 
