@@ -29,4 +29,7 @@ for w in 1 16; do
   python3 -m specgen tune gemm_bf16 --target triton:sm90 --shapes 8192x8192x8192 --compile-only --workers $w 2>&1 \
     | tail -3 | tee "$out/compile-$w.log"
 done
-exit $(( tests || bench || tune ))
+# CuTe through JAX (XLA's FFI): host cost, kernel time, cold start (what `specgen bench` does not time yet)
+XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
+cute_jax=${PIPESTATUS[0]}
+exit $(( tests || bench || tune || cute_jax ))

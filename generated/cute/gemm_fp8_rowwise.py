@@ -616,6 +616,50 @@ _op = register_custom_op(
     [['a', 'Tensor'], ['b', 'Tensor'], ['scale_a', 'Tensor'], ['scale_b', 'Tensor']],
 )
 
+@cute.jit
+def _jax_host(stream, a: cute.Tensor, b: cute.Tensor, scale_a: cute.Tensor, scale_b: cute.Tensor, out: cute.Tensor, *,
+              variant: cutlass.Constexpr, max_clusters: cutlass.Constexpr, scalars: cutlass.Constexpr):
+    """gemm_host for cutlass.jax (the stream, the input arrays, the output, then compile-time keywords): XLA's
+    buffers arrive as compact tensors in gemm_host's logical shapes; the scalar multipliers, the persistent
+    grid's cap and the config are constants of the compile."""
+    gemm_host(a, b, scale_a, scale_b, out, cutlass.Int32(max_clusters), variant, stream)
+
+
+def _jax_entry():
+    """The JAX entry's view of this module (built once, on the first call): the spec's operands (name,
+    role, cutlass dtype), majors, batch, output dtype and the variants' bounds, with the launcher (its
+    cache key) and the configs."""
+    from specgen.runtime import cute_jax
+
+    return cute_jax.entry(
+        _launcher, _jax_host, (CONFIG, *VARIANT_CONFIGS),
+        (("a", "a", "Float8E4M3FN"), ("b", "b", "Float8E4M3FN"), ("scale_a", "vec_m", "Float32"), ("scale_b", "vec_n", "Float32"), ),
+        "k", "k", False, "BFloat16",
+        ((("M", 1024), ("N", 4096), ), (("N", 4096), ), ),
+    )
+
+
+def gemm_fp8_rowwise_jax(a, b, scale_a, scale_b):
+    """out = epilogue(A @ B) on jax.Arrays, under jax.jit or not: the stored layouts are
+    a (M, K), b (N, K), vectors 1-D; returns (M, N) bf16.
+    One device per call (or per shard under jax.shard_map); see specgen/runtime/cute_jax.py."""
+    return _jax_entry()(a, b, scale_a, scale_b)
+
+
+def gemm_fp8_rowwise_jax_torch(a, b, scale_a, scale_b):
+    """The JAX entry called with torch CUDA tensors in the torch launcher's logical shapes (A (M, K), B (K, N)),
+    shared with jax through DLPack (copied only where jax cannot share a view): the conformance suite's
+    door to the XLA path. Returns a new torch tensor."""
+    from specgen.runtime import jax as _rt
+
+    a, b, scale_a, scale_b = _rt.torch_to_jax("gemm_fp8_rowwise", (
+        ("a", a, False),
+        ("b", b, True),
+        ("scale_a", scale_a, None),
+        ("scale_b", scale_b, None),
+    ))
+    return _rt.to_torch(gemm_fp8_rowwise_jax(a, b, scale_a, scale_b))
+
 
 # The spec this module was rendered from, and the module's identity and plan figures for `specgen
 # compile` and tools: data, kept at the end so that the kernel and its launcher come first.

@@ -27,7 +27,9 @@ CUTE_MODULE_NAMES: frozenset[str] = frozenset({
     "B_DTYPE", "B_LAYOUT", "CONFIG", "Config", "config", "cute", "CuteLauncher", "cutlass", "gemm_host",
     "gemm_kernel", "LayoutEnum", "len", "LOAD_REGISTERS", "make_fake_stream", "make_fake_tensor",
     "make_r2s_copy", "make_raster", "make_tiled_mma", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE",
-    "OUT_LAYOUT", "pipeline", "shared_storage", "SharedStorage", "sm90_utils", "zero_operand"
+    "OUT_LAYOUT", "pipeline", "shared_storage", "SharedStorage", "sm90_utils", "zero_operand",
+    # the JAX entry (templates/cute/jax_host.jinja)
+    "_jax_entry", "_jax_host", "cute_jax",
 })
 
 # Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
@@ -50,7 +52,7 @@ CUTE_RESERVED: frozenset[str] = frozenset({
     "tAsA", "tB", "tBgB", "tBsB", "tCrA", "tCrB", "thr_mma", "thr_r2s", "threads", "tidx", "tile_k",
     "tile_m", "tile_n", "tile_threads", "tile_tidx", "tiled_mma", "tiler", "tiler_mn", "tm", "tma", "tma_a",
     "tma_b", "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tOut", "tRS_acc", "tRS_sOut", "tuple",
-    "turn", "tx_count", "typing", "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup",
+    "turn", "tx_count", "typing", "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup", "scalars",
     "work_count", "work_stride"
 })
 
@@ -163,7 +165,7 @@ def kernel_name_problem(name: str) -> str | None:
     problem = _common(name)
     if problem:
         return problem
-    if name in MODULE_NAMES or f"_{name}_kernel" in MODULE_NAMES:
+    if any(n in MODULE_NAMES for n in (name, f"_{name}_kernel", f"{name}_jax", f"{name}_jax_torch")):
         return f"{name!r} is a name the generated module uses itself (an import, a constant or a builtin)"
     if name.lower() in _DEVICE_NAMES:
         return f"{name!r} is a device name on Windows: no file can be called {name}.py there"

@@ -49,6 +49,7 @@ BACKENDS = [
     Backend("pallas-tpu-interp", "pallas:tpu_v7x", "cpu", entry="{name}_torch", takes_out=False),
     Backend("triton", "triton:sm90", "cuda"),
     Backend("cute-sm90", "cute:sm90", "cuda"),
+    Backend("cute-sm90-jax", "cute:sm90", "cuda", entry="{name}_jax_torch", takes_out=False),  # XLA's custom call
     Backend("pallas-mgpu", "pallas:gpu_sm90", "cuda", entry="{name}_torch", takes_out=False),
 ]
 TARGETS = sorted({b.target for b in BACKENDS})
