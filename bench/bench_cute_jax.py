@@ -22,7 +22,20 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
-from timing import host_us_interleaved, kernel_pairs, paired_ratio  # noqa: E402
+
+from specgen.bench.stats import paired  # noqa: E402
+from specgen.bench.timing import host_us_interleaved, kernel_cycle  # noqa: E402
+
+
+def kernel_pairs(ours, peer, rounds: int = 30) -> dict:
+    """Paired CUPTI time of two calls (one rotation, L2 flushed before each): peer / ours per round."""
+    cycle = kernel_cycle({"ours": ours, "peer": peer}, rounds)
+    return paired(cycle["ours"]["samples"], cycle["peer"]["samples"]).model_dump()
+
+
+def paired_ratio(samples: dict[str, list[float]], num: str, den: str) -> float:
+    """Median over interleaved batches of num's host time / den's."""
+    return paired(samples[den], samples[num]).ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 COLD = """

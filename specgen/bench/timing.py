@@ -11,6 +11,7 @@ A `Timer` is what run.py and the tuner call; `CuptiTimer` is the GPU's, tests in
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -103,6 +104,31 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
     for side in out.values():
         side["kernels"] = {k: statistics.median(v) for k, v in side["kernels"].items()}
     return out
+
+
+def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100,
+                        batches: int = 41) -> dict[str, list[float]]:
+    """Host microseconds per call of several calls, their batches interleaved: batch i of every call runs
+    before batch i + 1 of any, in a rotating order, so that each batch of ours sits within milliseconds of
+    the peer's (the host's speed moves by up to 1.5x over seconds; the ratio of batch i's figures does not).
+    Returns each call's per-batch microseconds per call; `stats.paired` turns two of them into a ratio."""
+    import torch
+
+    names = list(fns)
+    for name in names:
+        for _ in range(200):
+            fns[name]()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(batches):
+        for name in rotation(names, i):
+            fn = fns[name]
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return samples
 
 
 class CuptiTimer:
