@@ -55,10 +55,14 @@ print(time.time() - t0)
 """
 
 
-def cold_start(entry: str, cache: str) -> float:
-    env = {**os.environ, "SPECGEN_CUTE_CACHE": cache, "PYTHONPATH": str(ROOT)}
+def cold_start(entry: str, cache: str) -> float | str:
+    """Seconds from process start to the first result; the child's last error line if it failed."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep the caller's
+    env = {**os.environ, "SPECGEN_CUTE_CACHE": cache, "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", COLD, repr(time.time()), entry], env=env, capture_output=True,
-                         text=True, check=True, cwd=ROOT)
+                         text=True, cwd=ROOT)
+    if out.returncode:
+        return f"failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:300]}"
     return float(out.stdout.strip().splitlines()[-1])
 
 
