@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from specgen.designs.gemm_cute_sm90 import CuteArg, CuteConfig, CuteSm90Plan
 
 TMA_ALIGN = 16  # bytes: TMA's base and stride unit, and the fake tensors' assumed alignment
-C_ELEMENT = {"f32": "float", "tf32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
-             "fp8_e5m2": "__nv_fp8_e5m2", "int8": "int8_t", "int32": "int32_t"}
 
 
 @dataclass(frozen=True)
