@@ -32,4 +32,7 @@ done
 # CuTe through JAX (XLA's FFI): host cost, kernel time, cold start (what `specgen bench` does not time yet)
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
 cute_jax=${PIPESTATUS[0]}
-exit $(( tests || bench || tune || cute_jax ))
+# the C++ export (issue 23): cold start of a C++ program vs the Python launcher, host cost per call
+python3 bench/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
+export_bench=${PIPESTATUS[0]}
+exit $(( tests || bench || tune || cute_jax || export_bench ))

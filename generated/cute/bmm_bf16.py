@@ -27,6 +27,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
 import torch
 from cutlass.tensor_utils import LayoutEnum
 
@@ -565,6 +566,13 @@ def bmm_bf16_jax_torch(a, b):
         ("b", b, False),
     ))
     return _rt.to_torch(bmm_bf16_jax(a, b))
+
+
+@cute.jit
+def _export_host(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor,
+                 max_clusters: cutlass.Int32, stream: cuda.CUstream, variant: cutlass.Constexpr = None):
+    """gemm_host for `specgen compile --export`: one C function per config, stream passed by the caller."""
+    gemm_host(a, b, out, max_clusters, variant, stream)
 
 
 # The spec this module was rendered from, and the module's identity and plan figures for `specgen

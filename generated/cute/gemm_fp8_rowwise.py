@@ -43,6 +43,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
 import torch
 from cutlass.tensor_utils import LayoutEnum
 
@@ -659,6 +660,13 @@ def gemm_fp8_rowwise_jax_torch(a, b, scale_a, scale_b):
         ("scale_b", scale_b, None),
     ))
     return _rt.to_torch(gemm_fp8_rowwise_jax(a, b, scale_a, scale_b))
+
+
+@cute.jit
+def _export_host(a: cute.Tensor, b: cute.Tensor, scale_a: cute.Tensor, scale_b: cute.Tensor, out: cute.Tensor,
+                 max_clusters: cutlass.Int32, stream: cuda.CUstream, variant: cutlass.Constexpr = None):
+    """gemm_host for `specgen compile --export`: one C function per config, stream passed by the caller."""
+    gemm_host(a, b, scale_a, scale_b, out, max_clusters, variant, stream)
 
 
 # The spec this module was rendered from, and the module's identity and plan figures for `specgen

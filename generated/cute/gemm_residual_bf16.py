@@ -32,6 +32,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
 import torch
 from cutlass.tensor_utils import LayoutEnum
 
@@ -604,6 +605,13 @@ def gemm_residual_bf16_jax_torch(a, b, alpha, c):
         ("c", c, False),
     ))
     return _rt.to_torch(gemm_residual_bf16_jax(a, b, alpha, c))
+
+
+@cute.jit
+def _export_host(a: cute.Tensor, b: cute.Tensor, alpha: cutlass.Float32, c: cute.Tensor, out: cute.Tensor,
+                 max_clusters: cutlass.Int32, stream: cuda.CUstream, variant: cutlass.Constexpr = None):
+    """gemm_host for `specgen compile --export`: one C function per config, stream passed by the caller."""
+    gemm_host(a, b, alpha, c, out, max_clusters, variant, stream)
 
 
 # The spec this module was rendered from, and the module's identity and plan figures for `specgen

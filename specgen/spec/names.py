@@ -30,6 +30,8 @@ CUTE_MODULE_NAMES: frozenset[str] = frozenset({
     "OUT_LAYOUT", "pipeline", "shared_storage", "SharedStorage", "sm90_utils", "zero_operand",
     # the JAX entry (templates/cute/jax_host.jinja)
     "_jax_entry", "_jax_host", "cute_jax",
+    # the C export (templates/cute/export_host.jinja)
+    "_export_host", "cuda",
 })
 
 # Every other identifier the CuTe modules use: the kernel's locals (TMA atoms, pipelines, partitions,
