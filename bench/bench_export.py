@@ -46,8 +46,13 @@ torch.cuda.synchronize()
 """
 
 
+
+def _pythonpath() -> str:
+    """The repo first, then the caller's PYTHONPATH (where the GPU box's own packages live)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
 def python_cold(cache: str) -> float:
-    env = {**os.environ, "SPECGEN_CUTE_CACHE": cache, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "SPECGEN_CUTE_CACHE": cache, "PYTHONPATH": _pythonpath()}
     run = subprocess.run([sys.executable, "-c", COLD, repr(time.time())], env=env, capture_output=True, text=True,
                          check=True, cwd=ROOT)
     return float(run.stdout.strip().splitlines()[-1])
@@ -84,7 +89,7 @@ def main() -> None:
         result["cold_start_s"] = {k: {"median": statistics.median(v), "runs": v} for k, v in cold.items()}
         host_cxx = [float(subprocess.run([str(exe), "64", "64", "64", "--bench", "10000"], capture_output=True, text=True,
                                          check=True).stdout.split("host cost ")[1].split()[0]) for _ in range(args.repeats)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": _pythonpath()}
         host_py = [float(subprocess.run([sys.executable, "-c", HOST], env=env, cwd=ROOT, capture_output=True, text=True,
                                         check=True).stdout.split()[0]) for _ in range(args.repeats)]
         result["host_us_per_call_64cubed"] = {"cxx_export": statistics.median(host_cxx), "torch_entry": statistics.median(host_py),

@@ -102,6 +102,11 @@ def test_exported_equals_the_python_launcher(lib, name, shape):
     out = torch.full_like(expected, float("nan"))
     rc = getattr(lib, f"specgen_{name}")(*c_args(a, b, extra, out, M, N, K, batch))
     torch.cuda.synchronize()
+    if K > 0 and any(t.stride(-1 if t.stride(-2) == 1 else -2) * t.element_size() % 16 for t in (a, b)):
+        # a leading dimension TMA cannot stride (here: a column-major A with M = 1): the Python launcher
+        # copies the operand, the C entry refuses it and says so (README: CuTe kernels from C++)
+        assert rc == -2 and torch.isnan(out.float()).all()
+        return
     assert rc == 0
     assert torch.equal(out.view(torch.uint8), expected.view(torch.uint8)), f"{name} {shape}: not bit-for-bit"
 
