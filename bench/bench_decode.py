@@ -72,7 +72,7 @@ def render(folder: Path, which: str = "3") -> None:
     from kernels import catalogue
 
     from specgen.check import check_spec
-    from specgen.render.catalogue import render_triton_module
+    from specgen.render.catalogue import render_module
     from specgen.spec.load import load_text
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def render(folder: Path, which: str = "3") -> None:
             if errors:
                 print(f"skipped {spec['name']}: {errors[0].rule} {errors[0].message}")
                 continue
-            (folder / f"{spec['name']}.py").write_text(render_triton_module(ls, ls.spec.targets))
+            (folder / f"{spec['name']}.py").write_text(render_module(ls, ls.spec.targets))
             names.append(spec["name"])
     (folder / "candidates.json").write_text(json.dumps(dict(names=names, shapes=sorted(shapes))))
 

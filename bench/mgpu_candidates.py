@@ -62,10 +62,9 @@ def candidate(spec: dict, label: str, over: dict) -> dict:
 
 def main() -> None:
     from specgen.check import check_spec
-    from specgen.designs import design_for
+    from specgen.registry import design_for
     from specgen.resolve import resolve
     from specgen.spec.load import load_text
-    from specgen.targets import Backend
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -81,7 +80,7 @@ def main() -> None:
                 print(f"SKIP {s['name']}: {'; '.join(errors)}")
                 continue
             resolved = resolve(loaded.spec, target)
-            files = design_for("gemm", Backend.pallas).render(loaded, [target], {str(target): resolved})
+            files = design_for("gemm", "pallas:tpu_v5e").render(loaded, [target], {str(target): resolved})
             (out / f"{s['name']}.py").write_text(files[f"pallas/gpu_sm90/{s['name']}.py"])
             print(s["name"], resolved.ab_stages, resolved.budget.total)
 

@@ -48,7 +48,7 @@ def catalogue() -> None:
 
     from jax.experimental.mosaic.gpu import core as mgpu_core
 
-    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.designs.gemm_pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
 
     platforms = None if jax.default_backend() == "gpu" else ("cuda",)

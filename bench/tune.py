@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.spec.load import load_paths, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def build(spec: dict, tmp: Path, tag: str):
     spec = {**spec, "name": f"{spec['name']}_{tag}", "targets": ["triton:sm90"]}
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), "<tune>", ".json")
     path = tmp / f"{spec['name']}.py"
-    path.write_text(render_triton_module(loaded, loaded.spec.targets))
+    path.write_text(render_module(loaded, loaded.spec.targets))
     mspec = importlib.util.spec_from_file_location(spec["name"], path)
     mod = importlib.util.module_from_spec(mspec)
     sys.modules[spec["name"]] = mod

@@ -69,11 +69,14 @@ def print_variants(loaded) -> None:
 
 def _config(spec, target) -> str:
     """A config as `check` shows it: the tile, split-K where it splits (`split-K 2`, `atomic` when so), and
-    `swap_ab` where a Triton config swaps the MMA's operands."""
+    what the target's design adds (`swap_ab` where a config swaps the MMA's operands)."""
+    from specgen.registry import design_for
+
     tile, sched = spec.tile, spec.schedule
     split = f" split-K {sched.split_k}" if sched.split_k > 1 else ""
-    swap = " swap_ab" if spec.triton.swap_ab and str(target).startswith("triton:") else ""
-    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{swap}"
+    design = design_for(spec.kind, target)
+    notes = design.config_notes(spec) if design is not None else ""
+    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{notes}"
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:
@@ -197,7 +200,7 @@ def compile_cmd(
     out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
-    sass: bool = typer.Option(False, "--sass", help="CuTe: count UTMALDG, UTMASTG, HGMMA/QGMMA and LDL/STL in the SASS."),
+    sass: bool = typer.Option(False, "--sass", help="Where the compile hook reads SASS: count TMA, MMA and local-memory (LDL/STL) opcodes."),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     import importlib.util
@@ -212,16 +215,17 @@ def compile_cmd(
             err.print(f"error: {e}", markup=False)
             raise typer.Exit(2) from None
     specs = _load(paths)
-    from specgen.compile import COMPILER_MODULES, MissingModule, compile_spec, compile_targets
-    from specgen.targets import Backend
+    from specgen.compile import MissingModule, compile_spec, compile_targets
+    from specgen.registry import design_for, rendering
 
-    backends = {t.backend for ls in specs for t in compile_targets(ls, wanted)}
-    if not backends and not wanted:  # nothing to compile: still say what a Triton compile would need
-        backends = {Backend.triton}
-    for backend in sorted(backends):
-        missing = [m for m in COMPILER_MODULES[backend] if importlib.util.find_spec(m) is None]
+    designs = {design_for(ls.spec.kind, t) for ls in specs for t in compile_targets(ls, wanted)}
+    if not designs and not wanted:  # nothing to compile: still say what the first design's compile would need
+        designs = {rendering()[0]}
+    for design in sorted(designs, key=lambda d: d.extra):
+        missing = [m for m in design.compiler_modules if importlib.util.find_spec(m) is None]
         if missing:
-            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{backend}]'", markup=False)
+            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{design.extra}]'",
+                      markup=False)
             raise typer.Exit(2)
     failed = 0
     rows = []
@@ -239,7 +243,7 @@ def compile_cmd(
             elif r.error:
                 label = "" if r.variant is None else f" variant {r.variant}"
                 out.print(f"FAILED {r.kernel}{label} @ {r.target}: {r.error}", style="red", markup=False)
-            elif r.compiler_smem is None:  # lowered only (Pallas TPU: libtpu's compile needs a TPU)
+            elif r.compiler_smem is None:  # lowered only (a hook whose compiler needs the device)
                 out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
@@ -277,7 +281,7 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="The spec ref
 @app.command()
 def rules() -> None:
     """List the envelope rules: id, title, and where each applies."""
-    from specgen.envelope.rules import RULES
+    from specgen.rules.table import RULES
     from specgen.spec.models import parse_target
     from specgen.spec.targets import ALL_TARGETS
 

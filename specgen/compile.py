@@ -14,17 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from specgen.designs import design_for
+from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
-from specgen.targets import Backend, target_info
-
-# backend -> the modules its compile hook and its rendered modules import (`specgen compile` says which are missing)
-COMPILER_MODULES: dict[Backend, tuple[str, ...]] = {
-    Backend.triton: ("torch", "triton"),
-    Backend.cute: ("torch", "cutlass"),
-    Backend.pallas: ("jax",),
-}
+from specgen.targets import target_info
 
 
 @dataclass(frozen=True)
@@ -84,8 +77,8 @@ def compile_targets(ls: LoadedSpec, wanted: set[str]) -> list[Target]:
     """The spec's targets that some design renders a module for (only `wanted` ones, when given)."""
     found = []
     for t in ls.spec.targets:
-        design = design_for(ls.spec.kind, t.backend)
-        if design is not None and (not wanted or str(t) in wanted) and design.modules(ls.spec, [t]):
+        design = design_for(ls.spec.kind, t)
+        if design is not None and design.renders and (not wanted or str(t) in wanted) and design.modules(ls.spec, [t]):
             found.append(t)
     return found
 
@@ -94,7 +87,7 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
     """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given).
     `sass`: hooks that take a `sass` keyword count SASS opcodes too (the others ignore it)."""
     for t in compile_targets(ls, wanted):
-        design = design_for(ls.spec.kind, t.backend)
+        design = design_for(ls.spec.kind, t)
         assert design is not None
         hook = _hook(design.compile_hook)
         options = {"sass": True} if sass and "sass" in inspect.signature(hook).parameters else {}

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from specgen import __version__
 from specgen.check import check_all
 from specgen.cli import app
-from specgen.envelope.rules import RULES
+from specgen.rules.table import RULES
 from specgen.spec.load import load_paths
 from specgen.spec.targets import ALL_TARGETS
 

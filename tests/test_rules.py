@@ -12,15 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 
-from specgen.envelope.budget import MAX_AUTO_STAGES, MIN_STAGES, TPU_BUFFERS
+from specgen.designs.gemm_cute_checked.design import tmem_columns
+from specgen.envelope.budget import MIN_STAGES
 from specgen.envelope.devices import SM90, SM100, TPUS
-from specgen.envelope.rules import RULES, RuleContext, run_rules
-from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages, tmem_columns
+from specgen.registry import design_for
+from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
 from specgen.resolve import memory as smem_budget
 from specgen.resolve import resolve as rule_context
+from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths
 from specgen.spec.models import GemmSpec, parse_target
-from specgen.spec.targets import ALL_TARGETS, Backend
+from specgen.spec.targets import ALL_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}
@@ -847,10 +849,10 @@ def test_auto_stages_never_exceed_what_fits(case):
     ctx = rule_context(s, target)
     assert ctx.ab_stages == stages and ctx.budget == smem_budget(s, target, stages)
     if target.arch.startswith("tpu"):
-        assert stages == TPU_BUFFERS  # Pallas TPU double-buffers each block, whatever fits
+        assert stages == 2  # Pallas TPU double-buffers each block, whatever fits
     elif fit >= MIN_STAGES:
         assert MIN_STAGES <= stages <= fit
-        assert stages == min(MAX_AUTO_STAGES[target.backend], fit)
+        assert stages == min(design_for(s.kind, target).max_auto_stages, fit)
         assert ctx.budget.fits
         assert not [f for f in run_rules(ctx) if f.rule in ("SMEM001", "VMEM001")]
     else:  # auto never goes below a two-stage pipeline: the budget rule then says what does fit
@@ -871,8 +873,9 @@ def test_auto_stages_are_capped_per_backend():
         target = parse_target(t)
         if target.arch.startswith("tpu"):
             continue
-        assert resolve_ab_stages(small, target) == MAX_AUTO_STAGES[target.backend]
-    assert MAX_AUTO_STAGES[Backend.cute] == 8 and MAX_AUTO_STAGES[Backend.triton] == 4
+        assert resolve_ab_stages(small, target) == design_for(small.kind, target).max_auto_stages
+    caps = {t: design_for("gemm", t).max_auto_stages for t in ("cute:sm90", "cute:sm100", "triton:sm90", "triton:sm100")}
+    assert caps == {"cute:sm90": 8, "cute:sm100": 8, "triton:sm90": 4, "triton:sm100": 4}
 
 
 def test_max_ab_stages_respects_its_limit():
@@ -933,7 +936,7 @@ def test_rules_run_only_on_the_kinds_they_name(monkeypatch):
     assert any(f.rule == "POW001" for f in run_rules(ctx))
     assert all(r.kinds == ("gemm",) for r in RULES)
     only_other = [dataclasses.replace(r, kinds=("grouped_gemm",)) if r.id == "POW001" else r for r in RULES]
-    monkeypatch.setattr("specgen.envelope.rules.RULES", only_other)
+    monkeypatch.setattr("specgen.rules.table.RULES", only_other)
     assert not any(f.rule == "POW001" for f in run_rules(ctx))
 
 
@@ -941,7 +944,9 @@ def test_rules_select_targets_by_table_facts_not_arch_names():
     """No rule, resolve step or design tests an arch name: the target table says what each target is."""
     import re
 
-    for rel in ("specgen/envelope/rules.py", "specgen/resolve.py", "specgen/envelope/budget.py",
-                "specgen/check.py", "specgen/designs/gemm_triton.py", "specgen/compile.py"):
+    rules = [p.relative_to(ROOT) for p in [*(ROOT / "specgen" / "rules").glob("*.py"),
+                                           *(ROOT / "specgen" / "designs").glob("*/[dr][eu]*.py")]]  # design.py, rules.py
+    assert len(rules) > 10
+    for rel in (*rules, "specgen/resolve.py", "specgen/envelope/budget.py", "specgen/check.py", "specgen/compile.py"):
         text = (ROOT / rel).read_text()
         assert not re.search(r"arch\s*==|arch\.startswith|\"tpu|\"sm\d+\"|\"gpu_sm", text), rel

@@ -198,7 +198,7 @@ def check_case(spec: dict) -> dict:
 def compile_case(spec: dict, folder: Path) -> dict:
     """The compiler's side: render the spec's module, compile its one config for sm_90a, read the SASS."""
     from specgen.compile import load_rendered
-    from specgen.designs.gemm_cute_sm90_compile import compile_module
+    from specgen.designs.gemm_cute_sm90.compile import compile_module
     from specgen.render.catalogue import render_modules
     from specgen.spec.load import load_text
     from specgen.targets import TARGETS

@@ -28,20 +28,24 @@ Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from specgen.designs.base import module_identity, plan_header
-from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
+from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, target_info
 
+if TYPE_CHECKING:
+    from specgen.rules.base import Finding
+
 ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
 MBARRIER_BYTES = 8
 BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
-WARPGROUP_THREADS = 128
 WGMMA_M = 64  # rows per warpgroup per wgmma
 # setmaxnreg: the producer gives registers back, the consumers take them (CUTLASS's sm90 split).
 LOAD_REGISTERS = 40
@@ -320,13 +324,36 @@ class CuteSm90Plan:
         return True
 
 
-class CuteSm90Gemm:
+class CuteSm90Gemm(DesignBase):
     """GEMM on Hopper through the CuTe DSL (see the module docstring)."""
 
-    kind = "gemm"
-    backend = Backend.cute
+    name = "CuTe sm90"
+    keys = (("gemm", Backend.cute, "wgmma"),)
     template = "cute/gemm_sm90.py.jinja"
-    compile_hook = "specgen.designs.gemm_cute_sm90_compile:compile_module"
+    compile_hook = "specgen.designs.gemm_cute_sm90.compile:compile_module"
+    compiler_modules = ("torch", "cutlass")
+    extra = "cute"
+    max_auto_stages = 8
+
+    def serves(self, info: TargetInfo) -> bool:
+        return serves(info)
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Ping-pong warpgroups each own a whole tile; cooperative ones share it."""
+        return WARPGROUP_THREADS * (1 if pingpong(spec) else mma_warpgroups(spec))
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_cute_sm90.rules import register_findings
+
+        return register_findings(ctx)
+
+    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_cute_sm90.rules import option_findings
+
+        return option_findings(ctx)
     # the module bakes every size-selected variant's config and the launcher picks one by integer
     # compares; each compiles on its own, so a variant may change any config field (no shared_config)
     renders_variants = True
@@ -336,10 +363,7 @@ class CuteSm90Gemm:
         ping-pong order barriers), then A, B and epilogue buffers (two sets when ping-pong), each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
         puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
         `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
-        wgmma takes (64 rows x 16 bytes of K at least). Targets this design does not serve (tcgen05)
-        keep the checked-only CuTe layout."""
-        if not serves(target):
-            return cute_memory(spec, target, ab_stages)
+        wgmma takes (64 rows x 16 bytes of K at least)."""
         gpu = target.gpu
         assert gpu is not None
         t = spec.tile
@@ -355,8 +379,6 @@ class CuteSm90Gemm:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
         the store (the out tile is stored EPI_M x EPI_N at a time)."""
         a, b, out = tma_boxes(spec)
-        if not serves(target):
-            return (a, b, out)
         em, en = epilogue_tile(spec)
         return (a, b, TmaBox("out", em, en, out.elem_bytes, out.field))
 
@@ -457,3 +479,6 @@ def render_context(p: CuteSm90Plan) -> dict[str, object]:
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
         "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
     }
+
+
+DESIGN = CuteSm90Gemm()

@@ -18,8 +18,9 @@ Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers pe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from specgen.designs.base import module_identity, plan_header
+from specgen.designs.base import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
@@ -29,14 +30,46 @@ from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from specgen.rules.base import Finding
+
 CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measured, tests/differential.py)
 FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
 
 
-class TritonGemm:
-    kind = "gemm"
-    backend = Backend.triton
-    compile_hook = "specgen.designs.gemm_triton_compile:compile_module"
+class TritonGemm(DesignBase):
+    name = "Triton"
+    # tl.dot picks its instructions from the block: one design for every MMA family Triton lowers to
+    keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
+    compile_hook = "specgen.designs.gemm_triton.compile:compile_module"
+    compiler_modules = ("torch", "triton")
+    extra = "triton"
+    max_auto_stages = 4
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        return spec.triton.num_warps * 32
+
+    def dot_accumulators(self, a: DType) -> tuple[DType, ...]:
+        """tl.dot: int8 -> int32; f16 may accumulate in f16 (out_dtype); everything else in f32."""
+        return {DType.int8: (DType.int32,), DType.f16: (DType.f32, DType.f16)}.get(a, (DType.f32,))
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_triton.rules import register_findings
+
+        return register_findings(ctx)
+
+    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_triton.rules import option_findings
+
+        return option_findings(ctx)
+
+    def config_notes(self, spec: GemmSpec) -> str:
+        return " swap_ab" if spec.triton.swap_ab else ""
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         gpu = target.gpu
@@ -132,6 +165,9 @@ class TritonGemm:
         (rel,) = self.modules(loaded.spec, targets)
         context = triton_context(plan_triton(loaded, targets, resolved))
         return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
+
+
+DESIGN = TritonGemm()
 
 
 @dataclass(frozen=True)

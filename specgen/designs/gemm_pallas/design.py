@@ -16,7 +16,7 @@ Options read from the spec: `cluster` 2x1 / 1x2 launches CTA pairs that load the
 by TMA multicast (B along M, A along N; rule PAL007; the cluster barriers take the bytes the plain ones
 did, so the SMEM figure is unchanged), `schedule.raster` picks the band direction of `group_m`.
 
-Registered in specgen/designs/DESIGNS under ("gemm", Backend.pallas): resolve.py asks it for the
+Registered in specgen/designs/DESIGN_PACKAGES under ("gemm", pallas, mxu / wgmma): resolve.py asks it for the
 memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
 Imports jax-free code only: `specgen check` / `render` must stay light.
 """
@@ -24,21 +24,40 @@ Imports jax-free code only: `specgen check` / `render` must stay light.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from specgen import __version__
-from specgen.designs.base import plan_header
+from specgen.designs.base import WARPGROUP_THREADS, DesignBase, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.models import GemmSpec, Target
-from specgen.targets import Backend, TargetInfo, is_mgpu_target, is_tpu_target, target_info
+from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:
     from specgen.resolved import Resolved, TmaBox
+    from specgen.rules.base import Finding
     from specgen.spec.load import LoadedSpec
+
+def _row(t: object) -> TargetInfo:
+    return t if isinstance(t, TargetInfo) else target_info(t)
+
+
+def is_tpu_target(t: object) -> bool:
+    """A Mosaic TPU target: the pallas backend on a VMEM row (this design's TPU kernel)."""
+    info = _row(t)
+    return info.backend is Backend.pallas and info.memory == "vmem"
+
+
+def is_mgpu_target(t: object) -> bool:
+    """A Mosaic GPU target: the pallas backend on an SMEM row (this design's wgmma kernel, raw TMA boxes);
+    the PAL004-PAL009 rules concern it."""
+    info = _row(t)
+    return info.backend is Backend.pallas and info.memory == "smem"
+
 
 MGPU_CONSUMER_WGS = 2  # consumer warpgroups splitting the CTA tile along N
 MGPU_EPI_TILE = 64  # the epilogue's SMEM staging tile edge (rows and columns)
@@ -222,13 +241,37 @@ def _module_fields(loaded: LoadedSpec, spec: GemmSpec, targets: list[Target]) ->
     )
 
 
-class PallasGemmDesign:
-    """kind "gemm", backend pallas. See the module docstring."""
+class PallasGemmDesign(DesignBase):
+    """kind "gemm", backend pallas: Mosaic TPU (MXU) and Mosaic GPU (wgmma). See the module docstring."""
 
-    kind = "gemm"
-    backend = Backend.pallas
+    name = "Pallas"
+    keys = (("gemm", Backend.pallas, "mxu"), ("gemm", Backend.pallas, "wgmma"))
+    compiler_modules = ("jax",)
+    extra = "pallas"
+    max_auto_stages = 4
+
+    def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
+        """Pallas TPU pipelines double-buffer each BlockSpec by default."""
+        return TPU_ARGS_DOUBLE_BUFFERED if is_tpu_target(target) else None
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Mosaic GPU: two consumer warpgroups split N."""
+        return MGPU_CONSUMER_WGS * WARPGROUP_THREADS
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return is_mgpu_target(target)  # the TPU accumulator is a VMEM scratch
+
+    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_pallas.rules import register_findings
+
+        return register_findings(ctx)
+
+    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        from specgen.designs.gemm_pallas.rules import option_findings
+
+        return option_findings(ctx)
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
-    compile_hook = "specgen.designs.gemm_pallas_compile:compile_module"
+    compile_hook = "specgen.designs.gemm_pallas.compile:compile_module"
 
     # --- memory ---------------------------------------------------------------------------------------
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
@@ -421,3 +464,6 @@ def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
             **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
     return {"p": p, "plan_meta": meta, "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}
+
+
+DESIGN = PallasGemmDesign()
