@@ -80,8 +80,8 @@ def _field_value(spec: object, path: tuple[str, ...]) -> object:
 
 def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
     """CFG001 (error): the targets one generated module serves run one kernel source, so their effective
-    configs agree on the fields its design lists as `shared_config` (the Triton design: tile, schedule,
-    TMA and epilogue options; warps and stages stay per compute capability). Reported at the per_target
+    configs agree on the fields its design lists as `shared_config` (say tile, schedule, TMA and
+    epilogue options, while warps and stages stay per compute capability). Reported at the per_target
     line of each target that departs from the module's first target."""
     for design, targets in designs_for(loaded.spec.kind, loaded.spec.targets).items():
         _variants_agree(loaded, report, targets, design.variant_shared_config)
@@ -103,7 +103,7 @@ def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
 def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shared: tuple[tuple[str, ...], ...]) -> None:
     """CFG002 (error): a size-selected variant launches its target's kernel with other constexprs, warps
     and stages, so it keeps the fields that change the kernel's code (the design's
-    `variant_shared_config`; Triton: persistent, raster, TMA and epilogue options). Reported at the
+    `variant_shared_config`: say persistent, raster, TMA and epilogue options). Reported at the
     variant's line."""
     for t in targets:
         r = report.resolved[(loaded.name, str(t))]

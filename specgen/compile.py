@@ -32,7 +32,7 @@ class CompileResult:
     cache: str = ""  # the disk-cache entry the compile filled, where the backend keeps one
     cpu_seconds: float | None = None  # the compile's own CPU time, where the hook measures it
     variant: int | None = None  # which size-selected variant (None: the default config)
-    # per-thread resources read off the cubin, where the hook reads them (CuTe with --sass): registers,
+    # per-thread resources read off the cubin, where the hook reads them (with --sass): registers,
     # stack frame bytes, bytes of local-memory spill stores / loads (STL / LDL widths in the SASS)
     resources: dict[str, int] = field(default_factory=dict)
 
@@ -46,7 +46,7 @@ class MissingModule(Exception):
 
 
 def compiler_message(e: BaseException) -> str:
-    """One line from a compile failure: Triton's CompilationError reads "at 10:19:", the source lines,
+    """One line from a compile failure: a CompilationError that reads "at 10:19:", the source lines,
     a caret, then what went wrong; keep the position and what went wrong (or the cause's message)."""
     lines = [line.rstrip() for line in str(e).splitlines()]
     caret = max((i for i, line in enumerate(lines) if line.strip() == "^"), default=0)
@@ -100,5 +100,5 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
             if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
                 raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
                                     f"{ls.spec_hash}: run `specgen render` first")
-            result = hook(module, target_info(t), **options)  # one result, or one per config (Triton and CuTe variants)
+            result = hook(module, target_info(t), **options)  # one result, or one per config (size-selected variants)
             yield from (result if isinstance(result, list) else [result])

@@ -8,9 +8,9 @@ kernel stages (`memory`, the layout the budget rules check and `auto` stages fil
 spec's targets group into generated modules (`modules`), and renders those modules (`render`,
 returning `{relative path: text}`). Its ahead-of-time compile lives behind `compile_hook`, a
 "module:function" string imported only by `specgen compile`: importing a design must stay free of
-torch, triton, jax and cutlass, since check and render import every design.
+any framework or compiler, since check and render import every design.
 
-How to add a design (say CuTe sm100, tcgen05):
+How to add a design (say a second MMA family on an existing backend):
   1. a row per `backend:arch` in specgen/targets.py, if the target is new;
   2. a package specgen/designs/gemm_<name>/ with `design.py` (a `DesignBase` subclass, `DESIGN = ...`),
      `rules.py` (its rules: a `RuleSet` named `RULES`), `names.py` (its modules' identifiers) and its
@@ -49,7 +49,7 @@ WARPGROUP_THREADS = 128
 class DesignBase:
     """Defaults for every optional hook; a design overrides what differs."""
 
-    name: ClassVar[str]  # how messages name it ("Triton", "CuTe sm90")
+    name: ClassVar[str]  # how messages name it
     keys: ClassVar[tuple[DesignKey, ...]]
     renders: ClassVar[bool] = True  # False: checked only (memory and rules, no module)
     compile_hook: ClassVar[str] = ""  # "module:function(module, target) -> CompileResult", imported lazily

@@ -25,7 +25,7 @@ class MemoryBudget:
     ab_stages: int
     epilogue_bytes: int
     epilogue_overlaps_ab: bool  # epilogue reuses the pipeline buffers after the K loop
-    extra_bytes: int = 0  # never overlapped: accumulator scratch and vectors (TPU), operand copies (Triton)
+    extra_bytes: int = 0  # never overlapped: accumulator scratch and vectors, operand copies
     extra_label: str = "accumulator+vectors"
     ab_buffers_delta: int = 0  # A/B buffers the pipeline allocates beyond (or short of) its stages
     # buffers live only while the K loop runs, beside the A/B stages (operand copies): freed with them

@@ -92,7 +92,7 @@ def _finds(name: str) -> bool:
 
 
 def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
-    """The module an --out package would shadow: `--out .` puts `triton/` where `import triton` finds
+    """The module an --out package would shadow: `--out .` puts a backend's folder where `import <backend>` finds
     it first; `--out torch` makes a package named `torch`. Found with find_spec, which imports nothing."""
     out = out_dir.resolve()
     roots = {Path.cwd().resolve()} | {Path(p or ".").resolve() for p in sys.path}

@@ -95,7 +95,7 @@ def pow2(x: int) -> bool:
 
 
 def k_per_instruction(dtype: DType) -> int:
-    """MMA K per instruction: 32 bytes of K (tf32 8, 16-bit 16, 8-bit 32). PTX wgmma / tcgen05."""
+    """MMA K per instruction: 32 bytes of K (tf32 8, 16-bit 16, 8-bit 32). PTX ISA, both tensor-core MMA families."""
     return 32 // dtype.bytes
 
 
