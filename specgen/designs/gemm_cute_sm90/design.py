@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specgen.abi import Arg, make_arg
 from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
@@ -202,20 +203,12 @@ def serves(target: Target | TargetInfo) -> bool:
     return info.backend is Backend.cute and info.mma == "wgmma"
 
 
-@dataclass(frozen=True)
-class CuteArg:
-    """A tensor (or scalar) the launcher takes, with what the guards check and the kernel reads."""
-
-    name: str
-    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
-    dtype: DType
-    torch_dtype: str
-    cutlass_dtype: str
-    doc: str
+def _spellings(dtype: DType) -> dict[str, str]:
+    return {"torch": dtype.info.torch, "cutlass": CUTLASS_DTYPES[dtype]}
 
 
-def _arg(name: str, role: str, dtype: DType, doc: str) -> CuteArg:
-    return CuteArg(name, role, dtype, dtype.info.torch, CUTLASS_DTYPES[dtype], doc)
+def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, _spellings)
 
 
 @dataclass(frozen=True)
@@ -276,10 +269,10 @@ class CuteSm90Plan:
     arch: str
     arch_flag: str
     compute_capability: int
-    a: CuteArg
-    b: CuteArg
-    out: CuteArg
-    args: list[CuteArg]  # epilogue runtime arguments, in chain order
+    a: Arg
+    b: Arg
+    out: Arg
+    args: list[Arg]  # epilogue runtime arguments, in chain order
     a_major: str
     b_major: str
     acc_dtype: str  # cutlass name

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specgen.abi import Arg, make_arg
 from specgen.designs.base import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolved import Resolved
@@ -202,18 +203,6 @@ class TritonVariant:
 
 
 @dataclass(frozen=True)
-class TensorArg:
-    """A tensor (or scalar) the launcher takes, with what the guards check."""
-
-    name: str
-    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
-    dtype: DType
-    torch_dtype: str
-    triton_dtype: str
-    doc: str
-
-
-@dataclass(frozen=True)
 class KernelParam:
     """One kernel parameter. The kernel def, the launch tuple, the specialization key, SIGNATURE,
     do_not_specialize, the constexprs and the AOT compile all loop over the plan's list of these."""
@@ -285,9 +274,9 @@ class TritonPlan:
     spec_hash: str
     specgen_version: str
     description: str
-    a: TensorArg
-    b: TensorArg
-    out: TensorArg
+    a: Arg
+    b: Arg
+    out: Arg
     a_major: str
     b_major: str
     acc_dtype: str  # triton.language name of the accumulator
@@ -302,7 +291,7 @@ class TritonPlan:
     tma: bool
     epilogue_subtile: bool
     flatten: bool
-    args: list[TensorArg]  # epilogue runtime arguments, in chain order
+    args: list[Arg]  # epilogue runtime arguments, in chain order
     configs: list[TritonArchConfig]
     spec_json: dict[str, object]
     params: list[KernelParam]  # the kernel ABI, in declaration order
@@ -317,8 +306,12 @@ class TritonPlan:
     swap: bool = False  # any config of the module swaps A and B: the kernel takes the SWAP_AB constexpr
 
 
-def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
-    return TensorArg(name, role, dtype, dtype.info.torch, dtype.info.triton, doc)
+def _spellings(dtype: DType) -> dict[str, str]:
+    return {"torch": dtype.info.torch, "triton": dtype.info.triton}
+
+
+def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, _spellings)
 
 
 def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
