@@ -223,7 +223,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 264192 B of SMEM > 232448 B per block on cute:sm90",
                 "A/B 5 x 49152 = 245760 + epilogue 16384 + barriers 2048"], ("pipeline", "ab_stages"))),
-    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90.py): 2 x (128 + 740)
+    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90/design.py): 2 x (128 + 740)
     # x 64 x 2 + 2 x 64 x 32 x 2 (one warpgroup's TMA-store subtiles) + 1024 base pad + 1024 barriers = 232448
     ("SMEM001", "cute:sm90", {"tile": tile(128, 740, 64), "cute": {"mma_warpgroups": 1}, "pipeline": {"ab_stages": 2}},
      None),
@@ -460,7 +460,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64)}, None),  # 192 + 33 = 225
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64), "epilogue": [{"op": "bias"}]},
      ("error", ["about 245 registers (192 accumulator + 33 base + 20 epilogue operands; 256 threads"], ("tile",))),
-    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas.py), so 256x128 is 128 each
+    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas/design.py), so 256x128 is 128 each
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 256, 64)},
      ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),

@@ -1,6 +1,6 @@
 """Check vs the CuTe DSL compiler for `cute:sm90`: a seeded grid of random specs near the envelope's
 boundaries, each checked by specgen and compiled by `cute.compile` for sm_90a on this CPU machine (no
-GPU) through the design's compile hook (specgen/designs/gemm_cute_sm90_compile.py), its SASS read by
+GPU) through the design's compile hook (specgen/designs/gemm_cute_sm90/compile.py), its SASS read by
 nvdisasm.
 
 Verdicts, per spec:
@@ -24,7 +24,7 @@ the 15 probes (tests/data/grid_cute_sm90.json): the compiler built 189 spill-fre
 19 KB of spill stores), 37 launched past the SMEM limit, 6 failed (MN-major fp8: MAJ001). main's check
 (REG001 a warning above 192 accumulator registers): 51 false accepts (48 random + 3 probes: every
 spill below 256 accumulator registers), 12 false rejects (fp8 outputs whose tile.n is no multiple of
-64: CUTE002; the 4 template-limit probes). After the register model (designs/gemm_cute_sm90.py
+64: CUTE002; the 4 template-limit probes). After the register model (designs/gemm_cute_sm90/design.py
 `register_estimate`): 0 false accepts, 15 false rejects of 330 random specs (4.5%, all REG001) and 6
 of the probes (4 template limits, 2 REG001). The model's weights were fitted to these cases, so read
 the figures as agreement; held out, seed 18's 60 specs (`python tests/grids/cute_sm90.py 60 18`, fitted

@@ -37,7 +37,7 @@ def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("CUTE002", "sm90 epilogue subtiles cover the tile", SERVED)
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
-    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90.py
+    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90/design.py
     `epilogue_tile`); each subtile takes the next epi_m x epi_n share of the thread's accumulator
     registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
     subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
@@ -75,7 +75,7 @@ def cute_sm90_pingpong(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
-    """CuTe sm90: the design's register model (designs/gemm_cute_sm90.py `register_estimate`: the
+    """CuTe sm90: the design's register model (designs/gemm_cute_sm90/design.py `register_estimate`: the
     accumulator, a base, and the epilogue's operands and temporaries at a subtile) against the
     MMA_REGISTERS its consumers get from setmaxnreg. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a SASS over
     the compile grid of tests/grids/cute_sm90.py, tests/data/grid_cute_sm90.json): where the estimate is

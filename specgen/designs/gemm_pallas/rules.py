@@ -140,7 +140,7 @@ def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
 def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
     """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
     N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
-    warpgroup's slice where smaller: designs/gemm_pallas.py `mgpu_layout`)."""
+    warpgroup's slice where smaller: designs/gemm_pallas/design.py `mgpu_layout`)."""
 
     t = ctx.spec.tile
     wg_n = t.n // MGPU_CONSUMER_WGS

@@ -27,7 +27,7 @@ def record() -> dict:
 
 
 # The bar is 0 false accepts and at most 2% false rejects over the random grid. The register model
-# reaches the first; the second it misses (specgen/designs/gemm_cute_sm90.py says why): this ratchet holds
+# reaches the first; the second it misses (specgen/designs/gemm_cute_sm90/design.py says why): this ratchet holds
 # the count it reached, so a change that refuses more spill-free kernels fails here.
 MAX_FALSE_REJECTS = 15  # of the 330 random specs (4.5%)
 # the named probes check refuses although they compile spill-free: the template limits CUTE001/CUTE002 keep
