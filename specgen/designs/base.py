@@ -26,7 +26,9 @@ in `RuleSet.rule(..., kinds=(...))`; designs keyed by that kind; a float64 refer
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from importlib import import_module
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
 
 from specgen import __version__
@@ -110,13 +112,22 @@ class DesignBase:
         """Whether REG001 runs `register_findings` on the target (a register-resident accumulator)."""
         return False
 
+    def _own_rule(self, name: str) -> Callable[[Resolved], Iterator[Finding]] | None:
+        """A function of the design's own rules.py (imported late: rules.py imports design.py)."""
+        package = type(self).__module__.rpartition(".")[0]
+        if find_spec(f"{package}.rules") is None:
+            return None
+        return getattr(import_module(f"{package}.rules"), name, None)
+
     def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        """REG001 on this design's targets (where `has_register_model`)."""
-        return iter(())
+        """REG001 on this design's targets (where `has_register_model`): its rules.py `register_findings`."""
+        fn = self._own_rule("register_findings")
+        return fn(ctx) if fn is not None else iter(())
 
     def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        """OPT001: the backend options this design's target cannot honour."""
-        return iter(())
+        """OPT001, the backend options this design's target cannot honour: its rules.py `option_findings`."""
+        fn = self._own_rule("option_findings")
+        return fn(ctx) if fn is not None else iter(())
 
     def config_notes(self, spec: GemmSpec) -> str:
         """What `check --variants` adds after a config's tile ("" where nothing)."""

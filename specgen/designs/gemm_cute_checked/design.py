@@ -8,17 +8,10 @@ are in rules.py. A rendering design keyed ("gemm", cute, "tcgen05") takes these 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from specgen.designs.base import WARPGROUP_THREADS, DesignBase
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes, epilogue_stages
 from specgen.spec.models import GemmSpec
 from specgen.targets import Backend, TargetInfo
-
-if TYPE_CHECKING:
-    from specgen.resolved import Resolved
-    from specgen.rules.base import Finding
 
 EPILOGUE_SUBTILE_N = 32  # the TMA-store epilogue's subtile columns (tcgen05 example kernels)
 
@@ -60,10 +53,6 @@ class CuteCheckedGemm(DesignBase):
         assert target.gpu is not None
         return 2 if tmem_columns(spec) * 2 <= target.gpu.tmem_columns else 1
 
-    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_cute_checked.rules import option_findings
-
-        return option_findings(ctx)
 
 
 DESIGN = CuteCheckedGemm()

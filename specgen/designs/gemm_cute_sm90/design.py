@@ -28,9 +28,7 @@ Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specgen.abi import Arg, make_arg
 from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
@@ -40,9 +38,6 @@ from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, target_info
-
-if TYPE_CHECKING:
-    from specgen.rules.base import Finding
 
 ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
 MBARRIER_BYTES = 8
@@ -338,15 +333,7 @@ class CuteSm90Gemm(DesignBase):
     def has_register_model(self, target: TargetInfo) -> bool:
         return True
 
-    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_cute_sm90.rules import register_findings
 
-        return register_findings(ctx)
-
-    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_cute_sm90.rules import option_findings
-
-        return option_findings(ctx)
     # the module bakes every size-selected variant's config and the launcher picks one by integer
     # compares; each compiles on its own, so a variant may change any config field (no shared_config)
     renders_variants = True

@@ -24,7 +24,6 @@ Imports jax-free code only: `specgen check` / `render` must stay light.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,6 @@ from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:
     from specgen.resolved import Resolved, TmaBox
-    from specgen.rules.base import Finding
     from specgen.spec.load import LoadedSpec
 
 def _row(t: object) -> TargetInfo:
@@ -255,15 +253,7 @@ class PallasGemmDesign(DesignBase):
     def has_register_model(self, target: TargetInfo) -> bool:
         return is_mgpu_target(target)  # the TPU accumulator is a VMEM scratch
 
-    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_pallas.rules import register_findings
 
-        return register_findings(ctx)
-
-    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_pallas.rules import option_findings
-
-        return option_findings(ctx)
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.designs.gemm_pallas.compile:compile_module"
 

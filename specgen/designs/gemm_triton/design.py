@@ -18,7 +18,6 @@ Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers pe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specgen.abi import Arg, make_arg
 from specgen.designs.base import DesignBase, module_identity, plan_header
@@ -30,11 +29,6 @@ from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from specgen.rules.base import Finding
 
 CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measured, tests/differential.py)
 FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
@@ -59,15 +53,7 @@ class TritonGemm(DesignBase):
     def has_register_model(self, target: TargetInfo) -> bool:
         return True
 
-    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_triton.rules import register_findings
 
-        return register_findings(ctx)
-
-    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
-        from specgen.designs.gemm_triton.rules import option_findings
-
-        return option_findings(ctx)
 
     def config_notes(self, spec: GemmSpec) -> str:
         return " swap_ab" if spec.triton.swap_ab else ""
