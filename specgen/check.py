@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from specgen.designs import design_for
-from specgen.envelope.rules import run_rules
+from specgen.registry import designs_for, rendering
 from specgen.resolve import Resolved, resolve
+from specgen.rules.table import run_rules
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
 from specgen.targets import ALL_TARGETS
@@ -80,18 +80,14 @@ def _field_value(spec: object, path: tuple[str, ...]) -> object:
 
 def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
     """CFG001 (error): the targets one generated module serves run one kernel source, so their effective
-    configs agree on the fields its design lists as `shared_config` (the Triton design: tile, schedule,
-    TMA and epilogue options; warps and stages stay per compute capability). Reported at the per_target
+    configs agree on the fields its design lists as `shared_config` (say tile, schedule, TMA and
+    epilogue options, while warps and stages stay per compute capability). Reported at the per_target
     line of each target that departs from the module's first target."""
-    by_backend: dict[object, list] = {}
-    for t in loaded.spec.targets:
-        by_backend.setdefault(t.backend, []).append(t)
-    for backend, targets in by_backend.items():
-        design = design_for(loaded.spec.kind, backend)
-        _variants_agree(loaded, report, targets, getattr(design, "variant_shared_config", ()))
-        if not getattr(design, "renders_variants", False):
+    for design, targets in designs_for(loaded.spec.kind, loaded.spec.targets).items():
+        _variants_agree(loaded, report, targets, design.variant_shared_config)
+        if not design.renders_variants:
             _variants_unrendered(loaded, report, design.modules(loaded.spec, targets))
-        shared = getattr(design, "shared_config", ())
+        shared = design.shared_config
         if not shared:
             continue
         for rel, served in design.modules(loaded.spec, targets).items():
@@ -107,7 +103,7 @@ def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
 def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shared: tuple[tuple[str, ...], ...]) -> None:
     """CFG002 (error): a size-selected variant launches its target's kernel with other constexprs, warps
     and stages, so it keeps the fields that change the kernel's code (the design's
-    `variant_shared_config`; Triton: persistent, raster, TMA and epilogue options). Reported at the
+    `variant_shared_config`: say persistent, raster, TMA and epilogue options). Reported at the
     variant's line."""
     for t in targets:
         r = report.resolved[(loaded.name, str(t))]
@@ -126,10 +122,11 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
 
 
 def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[str, list]) -> None:
-    """CFG003 (error): the Triton and CuTe sm90 designs render size-selected variants (their launchers
-    pick one with integer compares, designs/gemm_triton.py, designs/gemm_cute_sm90.py); a design
-    without `renders_variants` (Pallas today) renders one config per module, so a variant on a target they render would be dropped silently. Reported at the
-    variants' line. (Targets no design renders are checked only, variants included.)"""
+    """CFG003 (error): designs with `renders_variants` render size-selected variants (their launchers
+    pick one with integer compares); a design without it renders one config per module, so a variant on
+    a target it renders would be dropped silently. Reported at the variants' line. (Targets no design
+    renders are checked only, variants included.)"""
+    which = " and ".join(d.name for d in rendering(loaded.spec.kind) if d.renders_variants)
     for rel, served in modules.items():
         for t in served:
             variants = report.resolved[(loaded.name, str(t))].variants
@@ -141,7 +138,7 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
             report.diagnostics.append(Diagnostic(
                 loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
                 f"the {t.backend.value} design renders one config per module ({rel}); size-selected variants are "
-                f"rendered by the Triton and CuTe sm90 designs only, and {t} has {len(variants)} ({bounds})",
+                f"rendered by the {which} designs only, and {t} has {len(variants)} ({bounds})",
                 f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
 
 

@@ -14,13 +14,9 @@ import typer
 from rich.console import Console
 
 from specgen import __version__
+from specgen.cli_common import _load, _paths, app, err, out  # noqa: F401  (the CLI's app and consoles)
 
 # rich_markup_mode=None: click's plain help, where a flag reads `--json`, not `--json <bool>`
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Declarative GEMM kernel specs -> checked, rendered kernels.")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
 PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False, metavar="PATH")
 
 
@@ -69,45 +65,14 @@ def print_variants(loaded) -> None:
 
 def _config(spec, target) -> str:
     """A config as `check` shows it: the tile, split-K where it splits (`split-K 2`, `atomic` when so), and
-    `swap_ab` where a Triton config swaps the MMA's operands."""
+    what the target's design adds (`swap_ab` where a config swaps the MMA's operands)."""
+    from specgen.registry import design_for
+
     tile, sched = spec.tile, spec.schedule
     split = f" split-K {sched.split_k}" if sched.split_k > 1 else ""
-    swap = " swap_ab" if spec.triton.swap_ab and str(target).startswith("triton:") else ""
-    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{swap}"
-
-
-def _paths(paths: list[Path] | None) -> list[Path]:
-    chosen = paths or [Path("specs")]
-    cwd = Path.cwd()
-    resolved = []
-    from specgen.spec.load import inert, path_problem
-
-    for p in chosen:
-        problem = path_problem(p)  # missing, a symlink loop, a dangling link: each said as what it is
-        if problem:
-            err.print(f"error: {inert(problem)}", markup=False)
-            raise typer.Exit(2)
-        # messages and generated headers name specs relative to where specgen runs
-        inside = p.resolve().is_relative_to(cwd)
-        resolved.append(p.resolve().relative_to(cwd) if inside else p)
-    return resolved
-
-
-def _load(paths: list[Path] | None, as_json: bool = False):
-    from rich.markup import escape
-
-    from specgen.spec.load import SpecError, load_paths
-
-    try:
-        return load_paths(_paths(paths))
-    except SpecError as e:
-        if as_json:  # a reader of --json gets every failure on stdout, in the diagnostics' shape
-            rows = [{"spec": None, "file": i.file, "line": i.line, "column": i.column, "target": None, "rule": "LOAD",
-                     "severity": "error", "field": i.path, "message": i.message, "hint": ""} for i in e.issues]
-            out.print(json.dumps(rows, indent=2), markup=False)
-        for issue in e.issues:
-            err.print(f"[red]error[/red] {escape(str(issue))}")  # spec text is not markup
-        raise typer.Exit(1) from None
+    design = design_for(spec.kind, target)
+    notes = design.config_notes(spec) if design is not None else ""
+    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{notes}"
 
 
 @app.command()
@@ -197,9 +162,9 @@ def compile_cmd(
     out_dir: Path = typer.Option(Path("generated"), "--out", help="The rendered package to compile."),
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
-    sass: bool = typer.Option(False, "--sass", help="CuTe: count UTMALDG, UTMASTG, HGMMA/QGMMA and LDL/STL in the SASS."),
-    export_dir: Path | None = typer.Option(None, "--export", help="CuTe: write objects, a C header, launchers and a "
-                                           "CMake file for C++ programs into DIR.", metavar="DIR"),
+    sass: bool = typer.Option(False, "--sass", help="Where the compile hook reads SASS: count TMA, MMA and local-memory (LDL/STL) opcodes."),
+    export_dir: Path | None = typer.Option(None, "--export", help="Where the design exports: write objects, a C "
+                                           "header, launchers and a CMake file for C++ programs into DIR.", metavar="DIR"),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     import importlib.util
@@ -216,16 +181,17 @@ def compile_cmd(
     specs = _load(paths)
     if export_dir is not None:
         _export(specs, out_dir, export_dir, wanted)
-    from specgen.compile import COMPILER_MODULES, MissingModule, compile_spec, compile_targets
-    from specgen.targets import Backend
+    from specgen.compile import MissingModule, compile_spec, compile_targets
+    from specgen.registry import design_for, rendering
 
-    backends = {t.backend for ls in specs for t in compile_targets(ls, wanted)}
-    if not backends and not wanted:  # nothing to compile: still say what a Triton compile would need
-        backends = {Backend.triton}
-    for backend in sorted(backends):
-        missing = [m for m in COMPILER_MODULES[backend] if importlib.util.find_spec(m) is None]
+    designs = {design_for(ls.spec.kind, t) for ls in specs for t in compile_targets(ls, wanted)}
+    if not designs and not wanted:  # nothing to compile: still say what the first design's compile would need
+        designs = {rendering()[0]}
+    for design in sorted(designs, key=lambda d: d.extra):
+        missing = [m for m in design.compiler_modules if importlib.util.find_spec(m) is None]
         if missing:
-            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{backend}]'", markup=False)
+            err.print(f"error: specgen compile needs {' and '.join(missing)}: pip install 'specgen[{design.extra}]'",
+                      markup=False)
             raise typer.Exit(2)
     failed = 0
     rows = []
@@ -243,7 +209,7 @@ def compile_cmd(
             elif r.error:
                 label = "" if r.variant is None else f" variant {r.variant}"
                 out.print(f"FAILED {r.kernel}{label} @ {r.target}: {r.error}", style="red", markup=False)
-            elif r.compiler_smem is None:  # lowered only (Pallas TPU: libtpu's compile needs a TPU)
+            elif r.compiler_smem is None:  # lowered only (a hook whose compiler needs the device)
                 out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
                 delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
@@ -266,24 +232,35 @@ def compile_cmd(
 
 
 def _export(specs, rendered: Path, export_dir: Path, wanted: set[str]) -> None:
-    """`compile --export`: the CuTe targets only (cute:sm100 has no renderer yet: said, not exported)."""
+    """`compile --export`: each wanted target's design exports through its `export_hook`; a target whose
+    design has none (or renders nothing yet) is said, not exported."""
     import importlib.util
 
-    others = sorted(t for t in wanted if not t.startswith("cute:"))
-    if others:
-        err.print(f"error: --export writes CuTe kernels only, not {', '.join(others)}", markup=False)
-        raise typer.Exit(2)
-    if importlib.util.find_spec("cutlass") is None:
-        err.print("error: specgen compile --export needs cutlass: pip install 'specgen[cute]'", markup=False)
-        raise typer.Exit(2)
-    from specgen.compile import MissingModule
-    from specgen.export.cute import export
+    from specgen.compile import MissingModule, _hook
+    from specgen.registry import design_for
 
-    unrendered = sorted({str(t) for ls in specs for t in ls.spec.targets if str(t) == "cute:sm100"} & (wanted or {"cute:sm100"}))
-    for t in unrendered:
-        out.print(f"{t}: checked only, no renderer yet: nothing exported", markup=False)
+    targets = {str(t): design_for(ls.spec.kind, t) for ls in specs for t in ls.spec.targets
+               if not wanted or str(t) in wanted}
+    unknown = sorted(set(wanted) - set(targets))
+    none = sorted(t for t, d in targets.items() if d is None or not d.export_hook)
+    if unknown or (wanted and none):
+        err.print(f"error: --export: no design exports {', '.join(unknown + none)} for C++ programs", markup=False)
+        raise typer.Exit(2)
+    for t in none:
+        out.print(f"{t}: its design exports nothing for C++ programs (yet): nothing exported", markup=False)
+    hooks: dict[str, set[str]] = {}
+    for t, d in targets.items():
+        if d is not None and d.export_hook:
+            missing = [m for m in d.compiler_modules if importlib.util.find_spec(m) is None]
+            if missing:
+                err.print(f"error: specgen compile --export needs {' and '.join(missing)}: pip install "
+                          f"'specgen[{d.extra}]'", markup=False)
+                raise typer.Exit(2)
+            hooks.setdefault(d.export_hook, set()).add(t)
+    results = []
     try:
-        results = export(specs, rendered, export_dir, wanted or {"cute:sm90"})
+        for ref, served in hooks.items():
+            results += _hook(ref)(specs, rendered, export_dir, served)
     except MissingModule as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(1) from None
@@ -294,7 +271,7 @@ def _export(specs, rendered: Path, export_dir: Path, wanted: set[str]) -> None:
             out.print(f"{r.kernel:28} {r.target:14} {plural(r.configs, 'config')} exported   {r.seconds:.1f} s", markup=False)
     failed = sum(bool(r.error) for r in results)
     if not results:
-        err.print("nothing to export: no rendered cute:sm90 kernel among the specs", markup=False)
+        err.print("nothing to export: no rendered kernel among the specs has a design that exports", markup=False)
     else:
         out.print(f"{len(results) - failed} exported, {failed} failed -> {export_dir}", markup=False)
     raise typer.Exit(1 if failed or not results else 0)
@@ -316,7 +293,7 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="The spec ref
 @app.command()
 def rules() -> None:
     """List the envelope rules: id, title, and where each applies."""
-    from specgen.envelope.rules import RULES
+    from specgen.rules.table import RULES
     from specgen.spec.models import parse_target
     from specgen.spec.targets import ALL_TARGETS
 

@@ -1,5 +1,5 @@
 """`specgen bench` and `specgen tune` (registered on cli.app): parse, call specgen.bench / specgen.tune,
-print. Importing this module imports neither torch nor triton: the commands import them when they run."""
+print. Importing this module imports no GPU library: the commands import what they need when they run."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import typer
 
-from specgen.cli import app, err, out
+from specgen.cli_common import app, err, out
 
 
 def _specs(items: list[str] | None):
     """Spec files, or kernel names from specs/ (a name not found says which exist)."""
-    from specgen.cli import _load
+    from specgen.cli_common import _load
 
     items = items or []
     paths = [Path(i) for i in items if Path(i).exists()]
@@ -54,7 +54,7 @@ def _need_gpu(what: str) -> None:
     try:
         import torch
     except ImportError:
-        err.print(f"error: {what} needs torch with CUDA: pip install 'specgen[triton]'", markup=False)
+        err.print(f"error: {what} needs torch with CUDA: pip install torch (a CUDA build)", markup=False)
         raise typer.Exit(2) from None
     if not torch.cuda.is_available():
         err.print(f"error: {what} times kernels on a CUDA GPU and this machine has none"

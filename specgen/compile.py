@@ -14,17 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from specgen.designs import design_for
+from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
-from specgen.targets import Backend, target_info
-
-# backend -> the modules its compile hook and its rendered modules import (`specgen compile` says which are missing)
-COMPILER_MODULES: dict[Backend, tuple[str, ...]] = {
-    Backend.triton: ("torch", "triton"),
-    Backend.cute: ("torch", "cutlass"),
-    Backend.pallas: ("jax",),
-}
+from specgen.targets import target_info
 
 
 @dataclass(frozen=True)
@@ -39,7 +32,7 @@ class CompileResult:
     cache: str = ""  # the disk-cache entry the compile filled, where the backend keeps one
     cpu_seconds: float | None = None  # the compile's own CPU time, where the hook measures it
     variant: int | None = None  # which size-selected variant (None: the default config)
-    # per-thread resources read off the cubin, where the hook reads them (CuTe with --sass): registers,
+    # per-thread resources read off the cubin, where the hook reads them (with --sass): registers,
     # stack frame bytes, bytes of local-memory spill stores / loads (STL / LDL widths in the SASS)
     resources: dict[str, int] = field(default_factory=dict)
 
@@ -53,7 +46,7 @@ class MissingModule(Exception):
 
 
 def compiler_message(e: BaseException) -> str:
-    """One line from a compile failure: Triton's CompilationError reads "at 10:19:", the source lines,
+    """One line from a compile failure: a CompilationError that reads "at 10:19:", the source lines,
     a caret, then what went wrong; keep the position and what went wrong (or the cause's message)."""
     lines = [line.rstrip() for line in str(e).splitlines()]
     caret = max((i for i, line in enumerate(lines) if line.strip() == "^"), default=0)
@@ -84,8 +77,8 @@ def compile_targets(ls: LoadedSpec, wanted: set[str]) -> list[Target]:
     """The spec's targets that some design renders a module for (only `wanted` ones, when given)."""
     found = []
     for t in ls.spec.targets:
-        design = design_for(ls.spec.kind, t.backend)
-        if design is not None and (not wanted or str(t) in wanted) and design.modules(ls.spec, [t]):
+        design = design_for(ls.spec.kind, t)
+        if design is not None and design.renders and (not wanted or str(t) in wanted) and design.modules(ls.spec, [t]):
             found.append(t)
     return found
 
@@ -94,7 +87,7 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
     """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given).
     `sass`: hooks that take a `sass` keyword count SASS opcodes too (the others ignore it)."""
     for t in compile_targets(ls, wanted):
-        design = design_for(ls.spec.kind, t.backend)
+        design = design_for(ls.spec.kind, t)
         assert design is not None
         hook = _hook(design.compile_hook)
         options = {"sass": True} if sass and "sass" in inspect.signature(hook).parameters else {}
@@ -107,5 +100,5 @@ def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = F
             if rendered != ls.spec_hash:  # compiling it would report a stale kernel under the current spec
                 raise MissingModule(f"{path} was rendered from spec {rendered}, but {ls.file} is now spec "
                                     f"{ls.spec_hash}: run `specgen render` first")
-            result = hook(module, target_info(t), **options)  # one result, or one per config (Triton and CuTe variants)
+            result = hook(module, target_info(t), **options)  # one result, or one per config (size-selected variants)
             yield from (result if isinstance(result, list) else [result])

@@ -1,15 +1,19 @@
 """What resolve produces, and the tile boxes every design starts from: plain types, below both resolve
-(which fills them, asking the design registry for memory layouts and boxes) and the designs (which read
-them), so that neither imports the other's module."""
+(which fills them, asking the target's design for its memory layout, registers and boxes) and the
+designs (which read them), so that neither imports the other's module."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specgen.envelope.budget import MemoryBudget
 from specgen.envelope.devices import GpuDevice, TpuDevice
 from specgen.spec.models import GemmSpec, Target, When
 from specgen.targets import Backend, TargetInfo
+
+if TYPE_CHECKING:
+    from specgen.designs.base import DesignBase
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,7 @@ class TmaBox:
     inner: int  # elements along the contiguous dim
     elem_bytes: int
     field: tuple[str | int, ...]  # the spec field a message points at
-    dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (Mosaic GPU's tiled view)
+    dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (a tiled GMEM view)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Resolved:
     acc_threads: int  # threads sharing it
     tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
     tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
+    design: DesignBase  # the design that serves the target (the registry's answer)
     variant: int | None = None  # which of the target's size-selected variants (None: the default config)
     when: When | None = None  # that variant's bounds
     variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved

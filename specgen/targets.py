@@ -87,20 +87,3 @@ ALL_TARGETS: tuple[str, ...] = tuple(TARGETS)
 def target_info(target: object) -> TargetInfo:
     """The row of a `Target` (or a `backend:arch` string)."""
     return TARGETS[str(target)]
-
-
-def _row(t: object) -> TargetInfo:
-    return t if isinstance(t, TargetInfo) else target_info(t)
-
-
-def is_tpu_target(t: object) -> bool:
-    """A Mosaic TPU target: the pallas backend on a VMEM row (the Pallas design's TPU kernel)."""
-    info = _row(t)
-    return info.backend is Backend.pallas and info.memory == "vmem"
-
-
-def is_mgpu_target(t: object) -> bool:
-    """A Mosaic GPU target: the pallas backend on an SMEM row (the Pallas design's wgmma kernel, raw TMA
-    boxes); the design renders it and the PAL004-PAL009 rules concern it."""
-    info = _row(t)
-    return info.backend is Backend.pallas and info.memory == "smem"

@@ -196,14 +196,14 @@ def compile_case(spec: dict, arch: str, folder: Path) -> dict:
     from triton import knobs
 
     from specgen.compile import load_rendered
-    from specgen.designs.gemm_triton_compile import compile_module
-    from specgen.render.catalogue import render_triton_module
+    from specgen.designs.gemm_triton.compile import compile_module
+    from specgen.render.catalogue import render_module
     from specgen.spec.load import load_text
     from specgen.targets import TARGETS
 
     (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<diff:{spec['name']}>", ".json")
     path = folder / f"{spec['name']}.py"
-    path.write_text(render_triton_module(ls, ls.spec.targets))
+    path.write_text(render_module(ls, ls.spec.targets))
     module = load_rendered(path, f"_specgen_diff_{spec['name']}_{arch}")
     info = TARGETS[f"triton:{arch}"]
     plan = module.METADATA["plan"][info.compute_capability]

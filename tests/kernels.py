@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from specgen.compile import load_rendered
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.spec.load import load_paths, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def load_module(spec: dict, tmp_dir: Path, module_name: str | None = None):
     """Render one Triton module for `spec` and import it (under a unique name unless one is given)."""
     spec = triton_only(spec)
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
-    text = render_triton_module(loaded, loaded.spec.targets)
+    text = render_module(loaded, loaded.spec.targets)
     path = tmp_dir / f"{spec['name']}.py"
     path.write_text(text)
     return load_rendered(path, module_name or f"_specgen_test_{spec['name']}")

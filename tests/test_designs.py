@@ -1,4 +1,4 @@
-"""The design registry: one design per (kind, backend), its protocol, and refusal per (spec, module)."""
+"""The design registry: one design per (kind, backend, MMA family), its protocol, and refusal per (spec, module)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kernels import MINIMAL_SPEC
 
-from specgen.designs import DESIGNS, design_for
+from specgen.registry import DESIGNS, by_key, design_for, served_targets
 from specgen.render.catalogue import render_catalogue
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -22,18 +22,48 @@ def loaded(**overrides: object):
     return ls
 
 
-def test_registry_is_keyed_by_kind_and_backend():
-    assert set(DESIGNS) == {("gemm", Backend.triton), ("gemm", Backend.cute), ("gemm", Backend.pallas)}
-    for (kind, backend), design in DESIGNS.items():
-        assert (design.kind, design.backend) == (kind, backend)
-        module, _, fn = design.compile_hook.partition(":")
-        assert module.startswith("specgen.") and fn.isidentifier()
-    assert all(design_for(kind, backend) is design for (kind, backend), design in DESIGNS.items())
+def test_registry_is_keyed_by_kind_backend_and_mma_family():
+    keyed = by_key()
+    # every (backend, MMA family) of the target table has its design, and only those
+    assert set(keyed) == {("gemm", info.backend, info.mma) for info in TARGETS.values()}
+    assert {d.name for d in keyed.values()} >= {"Triton", "CuTe sm90", "Pallas"}
+    for key, design in keyed.items():
+        assert key in design.keys
+        # a rendering design answers for a key whenever one lists it
+        assert design.renders or not any(d.renders and key in d.keys for d in DESIGNS)
+    for design in DESIGNS:
+        assert all((kind, backend) == (design.kind, design.backend) for kind, backend, _ in design.keys)
+        if design.renders:
+            module, _, fn = design.compile_hook.partition(":")
+            assert module.startswith("specgen.designs.") and fn.isidentifier()
+            assert design.compiler_modules and design.extra
+    # every target of the table has exactly one design, and it is the one its key names
+    for name, info in TARGETS.items():
+        design = design_for("gemm", name)
+        assert design is keyed[("gemm", info.backend, info.mma)] and design.serves(info), name
+        assert name in served_targets(design)
+
+
+def test_a_rendering_design_takes_a_key_over_from_a_checked_only_one(monkeypatch):
+    """What the next design (CuTe tcgen05) does: one line in DESIGN_PACKAGES, and cute:sm100 is its."""
+    from specgen import registry
+    from specgen.designs.base import DesignBase
+
+    class Sm100(DesignBase):
+        name = "CuTe sm100"
+        keys = (("gemm", Backend.cute, "tcgen05"),)
+
+    new = Sm100()
+    monkeypatch.setattr(registry, "DESIGNS", (*registry.DESIGNS, new))
+    monkeypatch.setattr(registry, "_FOR", {})
+    monkeypatch.setattr(registry, "_BY_KEY", registry._build())
+    assert design_for("gemm", "cute:sm100") is new
+    assert design_for("gemm", "cute:sm90").name == "CuTe sm90"
 
 
 def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
     ls = loaded(targets=["triton:sm90", "triton:sm100"])
-    design = design_for("gemm", Backend.triton)
+    design = design_for("gemm", "triton:sm90")
     assert design is not None
     (rel, targets), = design.modules(ls.spec, ls.spec.targets).items()
     assert rel == "triton/k.py" and [str(t) for t in targets] == ["triton:sm90", "triton:sm100"]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specgen.check import check_spec
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.spec.epilogue import F32_MAX
 from specgen.spec.load import LoadedSpec, SpecError, load_paths, load_text
 from specgen.spec.names import MODULE_NAMES, RESERVED
@@ -188,7 +188,7 @@ def test_mutated_specs_that_pass_check_render_valid_python(spec):
         triton = [t for t in ls.spec.targets if t.backend.value == "triton"]
         if not triton or any(d.severity == "error" for d in check_spec(ls)):
             continue
-        source = render_triton_module(ls, triton)
+        source = render_module(ls, triton)
         compile(source, f"{ls.name}.py", "exec")
         assert f'kernel "{ls.name}", spec {ls.spec_hash}' in source
 
@@ -289,7 +289,7 @@ def test_well_formed_specs_check_and_render(spec):
             triton = [t for t in ls.spec.targets if t.backend.value == "triton"]
             if suffix != ".json" or not triton or any(d.severity == "error" for d in check_spec(ls)):
                 continue
-            source = render_triton_module(ls, triton)
+            source = render_module(ls, triton)
             compile(source, "fuzzed.py", "exec")
             for v in constants(spec):  # every constant lands as the same float literal
                 assert repr(float(v)) in source

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
 
-from specgen.designs import design_for
-from specgen.render.catalogue import render_modules, render_triton_module
+from specgen.registry import design_for
+from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_paths, load_text
 from specgen.spec.names import ARG_DERIVED, MODULE_NAMES, RESERVED, derived_names
@@ -184,7 +184,7 @@ def pallas_variants():
 def render_pallas_module(ls) -> str:
     """The one kernel module the Pallas design renders for the spec's targets (a Mosaic GPU module comes
     with its package's __init__.py)."""
-    design = design_for(ls.spec.kind, Backend.pallas)
+    design = design_for(ls.spec.kind, "pallas:tpu_v5e")
     assert design is not None
     files = design.render(ls, ls.spec.targets, {str(t): resolve(ls.spec, t) for t in ls.spec.targets})
     (text,) = [text for path, text in files.items() if not path.endswith("__init__.py")]
@@ -239,7 +239,7 @@ def test_derived_names_follow_the_declared_patterns(op, persistent, tma, batch):
     name is `_<name>_kernel`: the collision checks at load see every name a spec brings in."""
     ls = load_one(spec_of("zkz", [op], batch=batch, schedule={"persistent": persistent},
                           triton={"num_warps": 4, "tma": tma}))
-    names = emitted_names(render_triton_module(ls, ls.spec.targets))
+    names = emitted_names(render_module(ls, ls.spec.targets))
     assert {n for n in names if "qq" in n} <= {"qq", *derived_names("qq")}
     assert {n for n in names if "zkz" in n} == {"zkz", "_zkz_kernel"}
 
@@ -343,7 +343,7 @@ def test_reserved_adjacent_names_render_and_compile():
             specs = [spec]
         for s_ in specs:
             ls = load_one(s_)
-            compile(render_triton_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
+            compile(render_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
 
 
 def run_case(module, spec: dict, seed: int) -> None:
@@ -418,7 +418,7 @@ def test_random_names_load_and_compile_or_are_refused(kernel, names, persistent)
     except SpecError as e:
         assert e.issues and all(i.path.startswith("kernels[0]") for i in e.issues)
         return
-    compile(render_triton_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
+    compile(render_module(ls, ls.spec.targets), f"{kernel}.py", "exec")
 
 
 _SEEN: set[str] = set()

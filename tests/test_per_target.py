@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from specgen.check import check_spec
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_text, spec_hash
 from specgen.spec.models import SpecFile, parse_target
@@ -143,7 +143,7 @@ def test_cfg001_targets_of_one_module_share_its_kernels_shape() -> None:
 
 def test_render_uses_each_targets_warps_and_stages() -> None:
     ls = load()
-    text = render_triton_module(ls, [t for t in ls.spec.targets if t.backend.value == "triton"])
+    text = render_module(ls, [t for t in ls.spec.targets if t.backend.value == "triton"])
     configs = text.split("CONFIGS = {", 1)[1].split("\n}", 1)[0]
     assert '90: {"num_warps": 8' in configs
     assert '100: {"num_warps": 4, "num_stages": 3}' in configs

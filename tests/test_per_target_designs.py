@@ -9,11 +9,11 @@ import json
 from kernels import MINIMAL_SPEC
 
 from specgen.check import check_specs
-from specgen.designs import design_for
+from specgen.registry import design_for
 from specgen.render.catalogue import render_modules
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
-from specgen.targets import Backend, target_info
+from specgen.targets import target_info
 
 CUTE, TRITON = parse_target("cute:sm90"), parse_target("triton:sm90")
 V5E, V6E = parse_target("pallas:tpu_v5e"), parse_target("pallas:tpu_v6e")
@@ -49,7 +49,7 @@ def test_a_cute_per_target_override_reaches_the_module_and_its_figures() -> None
     report = check_specs([ls])
     assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
     r = report.resolved[(ls.name, "cute:sm90")]
-    design = design_for("gemm", Backend.cute)
+    design = design_for("gemm", "cute:sm90")
     effective = ls.spec.for_target(CUTE)
     # memory and check figures come from the override: 3 stages of 128x128x64 (not the kernel's 128x256)
     assert r.ab_stages == 3 and r.spec.tile.n == 128
@@ -92,7 +92,7 @@ def test_a_pallas_per_target_override_reaches_the_module_and_its_figures() -> No
     ls = load(PALLAS_SPEC)
     report = check_specs([ls])
     assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
-    design = design_for("gemm", Backend.pallas)
+    design = design_for("gemm", "pallas:tpu_v5e")
     r = report.resolved[(ls.name, "pallas:tpu_v5e")]
     effective = ls.spec.for_target(V5E)
     assert r.ab_stages == 1 and r.budget.total == design.memory(effective, target_info(V5E), 1).total
@@ -146,7 +146,7 @@ def test_variants_on_a_tpu_target_are_refused_cfg003() -> None:
 
 
 def test_variants_on_a_cute_sm90_target_are_rendered_not_refused() -> None:
-    """The CuTe sm90 design renders size-selected variants (designs/gemm_cute_sm90.py): no CFG003, and
+    """The CuTe sm90 design renders size-selected variants (designs/gemm_cute_sm90/design.py): no CFG003, and
     the module carries each variant's config and the launcher's integer compares."""
     spec = {**BASE, "targets": ["triton:sm90", "cute:sm90"], "variants": VARIANTS}
     ls = load(spec)

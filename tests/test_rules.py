@@ -12,15 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 
-from specgen.envelope.budget import MAX_AUTO_STAGES, MIN_STAGES, TPU_BUFFERS
+from specgen.designs.gemm_cute_checked.design import tmem_columns
+from specgen.envelope.budget import MIN_STAGES
 from specgen.envelope.devices import SM90, SM100, TPUS
-from specgen.envelope.rules import RULES, RuleContext, run_rules
-from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages, tmem_columns
+from specgen.registry import design_for
+from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
 from specgen.resolve import memory as smem_budget
 from specgen.resolve import resolve as rule_context
+from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths
 from specgen.spec.models import GemmSpec, parse_target
-from specgen.spec.targets import ALL_TARGETS, Backend
+from specgen.spec.targets import ALL_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}
@@ -221,7 +223,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 264192 B of SMEM > 232448 B per block on cute:sm90",
                 "A/B 5 x 49152 = 245760 + epilogue 16384 + barriers 2048"], ("pipeline", "ab_stages"))),
-    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90.py): 2 x (128 + 740)
+    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90/design.py): 2 x (128 + 740)
     # x 64 x 2 + 2 x 64 x 32 x 2 (one warpgroup's TMA-store subtiles) + 1024 base pad + 1024 barriers = 232448
     ("SMEM001", "cute:sm90", {"tile": tile(128, 740, 64), "cute": {"mma_warpgroups": 1}, "pipeline": {"ab_stages": 2}},
      None),
@@ -454,11 +456,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"schedule": "pingpong"},
                              "epilogue": [{"op": "bias"}, {"op": "residual", "dtype": "bf16"}]},
      ("error", ["about 267 registers (192 accumulator + 8.5 base + 66.32 epilogue operands;"], ("tile",))),
-    # two warpgroups sharing a tile: a base of 22.1 (fitted; see designs/gemm_cute_sm90.py)
+    # two warpgroups sharing a tile: a base of 22.1 (fitted; see designs/gemm_cute_sm90/design.py)
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64)}, None),  # 192 + 22.1 = 215
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64), "epilogue": [{"op": "bias"}]},
      ("error", ["about 240 registers (192 accumulator + 22.1 base + 25.2 epilogue operands; 256 threads"], ("tile",))),
-    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas.py), so 256x128 is 128 each
+    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas/design.py), so 256x128 is 128 each
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 256, 64)},
      ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),
@@ -847,10 +849,10 @@ def test_auto_stages_never_exceed_what_fits(case):
     ctx = rule_context(s, target)
     assert ctx.ab_stages == stages and ctx.budget == smem_budget(s, target, stages)
     if target.arch.startswith("tpu"):
-        assert stages == TPU_BUFFERS  # Pallas TPU double-buffers each block, whatever fits
+        assert stages == 2  # Pallas TPU double-buffers each block, whatever fits
     elif fit >= MIN_STAGES:
         assert MIN_STAGES <= stages <= fit
-        assert stages == min(MAX_AUTO_STAGES[target.backend], fit)
+        assert stages == min(design_for(s.kind, target).max_auto_stages, fit)
         assert ctx.budget.fits
         assert not [f for f in run_rules(ctx) if f.rule in ("SMEM001", "VMEM001")]
     else:  # auto never goes below a two-stage pipeline: the budget rule then says what does fit
@@ -871,8 +873,9 @@ def test_auto_stages_are_capped_per_backend():
         target = parse_target(t)
         if target.arch.startswith("tpu"):
             continue
-        assert resolve_ab_stages(small, target) == MAX_AUTO_STAGES[target.backend]
-    assert MAX_AUTO_STAGES[Backend.cute] == 8 and MAX_AUTO_STAGES[Backend.triton] == 4
+        assert resolve_ab_stages(small, target) == design_for(small.kind, target).max_auto_stages
+    caps = {t: design_for("gemm", t).max_auto_stages for t in ("cute:sm90", "cute:sm100", "triton:sm90", "triton:sm100")}
+    assert caps == {"cute:sm90": 8, "cute:sm100": 8, "triton:sm90": 4, "triton:sm100": 4}
 
 
 def test_max_ab_stages_respects_its_limit():
@@ -933,7 +936,7 @@ def test_rules_run_only_on_the_kinds_they_name(monkeypatch):
     assert any(f.rule == "POW001" for f in run_rules(ctx))
     assert all(r.kinds == ("gemm",) for r in RULES)
     only_other = [dataclasses.replace(r, kinds=("grouped_gemm",)) if r.id == "POW001" else r for r in RULES]
-    monkeypatch.setattr("specgen.envelope.rules.RULES", only_other)
+    monkeypatch.setattr("specgen.rules.table.RULES", only_other)
     assert not any(f.rule == "POW001" for f in run_rules(ctx))
 
 
@@ -941,7 +944,9 @@ def test_rules_select_targets_by_table_facts_not_arch_names():
     """No rule, resolve step or design tests an arch name: the target table says what each target is."""
     import re
 
-    for rel in ("specgen/envelope/rules.py", "specgen/resolve.py", "specgen/envelope/budget.py",
-                "specgen/check.py", "specgen/designs/gemm_triton.py", "specgen/compile.py"):
+    rules = [p.relative_to(ROOT) for p in [*(ROOT / "specgen" / "rules").glob("*.py"),
+                                           *(ROOT / "specgen" / "designs").glob("*/[dr][eu]*.py")]]  # design.py, rules.py
+    assert len(rules) > 10
+    for rel in (*rules, "specgen/resolve.py", "specgen/envelope/budget.py", "specgen/check.py", "specgen/compile.py"):
         text = (ROOT / rel).read_text()
         assert not re.search(r"arch\s*==|arch\.startswith|\"tpu|\"sm\d+\"|\"gpu_sm", text), rel

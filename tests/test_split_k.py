@@ -14,7 +14,7 @@ from kernels import MINIMAL_SPEC, catalogue, interpreter_variant
 from reference import REFERENCES
 
 from specgen.check import check_spec
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.spec.load import SpecError, load_text, spec_hash
 from specgen.spec.models import GemmSpec
 
@@ -132,7 +132,7 @@ def test_cute_and_pallas_targets_refuse_split_k() -> None:
 
 def test_the_module_names_split_k_in_its_docstring_metadata_and_launch() -> None:
     ls = load()
-    text = render_triton_module(ls, ls.spec.targets)
+    text = render_module(ls, ls.spec.targets)
     assert "0. M <= 16: tile 16x64x128, grouped 8, split-K 4 (ordered sum)" in text
     assert "1. M <= 128 and K <= 8192: tile 64x128x64, grouped 8, split-K 2 (float atomics)" in text
     assert "SPLIT_K, SPLIT_K_ATOMIC = 1, False" in text
@@ -141,7 +141,7 @@ def test_the_module_names_split_k_in_its_docstring_metadata_and_launch() -> None
     assert "_launcher.workspace(device, tiles, split_k, block_m * block_n, split_atomic)" in text
     # a module without split-K keeps its kernel as it was: no workspace, no reduction
     plain = load(TOML.split("[[kernels.variants]]")[0])
-    text = render_triton_module(plain, plain.spec.targets)
+    text = render_module(plain, plain.spec.targets)
     assert "SPLIT_K" not in text and "ws_ptr" not in text and "_split_k_reduce" not in text
 
 

@@ -16,7 +16,7 @@ from kernels import MINIMAL_SPEC, catalogue, interpreter_variant
 from test_split_k import EPILOGUES, SHAPES, _assert_close, _assert_workspace_reset, _run_all
 
 from specgen.check import check_spec
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.spec.load import SpecError, load_text, spec_hash
 from specgen.spec.models import GemmSpec
 
@@ -139,7 +139,7 @@ def test_mma004_on_tcgen05_counts_the_mma_rows(tile: dict, swap: bool, dim: str 
 
 def test_the_module_names_swap_ab_in_its_docstring_metadata_and_constexprs() -> None:
     ls = load()
-    text = render_triton_module(ls, ls.spec.targets)
+    text = render_module(ls, ls.spec.targets)
     assert "0. M <= 16: tile 16x64x128, grouped 8, operands swapped, " in text
     assert "SWAP_AB = False\n" in text and '"SWAP_AB": True' in text
     assert "acc = tl.dot(b.T, a.T, acc)" in text and "acc = acc.T" in text
@@ -147,15 +147,15 @@ def test_the_module_names_swap_ab_in_its_docstring_metadata_and_constexprs() -> 
     # the default config swapped: the schedule line says so
     swapped = load(TOML.replace("schedule = { persistent = true }",
                                 "schedule = { persistent = true }\ntriton = { swap_ab = true }"))
-    assert "operands swapped (out^T = B^T A^T)." in render_triton_module(swapped, swapped.spec.targets)
+    assert "operands swapped (out^T = B^T A^T)." in render_module(swapped, swapped.spec.targets)
     # a module without swap_ab keeps its kernel as it was
     plain = load(TOML.split("[[kernels.variants]]")[0])
-    text = render_triton_module(plain, plain.spec.targets)
+    text = render_module(plain, plain.spec.targets)
     assert "SWAP_AB" not in text and "b.T" not in text
 
 
 def test_the_plan_counts_the_accumulator_transpose() -> None:
-    from specgen.designs.gemm_triton import TritonGemm
+    from specgen.designs.gemm_triton.design import TritonGemm
     from specgen.targets import TARGETS
 
     design, sm90 = TritonGemm(), TARGETS["triton:sm90"]

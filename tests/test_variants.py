@@ -12,7 +12,7 @@ from kernels import catalogue, interpreter_variant
 from reference import REFERENCES
 
 from specgen.check import check_spec
-from specgen.render.catalogue import render_triton_module
+from specgen.render.catalogue import render_module
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_text
 from specgen.spec.models import parse_target
@@ -148,7 +148,7 @@ def test_cfg001_the_targets_of_one_module_share_their_variant_bounds() -> None:
 def test_the_module_lists_its_variants_and_selects_with_integer_compares() -> None:
     text = TOML.replace('"cute:sm90"]', '"triton:sm100"]').replace('"triton:sm100", "triton:sm100"', '"triton:sm100"')
     ls = load(text)
-    module = render_triton_module(ls, ls.spec.targets)
+    module = render_module(ls, ls.spec.targets)
     doc = module.split('"""')[1]
     assert "0. M <= 16: tile 16x64x128, grouped 8, sm90 4 warps" in doc
     assert "1. M <= 128 and N <= 4096: tile 64x128x64" in doc

@@ -1,74 +1,150 @@
-"""The design protocol: one design per (kernel kind, backend) owns everything backend-specific.
+"""The design protocol: one design per (kernel kind, backend, MMA family) owns everything that is not
+shared. The core (resolve, check, render, compile, the CLI) asks the registry (specgen/registry.py)
+for the design that serves a target and calls the hooks below; it never names a backend.
 
-A design says how much on-chip memory its kernel stages (`memory`, the layout the budget rules check
-and `auto` stages fill), how a spec's targets group into generated modules (`modules`), and renders
-those modules (`render`, returning `{relative path: text}` so that a backend may emit several files).
-Its ahead-of-time compile lives behind `compile_hook`, a "module:function" string imported only by
-`specgen compile`: importing a design must stay free of torch, triton, jax and cutlass, since check
-and render import every design.
+A design says which targets it serves (`keys`, refined by `serves`), how much on-chip memory its
+kernel stages (`memory`, the layout the budget rules check and `auto` stages fill), its register model
+(`accumulator_threads`, `register_findings`), the TMA boxes its module builds (`tma_boxes`), how a
+spec's targets group into generated modules (`modules`), and renders those modules (`render`,
+returning `{relative path: text}`). Its ahead-of-time compile lives behind `compile_hook`, a
+"module:function" string imported only by `specgen compile`: importing a design must stay free of
+any framework or compiler, since check and render import every design.
 
-How to add a backend (say CuTe sm90):
-  1. a row per `backend:arch` in specgen/targets.py (device, MMA family, TMA boxes, clusters, memory);
-  2. specgen/designs/gemm_<backend>.py: a class with the attributes below; register it in
-     specgen/designs/__init__.py's DESIGNS under ("gemm", Backend.<backend>);
-  3. its templates under templates/<backend>/, including templates/torch/ for the torch host part;
-  4. its run-time helpers under specgen/runtime/ (imported by generated code only);
-  5. its compile hook module (imports the backend's compiler lazily);
-  6. tests under tests/backends/<backend>/ subclassing the shared numerics and guard bases.
-  Its rules still go in the shared specgen/envelope/rules.py (keyed by the target's row), and the
-  registry holds one design per (kind, backend): a second design on one backend edits both.
+How to add a design (say a second MMA family on an existing backend):
+  1. a row per `backend:arch` in specgen/targets.py, if the target is new;
+  2. a package specgen/designs/gemm_<name>/ with `design.py` (a `DesignBase` subclass, `DESIGN = ...`),
+     `rules.py` (its rules: a `RuleSet` named `RULES`), `names.py` (its modules' identifiers) and its
+     compile hook module; its templates under templates/<backend>/ (the torch and jax host parts are
+     shared: templates/torch/, templates/jax/); its run-time helpers under specgen/runtime/;
+  3. one line in specgen/designs/__init__.py's DESIGN_PACKAGES (before any checked-only design it
+     takes targets over from);
+  4. its tests: parameters of the shared bases in tests/shared/ (tests/designs.py lists them).
 
-How to add a kernel kind (say grouped GEMM):
-  1. its spec model in specgen/spec/ (a new member of the `kind` union);
-  2. rules that concern it carry the kind in `@rule(..., kinds=(...))` (rules never run on kinds
-     they do not name);
-  3. one design per backend that renders it, registered under (kind, backend);
-  4. a float64 reference for it in tests/reference.py.
+How to add a kernel kind (say grouped GEMM): its spec model in specgen/spec/; its rules carry the kind
+in `RuleSet.rule(..., kinds=(...))`; designs keyed by that kind; a float64 reference in tests/reference.py.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator
+from importlib import import_module
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, ClassVar
 
 from specgen import __version__
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
-from specgen.targets import Backend, TargetInfo
+from specgen.targets import Backend, Mma, TargetInfo
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
-    from specgen.resolved import Resolved
+    from specgen.resolved import Resolved, TmaBox
+    from specgen.rules.base import Finding
+    from specgen.spec.dtypes import DType
     from specgen.spec.load import LoadedSpec
     from specgen.spec.models import GemmSpec, Target
 
+DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
 
-class Design(Protocol):
-    kind: str  # the spec kind it renders ("gemm")
-    backend: Backend
-    compile_hook: str  # "module:function(module_path, target) -> CompileResult", imported lazily
+WARPGROUP_THREADS = 128
 
+
+class DesignBase:
+    """Defaults for every optional hook; a design overrides what differs."""
+
+    name: ClassVar[str]  # how messages name it
+    keys: ClassVar[tuple[DesignKey, ...]]
+    renders: ClassVar[bool] = True  # False: checked only (memory and rules, no module)
+    compile_hook: ClassVar[str] = ""  # "module:function(module, target) -> CompileResult", imported lazily
+    compiler_modules: ClassVar[tuple[str, ...]] = ()  # what the hook and the rendered modules import
+    extra: ClassVar[str] = ""  # the pip extra that installs them: `specgen[<extra>]`
+    # `specgen compile --export`: "module:function(specs, rendered, out, targets) -> [Exported]", imported
+    # lazily; "" where the design exports nothing for C++ programs
+    export_hook: ClassVar[str] = ""
+    max_auto_stages: ClassVar[int] = 4  # `auto` pipeline depth never goes past this
+    renders_variants: ClassVar[bool] = False  # the launcher selects size-selected variants (CFG003 elsewhere)
+    renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
+    # field paths on which the targets of one module (and a target's variants) must agree (CFG001, CFG002)
+    shared_config: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    variant_shared_config: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    @property
+    def kind(self) -> str:
+        return self.keys[0][0]
+
+    @property
+    def backend(self) -> Backend:
+        return self.keys[0][1]
+
+    def serves(self, info: TargetInfo) -> bool:
+        """Whether this design is the one for a target (its key matched: kind, backend, MMA family)."""
+        return any((b, m) == (info.backend, info.mma) for _, b, m in self.keys)
+
+    # --- resolve ---------------------------------------------------------------------------------------
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The on-chip bytes one block of this design stages at `ab_stages`, broken down (the target's
-        row of the table, not the bare Target: its device, MMA family and memory kind)."""
-        ...
+        raise NotImplementedError
 
+    def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
+        """A fixed `auto` pipeline depth, where the design has one (None: the deepest that fits)."""
+        return None
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Threads sharing the register accumulator: one warpgroup per 64 rows, two for wide tiles."""
+        t = spec.tile
+        return (2 if t.m > 64 and t.n > 128 else 1) * WARPGROUP_THREADS
+
+    def tmem_columns(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Accumulator TMEM columns per stage (0: the accumulator is not in TMEM)."""
+        return 0
+
+    def acc_stages(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Accumulator stages for `auto`: one where the accumulator lives in registers."""
+        return 1
+
+    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """The boxes the module moves by TMA: one per tile where the target moves raw boxes, else none."""
+        from specgen.resolved import tma_boxes
+
+        return tma_boxes(spec) if target.tma_boxes else ()
+
+    # --- rules that ask the design ---------------------------------------------------------------------
+    def dot_accumulators(self, a: DType) -> tuple[DType, ...] | None:
+        """Accumulator dtypes the design's dot takes for `a` operands, where not its MMA family's (DT001)."""
+        return None
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        """Whether REG001 runs `register_findings` on the target (a register-resident accumulator)."""
+        return False
+
+    def _own_rule(self, name: str) -> Callable[[Resolved], Iterator[Finding]] | None:
+        """A function of the design's own rules.py (imported late: rules.py imports design.py)."""
+        package = type(self).__module__.rpartition(".")[0]
+        if find_spec(f"{package}.rules") is None:
+            return None
+        return getattr(import_module(f"{package}.rules"), name, None)
+
+    def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        """REG001 on this design's targets (where `has_register_model`): its rules.py `register_findings`."""
+        fn = self._own_rule("register_findings")
+        return fn(ctx) if fn is not None else iter(())
+
+    def option_findings(self, ctx: Resolved) -> Iterator[Finding]:
+        """OPT001, the backend options this design's target cannot honour: its rules.py `option_findings`."""
+        fn = self._own_rule("option_findings")
+        return fn(ctx) if fn is not None else iter(())
+
+    def config_notes(self, spec: GemmSpec) -> str:
+        """What `check --variants` adds after a config's tile ("" where nothing)."""
+        return ""
+
+    # --- render ----------------------------------------------------------------------------------------
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         """Relative output path (under the rendered package) -> the targets that module serves."""
-        ...
-
-    # Optional: `shared_config`, field paths (("tile",), ("triton", "tma")) on which the targets of one
-    # module must agree after their per_target tables apply (check's CFG001 says where they do not).
-    # Optional: `renders_variants = True` where the module selects size-selected variants at launch; a
-    # design without it refuses variants on the targets it renders (check's CFG003).
-    # Optional: `renders_split_k = True` where the kernel splits K (schedule.split_k) and reduces the
-    # partials; check's SPK001 refuses split-K on the backends of designs without it.
-    # Optional: `tma_boxes(spec, target) -> tuple[resolve.TmaBox, ...]`, the boxes the module's TMA
-    # descriptors use, so that the TMA rules check exactly those (resolve.py falls back to one box per
-    # tile where the target's row says tiles move as raw TMA boxes).
+        return {}
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
         check resolved for it (stages, budget, registers): the design never resolves again."""
-        ...
+        raise NotImplementedError(f"the {self.name} design is checked only")
 
 
 def plan_header(loaded: LoadedSpec) -> dict[str, str]:

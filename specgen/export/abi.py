@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.designs.gemm_cute_sm90 import CuteArg, CuteConfig, CuteSm90Plan
+from specgen.abi import Arg as CuteArg
+from specgen.designs.gemm_cute_sm90.design import CuteConfig, CuteSm90Plan
 
 TMA_ALIGN = 16  # bytes: TMA's base and stride unit, and the fake tensors' assumed alignment
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen.compile import MissingModule, load_rendered
-from specgen.designs.gemm_cute_sm90 import CuteSm90Gemm, serves
+from specgen.designs.gemm_cute_sm90.design import CuteSm90Gemm, serves
 from specgen.export.abi import CKernel, c_kernel, render_files
 from specgen.export.toolkit import dsl_runtime_library
 from specgen.resolve import resolve

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specgen import __version__
 from specgen.check import Diagnostic, check_specs, failing_targets
-from specgen.designs import DESIGNS, design_for
+from specgen.registry import designs_for, rendering
 from specgen.render.writer import (
     GENERATED_MARK,
     RenderError,
@@ -25,7 +25,6 @@ from specgen.render.writer import (
 from specgen.resolve import resolve
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
-from specgen.targets import Backend
 
 PACKAGE_INIT = (f"{GENERATED_MARK} {__version__}; do not edit.\n"
                 '"""The rendered specgen catalogue: `specgen render` writes this package."""\n')
@@ -33,27 +32,22 @@ BACKEND_INIT = f"{GENERATED_MARK} {__version__}; do not edit.\n" + '"""Rendered 
 PROJECT_MARKERS = ("pyproject.toml", ".git", "setup.py", "setup.cfg")
 
 
-def render_triton_module(loaded: LoadedSpec, targets: list[Target]) -> str:
-    """The Triton module of one spec (tests and tools that render outside the catalogue)."""
-    design = design_for(loaded.spec.kind, Backend.triton)
-    assert design is not None
-    resolved = {str(t): resolve(loaded.spec, t) for t in targets}
-    (text,) = design.render(loaded, targets, resolved).values()
+def render_module(loaded: LoadedSpec, targets: list[Target]) -> str:
+    """The one module of a spec's `targets` (tests and tools that render outside the catalogue)."""
+    (text,) = render_modules(loaded, targets).values()
     return text
 
 
 def render_modules(loaded: LoadedSpec, targets: list[Target]) -> dict[str, str]:
-    """{path: text} of one spec's modules for `targets` (one backend), resolved as check resolves them
+    """{path: text} of one spec's modules for `targets` (one design), resolved as check resolves them
     (tests and tools that render outside the catalogue)."""
-    (backend,) = {t.backend for t in targets}
-    design = design_for(loaded.spec.kind, backend)
-    assert design is not None
+    (design,) = designs_for(loaded.spec.kind, targets)
     return design.render(loaded, targets, {str(t): resolve(loaded.spec, t) for t in targets})
 
 
 def rendered_backends() -> list[str]:
     """The backends some design renders: the folders an --out package gets."""
-    return sorted({backend.value for _, backend in DESIGNS})
+    return sorted({d.backend.value for d in rendering()})
 
 
 @dataclass
@@ -98,7 +92,7 @@ def _finds(name: str) -> bool:
 
 
 def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
-    """The module an --out package would shadow: `--out .` puts `triton/` where `import triton` finds
+    """The module an --out package would shadow: `--out .` puts a backend's folder where `import <backend>` finds
     it first; `--out torch` makes a package named `torch`. Found with find_spec, which imports nothing."""
     out = out_dir.resolve()
     roots = {Path.cwd().resolve()} | {Path(p or ".").resolve() for p in sys.path}
@@ -107,7 +101,8 @@ def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
     name = out.name
     if out.parent not in roots or not name.isidentifier():  # imported as a subpackage: no clash
         return None
-    if name in {*backends, "torch", "jax", "cutlass", "numpy", "specgen"} or name in sys.stdlib_module_names:
+    frameworks = {m for d in rendering() for m in d.compiler_modules}
+    if name in {*backends, *frameworks, "numpy", "specgen"} or name in sys.stdlib_module_names:
         return name
     try:
         spec = importlib.util.find_spec(name)
@@ -151,25 +146,16 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
     for ls in specs:
         ref = refs.get(ls.file) or refs.setdefault(ls.file, spec_ref(Path(ls.file), out_dir))
         placed = dataclasses.replace(ls, file=ref)  # headers name the spec the same from any folder
-        by_backend: dict[Backend, list[Target]] = {}
-        for t in ls.spec.targets:
-            by_backend.setdefault(t.backend, []).append(t)
         entry: dict[str, str] = {}
-        for backend, targets in by_backend.items():
-            design = design_for(ls.spec.kind, backend)
-            if design is None:
-                reason = f"specgen {__version__} has no {backend} renderer yet (checked only)"
-                for t in targets:
-                    result.skipped.append((ls.name, str(t), reason))
-                    entry[str(t)] = f"skipped: {reason}"
-                continue
-            modules = design.modules(ls.spec, targets)
+        for design, targets in designs_for(ls.spec.kind, ls.spec.targets).items():
+            modules = design.modules(ls.spec, targets) if design.renders else {}
             served = {str(t) for ts in modules.values() for t in ts}
-            for t in targets:  # the design decides which targets it serves: the others stay checked only
+            for t in targets:  # checked-only designs, and targets a design leaves out, are not rendered
                 if str(t) not in served:
-                    reason = f"specgen {__version__} has no {backend} renderer for {t.arch} yet (checked only)"
+                    reason = f"specgen {__version__} has no {t.backend} renderer for {t.arch} yet (checked only)"
                     result.skipped.append((ls.name, str(t), reason))
                     entry[str(t)] = f"skipped: {reason}"
+            backend = design.backend
             for rel, module_targets in modules.items():
                 if any((ls.name, str(t)) in failing for t in module_targets):
                     refused.add(ls.name)  # this module only: the spec's other modules still render

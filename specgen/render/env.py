@@ -96,12 +96,6 @@ def fail(message: str) -> None:
     raise jinja2.TemplateRuntimeError(message)
 
 
-def triton_dtype(name: str) -> str:
-    from specgen.spec.dtypes import DType
-
-    return DType(name).info.triton
-
-
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -112,7 +106,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op, triton_dtype=triton_dtype,
+    env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op,
                        oneline=oneline)
     # The epilogue formula table (data: expression trees the backends' `formula` macros spell).
     env.globals.update(formulas=FORMULAS, fail=fail)

@@ -9,5 +9,5 @@ __all__ = ["ALL_TARGETS", "TARGET_ARCHS", "Backend", "device_key"]
 
 
 def device_key(backend: Backend, arch: str) -> str:
-    """The device envelope a target is checked against (`pallas:gpu_sm90` runs on an sm90 GPU)."""
+    """The device envelope a target is checked against (a row of the target table names it)."""
     return TARGETS[f"{backend.value}:{arch}"].device

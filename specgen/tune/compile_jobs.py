@@ -28,7 +28,7 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
     a compiler's failure is the candidate's verdict)."""
     from specgen.bench.workloads import build_module
     from specgen.compile import _hook
-    from specgen.designs import design_for
+    from specgen.registry import design_for
     from specgen.spec.models import parse_target
     from specgen.targets import target_info
     from specgen.tune.space import loaded_from
@@ -40,7 +40,7 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
         loaded = loaded_from(job.flat)
         target = parse_target(job.target)
         module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
-        design = design_for(loaded.spec.kind, target.backend)
+        design = design_for(loaded.spec.kind, target)
         result = _hook(design.compile_hook)(module, target_info(target))
         results = result if isinstance(result, list) else [result]
         errors = [r.error for r in results if r.error]

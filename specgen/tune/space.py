@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.check import Diagnostic, check_spec
-from specgen.designs import design_for
+from specgen.registry import design_for
 from specgen.spec.load import LazyPositions, LoadedSpec
 from specgen.spec.models import CONFIG_SECTIONS, GemmSpec, Target
 from specgen.targets import target_info
@@ -39,7 +39,7 @@ def short_hash(text: str) -> str:
 
 
 def design_space(spec: GemmSpec, target: Target) -> dict[str, tuple[Any, ...]]:
-    design = design_for(spec.kind, target.backend)
+    design = design_for(spec.kind, target)
     fn = getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
     if fn is None:
         raise SpaceError(f"{target} has no tune space: its design declares no `tune_space`")
@@ -81,7 +81,7 @@ def space(spec: GemmSpec, target: Target, slot: int | None,
 
 
 def _module_targets(spec: GemmSpec, target: Target) -> list[Target]:
-    design = design_for(spec.kind, target.backend)
+    design = design_for(spec.kind, target)
     same = [t for t in spec.targets if t.backend is target.backend]
     for targets in (design.modules(spec, same) if design else {}).values():
         if target in targets:
@@ -90,7 +90,7 @@ def _module_targets(spec: GemmSpec, target: Target) -> list[Target]:
 
 
 def _shared(spec: GemmSpec, target: Target, knob: str) -> bool:
-    design = design_for(spec.kind, target.backend)
+    design = design_for(spec.kind, target)
     section, key = knob.split(".")
     return any(p in ((section,), (section, key)) for p in getattr(design, "shared_config", ()))
 

@@ -22,7 +22,7 @@ import pytest
 
 from specgen.check import check_spec
 from specgen.compile import load_rendered
-from specgen.designs import design_for
+from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
 
@@ -104,7 +104,7 @@ def build(spec: dict, backend: Backend, folder: Path, fallback: dict | None = No
     if errors:
         return Built(spec, refused=[f"{d.rule}: {d.message}" for d in errors])
     (target,) = loaded.spec.targets
-    design = design_for(loaded.spec.kind, target.backend)
+    design = design_for(loaded.spec.kind, target)
     assert design is not None, f"{backend.target} passed check but has no design"
     files = design.render(loaded, [target], {str(target): resolve(loaded.spec, target)})
     (text,) = [t for p, t in files.items() if p.rsplit("/", 1)[-1] == f"{spec['name']}.py"]

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from specgen.designs.gemm_cute_sm90 import CuteSm90Gemm, serves  # noqa: E402
+from specgen.designs.gemm_cute_sm90.design import CuteSm90Gemm, serves  # noqa: E402
 from specgen.export import toolkit  # noqa: E402
 from specgen.export.abi import c_kernel, render_files  # noqa: E402
 from specgen.resolve import resolve  # noqa: E402
@@ -130,4 +130,4 @@ def test_cmake_builds_the_library_and_the_example(exported, tmp_path):
 def test_export_refuses_other_backends(tmp_path):
     run = subprocess.run(["python", "-m", "specgen", "compile", "--export", str(tmp_path), "--target", "triton:sm90"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "CuTe kernels only" in run.stderr
+    assert run.returncode == 2 and "no design exports triton:sm90 for C++ programs" in run.stderr

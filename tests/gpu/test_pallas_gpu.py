@@ -69,10 +69,9 @@ def clustered(tmp_path_factory):
     import json
 
     from specgen.compile import load_rendered
-    from specgen.designs import design_for
+    from specgen.registry import design_for
     from specgen.resolve import resolve
     from specgen.spec.load import load_text
-    from specgen.targets import Backend
 
     tmp, mods = tmp_path_factory.mktemp("clustered"), {}
     for name, over in CLUSTERED:
@@ -82,7 +81,7 @@ def clustered(tmp_path_factory):
         spec["targets"] = ["pallas:gpu_sm90"]
         (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
         (target,) = loaded.spec.targets
-        files = design_for("gemm", Backend.pallas).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
+        files = design_for("gemm", "pallas:tpu_v5e").render(loaded, [target], {str(target): resolve(loaded.spec, target)})
         path = tmp / f"clustered_{name}.py"
         path.write_text(files[f"pallas/gpu_sm90/{name}.py"])
         mods[name] = (spec, load_rendered(path, f"_clustered_{name}"))

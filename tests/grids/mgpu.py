@@ -148,14 +148,13 @@ def render(spec: dict, folder: Path):
     """The spec's Mosaic GPU module, rendered by its design from what resolve gives (as render does)
     and imported."""
     from specgen.compile import load_rendered
-    from specgen.designs import design_for
+    from specgen.registry import design_for
     from specgen.resolve import resolve
     from specgen.spec.load import load_text
-    from specgen.targets import Backend
 
     (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
     (target,) = ls.spec.targets
-    files = design_for("gemm", Backend.pallas).render(ls, [target], {str(target): resolve(ls.spec, target)})
+    files = design_for("gemm", "pallas:tpu_v5e").render(ls, [target], {str(target): resolve(ls.spec, target)})
     path = folder / f"{spec['name']}.py"
     path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
     return load_rendered(path, f"_grid_mgpu_{spec['name']}")
@@ -165,7 +164,7 @@ def arg_structs(mod, m: int, n: int, k: int) -> list:
     import jax
     import jax.numpy as jnp
 
-    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.designs.gemm_pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
     from specgen.spec.models import GemmSpec
 

@@ -14,24 +14,24 @@ import pytest
 import torch
 from kernels import MINIMAL_SPEC, catalogue
 
-from specgen.designs import design_for
-from specgen.designs.gemm_cute_sm90 import (
+from specgen.designs.gemm_cute_sm90.compile import compile_module
+from specgen.designs.gemm_cute_sm90.design import (
     PREFETCH_REGISTERS,
     cute_config,
     epilogue_tile,
     mma_warpgroups,
     prefetch_vectors,
 )
-from specgen.designs.gemm_cute_sm90_compile import compile_module
+from specgen.registry import design_for
 from specgen.render.catalogue import render_modules
 from specgen.resolve import memory, resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
-from specgen.targets import Backend, target_info
+from specgen.targets import target_info
 
 ROOT = Path(__file__).resolve().parents[3]
 SM90, SM100 = parse_target("cute:sm90"), parse_target("cute:sm100")
-DESIGN = design_for("gemm", Backend.cute)
+DESIGN = design_for("gemm", "cute:sm90")
 
 EVERY_OP = [
     {"op": "bias", "along": "m", "dtype": "bf16", "name": "bias_m"},

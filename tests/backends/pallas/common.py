@@ -16,13 +16,13 @@ from kernels import catalogue
 from reference import REFERENCES
 
 from specgen.compile import load_rendered
-from specgen.designs import design_for
-from specgen.designs.gemm_pallas import JNP_DTYPES, is_tpu_target
+from specgen.designs.gemm_pallas.design import JNP_DTYPES, is_tpu_target
+from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.dtypes import DType
 from specgen.spec.load import load_text
 from specgen.spec.models import GemmSpec
-from specgen.targets import TARGETS, Backend
+from specgen.targets import TARGETS
 
 CATALOGUE = catalogue()
 TPU_CATALOGUE = {name: spec for name, spec in CATALOGUE.items()
@@ -37,7 +37,7 @@ def render_module(spec: dict, tmp_dir: Path):
     """Render the spec's TPU module (the design's one file) and import it under a unique name."""
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
     targets = [t for t in loaded.spec.targets if is_tpu_target(t)]
-    design = design_for(loaded.spec.kind, Backend.pallas)
+    design = design_for(loaded.spec.kind, "pallas:tpu_v5e")
     assert design is not None
     (text,) = design.render(loaded, targets, {str(t): resolve(loaded.spec, t) for t in targets}).values()
     path = tmp_dir / f"pallas_{spec['name']}.py"

@@ -20,12 +20,11 @@ import pytest
 
 from backends.pallas.common import CATALOGUE, jnp_dtype
 from specgen.compile import load_rendered
-from specgen.designs import design_for
-from specgen.designs.gemm_pallas import is_mgpu_target
+from specgen.designs.gemm_pallas.design import is_mgpu_target
+from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import GemmSpec
-from specgen.targets import Backend
 
 ROOT = Path(__file__).resolve().parents[3]
 MGPU = {name: spec for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"]}
@@ -37,7 +36,7 @@ def render(spec: dict, tmp: Path):
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
     (target,) = [t for t in loaded.spec.targets if is_mgpu_target(t)]
     resolved = resolve(loaded.spec, target)
-    design = design_for(loaded.spec.kind, Backend.pallas)
+    design = design_for(loaded.spec.kind, "pallas:tpu_v5e")
     files = design.render(loaded, [target], {str(target): resolved})
     assert set(files) == {f"pallas/gpu_sm90/{spec['name']}.py", "pallas/gpu_sm90/__init__.py"}
     path = tmp / f"mgpu_{spec['name']}.py"
@@ -115,7 +114,7 @@ def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: d
     by TMA multicast (B for a pair along M, A along N), and schedule.raster picks planar_snake's minor
     dim; lowered for CUDA on this CPU machine, Mosaic GPU allocates exactly the plan's SMEM (the cluster
     barriers take the bytes the plain ones did), and tracing covers tails, M = 1 and K = 0."""
-    from specgen.designs.gemm_pallas_compile import compile_module
+    from specgen.designs.gemm_pallas.compile import compile_module
     from specgen.targets import TARGETS
 
     spec = {k: v for k, v in MGPU[name].items() if k != "per_target"}
@@ -237,7 +236,7 @@ def test_the_compile_hook_reports_mosaic_gpus_smem(modules) -> None:
     """`specgen compile` on a Mosaic GPU module lowers it for CUDA on this CPU machine (jax 0.10.2 with
     absl-py lowers Mosaic GPU without a GPU or the CUDA plugin) and reports the SMEM Mosaic GPU allocates:
     it equals the plan's."""
-    from specgen.designs.gemm_pallas_compile import compile_module
+    from specgen.designs.gemm_pallas.compile import compile_module
     from specgen.targets import TARGETS
 
     mod, _ = modules["gemm_residual_bf16"]

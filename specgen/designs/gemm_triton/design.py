@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.designs.base import module_identity, plan_header
+from specgen.abi import Arg, make_arg
+from specgen.designs.base import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
@@ -33,10 +34,29 @@ CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measur
 FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
 
 
-class TritonGemm:
-    kind = "gemm"
-    backend = Backend.triton
-    compile_hook = "specgen.designs.gemm_triton_compile:compile_module"
+class TritonGemm(DesignBase):
+    name = "Triton"
+    # tl.dot picks its instructions from the block: one design for every MMA family Triton lowers to
+    keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
+    compile_hook = "specgen.designs.gemm_triton.compile:compile_module"
+    compiler_modules = ("torch", "triton")
+    extra = "triton"
+    max_auto_stages = 4
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        return spec.triton.num_warps * 32
+
+    def dot_accumulators(self, a: DType) -> tuple[DType, ...]:
+        """tl.dot: int8 -> int32; f16 may accumulate in f16 (out_dtype); everything else in f32."""
+        return {DType.int8: (DType.int32,), DType.f16: (DType.f32, DType.f16)}.get(a, (DType.f32,))
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+
+
+    def config_notes(self, spec: GemmSpec) -> str:
+        return " swap_ab" if spec.triton.swap_ab else ""
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         gpu = target.gpu
@@ -134,6 +154,9 @@ class TritonGemm:
         return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
 
 
+DESIGN = TritonGemm()
+
+
 @dataclass(frozen=True)
 class TritonArchConfig:
     arch: str
@@ -163,18 +186,6 @@ class TritonVariant:
     split_atomic: bool = False  # schedule.split_k_reduction = "atomic"
     swap_ab: bool = False  # triton.swap_ab: the MMA computes the tile transposed
     desc_types: dict[str, str] | None = None  # descriptor parameter -> its Triton type with this box
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """A tensor (or scalar) the launcher takes, with what the guards check."""
-
-    name: str
-    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
-    dtype: DType
-    torch_dtype: str
-    triton_dtype: str
-    doc: str
 
 
 @dataclass(frozen=True)
@@ -249,9 +260,9 @@ class TritonPlan:
     spec_hash: str
     specgen_version: str
     description: str
-    a: TensorArg
-    b: TensorArg
-    out: TensorArg
+    a: Arg
+    b: Arg
+    out: Arg
     a_major: str
     b_major: str
     acc_dtype: str  # triton.language name of the accumulator
@@ -266,7 +277,7 @@ class TritonPlan:
     tma: bool
     epilogue_subtile: bool
     flatten: bool
-    args: list[TensorArg]  # epilogue runtime arguments, in chain order
+    args: list[Arg]  # epilogue runtime arguments, in chain order
     configs: list[TritonArchConfig]
     spec_json: dict[str, object]
     params: list[KernelParam]  # the kernel ABI, in declaration order
@@ -281,8 +292,12 @@ class TritonPlan:
     swap: bool = False  # any config of the module swaps A and B: the kernel takes the SWAP_AB constexpr
 
 
-def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> TensorArg:
-    return TensorArg(name, role, dtype, dtype.info.torch, dtype.info.triton, doc)
+def _spellings(dtype: DType) -> dict[str, str]:
+    return {"torch": dtype.info.torch, "triton": dtype.info.triton}
+
+
+def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, _spellings)
 
 
 def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:

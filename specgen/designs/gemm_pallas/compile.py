@@ -31,7 +31,7 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     import jax
     import jax.numpy as jnp
 
-    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.designs.gemm_pallas.design import JNP_DTYPES
 
     meta = module.METADATA
     spec = GemmSpec.model_validate(module.SPEC)
@@ -65,7 +65,7 @@ def _lower_mgpu(module: ModuleType, target: TargetInfo) -> CompileResult:
     import jax.numpy as jnp
     from jax.experimental.mosaic.gpu import core as mgpu_core
 
-    from specgen.designs.gemm_pallas import JNP_DTYPES
+    from specgen.designs.gemm_pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
 
     meta = module.METADATA

@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specgen.designs.base import module_identity, plan_header
-from specgen.envelope.budget import MemoryBudget, cute_memory, epilogue_stages
+from specgen.abi import Arg, make_arg
+from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
@@ -41,7 +42,6 @@ from specgen.targets import Backend, TargetInfo, target_info
 ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
 MBARRIER_BYTES = 8
 BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
-WARPGROUP_THREADS = 128
 WGMMA_M = 64  # rows per warpgroup per wgmma
 # setmaxnreg: the producer gives registers back, the consumers take them (CUTLASS's sm90 split).
 LOAD_REGISTERS = 40
@@ -202,20 +202,12 @@ def serves(target: Target | TargetInfo) -> bool:
     return info.backend is Backend.cute and info.mma == "wgmma"
 
 
-@dataclass(frozen=True)
-class CuteArg:
-    """A tensor (or scalar) the launcher takes, with what the guards check and the kernel reads."""
-
-    name: str
-    role: str  # a, b, out, vec_m, vec_n, matrix, scalar
-    dtype: DType
-    torch_dtype: str
-    cutlass_dtype: str
-    doc: str
+def _spellings(dtype: DType) -> dict[str, str]:
+    return {"torch": dtype.info.torch, "cutlass": CUTLASS_DTYPES[dtype]}
 
 
-def _arg(name: str, role: str, dtype: DType, doc: str) -> CuteArg:
-    return CuteArg(name, role, dtype, dtype.info.torch, CUTLASS_DTYPES[dtype], doc)
+def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, _spellings)
 
 
 @dataclass(frozen=True)
@@ -276,10 +268,10 @@ class CuteSm90Plan:
     arch: str
     arch_flag: str
     compute_capability: int
-    a: CuteArg
-    b: CuteArg
-    out: CuteArg
-    args: list[CuteArg]  # epilogue runtime arguments, in chain order
+    a: Arg
+    b: Arg
+    out: Arg
+    args: list[Arg]  # epilogue runtime arguments, in chain order
     a_major: str
     b_major: str
     acc_dtype: str  # cutlass name
@@ -324,13 +316,29 @@ class CuteSm90Plan:
         return True
 
 
-class CuteSm90Gemm:
+class CuteSm90Gemm(DesignBase):
     """GEMM on Hopper through the CuTe DSL (see the module docstring)."""
 
-    kind = "gemm"
-    backend = Backend.cute
+    name = "CuTe sm90"
+    keys = (("gemm", Backend.cute, "wgmma"),)
     template = "cute/gemm_sm90.py.jinja"
-    compile_hook = "specgen.designs.gemm_cute_sm90_compile:compile_module"
+    compile_hook = "specgen.designs.gemm_cute_sm90.compile:compile_module"
+    compiler_modules = ("torch", "cutlass")
+    extra = "cute"
+    export_hook = "specgen.export.cute:export"
+    max_auto_stages = 8
+
+    def serves(self, info: TargetInfo) -> bool:
+        return serves(info)
+
+    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+        """Ping-pong warpgroups each own a whole tile; cooperative ones share it."""
+        return WARPGROUP_THREADS * (1 if pingpong(spec) else mma_warpgroups(spec))
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+
     # the module bakes every size-selected variant's config and the launcher picks one by integer
     # compares; each compiles on its own, so a variant may change any config field (no shared_config)
     renders_variants = True
@@ -340,10 +348,7 @@ class CuteSm90Gemm:
         ping-pong order barriers), then A, B and epilogue buffers (two sets when ping-pong), each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
         puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
         `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
-        wgmma takes (64 rows x 16 bytes of K at least). Targets this design does not serve (tcgen05)
-        keep the checked-only CuTe layout."""
-        if not serves(target):
-            return cute_memory(spec, target, ab_stages)
+        wgmma takes (64 rows x 16 bytes of K at least)."""
         gpu = target.gpu
         assert gpu is not None
         t = spec.tile
@@ -359,8 +364,6 @@ class CuteSm90Gemm:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
         the store (the out tile is stored EPI_M x EPI_N at a time)."""
         a, b, out = tma_boxes(spec)
-        if not serves(target):
-            return (a, b, out)
         em, en = epilogue_tile(spec)
         return (a, b, TmaBox("out", em, en, out.elem_bytes, out.field))
 
@@ -468,3 +471,6 @@ def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ..
     consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements)."""
     return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": (128,) if spec.a.dtype.bytes == 1 else (64,),
             "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}
+
+
+DESIGN = CuteSm90Gemm()

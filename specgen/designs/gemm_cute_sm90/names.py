@@ -1,0 +1,41 @@
+"""The identifiers the CuTe sm90 design's modules use (templates/cute/: the DSL's imports, the plan's
+constants, the host and kernel functions, the kernel's locals and the DSL calls' keywords)."""
+
+from __future__ import annotations
+
+# Names its modules bind or read at their top level (a kernel's name must not replace one).
+MODULE_NAMES: frozenset[str] = frozenset({
+    "_fake_args", "_g2s", "_mkl", "_nkl", "_smem_layout", "A_DTYPE", "A_LAYOUT", "ACC_DTYPE", "ARCH", "B_DTYPE",
+    "B_LAYOUT", "CONFIG", "Config", "config", "cute", "CuteLauncher", "cutlass", "gemm_host", "gemm_kernel",
+    "LayoutEnum", "len", "LOAD_REGISTERS", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_raster",
+    "make_tiled_mma", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT", "pipeline", "shared_storage",
+    "SharedStorage", "sm90_utils", "zero_operand",
+    # the JAX entry (templates/cute/jax_host.jinja)
+    "_jax_entry", "_jax_host", "cute_jax",
+    # the C export (templates/cute/export_host.jinja)
+    "_export_host", "cuda",
+})
+
+# Every other identifier its code uses (an epilogue argument's names must avoid them).
+RESERVED: frozenset[str] = frozenset({
+    "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
+    "b_tiles", "barrier_id", "barrier_storage", "batch", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
+    "buf", "cfg", "cl", "cluster", "cluster_crd", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
+    "clusters", "cm", "cn", "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "cta_m",
+    "cta_n", "defer_sync", "depth", "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
+    "epi_base", "epi_m", "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid",
+    "group_id", "group_m", "int", "is_relaxed", "k_blocks", "k_major", "k_tiles", "kb", "layout", "lb", "lead",
+    "length", "m0", "mA", "major_rows", "matrix", "max_clusters", "mB", "mcast_mask", "min_blocks_per_mp",
+    "mma_order", "mma_warpgroups", "mode", "mOut", "multicast", "n0", "num_multicast", "num_stages", "num_threads",
+    "order", "order_barriers", "order_phase", "cols_left", "rows_left", "sub_tm", "sub_tn", "scalars", "out_atom", "pingpong", "producer_group", "property", "r2s", "r_acc",
+    "r_out", "raster", "read", "release", "rows", "sA", "sA_layout", "sB", "sB_layout", "self", "shape", "si",
+    "smem_bytes", "sOut", "sOut_layout", "space", "stage_bytes", "state", "storage", "store_pipe", "store_warp",
+    "stored", "stream", "stride", "sub_crd", "sub_grid", "sub_shape", "sub_size", "subs", "swizzle", "tA", "tAgA",
+    "tAsA", "tB", "tBgB", "tBsB", "tCrA", "tCrB", "thr_mma", "thr_r2s", "threads", "tidx", "tile_k", "tile_m",
+    "tile_n", "tile_threads", "tile_tidx", "tiled_mma", "tiler", "tiler_mn", "tm", "tma", "tma_a", "tma_b",
+    "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tOut", "tRS_acc", "tRS_sOut", "tuple", "turn", "tx_count",
+    "typing", "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup", "work_count", "work_stride"
+})
+
+# How its templates derive names from an epilogue argument `x`.
+ARG_DERIVED: tuple[str, ...] = ("m{}", "r_{}", "g_{}")  # g_: a residual's per-thread view of its subtile

@@ -1,0 +1,106 @@
+"""The CuTe sm90 design's own rules: its consumer warpgroups, epilogue subtiles, TMA store and ping-pong
+schedule (CUTE001-CUTE004), its register model (REG001's CuTe verdict) and the CuTe options a wgmma
+kernel cannot honour (OPT001)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.designs.gemm_cute_sm90.design import DESIGN, epilogue_tile, mma_warpgroups, register_estimate
+from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
+
+RULES = RuleSet()
+SERVED = target_of(DESIGN)
+
+
+@RULES.rule("CUTE001", "sm90 consumer warpgroups", SERVED)
+def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
+    """One producer warpgroup (40 registers) and 1 or 2 wgmma warpgroups (232 registers each) fill the
+    65536-register file (setmaxnreg, PTX ISA; CUTLASS's sm90 split: the spec model bounds
+    `cute.mma_warpgroups` to 2); the template stacks the consumer warpgroups' 64-row wgmma atoms along
+    M (`make_tiled_mma`: atom layout (warpgroups, 1, 1)), so tile.m is a multiple of 64 x warpgroups.
+    Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64-row tile over two warpgroups compiles without
+    complaint, but the second warpgroup's atom covers rows 64..127 of a 64-row tile: it multiplies
+    SMEM past the A stage and its epilogue indexes accumulator rows the tile does not have. So the
+    refusal stands (a template limit, not a hardware one)."""
+
+    wgs = mma_warpgroups(ctx.spec)
+    m = ctx.spec.tile.m
+    if m % (64 * wgs):
+        yield Finding("CUTE001", "error", f"tile.m = {m} is not a multiple of 64 x {wgs} consumer warpgroups: "
+                      f"the warpgroups' stacked 64-row wgmma atoms cover {-(-m // (64 * wgs)) * 64 * wgs} rows, "
+                      f"and rows past {m} would be read from SMEM beyond the A tile (it compiles; the results "
+                      "would be wrong)", f"use tile.m = {max(64 * wgs, m // (64 * wgs) * 64 * wgs)} or "
+                      "cute.mma_warpgroups = 1", ("tile", "m"))
+
+
+@RULES.rule("CUTE002", "sm90 epilogue subtiles cover the tile", SERVED)
+def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
+    """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
+    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90/design.py
+    `epilogue_tile`); each subtile takes the next epi_m x epi_n share of the thread's accumulator
+    registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
+    subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
+    garbage); a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column
+    subtiles (it compiles spill-free)."""
+
+    em, en = epilogue_tile(ctx.spec)
+    t = ctx.spec.tile
+    if t.m % em or t.n % en:
+        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles: "
+                      "the last subtile would read accumulator registers past the tile's (it compiles; those "
+                      "columns would be garbage)", f"use tile.n a multiple of {en}", ("tile",))
+
+
+@RULES.rule("CUTE003", "sm90 stores through SMEM by TMA", SERVED)
+def cute_sm90_tma_store(ctx: RuleContext) -> Iterator[Finding]:
+    """The sm90 design always stages the output in SMEM and stores it by TMA (its SMEM budget counts
+    that staging); `cute.tma_store = false` is not honoured there (a design choice, not a limit)."""
+    if not ctx.spec.cute.tma_store:
+        yield Finding("CUTE003", "warning", "cute.tma_store = false is ignored on cute:sm90: the kernel stores by TMA",
+                      "drop cute.tma_store", ("cute", "tma_store"))
+
+
+@RULES.rule("CUTE004", "sm90 ping-pong warpgroups", SERVED)
+def cute_sm90_pingpong(ctx: RuleContext) -> Iterator[Finding]:
+    """`cute.schedule = "pingpong"` runs two consumer warpgroups that each own a whole tile and take
+    turns at the mainloop (CUTLASS's KernelTmaWarpSpecializedPingpong); they cannot also split a tile,
+    so `cute.mma_warpgroups = 2` contradicts it. (Each warpgroup then holds the whole tile's
+    accumulator: REG001 counts it over 128 threads.)"""
+    s = ctx.spec
+    if s.cute.schedule == "pingpong" and s.cute.mma_warpgroups == 2:
+        yield Finding("CUTE004", "error", "cute.schedule = \"pingpong\" gives each of its two consumer warpgroups a whole "
+                      "tile; cute.mma_warpgroups = 2 would split each tile between them",
+                      "drop cute.mma_warpgroups (or use cute.schedule = \"cooperative\")", ("cute", "mma_warpgroups"))
+
+
+def register_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """CuTe sm90: the design's register model (designs/gemm_cute_sm90/design.py `register_estimate`: the
+    accumulator, a base, and the epilogue's operands and temporaries at a subtile) against the
+    MMA_REGISTERS its consumers get from setmaxnreg. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a SASS over
+    the compile grid of tests/grids/cute_sm90.py, tests/data/grid_cute_sm90.json): where the estimate is
+    over, ptxas spilled to local memory (LDL/STL), and only a handful of the kernels it refuses compile
+    spill-free. An error: the spilling kernel builds, but runs slowly."""
+
+    est = register_estimate(ctx.spec)
+    if not est.spills:
+        return
+    s = ctx.spec
+    hints = []
+    if est.operands or est.temporaries:
+        hints.append("fewer vector, residual or cast ops in the epilogue")
+    if s.cute.schedule == "pingpong":
+        hints.append('cute.schedule = "cooperative" with cute.mma_warpgroups = 2 (each holds half the tile)')
+    elif mma_warpgroups(s) == 1 and s.tile.m % 128 == 0:
+        hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
+    hints.append("a smaller tile.n")
+    yield Finding("REG001", "error", f"a consumer thread needs about {est.total} registers ({est.breakdown()}; "
+                  f"{ctx.acc_threads} threads share the {s.tile.m}x{s.tile.n} accumulator) > the {est.budget} "
+                  "setmaxnreg gives it: ptxas spills to local memory", "use " + ", or ".join(hints), ("tile",))
+
+
+def option_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """OPT001 on CuTe sm90: `cute.two_cta` is Blackwell's cta_group::2 tcgen05 MMA (PTX ISA tcgen05)."""
+    if ctx.spec.cute.two_cta:
+        yield Finding("OPT001", "error", f"cute.two_cta = true needs tcgen05 2-CTA MMA (sm100); {ctx.target} has none",
+                      "set cute.two_cta = false for this target", ("cute", "two_cta"))

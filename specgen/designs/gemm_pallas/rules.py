@@ -1,0 +1,244 @@
+"""The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
+VMEM001, PAL001-PAL003), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
+and epilogue ops (PAL004-PAL009), its register verdict (REG001) and its options (OPT001)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.designs.gemm_pallas.design import MGPU_CONSUMER_WGS, is_mgpu_target, mgpu_layout, mgpu_swizzles
+from specgen.rules.base import Finding, RuleContext, RuleSet, is_tpu
+from specgen.spec.dtypes import DType
+
+RULES = RuleSet()
+MOSAIC_GPU = is_mgpu_target
+
+
+@RULES.rule("DT003", "TPU MXU dtypes", is_tpu)
+def tpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """v5e/v5p/v6e multiply e5m2 (and e4m3b11fnuz), not e4m3fn; v7x e4m3fn and e5m2; no tf32 or f16 MXU
+    path. Source: jax `_src/tpu_info.py`."""
+    assert ctx.tpu is not None
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt.is_fp8 and dt not in ctx.tpu.fp8:
+            yield Finding("DT003", "error", f"{side.upper()} is {dt}: {ctx.tpu.name} MXU takes fp8 as "
+                          f"{', '.join(map(str, ctx.tpu.fp8))} only", "", (side, "dtype"))
+        if dt in (DType.tf32, DType.f16):
+            yield Finding("DT003", "error", f"{side.upper()} is {dt}: the TPU MXU has no {dt} mode",
+                          "use bf16 (or f32)", (side, "dtype"))
+
+
+@RULES.rule("VMEM001", "TPU VMEM budget", is_tpu)
+def vmem_budget_rule(ctx: RuleContext) -> Iterator[Finding]:
+    """Double-buffered blocks plus the f32 accumulator must fit VMEM per TensorCore: v5e 128 MiB,
+    v5p 64 MiB, v6e 128 MiB, v7x 64 MiB (jax `_src/tpu_info.py`). An explicit `vmem_limit_bytes`
+    must cover the plan and stay within VMEM; the default scoped limit is far lower, so the renderer
+    always sets one."""
+    b, tpu = ctx.budget, ctx.tpu
+    assert tpu is not None
+    if not b.fits:
+        yield Finding("VMEM001", "error", f"needs {b.total} B of VMEM > {b.capacity} B on {tpu.name} ({b.breakdown()})",
+                      "shrink the tile", ("tile",))
+    limit = ctx.spec.pallas.vmem_limit_bytes
+    if limit is not None and limit < b.total:
+        yield Finding("VMEM001", "error", f"pallas.vmem_limit_bytes = {limit} < {b.total} B the plan needs", "",
+                      ("pallas", "vmem_limit_bytes"))
+    if limit is not None and limit > tpu.vmem_bytes:
+        yield Finding("VMEM001", "error", f"pallas.vmem_limit_bytes = {limit} > {tpu.vmem_bytes} B of VMEM on {tpu.name}",
+                      "", ("pallas", "vmem_limit_bytes"))
+
+
+# --- Pallas TPU -------------------------------------------------------------------------------------------
+@RULES.rule("PAL001", "TPU block shapes", is_tpu)
+def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """Block last two dims divisible by (sublanes, 128), sublanes 8 for 32/16-bit (16 for bf16 on v7x),
+    8*(32/bits) for narrower types, each block in its operand's stored layout (specgen's Pallas kernels
+    take a K-major B as (N, K)). Sources: jax `_src/pallas/mosaic/lowering.py`, `tpu_info.py`.
+    (Blocks equal to the full array also pass, but a spec's tile does not know the array.)"""
+    s, t = ctx.spec, ctx.spec.tile
+    assert ctx.tpu is not None
+
+    def sublanes(dt: DType) -> int:
+        if dt == DType.bf16:
+            return ctx.tpu.bf16_sublanes
+        return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
+
+    # Blocks in the stored layout: a K-major operand has K last (A (m, k), B (n, k)), MN-major has K first.
+    a_block = (t.m, t.k) if s.a.major == "k" else (t.k, t.m)
+    b_block = (t.n, t.k) if s.b.major == "k" else (t.k, t.n)
+    for name, (rows, cols), dt, fld in (
+        ("A", a_block, s.a.dtype, ("tile",)), ("B", b_block, s.b.dtype, ("tile",)), ("out", (t.m, t.n), s.out.dtype, ("tile",)),
+    ):
+        sub = sublanes(dt)
+        if rows % sub or cols % 128:
+            yield Finding("PAL001", "error", f"{name} block {rows}x{cols} ({dt}) is not divisible by ({sub}, 128) on "
+                          f"{ctx.tpu.name}", "", fld)
+
+
+@RULES.rule("PAL002", "TPU MXU-aligned tiles", is_tpu)
+def tpu_mxu_alignment(ctx: RuleContext) -> Iterator[Finding]:
+    """The MXU is 128x128 before v6 and 256x256 on v6e/v7x (jax `tpu_info.py`); smaller tile.n/k leave
+    it partly idle (warning, not a hard limit)."""
+    assert ctx.tpu is not None
+    t, mxu = ctx.spec.tile, ctx.tpu.mxu
+    if t.n % mxu or t.k % mxu:
+        yield Finding("PAL002", "warning", f"tile n={t.n}, k={t.k} are not multiples of the {mxu}x{mxu} MXU on "
+                      f"{ctx.tpu.name}", "", ("tile",))
+
+
+@RULES.rule("PAL003", "TPU pipeline buffering depth", is_tpu)
+def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
+    """The Pallas TPU pipeline buffers each BlockSpec once or twice only: lowering `pl.Buffered(3)`
+    fails with "Only single (1) and double (2) buffering are supported" (jax 0.10.2
+    `_src/pallas/mosaic/lowering.py`; measured by lowering for TPU on a CPU machine)."""
+    if ctx.ab_stages not in (1, 2):
+        yield Finding("PAL003", "error", f"pipeline.ab_stages = {ctx.ab_stages}: Pallas TPU buffers a block 1 or 2 "
+                      "deep", 'use ab_stages = 2 (or "auto")', ("pipeline", "ab_stages"))
+
+
+# --- Pallas Mosaic GPU (design.py, templates/pallas/gemm_mgpu.py.jinja) ----------------------
+MGPU_OPERANDS = (DType.f16, DType.bf16, DType.fp8_e4m3, DType.fp8_e5m2)
+
+
+@RULES.rule("PAL004", "Mosaic GPU operand and accumulator dtypes", MOSAIC_GPU)
+def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """The Mosaic GPU kernel stages f16/bf16/fp8 tiles by TMA and accumulates in an f32 `plgpu.ACC`
+    (its epilogue is f32 math): wgmma's tf32 and s8 forms (jax `mosaic/gpu/wgmma.py` has them) and f16
+    accumulators are not rendered by this design. fp8 runs (K-major only: MAJ001), measured on the H200
+    (tests/gpu/test_pallas_gpu.py). A and B share one dtype: Mosaic GPU refuses an e4m3 x e5m2 mix
+    that wgmma itself takes ("Mixed input dtypes for matrix multiplication unsupported", jax 0.10.2
+    lowering for CUDA: tests/grids/mgpu.py)."""
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt not in MGPU_OPERANDS:
+            yield Finding("PAL004", "error", f"{side.upper()} is {dt}: the {ctx.target} kernel takes "
+                          f"{', '.join(map(str, MGPU_OPERANDS))} operands", "use a Triton or CuTe target for this dtype",
+                          (side, "dtype"))
+    a, b = ctx.spec.a.dtype, ctx.spec.b.dtype
+    if a != b and a in MGPU_OPERANDS and b in MGPU_OPERANDS:
+        yield Finding("PAL004", "error", f"A is {a} and B is {b}: Mosaic GPU's matmul takes one input dtype for "
+                      "both", f'use the same dtype for both (b.dtype = "{a}")', ("b", "dtype"))
+    if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
+        yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
+                      "in f32", 'set accumulator = "f32"', ("accumulator",))
+
+
+@RULES.rule("PAL005", "Mosaic GPU residual staging", MOSAIC_GPU)
+def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
+    """A residual's subtile is TMA-loaded into the output's SMEM staging slot before it is added (JAX's
+    Hopper matmul stages its `c` operand the same way), so it has the output's dtype: the slot holds
+    64 x 64 output elements (templates/pallas/gemm_mgpu.py.jinja)."""
+    for i, op in enumerate(ctx.spec.epilogue):
+        if op.op == "residual" and op.dtype != ctx.spec.out.dtype:
+            yield Finding("PAL005", "error", f"residual {op.name!r} is {op.dtype} but out is {ctx.spec.out.dtype}: on "
+                          f"{ctx.target} a residual is staged in the output's SMEM slot ({ctx.spec.out.dtype.bytes} "
+                          "B per element)", f'set its dtype = "{ctx.spec.out.dtype}"', ("epilogue", i, "dtype"))
+
+
+@RULES.rule("PAL006", "Mosaic GPU warpgroup split and epilogue subtiles", MOSAIC_GPU)
+def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
+    """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
+    N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
+    warpgroup's slice where smaller: designs/gemm_pallas/design.py `mgpu_layout`)."""
+
+    t = ctx.spec.tile
+    wg_n = t.n // MGPU_CONSUMER_WGS
+    if t.n % (8 * MGPU_CONSUMER_WGS) or not 8 <= wg_n <= 256:
+        yield Finding("PAL006", "error", f"tile.n = {t.n} splits into {MGPU_CONSUMER_WGS} warpgroup slices of {t.n / 2:g}: "
+                      "not a wgmma N (8..256, step 8)", f"use tile.n a multiple of {8 * MGPU_CONSUMER_WGS}", ("tile", "n"))
+        return
+    lay = mgpu_layout(ctx.spec)
+    if t.m % lay.epi_m or wg_n % lay.epi_n:
+        yield Finding("PAL006", "error", f"a warpgroup's {t.m}x{wg_n} slice is not a whole number of {lay.epi_m}x{lay.epi_n} "
+                      "epilogue subtiles", f"use tile.n a multiple of {2 * lay.epi_n}", ("tile",))
+
+
+@RULES.rule("PAL007", "Mosaic GPU clusters", MOSAIC_GPU)
+def mgpu_cluster(ctx: RuleContext) -> Iterator[Finding]:
+    """The Mosaic GPU kernel launches a cluster of one CTA or a pair along M or N (JAX's Hopper matmul,
+    pallas/ops/gpu/hopper_matmul_mgpu.py `cluster_dimension`): the pair shares its common operand's tile,
+    each CTA loading half of it by TMA multicast (`BlockSpec(collective_axes=("cluster",))`), so that
+    tile must split in two whole 8-row TMA boxes: tile.n for a pair along M (B shared), tile.m along N.
+    A persistent grid holds num_sms / 2 pairs."""
+    c, t = ctx.spec.cluster, ctx.spec.tile
+    if c.size == 1:
+        return
+    if c.size != 2:
+        yield Finding("PAL007", "error", f"cluster {c.m}x{c.n}: the {ctx.target} kernel launches 1x1, 2x1 or 1x2 clusters",
+                      "use cluster = { m = 2, n = 1 } or { m = 1, n = 2 }", ("cluster",))
+        return
+    shared, extent = ("tile.n", t.n) if c.m == 2 else ("tile.m", t.m)
+    if extent % 16:
+        yield Finding("PAL007", "error", f"cluster {c.m}x{c.n} multicasts a {extent}-wide tile ({shared}) in two halves of "
+                      f"{extent / 2:g}: not a multiple of 8 rows", f"use {shared} a multiple of 16", ("tile",))
+
+
+@RULES.rule("PAL008", "Mosaic GPU SMEM swizzles", MOSAIC_GPU)
+def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
+    """Mosaic GPU stages each TMA'd tile in SMEM with a 32, 64 or 128 B swizzle ("Swizzle 16 is not
+    supported. Only 32, 64 and 128 are accepted"), and its wgmma takes one swizzle for A and B
+    ("Non-matching swizzles of operands a and b in WGMMA") and K in groups of swizzle/bytes elements
+    ("K must be a multiple of ..."): jax 0.10.2 `mosaic/gpu/wgmma.py`, `dialect_lowering.py`. So one
+    swizzle must divide A's and B's contiguous extents in bytes (K for K-major; tile.m for MN-major A;
+    for MN-major B each warpgroup's tile.n/2 slice, which starts on a whole swizzle tile) and tile.k's;
+    the output's epilogue subtile row must span a multiple of 32 B. Found by lowering for CUDA
+    (tests/grids/mgpu.py), where such specs failed as layout inference, slice or swizzle errors."""
+
+    s, t = ctx.spec, ctx.spec.tile
+    sw, lay = mgpu_swizzles(s), mgpu_layout(s)
+    if not sw.ab:
+        a_ext = f"tile.k {t.k}" if s.a.major == "k" else f"tile.m {t.m}"
+        b_ext = f"tile.k {t.k}" if s.b.major == "k" else f"tile.n/2 {lay.wg_n}"
+        yield Finding("PAL008", "error", f"no 32/64/128 B swizzle divides A's ({a_ext} x {s.a.dtype.bytes} B), B's "
+                      f"({b_ext} x {s.b.dtype.bytes} B) and K's (tile.k {t.k}) extents: Mosaic GPU's wgmma takes one "
+                      "swizzle for both operands and K in whole swizzle groups",
+                      f"use tile.k a multiple of {128 // s.a.dtype.bytes} (and tile.m, tile.n/2 of "
+                      f"{32 // s.a.dtype.bytes})", ("tile",))
+    if not sw.out:
+        yield Finding("PAL008", "error", f"the output's {lay.epi_m}x{lay.epi_n} epilogue subtile rows span "
+                      f"{lay.epi_n * s.out.dtype.bytes} B ({s.out.dtype}): Mosaic GPU swizzles SMEM in 32/64/128 B only",
+                      f"use tile.n a multiple of {2 * 32 // s.out.dtype.bytes}", ("tile", "n"))
+
+
+@RULES.rule("PAL009", "Mosaic GPU epilogue ops", MOSAIC_GPU)
+def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
+    """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
+    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
+    chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
+    direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
+    f8E4M3FN"); any other op after the cast, or a cast to f16, lowers."""
+    chain = ctx.spec.epilogue
+    for i, op in enumerate(chain):
+        if op.op == "activation" and op.fn == "gelu":
+            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+                          "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
+    last = next((i for i in range(len(chain) - 1, -1, -1)
+                 if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
+    out = ctx.spec.out.dtype
+    if last is not None and chain[last].op == "cast" and chain[last].dtype == DType.bf16 and out.bytes == 1:
+        yield Finding("PAL009", "error", f"the epilogue ends in a cast to bf16 and out is {out}: Mosaic GPU lowers the "
+                      "bf16 -> f32 -> fp8 round trip as a bf16 -> fp8 conversion, which it cannot do",
+                      "drop the cast (the store rounds to out's dtype) or cast to f16", ("epilogue", last, "dtype"))
+
+
+def register_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """REG001 on Mosaic GPU: above 255 registers per thread the accumulator cannot be held (error); above
+    192 little room is left for addresses and the epilogue (warning: spills)."""
+    regs, threads = ctx.acc_registers, ctx.acc_threads
+    if regs > 255:
+        yield Finding("REG001", "error", f"accumulator needs {regs} registers per thread ({threads} threads) > 255",
+                      "use more warps or a smaller tile", ("tile",))
+    elif regs > 192:
+        yield Finding("REG001", "warning", f"accumulator needs {regs} of 255 registers per thread ({threads} threads): "
+                      "expect spills", "use more warps or a smaller tile", ("tile",))
+
+
+def option_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """OPT001 on Pallas: `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU)."""
+    s = ctx.spec
+    if s.pallas.vmem_limit_bytes is not None and not is_tpu(ctx.info):
+        yield Finding("OPT001", "error", f"pallas.vmem_limit_bytes = {s.pallas.vmem_limit_bytes} is a TPU "
+                      f"setting; {ctx.target} (Mosaic GPU) has no VMEM", "drop pallas.vmem_limit_bytes",
+                      ("pallas", "vmem_limit_bytes"))

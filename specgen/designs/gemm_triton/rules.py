@@ -1,0 +1,171 @@
+"""The Triton design's own rules: tl.dot's shapes and fallbacks, Triton's block limits, split-K, its
+options, and its register estimate (REG001's Triton verdict)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.designs.gemm_triton.design import DESIGN
+from specgen.rules.base import Finding, RuleContext, RuleSet, pow2, target_of
+from specgen.spec.dtypes import DType
+from specgen.spec.models import GemmSpec
+
+RULES = RuleSet()
+SERVED = target_of(DESIGN)
+TRITON_SPILL_REGISTERS = 192  # above this many live registers per thread ptxas spilled in the measured grid
+
+
+@RULES.rule("DT002", "fp8 needs compute capability 8.9 or later in Triton", SERVED)
+def triton_fp8_arch(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.dot on fp8e4nv needs cc >= 89 (Triton `language/semantic.py`); sm90 and sm100 both qualify."""
+    assert ctx.gpu is not None
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt.is_fp8 and ctx.gpu.compute_capability < 89:
+            yield Finding("DT002", "error", f"{side.upper()} is {dt}: Triton's fp8 dot needs cc >= 89, {ctx.target} is "
+                          f"cc {ctx.gpu.compute_capability}", "", (side, "dtype"))
+
+
+def triton_mma_rows(spec: GemmSpec) -> tuple[int, str]:
+    """The rows of a Triton tile's MMA and the tile field that holds them: tile.m, or tile.n with
+    `triton.swap_ab` (the kernel computes the tile transposed: templates/triton/tile.jinja `dot`)."""
+    return (spec.tile.n, "n") if spec.triton.swap_ab else (spec.tile.m, "m")
+
+
+@RULES.rule("MMA003", "tl.dot minimum shapes", SERVED)
+def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.dot needs K >= 16 (16-bit), 32 (8-bit), 8 (32-bit) and M, N >= 16. Source: Triton
+    `language/semantic.py`; measured. A block of fewer than 64 MMA rows compiles but does not use wgmma
+    (warning): the rows are tile.m, or tile.n with `triton.swap_ab` (the kernel computes the tile
+    transposed, templates/triton/tile.jinja `dot`)."""
+    t, dt = ctx.spec.tile, ctx.spec.a.dtype
+    kmin = {1: 32, 2: 16, 4: 8}[dt.bytes]
+    if t.k < kmin:
+        yield Finding("MMA003", "error", f"tile.k = {t.k} < {kmin}, tl.dot's minimum K for {dt}", f"use tile.k = {kmin}",
+                      ("tile", "k"))
+    for dim in ("m", "n"):
+        if getattr(t, dim) < 16:
+            yield Finding("MMA003", "error", f"tile.{dim} = {getattr(t, dim)} < 16, tl.dot's minimum", "", ("tile", dim))
+    rows, dim = triton_mma_rows(ctx.spec)
+    if ctx.info.mma == "wgmma" and rows < 64:
+        if dim == "n":
+            yield Finding("MMA003", "warning", f"tile.n = {t.n} < 64 with triton.swap_ab (tile.n is the MMA's rows): "
+                          "Triton will not use wgmma on sm90", "use tile.n >= 64", ("tile", "n"))
+        else:
+            hint = "set triton.swap_ab = true (tile.n becomes the MMA's rows)" if t.n >= 64 else ""
+            yield Finding("MMA003", "warning", f"tile.m = {t.m} < 64: Triton will not use wgmma on sm90", hint,
+                          ("tile", "m"))
+
+
+@RULES.rule("MMA004", "tl.dot falls back from the arch's tensor-core MMA", SERVED)
+def triton_mma_fallback(ctx: RuleContext) -> Iterator[Finding]:
+    """Triton lowers tl.dot to wgmma (sm90) or tcgen05 (sm100) only for blocks of M >= 64 on at least
+    one warpgroup (4 warps); otherwise to mma_v2, a fraction of the throughput. f32 operands with ieee
+    precision (specgen's `f32`, not `tf32`) run on the FMA units, no tensor cores at all. Sources:
+    Triton `AccelerateMatmul.cpp` (MMA version selection), `semantic.py` (input_precision); measured
+    with `triton.compile` (tests/differential.py). sm90 M < 64 is MMA003's warning; with `triton.swap_ab`
+    the MMA's rows are tile.n."""
+    w, mma = ctx.spec.triton.num_warps, ctx.info.mma
+    if ctx.spec.a.dtype == DType.f32:
+        yield Finding("MMA004", "warning", f"A and B are f32 (ieee): tl.dot runs on FMA units on {ctx.target}, no "
+                      f"{mma} (tensor cores)", 'use dtype = "tf32" for tensor cores', ("a", "dtype"))
+        return
+    rows, dim = triton_mma_rows(ctx.spec)
+    if mma == "tcgen05" and rows < 64:
+        yield Finding("MMA004", "warning", f"tile.{dim} = {rows} < 64{' (swap_ab: the MMA rows)' if dim == 'n' else ''}: "
+                      f"Triton falls back from tcgen05 to mma_v2 on {ctx.target}", f"use tile.{dim} = 64", ("tile", dim))
+    if w < 4:
+        yield Finding("MMA004", "warning", f"triton.num_warps = {w} < 4 (one warpgroup): Triton falls back from {mma} "
+                      f"to mma_v2 on {ctx.target}", "use num_warps = 4", ("triton", "num_warps"))
+
+
+# --- powers of two, sizes --------------------------------------------------------------------------------
+@RULES.rule("POW001", "Triton block dims and num_warps are powers of two", SERVED)
+def tritonpow2(ctx: RuleContext) -> Iterator[Finding]:
+    """tl.arange and block shapes need powers of two with numel <= 1048576 (Triton `_utils.py`);
+    num_warps is a power of two (Triton `backends/nvidia/compiler.py`)."""
+    t = ctx.spec.tile
+    for dim in ("m", "n", "k"):
+        v = getattr(t, dim)
+        if not pow2(v):
+            yield Finding("POW001", "error", f"tile.{dim} = {v} is not a power of two (Triton block dims must be)",
+                          f"use {1 << (v.bit_length() - 1)} or {1 << v.bit_length()}", ("tile", dim))
+    if t.m * t.n > 1048576:
+        yield Finding("POW001", "error", f"tile m*n = {t.m * t.n} > 1048576 elements, Triton's block limit", "", ("tile",))
+    w = ctx.spec.triton.num_warps
+    if not pow2(w) or w > 32:
+        yield Finding("POW001", "error", f"triton.num_warps = {w} is not a power of two in 1..32", "",
+                      ("triton", "num_warps"))
+
+
+def _k_tiles(k: int, block: int) -> int:
+    return -(-k // block)
+
+
+@RULES.rule("SPK002", "split-K partials and K tiles", SERVED)
+def split_k_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """Each split reduces its share of the K tiles into f32 partials that the last program of the tile
+    sums (templates/triton/gemm.py.jinja `_split_k_reduce`): the accumulator must be f32 (an int32 or
+    f16 accumulator would be rounded through f32), and a config whose `when` bounds K (`k_max`) must
+    leave every split at least one K tile at that bound: cdiv(k_max, tile.k) >= split_k, or some
+    programs only add zeros for every problem it serves."""
+    s = ctx.spec
+    k = s.schedule.split_k
+    if k == 1:
+        return
+    if s.accumulator != DType.f32:
+        yield Finding("SPK002", "error", f"schedule.split_k = {k} sums f32 partials; the accumulator is {s.accumulator}",
+                      'set accumulator = "f32" or schedule.split_k = 1', ("schedule", "split_k"))
+    k_max = ctx.when.k_max if ctx.when is not None else None
+    if k_max is not None and _k_tiles(k_max, s.tile.k) < k:
+        tiles = _k_tiles(k_max, s.tile.k)
+        yield Finding("SPK002", "error", f"schedule.split_k = {k} > {tiles} K tiles at k_max = {k_max} "
+                      f"(tile.k = {s.tile.k}): some splits never get a K tile",
+                      f"use schedule.split_k <= {tiles}", ("schedule", "split_k"))
+
+
+@RULES.rule("SPK003", "split-K pays only where tiles are too few", SERVED)
+def split_k_pays(ctx: RuleContext) -> Iterator[Finding]:
+    """Split-K trades f32 partial traffic (split_k partial tiles written and read per output tile) for
+    more programs along K: it pays when M x N gives too few tiles to fill the SMs (decode shapes: small
+    M), measured in bench/bench_decode.py. A config that serves every M (no `when.m_max`) also serves
+    large problems, whose tiles already fill the GPU: a warning with the numbers."""
+    s = ctx.spec
+    k = s.schedule.split_k
+    if k == 1 or (ctx.when is not None and ctx.when.m_max is not None):
+        return
+    yield Finding("SPK003", "warning", f"schedule.split_k = {k} on a config that serves every M: large problems "
+                  f"fill the GPU with {s.tile.m}x{s.tile.n} tiles already and pay {k} f32 partial tiles of traffic each",
+                  "put split_k in a variant bounded by when.m_max", ("schedule", "split_k"))
+
+
+def register_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """REG001 on Triton: ptxas always builds the kernel, spilling what does not fit (measured with
+    `triton.compile`, tests/differential.py: 256 accumulator registers on sm_90 spilled 2.6-3.8 KB, and
+    tcgen05 kernels, whose accumulator lives in TMEM until the epilogue, spill less), so a warning with
+    the estimate where spills are likely, never an error. The estimate adds the operands an FMA dot
+    (f32 ieee) holds in registers."""
+    regs, threads = ctx.acc_registers, ctx.acc_threads
+    t = ctx.spec.tile
+    # an FMA dot also holds A and B fragments each about the accumulator's size, beside its slice of
+    # the tiles (measured: 64 accumulator registers spilled 0.4-16 KB there, 32 none)
+    operands = 2 * regs + (t.m * t.k + t.k * t.n) // threads if ctx.spec.a.dtype == DType.f32 else 0
+    need = regs + operands
+    if need > TRITON_SPILL_REGISTERS:
+        held = f" + {operands} for the FMA operands = {need}" if operands else ""
+        over = " > 255" if need > 255 else f" of 255 (over {TRITON_SPILL_REGISTERS})"
+        yield Finding("REG001", "warning", f"accumulator needs {regs} registers per thread ({threads} threads){held}"
+                      f"{over}: ptxas builds it but will likely spill to local memory",
+                      "use more warps or a smaller tile", ("triton", "num_warps"))
+
+
+def option_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """OPT001 on Triton: options the spec's own settings switch off are warnings: the subtiled store is
+    a TMA store (`triton.tma`), `flatten` pipelines a persistent kernel's tile loop (`schedule.persistent`)."""
+    s = ctx.spec
+    if s.triton.epilogue_subtile and not s.triton.tma:
+        yield Finding("OPT001", "warning", "triton.epilogue_subtile = true is ignored: it halves the TMA "
+                      "store, and triton.tma = false stores through pointers", "", ("triton", "epilogue_subtile"))
+    if s.triton.flatten and not s.schedule.persistent:
+        yield Finding("OPT001", "warning", "triton.flatten = true is ignored: it pipelines the tile loop of a "
+                      "persistent kernel, and schedule.persistent = false", "", ("triton", "flatten"))

@@ -1,0 +1,37 @@
+"""MMA instruction shapes and operand majors shared by the designs that issue wgmma themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction
+
+RULES = RuleSet()
+
+# --- major modes -----------------------------------------------------------------------------------------
+@RULES.rule("MAJ001", "wgmma reads only 16-bit operands MN-major", issues("wgmma"))
+def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
+    """Only f16/bf16 may be MN-major (transposed) in wgmma; fp8, int8 and tf32 must be K-major for A and B.
+    Sources: CD `warpgroup/mma.py`; cutlass `mma_sm90_gmma.hpp`; jax `mosaic/gpu/wgmma.py`.
+    (tcgen05 and Triton both accept MN-major 8-bit operands: not checked there.)"""
+    for side in ("a", "b"):
+        op = getattr(ctx.spec, side)
+        if op.major == "mn" and not op.dtype.is_16bit:
+            yield Finding("MAJ001", "error", f"{side.upper()} is {op.dtype} and MN-major: wgmma transposes only 16-bit "
+                          "operands", f"store {side.upper()} K-major ({side}.major = \"k\")", (side, "major"))
+
+
+# --- MMA shapes ------------------------------------------------------------------------------------------
+@RULES.rule("MMA001", "wgmma instruction shape", issues("wgmma"))
+def wgmma_shape(ctx: RuleContext) -> Iterator[Finding]:
+    """wgmma: M = 64 per warpgroup, N 8..256 in steps of 8, K a multiple of 32 bytes of the dtype.
+    Source: CD `cute/nvgpu/warpgroup/mma.py`, PTX wgmma."""
+    t, kk = ctx.spec.tile, k_per_instruction(ctx.spec.a.dtype)
+    if t.m % 64:
+        yield Finding("MMA001", "error", f"tile.m = {t.m} is not a multiple of 64 (wgmma M per warpgroup)",
+                      f"use tile.m = {max(64, t.m // 64 * 64)}", ("tile", "m"))
+    if not (8 <= t.n <= 256 and t.n % 8 == 0):
+        yield Finding("MMA001", "error", f"tile.n = {t.n} is outside wgmma N 8..256 step 8", "", ("tile", "n"))
+    if t.k % kk:
+        yield Finding("MMA001", "error", f"tile.k = {t.k} is not a multiple of {kk} (wgmma K for {ctx.spec.a.dtype})",
+                      "", ("tile", "k"))

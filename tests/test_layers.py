@@ -1,0 +1,91 @@
+"""The shape of specgen/: the shared core names no backend, arch or MMA family (designs do, in their
+packages; the target table names its rows); imports run one way, with no cycle; no file is over 600
+lines. Read from the source, as text and through `ast`: nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "specgen"
+
+# The shared core: spec handling, resolve, check, render, compile, the CLI, the registry and the rules
+# every design shares. The target table (targets.py) and the registry's list (designs/__init__.py) are
+# where those names are allowed to stand; the spec models' per-backend option sections are the spec
+# language itself (spec/models.py).
+CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
+        "render/catalogue.py", "render/env.py", "render/writer.py", "designs/base.py", "envelope/budget.py",
+        "rules/base.py", "rules/table.py", "spec/load.py", "spec/names.py", "spec/positions.py",
+        "spec/targets.py", "spec/epilogue.py"]
+BACKEND_WORDS = re.compile(r"triton|cute|cutlass|pallas|wgmma|tcgen05|sm90|sm100|mosaic|mgpu", re.IGNORECASE)
+
+
+def test_the_core_names_no_backend_arch_or_mma_family():
+    for rel in CORE:
+        for n, line in enumerate((PKG / rel).read_text().splitlines(), 1):
+            assert not BACKEND_WORDS.search(line), f"specgen/{rel}:{n} names a backend: {line.strip()}"
+
+
+def _imports(path: Path) -> set[str]:
+    """The specgen modules a file imports at its top level (not under TYPE_CHECKING, not in functions)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specgen"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("specgen"))
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def test_no_import_cycle_under_specgen():
+    modules = _modules()
+    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
+    for m in modules:  # a module imports its parent packages first
+        parts = m.split(".")
+        graph[m] |= {".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules} - {m}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(n):], n]))
+            if n not in state:
+                visit(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_registry_list_and_design_packages_import_nothing():
+    """Spec validation reads each design's names.py through specgen.designs: those must stay leaves."""
+    leaves = [PKG / "designs" / "__init__.py", *(PKG / "designs").glob("*/__init__.py"), *(PKG / "designs").glob("*/names.py")]
+    for path in leaves:
+        assert not _imports(path), f"{path.relative_to(ROOT)} imports {_imports(path)}"
+
+
+def test_the_core_imports_no_design_module():
+    for rel in CORE:
+        designs = {i for i in _imports(PKG / rel) if re.match(r"specgen\.designs\.gemm_", i)}
+        assert not designs, f"specgen/{rel} imports {designs}: ask the registry"
+
+
+def test_no_source_file_is_over_600_lines():
+    for path in [*PKG.rglob("*.py"), *(ROOT / "templates").rglob("*.jinja")]:
+        lines = len(path.read_text().splitlines())
+        assert lines <= 600, f"{path.relative_to(ROOT)} has {lines} lines"
