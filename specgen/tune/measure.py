@@ -1,12 +1,12 @@
 """Timing a candidate: one paired cycle of the candidate, the incumbent and the peer at one shape (the
 project's timer), giving candidate vs incumbent and candidate vs peer per round. `Measurer` is what
-run.py calls: `local(...)` on this process's GPU, `ray_actors(...)` through one Ray actor per GPU;
+run.py calls: `local(...)` on this process's GPU, `ray_actors(...)` through one Ray actor per GPU, every GPU busy (`runner`);
 the tests pass a fake timer and fake calls."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -85,18 +85,80 @@ class TimingActor:
         return measure(self.calls, self.timer, cand, inc, target, Shape(*shape), rounds)
 
 
-def ray_actors(folder: Path) -> Measurer:
-    """One TimingActor per GPU of the Ray cluster; jobs go round-robin (each call waits for its result,
-    so the tuner's order, budget and cache stay as without Ray)."""
-    import ray
+@dataclass(frozen=True)
+class TimeJob:
+    """One timing: a candidate against the incumbent and the peer at one shape; `tag` is the caller's."""
+    cand: dict
+    inc: dict
+    target: str
+    shape: Shape
+    rounds: int
+    tag: Any = None
 
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    if gpus < 1:
-        raise RuntimeError("--ray: the Ray cluster has no GPU to time on (ray.cluster_resources() lists none)")
-    actor = ray.remote(num_gpus=1)(TimingActor)
-    actors = itertools.cycle([actor.remote(str(folder)) for _ in range(gpus)])
-    return lambda cand, inc, target, shape, rounds: ray.get(next(actors).measure.remote(cand, inc, target,
-                                                                                         tuple(shape), rounds))
+
+Outcome = Iterator[tuple[TimeJob, "dict[str, float] | Exception"]]
+
+
+def serial(measurer: Measurer) -> Callable[[Iterable[TimeJob]], Outcome]:
+    """One job at a time on this process's GPU, each result yielded as it lands."""
+    def imap(jobs: Iterable[TimeJob]) -> Outcome:
+        for job in jobs:
+            try:
+                yield job, measurer(job.cand, job.inc, job.target, job.shape, job.rounds)
+            except Exception as e:  # noqa: BLE001 (the caller records it as the candidate's verdict)
+                yield job, e
+    return imap
+
+
+class RayActors:
+    """One TimingActor per GPU of the Ray cluster, every actor busy: `imap` keeps one job in flight per
+    actor and yields each result as it lands (the caller writes it to the cache at once, so a killed run
+    loses nothing finished). An actor whose process dies is restarted and its job retried once; a job that
+    kills its actor twice is that candidate's failure."""
+
+    def __init__(self, folder: Path, actor_class: type | None = None) -> None:
+        import ray
+
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        if gpus < 1:
+            raise RuntimeError("--ray: the Ray cluster has no GPU to time on (ray.cluster_resources() lists none)")
+        actor = ray.remote(num_gpus=1, max_restarts=4, max_task_retries=1)(actor_class or TimingActor)
+        self.actors = [actor.remote(str(folder)) for _ in range(gpus)]
+
+    def __call__(self, cand: dict, inc: dict, target: str, shape: Shape, rounds: int) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.actors[0].measure.remote(cand, inc, target, tuple(shape), rounds))
+
+    def imap(self, jobs: Iterable[TimeJob]) -> Outcome:
+        import ray
+
+        pending, free, flying = iter(jobs), list(self.actors), {}
+        while True:
+            while free:  # the next job is drawn only when an actor is free: the caller's checks stay current
+                job = next(pending, None)
+                if job is None:
+                    break
+                actor = free.pop()
+                flying[actor.measure.remote(job.cand, job.inc, job.target, tuple(job.shape), job.rounds)] = (job, actor)
+            if not flying:
+                return
+            (ref,), _ = ray.wait(list(flying), num_returns=1)
+            job, actor = flying.pop(ref)
+            free.append(actor)
+            try:
+                yield job, ray.get(ref)
+            except Exception as e:  # noqa: BLE001 (RayTaskError wraps the candidate's own error)
+                yield job, getattr(e, "cause", None) or e
+
+
+def ray_actors(folder: Path) -> RayActors:
+    return RayActors(folder)
+
+
+def runner(measurer: Measurer) -> Callable[[Iterable[TimeJob]], Outcome]:
+    """The measurer's own concurrent `imap` (Ray), else one job at a time."""
+    return getattr(measurer, "imap", None) or serial(measurer)
 
 
 def one_cycle(calls: Calls, timer: Timer, flats: dict[str, dict], inc: dict, target: str, shape: Shape,

@@ -7,7 +7,7 @@ its ~95% interval clear of 1: a tune never makes a spec slower) and, with `write
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from specgen.spec.load import LoadedSpec, load_file
 from specgen.spec.models import Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
 from specgen.tune.compile_jobs import CompileJob, Compiler
-from specgen.tune.measure import Measurer
+from specgen.tune.measure import Measurer, TimeJob, runner
 from specgen.tune.space import (
     Config,
     Edit,
@@ -148,25 +148,33 @@ def time_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machi
                 elif found.error:  # it could not launch in an earlier run
                     s.failed[config_key(c)] = found.error
     progress.phase("time", len(todo))
-    start, done = clock(), 0
-    for key, s, c, shape, inc_flat in todo:
-        if budget_s is not None and clock() - start > budget_s:
-            return done, True
-        if config_key(c) in s.failed:  # it failed at an earlier shape: no more of its shapes
-            continue
-        flat = s.flats[config_key(c)]
-        try:
-            m = measurer(flat, inc_flat, str(s.target), shape, rounds)
-        except Exception as e:  # noqa: BLE001 (a candidate that cannot launch, e.g. the driver's resource check, is its verdict)
-            first = next((ln for ln in str(e).splitlines() if ln.strip()), "")
-            m = {"error": f"{type(e).__name__}: {first}"[:600]}
+    start, done, stopped = clock(), 0, False
+
+    def jobs() -> Iterator[TimeJob]:  # drawn one at a time as a GPU frees up: budget and failures stay current
+        nonlocal stopped
+        for item in todo:
+            key, s, c, shape, inc_flat = item
+            if budget_s is not None and clock() - start > budget_s:
+                stopped = True
+                return
+            if config_key(c) in s.failed:  # it failed at an earlier shape: no more of its shapes
+                continue
+            yield TimeJob(s.flats[config_key(c)], inc_flat, str(s.target), shape, rounds, tag=item)
+
+    for job, m in runner(measurer)(jobs()):
+        key, s, c, shape, inc_flat = job.tag
+        if isinstance(m, Exception):  # a candidate that cannot launch (e.g. the driver's resource check): its verdict
+            first = next((ln for ln in str(m).splitlines() if ln.strip()), "")
+            m = {"error": f"{type(m).__name__}: {first}"[:600]}
             s.failed[config_key(c)] = m["error"]
         cache.put(Entry(kind="time", key=key, semantics=sem, spec_hash=loaded.spec_hash, target=str(s.target),
-                        config=c, config_key=_full_key(flat), shape=tuple(shape), incumbent_key=_full_key(inc_flat),
+                        config=c, config_key=_full_key(job.cand), shape=tuple(shape), incumbent_key=_full_key(inc_flat),
                         machine=machine, **m))
         done += 1
         progress.advance(f"{s.target} {shape} {c}: " + (f"failed: {m['error']}" if "error" in m else
                                                            f"{m['ratio']:.3f}x incumbent"))
+    if stopped:
+        return done, True
     return done, False
 
 

@@ -49,3 +49,48 @@ def test_a_warmed_pool_starts_the_clock_after_every_worker_imported_its_compiler
     jobs, marks = _jobs(tmp_path), []
     results = list(pool(2, ready=lambda: marks.append(time.perf_counter()))(jobs))
     assert len(marks) == 1 and len(results) == 2 and all(not r["error"] for r in results)
+
+
+def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: Path) -> None:
+    import time
+
+    from specgen.tune.measure import RayActors, TimeJob
+
+    class SlowActor:  # defined here so Ray ships it by value to its workers
+        """A timing actor without a GPU: each job takes 0.4 s and names the process that ran it. The job
+        whose shape has M = 13 kills its actor's process the first time it runs (a marker file says so)."""
+
+        def __init__(self, folder: str) -> None:
+            self.folder = Path(folder)
+
+        def measure(self, cand, inc, target, shape, rounds):
+            import os
+            import time
+
+            marker = self.folder / "killed-once"
+            if shape[0] == 13 and not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os._exit(1)  # as a crashed driver or `kill -9` would
+            time.sleep(0.4)
+            return {"ratio": float(shape[0]), "pid": os.getpid()}
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        actors = RayActors(tmp_path, actor_class=SlowActor)
+        assert len(actors.actors) == 2  # one per GPU the cluster lists
+        jobs = [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (1, 2, 3, 4, 5, 6)]
+        for a in actors.actors:  # both processes up before the clock starts
+            ray.get(a.measure.remote({}, {}, "t", (0, 1, 1), 3))
+        start = time.monotonic()
+        got = dict((job.tag, m) for job, m in actors.imap(jobs))
+        wall = time.monotonic() - start
+        assert sorted(got) == [1, 2, 3, 4, 5, 6] and all(got[t]["ratio"] == t for t in got)
+        assert len({m["pid"] for m in got.values()}) == 2  # both actors timed
+        assert wall < 6 * 0.4 * 0.8, wall  # in parallel: 3 rounds of 0.4 s, not 6 (2.4 s) in series
+        # an actor killed mid-job is restarted and the job retried: nothing lost, the run completes
+        more = [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (11, 12, 13, 14)]
+        done = dict((job.tag, m) for job, m in actors.imap(more))
+        assert (tmp_path / "killed-once").exists()
+        assert sorted(done) == [11, 12, 13, 14] and all(isinstance(m, dict) for m in done.values()), done
+    finally:
+        ray.shutdown()
