@@ -6,7 +6,7 @@ from __future__ import annotations
 # Names its modules bind or read at their top level (a kernel's name must not replace one).
 MODULE_NAMES: frozenset[str] = frozenset({
     "_fake_args", "_g2s", "_mkl", "_nkl", "_smem_layout", "A_DTYPE", "A_LAYOUT", "ACC_DTYPE", "ARCH", "B_DTYPE",
-    "B_LAYOUT", "CONFIG", "Config", "config", "cute", "CuteLauncher", "cutlass", "gemm_host", "gemm_kernel",
+    "B_LAYOUT", "CONFIG", "Config", "config", "cluster_at", "cute", "CuteLauncher", "cutlass", "gemm_host", "gemm_kernel",
     "LayoutEnum", "len", "LOAD_REGISTERS", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_raster",
     "make_tiled_mma", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT", "pipeline", "shared_storage",
     "SharedStorage", "sm90_utils", "zero_operand",
@@ -18,9 +18,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
 RESERVED: frozenset[str] = frozenset({
-    "_k", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
+    "_k", "a_mask", "band_first", "per_batch", "rest", "within", "work_index", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
     "b_tiles", "barrier_id", "barrier_storage", "batch", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
-    "buf", "cfg", "cl", "cluster", "cluster_crd", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
+    "buf", "cfg", "cluster", "cluster_crd", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
     "clusters", "cm", "cn", "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "cta_m",
     "cta_n", "defer_sync", "depth", "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
     "epi_base", "epi_m", "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid",
