@@ -8,11 +8,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.pallas import tpu as pltpu
 
-# The CPU interpreter, as strict as it gets: uninitialized VMEM (and block reads past an array's end)
-# read NaN, so an unmasked K tail or an unwritten output shows up in the numbers.
-STRICT_INTERPRET = pltpu.InterpretParams(out_of_bounds_reads="uninitialized", uninitialized_memory="nan")
+
+@functools.cache
+def strict_interpret() -> object:
+    """The CPU interpreter, as strict as it gets: uninitialized VMEM (and block reads past an array's end)
+    read NaN, so an unmasked K tail or an unwritten output shows up in the numbers. Built on first use:
+    importing Pallas TPU costs ~0.14 s that a Mosaic GPU module never needs."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.InterpretParams(out_of_bounds_reads="uninitialized", uninitialized_memory="nan")
 
 
 def interpret_mode(flag: object, varying: frozenset = frozenset()) -> object:
@@ -22,7 +27,7 @@ def interpret_mode(flag: object, varying: frozenset = frozenset()) -> object:
     if flag is None:
         if jax.default_backend() == "tpu":
             return False
-        return True if varying else STRICT_INTERPRET
+        return True if varying else strict_interpret()
     return flag
 
 

@@ -3,7 +3,7 @@ float64 reference.
 
 Every catalogue spec with a TPU target runs at its shipped blocks; extra specs with small blocks (many
 grid steps) cover every epilogue op, both majors of A and B, batching, f32, int8 and fp8 operands. The
-interpreter runs strict (`specgen.runtime.jax.STRICT_INTERPRET`): VMEM and block reads past an array's
+interpreter runs strict (`specgen.runtime.jax.strict_interpret()`): VMEM and block reads past an array's
 end are NaN, so an unmasked K tail or an output element never written shows as NaN (poisoned outputs;
 `test_interpreter_poisons_unwritten_and_out_of_bounds_blocks` proves the premise). Shapes: aligned to the
 block, ragged in M, N and K, M = 1, K smaller than one block, and several K steps ending in a tail.
@@ -21,7 +21,7 @@ import pytest
 from jax.experimental import pallas as pl
 
 from backends.pallas.common import TPU_CATALOGUE, Data, jnp_dtype, reference, render_module, tolerance
-from specgen.runtime.jax import STRICT_INTERPRET
+from specgen.runtime.jax import strict_interpret
 from specgen.spec.models import GemmSpec
 
 SMALL = {"m": 16, "n": 128, "k": 128}
@@ -165,7 +165,7 @@ def test_interpreter_poisons_unwritten_and_out_of_bounds_blocks() -> None:
     x = jnp.ones((12, 128), jnp.float32)  # block 1 covers rows 8..15: 12..15 are past the end
     out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=(2,),
                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-                         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=STRICT_INTERPRET)(x)
+                         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=strict_interpret())(x)
     got = np.asarray(out)
     assert np.isnan(got[:8]).all(), "block 0 was never written"
     assert (got[8:12] == 1).all()
