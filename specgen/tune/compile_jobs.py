@@ -74,6 +74,13 @@ def import_backends(_: int = 0) -> None:
     time.sleep(0.5)  # hold this worker so that each of the pool's first jobs lands on its own process
 
 
+def one_thread_each() -> None:
+    """A compile worker among several keeps to one core: MLIR's passes otherwise start a thread per core in
+    every worker (16 workers x 16 threads on the 16-core GPU host), and the workers slow each other. A
+    value the caller set stands."""
+    os.environ.setdefault("MLIR_DISABLE_MULTITHREADING", "1")
+
+
 def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
          ready: Callable[[], None] | None = None) -> Compiler:
     """A process pool of `workers` spawned processes (not forked: the parent may hold CUDA and threads);
@@ -82,7 +89,8 @@ def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
         if not jobs:
             return
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=one_thread_each if workers > 1 else None) as ex:
             if ready is not None:
                 list(ex.map(import_backends, range(workers)))
                 ready()
@@ -98,7 +106,7 @@ def ray_tasks(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compi
     """Each job a Ray task of one CPU (ray.init is the caller's: `--ray [ADDRESS]`)."""
     import ray
 
-    remote = ray.remote(num_cpus=1)(fn)
+    remote = ray.remote(num_cpus=1, runtime_env={"env_vars": {"MLIR_DISABLE_MULTITHREADING": "1"}})(fn)  # one core each
 
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
         pending = [remote.remote(job) for job in jobs]
