@@ -20,7 +20,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    session.run("ruff", "check", "specgen", "tests", "bench", "noxfile.py", ".ci/fresh_venv.py")
+    session.run("ruff", "check", "specgen", "tests", "gpu", "noxfile.py", ".ci/fresh_venv.py")
     session.run("specgen", "render", "--check")
 
 
@@ -40,8 +40,8 @@ def fresh(session: nox.Session) -> None:
 @nox.session(python=False)
 def gpu(session: nox.Session) -> None:
     """Every `gpu`-marked test (tests/gpu, the conformance suite's GPU backends), then the benchmarks
-    (bench/run_gpu.sh); results under $OUT (default bench/out)."""
-    session.run("bash", "bench/run_gpu.sh", *session.posargs, external=True)
+    (gpu/run.sh); results under $OUT (default out/gpu)."""
+    session.run("bash", "gpu/run.sh", *session.posargs, external=True)
 
 
 @nox.session(python=False)

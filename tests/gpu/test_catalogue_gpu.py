@@ -1,7 +1,7 @@
 """The shipped catalogue on a real GPU, in its real dtypes (bf16, fp8): numerics against a float64
 reference, poisoned outputs, edge shapes, the direct-launch fast path, and torch.compile.
 
-Marked `gpu`: CI (CPU only) deselects them; `nox -s gpu` / bench/run_gpu.sh run them on the H200.
+Marked `gpu`: CI (CPU only) deselects them; `nox -s gpu` / gpu/run.sh run them on the H200.
 """
 
 from __future__ import annotations

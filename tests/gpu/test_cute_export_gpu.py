@@ -3,7 +3,7 @@ shared library, called through ctypes with torch's tensors and stream, bit-for-b
 (torch) launcher of the same module on M = 1, tails, K = 0 and every size-selected config; the error
 codes for misaligned and invalid arguments; the example program's own check.
 
-Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them.
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ own dtypes (bf16, f16, fp8), poisoned outputs inside a NaN guard band, edge shap
 M, N and K, K = 0), dtype variants (f16, fp8 e4m3 / e5m2), every epilogue op, the direct call after
 the first, the disk cache, and torch.compile.
 
-Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them on the H200 (CuTe DSL
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them on the H200 (CuTe DSL
 installed with ../shared/tools/gpu-wheel-bundle).
 """
 

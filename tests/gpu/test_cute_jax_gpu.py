@@ -5,7 +5,7 @@ multiple, K = 0); the compiled XLA program is one custom call with no copy aroun
 are aligned; the entry composes inside a larger jitted function; a second module object reads the
 compiled kernel from the disk cache. The conformance suite's `cute-sm90-jax` row runs the shared cases.
 
-Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them.
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
 
 from __future__ import annotations

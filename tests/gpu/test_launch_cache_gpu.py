@@ -4,7 +4,7 @@ a stride with the address kept, the problem size and with it the variant and spl
 back to an earlier entry) still computes the right product into the poisoned output. With a launch
 hook installed, every call goes through Triton's JIT, so the hook sees it.
 
-Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them on the H200.
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them on the H200.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - the launcher: jax.jit of the public function, trace-time errors naming the argument, the torch entry
   through DLPack sharing memory both ways.
 
-Marked `gpu`: CI (CPU only) deselects them; bench/run_gpu.sh runs them on the H200.
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them on the H200.
 """
 
 from __future__ import annotations

@@ -128,8 +128,9 @@ def split_k_shape(ctx: RuleContext) -> Iterator[Finding]:
 def split_k_pays(ctx: RuleContext) -> Iterator[Finding]:
     """Split-K trades f32 partial traffic (split_k partial tiles written and read per output tile) for
     more programs along K: it pays when M x N gives too few tiles to fill the SMs (decode shapes: small
-    M), measured in bench/bench_decode.py. A config that serves every M (no `when.m_max`) also serves
-    large problems, whose tiles already fill the GPU: a warning with the numbers."""
+    M), measured by the session-3 decode sweeps (bench/results/2026-11-22-h200-decode-sweep*.json). A
+    config that serves every M (no `when.m_max`) also serves large problems, whose tiles already fill the
+    GPU: a warning with the numbers."""
     s = ctx.spec
     k = s.schedule.split_k
     if k == 1 or (ctx.when is not None and ctx.when.m_max is not None):

@@ -3,7 +3,7 @@ torch launcher and vs XLA's own dot (64^3, interleaved batches, paired ratios); 
 entry vs the torch entry and vs XLA's dot (paired CUPTI); cold start (process start to first result) with
 an empty cache and from the disk cache, for the JAX entry and the torch launcher.
 
-    python bench/bench_cute_jax.py --out bench/out      (bench/run_gpu.sh runs it)
+    python gpu/bench_cute_jax.py --out out/gpu      (gpu/run.sh runs it)
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def cold_start(entry: str, cache: str) -> float | str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/out")
+    ap.add_argument("--out", default="out/gpu")
     args = ap.parse_args()
     from generated.cute.gemm_bf16 import gemm_bf16, gemm_bf16_jax
 

@@ -3,7 +3,7 @@ calling the exported gemm_bf16 vs the Python torch launcher with an empty CuTe c
 cache; host cost per call at 64^3 (asynchronous launches, `out` given) of the exported C entry (timed
 inside the C++ program) vs the torch entry. Writes <out>/bench-export.json.
 
-    python bench/bench_export.py --out bench/out      (bench/run_gpu.sh runs it)
+    python gpu/bench_export.py --out out/gpu      (gpu/run.sh runs it)
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def cxx_cold(exe: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/out")
+    ap.add_argument("--out", default="out/gpu")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     from specgen.export import toolkit

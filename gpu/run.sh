@@ -4,9 +4,9 @@
 # side by side: is the pick the best?), and the compile throughput with 1 and 16 workers. Run from the repo
 # root on a CUDA machine with torch and triton (the CuTe rows need nvidia-cutlass-dsl 4.8.1, the Pallas rows
 # jax 0.11 with CUDA); specgen's own deps (pydantic, jinja2, typer, rich, tomlkit) come from .whl/ where the
-# machine has no network. Logs and records go to ${OUT:-bench/out}.
+# machine has no network. Logs and records go to ${OUT:-out/gpu}.
 set -uo pipefail
-out=${OUT:-bench/out}
+out=${OUT:-out/gpu}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_INTERPRET=0  # tests/conftest.py defaults it to 1 for the CPU suite
@@ -30,9 +30,9 @@ for w in 1 16; do
     | tail -3 | tee "$out/compile-$w.log"
 done
 # CuTe through JAX (XLA's FFI): host cost, kernel time, cold start (what `specgen bench` does not time yet)
-XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
+XLA_PYTHON_CLIENT_PREALLOCATE=false python3 gpu/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
 cute_jax=${PIPESTATUS[0]}
 # the C++ export (issue 23): cold start of a C++ program vs the Python launcher, host cost per call
-python3 bench/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
+python3 gpu/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
 export_bench=${PIPESTATUS[0]}
 exit $(( tests || bench || tune || cute_jax || export_bench ))
