@@ -175,6 +175,11 @@ def torch_to_jax(fn: str, tensors: tuple[tuple[str, Any, bool | None], ...]) -> 
     ready when the stream reaches this point). Anything else goes through `from_torch`."""
     import torch
 
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"{fn}_torch cannot be captured in a CUDA graph: JAX runs the kernel on its own stream and "
+            "allocates the output, and torch's capture needs both on the capturing stream; capture the "
+            "Triton or CuTe module's entry instead, or call the JAX entry under jax.jit")
     stored = [_stored(fn, name, t, transpose) for name, t, transpose in tensors]
     index = stored[0].device.index if stored[0].is_cuda else None
     bridge = _cuda_bridge(index) if index is not None and all(s.device == stored[0].device for s in stored) else None
