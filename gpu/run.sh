@@ -32,7 +32,13 @@ done
 # CuTe through JAX (XLA's FFI): host cost, kernel time, cold start (what `specgen bench` does not time yet)
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 gpu/bench_cute_jax.py --out "$out" 2>&1 | tee "$out/bench-cute-jax.log"
 cute_jax=${PIPESTATUS[0]}
+# the host path (issue 20): each torch entry against torch.add(out=) and where its microseconds go
+python3 gpu/bench_host.py --out "$out" 2>&1 | tee "$out/bench-host.log"
+host=${PIPESTATUS[0]}
+# the fused epilogue's cost: bias + GELU against its plain twin (same configs), per backend, paired
+python3 gpu/bench_epilogue.py --out "$out" 2>&1 | tee "$out/bench-epilogue.log"
+epilogue=${PIPESTATUS[0]}
 # the C++ export (issue 23): cold start of a C++ program vs the Python launcher, host cost per call
 python3 gpu/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
 export_bench=${PIPESTATUS[0]}
-exit $(( tests || bench || tune || cute_jax || export_bench ))
+exit $(( tests || bench || tune || cute_jax || host || epilogue || export_bench ))
