@@ -4,16 +4,28 @@ designs (which read them), so that neither imports the other's module."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from specgen.envelope.budget import MemoryBudget
-from specgen.envelope.devices import GpuDevice, TpuDevice
+from specgen.rules.finding import Finding
+from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec, Target, When
-from specgen.targets import Backend, TargetInfo
+from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
 
-if TYPE_CHECKING:
-    from specgen.designs.base import DesignBase
+
+class DesignHooks(Protocol):
+    """What the shared rules ask of the design that serves a target (`DesignBase` in specgen/designs/base.py
+    implements it): named here so that these plain types never import the designs that read them."""
+
+    name: str
+
+    def dot_accumulators(self, a: DType) -> tuple[DType, ...] | None: ...
+
+    def register_findings(self, ctx: Resolved) -> Iterator[Finding]: ...
+
+    def option_findings(self, ctx: Resolved) -> Iterator[Finding]: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,7 @@ class Resolved:
     acc_threads: int  # threads sharing it
     tmem_columns: int  # accumulator TMEM columns per stage (0 where the accumulator is not in TMEM)
     tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
-    design: DesignBase  # the design that serves the target (the registry's answer)
+    design: DesignHooks  # the design that serves the target (the registry's answer)
     variant: int | None = None  # which of the target's size-selected variants (None: the default config)
     when: When | None = None  # that variant's bounds
     variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved

@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "specgen"
 
@@ -28,11 +30,12 @@ def test_the_core_names_no_backend_arch_or_mma_family():
             assert not BACKEND_WORDS.search(line), f"specgen/{rel}:{n} names a backend: {line.strip()}"
 
 
-def _imports(path: Path) -> set[str]:
-    """The specgen modules a file imports at its top level (not under TYPE_CHECKING, not in functions)."""
+def _imports(path: Path, everywhere: bool = False) -> set[str]:
+    """The specgen modules a file imports at its top level (not under TYPE_CHECKING, not in functions), or
+    `everywhere`: lazy imports in functions and TYPE_CHECKING blocks too."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
-    for node in tree.body:
+    for node in (ast.walk(tree) if everywhere else tree.body):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specgen"):
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
@@ -50,9 +53,11 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def test_no_import_cycle_under_specgen():
+@pytest.mark.parametrize("everywhere", [False, True], ids=["top-level imports", "lazy and TYPE_CHECKING too"])
+def test_no_import_cycle_under_specgen(everywhere: bool):
+    """Not even through a function's lazy import or a type annotation's: the layers hold as written."""
     modules = _modules()
-    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
+    graph = {m: {i for i in _imports(p, everywhere) if i in modules and i != m} for m, p in modules.items()}
     for m in modules:  # a module imports its parent packages first
         parts = m.split(".")
         graph[m] |= {".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules} - {m}
@@ -89,3 +94,22 @@ def test_no_source_file_is_over_600_lines():
     for path in [*PKG.rglob("*.py"), *(ROOT / "templates").rglob("*.jinja")]:
         lines = len(path.read_text().splitlines())
         assert lines <= 600, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+# A string constant that is a backend, a target, an arch or an MMA family ("cute", "triton:sm90", "sm_90a",
+# "tpu_v7x", "wgmma"): only the designs, the runtime their modules import, the target table and the spec
+# schema (whose option sections are named for backends) may hold one; everything else asks the registry
+# or reads the target's row.
+LITERAL = re.compile(r"^((triton|cute|pallas)(:\w+)?|sm_?\d{2,3}a?|tpu\w*|gpu_sm\d+|wgmma|tcgen05|mxu)$")
+MAY_NAME_BACKENDS = ("specgen.designs", "specgen.runtime", "specgen.targets", "specgen.spec.models")
+
+
+def test_no_backend_literal_outside_the_designs_runtime_and_tables():
+    hits = []
+    for m, path in _modules().items():
+        if m.startswith(MAY_NAME_BACKENDS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and LITERAL.match(node.value):
+                hits.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert hits == []

@@ -14,7 +14,6 @@ from kernels import MINIMAL_SPEC
 
 from specgen.designs.gemm_cute_checked.design import tmem_columns
 from specgen.envelope.budget import MIN_STAGES
-from specgen.envelope.devices import SM90, SM100, TPUS
 from specgen.registry import design_for
 from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
 from specgen.resolve import memory as smem_budget
@@ -23,6 +22,7 @@ from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths
 from specgen.spec.models import GemmSpec, parse_target
 from specgen.spec.targets import ALL_TARGETS
+from specgen.targets import SM90, SM100, TPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}

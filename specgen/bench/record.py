@@ -19,7 +19,6 @@ from specgen import __version__
 from specgen.bench.stats import geomean
 
 SCHEMA = "specgen.bench/1"
-LIBRARIES = ("torch", "triton", "jax", "jaxlib", "nvidia-cutlass-dsl", "apache-tvm-ffi")
 
 
 class Model(BaseModel):
@@ -99,8 +98,11 @@ def tflops(shape: tuple[int, int, int], us: float, batch: int = 1) -> float:
 
 
 def library_versions() -> dict[str, str]:
+    """The installed versions of what the rendering designs run on (each design's `libraries`)."""
+    from specgen.registry import rendering
+
     found = {}
-    for name in LIBRARIES:
+    for name in dict.fromkeys(lib for d in rendering() for lib in d.libraries):
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

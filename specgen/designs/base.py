@@ -57,6 +57,11 @@ class DesignBase:
     compile_hook: ClassVar[str] = ""  # "module:function(module, target) -> CompileResult", imported lazily
     compiler_modules: ClassVar[tuple[str, ...]] = ()  # what the hook and the rendered modules import
     extra: ClassVar[str] = ""  # the pip extra that installs them: `specgen[<extra>]`
+    # distributions whose versions a benchmark record and a tune cache name (they change what runs)
+    libraries: ClassVar[tuple[str, ...]] = ()
+    # environment variables naming the compilers' on-disk caches (`tune --compile-only` points them at a
+    # fresh folder, so that no compile is a cache hit)
+    compile_caches: ClassVar[tuple[str, ...]] = ()
     # `specgen compile --export`: "module:function(specs, rendered, out, targets) -> [Exported]", imported
     # lazily; "" where the design exports nothing for C++ programs
     export_hook: ClassVar[str] = ""

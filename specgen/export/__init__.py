@@ -1,6 +1,6 @@
-"""`specgen compile --export DIR`: CuTe kernels for C++ programs that start without Python.
+"""`specgen compile --export DIR`: kernels for C++ programs that start without Python.
 
-`abi` turns a design's plan into the C entry points (pure data and Jinja: no cutlass); `cute` compiles
-each config through the CuTe DSL and writes its object and header with the DSL's own `export_to_c`;
-`toolkit` finds the CUDA headers and runtime a build needs (the toolkit from the package index).
+A design exports through its `export_hook` (the CuTe sm90 design: specgen/designs/gemm_cute_sm90/export.py,
+with its C ABI in export_abi.py); `toolkit` here finds the CUDA headers and runtime a build needs (the
+toolkit from the package index) for any design's export.
 """

@@ -13,24 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
 from specgen.resolved import Resolved
+from specgen.rules.finding import Finding, Severity
 from specgen.spec.dtypes import DType
 from specgen.spec.models import Target
-from specgen.targets import TargetInfo, target_info
+from specgen.targets import Mma, TargetInfo, target_info
 
-Severity = Literal["error", "warning"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: Severity
-    message: str
-    hint: str = ""
-    field: tuple[str | int, ...] = ()
-
+__all__ = ["Finding", "Severity"]  # re-exported: a design's rules import the machinery from here only
 
 RuleContext = Resolved  # what every rule reads: resolved once per (spec, target) by resolve.py
 RuleFn = Callable[[RuleContext], Iterator[Finding]]
@@ -71,7 +61,7 @@ def is_tpu(t: Target | TargetInfo) -> bool:
     return info_of(t).memory == "vmem"
 
 
-def issues(family: str) -> Applies:
+def issues(family: Mma | str) -> Applies:
     """Targets whose kernel issues the MMA family's instructions itself (its tile maps onto them)."""
     def applies(t: Target | TargetInfo) -> bool:
         info = info_of(t)

@@ -6,18 +6,19 @@ from collections.abc import Iterator
 
 from specgen.rules.base import Finding, RuleContext, RuleSet, any_target, is_gpu
 from specgen.spec.dtypes import DType
+from specgen.targets import Mma
 
 RULES = RuleSet()
 
 # --- dtypes --------------------------------------------------------------------------------------------
-_MMA_ACC: dict[str, dict[DType, tuple[DType, ...]]] = {
+_MMA_ACC: dict[Mma, dict[DType, tuple[DType, ...]]] = {
     # CD cute/nvgpu/warpgroup/mma.py and PTX wgmma: f16 -> f16/f32; bf16 -> f32; tf32 -> f32; fp8 -> f16/f32; s8 -> s32
-    "wgmma": {
+    Mma.wgmma: {
         DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.f32,), DType.tf32: (DType.f32,),
         DType.fp8_e4m3: (DType.f16, DType.f32), DType.fp8_e5m2: (DType.f16, DType.f32), DType.int8: (DType.int32,),
     },
     # PTX tcgen05.mma kinds: f16/bf16 (bf16 acc f32 only); tf32 -> f32; f8f6f4 -> f16/f32; i8 -> s32
-    "tcgen05": {
+    Mma.tcgen05: {
         DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.f32,), DType.tf32: (DType.f32,),
         DType.fp8_e4m3: (DType.f16, DType.f32), DType.fp8_e5m2: (DType.f16, DType.f32), DType.int8: (DType.int32,),
     },

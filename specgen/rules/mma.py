@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction
+from specgen.targets import Mma
 
 RULES = RuleSet()
 
 # --- major modes -----------------------------------------------------------------------------------------
-@RULES.rule("MAJ001", "wgmma reads only 16-bit operands MN-major", issues("wgmma"))
+@RULES.rule("MAJ001", "wgmma reads only 16-bit operands MN-major", issues(Mma.wgmma))
 def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
     """Only f16/bf16 may be MN-major (transposed) in wgmma; fp8, int8 and tf32 must be K-major for A and B.
     Sources: CD `warpgroup/mma.py`; cutlass `mma_sm90_gmma.hpp`; jax `mosaic/gpu/wgmma.py`.
@@ -22,7 +23,7 @@ def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # --- MMA shapes ------------------------------------------------------------------------------------------
-@RULES.rule("MMA001", "wgmma instruction shape", issues("wgmma"))
+@RULES.rule("MMA001", "wgmma instruction shape", issues(Mma.wgmma))
 def wgmma_shape(ctx: RuleContext) -> Iterator[Finding]:
     """wgmma: M = 64 per warpgroup, N 8..256 in steps of 8, K a multiple of 32 bytes of the dtype.
     Source: CD `cute/nvgpu/warpgroup/mma.py`, PTX wgmma."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -62,13 +63,14 @@ def inline(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler
     return run
 
 
-def import_backends(_: int = 0) -> None:
-    """Import the compilers a job may need, so that a worker's first job pays no import (`--compile-only`
-    times compiles, not interpreter start-up); a backend not installed is simply not imported."""
+def import_backends(modules: tuple[str, ...], _: int = 0) -> None:
+    """Import the compilers a job may need (the designs' `compiler_modules`), so that a worker's first job
+    pays no import (`--compile-only` times compiles, not interpreter start-up); one not installed is
+    simply not imported."""
     import importlib
     import importlib.util
 
-    for name in ("torch", "triton", "cutlass"):
+    for name in modules:
         if importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
     time.sleep(0.5)  # hold this worker so that each of the pool's first jobs lands on its own process
@@ -82,9 +84,9 @@ def one_thread_each() -> None:
 
 
 def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
-         ready: Callable[[], None] | None = None) -> Compiler:
+         ready: Callable[[], None] | None = None, warm: tuple[str, ...] = ()) -> Compiler:
     """A process pool of `workers` spawned processes (not forked: the parent may hold CUDA and threads);
-    results come back as they finish. With `ready`, every worker first imports the compilers, then
+    results come back as they finish. With `ready`, every worker first imports the compilers (`warm`), then
     `ready()` is called (where `--compile-only` starts its clock) and the jobs run."""
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
         if not jobs:
@@ -92,7 +94,7 @@ def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                  initializer=one_thread_each if workers > 1 else None) as ex:
             if ready is not None:
-                list(ex.map(import_backends, range(workers)))
+                list(ex.map(partial(import_backends, warm), range(workers)))
                 ready()
             pending: set[Future] = {ex.submit(fn, job) for job in jobs}
             while pending:

@@ -16,7 +16,7 @@ from specgen.bench.shapes import Shape, default_shapes, slot_for, slot_label
 from specgen.bench.stats import geomean
 from specgen.check import check_spec
 from specgen.spec.load import LoadedSpec, load_file
-from specgen.spec.models import Target
+from specgen.spec.models import CONFIG_SECTIONS, Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
 from specgen.tune.compile_jobs import CompileJob, Compiler
 from specgen.tune.measure import Measurer, TimeJob, runner
@@ -78,7 +78,7 @@ class Progress:
 
 
 def _full_key(flat: dict) -> str:
-    return config_key({k: flat[k] for k in ("tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas")})
+    return config_key({k: flat[k] for k in CONFIG_SECTIONS})
 
 
 def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None,

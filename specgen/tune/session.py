@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.bench.shapes import Shape
+from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import target_info
@@ -44,7 +45,10 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
     """Every candidate compiled afresh (a new cache and a new Triton cache dir): compiles per second, the
     clock started once every worker has imported its compilers (a pool's start-up is not throughput)."""
     tmp = Path(tempfile.mkdtemp(prefix="specgen-compile-"))
-    os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")  # spawned workers inherit it: nothing is a cache hit
+    designs = {design_for(loaded.spec.kind, t) for t in targets} - {None}
+    for var in sorted({v for d in designs for v in d.compile_caches}):  # the compilers' own disk caches:
+        os.environ[var] = str(tmp / var.lower())  # spawned workers inherit them, so nothing is a cache hit
+    modules = tuple(sorted({m for d in designs for m in d.compiler_modules}))
     slots = plan_slots(loaded, targets, shapes, overrides)
     clock = [time.perf_counter()]
 
@@ -53,9 +57,9 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
 
     if compiler is None:  # not Ray: this process (one worker) or a pool, each warmed before the clock
         if workers > 1:
-            compiler = compile_jobs.pool(workers, ready=ready)
+            compiler = compile_jobs.pool(workers, ready=ready, warm=modules)
         else:
-            compile_jobs.import_backends()
+            compile_jobs.import_backends(modules)
             ready()
             compiler = compile_jobs.inline()
     last = [clock[0]]

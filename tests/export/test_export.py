@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("cutlass")
 
 from specgen.designs.gemm_cute_sm90.design import CuteSm90Gemm, serves  # noqa: E402
+from specgen.designs.gemm_cute_sm90.export_abi import c_kernel, render_files  # noqa: E402
 from specgen.export import toolkit  # noqa: E402
-from specgen.export.abi import c_kernel, render_files  # noqa: E402
 from specgen.resolve import resolve  # noqa: E402
 from specgen.spec.load import load_paths  # noqa: E402
 

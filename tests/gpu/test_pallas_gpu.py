@@ -216,7 +216,7 @@ def test_mgpu_smem_model_matches_a_live_lowering(config) -> None:
     from backends.pallas.test_mgpu_smem import model
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
 
-    from specgen.envelope.devices import SM90
+    from specgen.targets import SM90
 
     tm, tn, tk, steps = config
     want = model(tm, tn, tk, steps)

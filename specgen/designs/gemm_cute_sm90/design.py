@@ -324,8 +324,10 @@ class CuteSm90Gemm(DesignBase):
     template = "cute/gemm_sm90.py.jinja"
     compile_hook = "specgen.designs.gemm_cute_sm90.compile:compile_module"
     compiler_modules = ("torch", "cutlass")
+    libraries = ("torch", "nvidia-cutlass-dsl", "apache-tvm-ffi")
+    compile_caches = ("SPECGEN_CUTE_CACHE",)  # runtime/cute.py's disk cache
     extra = "cute"
-    export_hook = "specgen.export.cute:export"
+    export_hook = "specgen.designs.gemm_cute_sm90.export:export"
     max_auto_stages = 8
 
     def serves(self, info: TargetInfo) -> bool:

@@ -239,6 +239,7 @@ class PallasGemmDesign(DesignBase):
     name = "Pallas"
     keys = (("gemm", Backend.pallas, "mxu"), ("gemm", Backend.pallas, "wgmma"))
     compiler_modules = ("jax",)
+    libraries = ("jax", "jaxlib")
     extra = "pallas"
     max_auto_stages = 4
 

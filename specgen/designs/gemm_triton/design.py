@@ -40,6 +40,8 @@ class TritonGemm(DesignBase):
     keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
     compile_hook = "specgen.designs.gemm_triton.compile:compile_module"
     compiler_modules = ("torch", "triton")
+    libraries = ("torch", "triton")
+    compile_caches = ("TRITON_CACHE_DIR",)
     extra = "triton"
     max_auto_stages = 4
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specgen.envelope.devices import SM90
 from specgen.resolve import memory
 from specgen.spec.models import GemmSpec
-from specgen.targets import TARGETS
+from specgen.targets import SM90, TARGETS
 
 RECORD = Path(__file__).resolve().parents[3] / "bench" / "results" / "2026-11-22-h200-mgpu-smem.jsonl"
 ROWS = [json.loads(line) for line in RECORD.read_text().splitlines() if line.strip()]

@@ -1,7 +1,7 @@
 """`specgen compile --export DIR --target cute:sm90`: each catalogue kernel's configs compiled by the CuTe
 DSL and written with its own `export_to_c` (an object holding the host code and the embedded cubin, and
 a header declaring its tensor descriptors and wrapper), plus what specgen writes around them
-(specgen/export/abi.py): one C entry per kernel, a CMake file, the DSL's runtime shim, a manifest.
+(export_abi.py): one C entry per kernel, a CMake file, the DSL's runtime shim, a manifest.
 
 What the DSL's export does: TMA descriptors (built by its host code), the cluster launch
 (cudaLaunchKernelEx with the cluster dims), SMEM attributes, loading the cubin on every device. What it
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from specgen.compile import MissingModule, load_rendered
 from specgen.designs.gemm_cute_sm90.design import CuteSm90Gemm, serves
-from specgen.export.abi import CKernel, c_kernel, render_files
+from specgen.designs.gemm_cute_sm90.export_abi import CKernel, c_kernel, render_files
 from specgen.export.toolkit import dsl_runtime_library
 from specgen.resolve import resolve
 from specgen.spec.load import LoadedSpec
