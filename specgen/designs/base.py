@@ -62,8 +62,8 @@ class DesignBase:
     export_hook: ClassVar[str] = ""
     max_auto_stages: ClassVar[int] = 4  # `auto` pipeline depth never goes past this
     renders_variants: ClassVar[bool] = False  # the launcher selects size-selected variants (CFG003 elsewhere)
-    # how CFG003's message names the designs that do render them, where not `name` (a design serving several
-    # kinds of target, some with variants: Pallas's Mosaic GPU)
+    # how CFG003's message names the designs that do render them, where not `name` (a design whose
+    # modules render variants on some of its targets only: see `renders_variants_on`)
     variants_label: ClassVar[str] = ""
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     # field paths on which the targets of one module (and a target's variants) must agree (CFG001, CFG002)

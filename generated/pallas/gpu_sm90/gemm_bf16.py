@@ -88,36 +88,6 @@ class Config(NamedTuple):
     smem_bytes: int  # SMEM the kernel allocates (== Mosaic GPU's own figure)
 
 
-# The default config. SMEM: A/B 4 x 49168 = 196672 + epilogue 32768
-CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128,
-                epi_m=64, epi_n=64, out_slots=2, residual_barriers=0, a_swizzle=128, b_swizzle=128,
-                out_swizzle=128, group_m=8, raster_dim=0, persistent=True, cluster_m=2, cluster_n=1,
-                smem_bytes=229440)
-# Size-selected variants (spec: variants), tried in order before CONFIG.
-VARIANT_CONFIGS = (
-    # 0: M <= 16; SMEM A/B 8 x 16400 = 131200 + epilogue 8192
-    Config(tile_m=64, tile_n=64, tile_k=64, stages=8, wgmma_in_flight=1, wg_n=32,
-           epi_m=64, epi_n=32, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
-           out_swizzle=64, group_m=8, raster_dim=0, persistent=True, cluster_m=1, cluster_n=1,
-           smem_bytes=139392),
-    # 1: M <= 128; SMEM A/B 6 x 24592 = 147552 + epilogue 16384
-    Config(tile_m=64, tile_n=128, tile_k=64, stages=6, wgmma_in_flight=1, wg_n=64,
-           epi_m=64, epi_n=64, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
-           out_swizzle=128, group_m=8, raster_dim=0, persistent=True, cluster_m=1, cluster_n=1,
-           smem_bytes=163936),
-)
-
-
-def _config_for(m: int, n: int, k: int) -> Config:
-    """The config a problem runs: the first variant whose bounds hold (spec order), else the default.
-    Called at trace time on the static shapes (Mosaic GPU traces one kernel per shape anyway)."""
-    if m <= 16:
-        return VARIANT_CONFIGS[0]
-    if m <= 128:
-        return VARIANT_CONFIGS[1]
-    return CONFIG
-
-
 def _kernel(a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
     m_tiles, n_tiles, k_steps = pl.cdiv(m, cfg.tile_m), pl.cdiv(n, cfg.tile_n), pl.cdiv(k, cfg.tile_k)
     # Tiles walked per cluster: a pair past the last tile row / column loads zeros and stores nothing (TMA).
@@ -220,6 +190,37 @@ def _build(cfg: Config, m: int, n: int, k: int, out_rows: int, out_cols: int, sm
     )
 
 
+# The configs the entry chooses from (`_config_for`), each checked by `specgen check` on its own.
+# The default config. SMEM: A/B 4 x 49168 = 196672 + epilogue 32768
+CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128,
+                epi_m=64, epi_n=64, out_slots=2, residual_barriers=0, a_swizzle=128, b_swizzle=128,
+                out_swizzle=128, group_m=8, raster_dim=0, persistent=True, cluster_m=2, cluster_n=1,
+                smem_bytes=229440)
+# Size-selected variants (spec: variants), tried in order before CONFIG.
+VARIANT_CONFIGS = (
+    # 0: M <= 16; SMEM A/B 8 x 16400 = 131200 + epilogue 8192
+    Config(tile_m=64, tile_n=64, tile_k=64, stages=8, wgmma_in_flight=1, wg_n=32,
+           epi_m=64, epi_n=32, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
+           out_swizzle=64, group_m=8, raster_dim=0, persistent=True, cluster_m=1, cluster_n=1,
+           smem_bytes=139392),
+    # 1: M <= 128; SMEM A/B 6 x 24592 = 147552 + epilogue 16384
+    Config(tile_m=64, tile_n=128, tile_k=64, stages=6, wgmma_in_flight=1, wg_n=64,
+           epi_m=64, epi_n=64, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
+           out_swizzle=128, group_m=8, raster_dim=0, persistent=True, cluster_m=1, cluster_n=1,
+           smem_bytes=163936),
+)
+
+
+def _config_for(m: int, n: int, k: int) -> Config:
+    """The config a problem runs: the first variant whose bounds hold (spec order), else the default.
+    Called at trace time on the static shapes (Mosaic GPU traces one kernel per shape anyway)."""
+    if m <= 16:
+        return VARIANT_CONFIGS[0]
+    if m <= 128:
+        return VARIANT_CONFIGS[1]
+    return CONFIG
+
+
 def _launch(a, b, config: Config | None = None) -> jax.Array:
     """The entry's body, jitted as `_call`: checks, the config for this shape (`config` forces one:
     `specgen compile` lowers each), TMA padding, the kernel."""
@@ -240,7 +241,8 @@ def _launch(a, b, config: Config | None = None) -> jax.Array:
     # swizzles. N is at least one CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits
     # in one swizzle tile (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all
     # zeros; right for every N padded to the tile), so a narrower B is zero-padded (a copy of tile_n x K
-    # at most) and the output sliced back.
+    # at most) and the output sliced back. A tile is two warpgroups' epilogue subtiles wide, each at
+    # least one swizzle tile, so the padded output always spans two or more.
     n_pad = max(n, cfg.tile_n)
     a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], cfg.a_swizzle // 2, 8)))
     b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], cfg.b_swizzle // 2, 8)))

@@ -6,9 +6,13 @@ VMEM scratch, and the epilogue chain runs at the last K step. One module serves 
 spec: the blocks and the VMEM they need are the same on every generation (only the capacity differs,
 which `check` compares), so the module carries one `vmem_limit_bytes`.
 
-Mosaic GPU (`pallas:gpu_sm90`): one `plgpu.kernel` per module (`pallas/gpu_sm90/<name>.py`,
-templates/pallas/gemm_mgpu.py.jinja), the structure of JAX's warp-specialized Hopper matmul: a
-persistent grid of one CTA per SM looping over output tiles, a memory warpgroup feeding a
+Mosaic GPU (`pallas:gpu_sm90`): one module per spec (`pallas/gpu_sm90/<name>.py`,
+templates/pallas/gemm_mgpu.py.jinja) holding one `plgpu.kernel` built per config (`MgpuConfig`: the
+target's default and each size-selected variant, each resolved and checked on its own; a `Config` row
+in the module, picked by the jitted entry with integer compares on the static shapes when it traces,
+so a variant may change any config key: CFG003 refuses variants on the TPU module only), the
+structure of JAX's warp-specialized Hopper matmul: a persistent grid of one CTA per SM looping over
+output tiles, a memory warpgroup feeding a
 `max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
 on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
 and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
