@@ -127,6 +127,33 @@ def test_variant_numerics_against_float64(two_variants, shape, want) -> None:
     check_numerics(spec, mod.mgpu_two_variants, shape)
 
 
+@pytest.fixture(scope="module")
+def batched_variants(tmp_path_factory):
+    import json
+
+    from backends.pallas.test_mgpu_module import render
+    from backends.pallas.test_mgpu_variants import SPEC_BATCHED
+
+    from specgen.spec.models import GemmSpec
+
+    spec = GemmSpec.model_validate(SPEC_BATCHED).model_dump(mode="json")
+    mod, _ = render(json.loads(json.dumps(spec)), tmp_path_factory.mktemp("batched_variants"))
+    return spec, mod
+
+
+# Batched (3), f16, both operands M/N-major, row scale + residual: a 1x2-cluster variant for M <= 64, a
+# 128x64 variant for N <= 512, a 128x128 default; both sides of each bound, tails, K = 0.
+BATCHED_SHAPES = [((1, 300, 520), 0), ((64, 72, 64), 0), ((37, 1000, 130), 0), ((65, 512, 100), 1),
+                  ((300, 40, 1040), 1), ((65, 513, 100), None), ((200, 1000, 0), None)]
+
+
+@pytest.mark.parametrize(("shape", "want"), BATCHED_SHAPES, ids=[f"{m}x{n}x{k}" for (m, n, k), _ in BATCHED_SHAPES])
+def test_batched_variant_numerics_against_float64(batched_variants, shape, want) -> None:
+    spec, mod = batched_variants
+    assert mod._config_for(*shape) == (mod.CONFIG if want is None else mod.VARIANT_CONFIGS[want])
+    check_numerics(spec, mod.mgpu_batched_variants, shape)
+
+
 def test_variant_torch_entry(two_variants) -> None:
     """The torch entry calls the same jitted entry: a decode shape and a prefill shape, against float64."""
     import torch

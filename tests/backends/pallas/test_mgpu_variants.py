@@ -36,6 +36,21 @@ SPEC = {
          "schedule": {"persistent": False, "group_m": 4}, "pipeline": {"ab_stages": 6}},
     ],
 }
+# Batched, both operands M/N-major, a row scale and a residual (TMA-loaded into the staging slot): a
+# variant in a 1x2 cluster (A multicast, column raster) beside an unclustered default, and one bounded on N.
+SPEC_BATCHED = {
+    "name": "mgpu_batched_variants", "kind": "gemm", "batch": True,
+    "a": {"dtype": "f16", "major": "mn"}, "b": {"dtype": "f16", "major": "mn"}, "out": {"dtype": "f16"},
+    "epilogue": [{"op": "scale", "by": "row"}, {"op": "residual", "dtype": "f16", "beta": 0.5}],
+    "tile": {"m": 128, "n": 128, "k": 64}, "targets": ["pallas:gpu_sm90"],
+    "variants": [
+        {"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}, "cluster": {"m": 1, "n": 2},
+         "schedule": {"raster": "along_n", "persistent": True}},
+        {"when": {"n_max": 512}, "tile": {"m": 128, "n": 64, "k": 64}, "pipeline": {"ab_stages": 5}},
+    ],
+}
+BATCHED_CHOICES = [((1, 300, 520), 0), ((64, 72, 64), 0), ((65, 512, 100), 1), ((65, 513, 100), None),
+                   ((200, 1000, 0), None)]
 # (M, N, K) -> the config it runs: None the default, else the variant's index. Both sides of each bound.
 CHOICES = [((1, 256, 512), 0), ((16, 8192, 8192), 0), ((17, 256, 512), 1), ((128, 4096, 100), 1),
            ((128, 4097, 100), None), ((129, 64, 64), None), ((16, 4097, 64), 0), ((1000, 100, 1000), None)]
@@ -123,6 +138,20 @@ def test_small_n_keeps_every_tma_index(two, n: int) -> None:
         assert dropped == [], (M, n, mod._config_for(M, n, 256))
 
 
+def test_batched_clustered_variants_lower_to_their_plan_smem_and_trace(tmp_path) -> None:
+    from specgen.designs.gemm_pallas.compile import compile_module
+
+    assert not [d for d in _errors(SPEC_BATCHED, "") if d.severity == "error"]
+    mod, resolved = render(SPEC_BATCHED, tmp_path)
+    assert (mod.VARIANT_CONFIGS[0].cluster_n, mod.VARIANT_CONFIGS[0].raster_dim, mod.CONFIG.cluster_n) == (2, 1, 1)
+    results = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    for r, want in zip(results, (resolved, *resolved.variants), strict=True):
+        assert (r.error, r.compiler_smem) == ("", want.budget.total), r
+    for (M, N, K), want in BATCHED_CHOICES:
+        assert mod._config_for(M, N, K) == (mod.CONFIG if want is None else mod.VARIANT_CONFIGS[want])
+        jax.jit(mod._launch).trace(*structs(SPEC_BATCHED, M, N, K)).lower(lowering_platforms=("cuda",))
+
+
 WITH_VARIANTS = sorted(name for name, spec in MGPU.items()
                        if (spec.get("per_target", {}).get("pallas:gpu_sm90") or {}).get("variants"))
 
@@ -149,8 +178,9 @@ def test_catalogue_variants_lower_to_their_plan_smem_and_trace(tmp_path, name: s
 
 
 def _errors(spec: dict, rule: str) -> list:
+    """check's findings of `rule` on the spec (every finding for "")."""
     (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
-    return [d for d in check_spec(ls) if d.rule == rule]
+    return [d for d in check_spec(ls) if d.rule == rule or not rule]
 
 
 def test_check_refuses_variants_on_tpu_only() -> None:
