@@ -13,7 +13,7 @@ from specgen.resolve import Resolved, resolve
 from specgen.rules.table import run_rules
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
-from specgen.targets import ALL_TARGETS
+from specgen.targets import ALL_TARGETS, target_info
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
     line of each target that departs from the module's first target."""
     for design, targets in designs_for(loaded.spec.kind, loaded.spec.targets).items():
         _variants_agree(loaded, report, targets, design.variant_shared_config)
-        if not design.renders_variants:
-            _variants_unrendered(loaded, report, design.modules(loaded.spec, targets))
+        _variants_unrendered(loaded, report, {rel: [t for t in served if not design.renders_variants_on(target_info(t))]
+                                              for rel, served in design.modules(loaded.spec, targets).items()})
         shared = design.shared_config
         if not shared:
             continue
@@ -123,10 +123,12 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
 
 def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[str, list]) -> None:
     """CFG003 (error): designs with `renders_variants` render size-selected variants (their launchers
-    pick one with integer compares); a design without it renders one config per module, so a variant on
-    a target it renders would be dropped silently. Reported at the variants' line. (Targets no design
-    renders are checked only, variants included.)"""
-    which = " and ".join(d.name for d in rendering(loaded.spec.kind) if d.renders_variants)
+    pick one with integer compares; `renders_variants_on` where that depends on the target); elsewhere a
+    design renders one config per module, so a variant on a target it renders would be dropped silently.
+    `modules` lists, per module, the targets whose module renders one config. Reported at the variants'
+    line. (Targets no design renders are checked only, variants included.)"""
+    names = [d.variants_label or d.name for d in rendering(loaded.spec.kind) if d.renders_variants or d.variants_label]
+    which = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
     for rel, served in modules.items():
         for t in served:
             variants = report.resolved[(loaded.name, str(t))].variants
@@ -137,7 +139,7 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
             bounds = "; ".join(str(v.when) for v in variants)
             report.diagnostics.append(Diagnostic(
                 loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
-                f"the {t.backend.value} design renders one config per module ({rel}); size-selected variants are "
+                f"the {t.backend.value} design renders one config per module for {t} ({rel}); size-selected variants are "
                 f"rendered by the {which} designs only, and {t} has {len(variants)} ({bounds})",
                 f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
 

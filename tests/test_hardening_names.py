@@ -165,13 +165,16 @@ def module_level_names(text: str) -> set[str]:
 
 
 def pallas_variants():
-    """The catalogue's Pallas TPU and Mosaic GPU modules and every epilogue op in every layout, batched or
-    not, for both."""
+    """The catalogue's Pallas TPU and Mosaic GPU modules (Mosaic GPU's also with its size-selected variants)
+    and every epilogue op in every layout, batched or not, for both."""
     for s in catalogue().values():
         for memory in ("vmem", "smem"):
             targets = [t for t in s["targets"] if TARGETS[t].backend is Backend.pallas and TARGETS[t].memory == memory]
             if targets:
                 yield {**s, "targets": targets, "variants": [], "per_target": {}}
+        if "pallas:gpu_sm90" in s["targets"]:  # as shipped: its size-selected variants (the config choice)
+            yield {**s, "name": f"{s['name']}_mgpu", "targets": ["pallas:gpu_sm90"],
+                   "per_target": {k: v for k, v in s.get("per_target", {}).items() if k == "pallas:gpu_sm90"}}
     for i, (batch, a, b, target) in enumerate(itertools.product([False, True], ["k", "mn"], ["k", "mn"],
                                                                 ["pallas:tpu_v5e", "pallas:gpu_sm90"])):
         # (Mosaic GPU: a 2-CTA cluster along M or N, and both rasters)

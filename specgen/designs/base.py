@@ -67,6 +67,9 @@ class DesignBase:
     export_hook: ClassVar[str] = ""
     max_auto_stages: ClassVar[int] = 4  # `auto` pipeline depth never goes past this
     renders_variants: ClassVar[bool] = False  # the launcher selects size-selected variants (CFG003 elsewhere)
+    # how CFG003's message names the designs that do render them, where not `name` (a design whose
+    # modules render variants on some of its targets only: see `renders_variants_on`)
+    variants_label: ClassVar[str] = ""
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     # field paths on which the targets of one module (and a target's variants) must agree (CFG001, CFG002)
     shared_config: ClassVar[tuple[tuple[str, ...], ...]] = ()
@@ -136,6 +139,11 @@ class DesignBase:
         """OPT001, the backend options this design's target cannot honour: its rules.py `option_findings`."""
         fn = self._own_rule("option_findings")
         return fn(ctx) if fn is not None else iter(())
+
+    def renders_variants_on(self, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them
+        where it does not): the design's `renders_variants`, unless it differs by target."""
+        return self.renders_variants
 
     def config_notes(self, spec: GemmSpec) -> str:
         """What `check --variants` adds after a config's tile ("" where nothing)."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from kernels import catalogue
 
+from specgen.bench.shapes import Shape, slot_for
 from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec
 
@@ -77,7 +78,9 @@ def _with_targets(spec: dict) -> dict:
             per_target[target] = json.loads(json.dumps(config))
             spec["targets"].append(target)
         elif target.startswith("pallas:") and spec.get("variants"):
-            per_target.setdefault(target, {})["variants"] = []  # Pallas renders one config (CFG003)
+            # The kernel's variants are other backends' tunings: a Pallas target keeps its own list (Mosaic GPU
+            # renders it; the TPU module renders one config, CFG003), else takes none.
+            per_target.setdefault(target, {}).setdefault("variants", [])
     return spec
 
 
@@ -129,6 +132,18 @@ def shapes(spec_key: str, device: str) -> list[tuple[int, int, int, int]]:
         big = (1, max(M_VALUES), max(N_VALUES), max(K_VALUES))
         if big not in picked:
             picked.append(big)
+        # every config of every target's module (its size-selected variants and its default) runs at least once
+        parsed = GemmSpec.model_validate(spec)
+        for target in parsed.targets:
+            slots = [None, *range(len(parsed.variants_on(target)))]
+            hit = {slot_for(parsed, target, Shape(m, n, k)) for _, m, n, k in picked}
+            for slot in slots:
+                if slot not in hit:
+                    order = sorted(grid, key=lambda g: zlib.crc32(f"{seed}/{slot}/{g}".encode()))
+                    extra = next((g for g in order if slot_for(parsed, target, Shape(*g[1:])) == slot), None)
+                    if extra is not None:
+                        picked.append(extra)
+                        hit.add(slot)
     return picked
 
 

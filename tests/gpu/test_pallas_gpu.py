@@ -75,7 +75,7 @@ def clustered(tmp_path_factory):
 
     tmp, mods = tmp_path_factory.mktemp("clustered"), {}
     for name, over in CLUSTERED:
-        spec = {k: v for k, v in spec_of(name).items() if k != "per_target"}
+        spec = {k: v for k, v in spec_of(name).items() if k not in ("per_target", "variants")}
         for section, keys in over.items():
             spec[section] = {**spec.get(section, {}), **keys}
         spec["targets"] = ["pallas:gpu_sm90"]
@@ -94,6 +94,79 @@ def test_clustered_numerics_against_float64(clustered, name: str, shape) -> None
     spec, mod = clustered[name]
     assert mod.CLUSTER_M * mod.CLUSTER_N == 2
     check_numerics(spec, getattr(mod, name), shape)
+
+
+# A module of two size-selected variants beside a clustered default (tests/backends/pallas/
+# test_mgpu_variants.py's SPEC: M <= 16 on 64x64 tiles 8 deep; M <= 128 and N <= 4096 on 64x128 tiles, not
+# persistent; else 128x256 in 2x1 clusters), with a bias and a scalar: each shape on one side of a bound,
+# with tails on M, N and K, and the config each must run (None: the default).
+VARIANT_SHAPES = [((1, 264, 520), 0), ((16, 100, 1000), 0), ((16, 8, 64), 0), ((17, 300, 136), 1),
+                  ((64, 72, 4096), 1), ((128, 4096, 200), 1), ((128, 4100, 136), None), ((129, 264, 520), None),
+                  ((517, 1000, 1040), None), ((7, 4097, 0), 0)]
+
+
+@pytest.fixture(scope="module")
+def two_variants(tmp_path_factory):
+    import json
+
+    from backends.pallas.test_mgpu_module import render
+    from backends.pallas.test_mgpu_variants import SPEC
+
+    from specgen.spec.models import GemmSpec
+
+    spec = GemmSpec.model_validate(SPEC).model_dump(mode="json")  # every field spelled (the Data helper reads them)
+    mod, _ = render(json.loads(json.dumps(spec)), tmp_path_factory.mktemp("variants"))
+    return spec, mod
+
+
+@pytest.mark.parametrize(("shape", "want"), VARIANT_SHAPES, ids=[f"{m}x{n}x{k}" for (m, n, k), _ in VARIANT_SHAPES])
+def test_variant_numerics_against_float64(two_variants, shape, want) -> None:
+    """Each shape runs the config its bounds pick (asserted) and matches float64 on NaN-poisoned memory."""
+    spec, mod = two_variants
+    assert mod._config_for(*shape) == (mod.CONFIG if want is None else mod.VARIANT_CONFIGS[want])
+    check_numerics(spec, mod.mgpu_two_variants, shape)
+
+
+@pytest.fixture(scope="module")
+def batched_variants(tmp_path_factory):
+    import json
+
+    from backends.pallas.test_mgpu_module import render
+    from backends.pallas.test_mgpu_variants import SPEC_BATCHED
+
+    from specgen.spec.models import GemmSpec
+
+    spec = GemmSpec.model_validate(SPEC_BATCHED).model_dump(mode="json")
+    mod, _ = render(json.loads(json.dumps(spec)), tmp_path_factory.mktemp("batched_variants"))
+    return spec, mod
+
+
+# Batched (3), f16, both operands M/N-major, row scale + residual: a 1x2-cluster variant for M <= 64, a
+# 128x64 variant for N <= 512, a 128x128 default; both sides of each bound, tails, K = 0.
+BATCHED_SHAPES = [((1, 300, 520), 0), ((64, 72, 64), 0), ((37, 1000, 130), 0), ((65, 512, 100), 1),
+                  ((300, 40, 1040), 1), ((65, 513, 100), None), ((200, 1000, 0), None)]
+
+
+@pytest.mark.parametrize(("shape", "want"), BATCHED_SHAPES, ids=[f"{m}x{n}x{k}" for (m, n, k), _ in BATCHED_SHAPES])
+def test_batched_variant_numerics_against_float64(batched_variants, shape, want) -> None:
+    spec, mod = batched_variants
+    assert mod._config_for(*shape) == (mod.CONFIG if want is None else mod.VARIANT_CONFIGS[want])
+    check_numerics(spec, mod.mgpu_batched_variants, shape)
+
+
+def test_variant_torch_entry(two_variants) -> None:
+    """The torch entry calls the same jitted entry: a decode shape and a prefill shape, against float64."""
+    import torch
+
+    _, mod = two_variants
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for M in (3, 100, 300):
+        a = torch.randn(M, 256, device="cuda", generator=gen).bfloat16()
+        w = torch.randn(520, 256, device="cuda", generator=gen).div_(16).bfloat16()
+        bias = torch.randn(520, device="cuda", generator=gen).bfloat16()
+        out = mod.mgpu_two_variants_torch(a, w.t(), bias, 0.5)
+        want = (a.double() @ w.double().t() + bias.double()) * 0.5
+        torch.testing.assert_close(out.double(), want, atol=3e-2, rtol=2e-2)
 
 
 def check_numerics(spec: dict, fn, shape) -> None:
@@ -120,8 +193,11 @@ def check_numerics(spec: dict, fn, shape) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_plan_smem_is_what_mosaic_gpu_allocates(name: str) -> None:
-    """Lower the rendered kernel with Mosaic GPU's SMEM limit set to 1 byte: its error carries the exact
-    figure it would allocate; the plan (and `specgen check`) must say the same."""
+    """Lower the rendered kernel in each of its configs (the default, then each size-selected variant,
+    forced) with Mosaic GPU's SMEM limit set to 1 byte: its error carries the exact figure it would
+    allocate; the plan (and `specgen check`) must say the same."""
+    import functools
+
     import jax
     import jax.numpy as jnp
     from backends.pallas.common import Data
@@ -132,15 +208,18 @@ def test_plan_smem_is_what_mosaic_gpu_allocates(name: str) -> None:
     data = Data(spec, 512, 512, 512, batch=2)
     args = [*data.operands(), *[v for _, v in data.epilogue_args()]]
     arrays = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in args if not isinstance(x, float)]
+    assert mod.CONFIG.smem_bytes == mod.METADATA["smem_bytes"]
+    for cfg in (mod.CONFIG, *mod.VARIANT_CONFIGS):
+        launch = functools.partial(mod._launch, config=cfg)
 
-    def call(*xs):
-        it = iter(xs)
-        return mod._call(*[x if isinstance(x, float) else next(it) for x in args])
+        def call(*xs, launch=launch):
+            it = iter(xs)
+            return launch(*[x if isinstance(x, float) else next(it) for x in args])
 
-    with mgpu_core.artificial_shared_memory_limit(1), pytest.raises(Exception) as err:
-        jax.jit(call).trace(*arrays).lower()
-    got = int(re.search(r"smem_bytes=(\d+)", str(err.value)).group(1))
-    assert got == mod.SMEM_BYTES == mod.METADATA["smem_bytes"]
+        with mgpu_core.artificial_shared_memory_limit(1), pytest.raises(Exception) as err:
+            jax.jit(call).trace(*arrays).lower()
+        got = int(re.search(r"smem_bytes=(\d+)", str(err.value)).group(1))
+        assert got == cfg.smem_bytes, cfg
 
 
 def test_jit_of_the_public_function_and_trace_time_errors() -> None:

@@ -19,7 +19,7 @@ Per spec, both sides:
   epilogue), layout inference and the dialect lowering; what is left (NVVM, ptxas) runs in C++ only
   where a GPU is (an XLA compile on the CPU has no `mosaic_gpu_v2` handler). A failure is a reject.
   The SMEM figure is Mosaic GPU's own: lowered once with its SMEM limit set to 1 byte, whose error
-  carries `smem_bytes=<n>` (the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history)), and compared with the plan's (SMEM_BYTES).
+  carries `smem_bytes=<n>` (the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history)), and compared with the plan's (CONFIG.smem_bytes).
 - small N: every fourth spec is also lowered at N = 8, 16 and 40 with its own tile (the launcher pads
   what TMA needs), recorded beside the main verdict (the shape does not enter check's verdict).
 
@@ -279,7 +279,7 @@ def lower(mod, shape: tuple[int, int, int]) -> dict:
     with dropped_tma_indices() as dropped:
         try:
             traced = jax.jit(mod._call.__wrapped__).trace(*args)
-            row.update(program_facts(traced.jaxpr.jaxpr, (mod.EPI_M, mod.EPI_N)))
+            row.update(program_facts(traced.jaxpr.jaxpr, (mod.CONFIG.epi_m, mod.CONFIG.epi_n)))
             traced.lower(lowering_platforms=("cuda",))
             row.update(ok=True, error_class="", error="")
         except Exception as e:  # noqa: BLE001 - the verdict: any failure rejects
@@ -306,8 +306,8 @@ def run_case(spec: dict, shape: tuple[int, int, int], folder: Path, small_n: boo
                                "jax": jax.__version__}
     try:
         mod = render(spec, folder)
-        case["plan_smem"] = mod.SMEM_BYTES
-        case["stages"] = mod.STAGES
+        case["plan_smem"] = mod.CONFIG.smem_bytes
+        case["stages"] = mod.CONFIG.stages
     except Exception as e:  # noqa: BLE001 - a spec the design cannot render does not run
         case.update(lowered={"shape": list(shape), "ok": False, "smem": None, "error_class": "render",
                              "error": _last_lines(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)}")})
@@ -398,7 +398,7 @@ def catalogue_small_n(ns: tuple[int, ...] = (8, 16, 40, 64, 72, 512)) -> None:
             continue
         mod = importlib.import_module(f"generated.pallas.gpu_sm90.{path.stem}")
         rows = {n: lower(mod, (1024, n, 1024)) for n in ns}
-        print(json.dumps({"kernel": path.stem, "tile": [mod.TILE_M, mod.TILE_N, mod.TILE_K],
+        print(json.dumps({"kernel": path.stem, "tile": [mod.CONFIG.tile_m, mod.CONFIG.tile_n, mod.CONFIG.tile_k],
                           "dropped_tma_index": {n: r["dropped_tma_index"] for n, r in rows.items()},
                           "lowered": all(r["ok"] for r in rows.values())}), flush=True)
 

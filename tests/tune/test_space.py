@@ -15,7 +15,7 @@ from specgen.tune.writeback import write_back
 
 
 @pytest.mark.parametrize(("target", "slot"), [("triton:sm90", None), ("cute:sm90", None), ("pallas:gpu_sm90", None),
-                                              ("triton:sm90", 2)])
+                                              ("triton:sm90", 2), ("pallas:gpu_sm90", 0)])
 def test_pruning_agrees_with_check(spec_copy, target: str, slot: int | None, tmp_path: Path) -> None:
     path = spec_copy()
     loaded = load_file(path)[0]

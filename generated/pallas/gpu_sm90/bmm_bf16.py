@@ -10,15 +10,15 @@ stored layout (a K-major operand has K last):
     b: (batch, K, N) bf16, stored mn-major
     returns (batch, M, N) bf16
 
-It is jax.jit-compatible (the tile is baked in, shapes come from the arguments), checks shapes and dtypes
-when traced, and keeps one kernel per shape. Arrays spread over several devices raise unless the call
+It is jax.jit-compatible (its configs are baked in, shapes come from the arguments), checks shapes and
+dtypes when traced, picks its config by the shapes then, and keeps one kernel per shape. Arrays spread over several devices raise unless the call
 runs under `jax.shard_map`. `bmm_bf16_torch(...)` takes CUDA torch tensors in their usual logical
 shapes (through DLPack, no copies).
 
 Epilogue, applied in order to the float32 accumulator, 64-row subtile by subtile: none
 
 The kernel (JAX's warp-specialized Hopper matmul, pallas/ops/gpu/hopper_matmul_mgpu.py, grown an
-epilogue): a persistent grid of one CTA per SM (at most one per tile) walks the
+epilogue), in its default config: a persistent grid of one CTA per SM (at most one per tile) walks the
 128x128 output tiles of every batch entry in bands of 8 tile rows. In each CTA a memory warpgroup keeps 4 K steps of
 128x64 A and 64x128 B tiles in flight (TMA into swizzled SMEM, full/empty mbarriers) and
 2 consumer warpgroups each issue wgmma on a 128x64 half into an f32 register accumulator. Each
@@ -32,6 +32,7 @@ first (a copy), and the result sliced back.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,49 +51,59 @@ if RUNTIME_ABI != 1:
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 NAME = "bmm_bf16"
-# CTA tile (spec: tile); each of WARPGROUPS consumer warpgroups owns TILE_M x WG_N of it.
-TILE_M, TILE_N, TILE_K = 128, 128, 64
-WARPGROUPS, WG_N = 2, 64
-# K steps in flight (spec: pipeline.ab_stages), and the wgmma groups each consumer keeps running.
-STAGES, WGMMA_IN_FLIGHT = 4, 1
-# Epilogue subtile and the SMEM slots per warpgroup that stage its TMA stores.
-EPI_M, EPI_N, OUT_SLOTS = 64, 64, 2
-# SMEM swizzles (bytes) of the A, B and output tiles.
-A_SWIZZLE, B_SWIZZLE, OUT_SWIZZLE = 128, 128, 128
-# Tile order (spec: schedule): bands of GROUP_M tile rows (RASTER_DIM 0) or columns (1); PERSISTENT: one
-# CTA per SM.
-GROUP_M, RASTER_DIM, PERSISTENT = 8, 0, True
-# CTAs per cluster along M and N (spec: cluster): a pair shares its common operand's tile, each CTA
-# loading half of it by TMA multicast (B for a pair along M, A for a pair along N).
-CLUSTER_M, CLUSTER_N = 1, 1
-# SMEM the kernel allocates (== Mosaic GPU's own figure): A/B 4 x 32784 = 131136 + epilogue 32768.
-SMEM_BYTES = 163904
+WARPGROUPS = 2  # consumer warpgroups, side by side along N (a memory warpgroup feeds them)
 
 
-def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
-    m_tiles, n_tiles, k_steps = pl.cdiv(m, TILE_M), pl.cdiv(n, TILE_N), pl.cdiv(k, TILE_K)
-    a_spec = plgpu.BlockSpec((TILE_M, TILE_K), lambda kk: (0, kk), transforms=_mg.transforms(a_gmem.dtype, A_SWIZZLE),
-                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
-    b_spec = plgpu.BlockSpec((TILE_K, TILE_N), lambda kk: (kk, 0), transforms=_mg.transforms(b_gmem.dtype, B_SWIZZLE),
-                             memory_space=plgpu.SMEM, delay_release=WGMMA_IN_FLIGHT)
+class Config(NamedTuple):
+    """One config of the kernel, the default's or a size-selected variant's (spec: tile, pipeline,
+    schedule, cluster; stages from specgen's SMEM budget): a static argument of the kernel, read at
+    trace time, so each config traces (and compiles) a kernel of its own."""
+
+    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it
+    tile_n: int
+    tile_k: int
+    stages: int  # K steps in flight (spec: pipeline.ab_stages)
+    wgmma_in_flight: int  # wgmma groups each consumer keeps running past a K step
+    wg_n: int
+    epi_m: int  # the epilogue's subtile, staged in SMEM for its TMA store
+    epi_n: int
+    out_slots: int  # SMEM staging slots per warpgroup
+    residual_barriers: int  # mbarriers a residual's TMA loads wait on (one per slot; 0 without one)
+    a_swizzle: int  # SMEM swizzles, bytes
+    b_swizzle: int
+    out_swizzle: int
+    group_m: int  # tile order (spec: schedule): bands of group_m tile rows (raster_dim 0) or columns (1)
+    raster_dim: int
+    persistent: bool  # one CTA per SM walking the tiles (else one per tile)
+    cluster_m: int  # CTAs per cluster (spec: cluster): a pair shares its common operand's tile, each CTA
+    cluster_n: int  # loading half of it by TMA multicast (B for a pair along M, A for a pair along N)
+    smem_bytes: int  # SMEM the kernel allocates (== Mosaic GPU's own figure)
+
+
+def _kernel(a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
+    m_tiles, n_tiles, k_steps = pl.cdiv(m, cfg.tile_m), pl.cdiv(n, cfg.tile_n), pl.cdiv(k, cfg.tile_k)
+    a_spec = plgpu.BlockSpec((cfg.tile_m, cfg.tile_k), lambda kk: (0, kk), transforms=_mg.transforms(a_gmem.dtype, cfg.a_swizzle),
+                             memory_space=plgpu.SMEM, delay_release=cfg.wgmma_in_flight)
+    b_spec = plgpu.BlockSpec((cfg.tile_k, cfg.tile_n), lambda kk: (kk, 0), transforms=_mg.transforms(b_gmem.dtype, cfg.b_swizzle),
+                             memory_space=plgpu.SMEM, delay_release=cfg.wgmma_in_flight)
 
     def pipeline(body, context):
-        """The K loop: a memory warpgroup fills STAGES slots by TMA; `body` runs on the consumers."""
+        """The K loop: a memory warpgroup fills cfg.stages slots by TMA; `body` runs on the consumers."""
         return plgpu.emit_pipeline_warp_specialized(
             body, grid=(k_steps,), memory_registers=40, in_specs=[a_spec, b_spec], wg_axis="wg",
-            num_compute_wgs=WARPGROUPS, max_concurrent_steps=STAGES, compute_context=context)
+            num_compute_wgs=WARPGROUPS, max_concurrent_steps=cfg.stages, compute_context=context)
 
     def ignore(*_, **__):
         return None
 
-    a_first = a_gmem.at[0].at[pl.ds(0, TILE_M), :]
-    b_first = b_gmem.at[0].at[:, pl.ds(0, TILE_N)]
+    a_first = a_gmem.at[0].at[pl.ds(0, cfg.tile_m), :]
+    b_first = b_gmem.at[0].at[:, pl.ds(0, cfg.tile_n)]
 
     @functools.partial(
         pl.run_scoped,
         allocations=pipeline(ignore, ignore).get_allocations(a_first, b_first),
-        out_smem=plgpu.SMEM((WARPGROUPS, OUT_SLOTS, EPI_M, EPI_N), out_gmem.dtype,
-                            transforms=_mg.transforms(out_gmem.dtype, OUT_SWIZZLE)),
+        out_smem=plgpu.SMEM((WARPGROUPS, cfg.out_slots, cfg.epi_m, cfg.epi_n), out_gmem.dtype,
+                            transforms=_mg.transforms(out_gmem.dtype, cfg.out_swizzle)),
         collective_axes="wg",
     )
     def _scope(allocations, out_smem):
@@ -102,40 +113,40 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
         def _tile(info):
             (lin,) = info.index
             bi = lin // (m_tiles * n_tiles)
-            mi, ni = plgpu.planar_snake(lin % (m_tiles * n_tiles), (m_tiles, n_tiles), RASTER_DIM, GROUP_M)
+            mi, ni = plgpu.planar_snake(lin % (m_tiles * n_tiles), (m_tiles, n_tiles), cfg.raster_dim, cfg.group_m)
             a_view, b_view, out_view = a_gmem.at[bi], b_gmem.at[bi], out_gmem.at[bi]
-            wg_cols = pl.ds(wg * WG_N, WG_N)
+            wg_cols = pl.ds(wg * cfg.wg_n, cfg.wg_n)
 
             def mma(_, a_smem, b_smem, acc_ref):
                 a_op = a_smem
                 b_op = b_smem.at[:, wg_cols]
                 plgpu.wgmma(acc_ref, a_op, b_op)
-                # Keep WGMMA_IN_FLIGHT wgmma groups running: the pipeline releases a step's SMEM to the
-                # loads only WGMMA_IN_FLIGHT steps later (the BlockSpecs' delay_release), once it is read.
-                plgpu.wgmma_wait(WGMMA_IN_FLIGHT)
+                # Keep cfg.wgmma_in_flight wgmma groups running: the pipeline releases a step's SMEM to
+                # the loads only that many steps later (the BlockSpecs' delay_release), once it is read.
+                plgpu.wgmma_wait(cfg.wgmma_in_flight)
                 return acc_ref
 
             def context(run_pipeline):
-                @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, WG_N), jnp.float32))
+                @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((cfg.tile_m, cfg.wg_n), jnp.float32))
                 def _acc(acc_ref):
                     run_pipeline(acc_ref)
                     acc = acc_ref[...]
                     plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's stores left SMEM
-                    for ei in range(TILE_M // EPI_M):
-                        for ej in range(WG_N // EPI_N):
-                            slot = (ei * (WG_N // EPI_N) + ej) % OUT_SLOTS
-                            row0 = mi * TILE_M + ei * EPI_M
-                            col0 = ni * TILE_N + wg * WG_N + ej * EPI_N
-                            plgpu.wait_smem_to_gmem(OUT_SLOTS - 1, wait_read_only=True)  # this slot is free
-                            x = acc[ei * EPI_M:(ei + 1) * EPI_M, ej * EPI_N:(ej + 1) * EPI_N]
+                    for ei in range(cfg.tile_m // cfg.epi_m):
+                        for ej in range(cfg.wg_n // cfg.epi_n):
+                            slot = (ei * (cfg.wg_n // cfg.epi_n) + ej) % cfg.out_slots
+                            row0 = mi * cfg.tile_m + ei * cfg.epi_m
+                            col0 = ni * cfg.tile_n + wg * cfg.wg_n + ej * cfg.epi_n
+                            plgpu.wait_smem_to_gmem(cfg.out_slots - 1, wait_read_only=True)  # this slot is free
+                            x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
-                                                    out_view.at[pl.ds(row0, EPI_M), pl.ds(col0, EPI_N)])
+                                                    out_view.at[pl.ds(row0, cfg.epi_m), pl.ds(col0, cfg.epi_n)])
 
             pipeline(mma, context)(
-                a_view.at[pl.ds(mi * TILE_M, TILE_M), :],
-                b_view.at[:, pl.ds(ni * TILE_N, TILE_N)],
+                a_view.at[pl.ds(mi * cfg.tile_m, cfg.tile_m), :],
+                b_view.at[:, pl.ds(ni * cfg.tile_n, cfg.tile_n)],
                 allocations=allocations,
             )
 
@@ -143,16 +154,17 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, m: int, n: int, k: int, batch: int):
 
 
 @functools.cache
-def _build(batch, m: int, n: int, k: int, out_rows: int, out_cols: int, sms: int, varying: frozenset):
-    """The kernel for one problem shape (cached): `out_rows` x `out_cols` is the output TMA can store
-    (M and N, padded where TMA's tiled view needs it)."""
-    tiles = batch * pl.cdiv(m, TILE_M) * pl.cdiv(n, TILE_N)
-    body = functools.partial(_kernel, m=m, n=n, k=k, batch=batch)
+def _build(cfg: Config, batch, m: int, n: int, k: int, out_rows: int, out_cols: int, sms: int, varying: frozenset):
+    """The kernel for one config and problem shape (cached): `out_rows` x `out_cols` is the output TMA
+    can store (M and N, padded where TMA's tiled view needs it)."""
+    cluster = cfg.cluster_m * cfg.cluster_n  # CTAs per grid entry
+    tiles = batch * pl.cdiv(pl.cdiv(m, cfg.tile_m), cfg.cluster_m) * pl.cdiv(pl.cdiv(n, cfg.tile_n), cfg.cluster_n)
+    body = functools.partial(_kernel, cfg=cfg, m=m, n=n, k=k, batch=batch)
     body.__name__ = NAME  # the kernel's name in profiles
     return plgpu.kernel(
         body,
         out_type=_rt.out_struct((batch, out_rows, out_cols), jnp.bfloat16, varying),
-        grid=(min(sms, tiles) if PERSISTENT else tiles,),
+        grid=(min(sms // cluster, tiles) if cfg.persistent else tiles,),
         grid_names=("sm",),
         num_threads=WARPGROUPS + 1,
         thread_name="wg",
@@ -160,13 +172,31 @@ def _build(batch, m: int, n: int, k: int, out_rows: int, out_cols: int, sms: int
     )
 
 
-@jax.jit
-def _call(a, b) -> jax.Array:
+# The configs the entry chooses from (`_config_for`), each checked by `specgen check` on its own.
+# The default config. SMEM: A/B 4 x 32784 = 131136 + epilogue 32768
+CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
+                epi_m=64, epi_n=64, out_slots=2, residual_barriers=0, a_swizzle=128, b_swizzle=128,
+                out_swizzle=128, group_m=8, raster_dim=0, persistent=True, cluster_m=1, cluster_n=1,
+                smem_bytes=163904)
+# Size-selected variants (spec: variants), tried in order before CONFIG: none.
+VARIANT_CONFIGS = ()
+
+
+def _config_for(m: int, n: int, k: int) -> Config:
+    """The config a problem runs: the first variant whose bounds hold (spec order), else the default.
+    Called at trace time on the static shapes (Mosaic GPU traces one kernel per shape anyway)."""
+    return CONFIG
+
+
+def _launch(a, b, config: Config | None = None) -> jax.Array:
+    """The entry's body, jitted as `_call`: checks, the config for this shape (`config` forces one:
+    `specgen compile` lowers each), TMA padding, the kernel."""
     # Trace-time checks: shapes and dtypes are static here, so a bad call fails before anything runs.
     batch, m, k = _rt.operand(NAME, "a", a, jnp.bfloat16, 3, "(batch, M, K) bf16, stored k-major")
     b_shape = _rt.operand(NAME, "b", b, jnp.bfloat16, 3, "(batch, K, N) bf16, stored mn-major")
     n = b_shape[2]
     _rt.expect_shape(NAME, "b", b_shape, (batch, k, n), "(batch, K, N) bf16, stored mn-major")
+    cfg = _config_for(m, n, k) if config is None else config  # integer compares on static shapes
     varying = _rt.varying_axes(a, b)  # mesh axes, under jax.shard_map
     if m == 0 or n == 0:
         return jnp.zeros((batch, m, n), jnp.bfloat16)
@@ -174,19 +204,24 @@ def _call(a, b) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((m, k)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((k, n)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy). N is at least one
-    # CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits in one swizzle tile
-    # (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all zeros; right for every
-    # N padded to the tile), so a narrower B is zero-padded (a copy of TILE_N x K at most) and the
-    # output sliced back.
-    n_pad = max(n, TILE_N)
-    a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], 64, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(n_pad, 64, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, 64, 8)
-    out = _build(batch, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b)
+    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy), in the chosen config's
+    # swizzles. N is at least one CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits
+    # in one swizzle tile (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all
+    # zeros; right for every N padded to the tile), so a narrower B is zero-padded (a copy of tile_n x K
+    # at most) and the output sliced back. A tile is two warpgroups' epilogue subtiles wide, each at
+    # least one swizzle tile, so the padded output always spans two or more.
+    n_pad = max(n, cfg.tile_n)
+    a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], cfg.a_swizzle // 2, 8)))
+    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(b.shape[-2], 8, 1), _mg.tma_extent(n_pad, cfg.b_swizzle // 2, 8)))
+    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, cfg.out_swizzle // 2, 8)
+    out = _build(cfg, batch, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
     return out
+
+
+# The jitted call both entries make: one trace (config choice, padding, kernel) per shape and dtype.
+_call = jax.jit(_launch)
 
 
 def bmm_bf16(a, b) -> jax.Array:
@@ -242,30 +277,32 @@ METADATA = {
     'a_major': 'k',
     'b_major': 'mn',
     'batch': True,
-    'tile_m': 128,
-    'tile_n': 128,
-    'tile_k': 64,
-    'stages': 4,
-    'wgmma_in_flight': 1,
     'warpgroups': 2,
-    'wg_n': 64,
-    'epi_m': 64,
-    'epi_n': 64,
-    'out_slots': 2,
-    'residual_barriers': 0,
-    'a_swizzle': 128,
-    'b_swizzle': 128,
-    'out_swizzle': 128,
-    'a_min': 8,
-    'b_min': 8,
-    'out_min': 8,
     'memory_registers': 40,
-    'group_m': 8,
-    'raster_dim': 0,
-    'persistent': True,
-    'cluster_m': 1,
-    'cluster_n': 1,
     'num_sms': 132,
     'smem_bytes': 163904,
     'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
+    'config': {
+        'tile_m': 128,
+        'tile_n': 128,
+        'tile_k': 64,
+        'stages': 4,
+        'wgmma_in_flight': 1,
+        'wg_n': 64,
+        'epi_m': 64,
+        'epi_n': 64,
+        'out_slots': 2,
+        'residual_barriers': 0,
+        'a_swizzle': 128,
+        'b_swizzle': 128,
+        'out_swizzle': 128,
+        'group_m': 8,
+        'raster_dim': 0,
+        'persistent': True,
+        'cluster_m': 1,
+        'cluster_n': 1,
+        'smem_bytes': 163904,
+        'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
+    },
+    'variants': [],
 }

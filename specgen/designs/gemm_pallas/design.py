@@ -6,9 +6,13 @@ VMEM scratch, and the epilogue chain runs at the last K step. One module serves 
 spec: the blocks and the VMEM they need are the same on every generation (only the capacity differs,
 which `check` compares), so the module carries one `vmem_limit_bytes`.
 
-Mosaic GPU (`pallas:gpu_sm90`): one `plgpu.kernel` per module (`pallas/gpu_sm90/<name>.py`,
-templates/pallas/gemm_mgpu.py.jinja), the structure of JAX's warp-specialized Hopper matmul: a
-persistent grid of one CTA per SM looping over output tiles, a memory warpgroup feeding a
+Mosaic GPU (`pallas:gpu_sm90`): one module per spec (`pallas/gpu_sm90/<name>.py`,
+templates/pallas/gemm_mgpu.py.jinja) holding one `plgpu.kernel` built per config (`MgpuConfig`: the
+target's default and each size-selected variant, each resolved and checked on its own; a `Config` row
+in the module, picked by the jitted entry with integer compares on the static shapes when it traces,
+so a variant may change any config key: CFG003 refuses variants on the TPU module only), the
+structure of JAX's warp-specialized Hopper matmul: a persistent grid of one CTA per SM looping over
+output tiles, a memory warpgroup feeding a
 `max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
 on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
 and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
@@ -170,16 +174,21 @@ class PallasTpuPlan(PallasModule):
 
 
 @dataclass(frozen=True)
-class PallasMgpuPlan(PallasModule):
-    """Every number templates/pallas/gemm_mgpu.py.jinja renders, named."""
+class MgpuConfig:
+    """One config of the Mosaic GPU kernel: the default's or a size-selected variant's (a row of the
+    module's `Config` table, passed to the kernel as a static argument). Each is resolved and checked on
+    its own (stages, SMEM, TMA boxes), so a variant may change any config key: the kernel reads every
+    number of it at trace time."""
 
+    index: int | None  # the variant's index (None: the default)
+    when: str  # the variant's bounds as the docstring shows them ("" for the default)
+    bounds: list[tuple[str, int]]  # (dim, max) the launcher compares: ("M", 16) is M <= 16
     tile_m: int  # the CTA tile (spec: tile)
     tile_n: int
     tile_k: int
     stages: int  # TMA pipeline depth (spec: pipeline.ab_stages; auto: the deepest that fits)
     wgmma_in_flight: int  # wgmma groups a consumer leaves running while it issues the next K step
-    warpgroups: int  # consumer warpgroups, side by side in N
-    wg_n: int
+    wg_n: int  # each consumer warpgroup's share of tile_n
     epi_m: int
     epi_n: int
     out_slots: int
@@ -187,21 +196,53 @@ class PallasMgpuPlan(PallasModule):
     a_swizzle: int  # bytes
     b_swizzle: int
     out_swizzle: int
-    a_min: int  # elements in 16 bytes: a TMA'd array's contiguous extent is a multiple of this
-    b_min: int
-    out_min: int
-    memory_registers: int
     group_m: int
     raster_dim: int  # planar_snake's minor dim: 0 bands of group_m tile rows (raster along_m), 1 of columns
     persistent: bool
     cluster_m: int  # CTAs per cluster along M / N (1x1, 2x1 or 1x2): the pair multicasts its shared operand
     cluster_n: int
-    num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
     smem_bytes: int  # the SMEM001 figure; equal to what Mosaic GPU allocates
     smem_breakdown: str
+
+
+def mgpu_config(r: Resolved) -> MgpuConfig:
+    """The config a resolved (spec, target[, variant]) renders: its effective spec, stages and budget."""
+    spec = r.spec
+    t, lay, sw = spec.tile, mgpu_layout(spec), mgpu_swizzles(spec)
+    return MgpuConfig(
+        index=r.variant, when="" if r.when is None else str(r.when),
+        bounds=[] if r.when is None else list(r.when.bounds().items()),
+        tile_m=t.m, tile_n=t.n, tile_k=t.k, stages=r.ab_stages,
+        wgmma_in_flight=min(MGPU_WGMMA_IN_FLIGHT, r.ab_stages - 1),
+        wg_n=lay.wg_n, epi_m=lay.epi_m, epi_n=lay.epi_n, out_slots=lay.out_slots,
+        residual_barriers=lay.residual_barriers, a_swizzle=sw.ab, b_swizzle=sw.ab, out_swizzle=sw.out,
+        group_m=spec.schedule.group_m, raster_dim=0 if spec.schedule.raster == "along_m" else 1,
+        persistent=spec.schedule.persistent, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
+        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(),
+    )
+
+
+@dataclass(frozen=True)
+class PallasMgpuPlan(PallasModule):
+    """Every number templates/pallas/gemm_mgpu.py.jinja renders, named: the module-wide ones here, each
+    config's in `config` (the default) and `variants` (size-selected, in the launcher's order)."""
+
+    warpgroups: int  # consumer warpgroups, side by side in N
+    a_min: int  # elements in 16 bytes: a TMA'd array's contiguous extent is a multiple of this
+    b_min: int
+    out_min: int
+    memory_registers: int
+    num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
+    config: MgpuConfig
+    variants: list[MgpuConfig]
     epilogue: list[dict[str, object]]
     args: list[Arg]
     spec_json: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def configs(self) -> list[MgpuConfig]:
+        """The default first, then the variants (the module's CONFIGS order)."""
+        return [self.config, *self.variants]
 
 
 # The package of the Mosaic GPU modules, written beside them (the same text as render's backend packages).
@@ -242,6 +283,13 @@ class PallasGemmDesign(DesignBase):
     libraries = ("jax", "jaxlib")
     extra = "pallas"
     max_auto_stages = 4
+
+    # The Mosaic GPU module renders size-selected variants (a Config row each, picked by the jitted call at
+    # trace time); the TPU module renders one config (check's CFG003 refuses variants there).
+    variants_label = "Pallas Mosaic GPU"
+
+    def renders_variants_on(self, target: TargetInfo) -> bool:
+        return is_mgpu_target(target)
 
     def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
         """Pallas TPU pipelines double-buffer each BlockSpec by default."""
@@ -386,41 +434,22 @@ class PallasGemmDesign(DesignBase):
         return out
 
     def plan_mgpu(self, loaded: LoadedSpec, target: Target, ctx: Resolved) -> PallasMgpuPlan:
-        """The Mosaic GPU module's numbers, from what check resolved for the target (its effective spec,
-        stages and SMEM budget)."""
+        """The Mosaic GPU module's numbers, from what check resolved for the target and each of its
+        size-selected variants (effective spec, stages and SMEM budget): nothing is resolved again."""
         spec = ctx.spec
-        t, lay, sw = spec.tile, mgpu_layout(spec), mgpu_swizzles(spec)
         a_b, b_b, o_b = spec.a.dtype.bytes, spec.b.dtype.bytes, spec.out.dtype.bytes
         gpu = target_info(target).gpu
         assert gpu is not None
         return PallasMgpuPlan(
             **_module_fields(loaded, spec, [target]),
-            tile_m=t.m,
-            tile_n=t.n,
-            tile_k=t.k,
-            stages=ctx.ab_stages,
-            wgmma_in_flight=min(MGPU_WGMMA_IN_FLIGHT, ctx.ab_stages - 1),
             warpgroups=MGPU_CONSUMER_WGS,
-            wg_n=lay.wg_n,
-            epi_m=lay.epi_m,
-            epi_n=lay.epi_n,
-            out_slots=lay.out_slots,
-            residual_barriers=lay.residual_barriers,
-            a_swizzle=sw.ab,
-            b_swizzle=sw.ab,
-            out_swizzle=sw.out,
             a_min=TMA_MIN_BYTES // a_b,
             b_min=TMA_MIN_BYTES // b_b,
             out_min=TMA_MIN_BYTES // o_b,
             memory_registers=MGPU_MEMORY_REGISTERS,
-            group_m=spec.schedule.group_m,
-            raster_dim=0 if spec.schedule.raster == "along_m" else 1,
-            persistent=spec.schedule.persistent,
-            cluster_m=spec.cluster.m,
-            cluster_n=spec.cluster.n,
             num_sms=gpu.num_sms_example,
-            smem_bytes=ctx.budget.total,
-            smem_breakdown=ctx.budget.breakdown(),
+            config=mgpu_config(ctx),
+            variants=[mgpu_config(v) for v in ctx.variants],
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             spec_json=loaded.spec.model_dump(mode="json"),
@@ -444,20 +473,47 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
 
 
 
+# Config fields the module's Config table carries (the rest of MgpuConfig is the docstring's and METADATA's).
+MGPU_CONFIG_FIELDS = ("tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
+                      "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim",
+                      "persistent", "cluster_m", "cluster_n", "smem_bytes")
+
+
+def _config_meta(c: MgpuConfig) -> dict[str, object]:
+    when = {"when": {f"{dim.lower()}_max": n for dim, n in c.bounds}} if c.bounds else {}
+    return when | {k: getattr(c, k) for k in (*MGPU_CONFIG_FIELDS, "smem_breakdown")}
+
+
+def mgpu_metadata(p: PallasMgpuPlan) -> dict[str, object]:
+    """The module's METADATA: its identity, the default config's SMEM figure (what `specgen compile`
+    reports first), and every config's numbers."""
+    return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
+            "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets,
+            "a_major": p.a_major, "b_major": p.b_major, "batch": p.batch, "warpgroups": p.warpgroups,
+            "memory_registers": p.memory_registers, "num_sms": p.num_sms,
+            "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
+            "config": _config_meta(p.config), "variants": [_config_meta(v) for v in p.variants]}
+
+
 def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
-    """The Mosaic GPU template's variables: the plan and its METADATA dict."""
-    meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
-            **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
-    return {"p": p, "plan_meta": meta, "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}
+    """The Mosaic GPU template's variables: the plan, its METADATA dict, the Config table's fields, and
+    which code paths some config takes (the template renders a path only where one does)."""
+    return {"p": p, "plan_meta": mgpu_metadata(p), "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
+            "config_fields": MGPU_CONFIG_FIELDS,
+            "any_cluster": any(c.cluster_m * c.cluster_n > 1 for c in p.configs),
+            "any_residual": any(c.residual_barriers for c in p.configs)}
 
 
 def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
-    """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two) and
-    pipeline steps; TPU blocks in MXU multiples (timed only on a TPU)."""
+    """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
+    pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
+    2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
+    tuned like the default (its module renders every config)."""
     if target.memory == "vmem":
         return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
     k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
-    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4)}
+    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),
+            "cluster.m": (1, 2)}
 
 
 DESIGN = PallasGemmDesign()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 # Names its modules bind or read at their top level (a kernel's name must not replace one).
 MODULE_NAMES: frozenset[str] = frozenset({
-    "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES", "_kernel",
-    "_build", "_call", "plgpu", "_mg", "STAGES", "WGMMA_IN_FLIGHT", "WARPGROUPS", "WG_N", "OUT_SLOTS", "A_SWIZZLE",
-    "B_SWIZZLE", "OUT_SWIZZLE", "SMEM_BYTES", "min", "max", "TILE_M", "TILE_N", "TILE_K", "EPI_M", "EPI_N",
-    "PERSISTENT", "CLUSTER_M", "CLUSTER_N", "RASTER_DIM"
+    "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES", "BLOCK_M",
+    "BLOCK_N", "BLOCK_K", "_kernel", "_build", "_call", "plgpu", "_mg", "min", "max", "WARPGROUPS",
+    # Mosaic GPU: its configs (the default and each size-selected variant) and the launcher picking one
+    "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_launch",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -23,7 +23,12 @@ RESERVED: frozenset[str] = frozenset({
     "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu", "collective_axes",
     "compute_context", "delay_release", "grid_names", "lowering_semantics", "max_concurrent_steps",
     "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name", "transforms", "wait_read_only",
-    "wg_axis", "cta", "cluster", "cluster_names"
+    "wg_axis", "cta", "cluster", "cluster_names", "acc", "ei", "k", "num_threads", "pipeline", "slot", "tiles", "x",
+    "bool", "typing", "cfg", "config", "a_shared", "b_shared",
+    # the Config fields (attributes, but also the NamedTuple's class-body names)
+    "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
+    "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent", "cluster_m",
+    "cluster_n", "smem_bytes"
 })
 
 # How its templates derive names from an epilogue argument `x`.

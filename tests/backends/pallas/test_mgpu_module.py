@@ -71,10 +71,14 @@ def test_module_imports_without_a_gpu_with_the_plan_check_resolved(modules, name
     mod, resolved = modules[name]
     assert jax.default_backend() == "cpu"
     assert mod.METADATA["targets"] == ["pallas:gpu_sm90"]
-    assert mod.SMEM_BYTES == mod.METADATA["smem_bytes"] == resolved.budget.total
-    assert tuple(MGPU[name]["tile"][d] for d in "mnk") == (mod.TILE_M, mod.TILE_N, mod.TILE_K)
-    assert resolved.ab_stages == mod.STAGES and min(1, mod.STAGES - 1) == mod.WGMMA_IN_FLIGHT
-    assert mod.WG_N * mod.WARPGROUPS == mod.TILE_N
+    assert mod.CONFIG.smem_bytes == mod.METADATA["smem_bytes"] == resolved.budget.total
+    # every config (the default, then each size-selected variant) is the one check resolved and checked
+    assert len(mod.VARIANT_CONFIGS) == len(resolved.variants) == len(mod.METADATA["variants"])
+    for cfg, r in zip((mod.CONFIG, *mod.VARIANT_CONFIGS), (resolved, *resolved.variants), strict=True):
+        assert (r.spec.tile.m, r.spec.tile.n, r.spec.tile.k) == (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        assert r.ab_stages == cfg.stages and min(1, cfg.stages - 1) == cfg.wgmma_in_flight
+        assert cfg.smem_bytes == r.budget.total and (cfg.cluster_m, cfg.cluster_n) == (r.spec.cluster.m, r.spec.cluster.n)
+        assert cfg.wg_n * mod.WARPGROUPS == cfg.tile_n
 
 
 def test_plan_smem_is_what_mosaic_gpu_allocated_when_lowered() -> None:
@@ -84,7 +88,7 @@ def test_plan_smem_is_what_mosaic_gpu_allocated_when_lowered() -> None:
     assert {r["kernel"] for r in rows} == set(MGPU)
     for row in rows:
         assert row["lowered"] == row["plan"] == load_rendered(
-            ROOT / "generated" / "pallas" / "gpu_sm90" / f"{row['kernel']}.py", f"_mgpu_rec_{row['kernel']}").SMEM_BYTES
+            ROOT / "generated" / "pallas" / "gpu_sm90" / f"{row['kernel']}.py", f"_mgpu_rec_{row['kernel']}").CONFIG.smem_bytes
 
 
 SHAPES = [(256, 512, 256), (1, 256, 512), (130, 100, 1000), (517, 264, 1040), (96, 320, 0), (0, 64, 64)]
@@ -117,21 +121,23 @@ def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: d
     from specgen.designs.gemm_pallas.compile import compile_module
     from specgen.targets import TARGETS
 
-    spec = {k: v for k, v in MGPU[name].items() if k != "per_target"}
+    spec = {k: v for k, v in MGPU[name].items() if k not in ("per_target", "variants")}
     for section, keys in over.items():
         spec[section] = {**spec.get(section, {}), **keys}
     mod, resolved = render(spec, tmp_path)
-    assert (spec["cluster"]["m"], spec["cluster"]["n"]) == (mod.CLUSTER_M, mod.CLUSTER_N)
-    assert (1 if spec.get("schedule", {}).get("raster") == "along_n" else 0) == mod.RASTER_DIM
+    cfg = mod.CONFIG
+    assert (spec["cluster"]["m"], spec["cluster"]["n"]) == (cfg.cluster_m, cfg.cluster_n)
+    assert (1 if spec.get("schedule", {}).get("raster") == "along_n" else 0) == cfg.raster_dim
     text = Path(mod.__file__).read_text()
-    assert "cluster=(CLUSTER_M * CLUSTER_N,)," in text and 'cluster_names=("cluster",)' in text
-    shared = "b_spec" if mod.CLUSTER_M == 2 else "a_spec"
+    assert "cluster=(cluster,) if cluster > 1 else ()," in text and 'cluster_names=("cluster",) if cluster > 1' in text
+    # the shared operand's spec, and only it, loads collectively across the pair
+    assert 'a_shared, b_shared = ("cluster",) if cfg.cluster_n > 1 else (), ("cluster",) if cfg.cluster_m > 1 else ()' in text
     lines = text.splitlines()
-    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{shared} = plgpu.BlockSpec("))
-    assert 'collective_axes=("cluster",)' in lines[at + 1]  # the shared operand's spec, and only it
-    assert text.count('collective_axes=("cluster",)') == 1
-    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
-    assert (r.compiler_smem, r.error) == (mod.SMEM_BYTES, "") and resolved.budget.total == mod.SMEM_BYTES
+    for side in "ab":
+        at = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{side}_spec = plgpu.BlockSpec("))
+        assert f"collective_axes={side}_shared)" in lines[at + 1]
+    (r,) = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert (r.compiler_smem, r.error) == (cfg.smem_bytes, "") and resolved.budget.total == cfg.smem_bytes
     for M, N, K in SHAPES:
         out = jax.eval_shape(mod._call, *structs(spec, M, N, K))
         assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
@@ -240,6 +246,9 @@ def test_the_compile_hook_reports_mosaic_gpus_smem(modules) -> None:
     from specgen.targets import TARGETS
 
     mod, _ = modules["gemm_residual_bf16"]
-    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
-    assert (r.kernel, r.target, r.plan_smem) == ("gemm_residual_bf16", "pallas:gpu_sm90", mod.SMEM_BYTES)
-    assert (r.compiler_smem, r.error) == (mod.SMEM_BYTES, "")
+    results = compile_module(mod, TARGETS["pallas:gpu_sm90"])  # the default, then each variant
+    assert [(r.kernel, r.variant) for r in results] == [("gemm_residual_bf16", None)] + [
+        ("gemm_residual_bf16", i) for i in range(len(mod.VARIANT_CONFIGS))]
+    for r, cfg in zip(results, (mod.CONFIG, *mod.VARIANT_CONFIGS), strict=True):
+        assert (r.target, r.plan_smem) == ("pallas:gpu_sm90", cfg.smem_bytes)
+        assert (r.compiler_smem, r.error) == (cfg.smem_bytes, "")
