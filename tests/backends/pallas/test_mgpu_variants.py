@@ -152,29 +152,45 @@ def test_batched_clustered_variants_lower_to_their_plan_smem_and_trace(tmp_path)
         jax.jit(mod._launch).trace(*structs(SPEC_BATCHED, M, N, K)).lower(lowering_platforms=("cuda",))
 
 
-WITH_VARIANTS = sorted(name for name, spec in MGPU.items()
-                       if (spec.get("per_target", {}).get("pallas:gpu_sm90") or {}).get("variants"))
+# Decode variants for the catalogue's Mosaic GPU kernels, candidates the catalogue does not ship yet: no GPU
+# has run them (numerics or speed). Each must lower to its plan SMEM and trace on both sides of its bounds
+# here first; the GPU suite's two-variant module checks the numerics of the same kind of config.
+DECODE_VARIANTS = [
+    {"when": {"m_max": 16}, "tile": {"m": 64, "n": 64, "k": 64}, "pipeline": {"ab_stages": 8}},
+    {"when": {"m_max": 128}, "tile": {"m": 64, "n": 128, "k": 64}, "pipeline": {"ab_stages": 6}},
+]
+CANDIDATES = ["gemm_bf16", "gemm_bias_gelu_bf16", "gemm_fp8_rowwise", "gemm_relu_f16", "gemm_residual_bf16"]
 
 
-def test_the_catalogue_has_mosaic_gpu_decode_variants() -> None:
-    assert WITH_VARIANTS == ["gemm_bf16", "gemm_bias_gelu_bf16", "gemm_fp8_rowwise", "gemm_relu_f16",
-                             "gemm_residual_bf16"]
+def with_decode_variants(name: str) -> dict:
+    spec = json.loads(json.dumps(MGPU[name]))
+    variants = json.loads(json.dumps(DECODE_VARIANTS))
+    if spec["a"]["dtype"].startswith("fp8"):  # K: one 128-byte swizzle row of fp8
+        for v in variants:
+            v["tile"]["k"] = 128
+    own = spec.setdefault("per_target", {}).setdefault("pallas:gpu_sm90", {})
+    if own.get("cluster"):
+        for v in variants:  # one tile row at decode sizes: a pair's second CTA would idle
+            v["cluster"] = {"m": 1, "n": 1}
+    own["variants"] = variants
+    return spec
 
 
-@pytest.mark.parametrize("name", WITH_VARIANTS)
-def test_catalogue_variants_lower_to_their_plan_smem_and_trace(tmp_path, name: str) -> None:
+@pytest.mark.parametrize("name", CANDIDATES)
+def test_decode_variant_candidates_lower_to_their_plan_smem_and_trace(tmp_path, name: str) -> None:
     from specgen.designs.gemm_pallas.compile import compile_module
 
-    mod, resolved = render(MGPU[name], tmp_path)
-    assert len(mod.VARIANT_CONFIGS) == len(resolved.variants) >= 2
+    spec = with_decode_variants(name)
+    mod, resolved = render(spec, tmp_path)
+    assert len(mod.VARIANT_CONFIGS) == len(resolved.variants) == 2
     results = compile_module(mod, TARGETS["pallas:gpu_sm90"])
     for r, want in zip(results, (resolved, *resolved.variants), strict=True):
         assert (r.error, r.compiler_smem) == ("", want.budget.total), r
     for M in (1, 16, 17, 64, 65, 128, 129):
         cfg = mod._config_for(M, 4096, 4096)
-        out = jax.eval_shape(mod._call, *structs(MGPU[name], M, 264, 520))
+        out = jax.eval_shape(mod._call, *structs(spec, M, 264, 520))
         assert out.shape[-2:] == (M, 264)
-        assert cfg.tile_m == (64 if resolved.variants[-1].when.m_max >= M else resolved.spec.tile.m)
+        assert cfg.tile_m == (64 if M <= 128 else resolved.spec.tile.m)
 
 
 def _errors(spec: dict, rule: str) -> list:
