@@ -68,6 +68,12 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
         for target in dict.fromkeys(p[1] for p, _ in edits):
             _pad(kernel["per_target"][target])
     last = _last_table(kernel)
+    if tail and last.value.body and last.value.body[-1][0] is not None:
+        # a key written last carries no line end of its own (tomlkit): end its line before the comments
+        # go back, or the first of them lands on the key's line
+        item = last.value.body[-1][1]
+        if not item.trivia.trail.endswith("\n"):
+            item.trivia.trail += "\n"
     for item in tail:
         last.value.body.append((None, item))
     return tomlkit.dumps(doc)

@@ -71,3 +71,22 @@ def test_json_spec_is_rewritten(tmp_path: Path) -> None:
     path.write_text(json.dumps(yaml.safe_load(YAML), indent=2))
     r = run_tune(path, tmp_path / "c.jsonl", overrides=SMALL, write=True)
     assert r.edits and load_file(path)[0].spec.for_target("triton:sm90").tile.n == 128
+
+
+def test_a_key_written_before_a_tables_closing_comments_keeps_its_own_line(tmp_path: Path) -> None:
+    """A second tune of one target: its table ends in the first tune's summary comment, which the writer
+    lifts off and puts back after the new key; the key's line must end first (a tune of the residual
+    kernel wrote `tile = { ... }# cute:sm90 variant 0 ...` into the catalogue this way)."""
+    from specgen.tune.writeback import write_back
+
+    path = tmp_path / "k.toml"
+    path.write_text('[[kernels]]\nname = "k"\nkind = "gemm"\na = { dtype = "bf16" }\nb = { dtype = "bf16" }\n'
+                    'out = { dtype = "bf16" }\ntile = { m = 128, n = 128, k = 64 }\ntargets = ["cute:sm90"]\n\n[kernels.per_target."cute:sm90"]\n'
+                    "variants = [\n  { when = { m_max = 16 }, tile = { m = 64, n = 128, k = 64 } },\n]\n"
+                    "# cute:sm90 variant 0 (M <= 16): the first tune\n")
+    write_back(path, 0, [(("per_target", "cute:sm90", "tile"), {"m": 128, "n": 256, "k": 64})],
+               ["cute:sm90 default: the second tune"])
+    lines = path.read_text().splitlines()
+    assert "tile = { m = 128, n = 256, k = 64 }" in lines
+    assert "# cute:sm90 variant 0 (M <= 16): the first tune" in lines
+    assert load_file(path)[0].spec.for_target("cute:sm90").tile.n == 256
