@@ -135,7 +135,7 @@ def test_variants_on_a_tpu_target_are_refused_cfg003() -> None:
         ls = load(spec)
         (d,) = errors(ls, "CFG003")
         assert d.target == target and rel in d.message and "M <= 64" in d.message
-        assert "rendered by the Triton and CuTe sm90 designs only" in d.message
+        assert "rendered by the Triton and CuTe sm90 and CuTe sm100 designs only" in d.message
         assert d.line == line_of(spec, '"variants"')
         # the same variants listed for that target alone point at its per_target table
         spec = {**BASE, "targets": ["triton:sm90", target],
