@@ -136,8 +136,12 @@ def make_tiled_mma(cfg: Config) -> cute.TiledMma:
 
 
 def epilogue_tile(cfg: Config) -> cute.Tile:
-    """The epilogue subtile (epi_m x epi_n): the CUTLASS DSL's choice for an epilogue without a source tile."""
-    return sm100_utils.compute_epilogue_tile_shape((cfg.tile_m, cfg.tile_n, cfg.tile_k), cfg.two_cta, OUT_LAYOUT, OUT_DTYPE)
+    """The epilogue subtile (epi_m x epi_n), laid out as the CUTLASS DSL's `compute_epilogue_tile_shape` lays
+    its own: rows by one TMEM subpartition per warp; a 2-CTA pair of 64-row CTAs splits its four epilogue
+    warps 2 x 2, each half of the subtile's columns from one half of the tile."""
+    warp_n = 2 if cfg.two_cta and cfg.tile_m == 64 else 1
+    cols = cute.make_layout((cfg.epi_n // warp_n, warp_n), stride=(1, cfg.tile_n // warp_n))
+    return (cute.make_layout(cfg.epi_m), cute.coalesce(cols))
 
 
 def make_raster(cfg: Config, tiles) -> cute.Layout:

@@ -87,21 +87,40 @@ def tmem_warps(spec: GemmSpec) -> tuple[int, int]:
     return (2, 2) if two_cta(spec) and spec.tile.m == 64 else (4, 1)
 
 
+# Values an epilogue thread holds per element of its subtile fragment at the fused ops: the accumulator,
+# the output, and one fragment per vector or matrix operand (the shared epilogue table gathers each into a
+# fragment shaped like the accumulator). Where they pass EPILOGUE_HELD_VALUES per thread the subtile's
+# columns are halved. Measured (nvidia-cutlass-dsl 4.8.1, sm_100a SASS): every op of the table at once
+# (six vectors and a residual: 9 fragments) on a 128x32 subtile (32 values each) spilled 67 LDL; halved
+# to 128x16 it does not; the catalogue's (at most 4 fragments of 32) are spill-free.
+EPILOGUE_HELD_VALUES = 160
+
+
+def held_fragments(spec: GemmSpec) -> int:
+    """Fragments an epilogue thread holds at once: accumulator, output, and each tensor operand."""
+    return 2 + sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix"))
+
+
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
-    """The SMEM subtile one TMA store writes: the CUTLASS DSL's choice for an epilogue without a source
-    tile (`compute_epilogue_tile_size`): min(tile.m, 32 x warp rows) rows, 4096 elements' worth of
-    columns halved until they divide tile.n, at least 16 bytes per warp column, the template calls
-    that helper and the plan computes the same numbers (the SMEM test compares them)."""
+    """The SMEM subtile one TMA store writes. The CUTLASS DSL's choice for an epilogue without a source
+    tile (CD `utils/blackwell_helpers.py` `compute_epilogue_tile_size`): min(tile.m, 32 x warp rows)
+    rows (one TMEM subpartition of 32 lanes per warp), 4096 elements' worth of columns halved until they
+    divide tile.n, at least 16 bytes per warp column; then halved while the epilogue's held fragments
+    (`held_fragments`) pass EPILOGUE_HELD_VALUES per thread. The template builds this tile from
+    Config's epi_m and epi_n as that helper lays it out."""
     t = spec.tile
     warp_m, warp_n = tmem_warps(spec)
     em = min(t.m, TMEM_DATAPATHS * warp_m)
     n_perf = EPILOGUE_ELEMENTS // em
     while t.n % n_perf:
         n_perf //= 2
-    n_min = 16 // spec.out.dtype.bytes * warp_n  # row-major output: 128 bits of N per warp
-    en = min(t.n, max(n_perf, 8 * warp_n, n_min))
+    n_min = max(16 // spec.out.dtype.bytes * warp_n, 8 * warp_n)  # row-major output: 128 bits of N per warp
+    en = min(t.n, max(n_perf, n_min))
     if t.n % en:
         en = t.n
+    threads = EPILOGUE_THREADS
+    while held_fragments(spec) * em * en // threads > EPILOGUE_HELD_VALUES and en // 2 >= n_min and t.n % (en // 2) == 0:
+        en //= 2
     return em, en
 
 

@@ -38,7 +38,8 @@ RESERVED: frozenset[str] = frozenset({
     "tiled_mma", "tiler", "tiles", "tl", "tm", "tma", "tma_a", "tma_b", "tma_bar_ptr", "tma_out", "tmem",
     "tmem_columns", "tmem_dealloc", "tmem_ptr", "tmem_slot", "tn", "tOut", "torch_rows_first", "tRS_out",
     "tRS_sOut", "t2r", "tTR_acc", "tTR_crd", "tuple", "two_cta", "two_cta_tmem_dealloc_mbar_ptr", "tx_count",
-    "typing", "unroll", "use_tvm_ffi_env_stream", "variant", "variants", "vector", "warp", "within", "work", "work_count",
+    "typing", "unroll", "use_tvm_ffi_env_stream", "variant", "variants", "vector", "warp", "warp_n", "within", "work",
+    "work_count",
     "work_index", "work_stride", "x",
 })
 
