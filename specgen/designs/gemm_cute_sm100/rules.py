@@ -1,15 +1,21 @@
-"""The rules of CuTe targets that issue tcgen05 (Blackwell): its MMA shapes (MMA002), TMEM (TMEM001),
-2-CTA clusters (CLU002), and the CuTe options a tcgen05 kernel cannot honour (OPT001). They apply by
-the target's row (any CuTe kernel issuing tcgen05), so a rendering design that takes these targets
-over keeps them."""
+"""The CuTe sm100 (tcgen05) design's rules. The hardware's, by the target's row (any CuTe kernel issuing
+tcgen05): its MMA shapes per dtype and CTA group (MMA002), TMEM columns x accumulator stages (TMEM001),
+2-CTA clusters (CLU002), and the CuTe options a tcgen05 kernel cannot honour (OPT001). This template's
+own (CUTE101-CUTE103): the tile widths it compiles, the cluster sizes its launcher can launch, its TMA
+store. Shared rules apply too: dtypes (DT001), cluster size (CLU001), TMA boxes (TMA001, TMA002: B's box
+is half the tile's columns per CTA of a 2-CTA pair, the store box the epilogue subtile) and the SMEM
+budget (SMEM001) over this design's `memory`, which counts the epilogue staging it allocates."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction
+from specgen.designs.gemm_cute_sm100.design import DESIGN
+from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction, target_of
 
 RULES = RuleSet()
+SERVED = target_of(DESIGN)
+PORTABLE_CLUSTER = 8  # CTAs a cluster may hold without cudaFuncAttributeNonPortableClusterSizeAllowed
 
 
 @RULES.rule("MMA002", "tcgen05 (UMMA) instruction shape", issues("tcgen05"))
@@ -70,3 +76,39 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("OPT001", "error", f"cute.mma_warpgroups = {s.cute.mma_warpgroups} splits a wgmma tile "
                       f"(sm90); {t} issues tcgen05 MMAs from one thread", "drop cute.mma_warpgroups",
                       ("cute", "mma_warpgroups"))
+
+
+@RULES.rule("CUTE101", "sm100 tile widths the template compiles", SERVED)
+def cute_sm100_tile_n(ctx: RuleContext) -> Iterator[Finding]:
+    """Each CTA holds tile.n columns of the accumulator and tile.n (1-CTA) or tile.n / 2 (2-CTA) rows of B;
+    where that width is an odd multiple of 8 past 8 (24, 40, ..., 200; 2-CTA tile.n 48, 240) the compiling
+    process aborts (measured: nvidia-cutlass-dsl 4.8.1, `cute.compile` for sm_100a, no Python error, the
+    process dies); multiples of 16, and 8 itself, compile. A template limit, not a hardware one: tcgen05
+    takes N in steps of 8 (MMA002)."""
+    s = ctx.spec
+    pair = 2 if s.cute.two_cta else 1
+    width = s.tile.n // pair
+    if width % 16 and width != 8:
+        good = max(16 * pair, s.tile.n // (16 * pair) * 16 * pair)
+        yield Finding("CUTE101", "error", f"tile.n = {s.tile.n} gives each CTA {width} columns of B, an odd multiple of 8: "
+                      "the CuTe DSL (4.8.1) aborts compiling it for sm_100a", f"use tile.n = {good}", ("tile", "n"))
+
+
+@RULES.rule("CUTE102", "sm100 clusters the launcher can launch", SERVED)
+def cute_sm100_cluster(ctx: RuleContext) -> Iterator[Finding]:
+    """Clusters above 8 CTAs launch only with the non-portable opt-in (cudaFuncAttributeNonPortableClusterSize
+    Allowed, CUDA programming guide: 8 is the portable maximum; HARDWARE.md). The sm100 launcher sets no
+    such attribute, so a larger cluster (it compiles) would fail at launch: an error here where CLU001 warns."""
+    c = ctx.spec.cluster
+    if c.size > PORTABLE_CLUSTER:
+        yield Finding("CUTE102", "error", f"cluster {c.m}x{c.n} = {c.size} CTAs > {PORTABLE_CLUSTER}: the cute:sm100 launcher "
+                      "does not opt into non-portable cluster sizes", "use a cluster of at most 8 CTAs", ("cluster",))
+
+
+@RULES.rule("CUTE103", "sm100 stores through SMEM by TMA", SERVED)
+def cute_sm100_tma_store(ctx: RuleContext) -> Iterator[Finding]:
+    """The sm100 design always stages the output in SMEM subtiles and stores them by TMA (its SMEM budget
+    counts that staging); `cute.tma_store = false` is not honoured (a design choice, not a limit)."""
+    if not ctx.spec.cute.tma_store:
+        yield Finding("CUTE103", "warning", "cute.tma_store = false is ignored on cute:sm100: the kernel stores by TMA",
+                      "drop cute.tma_store", ("cute", "tma_store"))

@@ -208,3 +208,23 @@ def test_shapes_and_every_op_compile_spill_free_with_the_plans_smem_and_tmem(nam
     assert r.sass["UTMALDG"] == tma_boxes_per_stage(loaded(spec).spec), r.sass
     assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
     assert r.sass["UTCQMMA" if loaded(spec).spec.a.dtype.bytes == 1 else "UTCHMMA"] > 0, r.sass
+
+
+def test_smem_budget_counts_the_epilogue_staging_this_template_allocates():
+    """SMEM001 over this design's `memory`: 7 A/B stages of a 128x128x64 bf16 tile (7 x 32768 B + 2048 B
+    of barriers and alignment pad) would fit the 232448 B per block alone; the two 128x32 bf16 epilogue
+    subtiles (16384 B) the template stages beside them do not; 6 stages do."""
+    from specgen.check import check_spec
+
+    def smem_errors(stages: int) -> list:
+        spec = {**MINIMAL_SPEC, "name": "budget", "targets": ["cute:sm100"], "tile": {"m": 128, "n": 128, "k": 64},
+                "pipeline": {"ab_stages": stages}}
+        return [d for d in check_spec(loaded(spec)) if d.rule == "SMEM001" and d.severity == "error"]
+
+    r = resolve(loaded({**MINIMAL_SPEC, "name": "budget", "targets": ["cute:sm100"], "tile": {"m": 128, "n": 128, "k": 64},
+                        "pipeline": {"ab_stages": 7}}).spec, SM100)
+    assert r.budget.epilogue_bytes == 2 * 128 * 32 * 2 and r.budget.reserve == 2048
+    assert r.budget.total - r.budget.epilogue_bytes <= 232448 < r.budget.total
+    assert smem_errors(6) == []
+    (d,) = smem_errors(7)
+    assert "epilogue 16384" in d.message, d.message
