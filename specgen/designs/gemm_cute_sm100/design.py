@@ -289,8 +289,10 @@ class CuteSm100Gemm(DesignBase):
         em, en = epilogue_tile(spec)
         epi = _align(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)  # always stored by TMA (CUTE103)
         reserve = BASE_ALIGN_PAD + _align(barrier_bytes(ab_stages, acc_stages_for(spec, target)))
-        stage = a_stage_bytes(spec) + b_stage_bytes(spec)
-        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False)
+        a, b = a_stage_bytes(spec) * ab_stages, b_stage_bytes(spec) * ab_stages
+        pad = _align(a) - a + _align(b) - b  # the A and B regions each start 1024-aligned (e.g. 104-row B stages)
+        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, a_stage_bytes(spec) + b_stage_bytes(spec), ab_stages,
+                            epi, epilogue_overlaps_ab=False, extra_bytes=pad, extra_label="alignment")
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """A's tile, B's share of the tile (half its columns per CTA of a 2-CTA pair), the epilogue subtile."""

@@ -1,8 +1,8 @@
 """The CuTe sm100 (tcgen05) design's rules. The hardware's, by the target's row (any CuTe kernel issuing
 tcgen05): its MMA shapes per dtype and CTA group (MMA002), TMEM columns x accumulator stages (TMEM001),
 2-CTA clusters (CLU002), and the CuTe options a tcgen05 kernel cannot honour (OPT001). This template's
-own (CUTE101-CUTE103): the tile widths it compiles, the cluster sizes its launcher can launch, its TMA
-store. Shared rules apply too: dtypes (DT001), cluster size (CLU001), TMA boxes (TMA001, TMA002: B's box
+own (CUTE101-CUTE107): the tile widths it compiles, the cluster sizes its launcher can launch, its TMA
+store, the accumulator stages and dtypes it compiles, a measured spill, and its epilogue subtiles. Shared rules apply too: dtypes (DT001), cluster size (CLU001), TMA boxes (TMA001, TMA002: B's box
 is half the tile's columns per CTA of a 2-CTA pair, the store box the epilogue subtile) and the SMEM
 budget (SMEM001) over this design's `memory`, which counts the epilogue staging it allocates."""
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_cute_sm100.design import DESIGN
+from specgen.designs.gemm_cute_sm100.design import DESIGN, epilogue_tile, tmem_warps
 from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction, target_of
+from specgen.spec.dtypes import DType
 
 RULES = RuleSet()
 SERVED = target_of(DESIGN)
@@ -80,18 +81,19 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
 
 @RULES.rule("CUTE101", "sm100 tile widths the template compiles", SERVED)
 def cute_sm100_tile_n(ctx: RuleContext) -> Iterator[Finding]:
-    """Each CTA holds tile.n columns of the accumulator and tile.n (1-CTA) or tile.n / 2 (2-CTA) rows of B;
-    where that width is an odd multiple of 8 past 8 (24, 40, ..., 200; 2-CTA tile.n 48, 240) the compiling
-    process aborts (measured: nvidia-cutlass-dsl 4.8.1, `cute.compile` for sm_100a, no Python error, the
-    process dies); multiples of 16, and 8 itself, compile. A template limit, not a hardware one: tcgen05
-    takes N in steps of 8 (MMA002)."""
+    """Each CTA holds tile.n (1-CTA) or tile.n / 2 (2-CTA) rows of B. With a 16-bit K-major B, where that
+    width is an odd multiple of 8 past 8 (24, 40, ..., 200; 2-CTA tile.n 48, 112, 240) the compiling process
+    aborts (measured: nvidia-cutlass-dsl 4.8.1, `cute.compile` for sm_100a, SIGABRT, no Python error; the
+    compile grid tests/grids/cute_sm100.py); multiples of 16, 8 itself, fp8 B and MN-major B compile. A
+    template limit, not a hardware one: tcgen05 takes N in steps of 8 (MMA002)."""
     s = ctx.spec
     pair = 2 if s.cute.two_cta else 1
     width = s.tile.n // pair
-    if width % 16 and width != 8:
+    if s.b.dtype.bytes == 2 and s.b.major == "k" and width % 16 and width != 8:
         good = max(16 * pair, s.tile.n // (16 * pair) * 16 * pair)
-        yield Finding("CUTE101", "error", f"tile.n = {s.tile.n} gives each CTA {width} columns of B, an odd multiple of 8: "
-                      "the CuTe DSL (4.8.1) aborts compiling it for sm_100a", f"use tile.n = {good}", ("tile", "n"))
+        yield Finding("CUTE101", "error", f"tile.n = {s.tile.n} gives each CTA {width} rows of a 16-bit K-major B, an odd "
+                      "multiple of 8: the CuTe DSL (4.8.1) aborts compiling it for sm_100a", f"use tile.n = {good}",
+                      ("tile", "n"))
 
 
 @RULES.rule("CUTE102", "sm100 clusters the launcher can launch", SERVED)
@@ -112,3 +114,64 @@ def cute_sm100_tma_store(ctx: RuleContext) -> Iterator[Finding]:
     if not ctx.spec.cute.tma_store:
         yield Finding("CUTE103", "warning", "cute.tma_store = false is ignored on cute:sm100: the kernel stores by TMA",
                       "drop cute.tma_store", ("cute", "tma_store"))
+
+
+@RULES.rule("CUTE104", "sm100 accumulator stages of a 64-row 1-CTA tile", SERVED)
+def cute_sm100_acc_stages(ctx: RuleContext) -> Iterator[Finding]:
+    """A 1-CTA 64-row accumulator is packed two column blocks to a TMEM column (CD `utils/blackwell_helpers.py`
+    `compute_acc_tmem_cols_per_stage`: interleaved); with 3 accumulator stages the compiling process aborts
+    (measured: nvidia-cutlass-dsl 4.8.1, sm_100a, 8 of 8 grid specs; 1 and 2 stages compile, 3 stages of a
+    128-row or 2-CTA tile compile). More than 2 stages are refused there: only 3 was measured."""
+    s = ctx.spec
+    if not s.cute.two_cta and s.tile.m == 64 and ctx.acc_stages > 2:
+        yield Finding("CUTE104", "error", f"{ctx.acc_stages} accumulator stages of a 1-CTA 64-row tile: the CuTe DSL (4.8.1) "
+                      "aborts compiling it for sm_100a", "use pipeline.acc_stages = 2", ("pipeline", "acc_stages"))
+
+
+@RULES.rule("CUTE105", "sm100 f16 accumulators store 16-bit outputs", SERVED)
+def cute_sm100_f16_acc(ctx: RuleContext) -> Iterator[Finding]:
+    """The epilogue's TMEM load is picked for the (accumulator, output) pair (CD `utils/blackwell_helpers.py`
+    `get_tmem_load_op`); an f16 accumulator with an f32 output raises "Can not handle acc/d type combination"
+    (measured: nvidia-cutlass-dsl 4.8.1, sm_100a); f16 and bf16 outputs compile. 8-bit outputs were not
+    measured and are refused with it."""
+    s = ctx.spec
+    if s.accumulator.bytes == 2 and s.out.dtype.bytes != 2:
+        yield Finding("CUTE105", "error", f"an f16 accumulator with a {s.out.dtype} output: the CuTe DSL (4.8.1) has no TMEM "
+                      "load for that pair", "use accumulator = \"f32\" or a 16-bit output", ("accumulator",))
+
+
+@RULES.rule("CUTE106", "sm100 runtime scalars beside an erf GELU", SERVED)
+def cute_sm100_scalar_gelu(ctx: RuleContext) -> Iterator[Finding]:
+    """A runtime scalar multiplier (`scale` by "scalar" without a value) in the same epilogue as the erf GELU
+    (`activation` "gelu"), on a 1-CTA 128-row tile of 16-bit inputs with a bf16 output and 32-column epilogue
+    subtiles, spills to local memory (measured: nvidia-cutlass-dsl 4.8.1, sm_100a SASS: 13 LDL and 9 STL with
+    one scalar at 64 registers, ptxas keeping the parameter in local memory around the erf code; the compile
+    grid's one spill). Change any one of those (f16 or f32 output, fp8 inputs, a 2-CTA pair, 64 rows, a
+    literal scale, the tanh GELU) and it compiled spill-free in the grid. The conjunction is a fit to what
+    ptxas did, not a derivation: an error where it was seen, nothing elsewhere."""
+    s = ctx.spec
+    scalars = [a.name for a in s.runtime_args() if a.shape == "scalar"]
+    gelu = any(op.op == "activation" and op.fn == "gelu" for op in s.epilogue)
+    seen = (not s.cute.two_cta and s.tile.m == 128 and s.a.dtype.bytes == 2 and s.out.dtype == DType.bf16
+            and epilogue_tile(s)[1] == 32)
+    if scalars and gelu and seen:
+        yield Finding("CUTE106", "error", f"runtime scalar {', '.join(scalars)} beside the erf GELU spills to local memory "
+                      "on this cute:sm100 tile", "give the scale a value, or use the tanh GELU (fn = \"gelu_tanh\")",
+                      ("epilogue",))
+
+
+@RULES.rule("CUTE107", "sm100 epilogue subtile rows of whole 16-byte units per warp", SERVED)
+def cute_sm100_epilogue_columns(ctx: RuleContext) -> Iterator[Finding]:
+    """Each epilogue warp stores its share of a subtile's columns (epi_n, or epi_n / 2 when a 2-CTA pair of
+    64-row CTAs splits its warps 2 x 2: designs/gemm_cute_sm100/design.py `epilogue_tile`) as 16-byte units
+    (stmatrix, the TMA store's 16-byte granularity). Where tile.n admits no such subtile the epilogue takes
+    the whole tile.n, and a share that is not a whole number of 16-byte units fails to build (measured:
+    nvidia-cutlass-dsl 4.8.1, sm_100a, "Operation creation failed" on 2-CTA 64x48 tiles with 8-bit outputs)."""
+    s = ctx.spec
+    em, en = epilogue_tile(s)
+    warp_n = tmem_warps(s)[1]
+    share = en // warp_n * s.out.dtype.bytes
+    if share % 16:
+        yield Finding("CUTE107", "error", f"the {em}x{en} epilogue subtile gives each of {warp_n} warp columns {share} bytes of "
+                      f"{s.out.dtype} per row, not a multiple of 16", "use a tile.n with a 32-byte multiple per warp column",
+                      ("tile", "n"))
