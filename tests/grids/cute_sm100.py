@@ -16,6 +16,17 @@ may be comma-separated lists, one N per SEED) in JOBS worker processes (2 by def
 case and a summary; OUT (tests/data/grid_cute_sm100.json to refresh the record) gets every spec with the
 compiler's verdict and the DSL's version. A worker whose process the DSL aborts is restarted after the
 spec that killed it. tests/backends/cute/test_cute_sm100_grid.py replays `check` over the record in CI.
+
+Measured 2026-11-25 (nvidia-cutlass-dsl 4.8.1, CPU only, about 1-3 s a spec, 2 workers). Seed 17 (330
+specs) first: 7 false accepts and 21 false rejects against the rules then (CUTE101 on every B, a 16-CTA
+cluster the compile cannot judge, no CUTE104/CUTE105/CUTE107): those rules were fitted to it. Seed 18 (150
+specs) was then compiled held out: 2 false accepts (erf-GELU epilogues spilling 7 and 11 LDL on 32-column
+subtiles) and 1 false reject; the epilogue subtile now halves for an erf GELU (design.py
+GELU_ERF_FRAGMENTS), which compiled all three spilling kernels spill-free. The record
+(`330,150 17,18`, tests/data/grid_cute_sm100.json, after that change): 480 random specs and the probes,
+compiler 276 ok, 0 spill, 71 over the SMEM limit, 142 errors (34 of them the DSL aborting the process);
+check 0 false accepts, 0 false rejects. Both seeds shaped the rules, so that is a fit, not a held-out
+figure: the held-out one is seed 18's before the fix (2 false accepts in 150).
 """
 
 from __future__ import annotations

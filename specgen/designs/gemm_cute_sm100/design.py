@@ -93,12 +93,19 @@ def tmem_warps(spec: GemmSpec) -> tuple[int, int]:
 # columns are halved. Measured (nvidia-cutlass-dsl 4.8.1, sm_100a SASS): every op of the table at once
 # (six vectors and a residual: 9 fragments) on a 128x32 subtile (32 values each) spilled 67 LDL; halved
 # to 128x16 it does not; the catalogue's (at most 4 fragments of 32) are spill-free.
+# An erf GELU's working set counts as GELU_ERF_FRAGMENTS more. Measured the same way: with it, three
+# compile-grid kernels on 32-column subtiles spilled (7 to 19 LDL, at 64 registers) and compiled spill-free
+# on 16-column ones (tests/grids/cute_sm100.py, seeds 17 and 18).
 EPILOGUE_HELD_VALUES = 160
+GELU_ERF_FRAGMENTS = 4
 
 
 def held_fragments(spec: GemmSpec) -> int:
-    """Fragments an epilogue thread holds at once: accumulator, output, and each tensor operand."""
-    return 2 + sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix"))
+    """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand, and an erf
+    GELU's working set."""
+    operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix"))
+    gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)
+    return 2 + operands + GELU_ERF_FRAGMENTS * gelu
 
 
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:

@@ -1,8 +1,8 @@
 """The CuTe sm100 (tcgen05) design's rules. The hardware's, by the target's row (any CuTe kernel issuing
 tcgen05): its MMA shapes per dtype and CTA group (MMA002), TMEM columns x accumulator stages (TMEM001),
 2-CTA clusters (CLU002), and the CuTe options a tcgen05 kernel cannot honour (OPT001). This template's
-own (CUTE101-CUTE107): the tile widths it compiles, the cluster sizes its launcher can launch, its TMA
-store, the accumulator stages and dtypes it compiles, a measured spill, and its epilogue subtiles. Shared rules apply too: dtypes (DT001), cluster size (CLU001), TMA boxes (TMA001, TMA002: B's box
+own (CUTE101-CUTE106): the tile widths it compiles, the cluster sizes its launcher can launch, its TMA
+store, the accumulator stages and dtypes it compiles, and its epilogue subtiles. Shared rules apply too: dtypes (DT001), cluster size (CLU001), TMA boxes (TMA001, TMA002: B's box
 is half the tile's columns per CTA of a 2-CTA pair, the store box the epilogue subtile) and the SMEM
 budget (SMEM001) over this design's `memory`, which counts the epilogue staging it allocates."""
 
@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 from specgen.designs.gemm_cute_sm100.design import DESIGN, epilogue_tile, tmem_warps
 from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction, target_of
-from specgen.spec.dtypes import DType
 
 RULES = RuleSet()
 SERVED = target_of(DESIGN)
@@ -140,27 +139,7 @@ def cute_sm100_f16_acc(ctx: RuleContext) -> Iterator[Finding]:
                       "load for that pair", "use accumulator = \"f32\" or a 16-bit output", ("accumulator",))
 
 
-@RULES.rule("CUTE106", "sm100 runtime scalars beside an erf GELU", SERVED)
-def cute_sm100_scalar_gelu(ctx: RuleContext) -> Iterator[Finding]:
-    """A runtime scalar multiplier (`scale` by "scalar" without a value) in the same epilogue as the erf GELU
-    (`activation` "gelu"), on a 1-CTA 128-row tile of 16-bit inputs with a bf16 output and 32-column epilogue
-    subtiles, spills to local memory (measured: nvidia-cutlass-dsl 4.8.1, sm_100a SASS: 13 LDL and 9 STL with
-    one scalar at 64 registers, ptxas keeping the parameter in local memory around the erf code; the compile
-    grid's one spill). Change any one of those (f16 or f32 output, fp8 inputs, a 2-CTA pair, 64 rows, a
-    literal scale, the tanh GELU) and it compiled spill-free in the grid. The conjunction is a fit to what
-    ptxas did, not a derivation: an error where it was seen, nothing elsewhere."""
-    s = ctx.spec
-    scalars = [a.name for a in s.runtime_args() if a.shape == "scalar"]
-    gelu = any(op.op == "activation" and op.fn == "gelu" for op in s.epilogue)
-    seen = (not s.cute.two_cta and s.tile.m == 128 and s.a.dtype.bytes == 2 and s.out.dtype == DType.bf16
-            and epilogue_tile(s)[1] == 32)
-    if scalars and gelu and seen:
-        yield Finding("CUTE106", "error", f"runtime scalar {', '.join(scalars)} beside the erf GELU spills to local memory "
-                      "on this cute:sm100 tile", "give the scale a value, or use the tanh GELU (fn = \"gelu_tanh\")",
-                      ("epilogue",))
-
-
-@RULES.rule("CUTE107", "sm100 epilogue subtile rows of whole 16-byte units per warp", SERVED)
+@RULES.rule("CUTE106", "sm100 epilogue subtile rows of whole 16-byte units per warp", SERVED)
 def cute_sm100_epilogue_columns(ctx: RuleContext) -> Iterator[Finding]:
     """Each epilogue warp stores its share of a subtile's columns (epi_n, or epi_n / 2 when a 2-CTA pair of
     64-row CTAs splits its warps 2 x 2: designs/gemm_cute_sm100/design.py `epilogue_tile`) as 16-byte units
@@ -172,6 +151,6 @@ def cute_sm100_epilogue_columns(ctx: RuleContext) -> Iterator[Finding]:
     warp_n = tmem_warps(s)[1]
     share = en // warp_n * s.out.dtype.bytes
     if share % 16:
-        yield Finding("CUTE107", "error", f"the {em}x{en} epilogue subtile gives each of {warp_n} warp columns {share} bytes of "
+        yield Finding("CUTE106", "error", f"the {em}x{en} epilogue subtile gives each of {warp_n} warp columns {share} bytes of "
                       f"{s.out.dtype} per row, not a multiple of 16", "use a tile.n with a 32-byte multiple per warp column",
                       ("tile", "n"))
