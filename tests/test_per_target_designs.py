@@ -163,7 +163,7 @@ def test_variants_on_triton_only_or_on_checked_only_targets_pass() -> None:
     ls = load(spec)
     report = check_specs([ls])
     assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
-    # cute:sm100 renders nothing (checked only): its variant is checked, not refused
+    # cute:sm100 renders size-selected variants (the CuTe sm100 design): its variant is kept
     assert len(report.resolved[(ls.name, "cute:sm100")].variants) == 1
     assert len(report.resolved[(ls.name, "triton:sm90")].variants) == 1
     assert not report.resolved[(ls.name, "cute:sm90")].variants
