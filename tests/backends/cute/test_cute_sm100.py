@@ -228,3 +228,21 @@ def test_smem_budget_counts_the_epilogue_staging_this_template_allocates():
     assert smem_errors(6) == []
     (d,) = smem_errors(7)
     assert "epilogue 16384" in d.message, d.message
+
+
+def test_the_jax_entrys_xla_abi_kernel_compiles_for_sm100a(tmp_path):
+    """The JAX entry (shared templates/cute/jax_host.jinja) of an sm100 module: its XLA-ABI kernel compiles
+    for sm_100a with the SM count passed as a constant (148, no device to ask): TMA, UTCQMMA, no spills.
+    (tests/backends/cute/test_cute_jax.py traces every generated module's entry, the sm100 ones included.)"""
+    from specgen.compile import load_rendered
+    from specgen.designs.gemm_cute_sm100.compile import sass_counts
+
+    module = load_rendered(ROOT / "generated" / "cute" / "gemm_fp8_rowwise_sm100.py", "_specgen_sm100_jax_test")
+    compiled = module._jax_entry().compile(None, (), 148, f"--keep-cubin --dump-dir {tmp_path}")
+    cubin = compiled.artifacts.CUBIN
+    if isinstance(cubin, bytes):
+        (tmp_path / "k.cubin").write_bytes(cubin)
+        cubin = tmp_path / "k.cubin"
+    counts, local = sass_counts(str(cubin))
+    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0 and counts["UTCQMMA"] > 0
+    assert counts["LDL"] == counts["STL"] == 0 and local["spill_store_bytes"] == 0
