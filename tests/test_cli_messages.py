@@ -67,7 +67,7 @@ def test_render_says_once_which_targets_have_no_renderer(monkeypatch, tmp_path):
     r = run("render", "--out", str(tmp_path))
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stdout.splitlines() if "no renderer" in line]
-    # the catalogue's targets whose design is checked only (today cute:sm100), from the registry
+    # the catalogue's targets whose design is checked only (none since the CuTe sm100 design), from the registry
     unrendered = sorted({str(t) for ls in load_paths([Path("specs")]) for t in ls.spec.targets
                          if not design_for(ls.spec.kind, t).renders})
     assert len(lines) == (1 if unrendered else 0)

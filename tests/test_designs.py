@@ -6,6 +6,7 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from kernels import MINIMAL_SPEC
 
 from specgen.registry import DESIGNS, by_key, design_for, served_targets
@@ -44,21 +45,23 @@ def test_registry_is_keyed_by_kind_backend_and_mma_family():
         assert name in served_targets(design)
 
 
-def test_a_rendering_design_takes_a_key_over_from_a_checked_only_one(monkeypatch):
-    """What the next design (CuTe tcgen05) does: one line in DESIGN_PACKAGES, and cute:sm100 is its."""
+def test_the_cute_tcgen05_design_serves_cute_sm100(monkeypatch):
+    """One line in DESIGN_PACKAGES (the CuTe sm100 design, issue 19) and cute:sm100 is its; a second
+    design rendering the same key is refused."""
     from specgen import registry
     from specgen.designs.base import DesignBase
 
+    assert design_for("gemm", "cute:sm100").name == "CuTe sm100"
+    assert design_for("gemm", "cute:sm100").renders
+    assert design_for("gemm", "cute:sm90").name == "CuTe sm90"
+
     class Sm100(DesignBase):
-        name = "CuTe sm100"
+        name = "another sm100"
         keys = (("gemm", Backend.cute, "tcgen05"),)
 
-    new = Sm100()
-    monkeypatch.setattr(registry, "DESIGNS", (*registry.DESIGNS, new))
-    monkeypatch.setattr(registry, "_FOR", {})
-    monkeypatch.setattr(registry, "_BY_KEY", registry._build())
-    assert design_for("gemm", "cute:sm100") is new
-    assert design_for("gemm", "cute:sm90").name == "CuTe sm90"
+    monkeypatch.setattr(registry, "DESIGNS", (*registry.DESIGNS, Sm100()))
+    with pytest.raises(ValueError, match="one key, one design"):
+        registry._build()
 
 
 def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
@@ -77,13 +80,14 @@ def test_the_triton_design_renders_paths_to_text_from_what_check_resolved():
         assert f"SMEM {r.budget.total} B = {r.budget.breakdown()}" in files[rel]
 
 
-def test_a_failing_checked_only_target_does_not_refuse_the_triton_module(tmp_path: Path):
-    # cute:sm100 (checked only) fails MMA002 (tcgen05 M is 64 or 128); triton:sm90 takes it (with a warning)
+def test_a_failing_cute_sm100_target_refuses_only_its_module(tmp_path: Path):
+    # cute:sm100 fails MMA002 (tcgen05 M is 64 or 128); triton:sm90 takes it (with a warning)
     ls = loaded(tile={"m": 32, "n": 128, "k": 64}, targets=["triton:sm90", "cute:sm100"])
     result = render_catalogue([ls], tmp_path)
     assert any(d.rule == "MMA002" and d.severity == "error" and d.target == "cute:sm100" for d in result.diagnostics)
-    assert result.refused == []
+    assert result.refused == ["k"]
     assert (tmp_path / "triton" / "k.py").is_file()
+    assert not (tmp_path / "cute" / "k_sm100.py").exists()
     manifest = json.loads((tmp_path / "MANIFEST.json").read_text())
     assert manifest["kernels"]["k"]["targets"]["triton:sm90"] == "triton/k.py"
 

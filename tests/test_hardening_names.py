@@ -89,6 +89,15 @@ def variants():
                   variants=[{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}},
                             {"when": {"n_max": 2048}, "tile": {"m": 128, "n": 128, "k": 64},
                              "cute": {"schedule": "pingpong"}}])
+    # the CuTe sm100 modules: the catalogue's, and every op on 1-CTA and 2-CTA tiles, batched or not
+    for s in catalogue().values():
+        if "cute:sm100" in s["targets"]:
+            yield {**s, "name": f"{s['name']}_sm100", "targets": ["cute:sm100"]}
+    for i, (two, batch) in enumerate(itertools.product([False, True], repeat=2)):
+        yield spec_of(f"b{i}", EVERY_OP, batch=batch, targets=["cute:sm100"], tile={"m": 128, "n": 128, "k": 64},
+                      cluster={"m": 2 if two else 1, "n": 1}, cute={"two_cta": two}, schedule={"group_m": 8},
+                      variants=[{"when": {"m_max": 64}, "tile": {"m": 128, "n": 64, "k": 64},
+                                 "cluster": {"m": 1, "n": 1}, "cute": {"two_cta": False}}])
     # size-selected variants (the launcher's selection locals), with TMA boxes and with pointers
     for tma in (False, True):
         yield spec_of(f"v_sizes_{tma}", EVERY_OP[:3], schedule={"persistent": tma},

@@ -135,7 +135,7 @@ def test_variants_on_a_tpu_target_are_refused_cfg003() -> None:
         ls = load(spec)
         (d,) = errors(ls, "CFG003")
         assert d.target == target and rel in d.message and "M <= 64" in d.message
-        assert "rendered by the Triton, Pallas Mosaic GPU and CuTe sm90 designs only" in d.message
+        assert "rendered by the Triton, Pallas Mosaic GPU, CuTe sm90 and CuTe sm100 designs only" in d.message
         assert d.line == line_of(spec, '"variants"')
         # the same variants listed for that target alone point at its per_target table
         spec = {**BASE, "targets": ["triton:sm90", target],
@@ -163,7 +163,7 @@ def test_variants_on_triton_only_or_on_checked_only_targets_pass() -> None:
     ls = load(spec)
     report = check_specs([ls])
     assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
-    # cute:sm100 renders nothing (checked only): its variant is checked, not refused
+    # cute:sm100 renders size-selected variants (the CuTe sm100 design): its variant is kept
     assert len(report.resolved[(ls.name, "cute:sm100")].variants) == 1
     assert len(report.resolved[(ls.name, "triton:sm90")].variants) == 1
     assert not report.resolved[(ls.name, "cute:sm90")].variants

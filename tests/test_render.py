@@ -203,7 +203,9 @@ def test_manifest_records_spec_file_hash_and_targets(in_repo, tmp_path):
         assert (entry["spec_file"], entry["spec_hash"]) == (ls.file, ls.spec_hash)
         assert set(entry["targets"]) == {str(t) for t in ls.spec.targets}
         for target, where in entry["targets"].items():
-            if target.startswith(("triton:", "cute:sm90")):
+            if target == "cute:sm100":  # the CuTe sm100 design: a module beside the sm90 one
+                assert where == f"cute/{ls.name}_sm100.py"
+            elif target.startswith(("triton:", "cute:sm90")):
                 assert where == f"{target.split(':')[0]}/{ls.name}.py"
             elif target.startswith("pallas:tpu_"):  # the Pallas design: one module for every TPU target
                 assert where == f"pallas/{ls.name}.py"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 
-from specgen.designs.gemm_cute_checked.design import tmem_columns
+from specgen.designs.gemm_cute_sm100.design import tmem_columns
 from specgen.envelope.budget import MIN_STAGES
 from specgen.registry import design_for
 from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
@@ -63,7 +63,8 @@ APPLIES = {
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
-    "CUTE004": {"cute:sm90"}, "PAL001": TPU, "PAL002": TPU,
+    "CUTE004": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
+    "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
     "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
@@ -484,6 +485,38 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 160, 128)}, None),
     ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 144, 128)},
      ("error", ["tile 64x144 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
+    # CUTE101-CUTE103: the sm100 template's tile widths, launchable clusters and TMA store
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 48, 64)}, None),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 8, 64)}, None),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 24, 64)}, ("error", ["each CTA 24 rows of a 16-bit K-major B"], ("tile", "n"))),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 200, 64)}, ("error", ["200 rows"], ("tile", "n"))),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 24, 64), "b": {"dtype": "bf16", "major": "mn"}}, None),
+    ("CUTE101", "cute:sm100", {**FP8, "tile": tile(128, 24, 128)}, None),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 32, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 16, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
+    ("CUTE101", "cute:sm100", {"tile": tile(128, 48, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}},
+     ("error", ["tile.n = 48 gives each CTA 24 rows"], ("tile", "n"))),
+    ("CUTE102", "cute:sm100", {"cluster": {"m": 2, "n": 4}}, None),
+    ("CUTE102", "cute:sm100", {"cluster": {"m": 4, "n": 4}}, ("error", ["= 16 CTAs > 8"], ("cluster",))),
+    ("CUTE103", "cute:sm100", {"cute": {"tma_store": True}}, None),
+    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 2}}, None),
+    ("CUTE104", "cute:sm100", {"tile": tile(128, 64, 64), "pipeline": {"acc_stages": 3}}, None),
+    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 3}, "cute": {"two_cta": True},
+                               "cluster": {"m": 2}}, None),
+    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 3}},
+     ("error", ["3 accumulator stages of a 1-CTA 64-row tile"], ("pipeline", "acc_stages"))),
+    ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                               "out": {"dtype": "f16"}, "accumulator": "f16"}, None),
+    ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                               "out": {"dtype": "f32"}, "accumulator": "f16"},
+     ("error", ["an f16 accumulator with a f32 output"], ("accumulator",))),
+    ("CUTE106", "cute:sm100", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 64, 128), "cute": {"two_cta": True},
+                               "cluster": {"m": 2}}, None),
+    ("CUTE106", "cute:sm100", {"out": {"dtype": "bf16"}, "tile": tile(64, 48, 64), "cute": {"two_cta": True},
+                               "cluster": {"m": 2}}, None),
+    ("CUTE106", "cute:sm100", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 48, 128), "cute": {"two_cta": True},
+                               "cluster": {"m": 2}}, ("error", ["64x48 epilogue subtile", "24 bytes"], ("tile", "n"))),
+    ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
     ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
      ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
@@ -683,8 +716,8 @@ def test_dt002_fp8_needs_cc_89():
 def test_several_findings_of_one_rule():
     found = findings("MMA001", ctx_for("cute:sm90", tile=tile(96, 264, 24)))
     assert [f.field for f in found] == [("tile", "m"), ("tile", "n"), ("tile", "k")]
-    tma = findings("TMA002", ctx_for("cute:sm100", tile=tile(512, 512, 64)))
-    assert [f.message.split("'")[0] for f in tma] == ["A", "B", "out"]
+    tma = findings("TMA002", ctx_for("cute:sm90", tile=tile(512, 512, 64)))
+    assert [f.message.split("'")[0] for f in tma] == ["A", "B"]  # out: stored by epilogue subtile
 
 
 def test_mma001_hint_rounds_down_to_a_warpgroup():
@@ -875,7 +908,8 @@ def test_auto_stages_are_capped_per_backend():
             continue
         assert resolve_ab_stages(small, target) == design_for(small.kind, target).max_auto_stages
     caps = {t: design_for("gemm", t).max_auto_stages for t in ("cute:sm90", "cute:sm100", "triton:sm90", "triton:sm100")}
-    assert caps == {"cute:sm90": 8, "cute:sm100": 8, "triton:sm90": 4, "triton:sm100": 4}
+    # cute:sm100: as deep as SMEM allows for every tcgen05 tile the catalogue uses (fp8 256x128x128: 8)
+    assert caps == {"cute:sm90": 8, "cute:sm100": 16, "triton:sm90": 4, "triton:sm100": 4}
 
 
 def test_max_ab_stages_respects_its_limit():

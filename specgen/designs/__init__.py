@@ -17,5 +17,5 @@ DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.designs.gemm_triton",
     "specgen.designs.gemm_pallas",
     "specgen.designs.gemm_cute_sm90",
-    "specgen.designs.gemm_cute_checked",  # CuTe targets no rendering design serves yet (checked only)
+    "specgen.designs.gemm_cute_sm100",  # Blackwell (tcgen05)
 )

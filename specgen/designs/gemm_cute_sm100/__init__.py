@@ -1,0 +1,1 @@
+"""The gemm_cute_sm100 design: see design.py. Imports nothing, so names.py can be read alone."""

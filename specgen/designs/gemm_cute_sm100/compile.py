@@ -1,0 +1,98 @@
+"""`specgen compile` for the CuTe sm100 modules: `cute.compile` for sm_100a on a machine without a GPU
+(no Blackwell here: this and the SASS are the whole verification), the compiler's SMEM and TMEM beside
+the plan's, SASS instruction counts, and the disk cache the launcher reads filled on the way.
+
+The SMEM is read as the sm90 hook reads it (the launch's dynamic shared memory in the lowered module,
+plus the cubin's static `.nv.shared.<kernel>`); the TMEM is the column count of the kernel's
+`tcgen05.alloc` in its PTX. SASS opcodes counted: TMA loads
+and stores, the tcgen05 MMAs (UTCHMMA for 16-bit inputs, UTCQMMA for 8-bit), and local-memory spills.
+
+Imports cutlass (and the generated module, which imports torch): never imported by check/render.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+from specgen.compile import CompileResult
+from specgen.designs.gemm_cute_sm90 import compile as sm90
+from specgen.targets import TargetInfo
+
+SASS_OPS = ("UTMALDG", "UTMASTG", "UTCHMMA", "UTCQMMA", "UTCBAR", "LDL", "STL")
+
+_TMEM_ALLOC = re.compile(r"tcgen05\.alloc\.\S+\s+\[[^\]]*\],\s*(%\w+|\d+);")
+
+
+def tmem_alloc_columns(ptx: str) -> int | None:
+    """The TMEM columns the kernel allocates: the column operand of its `tcgen05.alloc` in the PTX (an
+    immediate, or the register a `mov.b32 %r, N` loaded), the largest where there are several."""
+    found = None
+    for m in _TMEM_ALLOC.finditer(ptx):
+        operand = m.group(1)
+        if operand.isdigit():
+            cols = int(operand)
+        else:
+            movs = re.findall(rf"mov\.[bu]32\s+{re.escape(operand)},\s*(\d+);", ptx[:m.start()])
+            if not movs:
+                continue
+            cols = int(movs[-1])
+        found = max(found or 0, cols)
+    return found
+
+
+def sass_counts(cubin_path: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The sm90 hook's SASS reader over this design's opcodes."""
+    saved = sm90.SASS_OPS
+    sm90.SASS_OPS = SASS_OPS
+    try:
+        return sm90.sass_counts(cubin_path)
+    finally:
+        sm90.SASS_OPS = saved
+
+
+def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
+                   fill_cache: bool = True) -> list[CompileResult]:
+    """Compile one rendered sm100 module: every config (the default first, then each size-selected
+    variant, reported as `<kernel>[variant i]`), each beside its own plan SMEM and TMEM."""
+    launcher = module._launcher
+    meta = module.METADATA
+    plan = meta["plan"][target.compute_capability]
+    plans = [plan] + list(plan.get("variants", []))
+    return [_compile_config(launcher, meta["kernel"], variant, target, p, sass, fill_cache)
+            for variant, p in zip(launcher.configs, plans, strict=True)]
+
+
+def _compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan: dict, sass: bool,
+                    fill_cache: bool) -> CompileResult:
+    label = name if variant is None else f"{name}[variant {variant}]"
+    plan_smem = plan["smem_bytes"]
+    start, cpu = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
+        try:
+            compiled = launcher.compile(variant, f"--keep-cubin --keep-ptx --dump-dir {dump}")
+        except Exception as e:  # the compiler's own message is the useful part
+            first = next((ln for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()), type(e).__name__)
+            return CompileResult(label, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+        cubin = compiled.artifacts.CUBIN
+        if isinstance(cubin, bytes):
+            cubin_path = Path(dump) / "kernel.cubin"
+            cubin_path.write_bytes(cubin)
+        else:
+            cubin_path = Path(cubin)
+        dynamic = sm90.launch_smem(str(compiled.ir_module))
+        total = None if dynamic is None else dynamic + sm90.static_smem(cubin_path.read_bytes())
+        counts, local = sass_counts(str(cubin_path)) if sass else ({}, {})
+        resources = sm90.cubin_resources(cubin_path.read_bytes()) | local if sass else {}
+        ptx = compiled.artifacts.PTX  # the PTX's path, or its text
+        ptx_text = ptx if isinstance(ptx, str) and "tcgen05" in ptx else Path(ptx).read_text()
+        resources |= {"tmem_columns": tmem_alloc_columns(ptx_text) or 0, "plan_tmem_columns": plan["tmem_columns"]}
+        from specgen.runtime.cute import TVM_FFI
+
+        cache = str(launcher.export(compiled, variant)) if fill_cache and TVM_FFI else ""
+    return CompileResult(label, target.name, plan_smem, total, seconds, sass=counts, cache=cache,
+                         cpu_seconds=cpu_seconds, resources=resources)
