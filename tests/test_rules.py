@@ -1,16 +1,20 @@
 """Every envelope rule on each side of its boundary, with the numbers its message compares, and the
-budget that `check` and the planner's `auto` stages share (HARDWARE.md's worked examples)."""
+budget that `check` and the planner's `auto` stages share (HARDWARE.md's worked examples). The shared
+rules' cases are here; each design's own rules' cases sit beside its tests (tests/backends/*/rule_cases*.py)
+and are collected into the same table."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
+from shared.rules import F16, FP8, tile
 
 from specgen.designs.gemm_cute_sm100.design import tmem_columns
 from specgen.envelope.budget import MIN_STAGES
@@ -28,18 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}
 
 
-F16 = {"a": {"dtype": "f16"}, "b": {"dtype": "f16"}, "out": {"dtype": "f16"}}
-FP8 = {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}
 
 
 def spec(**overrides: object) -> GemmSpec:
     d = copy.deepcopy(MINIMAL_SPEC)
     d.update(copy.deepcopy(overrides))
     return GemmSpec.model_validate(d)
-
-
-def tile(m: int, n: int, k: int) -> dict:
-    return {"m": m, "n": n, "k": k}
 
 
 def ctx_for(target: str, **overrides: object) -> RuleContext:
@@ -107,15 +105,6 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("DT001", "triton:sm90", {**F16, "accumulator": "f16"}, None),
     ("DT001", "triton:sm90", {**FP8, "accumulator": "f16"},
      ("error", ["fp8_e4m3 operands accumulate in f32 on triton:sm90, not f16"], ("accumulator",))),
-    # DT003: TPU MXU dtypes per chip
-    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}}, None),
-    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}},
-     ("error", ["A is fp8_e4m3: tpu_v5e MXU takes fp8 as fp8_e5m2 only"], ("a", "dtype"))),
-    ("DT003", "pallas:tpu_v7x", FP8, None),
-    ("DT003", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}}, None),
-    ("DT003", "pallas:tpu_v6e", F16, ("error", ["A is f16: the TPU MXU has no f16 mode"], ("a", "dtype"))),
-    ("DT003", "pallas:tpu_v7x", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}},
-     ("error", ["A is tf32: the TPU MXU has no tf32 mode"], ("a", "dtype"))),
     # DT004: integer operands accumulate in int32, float ones in a float type
     ("DT004", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32"}, None),
     ("DT004", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}},
@@ -151,74 +140,6 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("MMA001", "pallas:gpu_sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 64, 8)}, None),
     ("MMA001", "pallas:gpu_sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "tile": tile(64, 64, 12)},
      ("error", ["tile.k = 12 is not a multiple of 8"], ("tile", "k"))),
-    # MMA002: tcgen05 shapes, 1-CTA and 2-CTA, 8-bit MN-major B
-    ("MMA002", "cute:sm100", {"tile": tile(64, 8, 16)}, None),
-    ("MMA002", "cute:sm100", {"tile": tile(128, 256, 64)}, None),
-    ("MMA002", "cute:sm100", {"tile": tile(256, 128, 64)},
-     ("error", ["MMA M = 256 (tile.m 256) is not one of (64, 128) for cta_group::1"], ("tile", "m"))),
-    ("MMA002", "cute:sm100", {"tile": tile(96, 128, 64)}, ("error", ["MMA M = 96"], ("tile", "m"))),
-    ("MMA002", "cute:sm100", {"tile": tile(64, 16, 64), "cute": {"two_cta": True}}, None),
-    ("MMA002", "cute:sm100", {"tile": tile(128, 256, 64), "cute": {"two_cta": True}}, None),
-    ("MMA002", "cute:sm100", {"tile": tile(32, 128, 64), "cute": {"two_cta": True}},
-     ("error", ["MMA M = 64 (2 x tile.m 32) is not one of (128, 256) for cta_group::2"], ("tile", "m"))),
-    ("MMA002", "cute:sm100", {"tile": tile(128, 264, 64)},
-     ("error", ["tile.n = 264 is outside tcgen05 N 8..256 step 8"], ("tile", "n"))),
-    ("MMA002", "cute:sm100", {"tile": tile(128, 8, 64), "cute": {"two_cta": True}},
-     ("error", ["tile.n = 8 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
-    ("MMA002", "cute:sm100", {"tile": tile(128, 24, 64), "cute": {"two_cta": True}},
-     ("error", ["tile.n = 24 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
-    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 16, 128)}, None),
-    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 24, 128)},
-     ("error", ["tile.n = 24 is outside tcgen05 N 16..256 step 16"], ("tile", "n"))),
-    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 32, 128),
-                              "cute": {"two_cta": True}}, None),
-    ("MMA002", "cute:sm100", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 48, 128),
-                              "cute": {"two_cta": True}},
-     ("error", ["tile.n = 48 is outside tcgen05 N 32..256 step 32"], ("tile", "n"))),
-    ("MMA002", "cute:sm100", {**FP8, "tile": tile(128, 24, 128)}, None),  # K-major fp8 B: step 8
-    ("MMA002", "cute:sm100", {"tile": tile(128, 128, 24)},
-     ("error", ["tile.k = 24 is not a multiple of 16 (tcgen05 K for bf16)"], ("tile", "k"))),
-    ("MMA002", "cute:sm100", {**FP8, "tile": tile(128, 128, 48)},
-     ("error", ["tile.k = 48 is not a multiple of 32 (tcgen05 K for fp8_e4m3)"], ("tile", "k"))),
-    # MMA003: tl.dot minimum K per width, M and N >= 16; M < 64 on sm90 is a warning
-    ("MMA003", "triton:sm90", {"tile": tile(64, 16, 16)}, None),
-    ("MMA003", "triton:sm90", {"tile": tile(64, 64, 8)},
-     ("error", ["tile.k = 8 < 16, tl.dot's minimum K for bf16"], ("tile", "k"))),
-    ("MMA003", "triton:sm90", {**FP8, "tile": tile(64, 64, 32)}, None),
-    ("MMA003", "triton:sm90", {**FP8, "tile": tile(64, 64, 16)},
-     ("error", ["tile.k = 16 < 32, tl.dot's minimum K for fp8_e4m3"], ("tile", "k"))),
-    ("MMA003", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "tile": tile(64, 64, 8)}, None),
-    ("MMA003", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "tile": tile(64, 64, 4)},
-     ("error", ["tile.k = 4 < 8, tl.dot's minimum K for f32"], ("tile", "k"))),
-    ("MMA003", "triton:sm100", {"tile": tile(64, 8, 64)}, ("error", ["tile.n = 8 < 16, tl.dot's minimum"], ("tile", "n"))),
-    ("MMA003", "triton:sm100", {"tile": tile(16, 64, 64)}, None),
-    ("MMA003", "triton:sm100", {"tile": tile(8, 64, 64)}, ("error", ["tile.m = 8 < 16"], ("tile", "m"))),
-    ("MMA003", "triton:sm90", {"tile": tile(32, 64, 64)},
-     ("warning", ["tile.m = 32 < 64: Triton will not use wgmma on sm90"], ("tile", "m"))),
-    # MMA004: tl.dot's fallbacks from wgmma / tcgen05: mma_v2 (M < 64 on sm100, < 4 warps), FMA (f32 ieee)
-    ("MMA004", "triton:sm100", {"tile": tile(64, 64, 64)}, None),
-    ("MMA004", "triton:sm100", {"tile": tile(32, 64, 64)},
-     ("warning", ["tile.m = 32 < 64: Triton falls back from tcgen05 to mma_v2 on triton:sm100"], ("tile", "m"))),
-    ("MMA004", "triton:sm90", {"tile": tile(32, 64, 64)}, None),  # MMA003 says it on sm90
-    ("MMA004", "triton:sm90", {"triton": {"num_warps": 4}}, None),
-    ("MMA004", "triton:sm90", {"triton": {"num_warps": 2}},
-     ("warning", ["triton.num_warps = 2 < 4 (one warpgroup): Triton falls back from wgmma to mma_v2"],
-      ("triton", "num_warps"))),
-    ("MMA004", "triton:sm90", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "f32"}}, None),
-    ("MMA004", "triton:sm100", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"}},
-     ("warning", ["A and B are f32 (ieee): tl.dot runs on FMA units on triton:sm100, no tcgen05"], ("a", "dtype"))),
-    # POW001: Triton block dims and num_warps are powers of two, m*n <= 1048576
-    ("POW001", "triton:sm90", {"tile": tile(1024, 1024, 16), "triton": {"num_warps": 32}}, None),
-    ("POW001", "triton:sm90", {"tile": tile(2048, 1024, 16)},
-     ("error", ["tile m*n = 2097152 > 1048576 elements"], ("tile",))),
-    ("POW001", "triton:sm90", {"tile": tile(96, 128, 64)},
-     ("error", ["tile.m = 96 is not a power of two"], ("tile", "m"))),
-    ("POW001", "triton:sm90", {"tile": tile(128, 128, 48)}, ("error", ["tile.k = 48 is not a power of two"], ("tile", "k"))),
-    ("POW001", "triton:sm100", {"triton": {"num_warps": 1}}, None),
-    ("POW001", "triton:sm100", {"triton": {"num_warps": 64}},
-     ("error", ["triton.num_warps = 64 is not a power of two in 1..32"], ("triton", "num_warps"))),
-    ("POW001", "triton:sm100", {"triton": {"num_warps": 6}},
-     ("error", ["triton.num_warps = 6"], ("triton", "num_warps"))),
     # SMEM001: see also the worked examples below
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 4}}, None),
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
@@ -352,36 +273,6 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["needs 232592 B of SMEM > 232448 B", "KiB alignment 512"], ("pipeline", "ab_stages"))),
     ("SMEM001", "cute:sm90", {"tile": tile(256, 256, 512)},
      ("error", ["needs 1067008 B of SMEM > 232448 B"], ("tile",))),
-    # VMEM001: 4 x 8 MiB of A/B + 2 x 8 MiB of out + a 16 MiB f32 accumulator = 64 MiB, v5p's VMEM
-    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 4}}, None),
-    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 5}},
-     ("error", ["needs 75497472 B of VMEM > 67108864 B on tpu_v5p",
-                "A/B 5 x 8388608 = 41943040 + epilogue 16777216 + accumulator+vectors 16777216"], ("tile",))),
-    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(2048, 2048, 1024), "pipeline": {"ab_stages": 5}}, None),
-    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 4194304}}, None),
-    ("VMEM001", "pallas:tpu_v5e", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 4194303}},
-     ("error", ["pallas.vmem_limit_bytes = 4194303 < 4194304 B the plan needs"], ("pallas", "vmem_limit_bytes"))),
-    ("VMEM001", "pallas:tpu_v7x", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 67108864}}, None),
-    ("VMEM001", "pallas:tpu_v7x", {"tile": tile(512, 512, 512), "pallas": {"vmem_limit_bytes": 67108865}},
-     ("error", ["pallas.vmem_limit_bytes = 67108865 > 67108864 B of VMEM on tpu_v7x"], ("pallas", "vmem_limit_bytes"))),
-    # TMEM001: columns x stages <= 512, allocated as a power of two >= 32
-    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "pipeline": {"acc_stages": 2}}, None),
-    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "pipeline": {"acc_stages": 3}},
-     ("error", ["accumulator needs 256 columns x 3 stages = 768 (allocated 1024) > 512 TMEM columns"],
-      ("pipeline", "acc_stages"))),
-    ("TMEM001", "cute:sm100", {"tile": tile(128, 192, 64), "pipeline": {"acc_stages": 2}}, None),  # 384 -> 512
-    ("TMEM001", "cute:sm100", {"tile": tile(128, 192, 64), "pipeline": {"acc_stages": 3}},
-     ("error", ["192 columns x 3 stages = 576 (allocated 1024)"], ("pipeline", "acc_stages"))),
-    # 2-CTA with MMA M = 128 (tile.m 64): N/2 columns per CTA
-    ("TMEM001", "cute:sm100", {"tile": tile(64, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
-                               "pipeline": {"acc_stages": 4}}, None),
-    ("TMEM001", "cute:sm100", {"tile": tile(64, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
-                               "pipeline": {"acc_stages": 5}},
-     ("error", ["128 columns x 5 stages = 640 (allocated 1024) > 512"], ("pipeline", "acc_stages"))),
-    # 2-CTA with MMA M = 256 (tile.m 128): N columns per CTA
-    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "cute": {"two_cta": True}, "cluster": {"m": 2},
-                               "pipeline": {"acc_stages": 3}},
-     ("error", ["256 columns x 3 stages = 768"], ("pipeline", "acc_stages"))),
     # TMA001: the contiguous box dim is a multiple of 16 bytes
     ("TMA001", "cute:sm90", {"tile": tile(64, 64, 8)}, None),
     ("TMA001", "cute:sm90", {"tile": tile(64, 64, 4)},
@@ -419,12 +310,6 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CLU001", "triton:sm90", {"cluster": {"m": 1, "n": 1}}, None),
     ("CLU001", "triton:sm90", {"cluster": {"m": 2, "n": 1}},
      ("warning", ["cluster 2x1 is ignored by triton (it launches single CTAs)"], ("cluster",))),
-    # CLU002: 2-CTA MMA pairs CTAs along M
-    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
-    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}}, ("error", ["cute.two_cta needs an even cluster.m, got 1"],
-                                                           ("cluster", "m"))),
-    ("CLU002", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 3}}, ("error", ["got 3"], ("cluster", "m"))),
-    ("CLU002", "cute:sm100", {"cluster": {"m": 1}}, None),
     # REG001: > 255 accumulator registers per thread is an error, > 192 a warning
     ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 8}}, None),
     # Triton: ptxas builds any of these, spilling: a warning with the estimate, never an error
@@ -470,147 +355,9 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),  # 2 consumer warpgroups by default
     ("REG001", "cute:sm90", {**F16, "accumulator": "f16", "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 1}},
      None),  # f16 accumulators pack two per register
-    # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit
-    # CUTE001: one producer + two consumer warpgroups fill the register file; 64 rows per consumer
-    ("CUTE001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
-    ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
-     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups: the warpgroups' stacked 64-row wgmma "
-                "atoms cover 128 rows"], ("tile", "m"))),
-    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
-    ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
-    ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
-     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles: the last subtile would read "
-                "accumulator registers past the tile's"], ("tile",))),
-    # 8-bit outputs: 64-column subtiles where tile.n allows, else 32 (an fp8 64x160 tile compiles)
-    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 160, 128)}, None),
-    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 144, 128)},
-     ("error", ["tile 64x144 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
-    # CUTE101-CUTE103: the sm100 template's tile widths, launchable clusters and TMA store
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 48, 64)}, None),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 8, 64)}, None),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 24, 64)}, ("error", ["each CTA 24 rows of a 16-bit K-major B"], ("tile", "n"))),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 200, 64)}, ("error", ["200 rows"], ("tile", "n"))),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 24, 64), "b": {"dtype": "bf16", "major": "mn"}}, None),
-    ("CUTE101", "cute:sm100", {**FP8, "tile": tile(128, 24, 128)}, None),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 32, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 16, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
-    ("CUTE101", "cute:sm100", {"tile": tile(128, 48, 64), "cute": {"two_cta": True}, "cluster": {"m": 2}},
-     ("error", ["tile.n = 48 gives each CTA 24 rows"], ("tile", "n"))),
-    ("CUTE102", "cute:sm100", {"cluster": {"m": 2, "n": 4}}, None),
-    ("CUTE102", "cute:sm100", {"cluster": {"m": 4, "n": 4}}, ("error", ["= 16 CTAs > 8"], ("cluster",))),
-    ("CUTE103", "cute:sm100", {"cute": {"tma_store": True}}, None),
-    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 2}}, None),
-    ("CUTE104", "cute:sm100", {"tile": tile(128, 64, 64), "pipeline": {"acc_stages": 3}}, None),
-    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 3}, "cute": {"two_cta": True},
-                               "cluster": {"m": 2}}, None),
-    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 3}},
-     ("error", ["3 accumulator stages of a 1-CTA 64-row tile"], ("pipeline", "acc_stages"))),
-    ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
-                               "out": {"dtype": "f16"}, "accumulator": "f16"}, None),
-    ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
-                               "out": {"dtype": "f32"}, "accumulator": "f16"},
-     ("error", ["an f16 accumulator with a f32 output"], ("accumulator",))),
-    ("CUTE106", "cute:sm100", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 64, 128), "cute": {"two_cta": True},
-                               "cluster": {"m": 2}}, None),
-    ("CUTE106", "cute:sm100", {"out": {"dtype": "bf16"}, "tile": tile(64, 48, 64), "cute": {"two_cta": True},
-                               "cluster": {"m": 2}}, None),
-    ("CUTE106", "cute:sm100", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 48, 128), "cute": {"two_cta": True},
-                               "cluster": {"m": 2}}, ("error", ["64x48 epilogue subtile", "24 bytes"], ("tile", "n"))),
-    ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
-    ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
-    ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
-     ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
-    # CUTE004: ping-pong warpgroups each own a whole tile; REG001 counts its accumulator over 128 threads
-    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 1}}, None),
-    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 2}},
-     ("error", ['cute.schedule = "pingpong" gives each of its two consumer warpgroups a whole tile'],
-      ("cute", "mma_warpgroups"))),
     ("REG001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong"}}, None),
     ("REG001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"schedule": "pingpong"}},
      ("error", ["about 265 registers (256 accumulator + 8.5 base; 128 threads share the 128x256"], ("tile",))),
-    ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
-    ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 64)},
-     ("error", ["A block 8x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
-    ("PAL001", "pallas:tpu_v7x", {"tile": tile(16, 128, 128)}, None),
-    ("PAL001", "pallas:tpu_v7x", {"tile": tile(8, 128, 128)},
-     ("error", ["A block 8x128 (bf16) is not divisible by (16, 128) on tpu_v7x"], ("tile",))),
-    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}, "tile": tile(32, 128, 128)},
-     None),
-    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}, "tile": tile(16, 128, 128)},
-     ("error", ["A block 16x128 (fp8_e5m2) is not divisible by (32, 128) on tpu_v5e"], ("tile",))),
-    # PAL001 in the stored layout: MN-major A is (k, m), K-major B is (n, k)
-    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
-                                  "tile": tile(128, 128, 8)}, None),
-    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "tile": tile(128, 128, 8)},
-     ("error", ["B block 128x8 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
-    ("PAL001", "pallas:tpu_v5e", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
-                                  "tile": tile(8, 128, 128)},
-     ("error", ["A block 128x8 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
-    # PAL003: Pallas TPU buffers a block 1 or 2 deep
-    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 2}}, None),
-    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 1}}, None),
-    ("PAL003", "pallas:tpu_v6e", {"tile": tile(256, 256, 256), "pipeline": {"ab_stages": 3}},
-     ("error", ["pipeline.ab_stages = 3: Pallas TPU buffers a block 1 or 2 deep"], ("pipeline", "ab_stages"))),
-    # PAL002: MXU-aligned n and k (warning)
-    ("PAL002", "pallas:tpu_v5e", {"tile": tile(128, 128, 128)}, None),
-    ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 256, 256)}, None),
-    ("PAL002", "pallas:tpu_v6e", {"tile": tile(128, 128, 256)},
-     ("warning", ["tile n=128, k=256 are not multiples of the 256x256 MXU on tpu_v6e"], ("tile",))),
-    # PAL004: the Mosaic GPU kernel takes 16-bit and fp8 operands, accumulating in f32
-    ("PAL004", "pallas:gpu_sm90", {}, None),
-    ("PAL004", "pallas:gpu_sm90", {**FP8, "out": {"dtype": "bf16"}}, None),
-    ("PAL004", "pallas:gpu_sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
-                                   "out": {"dtype": "int32"}},
-     ("error", ["A is int8: the pallas:gpu_sm90 kernel takes f16, bf16, fp8_e4m3, fp8_e5m2 operands"], ("a", "dtype"))),
-    ("PAL004", "pallas:gpu_sm90", {**F16, "accumulator": "f16"},
-     ("error", ["accumulator = f16: the pallas:gpu_sm90 kernel accumulates in f32"], ("accumulator",))),
-    ("PAL004", "pallas:gpu_sm90", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}},
-     ("error", ["A is fp8_e4m3 and B is fp8_e5m2: Mosaic GPU's matmul takes one input dtype"], ("b", "dtype"))),
-    # PAL005: a residual is staged in the output's SMEM slot, so it has the output's dtype
-    ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
-    ("PAL005", "pallas:gpu_sm90", {"epilogue": [{"op": "residual", "dtype": "f16"}]},
-     ("error", ["residual 'c' is f16 but out is bf16"], ("epilogue", 0, "dtype"))),
-    # PAL006: tile.n splits into two wgmma N slices of whole 64-column epilogue subtiles
-    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 256, 64)}, None),
-    ("PAL006", "pallas:gpu_sm90", {"tile": tile(64, 64, 64)}, None),  # 32-column slices: one 64x32 subtile
-    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 192, 64)},
-     ("error", ["a warpgroup's 128x96 slice is not a whole number of 64x64 epilogue subtiles"], ("tile",))),
-    ("PAL006", "pallas:gpu_sm90", {"tile": tile(128, 24, 64)},
-     ("error", ["tile.n = 24 splits into 2 warpgroup slices of 12"], ("tile", "n"))),
-    # PAL007: Mosaic GPU clusters are one CTA or a pair along M or N, whose shared tile splits in two
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}}, None),
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 1, "n": 2}}, None),
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 2}},
-     ("error", ["cluster 2x2: the pallas:gpu_sm90 kernel launches 1x1, 2x1 or 1x2 clusters"], ("cluster",))),
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 4, "n": 1}},
-     ("error", ["cluster 4x1: the pallas:gpu_sm90 kernel launches 1x1, 2x1 or 1x2 clusters"], ("cluster",))),
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 16, 64)}, None),
-    ("PAL007", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "tile": tile(128, 24, 64)},
-     ("error", ["cluster 2x1 multicasts a 24-wide tile (tile.n) in two halves of 12: not a multiple of 8 rows"],
-      ("tile",))),
-    # PAL008: one 32/64/128 B swizzle for A and B (MN-major B: each warpgroup's tile.n/2 slice), the output's too
-    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
-                                   "tile": tile(128, 32, 64)}, None),  # 16-column slices: 32 B
-    ("PAL008", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f32"},
-                                   "tile": tile(128, 16, 64)},
-     ("error", ["no 32/64/128 B swizzle divides A's (tile.k 64 x 2 B), B's (tile.n/2 8 x 2 B)"], ("tile",))),
-    ("PAL008", "pallas:gpu_sm90", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
-                                   "tile": tile(128, 128, 16)}, None),  # a 32 B swizzle for both, K in 16s
-    ("PAL008", "pallas:gpu_sm90", {"out": {"dtype": "f32"}, "tile": tile(128, 16, 64)}, None),  # 8 x 4 B = 32 B
-    ("PAL008", "pallas:gpu_sm90", {"tile": tile(128, 16, 64)},
-     ("error", ["the output's 64x8 epilogue subtile rows span 16 B (bf16)"], ("tile", "n"))),
-    # PAL009: GELU's erf form has no Mosaic GPU layout rule; the tanh form lowers
-    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "activation", "fn": "gelu_tanh"}]}, None),
-    ("PAL009", "pallas:gpu_sm90", {"epilogue": [{"op": "bias"}, {"op": "activation", "fn": "gelu"}]},
-     ("error", ["activation gelu (erf form) does not lower on pallas:gpu_sm90"], ("epilogue", 1, "fn"))),
-    # ... and an fp8 output after a trailing cast to bf16 (f32 casts after it change nothing)
-    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"},
-                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "activation", "fn": "relu"}]},
-     None),
-    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e4m3"}, "epilogue": [{"op": "cast", "dtype": "f16"}]}, None),
-    ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e5m2"},
-                                   "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "cast", "dtype": "f32"}]},
-     ("error", ["the epilogue ends in a cast to bf16 and out is fp8_e5m2"], ("epilogue", 0, "dtype"))),
     # OPT001: each backend option against the targets of its backend
     ("OPT001", "cute:sm100", {"cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("OPT001", "cute:sm90", {"cute": {"two_cta": True}, "cluster": {"m": 2}},
@@ -635,14 +382,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SPK001", "cute:sm90", {"schedule": {"split_k": 1}}, None),
     ("SPK001", "pallas:tpu_v6e", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the pallas design renders no split-K"], ("schedule", "split_k"))),
-    ("SPK002", "triton:sm90", {"schedule": {"split_k": 64}}, None),
-    ("SPK002", "triton:sm90", {**F16, "accumulator": "f16", "schedule": {"split_k": 2}},
-     ("error", ["schedule.split_k = 2 sums f32 partials; the accumulator is f16"], ("schedule", "split_k"))),
-    ("SPK003", "triton:sm100", {"schedule": {"split_k": 1}}, None),
-    ("SPK003", "triton:sm100", {"schedule": {"split_k": 2}},
-     ("warning", ["schedule.split_k = 2 on a config that serves every M", "128x128 tiles", "2 f32 partial tiles"],
-      ("schedule", "split_k"))),
 ]
+
+
+# Each design's own rules are tested beside its other tests (tests/backends/*/rule_cases*.py, a CASES list
+# in this form): collected here, so a new design adds its file and no line in this one.
+DESIGN_CASE_FILES = sorted((ROOT / "tests" / "backends").glob("*/rule_cases*.py"))
+for _file in DESIGN_CASE_FILES:
+    CASES += importlib.import_module(f"backends.{_file.parent.name}.{_file.stem}").CASES
 
 
 def _case_id(case) -> str:

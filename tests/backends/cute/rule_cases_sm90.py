@@ -1,0 +1,33 @@
+"""Boundary cases of the CuTe sm90 design's own rules (specgen/designs/gemm_cute_sm90/rules.py): each rule on each
+side of its boundary, in tests/test_rules.py's form (rule, target, spec overrides, expected); that file
+collects every design's cases from beside its tests (tests/backends/*/rule_cases*.py)."""
+
+from __future__ import annotations
+
+from shared.rules import FP8, tile
+
+CASES: list[tuple[str, str, dict, object]] = [
+    # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit
+    # CUTE001: one producer + two consumer warpgroups fill the register file; 64 rows per consumer
+    ("CUTE001", "cute:sm90", {"tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
+    ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
+     ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups: the warpgroups' stacked 64-row wgmma "
+                "atoms cover 128 rows"], ("tile", "m"))),
+    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
+     ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles: the last subtile would read "
+                "accumulator registers past the tile's"], ("tile",))),
+    # 8-bit outputs: 64-column subtiles where tile.n allows, else 32 (an fp8 64x160 tile compiles)
+    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 160, 128)}, None),
+    ("CUTE002", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(64, 144, 128)},
+     ("error", ["tile 64x144 is not a whole number of 64x32 epilogue subtiles"], ("tile",))),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": True}}, None),
+    ("CUTE003", "cute:sm90", {"cute": {"tma_store": False}},
+     ("warning", ["cute.tma_store = false is ignored on cute:sm90"], ("cute", "tma_store"))),
+    # CUTE004: ping-pong warpgroups each own a whole tile; REG001 counts its accumulator over 128 threads
+    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 1}}, None),
+    ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 2}},
+     ("error", ['cute.schedule = "pingpong" gives each of its two consumer warpgroups a whole tile'],
+      ("cute", "mma_warpgroups"))),
+]
