@@ -35,12 +35,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.abi import Arg, make_arg
+from specgen.abi import Arg
 from specgen.designs.base import DesignBase, module_identity, plan_header
-from specgen.designs.gemm_cute_sm90.design import CUTLASS_DTYPES
+
+# the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
+# sm_100f: a known CUTLASS DSL issue with tcgen05)
+from specgen.designs.gemm_cute_sm90.design import CUTLASS_DTYPES, arch_flag, cute_arg
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
-from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, target_info
@@ -155,23 +157,10 @@ def acc_stages_for(spec: GemmSpec, target: TargetInfo) -> int:
     return 2 if tmem_columns(spec) * 2 <= target.gpu.tmem_columns else 1
 
 
-def arch_flag(info: TargetInfo) -> str:
-    """tcgen05 needs the arch-specific target: sm_100a (not sm_100f: a known CUTLASS DSL issue)."""
-    return f"sm_{info.compute_capability}a"
-
-
 def serves(target: Target | TargetInfo) -> bool:
     """This design renders the CuTe targets that issue tcgen05 (Blackwell)."""
     info = target if isinstance(target, TargetInfo) else target_info(target)
     return info.backend is Backend.cute and info.mma == "tcgen05"
-
-
-def _spellings(dtype: DType) -> dict[str, str]:
-    return {"torch": dtype.info.torch, "cutlass": CUTLASS_DTYPES[dtype]}
-
-
-def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
-    return make_arg(name, role, dtype, doc, _spellings)
 
 
 @dataclass(frozen=True)
@@ -322,12 +311,12 @@ class CuteSm100Gemm(DesignBase):
             arch=r.info.arch,
             arch_flag=arch_flag(r.info),
             compute_capability=r.info.compute_capability or 0,
-            a=_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-            b=_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+            a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
+            b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
                    f"{spec.b.major}-major"),
-            out=_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
+            out=cute_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
                      "row-major"),
-            args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             a_major=spec.a.major,
             b_major=spec.b.major,
             acc_dtype=CUTLASS_DTYPES[spec.accumulator],

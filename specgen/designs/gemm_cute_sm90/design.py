@@ -206,7 +206,7 @@ def _spellings(dtype: DType) -> dict[str, str]:
     return {"torch": dtype.info.torch, "cutlass": CUTLASS_DTYPES[dtype]}
 
 
-def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+def cute_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
     return make_arg(name, role, dtype, doc, _spellings)
 
 
@@ -388,12 +388,12 @@ class CuteSm90Gemm(DesignBase):
             arch=r.info.arch,
             arch_flag=arch_flag(r.info),
             compute_capability=r.info.compute_capability or 0,
-            a=_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-            b=_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+            a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
+            b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
                    f"{spec.b.major}-major"),
-            out=_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
+            out=cute_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
                      "row-major"),
-            args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             a_major=spec.a.major,
             b_major=spec.b.major,
             acc_dtype=CUTLASS_DTYPES[spec.accumulator],
