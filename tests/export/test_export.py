@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def kernel(name: str):
 def exported(tmp_path_factory) -> Path:
     """The catalogue exported once through the CLI (what a user runs)."""
     out = tmp_path_factory.mktemp("export")
-    run = subprocess.run(["python", "-m", "specgen", "compile", "--export", str(out), "--target", "cute:sm90"],
+    run = subprocess.run([sys.executable, "-m", "specgen", "compile", "--export", str(out), "--target", "cute:sm90"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"{len(CATALOGUE)} exported, 0 failed" in run.stdout
@@ -128,6 +129,6 @@ def test_cmake_builds_the_library_and_the_example(exported, tmp_path):
 
 
 def test_export_refuses_other_backends(tmp_path):
-    run = subprocess.run(["python", "-m", "specgen", "compile", "--export", str(tmp_path), "--target", "triton:sm90"],
+    run = subprocess.run([sys.executable, "-m", "specgen", "compile", "--export", str(tmp_path), "--target", "triton:sm90"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "no design exports triton:sm90 for C++ programs" in run.stderr
