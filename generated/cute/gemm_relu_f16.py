@@ -28,8 +28,10 @@ compiled once, on its first call or by `specgen compile`):
 
 M, N and K need not be multiples of the tile: TMA zero-fills loads past the edges and clips stores.
 
-Tensors must have 16-byte aligned bases and leading strides (TMA) and sit on the current CUDA device;
-anything else raises before the kernel launches.
+The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal
+input that is not (or a strided vector) is copied once per call, as on every backend. Tensors sit on the
+current CUDA device; a wrong dtype, shape, major mode or device raises before the kernel launches, naming
+the argument.
 """
 
 # No `from __future__ import annotations`: the DSL reads the SharedStorage and kernel annotations as objects.

@@ -28,8 +28,10 @@ Split-K: the programs of a tile each reduce a share of K into f32 partial sums i
 device and stream; the last to arrive (a per-tile counter, reset after) sums them and applies the
 epilogue once. The ordered sum adds the partials in split order: results are bit-identical run to run.
 
-Tensors must have 16-byte aligned bases and leading strides (TMA), and sit on the current CUDA device
-(on the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
+The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal
+input that is not (or a strided vector) is copied once per call, as on every backend. Tensors sit on the
+current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode or device
+raises before the kernel launches, naming the argument.
 """
 
 from __future__ import annotations

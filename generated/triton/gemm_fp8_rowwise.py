@@ -22,8 +22,10 @@ Size-selected variants, tried in order before that default (the first whose boun
     1. M <= 128: tile 64x128x256, grouped 8, sm90 4 warps 4 stages; sm100 4 warps 4 stages
     2. M <= 1024 and N <= 4096: tile 64x128x256, grouped 8, sm90 4 warps 4 stages; sm100 4 warps 4 stages
 
-Tensors must have 16-byte aligned bases and leading strides (TMA), and sit on the current CUDA device
-(on the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
+The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal
+input that is not (or a strided vector) is copied once per call, as on every backend. Tensors sit on the
+current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode or device
+raises before the kernel launches, naming the argument.
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ Epilogue, applied in order to the float32 accumulator:
 
 Schedule: tile 128x128x64, grouped 8 along M, one program per tile.
 
-Tensors must have 16-byte aligned bases (any leading stride), and sit on the current CUDA device
-(on the CPU under TRITON_INTERPRET=1); anything else raises before the kernel launches.
+The kernel reads tensors in place whose bases are 16-byte aligned (any leading stride); a legal
+input that is not (or a strided vector) is copied once per call, as on every backend. Tensors sit on the
+current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode or device
+raises before the kernel launches, naming the argument.
 """
 
 from __future__ import annotations
