@@ -43,7 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cute_sm90 import _epilogue, classify, dsl_version  # noqa: E402,F401  (tests/grids is no package)
+from cute_sm90 import _epilogue, classify, compile_one, dsl_version  # noqa: E402,F401  (tests/grids is no package)
+from cute_sm90 import cases as sm90_cases  # noqa: E402
+from cute_sm90 import check_case as sm90_check_case  # noqa: E402
 
 SMEM_LIMIT = 232448  # per block on sm_100 (cutlass arch.h)
 TARGET = "cute:sm100"
@@ -139,49 +141,21 @@ PROBES = [
 
 
 def cases(n: str, seed: str) -> list[dict]:
-    sizes, seeds = [int(x) for x in str(n).split(",")], [int(x) for x in str(seed).split(",")]
-    if len(sizes) != len(seeds):
-        raise SystemExit(f"{len(sizes)} sizes for {len(seeds)} seeds: give one N per SEED")
-    return [s for k, r in zip(sizes, seeds, strict=True) for s in grid(k, r)] + PROBES
+    return sm90_cases(n, seed, grid, PROBES)
 
 
 def check_case(spec: dict) -> dict:
     """specgen's side: the error and warning rule ids on cute:sm100."""
-    from specgen.check import check_spec
-    from specgen.spec.load import load_text
-
-    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
-    diags = [d for d in check_spec(ls) if d.target == TARGET]
-    return {"errors": sorted({d.rule for d in diags if d.severity == "error"}),
-            "warnings": sorted({d.rule for d in diags if d.severity == "warning"}),
-            "messages": [f"{d.rule}: {d.message}" for d in diags if d.severity == "error"]}
+    return sm90_check_case(spec, TARGET)
 
 
 def compile_case(spec: dict, folder: Path) -> dict:
     """The compiler's side: render the spec's module, compile its one config for sm_100a, read the SASS."""
-    from specgen.compile import load_rendered
     from specgen.designs.gemm_cute_sm100.compile import compile_module
-    from specgen.render.catalogue import render_modules
-    from specgen.spec.load import load_text
-    from specgen.targets import TARGETS
 
-    start = time.perf_counter()
-    try:
-        (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
-        (text,) = render_modules(ls, ls.spec.targets).values()
-    except Exception as e:  # a spec the design cannot even plan
-        return {"verdict": "error", "error": f"render: {type(e).__name__}: {e}".splitlines()[0][:300]}
-    path = folder / f"{spec['name']}.py"
-    path.write_text(text)
-    try:
-        module = load_rendered(path, f"_specgen_grid_{spec['name']}")
-        (r,) = compile_module(module, TARGETS[TARGET], sass=True, fill_cache=False)
-    except Exception as e:
-        return {"verdict": "error", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-    finally:
-        sys.modules.pop(f"_specgen_grid_{spec['name']}", None)
-    if r.error:
-        return {"verdict": "error", "error": r.error, "seconds": round(time.perf_counter() - start, 2)}
+    r, start = compile_one(spec, folder, TARGET, compile_module)
+    if isinstance(r, dict):
+        return r
     spills = r.sass["LDL"] + r.sass["STL"]
     verdict = "spill" if spills else "smem" if (r.compiler_smem or 0) > SMEM_LIMIT else "ok"
     return {"verdict": verdict, "registers": r.resources["registers"], "frame_bytes": r.resources["frame_bytes"],

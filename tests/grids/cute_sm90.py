@@ -183,31 +183,32 @@ PROBES = [
 ]
 
 
-def cases(n: str, seed: str) -> list[dict]:
+def cases(n: str, seed: str, grid_fn=None, probes: list[dict] | None = None) -> list[dict]:
     """The grid's random specs, n of them per seed (comma-separated lists, "330,60,80" and "17,18,19"),
-    then the named probes."""
+    then the named probes (this grid's, or another design's `grid_fn` and `probes`: cute_sm100.py)."""
+    grid_fn, probes = grid_fn or grid, PROBES if probes is None else probes
     sizes, seeds = [int(x) for x in str(n).split(",")], [int(x) for x in str(seed).split(",")]
     if len(sizes) != len(seeds):
         raise SystemExit(f"{len(sizes)} sizes for {len(seeds)} seeds: give one N per SEED")
-    return [s for k, r in zip(sizes, seeds, strict=True) for s in grid(k, r)] + PROBES
+    return [s for k, r in zip(sizes, seeds, strict=True) for s in grid_fn(k, r)] + probes
 
 
-def check_case(spec: dict) -> dict:
-    """specgen's side: the error and warning rule ids on cute:sm90 and the register figures."""
+def check_case(spec: dict, target: str = TARGET) -> dict:
+    """specgen's side: the error and warning rule ids on the target."""
     from specgen.check import check_spec
     from specgen.spec.load import load_text
 
     (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
-    diags = [d for d in check_spec(ls) if d.target == TARGET]
+    diags = [d for d in check_spec(ls) if d.target == target]
     return {"errors": sorted({d.rule for d in diags if d.severity == "error"}),
             "warnings": sorted({d.rule for d in diags if d.severity == "warning"}),
             "messages": [f"{d.rule}: {d.message}" for d in diags if d.severity == "error"]}
 
 
-def compile_case(spec: dict, folder: Path) -> dict:
-    """The compiler's side: render the spec's module, compile its one config for sm_90a, read the SASS."""
+def compile_one(spec: dict, folder: Path, target: str, compile_module) -> tuple[object, float]:
+    """Render the spec's module, compile its one config for the target's arch with `compile_module` (a CuTe
+    design's compile hook), read the SASS: (its CompileResult, start time), or (an error verdict, start)."""
     from specgen.compile import load_rendered
-    from specgen.designs.gemm_cute_sm90.compile import compile_module
     from specgen.render.catalogue import render_modules
     from specgen.spec.load import load_text
     from specgen.targets import TARGETS
@@ -217,18 +218,28 @@ def compile_case(spec: dict, folder: Path) -> dict:
         (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
         (text,) = render_modules(ls, ls.spec.targets).values()
     except Exception as e:  # a spec the design cannot even plan
-        return {"verdict": "error", "error": f"render: {type(e).__name__}: {e}".splitlines()[0][:300]}
+        return {"verdict": "error", "error": f"render: {type(e).__name__}: {e}".splitlines()[0][:300]}, start
     path = folder / f"{spec['name']}.py"
     path.write_text(text)
     try:
         module = load_rendered(path, f"_specgen_grid_{spec['name']}")
-        (r,) = compile_module(module, TARGETS[TARGET], sass=True, fill_cache=False)
+        (r,) = compile_module(module, TARGETS[target], sass=True, fill_cache=False)
     except Exception as e:
-        return {"verdict": "error", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+        return {"verdict": "error", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}, start
     finally:
         sys.modules.pop(f"_specgen_grid_{spec['name']}", None)
     if r.error:
-        return {"verdict": "error", "error": r.error, "seconds": round(time.perf_counter() - start, 2)}
+        return {"verdict": "error", "error": r.error, "seconds": round(time.perf_counter() - start, 2)}, start
+    return r, start
+
+
+def compile_case(spec: dict, folder: Path) -> dict:
+    """The compiler's side: render the spec's module, compile its one config for sm_90a, read the SASS."""
+    from specgen.designs.gemm_cute_sm90.compile import compile_module
+
+    r, start = compile_one(spec, folder, TARGET, compile_module)
+    if isinstance(r, dict):
+        return r
     spills = r.sass["LDL"] + r.sass["STL"]
     verdict = "spill" if spills else "smem" if (r.compiler_smem or 0) > SMEM_LIMIT else "ok"
     return {"verdict": verdict, "registers": r.resources["registers"], "registers_used": r.resources["registers_used"], "frame_bytes": r.resources["frame_bytes"],
