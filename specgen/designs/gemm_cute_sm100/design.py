@@ -254,6 +254,8 @@ class CuteSm100Gemm(DesignBase):
     compile_hook = "specgen.designs.gemm_cute_sm100.compile:compile_module"
     compiler_modules = ("torch", "cutlass")
     extra = "cute"
+    # the C++ export the CuTe designs share (specgen/designs/cute_export/: compiled for sm_100a)
+    export_hook = "specgen.designs.cute_export.export:export"
     # `auto` takes as many A/B stages as SMEM holds (fp8 256x128x128 over a pair: 8): no bf16-tuned cap
     max_auto_stages = 16
     renders_variants = True

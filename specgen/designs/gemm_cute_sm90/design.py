@@ -327,7 +327,7 @@ class CuteSm90Gemm(DesignBase):
     libraries = ("torch", "nvidia-cutlass-dsl", "apache-tvm-ffi")
     compile_caches = ("SPECGEN_CUTE_CACHE",)  # runtime/cute.py's disk cache
     extra = "cute"
-    export_hook = "specgen.designs.gemm_cute_sm90.export:export"
+    export_hook = "specgen.designs.cute_export.export:export"  # shared with the sm100 design
     max_auto_stages = 8
 
     def serves(self, info: TargetInfo) -> bool:

@@ -1,4 +1,6 @@
-"""The C entry point of an exported CuTe kernel, from the design's plan (no cutlass, no torch).
+"""The C entry point of an exported CuTe kernel, from a CuTe design's plan (no cutlass, no torch): one
+implementation for every CuTe design (sm90's CuteSm90Plan, sm100's CuteSm100Plan), which read the fields
+`CutePlan` and `CuteConfig` name.
 
 One function per kernel, `specgen_<name>(M, N, K[, batch], <operands>, stream)`: each matrix operand
 is a pointer and its leading stride in elements (and its batch stride when batched), a vector a pointer,
@@ -11,11 +13,45 @@ order the module's `_fake_args` declared them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from specgen.abi import Arg as CuteArg
-from specgen.designs.gemm_cute_sm90.design import CuteConfig, CuteSm90Plan
 
 TMA_ALIGN = 16  # bytes: TMA's base and stride unit, and the fake tensors' assumed alignment
+
+
+class CuteConfig(Protocol):
+    """What the C entry reads of one config (the module's `Config` row): its index and size bounds, its
+    tile for the header, the cluster whose size divides the device's SMs for a persistent grid."""
+
+    index: int | None
+    when: str
+    bounds: list[tuple[str, int]]
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int
+    cluster_n: int
+    persistent: bool
+
+
+class CutePlan(Protocol):
+    """What the C entry reads of a CuTe design's plan."""
+
+    name: str
+    description: str
+    arch: str  # the target's arch (sm90, sm100)
+    arch_flag: str  # what the DSL compiled for (sm_90a, sm_100a)
+    a: CuteArg
+    b: CuteArg
+    out: CuteArg
+    args: list[CuteArg]
+    a_major: str
+    b_major: str
+    batch: bool
+    epilogue: list[dict[str, object]]
+    config: CuteConfig
+    variants: list  # of CuteConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +106,8 @@ class CKernel:
     configs: list[tuple[str, CuteConfig]]  # (tag, config): the default first, then each variant
     variants: list[tuple[str, CuteConfig]]  # the size-selected ones, in the launcher's order
     epilogue: str
-    arch: str
+    arch: str  # what the DSL compiled for (sm_90a, sm_100a)
+    target_arch: str  # the target's arch (sm90, sm100): the export's folder where several are exported at once
 
     @property
     def dispatch(self) -> list[tuple[str, CuteConfig]]:
@@ -106,7 +143,13 @@ def config_tag(c: CuteConfig) -> str:
     return "default" if c.index is None else f"variant{c.index}"
 
 
-def _operand(arg: CuteArg, p: CuteSm90Plan) -> COperand:
+def config_shape(c: CuteConfig) -> str:
+    """The header's view of a config's tile: per CTA, and the pair's MMA where two CTAs share one (sm100)."""
+    tile = f"{c.tile_m}x{c.tile_n}x{c.tile_k}"
+    return f"{tile} 2-CTA ({2 * c.tile_m}x{c.tile_n} MMA)" if getattr(c, "two_cta", False) else tile
+
+
+def _operand(arg: CuteArg, p: CutePlan) -> COperand:
     b = arg.dtype.bytes
     if arg.role == "a":
         return COperand("a", "a", str(arg.dtype), b, "M", "K", p.a_major != "k", True, arg.doc)
@@ -117,14 +160,14 @@ def _operand(arg: CuteArg, p: CuteSm90Plan) -> COperand:
     return COperand(arg.name, arg.role, str(arg.dtype), b, "", "", False, False, arg.doc)
 
 
-def c_kernel(p: CuteSm90Plan) -> CKernel:
+def c_kernel(p: CutePlan) -> CKernel:
     configs = [p.config, *p.variants]
     epilogue = ", then ".join(_describe(op) for op in p.epilogue) or "none"
     return CKernel(
         name=p.name, description=" ".join(p.description.split()), batch=p.batch,
         operands=[_operand(a, p) for a in (p.a, p.b, *p.args, p.out)],
         configs=[(config_tag(c), c) for c in configs], variants=[(config_tag(c), c) for c in p.variants],
-        epilogue=epilogue, arch=p.arch_flag,
+        epilogue=epilogue, arch=p.arch_flag, target_arch=p.arch,
     )
 
 
@@ -139,7 +182,7 @@ def render_files(kernels: list[CKernel], dsl_version: str) -> dict[str, str]:
     from specgen.render.env import environment
 
     env = environment()
-    common = {"version": __version__, "dsl_version": dsl_version, "tma_align": TMA_ALIGN}
+    common = {"version": __version__, "dsl_version": dsl_version, "tma_align": TMA_ALIGN, "config_shape": config_shape}
     arch = ", ".join(sorted({k.arch for k in kernels}))
     files = {"include/specgen_kernels.h": env.get_template("export/kernels.h.jinja").render(kernels=kernels, arch=arch,
                                                                                            **common)}
