@@ -40,25 +40,28 @@ from specgen.designs.base import DesignBase, module_identity, plan_header
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
-from specgen.designs.gemm_cute_sm90.design import CUTLASS_DTYPES, arch_flag, cute_arg
+# and lay out SMEM alike (1024-aligned buffers after the compiler's 1024-byte static pad)
+from specgen.designs.gemm_cute_sm90.design import (
+    BASE_ALIGN_PAD,
+    CUTLASS_DTYPES,
+    MBARRIER_BYTES,
+    align_up,
+    arch_flag,
+    cute_operands,
+    host_context,
+    host_parameters,
+)
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend, TargetInfo, target_info
 
-ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
-MBARRIER_BYTES = 8
 TMEM_SLOT_BYTES = 4  # the TMEM base address the allocator writes to SMEM
-BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
 THREADS = 192  # epilogue warps 0-3, MMA warp 4, TMA warp 5 (the CUTLASS reference's split)
 EPILOGUE_THREADS = 128
 TMEM_DATAPATHS = 32  # TMEM lanes one warp's tcgen05.ld reaches (a subpartition)
 EPILOGUE_ELEMENTS = 4096  # elements of one epilogue subtile (CUTLASS `compute_epilogue_tile_size`)
-
-
-def _align(n: int, to: int = ALIGN) -> int:
-    return -(-n // to) * to
 
 
 def two_cta(spec: GemmSpec) -> bool:
@@ -285,10 +288,10 @@ class CuteSm100Gemm(DesignBase):
         gpu = target.gpu
         assert gpu is not None
         em, en = epilogue_tile(spec)
-        epi = _align(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)  # always stored by TMA (CUTE103)
-        reserve = BASE_ALIGN_PAD + _align(barrier_bytes(ab_stages, acc_stages_for(spec, target)))
+        epi = align_up(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)  # always stored by TMA (CUTE103)
+        reserve = BASE_ALIGN_PAD + align_up(barrier_bytes(ab_stages, acc_stages_for(spec, target)))
         a, b = a_stage_bytes(spec) * ab_stages, b_stage_bytes(spec) * ab_stages
-        pad = _align(a) - a + _align(b) - b  # the A and B regions each start 1024-aligned (e.g. 104-row B stages)
+        pad = align_up(a) - a + align_up(b) - b  # the A and B regions each start 1024-aligned (e.g. 104-row B stages)
         return MemoryBudget("SMEM", gpu.smem_per_block, reserve, a_stage_bytes(spec) + b_stage_bytes(spec), ab_stages,
                             epi, epilogue_overlaps_ab=False, extra_bytes=pad, extra_label="alignment")
 
@@ -307,18 +310,12 @@ class CuteSm100Gemm(DesignBase):
 
     def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm100Plan:
         spec = r.spec
-        batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
         return CuteSm100Plan(
             **plan_header(loaded),
             arch=r.info.arch,
             arch_flag=arch_flag(r.info),
             compute_capability=r.info.compute_capability or 0,
-            a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-            b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
-                   f"{spec.b.major}-major"),
-            out=cute_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
-                     "row-major"),
-            args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            **cute_operands(spec),
             a_major=spec.a.major,
             b_major=spec.b.major,
             acc_dtype=CUTLASS_DTYPES[spec.accumulator],
@@ -350,9 +347,7 @@ def metadata(p: CuteSm100Plan) -> dict[str, object]:
                                         "tmem_columns": c.tmem_columns, "two_cta": c.two_cta,
                                         "arch_flag": p.arch_flag,
                                         "variants": [_variant_meta(v) for v in p.variants]}},
-        "parameters": [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
-                       for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["variant", "constexpr"],
-                                                                 ["stream", "stream"]],
+        "parameters": host_parameters(p),
     }
 
 
@@ -363,14 +358,7 @@ def _variant_meta(c: CuteSm100Config) -> dict[str, object]:
 
 
 def render_context(p: CuteSm100Plan) -> dict[str, object]:
-    args = [p.a, p.b, *p.args]
-    return {
-        "p": p,
-        "metadata": metadata(p),
-        "names": [a.name for a in args],
-        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
-        "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
-    }
+    return {"p": p, "metadata": metadata(p), **host_context(p)}
 
 
 DESIGN = CuteSm100Gemm()

@@ -54,7 +54,7 @@ CUTLASS_DTYPES: dict[DType, str] = {
 }
 
 
-def _align(n: int, to: int = ALIGN) -> int:
+def align_up(n: int, to: int = ALIGN) -> int:
     return -(-n // to) * to
 
 
@@ -210,6 +210,38 @@ def cute_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
     return make_arg(name, role, dtype, doc, _spellings)
 
 
+def cute_operands(spec: GemmSpec) -> dict[str, object]:
+    """The host function's operands as both CuTe designs' plans list them: a, b, out (logical shapes, the
+    torch launcher's) and the epilogue's runtime arguments in chain order."""
+    batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
+    return {
+        "a": cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
+        "b": cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+                      f"{spec.b.major}-major"),
+        "out": cute_arg("out", "out", spec.out.dtype,
+                        f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, row-major"),
+        "args": [cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+    }
+
+
+def host_parameters(p: object) -> list[list[str]]:
+    """The compiled host function's parameters, (name, kind) in call order (METADATA's `parameters`)."""
+    return [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
+            for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["variant", "constexpr"],  # type: ignore[attr-defined]
+                                                      ["stream", "stream"]]
+
+
+def host_context(p: object) -> dict[str, object]:
+    """Names the shared host templates spell: argument order, the custom op's schema, and the cutlass
+    spelling of each dtype (for the epilogue's cast op)."""
+    args = [p.a, p.b, *p.args]  # type: ignore[attr-defined]
+    return {
+        "names": [a.name for a in args],
+        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
+        "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
+    }
+
+
 @dataclass(frozen=True)
 class CuteConfig:
     """One compiled configuration: the default's or a size-selected variant's (the module's `Config`)."""
@@ -356,9 +388,9 @@ class CuteSm90Gemm(DesignBase):
         t = spec.tile
         em, en = epilogue_tile(spec)
         sets = 2 if pingpong(spec) else 1  # ping-pong: one set of subtiles per warpgroup
-        epi = _align(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
+        epi = align_up(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
         order = 2 * MBARRIER_BYTES if pingpong(spec) else 0  # ping-pong: whose turn at the mainloop
-        reserve = BASE_ALIGN_PAD + _align(2 * ab_stages * MBARRIER_BYTES + order)
+        reserve = BASE_ALIGN_PAD + align_up(2 * ab_stages * MBARRIER_BYTES + order)
         stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes
         return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False)
 
@@ -381,19 +413,13 @@ class CuteSm90Gemm(DesignBase):
         t = spec.tile
         wgs = mma_warpgroups(spec)
         em, en = epilogue_tile(spec)
-        batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
         config, variants = cute_config(r), [cute_config(v) for v in r.variants]
         return CuteSm90Plan(
             **plan_header(loaded),
             arch=r.info.arch,
             arch_flag=arch_flag(r.info),
             compute_capability=r.info.compute_capability or 0,
-            a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-            b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
-                   f"{spec.b.major}-major"),
-            out=cute_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
-                     "row-major"),
-            args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+            **cute_operands(spec),
             a_major=spec.a.major,
             b_major=spec.b.major,
             acc_dtype=CUTLASS_DTYPES[spec.accumulator],
@@ -443,9 +469,7 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
                                         "arch_flag": p.arch_flag,
                                         "variants": [_variant_meta(v) for v in p.variants]}},
         # the compiled host function's parameters: (name, kind) in call order
-        "parameters": [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
-                       for a in (p.a, p.b, *p.args, p.out)] + [["max_clusters", "i32"], ["variant", "constexpr"],
-                                                                 ["stream", "stream"]],
+        "parameters": host_parameters(p),
     }
 
 
@@ -458,14 +482,7 @@ def _variant_meta(c: CuteConfig) -> dict[str, object]:
 def render_context(p: CuteSm90Plan) -> dict[str, object]:
     """The plan plus names the templates spell: argument order, the custom op's schema, and the
     cutlass spelling of each dtype (for the epilogue's cast op)."""
-    args = [p.a, p.b, *p.args]
-    return {
-        "p": p,
-        "metadata": metadata(p),
-        "names": [a.name for a in args],
-        "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
-        "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
-    }
+    return {"p": p, "metadata": metadata(p), **host_context(p)}
 
 
 def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
