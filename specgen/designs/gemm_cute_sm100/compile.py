@@ -13,10 +13,10 @@ Imports cutlass (and the generated module, which imports torch): never imported 
 from __future__ import annotations
 
 import re
-import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from specgen.compile import CompileResult
 from specgen.designs.gemm_cute_sm90 import compile as sm90
@@ -46,12 +46,7 @@ def tmem_alloc_columns(ptx: str) -> int | None:
 
 def sass_counts(cubin_path: str) -> tuple[dict[str, int], dict[str, int]]:
     """The sm90 hook's SASS reader over this design's opcodes."""
-    saved = sm90.SASS_OPS
-    sm90.SASS_OPS = SASS_OPS
-    try:
-        return sm90.sass_counts(cubin_path)
-    finally:
-        sm90.SASS_OPS = saved
+    return sm90.sass_counts(cubin_path, SASS_OPS)
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
@@ -62,37 +57,15 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
     plans = [plan] + list(plan.get("variants", []))
-    return [_compile_config(launcher, meta["kernel"], variant, target, p, sass, fill_cache)
+    return [sm90.compile_config(launcher, meta["kernel"], variant, target, p["smem_bytes"], sass, fill_cache,
+                                ops=SASS_OPS, keep="--keep-cubin --keep-ptx", more=_tmem(p))
             for variant, p in zip(launcher.configs, plans, strict=True)]
 
 
-def _compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan: dict, sass: bool,
-                    fill_cache: bool) -> CompileResult:
-    label = name if variant is None else f"{name}[variant {variant}]"
-    plan_smem = plan["smem_bytes"]
-    start, cpu = time.perf_counter(), time.process_time()
-    with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
-        try:
-            compiled = launcher.compile(variant, f"--keep-cubin --keep-ptx --dump-dir {dump}")
-        except Exception as e:  # the compiler's own message is the useful part
-            first = next((ln for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()), type(e).__name__)
-            return CompileResult(label, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-        cubin = compiled.artifacts.CUBIN
-        if isinstance(cubin, bytes):
-            cubin_path = Path(dump) / "kernel.cubin"
-            cubin_path.write_bytes(cubin)
-        else:
-            cubin_path = Path(cubin)
-        dynamic = sm90.launch_smem(str(compiled.ir_module))
-        total = None if dynamic is None else dynamic + sm90.static_smem(cubin_path.read_bytes())
-        counts, local = sass_counts(str(cubin_path)) if sass else ({}, {})
-        resources = sm90.cubin_resources(cubin_path.read_bytes()) | local if sass else {}
+def _tmem(plan: dict) -> Callable[[Any], dict[str, int]]:
+    """The TMEM columns the compiled kernel allocates (its PTX's `tcgen05.alloc`) beside the plan's."""
+    def read(compiled: Any) -> dict[str, int]:
         ptx = compiled.artifacts.PTX  # the PTX's path, or its text
-        ptx_text = ptx if isinstance(ptx, str) and "tcgen05" in ptx else Path(ptx).read_text()
-        resources |= {"tmem_columns": tmem_alloc_columns(ptx_text) or 0, "plan_tmem_columns": plan["tmem_columns"]}
-        from specgen.runtime.cute import TVM_FFI
-
-        cache = str(launcher.export(compiled, variant)) if fill_cache and TVM_FFI else ""
-    return CompileResult(label, target.name, plan_smem, total, seconds, sass=counts, cache=cache,
-                         cpu_seconds=cpu_seconds, resources=resources)
+        text = ptx if isinstance(ptx, str) and "tcgen05" in ptx else Path(ptx).read_text()
+        return {"tmem_columns": tmem_alloc_columns(text) or 0, "plan_tmem_columns": plan["tmem_columns"]}
+    return read

@@ -17,8 +17,10 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from specgen.compile import CompileResult
 from specgen.targets import TargetInfo
@@ -110,8 +112,8 @@ def nvdisasm() -> str | None:
 _LOCAL_WIDTH = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}  # LDL/STL bytes; bare: 4
 
 
-def sass_counts(cubin_path: str) -> tuple[dict[str, int], dict[str, int]]:
-    """(opcode counts of SASS_OPS, resources): `spill_store_bytes` / `spill_load_bytes` sum the widths of
+def sass_counts(cubin_path: str, ops: tuple[str, ...] = SASS_OPS) -> tuple[dict[str, int], dict[str, int]]:
+    """(opcode counts of `ops`, this design's SASS_OPS by default; resources): `spill_store_bytes` / `spill_load_bytes` sum the widths of
     the STL / LDL instructions, as ptxas' `-v` counts its "bytes spill stores / loads";
     `registers_used` is the highest general register the code names, plus one (a 64- or 128-bit
     operand names only its first register: a lower bound by up to 3)."""
@@ -119,7 +121,7 @@ def sass_counts(cubin_path: str) -> tuple[dict[str, int], dict[str, int]]:
     if exe is None:
         raise RuntimeError("nvdisasm not found: pip install nvidia-cuda-nvdisasm")
     text = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True, check=True).stdout
-    counts = dict.fromkeys(SASS_OPS, 0)
+    counts = dict.fromkeys(ops, 0)
     local = {"spill_store_bytes": 0, "spill_load_bytes": 0, "registers_used": 0}
     for line in text.splitlines():
         regs = [int(r) for r in re.findall(r"\bR(\d+)\b", line)]
@@ -143,17 +145,21 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
     smem = [plan["smem_bytes"]] + [v["smem_bytes"] for v in plan.get("variants", [])]
-    return [_compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
+    return [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
             for variant, plan_smem in zip(launcher.configs, smem, strict=True)]
 
 
-def _compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan_smem: int, sass: bool,
-                    fill_cache: bool) -> CompileResult:
+def compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan_smem: int, sass: bool,
+                   fill_cache: bool, ops: tuple[str, ...] = SASS_OPS, keep: str = "--keep-cubin",
+                   more: Callable[[Any], dict[str, int]] | None = None) -> CompileResult:
+    """One config of a CuTe module (either design's): compiled SMEM beside the plan's, with `sass` the
+    counts of `ops` and the cubin's resources, plus what `more(compiled)` reads (the sm100 design: TMEM
+    columns from the PTX `keep` keeps); the disk cache filled on the way."""
     label = name if variant is None else f"{name}[variant {variant}]"
     start, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
         try:
-            compiled = launcher.compile(variant, f"--keep-cubin --dump-dir {dump}")
+            compiled = launcher.compile(variant, f"{keep} --dump-dir {dump}")
         except Exception as e:  # the compiler's own message is the useful part
             first = next((ln for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()), type(e).__name__)
             return CompileResult(label, target.name, plan_smem, None, time.perf_counter() - start, first[:300])
@@ -166,8 +172,10 @@ def _compile_config(launcher, name: str, variant: int | None, target: TargetInfo
             cubin_path = Path(cubin)
         dynamic = launch_smem(str(compiled.ir_module))  # the SharedStorage struct
         total = None if dynamic is None else dynamic + static_smem(cubin_path.read_bytes())  # + base alignment pad
-        counts, local = sass_counts(str(cubin_path)) if sass else ({}, {})
+        counts, local = sass_counts(str(cubin_path), ops) if sass else ({}, {})
         resources = cubin_resources(cubin_path.read_bytes()) | local if sass else {}
+        if more is not None:
+            resources |= more(compiled)
         from specgen.runtime.cute import TVM_FFI
 
         cache = str(launcher.export(compiled, variant)) if fill_cache and TVM_FFI else ""
