@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.abi import Arg
 from specgen.designs.base import DesignBase, module_identity, plan_header
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
@@ -45,6 +44,7 @@ from specgen.designs.gemm_cute_sm90.design import (
     BASE_ALIGN_PAD,
     CUTLASS_DTYPES,
     MBARRIER_BYTES,
+    CuteModulePlan,
     align_up,
     arch_flag,
     cute_operands,
@@ -213,25 +213,9 @@ def sm100_config(r: Resolved) -> CuteSm100Config:
 
 
 @dataclass(frozen=True)
-class CuteSm100Plan:
+class CuteSm100Plan(CuteModulePlan):
     """Every number the sm100 template renders, named."""
 
-    name: str
-    spec_file: str
-    spec_hash: str
-    specgen_version: str
-    description: str
-    arch: str
-    arch_flag: str
-    compute_capability: int
-    a: Arg
-    b: Arg
-    out: Arg
-    args: list[Arg]  # epilogue runtime arguments, in chain order
-    a_major: str
-    b_major: str
-    acc_dtype: str  # cutlass name
-    batch: bool
     threads: int
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]

@@ -289,8 +289,9 @@ def cute_config(r: Resolved) -> CuteConfig:
 
 
 @dataclass(frozen=True)
-class CuteSm90Plan:
-    """Every number the sm90 template renders, named."""
+class CuteModulePlan:
+    """What every CuTe module's plan names: its identity, arch, operands (the shared host templates'
+    arguments) and dtypes; each design's plan adds its kernel's numbers."""
 
     name: str
     spec_file: str
@@ -308,6 +309,12 @@ class CuteSm90Plan:
     b_major: str
     acc_dtype: str  # cutlass name
     batch: bool
+
+
+@dataclass(frozen=True)
+class CuteSm90Plan(CuteModulePlan):
+    """Every number the sm90 template renders, named."""
+
     tile_m: int
     tile_n: int
     tile_k: int
