@@ -196,7 +196,8 @@ def _mkl(x: cute.Tensor) -> cute.Tensor:
 
 
 def _nkl(x: cute.Tensor) -> cute.Tensor:
-    """B, torch-shaped (K, N) or (batch, K, N), as CuTe's (N, K, batch)."""
+    """A torch-shaped (rows, cols) or (batch, rows, cols) transposed, as CuTe's (cols, rows, batch): B's (K, N)
+    as (N, K, batch); out's (M, N) as out^T's (N, M, batch) where a config swaps A and B."""
     return cute.make_tensor(x.iterator, cute.make_layout((x.shape[1], x.shape[0], 1), stride=(x.stride[1], x.stride[0], 0)))
 
 

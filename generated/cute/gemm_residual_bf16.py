@@ -100,6 +100,11 @@ class Config(NamedTuple):
         """Threads sharing one tile's accumulator and epilogue."""
         return 128 * self.mma_warpgroups
 
+    @property
+    def operands(self) -> tuple:
+        """wgmma's operands and the stored output: (A layout, A dtype, B layout, B dtype, out layout)."""
+        return A_LAYOUT, A_DTYPE, B_LAYOUT, B_DTYPE, OUT_LAYOUT
+
 
 # The default config. SMEM: A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
 CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=False, smem_bytes=215040)
@@ -124,12 +129,13 @@ def config(variant: int | None) -> Config:
 def shared_storage(cfg: Config):
     """The kernel's SMEM: mbarriers (full and empty per A/B stage), then A stages, B stages and
     the epilogue subtiles, each 1024-aligned (the 128-byte swizzle atoms need it)."""
+    _, a_dtype, _, b_dtype, _ = cfg.operands
 
     @cute.struct
     class SharedStorage:
         ab_barriers: cute.struct.MemRange[cutlass.Int64, cfg.ab_stages * 2]
-        sA: cute.struct.Align[cute.struct.MemRange[A_DTYPE, cfg.tile_m * cfg.tile_k * cfg.ab_stages], 1024]
-        sB: cute.struct.Align[cute.struct.MemRange[B_DTYPE, cfg.tile_n * cfg.tile_k * cfg.ab_stages], 1024]
+        sA: cute.struct.Align[cute.struct.MemRange[a_dtype, cfg.tile_m * cfg.tile_k * cfg.ab_stages], 1024]
+        sB: cute.struct.Align[cute.struct.MemRange[b_dtype, cfg.tile_n * cfg.tile_k * cfg.ab_stages], 1024]
         sOut: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.epi_stages * (2 if cfg.pingpong else 1)], 1024]
 
     return SharedStorage
@@ -147,17 +153,22 @@ def _smem_layout(cfg: Config, layout: LayoutEnum, dtype, rows: int) -> cute.Comp
 
 def make_tiled_mma(cfg: Config) -> cute.TiledMma:
     """wgmma over the tile: mma_warpgroups warpgroups stacked along M, each 64 x tile_n per instruction."""
+    a_layout, a_dtype, b_layout, b_dtype, _ = cfg.operands
     return sm90_utils.make_trivial_tiled_mma(
-        A_DTYPE, B_DTYPE, A_LAYOUT.sm90_mma_major_mode(), B_LAYOUT.sm90_mma_major_mode(), ACC_DTYPE,
+        a_dtype, b_dtype, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(), ACC_DTYPE,
         (cfg.mma_warpgroups, 1, 1), tiler_mn=(64, cfg.tile_n),
     )
 
 
-def make_r2s_copy(tiled_mma: cute.TiledMma) -> cute.TiledCopy:
-    """Accumulator registers -> an SMEM subtile (stmatrix where the output layout allows)."""
+def make_r2s_copy(cfg: Config, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+    """Accumulator registers -> an SMEM subtile (stmatrix where the output layout allows, transposing
+    where the stored tile is M-major)."""
+    out_layout = cfg.operands[4]
     return cute.make_tiled_copy_S(
-        sm90_utils.sm90_get_smem_store_op(OUT_LAYOUT, elem_ty_d=OUT_DTYPE, elem_ty_acc=ACC_DTYPE),
-        cute.make_tiled_copy_C_atom(cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), OUT_DTYPE), tiled_mma),
+        sm90_utils.sm90_get_smem_store_op(out_layout, elem_ty_d=OUT_DTYPE, elem_ty_acc=ACC_DTYPE),
+        cute.make_tiled_copy_C_atom(
+            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(out_layout.is_m_major_c(), 4), OUT_DTYPE), tiled_mma
+        ),
     )
 
 
@@ -205,7 +216,8 @@ def _mkl(x: cute.Tensor) -> cute.Tensor:
 
 
 def _nkl(x: cute.Tensor) -> cute.Tensor:
-    """B, torch-shaped (K, N) or (batch, K, N), as CuTe's (N, K, batch)."""
+    """A torch-shaped (rows, cols) or (batch, rows, cols) transposed, as CuTe's (cols, rows, batch): B's (K, N)
+    as (N, K, batch); out's (M, N) as out^T's (N, M, batch) where a config swaps A and B."""
     return cute.make_tensor(x.iterator, cute.make_layout((x.shape[1], x.shape[0], 1), stride=(x.stride[1], x.stride[0], 0)))
 
 
@@ -225,11 +237,18 @@ def gemm_host(
     cfg = config(variant)
     mA, mB, mOut = _mkl(a), _nkl(b), _mkl(out)
     mc = _mkl(c)
+    a_layout, a_dtype, b_layout, b_dtype, out_layout = cfg.operands
     tiled_mma = make_tiled_mma(cfg)
-    sA_layout = _smem_layout(cfg, A_LAYOUT, A_DTYPE, cfg.tile_m)
-    sB_layout = _smem_layout(cfg, B_LAYOUT, B_DTYPE, cfg.tile_n)
-    out_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(OUT_LAYOUT, OUT_DTYPE, cfg.epi_n), OUT_DTYPE)
-    sOut_layout = cute.tile_to_shape(out_atom, (cfg.epi_m, cfg.epi_n, cfg.epi_stages * (2 if cfg.pingpong else 1)), order=(0, 1, 2))
+    sA_layout = _smem_layout(cfg, a_layout, a_dtype, cfg.tile_m)
+    sB_layout = _smem_layout(cfg, b_layout, b_dtype, cfg.tile_n)
+    # the epilogue subtiles, swizzled along the stored tile's contiguous dim (N, or M for out^T)
+    m_major = out_layout.is_m_major_c()
+    out_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+        sm90_utils.get_smem_layout_atom(out_layout, OUT_DTYPE, cfg.epi_m if m_major else cfg.epi_n), OUT_DTYPE
+    )
+    sOut_layout = cute.tile_to_shape(
+        out_atom, (cfg.epi_m, cfg.epi_n, cfg.epi_stages * (2 if cfg.pingpong else 1)), order=(1, 0, 2) if m_major else (0, 1, 2)
+    )
 
     # TMA boxes of A and B tiles (multicast to the cluster's CTAs along the other dim where it has several).
     tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -291,8 +310,8 @@ def gemm_kernel(
 
     # --- SMEM and the A/B pipeline (full barrier: TMA bytes landed; empty: every consumer warp done) --
     storage = cutlass.memory.SmemAllocator().allocate(shared_storage(cfg))
-    stage_bytes = cute.size_in_bytes(A_DTYPE, cute.slice_(sA_layout, (None, None, 0))) + cute.size_in_bytes(
-        B_DTYPE, cute.slice_(sB_layout, (None, None, 0))
+    stage_bytes = cute.size_in_bytes(cfg.operands[1], cute.slice_(sA_layout, (None, None, 0))) + cute.size_in_bytes(
+        cfg.operands[3], cute.slice_(sB_layout, (None, None, 0))
     )
     ab_pipe = pipeline.PipelineTmaAsync.create(
         barrier_storage=storage.ab_barriers.data_ptr(),
@@ -367,7 +386,7 @@ def gemm_kernel(
         k_blocks = cute.size(tCrA, mode=[2])
 
         # Epilogue copies: registers -> SMEM (stmatrix where the layout allows), SMEM -> global by TMA.
-        r2s = make_r2s_copy(tiled_mma)
+        r2s = make_r2s_copy(cfg, tiled_mma)
         thr_r2s = r2s.get_slice(tile_tidx)
         tRS_sOut = thr_r2s.partition_D(sOut)
         tRS_acc = r2s.retile(acc_regs)

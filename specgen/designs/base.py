@@ -115,6 +115,11 @@ class DesignBase:
         return tma_boxes(spec) if target.tma_boxes else ()
 
     # --- rules that ask the design ---------------------------------------------------------------------
+    def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
+        """The tile the MMA computes as ((rows, field), (columns, field)): the output tile, or its
+        transpose where the design swaps A and B (the fields name what the spec sets for each side)."""
+        return (spec.tile.m, "m"), (spec.tile.n, "n")
+
     def dot_accumulators(self, a: DType) -> tuple[DType, ...] | None:
         """Accumulator dtypes the design's dot takes for `a` operands, where not its MMA family's (DT001)."""
         return None

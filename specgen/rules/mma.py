@@ -26,13 +26,17 @@ def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("MMA001", "wgmma instruction shape", issues(Mma.wgmma))
 def wgmma_shape(ctx: RuleContext) -> Iterator[Finding]:
     """wgmma: M = 64 per warpgroup, N 8..256 in steps of 8, K a multiple of 32 bytes of the dtype.
+    The MMA's rows are tile.m, or tile.n where the design swaps A and B (`mma_tile`: CuTe's swap_ab).
     Source: CD `cute/nvgpu/warpgroup/mma.py`, PTX wgmma."""
     t, kk = ctx.spec.tile, k_per_instruction(ctx.spec.a.dtype)
-    if t.m % 64:
-        yield Finding("MMA001", "error", f"tile.m = {t.m} is not a multiple of 64 (wgmma M per warpgroup)",
-                      f"use tile.m = {max(64, t.m // 64 * 64)}", ("tile", "m"))
-    if not (8 <= t.n <= 256 and t.n % 8 == 0):
-        yield Finding("MMA001", "error", f"tile.n = {t.n} is outside wgmma N 8..256 step 8", "", ("tile", "n"))
+    (rows, rf), (cols, cf) = ctx.design.mma_tile(ctx.spec)
+    swapped = " (swap_ab: the MMA's rows)" if rf != "m" else ""
+    if rows % 64:
+        yield Finding("MMA001", "error", f"tile.{rf} = {rows}{swapped} is not a multiple of 64 (wgmma M per warpgroup)",
+                      f"use tile.{rf} = {max(64, rows // 64 * 64)}", ("tile", rf))
+    if not (8 <= cols <= 256 and cols % 8 == 0):
+        yield Finding("MMA001", "error", f"tile.{cf} = {cols} is outside wgmma N 8..256 step 8"
+                      f"{' (swap_ab: the MMA columns)' if swapped else ''}", "", ("tile", cf))
     if t.k % kk:
         yield Finding("MMA001", "error", f"tile.k = {t.k} is not a multiple of {kk} (wgmma K for {ctx.spec.a.dtype})",
                       "", ("tile", "k"))

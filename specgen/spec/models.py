@@ -148,7 +148,7 @@ class TritonOptions(KeysAddedLater):
     ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
 
 
-class CuteOptions(Strict):
+class CuteOptions(KeysAddedLater):
     # Blackwell 2-CTA (cta_group::2) MMA: the cluster's CTA pair shares one MMA.
     two_cta: StrictBool = False
     # Hopper: consumer warpgroups splitting the tile along M (1 or 2).
@@ -158,6 +158,12 @@ class CuteOptions(Strict):
     # alternate, one's epilogue running under the other's mainloop.
     schedule: Literal["cooperative", "pingpong"] = "cooperative"
     tma_store: StrictBool = True
+    # Hopper: swap the operands of the MMA, as triton.swap_ab does: the kernel computes out^T = B^T A^T,
+    # so that tile.n sits on wgmma's 64-row side and a small tile.m (decode: M <= 64) on its 8..256-column
+    # side, and stores out^T tiles (M-major in the kernel's terms) by TMA.
+    swap_ab: StrictBool = False
+
+    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
 
 
 class PallasOptions(Strict):

@@ -1,4 +1,4 @@
-"""The tuner's candidates: each design's knobs and ranges (a module-level `tune_space(spec, target)` beside
+"""The tuner's candidates: each design's knobs and ranges (a module-level `tune_space(spec, target, m_max)` beside
 the design class), their product with the incumbent always in it, each applied to the spec as the writeback
 would write it (`edits`) and pruned by the same `check` (no compile is spent on a config check rejects).
 
@@ -38,23 +38,33 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def design_space(spec: GemmSpec, target: Target) -> dict[str, tuple[Any, ...]]:
+def design_space(spec: GemmSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
+    """The design's knobs for (target, slot): `tune_space(effective spec, target, m_max)`, m_max the slot's
+    bound on M where it has one (a design may sweep other knobs for decode-sized slots)."""
     design = design_for(spec.kind, target)
     fn = getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
     if fn is None:
         raise SpaceError(f"{target} has no tune space: its design declares no `tune_space`")
-    return fn(spec, target_info(target))
+    m_max = spec.variants_on(target)[slot].when.m_max if slot is not None else None
+    return fn(spec.for_target(target, slot), target_info(target), m_max)
+
+
+def _knob_value(text: str) -> Any:
+    """An integer where it parses, true / false as booleans (cute.swap_ab=false,true), else the string."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return {"true": True, "false": False}.get(text, text)
 
 
 def parse_knobs(items: list[str]) -> dict[str, tuple[Any, ...]]:
-    """--knob tile.n=128,256: a knob's range replaced (integers where they parse, else strings)."""
+    """--knob tile.n=128,256: a knob's range replaced (values as `_knob_value` reads them)."""
     out: dict[str, tuple[Any, ...]] = {}
     for item in items:
         name, sep, values = item.partition("=")
         section, dot, key = name.partition(".")
         if not sep or not dot or section not in CONFIG_SECTIONS or not values:
             raise SpaceError(f"--knob '{item}' is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(CONFIG_SECTIONS)}")
-        out[name] = tuple(int(v) if v.lstrip("-").isdigit() else v for v in values.split(","))
+        out[name] = tuple(_knob_value(v) for v in values.split(","))
     return out
 
 
@@ -67,7 +77,7 @@ def current(spec: GemmSpec, target: Target, slot: int | None, knobs: list[str]) 
 def space(spec: GemmSpec, target: Target, slot: int | None,
           overrides: dict[str, tuple[Any, ...]] | None = None) -> tuple[Config, list[Config]]:
     """(incumbent, every config of the product of the knobs' ranges, the incumbent first)."""
-    ranges = {**design_space(spec.for_target(target, slot), target), **(overrides or {})}
+    ranges = {**design_space(spec, target, slot), **(overrides or {})}
     unknown = [k for k in ranges if k.split(".")[1] not in type(getattr(spec, k.split(".")[0])).model_fields]
     if unknown:
         raise SpaceError(f"unknown knob(s) {', '.join(unknown)} on {target}")

@@ -255,6 +255,59 @@ def test_variants_run_the_config_their_bounds_pick(tmp_path: Path, monkeypatch) 
     assert set(mod._launcher._fns) == {None, 0, 1, 2}
 
 
+SWAPPED = {"cute": {"swap_ab": True}, "tile": {"m": 16, "n": 64, "k": 64}}
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gemm_bf16", SWAPPED),
+    ("gemm_bf16", {"cute": {"swap_ab": True, "schedule": "pingpong"}, "tile": {"m": 32, "n": 128, "k": 64}}),
+    ("gemm_bf16", {**SWAPPED, "tile": {"m": 64, "n": 128, "k": 64}, "cluster": {"m": 1, "n": 2}}),
+    ("gemm_bf16", {**SWAPPED, "cluster": {"m": 2, "n": 1}}),
+    ("gemm_bias_gelu_bf16", SWAPPED),
+    ("gemm_relu_f16", SWAPPED),
+    ("bmm_bf16", SWAPPED),
+    ("gemm_residual_bf16", {**SWAPPED, "tile": {"m": 32, "n": 64, "k": 64}}),
+    ("gemm_fp8_rowwise", {**SWAPPED, "tile": {"m": 16, "n": 128, "k": 128}}),
+], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}{v}" for k, v in x.items()).replace(" ", ""))
+def test_swap_ab_matches_float64_reference(name: str, config: dict, tmp_path: Path) -> None:
+    """out^T = B^T A^T (B's tile on wgmma's rows, out^T's subtiles stored M-major): every shape (M = 1,
+    tails on M, N and K, wide N, M far past the tile), with each catalogue kernel's epilogue (bias and
+    the fp8 scales gathered along the swapped dims, an A column-major residual kernel, batch)."""
+    spec = {**module(name).SPEC, **config, "name": f"{name}_swapped"}
+    mod = rendered(spec, tmp_path)
+    assert mod.CONFIG.swap_ab and mod.CONFIG.tile_m == config["tile"]["n"]  # the kernel's tile is out^T's
+    for shape in SHAPES + WIDE:
+        check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=17)
+    check(mod, getattr(mod, spec["name"]), mod.SPEC, 130, 136, 0, seed=1)  # K = 0: the epilogue of zero
+
+
+def test_swap_ab_every_epilogue_op(tmp_path: Path) -> None:
+    spec = dict(module("gemm_bf16").SPEC)
+    spec.update(name="every_op_swapped", epilogue=EVERY_OP, cute={"swap_ab": True}, tile={"m": 32, "n": 64, "k": 64})
+    mod = rendered(spec, tmp_path)
+    for shape in SHAPES:
+        check(mod, mod.every_op_swapped, mod.SPEC, *shape, seed=19)
+
+
+def test_swapped_variants_run_beside_an_unswapped_default(tmp_path: Path, monkeypatch) -> None:
+    """Decode variants that swap A and B (M <= 16: 16x64; M <= 64: ping-pong 32x128) before the
+    unswapped default, in one module: each shape runs the config its bounds pick and matches."""
+    spec = dict(module("gemm_bias_gelu_bf16").SPEC)
+    spec.update(name="swapped_variants_cute")
+    mod = rendered(spec, tmp_path, variants=[
+        {"when": {"m_max": 16}, **SWAPPED},
+        {"when": {"m_max": 64}, "cute": {"swap_ab": True, "schedule": "pingpong"}, "tile": {"m": 32, "n": 128, "k": 64}},
+    ])
+    assert [c.swap_ab for c in mod.VARIANT_CONFIGS] == [True, True] and not mod.CONFIG.swap_ab
+    spy = Spy(mod._launcher)
+    monkeypatch.setattr(mod, "_launcher", spy)
+    for shape, want in [((1, 4096, 4096), 0), ((16, 1000, 520), 0), ((17, 264, 1040), 1), ((64, 8208, 264), 1),
+                        ((65, 256, 512), None)]:
+        spy.variants.clear()
+        check(mod, mod.swapped_variants_cute, mod.SPEC, *shape, seed=23)
+        assert spy.variants == [want, want], (shape, spy.variants)
+
+
 def test_torch_compile_fullgraph() -> None:
     mod = module("gemm_bias_gelu_bf16")
     gen = torch.Generator(device="cuda").manual_seed(0)

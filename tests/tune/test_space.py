@@ -15,8 +15,10 @@ from specgen.tune.writeback import write_back
 
 
 @pytest.mark.parametrize(("target", "slot"), [("triton:sm90", None), ("cute:sm90", None), ("pallas:gpu_sm90", None),
-                                              ("triton:sm90", 2), ("pallas:gpu_sm90", 0)])
+                                              ("triton:sm90", 2), ("pallas:gpu_sm90", 0), ("cute:sm90", 0)])
 def test_pruning_agrees_with_check(spec_copy, target: str, slot: int | None, tmp_path: Path) -> None:
+    """Slot 0 of cute:sm90 serves M <= 16: its space sweeps swap_ab with 16- and 32-row tiles, which check
+    refuses unswapped (MMA001)."""
     path = spec_copy()
     if target == "pallas:gpu_sm90" and slot is not None:  # the catalogue ships no Mosaic GPU variant yet
         text = path.read_text()
@@ -53,6 +55,7 @@ def test_shared_tile_is_written_for_the_modules_targets(spec_copy) -> None:
 def test_knob_parsing_errors_name_the_item() -> None:
     assert parse_knobs(["tile.n=128,256", "cute.schedule=pingpong"]) == {"tile.n": (128, 256),
                                                                          "cute.schedule": ("pingpong",)}
+    assert parse_knobs(["cute.swap_ab=false,true"]) == {"cute.swap_ab": (False, True)}
     with pytest.raises(SpaceError, match="'tiles.n=1'"):
         parse_knobs(["tiles.n=1"])
     with pytest.raises(SpaceError, match="'tile.n'"):

@@ -146,6 +146,8 @@ def config_tag(c: CuteConfig) -> str:
 def config_shape(c: CuteConfig) -> str:
     """The header's view of a config's tile: per CTA, and the pair's MMA where two CTAs share one (sm100)."""
     tile = f"{c.tile_m}x{c.tile_n}x{c.tile_k}"
+    if getattr(c, "swap_ab", False):  # sm90: the kernel's tile is out^T's
+        return f"{c.tile_n}x{c.tile_m}x{c.tile_k} swap_ab (out^T in {tile} tiles)"
     return f"{tile} 2-CTA ({2 * c.tile_m}x{c.tile_n} MMA)" if getattr(c, "two_cta", False) else tile
 
 

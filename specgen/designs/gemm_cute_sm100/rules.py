@@ -66,7 +66,8 @@ def two_cta_cluster(ctx: RuleContext) -> Iterator[Finding]:
 
 def option_findings(ctx: RuleContext) -> Iterator[Finding]:
     """OPT001 on tcgen05 CuTe targets: `cute.mma_warpgroups` splits a wgmma tile between consumer
-    warpgroups and `cute.schedule = "pingpong"` alternates them (sm90 only, wgmma)."""
+    warpgroups and `cute.schedule = "pingpong"` alternates them (sm90 only, wgmma); `cute.swap_ab` is
+    rendered by the sm90 design only."""
     s, t = ctx.spec, ctx.target
     if s.cute.schedule == "pingpong":
         yield Finding("OPT001", "error", f"cute.schedule = \"pingpong\" alternates wgmma warpgroups (sm90); {t} "
@@ -76,6 +77,10 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("OPT001", "error", f"cute.mma_warpgroups = {s.cute.mma_warpgroups} splits a wgmma tile "
                       f"(sm90); {t} issues tcgen05 MMAs from one thread", "drop cute.mma_warpgroups",
                       ("cute", "mma_warpgroups"))
+    if s.cute.swap_ab:
+        yield Finding("OPT001", "error", f"cute.swap_ab = true is rendered by the sm90 (wgmma) design only; the {t} "
+                      "kernel computes out's tiles as they are (a design limit: tcgen05 takes M = 64 or 128 per CTA)",
+                      "set cute.swap_ab = false for this target (a per_target table)", ("cute", "swap_ab"))
 
 
 @RULES.rule("CUTE101", "sm100 tile widths the template compiles", SERVED)

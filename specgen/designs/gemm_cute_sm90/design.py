@@ -63,6 +63,19 @@ def pingpong(spec: GemmSpec) -> bool:
     return spec.cute.schedule == "pingpong"
 
 
+def swap_ab(spec: GemmSpec) -> bool:
+    """`cute.swap_ab`: the kernel computes out^T = B^T A^T (B's tile is its MMA's A operand)."""
+    return spec.cute.swap_ab
+
+
+def kernel_tile(spec: GemmSpec) -> tuple[int, int]:
+    """The tile the kernel's MMA computes, (rows, columns): out's (tile.m, tile.n), or out^T's
+    (tile.n, tile.m) with `cute.swap_ab`, where N runs along wgmma's 64-row side. Every wgmma, warpgroup
+    and epilogue figure of this design is in these terms."""
+    t = spec.tile
+    return (t.n, t.m) if swap_ab(spec) else (t.m, t.n)
+
+
 def mma_warpgroups(spec: GemmSpec) -> int:
     """Warpgroups sharing one tile's wgmma: one when ping-pong (each owns its tile), else the spec's
     `cute.mma_warpgroups`, else two for tiles wider than 64x128 (one warpgroup would hold more than
@@ -71,7 +84,8 @@ def mma_warpgroups(spec: GemmSpec) -> int:
         return 1
     if spec.cute.mma_warpgroups is not None:
         return spec.cute.mma_warpgroups
-    return 2 if spec.tile.m > 64 and spec.tile.n > 128 else 1
+    rows, cols = kernel_tile(spec)
+    return 2 if rows > 64 and cols > 128 else 1
 
 
 def consumer_warpgroups(spec: GemmSpec) -> int:
@@ -83,12 +97,13 @@ def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
     64 of its rows), else 64 x 32; 8-bit outputs take 64 columns (64-byte rows) where tile.n is a
     multiple of 64, else 32 (32-byte rows: a 64x160 fp8 tile compiles, nvidia-cutlass-dsl 4.8.1,
-    sm_90a). Ping-pong warpgroups each store their own tile through their own subtiles."""
-    t = spec.tile
+    sm_90a). Ping-pong warpgroups each store their own tile through their own subtiles. In the kernel's
+    terms (`kernel_tile`): with `cute.swap_ab` a subtile is epi_m of out's columns by epi_n of its rows."""
+    rows, cols = kernel_tile(spec)
     if mma_warpgroups(spec) == 2:
-        return min(128, t.m), min(32, t.n)
-    wide = spec.out.dtype.bytes == 1 and t.n % 64 == 0
-    return min(64, t.m), min(64 if wide else 32, t.n)
+        return min(128, rows), min(32, cols)
+    wide = spec.out.dtype.bytes == 1 and cols % 64 == 0 and not swap_ab(spec)
+    return min(64, rows), min(64 if wide else 32, cols)
 
 
 # Registers a consumer thread may hold for prefetched vector operands (bias, row/column scales) beside its
@@ -167,15 +182,16 @@ def register_estimate(spec: GemmSpec) -> RegisterEstimate:
     at a subtile, weighted as the constants above say. REG001 errors where this exceeds MMA_REGISTERS:
     over the compile grid, no kernel that spilled is under it. The prefetch decision is this config's
     alone (`prefetch_vectors` over a module of one config)."""
-    t = spec.tile
+    rows, cols = kernel_tile(spec)
     wgs = mma_warpgroups(spec)
     threads = WARPGROUP_THREADS * wgs
-    accumulator = t.m * t.n // (1 if spec.accumulator.bytes == 4 else 2) // threads
+    accumulator = rows * cols // (1 if spec.accumulator.bytes == 4 else 2) // threads
     em, en = epilogue_tile(spec)
     fragment = em * en // threads
     args = spec.runtime_args()
-    vec_m = sum(1 for a in args if a.shape == "vec_m")
-    vec_n = sum(1 for a in args if a.shape == "vec_n")
+    # per kernel row / column: with swap_ab a per-row vector of out runs along the kernel's columns
+    vec_m = sum(1 for a in args if a.shape == ("vec_n" if swap_ab(spec) else "vec_m"))
+    vec_n = sum(1 for a in args if a.shape == ("vec_m" if swap_ab(spec) else "vec_n"))
     matrices = sum(1 for a in args if a.shape == "matrix")
     spanned = vec_m * C_ROWS_PER_THREAD + vec_n * (en // 4)  # distinct rows / columns of the vectors' fragments
     if 0 < (vec_m + vec_n) * fragment <= PREFETCH_REGISTERS:  # prefetched: held across the mainloop
@@ -249,7 +265,7 @@ class CuteConfig:
     index: int | None  # the variant's index (None: the default)
     when: str  # the variant's bounds, as the docstring shows them ("" for the default)
     bounds: list[tuple[str, int]]  # (dim, max) the launcher compares
-    tile_m: int
+    tile_m: int  # the kernel's tile (`kernel_tile`): out's, or out^T's with swap_ab
     tile_n: int
     tile_k: int
     cluster_m: int
@@ -266,6 +282,7 @@ class CuteConfig:
     smem_bytes: int
     smem_breakdown: str
     acc_registers: int
+    swap_ab: bool = False  # the kernel computes out^T = B^T A^T
 
     @property
     def threads(self) -> int:
@@ -275,16 +292,19 @@ class CuteConfig:
 def cute_config(r: Resolved) -> CuteConfig:
     """The config a resolved (spec, target[, variant]) compiles to."""
     spec = r.spec
-    t = spec.tile
+    rows, cols = kernel_tile(spec)
+    # the cluster and the raster in the kernel's terms too: with swap_ab its rows run along N
+    cluster_m, cluster_n = (spec.cluster.n, spec.cluster.m) if swap_ab(spec) else (spec.cluster.m, spec.cluster.n)
     em, en = epilogue_tile(spec)
     bounds = list(r.when.bounds().items()) if r.when is not None else []
     return CuteConfig(
         index=r.variant, when=str(r.when) if r.when is not None else "", bounds=bounds,
-        tile_m=t.m, tile_n=t.n, tile_k=t.k, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
+        tile_m=rows, tile_n=cols, tile_k=spec.tile.k, cluster_m=cluster_m, cluster_n=cluster_n,
         ab_stages=r.ab_stages, epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
         mma_warpgroups=mma_warpgroups(spec), pingpong=pingpong(spec), group_m=spec.schedule.group_m,
-        group_rows=spec.schedule.raster == "along_m", persistent=spec.schedule.persistent,
+        group_rows=(spec.schedule.raster == "along_m") != swap_ab(spec), persistent=spec.schedule.persistent,
         smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), acc_registers=r.acc_registers,
+        swap_ab=swap_ab(spec),
     )
 
 
@@ -350,6 +370,11 @@ class CuteSm90Plan(CuteModulePlan):
         return any(c.pingpong for c in (self.config, *self.variants))
 
     @property
+    def any_swap_ab(self) -> bool:
+        """Some config swaps A and B (the template renders that code only then)."""
+        return any(c.swap_ab for c in (self.config, *self.variants))
+
+    @property
     def tma(self) -> bool:
         """A, B and out move by TMA (the shared torch host template's 16-byte stride guards)."""
         return True
@@ -379,6 +404,13 @@ class CuteSm90Gemm(DesignBase):
     def has_register_model(self, target: TargetInfo) -> bool:
         return True
 
+    def config_notes(self, spec: GemmSpec) -> str:
+        return " swap_ab" if swap_ab(spec) else ""
+
+    def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
+        """With `cute.swap_ab` wgmma's rows are tile.n and its columns tile.m (`kernel_tile`)."""
+        return ((spec.tile.n, "n"), (spec.tile.m, "m")) if swap_ab(spec) else super().mma_tile(spec)
+
 
     # the module bakes every size-selected variant's config and the launcher picks one by integer
     # compares; each compiles on its own, so a variant may change any config field (no shared_config)
@@ -403,10 +435,12 @@ class CuteSm90Gemm(DesignBase):
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
-        the store (the out tile is stored EPI_M x EPI_N at a time)."""
+        the store (the out tile is stored EPI_M x EPI_N at a time; with swap_ab that subtile is out^T's,
+        so its contiguous extent in memory is EPI_M)."""
         a, b, out = tma_boxes(spec)
         em, en = epilogue_tile(spec)
-        return (a, b, TmaBox("out", em, en, out.elem_bytes, out.field))
+        outer, inner = (en, em) if swap_ab(spec) else (em, en)
+        return (a, b, TmaBox("out", outer, inner, out.elem_bytes, out.field))
 
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]
@@ -481,9 +515,11 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
 
 
 def _variant_meta(c: CuteConfig) -> dict[str, object]:
-    return {"when": dict(c.bounds), "tile": [c.tile_m, c.tile_n, c.tile_k], "cluster": [c.cluster_m, c.cluster_n],
+    """A variant as METADATA lists it: its tile in the spec's terms (out's M x N x K) and swap_ab where set."""
+    tile = [c.tile_n, c.tile_m, c.tile_k] if c.swap_ab else [c.tile_m, c.tile_n, c.tile_k]
+    return {"when": dict(c.bounds), "tile": tile, "cluster": [c.cluster_m, c.cluster_n],
             "ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes, "mma_warpgroups": c.mma_warpgroups,
-            "pingpong": c.pingpong}
+            "pingpong": c.pingpong} | ({"swap_ab": True} if c.swap_ab else {})
 
 
 def render_context(p: CuteSm90Plan) -> dict[str, object]:
@@ -492,10 +528,16 @@ def render_context(p: CuteSm90Plan) -> dict[str, object]:
     return {"p": p, "metadata": metadata(p), **host_context(p)}
 
 
-def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
     """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
-    consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements)."""
-    return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": (128,) if spec.a.dtype.bytes == 1 else (64,),
+    consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements). A slot serving
+    M <= 64 (`m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
+    as cuBLAS's decode kernels run it; check prunes the unswapped small tiles) and deeper pipelines."""
+    k = (128,) if spec.a.dtype.bytes == 1 else (64,)
+    if m_max is not None and m_max <= 64:
+        return {"tile.m": (16, 32, 64), "tile.n": (64, 128), "tile.k": k, "cute.schedule": ("cooperative", "pingpong"),
+                "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6)}
+    return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": k,
             "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_cute_sm90.design import DESIGN, epilogue_tile, mma_warpgroups, register_estimate
+from specgen.designs.gemm_cute_sm90.design import (
+    DESIGN,
+    epilogue_tile,
+    kernel_tile,
+    mma_warpgroups,
+    register_estimate,
+    swap_ab,
+)
 from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
 
 RULES = RuleSet()
@@ -22,16 +29,17 @@ def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
     Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64-row tile over two warpgroups compiles without
     complaint, but the second warpgroup's atom covers rows 64..127 of a 64-row tile: it multiplies
     SMEM past the A stage and its epilogue indexes accumulator rows the tile does not have. So the
-    refusal stands (a template limit, not a hardware one)."""
+    refusal stands (a template limit, not a hardware one). With `cute.swap_ab` the rows are tile.n."""
 
     wgs = mma_warpgroups(ctx.spec)
-    m = ctx.spec.tile.m
+    m, field = kernel_tile(ctx.spec)[0], "n" if swap_ab(ctx.spec) else "m"
     if m % (64 * wgs):
-        yield Finding("CUTE001", "error", f"tile.m = {m} is not a multiple of 64 x {wgs} consumer warpgroups: "
+        rows = " (swap_ab: the kernel's rows)" if swap_ab(ctx.spec) else ""
+        yield Finding("CUTE001", "error", f"tile.{field} = {m}{rows} is not a multiple of 64 x {wgs} consumer warpgroups: "
                       f"the warpgroups' stacked 64-row wgmma atoms cover {-(-m // (64 * wgs)) * 64 * wgs} rows, "
                       f"and rows past {m} would be read from SMEM beyond the A tile (it compiles; the results "
-                      "would be wrong)", f"use tile.m = {max(64 * wgs, m // (64 * wgs) * 64 * wgs)} or "
-                      "cute.mma_warpgroups = 1", ("tile", "m"))
+                      "would be wrong)", f"use tile.{field} = {max(64 * wgs, m // (64 * wgs) * 64 * wgs)} or "
+                      "cute.mma_warpgroups = 1", ("tile", field))
 
 
 @RULES.rule("CUTE002", "sm90 epilogue subtiles cover the tile", SERVED)
@@ -42,14 +50,16 @@ def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
     subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
     garbage); a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column
-    subtiles (it compiles spill-free)."""
+    subtiles (it compiles spill-free). With `cute.swap_ab` the kernel's tile is out^T's (tile.n x tile.m)."""
 
     em, en = epilogue_tile(ctx.spec)
-    t = ctx.spec.tile
-    if t.m % em or t.n % en:
-        yield Finding("CUTE002", "error", f"tile {t.m}x{t.n} is not a whole number of {em}x{en} epilogue subtiles: "
-                      "the last subtile would read accumulator registers past the tile's (it compiles; those "
-                      "columns would be garbage)", f"use tile.n a multiple of {en}", ("tile",))
+    rows, cols = kernel_tile(ctx.spec)
+    if rows % em or cols % en:
+        side = "m" if swap_ab(ctx.spec) else "n"
+        yield Finding("CUTE002", "error", f"the kernel's tile {rows}x{cols}{' (out^T: swap_ab)' if swap_ab(ctx.spec) else ''} "
+                      f"is not a whole number of {em}x{en} epilogue subtiles: the last subtile would read accumulator "
+                      "registers past the tile's (it compiles; those columns would be garbage)",
+                      f"use tile.{side} a multiple of {en}", ("tile",))
 
 
 @RULES.rule("CUTE003", "sm90 stores through SMEM by TMA", SERVED)
@@ -91,7 +101,7 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
         hints.append("fewer vector, residual or cast ops in the epilogue")
     if s.cute.schedule == "pingpong":
         hints.append('cute.schedule = "cooperative" with cute.mma_warpgroups = 2 (each holds half the tile)')
-    elif mma_warpgroups(s) == 1 and s.tile.m % 128 == 0:
+    elif mma_warpgroups(s) == 1 and kernel_tile(s)[0] % 128 == 0:
         hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
     hints.append("a smaller tile.n")
     yield Finding("REG001", "error", f"a consumer thread needs about {est.total} registers ({est.breakdown()}; "

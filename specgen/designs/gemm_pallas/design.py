@@ -504,7 +504,7 @@ def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
             "any_residual": any(c.residual_barriers for c in p.configs)}
 
 
-def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
     """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
     pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
     2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is

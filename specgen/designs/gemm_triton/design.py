@@ -499,7 +499,7 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
 
 
 
-def tune_space(spec: GemmSpec, target: TargetInfo) -> dict[str, tuple[object, ...]]:
+def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
     """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot
     fit): block shape, warps, pipeline depth. 8-bit operands take deeper K blocks (tl.dot's K is 32 bytes)."""
     narrow = spec.a.dtype.bytes == 1

@@ -114,6 +114,43 @@ def test_every_epilogue_op_compiles_spill_free_with_the_plans_smem(tmp_path, mon
     assert r.sass["HGMMA"] > 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
 
 
+@pytest.mark.parametrize("name, overrides", [
+    ("every_op", {"epilogue": EVERY_OP, "tile": {"m": 32, "n": 64, "k": 64}}),
+    ("fp8_rowcol", {"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"},
+                    "tile": {"m": 16, "n": 128, "k": 128}, "epilogue": [{"op": "scale", "by": "rowcol"}]}),
+    ("f32_out_mn", {"out": {"dtype": "f32"}, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                    "tile": {"m": 16, "n": 64, "k": 64}}),
+    ("bmm_pingpong_cluster", {"batch": True, "tile": {"m": 64, "n": 128, "k": 64}, "cluster": {"m": 1, "n": 2},
+                              "cute": {"swap_ab": True, "schedule": "pingpong"}}),
+])
+def test_swap_ab_compiles_spill_free_with_the_plans_smem(name, overrides, tmp_path, monkeypatch):
+    """`cute.swap_ab`: the kernel computes out^T = B^T A^T (B's (N, K) view is wgmma's A) and stores
+    out^T's subtiles M-major; each compiles for sm_90a with TMA loads and stores, wgmma and no spills,
+    launching with the plan's SMEM. (Its numerics: tests/gpu/test_cute_gpu.py.)"""
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
+    spec = {**MINIMAL_SPEC, "name": f"swapped_{name}", "targets": ["cute:sm90"], "schedule": {"persistent": True},
+            "cute": {"swap_ab": True}, **overrides}
+    module, text = render_and_import(spec, tmp_path)
+    assert module.CONFIG.swap_ab and (module.CONFIG.tile_m, module.CONFIG.tile_n) == (spec["tile"]["n"], spec["tile"]["m"])
+    assert "mA, mB, mOut = _nkl(b), _mkl(a), _nkl(out)" in text
+    (r,) = compile_module(module, target_info(SM90), sass=True, fill_cache=False)
+    assert not r.error, r.error
+    assert r.compiler_smem == r.plan_smem
+    mma = "QGMMA" if name.startswith("fp8") else "HGMMA"
+    assert r.sass["UTMALDG"] > 0 and r.sass["UTMASTG"] > 0 and r.sass[mma] > 0, r.sass
+    assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
+
+
+def test_swap_ab_sweeps_for_decode_slots_only():
+    """`specgen tune`'s CuTe space: a slot serving M <= 64 sweeps swap_ab with 16- and 32-row tiles."""
+    from specgen.designs.gemm_cute_sm90.design import tune_space
+
+    spec = loaded({**MINIMAL_SPEC, "targets": ["cute:sm90"]}).spec
+    decode, prefill = tune_space(spec, target_info(SM90), 16), tune_space(spec, target_info(SM90))
+    assert decode["cute.swap_ab"] == (False, True) and 16 in decode["tile.m"]
+    assert "cute.swap_ab" not in prefill and min(prefill["tile.m"]) == 64
+
+
 def _vectors(n: int, tile_m: int = 128, wgs: int = 1) -> tuple:
     ops = [{"op": "bias", "along": "n", "dtype": "f32", "name": f"v{i}"} for i in range(n)]
     spec = loaded({**MINIMAL_SPEC, "name": "vec", "epilogue": ops, "targets": ["cute:sm90"],

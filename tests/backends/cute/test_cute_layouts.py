@@ -16,11 +16,19 @@ from specgen.runtime.cute import dsl_arch
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16", "pingpong"])
+RENDERED = {  # configs rendered from a minimal spec: (tile, cute options)
+    "pingpong": ({"m": 128, "n": 128, "k": 64}, {"schedule": "pingpong"}),
+    "swapped": ({"m": 16, "n": 64, "k": 64}, {"swap_ab": True}),  # out^T's 64x16 tile, stored M-major
+    "swapped_pingpong": ({"m": 32, "n": 128, "k": 64}, {"swap_ab": True, "schedule": "pingpong"}),
+}
+
+
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_relu_f16", "gemm_small_bf16", *RENDERED])
 def test_epilogue_coordinates_are_the_accumulators(name: str, tmp_path) -> None:
-    """Per config: the catalogue's defaults (cooperative, two and one warpgroups) and a ping-pong one,
-    whose warpgroups each hold a whole 128x128 tile (thread indices within the warpgroup)."""
-    if name == "pingpong":
+    """Per config: the catalogue's defaults (cooperative, two and one warpgroups), a ping-pong one,
+    whose warpgroups each hold a whole 128x128 tile (thread indices within the warpgroup), and swapped
+    ones (swap_ab: the transposing stmatrix copy into M-major subtiles, in the kernel's coordinates)."""
+    if name in RENDERED:
         import json
 
         from kernels import MINIMAL_SPEC
@@ -28,13 +36,14 @@ def test_epilogue_coordinates_are_the_accumulators(name: str, tmp_path) -> None:
         from specgen.render.catalogue import render_modules
         from specgen.spec.load import load_text
 
-        spec = {**MINIMAL_SPEC, "name": "pp", "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 64},
-                "cute": {"schedule": "pingpong"}}
+        tile, options = RENDERED[name]
+        spec = {**MINIMAL_SPEC, "name": name, "targets": ["cute:sm90"], "tile": tile, "cute": options}
         (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
         (text,) = render_modules(ls, ls.spec.targets).values()
-        (tmp_path / "pp.py").write_text(text)
-        m = load_rendered(tmp_path / "pp.py")
-        assert m.CONFIG.pingpong and m.CONFIG.tile_threads == 128
+        (tmp_path / f"{name}.py").write_text(text)
+        m = load_rendered(tmp_path / f"{name}.py")
+        assert m.CONFIG.tile_threads == 128 and m.CONFIG.pingpong == (options.get("schedule") == "pingpong")
+        assert m.CONFIG.operands[4].is_m_major_c() == options.get("swap_ab", False)
     else:
         m = load_rendered(ROOT / "generated" / "cute" / f"{name}.py")
     cfg = m.CONFIG
@@ -46,7 +55,7 @@ def test_epilogue_coordinates_are_the_accumulators(name: str, tmp_path) -> None:
     @cute.jit
     def probe():
         tiled_mma = m.make_tiled_mma(cfg)
-        r2s = m.make_r2s_copy(tiled_mma)
+        r2s = m.make_r2s_copy(cfg, tiled_mma)
         tile = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
         subtiles = cute.zipped_divide(tile, (cfg.epi_m, cfg.epi_n))
         sub_grid = cute.make_layout(subtiles.shape[1], stride=(subtiles.shape[1][1], 1))
