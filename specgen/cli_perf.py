@@ -80,7 +80,9 @@ class RichProgress:
         self.task = None
 
     def phase(self, name: str, total: int) -> None:
-        if self.task is None:
+        if not self.bar.live.is_started:  # (again for a run's next spec, whose bars alone show: the last
+            for task in list(self.bar.task_ids):  # spec's summary was printed between)
+                self.bar.remove_task(task)
             self.bar.start()
         self.task = self.bar.add_task(name, total=total, last="")
 
@@ -88,7 +90,7 @@ class RichProgress:
         self.bar.update(self.task, advance=1, last=text[:70])
 
     def stop(self) -> None:
-        if self.task is not None:
+        if self.bar.live.is_started:
             self.bar.stop()
 
 
@@ -146,11 +148,13 @@ def bench(
 
 @app.command()
 def tune(
-    spec: str = typer.Argument(..., help="A spec file (one kernel) or a kernel name in specs/.", metavar="SPEC"),
+    specs: list[str] = typer.Argument(..., help="Spec files (one kernel each) or kernel names in specs/; several are "
+                                      "tuned in one run (with --ray, on one cluster and one set of timing actors).",
+                                      metavar="SPEC"),
     kernel: str | None = typer.Option(None, "--kernel", help="Which kernel of a file that holds several."),
     target: list[str] | None = typer.Option(None, "--target", help="Targets to tune (default: those this GPU runs)."),
     shapes: str | None = typer.Option(None, "--shapes", help="MxNxK[,...] (default: variants' ranges + model shapes)."),
-    budget: float | None = typer.Option(None, "--budget", help="Stop timing after MIN minutes, with the best so far.",
+    budget: float | None = typer.Option(None, "--budget", help="Stop timing a spec after MIN minutes, with the best so far.",
                                         metavar="MIN"),
     write: bool = typer.Option(False, "--write", help="Write the winners into the spec file."),
     from_cache: bool = typer.Option(False, "--from-cache", help="Choose from cached timings only (no GPU)."),
@@ -166,16 +170,18 @@ def tune(
                                       help="Compile every candidate afresh (no cache, no GPU) and report throughput."),
     verify: bool = typer.Option(False, "--verify", help="Then time every candidate in one cycle: is the pick the best?"),
 ) -> None:
-    """Find each target's best config for SPEC's shapes; with --write, put it in the spec file."""
+    """Find each target's best config for each SPEC's shapes; with --write, put it in the spec file."""
     from specgen.tune.space import SpaceError, parse_knobs
     from specgen.tune.writeback import WriteError
 
-    candidates = [ls for ls in _specs([spec]) if kernel is None or ls.name == kernel]
-    if len(candidates) != 1:
-        err.print(f"error: {spec} holds {len(candidates)} kernels: name one with --kernel "
-                  f"({', '.join(ls.name for ls in _specs([spec]))})", markup=False)
-        raise typer.Exit(2)
-    (loaded,) = candidates
+    loaded = []
+    for spec in specs:
+        candidates = [ls for ls in _specs([spec]) if kernel is None or ls.name == kernel]
+        if len(candidates) != 1:
+            err.print(f"error: {spec} holds {len(candidates)} kernels: name one with --kernel "
+                      f"({', '.join(ls.name for ls in _specs([spec]))})", markup=False)
+            raise typer.Exit(2)
+        loaded += candidates
     try:
         overrides = parse_knobs(knob or [])
     except SpaceError as e:

@@ -210,13 +210,14 @@ def build_module(loaded: LoadedSpec, target: Target, folder: Path | None = None,
     file it writes, e.g. a Pallas target's package `__init__.py` beside the module)."""
     from specgen.compile import load_rendered
     from specgen.render.catalogue import render_modules
+    from specgen.render.writer import atomic_write
 
     folder = folder or Path(tempfile.mkdtemp(prefix="specgen-bench-"))
     texts = render_modules(loaded, [target])
     for rel, text in texts.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        # atomically: `tune --ray` timing actors share the folder, and one may import a module another is
+        # writing (or one killed mid-write left); a partial file would fail every job on that module
+        atomic_write(folder / rel, text.encode())
     (module,) = [rel for rel in texts if not rel.endswith("__init__.py")]
     return load_rendered(folder / module,
                          module_name or f"_specgen_bench_{loaded.name}_{loaded.spec_hash}_{target.backend.value}")

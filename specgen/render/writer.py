@@ -169,7 +169,9 @@ def locked(out_dir: Path, create: bool) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader (another
+    process importing it) sees the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     # 0o666 & ~umask, like any editor or `cp` (mkstemp's 0600 would leak through the replace)
@@ -259,13 +261,13 @@ def write_outputs(out_dir: Path, files: dict[str, str], meta: dict[str, object],
             # first own everything this render may leave behind if it is killed halfway
             union = _manifest_text(final_files | set(stale), old.sources | final_sources, meta)
             if current != union.encode():
-                _atomic_write(manifest_path, union.encode())
+                atomic_write(manifest_path, union.encode())
         for rel, data in to_write.items():
-            _atomic_write(out_dir / rel, data)
+            atomic_write(out_dir / rel, data)
         for rel in to_remove:
             (out_dir / rel).unlink()
         if manifest_changed:
-            _atomic_write(manifest_path, final_text.encode())
+            atomic_write(manifest_path, final_text.encode())
     except OSError as e:
         raise RenderError(f"cannot write into --out {out_dir}: {e.strerror} ({e.filename})") from None
     return report

@@ -5,6 +5,8 @@ the tests pass a fake timer and fake calls."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,11 @@ def measure(calls: Calls, timer: Timer, cand: dict, inc: dict, target: str, shap
             "ratio_peer": vs_peer.ratio, "pairs": vs_inc.pairs}
 
 
+# Input sets a GpuCalls keeps (one per (semantics, shape)): jobs come candidate by candidate, each at every
+# shape of its slot, so one set would be rebuilt at every job.
+INPUT_SETS = 4
+
+
 class GpuCalls:
     """Calls on this machine's GPU: each flattened spec's module rendered once (its compile was done ahead
     of time: the JIT finds it in the disk cache), inputs per (spec semantics, shape) made once."""
@@ -61,7 +68,8 @@ class GpuCalls:
         (lc, mc), (li, mi) = self._module(cand, target), self._module(inc, target)
         key = (li.spec_hash, shape)
         if key not in self.inputs:
-            self.inputs.clear()  # one shape's tensors at a time: 8192^3 operands are 256 MB
+            while len(self.inputs) >= INPUT_SETS:  # the oldest first: 8192^3 operands are 256 MB a set
+                del self.inputs[next(iter(self.inputs))]
             self.inputs[key] = inputs(li.spec, shape)
         args = self.inputs[key]
         return (Call(f"cand {lc.spec_hash}", ours_call(mc, lc.spec, t, args)),
@@ -74,15 +82,54 @@ def local(calls: Calls, timer: Timer) -> Measurer:
 
 
 class TimingActor:
-    """One per GPU under Ray (`num_gpus=1`): the GPU calls and the CUPTI timer in the actor's process."""
+    """One per GPU under Ray (`num_gpus=1`): the GPU calls and the CUPTI timer in the actor's process.
+    `stats()` says where it runs and what it timed since its process started: a restarted actor counts
+    from 0 again, so the busy time reported is the driver's (RayActors), and these counts only tell a
+    restart apart (fewer jobs here than the driver sent this actor)."""
 
     def __init__(self, folder: str) -> None:
         from specgen.bench.timing import CuptiTimer
 
         self.calls, self.timer = GpuCalls(Path(folder)), CuptiTimer()
+        self.jobs, self.busy_s = 0, 0.0
 
     def measure(self, cand: dict, inc: dict, target: str, shape: tuple, rounds: int) -> dict[str, float]:
+        start = time.perf_counter()
+        try:
+            return self.time_one(cand, inc, target, shape, rounds)
+        finally:
+            self.jobs += 1
+            self.busy_s += time.perf_counter() - start
+
+    def time_one(self, cand: dict, inc: dict, target: str, shape: tuple, rounds: int) -> dict[str, float]:
         return measure(self.calls, self.timer, cand, inc, target, Shape(*shape), rounds)
+
+    def stats(self) -> dict[str, Any]:
+        import ray
+
+        gpu = ",".join(map(str, ray.get_gpu_ids())) or os.environ.get("CUDA_VISIBLE_DEVICES", "?")
+        return {"gpu": gpu, "pid": os.getpid(), "jobs": self.jobs, "busy_s": self.busy_s}
+
+
+@dataclass(frozen=True)
+class GpuBusy:
+    """One timing actor's share of a Ray tune, as the driver counted it: `busy_s` sums each of its jobs
+    from submission to result (one job in flight per actor, so this is its GPU's busy time, and it
+    survives a restart); `wall_s` is the timing phases' wall time; `own_jobs` is the actor's own count
+    (None if it did not answer)."""
+    gpu: str
+    pid: int | str
+    jobs: int
+    busy_s: float
+    wall_s: float
+    own_jobs: int | None
+
+    def line(self) -> str:
+        pct = 100 * self.busy_s / self.wall_s if self.wall_s else 0.0
+        restarted = (f", restarted (its process counted {self.own_jobs} of them)"
+                     if self.own_jobs is not None and self.own_jobs < self.jobs else "")
+        return (f"GPU {self.gpu} (pid {self.pid}): {self.jobs} jobs, busy {self.busy_s:.1f} s of "
+                f"{self.wall_s:.1f} s wall ({pct:.0f}%){restarted}")
 
 
 @dataclass(frozen=True)
@@ -114,7 +161,8 @@ class RayActors:
     """One TimingActor per GPU of the Ray cluster, every actor busy: `imap` keeps one job in flight per
     actor and yields each result as it lands (the caller writes it to the cache at once, so a killed run
     loses nothing finished). An actor whose process dies is restarted and its job retried once; a job that
-    kills its actor twice is that candidate's failure."""
+    kills its actor twice is that candidate's failure. `busy()`: each GPU's share, counted here in the
+    driver (a restart loses the actor's own counters, not these)."""
 
     def __init__(self, folder: Path, actor_class: type | None = None) -> None:
         import ray
@@ -122,8 +170,12 @@ class RayActors:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         if gpus < 1:
             raise RuntimeError("--ray: the Ray cluster has no GPU to time on (ray.cluster_resources() lists none)")
-        actor = ray.remote(num_gpus=1, max_restarts=4, max_task_retries=1)(actor_class or TimingActor)
+        # num_cpus=0: an actor that names a GPU otherwise holds a CPU for its whole life (Ray's default), which
+        # takes a core per GPU from the compile tasks (on a 2-core host with 2 GPUs, all of them: no compile
+        # ever starts); compiles and timings are separate phases, so the actors' host work takes no core from them
+        actor = ray.remote(num_gpus=1, num_cpus=0, max_restarts=4, max_task_retries=1)(actor_class or TimingActor)
         self.actors = [actor.remote(str(folder)) for _ in range(gpus)]
+        self.jobs, self.busy_s, self.wall_s = [0] * gpus, [0.0] * gpus, 0.0  # per actor; wall over imap calls
 
     def __call__(self, cand: dict, inc: dict, target: str, shape: Shape, rounds: int) -> dict[str, float]:
         import ray
@@ -133,23 +185,69 @@ class RayActors:
     def imap(self, jobs: Iterable[TimeJob]) -> Outcome:
         import ray
 
-        pending, free, flying = iter(jobs), list(self.actors), {}
-        while True:
-            while free:  # the next job is drawn only when an actor is free: the caller's checks stay current
+        pending, free, flying = iter(jobs), list(range(len(self.actors))), {}
+        # Affinity: a candidate's later shapes go to the actor that timed its first (it has the module loaded;
+        # another actor would render, import and load it again: measured on two H100s, that took per-job time
+        # from 0.76 to 1.02 s). Such a job waits in `held` for its actor, at most one per actor.
+        owner: dict[int, int] = {}  # id(job.cand) -> the actor that has its module
+        held: dict[int, TimeJob] = {}
+        start = last = time.monotonic()
+
+        def draw(i: int) -> TimeJob | None:
+            """The next job for free actor i: its held one, else the next drawn whose module no busy actor
+            has loaded (a job for a busy actor with nothing held is held for it)."""
+            if i in held:
+                return held.pop(i)
+            while True:  # the next job is drawn only when an actor is free: the caller's checks stay current
                 job = next(pending, None)
                 if job is None:
-                    break
-                actor = free.pop()
-                flying[actor.measure.remote(job.cand, job.inc, job.target, tuple(job.shape), job.rounds)] = (job, actor)
-            if not flying:
-                return
-            (ref,), _ = ray.wait(list(flying), num_returns=1)
-            job, actor = flying.pop(ref)
-            free.append(actor)
+                    return None
+                j = owner.get(id(job.cand), i)
+                if j == i or j in free or j in held:
+                    return job
+                held[j] = job
+
+        try:
+            while True:
+                idle = []
+                while free:
+                    i = free.pop()
+                    job = draw(i)
+                    if job is None:  # nothing left for it (jobs held for busy actors wait for them)
+                        idle.append(i)
+                        continue
+                    owner[id(job.cand)] = i
+                    ref = self.actors[i].measure.remote(job.cand, job.inc, job.target, tuple(job.shape), job.rounds)
+                    flying[ref] = (job, i, time.monotonic())
+                free = idle
+                if not flying:  # held jobs belong to busy actors: none is held now
+                    return
+                (ref,), _ = ray.wait(list(flying), num_returns=1)
+                job, i, sent = flying.pop(ref)
+                last = time.monotonic()
+                self.jobs[i] += 1
+                self.busy_s[i] += last - sent
+                free.append(i)
+                try:
+                    yield job, ray.get(ref)
+                except Exception as e:  # noqa: BLE001 (RayTaskError wraps the candidate's own error)
+                    yield job, getattr(e, "cause", None) or e
+        finally:
+            self.wall_s += last - start
+
+    def busy(self) -> list[GpuBusy]:
+        """Each actor's GPU and pid (asked of it now: after a restart, the new process's) with the driver's
+        counts."""
+        import ray
+
+        out = []
+        for i, actor in enumerate(self.actors):
             try:
-                yield job, ray.get(ref)
-            except Exception as e:  # noqa: BLE001 (RayTaskError wraps the candidate's own error)
-                yield job, getattr(e, "cause", None) or e
+                s = ray.get(actor.stats.remote(), timeout=120)
+            except Exception:  # noqa: BLE001 (an actor past its restarts: its counts are still the driver's)
+                s = {"gpu": f"? (actor {i})", "pid": "?", "jobs": None}
+            out.append(GpuBusy(s["gpu"], s["pid"], self.jobs[i], self.busy_s[i], self.wall_s, s["jobs"]))
+        return out
 
 
 def ray_actors(folder: Path) -> RayActors:

@@ -19,7 +19,7 @@ from specgen.spec.models import Target
 from specgen.targets import target_info
 from specgen.tune import compile_jobs, measure
 from specgen.tune.cache import Cache, Machine
-from specgen.tune.run import Progress, TuneError, compile_all, folder_for, plan_slots, tune
+from specgen.tune.run import Progress, TuneError, TuneReport, compile_all, folder_for, plan_slots, tune
 from specgen.tune.space import config_key
 
 __all__ = ["TuneError", "run"]
@@ -82,26 +82,29 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
             say(f"  failed {e.target} {e.config}: {e.error[:200]}")
 
 
-def run(loaded: LoadedSpec, wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]], *,
-        cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
+def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]],
+        *, cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
         rounds: int, compile_only: bool, verify: bool, progress: Progress, need_gpu: Callable[[str], None],
         say: Callable[[str], None]) -> None:
+    """Tune each spec in turn; several in one run share the Ray cluster and its timing actors (started once)."""
     if ray is not None:
         import ray as ray_lib
 
         ray_lib.init(address=None if ray == "local" else ray, ignore_reinit_error=True, log_to_driver=False)
+        res = ray_lib.cluster_resources()
+        say(f"Ray cluster: {int(res.get('CPU', 0))} CPUs (compile tasks), {int(res.get('GPU', 0))} GPUs (a timing "
+            f"actor each), CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
         compiler = compile_jobs.ray_tasks()
     else:
         compiler = compile_jobs.pool(workers) if workers > 1 else compile_jobs.inline()
     if compile_only:
-        _compile_only(loaded, _targets(loaded, wanted, None), shapes, overrides, compiler if ray is not None else None,
-                      workers, progress, say)
+        for loaded in specs:
+            _compile_only(loaded, _targets(loaded, wanted, None), shapes, overrides,
+                          compiler if ray is not None else None, workers, progress, say)
         return
     cache = Cache(cache_path)
-    if from_cache:
-        report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,
-                      measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat())
-    else:
+    actors: measure.RayActors | None = None
+    if not from_cache:
         need_gpu("specgen tune")
         import torch
 
@@ -111,18 +114,31 @@ def run(loaded: LoadedSpec, wanted: set[str], shapes: list[Shape] | None, overri
         env = environment()
         machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions)
         major, minor = torch.cuda.get_device_capability()
-        targets = _targets(loaded, wanted, 10 * major + minor)
-        folder = folder_for(cache_path, loaded)
+        targets = [_targets(loaded, wanted, 10 * major + minor) for loaded in specs]  # any refusal before work
         timer = CuptiTimer()
-        calls = measure.GpuCalls(folder / "timed")
-        measurer = measure.ray_actors(folder / "timed") if ray is not None else measure.local(calls, timer)
-        report = tune(loaded, targets, shapes, cache=cache, machine=machine, compiler=compiler, measurer=measurer,
-                      rounds=rounds, budget_s=None if budget_min is None else 60 * budget_min, overrides=overrides,
-                      versions=env.versions, progress=progress, do_write=write, date=env.date)
-        if verify:
-            _verify(report.slots, calls, timer, rounds, say)
-    if hasattr(progress, "stop"):
-        progress.stop()
+        if ray is not None:  # created before the first compile: the actors start while the CPUs compile
+            actors = measure.ray_actors(cache_path.parent / "modules" / "timed")
+    for n, loaded in enumerate(specs):
+        if from_cache:
+            report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,
+                          measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat())
+        else:
+            calls = measure.GpuCalls(folder_for(cache_path, loaded) / "timed")
+            report = tune(loaded, targets[n], shapes, cache=cache, machine=machine, compiler=compiler,
+                          measurer=actors if actors is not None else measure.local(calls, timer), rounds=rounds,
+                          budget_s=None if budget_min is None else 60 * budget_min, overrides=overrides,
+                          versions=env.versions, progress=progress, do_write=write, date=env.date)
+            if verify:
+                _verify(report.slots, calls, timer, rounds, say)
+        if hasattr(progress, "stop"):
+            progress.stop()
+        _say_report(loaded, report, write, say)
+    if actors is not None:  # each GPU's share of the timing (issue 22: every GPU busy)
+        for busy in actors.busy():
+            say(busy.line())
+
+
+def _say_report(loaded: LoadedSpec, report: TuneReport, write: bool, say: Callable[[str], None]) -> None:
     say(f"{loaded.name}: {report.compiled} compiled, {report.measured} timed now, on {report.machine.gpu if report.machine else '?'}"
         + (" (budget spent: the best so far)" if report.budget_stop else ""))
     for s in report.slots:

@@ -3,6 +3,7 @@ for sm_90 (no GPU needed), the same results a process pool gives."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,16 +55,17 @@ def test_a_warmed_pool_starts_the_clock_after_every_worker_imported_its_compiler
 def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: Path) -> None:
     import time
 
-    from specgen.tune.measure import RayActors, TimeJob
+    from specgen.tune.measure import RayActors, TimeJob, TimingActor
 
-    class SlowActor:  # defined here so Ray ships it by value to its workers
-        """A timing actor without a GPU: each job takes 0.4 s and names the process that ran it. The job
-        whose shape has M = 13 kills its actor's process the first time it runs (a marker file says so)."""
+    class SlowActor(TimingActor):  # defined here so Ray ships it by value to its workers
+        """A timing actor without a GPU (TimingActor's counting and stats, no CUDA): each job takes 0.4 s and
+        names the process that ran it. The job whose shape has M = 13 kills its actor's process the first
+        time it runs (a marker file says so)."""
 
         def __init__(self, folder: str) -> None:
-            self.folder = Path(folder)
+            self.folder, self.jobs, self.busy_s = Path(folder), 0, 0.0
 
-        def measure(self, cand, inc, target, shape, rounds):
+        def time_one(self, cand, inc, target, shape, rounds):
             import os
             import time
 
@@ -79,18 +81,41 @@ def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: P
         actors = RayActors(tmp_path, actor_class=SlowActor)
         assert len(actors.actors) == 2  # one per GPU the cluster lists
         jobs = [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (1, 2, 3, 4, 5, 6)]
-        for a in actors.actors:  # both processes up before the clock starts
-            ray.get(a.measure.remote({}, {}, "t", (0, 1, 1), 3))
+        for a in actors.actors:  # both processes up before the clock starts (not counted: not through imap)
+            ray.get(a.time_one.remote({}, {}, "t", (0, 1, 1), 3))
         start = time.monotonic()
         got = dict((job.tag, m) for job, m in actors.imap(jobs))
         wall = time.monotonic() - start
         assert sorted(got) == [1, 2, 3, 4, 5, 6] and all(got[t]["ratio"] == t for t in got)
         assert len({m["pid"] for m in got.values()}) == 2  # both actors timed
         assert wall < 6 * 0.4 * 0.8, wall  # in parallel: 3 rounds of 0.4 s, not 6 (2.4 s) in series
+        # each GPU's busy time: both fake GPUs got jobs, each busy for about its jobs' 0.4 s, within the wall
+        busy = actors.busy()
+        assert sorted(b.gpu for b in busy) == ["0", "1"] and {b.pid for b in busy} == {m["pid"] for m in got.values()}
+        assert sum(b.jobs for b in busy) == 6 and all(b.jobs >= 1 and b.own_jobs == b.jobs for b in busy)
+        assert all(0.4 * b.jobs <= b.busy_s <= b.wall_s <= wall + 0.05 for b in busy), busy
+        assert sum(b.busy_s for b in busy) > 1.5 * busy[0].wall_s  # two GPUs busy at once, not one after the other
+        for b in busy:
+            assert re.fullmatch(rf"GPU {b.gpu} \(pid {b.pid}\): {b.jobs} jobs, busy \d+\.\d s of \d+\.\d s wall "
+                                r"\(\d+%\)", b.line()), b.line()
+        # affinity: a candidate's shapes (sent candidate by candidate, as run.py sends them) run on the actor
+        # that timed its first shape, which has its module loaded; both actors still busy
+        cands = [{"c": i} for i in range(3)]
+        paired_jobs = [TimeJob(c, {}, "triton:sm90", (m, 64, 64), 3, tag=(i, m)) for i, c in enumerate(cands)
+                       for m in (21, 22)]
+        start = time.monotonic()
+        ran = {job.tag: m["pid"] for job, m in actors.imap(paired_jobs)}
+        assert all(ran[(i, 21)] == ran[(i, 22)] for i in range(3)), ran
+        assert len(set(ran.values())) == 2 and time.monotonic() - start < 6 * 0.4 * 0.8
         # an actor killed mid-job is restarted and the job retried: nothing lost, the run completes
         more = [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (11, 12, 13, 14)]
         done = dict((job.tag, m) for job, m in actors.imap(more))
         assert (tmp_path / "killed-once").exists()
         assert sorted(done) == [11, 12, 13, 14] and all(isinstance(m, dict) for m in done.values()), done
+        # the driver's counts survive the restart (16 jobs in all); the restarted process counted only its own
+        after = actors.busy()
+        assert sum(b.jobs for b in after) == 16 and all(b.busy_s <= b.wall_s for b in after)
+        (hit,) = [b for b in after if b.own_jobs is not None and b.own_jobs < b.jobs]
+        assert int((tmp_path / "killed-once").read_text()) != hit.pid and "restarted" in hit.line()
     finally:
         ray.shutdown()
