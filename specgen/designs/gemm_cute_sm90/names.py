@@ -36,7 +36,7 @@ RESERVED: frozenset[str] = frozenset({
     "tma_bar_ptr", "tma_out", "tn", "torch_rows_first", "tOut", "tRS_acc", "tRS_sOut", "tuple", "turn", "tx_count",
     "typing", "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup", "work_count", "work_stride",
     # the kernel's operands by config (Config.operands: swap_ab)
-    "operands", "a_layout", "a_dtype", "b_layout", "b_dtype", "out_layout", "m_major",
+    "operands", "swap_ab", "a_layout", "a_dtype", "b_layout", "b_dtype", "out_layout", "m_major",
 })
 
 # How its templates derive names from an epilogue argument `x`.

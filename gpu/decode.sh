@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issue 20's decode run, in two calls on one machine (each under the device's 10-minute call limit):
+#   gpu/decode.sh tune   the decode slots tuned on this GPU and written into the specs (CuTe sm90 with its
+#                        swap_ab candidates, Mosaic GPU's size-selected variants); the written specs go to
+#                        $OUT and to /tmp/tuned (a call's checkout is re-sent, /tmp stays)
+#   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
+#                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
+#                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
+# Run from the repo root on a CUDA machine (CuTe DSL and specgen's deps on PYTHONPATH, as gpu/run.sh says).
+set -uo pipefail
+out=${OUT:-out/decode}
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
+DECODE=1x8192x8192,4x8192x8192,16x8192x8192,32x8192x8192,64x4096x14336,128x8192x8192,128x14336x4096
+LARGE=8192x8192x8192,4096x4096x4096,2048x2048x2048,8192x1024x8192,4096x14336x4096
+FP8=16x8192x8192,128x8192x8192,512x2048x2048,8192x8192x8192,4096x4096x4096
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+tune() {  # tune ARGS...: one `specgen tune --write`, its log named after the kernel and target
+  local log="$out/tune-$3-${5//:/_}.log"
+  python3 -m specgen tune "$@" --workers "$(nproc)" --cache "$out/tune-cache.jsonl" --rounds 30 --write 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+case "${1:-}" in
+  tune)
+    rc=0
+    # CuTe sm90 decode slots (M <= 16, M <= 64): tile.m 16 / 32 / 64, swap_ab, schedule, stages
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192,32x8192x8192,64x4096x14336 || rc=1
+    # ... and M <= 128 (the prefill space's tile.k and cluster, with swap_ab and small tiles added by knob)
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 128x8192x8192,128x14336x4096 \
+      --knob tile.m=16,32,64,128 --knob tile.n=64,128 --knob cute.swap_ab=false,true --knob cute.schedule=cooperative,pingpong || rc=1
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 || rc=1
+    # Mosaic GPU decode variants (M <= 16, M <= 128): 64-row tiles, K one or two swizzle rows, deep pipelines
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192,128x8192x8192,128x14336x4096 \
+      --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
+    # the written specs: to $OUT, and to ${TUNED:-/tmp/tuned} for the next call on this machine (`check`)
+    mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
+    exit $rc
+    ;;
+  check)
+    # the tuned specs (if a `tune` ran on this machine), rendered; the whole GPU test suite; the issue's table
+    if [ -d "${TUNED:-/tmp/tuned}" ]; then cp "${TUNED:-/tmp/tuned}"/*.toml specs/; fi
+    python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
+    git diff --stat -- specs generated | tail -1 | tee -a "$out/render.log"
+    timeout "${TEST_TIMEOUT:-330}" python3 -m pytest tests/gpu tests/conformance tests/backends -m gpu -q -p no:cacheprovider -n 8 \
+      --dist loadgroup 2>&1 | tee "$out/gpu-tests.log" | tail -25
+    tests=${PIPESTATUS[0]}
+    rc=0
+    python3 -m specgen bench gemm_bf16 --shapes "$DECODE,$LARGE" --rounds 20 --json "$out/bench-bf16.json" 2>&1 | tee "$out/bench-bf16.log" || rc=1
+    python3 -m specgen bench gemm_fp8_rowwise --shapes "$FP8" --rounds 20 --json "$out/bench-fp8.json" 2>&1 | tee "$out/bench-fp8.log" || rc=1
+    for t in cute:sm90 pallas:gpu_sm90; do
+      python3 gpu/bench_variants.py --kernel gemm_bf16 --target "$t" --shapes "$DECODE" --rounds 20 --out "$out" 2>&1 \
+        | tee "$out/bench-variants-${t//:/_}.log" || rc=1
+    done
+    exit $(( tests || rc ))
+    ;;
+  *) echo "usage: gpu/decode.sh tune|check" >&2; exit 2 ;;
+esac
