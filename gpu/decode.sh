@@ -3,6 +3,7 @@
 #   gpu/decode.sh tune   the decode slots tuned on this GPU and written into the specs (CuTe sm90 with its
 #                        swap_ab candidates, Mosaic GPU's size-selected variants); the written specs go to
 #                        $OUT and to /tmp/tuned (a call's checkout is re-sent, /tmp stays)
+#   gpu/decode.sh tune2  the session's second pass (new slots, more knobs), written the same way
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -36,6 +37,18 @@ case "${1:-}" in
     mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
     exit $rc
     ;;
+  tune2)
+    # the second pass: new slots (fp8 M <= 128 on CuTe, M <= 64 on Mosaic GPU), the fp8 M <= 16 slot with its
+    # cluster swept, gemm_bias_gelu_bf16's CuTe M <= 16 slot with swap_ab; then `check` as above
+    rc=0
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target cute:sm90 --shapes 1x8192x8192,16x8192x8192,128x8192x8192 \
+      --knob tile.m=16,32,64 --knob tile.n=64,128,256 --knob cute.swap_ab=false,true --knob cluster.m=1,2 || rc=1
+    tune specs/catalogue.toml --kernel gemm_bias_gelu_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 32x8192x8192,64x4096x14336 \
+      --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
+    mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
+    exit $rc
+    ;;
   check)
     # the tuned specs (if a `tune` ran on this machine), rendered; the whole GPU test suite; the issue's table
     if [ -d "${TUNED:-/tmp/tuned}" ]; then cp "${TUNED:-/tmp/tuned}"/*.toml specs/; fi
@@ -53,5 +66,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|check" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|check" >&2; exit 2 ;;
 esac
