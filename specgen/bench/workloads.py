@@ -133,8 +133,10 @@ def peer_name(spec: GemmSpec, target: Target) -> str:
     return "eager torch" if spec.epilogue else "cuBLAS (torch.matmul)"
 
 
-def _xla_chain(spec: GemmSpec) -> Callable[..., Any]:
-    """The same program for XLA: jax.jit over jax arrays shared with torch through DLPack."""
+def _xla_chain(spec: GemmSpec, stored_transposed: tuple[bool, bool] = (False, False)) -> Callable[..., Any]:
+    """The same program for XLA: jax.jit over jax arrays shared with torch through DLPack. An operand in
+    `stored_transposed` arrives as its storage (B's (N, K) for a K-major B) and is transposed back inside the
+    program, where XLA folds the transpose into the dot (`_xla_operands`)."""
     import jax
     import jax.numpy as jnp
 
@@ -145,6 +147,7 @@ def _xla_chain(spec: GemmSpec) -> Callable[..., Any]:
 
     def run(a: Any, b: Any, *rest: Any) -> Any:
         env = dict(zip(names, rest, strict=True))
+        a, b = (jnp.swapaxes(x, -1, -2) if t else x for x, t in zip((a, b), stored_transposed, strict=True))
         x = jnp.matmul(a, b, preferred_element_type=jnp.float32)
         f32 = jnp.float32
         x = _epilogue(spec.epilogue, x, env, acts, residual=lambda x, c, beta: x + beta * c.astype(f32),
@@ -168,11 +171,28 @@ def _to_jax(t: Any) -> Any:
     return jax.dlpack.from_dlpack(t.contiguous())
 
 
+def _xla_operands(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[bool, bool]]:
+    """A and B for XLA as they are stored: a transposed view (its last dim not the contiguous one) goes as
+    its storage, flagged, rather than as a `.contiguous()` copy in the view's order. The copy changes the
+    peer's input: handed fp8 B as a row-major (K, N) array, XLA transposed it back on every call before
+    cuBLAS's fp8 kernel (`wrapped_transpose`, 472 us beside the GEMM's 28 us at 16x8192x8192, H100,
+    bench/results/2026-11-25-h100-s9-pass2-bench-fp8.json)."""
+    out, flags = list(args), []
+    for i in (0, 1):
+        x = args[i]
+        t = x.dim() >= 2 and x.stride(-1) != 1 and x.stride(-2) == 1
+        out[i] = x.transpose(-1, -2) if t else x
+        flags.append(t)
+    return tuple(out), (flags[0], flags[1])
+
+
 def peer_call(spec: GemmSpec, target: Target, args: tuple[Any, ...]) -> Callable[[], Any]:
-    """The peer's call on `args` (for XLA: jax arrays made once, and a call that waits for its result)."""
+    """The peer's call on `args` (for XLA: jax arrays made once, A and B as stored, and a call that waits for
+    its result)."""
     if target.backend is Backend.pallas:
-        fn = _xla_chain(spec)
-        jargs = tuple(_to_jax(x) for x in args)
+        stored, flags = _xla_operands(args)
+        fn = _xla_chain(spec, flags)
+        jargs = tuple(_to_jax(x) for x in stored)
         return lambda: fn(*jargs).block_until_ready()
     fn = _eager_chain(spec)
     return lambda: fn(*args)

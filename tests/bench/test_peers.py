@@ -62,3 +62,24 @@ def test_build_module_writes_what_render_writes(tmp_path: Path) -> None:
     module = build_module(ls, parse_target("pallas:gpu_sm90"), tmp_path, "_test_build_module_pallas")
     assert (tmp_path / "pallas" / "gpu_sm90" / "__init__.py").is_file()
     assert module.METADATA["kernel"] == "gemm_bf16" and callable(module.gemm_bf16)
+
+
+def test_xla_peer_takes_transposed_operands_as_stored() -> None:
+    """A K-major B (a weight stored (N, K), passed as w.t()) and an MN-major A reach XLA as their storage,
+    no copy, transposed back inside the jitted program; the result is the reference's."""
+    import jax.numpy as jnp
+
+    from specgen.bench.workloads import _xla_operands
+
+    (ls,) = [s for s in SPECS if s.name == "gemm_bf16"]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 48, generator=g).to(torch.bfloat16)  # A = x.t(): (48, 32), MN-major
+    w = torch.randn(40, 32, generator=g).to(torch.bfloat16)  # B = w.t(): (32, 40), K-major
+    stored, flags = _xla_operands((x.t(), w.t()))
+    assert flags == (True, True)
+    assert stored[0].data_ptr() == x.data_ptr() and stored[1].data_ptr() == w.data_ptr()
+    assert stored[0].is_contiguous() and stored[1].is_contiguous()
+    got = np.asarray(_xla_chain(ls.spec, flags)(*(_to_jax(t) for t in stored)).astype(jnp.float32))
+    ref = x.t().double() @ w.t().double()
+    assert np.abs(got - ref.numpy()).max() <= 2e-2 * ref.abs().max().item()
+    assert _xla_operands((x.t().contiguous(), w))[1] == (False, False)  # row-major operands go as they are
