@@ -52,11 +52,13 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
         tail.insert(0, body.pop()[1])
     if "per_target" not in kernel:
         kernel["per_target"] = tomlkit.table(is_super_table=True)
+    intros: dict[str, list] = {}  # target -> the comments after its table's blank line (the next table's prose)
     for target in dict.fromkeys(p[1] for p, _ in edits):
         if target not in kernel["per_target"]:
             kernel["per_target"][target] = tomlkit.table()
         layer = kernel["per_target"][target]
         if isinstance(layer, tomlkit.items.Table):
+            intros[target] = _next_intro(layer.value.body, Comment, Whitespace)
             for line in summary:
                 if line.startswith(f"{target} "):
                     layer.add(tomlkit.comment(line))
@@ -67,6 +69,8 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
     if padded:
         for target in dict.fromkeys(p[1] for p, _ in edits):
             _pad(kernel["per_target"][target])
+    for target, intro in intros.items():
+        _put_back(kernel["per_target"][target].value.body, intro)
     last = _last_table(kernel)
     if tail and last.value.body and last.value.body[-1][0] is not None:
         # a key written last carries no line end of its own (tomlkit): end its line before the comments
@@ -77,6 +81,29 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
     for item in tail:
         last.value.body.append((None, item))
     return tomlkit.dumps(doc)
+
+
+def _next_intro(body: list, comment: type, whitespace: type) -> list:
+    """Pop the comments that close a table after its last blank line: they introduce the next table (its
+    prose), so a summary written into this table goes above them, not under them."""
+    run = 0
+    while run < len(body) and body[-1 - run][0] is None and isinstance(body[-1 - run][1], (comment, whitespace)):
+        run += 1
+    blanks = [i for i in range(len(body) - run, len(body)) if isinstance(body[i][1], whitespace)]
+    if not blanks:
+        return []
+    intro = [item for _, item in body[blanks[-1]:]]
+    del body[blanks[-1]:]
+    return intro
+
+
+def _put_back(body: list, intro: list) -> None:
+    """Append what `_next_intro` popped, the last item's line ended first (a key written last has none)."""
+    if not intro:
+        return
+    if body and body[-1][0] is not None and not body[-1][1].trivia.trail.endswith("\n"):
+        body[-1][1].trivia.trail += "\n"
+    body.extend((None, item) for item in intro)
 
 
 def _padded(t: Any) -> Any:

@@ -90,3 +90,22 @@ def test_a_key_written_before_a_tables_closing_comments_keeps_its_own_line(tmp_p
     assert "tile = { m = 128, n = 256, k = 64 }" in lines
     assert "# cute:sm90 variant 0 (M <= 16): the first tune" in lines
     assert load_file(path)[0].spec.for_target("cute:sm90").tile.n == 256
+
+
+def test_a_summary_goes_above_the_next_tables_prose(tmp_path: Path) -> None:
+    """A target's table followed by a blank line and the next table's prose (the catalogue's layout): the
+    tune's summary joins the table's own comments, above the blank line, and the prose stays with its table
+    (a tune of gemm_bias_gelu_bf16 wrote its cute:sm90 line under the cute:sm100 prose)."""
+    from specgen.tune.writeback import write_back
+
+    path = tmp_path / "k.toml"
+    path.write_text('[[kernels]]\nname = "k"\nkind = "gemm"\na = { dtype = "bf16" }\nb = { dtype = "bf16" }\n'
+                    'out = { dtype = "bf16" }\ntile = { m = 128, n = 128, k = 64 }\ntargets = ["cute:sm90", "cute:sm100"]\n\n'
+                    '[kernels.per_target."cute:sm90"]\ntile = { m = 128, n = 128, k = 64 }\n# cute:sm90 default: the first tune\n\n'
+                    "# The sm100 table: its own prose.\n[kernels.per_target.\"cute:sm100\"]\ntile = { m = 128, n = 128, k = 64 }\n")
+    write_back(path, 0, [(("per_target", "cute:sm90", "tile"), {"m": 128, "n": 256, "k": 64})],
+               ["cute:sm90 default: the second tune"])
+    text = path.read_text()
+    assert ("tile = { m = 128, n = 256, k = 64 }\n# cute:sm90 default: the first tune\n# cute:sm90 default: the second tune\n\n"
+            "# The sm100 table: its own prose.\n[kernels.per_target.\"cute:sm100\"]") in text, text
+    assert load_file(path)[0].spec.for_target("cute:sm90").tile.n == 256
