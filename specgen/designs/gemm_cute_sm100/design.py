@@ -50,6 +50,7 @@ from specgen.designs.gemm_cute_sm90.design import (
     cute_operands,
     host_context,
     host_parameters,
+    render_per_arch,
 )
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
@@ -312,14 +313,7 @@ class CuteSm100Gemm(DesignBase):
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
-        from specgen.render.env import environment
-
-        out: dict[str, str] = {}
-        for rel, served in self.modules(loaded.spec, targets).items():
-            (target,) = served  # one arch per module
-            plan = self.plan(loaded, resolved[str(target)])
-            out[rel] = environment().get_template(self.template).render(**render_context(plan))
-        return out
+        return render_per_arch(self, loaded, targets, resolved, render_context)
 
 
 def metadata(p: CuteSm100Plan) -> dict[str, object]:

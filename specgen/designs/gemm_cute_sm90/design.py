@@ -28,7 +28,9 @@ Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from specgen.abi import Arg, make_arg
 from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
@@ -491,14 +493,21 @@ class CuteSm90Gemm(DesignBase):
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
-        from specgen.render.env import environment
+        return render_per_arch(self, loaded, targets, resolved, render_context)
 
-        out: dict[str, str] = {}
-        for rel, served in self.modules(loaded.spec, targets).items():
-            (target,) = served  # one arch per module
-            plan = self.plan(loaded, resolved[str(target)])
-            out[rel] = environment().get_template(self.template).render(**render_context(plan))
-        return out
+
+def render_per_arch(design: DesignBase, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+                    context: Callable[[Any], dict[str, object]]) -> dict[str, str]:
+    """Both CuTe designs' `render`: one module per target (one arch each), its plan from what check resolved,
+    rendered through the design's template with `context(plan)`."""
+    from specgen.render.env import environment
+
+    out: dict[str, str] = {}
+    for rel, served in design.modules(loaded.spec, targets).items():
+        (target,) = served  # one arch per module
+        plan = design.plan(loaded, resolved[str(target)])  # type: ignore[attr-defined]
+        out[rel] = environment().get_template(design.template).render(**context(plan))  # type: ignore[attr-defined]
+    return out
 
 
 def metadata(p: CuteSm90Plan) -> dict[str, object]:
