@@ -137,7 +137,36 @@ def edits(spec: GemmSpec, target: Target, slot: int | None, config: Config) -> l
         for k in changed:
             if not k.startswith("tile."):
                 out.append(((*layer, *k.split(".")), config[k]))
-    return out
+    return out + _pins(spec, out) if slot is None and out else out
+
+
+def _pins(spec: GemmSpec, changes: list[Edit]) -> list[Edit]:
+    """A target's default is what its size variants inherit: writing a new default must not retune them.
+    Each variant that would read a changed field from the new default gets the field's old value written
+    into its own entry (a tile whole), so every variant runs exactly what it ran before."""
+    data = spec.model_dump(mode="json")
+    apply_edits(data, changes)
+    after = GemmSpec.model_validate(data)
+    touched = {p[1] for p, _ in changes}
+    pins: list[Edit] = []
+    for t in (t for t in spec.targets if str(t) in touched):
+        for i in range(len(spec.variants_on(t))):
+            old, new = spec.for_target(t, i), after.for_target(t, i)
+            for section in CONFIG_SECTIONS:
+                was, now = getattr(old, section).model_dump(mode="json"), getattr(new, section).model_dump(mode="json")
+                if was == now:
+                    continue
+                layer = _layer(spec, t, i, pins)
+                if section == "tile":
+                    pins.append(((*layer, "tile"), was))
+                    continue
+                for k, v in was.items():
+                    if now[k] != v and v is None:  # "unset" has no spelling in a spec file
+                        raise SpaceError(f"{t} variant {i} reads {section}.{k} unset from the default, which this "
+                                         f"config sets to {now[k]!r}: give the variant its own {section}.{k} first")
+                    if now[k] != v:
+                        pins.append(((*layer, section, k), v))
+    return pins
 
 
 def apply_edits(root: MutableMapping, changes: list[Edit],

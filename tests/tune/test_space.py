@@ -46,6 +46,34 @@ def test_shared_tile_is_written_for_the_modules_targets(spec_copy) -> None:
     assert ("per_target", "triton:sm100", "triton", "num_warps") not in paths  # warps are per compute capability
 
 
+@pytest.mark.parametrize(("target", "config"), [
+    # the session-10 tune's winner: every CuTe variant that left its schedule or cluster to the default
+    # (M <= 64 and M <= 128 swapped, N <= 4096) ran ping-pong in 2x1 clusters after the default was written
+    ("cute:sm90", {"tile.m": 128, "tile.n": 192, "tile.k": 64, "cluster.m": 2, "cute.schedule": "pingpong"}),
+    # Triton's variants are the kernel's own list, shared by both Triton targets: pinning copies it first
+    ("triton:sm90", {"tile.m": 128, "tile.n": 128, "tile.k": 64, "triton.num_warps": 4, "pipeline.ab_stages": 3}),
+])
+def test_a_new_default_leaves_every_variant_as_it_was(spec_copy, target: str, config: dict, tmp_path: Path) -> None:
+    path = spec_copy()
+    before = load_file(path)[0].spec
+    write_back(path, 0, edits(before, parse_target(target), None, config), [])
+    after = load_file(path)[0].spec
+    for t in before.targets:
+        assert len(after.variants_on(t)) == len(before.variants_on(t))
+        for i in range(len(before.variants_on(t))):
+            assert after.for_target(t, i).model_dump() == before.for_target(t, i).model_dump(), (t, i)
+    got = after.for_target(parse_target(target))
+    assert {k: getattr(getattr(got, k.split(".")[0]), k.split(".")[1]) for k in config} == config
+    assert not [d for d in check_spec(load_file(path)[0]) if d.severity == "error"]
+
+
+def test_a_variant_that_reads_an_unset_field_is_not_silently_retuned(spec_copy) -> None:
+    """`cute.mma_warpgroups` unset means "chosen by the tile": a variant cannot be pinned to it in a spec file."""
+    spec = load_file(spec_copy())[0].spec
+    with pytest.raises(SpaceError, match=r"variant \d reads cute.mma_warpgroups unset"):
+        edits(spec, parse_target("cute:sm90"), None, {"cute.mma_warpgroups": 2})
+
+
 def test_knob_parsing_errors_name_the_item() -> None:
     assert parse_knobs(["tile.n=128,256", "cute.schedule=pingpong"]) == {"tile.n": (128, 256),
                                                                          "cute.schedule": ("pingpong",)}
