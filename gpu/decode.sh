@@ -4,9 +4,13 @@
 #                        swap_ab candidates, Mosaic GPU's size-selected variants); the written specs go to
 #                        $OUT and to /tmp/tuned (a call's checkout is re-sent, /tmp stays)
 #   gpu/decode.sh tune2  the session's second pass (new slots, more knobs), written the same way
+#   gpu/decode.sh tune3  the third pass (session 10): the prefill slots on their own shapes (CuTe's default was
+#                        chosen over decode shapes too, before decode had slots; Triton gains an N <= 4096 slot),
+#                        CuTe fp8's M <= 1024 slot, Mosaic GPU's fp8 decode slots and bf16's M <= 128, K <= 4096 slot
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
+#   gpu/decode.sh tests | table   check's two halves, for calls that must each stay under the limit
 # Run from the repo root on a CUDA machine (CuTe DSL and specgen's deps on PYTHONPATH, as gpu/run.sh says).
 set -uo pipefail
 out=${OUT:-out/decode}
@@ -18,9 +22,18 @@ FP8=16x8192x8192,128x8192x8192,512x2048x2048,8192x8192x8192,4096x4096x4096
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 tune() {  # tune ARGS...: one `specgen tune --write`, its log named after the kernel and target
   local log="$out/tune-$3-${5//:/_}.log"
-  python3 -m specgen tune "$@" --workers "$(nproc)" --cache "$out/tune-cache.jsonl" --rounds 30 --write 2>&1 | tee "$log"
+  # the cache lives on the machine across calls (a call's $OUT starts empty) and goes out with each call
+  mkdir -p "${TUNED:-/tmp/tuned}"
+  python3 -m specgen tune "$@" --workers "$(nproc)" --cache "${TUNED:-/tmp/tuned}/tune-cache.jsonl" --rounds 30 --write 2>&1 | tee "$log"
+  cp "${TUNED:-/tmp/tuned}/tune-cache.jsonl" "$out/"
   return "${PIPESTATUS[0]}"
 }
+save() {  # the written specs: to $OUT, and to ${TUNED:-/tmp/tuned} for the next call on this machine
+  mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
+}
+if [ -d "${TUNED:-/tmp/tuned}" ] && [ "${1:-}" != tune ]; then  # a later pass starts from the earlier passes' specs
+  cp "${TUNED:-/tmp/tuned}"/*.toml specs/ 2>/dev/null || true
+fi
 case "${1:-}" in
   tune)
     rc=0
@@ -33,8 +46,7 @@ case "${1:-}" in
     # Mosaic GPU decode variants (M <= 16, M <= 128): 64-row tiles, K one or two swizzle rows, deep pipelines
     tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192,128x8192x8192,128x14336x4096 \
       --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
-    # the written specs: to $OUT, and to ${TUNED:-/tmp/tuned} for the next call on this machine (`check`)
-    mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
+    save
     exit $rc
     ;;
   tune2)
@@ -46,17 +58,46 @@ case "${1:-}" in
     tune specs/catalogue.toml --kernel gemm_bias_gelu_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 || rc=1
     tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 32x8192x8192,64x4096x14336 \
       --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
-    mkdir -p "${TUNED:-/tmp/tuned}" && cp specs/gemm_bf16.toml specs/catalogue.toml "$out/" && cp specs/gemm_bf16.toml specs/catalogue.toml "${TUNED:-/tmp/tuned}/"
+    save
     exit $rc
     ;;
-  check)
-    # the tuned specs (if a `tune` ran on this machine), rendered; the whole GPU test suite; the issue's table
-    if [ -d "${TUNED:-/tmp/tuned}" ]; then cp "${TUNED:-/tmp/tuned}"/*.toml specs/; fi
+  tune3)
+    rc=0
+    # CuTe sm90's default (N > 4096) and N <= 4096 slots of gemm_bf16 on the large shapes alone
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 \
+      --shapes 8192x8192x8192,4096x14336x4096,4096x4096x4096,2048x2048x2048,8192x1024x8192 \
+      --knob tile.m=128,256 --knob tile.n=128,192,256 || rc=1
+    # CuTe fp8's M <= 1024, N <= 4096 slot (512x2048x2048: the issue's >= 1.0x shape)
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target cute:sm90 --shapes 512x2048x2048,1024x4096x8192 || rc=1
+    save
+    exit $rc
+    ;;
+  tune4)
+    rc=0
+    # Triton's default and its new N <= 4096 slot of gemm_bf16 on the large shapes
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target triton:sm90 \
+      --shapes 8192x8192x8192,4096x14336x4096,4096x4096x4096,2048x2048x2048,8192x1024x8192 || rc=1
+    # Mosaic GPU: gemm_bf16's M <= 128, K <= 4096 slot; gemm_fp8_rowwise's decode slots, then its M <= 1024 slot
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 128x14336x4096 \
+      --knob tile.m=64 --knob tile.n=64,128,256 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192,128x8192x8192 \
+      --knob tile.m=64 --knob tile.n=64,128,256 --knob tile.k=128,256 --knob pipeline.ab_stages=4,6,8 --knob cluster.m=1 || rc=1
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target pallas:gpu_sm90 --shapes 512x2048x2048 \
+      --knob tile.m=64,128 --knob tile.n=128,256 --knob tile.k=128 --knob pipeline.ab_stages=4,6 --knob cluster.m=1,2 || rc=1
+    save
+    exit $rc
+    ;;
+  check|tests|table)
+    # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
     git diff --stat -- specs generated | tail -1 | tee -a "$out/render.log"
-    timeout "${TEST_TIMEOUT:-330}" python3 -m pytest tests/gpu tests/conformance tests/backends -m gpu -q -p no:cacheprovider -n 8 \
-      --dist loadgroup 2>&1 | tee "$out/gpu-tests.log" | tail -25
-    tests=${PIPESTATUS[0]}
+    tests=0
+    if [ "$1" != table ]; then
+      timeout "${TEST_TIMEOUT:-330}" python3 -m pytest tests/gpu tests/conformance tests/backends -m gpu -q -p no:cacheprovider -n 8 \
+        --dist loadgroup 2>&1 | tee "$out/gpu-tests.log" | tail -25
+      tests=${PIPESTATUS[0]}
+      [ "$1" = tests ] && exit "$tests"
+    fi
     rc=0
     python3 -m specgen bench gemm_bf16 --shapes "$DECODE,$LARGE" --rounds 20 --json "$out/bench-bf16.json" 2>&1 | tee "$out/bench-bf16.log" || rc=1
     python3 -m specgen bench gemm_fp8_rowwise --shapes "$FP8" --rounds 20 --json "$out/bench-fp8.json" 2>&1 | tee "$out/bench-fp8.log" || rc=1
@@ -66,5 +107,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|check" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|check|tests|table" >&2; exit 2 ;;
 esac

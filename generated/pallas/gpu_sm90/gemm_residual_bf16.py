@@ -200,6 +200,20 @@ def _config_for(m: int, n: int, k: int) -> Config:
     return CONFIG
 
 
+def _extents(cfg: Config, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """The last two extents of A and B as stored, and the output's, that TMA's tiled GMEM view takes under
+    `cfg`'s swizzles (the problem's own where it needs no padding). N is at least one CTA tile: Mosaic GPU
+    misplaces the TMA stores of an output whose N fits in one swizzle tile (measured on an H100, jax
+    0.11.2: every kernel wrong for N <= 64, many all zeros; right for every N padded to the tile), so a
+    narrower B is zero-padded (a copy of tile_n x K at most) and the output sliced back. A tile is two
+    warpgroups' epilogue subtiles wide, each at least one swizzle tile, so the padded output always
+    spans two or more."""
+    n_pad = max(n, cfg.tile_n)
+    a = (_mg.tma_extent(k, 8, 1), _mg.tma_extent(m, cfg.a_swizzle // 2, 8))
+    b = (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(k, cfg.b_swizzle // 2, 8))
+    return a, b, (_mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, cfg.out_swizzle // 2, 8))
+
+
 def _launch(a, b, alpha, c, config: Config | None = None) -> jax.Array:
     """The entry's body, jitted as `_call`: checks, the config for this shape (`config` forces one:
     `specgen compile` lowers each), TMA padding, the kernel."""
@@ -218,16 +232,9 @@ def _launch(a, b, alpha, c, config: Config | None = None) -> jax.Array:
         k = 8
         a = jnp.zeros(a.shape[:-2] + ((k, m)), a.dtype)
         b = jnp.zeros(b.shape[:-2] + ((n, k)), b.dtype)
-    # Extents TMA's tiled GMEM view takes (aligned shapes are left alone: no copy), in the chosen config's
-    # swizzles. N is at least one CTA tile: Mosaic GPU misplaces the TMA stores of an output whose N fits
-    # in one swizzle tile (measured on an H100, jax 0.11.2: every kernel wrong for N <= 64, many all
-    # zeros; right for every N padded to the tile), so a narrower B is zero-padded (a copy of tile_n x K
-    # at most) and the output sliced back. A tile is two warpgroups' epilogue subtiles wide, each at
-    # least one swizzle tile, so the padded output always spans two or more.
-    n_pad = max(n, cfg.tile_n)
-    a = _mg.pad(a, a.shape[:-2] + (_mg.tma_extent(a.shape[-2], 8, 1), _mg.tma_extent(a.shape[-1], cfg.a_swizzle // 2, 8)))
-    b = _mg.pad(b, b.shape[:-2] + (_mg.tma_extent(n_pad, 8, 1), _mg.tma_extent(b.shape[-1], cfg.b_swizzle // 2, 8)))
-    out_rows, out_cols = _mg.tma_extent(m, 8, 1), _mg.tma_extent(n_pad, cfg.out_swizzle // 2, 8)
+    a_ext, b_ext, (out_rows, out_cols) = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
+    a = _mg.pad(a, a.shape[:-2] + a_ext)
+    b = _mg.pad(b, b.shape[:-2] + b_ext)
     c = _mg.pad(c, (out_rows, out_cols))
     out = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, alpha, c)
     if (out_rows, out_cols) != (m, n):
@@ -249,9 +256,14 @@ def gemm_residual_bf16(a, b, alpha, c) -> jax.Array:
 
 def gemm_residual_bf16_torch(a, b, alpha, c):
     """The torch entry point: CUDA tensors in the logical shapes the Triton launcher takes (A (M, K),
-    B (K, N)), shared with jax through DLPack (no copies; jax waits once for torch's stream). Returns a
-    torch tensor on the same device, ready on torch's current stream."""
+    B (K, N)). Tensors the kernel reads in place at shapes TMA takes unpadded go straight to the compiled
+    kernel on torch's current stream (`_direct`: CUDA graphs capture it); any other call is shared with
+    jax through DLPack (no copies; jax waits once for torch's stream) and runs the jitted program. Returns
+    a torch tensor on the same device, ready on torch's current stream."""
     _mg.require_gpu(NAME)
+    out = _direct(a, b, alpha, c)
+    if out is not None:
+        return out
     _rt.scalar(NAME, "alpha", alpha)
     a, b, c = _rt.torch_to_jax(NAME, (
         ("a", a, True),
@@ -260,6 +272,55 @@ def gemm_residual_bf16_torch(a, b, alpha, c):
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, alpha, c))
+
+
+# The torch entry's direct launches, by device, config and shape: `_mt.compile`'s launch, or None where the
+# kernel's program cannot be launched directly (then that shape takes the DLPack path).
+_DIRECT: dict[tuple, object] = {}
+
+
+def _direct(a, b, alpha, c):
+    """The torch call without jax: the spec's dtypes, stored contiguous in its major modes, 16-byte aligned,
+    on the current CUDA device, at shapes TMA takes unpadded (`_extents`), launched on torch's current
+    stream with the tensors' addresses (vectors whose extent is not a whole number of tiles are padded by
+    torch, the kernel reads whole subtiles). None where the call needs the jitted path (padding, K = 0, an
+    empty output, another device, a tensor it would copy) or fails a check (the jitted path raises)."""
+    import torch
+
+    from specgen.runtime import mgpu_torch as _mt
+
+    try:
+        sa, sb = a.transpose(-1, -2), b.transpose(-1, -2)
+        m, k = a.shape
+        n = b.shape[-1]
+        device = a.get_device()
+        if device < 0 or device != torch.cuda.current_device():
+            return None
+        if not (b.shape[:-1] == a.shape[:-2] + (k,) and m and n and k
+                and _mt.readable(sa, torch.bfloat16, device) and _mt.readable(sb, torch.bfloat16, device)):
+            return None
+        cfg = _config_for(m, n, k)
+        a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
+        if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
+            return None
+        alpha = _mt.scalar(alpha, cfg.epi_n, device)
+        c = c if c.shape == (m, n) and _mt.readable(c, torch.bfloat16, device) else None
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # not tensors, the wrong rank: the jitted path says
+        return None
+    if alpha is None or c is None:
+        return None
+    key = (device, cfg, m, n, k)
+    launch = _DIRECT.get(key, False)
+    if launch is False:  # first call at this shape: lower the kernel alone, compile its Mosaic GPU module
+        structs = [jax.ShapeDtypeStruct(tuple(x.shape), jnp.dtype(str(x.dtype).removeprefix("torch.")))
+                   for x in (sa, sb, alpha, c)]
+        kernel = _build(cfg, m, n, k, m, n, _mg.num_sms(132), frozenset())
+        launch = _DIRECT[key] = _mt.compile(kernel, structs)
+    if launch is None:
+        return None
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=sa.device)
+    launch((sa.data_ptr(), sb.data_ptr(), alpha.data_ptr(), c.data_ptr(), out.data_ptr()), _mt.stream(device))
+    return out
 
 
 # The spec this module was rendered from, and the module's identity and plan figures for `specgen
