@@ -8,6 +8,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "BLOCK_N", "BLOCK_K", "_kernel", "_build", "_call", "plgpu", "_mg", "min", "max", "WARPGROUPS",
     # Mosaic GPU: its configs (the default and each size-selected variant) and the launcher picking one
     "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_launch",
+    # Mosaic GPU's torch entry: TMA's extents and the direct launch (specgen/runtime/mgpu_torch.py)
+    "_extents", "_direct", "_DIRECT", "_mt", "dict", "frozenset", "object", "str", "tuple",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -25,6 +27,7 @@ RESERVED: frozenset[str] = frozenset({
     "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name", "transforms", "wait_read_only",
     "wg_axis", "cta", "cluster", "cluster_names", "acc", "ei", "k", "num_threads", "pipeline", "slot", "tiles", "x",
     "bool", "typing", "cfg", "config", "a_shared", "b_shared",
+    "a_ext", "b_ext", "out_ext", "kernel", "launch", "mgpu_torch", "structs",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
     "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent", "cluster_m",
