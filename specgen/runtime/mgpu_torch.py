@@ -131,12 +131,14 @@ def readable(t: Any, dtype: Any, device: int) -> bool:
     return t.dtype is dtype and t.get_device() == device and t.is_contiguous() and t.data_ptr() % 16 == 0
 
 
-def vector(t: Any, extent: int, padded: int, dtype: Any, device: int) -> Any:
-    """A per-row or per-column vector ((extent,), (extent, 1) or (1, extent), as the DLPack path takes it)
-    flat and zero-padded to `padded` (the kernel reads whole subtiles); None where it cannot go direct."""
-    if t.dim() == 2 and 1 in t.shape:
-        t = t.reshape(-1)
-    if t.dim() != 1 or t.shape[0] != extent or not readable(t, dtype, device):
+def vector(t: Any, along: str, extent: int, padded: int, dtype: Any, device: int) -> Any:
+    """A per-row (`along` "m") or per-column ("n") vector in the shapes the DLPack path takes ((extent,),
+    or (extent, 1) for rows, (1, extent) for columns: `runtime.jax.vector`), flat and zero-padded to
+    `padded` (the kernel reads whole subtiles); None where it cannot go direct (the DLPack path then
+    raises or copies, so both paths accept the same inputs)."""
+    if tuple(t.shape) == ((extent, 1) if along == "m" else (1, extent)):
+        t = t.reshape(extent)
+    if tuple(t.shape) != (extent,) or not readable(t, dtype, device):
         return None
     return t if padded == extent else torch.nn.functional.pad(t, (0, padded - extent))
 

@@ -327,7 +327,7 @@ def _direct(a, b):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-    except (AttributeError, TypeError, ValueError, RuntimeError):  # not tensors, the wrong rank: the jitted path says
+    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     key = (device, cfg, m, n, k)
     launch = _DIRECT.get(key, False)

@@ -292,8 +292,8 @@ def _direct(a, b, bias):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-        bias = _mt.vector(bias, n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.bfloat16, device)
-    except (AttributeError, TypeError, ValueError, RuntimeError):  # not tensors, the wrong rank: the jitted path says
+        bias = _mt.vector(bias, "n", n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.bfloat16, device)
+    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if bias is None:
         return None

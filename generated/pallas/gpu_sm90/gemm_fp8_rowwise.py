@@ -326,9 +326,9 @@ def _direct(a, b, scale_a, scale_b):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-        scale_a = _mt.vector(scale_a, m, pl.cdiv(m, cfg.tile_m) * cfg.tile_m, torch.float32, device)
-        scale_b = _mt.vector(scale_b, n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.float32, device)
-    except (AttributeError, TypeError, ValueError, RuntimeError):  # not tensors, the wrong rank: the jitted path says
+        scale_a = _mt.vector(scale_a, "m", m, pl.cdiv(m, cfg.tile_m) * cfg.tile_m, torch.float32, device)
+        scale_b = _mt.vector(scale_b, "n", n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.float32, device)
+    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if scale_a is None or scale_b is None:
         return None

@@ -305,7 +305,7 @@ def _direct(a, b, alpha, c):
             return None
         alpha = _mt.scalar(alpha, cfg.epi_n, device)
         c = c if c.shape == (m, n) and _mt.readable(c, torch.bfloat16, device) else None
-    except (AttributeError, TypeError, ValueError, RuntimeError):  # not tensors, the wrong rank: the jitted path says
+    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if alpha is None or c is None:
         return None

@@ -67,9 +67,12 @@ def test_a_program_with_more_than_the_kernel_is_refused() -> None:
 
 def test_vectors_are_flattened_and_padded_to_whole_tiles() -> None:
     v = torch.arange(16, dtype=torch.float32)
-    assert mt.vector(v.reshape(16, 1), 16, 64, torch.float32, -1).tolist() == list(range(16)) + [0] * 48
-    assert mt.vector(v.reshape(1, 16), 16, 16, torch.float32, -1).data_ptr() == v.data_ptr()  # no copy
-    assert mt.vector(v, 16, 16, torch.float16, -1) is None  # the wrong dtype: the DLPack path raises
-    assert mt.vector(v[::2], 8, 8, torch.float32, -1) is None  # strided: the DLPack path copies it
-    assert mt.vector(v, 15, 16, torch.float32, -1) is None
+    assert mt.vector(v.reshape(16, 1), "m", 16, 64, torch.float32, -1).tolist() == list(range(16)) + [0] * 48
+    assert mt.vector(v.reshape(1, 16), "n", 16, 16, torch.float32, -1).data_ptr() == v.data_ptr()  # no copy
+    # the other orientation is refused, as `runtime.jax.vector` refuses it on the DLPack path
+    assert mt.vector(v.reshape(1, 16), "m", 16, 16, torch.float32, -1) is None
+    assert mt.vector(v.reshape(16, 1), "n", 16, 16, torch.float32, -1) is None
+    assert mt.vector(v, "n", 16, 16, torch.float16, -1) is None  # the wrong dtype: the DLPack path raises
+    assert mt.vector(v[::2], "n", 8, 8, torch.float32, -1) is None  # strided: the DLPack path copies it
+    assert mt.vector(v, "n", 15, 16, torch.float32, -1) is None
     assert mt.scalar(True, 8, 0) is None and mt.scalar(torch.ones(1), 8, 0) is None
