@@ -89,6 +89,11 @@ def variants():
                   variants=[{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}},
                             {"when": {"n_max": 2048}, "tile": {"m": 128, "n": 128, "k": 64},
                              "cute": {"schedule": "pingpong"}}])
+    # CuTe split-K in the cluster (its handoff barriers, partials and DSMEM stores), swapped and not
+    yield spec_of("c_split", EVERY_OP[:3], targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64}, per_target={},
+                  variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64}, "cute": {"swap_ab": True},
+                             "schedule": {"split_k": 2}},
+                            {"when": {"m_max": 64}, "tile": {"m": 64, "n": 64, "k": 64}, "schedule": {"split_k": 3}}])
     # the CuTe sm100 modules: the catalogue's, and every op on 1-CTA and 2-CTA tiles, batched or not
     for s in catalogue().values():
         if "cute:sm100" in s["targets"]:

@@ -61,11 +61,11 @@ APPLIES = {
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
-    "CUTE004": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
+    "CUTE004": {"cute:sm90"}, "CUTE005": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "SPK001": (GPU - TRITON) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
+    "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
 
@@ -381,10 +381,13 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("OPT001", "triton:sm90", {"triton": {"flatten": True}, "schedule": {"persistent": True}}, None),
     ("OPT001", "triton:sm90", {"triton": {"flatten": True}},
      ("warning", ["triton.flatten = true is ignored"], ("triton", "flatten"))),
-    # SPK001-003: split-K is Triton's; f32 partials; a config serving every M warns (k_max bounds: below)
-    ("SPK001", "cute:sm90", {"schedule": {"split_k": 1}}, None),
+    # SPK001-003: split-K is Triton's and CuTe sm90's; f32 partials; a config serving every M warns (k_max bounds: below)
+    ("SPK001", "cute:sm100", {"schedule": {"split_k": 1}}, None),
     ("SPK001", "pallas:tpu_v6e", {"schedule": {"split_k": 2}},
-     ("error", ["schedule.split_k = 2: the pallas design renders no split-K"], ("schedule", "split_k"))),
+     ("error", ["schedule.split_k = 2: the Pallas design renders no split-K (the CuTe sm90 and Triton designs do)"],
+      ("schedule", "split_k"))),
+    ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
+     ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
 ]
 
 

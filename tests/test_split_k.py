@@ -120,12 +120,16 @@ def test_check_reports_split_k_findings_at_the_variants_line() -> None:
     assert not [d for d in check_spec(load()) if d.severity == "error"]
 
 
-def test_cute_and_pallas_targets_refuse_split_k() -> None:
-    text = TOML.replace('targets = ["triton:sm90", "triton:sm100"]', 'targets = ["triton:sm90", "cute:sm90"]')
-    text += '\n[kernels.per_target."cute:sm90"]\nvariants = []\nschedule = { split_k = 2 }\n'
-    diags = [d for d in check_spec(load(text)) if d.rule == "SPK001"]
-    assert [d.target for d in diags] == ["cute:sm90"]
-    assert diags[0].line == line_of(text, "schedule = { split_k = 2 }")
+def test_cute_sm100_refuses_split_k_and_cute_sm90_takes_it() -> None:
+    text = TOML.replace('targets = ["triton:sm90", "triton:sm100"]', 'targets = ["triton:sm90", "cute:sm90", "cute:sm100"]')
+    for target in ("cute:sm90", "cute:sm100"):
+        text += f'\n[kernels.per_target."{target}"]\nvariants = []\ntile = {{ m = 128, n = 128, k = 64 }}\nschedule = {{ split_k = 2 }}\n'
+    diags = check_spec(load(text))
+    spk = [d for d in diags if d.rule == "SPK001"]
+    assert [d.target for d in spk] == ["cute:sm100"]
+    assert spk[0].line == text.splitlines().index("schedule = { split_k = 2 }", line_of(text, '."cute:sm100"]')) + 1
+    assert "the CuTe sm100 design renders no split-K (the CuTe sm90 and Triton designs do)" in spk[0].message
+    assert not [d for d in diags if d.target == "cute:sm90" and d.severity == "error"]
 
 
 # --- the rendered module ---------------------------------------------------------------------------

@@ -91,6 +91,18 @@ class Config(NamedTuple):
     tmem_columns: int  # TMEM columns allocated: acc_stages x columns per stage, a power of two
 
     @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster (the persistent grid launches one cluster per this many SMs)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def launch_clusters(self) -> int:
+        """The most clusters a launch holds along grid z, whose limit is 65535 CTAs: a config that is not
+        persistent launches one cluster per tile up to it, and past it its clusters walk the tiles as the
+        persistent schedule's do."""
+        return 65535
+
+    @property
     def pair(self) -> int:
         """CTAs per MMA: 2 for cta_group::2, else 1."""
         return 2 if self.two_cta else 1
@@ -571,7 +583,7 @@ def _run(a, b, out):
     _launcher(
         variant, a, b,
         out,
-        _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
+        _launcher.max_clusters(device, cfg.cluster_size) if cfg.persistent else cfg.launch_clusters,
     )
     return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 

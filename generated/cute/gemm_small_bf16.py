@@ -74,6 +74,18 @@ class Config(NamedTuple):
     smem_bytes: int  # what the plan allocates (SharedStorage below + the 1024-byte alignment pad)
 
     @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster (the persistent grid launches one cluster per this many SMs)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def launch_clusters(self) -> int:
+        """The most clusters a launch holds along grid z, whose limit is 65535 CTAs: a config that is not
+        persistent launches one cluster per tile up to it, and past it its clusters walk the tiles as the
+        persistent schedule's do."""
+        return 65535
+
+    @property
     def consumers(self) -> int:
         return 2 if self.pingpong else self.mma_warpgroups
 
@@ -153,6 +165,11 @@ def make_r2s_copy(cfg: Config, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
     )
 
 
+def _g2s(multicast: bool):
+    """The TMA load of an operand: multicast to the cluster's CTAs along the other dim where it has several."""
+    return cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if multicast else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+
+
 def make_raster(cfg: Config, tiles) -> cute.Layout:
     """The clusters covering (tiles_m, tiles_n, batch): the kernel's work indices run over exactly these
     (`cluster_at` orders them); no padding cluster, so no CTA streams an operand for a tile past M or N."""
@@ -184,11 +201,6 @@ def cluster_at(cfg: Config, work_index, clusters):
     cols = cutlass.min(cn - band_first, cfg.group_m)
     within = rest - band_first * cm
     return within // cols, band_first + within % cols, batch
-
-
-def _g2s(multicast: bool):
-    """The TMA load of an operand: multicast to the cluster's CTAs along the other dim where it has several."""
-    return cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if multicast else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
 def _mkl(x: cute.Tensor) -> cute.Tensor:
@@ -318,15 +330,16 @@ def gemm_kernel(
     # --- the static persistent schedule: this cluster's first work index, the stride, the CTA's offset -
     bidx, bidy, bidz = cute.arch.block_idx()
     work_count = cute.size(raster)
-    work_stride = cute.arch.grid_dim()[2]
     cta_m, cta_n = bidx % cfg.cluster_m, bidy % cfg.cluster_n
+    first_work, work_stride = bidz, cute.arch.grid_dim()[2]
+    k_first, k_count = 0, k_tiles
 
     if warpgroup == 0:
         # ================= producer: one warp streams A and B tiles through the stages ==============
         cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
         if warp == 0:
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, cfg.ab_stages)
-            work = cutlass.Int32(bidz)
+            work = cutlass.Int32(first_work)
             while work < work_count:
                 cluster_of = cluster_at(cfg, work, raster.shape)  # this work index's cluster, then this CTA's tile in it
                 tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
@@ -335,11 +348,11 @@ def gemm_kernel(
                 a_tiles = tAgA[(None, tm, None, tl)]
                 b_tiles = tBgB[(None, tn, None, tl)]
                 state.reset_count()
-                for _k in range(k_tiles):
+                for _k in range(k_count):
                     ab_pipe.producer_acquire(state)  # wait until the stage is empty
                     full = ab_pipe.producer_get_barrier(state)
-                    cute.copy(tma_a, a_tiles[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=full, mcast_mask=a_mask)
-                    cute.copy(tma_b, b_tiles[(None, state.count)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=b_mask)
+                    cute.copy(tma_a, a_tiles[(None, k_first + state.count)], tAsA[(None, state.index)], tma_bar_ptr=full, mcast_mask=a_mask)
+                    cute.copy(tma_b, b_tiles[(None, k_first + state.count)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=b_mask)
                     ab_pipe.producer_commit(state)
                     state.advance()
                 work += work_stride
@@ -375,7 +388,7 @@ def gemm_kernel(
         store_warp = 4 + 4 * turn  # the tile's first warp issues its TMA stores
         epi_base = cfg.epi_stages * turn  # this warpgroup's subtile buffers
 
-        work = cutlass.Int32(bidz)
+        work = cutlass.Int32(first_work)
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
         stored = cutlass.Int32(0)  # subtiles this warpgroup has stored (rotates the SMEM buffers)
@@ -390,7 +403,7 @@ def gemm_kernel(
             acc_regs.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             cute.nvgpu.warpgroup.fence()
-            for k in range(k_tiles):
+            for k in range(k_count):
                 ab_pipe.consumer_wait(read)
                 for kb in cutlass.range_constexpr(k_blocks):
                     cute.gemm(tiled_mma, acc_regs, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc_regs)
@@ -401,7 +414,7 @@ def gemm_kernel(
                     release.advance()
                 read.advance()
             cute.nvgpu.warpgroup.wait_group(0)
-            if k_tiles > 0:
+            if k_count > 0:
                 ab_pipe.consumer_release(release)
                 release.advance()
 
@@ -523,7 +536,7 @@ def _run(a, b, out):
     _launcher(
         variant, a, b,
         out,
-        _launcher.max_clusters(device, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF,
+        _launcher.max_clusters(device, cfg.cluster_size) if cfg.persistent else cfg.launch_clusters,
     )
     return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 

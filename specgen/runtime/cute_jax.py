@@ -311,7 +311,7 @@ def _cuda_lowering(ctx: Any, *operands: Any, entry: CuteJaxEntry, variant: int |
     # The persistent grid's cap: one cluster per cluster-size SMs of the smallest local device.
     cfg = entry.configs[0 if variant is None else variant + 1]
     sms = min((int(getattr(d, "core_count", 0) or 0) for d in devices), default=0) or 132
-    max_clusters = max(1, sms // (cfg.cluster_m * cfg.cluster_n)) if cfg.persistent else 0x7FFFFFFF
+    max_clusters = max(1, sms // cfg.cluster_size) if cfg.persistent else cfg.launch_clusters
     module, key = entry.module(variant, scalars, max_clusters)
     version = get_cutlass_call_ffi_version()
     register_ffi(version)

@@ -116,8 +116,9 @@ class Schedule(KeysAddedLater):
 
     `split_k` divides each output tile's K loop between that many programs (decode shapes: few tiles,
     long K); each writes f32 partial sums and the last to finish a tile reduces them and runs the
-    epilogue once. `split_k_reduction = "deterministic"` (the default) sums the partials in split order,
-    so results are bit-identical run to run; `"atomic"` adds them with float atomics instead (less
+    epilogue once (on CuTe sm90 the splits are a cluster's CTAs and meet in the first one's SMEM).
+    `split_k_reduction = "deterministic"` (the default) sums the partials in split order, so results
+    are bit-identical run to run; `"atomic"` adds them with float atomics instead (Triton only: less
     workspace and traffic, summation order varies)."""
 
     persistent: StrictBool = False

@@ -20,7 +20,9 @@ import torch
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPES = [(1, 256, 512), (200, 144, 96), (517, 264, 1040), (1024, 1024, 1024), (3000, 2048, 2064), (64, 4112, 0)]
+# (33, 2056, 4104): gemm_bf16's M <= 64, N <= 4096 variant splits K across its cluster
+SHAPES = [(1, 256, 512), (200, 144, 96), (517, 264, 1040), (1024, 1024, 1024), (3000, 2048, 2064), (64, 4112, 0),
+          (33, 2056, 4104)]
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "fp8_e4m3": torch.float8_e4m3fn}
 
 

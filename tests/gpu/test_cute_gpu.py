@@ -218,6 +218,64 @@ def test_pingpong_every_epilogue_op(tmp_path: Path) -> None:
         check(mod, mod.every_op_pingpong, mod.SPEC, *shape, seed=5)
 
 
+SPLIT = {"schedule": {"split_k": 2}, "tile": {"m": 64, "n": 64, "k": 64}}
+# decode-like shapes with a long K (K tiles split unevenly: 4104 = 64 x 64 + 8) and a K of two tiles (an
+# empty split at split_k = 3 or 4), beside the usual shapes
+SPLIT_SHAPES = SHAPES + WIDE + [(1, 4096, 8200), (64, 1000, 14336), (33, 2056, 4104), (5, 520, 96)]
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gemm_bf16", SPLIT),
+    ("gemm_bf16", {**SPLIT, "schedule": {"split_k": 3}, "cluster": {"m": 2, "n": 1}}),
+    ("gemm_bf16", {**SPLIT, "schedule": {"split_k": 4, "persistent": False}}),
+    ("gemm_bf16", {"schedule": {"split_k": 2}, "tile": {"m": 128, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 2}}),
+    ("gemm_bf16", {**SPLIT, "tile": {"m": 16, "n": 128, "k": 64}, "cute": {"swap_ab": True}}),
+    ("gemm_bias_gelu_bf16", {**SPLIT, "tile": {"m": 32, "n": 64, "k": 64}, "cute": {"swap_ab": True}}),
+    ("gemm_relu_f16", SPLIT),
+    ("bmm_bf16", SPLIT),
+    ("gemm_residual_bf16", SPLIT),
+    ("gemm_fp8_rowwise", {**SPLIT, "tile": {"m": 16, "n": 128, "k": 128}, "cute": {"swap_ab": True}}),
+], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}{v}" for k, v in x.items()).replace(" ", ""))
+def test_split_k_matches_float64_reference(name: str, config: dict, tmp_path: Path) -> None:
+    """Split-K in the cluster: its third dim's CTAs each reduce a share of K and meet in split 0's SMEM.
+    Every shape (M = 1, tails on M, N and K, K of two tiles with an empty split, more tiles than
+    clusters), every catalogue epilogue, swapped and not, 2x1 clusters, two consumer warpgroups, not
+    persistent; `check` also compares a second call bit for bit (the sum runs in split order)."""
+    spec = {**module(name).SPEC, **config, "name": f"{name}_split"}
+    mod = rendered(spec, tmp_path)
+    assert mod.CONFIG.split_k == config["schedule"]["split_k"]
+    for shape in SPLIT_SHAPES:
+        check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=29)
+    check(mod, getattr(mod, spec["name"]), mod.SPEC, 130, 136, 0, seed=1)  # K = 0: the epilogue of zero
+
+
+def test_a_launch_past_grid_z_walks_the_tiles(tmp_path: Path) -> None:
+    """A config that is not persistent launches a cluster per tile, up to grid z's 65535 CTAs (before this
+    was capped, 129 x 256 tiles split in two asked for 66048 and the launch failed); past it, its
+    clusters walk the tiles as the persistent schedule's do."""
+    spec = {**module("gemm_bf16").SPEC, **SPLIT, "schedule": {"split_k": 2, "persistent": False}, "name": "many_tiles"}
+    mod = rendered(spec, tmp_path)
+    assert not mod.CONFIG.persistent and mod.CONFIG.launch_clusters == 65535 // 2
+    check(mod, mod.many_tiles, mod.SPEC, 8256, 16384, 128, seed=37)
+
+
+def test_split_k_is_bit_identical_across_runs_and_streams(tmp_path: Path) -> None:
+    spec = {**module("gemm_bf16").SPEC, **SPLIT, "schedule": {"split_k": 4}, "name": "split_repeat"}
+    mod = rendered(spec, tmp_path)
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    a = torch.randn(48, 14336, generator=gen, device="cuda").to(torch.bfloat16)
+    w = torch.randn(4096, 14336, generator=gen, device="cuda").to(torch.bfloat16)
+    first = mod.split_repeat(a, w.t())
+    runs = [mod.split_repeat(a, w.t()) for _ in range(5)]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        runs.append(mod.split_repeat(a, w.t()))
+    side.synchronize()
+    assert all(torch.equal(r, first) for r in runs)
+    ref = (a.double() @ w.double().t())
+    assert (first.double() - ref).abs().max().item() <= 2e-2 * (ref.abs().max().item() + 1.0)
+
+
 class Spy:
     """Stands in for a module's launcher, recording the config index of each call."""
 

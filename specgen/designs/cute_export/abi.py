@@ -34,6 +34,12 @@ class CuteConfig(Protocol):
     cluster_n: int
     persistent: bool
 
+    @property
+    def cluster_size(self) -> int: ...  # CTAs per cluster (sm90's split-K adds a third dim)
+
+    @property
+    def launch_clusters(self) -> int: ...  # clusters one launch holds along grid z (not persistent: one a tile)
+
 
 class CutePlan(Protocol):
     """What the C entry reads of a CuTe design's plan."""

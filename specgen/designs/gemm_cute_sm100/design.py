@@ -43,6 +43,7 @@ from specgen.designs.base import DesignBase, module_identity, plan_header
 from specgen.designs.gemm_cute_sm90.design import (
     BASE_ALIGN_PAD,
     CUTLASS_DTYPES,
+    GRID_Z_MAX,
     MBARRIER_BYTES,
     CuteModulePlan,
     align_up,
@@ -195,6 +196,16 @@ class CuteSm100Config:
     @property
     def mma_m(self) -> int:
         return self.tile_m * (2 if self.two_cta else 1)
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: the persistent grid holds one cluster per this many SMs."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def launch_clusters(self) -> int:
+        """The most clusters a launch holds along grid z (65535 CTAs): one per tile up to it when not persistent."""
+        return GRID_Z_MAX
 
 
 def sm100_config(r: Resolved) -> CuteSm100Config:

@@ -9,7 +9,12 @@ The kernel (templates/cute/gemm_sm90.py.jinja) is warp-specialized and persisten
   M) share every tile. `"pingpong"`: two, each owning a whole tile (this CTA's even or odd tiles),
   taking turns at the mainloop through a pair of mbarriers, so one's epilogue runs under the other's
   mainloop; each has its own epilogue subtiles and store barrier;
-- a static persistent tile scheduler with group-M rasterization (`schedule.group_m`, `raster`).
+- a static persistent tile scheduler with group-M rasterization (`schedule.group_m`, `raster`);
+- split-K (`schedule.split_k`, decode shapes: few tiles over a long K): the cluster gets a third dim of
+  split_k CTAs that walk the same tiles, each over its share of the K loop; splits 1.. store their f32
+  accumulators into split 0's SMEM (DSMEM) and arrive on its mbarrier at cluster scope, split 0 adds
+  them in split order (bit-identical run to run) and runs the epilogue alone. No workspace or counter
+  in global memory, so the torch, JAX and C entries launch it alike.
 
 Size-selected variants (`[[kernels.variants]]`, per target too) render into the same module: each
 config (the default and every variant) is a row of the module's `Config` table that the kernel reads
@@ -45,6 +50,7 @@ ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (
 MBARRIER_BYTES = 8
 BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
 WGMMA_M = 64  # rows per warpgroup per wgmma
+GRID_Z_MAX = 65535  # CUDA's grid.z limit in CTAs: the clusters one launch holds along z
 # setmaxnreg: the producer gives registers back, the consumers take them (CUTLASS's sm90 split).
 LOAD_REGISTERS = 40
 MMA_REGISTERS = 232
@@ -285,10 +291,21 @@ class CuteConfig:
     smem_breakdown: str
     acc_registers: int
     swap_ab: bool = False  # the kernel computes out^T = B^T A^T
+    split_k: int = 1  # CTAs along the cluster's third dim, each reducing a share of every tile's K loop
 
     @property
     def threads(self) -> int:
         return (1 + (2 if self.pingpong else self.mma_warpgroups)) * WARPGROUP_THREADS
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: the persistent grid holds one cluster per this many SMs."""
+        return self.cluster_m * self.cluster_n * self.split_k
+
+    @property
+    def launch_clusters(self) -> int:
+        """The most clusters a launch holds along grid z (65535 CTAs): one per tile up to it when not persistent."""
+        return GRID_Z_MAX // self.split_k
 
 
 def cute_config(r: Resolved) -> CuteConfig:
@@ -306,7 +323,7 @@ def cute_config(r: Resolved) -> CuteConfig:
         mma_warpgroups=mma_warpgroups(spec), pingpong=pingpong(spec), group_m=spec.schedule.group_m,
         group_rows=(spec.schedule.raster == "along_m") != swap_ab(spec), persistent=spec.schedule.persistent,
         smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), acc_registers=r.acc_registers,
-        swap_ab=swap_ab(spec),
+        swap_ab=swap_ab(spec), split_k=spec.schedule.split_k,
     )
 
 
@@ -377,6 +394,11 @@ class CuteSm90Plan(CuteModulePlan):
         return any(c.swap_ab for c in (self.config, *self.variants))
 
     @property
+    def any_split_k(self) -> bool:
+        """Some config splits K across its cluster (the template renders that code only then)."""
+        return any(c.split_k > 1 for c in (self.config, *self.variants))
+
+    @property
     def tma(self) -> bool:
         """A, B and out move by TMA (the shared torch host template's 16-byte stride guards)."""
         return True
@@ -395,6 +417,9 @@ class CuteSm90Gemm(DesignBase):
     extra = "cute"
     export_hook = "specgen.designs.cute_export.export:export"  # shared with the sm100 design
     max_auto_stages = 8
+    # schedule.split_k: the K splits of a tile run as a cluster's third dim and meet in split 0's SMEM
+    # (no workspace, no counters: the JAX and C entries launch it as the torch one does)
+    renders_split_k = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -420,7 +445,8 @@ class CuteSm90Gemm(DesignBase):
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers (+ 2
-        ping-pong order barriers), then A, B and epilogue buffers (two sets when ping-pong), each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
+        ping-pong order barriers, + 2 split-K handoff barriers), then A, B and epilogue buffers (two sets
+        when ping-pong) and split-K's partials, each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
         puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
         `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
         wgmma takes (64 rows x 16 bytes of K at least)."""
@@ -431,9 +457,14 @@ class CuteSm90Gemm(DesignBase):
         sets = 2 if pingpong(spec) else 1  # ping-pong: one set of subtiles per warpgroup
         epi = align_up(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
         order = 2 * MBARRIER_BYTES if pingpong(spec) else 0  # ping-pong: whose turn at the mainloop
-        reserve = BASE_ALIGN_PAD + align_up(2 * ab_stages * MBARRIER_BYTES + order)
+        split = spec.schedule.split_k
+        handoff = 2 * MBARRIER_BYTES if split > 1 else 0  # split-K: partials landed / read
+        reserve = BASE_ALIGN_PAD + align_up(2 * ab_stages * MBARRIER_BYTES + order + handoff)
         stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes
-        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False)
+        # split-K: split 0 receives the other splits' f32 partials of a whole tile
+        partials = align_up((split - 1) * t.m * t.n * spec.accumulator.bytes)
+        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False,
+                            extra_bytes=partials, extra_label="split-K partials")
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
@@ -517,6 +548,7 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
                                         "mma_warpgroups": p.mma_warpgroups, "pingpong": p.config.pingpong,
                                         "arch_flag": p.arch_flag,
+                                        **({"split_k": p.config.split_k} if p.config.split_k > 1 else {}),
                                         "variants": [_variant_meta(v) for v in p.variants]}},
         # the compiled host function's parameters: (name, kind) in call order
         "parameters": host_parameters(p),
@@ -524,11 +556,11 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
 
 
 def _variant_meta(c: CuteConfig) -> dict[str, object]:
-    """A variant as METADATA lists it: its tile in the spec's terms (out's M x N x K) and swap_ab where set."""
+    """A variant as METADATA lists it: its tile in the spec's terms (out's M x N x K), swap_ab and split_k where set."""
     tile = [c.tile_n, c.tile_m, c.tile_k] if c.swap_ab else [c.tile_m, c.tile_n, c.tile_k]
     return {"when": dict(c.bounds), "tile": tile, "cluster": [c.cluster_m, c.cluster_n],
             "ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes, "mma_warpgroups": c.mma_warpgroups,
-            "pingpong": c.pingpong} | ({"swap_ab": True} if c.swap_ab else {})
+            "pingpong": c.pingpong} | ({"swap_ab": True} if c.swap_ab else {}) | ({"split_k": c.split_k} if c.split_k > 1 else {})
 
 
 def render_context(p: CuteSm90Plan) -> dict[str, object]:
@@ -541,11 +573,13 @@ def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> 
     """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
     consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements). A slot serving
     M <= 64 (`m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
-    as cuBLAS's decode kernels run it; check prunes the unswapped small tiles) and deeper pipelines."""
+    as cuBLAS's decode kernels run it; check prunes the unswapped small tiles), deeper pipelines and
+    split-K in two across the cluster (few tiles over a long K; check prunes it from ping-pong; 4 splits ran
+    1.25-1.5x slower than 2 at 64x4096x14336 on an H100, session 11)."""
     k = (128,) if spec.a.dtype.bytes == 1 else (64,)
     if m_max is not None and m_max <= 64:
         return {"tile.m": (16, 32, 64), "tile.n": (64, 128), "tile.k": k, "cute.schedule": ("cooperative", "pingpong"),
-                "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6)}
+                "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6), "schedule.split_k": (1, 2)}
     return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": k,
             "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}
 

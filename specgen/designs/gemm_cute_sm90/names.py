@@ -14,6 +14,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_jax_entry", "_jax_host", "cute_jax",
     # the C export (templates/cute/export_host.jinja)
     "_export_host", "cuda",
+    # split-K's DSMEM handoff (templates/cute/gemm_sm90.py.jinja)
+    "_store_remote", "llvm", "nvvm",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -37,6 +39,10 @@ RESERVED: frozenset[str] = frozenset({
     "typing", "use_tvm_ffi_env_stream", "variants", "vector", "warp", "warpgroup", "work_count", "work_stride",
     # the kernel's operands by config (Config.operands: swap_ab)
     "operands", "swap_ab", "a_layout", "a_dtype", "b_layout", "b_dtype", "out_layout", "m_major",
+    # the schedule's split of work and K (cluster_size: the persistent grid's divisor), and split-K's handoff
+    "cluster_size", "launch_clusters", "first_work", "k_first", "k_count", "kpart", "k_per", "split_k", "split_full", "split_free",
+    "split_phase", "partials", "cluster_ctas", "leader", "remote", "part", "i", "ptr", "value", "scope",
+    "split_barriers", "sPartial", "unroll_full",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,5 +1,5 @@
 """The CuTe sm90 design's own rules: its consumer warpgroups, epilogue subtiles, TMA store and ping-pong
-schedule (CUTE001-CUTE004), its register model (REG001's CuTe verdict) and the CuTe options a wgmma
+schedule and split-K (CUTE001-CUTE005), its register model (REG001's CuTe verdict) and the CuTe options a wgmma
 kernel cannot honour (OPT001)."""
 
 from __future__ import annotations
@@ -82,6 +82,33 @@ def cute_sm90_pingpong(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("CUTE004", "error", "cute.schedule = \"pingpong\" gives each of its two consumer warpgroups a whole "
                       "tile; cute.mma_warpgroups = 2 would split each tile between them",
                       "drop cute.mma_warpgroups (or use cute.schedule = \"cooperative\")", ("cute", "mma_warpgroups"))
+
+
+@RULES.rule("CUTE005", "sm90 split-K in the cluster", SERVED)
+def cute_sm90_split_k(ctx: RuleContext) -> Iterator[Finding]:
+    """`schedule.split_k` runs a tile's K splits as the cluster's third dim (design.py's docstring): the
+    cluster is cluster.m x cluster.n x split_k CTAs, at most 8 (the portable cluster size, CUDA
+    programming guide; the kernel does not opt into 16). The splits meet in split 0's SMEM through one
+    pair of handoff barriers per CTA, which a cooperative tile has; ping-pong's two tiles in flight per
+    CTA would need two, so it is refused. The sum is always in split order: `split_k_reduction =
+    "atomic"` (Triton's float atomics) has no meaning here."""
+    s = ctx.spec
+    k = s.schedule.split_k
+    if k == 1:
+        return
+    ctas = s.cluster.m * s.cluster.n * k
+    if ctas > ctx.gpu.cluster_portable:
+        yield Finding("CUTE005", "error", f"schedule.split_k = {k} in a {s.cluster.m}x{s.cluster.n} cluster: {ctas} CTAs "
+                      f"per cluster > {ctx.gpu.cluster_portable} (portable)", f"use schedule.split_k <= "
+                      f"{max(1, ctx.gpu.cluster_portable // (s.cluster.m * s.cluster.n))} or a smaller cluster",
+                      ("schedule", "split_k"))
+    if s.cute.schedule == "pingpong":
+        yield Finding("CUTE005", "error", f"schedule.split_k = {k} with cute.schedule = \"pingpong\": the splits hand "
+                      "their partials over one tile at a time, and ping-pong keeps two in flight per CTA",
+                      'use cute.schedule = "cooperative" (or schedule.split_k = 1)', ("schedule", "split_k"))
+    if s.schedule.split_k_reduction == "atomic":
+        yield Finding("CUTE005", "warning", 'schedule.split_k_reduction = "atomic" is ignored on cute:sm90: the cluster '
+                      "adds the partials in split order", "drop schedule.split_k_reduction", ("schedule", "split_k_reduction"))
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:

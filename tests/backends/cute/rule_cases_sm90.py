@@ -46,4 +46,12 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 2}},
      ("error", ['cute.schedule = "pingpong" gives each of its two consumer warpgroups a whole tile'],
       ("cute", "mma_warpgroups"))),
+    # CUTE005: split-K as the cluster's third dim: at most 8 CTAs, cooperative, always an ordered sum
+    ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 4}, "cluster": {"m": 2, "n": 1}}, None),
+    ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 8}, "cluster": {"m": 2, "n": 1}},
+     ("error", ["schedule.split_k = 8 in a 2x1 cluster: 16 CTAs per cluster > 8 (portable)"], ("schedule", "split_k"))),
+    ("CUTE005", "cute:sm90", {"tile": tile(128, 128, 64), "schedule": {"split_k": 2}, "cute": {"schedule": "pingpong"}},
+     ("error", ['schedule.split_k = 2 with cute.schedule = "pingpong"'], ("schedule", "split_k"))),
+    ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 2, "split_k_reduction": "atomic"}},
+     ("warning", ['schedule.split_k_reduction = "atomic" is ignored on cute:sm90'], ("schedule", "split_k_reduction"))),
 ]

@@ -141,6 +141,44 @@ def test_swap_ab_compiles_spill_free_with_the_plans_smem(name, overrides, tmp_pa
     assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
 
 
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("bf16_1x1x2", {"tile": {"m": 64, "n": 64, "k": 64}, "schedule": {"split_k": 2}}),
+    ("bf16_swapped_2x1x3", {"tile": {"m": 16, "n": 128, "k": 64}, "cute": {"swap_ab": True},
+                            "cluster": {"m": 1, "n": 2}, "schedule": {"split_k": 3}}),
+    ("fp8_two_warpgroups", {"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}, "tile": {"m": 128, "n": 128, "k": 128},
+                            "cute": {"mma_warpgroups": 2}, "schedule": {"split_k": 2},
+                            "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "gelu_tanh"}]}),
+])
+def test_split_k_runs_in_the_cluster_and_compiles_spill_free_with_the_plans_smem(name, overrides, tmp_path, monkeypatch):
+    """`schedule.split_k` on CuTe sm90: the cluster's third dim carries the splits (launch and pipeline
+    layouts), split 0's SMEM holds the others' partials (the plan counts them, to the byte), and the
+    kernel compiles for sm_90a spill-free with its DSMEM stores (generic ST.E to the mapped address) and
+    cluster-scope fences. (Numerics, bit-identical reruns: tests/gpu/test_cute_gpu.py.)"""
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
+    spec = {**MINIMAL_SPEC, "name": f"split_{name}", "targets": ["cute:sm90"], "schedule": {"persistent": True},
+            **overrides}
+    module, text = render_and_import(spec, tmp_path)
+    k = overrides["schedule"]["split_k"]
+    cfg = module.CONFIG
+    assert cfg.split_k == k and cfg.cluster_size == cfg.cluster_m * cfg.cluster_n * k
+    assert "cluster=(cfg.cluster_m, cfg.cluster_n, cfg.split_k)" in text
+    assert "cute.make_layout((1, cfg.cluster_m, cfg.cluster_n, cfg.split_k))" in text  # multicast within a split
+    assert f"split-K partials {(k - 1) * cfg.tile_m * cfg.tile_n * 4}" in module.METADATA["plan"][90]["smem_breakdown"]
+    assert module.METADATA["plan"][90]["split_k"] == k
+    assert f"split between the {k} CTAs of a cluster's third dim" in " ".join(module.__doc__.split())
+    (r,) = compile_module(module, target_info(SM90), sass=True, fill_cache=False)
+    assert not r.error, r.error
+    assert r.compiler_smem == r.plan_smem
+    assert r.sass["UTMALDG"] > 0 and r.sass["UTMASTG"] > 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
+
+
+def test_modules_without_split_k_carry_none_of_its_code():
+    spec = {**MINIMAL_SPEC, "name": "no_split", "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 64}}
+    (text,) = render_modules(loaded(spec), [SM90]).values()
+    for name in ("split_k", "_store_remote", "partials", "nvvm", "kpart"):
+        assert name not in text, name
+
+
 def test_swap_ab_sweeps_for_decode_slots_only():
     """`specgen tune`'s CuTe space: a slot serving M <= 64 sweeps swap_ab with 16- and 32-row tiles."""
     from specgen.designs.gemm_cute_sm90.design import tune_space
@@ -168,7 +206,7 @@ def test_vector_operands_are_prefetched_while_they_fit_the_register_allowance():
     gelu = (ROOT / "generated" / "cute" / "gemm_bias_gelu_bf16.py").read_text()
     body = gelu[gelu.index("acc_regs.fill(0.0)"):]
     # the first subtile's bias is gathered before the mainloop, the next one's after the current subtile's ops
-    assert body.index("r_bias[ei] = mbias") < body.index("for k in range(k_tiles)")
+    assert body.index("r_bias[ei] = mbias") < body.index("for k in range(k_count)")
     assert "if cutlass.const_expr(si + 1 < subs):" in body
     residual = (ROOT / "generated" / "cute" / "gemm_residual_bf16.py").read_text()  # matrix operands: at the subtile
     assert "si + 1 < subs" not in residual and "# operands read at their subtile" in residual
