@@ -7,6 +7,9 @@
 #   gpu/decode.sh tune3  the third pass (session 10): the prefill slots on their own shapes (CuTe's default was
 #                        chosen over decode shapes too, before decode had slots; Triton gains an N <= 4096 slot),
 #                        CuTe fp8's M <= 1024 slot, Mosaic GPU's fp8 decode slots and bf16's M <= 128, K <= 4096 slot
+#   gpu/decode.sh tune5  session 11's pass: CuTe's split-K in the cluster on gemm_bf16's decode slots
+#   gpu/decode.sh tune6  then deeper pipelines and 2-CTA clusters on the swapped decode slots (as cuBLAS's)
+#   gpu/decode.sh tune7  and the fused bias + GELU kernel's prefill configs (CuTe, Triton)
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -87,6 +90,45 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune5)
+    rc=0
+    # session 11: CuTe's split-K in the cluster (schedule.split_k) on gemm_bf16's swapped decode slots: the new
+    # M <= 64, N <= 4096 slot (64x4096x14336: 64 tiles for 132 SMs), M <= 16 and M <= 64 at N = 8192
+    pin="--knob cute.swap_ab=true --knob cute.schedule=cooperative --knob tile.k=64"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 64x4096x14336 $pin \
+      --knob tile.m=32,64 --knob tile.n=64,128 --knob schedule.split_k=1,2,4 --knob pipeline.ab_stages=auto || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob tile.m=16 --knob tile.n=64,128 --knob schedule.split_k=1,2 --knob pipeline.ab_stages=auto,6 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 32x8192x8192 $pin \
+      --knob tile.m=32,64 --knob tile.n=64,128 --knob schedule.split_k=1,2 --knob pipeline.ab_stages=auto || rc=1
+    save
+    exit $rc
+    ;;
+  tune6)
+    rc=0
+    # session 11, after tune5: cuBLAS runs these shapes on 64x8 / 64x16 / 64x32 tiles with 16 stages in 2x1
+    # clusters (kernel names in the bench records); the swapped slots with deeper pipelines and the small
+    # operand multicast (spec cluster.n: the kernel's cluster_m when swapped)
+    pin="--knob cute.swap_ab=true --knob cute.schedule=cooperative --knob tile.k=64 --knob schedule.split_k=1"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob tile.m=16 --knob tile.n=64,128 --knob pipeline.ab_stages=8,12,16 --knob cluster.n=1,2 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 32x8192x8192 $pin \
+      --knob tile.m=32,64 --knob tile.n=64,128 --knob pipeline.ab_stages=8,12 --knob cluster.n=1,2 || rc=1
+    save
+    exit $rc
+    ;;
+  tune7)
+    rc=0
+    # session 11: the fused bias + GELU kernel's prefill configs. Its CuTe default was still session 6's
+    # cooperative 128x256 without a cluster (gemm_bf16 re-tuned since); ping-pong would run one warpgroup's
+    # epilogue under the other's mainloop. Triton: the subtiled epilogue store on or off.
+    tune specs/catalogue.toml --kernel gemm_bias_gelu_bf16 --target cute:sm90 --shapes 8192x8192x8192,4096x4096x4096 \
+      --knob tile.m=128 --knob tile.n=128,192,256 --knob tile.k=64 --knob cluster.m=1,2 --knob cute.schedule=cooperative,pingpong || rc=1
+    tune specs/catalogue.toml --kernel gemm_bias_gelu_bf16 --target triton:sm90 --shapes 8192x8192x8192,4096x4096x4096 \
+      --knob triton.epilogue_subtile=false,true || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -107,5 +149,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|check|tests|table" >&2; exit 2 ;;
 esac
