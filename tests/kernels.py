@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from specgen.compile import load_rendered
-from specgen.render.catalogue import render_module
+from specgen.render.catalogue import render_module, render_modules
 from specgen.spec.load import load_paths, load_text
+from specgen.spec.models import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +62,13 @@ def load_module(spec: dict, tmp_dir: Path, module_name: str | None = None):
     path = tmp_dir / f"{spec['name']}.py"
     path.write_text(text)
     return load_rendered(path, module_name or f"_specgen_test_{spec['name']}")
+
+
+def load_target_module(spec: dict, target: str, tmp_dir: Path, prefix: str = "_specgen_test_"):
+    """Render `spec`'s one module for `target` (the CuTe designs render a module per arch) and import it
+    under `prefix` + the file's stem: (module, its text)."""
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    ((rel, text),) = render_modules(loaded, [parse_target(target)]).items()
+    path = tmp_dir / Path(rel).name
+    path.write_text(text)
+    return load_rendered(path, prefix + path.stem), text

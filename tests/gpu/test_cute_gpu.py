@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,20 +37,10 @@ def module(name: str):
 def rendered(spec: dict, tmp: Path, variants: list[dict] = ()):
     """Render a spec variant's cute:sm90 module into `tmp` and import it: the spec's own config (its
     catalogue per-target tables and size-selected variants dropped), with `variants` if given."""
-    from specgen.render.catalogue import render_modules
-    from specgen.spec.load import load_text
+    from kernels import load_target_module
 
     spec = {**spec, "targets": ["cute:sm90"], "per_target": {}, "variants": list(variants)}
-    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<gpu:{spec['name']}>", ".json")
-    (text,) = render_modules(ls, ls.spec.targets).values()
-    path = tmp / f"{spec['name']}.py"
-    path.write_text(text)
-    name = f"_specgen_cute_gpu_{spec['name']}"
-    mspec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(mspec)
-    sys.modules[name] = mod
-    mspec.loader.exec_module(mod)
-    return mod
+    return load_target_module(spec, "cute:sm90", tmp, "_specgen_cute_gpu_")[0]
 
 
 def operand(dtype: str, rows: int, cols: int, batch: int | None, contiguous_last: bool, gen) -> torch.Tensor:

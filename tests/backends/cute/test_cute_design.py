@@ -5,14 +5,12 @@ the plan's SMEM, and the launcher's guards raising before anything launches."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from kernels import MINIMAL_SPEC, catalogue
+from kernels import MINIMAL_SPEC, catalogue, load_target_module
 
 from specgen.designs.gemm_cute_sm90.compile import compile_module
 from specgen.designs.gemm_cute_sm90.design import (
@@ -58,15 +56,7 @@ def loaded(spec: dict):
 
 
 def render_and_import(spec: dict, tmp_path: Path):
-    (text,) = render_modules(loaded(spec), [SM90]).values()
-    path = tmp_path / f"{spec['name']}.py"
-    path.write_text(text)
-    name = f"_specgen_cute_test_{spec['name']}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module, text
+    return load_target_module(spec, "cute:sm90", tmp_path, "_specgen_cute_test_")
 
 
 def test_modules_serve_sm90_only():

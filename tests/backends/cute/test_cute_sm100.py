@@ -15,7 +15,6 @@ compiling for sm_100a and reading the SASS, nothing else (no numerics, no speed)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -24,13 +23,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernels import MINIMAL_SPEC
+from kernels import MINIMAL_SPEC, load_target_module
 
 from specgen.designs.gemm_cute_sm100.compile import compile_module, tmem_alloc_columns
 from specgen.designs.gemm_cute_sm100.design import epilogue_tile, tmem_columns
 from specgen.designs.gemm_cute_sm100.design import tmem_alloc_columns as plan_tmem
 from specgen.registry import design_for
-from specgen.render.catalogue import render_modules
 from specgen.resolve import resolve
 from specgen.spec.load import load_paths, load_text
 from specgen.spec.models import parse_target
@@ -151,16 +149,8 @@ def loaded(spec: dict):
 
 
 def render_and_import(spec: dict, tmp_path: Path):
-    files = render_modules(loaded(spec), [SM100])
-    (rel, text), = files.items()
-    assert rel == f"cute/{spec['name']}_sm100.py"
-    path = tmp_path / f"{spec['name']}_sm100.py"
-    path.write_text(text)
-    name = f"_specgen_cute_sm100_test_{spec['name']}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
+    module, text = load_target_module(spec, "cute:sm100", tmp_path, "_specgen_cute_sm100_test_")
+    assert Path(module.__file__).name == f"{spec['name']}_sm100.py"
     return module, text
 
 
