@@ -27,8 +27,8 @@ both bounds applies `min` then `max` (two statements).
 Error bounds (f32): relu and clamp are exact; gelu is f32 arithmetic and the backend's f32 erf (a
 few ulp). `tanh` is the backend's: CuTe's `cute.math.tanh(fastmath=True)` and Triton's FAST_MATH path
 on the GPU are one `tanh.approx.f32` (MUFU.TANH, relative error about 2^-11 = 4.9e-4); Triton under
-the interpreter computes `2 sigmoid(2x) - 1`; Pallas's `jnp.tanh` is f32 tanh to a few ulp (TPU, and
-Mosaic GPU without `approx_math`). With the fast tanh that is an absolute error of about 2^-12 in
+the interpreter computes `2 sigmoid(2x) - 1`; Mosaic GPU compiles with `approx_math` (the same
+`tanh.approx.f32`); Pallas TPU's `jnp.tanh` is f32 tanh to a few ulp. With the fast tanh that is an absolute error of about 2^-12 in
 sigmoid and |x| 2^-12 in silu and gelu_tanh. In f32, deep in the negative tail (x below about -17)
 sigmoid is 0 and silu -0.0 where torch gives a tiny number (a difference under any tolerance). silu
 and sigmoid use the one-tanh form, not `1 / (1 + exp(-x))`, because one MUFU op is cheaper than an

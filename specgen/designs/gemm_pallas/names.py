@@ -23,7 +23,7 @@ RESERVED: frozenset[str] = frozenset({
     "out_view", "_acc", "_scope", "_tile", "allocations", "bi", "body", "col0", "row0", "context", "ej", "ignore",
     "info", "k_steps", "kk", "lin", "m_tiles", "n_tiles", "mi", "ni", "mma", "out_cols", "out_rows", "n_pad",
     "res_barrier", "run_pipeline", "sms", "wg", "wg_cols", "mgpu", "mosaic_gpu", "collective_axes",
-    "compute_context", "delay_release", "grid_names", "lowering_semantics", "max_concurrent_steps",
+    "approx_math", "compute_context", "delay_release", "grid_names", "lowering_semantics", "max_concurrent_steps",
     "memory_registers", "num_barriers", "num_compute_wgs", "out_type", "thread_name", "transforms", "wait_read_only",
     "wg_axis", "cta", "cluster", "cluster_names", "acc", "ei", "k", "num_threads", "pipeline", "slot", "tiles", "x",
     "bool", "typing", "cfg", "config", "a_shared", "b_shared",
