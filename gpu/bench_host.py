@@ -80,7 +80,7 @@ def cute_calls(a, b, out, x) -> dict[str, Callable[[], object]]:
     # the config _run chose for 64^3 (its integer compares): the one function the launcher has loaded
     (variant,) = [k for k, f in mod._launcher._fns.items() if f is not None]
     cfg = mod.config(variant)
-    clusters = mod._launcher.max_clusters(0, cfg.cluster_m * cfg.cluster_n) if cfg.persistent else 0x7FFFFFFF
+    clusters = mod._launcher.clusters(0, variant, cfg)
     fn = mod._launcher._fns[variant]
     return {
         "cute: whole call": lambda: mod.gemm_bf16(a, b, out=out),

@@ -723,7 +723,7 @@ def _run(a, b, bias, out):
         variant, a, b,
         bias,
         out,
-        _launcher.max_clusters(device, cfg.cluster_size) if cfg.persistent else cfg.launch_clusters,
+        _launcher.clusters(device, variant, cfg),
     )
     return out if result is out else result.copy_(out)  # staged by _validate: the caller's out or a new tensor
 

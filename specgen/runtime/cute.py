@@ -61,7 +61,7 @@ class CuteLauncher:
         self.configs: tuple[int | None, ...] = (None, *range(variants))  # every config, default first
         self._fns: dict[int | None, Any] = {}
         self._lock = threading.Lock()
-        self._sms: dict[int, int] = {}
+        self._clusters: dict[tuple[int, int | None], int] = {}
         self.source = Path(source_file).read_bytes()
 
     def key(self, variant: int | None = None) -> str:
@@ -129,14 +129,15 @@ class CuteLauncher:
                           RuntimeWarning, stacklevel=3)
             return None
 
-    def max_clusters(self, device: int, cluster_size: int) -> int:
-        """Persistent grid: one cluster per `cluster_size` SMs."""
-        sms = self._sms.get(device)
-        if sms is None:
+    def clusters(self, device: int, variant: int | None, cfg: Any) -> int:
+        """The launch's cluster count for a config on a device (`grid_clusters`), worked out on its first call."""
+        n = self._clusters.get((device, variant))
+        if n is None:
             import torch
 
-            sms = self._sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, sms // cluster_size)
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+            n = self._clusters[(device, variant)] = grid_clusters(cfg, sms)
+        return n
 
     def __call__(self, variant: int | None, *args: Any) -> None:
         fn = self._fns.get(variant) or self.load(variant)
@@ -145,6 +146,12 @@ class CuteLauncher:
             fn(*args)
         else:
             fn(*_to_cute(args))
+
+
+def grid_clusters(cfg: Any, sms: int) -> int:
+    """How many clusters a launch of `cfg` (a module's Config) holds along grid z: a persistent config one per
+    `cluster_size` SMs, another one per tile up to `launch_clusters` (past it its clusters walk the tiles)."""
+    return max(1, sms // cfg.cluster_size) if cfg.persistent else cfg.launch_clusters
 
 
 @contextmanager

@@ -40,7 +40,7 @@ from jax._src import dispatch as _dispatch
 from jax.interpreters import mlir
 
 from specgen.runtime import jax as _rt
-from specgen.runtime.cute import CuteLauncher, cache_dir, compile_options, dsl_arch
+from specgen.runtime.cute import CuteLauncher, cache_dir, compile_options, dsl_arch, grid_clusters
 
 TMA_BYTES = 16  # TMA: global strides (and so a compact array's contiguous extent) in 16-byte units
 EMPTY_K = 16  # an empty K runs as 16 zeros (TMA cannot describe a zero extent), as the torch launcher does
@@ -308,10 +308,10 @@ def _cuda_lowering(ctx: Any, *operands: Any, entry: CuteJaxEntry, variant: int |
     if wrong:
         raise RuntimeError(f"{entry.name}: compiled for {entry.launcher.arch}; device {wrong[0]} has compute "
                            f"capability {wrong[0].compute_capability}")
-    # The persistent grid's cap: one cluster per cluster-size SMs of the smallest local device.
+    # The grid's clusters on the smallest local device (a persistent config: one per cluster-size SMs).
     cfg = entry.configs[0 if variant is None else variant + 1]
     sms = min((int(getattr(d, "core_count", 0) or 0) for d in devices), default=0) or 132
-    max_clusters = max(1, sms // cfg.cluster_size) if cfg.persistent else cfg.launch_clusters
+    max_clusters = grid_clusters(cfg, sms)
     module, key = entry.module(variant, scalars, max_clusters)
     version = get_cutlass_call_ffi_version()
     register_ffi(version)

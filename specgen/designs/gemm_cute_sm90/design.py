@@ -256,13 +256,14 @@ def host_parameters(p: object) -> list[list[str]]:
 
 
 def host_context(p: object) -> dict[str, object]:
-    """Names the shared host templates spell: argument order, the custom op's schema, and the cutlass
-    spelling of each dtype (for the epilogue's cast op)."""
+    """Names the shared host templates spell: argument order, the custom op's schema, the cutlass
+    spelling of each dtype (for the epilogue's cast op) and grid z's limit (Config.launch_clusters)."""
     args = [p.a, p.b, *p.args]  # type: ignore[attr-defined]
     return {
         "names": [a.name for a in args],
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in args],
         "dtypes": {d.value: name for d, name in CUTLASS_DTYPES.items()},
+        "grid_z_max": GRID_Z_MAX,
     }
 
 
