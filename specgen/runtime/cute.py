@@ -50,9 +50,10 @@ def compile_options(arch: str, tvm_ffi: bool, extra: str = "") -> str:
 
 
 class CuteLauncher:
-    """One module's kernels: `launcher(variant, *args)` calls the compiled function of that config
-    (None: the default; else an index into the module's VARIANT_CONFIGS) with the host function's
-    arguments (torch tensors and Python numbers; the stream is torch's current one)."""
+    """One module's kernels: `entry(device, variant, cfg)` gives the compiled function of that config
+    (None: the default; else an index into the module's VARIANT_CONFIGS), which takes the host
+    function's arguments (torch tensors and Python numbers; the stream is torch's current one), and
+    the launch's cluster count; `ready` keeps both per device and config."""
 
     def __init__(self, name: str, source_file: str, arch: str, host_fn: Callable,
                  fake_args: Callable[[int | None], tuple], variants: int = 0):
@@ -61,7 +62,10 @@ class CuteLauncher:
         self.configs: tuple[int | None, ...] = (None, *range(variants))  # every config, default first
         self._fns: dict[int | None, Any] = {}
         self._lock = threading.Lock()
-        self._clusters: dict[tuple[int, int | None], int] = {}
+        # (device, config) -> (the compiled function, ready to call with the host function's arguments
+        # but the cluster count, and that count): filled by `entry` on a config's first call on a device,
+        # read by the generated launcher directly, so a repeat call is one dict lookup before the launch
+        self.ready: dict[tuple[int, int | None], tuple[Callable[..., Any], int]] = {}
         self.source = Path(source_file).read_bytes()
 
     def key(self, variant: int | None = None) -> str:
@@ -129,23 +133,19 @@ class CuteLauncher:
                           RuntimeWarning, stacklevel=3)
             return None
 
-    def clusters(self, device: int, variant: int | None, cfg: Any) -> int:
-        """The launch's cluster count for a config on a device (`grid_clusters`), worked out on its first call."""
-        n = self._clusters.get((device, variant))
-        if n is None:
+    def entry(self, device: int, variant: int | None, cfg: Any) -> tuple[Callable[..., Any], int]:
+        """A config's compiled function (loaded or compiled on first use) and its launch's cluster count on
+        `device` (`grid_clusters`), kept in `ready` for the calls after this one."""
+        hit = self.ready.get((device, variant))
+        if hit is None:
             import torch
 
+            fn = self._fns.get(variant) or self.load(variant)
+            if not TVM_FFI:  # tensors through DLPack and torch's current stream, per call
+                fn = _dlpack_call(fn)
             sms = torch.cuda.get_device_properties(device).multi_processor_count
-            n = self._clusters[(device, variant)] = grid_clusters(cfg, sms)
-        return n
-
-    def __call__(self, variant: int | None, *args: Any) -> None:
-        fn = self._fns.get(variant) or self.load(variant)
-        # the config index is the host function's Constexpr parameter: baked into `fn`, not passed
-        if TVM_FFI:
-            fn(*args)
-        else:
-            fn(*_to_cute(args))
+            hit = self.ready[(device, variant)] = (fn, grid_clusters(cfg, sms))
+        return hit
 
 
 def grid_clusters(cfg: Any, sms: int) -> int:
@@ -166,6 +166,15 @@ def dsl_arch(arch: str) -> Iterator[None]:
         yield
     finally:
         del env.arch  # back to the construction-time setting (or lazy detection)
+
+
+def _dlpack_call(fn: Callable[..., Any]) -> Callable[..., None]:
+    """`fn` called the way a build without TVM-FFI takes its arguments (`_to_cute`)."""
+
+    def call(*args: Any) -> None:
+        fn(*_to_cute(args))
+
+    return call
 
 
 def _to_cute(args: tuple) -> list[Any]:

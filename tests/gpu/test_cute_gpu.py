@@ -265,14 +265,15 @@ def test_split_k_is_bit_identical_across_runs_and_streams(tmp_path: Path) -> Non
 
 
 class Spy:
-    """Stands in for a module's launcher, recording the config index of each call."""
+    """Stands in for a module's launcher, recording the config index of each call: its `ready` stays
+    empty, so every call asks `entry`."""
 
     def __init__(self, launcher):
-        self.launcher, self.variants = launcher, []
+        self.launcher, self.variants, self.ready = launcher, [], {}
 
-    def __call__(self, variant, *args):
+    def entry(self, device, variant, cfg):
         self.variants.append(variant)
-        return self.launcher(variant, *args)
+        return self.launcher.entry(device, variant, cfg)
 
     def __getattr__(self, name):
         return getattr(self.launcher, name)

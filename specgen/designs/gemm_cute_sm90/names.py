@@ -22,7 +22,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 RESERVED: frozenset[str] = frozenset({
     "_k", "a_mask", "band_first", "per_batch", "rest", "within", "work_index", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
     "b_tiles", "barrier_id", "barrier_storage", "batch", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
-    "buf", "cfg", "cluster", "cluster_crd", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
+    "buf", "cfg", "cluster", "cluster_crd", "fn", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
     "clusters", "cm", "cn", "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "cta_m",
     "cta_n", "defer_sync", "depth", "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
     "epi_base", "epi_m", "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid",
