@@ -133,14 +133,22 @@ def readable(t: Any, dtype: Any, device: int) -> bool:
 
 def vector(t: Any, along: str, extent: int, padded: int, dtype: Any, device: int) -> Any:
     """A per-row (`along` "m") or per-column ("n") vector in the shapes the DLPack path takes ((extent,),
-    or (extent, 1) for rows, (1, extent) for columns: `runtime.jax.vector`), flat and zero-padded to
-    `padded` (the kernel reads whole subtiles); None where it cannot go direct (the DLPack path then
-    raises or copies, so both paths accept the same inputs)."""
+    or (extent, 1) for rows, (1, extent) for columns: `runtime.jax.vector`), flat, in a buffer of
+    `padded` elements (the kernel reads whole subtiles); None where it cannot go direct (the DLPack path
+    then raises or copies, so both paths accept the same inputs).
+
+    The elements past `extent` are left unset: they scale or offset only rows (columns) past the
+    output's extent, which the kernel's TMA store clips, so one copy does (a zero pad was a fill
+    kernel and a copy, 2.1 us of a 16x8192x8192 fp8 call's 36 on the H100)."""
     if tuple(t.shape) == ((extent, 1) if along == "m" else (1, extent)):
         t = t.reshape(extent)
     if tuple(t.shape) != (extent,) or not readable(t, dtype, device):
         return None
-    return t if padded == extent else torch.nn.functional.pad(t, (0, padded - extent))
+    if padded == extent:
+        return t
+    buf = torch.empty(padded, dtype=t.dtype, device=t.device)
+    buf[:extent].copy_(t)
+    return buf
 
 
 def scalar(x: Any, width: int, device: int) -> Any:

@@ -114,6 +114,32 @@ def test_mosaic_gpu_direct_entry_is_captured_and_replays_like_eager(name: str, s
                         lambda: _mosaic_reference(fn, spec, static), f"mosaic {name} {shape}")
 
 
+@pytest.mark.parametrize(("name", "shape"), [("gemm_fp8_rowwise", (16, 2048, 1024)), ("gemm_bias_gelu_bf16", (256, 2112, 1024))])
+def test_mosaic_gpu_direct_vector_padding_never_reaches_the_output(name: str, shape, monkeypatch) -> None:
+    """The direct launch pads a vector that is no whole number of tiles (fp8's scale_a, 16 rows under a
+    64-row tile; the bias, 2112 columns under 256-column tiles) into a buffer whose tail it leaves unset.
+    With every torch.empty of the call filled with NaN (that tail, and the output), the result still
+    equals the jitted program's (zero padding) bit for bit, and the float64 reference."""
+    pytest.importorskip("jax")
+    mod = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    fn, spec = getattr(mod, f"{name}_torch"), mod.SPEC
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    args = build_args(spec, *shape, gen)
+    with monkeypatch.context() as patch:
+        patch.setattr(mod, "_direct", lambda *_: None)
+        jitted = fn(*args)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+    mod._DIRECT.clear()
+    direct = fn(*args)
+    torch.cuda.synchronize()
+    assert [v for v in mod._DIRECT.values() if v is not None], f"{name}: the call did not go direct"
+    assert torch.equal(direct, jitted), f"{name}: the unset padding reached the output"
+    expected = _mosaic_reference(fn, spec, args)
+    err = (direct.double() - expected).abs().max().item()
+    assert err <= 2e-2 * (expected.abs().max().item() + 1.0), f"{name}: max |err| {err:.4g}"
+
+
 def test_mosaic_gpu_torch_entry_refuses_capture_before_launching() -> None:
     """K = 200 is no whole number of 64-element swizzle rows: TMA needs A and B padded, which only the jitted
     path does, and that path cannot be captured."""
