@@ -266,9 +266,10 @@ _DIRECT: dict[tuple, object] = {}
 def _direct(a, b):
     """The torch call without jax: the spec's dtypes, stored contiguous in its major modes, 16-byte aligned,
     on the current CUDA device, at shapes TMA takes unpadded (`_extents`), launched on torch's current
-    stream with the tensors' addresses (vectors whose extent is not a whole number of tiles are padded by
-    torch, the kernel reads whole subtiles). None where the call needs the jitted path (padding, K = 0, an
-    empty output, another device, a tensor it would copy) or fails a check (the jitted path raises)."""
+    stream with the tensors' addresses (a vector whose extent is not a whole number of tiles is copied into
+    a buffer of whole tiles, the kernel reads whole subtiles: `_mt.vector`). None where the call needs the
+    jitted path (padding, K = 0, an empty output, another device, a tensor it would copy) or fails a check
+    (the jitted path raises)."""
     import torch
 
     from specgen.runtime import mgpu_torch as _mt
