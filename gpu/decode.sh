@@ -10,6 +10,11 @@
 #   gpu/decode.sh tune5  session 11's pass: CuTe's split-K in the cluster on gemm_bf16's decode slots
 #   gpu/decode.sh tune6  then deeper pipelines and 2-CTA clusters on the swapped decode slots (as cuBLAS's)
 #   gpu/decode.sh tune7  and the fused bias + GELU kernel's prefill configs (CuTe, Triton)
+#   gpu/decode.sh tune8  session 12: the CuTe decode slots' K step (tile.k 64 / 128 / 256)
+#   gpu/decode.sh tune9  session 12, on an H200: the decode slots that read below 0.95 there
+#   gpu/decode.sh tune10 session 12: CuTe's new M <= 128, K <= 4096 slot (whole waves at 128x14336x4096)
+#   gpu/decode.sh tune11 session 12: the large shapes' unswept knobs (Triton flatten / epilogue subtile / group_m,
+#                        CuTe tile order)
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -129,6 +134,66 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune8)
+    rc=0
+    # session 12: the CuTe decode slots' K step. Every earlier pass pinned tile.k = 64 (one 128-byte swizzle row
+    # of bf16), so each B row is read 128 bytes at a time; Triton's M <= 16 tile reads 512 (k = 256).
+    pin="--knob cute.swap_ab=true --knob cute.schedule=cooperative --knob pipeline.ab_stages=auto"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob tile.m=16 --knob tile.n=64,128 --knob tile.k=64,128,256 --knob schedule.split_k=1 --knob cluster.n=1 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 32x8192x8192 $pin \
+      --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128,256 --knob schedule.split_k=1 --knob cluster.n=1 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 64x4096x14336 $pin \
+      --knob tile.m=64 --knob tile.n=64 --knob tile.k=64,128 --knob schedule.split_k=2 --knob cluster.n=1 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 128x8192x8192,128x14336x4096 $pin \
+      --knob tile.m=64 --knob tile.n=128 --knob tile.k=64,128 --knob schedule.split_k=1 || rc=1
+    save
+    exit $rc
+    ;;
+  tune9)
+    rc=0
+    # session 12, on an H200: the decode slots that read below 0.95 there while tuned on H100s (Triton's and
+    # CuTe's M <= 64 at 32x8192x8192, CuTe's M <= 128 at 128x14336x4096, Mosaic GPU's M <= 16)
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target triton:sm90 --shapes 32x8192x8192 \
+      --knob tile.m=16,32,64 --knob tile.n=64,128 --knob tile.k=128,256 --knob pipeline.ab_stages=3,4,5 --knob triton.swap_ab=false,true || rc=1
+    pin="--knob cute.swap_ab=true --knob cute.schedule=cooperative --knob pipeline.ab_stages=auto --knob schedule.split_k=1"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 32x8192x8192 $pin \
+      --knob tile.m=32,64 --knob tile.n=64,128 --knob tile.k=64,128 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 128x14336x4096,128x8192x8192 $pin \
+      --knob tile.m=64 --knob tile.n=64,128,256 --knob tile.k=64,128 --knob cluster.m=1,2 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192 \
+      --knob tile.m=64 --knob tile.n=64,128 --knob tile.k=64,128 --knob pipeline.ab_stages=4,6,8,10 --knob cluster.m=1 || rc=1
+    save
+    exit $rc
+    ;;
+  tune10)
+    rc=0
+    # session 12: CuTe's M <= 128, K <= 4096 slot (128x14336x4096: N / 128 = 112 tiles, 224 of 64x128 for 132 SMs;
+    # cuBLAS runs 112-wide tiles, one wave). Whole waves from what the design has: 128-row or 256-column tiles,
+    # split-K in two across the cluster.
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 128x14336x4096 \
+      --knob tile.m=64,128 --knob tile.n=128,256 --knob tile.k=64 --knob schedule.split_k=1,2 --knob cute.swap_ab=false,true \
+      --knob cute.schedule=cooperative --knob cluster.m=1,2 --knob pipeline.ab_stages=auto || rc=1
+    save
+    exit $rc
+    ;;
+  tune11)
+    rc=0
+    # session 12: knobs no earlier pass swept on the large shapes. Triton's default: the flattened persistent
+    # loop (tl.range flatten=True: the next tile's loads pipelined under this tile's epilogue), the subtiled
+    # epilogue store, group_m; CuTe's two prefill slots: the tile order (group_m, raster). Tiles pinned.
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target triton:sm90 --shapes "$LARGE" \
+      --knob tile.m=128 --knob tile.n=256 --knob tile.k=64 --knob triton.num_warps=8 --knob pipeline.ab_stages=auto,3,4 \
+      --knob triton.flatten=false,true --knob triton.epilogue_subtile=false,true --knob schedule.group_m=8,16 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 8192x8192x8192,4096x14336x4096 \
+      --knob tile.m=128 --knob tile.n=192 --knob tile.k=64 --knob cluster.m=2 --knob cute.schedule=pingpong \
+      --knob schedule.group_m=4,8,16 --knob schedule.raster=along_m,along_n || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 4096x4096x4096,2048x2048x2048,8192x1024x8192 \
+      --knob tile.m=128 --knob tile.n=256 --knob tile.k=64 --knob cluster.m=2 --knob cute.schedule=cooperative \
+      --knob schedule.group_m=4,8,16 --knob schedule.raster=along_m,along_n || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -149,5 +214,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|check|tests|table" >&2; exit 2 ;;
 esac
