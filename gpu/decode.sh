@@ -15,6 +15,7 @@
 #   gpu/decode.sh tune10 session 12: CuTe's new M <= 128, K <= 4096 slot (whole waves at 128x14336x4096)
 #   gpu/decode.sh tune11 session 12: the large shapes' unswept knobs (Triton flatten / epilogue subtile / group_m,
 #                        CuTe tile order)
+#   gpu/decode.sh tune12 session 12: CuTe's M <= 128, K <= 4096 slot with 112-wide tiles (16-column subtiles)
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -194,6 +195,16 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune12)
+    rc=0
+    # session 12: CuTe's M <= 128, K <= 4096 slot again, now that a tile may be 112 wide (16-column epilogue
+    # subtiles): 128x14336x4096 in 128 tiles, one wave, as cuBLAS's 112x128 kernel runs it
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target cute:sm90 --shapes 128x14336x4096 \
+      --knob tile.m=64,128 --knob tile.n=112,128 --knob tile.k=64 --knob cute.swap_ab=false,true --knob cluster.m=1,2 \
+      --knob cute.schedule=cooperative,pingpong --knob schedule.split_k=1 --knob pipeline.ab_stages=auto || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -214,5 +225,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|check|tests|table" >&2; exit 2 ;;
 esac

@@ -176,6 +176,31 @@ def test_every_epilogue_op(tmp_path: Path) -> None:
         check(mod, mod.every_op_cute, mod.SPEC, *shape, seed=3)
 
 
+NARROW = {"tile": {"m": 128, "n": 112, "k": 64}}
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gemm_bf16", NARROW),
+    ("gemm_bf16", {**NARROW, "cute": {"mma_warpgroups": 1}, "tile": {"m": 64, "n": 112, "k": 64}}),
+    ("gemm_bf16", {**NARROW, "cute": {"schedule": "pingpong"}, "cluster": {"m": 2, "n": 1}}),
+    ("gemm_bias_gelu_bf16", NARROW),
+    ("gemm_fp8_rowwise", {"tile": {"m": 128, "n": 112, "k": 128}}),
+    ("gemm_residual_bf16", NARROW),
+    ("gemm_bf16", {"tile": {"m": 64, "n": 48, "k": 64}}),
+    ("gemm_bf16", {"tile": {"m": 128, "n": 80, "k": 64}, "cute": {"mma_warpgroups": 2}}),
+], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}{v}" for k, v in x.items()).replace(" ", ""))
+def test_tiles_of_16_column_subtiles_match_float64_reference(name: str, config: dict, tmp_path: Path) -> None:
+    """A tile whose width is no multiple of 32 (112: 14336 / 112 = 128 tiles, one wave; 48; 80) stores its
+    epilogue in 16-column subtiles: every shape (tails on M, N and K, N past one tile row), with the
+    catalogue's epilogues (bias, the fp8 scales along N, a residual), one or two warpgroups, ping-pong in
+    a cluster. (With 32-column subtiles a 64x48 tile compiled and stored garbage columns.)"""
+    spec = {**module(name).SPEC, **config, "name": f"{name}_narrow"}
+    mod = rendered(spec, tmp_path)
+    assert mod.CONFIG.tile_n % 32 == 16 and mod.CONFIG.epi_n == 16
+    for shape in SHAPES + WIDE + [(128, 14336, 4096)]:
+        check(mod, getattr(mod, spec["name"]), mod.SPEC, *shape, seed=31)
+
+
 PINGPONG = {"cute": {"schedule": "pingpong"}, "tile": {"m": 128, "n": 128, "k": 64}}
 
 

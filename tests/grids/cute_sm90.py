@@ -153,7 +153,8 @@ VECTOR_CHAIN = [{"op": "bias", "along": "n"}, {"op": "scale", "by": "rowcol"}, {
                 {"op": "activation", "fn": "gelu"}]
 # Named cases after the random grid: the outside audit's findings (192 accumulator registers beside a fused
 # epilogue; a 128x128 one-warpgroup tile with a long vector chain; its three false rejects) and the
-# template limits CUTE001/CUTE002 keep (a tile the epilogue subtiles do not cover; two warpgroups on 64 rows).
+# template limits CUTE001/CUTE002 keep (two warpgroups on 64 rows; 48- and 80-wide tiles, refused until their
+# epilogue took 16-column subtiles in session 12, now accepted: the record's compiles of them stand, spill-free).
 PROBES = [
     _probe("c128_vector_chain", epilogue=VECTOR_CHAIN, cute={"mma_warpgroups": 1}),
     _probe("c128_vector_chain_2wg", epilogue=VECTOR_CHAIN, cute={"mma_warpgroups": 2}),

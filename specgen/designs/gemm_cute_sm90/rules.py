@@ -45,12 +45,13 @@ def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("CUTE002", "sm90 epilogue subtiles cover the tile", SERVED)
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
-    outputs where tile.n allows), the TMA-store boxes the template allocates (designs/gemm_cute_sm90/design.py
-    `epilogue_tile`); each subtile takes the next epi_m x epi_n share of the thread's accumulator
-    registers. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a): a 64x48 tile compiles, but its second
-    subtile reads 16 accumulator registers past the 24 a thread holds (its stored columns are
-    garbage); a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column
-    subtiles (it compiles spill-free). With `cute.swap_ab` the kernel's tile is out^T's (tile.n x tile.m)."""
+    outputs where tile.n allows, 16 for 16-bit outputs whose tile.n is a multiple of 16 but not of 32),
+    the TMA-store boxes the template allocates (designs/gemm_cute_sm90/design.py `epilogue_tile`); each
+    subtile takes the next epi_m x epi_n share of the thread's accumulator registers. Measured
+    (nvidia-cutlass-dsl 4.8.1, sm_90a): with 32-column subtiles a 64x48 tile compiled, but its second
+    subtile read 16 accumulator registers past the 24 a thread holds (its stored columns were garbage);
+    a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column subtiles (it
+    compiles spill-free). With `cute.swap_ab` the kernel's tile is out^T's (tile.n x tile.m)."""
 
     em, en = epilogue_tile(ctx.spec)
     rows, cols = kernel_tile(ctx.spec)

@@ -13,8 +13,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE001", "cute:sm90", {"tile": tile(64, 256, 64), "cute": {"mma_warpgroups": 2}},
      ("error", ["tile.m = 64 is not a multiple of 64 x 2 consumer warpgroups: the warpgroups' stacked 64-row wgmma "
                 "atoms cover 128 rows"], ("tile", "m"))),
-    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles
+    # CUTE002: whole 64x32 (one warpgroup) or 128x32 (two) TMA-store subtiles; 16-bit outputs 16 columns wide
+    # where tile.n is a multiple of 16 but not of 32 (112 = 14336 / 128 tiles)
     ("CUTE002", "cute:sm90", {"tile": tile(128, 96, 64)}, None),
+    ("CUTE002", "cute:sm90", {"tile": tile(128, 112, 64)}, None),
     ("CUTE002", "cute:sm90", {"tile": tile(128, 40, 64)},
      ("error", ["tile 128x40 is not a whole number of 64x32 epilogue subtiles: the last subtile would read "
                 "accumulator registers past the tile's"], ("tile",))),
