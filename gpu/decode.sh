@@ -13,9 +13,12 @@
 #   gpu/decode.sh tune8  session 12: the CuTe decode slots' K step (tile.k 64 / 128 / 256)
 #   gpu/decode.sh tune9  session 12, on an H200: the decode slots that read below 0.95 there
 #   gpu/decode.sh tune10 session 12: CuTe's new M <= 128, K <= 4096 slot (whole waves at 128x14336x4096)
-#   gpu/decode.sh tune11 session 12: the large shapes' unswept knobs (Triton flatten / epilogue subtile / group_m,
-#                        CuTe tile order)
+#   gpu/decode.sh tune11 session 12: the large shapes' unswept knobs (Triton stages and group_m; its flatten and
+#                        epilogue subtile are kernel-wide, refused on one slot: CFG002), CuTe's tile order
 #   gpu/decode.sh tune12 session 12: CuTe's M <= 128, K <= 4096 slot with 112-wide tiles (16-column subtiles)
+#                        (tune10 and tune12 ran with that slot added to specs/gemm_bf16.toml by hand, a copy of
+#                        M <= 128's entry; tune10 kept the incumbent, tune12's H200 pick (128x112) is not shipped:
+#                        bench/RESULTS.md. Rerun as they stand, they tune the M <= 128 slot)
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)

@@ -62,9 +62,10 @@ class CuteLauncher:
         self.configs: tuple[int | None, ...] = (None, *range(variants))  # every config, default first
         self._fns: dict[int | None, Any] = {}
         self._lock = threading.Lock()
-        # (device, config) -> (the compiled function, ready to call with the host function's arguments
-        # but the cluster count, and that count): filled by `entry` on a config's first call on a device,
-        # read by the generated launcher directly, so a repeat call is one dict lookup before the launch
+        # (device, config) -> (the compiled function, the launch's cluster count): filled by `entry` on a
+        # config's first call on a device and read by the generated launcher directly, so a repeat call is
+        # one dict lookup before the launch. The function takes the host function's arguments; the config
+        # index (its Constexpr parameter) is baked into it, not passed.
         self.ready: dict[tuple[int, int | None], tuple[Callable[..., Any], int]] = {}
         self.source = Path(source_file).read_bytes()
 

@@ -105,11 +105,11 @@ def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
     64 of its rows), else 64 x 32; 8-bit outputs take 64 columns (64-byte rows) where tile.n is a
     multiple of 64, else 32 (32-byte rows: a 64x160 fp8 tile compiles, nvidia-cutlass-dsl 4.8.1,
-    sm_90a); 16-bit outputs 16 columns where tile.n is a multiple of 16 but not of 32 (a 128x112 tile:
-    spill-free, and right against float64 on an H100 with bias, fp8 scales and a residual, one or two
-    warpgroups, ping-pong; session 12). Ping-pong warpgroups each store their own tile through their
-    own subtiles. In the kernel's terms (`kernel_tile`): with `cute.swap_ab` a subtile is epi_m of out's
-    columns by epi_n of its rows (32 wide: the 16-column case is not measured swapped)."""
+    sm_90a); 16-bit outputs 16 columns where tile.n is a multiple of 16 but not of 32 (128x112, 64x48 and
+    128x80 tiles: spill-free, and right against float64 on an H100 and an H200 with bias, fp8 scales and
+    a residual, one or two warpgroups, ping-pong; session 12). Ping-pong warpgroups each store their own
+    tile through their own subtiles. In the kernel's terms (`kernel_tile`): with `cute.swap_ab` a subtile
+    is epi_m of out's columns by epi_n of its rows (32 wide: the 16-column case is not measured swapped)."""
     rows, cols = kernel_tile(spec)
     # 16-bit outputs of a width that is no multiple of 32 (112: 14336 / 112 = 128 tiles) take 16 columns
     narrow = 16 if spec.out.dtype.bytes == 2 and not swap_ab(spec) and cols % 32 and cols % 16 == 0 else 32
