@@ -41,4 +41,10 @@ epilogue=${PIPESTATUS[0]}
 # the C++ export (issue 23): cold start of a C++ program vs the Python launcher, host cost per call
 python3 gpu/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
 export_bench=${PIPESTATUS[0]}
-exit $(( tests || bench || tune || cute_jax || host || epilogue || export_bench ))
+# where a decode GEMM's time goes (issue 20): fixed cost and weight rate per backend and peer, bf16 and fp8
+fixed=0
+for k in gemm_bf16 gemm_fp8_rowwise; do
+  python3 gpu/bench_fixed_cost.py --out "$out" --kernel "$k" 2>&1 | tee "$out/bench-fixed-cost-$k.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || fixed=1
+done
+exit $(( tests || bench || tune || cute_jax || host || epilogue || export_bench || fixed ))
