@@ -24,8 +24,8 @@ from specgen.bench.record import environment  # noqa: E402
 from specgen.bench.shapes import parse_shapes  # noqa: E402
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
-from specgen.bench.workloads import build_module, inputs, max_error, ours_call, peer_call  # noqa: E402
-from specgen.spec.load import LoadedSpec, load_file  # noqa: E402
+from specgen.bench.workloads import build_module, catalogue_kernel, inputs, max_error, ours_call, peer_call  # noqa: E402
+from specgen.spec.load import LoadedSpec  # noqa: E402
 from specgen.spec.models import GemmSpec, parse_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--targets", default="triton:sm90,cute:sm90,pallas:gpu_sm90")
     ap.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096,128x8192x8192,16x8192x8192")
     args = ap.parse_args()
-    (fused,) = [s for f in sorted((ROOT / "specs").glob("*.toml")) for s in load_file(f) if s.name == KERNEL]
+    fused = catalogue_kernel(KERNEL, ROOT / "specs")
     plain = plain_twin(fused)
     rows = []
     print("| target | shape | fused / plain (epilogue cost) | peer / fused | A/A (plain / plain) | fused us | plain us | max err |")

@@ -24,8 +24,15 @@ from specgen.bench.record import environment  # noqa: E402
 from specgen.bench.shapes import Shape  # noqa: E402
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
-from specgen.bench.workloads import build_module, inputs, max_error, ours_call, peer_call, peer_name  # noqa: E402
-from specgen.spec.load import load_file  # noqa: E402
+from specgen.bench.workloads import (  # noqa: E402
+    build_module,
+    catalogue_kernel,
+    inputs,
+    max_error,
+    ours_call,
+    peer_call,
+    peer_name,
+)
 from specgen.spec.models import parse_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--targets", default="triton:sm90,cute:sm90,pallas:gpu_sm90")
     args = ap.parse_args()
-    (loaded,) = [s for f in sorted((ROOT / "specs").glob("*.toml")) for s in load_file(f) if s.name == args.kernel]
+    loaded = catalogue_kernel(args.kernel, ROOT / "specs")
     spec = loaded.spec
     targets = [parse_target(t) for t in args.targets.split(",")]
     modules = {}

@@ -21,8 +21,8 @@ from specgen.bench.record import environment  # noqa: E402
 from specgen.bench.shapes import parse_shapes, slot_for, slot_label  # noqa: E402
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
-from specgen.bench.workloads import build_module, inputs, max_error, ours_call, peer_call  # noqa: E402
-from specgen.spec.load import LoadedSpec, load_file  # noqa: E402
+from specgen.bench.workloads import build_module, catalogue_kernel, inputs, max_error, ours_call, peer_call  # noqa: E402
+from specgen.spec.load import LoadedSpec  # noqa: E402
 from specgen.spec.models import GemmSpec, parse_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("out/gpu"))
     args = ap.parse_args()
-    (shipped,) = [s for f in sorted((ROOT / "specs").glob("*.toml")) for s in load_file(f) if s.name == args.kernel]
+    shipped = catalogue_kernel(args.kernel, ROOT / "specs")
     default = without_variants(shipped, args.target)
     target = parse_target(args.target)
     mods = {"shipped": build_module(shipped, target), "default": build_module(default, target)}

@@ -14,12 +14,21 @@ from types import ModuleType
 from typing import Any
 
 from specgen.bench.shapes import Shape
-from specgen.spec.load import LoadedSpec
+from specgen.spec.load import LoadedSpec, load_file
 from specgen.spec.models import GemmSpec, Target
 from specgen.targets import Backend
 
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "tf32": "float32", "int8": "int8",
                 "int32": "int32", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def catalogue_kernel(name: str, specs: Path) -> LoadedSpec:
+    """The kernel called `name` among the spec files of the folder `specs` (the gpu/ scripts' catalogue):
+    exactly one, else a ValueError that says how many."""
+    found = [s for f in sorted(specs.glob("*.toml")) for s in load_file(f) if s.name == name]
+    if len(found) != 1:
+        raise ValueError(f"{name}: {len(found)} kernels of that name in {specs} (one expected)")
+    return found[0]
 
 
 def torch_dtype(name: str) -> Any:

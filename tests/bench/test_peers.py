@@ -83,3 +83,18 @@ def test_xla_peer_takes_transposed_operands_as_stored() -> None:
     ref = x.t().double() @ w.t().double()
     assert np.abs(got - ref.numpy()).max() <= 2e-2 * ref.abs().max().item()
     assert _xla_operands((x.t().contiguous(), w))[1] == (False, False)  # row-major operands go as they are
+
+
+def test_catalogue_kernel_finds_one_kernel_by_name(tmp_path: Path) -> None:
+    """The gpu/ scripts' lookup: the shipped kernel by name; a name that is absent, or in two files, says so."""
+    from specgen.bench.workloads import catalogue_kernel
+
+    root = Path(__file__).resolve().parents[2]
+    assert catalogue_kernel("gemm_bias_gelu_bf16", root / "specs").spec.epilogue
+    with pytest.raises(ValueError, match="no_such_kernel: 0 kernels of that name"):
+        catalogue_kernel("no_such_kernel", root / "specs")
+    text = (root / "specs" / "gemm_bf16.toml").read_text()
+    (tmp_path / "a.toml").write_text(text)
+    (tmp_path / "b.toml").write_text(text)
+    with pytest.raises(ValueError, match="gemm_bf16: 2 kernels of that name"):
+        catalogue_kernel("gemm_bf16", tmp_path)
