@@ -19,6 +19,7 @@
 #                        (tune10 and tune12 ran with that slot added to specs/gemm_bf16.toml by hand, a copy of
 #                        M <= 128's entry; tune10 kept the incumbent, tune12's H200 pick (128x112) is not shipped:
 #                        bench/RESULTS.md. Rerun as they stand, they tune the M <= 128 slot)
+#   gpu/decode.sh tune13 session 13: Mosaic GPU's decode slots swapped (pallas.swap_ab), bf16 and fp8
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -208,6 +209,20 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune13)
+    rc=0
+    # session 13: Mosaic GPU's decode slots with pallas.swap_ab (out^T = B^T A^T: N on wgmma's rows, M = 8..64 on
+    # its columns), bf16 M <= 16 and M <= 64, fp8 M <= 16; the incumbents are 64-row tiles, unswapped
+    pin="--knob cluster.m=1 --knob pipeline.ab_stages=auto,6"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob pallas.swap_ab=true --knob tile.m=8,16 --knob tile.n=128,256 --knob tile.k=128,256 || rc=1
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 32x8192x8192,64x4096x14336 $pin \
+      --knob pallas.swap_ab=true --knob tile.m=32,64 --knob tile.n=128,256 --knob tile.k=64,128 || rc=1
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob pallas.swap_ab=true --knob tile.m=16 --knob tile.n=128,256 --knob tile.k=128,256 || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -228,5 +243,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|tune13|check|tests|table" >&2; exit 2 ;;
 esac

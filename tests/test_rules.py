@@ -65,6 +65,7 @@ APPLIES = {
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"}, "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
+    "PAL010": {"pallas:gpu_sm90"},
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 

@@ -55,6 +55,7 @@ def backend_options(ctx: RuleContext) -> Iterator[Finding]:
     honour is an error, and one that the spec's own settings switch off a warning: each design says which
     (`option_findings`): CuTe's `two_cta` is Blackwell's cta_group::2 tcgen05 MMA (sm100 only, PTX ISA
     tcgen05), its `mma_warpgroups` and `schedule = "pingpong"` split or alternate wgmma warpgroups (sm90
-    only); Pallas's `vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU); Triton's
+    only); Pallas's `vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU) and its
+    `swap_ab` swaps Mosaic GPU's wgmma operands (no wgmma on a TPU); Triton's
     subtiled store is a TMA store (`triton.tma`), its `flatten` pipelines a persistent kernel's tile loop."""
     yield from ctx.design.option_findings(ctx)

@@ -78,6 +78,30 @@ def rows(ref: Any, start: Any, height: int, width: int) -> jax.Array:
     return lax.broadcast_in_dim(v, (height, width), (0,))
 
 
+def along_n(ref: Any, start: Any, cfg: Any) -> jax.Array:
+    """A per-column (N) vector's slice for one epilogue subtile, in the subtile's orientation: across
+    out's epi_m x epi_n subtile, or down out^T's epi_n x epi_m one where `cfg` swaps A and B."""
+    if cfg.swap_ab:
+        return rows(ref, start, cfg.epi_n, cfg.epi_m)
+    return cols(ref, start, cfg.epi_m, cfg.epi_n)
+
+
+def along_m(ref: Any, start: Any, cfg: Any) -> jax.Array:
+    """A per-row (M) vector's slice for one epilogue subtile, in the subtile's orientation (`along_n`)."""
+    if cfg.swap_ab:
+        return cols(ref, start, cfg.epi_n, cfg.epi_m)
+    return rows(ref, start, cfg.epi_m, cfg.epi_n)
+
+
+def staged(ref: Any, cfg: Any) -> jax.Array:
+    """The subtile staged in an output slot (a residual's, TMA-loaded in out's orientation) as f32, in the
+    epilogue's orientation: as stored, or read through the slot's transposed view into the accumulator's
+    layout where `cfg` swaps A and B (out^T's subtile)."""
+    if cfg.swap_ab:
+        return plgpu.layout_cast(ref.T[...], plgpu.Layout.WGMMA).astype(jnp.float32)
+    return ref[...].astype(jnp.float32)
+
+
 def transforms(dtype: Any, swizzle: int) -> tuple[Any, ...]:
     """The SMEM layout of a staged tile: (8 rows x `swizzle` bytes) tiles, swizzled, the layout wgmma and
     TMA share (the plan chose `swizzle` from the tile's contiguous extent, as `plgpu.find_swizzle` does)."""

@@ -167,9 +167,15 @@ class CuteOptions(KeysAddedLater):
     ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
 
 
-class PallasOptions(Strict):
+class PallasOptions(KeysAddedLater):
     # Scoped VMEM limit to request; default: what the plan needs plus 25%, capped at the chip's VMEM.
     vmem_limit_bytes: bounded(MAX_VMEM_LIMIT) | None = None
+    # Mosaic GPU: swap the operands of the MMA, as triton.swap_ab and cute.swap_ab do: the kernel computes
+    # out^T = B^T A^T, so each consumer warpgroup's tile.n/2 columns sit on wgmma's 64-row side and a small
+    # tile.m (decode: M <= 64) on its 8..256-column side, and stores out's tiles through a transposed SMEM view.
+    swap_ab: StrictBool = False
+
+    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
 
 
 class Target(Strict):

@@ -1,9 +1,10 @@
 """Check vs the Mosaic GPU lowering: a seeded grid of borderline `pallas:gpu_sm90` GEMM specs, each
 checked by specgen and lowered by jax for CUDA on this CPU machine (no GPU).
 
-Usage: `python tests/grids/mgpu.py N [SEED [OUT]]` (from the repository root, the tree on PYTHONPATH):
-N specs of seed SEED, one JSON line per spec on stdout, the summary last; OUT (optional) writes the
-record the CPU replay test reads (tests/data/grid_mgpu.json). `--catalogue-small-n` instead lowers the
+Usage: `python tests/grids/mgpu.py [--swap] N [SEED [OUT]]` (from the repository root, the tree on
+PYTHONPATH): N specs of seed SEED, one JSON line per spec on stdout, the summary last; OUT (optional)
+writes the record the CPU replay test reads (tests/data/grid_mgpu.json; with `--swap`, a grid of
+`pallas.swap_ab` specs, `swap_grid`, tests/data/grid_mgpu_swap.json). `--catalogue-small-n` instead lowers the
 rendered catalogue at small N and counts the TMA indices Mosaic GPU drops (see below). Needs what lowering Mosaic GPU for CUDA
 needs on a CPU: jax with absl-py and the jax-cuda12 plugin/pjrt wheels of the same version
 (`pip install --no-deps "jax-cuda12-plugin==<jax>" "jax-cuda12-pjrt==<jax>"`: no CUDA libraries, no
@@ -43,6 +44,15 @@ lowerings (none at the main shapes) Mosaic GPU dropped a dynamic TMA index with 
 output's column-tile index, once N fits in one swizzle tile of the output (N <= 64 for a 16-bit output
 with a 128 B swizzle). Every subtile store whose columns start past that tile (all zeros: B reads as
 zeros there) then lands on columns 0.. instead of being clipped: see `dropped_tma_indices`.
+
+`--swap` (seed 21, 300 specs, 2026-11-26, jax 0.10.2 on the CPU, 71 s): 0 false accepts, 8 false rejects,
+all PAL007 on a 1x2 cluster with tile.m 8 (tests/test_grid_mgpu.py says why PAL007 stays), 1 PAL010 (a
+128-row residual tile without a scale before it: PAL010 refuses every tile.m over 64), SMEM equal to the
+byte. 29 lowerings dropped a dynamic TMA index, all at the decode shapes (M = 1..16) on a dim whose whole
+extent fits one TMA tile (A's or out's rows, or A's M-major columns under one swizzle tile): every tile
+holding data has index 0 there (a 2x1 pair's CTA past the last tile row then recomputes and stores tile
+0's own values), and the GPU tests run those shapes (tests/gpu/test_mgpu_swap_ab_gpu.py; 2x1 with tile.m
+8 in bench/results/2026-11-26-h100-s13-probe-swap-clusters.log).
 """
 
 from __future__ import annotations
@@ -118,12 +128,52 @@ def grid(n: int, seed: int = 11) -> list[dict]:
     return specs
 
 
+def swap_grid(n: int, seed: int = 21) -> list[dict]:
+    """`--swap`: n seeded specs around `pallas.swap_ab`'s boundaries: tile.m on wgmma's column side (8..256
+    in steps of 8, and off them), each warpgroup's tile.n/2 on its rows (multiples of 64, and not), K steps,
+    dtypes and majors, every epilogue (a residual: PAL010), clusters (PAL010), batch, pipeline depths."""
+    rng = random.Random(seed)
+    specs = []
+    for i in range(n):
+        kind = rng.choice(["bf16", "bf16", "f16", "fp8"])
+        da = db = rng.choice(FP8) if kind == "fp8" else kind
+        kmin = 32 if kind == "fp8" else 16
+        vec = rng.choice(["bf16", "f32"])
+        spec = {
+            "name": f"swap_{i:04d}", "kind": "gemm",
+            "a": {"dtype": da, "major": "k" if kind == "fp8" else rng.choice(["k", "k", "mn"])},
+            "b": {"dtype": db, "major": "k" if kind == "fp8" else rng.choice(["k", "k", "mn"])},
+            "out": {"dtype": rng.choice(["bf16", "bf16", "f16", "f32"])},
+            "epilogue": rng.choice([
+                [], [], [{"op": "bias", "dtype": vec}], [{"op": "bias", "along": "m", "dtype": vec}],
+                [{"op": "scale", "by": "rowcol"}], [{"op": "scale", "by": "scalar"}],
+                [{"op": "bias", "dtype": vec}, {"op": "activation", "fn": rng.choice(["gelu_tanh", "silu", "relu"])}],
+                [{"op": "scale", "by": "row"}, {"op": "scale", "by": "col"}, {"op": "clamp", "min": -1.0, "max": 1.0}],
+                [{"op": "residual", "dtype": "bf16"}],
+            ]),
+            "tile": {"m": rng.choice([8, 8, 16, 16, 16, 24, 32, 32, 40, 48, 64, 64, 96, 128, 12, 20]),
+                     "n": rng.choice([64, 128, 128, 128, 192, 256, 256, 384, 512]),
+                     "k": rng.choice([kmin, 64, 128, 128, 256])},
+            "cluster": rng.choice([{"m": 1, "n": 1}] * 6 + [{"m": 2, "n": 1}, {"m": 1, "n": 2}]),
+            "batch": rng.random() < 0.15,
+            "pipeline": {"ab_stages": rng.choice(["auto", "auto", "auto", 2, 4, 6, 8, 12])},
+            "schedule": {"persistent": rng.random() < 0.8, "raster": rng.choice(["along_m", "along_n"]),
+                         "group_m": rng.choice([1, 8])},
+            "pallas": {"swap_ab": True},
+            "targets": [TARGET],
+        }
+        specs.append(spec)
+    return specs
+
+
 def problem(spec: dict, rng: random.Random) -> tuple[int, int, int]:
     """A problem several tiles (and clusters) large in M and N, sometimes with ragged tails, and deep
     enough in K to fill the pipeline: Mosaic GPU allocates min(stages, K steps) slots, so a short K
     would hide an SMEM overflow."""
     t, c, stages = spec["tile"], spec["cluster"], spec["pipeline"]["ab_stages"]
     m = 3 * t["m"] * c["m"] + rng.choice([0, 0, 40])
+    if spec.get("pallas", {}).get("swap_ab"):  # decode: M within one tile (A's TMA box past M), or several
+        m = rng.choice([1, 5, 13, 16, m])
     n = 3 * t["n"] * c["n"] + rng.choice([0, 0, 24])
     k = max(rng.choice([512, 1024, 1000]), (8 if stages == "auto" else stages + 1) * t["k"])
     return m, n, k
@@ -360,22 +410,23 @@ RECORD_KEYS = ("spec", "plan_smem", "stages", "lowered", "small_n")  # check's s
 
 def write_record(path: Path, cases: list[dict], seed: int, jax_version: str) -> None:
     """The record tests/test_grid_mgpu.py replays: the lowering's side of every case, one case a line."""
+    swap = any(c["spec"].get("pallas", {}).get("swap_ab") for c in cases)
     head = {"jax": jax_version, "target": TARGET, "seed": seed, "small_n": list(SMALL_N),
-            "made_by": "python tests/grids/mgpu.py N SEED OUT"}
+            "made_by": f"python tests/grids/mgpu.py {'--swap ' if swap else ''}N SEED OUT"}
     rows = [json.dumps({k: c[k] for k in RECORD_KEYS if k in c}, sort_keys=True) for c in cases]
     text = json.dumps(head, sort_keys=True)[:-1] + ', "cases": [\n' + ",\n".join(rows) + "\n]}\n"
     json.loads(text)  # well-formed
     path.write_text(text)
 
 
-def main(n: int, seed: int = 11, out: str | None = None) -> int:
+def main(n: int, seed: int = 11, out: str | None = None, specs=grid) -> int:
     import jax
 
     folder = Path(tempfile.mkdtemp(prefix="specgen-grid-mgpu-"))
     sys.path.insert(0, str(folder))
     rng = random.Random(seed * 1000 + 1)
     cases = []
-    for i, spec in enumerate(grid(n, seed)):
+    for i, spec in enumerate(specs(n, seed)):
         case = run_case(spec, problem(spec, rng), folder, small_n=i % SMALL_N_EVERY == 0)
         cases.append(case)
         print(json.dumps(case), flush=True)
@@ -408,5 +459,7 @@ if __name__ == "__main__":
     if argv == ["--catalogue-small-n"]:
         catalogue_small_n()
         sys.exit(0)
-    sys.exit(main(int(argv[0]) if argv else 300, int(argv[1]) if len(argv) > 1 else 11,
-                  argv[2] if len(argv) > 2 else None))
+    swapped = argv[:1] == ["--swap"]
+    argv = argv[1:] if swapped else argv
+    sys.exit(main(int(argv[0]) if argv else 300, int(argv[1]) if len(argv) > 1 else (21 if swapped else 11),
+                  argv[2] if len(argv) > 2 else None, swap_grid if swapped else grid))

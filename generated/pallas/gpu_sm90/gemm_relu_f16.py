@@ -72,7 +72,7 @@ class Config(NamedTuple):
     schedule, cluster; stages from specgen's SMEM budget): a static argument of the kernel, read at
     trace time, so each config traces (and compiles) a kernel of its own."""
 
-    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it
+    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it (of out)
     tile_n: int
     tile_k: int
     stages: int  # K steps in flight (spec: pipeline.ab_stages)
@@ -91,6 +91,7 @@ class Config(NamedTuple):
     cluster_m: int  # CTAs per cluster (spec: cluster): a pair shares its common operand's tile, each CTA
     cluster_n: int  # loading half of it by TMA multicast (B for a pair along M, A for a pair along N)
     smem_bytes: int  # SMEM the kernel allocates (== Mosaic GPU's own figure)
+    swap_ab: bool  # wgmma computes out^T = B^T A^T: a wg_n x tile_m accumulator, out^T's epi_n x epi_m subtiles
 
 
 def _kernel(a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
@@ -192,29 +193,29 @@ def _build(cfg: Config, m: int, n: int, k: int, out_rows: int, out_cols: int, sm
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
                 epi_m=64, epi_n=64, out_slots=2, residual_barriers=0, a_swizzle=128, b_swizzle=128,
                 out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-                smem_bytes=163904)
+                smem_bytes=163904, swap_ab=False)
 # Size-selected variants (spec: variants), tried in order before CONFIG.
 VARIANT_CONFIGS = (
     # 0: M <= 16; SMEM A/B 4 x 49168 = 196672 + epilogue 16384
     Config(tile_m=64, tile_n=128, tile_k=128, stages=4, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=213056),
+           smem_bytes=213056, swap_ab=False),
     # 1: M <= 64; SMEM A/B 6 x 32784 = 196704 + epilogue 8192
     Config(tile_m=64, tile_n=64, tile_k=128, stages=6, wgmma_in_flight=1, wg_n=32,
            epi_m=64, epi_n=32, out_slots=1, residual_barriers=0, a_swizzle=64, b_swizzle=64,
            out_swizzle=64, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=204896),
+           smem_bytes=204896, swap_ab=False),
     # 2: M <= 128 and K <= 4096; SMEM A/B 4 x 32784 = 131136 + epilogue 32768
     Config(tile_m=128, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=2, residual_barriers=0, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=163904),
+           smem_bytes=163904, swap_ab=False),
     # 3: M <= 128; SMEM A/B 8 x 24592 = 196736 + epilogue 16384
     Config(tile_m=64, tile_n=128, tile_k=64, stages=8, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=213120),
+           smem_bytes=213120, swap_ab=False),
 )
 
 
@@ -480,6 +481,7 @@ METADATA = {
         'cluster_m': 1,
         'cluster_n': 1,
         'smem_bytes': 163904,
+        'swap_ab': False,
         'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
     },
     'variants': [
@@ -504,6 +506,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 213056,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 16384',
         },
         {
@@ -527,6 +530,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 204896,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 6 x 32784 = 196704 + epilogue 8192',
         },
         {
@@ -550,6 +554,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 163904,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768',
         },
         {
@@ -573,6 +578,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 213120,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 8 x 24592 = 196736 + epilogue 16384',
         },
     ],

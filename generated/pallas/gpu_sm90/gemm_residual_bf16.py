@@ -75,7 +75,7 @@ class Config(NamedTuple):
     schedule, cluster; stages from specgen's SMEM budget): a static argument of the kernel, read at
     trace time, so each config traces (and compiles) a kernel of its own."""
 
-    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it
+    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it (of out)
     tile_n: int
     tile_k: int
     stages: int  # K steps in flight (spec: pipeline.ab_stages)
@@ -94,6 +94,7 @@ class Config(NamedTuple):
     cluster_m: int  # CTAs per cluster (spec: cluster): a pair shares its common operand's tile, each CTA
     cluster_n: int  # loading half of it by TMA multicast (B for a pair along M, A for a pair along N)
     smem_bytes: int  # SMEM the kernel allocates (== Mosaic GPU's own figure)
+    swap_ab: bool  # wgmma computes out^T = B^T A^T: a wg_n x tile_m accumulator, out^T's epi_n x epi_m subtiles
 
 
 def _kernel(a_gmem, b_gmem, alpha_gmem, c_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
@@ -156,12 +157,12 @@ def _kernel(a_gmem, b_gmem, alpha_gmem, c_gmem, out_gmem, *, cfg: Config, m: int
                             col0 = ni * cfg.tile_n + wg * cfg.wg_n + ej * cfg.epi_n
                             plgpu.wait_smem_to_gmem(cfg.out_slots - 1, wait_read_only=True)  # this slot is free
                             x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
-                            x = x * _mg.cols(alpha_gmem, 0, cfg.epi_m, cfg.epi_n)  # the scalar, repeated cfg.epi_n times
+                            x = x * _mg.along_n(alpha_gmem, 0, cfg)  # the scalar, repeated cfg.epi_n times
                             # c: TMA-load its subtile into this warpgroup's staging slot (the output dtype), then add it
                             plgpu.copy_gmem_to_smem(c_view.at[pl.ds(row0, cfg.epi_m), pl.ds(col0, cfg.epi_n)], out_smem.at[wg, slot],
                                                     res_barrier.at[wg * cfg.out_slots + slot])
                             plgpu.barrier_wait(res_barrier.at[wg * cfg.out_slots + slot])
-                            x = x + out_smem[wg, slot].astype(jnp.float32)
+                            x = x + _mg.staged(out_smem.at[wg, slot], cfg)
                             out_smem[wg, slot] = x.astype(out_gmem.dtype)
                             plgpu.commit_smem()
                             plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
@@ -202,29 +203,29 @@ def _build(cfg: Config, m: int, n: int, k: int, out_rows: int, out_cols: int, sm
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
                 epi_m=64, epi_n=64, out_slots=2, residual_barriers=4, a_swizzle=128, b_swizzle=128,
                 out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-                smem_bytes=163936)
+                smem_bytes=163936, swap_ab=False)
 # Size-selected variants (spec: variants), tried in order before CONFIG.
 VARIANT_CONFIGS = (
     # 0: M <= 16; SMEM A/B 4 x 49168 = 196672 + epilogue 16384 + residual barriers 16
     Config(tile_m=64, tile_n=128, tile_k=128, stages=4, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=1, residual_barriers=2, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=213072),
+           smem_bytes=213072, swap_ab=False),
     # 1: M <= 64; SMEM A/B 6 x 32784 = 196704 + epilogue 8192 + residual barriers 16
     Config(tile_m=64, tile_n=64, tile_k=128, stages=6, wgmma_in_flight=1, wg_n=32,
            epi_m=64, epi_n=32, out_slots=1, residual_barriers=2, a_swizzle=128, b_swizzle=128,
            out_swizzle=64, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=204912),
+           smem_bytes=204912, swap_ab=False),
     # 2: M <= 128 and K <= 4096; SMEM A/B 4 x 32784 = 131136 + epilogue 32768 + residual barriers 32
     Config(tile_m=128, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=2, residual_barriers=4, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=163936),
+           smem_bytes=163936, swap_ab=False),
     # 3: M <= 128; SMEM A/B 8 x 24592 = 196736 + epilogue 16384 + residual barriers 16
     Config(tile_m=64, tile_n=128, tile_k=64, stages=8, wgmma_in_flight=1, wg_n=64,
            epi_m=64, epi_n=64, out_slots=1, residual_barriers=2, a_swizzle=128, b_swizzle=128,
            out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-           smem_bytes=213136),
+           smem_bytes=213136, swap_ab=False),
 )
 
 
@@ -504,6 +505,7 @@ METADATA = {
         'cluster_m': 1,
         'cluster_n': 1,
         'smem_bytes': 163936,
+        'swap_ab': False,
         'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768 + residual barriers 32',
     },
     'variants': [
@@ -528,6 +530,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 213072,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 4 x 49168 = 196672 + epilogue 16384 + residual barriers 16',
         },
         {
@@ -551,6 +554,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 204912,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 6 x 32784 = 196704 + epilogue 8192 + residual barriers 16',
         },
         {
@@ -574,6 +578,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 163936,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 4 x 32784 = 131136 + epilogue 32768 + residual barriers 32',
         },
         {
@@ -597,6 +602,7 @@ METADATA = {
             'cluster_m': 1,
             'cluster_n': 1,
             'smem_bytes': 213136,
+            'swap_ab': False,
             'smem_breakdown': 'A/B 8 x 24592 = 196736 + epilogue 16384 + residual barriers 16',
         },
     ],

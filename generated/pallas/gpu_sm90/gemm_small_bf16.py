@@ -60,7 +60,7 @@ class Config(NamedTuple):
     schedule, cluster; stages from specgen's SMEM budget): a static argument of the kernel, read at
     trace time, so each config traces (and compiles) a kernel of its own."""
 
-    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it
+    tile_m: int  # the CTA tile; each of WARPGROUPS consumer warpgroups owns tile_m x wg_n of it (of out)
     tile_n: int
     tile_k: int
     stages: int  # K steps in flight (spec: pipeline.ab_stages)
@@ -79,6 +79,7 @@ class Config(NamedTuple):
     cluster_m: int  # CTAs per cluster (spec: cluster): a pair shares its common operand's tile, each CTA
     cluster_n: int  # loading half of it by TMA multicast (B for a pair along M, A for a pair along N)
     smem_bytes: int  # SMEM the kernel allocates (== Mosaic GPU's own figure)
+    swap_ab: bool  # wgmma computes out^T = B^T A^T: a wg_n x tile_m accumulator, out^T's epi_n x epi_m subtiles
 
 
 def _kernel(a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
@@ -179,7 +180,7 @@ def _build(cfg: Config, m: int, n: int, k: int, out_rows: int, out_cols: int, sm
 CONFIG = Config(tile_m=64, tile_n=128, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=64,
                 epi_m=64, epi_n=64, out_slots=1, residual_barriers=0, a_swizzle=128, b_swizzle=128,
                 out_swizzle=128, group_m=8, raster_dim=0, persistent=False, cluster_m=1, cluster_n=1,
-                smem_bytes=114752)
+                smem_bytes=114752, swap_ab=False)
 # Size-selected variants (spec: variants), tried in order before CONFIG: none.
 VARIANT_CONFIGS = ()
 
@@ -361,6 +362,7 @@ METADATA = {
         'cluster_m': 1,
         'cluster_n': 1,
         'smem_bytes': 114752,
+        'swap_ab': False,
         'smem_breakdown': 'A/B 4 x 24592 = 98368 + epilogue 16384',
     },
     'variants': [],

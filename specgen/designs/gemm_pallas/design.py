@@ -16,6 +16,10 @@ output tiles, a memory warpgroup feeding a
 `max_concurrent_steps`-deep TMA pipeline into swizzled SMEM, two consumer warpgroups each issuing wgmma
 on half the tile's N into an f32 accumulator, then the epilogue chain on 64x64 subtiles staged in SMEM
 and stored by TMA. Its SMEM model (`memory`) is calibrated to the byte on Mosaic GPU's own figure.
+`pallas.swap_ab` (decode: M <= 64) computes out^T = B^T A^T: each consumer warpgroup's tile.n/2 columns of
+B on wgmma's 64-row side, A's tile.m rows (8..256) on its column side, and the epilogue reads each
+vector along the other axis and stores out's subtiles (and reads a residual's) through a transposed view
+of the SMEM slot (PAL010).
 Options read from the spec: `cluster` 2x1 / 1x2 launches CTA pairs that load their shared operand's tile
 by TMA multicast (B along M, A along N; rule PAL007; the cluster barriers take the bytes the plain ones
 did, so the SMEM figure is unchanged), `schedule.raster` picks the band direction of `group_m`.
@@ -203,6 +207,7 @@ class MgpuConfig:
     cluster_n: int
     smem_bytes: int  # the SMEM001 figure; equal to what Mosaic GPU allocates
     smem_breakdown: str
+    swap_ab: bool  # pallas.swap_ab: the accumulator is out^T's (wg_n x tile_m), epi_n x epi_m subtiles of it
 
 
 def mgpu_config(r: Resolved) -> MgpuConfig:
@@ -218,7 +223,7 @@ def mgpu_config(r: Resolved) -> MgpuConfig:
         residual_barriers=lay.residual_barriers, a_swizzle=sw.ab, b_swizzle=sw.ab, out_swizzle=sw.out,
         group_m=spec.schedule.group_m, raster_dim=0 if spec.schedule.raster == "along_m" else 1,
         persistent=spec.schedule.persistent, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
-        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(),
+        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), swap_ab=spec.pallas.swap_ab,
     )
 
 
@@ -301,6 +306,13 @@ class PallasGemmDesign(DesignBase):
 
     def has_register_model(self, target: TargetInfo) -> bool:
         return is_mgpu_target(target)  # the TPU accumulator is a VMEM scratch
+
+    def config_notes(self, spec: GemmSpec) -> str:
+        return " swap_ab" if spec.pallas.swap_ab else ""
+
+    def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
+        """With `pallas.swap_ab` wgmma's rows are tile.n (each warpgroup's half) and its columns tile.m."""
+        return ((spec.tile.n, "n"), (spec.tile.m, "m")) if spec.pallas.swap_ab else super().mma_tile(spec)
 
 
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
@@ -476,7 +488,7 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
 # Config fields the module's Config table carries (the rest of MgpuConfig is the docstring's and METADATA's).
 MGPU_CONFIG_FIELDS = ("tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
                       "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim",
-                      "persistent", "cluster_m", "cluster_n", "smem_bytes")
+                      "persistent", "cluster_m", "cluster_n", "smem_bytes", "swap_ab")
 
 
 def _config_meta(c: MgpuConfig) -> dict[str, object]:
@@ -501,17 +513,22 @@ def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
     return {"p": p, "plan_meta": mgpu_metadata(p), "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
             "config_fields": MGPU_CONFIG_FIELDS,
             "any_cluster": any(c.cluster_m * c.cluster_n > 1 for c in p.configs),
-            "any_residual": any(c.residual_barriers for c in p.configs)}
+            "any_residual": any(c.residual_barriers for c in p.configs),
+            "any_swap": any(c.swap_ab for c in p.configs)}
 
 
 def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
     """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
     pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
     2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
-    tuned like the default (its module renders every config)."""
+    tuned like the default (its module renders every config); one serving M <= 64 (`m_max`, decode) also
+    sweeps `pallas.swap_ab` with tile.m 16 and 32 (check prunes them unswapped, MMA001)."""
     if target.memory == "vmem":
         return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
     k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
+    if m_max is not None and m_max <= 64:
+        return {"tile.m": (16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
+                "pallas.swap_ab": (False, True)}
     return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),
             "cluster.m": (1, 2)}
 

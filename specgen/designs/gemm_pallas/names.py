@@ -28,10 +28,12 @@ RESERVED: frozenset[str] = frozenset({
     "wg_axis", "cta", "cluster", "cluster_names", "acc", "ei", "k", "num_threads", "pipeline", "slot", "tiles", "x",
     "bool", "typing", "cfg", "config", "a_shared", "b_shared",
     "a_ext", "b_ext", "out_ext", "kernel", "launch", "mgpu_torch", "structs",
+    # a swapped config's kernel (pallas.swap_ab): the accumulator's shape, the subtile cast for its transposed store
+    "acc_shape", "y",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
     "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent", "cluster_m",
-    "cluster_n", "smem_bytes"
+    "cluster_n", "smem_bytes", "swap_ab"
 })
 
 # How its templates derive names from an epilogue argument `x`.

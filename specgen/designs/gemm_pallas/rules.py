@@ -140,11 +140,19 @@ def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
 def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
     """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
     N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
-    warpgroup's slice where smaller: designs/gemm_pallas/design.py `mgpu_layout`)."""
+    warpgroup's slice where smaller: designs/gemm_pallas/design.py `mgpu_layout`). With `pallas.swap_ab`
+    each warpgroup's tile.n/2 is wgmma's rows instead: a multiple of 64 (MMA001 checks tile.m, the
+    columns)."""
 
     t = ctx.spec.tile
     wg_n = t.n // MGPU_CONSUMER_WGS
-    if t.n % (8 * MGPU_CONSUMER_WGS) or not 8 <= wg_n <= 256:
+    if ctx.spec.pallas.swap_ab:
+        if t.n % (64 * MGPU_CONSUMER_WGS):
+            yield Finding("PAL006", "error", f"tile.n = {t.n} splits into {MGPU_CONSUMER_WGS} warpgroup slices of "
+                          f"{t.n / 2:g}: with pallas.swap_ab each is wgmma's rows, a multiple of 64",
+                          f"use tile.n a multiple of {64 * MGPU_CONSUMER_WGS}", ("tile", "n"))
+            return
+    elif t.n % (8 * MGPU_CONSUMER_WGS) or not 8 <= wg_n <= 256:
         yield Finding("PAL006", "error", f"tile.n = {t.n} splits into {MGPU_CONSUMER_WGS} warpgroup slices of {t.n / 2:g}: "
                       "not a wgmma N (8..256, step 8)", f"use tile.n a multiple of {8 * MGPU_CONSUMER_WGS}", ("tile", "n"))
         return
@@ -223,6 +231,24 @@ def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
                       "drop the cast (the store rounds to out's dtype) or cast to f16", ("epilogue", last, "dtype"))
 
 
+@RULES.rule("PAL010", "Mosaic GPU swap_ab with a residual", MOSAIC_GPU)
+def mgpu_swap_ab(ctx: RuleContext) -> Iterator[Finding]:
+    """The swapped kernel (`pallas.swap_ab`, templates/pallas/gemm_mgpu.py.jinja) holds out^T's subtiles in
+    registers; a residual's subtile is TMA-staged in out's orientation and read back through the slot's
+    transposed view (`_mg.staged`). With a tile.m over 64 (two 64-column subtiles of out^T per tile row)
+    Mosaic GPU's layout inference finds no layout for that read after a scale (jax 0.10.2, lowering for
+    CUDA: tests/grids/mgpu.py --swap and a probe of gemm_residual_bf16's chain); up to 64 it lowers, and
+    runs on an H100 and an H200 (tests/gpu/test_mgpu_swap_ab_gpu.py, 16 and 64 rows)."""
+    s, t = ctx.spec, ctx.spec.tile
+    if not s.pallas.swap_ab or t.m <= 64:
+        return
+    for i, op in enumerate(s.epilogue):
+        if op.op == "residual":
+            yield Finding("PAL010", "error", f"residual {op.name!r} with pallas.swap_ab and tile.m = {t.m}: the swapped "
+                          f"{ctx.target} kernel reads a residual through a transposed SMEM view, which Mosaic GPU "
+                          "lowers for tile.m <= 64 only", "use tile.m <= 64 (decode tiles are 8..64)", ("epilogue", i))
+
+
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     """REG001 on Mosaic GPU: above 255 registers per thread the accumulator cannot be held (error); above
     192 little room is left for addresses and the epilogue (warning: spills)."""
@@ -236,8 +262,13 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def option_findings(ctx: RuleContext) -> Iterator[Finding]:
-    """OPT001 on Pallas: `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU)."""
+    """OPT001 on Pallas: `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU);
+    `pallas.swap_ab` swaps wgmma's operands (the Mosaic GPU kernel's; the TPU kernel has no wgmma)."""
     s = ctx.spec
+    if s.pallas.swap_ab and is_tpu(ctx.info):
+        yield Finding("OPT001", "error", f"pallas.swap_ab is a Mosaic GPU setting; {ctx.target} (Mosaic TPU) does not "
+                      "swap its operands", "drop pallas.swap_ab, or set it for pallas:gpu_sm90 alone (per_target)",
+                      ("pallas", "swap_ab"))
     if s.pallas.vmem_limit_bytes is not None and not is_tpu(ctx.info):
         yield Finding("OPT001", "error", f"pallas.vmem_limit_bytes = {s.pallas.vmem_limit_bytes} is a TPU "
                       f"setting; {ctx.target} (Mosaic GPU) has no VMEM", "drop pallas.vmem_limit_bytes",

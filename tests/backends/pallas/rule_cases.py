@@ -111,4 +111,30 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("PAL009", "pallas:gpu_sm90", {"out": {"dtype": "fp8_e5m2"},
                                    "epilogue": [{"op": "cast", "dtype": "bf16"}, {"op": "cast", "dtype": "f32"}]},
      ("error", ["the epilogue ends in a cast to bf16 and out is fp8_e5m2"], ("epilogue", 0, "dtype"))),
+    # pallas.swap_ab: each warpgroup's tile.n/2 is wgmma's rows (PAL006, a multiple of 64), tile.m its
+    # columns (MMA001: 8..256 step 8); a residual needs tile.m <= 64 (PAL010); Mosaic GPU only (OPT001)
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True}}, None),
+    ("PAL006", "pallas:gpu_sm90", {"tile": tile(16, 64, 128), "pallas": {"swap_ab": True}},
+     ("error", ["tile.n = 64 splits into 2 warpgroup slices of 32: with pallas.swap_ab each is wgmma's rows, "
+                "a multiple of 64"], ("tile", "n"))),
+    ("MMA001", "pallas:gpu_sm90", {"tile": tile(8, 128, 128), "pallas": {"swap_ab": True}}, None),
+    ("MMA001", "pallas:gpu_sm90", {"tile": tile(16, 128, 128)},
+     ("error", ["tile.m = 16 is not a multiple of 64 (wgmma M per warpgroup)"], ("tile", "m"))),
+    ("MMA001", "pallas:gpu_sm90", {"tile": tile(12, 128, 128), "pallas": {"swap_ab": True}},
+     ("error", ["tile.m = 12 is outside wgmma N 8..256 step 8 (swap_ab: the MMA columns)"], ("tile", "m"))),
+    ("PAL010", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True},
+                                   "epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
+    ("PAL010", "pallas:gpu_sm90", {"tile": tile(64, 128, 64), "pallas": {"swap_ab": True},
+                                   "epilogue": [{"op": "residual", "dtype": "bf16"}]}, None),
+    ("PAL010", "pallas:gpu_sm90", {"tile": tile(8, 128, 128), "pallas": {"swap_ab": True}}, None),  # no residual
+    ("PAL010", "pallas:gpu_sm90", {"tile": tile(8, 128, 128), "pallas": {"swap_ab": True},
+                                   "epilogue": [{"op": "scale", "by": "scalar"}, {"op": "residual", "dtype": "bf16"}]}, None),
+    ("PAL010", "pallas:gpu_sm90", {"tile": tile(128, 128, 64), "pallas": {"swap_ab": True},
+                                   "epilogue": [{"op": "residual", "dtype": "bf16"}]},
+     ("error", ["residual 'c' with pallas.swap_ab and tile.m = 128", "lowers for tile.m <= 64 only"],
+      ("epilogue", 0))),
+    ("OPT001", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True}}, None),
+    ("OPT001", "pallas:tpu_v5e", {"tile": tile(128, 128, 128), "pallas": {"swap_ab": True}},
+     ("error", ["pallas.swap_ab is a Mosaic GPU setting; pallas:tpu_v5e (Mosaic TPU) does not swap"],
+      ("pallas", "swap_ab"))),
 ]

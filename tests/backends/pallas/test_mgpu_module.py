@@ -143,6 +143,44 @@ def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: d
         assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
 
 
+SWAPPED = [("gemm_bf16", {"tile": {"m": 8, "n": 128, "k": 128}}),
+           ("gemm_fp8_rowwise", {"tile": {"m": 16, "n": 128, "k": 256}}),
+           ("bmm_bf16", {"tile": {"m": 16, "n": 256, "k": 64}}),  # batched, B stored (K, N)
+           ("gemm_relu_f16", {"tile": {"m": 32, "n": 128, "k": 64}}),  # f16, B stored (K, N)
+           ("gemm_residual_bf16", {"tile": {"m": 16, "n": 128, "k": 64}})]  # A stored (K, M), a residual
+
+
+@pytest.mark.parametrize(("name", "over"), SWAPPED, ids=[n for n, _ in SWAPPED])
+def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> None:
+    """`pallas.swap_ab`: the kernel issues wgmma on B's rows and A's tile_m rows (out^T's tile) and stores
+    out's subtiles (and reads a residual's) through the slot's transposed view; lowered for CUDA on this CPU machine, Mosaic GPU
+    allocates exactly the plan's SMEM (the swap moves no buffer), and tracing covers tails, M = 1, K = 0.
+    Numerics: tests/gpu/test_mgpu_swap_ab_gpu.py."""
+    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.targets import TARGETS
+
+    spec = {k: v for k, v in MGPU[name].items() if k not in ("per_target", "variants")}
+    spec |= {"pallas": {"swap_ab": True}, "cluster": {"m": 1, "n": 1}, "pipeline": {"ab_stages": "auto"}, **over}
+    mod, resolved = render(spec, tmp_path)
+    cfg = mod.CONFIG
+    assert cfg.swap_ab and (cfg.tile_m, cfg.tile_n) == (over["tile"]["m"], over["tile"]["n"])
+    text = Path(mod.__file__).read_text()
+    assert "acc_shape = (cfg.wg_n, cfg.tile_m) if cfg.swap_ab else (cfg.tile_m, cfg.wg_n)" in text
+    assert "out_smem.at[wg, slot].T[...] = y" in text
+    (r,) = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert (r.compiler_smem, r.error) == (cfg.smem_bytes, "") and resolved.budget.total == cfg.smem_bytes
+    for M, N, K in SHAPES:
+        out = jax.eval_shape(mod._call, *structs(spec, M, N, K))
+        assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
+
+
+def test_unswapped_modules_render_no_swap_code(modules) -> None:
+    """A module none of whose configs swaps renders the plain kernel only (the swap's branches are absent)."""
+    for name, (mod, _) in modules.items():
+        configs = (mod.CONFIG, *mod.VARIANT_CONFIGS)
+        assert ("cfg.swap_ab" in Path(mod.__file__).read_text()) == any(c.swap_ab for c in configs), name
+
+
 def test_tma_extents() -> None:
     from specgen.runtime import mgpu
 
