@@ -4,7 +4,8 @@ call (cached launch), each backend's torch entry against `torch.add(out=)` and i
 - Triton: gemm_bf16 (persistent TMA) and gemm_small_bf16 (pointer loads): the whole call, the guard
   (`_check`), the cached launch (`launch_cached`: key lookup + C launch) and the C launch alone.
 - CuTe sm90: gemm_bf16: the whole call, `_run` (the call past its `torch.compiler.is_compiling()`
-  check), the guard, the cached lookup of the config's compiled function and cluster count with the
+  check), the guard (`_lean`: with TVM-FFI the compiled function checks each tensor itself; and the full
+  `_check`, which a build without TVM-FFI runs), the cached lookup of the config's compiled function and cluster count with the
   call (`_launcher.ready`), and the compiled TVM-FFI function alone (torch tensors in).
 - `torch.compiler.is_compiling()` alone: every backend's torch entry asks it first.
 - Mosaic GPU: gemm_bf16: the `_torch` entry (its direct launch at 64^3) waiting for the result and not,
@@ -90,7 +91,8 @@ def cute_calls(a, b, out, x) -> dict[str, Callable[[], object]]:
     return {
         "cute: whole call": lambda: mod.gemm_bf16(a, b, out=out),
         "cute: _run (the call past its torch.compile check)": lambda: mod._run(a, b, out),
-        "cute: guard (_check)": lambda: mod._check(a, b, out),
+        "cute: guard (_lean, with TVM-FFI: the compiled function checks the rest)": lambda: mod._lean(a, b, out),
+        "cute: full guard (_check, without TVM-FFI)": lambda: mod._check(a, b, out),
         "cute: cached lookup + compiled function": lookup_and_call,
         "cute: compiled function alone": lambda: fn(a, b, out, clusters),
     }

@@ -52,7 +52,7 @@ from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
-from specgen.runtime.cute import CuteLauncher, zero_operand
+from specgen.runtime.cute import TVM_FFI, CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
 
 
@@ -567,8 +567,42 @@ def _check(a, b, out):
     return device, batch, M, N, K, (a, b), out, out, sa, sb, so, pa, pb, po
 
 
+def _lean(a, b, out):
+    """The per-call guard where the compiled function checks its own arguments (TVM-FFI, `TVM_FFI`: each
+    tensor's dtype, rank and device, shapes against one another, unit and 16-byte-multiple strides,
+    16-byte bases, all before anything launches, raising TypeError / ValueError): here only what picks
+    the config and the output, and the exact dtypes of A, B and out (the compiled check takes int8 and
+    uint8 alike). None where that does not hold, or for an empty problem (nothing launches to check it);
+    then `_check`, whose `_validate` says what is wrong."""
+    try:
+        batch, M, K = a.shape
+        N, device = b.shape[-1], a.get_device()
+        ok = (a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and device >= 0 and M and N and K and batch)
+    except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
+        return None
+    if not ok:
+        return None
+    if out is None:
+        out = torch.empty((batch, M, N), device=a.device, dtype=torch.bfloat16)
+    elif type(out) is not torch.Tensor or out.dtype is not torch.bfloat16:
+        return None
+    return device, batch, M, N, K, (a, b), out, out
+
+
 def _run(a, b, out):
-    device, batch, M, N, K, (a, b), out, result, *_ = _check(a, b, out)  # *_: strides, addresses
+    staged = _lean(a, b, out) if TVM_FFI else None
+    if staged is None:  # the DLPack call checks less: every argument checked here first
+        return _launch(*_check(a, b, out)[:8])
+    try:
+        return _launch(*staged)
+    except (TypeError, ValueError, RuntimeError):  # an argument refused before anything launched (RuntimeError:
+        # DLPack cannot pack a meta tensor); a launch failure with valid arguments raises again from this call
+        return _launch(*_validate(a, b, out)[:8])  # raises naming it, or stages it
+
+
+def _launch(device, batch, M, N, K, operands, out, result):
+    """The call for checked arguments: the size-selected config's compiled function on torch's stream."""
+    a, b = operands
     if M == 0 or N == 0 or batch == 0:
         return result
     if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead (same product, zero)

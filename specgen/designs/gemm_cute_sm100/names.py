@@ -12,6 +12,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "make_fake_tensor", "make_raster", "make_tiled_mma", "MMA_WARP", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT",
     "pipeline", "shared_storage", "SharedStorage", "sm100_utils", "tcgen05", "THREADS", "TMA_WARP",
     "TMEM_BARRIER", "transform_partitioned_tensor_layout", "VARIANT_CONFIGS", "zero_operand",
+    # the torch host's checked launch (templates/cute/host.jinja)
+    "_lean", "_launch", "TVM_FFI", "RuntimeError",
     # the JAX entry (templates/cute/jax_host.jinja)
     "_jax_entry", "_jax_host", "cute_jax",
     # the C export (templates/cute/export_host.jinja)

@@ -10,6 +10,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "LayoutEnum", "len", "LOAD_REGISTERS", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_raster",
     "make_tiled_mma", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT", "pipeline", "shared_storage",
     "SharedStorage", "sm90_utils", "zero_operand",
+    # the torch host's checked launch (templates/cute/host.jinja)
+    "_lean", "_launch", "TVM_FFI", "RuntimeError",
     # the JAX entry (templates/cute/jax_host.jinja)
     "_jax_entry", "_jax_host", "cute_jax",
     # the C export (templates/cute/export_host.jinja)
@@ -22,7 +24,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 RESERVED: frozenset[str] = frozenset({
     "_k", "a_mask", "band_first", "per_batch", "rest", "within", "work_index", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
     "b_tiles", "barrier_id", "barrier_storage", "batch", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
-    "buf", "cfg", "cluster", "cluster_crd", "fn", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
+    "buf", "cfg", "cluster", "cluster_crd", "fn", "staged", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
     "clusters", "cm", "cn", "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "cta_m",
     "cta_n", "defer_sync", "depth", "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
     "epi_base", "epi_m", "epi_n", "epi_stages", "extent", "fastmath", "full", "gA", "gB", "gOut", "gOut_sub", "grid",
