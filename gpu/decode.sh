@@ -20,6 +20,7 @@
 #                        M <= 128's entry; tune10 kept the incumbent, tune12's H200 pick (128x112) is not shipped:
 #                        bench/RESULTS.md. Rerun as they stand, they tune the M <= 128 slot)
 #   gpu/decode.sh tune13 session 13: Mosaic GPU's decode slots swapped (pallas.swap_ab), bf16 and fp8
+#   gpu/decode.sh tune14 session 13, on an H100: those swapped M <= 16 slots against their neighbours
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -223,6 +224,18 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune14)
+    rc=0
+    # session 13, on an H100: the swapped Mosaic GPU M <= 16 slots that tune13 picked on an H200, against their
+    # neighbours (tile.m 8 / 16, tile.n 128 / 256, K step, stages), bf16 and fp8
+    pin="--knob cluster.m=1 --knob pallas.swap_ab=true --knob pipeline.ab_stages=auto,4,6,8"
+    tune specs/gemm_bf16.toml --kernel gemm_bf16 --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob tile.m=8,16 --knob tile.n=128,256 --knob tile.k=128,256 || rc=1
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target pallas:gpu_sm90 --shapes 1x8192x8192,16x8192x8192 $pin \
+      --knob tile.m=8,16 --knob tile.n=128,256 --knob tile.k=128,256 || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -243,5 +256,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|tune13|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|tune13|tune14|check|tests|table" >&2; exit 2 ;;
 esac
