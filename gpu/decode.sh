@@ -21,6 +21,7 @@
 #                        bench/RESULTS.md. Rerun as they stand, they tune the M <= 128 slot)
 #   gpu/decode.sh tune13 session 13: Mosaic GPU's decode slots swapped (pallas.swap_ab), bf16 and fp8
 #   gpu/decode.sh tune14 session 13, on an H100: those swapped M <= 16 slots against their neighbours
+#   gpu/decode.sh tune15 session 13: a CuTe fp8 M <= 512, N <= 2048 slot (added by hand; 512x2048x2048)
 #   gpu/decode.sh check  those specs rendered, the whole GPU test suite on that state, then the issue's
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
@@ -236,6 +237,16 @@ case "${1:-}" in
     save
     exit $rc
     ;;
+  tune15)
+    rc=0
+    # session 13: a CuTe fp8 M <= 512, N <= 2048 slot (added by hand as a copy of M <= 1024, N <= 4096's entry):
+    # 512x2048x2048 ran 10.0-10.4 us on 64 ping-pong 128x128 tiles where Triton's 128 tiles of 64x128 take 7.0-7.3
+    tune specs/catalogue.toml --kernel gemm_fp8_rowwise --target cute:sm90 --shapes 512x2048x2048,256x2048x2048 \
+      --knob tile.m=64,128 --knob tile.n=64,128 --knob tile.k=128,256 --knob cute.schedule=cooperative,pingpong \
+      --knob cluster.m=1,2 --knob pipeline.ab_stages=auto || rc=1
+    save
+    exit $rc
+    ;;
   check|tests|table)
     # the tuned specs (copied above, if a `tune` ran on this machine), rendered; the whole GPU test suite; the table
     python3 -m specgen render 2>&1 | tail -1 | tee "$out/render.log"
@@ -256,5 +267,5 @@ case "${1:-}" in
     done
     exit $(( tests || rc ))
     ;;
-  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|tune13|tune14|check|tests|table" >&2; exit 2 ;;
+  *) echo "usage: gpu/decode.sh tune|tune2|tune3|tune4|tune5|tune6|tune7|tune8|tune9|tune10|tune11|tune12|tune13|tune14|tune15|check|tests|table" >&2; exit 2 ;;
 esac

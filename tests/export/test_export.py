@@ -113,7 +113,7 @@ def test_descriptors_follow_the_dsl_header_layout(exported):
 
 
 @pytest.mark.parametrize(("target", "variants", "clusters"), [
-    ("cute:sm90", 4, ["max_clusters(1)"] + ["max_clusters(2)"] * 4),  # M <= 16 unclustered, then 2x1 clusters
+    ("cute:sm90", 5, ["max_clusters(1)"] + ["max_clusters(2)"] * 5),  # M <= 16 unclustered, then 2x1 clusters
     ("cute:sm100", 1, ["max_clusters(1)", "max_clusters(2)"]),  # M <= 128: one CTA; the default a 2-CTA pair
 ])
 def test_launcher_tries_variants_in_order_then_the_default(target, variants, clusters):

@@ -94,12 +94,13 @@ def test_every_catalogue_kernel_traces_to_one_call_with_tma_extents(modules, nam
 
 
 def test_variants_are_picked_by_size_as_the_torch_launcher_picks(modules):
-    """gemm_fp8_rowwise's launcher chain: `if M <= 16: 0 elif M <= 128: 1 elif M <= 1024 and N <= 4096: 2
-    elif N <= 4096: 3 else default`."""
+    """gemm_fp8_rowwise's launcher chain: `if M <= 16: 0 elif M <= 128: 1 elif M <= 512 and N <= 2048: 2
+    elif M <= 1024 and N <= 4096: 3 elif N <= 4096: 4 else default`."""
     mod = modules["gemm_fp8_rowwise"]
     assert "elif M <= 1024 and N <= 4096:" in Path(mod.__file__).read_text()
-    for (m, n, k), want in [((16, 8192, 8192), 0), ((17, 8192, 8192), 1), ((128, 4096, 64), 1), ((129, 4096, 8192), 2),
-                            ((1024, 2048, 2048), 2), ((1025, 4096, 64), 3), ((129, 8192, 8192), None),
+    for (m, n, k), want in [((16, 8192, 8192), 0), ((17, 8192, 8192), 1), ((128, 4096, 64), 1), ((129, 2048, 8192), 2),
+                            ((512, 2048, 2048), 2), ((513, 2048, 2048), 3), ((129, 4096, 8192), 3),
+                            ((1024, 2048, 2048), 3), ((1025, 4096, 64), 4), ((129, 8192, 8192), None),
                             ((8192, 8192, 8192), None)]:
         (params, _), = traced_call(mod, structs(mod, m, n, k))[1]
         assert params["variant"] == want, (m, n, k)
