@@ -587,7 +587,7 @@ def _lean(a, b, out):
 
 def _run(a, b, out):
     staged = _lean(a, b, out) if TVM_FFI else None
-    if staged is None:  # the DLPack call checks less: every argument checked here first
+    if staged is None:  # no TVM-FFI (its DLPack call checks less), an empty problem, an odd input: check it all here
         return _launch(*_check(a, b, out)[:7])
     try:
         return _launch(*staged)

@@ -667,7 +667,7 @@ def _lean(a, b, scale_a, scale_b, out):
 
 def _run(a, b, scale_a, scale_b, out):
     staged = _lean(a, b, scale_a, scale_b, out) if TVM_FFI else None
-    if staged is None:  # the DLPack call checks less: every argument checked here first
+    if staged is None:  # no TVM-FFI (its DLPack call checks less), an empty problem, an odd input: check it all here
         return _launch(*_check(a, b, scale_a, scale_b, out)[:7])
     try:
         return _launch(*staged)

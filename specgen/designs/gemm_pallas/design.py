@@ -522,12 +522,12 @@ def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> 
     pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
     2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
     tuned like the default (its module renders every config); one serving M <= 64 (`m_max`, decode) also
-    sweeps `pallas.swap_ab` with tile.m 16 and 32 (check prunes them unswapped, MMA001)."""
+    sweeps `pallas.swap_ab` with tile.m 8, 16 and 32 (check prunes them unswapped, MMA001)."""
     if target.memory == "vmem":
         return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
     k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
     if m_max is not None and m_max <= 64:
-        return {"tile.m": (16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
+        return {"tile.m": (8, 16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
                 "pallas.swap_ab": (False, True)}
     return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),
             "cluster.m": (1, 2)}

@@ -236,9 +236,11 @@ def mgpu_swap_ab(ctx: RuleContext) -> Iterator[Finding]:
     """The swapped kernel (`pallas.swap_ab`, templates/pallas/gemm_mgpu.py.jinja) holds out^T's subtiles in
     registers; a residual's subtile is TMA-staged in out's orientation and read back through the slot's
     transposed view (`_mg.staged`). With a tile.m over 64 (two 64-column subtiles of out^T per tile row)
-    Mosaic GPU's layout inference finds no layout for that read after a scale (jax 0.10.2, lowering for
-    CUDA: tests/grids/mgpu.py --swap and a probe of gemm_residual_bf16's chain); up to 64 it lowers, and
-    runs on an H100 and an H200 (tests/gpu/test_mgpu_swap_ab_gpu.py, 16 and 64 rows)."""
+    Mosaic GPU's layout inference found no layout for that read after a scale, as gemm_residual_bf16's
+    chain has (jax 0.10.2, lowering for CUDA; without the scale a 128-row tile lowered once in
+    tests/grids/mgpu.py --swap): refused for any chain, decode tiles being 8..64. Up to 64 rows it lowers
+    and runs (tests/gpu/test_mgpu_swap_ab_gpu.py at 16 and 64 rows on an H100 and an H200; 8 and 24 rows in
+    bench/results/2026-11-26-h100-s13-probe-swap-clusters.log)."""
     s, t = ctx.spec, ctx.spec.tile
     if not s.pallas.swap_ab or t.m <= 64:
         return

@@ -174,6 +174,18 @@ def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> N
         assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
 
 
+def test_swap_ab_sweeps_for_decode_slots_only() -> None:
+    """`specgen tune`'s Mosaic GPU space: a slot serving M <= 64 sweeps swap_ab with 8- to 32-row tiles (the
+    unswapped small tiles are check's MMA001 refusals), a prefill slot neither."""
+    from specgen.designs.gemm_pallas.design import tune_space
+    from specgen.targets import TARGETS
+
+    spec = GemmSpec.model_validate(MGPU["gemm_bf16"])
+    decode, prefill = tune_space(spec, TARGETS["pallas:gpu_sm90"], 16), tune_space(spec, TARGETS["pallas:gpu_sm90"])
+    assert decode["pallas.swap_ab"] == (False, True) and {8, 16, 32} <= set(decode["tile.m"])
+    assert "pallas.swap_ab" not in prefill and min(prefill["tile.m"]) == 64
+
+
 def test_unswapped_modules_render_no_swap_code(modules) -> None:
     """A module none of whose configs swaps renders the plain kernel only (the swap's branches are absent)."""
     for name, (mod, _) in modules.items():
