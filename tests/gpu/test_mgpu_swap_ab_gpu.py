@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from gpu.test_pallas_gpu import check_numerics, spec_of
+from gpu.test_pallas_gpu import check_numerics
 
 pytestmark = pytest.mark.gpu
 
@@ -51,6 +51,7 @@ SHAPES = [(1, 4096, 1024), (16, 512, 256), (5, 1000, 520), (13, 264, 1040), (40,
 
 @pytest.fixture(scope="module")
 def swapped(tmp_path_factory):
+    from backends.pallas.common import catalogue_config
     from backends.pallas.test_mgpu_module import render
 
     from specgen.check import check_spec
@@ -59,10 +60,7 @@ def swapped(tmp_path_factory):
 
     tmp, mods = tmp_path_factory.mktemp("mgpu_swap"), {}
     for label, name, over in SWAPPED:
-        spec = {k: v for k, v in spec_of(name).items() if k not in ("per_target", "variants")}
-        for section, keys in {**SWAP, **over}.items():
-            spec[section] = keys if isinstance(keys, list) else {**(spec.get(section) or {}), **keys}
-        spec["name"], spec["targets"] = f"swap_{label}", ["pallas:gpu_sm90"]
+        spec = catalogue_config(name, {**SWAP, **over, "name": f"swap_{label}", "targets": ["pallas:gpu_sm90"]})
         spec = json.loads(json.dumps(GemmSpec.model_validate(spec).model_dump(mode="json")))
         (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{label}>", ".json")
         assert [d.rule for d in check_spec(loaded) if d.severity == "error"] == [], label  # what check passes

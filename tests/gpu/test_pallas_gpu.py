@@ -68,6 +68,8 @@ CLUSTERED = [("gemm_bias_gelu_bf16", {"cluster": {"m": 2, "n": 1}}),
 def clustered(tmp_path_factory):
     import json
 
+    from backends.pallas.common import catalogue_config
+
     from specgen.compile import load_rendered
     from specgen.registry import design_for
     from specgen.resolve import resolve
@@ -75,10 +77,7 @@ def clustered(tmp_path_factory):
 
     tmp, mods = tmp_path_factory.mktemp("clustered"), {}
     for name, over in CLUSTERED:
-        spec = {k: v for k, v in spec_of(name).items() if k not in ("per_target", "variants")}
-        for section, keys in over.items():
-            spec[section] = {**spec.get(section, {}), **keys}
-        spec["targets"] = ["pallas:gpu_sm90"]
+        spec = catalogue_config(name, {**over, "targets": ["pallas:gpu_sm90"]})
         (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
         (target,) = loaded.spec.targets
         files = design_for("gemm", "pallas:tpu_v5e").render(loaded, [target], {str(target): resolve(loaded.spec, target)})

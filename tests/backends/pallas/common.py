@@ -29,6 +29,16 @@ TPU_CATALOGUE = {name: spec for name, spec in CATALOGUE.items()
                  if any(is_tpu_target(TARGETS[t]) for t in spec["targets"])}
 
 
+def catalogue_config(name: str, overrides: dict[str, object]) -> dict:
+    """Catalogue spec `name` with one config: its per-target tables and size-selected variants dropped,
+    `overrides` laid over its fields (a table merged key by key; a list such as the epilogue, or a plain
+    value such as the name or the targets, replaced)."""
+    spec = {k: v for k, v in CATALOGUE[name].items() if k not in ("per_target", "variants")}
+    for field, value in overrides.items():
+        spec[field] = {**(spec.get(field) or {}), **value} if isinstance(value, dict) else value
+    return spec
+
+
 def jnp_dtype(dt: str):
     return jnp.dtype(JNP_DTYPES[DType(dt)])
 

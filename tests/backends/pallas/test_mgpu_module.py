@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backends.pallas.common import CATALOGUE, jnp_dtype
+from backends.pallas.common import CATALOGUE, catalogue_config, jnp_dtype
 from specgen.compile import load_rendered
 from specgen.designs.gemm_pallas.design import is_mgpu_target
 from specgen.registry import design_for
@@ -121,9 +121,7 @@ def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: d
     from specgen.designs.gemm_pallas.compile import compile_module
     from specgen.targets import TARGETS
 
-    spec = {k: v for k, v in MGPU[name].items() if k not in ("per_target", "variants")}
-    for section, keys in over.items():
-        spec[section] = {**spec.get(section, {}), **keys}
+    spec = catalogue_config(name, over)
     mod, resolved = render(spec, tmp_path)
     cfg = mod.CONFIG
     assert (spec["cluster"]["m"], spec["cluster"]["n"]) == (cfg.cluster_m, cfg.cluster_n)
@@ -159,8 +157,8 @@ def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> N
     from specgen.designs.gemm_pallas.compile import compile_module
     from specgen.targets import TARGETS
 
-    spec = {k: v for k, v in MGPU[name].items() if k not in ("per_target", "variants")}
-    spec |= {"pallas": {"swap_ab": True}, "cluster": {"m": 1, "n": 1}, "pipeline": {"ab_stages": "auto"}, **over}
+    spec = catalogue_config(name, {"pallas": {"swap_ab": True}, "cluster": {"m": 1, "n": 1},
+                                   "pipeline": {"ab_stages": "auto"}, **over})
     mod, resolved = render(spec, tmp_path)
     cfg = mod.CONFIG
     assert cfg.swap_ab and (cfg.tile_m, cfg.tile_n) == (over["tile"]["m"], over["tile"]["n"])
