@@ -51,12 +51,23 @@ def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     (nvidia-cutlass-dsl 4.8.1, sm_90a): with 32-column subtiles a 64x48 tile compiled, but its second
     subtile read 16 accumulator registers past the 24 a thread holds (its stored columns were garbage);
     a 128x40 tile aborts the compiling process. An 8-bit 64x160 tile takes 32-column subtiles (it
-    compiles spill-free). With `cute.swap_ab` the kernel's tile is out^T's (tile.n x tile.m)."""
+    compiles spill-free). With `cute.swap_ab` the kernel's tile is out^T's (tile.n x tile.m).
+    The register -> SMEM copy is built from stmatrix's four 8x8 matrices per warp, 16 accumulator columns:
+    a kernel tile whose width is no multiple of 16 is refused. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a,
+    session 14): 8 columns (bf16 out, swapped or not) fail to compile ("CopyAtom's source layout 8 is
+    greater than the size of TiledMma's LayoutC_TV 4"), 24 columns abort the compiling process; an f32
+    64x8 tile compiles but was never run, so it is refused with them."""
 
     em, en = epilogue_tile(ctx.spec)
     rows, cols = kernel_tile(ctx.spec)
+    side = "m" if swap_ab(ctx.spec) else "n"
+    if cols % 16:
+        yield Finding("CUTE002", "error", f"the kernel's tile {rows}x{cols}{' (out^T: swap_ab)' if swap_ab(ctx.spec) else ''} "
+                      f"is {cols} columns wide: the epilogue's stmatrix copy takes 16 accumulator columns at a time "
+                      "(8 fail to compile, 24 abort the compiler)", f"use tile.{side} = {max(16, cols // 16 * 16)}",
+                      ("tile", side))
+        return
     if rows % em or cols % en:
-        side = "m" if swap_ab(ctx.spec) else "n"
         yield Finding("CUTE002", "error", f"the kernel's tile {rows}x{cols}{' (out^T: swap_ab)' if swap_ab(ctx.spec) else ''} "
                       f"is not a whole number of {em}x{en} epilogue subtiles: the last subtile would read accumulator "
                       "registers past the tile's (it compiles; those columns would be garbage)",
