@@ -26,6 +26,7 @@
 #                        table: bf16 decode and large shapes, fp8 small and large, on every backend, paired
 #                        with the peer; gemm_bf16's variants vs its default config (CuTe, Mosaic GPU)
 #   gpu/decode.sh tests | table   check's two halves, for calls that must each stay under the limit
+#                        (FLUSH=read: the table's benches with the L2 left clean, specgen bench --flush read)
 # Run from the repo root on a CUDA machine (CuTe DSL and specgen's deps on PYTHONPATH, as gpu/run.sh says).
 set -uo pipefail
 out=${OUT:-out/decode}
@@ -259,8 +260,10 @@ case "${1:-}" in
       [ "$1" = tests ] && exit "$tests"
     fi
     rc=0
-    python3 -m specgen bench gemm_bf16 --shapes "$DECODE,$LARGE" --rounds 20 --json "$out/bench-bf16.json" 2>&1 | tee "$out/bench-bf16.log" || rc=1
-    python3 -m specgen bench gemm_fp8_rowwise --shapes "$FP8" --rounds 20 --json "$out/bench-fp8.json" 2>&1 | tee "$out/bench-fp8.log" || rc=1
+    # FLUSH=read times the table with the L2 left clean before each call (specgen bench --flush; files -read.*)
+    fl=${FLUSH:-write} sfx=${FLUSH:+-$FLUSH}
+    python3 -m specgen bench gemm_bf16 --shapes "$DECODE,$LARGE" --rounds 20 --flush "$fl" --json "$out/bench-bf16$sfx.json" 2>&1 | tee "$out/bench-bf16$sfx.log" || rc=1
+    python3 -m specgen bench gemm_fp8_rowwise --shapes "$FP8" --rounds 20 --flush "$fl" --json "$out/bench-fp8$sfx.json" 2>&1 | tee "$out/bench-fp8$sfx.log" || rc=1
     for t in cute:sm90 pallas:gpu_sm90; do
       python3 gpu/bench_variants.py --kernel gemm_bf16 --target "$t" --shapes "$DECODE" --rounds 20 --out "$out" 2>&1 \
         | tee "$out/bench-variants-${t//:/_}.log" || rc=1

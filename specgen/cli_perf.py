@@ -3,6 +3,7 @@ print. Importing this module imports no GPU library: the commands import what th
 
 from __future__ import annotations
 
+import enum
 import os
 from pathlib import Path
 
@@ -94,6 +95,13 @@ class RichProgress:
             self.bar.stop()
 
 
+class L2Flush(str, enum.Enum):
+    """timing.Flush, as the CLI's choice."""
+
+    write = "write"
+    read = "read"
+
+
 @app.command()
 def bench(
     specs: list[str] | None = typer.Argument(None, help="Spec files or kernel names (default: all of specs/).",
@@ -105,6 +113,9 @@ def bench(
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two records: A.json B.json.",
                                                      metavar="A B"),
     rounds: int = typer.Option(40, "--rounds", min=3, help="Paired rounds per row."),
+    flush: L2Flush = typer.Option(L2Flush.write, "--flush", case_sensitive=False,
+                                  help="Empty the L2 before each call by writing 256 MB (leaves it dirty, as do_bench) "
+                              "or by reading it (leaves it clean, as ncu)."),
 ) -> None:
     """Time rendered kernels against their peer (paired CUPTI, L2 flushed, an A/A row per table)."""
     from specgen.bench.record import BenchRecord
@@ -131,7 +142,7 @@ def bench(
     if not jobs:
         err.print("error: no target of these specs runs on this GPU", markup=False)
         raise typer.Exit(1)
-    record = run_bench(jobs, workloads, CuptiTimer(), environment(), rounds,
+    record = run_bench(jobs, workloads, CuptiTimer(flush.value), environment(flush.value), rounds,
                        progress=lambda line: err.print(line, markup=False))
     print_record(record, out)
     if json_out:

@@ -36,6 +36,7 @@ class Environment(Model):
     python: str = ""
     specgen: str = __version__
     date: str = ""  # ISO date
+    l2_flush: Literal["write", "read"] = "write"  # how the timer emptied the L2 before each call (timing.Flush)
 
 
 class Row(Model):
@@ -126,8 +127,8 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def environment() -> Environment:
-    """The machine a timing runs on (needs torch with CUDA)."""
+def environment(l2_flush: Literal["write", "read"] = "write") -> Environment:
+    """The machine a timing runs on (needs torch with CUDA), and the L2 flush its timer used."""
     import torch
 
     props = torch.cuda.get_device_properties(0)
@@ -135,4 +136,4 @@ def environment() -> Environment:
     return Environment(gpu=props.name, sm_count=props.multi_processor_count, sm_clock_mhz=_int(smi.get("clocks.sm")),
                        max_sm_clock_mhz=_int(smi.get("clocks.max.sm")), driver=smi.get("driver_version"),
                        cuda=torch.version.cuda, versions=library_versions(), python=platform.python_version(),
-                       date=datetime.date.today().isoformat())
+                       date=datetime.date.today().isoformat(), l2_flush=l2_flush)

@@ -23,7 +23,8 @@ def tables(record: BenchRecord) -> list[Table]:
     geo = record.geomeans()
     for target in dict.fromkeys(r.target for r in record.rows):
         rows = [r for r in record.rows if r.target == target]
-        t = Table(title=f"{target} on {env.gpu} (driver {env.driver}, {env.date}): ratio = peer / ours, > 1 ours faster",
+        t = Table(title=f"{target} on {env.gpu} (driver {env.driver}, {env.date}, L2 flushed by {env.l2_flush}): "
+                  "ratio = peer / ours, > 1 ours faster",
                   caption=f"geomean {geo[target]:.3f}x over {sum(r.kind == 'kernel' for r in rows)} rows"
                   if target in geo else None)
         for col in ("kernel", "shape", "config", "peer", "ratio (95% CI)", "ours us", "peer us", "TFLOP/s", "% peak"):
@@ -56,6 +57,9 @@ def compare(a: BenchRecord, b: BenchRecord) -> tuple[Table, list[str]]:
     notes = [f"only in {side}: {r.kernel} @ {r.target} {_shape(r)}"
              for side, mine, other in (("A", rows_a, rows_b), ("B", rows_b, rows_a))
              for k, r in mine.items() if k not in other]
+    if a.environment.l2_flush != b.environment.l2_flush:  # a streaming kernel's ratio moves with the flush alone
+        notes.insert(0, f"A flushed the L2 by {a.environment.l2_flush}, B by {b.environment.l2_flush}: ratios of "
+                     "kernels that stream DRAM differ between the two flushes whatever the code (specgen bench --flush)")
     ga, gb = a.geomeans(), b.geomeans()
     for target in (t for t in ga if t in gb):
         shared = [k for k in rows_a if k in rows_b and k[0] == "kernel" and k[2] == target]

@@ -14,11 +14,17 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from specgen.bench.stats import rotation
 
 FLUSH_BYTES = 256 << 20  # > 5x the H200's 50 MB L2, as do_bench flushes
+# How the L2 is emptied before each call. `write` zeroes the buffer (do_bench's and nvbench's flush): the L2
+# is left full of dirty lines, which the next call writes back to DRAM while it runs, so a kernel that
+# streams DRAM pays that write-back and one that does not hardly notices it. `read` reduces over the buffer:
+# the L2 is left holding clean lines, as ncu's cache control leaves it (bench/RESULTS.md, session 14).
+Flush = Literal["write", "read"]
+FLUSHES: tuple[Flush, ...] = ("write", "read")
 
 
 @dataclass(frozen=True)
@@ -35,38 +41,45 @@ class Timer(Protocol):
         ...
 
 
-_FLUSH: dict[int, Any] = {}
+_FLUSH: dict[int, tuple[Any, Any]] = {}
 
 
-def flush_l2(device: int = 0) -> None:
-    """Evict the GPU's L2 by writing a 256 MB buffer."""
+def flush_l2(device: int = 0, how: Flush = "write") -> None:
+    """Evict the GPU's L2 through a 256 MB buffer: `write` zeroes it, `read` takes its max (see Flush)."""
     import torch
 
-    buf = _FLUSH.get(device)
-    if buf is None:
-        buf = _FLUSH[device] = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=f"cuda:{device}")
-    buf.zero_()
+    if how not in FLUSHES:
+        raise ValueError(f"flush_l2: how must be one of {', '.join(FLUSHES)}, not {how!r}")
+    held = _FLUSH.get(device)
+    if held is None:
+        buf = torch.zeros(FLUSH_BYTES, dtype=torch.int8, device=f"cuda:{device}")
+        held = _FLUSH[device] = (buf, torch.empty((), dtype=torch.int32, device=f"cuda:{device}"))
+    buf, result = held
+    if how == "write":
+        buf.zero_()
+    else:  # read as int32 words: one reduction over 256 MB, a 4-byte result
+        torch.amax(buf.view(torch.int32), dim=0, out=result)
 
 
-def _flush_kernel_names() -> set[str]:
+def _flush_kernel_names(how: Flush) -> set[str]:
     """The kernels flush_l2 launches (profiled alone, after a warm-up flush): the timer leaves them out of
     a call's time and uses them to tell calls apart."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    flush_l2()
+    flush_l2(how=how)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as alone:
-        flush_l2()
+        flush_l2(how=how)
         torch.cuda.synchronize()
     return {e.key for e in alone.key_averages() if e.device_time_total > 0}
 
 
-def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict[str, dict]:
+def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40, flush: Flush = "write") -> dict[str, dict]:
     """CUPTI kernel time of each call, `rounds` rounds, every call once per round in a rotating order, L2
-    flushed before each. Returns per call "samples" (each round's us: the sum of the kernels it launched)
-    and "kernels" (its kernels by name with their median us: what cuBLAS or XLA picked for the shape, how
-    an eager peer's time splits)."""
+    flushed (`flush`) before each. Returns per call "samples" (each round's us: the sum of the kernels it
+    launched) and "kernels" (its kernels by name with their median us: what cuBLAS or XLA picked for the
+    shape, how an eager peer's time splits)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -74,12 +87,12 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40) -> dict
     names = list(fns)
     for fn in fns.values():
         fn()
-    flush_names = _flush_kernel_names()
+    flush_names = _flush_kernel_names(flush)
     order: list[str] = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(rounds):
             for name in rotation(names, i):
-                flush_l2()
+                flush_l2(how=flush)
                 torch.cuda.synchronize()
                 fns[name]()
                 torch.cuda.synchronize()
@@ -132,13 +145,15 @@ def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100,
 
 
 class CuptiTimer:
-    """The GPU's Timer: kernel_cycle. `kernels` keeps the last cycle's kernel names per call key."""
+    """The GPU's Timer: kernel_cycle under one L2 flush. `kernels` keeps the last cycle's kernel names per
+    call key."""
 
-    def __init__(self) -> None:
+    def __init__(self, flush: Flush = "write") -> None:
+        self.flush = flush
         self.kernels: dict[str, dict[str, float]] = {}
 
     def cycle(self, calls: dict[str, Call], rounds: int) -> dict[str, list[float]]:
-        c = kernel_cycle({name: call.fn for name, call in calls.items()}, rounds)
+        c = kernel_cycle({name: call.fn for name, call in calls.items()}, rounds, self.flush)
         for name, call in calls.items():
             self.kernels[call.key] = c[name]["kernels"]
         return {name: c[name]["samples"] for name in calls}

@@ -103,6 +103,25 @@ def test_compare_says_what_moved(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "faster" in result.output and "1.050x -> 1.200x" in result.output
     assert not notes[0].startswith("only")
+    clean = b.model_copy(update={"environment": ENV.model_copy(update={"l2_flush": "read"})})
+    assert compare(a, clean)[1][0].startswith("A flushed the L2 by write, B by read")
+
+
+def test_the_l2_flush_is_a_choice_on_record() -> None:
+    """`--flush` picks how the timer empties the L2 (timing.Flush); the record and its tables say which, and
+    a bad choice is refused before anything is timed (no GPU needed to get that far)."""
+    from specgen.bench.timing import FLUSHES, flush_l2
+
+    assert FLUSHES == ("write", "read") and ENV.l2_flush == "write"
+    with pytest.raises(ValueError, match="write, read"):
+        flush_l2(how="sideways")  # type: ignore[arg-type]
+    result = CliRunner().invoke(app, ["bench", "gemm_bf16", "--flush", "sideways"])
+    assert result.exit_code == 2 and "'sideways' is not one of 'write', 'read'" in result.output
+    specs = _catalogue()
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("16x8192x8192"), FakeWorkloads())
+    clean = ENV.model_copy(update={"l2_flush": "read"})
+    record = run_bench(jobs, FakeWorkloads(), FakeTimer(), clean, rounds=5)
+    assert "L2 flushed by read" in tables(record)[0].title
 
 
 def test_png(tmp_path: Path) -> None:
