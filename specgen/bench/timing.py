@@ -24,6 +24,7 @@ FLUSH_BYTES = 256 << 20  # > 5x the H200's 50 MB L2, as do_bench flushes
 # streams DRAM pays that write-back and one that does not hardly notices it. `read` reduces over the buffer:
 # the L2 is left holding clean lines, as ncu's cache control leaves it (bench/RESULTS.md, session 14).
 Flush = Literal["write", "read"]
+FLUSH_ROW = 4096  # int32 words per row of the read flush's reduction (16384 rows, a 64 KB result)
 FLUSHES: tuple[Flush, ...] = ("write", "read")
 
 
@@ -41,7 +42,7 @@ class Timer(Protocol):
         ...
 
 
-_FLUSH: dict[int, tuple[Any, Any]] = {}
+_FLUSH: dict[int, tuple[Any, Any, Any]] = {}  # per device: the buffer, its rows as int32, the rows' maxima
 
 
 def flush_l2(device: int = 0, how: Flush = "write") -> None:
@@ -53,12 +54,15 @@ def flush_l2(device: int = 0, how: Flush = "write") -> None:
     held = _FLUSH.get(device)
     if held is None:
         buf = torch.zeros(FLUSH_BYTES, dtype=torch.int8, device=f"cuda:{device}")
-        held = _FLUSH[device] = (buf, torch.empty((), dtype=torch.int32, device=f"cuda:{device}"))
-    buf, result = held
+        rows = buf.view(torch.int32).view(-1, FLUSH_ROW)
+        held = _FLUSH[device] = (buf, rows, torch.empty(rows.shape[0], dtype=torch.int32, device=f"cuda:{device}"))
+    buf, rows, result = held
     if how == "write":
         buf.zero_()
-    else:  # read as int32 words: one reduction over 256 MB, a 4-byte result
-        torch.amax(buf.view(torch.int32), dim=0, out=result)
+    else:
+        # each row's max: one reduction kernel. A whole-buffer max also launches a memset, a kernel name that
+        # cuBLAS's calls launch too, and the timer tells calls apart by the flush's kernel names.
+        torch.amax(rows, dim=1, out=result)
 
 
 def _flush_kernel_names(how: Flush) -> set[str]:
