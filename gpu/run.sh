@@ -38,6 +38,9 @@ host=${PIPESTATUS[0]}
 # the fused epilogue's cost: bias + GELU against its plain twin (same configs), per backend, paired
 python3 gpu/bench_epilogue.py --out "$out" 2>&1 | tee "$out/bench-epilogue.log"
 epilogue=${PIPESTATUS[0]}
+# cold start per backend (issue 20): importing the backend, the generated module, the first call (empty / disk caches)
+python3 gpu/bench_start.py --out "$out" 2>&1 | tee "$out/bench-start.log"
+start=${PIPESTATUS[0]}
 # the C++ export (issue 23): cold start of a C++ program vs the Python launcher, host cost per call
 python3 gpu/bench_export.py --out "$out" 2>&1 | tee "$out/bench-export.log"
 export_bench=${PIPESTATUS[0]}
@@ -47,4 +50,4 @@ for k in gemm_bf16 gemm_fp8_rowwise; do
   python3 gpu/bench_fixed_cost.py --out "$out" --kernel "$k" 2>&1 | tee "$out/bench-fixed-cost-$k.log"
   [ "${PIPESTATUS[0]}" = 0 ] || fixed=1
 done
-exit $(( tests || bench || tune || cute_jax || host || epilogue || export_bench || fixed ))
+exit $(( tests || bench || tune || cute_jax || host || epilogue || start || export_bench || fixed ))
