@@ -3,6 +3,8 @@ importing the backend alone, importing the generated module (which imports its b
 call (compile or load, launch, synchronize) with empty caches and again with the caches a first process
 filled (Triton's `TRITON_CACHE_DIR`, the CuTe launcher's `SPECGEN_CUTE_CACHE`, jax's compilation cache).
 Seconds, the median over `--runs` processes per row (min-max beside it); the processes alternate backends.
+A Mosaic GPU module imports torch only at its first torch call, so its module import leaves torch out
+where its backend's import counts it.
 
     python gpu/bench_start.py --out out/gpu --runs 3
 """

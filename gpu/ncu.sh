@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute over issue 20's short cells (gpu/ncu_probe.py: each backend's kernel beside the peer's,
 # caches flushed per replay, clocks left alone): the details page of each as text and the headline
-# counters as CSV under $OUT/ncu (two files per case; the reports stay in /tmp/ncu, on the machine). Run from the repo root on a CUDA machine with ncu (Firecracker kinds),
+# counters as CSV under $OUT/ncu, two files per case (the reports stay in /tmp/ncu, on the machine).
+# Run from the repo root on a CUDA machine whose runtime lets ncu read counters (the Firecracker kinds),
 # the CuTe DSL and specgen's deps on PYTHONPATH, as gpu/run.sh says.
 #   gpu/ncu.sh [CASE...]   cases: decode (gemm_bf16 1x and 16x8192x8192), fp8 (16x8192x8192), large (4096^3),
 #                          flushes (gemm_bf16 and fp8 at 16x8192x8192, one pass of time and DRAM bytes after each

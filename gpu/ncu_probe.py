@@ -57,8 +57,7 @@ def main() -> None:
     targets = [parse_target(t) for t in args.targets.split(",")]
     calls = {}
     if not args.no_peer:  # torch's peer (cuBLAS or `_scaled_mm`) for the torch-side targets
-        first = next(t for t in targets)
-        calls[f"peer {peer_name(spec, first)}"] = peer_call(spec, first, x)
+        calls[f"peer {peer_name(spec, targets[0])}"] = peer_call(spec, targets[0], x)
     for t in targets:
         calls[str(t)] = ours_call(build_module(loaded, t), spec, t, x)
     reference = next(iter(calls.values()))()

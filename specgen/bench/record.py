@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specgen import __version__
 from specgen.bench.stats import geomean
+from specgen.bench.timing import Flush
 
 SCHEMA = "specgen.bench/1"
 
@@ -36,7 +37,7 @@ class Environment(Model):
     python: str = ""
     specgen: str = __version__
     date: str = ""  # ISO date
-    l2_flush: Literal["write", "read"] = "write"  # how the timer emptied the L2 before each call (timing.Flush)
+    l2_flush: Flush = "write"  # how the timer emptied the L2 before each call
 
 
 class Row(Model):
@@ -127,7 +128,7 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def environment(l2_flush: Literal["write", "read"] = "write") -> Environment:
+def environment(l2_flush: Flush = "write") -> Environment:
     """The machine a timing runs on (needs torch with CUDA), and the L2 flush its timer used."""
     import torch
 

@@ -111,8 +111,9 @@ def test_the_l2_flush_is_a_choice_on_record() -> None:
     """`--flush` picks how the timer empties the L2 (timing.Flush); the record and its tables say which, and
     a bad choice is refused before anything is timed (no GPU needed to get that far)."""
     from specgen.bench.timing import FLUSHES, flush_l2
+    from specgen.cli_perf import L2Flush
 
-    assert FLUSHES == ("write", "read") and ENV.l2_flush == "write"
+    assert FLUSHES == ("write", "read") == tuple(f.value for f in L2Flush) and ENV.l2_flush == "write"
     with pytest.raises(ValueError, match="write, read"):
         flush_l2(how="sideways")  # type: ignore[arg-type]
     result = CliRunner().invoke(app, ["bench", "gemm_bf16", "--flush", "sideways"])
