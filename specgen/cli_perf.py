@@ -181,6 +181,8 @@ def tune(
     compile_only: bool = typer.Option(False, "--compile-only",
                                       help="Compile every candidate afresh (no cache, no GPU) and report throughput."),
     verify: bool = typer.Option(False, "--verify", help="Then time every candidate in one cycle: is the pick the best?"),
+    flush: L2Flush = typer.Option("write", "--flush", case_sensitive=False,
+                                  help="The timer's L2 flush, as `bench --flush` (cached timings are kept per flush)."),
 ) -> None:
     """Find each target's best config for each SPEC's shapes; with --write, put it in the spec file."""
     from specgen.tune.space import SpaceError, parse_knobs
@@ -207,7 +209,8 @@ def tune(
         session.run(loaded, wanted, shape_list, overrides, cache_path=cache_path, budget_min=budget, write=write,
                     from_cache=from_cache,
                     ray=ray_address or ("local" if ray else None), workers=workers, rounds=rounds, compile_only=compile_only,
-                    verify=verify, progress=progress, need_gpu=_need_gpu, say=lambda t: out.print(t, markup=False))
+                    verify=verify, progress=progress, need_gpu=_need_gpu, say=lambda t: out.print(t, markup=False),
+                    flush=flush.value)
     except (SpaceError, WriteError, session.TuneError) as e:
         progress.stop()
         err.print(f"error: {e}", markup=False)

@@ -2,8 +2,10 @@
 killed tune loses nothing; a re-run skips what is there; `--from-cache` chooses from it with no GPU).
 
 A timing's key is (the kernel's semantics, target, shape, the candidate's whole effective config, the
-incumbent's, GPU name, driver, library versions); a compile's drops the GPU. Keying by semantics rather
-than the file's spec hash keeps entries valid after `--write` changes the config in the spec."""
+incumbent's, GPU name, driver, library versions, and the timer's L2 flush where it is not the default
+write flush, so keys from before the flush was a choice stay valid); a compile's drops the GPU. Keying by
+semantics rather than the file's spec hash keeps entries valid after `--write` changes the config in the
+spec."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class Machine(BaseModel):
     gpu: str
     driver: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
+    l2_flush: Literal["write", "read"] = "write"  # how the timer emptied the L2 (specgen.bench.timing.Flush)
 
 
 class Entry(BaseModel):
@@ -67,7 +70,10 @@ def compile_key(sem: str, target: str, config_key: str, versions: dict[str, str]
 
 def time_key(sem: str, target: str, shape: tuple[int, ...], config_key: str, incumbent_key: str,
              machine: Machine) -> str:
-    return _sha("time", sem, target, list(shape), config_key, incumbent_key, machine.model_dump())
+    m = machine.model_dump()
+    if m["l2_flush"] == "write":  # the flush before it was a choice: the keys of those timings stay as they were
+        del m["l2_flush"]
+    return _sha("time", sem, target, list(shape), config_key, incumbent_key, m)
 
 
 class Cache:

@@ -11,12 +11,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specgen.bench.shapes import Shape
 from specgen.bench.stats import paired
 from specgen.bench.timing import Call, Timer
 from specgen.spec.models import parse_target
+
+if TYPE_CHECKING:
+    from specgen.bench.timing import Flush
 
 Measurer = Callable[[dict, dict, str, Shape, int], dict[str, float]]
 
@@ -87,10 +90,10 @@ class TimingActor:
     from 0 again, so the busy time reported is the driver's (RayActors), and these counts only tell a
     restart apart (fewer jobs here than the driver sent this actor)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, flush: Flush = "write") -> None:
         from specgen.bench.timing import CuptiTimer
 
-        self.calls, self.timer = GpuCalls(Path(folder)), CuptiTimer()
+        self.calls, self.timer = GpuCalls(Path(folder)), CuptiTimer(flush)
         self.jobs, self.busy_s = 0, 0.0
 
     def measure(self, cand: dict, inc: dict, target: str, shape: tuple, rounds: int) -> dict[str, float]:
@@ -164,7 +167,7 @@ class RayActors:
     kills its actor twice is that candidate's failure. `busy()`: each GPU's share, counted here in the
     driver (a restart loses the actor's own counters, not these)."""
 
-    def __init__(self, folder: Path, actor_class: type | None = None) -> None:
+    def __init__(self, folder: Path, actor_class: type | None = None, flush: Flush = "write") -> None:
         import ray
 
         gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -174,7 +177,7 @@ class RayActors:
         # takes a core per GPU from the compile tasks (on a 2-core host with 2 GPUs, all of them: no compile
         # ever starts); compiles and timings are separate phases, so the actors' host work takes no core from them
         actor = ray.remote(num_gpus=1, num_cpus=0, max_restarts=4, max_task_retries=1)(actor_class or TimingActor)
-        self.actors = [actor.remote(str(folder)) for _ in range(gpus)]
+        self.actors = [actor.remote(str(folder), flush) for _ in range(gpus)]
         self.jobs, self.busy_s, self.wall_s = [0] * gpus, [0.0] * gpus, 0.0  # per actor; wall over imap calls
 
     def __call__(self, cand: dict, inc: dict, target: str, shape: Shape, rounds: int) -> dict[str, float]:
@@ -250,8 +253,8 @@ class RayActors:
         return out
 
 
-def ray_actors(folder: Path) -> RayActors:
-    return RayActors(folder)
+def ray_actors(folder: Path, flush: Flush = "write") -> RayActors:
+    return RayActors(folder, flush=flush)
 
 
 def runner(measurer: Measurer) -> Callable[[Iterable[TimeJob]], Outcome]:

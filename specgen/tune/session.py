@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specgen.bench.shapes import Shape
 from specgen.registry import design_for
@@ -21,6 +21,9 @@ from specgen.tune import compile_jobs, measure
 from specgen.tune.cache import Cache, Machine
 from specgen.tune.run import Progress, TuneError, TuneReport, compile_all, folder_for, plan_slots, tune
 from specgen.tune.space import config_key
+
+if TYPE_CHECKING:
+    from specgen.bench.timing import Flush
 
 __all__ = ["TuneError", "run"]
 
@@ -85,7 +88,7 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
 def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]],
         *, cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
         rounds: int, compile_only: bool, verify: bool, progress: Progress, need_gpu: Callable[[str], None],
-        say: Callable[[str], None]) -> None:
+        say: Callable[[str], None], flush: Flush = "write") -> None:
     """Tune each spec in turn; several in one run share the Ray cluster and its timing actors (started once)."""
     if ray is not None:
         import ray as ray_lib
@@ -111,13 +114,13 @@ def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, o
         from specgen.bench.record import environment
         from specgen.bench.timing import CuptiTimer
 
-        env = environment()
-        machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions)
+        env = environment(flush)
+        machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions, l2_flush=env.l2_flush)
         major, minor = torch.cuda.get_device_capability()
         targets = [_targets(loaded, wanted, 10 * major + minor) for loaded in specs]  # any refusal before work
-        timer = CuptiTimer()
+        timer = CuptiTimer(env.l2_flush)
         if ray is not None:  # created before the first compile: the actors start while the CPUs compile
-            actors = measure.ray_actors(cache_path.parent / "modules" / "timed")
+            actors = measure.ray_actors(cache_path.parent / "modules" / "timed", env.l2_flush)
     for n, loaded in enumerate(specs):
         if from_cache:
             report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,

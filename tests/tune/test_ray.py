@@ -62,7 +62,7 @@ def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: P
         names the process that ran it. The job whose shape has M = 13 kills its actor's process the first
         time it runs (a marker file says so)."""
 
-        def __init__(self, folder: str) -> None:
+        def __init__(self, folder: str, flush: str = "write") -> None:
             self.folder, self.jobs, self.busy_s = Path(folder), 0, 0.0
 
         def time_one(self, cand, inc, target, shape, rounds):

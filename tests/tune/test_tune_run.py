@@ -131,3 +131,19 @@ def test_a_failing_spec_is_refused_before_any_work(tmp_path: Path) -> None:
                    'targets = ["triton:sm90"]\n')
     with pytest.raises(TuneError, match="SMEM001"):
         run_tune(bad, tmp_path / "c.jsonl")
+
+
+def test_timings_are_kept_per_l2_flush_and_old_keys_stay_valid() -> None:
+    """`tune --flush read` times with the L2 left clean (bench --flush): its timings get keys of their own,
+    while a write-flush timing keys as it did before the flush was a choice (a committed H100 cache's entries
+    recompute to their recorded keys, so `--from-cache` still finds them)."""
+    from specgen.tune.cache import Entry, time_key
+
+    root = Path(__file__).resolve().parents[2]
+    lines = (root / "bench/results/2026-11-26-h100-s13-tune15-cache.jsonl").read_text().splitlines()
+    timed = [e for e in map(Entry.model_validate_json, lines) if e.kind == "time"]
+    assert timed and all(e.machine is not None and e.machine.l2_flush == "write" for e in timed)
+    for e in timed[:5]:
+        assert time_key(e.semantics, e.target, e.shape, e.config_key, e.incumbent_key, e.machine) == e.key
+        clean = e.machine.model_copy(update={"l2_flush": "read"})
+        assert time_key(e.semantics, e.target, e.shape, e.config_key, e.incumbent_key, clean) != e.key
