@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specgen.bench.timing import Flush
 from specgen.spec.models import GemmSpec
 
 SEMANTIC_FIELDS = ("a", "b", "out", "accumulator", "batch", "epilogue")
@@ -28,7 +29,7 @@ class Machine(BaseModel):
     gpu: str
     driver: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
-    l2_flush: Literal["write", "read"] = "write"  # how the timer emptied the L2 (specgen.bench.timing.Flush)
+    l2_flush: Flush = "write"  # how the timer emptied the L2
 
 
 class Entry(BaseModel):

@@ -11,15 +11,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from specgen.bench.shapes import Shape
 from specgen.bench.stats import paired
-from specgen.bench.timing import Call, Timer
+from specgen.bench.timing import Call, Flush, Timer
 from specgen.spec.models import parse_target
-
-if TYPE_CHECKING:
-    from specgen.bench.timing import Flush
 
 Measurer = Callable[[dict, dict, str, Shape, int], dict[str, float]]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from specgen.bench.shapes import Shape, default_shapes, slot_for, slot_label
 from specgen.bench.stats import geomean
+from specgen.bench.timing import Flush
 from specgen.check import check_spec
 from specgen.spec.load import LoadedSpec, load_file
 from specgen.spec.models import CONFIG_SECTIONS, Target
@@ -263,18 +264,21 @@ def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, 
          machine: Machine | None, compiler: Compiler | None, measurer: Measurer | None, rounds: int = 40,
          budget_s: float | None = None, overrides: dict[str, tuple[Any, ...]] | None = None,
          versions: dict[str, str] | None = None, progress: Progress | None = None, min_gain: float = 0.0,
-         do_write: bool = False, date: str = "", clock: Callable[[], float] = time.monotonic) -> TuneReport:
+         do_write: bool = False, date: str = "", clock: Callable[[], float] = time.monotonic,
+         l2_flush: Flush = "write") -> TuneReport:
     """The whole tune of one spec. `machine` None with `measurer` None: --from-cache (choose from what the
-    cache holds for the most recent machine that timed this kernel; compile and time nothing)."""
+    cache holds for the most recent machine that timed this kernel under `l2_flush`; compile and time
+    nothing)."""
     progress = progress or Progress()
     slots = plan_slots(loaded, targets, shapes, overrides)
     report = TuneReport(slots, machine)
     sem = semantics(loaded.spec)
     if measurer is None:  # --from-cache
         if machine is None:
-            known = [m for t in targets for m in cache.machines(sem, str(t))]
+            known = [m for t in targets for m in cache.machines(sem, str(t)) if m.l2_flush == l2_flush]
             if not known:
-                raise TuneError(f"{cache.path} holds no timing of {loaded.name} on {', '.join(map(str, targets))}")
+                raise TuneError(f"{cache.path} holds no timing of {loaded.name} on {', '.join(map(str, targets))} "
+                                f"with the L2 flushed by {l2_flush}")
             machine = report.machine = known[-1]
         versions = machine.versions
     else:

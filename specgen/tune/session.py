@@ -10,9 +10,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specgen.bench.shapes import Shape
+from specgen.bench.timing import Flush
 from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
@@ -21,9 +22,6 @@ from specgen.tune import compile_jobs, measure
 from specgen.tune.cache import Cache, Machine
 from specgen.tune.run import Progress, TuneError, TuneReport, compile_all, folder_for, plan_slots, tune
 from specgen.tune.space import config_key
-
-if TYPE_CHECKING:
-    from specgen.bench.timing import Flush
 
 __all__ = ["TuneError", "run"]
 
@@ -124,7 +122,8 @@ def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, o
     for n, loaded in enumerate(specs):
         if from_cache:
             report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,
-                          measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat())
+                          measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat(),
+                          l2_flush=flush)
         else:
             calls = measure.GpuCalls(folder_for(cache_path, loaded) / "timed")
             report = tune(loaded, targets[n], shapes, cache=cache, machine=machine, compiler=compiler,

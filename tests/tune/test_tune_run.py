@@ -120,6 +120,13 @@ def test_from_cache_reapplies_without_a_gpu(spec_copy, tmp_path: Path) -> None:
     r = run_tune(other, cache, overrides=SMALL, write=True, from_cache=True)
     assert r.machine is not None and r.machine.gpu == "Fake H200" and r.measured == 0
     assert other.read_text() == tuned.read_text()
+    # those timings were taken under the write flush: a --from-cache --flush read finds none of them
+    from specgen.spec.models import parse_target
+    from specgen.tune.run import TuneError, tune
+
+    with pytest.raises(TuneError, match="with the L2 flushed by read"):
+        tune(load_file(other)[0], [parse_target("triton:sm90")], [Shape(8192, 8192, 8192)], cache=Cache(cache),
+             machine=None, compiler=None, measurer=None, overrides=SMALL, l2_flush="read")
 
 
 def test_a_failing_spec_is_refused_before_any_work(tmp_path: Path) -> None:
