@@ -71,7 +71,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("out/gpu"))
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    base = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # no empty entry (the cwd)
+    base = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=path)
     samples: dict[str, dict[str, list[float]]] = {b: {} for b in BACKENDS}
     right = {b: True for b in BACKENDS}
     with tempfile.TemporaryDirectory(prefix="specgen-start-") as warm:
