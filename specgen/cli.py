@@ -163,8 +163,10 @@ def compile_cmd(
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
     sass: bool = typer.Option(False, "--sass", help="Where the compile hook reads SASS: count TMA, MMA and local-memory (LDL/STL) opcodes."),
-    export_dir: Path | None = typer.Option(None, "--export", help="Where the design exports: write objects, a C "
-                                           "header, launchers and a CMake file for C++ programs into DIR.", metavar="DIR"),
+    export_dir: str | None = typer.Option(None, "--export", help="Where the design exports: write objects, a C "
+                                          "header, launchers and a CMake file for C++ programs into DIR (a folder "
+                                          "of its own: files specgen did not write are never replaced; the export "
+                                          "is written whole or not at all).", metavar="DIR"),
 ) -> None:
     """Compile rendered kernels ahead of time (no GPU needed); print compiler vs plan SMEM."""
     import importlib.util
@@ -231,12 +233,14 @@ def compile_cmd(
     raise typer.Exit(1 if failed else 0)
 
 
-def _export(specs, rendered: Path, export_dir: Path, wanted: set[str]) -> None:
+def _export(specs, rendered: Path, export_dir: str, wanted: set[str]) -> None:
     """`compile --export`: each wanted target's design exports through its `export_hook`; a target whose
-    design has none (or renders nothing yet) is said, not exported."""
+    design has none (or renders nothing yet) is said, not exported. DIR is passed on as typed (a str:
+    typer's Path would read '' as '.'), for the hook to refuse or lock (ExportError: exit 2 for DIR itself, 1
+    for what it holds or a write)."""
     import importlib.util
 
-    from specgen.compile import MissingModule, _hook
+    from specgen.compile import ExportError, MissingModule, _hook
     from specgen.registry import design_for
 
     targets = {str(t): design_for(ls.spec.kind, t) for ls in specs for t in ls.spec.targets
@@ -261,19 +265,25 @@ def _export(specs, rendered: Path, export_dir: Path, wanted: set[str]) -> None:
     try:
         for ref, served in hooks.items():
             results += _hook(ref)(specs, rendered, export_dir, served)
-    except MissingModule as e:
+    except (MissingModule, ExportError) as e:
         err.print(f"error: {e}", markup=False)
+        raise typer.Exit(getattr(e, "code", 1)) from None
+    except OSError as e:  # what the hook did not expect: still one line
+        err.print(f"error: --export {export_dir}: {e.strerror} ({e.filename})", markup=False)
         raise typer.Exit(1) from None
+    failed = sum(bool(r.error) for r in results)
     for r in results:
         if r.error:
             out.print(f"FAILED {r.kernel} @ {r.target}: {r.error}", style="red", markup=False)
         else:
-            out.print(f"{r.kernel:28} {r.target:14} {plural(r.configs, 'config')} exported   {r.seconds:.1f} s", markup=False)
-    failed = sum(bool(r.error) for r in results)
+            out.print(f"{r.kernel:28} {r.target:14} {plural(r.configs, 'config')} {'compiled' if failed else 'exported'}"
+                      f"   {r.seconds:.1f} s", markup=False)
     if not results:
         err.print("nothing to export: no rendered kernel among the specs has a design that exports", markup=False)
+    elif failed:  # an export is whole or nothing: DIR keeps what it held
+        out.print(f"{len(results) - failed} compiled, {failed} failed: nothing written to {export_dir}", markup=False)
     else:
-        out.print(f"{len(results) - failed} exported, {failed} failed -> {export_dir}", markup=False)
+        out.print(f"{len(results)} exported, 0 failed -> {export_dir}", markup=False)
     raise typer.Exit(1 if failed or not results else 0)
 
 

@@ -45,6 +45,15 @@ class MissingModule(Exception):
     """A spec's rendered module is missing, or was rendered from another version of the spec."""
 
 
+class ExportError(Exception):
+    """An export hook refuses DIR or cannot write it: the message says why and what to do (no traceback).
+    code 2: DIR itself is not a folder to export into (a usage error); 1: what DIR holds, or a write."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def compiler_message(e: BaseException) -> str:
     """One line from a compile failure: a CompilationError that reads "at 10:19:", the source lines,
     a caret, then what went wrong; keep the position and what went wrong (or the cause's message)."""

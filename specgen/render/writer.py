@@ -64,13 +64,14 @@ def is_generated(path: Path) -> bool:
         return False
 
 
-def _inside(out_dir: Path, rel: object, folders: dict[str, str] | None = None) -> str:
+def _inside(out_dir: Path, rel: object, folders: dict[str, str] | None = None, flag: str = "--out") -> str:
     """The reason `rel` is not a plain relative path to a regular file (or nothing) inside out_dir.
-    No folder on the way may be a link (so nothing resolves outside); `folders` caches their verdicts."""
+    No folder on the way may be a link (so nothing resolves outside); `folders` caches their verdicts.
+    `flag` names out_dir in the reason (`--export` for compile --export)."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
         return "is not a relative path"
     if PurePosixPath(rel).is_absolute() or any(part in ("..", ".", "") for part in rel.split("/")):
-        return "is not a plain relative path inside --out"
+        return f"is not a plain relative path inside {flag}"
     folders = {} if folders is None else folders
     parts = rel.split("/")
     try:
@@ -78,7 +79,7 @@ def _inside(out_dir: Path, rel: object, folders: dict[str, str] | None = None) -
             sub = "/".join(parts[:i])
             if sub not in folders:
                 mode = (out_dir / sub).lstat().st_mode if os.path.lexists(out_dir / sub) else None
-                folders[sub] = ("resolves outside --out (through a link)" if mode is not None and stat.S_ISLNK(mode)
+                folders[sub] = (f"resolves outside {flag} (through a link)" if mode is not None and stat.S_ISLNK(mode)
                                 else f"lies under {sub}, which is not a folder" if mode is not None
                                 and not stat.S_ISDIR(mode) else "")
             if folders[sub]:
@@ -87,7 +88,7 @@ def _inside(out_dir: Path, rel: object, folders: dict[str, str] | None = None) -
         if os.path.lexists(path):
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
-                return "resolves outside --out (through a link)" if not path.resolve().is_relative_to(
+                return f"resolves outside {flag} (through a link)" if not path.resolve().is_relative_to(
                     out_dir.resolve()) else "is a link, not a regular file"
             if not stat.S_ISREG(mode):
                 return "is not a regular file"
@@ -133,27 +134,27 @@ def read_manifest(out_dir: Path) -> Manifest:
     return Manifest(list(files), dict(sources), dict(kernels))
 
 
-def check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path, flag: str = "--out") -> None:
     """--out must be a folder render can create or write, not a file."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise RenderError(f"--out {out_dir} is a file, not a folder")
+        raise RenderError(f"{flag} {out_dir} is a file, not a folder")
     probe = out_dir
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise RenderError(f"--out {out_dir}: {probe} is a file, not a folder")
+        raise RenderError(f"{flag} {out_dir}: {probe} is a file, not a folder")
 
 
 @contextlib.contextmanager
-def locked(out_dir: Path, create: bool) -> Iterator[None]:
+def locked(out_dir: Path, create: bool, who: str = "specgen render", flag: str = "--out") -> Iterator[None]:
     """Hold an exclusive lock on out_dir for one render (nothing to lock when it does not exist and
-    nothing will be written)."""
-    check_out_dir(out_dir)
+    nothing will be written). `who` and `flag` name the command and its folder option in messages."""
+    check_out_dir(out_dir, flag)
     if create:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RenderError(f"cannot create --out {out_dir}: {e.strerror}") from None
+            raise RenderError(f"cannot create {flag} {out_dir}: {e.strerror}") from None
     if not out_dir.is_dir():
         yield
         return
@@ -162,7 +163,7 @@ def locked(out_dir: Path, create: bool) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RenderError(f"another specgen render is writing into {out_dir}; wait for it to finish "
+            raise RenderError(f"another {who} is writing into {out_dir}; wait for it to finish "
                               "and run this one again") from None
         yield
     finally:

@@ -77,6 +77,9 @@ def test_every_catalogue_kernel_exports_each_config(exported):
     assert (exported / "lib" / "libcuda_dialect_runtime_static.a").is_file()
     for name in ("CMakeLists.txt", "MANIFEST.json", "include/specgen_kernels.h"):
         assert (exported / name).is_file()
+    assert manifest["generator"] == "specgen compile --export" and manifest["complete"] is True
+    on_disk = {p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file()}
+    assert set(manifest["files"]) == on_disk - {"MANIFEST.json"}  # it owns every file, and left nothing else
 
 
 def test_header_declares_one_function_per_kernel_with_the_spec_operands(exported):
