@@ -45,10 +45,41 @@ def _shapes(text: str | None):
     from specgen.bench.shapes import ShapeError, parse_shapes
 
     try:
-        return parse_shapes(text) if text else None
+        return parse_shapes(text) if text is not None else None  # `--shapes ''` is an error, not the defaults
     except ShapeError as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(2) from None
+
+
+def _writable(flag: str, path: Path | None) -> None:
+    """An output file the command will write: refused before any work where it cannot be (a folder, a link
+    to nowhere, an unwritable folder)."""
+    if path is None:
+        return
+    problem = ""
+    if str(path) in ("", "."):
+        problem = "is no file name"
+    elif path.is_dir():
+        problem = "is a folder: name a file"
+    elif os.path.lexists(path) and not path.is_file():
+        problem = "is not a regular file"
+    elif os.path.lexists(path) and not os.access(path, os.W_OK):
+        problem = "is read-only"
+    else:
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            problem = f"cannot be created: {parent} is {'not a folder' if not parent.is_dir() else 'read-only'}"
+    if problem:
+        err.print(f"error: {flag} {path} {problem} (nothing was run)", markup=False)
+        raise typer.Exit(2)
+
+
+def _positive(value: float | None) -> float | None:
+    if value is not None and not value > 0:  # (NaN too)
+        raise typer.BadParameter(f"{value} is not a positive number of minutes")
+    return value
 
 
 def _need_gpu(what: str) -> None:
@@ -119,12 +150,16 @@ def bench(
                               "or by reading it (leaves it clean, as ncu)."),
 ) -> None:
     """Time rendered kernels against their peer (paired CUPTI, L2 flushed, an A/A row per table)."""
-    from specgen.bench.record import BenchRecord
+    from specgen.bench.record import BenchRecord, RecordError
     from specgen.bench.report import compare as compare_records
     from specgen.bench.report import plot, print_record
 
     if compare:
-        a, b = (BenchRecord.read(p) for p in compare)
+        try:
+            a, b = (BenchRecord.read(p) for p in compare)
+        except RecordError as e:
+            err.print(f"error: --compare: {e}", markup=False)
+            raise typer.Exit(1) from None
         table, notes = compare_records(a, b)
         out.print(table)
         for line in notes:
@@ -132,6 +167,8 @@ def bench(
         raise typer.Exit(0)
     loaded = _specs(specs)
     wanted, shape_list = _targets(target), _shapes(shapes)
+    for flag, path in (("--json", json_out), ("--png", png)):
+        _writable(flag, path)
     _need_gpu("specgen bench")
     from specgen.bench.record import environment
     from specgen.bench.run import plan, run_bench
@@ -167,14 +204,15 @@ def tune(
     target: list[str] | None = typer.Option(None, "--target", help="Targets to tune (default: those this GPU runs)."),
     shapes: str | None = typer.Option(None, "--shapes", help="MxNxK[,...] (default: variants' ranges + model shapes)."),
     budget: float | None = typer.Option(None, "--budget", help="Stop timing a spec after MIN minutes, with the best so far.",
-                                        metavar="MIN"),
+                                        metavar="MIN", callback=_positive),
     write: bool = typer.Option(False, "--write", help="Write the winners into the spec file."),
     from_cache: bool = typer.Option(False, "--from-cache", help="Choose from cached timings only (no GPU)."),
     ray: bool = typer.Option(False, "--ray", help="Compile on Ray CPU tasks, time on one Ray actor per GPU "
                              "(a local Ray cluster, or --ray-address's)."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Join this Ray cluster (implies --ray).",
                                            metavar="ADDRESS"),
-    workers: int = typer.Option(max(1, (os.cpu_count() or 2) - 1), "--workers", help="Compile processes (no Ray)."),
+    workers: int = typer.Option(max(1, (os.cpu_count() or 2) - 1), "--workers", min=1, max=1024,
+                                help="Compile processes (no Ray)."),
     cache_path: Path = typer.Option(Path(".specgen/tune-cache.jsonl"), "--cache", help="The results cache."),
     knob: list[str] | None = typer.Option(None, "--knob", help="Replace a knob's range: tile.n=128,256 (repeatable)."),
     rounds: int = typer.Option(40, "--rounds", min=3, help="Paired rounds per timing."),
@@ -185,8 +223,9 @@ def tune(
                                   help="The timer's L2 flush, as `bench --flush` (cached timings are kept per flush)."),
 ) -> None:
     """Find each target's best config for each SPEC's shapes; with --write, put it in the spec file."""
+    from specgen.tune.cache import CacheError
     from specgen.tune.space import SpaceError, parse_knobs
-    from specgen.tune.writeback import WriteError
+    from specgen.tune.writeback import WriteError, read_spec
 
     loaded = []
     for spec in specs:
@@ -202,6 +241,13 @@ def tune(
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(2) from None
     wanted, shape_list = _targets(target), _shapes(shapes)
+    if write:  # a file --write cannot replace (read-only, a layout it would change) is refused before any work
+        try:
+            for ls in loaded:
+                read_spec(Path(ls.file))
+        except WriteError as e:
+            err.print(f"error: --write: {e}", markup=False)
+            raise typer.Exit(1) from None
     from specgen.tune import session
 
     progress = RichProgress()
@@ -211,9 +257,8 @@ def tune(
                     ray=ray_address or ("local" if ray else None), workers=workers, rounds=rounds, compile_only=compile_only,
                     verify=verify, progress=progress, need_gpu=_need_gpu, say=lambda t: out.print(t, markup=False),
                     flush=flush.value)
-    except (SpaceError, WriteError, session.TuneError) as e:
+    except (SpaceError, WriteError, CacheError, session.TuneError) as e:
         progress.stop()
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(1) from None
     progress.stop()
-

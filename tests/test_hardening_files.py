@@ -83,15 +83,15 @@ def test_a_utf8_bom_is_accepted(tmp_path):
 
 
 # --- YAML aliases ----------------------------------------------------------------------------------------
-def test_yaml_alias_bomb_fails_within_a_second(tmp_path):
+def test_yaml_alias_bomb_is_refused_unexpanded(tmp_path):
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 12)]
     lines += ["kernels: *a11"]
     f = tmp_path / "bomb.yaml"
     f.write_text("\n".join(lines) + "\n")
-    start = time.perf_counter()
+    start = time.process_time()
     out = refused(cli("check", str(f)))
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 10.0  # expanded, the bomb holds 9^12 strings: it would never end
     assert f"{f}:2:10: YAML aliases (*name) are not allowed" in out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import platform
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specgen import __version__
 from specgen.bench.stats import geomean
 from specgen.bench.timing import Flush
+from specgen.spec.load import quote
 
 SCHEMA = "specgen.bench/1"
 
@@ -86,12 +88,41 @@ class BenchRecord(Model):
         return {t: geomean(v) for t, v in by.items()}
 
     def dump(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.model_dump_json(indent=1, by_alias=True) + "\n")
+        """Write the record atomically (a temporary file renamed over `path`: a reader never sees half)."""
+        from specgen.render.writer import atomic_write
+
+        atomic_write(path, (self.model_dump_json(indent=1, by_alias=True) + "\n").encode())
 
     @classmethod
     def read(cls, path: Path) -> BenchRecord:
-        return cls.model_validate_json(path.read_text())
+        """The record at `path`; RecordError says what the file is where it is no record of this schema."""
+        try:
+            if path.is_dir():
+                raise RecordError(f"{path} is a folder, not a bench record (`specgen bench --json FILE` writes one)")
+            if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+                raise RecordError(f"{path} is not a regular file, not a bench record")
+            data = path.read_bytes()
+        except OSError as e:
+            raise RecordError(f"cannot read {path}: {e.strerror}") from None
+        try:
+            found = json.loads(data)
+        except (UnicodeDecodeError, ValueError):
+            raise RecordError(f"{path} is not a bench record: not JSON text") from None
+        if not isinstance(found, dict) or found.get("schema") != SCHEMA:
+            what = f"its schema is {quote(found.get('schema'))}" if isinstance(found, dict) and "schema" in found \
+                else f"it holds {'a JSON object without a schema' if isinstance(found, dict) else 'a JSON ' + type(found).__name__}"
+            raise RecordError(f"{path} is not a {SCHEMA} record written by `specgen bench --json` ({what})")
+        try:
+            return cls.model_validate(found)
+        except ValueError as e:
+            first = e.errors()[0] if hasattr(e, "errors") else {"loc": (), "msg": str(e)}
+            where = ".".join(map(str, first["loc"]))
+            raise RecordError(f"{path} is a {SCHEMA} record this specgen cannot read ({where}: {first['msg']}): "
+                              "written by another version?") from None
+
+
+class RecordError(ValueError):
+    """A file given as a bench record is not one (missing, a folder, not JSON, another schema)."""
 
 
 def tflops(shape: tuple[int, int, int], us: float, batch: int = 1) -> float:

@@ -4,8 +4,10 @@ catalogue's model shapes, prefill and decode (BASELINES.md's workloads)."""
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
+from specgen.spec.load import quote
 from specgen.spec.models import GemmSpec
 
 
@@ -39,6 +41,18 @@ class ShapeError(ValueError):
     pass
 
 
+INT32_MAX = 2**31 - 1  # the launchers' grids and the kernels' offsets take 32-bit sizes
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes '²' and '１２８'
+
+
+def _size(text: str) -> int:
+    """A size in ASCII digits; -1 for anything else, INT32_MAX + 1 past 11 digits (int() refuses 4300)."""
+    if not _DIGITS.fullmatch(text):
+        return -1
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 11 else INT32_MAX + 1
+
+
 def parse_shapes(text: str) -> list[Shape]:
     """`MxNxK` or `BxMxNxK` items, comma-separated: "8192x8192x8192,16x8192x8192"."""
     shapes = []
@@ -46,12 +60,15 @@ def parse_shapes(text: str) -> list[Shape]:
         if not item:
             continue
         parts = item.lower().split("x")
-        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ShapeError(f"shape '{item}' is not MxNxK or BxMxNxK with positive integers (in --shapes '{text}')")
-        nums = [int(p) for p in parts]
+        nums = [_size(p) for p in parts]
+        if len(parts) not in (3, 4) or min(nums) <= 0:
+            raise ShapeError(f"shape {quote(item)} is not MxNxK or BxMxNxK with positive integers in ASCII digits "
+                             f"(in --shapes {quote(text)})")
+        if max(nums) > INT32_MAX:
+            raise ShapeError(f"shape {quote(item)}: a size past {INT32_MAX}, the largest a launcher takes (int32)")
         shapes.append(Shape(*nums[1:], nums[0]) if len(nums) == 4 else Shape(*nums))
     if not shapes:
-        raise ShapeError(f"--shapes '{text}' names no shape")
+        raise ShapeError(f"--shapes {quote(text)} names no shape")
     return shapes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,22 +78,74 @@ def time_key(sem: str, target: str, shape: tuple[int, ...], config_key: str, inc
     return _sha("time", sem, target, list(shape), config_key, incumbent_key, m)
 
 
+class CacheError(ValueError):
+    """--cache names something that is not a tune cache (a folder, a binary or foreign file): the tuner
+    neither reads it nor appends to it."""
+
+
+_ENTRY_START = '{"kind":'  # how every line `put` writes begins (a damaged one too: a kill cuts its end)
+
+
 class Cache:
     """Entries by key, read once; `put` appends one line and fsyncs it. A line cut short by a kill is
-    skipped on the next read (the work it stood for is redone)."""
+    skipped on the next read (the work it stood for is redone); lines of another specgen version (fields
+    this one does not know) are skipped and counted; a file of anything else is refused (CacheError), so
+    the tuner never appends to a user's file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[str, Entry] = {}
-        self.skipped = 0
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    e = Entry.model_validate_json(line)
-                except ValueError:
+        self.skipped = 0  # damaged lines (a kill mid-write)
+        self.foreign_version = 0  # entries of another specgen version
+        self._ends_open = False  # the file's last line has no line end (a kill): `put` starts a new line
+        if not os.path.lexists(path):
+            return
+        if path.is_dir():
+            raise CacheError(f"--cache {path} is a folder: name a file (the default is .specgen/tune-cache.jsonl)")
+        try:
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise CacheError(f"--cache {path} is not a regular file")
+            data = path.read_bytes()
+        except OSError as e:
+            raise CacheError(f"cannot read --cache {path}: {e.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CacheError(f"--cache {path} is not a specgen tune cache: byte {e.start} is not UTF-8 text (a "
+                             "binary file?); name another file") from None
+        self._ends_open = bool(text) and not text.endswith("\n")
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                found = json.loads(line)
+            except ValueError:
+                if line.startswith(_ENTRY_START):  # one of ours, cut short
                     self.skipped += 1
                     continue
-                self.entries[e.key] = e
+                raise CacheError(f"--cache {path} is not a specgen tune cache: line {n} is not a JSON line; name "
+                                 "another file") from None
+            if not isinstance(found, dict) or not {"kind", "key"} <= found.keys():
+                what = "a JSON object without a tuner entry's fields" if isinstance(found, dict) else \
+                    f"a JSON {type(found).__name__.replace('dict', 'object').replace('list', 'array')}"
+                raise CacheError(f"--cache {path} is not a specgen tune cache: line {n} holds {what}; name another file")
+            try:
+                e = Entry.model_validate(found)
+            except ValueError:
+                self.foreign_version += 1
+                continue
+            self.entries[e.key] = e
+
+    def describe(self) -> str:
+        """What the file holds, for a message that finds nothing in it."""
+        if not os.path.lexists(self.path):
+            return "does not exist (yet)"
+        times = sum(e.kind == "time" for e in self.entries.values())
+        said = f"holds {times} timing{'s' * (times != 1)} and {len(self.entries) - times} compile result" \
+               f"{'s' * (len(self.entries) - times != 1)}"
+        if self.foreign_version:
+            said += f", and {self.foreign_version} entries of another specgen version (skipped)"
+        return said
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
@@ -100,9 +153,10 @@ class Cache:
     def put(self, entry: Entry) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
-            f.write(entry.model_dump_json() + "\n")
+            f.write("\n" * self._ends_open + entry.model_dump_json() + "\n")  # a cut line is not continued
             f.flush()
             os.fsync(f.fileno())
+        self._ends_open = False
         self.entries[entry.key] = entry
 
     def machines(self, sem: str, target: str) -> list[Machine]:

@@ -16,7 +16,7 @@ from specgen.bench.shapes import Shape, default_shapes, slot_for, slot_label
 from specgen.bench.stats import geomean
 from specgen.bench.timing import Flush
 from specgen.check import check_spec
-from specgen.spec.load import LoadedSpec, load_file
+from specgen.spec.load import LoadedSpec, SpecError, load_text
 from specgen.spec.models import CONFIG_SECTIONS, Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
 from specgen.tune.compile_jobs import CompileJob, Compiler
@@ -32,7 +32,7 @@ from specgen.tune.space import (
     loaded_from,
     short_hash,
 )
-from specgen.tune.writeback import write_back
+from specgen.tune.writeback import WriteError, new_text, read_spec, replace_file
 
 
 class TuneError(RuntimeError):
@@ -226,9 +226,9 @@ def summarize(slots: list[Slot], machine: Machine | None, date: str) -> list[str
 
 
 def write(loaded: LoadedSpec, slots: list[Slot], summary: list[str]) -> list[Edit]:
-    """Apply each winner in turn (edits computed against the spec as the previous ones left it), write the
-    file, and re-check what was written: on any error, the file is restored and TuneError raised."""
-    path = Path(loaded.file)
+    """Apply each winner in turn (edits computed against the spec as the previous ones left it), check the
+    new text (it loads, passes check and is the tuned spec), then replace the file atomically; on any
+    error the file is untouched and TuneError (or WriteError) raised."""
     data = loaded.spec.model_dump(mode="json")
     cur = loaded
     all_edits: list[Edit] = []
@@ -241,18 +241,22 @@ def write(loaded: LoadedSpec, slots: list[Slot], summary: list[str]) -> list[Edi
         all_edits += e
     if not all_edits:
         return []
-    before = path.read_text()
-    write_back(path, loaded.index, all_edits, [line for line in summary if "kept the incumbent" not in line])
+    spec = read_spec(Path(loaded.file))
+    if [ls.spec_hash for ls in load_text(spec.text, loaded.file, spec.path.suffix) if ls.index == loaded.index] \
+            != [loaded.spec_hash]:
+        raise WriteError(f"{loaded.file} changed since the tune loaded it: nothing written (tune again, or copy the "
+                         "summary's values into it by hand)")
+    text = new_text(spec, loaded.index, all_edits, [line for line in summary if "kept the incumbent" not in line])
     try:
-        (after,) = [ls for ls in load_file(path) if ls.index == loaded.index]
-        errors = [d for d in check_spec(after) if d.severity == "error"]
-        if errors:
-            raise TuneError(f"the written spec fails check: {errors[0]}")
-        if after.spec_hash != cur.spec_hash:
-            raise TuneError("the written spec does not load as the tuned spec")
-    except Exception:
-        path.write_text(before)
-        raise
+        (after,) = [ls for ls in load_text(text, loaded.file, spec.path.suffix) if ls.index == loaded.index]
+    except SpecError as e:
+        raise TuneError(f"the new text of {loaded.file} would not load ({e.issues[0]}): nothing written") from None
+    errors = [d for d in check_spec(after) if d.severity == "error"]
+    if errors:
+        raise TuneError(f"the written spec would fail check: {errors[0]}: nothing written")
+    if after.spec_hash != cur.spec_hash:
+        raise TuneError("the new text does not load as the tuned spec: nothing written")
+    replace_file(spec, spec.encode(text))
     return all_edits
 
 
@@ -278,7 +282,7 @@ def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, 
             known = [m for t in targets for m in cache.machines(sem, str(t)) if m.l2_flush == l2_flush]
             if not known:
                 raise TuneError(f"{cache.path} holds no timing of {loaded.name} on {', '.join(map(str, targets))} "
-                                f"with the L2 flushed by {l2_flush}")
+                                f"with the L2 flushed by {l2_flush} (it {cache.describe()})")
             machine = report.machine = known[-1]
         versions = machine.versions
     else:

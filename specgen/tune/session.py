@@ -21,22 +21,32 @@ from specgen.targets import target_info
 from specgen.tune import compile_jobs, measure
 from specgen.tune.cache import Cache, Machine
 from specgen.tune.run import Progress, TuneError, TuneReport, compile_all, folder_for, plan_slots, tune
-from specgen.tune.space import config_key
+from specgen.tune.space import config_key, has_tune_space
 
 __all__ = ["TuneError", "run"]
 
 
-def _targets(loaded: LoadedSpec, wanted: set[str], gpu_cc: int | None) -> list[Target]:
-    """The spec's targets to tune: `wanted`, else those the GPU here runs (all GPU targets without a GPU)."""
+def _targets(loaded: LoadedSpec, wanted: set[str], gpu_cc: int | None,
+             say: Callable[[str], None] = lambda _: None) -> list[Target]:
+    """The spec's targets to tune: `wanted`, else those the GPU here runs (all GPU targets without a GPU);
+    a target whose design has no tune space is skipped with a note (none left: TuneError)."""
     if wanted:
         unknown = wanted - {str(t) for t in loaded.spec.targets}
         if unknown:
             raise TuneError(f"{loaded.name} does not list {', '.join(sorted(unknown))}")
-        return [t for t in loaded.spec.targets if str(t) in wanted]
-    found = [t for t in loaded.spec.targets if target_info(t).memory == "smem"
-             and (gpu_cc is None or target_info(t).compute_capability == gpu_cc)]
+        found = [t for t in loaded.spec.targets if str(t) in wanted]
+    else:
+        found = [t for t in loaded.spec.targets if target_info(t).memory == "smem"
+                 and (gpu_cc is None or target_info(t).compute_capability == gpu_cc)]
+        if not found:
+            raise TuneError(f"no target of {loaded.name} runs on this machine's GPU")
+    spaceless = [t for t in found if not has_tune_space(loaded.spec, t)]
+    for t in spaceless:
+        say(f"{loaded.name} @ {t}: skipped: its design declares no tune space (nothing to tune there)")
+    found = [t for t in found if t not in spaceless]
     if not found:
-        raise TuneError(f"no target of {loaded.name} runs on this machine's GPU")
+        raise TuneError(f"no target of {loaded.name} to tune: {', '.join(map(str, spaceless))} "
+                        f"{'has' if len(spaceless) == 1 else 'have'} no tune space")
     return found
 
 
@@ -45,10 +55,26 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
                   say: Callable[[str], None]) -> None:
     """Every candidate compiled afresh (a new cache and a new Triton cache dir): compiles per second, the
     clock started once every worker has imported its compilers (a pool's start-up is not throughput)."""
-    tmp = Path(tempfile.mkdtemp(prefix="specgen-compile-"))
     designs = {design_for(loaded.spec.kind, t) for t in targets} - {None}
-    for var in sorted({v for d in designs for v in d.compile_caches}):  # the compilers' own disk caches:
-        os.environ[var] = str(tmp / var.lower())  # spawned workers inherit them, so nothing is a cache hit
+    caches = sorted({v for d in designs for v in d.compile_caches})
+    saved = {var: os.environ.get(var) for var in caches}
+    with tempfile.TemporaryDirectory(prefix="specgen-compile-", ignore_cleanup_errors=True) as name:  # gone after the run (1-4 MB each)
+        tmp = Path(name)
+        for var in caches:  # the compilers' own disk caches: spawned workers inherit them, so nothing is a hit
+            os.environ[var] = str(tmp / var.lower())
+        try:
+            _compile_afresh(loaded, targets, shapes, overrides, compiler, workers, progress, say, designs, tmp)
+        finally:
+            for var, value in saved.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+
+
+def _compile_afresh(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, overrides: dict,
+                    compiler: compile_jobs.Compiler | None, workers: int, progress: Progress,
+                    say: Callable[[str], None], designs: set, tmp: Path) -> None:
     modules = tuple(sorted({m for d in designs for m in d.compiler_modules}))
     slots = plan_slots(loaded, targets, shapes, overrides)
     clock = [time.perf_counter()]
@@ -100,7 +126,7 @@ def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, o
         compiler = compile_jobs.pool(workers) if workers > 1 else compile_jobs.inline()
     if compile_only:
         for loaded in specs:
-            _compile_only(loaded, _targets(loaded, wanted, None), shapes, overrides,
+            _compile_only(loaded, _targets(loaded, wanted, None, say), shapes, overrides,
                           compiler if ray is not None else None, workers, progress, say)
         return
     cache = Cache(cache_path)
@@ -115,13 +141,13 @@ def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, o
         env = environment(flush)
         machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions, l2_flush=env.l2_flush)
         major, minor = torch.cuda.get_device_capability()
-        targets = [_targets(loaded, wanted, 10 * major + minor) for loaded in specs]  # any refusal before work
+        targets = [_targets(loaded, wanted, 10 * major + minor, say) for loaded in specs]  # any refusal before work
         timer = CuptiTimer(env.l2_flush)
         if ray is not None:  # created before the first compile: the actors start while the CPUs compile
             actors = measure.ray_actors(cache_path.parent / "modules" / "timed", env.l2_flush)
     for n, loaded in enumerate(specs):
         if from_cache:
-            report = tune(loaded, _targets(loaded, wanted, None), shapes, cache=cache, machine=None, compiler=None,
+            report = tune(loaded, _targets(loaded, wanted, None, say), shapes, cache=cache, machine=None, compiler=None,
                           measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat(),
                           l2_flush=flush)
         else:

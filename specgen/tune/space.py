@@ -12,13 +12,14 @@ import hashlib
 import importlib
 import itertools
 import json
+import re
 from collections.abc import Callable, MutableMapping, MutableSequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from specgen.check import Diagnostic, check_spec
 from specgen.registry import design_for
-from specgen.spec.load import LazyPositions, LoadedSpec
+from specgen.spec.load import LazyPositions, LoadedSpec, quote
 from specgen.spec.models import CONFIG_SECTIONS, GemmSpec, Target
 from specgen.targets import target_info
 
@@ -38,33 +39,63 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _tune_space_fn(spec: GemmSpec, target: Target) -> Callable | None:
+    design = design_for(spec.kind, target)
+    return getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
+
+
+def has_tune_space(spec: GemmSpec, target: Target) -> bool:
+    return _tune_space_fn(spec, target) is not None
+
+
 def design_space(spec: GemmSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
     """The design's knobs for (target, slot): `tune_space(effective spec, target, m_max)`, m_max the slot's
     bound on M where it has one (a design may sweep other knobs for decode-sized slots)."""
-    design = design_for(spec.kind, target)
-    fn = getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
+    fn = _tune_space_fn(spec, target)
     if fn is None:
         raise SpaceError(f"{target} has no tune space: its design declares no `tune_space`")
     m_max = spec.variants_on(target)[slot].when.m_max if slot is not None else None
     return fn(spec.for_target(target, slot), target_info(target), m_max)
 
 
+_INT = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes '²' and '１２８', which int() may not
+
+
 def _knob_value(text: str) -> Any:
-    """An integer where it parses, true / false as booleans (cute.swap_ab=false,true), else the string."""
-    if text.lstrip("-").isdigit():
+    """An integer where it is one, true / false as booleans (cute.swap_ab=false,true), none for an unset
+    optional field, else the string (a literal such as cute.schedule=pingpong)."""
+    if _INT.fullmatch(text):
         return int(text)
-    return {"true": True, "false": False}.get(text, text)
+    return {"true": True, "false": False, "none": None}.get(text, text)
 
 
 def parse_knobs(items: list[str]) -> dict[str, tuple[Any, ...]]:
-    """--knob tile.n=128,256: a knob's range replaced (values as `_knob_value` reads them)."""
+    """--knob tile.n=128,256: a knob's range replaced, each value validated against the field's own type and
+    bounds (`tile.n=abc` or `tile.n=0` is an error here, not a candidate check rejects later)."""
+    from pydantic import TypeAdapter, ValidationError
+
     out: dict[str, tuple[Any, ...]] = {}
     for item in items:
         name, sep, values = item.partition("=")
-        section, dot, key = name.partition(".")
-        if not sep or not dot or section not in CONFIG_SECTIONS or not values:
-            raise SpaceError(f"--knob '{item}' is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(CONFIG_SECTIONS)}")
-        out[name] = tuple(_knob_value(v) for v in values.split(","))
+        parts = name.split(".")
+        if not sep or len(parts) != 2 or parts[0] not in CONFIG_SECTIONS or not values:
+            raise SpaceError(f"--knob {quote(item)} is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(CONFIG_SECTIONS)}")
+        section, key = parts
+        fields = GemmSpec.model_fields[section].annotation.model_fields
+        if key not in fields:
+            raise SpaceError(f"--knob {quote(item)}: {section} has no field {quote(key)} (its fields: {', '.join(fields)})")
+        field_ = fields[key]
+        adapter = TypeAdapter(Annotated[(field_.annotation, *field_.metadata)] if field_.metadata else field_.annotation)
+        parsed = []
+        for text in values.split(","):
+            value = _knob_value(text.strip())
+            try:
+                adapter.validate_python(value)
+            except ValidationError as e:
+                reason = e.errors()[0]["msg"]
+                raise SpaceError(f"--knob {quote(item)}: {quote(text)} is no value of {name} ({reason})") from None
+            parsed.append(value)
+        out[name] = tuple(parsed)
     return out
 
 

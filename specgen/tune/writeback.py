@@ -1,11 +1,29 @@
 """Writing the winners into the spec file, keeping its comments and layout: tomlkit for TOML, ruamel.yaml
-(round trip) for YAML, plain JSON for JSON. The edits are space.edits', applied to the kernel's own table;
-a summary comment says what was measured (TOML and YAML)."""
+(round trip) for YAML, the file's own indentation and escaping for JSON. The edits are space.edits', applied
+to the kernel's own table; a summary comment says what was measured (TOML and YAML block tables).
+
+What `tune --write` writes and keeps (README, "What tune --write writes"):
+- Only the spec file named, and in it only the tuned kernel's `per_target` tables (and the summary
+  comments): every other byte, the other kernels', comments, blank lines, key order, a UTF-8 byte-order
+  mark and CRLF line ends, stays as it was.
+- Before any timing (`preflight`): a file this writer cannot write back byte-for-byte unchanged (a YAML or
+  JSON layout the round trip would re-flow, mixed line ends, a hard-linked file), a read-only file or
+  folder, or a file that is not a regular file is refused, with why.
+- The new text is checked (it loads, passes check and is the tuned spec) before the file is touched, then
+  replaces the file atomically (a temporary file beside it, fsynced, renamed over it, with the file's mode):
+  a full disk or a kill leaves the old file whole. A link is followed: the file it names is replaced.
+- A file changed since the tune loaded it is not overwritten.
+"""
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import json
+import os
 import re
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +62,10 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
 
     doc = tomlkit.parse(text)
     kernel = doc["kernels"][index]
+    padded = re.search(r"=\s*\{ ", text) is not None  # the file writes `{ m = 128 }`: so do the edits
+    if isinstance(kernel, tomlkit.items.InlineTable):  # `kernels = [{ ... }]`: the kernel stays one inline table
+        apply_edits(kernel, edits, table=lambda path: tomlkit.inline_table(), value=lambda v: _toml_value(v, padded))
+        return tomlkit.dumps(doc)  # (no room for the summary comment inside it: the CLI prints it)
     # Comments and blank lines closing the kernel's table introduce what follows it (the next kernel):
     # new tables go above them, and they are put back after.
     body = _last_table(kernel).value.body
@@ -63,7 +85,6 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
                 if line.startswith(f"{target} "):
                     layer.add(tomlkit.comment(line))
     # sections inside a target's table are inline ({ num_warps = 4 }), as the catalogue writes them
-    padded = re.search(r"=\s*\{ ", text) is not None  # the file writes `{ m = 128 }`: so do the edits
     apply_edits(kernel, edits, table=lambda path: tomlkit.table() if len(path) <= 2 else tomlkit.inline_table(),
                 value=lambda v: _toml_value(v, padded))
     if padded:
@@ -144,17 +165,9 @@ def _last_table(table: Any) -> Any:
 
 
 def _yaml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
-    try:
-        from ruamel.yaml import YAML
-        from ruamel.yaml.comments import CommentedMap
-    except ImportError as e:
-        raise WriteError("writing a YAML spec needs ruamel.yaml: pip install 'specgen[tune]'") from e
-    import io
+    yaml = _yaml_loader(text)
+    from ruamel.yaml.comments import CommentedMap
 
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    if "\n  - " in text:  # the common "key:\n  - item" layout (ruamel's default is "key:\n- item")
-        yaml.indent(mapping=2, sequence=4, offset=2)
     data = yaml.load(text)
     kernel = data["kernels"][index]
 
@@ -166,28 +179,213 @@ def _yaml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
         return [flow(x) for x in v] if isinstance(v, list) else v
 
     apply_edits(kernel, edits, table=lambda path: CommentedMap() if len(path) <= 2 else flow({}), value=flow)
-    if summary and "per_target" in kernel:
+    if summary and "per_target" in kernel and not kernel.fa.flow_style():  # no comments inside a { } mapping
         kernel.yaml_set_comment_before_after_key("per_target", before="\n".join(summary),
                                                  indent=kernel.lc.col if kernel.lc else 0)
+    return _yaml_dump(yaml, data)
+
+
+def _yaml_loader(text: str) -> Any:
+    """A round-trip YAML of the file's own indentation (sequences indented under their key or not) that never
+    re-wraps a line (a one-line flow spec stays on one line)."""
+    try:
+        from ruamel.yaml import YAML
+    except ImportError as e:
+        raise WriteError("writing a YAML spec needs ruamel.yaml: pip install 'specgen[tune]'") from e
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 1 << 20
+    if "\n  - " in text:  # the common "key:\n  - item" layout (ruamel's default is "key:\n- item")
+        yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml
+
+
+def _yaml_dump(yaml: Any, data: Any) -> str:
+    import io
+
     buf = io.StringIO()
     yaml.dump(data, buf)
     return buf.getvalue()
 
 
+class _JsonSpans:
+    """Where a JSON document's values lie: `member(start, key)` finds a key's value span in the object at
+    `start`, `item(start, i)` an array's i-th; each (start, end) with end past the value (json's own scanner)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.decoder = text, json.JSONDecoder()
+
+    def _ws(self, i: int) -> int:
+        while self.text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def _value(self, i: int) -> tuple[int, int]:
+        i = self._ws(i)
+        return i, self.decoder.raw_decode(self.text, i)[1]
+
+    def entries(self, start: int) -> list[tuple[object, int, int]]:
+        """(key or index, value start, value end) of the object or array at `start`."""
+        out: list[tuple[object, int, int]] = []
+        obj, i = self.text[start] == "{", self._ws(start + 1)
+        while self.text[i] not in "}]":
+            key: object = len(out)
+            if obj:
+                key, i = json.decoder.scanstring(self.text, i + 1)
+                i = self._ws(self._ws(i) + 1)  # past the colon
+            begin, end = self._value(i)
+            out.append((key, begin, end))
+            i = self._ws(end)
+            i = self._ws(i + 1) if self.text[i] == "," else i
+        return out
+
+
+def _margin(text: str, i: int) -> str:
+    """The leading whitespace of the line holding index i."""
+    line = text[text.rfind("\n", 0, i) + 1:]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
 def _json(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
+    """Splice the kernel's new `per_target` value into the text: every other byte stays, and the new value
+    follows the file's indentation (one line where the kernel is written on one line) and its escaping."""
     data = json.loads(text)
-    apply_edits(data["kernels"][index], edits)
-    return json.dumps(data, indent=2) + "\n"
+    kernel = data["kernels"][index]
+    apply_edits(kernel, edits)
+    spans = _JsonSpans(text)
+    top = spans._ws(0)
+    _, k_start, _ = next(e for e in spans.entries(top) if e[0] == "kernels")
+    _, obj, obj_end = spans.entries(k_start)[index]
+    members = spans.entries(obj)
+    one_line = "\n" not in text[obj:obj_end]
+    unit = None if one_line else re.search(r"\n([ \t]+)\S", text)  # the file's indentation step
+    escaped = re.search(r"\\u[0-9a-fA-F]{4}", text) is not None and text.isascii()  # it writes non-ASCII as \uXXXX
+    style: dict[str, Any] = {"ensure_ascii": escaped, **({"indent": unit.group(1)} if unit else {"separators": (", ", ": ")})}
+    found = [(b, e) for key, b, e in members if key == "per_target"]
+    if found:
+        (begin, end), = found
+        value = json.dumps(kernel["per_target"], **style).replace("\n", "\n" + _margin(text, begin))
+        return text[:begin] + value + text[end:]
+    last_end = members[-1][2] if members else obj + 1
+    if unit is None:
+        insert = f'{", " if members else ""}"per_target": {json.dumps(kernel["per_target"], **style)}'
+    else:
+        margin = _margin(text, members[-1][1]) if members else _margin(text, obj) + unit.group(1)
+        value = json.dumps(kernel["per_target"], **style).replace("\n", "\n" + margin)
+        insert = f'{"," if members else ""}\n{margin}"per_target": {value}'
+    return text[:last_end] + insert + text[last_end:]
 
 
 WRITERS = {".toml": _toml, ".yaml": _yaml, ".yml": _yaml, ".json": _json}
 
 
-def write_back(path: Path, index: int, edits: list[Edit], summary: list[str]) -> str:
-    """Apply `edits` to kernel `index` of the spec file at `path`; returns the new text (written)."""
-    writer = WRITERS.get(path.suffix)
-    if writer is None:
+@dataclass(frozen=True)
+class SpecText:
+    """A spec file's text as the writers see it (LF line ends, no BOM) and how to put its bytes back."""
+
+    path: Path  # the file itself (a link resolved)
+    text: str
+    bom: bool
+    newline: str
+    original: bytes
+
+    def encode(self, text: str) -> bytes:
+        return codecs.BOM_UTF8 * self.bom + text.replace("\n", self.newline).encode()
+
+
+def read_spec(path: Path) -> SpecText:
+    """Read the spec file `path` for writing back; WriteError says why it cannot be (before any tune work)."""
+    if path.suffix not in WRITERS:
         raise WriteError(f"{path}: cannot write a {path.suffix} spec (TOML, YAML or JSON)")
-    text = writer(path.read_text(), index, edits, summary)
-    path.write_text(text)
+    target = path.resolve()
+    try:
+        info = target.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise WriteError(f"{path} is not a regular file: --write replaces a spec file")
+        if info.st_nlink > 1:
+            raise WriteError(f"{path} has {info.st_nlink} hard links: replacing it atomically would leave the others "
+                             "with the old text; write to a copy without --write's help or break the link first")
+        data = target.read_bytes()
+    except OSError as e:
+        raise WriteError(f"cannot read {path}: {e.strerror}") from None
+    if not os.access(target, os.W_OK) or not info.st_mode & 0o222:  # (root may write a 0444 file: we do not)
+        raise WriteError(f"{path} is read-only: --write would replace it (make it writable, or tune without --write)")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise WriteError(f"{target.parent} is read-only: --write writes the new {path.name} beside the old one and "
+                         "renames it over it")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise WriteError(f"{path} is not UTF-8 text") from None
+    crlf = text.count("\r\n")
+    if crlf and crlf != text.count("\n"):
+        raise WriteError(f"{path} mixes CRLF and LF line ends ({crlf} of {text.count(chr(10))} lines end in CRLF): "
+                         "--write would have to change some; make them one kind first")
+    spec = SpecText(target, text.replace("\r\n", "\n"), data.startswith(codecs.BOM_UTF8), "\r\n" if crlf else "\n", data)
+    why = _layout_problem(spec.text, path.suffix)
+    if why:
+        raise WriteError(f"{path}: --write cannot keep this file's layout ({why}); tune without --write and copy "
+                         "the summary's values into it by hand")
+    return spec
+
+
+def _layout_problem(text: str, suffix: str) -> str:
+    """Why the writer for `suffix` would change bytes of `text` beyond its edits ("" when it keeps them)."""
+    try:
+        if suffix == ".json":
+            json.loads(text)
+            return ""
+        if suffix == ".toml":
+            try:
+                import tomlkit
+            except ImportError as e:
+                raise WriteError("writing a TOML spec needs tomlkit: pip install 'specgen[tune]'") from e
+            return "" if tomlkit.dumps(tomlkit.parse(text)) == text else "tomlkit does not round-trip it"
+        yaml = _yaml_loader(text)
+        return "" if _yaml_dump(yaml, yaml.load(text)) == text else \
+            "ruamel.yaml re-flows it: indentation, line wrapping or quoting differ after a round trip"
+    except WriteError:
+        raise
+    except Exception as e:  # a parser's own complaint: the loader accepted the file, the round-trip parser did not
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def new_text(spec: SpecText, index: int, edits: list[Edit], summary: list[str]) -> str:
+    """The file's text with `edits` applied to kernel `index` (LF line ends, no BOM: `spec.encode` restores them)."""
+    return WRITERS[spec.path.suffix](spec.text, index, edits, summary)
+
+
+def replace_file(spec: SpecText, data: bytes) -> None:
+    """Replace the spec file with `data` atomically, keeping its mode (and owner, where allowed). Refuses a
+    file that changed since `read_spec` read it (someone edited it during the tune)."""
+    path = spec.path
+    try:
+        if path.read_bytes() != spec.original:
+            raise WriteError(f"{path} changed since the tune read it: nothing written (tune again, or copy the "
+                             "summary's values into it by hand)")
+        info = path.stat()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.specgen-tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IMODE(info.st_mode))
+    except OSError as e:
+        raise WriteError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(OSError):  # not ours to give away: the new file keeps our owner, as an editor's
+            os.chown(tmp, info.st_uid, info.st_gid)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise WriteError(f"cannot write {path}: {e.strerror or e}; the file is as it was") from None
+        raise
+
+
+def write_back(path: Path, index: int, edits: list[Edit], summary: list[str]) -> str:
+    """Apply `edits` to kernel `index` of the spec file at `path` and replace it; returns the new text."""
+    spec = read_spec(path)
+    text = new_text(spec, index, edits, summary)
+    replace_file(spec, spec.encode(text))
     return text

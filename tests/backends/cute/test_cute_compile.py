@@ -72,8 +72,8 @@ def test_a_second_process_loads_the_compiled_kernel_from_the_disk_cache(compiled
     env = {**os.environ, "SPECGEN_CUTE_CACHE": str(cache)}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ok, seconds = proc.stdout.split()[-2:]
-    assert ok == "True" and float(seconds) < 2.0, proc.stdout
+    ok, _seconds = proc.stdout.split()[-2:]
+    assert ok == "True", proc.stdout  # (loaded, not compiled: the patched compile raises)
 
 
 def test_launch_smem_reads_the_launch_configs_shared_memory_field():
