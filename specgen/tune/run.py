@@ -6,6 +6,7 @@ its ~95% interval clear of 1: a tune never makes a spec slower) and, with `write
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from specgen.tune.space import (
     loaded_from,
     short_hash,
 )
-from specgen.tune.writeback import WriteError, new_text, read_spec, replace_file
+from specgen.tune.writeback import WriteError, new_text, read_spec, replace_file, tidy_tuner_comments
 
 
 class TuneError(RuntimeError):
@@ -247,6 +248,9 @@ def write(loaded: LoadedSpec, slots: list[Slot], summary: list[str]) -> list[Edi
         raise WriteError(f"{loaded.file} changed since the tune loaded it: nothing written (tune again, or copy the "
                          "summary's values into it by hand)")
     text = new_text(spec, loaded.index, all_edits, [line for line in summary if "kept the incumbent" not in line])
+    with contextlib.suppress(SpecError):  # (a text that does not load is said below, with the loader's message)
+        # the tuner's own comments for this kernel: one per slot that still exists, describing its config
+        text = tidy_tuner_comments(text, spec.path.suffix, loaded.index)
     try:
         (after,) = [ls for ls in load_text(text, loaded.file, spec.path.suffix) if ls.index == loaded.index]
     except SpecError as e:

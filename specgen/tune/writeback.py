@@ -355,6 +355,56 @@ def new_text(spec: SpecText, index: int, edits: list[Edit], summary: list[str]) 
     return WRITERS[spec.path.suffix](spec.text, index, edits, summary)
 
 
+# The one line a tune writes per winning slot (run.summarize): "<target> <slot label>: specgen tune <date> on
+# <gpu>, shapes <shapes>: <knob = value, ...>: <ratio>x the incumbent ..."
+TUNER_COMMENT = re.compile(r"^\s*#\s*(?P<target>[a-z]+:[a-z0-9_]+) (?P<label>default|variant \d+ \([^)]*\)): specgen tune "
+                           r"(?P<date>\d{4}-\d{2}-\d{2}) on .+?, shapes [0-9x, ]+: (?P<config>.+?): [0-9.]+x the incumbent")
+
+
+def _knobs(config: str) -> dict[str, str] | None:
+    pairs = [p.split(" = ", 1) for p in config.split(", ")]
+    return {k: v for k, v in pairs} if all(len(p) == 2 and "." in p[0] for p in pairs) else None
+
+
+def tidy_tuner_comments(text: str, suffix: str, index: int) -> str:
+    """Kernel `index`'s tuner comments (TUNER_COMMENT lines, nothing else) kept only where they still
+    describe its spec: one per (target, slot) that exists, whose label (the variant's bounds) is the slot's
+    today and whose knob values are the slot's effective config; of several, the latest (by date, then
+    place). Every other line, hand-written comments included, is kept byte for byte."""
+    from specgen.bench.shapes import slot_label
+    from specgen.spec.load import load_text
+
+    loaded = load_text(text, "<tidy>", suffix)
+    lines = text.splitlines(keepends=True)
+    start = loaded[index].line - 1
+    end = loaded[index + 1].line - 1 if index + 1 < len(loaded) else len(lines)
+    spec = loaded[index].spec
+    labels = {(str(t), slot_label(spec, t, i)): (t, i) for t in spec.targets
+              for i in [None, *range(len(spec.variants_on(t)))]}
+    best: dict[tuple[str, str], tuple[str, int]] = {}
+    drop = set()
+    for n in range(start, end):
+        m = TUNER_COMMENT.match(lines[n])
+        if not m:
+            continue
+        slot, knobs = labels.get((m["target"], m["label"])), _knobs(m["config"])
+        if slot is None or knobs is None:
+            drop.add(n)  # a slot that no longer exists (a target dropped, a variant's bounds changed)
+            continue
+        eff = spec.for_target(*slot)
+        if any(str(getattr(getattr(eff, k.split(".")[0], None), k.split(".")[1], None)) != v for k, v in knobs.items()):
+            drop.add(n)  # the config it describes is no longer the slot's
+            continue
+        key = (m["target"], m["label"])
+        if key in best:
+            older = min(best[key], (m["date"], n))
+            drop.add(older[1])
+            best[key] = max(best[key], (m["date"], n))
+        else:
+            best[key] = (m["date"], n)
+    return "".join(line for n, line in enumerate(lines) if n not in drop)
+
+
 def replace_file(spec: SpecText, data: bytes) -> None:
     """Replace the spec file with `data` atomically, keeping its mode (and owner, where allowed). Refuses a
     file that changed since `read_spec` read it (someone edited it during the tune)."""

@@ -238,3 +238,55 @@ def test_cli_write_keeps_crlf_and_says_what_it_wrote(spec_copy, tmp_path: Path) 
     assert path.read_bytes().count(b"\n") == path.read_bytes().count(b"\r\n")
     _tuned_default = load_file(path)[0].spec.for_target("triton:sm90")
     assert (_tuned_default.tile.n, _tuned_default.triton.num_warps) == (128, 4)
+
+
+# --- the tuner's own comments ---------------------------------------------------------------------------
+TUNED = """\
+[[kernels]]
+name = "k"
+kind = "gemm"
+a = { dtype = "f16" }
+b = { dtype = "f16" }
+out = { dtype = "f16" }
+tile = { m = 128, n = 256, k = 64 }
+targets = ["triton:sm90"]
+# A hand-written note: triton:sm90 default: kept whatever the tuner does.
+
+[[kernels.variants]]
+when = { m_max = 16 }
+tile = { m = 16, n = 64, k = 64 }
+
+[kernels.per_target."triton:sm90"]
+tile = { m = 128, n = 128, k = 64 }
+# triton:sm90 default: specgen tune 2026-11-01 on GPU, shapes 8x8x8: tile.m = 128, tile.n = 128, tile.k = 64: 1.1x the incumbent
+# triton:sm90 default: specgen tune 2026-11-02 on GPU, shapes 8x8x8: tile.m = 128, tile.n = 128, tile.k = 64: 1.2x the incumbent
+# triton:sm90 default: specgen tune 2026-11-03 on GPU, shapes 8x8x8: tile.m = 64, tile.n = 128, tile.k = 64: 1.3x the incumbent
+# triton:sm90 variant 0 (M <= 32): specgen tune 2026-11-03 on GPU, shapes 8x8x8: tile.m = 16, tile.n = 64, tile.k = 64: 1.3x the incumbent
+# triton:sm90 variant 0 (M <= 16): specgen tune 2026-11-03 on GPU, shapes 8x8x8: tile.m = 16, tile.n = 64, tile.k = 64: 1.3x the incumbent
+# cute:sm90 default: specgen tune 2026-11-03 on GPU, shapes 8x8x8: tile.m = 64, tile.n = 128, tile.k = 64: 1.3x the incumbent
+"""
+
+
+def test_tuner_comments_keep_one_per_existing_slot_describing_its_config() -> None:
+    """The latest comment of each slot whose config it describes stays; older ones, ones for another config
+    (tile.m = 64), for a variant whose bounds changed (M <= 32) or a target the kernel no longer lists
+    (cute:sm90) go; the hand-written note stays, though it names a slot."""
+    from specgen.tune.writeback import tidy_tuner_comments
+
+    kept = tidy_tuner_comments(TUNED, ".toml", 0).splitlines()
+    tuner = [ln for ln in kept if "specgen tune" in ln]
+    assert tuner == [ln for ln in TUNED.splitlines() if "2026-11-02" in ln or "variant 0 (M <= 16)" in ln]
+    assert "# A hand-written note: triton:sm90 default: kept whatever the tuner does." in kept
+    assert [ln for ln in TUNED.splitlines() if "specgen tune" not in ln] == [ln for ln in kept if "specgen tune" not in ln]
+
+
+def test_a_second_tune_replaces_its_own_comment(spec_copy, tmp_path: Path) -> None:
+    """Two tunes of one slot to two winners: one comment for the slot, the second tune's."""
+    path = spec_copy()
+    cache = tmp_path / "c.jsonl"
+    run_tune(path, cache, overrides={**SMALL, "tile.n": (256,)}, write=True)  # the fake GPU's best at n = 256
+    first = [ln for ln in path.read_text().splitlines() if ln.startswith("# triton:sm90 default: specgen tune")]
+    assert len(first) == 1 and "tile.n = 256" in first[0]
+    run_tune(path, tmp_path / "c2.jsonl", overrides=SMALL, write=True)  # then its best of all, n = 128
+    second = [ln for ln in path.read_text().splitlines() if ln.startswith("# triton:sm90 default: specgen tune")]
+    assert len(second) == 1 and "tile.n = 128" in second[0]
