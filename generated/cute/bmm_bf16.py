@@ -481,6 +481,7 @@ def _validate(a, b, out):
     return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
     16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
+    _g.refuse_grad("bmm_bf16", {"a": a, "b": b})
     device = _g.cuda_device_of("bmm_bf16", a)
     a = _g.matrix("bmm_bf16", "a", a, torch.bfloat16, 3, 2, device, tma=True)
     b = _g.matrix("bmm_bf16", "b", b, torch.bfloat16, 3, 2, device, tma=True)
@@ -510,6 +511,8 @@ def _check(a, b, out):
             and b.shape[0] == batch
             and sa[-2] * 2 % 16 == 0 and sb[-2] * 2 % 16 == 0 and N * 2 % 16 == 0
             and sa[0] * 2 % 16 == 0 and sb[0] * 2 % 16 == 0
+            # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
+            and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr())) % 16 == 0
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
@@ -532,13 +535,15 @@ def _lean(a, b, out):
     """The per-call guard where the compiled function checks its own arguments (TVM-FFI, `TVM_FFI`: each
     tensor's dtype, rank and device, shapes against one another, unit and 16-byte-multiple strides,
     16-byte bases, all before anything launches, raising TypeError / ValueError): here only what picks
-    the config and the output, and the exact dtypes of A, B and out (the compiled check takes int8 and
-    uint8 alike). None where that does not hold, or for an empty problem (nothing launches to check it);
-    then `_check`, whose `_validate` says what is wrong."""
+    the config and the output, the exact dtypes of A, B and out (the compiled check takes int8 and
+    uint8 alike), and that nothing requires grad in grad mode (the compiled check does not look). None
+    where that does not hold, or for an empty problem (nothing launches to check it); then `_check`,
+    whose `_validate` says what is wrong."""
     try:
         batch, M, K = a.shape
         N, device = b.shape[-1], a.get_device()
-        ok = (a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and device >= 0 and M and N and K and batch)
+        ok = (a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and device >= 0 and M and N and K
+              and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled()) and batch)
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None
     if not ok:
@@ -584,13 +589,17 @@ def bmm_bf16(
 ) -> torch.Tensor:
     """out = epilogue(A @ B); the module docstring lists the arguments."""
     if torch.compiler.is_compiling():
-        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation.
+        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation and no
+        # autograd formula: refuse what requires grad here (traced once: no cost in the compiled graph).
+        _g.refuse_grad("bmm_bf16", {"a": a, "b": b})
         result = _op(a, b)
         return result if out is None else out.copy_(result)
     return _run(a, b, out)
 
 
 def _fake(a, b):
+    # torch.ops.specgen.* called directly inside a compiled region: its autograd fallback would give no gradient.
+    _g.refuse_grad("bmm_bf16", {"a": a, "b": b})
     return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.bfloat16)
 
 

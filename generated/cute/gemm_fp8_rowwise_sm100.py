@@ -543,6 +543,7 @@ def _validate(a, b, scale_a, scale_b, out):
     return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
     16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
+    _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
     device = _g.cuda_device_of("gemm_fp8_rowwise", a)
     a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
     b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
@@ -575,6 +576,8 @@ def _check(a, b, scale_a, scale_b, out):
             and scale_a.stride() == (1,) and scale_a.get_device() == device
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)
             and scale_b.stride() == (1,) and scale_b.get_device() == device
+            # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
+            and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr()) | scale_a.data_ptr() | scale_b.data_ptr()) % 16 == 0
         )
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
@@ -597,13 +600,15 @@ def _lean(a, b, scale_a, scale_b, out):
     """The per-call guard where the compiled function checks its own arguments (TVM-FFI, `TVM_FFI`: each
     tensor's dtype, rank and device, shapes against one another, unit and 16-byte-multiple strides,
     16-byte bases, all before anything launches, raising TypeError / ValueError): here only what picks
-    the config and the output, and the exact dtypes of A, B and out (the compiled check takes int8 and
-    uint8 alike). None where that does not hold, or for an empty problem (nothing launches to check it);
-    then `_check`, whose `_validate` says what is wrong."""
+    the config and the output, the exact dtypes of A, B and out (the compiled check takes int8 and
+    uint8 alike), and that nothing requires grad in grad mode (the compiled check does not look). None
+    where that does not hold, or for an empty problem (nothing launches to check it); then `_check`,
+    whose `_validate` says what is wrong."""
     try:
         M, K = a.shape
         N, device = b.shape[-1], a.get_device()
-        ok = (a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and device >= 0 and M and N and K)
+        ok = (a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and device >= 0 and M and N and K
+              and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled()))
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None
     if not ok:
@@ -659,13 +664,17 @@ def gemm_fp8_rowwise(
 ) -> torch.Tensor:
     """out = epilogue(A @ B); the module docstring lists the arguments."""
     if torch.compiler.is_compiling():
-        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation.
+        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation and no
+        # autograd formula: refuse what requires grad here (traced once: no cost in the compiled graph).
+        _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
         result = _op(a, b, scale_a, scale_b)
         return result if out is None else out.copy_(result)
     return _run(a, b, scale_a, scale_b, out)
 
 
 def _fake(a, b, scale_a, scale_b):
+    # torch.ops.specgen.* called directly inside a compiled region: its autograd fallback would give no gradient.
+    _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 

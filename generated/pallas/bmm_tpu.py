@@ -118,7 +118,9 @@ def _call(a, b, *, interpret: object) -> jax.Array:
     _rt.expect_shape(NAME, "b", b_shape, (batch, k, n), "(batch, K, N) bf16, stored mn-major")
     varying = _rt.varying_axes(a, b)  # mesh axes, under jax.shard_map
     mode = _rt.interpret_mode(interpret, varying)
-    return _build(batch, m, n, k, varying, mode)(a, b)
+    kernel = _build(batch, m, n, k, varying, mode)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    return _rt.no_derivative(NAME, ("a", "b"), kernel)(a, b)
 
 
 def bmm_tpu(a, b, *, interpret: object = None) -> jax.Array:

@@ -125,7 +125,9 @@ def _call(a, b, bias, *, interpret: object) -> jax.Array:
     bias = _rt.vector(NAME, "bias", bias, jnp.bfloat16, n, "n")
     varying = _rt.varying_axes(a, b, bias)  # mesh axes, under jax.shard_map
     mode = _rt.interpret_mode(interpret, varying)
-    return _build(m, n, k, varying, mode)(a, b, bias)
+    kernel = _build(m, n, k, varying, mode)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    return _rt.no_derivative(NAME, ("a", "b", "bias"), kernel)(a, b, bias)
 
 
 def gemm_bias_gelu_tpu(a, b, bias, *, interpret: object = None) -> jax.Array:

@@ -127,7 +127,9 @@ def _call(a, b, scale_a, scale_b, *, interpret: object) -> jax.Array:
     scale_b = _rt.vector(NAME, "scale_b", scale_b, jnp.float32, n, "n")
     varying = _rt.varying_axes(a, b, scale_a, scale_b)  # mesh axes, under jax.shard_map
     mode = _rt.interpret_mode(interpret, varying)
-    return _build(m, n, k, varying, mode)(a, b, scale_a, scale_b)
+    kernel = _build(m, n, k, varying, mode)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    return _rt.no_derivative(NAME, ("a", "b", "scale_a", "scale_b"), kernel)(a, b, scale_a, scale_b)
 
 
 def gemm_fp8_rowwise(a, b, scale_a, scale_b, *, interpret: object = None) -> jax.Array:

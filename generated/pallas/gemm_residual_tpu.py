@@ -128,7 +128,9 @@ def _call(a, b, alpha, c, *, interpret: object) -> jax.Array:
     _rt.expect_shape(NAME, "c", _rt.operand(NAME, "c", c, jnp.float32, 2, "residual, shaped like out, f32"), (m, n), "residual, shaped like out, f32")
     varying = _rt.varying_axes(a, b, alpha, c)  # mesh axes, under jax.shard_map
     mode = _rt.interpret_mode(interpret, varying)
-    return _build(m, n, k, varying, mode)(a, b, alpha, c)
+    kernel = _build(m, n, k, varying, mode)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    return _rt.no_derivative(NAME, ("a", "b", "alpha", "c"), kernel)(a, b, alpha, c)
 
 
 def gemm_residual_tpu(a, b, alpha, c, *, interpret: object = None) -> jax.Array:

@@ -232,6 +232,7 @@ def _validate(a, b, out):
     return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
     16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
+    _g.refuse_grad("gemm_bf16", {"a": a, "b": b})
     device = _g.device_of("gemm_bf16", a)
     a = _g.matrix("gemm_bf16", "a", a, torch.bfloat16, 2, 1, device, tma=True)
     b = _g.matrix("gemm_bf16", "b", b, torch.bfloat16, 2, 0, device, tma=True)
@@ -258,6 +259,8 @@ def _check(a, b, out):
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
             and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and N * 2 % 16 == 0
+            # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
+            and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr())) % 16 == 0
             # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
             and (not _g.INTERPRET or (a.is_cpu and b.is_cpu))
@@ -293,6 +296,7 @@ _VARIANT_CONSTEXPRS = (
     {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1, "SPLIT_K_ATOMIC": False, "SWAP_AB": False, "FAST_MATH": not _g.INTERPRET},
 )
 _launcher = TritonLauncher(_gemm_bf16_kernel, "gemm_bf16", CONFIGS, VARIANT_CONFIGS)
+_launcher.bf16_dot = True  # refused under Triton's CPU interpreter, which multiplies bf16 tiles as their raw bits
 
 
 def _run(a, b, out):
@@ -392,13 +396,17 @@ def gemm_bf16(
 ) -> torch.Tensor:
     """out = epilogue(A @ B); the module docstring lists the arguments."""
     if torch.compiler.is_compiling():
-        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation.
+        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation and no
+        # autograd formula: refuse what requires grad here (traced once: no cost in the compiled graph).
+        _g.refuse_grad("gemm_bf16", {"a": a, "b": b})
         result = _op(a, b)
         return result if out is None else out.copy_(result)
     return _run(a, b, out)
 
 
 def _fake(a, b):
+    # torch.ops.specgen.* called directly inside a compiled region: its autograd fallback would give no gradient.
+    _g.refuse_grad("gemm_bf16", {"a": a, "b": b})
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 

@@ -149,6 +149,7 @@ def _validate(a, b, scale_a, scale_b, out):
     return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
     16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
+    _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
     device = _g.device_of("gemm_fp8_rowwise", a)
     a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
     b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
@@ -181,6 +182,8 @@ def _check(a, b, scale_a, scale_b, out):
             and scale_a.stride() == (1,) and scale_a.get_device() == device
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)
             and scale_b.stride() == (1,) and scale_b.get_device() == device
+            # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
+            and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr()) | scale_a.data_ptr() | scale_b.data_ptr()) % 16 == 0
             # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
             and (not _g.INTERPRET or (a.is_cpu and b.is_cpu and scale_a.is_cpu and scale_b.is_cpu))
@@ -280,13 +283,17 @@ def gemm_fp8_rowwise(
 ) -> torch.Tensor:
     """out = epilogue(A @ B); the module docstring lists the arguments."""
     if torch.compiler.is_compiling():
-        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation.
+        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation and no
+        # autograd formula: refuse what requires grad here (traced once: no cost in the compiled graph).
+        _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
         result = _op(a, b, scale_a, scale_b)
         return result if out is None else out.copy_(result)
     return _run(a, b, scale_a, scale_b, out)
 
 
 def _fake(a, b, scale_a, scale_b):
+    # torch.ops.specgen.* called directly inside a compiled region: its autograd fallback would give no gradient.
+    _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 

@@ -107,6 +107,7 @@ def _validate(a, b, out):
     return what `_check` returns. A legal input the kernel cannot read or write in place (a base off a
     16-byte boundary; for TMA, strides that are not 16-byte multiples; a strided vector) is copied once
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
+    _g.refuse_grad("gemm_small_bf16", {"a": a, "b": b})
     device = _g.device_of("gemm_small_bf16", a)
     a = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device)
     b = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device)
@@ -137,6 +138,8 @@ def _check(a, b, out):
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
             and M * sa[-2] < _g.INT32_SPAN and N * sb[-1] < _g.INT32_SPAN and M * N < _g.INT32_SPAN
+            # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
+            and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr())) % 16 == 0
             # get_device() is -1 for cpu and meta alike: under the interpreter, ask for the CPU by name.
             and (not _g.INTERPRET or (a.is_cpu and b.is_cpu))
@@ -161,6 +164,7 @@ def _check(a, b, out):
 # formulas under the CPU interpreter, which cannot run PTX.
 _CONSTEXPRS = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "FAST_MATH": not _g.INTERPRET}
 _launcher = TritonLauncher(_gemm_small_bf16_kernel, "gemm_small_bf16", CONFIGS)
+_launcher.bf16_dot = True  # refused under Triton's CPU interpreter, which multiplies bf16 tiles as their raw bits
 
 
 def _run(a, b, out):
@@ -210,13 +214,17 @@ def gemm_small_bf16(
 ) -> torch.Tensor:
     """out = epilogue(A @ B); the module docstring lists the arguments."""
     if torch.compiler.is_compiling():
-        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation.
+        # Under torch.compile the kernel is an opaque custom op with a fake (meta) implementation and no
+        # autograd formula: refuse what requires grad here (traced once: no cost in the compiled graph).
+        _g.refuse_grad("gemm_small_bf16", {"a": a, "b": b})
         result = _op(a, b)
         return result if out is None else out.copy_(result)
     return _run(a, b, out)
 
 
 def _fake(a, b):
+    # torch.ops.specgen.* called directly inside a compiled region: its autograd fallback would give no gradient.
+    _g.refuse_grad("gemm_small_bf16", {"a": a, "b": b})
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 

@@ -37,7 +37,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 from jax._src import dispatch as _dispatch
-from jax.interpreters import mlir
+from jax.interpreters import ad, mlir
 
 from specgen.runtime import jax as _rt
 from specgen.runtime.cute import CuteLauncher, cache_dir, compile_options, dsl_arch, grid_clusters
@@ -325,6 +325,15 @@ def _refuse(ctx: Any, *_: Any, entry: CuteJaxEntry, **__: Any) -> Any:
                        f"is being compiled for {', '.join(platforms)} (jax.eval_shape and jax.make_jaxpr work anywhere)")
 
 
+def _no_jvp(primals: tuple, tangents: tuple, *, entry: CuteJaxEntry, **_: Any) -> Any:
+    """No derivative rule yet: jax.grad, jax.vjp and jax.jvp raise when traced, naming the op and the arguments
+    being differentiated (else jax's bare "Differentiation rule for 'specgen_cute_call' not implemented").
+    A real rule replaces this one."""
+    names = [o.name for o in entry.operands if o.role != "scalar"]
+    raise _rt.derivative_error(entry.name, [n for n, t in zip(names, tangents, strict=True) if type(t) is not ad.Zero])
+
+
+ad.primitive_jvps[cute_call_p] = _no_jvp
 cute_call_p.def_impl(functools.partial(_dispatch.apply_primitive, cute_call_p))  # (bound only under jit: _trace)
 mlir.register_lowering(cute_call_p, _cuda_lowering, platform="cuda")
 for _platform in ("cpu", "tpu", "rocm"):

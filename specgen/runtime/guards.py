@@ -2,7 +2,8 @@
 argument, what the spec expects and what was passed. Each returns what the launcher needs next.
 
 dtype and Python-type mismatches raise TypeError; shape, stride, alignment and device mismatches
-raise ValueError. Nothing here allocates or launches.
+raise ValueError; a tensor that requires grad in grad mode (no backward yet) and a bf16 GEMM under
+Triton's CPU interpreter raise NotImplementedError. Nothing here allocates or launches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,34 @@ ALIGN = 16  # bytes: TMA's base and stride rule, and the pointer specialization 
 
 def _fail(kernel: str, name: str, text: str, exc: type[Exception] = ValueError) -> Exception:
     return exc(f"{kernel}: argument '{name}' {text}")
+
+
+def grad_error(kernel: str, name: str) -> NotImplementedError:
+    """The refusal of a tensor that requires grad in grad mode: the ops have no backward yet, and a
+    launch would return an output autograd does not track (every parameter before the call silently
+    gets no gradient). NotImplementedError: a RuntimeError, as torch's autograd errors are."""
+    return NotImplementedError(
+        f"{kernel}: argument '{name}' requires grad, and specgen's generated ops have no backward yet: call "
+        f"{kernel} under torch.no_grad() or torch.inference_mode(), or on {name}.detach()")
+
+
+def refuse_grad(kernel: str, tensors: dict[str, object]) -> None:
+    """Raise `grad_error` for the first tensor that requires grad while grad mode is on (the slow path:
+    `_check` folds the same test into its one boolean, `_validate` and the torch.compile branch call this)."""
+    if torch.is_grad_enabled():
+        for name, t in tensors.items():
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise grad_error(kernel, name)
+
+
+def refuse_interpreter_bf16(kernel: str) -> None:
+    """Triton's CPU interpreter (3.x) multiplies bf16 tiles as their raw uint16 storage (its `tl.dot` is
+    np.matmul on the bits; it converts only 8-bit floats first): garbage, where f16, f32 and fp8 operands
+    come out right. The launcher of a module whose A or B is bf16 calls this before the interpreter runs."""
+    if INTERPRET:
+        raise NotImplementedError(
+            f"{kernel}: Triton's CPU interpreter (TRITON_INTERPRET=1) computes bf16 dot products wrongly (it "
+            "multiplies the raw bits); run it on a GPU, or test an f16/f32 spec under the interpreter")
 
 
 def _tensor(kernel: str, name: str, t: object, dtype: torch.dtype) -> torch.Tensor:

@@ -1,13 +1,16 @@
 """Tiny helpers the generated Pallas modules import: trace-time argument checks, placement, the
-interpret-mode default and torch interop through DLPack. Imported only by generated code."""
+interpret-mode default, the refusal of derivatives (no rule yet) and torch interop through DLPack.
+Imported only by generated code."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 
 @functools.cache
@@ -29,6 +32,32 @@ def interpret_mode(flag: object, varying: frozenset = frozenset()) -> object:
             return False
         return True if varying else strict_interpret()
     return flag
+
+
+def no_derivative(fn: str, names: tuple[str, ...], kernel: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+    """`kernel` (a pallas_call on the arrays `names`, in order) as a jax.custom_jvp whose rule raises at
+    trace time, naming the op and the arguments being differentiated: jax.grad, jax.vjp, jax.jvp and
+    jax.linearize refuse before anything runs (pallas_call's own JVP rule fails on these kernels with a bare
+    AssertionError). The forward, jax.jit, vmap and shard_map see the kernel as before. A real derivative
+    replaces this wrapper (a custom_vjp around the same call)."""
+    call = jax.custom_jvp(lambda *xs: kernel(*xs))
+
+    def rule(primals: tuple, tangents: tuple) -> Any:
+        raise derivative_error(fn, [n for n, t in zip(names, tangents, strict=True) if type(t) is not SymbolicZero])
+
+    call.defjvp(rule, symbolic_zeros=True)  # zero tangents arrive as SymbolicZero: the others are named
+    return call
+
+
+def derivative_error(fn: str, differentiated: list[str]) -> NotImplementedError:
+    """The refusal of a derivative through a generated op (NotImplementedError, as jax's own for a primitive
+    without a rule)."""
+    names = ", ".join(f"'{n}'" for n in differentiated)
+    which = {0: "an argument is", 1: f"argument {names} is"}.get(len(differentiated), f"arguments {names} are")
+    return NotImplementedError(
+        f"{fn}: {which} being differentiated (jax.grad, jax.vjp, jax.jvp or jax.linearize), and specgen's "
+        f"generated ops have no derivative rule yet: wrap each in jax.lax.stop_gradient, or differentiate "
+        f"around the call")
 
 
 def operand(fn: str, name: str, x: Any, dtype: Any, rank: int, doc: str) -> tuple[int, ...]:
@@ -114,6 +143,12 @@ def _stored(fn: str, name: str, t: Any, transpose: bool | None) -> Any:
 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.requires_grad:  # no backward yet (guards.py); DLPack refuses such a tensor even under torch.no_grad()
+        if torch.is_grad_enabled():
+            from specgen.runtime.guards import grad_error
+
+            raise grad_error(fn, name)
+        t = t.detach()
     if _narrowed(t.dtype):
         raise TypeError(f"{fn}: argument '{name}' must not be {t.dtype}: jax (without jax_enable_x64) would narrow "
                         "it silently; pass the spec's dtype")

@@ -281,7 +281,9 @@ def _launch(a, b, bias, config: Config | None = None) -> jax.Array:
     a = _mg.pad(a, a.shape[:-2] + a_ext)
     b = _mg.pad(b, b.shape[:-2] + b_ext)
     bias = _mg.pad(bias, (pl.cdiv(n, cfg.tile_n) * cfg.tile_n,))  # read whole subtiles
-    out = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, bias)
+    kernel = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    out = _rt.no_derivative(NAME, ("a", "b", "bias"), kernel)(a, b, bias)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
     return out
@@ -341,6 +343,8 @@ def _direct(a, b, bias):
         if device < 0 or device != torch.cuda.current_device():
             return None
         if not (b.shape[:-1] == a.shape[:-2] + (k,) and m and n and k
+                # a tensor that requires grad in grad mode: the DLPack path refuses it (runtime/jax.py)
+                and (not (a.requires_grad or b.requires_grad or bias.requires_grad) or not torch.is_grad_enabled())
                 and _mt.readable(sa, torch.bfloat16, device) and _mt.readable(sb, torch.bfloat16, device)):
             return None
         cfg = _config_for(m, n, k)

@@ -283,7 +283,9 @@ def _launch(a, b, scale_a, scale_b, config: Config | None = None) -> jax.Array:
     b = _mg.pad(b, b.shape[:-2] + b_ext)
     scale_a = _mg.pad(scale_a, (pl.cdiv(m, cfg.tile_m) * cfg.tile_m,))
     scale_b = _mg.pad(scale_b, (pl.cdiv(n, cfg.tile_n) * cfg.tile_n,))  # read whole subtiles
-    out = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)(a, b, scale_a, scale_b)
+    kernel = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)
+    # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
+    out = _rt.no_derivative(NAME, ("a", "b", "scale_a", "scale_b"), kernel)(a, b, scale_a, scale_b)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
     return out
@@ -344,6 +346,8 @@ def _direct(a, b, scale_a, scale_b):
         if device < 0 or device != torch.cuda.current_device():
             return None
         if not (b.shape[:-1] == a.shape[:-2] + (k,) and m and n and k
+                # a tensor that requires grad in grad mode: the DLPack path refuses it (runtime/jax.py)
+                and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled())
                 and _mt.readable(sa, torch.float8_e4m3fn, device) and _mt.readable(sb, torch.float8_e4m3fn, device)):
             return None
         cfg = _config_for(m, n, k)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 import triton
 
+from specgen.runtime.guards import refuse_interpreter_bf16
 from specgen.runtime.triton.descriptors import with_descriptor_cache
 
 _get_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
@@ -156,6 +157,8 @@ class TritonLauncher:
                  variants: tuple[dict[int, dict[str, int]], ...] = ()) -> None:
         self.kernel = kernel
         self.name = name
+        # A or B is bf16 (the module sets it): refused under the CPU interpreter (guards.refuse_interpreter_bf16)
+        self.bf16_dot = False
         self.configs = configs
         self.variants = variants  # size-selected variants' launch configs, per compute capability
         # (device, key) -> (launch, leading args, constexpr slots, SM count, expander or None)
@@ -270,6 +273,8 @@ class TritonLauncher:
         if persistent:
             grid = (min(grid, num_sms), 1, 1)
         if device < 0:
+            if self.bf16_dot:
+                refuse_interpreter_bf16(self.name)
             self.kernel[grid](*args, **constexprs, **config)
             return
         with torch.cuda.device(device):
