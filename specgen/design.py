@@ -12,16 +12,18 @@ any framework or compiler, since check and render import every design.
 
 How to add a design (say a second MMA family on an existing backend):
   1. a row per `backend:arch` in specgen/targets.py, if the target is new;
-  2. a package specgen/designs/gemm_<name>/ with `design.py` (a `DesignBase` subclass, `DESIGN = ...`),
+  2. a package specgen/kinds/<kind>/designs/<name>/ with `design.py` (a `DesignBase` subclass, `DESIGN = ...`),
      `rules.py` (its rules: a `RuleSet` named `RULES`), `names.py` (its modules' identifiers) and its
      compile hook module; its templates under templates/<backend>/ (the torch and jax host parts are
      shared: templates/torch/, templates/jax/); its run-time helpers under specgen/runtime/;
-  3. one line in specgen/designs/__init__.py's DESIGN_PACKAGES (before any checked-only design it
-     takes targets over from);
+  3. one line in its kind's DESIGN_PACKAGES (specgen/kinds/<kind>/__init__.py), before any checked-only
+     design it takes targets over from;
   4. its tests: parameters of the shared bases in tests/shared/ (tests/designs.py lists them).
 
-How to add a kernel kind (say grouped GEMM): its spec model in specgen/spec/; its rules carry the kind
-in `RuleSet.rule(..., kinds=(...))`; designs keyed by that kind; a float64 reference in tests/reference.py.
+How to add a kernel kind (say grouped GEMM): a package specgen/kinds/<kind>/ with its DESIGN_PACKAGES and
+its designs under designs/, one line in specgen/kinds/__init__.py's KINDS; its spec model in specgen/spec/
+today (the kind's own folder is where it is going: issue 35); its rules carry the kind in
+`RuleSet.rule(..., kinds=(...))`; a float64 reference in tests/reference.py.
 """
 
 from __future__ import annotations
@@ -149,6 +151,12 @@ class DesignBase:
         """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them
         where it does not): the design's `renders_variants`, unless it differs by target."""
         return self.renders_variants
+
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]] | None:
+        """The knobs `specgen tune` sweeps on `target` and their ranges (check prunes what cannot fit) for a
+        slot serving M <= m_max (None: the default config, or no bound); None where the design has nothing
+        to tune (`tune` skips the target with a note)."""
+        return None
 
     def config_notes(self, spec: GemmSpec) -> str:
         """What `check --variants` adds after a config's tile ("" where nothing)."""

@@ -1,4 +1,4 @@
-"""The design registry: every design of specgen/designs/DESIGN_PACKAGES, keyed by (kind, backend, MMA
+"""The design registry: every design of specgen/kinds/lineup.py's DESIGN_PACKAGES (each kind's line-up), keyed by (kind, backend, MMA
 family). Resolve, check, render, compile and the CLI find a target's design here and call its hooks:
 none of them names a backend, an arch or an MMA family.
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from specgen.designs import DESIGN_PACKAGES
-from specgen.designs.base import DesignBase, DesignKey
+from specgen.design import DesignBase, DesignKey
+from specgen.kinds.lineup import DESIGN_PACKAGES
 from specgen.targets import TARGETS, TargetInfo, target_info
 
 __all__ = ["DESIGNS", "DesignBase", "by_key", "design_for", "designs_for", "rendering"]

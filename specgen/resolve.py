@@ -9,7 +9,7 @@ is resolved twice (tests/test_rules.py counts it).
 
 from __future__ import annotations
 
-from specgen.designs.base import DesignBase
+from specgen.design import DesignBase
 from specgen.envelope.budget import MIN_STAGES, MemoryBudget
 from specgen.registry import design_for
 from specgen.resolved import Resolved, TmaBox, tma_boxes
@@ -26,7 +26,7 @@ def _info(target: Target | TargetInfo) -> TargetInfo:
 def design_of(spec: GemmSpec, info: TargetInfo) -> DesignBase:
     design = design_for(spec.kind, info)
     if design is None:
-        raise ValueError(f"no design serves {info} for kind {spec.kind!r} (specgen/designs/DESIGN_PACKAGES)")
+        raise ValueError(f"no design serves {info} for kind {spec.kind!r} (specgen/kinds/lineup.py's DESIGN_PACKAGES)")
     return design
 
 

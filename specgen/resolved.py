@@ -16,7 +16,7 @@ from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
 
 
 class DesignHooks(Protocol):
-    """What the shared rules ask of the design that serves a target (`DesignBase` in specgen/designs/base.py
+    """What the shared rules ask of the design that serves a target (`DesignBase` in specgen/design.py
     implements it): named here so that these plain types never import the designs that read them."""
 
     name: str

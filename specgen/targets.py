@@ -2,7 +2,7 @@
 TMEM, clusters, registers; TPU VMEM and MXU): the only place target facts live.
 
 Rules, resolve, designs, compile and messages read these fields; nothing tests arch names as strings.
-Adding a target is adding a row here (and, for it to render, a design in specgen/designs/).
+Adding a target is adding a row here (and, for it to render, a design in specgen/kinds/<kind>/designs/).
 
 Device numbers cite their sources in ../shared/HARDWARE.md terms. GPU: cutlass `include/cutlass/arch/arch.h`
 (SMEM), CuTe DSL `cute/arch/tmem.py` (TMEM), PTX ISA (wgmma / tcgen05), measured on an H200 (clusters).

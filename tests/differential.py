@@ -196,7 +196,7 @@ def compile_case(spec: dict, arch: str, folder: Path) -> dict:
     from triton import knobs
 
     from specgen.compile import load_rendered
-    from specgen.designs.gemm_triton.compile import compile_module
+    from specgen.kinds.gemm.designs.triton.compile import compile_module
     from specgen.render.catalogue import render_module
     from specgen.spec.load import load_text
     from specgen.targets import TARGETS

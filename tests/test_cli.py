@@ -62,7 +62,7 @@ def test_check_reports_an_over_budget_tile_with_position_and_numbers(tmp_path):
     spec.write_text(KERNEL.format(name="too_deep", stages=6))
     r = run("check", str(spec))
     assert r.exit_code == 1
-    # 6 x 49152 + 2 x 128 x 32 x 2 (TMA-store subtiles) + 1024 base pad + 1024 barriers (designs/gemm_cute_sm90/design.py)
+    # 6 x 49152 + 2 x 128 x 32 x 2 (TMA-store subtiles) + 1024 base pad + 1024 barriers (kinds/gemm/designs/cute_sm90/design.py)
     line = f"error {spec}:8:14 SMEM001 too_deep @ cute:sm90: needs 313344 B of SMEM > 232448 B per block on cute:sm90"
     assert line in r.stdout
     assert "A/B 6 x 49152 = 294912 + epilogue 16384 + barriers 2048" in r.stdout

@@ -5,6 +5,7 @@ traceback, and nothing the command does not own is written. README's measuring e
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -210,6 +211,9 @@ def test_compile_only_leaves_no_temporary_folder(spec: Path, tmp_path: Path, mon
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # the in-process compile sets TRITON_INTERPRET=0 for itself: restored after, so that this worker's later
+    # interpreter tests still run on the CPU
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
     r = cli("tune", str(spec), "--kernel", "gemm_bf16", "--target", "triton:sm90", "--compile-only", "--workers", "1",
             "--shapes", "8192x8192x8192", "--knob", "tile.m=128", "--knob", "tile.n=128", "--knob", "tile.k=64",
             "--knob", "triton.num_warps=8", "--knob", "pipeline.ab_stages=3")

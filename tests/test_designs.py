@@ -36,7 +36,7 @@ def test_registry_is_keyed_by_kind_backend_and_mma_family():
         assert all((kind, backend) == (design.kind, design.backend) for kind, backend, _ in design.keys)
         if design.renders:
             module, _, fn = design.compile_hook.partition(":")
-            assert module.startswith("specgen.designs.") and fn.isidentifier()
+            assert module.startswith("specgen.kinds.") and fn.isidentifier()
             assert design.compiler_modules and design.extra
     # every target of the table has exactly one design, and it is the one its key names
     for name, info in TARGETS.items():
@@ -49,7 +49,7 @@ def test_the_cute_tcgen05_design_serves_cute_sm100(monkeypatch):
     """One line in DESIGN_PACKAGES (the CuTe sm100 design, issue 19) and cute:sm100 is its; a second
     design rendering the same key is refused."""
     from specgen import registry
-    from specgen.designs.base import DesignBase
+    from specgen.design import DesignBase
 
     assert design_for("gemm", "cute:sm100").name == "CuTe sm100"
     assert design_for("gemm", "cute:sm100").renders

@@ -14,11 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "specgen"
 
 # The shared core: spec handling, resolve, check, render, compile, the CLI, the registry and the rules
-# every design shares. The target table (targets.py) and the registry's list (designs/__init__.py) are
+# every design shares. The target table (targets.py) and the kinds' line-ups (kinds/<kind>/__init__.py) are
 # where those names are allowed to stand; the spec models' per-backend option sections are the spec
 # language itself (spec/models.py).
 CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
-        "render/catalogue.py", "render/env.py", "render/writer.py", "designs/base.py", "envelope/budget.py",
+        "render/catalogue.py", "render/env.py", "render/writer.py", "design.py", "envelope/budget.py",
         "rules/base.py", "rules/table.py", "spec/load.py", "spec/names.py", "spec/positions.py",
         "spec/targets.py", "spec/epilogue.py"]
 BACKEND_WORDS = re.compile(r"triton|cute|cutlass|pallas|wgmma|tcgen05|sm90|sm100|mosaic|mgpu", re.IGNORECASE)
@@ -78,15 +78,20 @@ def test_no_import_cycle_under_specgen(everywhere: bool):
 
 
 def test_the_registry_list_and_design_packages_import_nothing():
-    """Spec validation reads each design's names.py through specgen.designs: those must stay leaves."""
-    leaves = [PKG / "designs" / "__init__.py", *(PKG / "designs").glob("*/__init__.py"), *(PKG / "designs").glob("*/names.py")]
+    """Spec validation reads each design's names.py through specgen.kinds: those must stay leaves (the
+    kinds' line-up imports the kind packages, and nothing else)."""
+    kinds = PKG / "kinds"
+    assert _imports(kinds / "lineup.py") <= {"specgen.kinds", *(f"specgen.kinds.{p.name}" for p in kinds.iterdir())}
+    leaves = [kinds / "__init__.py", *kinds.glob("*/__init__.py"), *kinds.glob("*/designs/__init__.py"), *kinds.glob("*/designs/*/__init__.py"),
+              *kinds.glob("*/designs/*/names.py")]
+    assert len(leaves) >= 10
     for path in leaves:
         assert not _imports(path), f"{path.relative_to(ROOT)} imports {_imports(path)}"
 
 
 def test_the_core_imports_no_design_module():
     for rel in CORE:
-        designs = {i for i in _imports(PKG / rel) if re.match(r"specgen\.designs\.gemm_", i)}
+        designs = {i for i in _imports(PKG / rel) if re.match(r"specgen\.kinds\.\w+\.designs\.", i)}
         assert not designs, f"specgen/{rel} imports {designs}: ask the registry"
 
 
@@ -101,7 +106,7 @@ def test_no_source_file_is_over_600_lines():
 # schema (whose option sections are named for backends) may hold one; everything else asks the registry
 # or reads the target's row.
 LITERAL = re.compile(r"^((triton|cute|pallas)(:\w+)?|sm_?\d{2,3}a?|tpu\w*|gpu_sm\d+|wgmma|tcgen05|mxu)$")
-MAY_NAME_BACKENDS = ("specgen.designs", "specgen.runtime", "specgen.targets", "specgen.spec.models")
+MAY_NAME_BACKENDS = ("specgen.kinds", "specgen.runtime", "specgen.targets", "specgen.spec.models")
 
 
 def test_no_backend_literal_outside_the_designs_runtime_and_tables():

@@ -149,7 +149,7 @@ def test_variants_on_a_tpu_target_are_refused_cfg003() -> None:
 
 
 def test_variants_on_a_cute_sm90_target_are_rendered_not_refused() -> None:
-    """The CuTe sm90 design renders size-selected variants (designs/gemm_cute_sm90/design.py): no CFG003, and
+    """The CuTe sm90 design renders size-selected variants (kinds/gemm/designs/cute_sm90/design.py): no CFG003, and
     the module carries each variant's config and the launcher's integer compares."""
     spec = {**BASE, "targets": ["triton:sm90", "cute:sm90"], "variants": VARIANTS}
     ls = load(spec)

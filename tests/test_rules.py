@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from kernels import MINIMAL_SPEC
 from shared.rules import F16, FP8, tile
 
-from specgen.designs.gemm_cute_sm100.design import tmem_columns
 from specgen.envelope.budget import MIN_STAGES
+from specgen.kinds.gemm.designs.cute_sm100.design import tmem_columns
 from specgen.registry import design_for
 from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
 from specgen.resolve import memory as smem_budget
@@ -146,7 +146,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "cute:sm90", {**F16, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 264192 B of SMEM > 232448 B per block on cute:sm90",
                 "A/B 5 x 49152 = 245760 + epilogue 16384 + barriers 2048"], ("pipeline", "ab_stages"))),
-    # exactly the per-block maximum fits (the sm90 design's struct, designs/gemm_cute_sm90/design.py): 2 x (128 + 740)
+    # exactly the per-block maximum fits (the sm90 design's struct, kinds/gemm/designs/cute_sm90/design.py): 2 x (128 + 740)
     # x 64 x 2 + 2 x 64 x 32 x 2 (one warpgroup's TMA-store subtiles) + 1024 base pad + 1024 barriers = 232448
     ("SMEM001", "cute:sm90", {"tile": tile(128, 740, 64), "cute": {"mma_warpgroups": 1}, "pipeline": {"ab_stages": 2}},
      None),
@@ -343,11 +343,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"schedule": "pingpong"},
                              "epilogue": [{"op": "bias"}, {"op": "residual", "dtype": "bf16"}]},
      ("error", ["about 267 registers (192 accumulator + 8.5 base + 66.32 epilogue operands;"], ("tile",))),
-    # two warpgroups sharing a tile: a base of 22.1 (fitted; see designs/gemm_cute_sm90/design.py)
+    # two warpgroups sharing a tile: a base of 22.1 (fitted; see kinds/gemm/designs/cute_sm90/design.py)
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64)}, None),  # 192 + 22.1 = 215
     ("REG001", "cute:sm90", {"tile": tile(256, 192, 64), "epilogue": [{"op": "bias"}]},
      ("error", ["about 240 registers (192 accumulator + 22.1 base + 25.2 epilogue operands; 256 threads"], ("tile",))),
-    # Mosaic GPU: two consumer warpgroups always split N (designs/gemm_pallas/design.py), so 256x128 is 128 each
+    # Mosaic GPU: two consumer warpgroups always split N (kinds/gemm/designs/pallas/design.py), so 256x128 is 128 each
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 128, 64)}, None),
     ("REG001", "pallas:gpu_sm90", {"tile": tile(256, 256, 64)},
      ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),
@@ -733,7 +733,7 @@ def test_rules_select_targets_by_table_facts_not_arch_names():
     import re
 
     rules = [p.relative_to(ROOT) for p in [*(ROOT / "specgen" / "rules").glob("*.py"),
-                                           *(ROOT / "specgen" / "designs").glob("*/[dr][eu]*.py")]]  # design.py, rules.py
+                                           *(ROOT / "specgen" / "kinds").glob("*/designs/*/[dr][eu]*.py")]]  # design.py, rules.py
     assert len(rules) > 10
     for rel in (*rules, "specgen/resolve.py", "specgen/envelope/budget.py", "specgen/check.py", "specgen/compile.py"):
         text = (ROOT / rel).read_text()

@@ -155,7 +155,7 @@ def test_the_module_names_swap_ab_in_its_docstring_metadata_and_constexprs() -> 
 
 
 def test_the_plan_counts_the_accumulator_transpose() -> None:
-    from specgen.designs.gemm_triton.design import TritonGemm
+    from specgen.kinds.gemm.designs.triton.design import TritonGemm
     from specgen.targets import TARGETS
 
     design, sm90 = TritonGemm(), TARGETS["triton:sm90"]

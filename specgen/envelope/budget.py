@@ -1,7 +1,7 @@
 """The on-chip memory budget (SMEM or VMEM) that `check` enforces and the planner fills.
 
 A `MemoryBudget` says how many bytes a kernel of a spec needs on a target at a given pipeline depth,
-broken down. Each design (specgen/designs/) owns its layout (`memory`), checked-only designs included.
+broken down. Each design (specgen/kinds/<kind>/designs/) owns its layout (`memory`), checked-only designs included.
 resolve.py asks the target's design for it, resolves `auto` stages from it and hands the same budget
 to the rules (SMEM001, VMEM001) and the planners, so they can never disagree.
 """

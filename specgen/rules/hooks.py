@@ -1,5 +1,5 @@
 """Rules every design answers in its own way: the rule is shared (its id, where it applies), the
-verdict is the design's (`register_findings`, `option_findings`, `renders_split_k`; designs/base.py).
+verdict is the design's (`register_findings`, `option_findings`, `renders_split_k`; design.py).
 Where each applies comes from the registry: the designs that serve the target."""
 
 from __future__ import annotations

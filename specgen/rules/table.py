@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import import_module
 from importlib.util import find_spec
 
-from specgen.designs import DESIGN_PACKAGES
+from specgen.kinds.lineup import DESIGN_PACKAGES
 from specgen.rules import cluster, dtypes, hooks, memory, mma, tma
 from specgen.rules.base import Finding, Rule, RuleContext, RuleFn
 from specgen.targets import TargetInfo

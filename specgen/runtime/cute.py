@@ -13,7 +13,7 @@ not exercised by the CPU suite: install TVM-FFI).
 Without TVM-FFI there is no disk cache: 4.8.1's plain C export cannot describe this signature
 ("Unsupported argument for c function"), so each process compiles once in memory.
 
-`specgen compile` (designs/gemm_cute_sm90/compile.py) fills the same cache on a machine without a GPU.
+`specgen compile` (kinds/gemm/designs/cute_sm90/compile.py) fills the same cache on a machine without a GPU.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from types import ModuleType
 
-from specgen.designs import DESIGN_PACKAGES
+from specgen.kinds.lineup import DESIGN_PACKAGES
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME = 64
@@ -28,7 +28,7 @@ MAX_NAME = 64
 
 
 # The shared host code's own (templates/torch/, templates/jax/, the runtime imports and the builtins the
-# launchers call); each design adds its modules' names (specgen/designs/<design>/names.py).
+# launchers call); each design adds its modules' names (specgen/kinds/<kind>/designs/<design>/names.py).
 _SHARED_MODULE_NAMES = frozenset({"annotations", "torch", "register_custom_op", "SPEC", "METADATA", "RUNTIME_ABI", "a", "b", "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_validate", "_check", "_run", "_fake", "_op", "_launcher"})
 _SHARED_RESERVED = frozenset({"specgen", "guards", "out", "device", "batch", "dtype", "result", "ok", "_", "key"})
 

@@ -1,6 +1,5 @@
-"""The tuner's candidates: each design's knobs and ranges (a module-level `tune_space(spec, target, m_max)` beside
-the design class), their product with the incumbent always in it, each applied to the spec as the writeback
-would write it (`edits`) and pruned by the same `check` (no compile is spent on a config check rejects).
+"""The tuner's candidates: each design's knobs and ranges (its `tune_space(spec, target, m_max)` hook), their
+product with the incumbent always in it, each applied to the spec as the writeback would write it (`edits`) and pruned by the same `check` (no compile is spent on a config check rejects).
 
 A config is flat: {"tile.m": 128, "tile.n": 256, "tile.k": 64, "triton.num_warps": 8}. It is written into
 the target's per_target table (or its copy of the size variants, for a variant's slot); a field the
@@ -9,7 +8,6 @@ design's `shared_config` makes common to a module's targets (Triton's tile) is w
 from __future__ import annotations
 
 import hashlib
-import importlib
 import itertools
 import json
 import re
@@ -39,23 +37,20 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _tune_space_fn(spec: GemmSpec, target: Target) -> Callable | None:
-    design = design_for(spec.kind, target)
-    return getattr(importlib.import_module(type(design).__module__), "tune_space", None) if design else None
-
-
 def has_tune_space(spec: GemmSpec, target: Target) -> bool:
-    return _tune_space_fn(spec, target) is not None
+    design = design_for(spec.kind, target)
+    return design is not None and design.tune_space(spec.for_target(target), target_info(target)) is not None
 
 
 def design_space(spec: GemmSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
     """The design's knobs for (target, slot): `tune_space(effective spec, target, m_max)`, m_max the slot's
     bound on M where it has one (a design may sweep other knobs for decode-sized slots)."""
-    fn = _tune_space_fn(spec, target)
-    if fn is None:
-        raise SpaceError(f"{target} has no tune space: its design declares no `tune_space`")
+    design = design_for(spec.kind, target)
     m_max = spec.variants_on(target)[slot].when.m_max if slot is not None else None
-    return fn(spec.for_target(target, slot), target_info(target), m_max)
+    found = design.tune_space(spec.for_target(target, slot), target_info(target), m_max) if design else None
+    if found is None:
+        raise SpaceError(f"{target} has no tune space: its design declares none (`tune_space`)")
+    return found
 
 
 _INT = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes '²' and '１２８', which int() may not

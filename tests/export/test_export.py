@@ -1,5 +1,5 @@
 """`specgen compile --export` on the CPU, for both CuTe archs (cute:sm90 for sm_90a, cute:sm100 for sm_100a:
-one export implementation, specgen/designs/cute_export/): every catalogue kernel exported through the
+one export implementation, specgen/kinds/gemm/designs/cute_export/): every catalogue kernel exported through the
 CuTe DSL's `export_to_c`, the C header's entry points (one per kernel, the spec's operands, alike on both
 archs), the dispatch the launchers render, the host code compiled and linked with the CUDA toolkit from
 the package index (`specgen[export]`; those tests skip only where a package of that extra is missing),
@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from specgen.designs.cute_export.abi import c_kernel, render_files  # noqa: E402
-from specgen.designs.cute_export.export import HOOK  # noqa: E402
 from specgen.export import toolkit  # noqa: E402
+from specgen.kinds.gemm.designs.cute_export.abi import c_kernel, render_files  # noqa: E402
+from specgen.kinds.gemm.designs.cute_export.export import HOOK  # noqa: E402
 from specgen.registry import design_for  # noqa: E402
 from specgen.resolve import resolve  # noqa: E402
 from specgen.spec.load import load_paths  # noqa: E402

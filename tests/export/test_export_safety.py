@@ -1,4 +1,4 @@
-"""`specgen compile --export DIR` holds render's rules for --out (specgen/designs/cute_export/export.py): it
+"""`specgen compile --export DIR` holds render's rules for --out (specgen/kinds/gemm/designs/cute_export/export.py): it
 writes only what its MANIFEST.json owns, never through a link, never over a file it did not write, never
 into the root, a system folder, a file or the current folder that is not an export; an export is whole or
 nothing (a failed kernel, a full disk, a kill) and the next run cleans what a killed one left.
@@ -26,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specgen.cli import app
-from specgen.designs.cute_export import export as ex
+from specgen.kinds.gemm.designs.cute_export import export as ex
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "specs" / "gemm_bf16.toml"  # gemm_bf16 (9 configs) and gemm_small_bf16, on sm90 and sm100
@@ -342,7 +342,7 @@ SCRIPT = """
 import os, signal, sys
 from pathlib import Path
 from types import SimpleNamespace
-import specgen.designs.cute_export.export as ex
+import specgen.kinds.gemm.designs.cute_export.export as ex
 import specgen.runtime.cute as rc
 budget, lib, version = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 def compile_config(module, kernel, tag, variant, cute_dir):

@@ -1,7 +1,7 @@
 """Check vs the CuTe DSL compiler for `cute:sm100`: a seeded grid of random specs near the envelope's
 boundaries, each checked by specgen and compiled by `cute.compile` for sm_100a on this CPU machine (no
 GPU, no Blackwell anywhere: compile and SASS are the whole verification) through the design's compile
-hook (specgen/designs/gemm_cute_sm100/compile.py), its SASS read by nvdisasm.
+hook (specgen/kinds/gemm/designs/cute_sm100/compile.py), its SASS read by nvdisasm.
 
 Verdicts, per spec (as tests/grids/cute_sm90.py's):
 - check: accept (no error on cute:sm100) or reject (any error; the rule ids are kept);
@@ -151,7 +151,7 @@ def check_case(spec: dict) -> dict:
 
 def compile_case(spec: dict, folder: Path) -> dict:
     """The compiler's side: render the spec's module, compile its one config for sm_100a, read the SASS."""
-    from specgen.designs.gemm_cute_sm100.compile import compile_module
+    from specgen.kinds.gemm.designs.cute_sm100.compile import compile_module
 
     r, start = compile_one(spec, folder, TARGET, compile_module)
     if isinstance(r, dict):

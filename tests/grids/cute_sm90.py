@@ -1,6 +1,6 @@
 """Check vs the CuTe DSL compiler for `cute:sm90`: a seeded grid of random specs near the envelope's
 boundaries, each checked by specgen and compiled by `cute.compile` for sm_90a on this CPU machine (no
-GPU) through the design's compile hook (specgen/designs/gemm_cute_sm90/compile.py), its SASS read by
+GPU) through the design's compile hook (specgen/kinds/gemm/designs/cute_sm90/compile.py), its SASS read by
 nvdisasm.
 
 Verdicts, per spec:
@@ -28,7 +28,7 @@ registers): 51 false accepts (every spill below 256 accumulator registers), 12 f
 addresses and immediate column offsets, predicated loads; it used to compute a clamped 64-bit address per
 element): 6 of the 49 spilling residual kernels of seed 17 compile spill-free, 1 spill-free one spills.
 The record holds seeds 17 to 20 (`330,60,80,80 17,18,19,20`: 550 random specs) and the probes; the
-register model (designs/gemm_cute_sm90/design.py `register_estimate`) is fitted to them: 0 false accepts, 11
+register model (kinds/gemm/designs/cute_sm90/design.py `register_estimate`) is fitted to them: 0 false accepts, 11
 false rejects (2.0%). Each seed after the first was compiled held out first: fitted on seed 17, seeds 18
 and 19 (140 specs) showed 1 false accept (a ping-pong 128x128 tile with five vectors and an f32
 residual, 856 B of spills) and 1 false reject; refitted on 17-19, seed 20 (80) showed 1 false accept (an
@@ -236,7 +236,7 @@ def compile_one(spec: dict, folder: Path, target: str, compile_module) -> tuple[
 
 def compile_case(spec: dict, folder: Path) -> dict:
     """The compiler's side: render the spec's module, compile its one config for sm_90a, read the SASS."""
-    from specgen.designs.gemm_cute_sm90.compile import compile_module
+    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
 
     r, start = compile_one(spec, folder, TARGET, compile_module)
     if isinstance(r, dict):

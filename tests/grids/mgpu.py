@@ -214,7 +214,7 @@ def arg_structs(mod, m: int, n: int, k: int) -> list:
     import jax
     import jax.numpy as jnp
 
-    from specgen.designs.gemm_pallas.design import JNP_DTYPES
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
     from specgen.spec.models import GemmSpec
 

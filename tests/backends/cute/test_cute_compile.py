@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specgen.designs.gemm_cute_sm90.compile import launch_smem
+from specgen.kinds.gemm.designs.cute_sm90.compile import launch_smem
 from specgen.spec.load import load_paths
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,8 +12,8 @@ import pytest
 import torch
 from kernels import MINIMAL_SPEC, catalogue, load_target_module
 
-from specgen.designs.gemm_cute_sm90.compile import compile_module
-from specgen.designs.gemm_cute_sm90.design import (
+from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
+from specgen.kinds.gemm.designs.cute_sm90.design import (
     PREFETCH_REGISTERS,
     cute_config,
     epilogue_tile,
@@ -171,7 +171,9 @@ def test_modules_without_split_k_carry_none_of_its_code():
 
 def test_swap_ab_sweeps_for_decode_slots_only():
     """`specgen tune`'s CuTe space: a slot serving M <= 64 sweeps swap_ab with 16- and 32-row tiles."""
-    from specgen.designs.gemm_cute_sm90.design import tune_space
+    from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
+
+    tune_space = DESIGN.tune_space
 
     spec = loaded({**MINIMAL_SPEC, "targets": ["cute:sm90"]}).spec
     decode, prefill = tune_space(spec, target_info(SM90), 16), tune_space(spec, target_info(SM90))

@@ -27,7 +27,7 @@ def record() -> dict:
 
 
 # The bar: 0 false accepts and at most 2% false rejects over the random grid. The register model's
-# weights were fitted to this record (designs/gemm_cute_sm90/design.py says how), so this is a ratchet: a change
+# weights were fitted to this record (kinds/gemm/designs/cute_sm90/design.py says how), so this is a ratchet: a change
 # that refuses more spill-free kernels, or lets a spilling one through, fails here.
 MAX_FALSE_REJECTS = 11  # of the 550 random specs (2.0%)
 # the named probes check refuses although they compile spill-free: the template limit CUTE001 keeps (the

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from kernels import MINIMAL_SPEC, load_target_module
 
-from specgen.designs.gemm_cute_sm100.compile import compile_module, tmem_alloc_columns
-from specgen.designs.gemm_cute_sm100.design import epilogue_tile, tmem_columns
-from specgen.designs.gemm_cute_sm100.design import tmem_alloc_columns as plan_tmem
+from specgen.kinds.gemm.designs.cute_sm100.compile import compile_module, tmem_alloc_columns
+from specgen.kinds.gemm.designs.cute_sm100.design import epilogue_tile, tmem_columns
+from specgen.kinds.gemm.designs.cute_sm100.design import tmem_alloc_columns as plan_tmem
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_paths, load_text
@@ -225,7 +225,7 @@ def test_the_jax_entrys_xla_abi_kernel_compiles_for_sm100a(tmp_path):
     for sm_100a with the SM count passed as a constant (148, no device to ask): TMA, UTCQMMA, no spills.
     (tests/backends/cute/test_cute_jax.py traces every generated module's entry, the sm100 ones included.)"""
     from specgen.compile import load_rendered
-    from specgen.designs.gemm_cute_sm100.compile import sass_counts
+    from specgen.kinds.gemm.designs.cute_sm100.compile import sass_counts
 
     module = load_rendered(ROOT / "generated" / "cute" / "gemm_fp8_rowwise_sm100.py", "_specgen_sm100_jax_test")
     compiled = module._jax_entry().compile(None, (), 148, f"--keep-cubin --dump-dir {tmp_path}")

@@ -16,7 +16,7 @@ from kernels import catalogue
 from reference import REFERENCES
 
 from specgen.compile import load_rendered
-from specgen.designs.gemm_pallas.design import JNP_DTYPES, is_tpu_target
+from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES, is_tpu_target
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.dtypes import DType

@@ -1,4 +1,4 @@
-"""Boundary cases of the Pallas design (TPU and Mosaic GPU)'s own rules (specgen/designs/gemm_pallas/rules.py): each rule on each
+"""Boundary cases of the Pallas design (TPU and Mosaic GPU)'s own rules (specgen/kinds/gemm/designs/pallas/rules.py): each rule on each
 side of its boundary, in tests/test_rules.py's form (rule, target, spec overrides, expected); that file
 collects every design's cases from beside its tests (tests/backends/*/rule_cases*.py)."""
 

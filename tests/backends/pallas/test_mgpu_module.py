@@ -20,7 +20,7 @@ import pytest
 
 from backends.pallas.common import CATALOGUE, catalogue_config, jnp_dtype
 from specgen.compile import load_rendered
-from specgen.designs.gemm_pallas.design import is_mgpu_target
+from specgen.kinds.gemm.designs.pallas.design import is_mgpu_target
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -118,7 +118,7 @@ def test_clusters_and_raster_render_lower_and_trace(tmp_path, name: str, over: d
     by TMA multicast (B for a pair along M, A along N), and schedule.raster picks planar_snake's minor
     dim; lowered for CUDA on this CPU machine, Mosaic GPU allocates exactly the plan's SMEM (the cluster
     barriers take the bytes the plain ones did), and tracing covers tails, M = 1 and K = 0."""
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
     from specgen.targets import TARGETS
 
     spec = catalogue_config(name, over)
@@ -154,7 +154,7 @@ def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> N
     out's subtiles (and reads a residual's) through the slot's transposed view; lowered for CUDA on this CPU machine, Mosaic GPU
     allocates exactly the plan's SMEM (the swap moves no buffer), and tracing covers tails, M = 1, K = 0.
     Numerics: tests/gpu/test_mgpu_swap_ab_gpu.py."""
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
     from specgen.targets import TARGETS
 
     spec = catalogue_config(name, {"pallas": {"swap_ab": True}, "cluster": {"m": 1, "n": 1},
@@ -175,7 +175,9 @@ def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> N
 def test_swap_ab_sweeps_for_decode_slots_only() -> None:
     """`specgen tune`'s Mosaic GPU space: a slot serving M <= 64 sweeps swap_ab with 8- to 32-row tiles (the
     unswapped small tiles are check's MMA001 refusals), a prefill slot neither."""
-    from specgen.designs.gemm_pallas.design import tune_space
+    from specgen.kinds.gemm.designs.pallas.design import DESIGN
+
+    tune_space = DESIGN.tune_space
     from specgen.targets import TARGETS
 
     spec = GemmSpec.model_validate(MGPU["gemm_bf16"])
@@ -290,7 +292,7 @@ def test_the_compile_hook_reports_mosaic_gpus_smem(modules) -> None:
     """`specgen compile` on a Mosaic GPU module lowers it for CUDA on this CPU machine (jax 0.10.2 with
     absl-py lowers Mosaic GPU without a GPU or the CUDA plugin) and reports the SMEM Mosaic GPU allocates:
     it equals the plan's."""
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
     from specgen.targets import TARGETS
 
     mod, _ = modules["gemm_residual_bf16"]

@@ -114,7 +114,7 @@ def test_forcing_a_config_overrides_the_bounds(two, monkeypatch) -> None:
 def test_each_config_lowers_to_its_plan_smem(two) -> None:
     """`specgen compile`'s hook lowers every config for CUDA (each forced) on this CPU machine: Mosaic GPU
     allocates exactly each config's plan SMEM."""
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
 
     mod, resolved = two
     results = compile_module(mod, TARGETS["pallas:gpu_sm90"])
@@ -139,7 +139,7 @@ def test_small_n_keeps_every_tma_index(two, n: int) -> None:
 
 
 def test_batched_clustered_variants_lower_to_their_plan_smem_and_trace(tmp_path) -> None:
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
 
     assert not [d for d in _errors(SPEC_BATCHED, "") if d.severity == "error"]
     mod, resolved = render(SPEC_BATCHED, tmp_path)
@@ -178,7 +178,7 @@ def with_decode_variants(name: str) -> dict:
 
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_decode_variant_candidates_lower_to_their_plan_smem_and_trace(tmp_path, name: str) -> None:
-    from specgen.designs.gemm_pallas.compile import compile_module
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
 
     spec = with_decode_variants(name)
     mod, resolved = render(spec, tmp_path)

@@ -10,7 +10,7 @@ import pytest
 
 from backends.pallas.common import Data, render_module
 from backends.pallas.test_tpu_numerics import VARIANTS
-from specgen.designs.gemm_pallas.compile import compile_module
+from specgen.kinds.gemm.designs.pallas.compile import compile_module
 from specgen.targets import TARGETS
 
 

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from specgen.compile import CompileResult
-from specgen.designs.gemm_cute_sm90 import compile as sm90
+from specgen.kinds.gemm.designs.cute_sm90 import compile as sm90
 from specgen.targets import TargetInfo
 
 SASS_OPS = ("UTMALDG", "UTMASTG", "UTCHMMA", "UTCQMMA", "UTCBAR", "LDL", "STL")

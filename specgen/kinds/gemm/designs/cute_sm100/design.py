@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.designs.base import DesignBase, module_identity, plan_header
+from specgen.design import DesignBase, module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget, epilogue_stages
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
 # and lay out SMEM alike (1024-aligned buffers after the compiler's 1024-byte static pad)
-from specgen.designs.gemm_cute_sm90.design import (
+from specgen.kinds.gemm.designs.cute_sm90.design import (
     BASE_ALIGN_PAD,
     CUTLASS_DTYPES,
     GRID_Z_MAX,
@@ -53,7 +54,6 @@ from specgen.designs.gemm_cute_sm90.design import (
     host_parameters,
     render_per_arch,
 )
-from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import GemmSpec, Target
@@ -250,11 +250,11 @@ class CuteSm100Gemm(DesignBase):
     name = "CuTe sm100"
     keys = (("gemm", Backend.cute, "tcgen05"),)
     template = "cute/gemm_sm100.py.jinja"
-    compile_hook = "specgen.designs.gemm_cute_sm100.compile:compile_module"
+    compile_hook = "specgen.kinds.gemm.designs.cute_sm100.compile:compile_module"
     compiler_modules = ("torch", "cutlass")
     extra = "cute"
-    # the C++ export the CuTe designs share (specgen/designs/cute_export/: compiled for sm_100a)
-    export_hook = "specgen.designs.cute_export.export:export"
+    # the C++ export the CuTe designs share (specgen/kinds/gemm/designs/cute_export/: compiled for sm_100a)
+    export_hook = "specgen.kinds.gemm.designs.cute_export.export:export"
     # `auto` takes as many A/B stages as SMEM holds (fp8 256x128x128 over a pair: 8): no bf16-tuned cap
     max_auto_stages = 16
     renders_variants = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_cute_sm100.design import DESIGN, epilogue_tile, tmem_warps
+from specgen.kinds.gemm.designs.cute_sm100.design import DESIGN, epilogue_tile, tmem_warps
 from specgen.rules.base import Finding, RuleContext, RuleSet, issues, k_per_instruction, target_of
 
 RULES = RuleSet()
@@ -147,7 +147,7 @@ def cute_sm100_f16_acc(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("CUTE106", "sm100 epilogue subtile rows of whole 16-byte units per warp", SERVED)
 def cute_sm100_epilogue_columns(ctx: RuleContext) -> Iterator[Finding]:
     """Each epilogue warp stores its share of a subtile's columns (epi_n, or epi_n / 2 when a 2-CTA pair of
-    64-row CTAs splits its warps 2 x 2: designs/gemm_cute_sm100/design.py `epilogue_tile`) as 16-byte units
+    64-row CTAs splits its warps 2 x 2: kinds/gemm/designs/cute_sm100/design.py `epilogue_tile`) as 16-byte units
     (stmatrix, the TMA store's 16-byte granularity). Where tile.n admits no such subtile the epilogue takes
     the whole tile.n, and a share that is not a whole number of 16-byte units fails to build (measured:
     nvidia-cutlass-dsl 4.8.1, sm_100a, "Operation creation failed" on 2-CTA 64x48 tiles with 8-bit outputs)."""

@@ -138,7 +138,7 @@ def sass_counts(cubin_path: str, ops: tuple[str, ...] = SASS_OPS) -> tuple[dict[
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
                    fill_cache: bool = True) -> list[CompileResult]:
-    """Compile one rendered CuTe module for its target (the `compile_hook` of designs/gemm_cute_sm90/design.py):
+    """Compile one rendered CuTe module for its target (the `compile_hook` of kinds/gemm/designs/cute_sm90/design.py):
     every config, the default first, then each size-selected variant (reported as `<kernel>[variant i]`),
     each beside its own plan SMEM; optionally count SASS opcodes; fill the disk cache the launcher reads."""
     launcher = module._launcher

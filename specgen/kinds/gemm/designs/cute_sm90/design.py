@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.abi import Arg, make_arg
-from specgen.designs.base import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
+from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
@@ -416,12 +416,12 @@ class CuteSm90Gemm(DesignBase):
     name = "CuTe sm90"
     keys = (("gemm", Backend.cute, "wgmma"),)
     template = "cute/gemm_sm90.py.jinja"
-    compile_hook = "specgen.designs.gemm_cute_sm90.compile:compile_module"
+    compile_hook = "specgen.kinds.gemm.designs.cute_sm90.compile:compile_module"
     compiler_modules = ("torch", "cutlass")
     libraries = ("torch", "nvidia-cutlass-dsl", "apache-tvm-ffi")
     compile_caches = ("SPECGEN_CUTE_CACHE",)  # runtime/cute.py's disk cache
     extra = "cute"
-    export_hook = "specgen.designs.cute_export.export:export"  # shared with the sm100 design
+    export_hook = "specgen.kinds.gemm.designs.cute_export.export:export"  # shared with the sm100 design
     max_auto_stages = 8
     # schedule.split_k: the K splits of a tile run as a cluster's third dim and meet in split 0's SMEM
     # (no workspace, no counters: the JAX and C entries launch it as the torch one does)
@@ -532,6 +532,20 @@ class CuteSm90Gemm(DesignBase):
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         return render_per_arch(self, loaded, targets, resolved, render_context)
 
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+        """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
+        consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements). A slot serving
+        M <= 64 (`m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
+        as cuBLAS's decode kernels run it; check prunes the unswapped small tiles), deeper pipelines and
+        split-K in two across the cluster (few tiles over a long K; check prunes it from ping-pong; 4 splits ran
+        1.25-1.5x slower than 2 at 64x4096x14336 on an H100, session 11)."""
+        k = (128,) if spec.a.dtype.bytes == 1 else (64,)
+        if m_max is not None and m_max <= 64:
+            return {"tile.m": (16, 32, 64), "tile.n": (64, 128), "tile.k": k, "cute.schedule": ("cooperative", "pingpong"),
+                    "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6), "schedule.split_k": (1, 2)}
+        return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": k,
+                "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}
+
 
 def render_per_arch(design: DesignBase, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
                     context: Callable[[Any], dict[str, object]]) -> dict[str, str]:
@@ -573,21 +587,6 @@ def render_context(p: CuteSm90Plan) -> dict[str, object]:
     """The plan plus names the templates spell: argument order, the custom op's schema, and the
     cutlass spelling of each dtype (for the epilogue's cast op)."""
     return {"p": p, "metadata": metadata(p), **host_context(p)}
-
-
-def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
-    """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
-    consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements). A slot serving
-    M <= 64 (`m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
-    as cuBLAS's decode kernels run it; check prunes the unswapped small tiles), deeper pipelines and
-    split-K in two across the cluster (few tiles over a long K; check prunes it from ping-pong; 4 splits ran
-    1.25-1.5x slower than 2 at 64x4096x14336 on an H100, session 11)."""
-    k = (128,) if spec.a.dtype.bytes == 1 else (64,)
-    if m_max is not None and m_max <= 64:
-        return {"tile.m": (16, 32, 64), "tile.n": (64, 128), "tile.k": k, "cute.schedule": ("cooperative", "pingpong"),
-                "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6), "schedule.split_k": (1, 2)}
-    return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": k,
-            "cluster.m": (1, 2), "cute.schedule": ("cooperative", "pingpong")}
 
 
 DESIGN = CuteSm90Gemm()

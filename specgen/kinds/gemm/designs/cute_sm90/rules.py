@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_cute_sm90.design import (
+from specgen.kinds.gemm.designs.cute_sm90.design import (
     DESIGN,
     epilogue_tile,
     kernel_tile,
@@ -46,7 +46,7 @@ def cute_sm90_warpgroups(ctx: RuleContext) -> Iterator[Finding]:
 def cute_sm90_epilogue_tile(ctx: RuleContext) -> Iterator[Finding]:
     """The epilogue stores the tile in whole subtiles of 64 or 128 rows x 32 columns (64 for 8-bit
     outputs where tile.n allows, 16 for 16-bit outputs whose tile.n is a multiple of 16 but not of 32),
-    the TMA-store boxes the template allocates (designs/gemm_cute_sm90/design.py `epilogue_tile`); each
+    the TMA-store boxes the template allocates (kinds/gemm/designs/cute_sm90/design.py `epilogue_tile`); each
     subtile takes the next epi_m x epi_n share of the thread's accumulator registers. Measured
     (nvidia-cutlass-dsl 4.8.1, sm_90a): with 32-column subtiles a 64x48 tile compiled, but its second
     subtile read 16 accumulator registers past the 24 a thread holds (its stored columns were garbage);
@@ -124,7 +124,7 @@ def cute_sm90_split_k(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
-    """CuTe sm90: the design's register model (designs/gemm_cute_sm90/design.py `register_estimate`: the
+    """CuTe sm90: the design's register model (kinds/gemm/designs/cute_sm90/design.py `register_estimate`: the
     accumulator, a base, and the epilogue's operands and temporaries at a subtile) against the
     MMA_REGISTERS its consumers get from setmaxnreg. Measured (nvidia-cutlass-dsl 4.8.1, sm_90a SASS over
     the compile grid of tests/grids/cute_sm90.py, tests/data/grid_cute_sm90.json): where the estimate is

@@ -32,7 +32,7 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult | li
     import jax
     import jax.numpy as jnp
 
-    from specgen.designs.gemm_pallas.design import JNP_DTYPES
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
 
     meta = module.METADATA
     spec = GemmSpec.model_validate(module.SPEC)
@@ -75,7 +75,7 @@ def _lower_mgpu_config(module: ModuleType, target: TargetInfo, variant: int | No
     import jax.numpy as jnp
     from jax.experimental.mosaic.gpu import core as mgpu_core
 
-    from specgen.designs.gemm_pallas.design import JNP_DTYPES
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
 
     meta = module.METADATA

@@ -24,7 +24,7 @@ Options read from the spec: `cluster` 2x1 / 1x2 launches CTA pairs that load the
 by TMA multicast (B along M, A along N; rule PAL007; the cluster barriers take the bytes the plain ones
 did, so the SMEM figure is unchanged), `schedule.raster` picks the band direction of `group_m`.
 
-Registered in specgen/designs/DESIGN_PACKAGES under ("gemm", pallas, mxu / wgmma): resolve.py asks it for the
+Registered in specgen/kinds/gemm/DESIGN_PACKAGES under ("gemm", pallas, mxu / wgmma): resolve.py asks it for the
 memory layout, render for the modules, and the plan reads what check resolved (never resolving again).
 Imports jax-free code only: `specgen check` / `render` must stay light.
 """
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.abi import Arg, make_arg
-from specgen.designs.base import WARPGROUP_THREADS, DesignBase, plan_header
+from specgen.design import WARPGROUP_THREADS, DesignBase, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
@@ -316,7 +316,7 @@ class PallasGemmDesign(DesignBase):
 
 
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
-    compile_hook = "specgen.designs.gemm_pallas.compile:compile_module"
+    compile_hook = "specgen.kinds.gemm.designs.pallas.compile:compile_module"
 
     # --- memory ---------------------------------------------------------------------------------------
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
@@ -467,6 +467,21 @@ class PallasGemmDesign(DesignBase):
             spec_json=loaded.spec.model_dump(mode="json"),
         )
 
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+        """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
+        pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
+        2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
+        tuned like the default (its module renders every config); one serving M <= 64 (`m_max`, decode) also
+        sweeps `pallas.swap_ab` with tile.m 8, 16 and 32 (check prunes them unswapped, MMA001)."""
+        if target.memory == "vmem":
+            return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
+        k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
+        if m_max is not None and m_max <= 64:
+            return {"tile.m": (8, 16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
+                    "pallas.swap_ab": (False, True)}
+        return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),
+                "cluster.m": (1, 2)}
+
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
@@ -481,8 +496,6 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
         "b_bytes": DType(p.b.dtype).bytes,
         "out_bytes": DType(p.out.dtype).bytes,
     }
-
-
 
 
 # Config fields the module's Config table carries (the rest of MgpuConfig is the docstring's and METADATA's).
@@ -515,22 +528,6 @@ def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:
             "any_cluster": any(c.cluster_m * c.cluster_n > 1 for c in p.configs),
             "any_residual": any(c.residual_barriers for c in p.configs),
             "any_swap": any(c.swap_ab for c in p.configs)}
-
-
-def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
-    """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
-    pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
-    2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
-    tuned like the default (its module renders every config); one serving M <= 64 (`m_max`, decode) also
-    sweeps `pallas.swap_ab` with tile.m 8, 16 and 32 (check prunes them unswapped, MMA001)."""
-    if target.memory == "vmem":
-        return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
-    k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
-    if m_max is not None and m_max <= 64:
-        return {"tile.m": (8, 16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
-                "pallas.swap_ab": (False, True)}
-    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),
-            "cluster.m": (1, 2)}
 
 
 DESIGN = PallasGemmDesign()

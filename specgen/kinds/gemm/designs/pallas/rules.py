@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_pallas.design import MGPU_CONSUMER_WGS, is_mgpu_target, mgpu_layout, mgpu_swizzles
+from specgen.kinds.gemm.designs.pallas.design import (
+    MGPU_CONSUMER_WGS,
+    is_mgpu_target,
+    mgpu_layout,
+    mgpu_swizzles,
+)
 from specgen.rules.base import Finding, RuleContext, RuleSet, is_tpu
 from specgen.spec.dtypes import DType
 
@@ -140,7 +145,7 @@ def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
 def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
     """Two consumer warpgroups split tile.n; each issues wgmma on tile.m x tile.n/2, so tile.n/2 is a wgmma
     N (8..256, step 8: PTX wgmma), and stores it through whole epi_m x epi_n subtiles (64x64, or the
-    warpgroup's slice where smaller: designs/gemm_pallas/design.py `mgpu_layout`). With `pallas.swap_ab`
+    warpgroup's slice where smaller: kinds/gemm/designs/pallas/design.py `mgpu_layout`). With `pallas.swap_ab`
     each warpgroup's tile.n/2 is wgmma's rows instead: a multiple of 64 (MMA001 checks tile.m, the
     columns)."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.abi import Arg, make_arg
-from specgen.designs.base import DesignBase, module_identity, plan_header
+from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
@@ -38,7 +38,7 @@ class TritonGemm(DesignBase):
     name = "Triton"
     # tl.dot picks its instructions from the block: one design for every MMA family Triton lowers to
     keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
-    compile_hook = "specgen.designs.gemm_triton.compile:compile_module"
+    compile_hook = "specgen.kinds.gemm.designs.triton.compile:compile_module"
     compiler_modules = ("torch", "triton")
     libraries = ("torch", "triton")
     compile_caches = ("TRITON_CACHE_DIR",)
@@ -54,7 +54,6 @@ class TritonGemm(DesignBase):
 
     def has_register_model(self, target: TargetInfo) -> bool:
         return True
-
 
 
     def config_notes(self, spec: GemmSpec) -> str:
@@ -154,6 +153,13 @@ class TritonGemm(DesignBase):
         (rel,) = self.modules(loaded.spec, targets)
         context = triton_context(plan_triton(loaded, targets, resolved))
         return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
+
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+        """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot
+        fit): block shape, warps, pipeline depth. 8-bit operands take deeper K blocks (tl.dot's K is 32 bytes)."""
+        narrow = spec.a.dtype.bytes == 1
+        return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": (128, 256) if narrow else (64, 128),
+                "triton.num_warps": (4, 8), "pipeline.ab_stages": ("auto", 3, 4)}
 
 
 DESIGN = TritonGemm()
@@ -496,12 +502,3 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
     }
 
 
-
-
-
-def tune_space(spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
-    """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot
-    fit): block shape, warps, pipeline depth. 8-bit operands take deeper K blocks (tl.dot's K is 32 bytes)."""
-    narrow = spec.a.dtype.bytes == 1
-    return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": (128, 256) if narrow else (64, 128),
-            "triton.num_warps": (4, 8), "pipeline.ab_stages": ("auto", 3, 4)}

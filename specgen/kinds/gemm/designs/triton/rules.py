@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.designs.gemm_triton.design import DESIGN
+from specgen.kinds.gemm.designs.triton.design import DESIGN
 from specgen.rules.base import Finding, RuleContext, RuleSet, pow2, target_of
 from specgen.spec.dtypes import DType
 from specgen.spec.models import GemmSpec
