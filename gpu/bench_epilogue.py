@@ -25,8 +25,9 @@ from specgen.bench.shapes import parse_shapes  # noqa: E402
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
 from specgen.bench.workloads import build_module, catalogue_kernel, inputs, max_error, ours_call, peer_call  # noqa: E402
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.load import LoadedSpec  # noqa: E402
-from specgen.spec.models import GemmSpec, parse_target  # noqa: E402
+from specgen.spec.models import parse_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "gemm_bias_gelu_bf16"

@@ -295,7 +295,7 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="The spec ref
 
         out.print(spec_reference(), markup=False, end="")
         return
-    from specgen.spec.models import SpecFile
+    from specgen.spec.file import SpecFile
 
     out.print(json.dumps(SpecFile.model_json_schema(), indent=2), markup=False)
 

@@ -20,9 +20,9 @@ How to add a design (say a second MMA family on an existing backend):
      design it takes targets over from;
   4. its tests: parameters of the shared bases in tests/shared/ (tests/designs.py lists them).
 
-How to add a kernel kind (say grouped GEMM): a package specgen/kinds/<kind>/ with its DESIGN_PACKAGES and
-its designs under designs/, one line in specgen/kinds/__init__.py's KINDS; its spec model in specgen/spec/
-today (the kind's own folder is where it is going: issue 35); its rules carry the kind in
+How to add a kernel kind (say grouped GEMM): a package specgen/kinds/<kind>/ with its DESIGN_PACKAGES, its
+designs under designs/ and its spec model in spec.py (a LayeredSpec), one line in specgen/kinds/lineup.py's
+KINDS and one in specgen/kinds/models.py's SPEC_MODELS; its rules carry the kind in
 `RuleSet.rule(..., kinds=(...))`; a float64 reference in tests/reference.py.
 """
 
@@ -39,11 +39,12 @@ from specgen.targets import Backend, Mma, TargetInfo
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
+    from specgen.kinds.gemm.spec import GemmSpec
     from specgen.resolved import Resolved, TmaBox
     from specgen.rules.base import Finding
     from specgen.spec.dtypes import DType
     from specgen.spec.load import LoadedSpec
-    from specgen.spec.models import GemmSpec, Target
+    from specgen.spec.models import Target
 
 DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from specgen.spec.models import SpecFile
+from specgen.spec.file import SpecFile
 
 BEGIN, END = "<!-- spec-reference:begin -->", "<!-- spec-reference:end -->"
 

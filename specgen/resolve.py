@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from specgen.design import DesignBase
 from specgen.envelope.budget import MIN_STAGES, MemoryBudget
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.resolved import Resolved, TmaBox, tma_boxes
-from specgen.spec.models import GemmSpec, Target, When
+from specgen.spec.models import Target, When
 from specgen.targets import TargetInfo, target_info
 
 __all__ = ["Resolved", "TmaBox", "memory", "max_ab_stages", "resolve", "tma_boxes"]

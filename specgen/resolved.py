@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.rules.finding import Finding
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec, Target, When
+from specgen.spec.models import Target, When
 from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
 
 

@@ -94,8 +94,9 @@ def test_refused_but_lowered_shows_why_in_its_program(replay, grid) -> None:
 
 
 def test_smem_model_equals_mosaic_gpus_figure(replay) -> None:
+    from specgen.kinds.gemm.spec import GemmSpec
     from specgen.resolve import resolve
-    from specgen.spec.models import GemmSpec, parse_target
+    from specgen.spec.models import parse_target
 
     _, cases = replay
     target = parse_target("pallas:gpu_sm90")

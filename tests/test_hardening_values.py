@@ -11,8 +11,9 @@ from kernels import MINIMAL_SPEC
 
 from specgen.check import check_spec
 from specgen.spec.epilogue import F32_MAX
+from specgen.spec.file import SpecFile
 from specgen.spec.load import SpecError, load_text
-from specgen.spec.models import MAX_DESCRIPTION, SpecFile
+from specgen.spec.models import MAX_DESCRIPTION
 
 
 def spec(**overrides: object) -> dict:

@@ -19,7 +19,7 @@ PKG = ROOT / "specgen"
 # language itself (spec/models.py).
 CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
         "render/catalogue.py", "render/env.py", "render/writer.py", "design.py", "envelope/budget.py",
-        "rules/base.py", "rules/table.py", "spec/load.py", "spec/names.py", "spec/positions.py",
+        "rules/base.py", "rules/table.py", "spec/file.py", "spec/load.py", "spec/names.py", "spec/positions.py",
         "spec/targets.py", "spec/epilogue.py"]
 BACKEND_WORDS = re.compile(r"triton|cute|cutlass|pallas|wgmma|tcgen05|sm90|sm100|mosaic|mgpu", re.IGNORECASE)
 

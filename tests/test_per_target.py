@@ -11,8 +11,9 @@ import yaml
 from specgen.check import check_spec
 from specgen.render.catalogue import render_module
 from specgen.resolve import resolve
+from specgen.spec.file import SpecFile
 from specgen.spec.load import SpecError, load_text, spec_hash
-from specgen.spec.models import SpecFile, parse_target
+from specgen.spec.models import parse_target
 
 TOML = """\
 [[kernels]]

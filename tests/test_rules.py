@@ -18,13 +18,14 @@ from shared.rules import F16, FP8, tile
 
 from specgen.envelope.budget import MIN_STAGES
 from specgen.kinds.gemm.designs.cute_sm100.design import tmem_columns
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
 from specgen.resolve import memory as smem_budget
 from specgen.resolve import resolve as rule_context
 from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths
-from specgen.spec.models import GemmSpec, parse_target
+from specgen.spec.models import parse_target
 from specgen.spec.targets import ALL_TARGETS
 from specgen.targets import SM90, SM100, TPUS
 

@@ -15,8 +15,10 @@ import yaml
 from kernels import MINIMAL_SPEC
 from pydantic import ValidationError
 
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import Bias, Cast, Clamp, Residual, Scale
+from specgen.spec.file import SpecFile
 from specgen.spec.load import (
     SpecError,
     SpecIssue,
@@ -27,7 +29,7 @@ from specgen.spec.load import (
     spec_files,
     spec_hash,
 )
-from specgen.spec.models import GemmSpec, SpecFile, Target, parse_target
+from specgen.spec.models import Target, parse_target
 from specgen.spec.positions import toml_positions, yaml_positions
 from specgen.spec.targets import ALL_TARGETS, Backend
 

@@ -14,9 +14,9 @@ from kernels import MINIMAL_SPEC, catalogue, interpreter_variant
 from reference import REFERENCES
 
 from specgen.check import check_spec
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.render.catalogue import render_module
 from specgen.spec.load import SpecError, load_text, spec_hash
-from specgen.spec.models import GemmSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 

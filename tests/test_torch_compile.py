@@ -9,8 +9,8 @@ import torch
 from kernels import catalogue, interpreter_variant
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.load import quote
-from specgen.spec.models import GemmSpec
 
 
 class Shape(NamedTuple):

@@ -14,8 +14,9 @@ from types import ModuleType
 from typing import Any
 
 from specgen.bench.shapes import Shape
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.load import LoadedSpec, load_file
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import Target
 from specgen.targets import Backend
 
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "tf32": "float32", "int8": "int8",

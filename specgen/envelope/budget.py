@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 MIN_STAGES = 2  # one tile in flight while the other is consumed
 DEFAULT_EPILOGUE_STAGES = 2

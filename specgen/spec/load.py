@@ -19,7 +19,8 @@ from pathlib import Path
 import tomllib
 from pydantic import ValidationError
 
-from specgen.spec.models import GemmSpec, SpecFile
+from specgen.kinds.gemm.spec import GemmSpec
+from specgen.spec.file import SpecFile
 from specgen.spec.positions import (
     Positions,
     json_duplicate_keys,

@@ -1,18 +1,12 @@
-"""The kernel spec, as pydantic v2 models. Strict: unknown fields are errors, models are frozen.
-
-A spec file holds `kernels`, a list; each kernel has a `kind` (only `gemm` today: the list is a
-discriminated union so that other kinds slot in beside it). GEMM semantics:
-
-    out[b, m, n] = epilogue( sum_k A[b, m, k] * B[b, k, n] )      (b only when `batch = true`)
-
-`major` names the contiguous dimension of an operand: A `k`-major is row-major (M, K); B `k`-major is
-(K, N) with K contiguous, i.e. column-major, as a linear layer's weight `w.t()` is. The output is
-row-major.
+"""The parts of a kernel spec every kind shares, as pydantic v2 models. Strict: unknown fields are errors,
+models are frozen. A spec file (spec/file.py) holds `kernels`, a list; each kernel has a `kind`, and the
+kind's own model (specgen/kinds/<kind>/spec.py) declares its fields from the parts here: operands and
+outputs, the configuration sections, the targets, and the per-target and per-size layering (LayeredSpec).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -30,8 +24,7 @@ from pydantic import (
 )
 
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import EpilogueOp, RuntimeArg
-from specgen.spec.names import IDENTIFIER, MAX_NAME, check_kernel_name, derived_names
+from specgen.spec.names import IDENTIFIER, MAX_NAME, check_kernel_name
 from specgen.spec.targets import ALL_TARGETS, TARGET_ARCHS, Backend
 
 
@@ -327,32 +320,14 @@ KernelName = Annotated[str, Field(max_length=MAX_NAME, json_schema_extra={"patte
                        AfterValidator(check_kernel_name)]
 
 
-class GemmSpec(Strict):
-    name: KernelName
-    kind: Literal["gemm"]
-    description: Description = ""
-    a: Operand
-    b: Operand
-    out: Output
-    accumulator: DType = DType.f32
-    batch: StrictBool = False
-    epilogue: list[EpilogueOp] = Field(default_factory=list)
-    tile: Tile
-    cluster: Cluster = Cluster()
-    pipeline: Pipeline = Pipeline()
-    schedule: Schedule = Schedule()
-    targets: list[TargetName] = Field(min_length=1)
-    triton: TritonOptions = TritonOptions()
-    cute: CuteOptions = CuteOptions()
-    pallas: PallasOptions = PallasOptions()
-    # Per-target configuration: `[kernels.per_target."cute:sm100"]` tables (not `on`: YAML 1.1 reads
-    # that key as true).
-    per_target: dict[TargetKey, TargetConfig] = Field(default_factory=dict)
-    # Size-selected variants (`[[kernels.variants]]`), tried in order before the config above.
-    variants: list[Variant] = Field(default_factory=list)
+class LayeredSpec(Strict):
+    """A kernel spec's configuration layering, whatever its kind: the kernel's config sections, a target's
+    `per_target` table over them, a size variant over that. A kind's spec model subclasses it and declares
+    every field itself, in its own order (this base has none, so a kind's fields dump and hash in the order
+    it gives them): `name`, `kind`, `targets`, `per_target`, `variants` and the CONFIG_SECTIONS among them."""
 
     @model_validator(mode="after")
-    def _unique(self) -> GemmSpec:
+    def _layers(self) -> LayeredSpec:
         seen: set[str] = set()
         for t in self.targets:
             if str(t) in seen:
@@ -370,23 +345,7 @@ class GemmSpec(Strict):
                     if getattr(c, section) is not None and owner.value != backend:
                         where = f"per_target '{key}'" + ("" if i is None else f" variant {i}")
                         raise ValueError(f"{where} sets {section} options, which only {owner} targets read")
-        names = {"a", "b", "out"}
-        owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
-        for arg in self.runtime_args():
-            if arg.name in names:
-                raise ValueError(
-                    f"two epilogue arguments (or an operand) are named '{arg.name}'; give one op a `name`"
-                )
-            names.add(arg.name)
-            for n in [arg.name, *derived_names(arg.name)]:
-                if n in owner and owner[n] != arg.name:
-                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
-                                     "into the generated kernel; rename one (give its op a `name`)")
-                owner[n] = arg.name
         return self
-
-    def runtime_args(self) -> list[RuntimeArg]:
-        return [arg for op in self.epilogue for arg in op.runtime_args()]
 
     def variants_on(self, target: object) -> list[Variant]:
         """The size-selected variants on one target: its per_target list where it gives one, else the
@@ -394,7 +353,7 @@ class GemmSpec(Strict):
         cfg = self.per_target.get(str(target))
         return cfg.variants if cfg is not None and cfg.variants is not None else self.variants
 
-    def for_target(self, target: object, variant: int | None = None) -> GemmSpec:
+    def for_target(self: Spec, target: object, variant: int | None = None) -> Spec:
         """The effective spec on one target (and one of its variants): the target's `per_target` keys
         applied over the kernel's, then the variant's, with no `per_target` or `variants` left (what
         resolve, the rules and the designs read)."""
@@ -441,8 +400,4 @@ class GemmSpec(Strict):
         return data
 
 
-KernelSpec = Annotated[GemmSpec, Field(discriminator="kind")]
-
-
-class SpecFile(Strict):
-    kernels: list[KernelSpec] = Field(min_length=1)
+Spec = TypeVar("Spec", bound=LayeredSpec)

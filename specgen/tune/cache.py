@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specgen.bench.timing import Flush
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 SEMANTIC_FIELDS = ("a", "b", "out", "accumulator", "batch", "epilogue")
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from specgen.check import Diagnostic, check_spec
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.spec.load import LazyPositions, LoadedSpec, quote
-from specgen.spec.models import CONFIG_SECTIONS, GemmSpec, Target
+from specgen.spec.models import CONFIG_SECTIONS, Target
 from specgen.targets import target_info
 
 Config = dict[str, Any]

@@ -29,8 +29,8 @@ import torch
 from kernels import catalogue
 
 from specgen.bench.shapes import Shape, slot_for
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec
 
 M_VALUES = (1, 2, 7, 64, 129, 1000)
 N_VALUES = (8, 16, 24, 40, 72, 257, 4096)

@@ -55,8 +55,8 @@ def swapped(tmp_path_factory):
     from backends.pallas.test_mgpu_module import render
 
     from specgen.check import check_spec
+    from specgen.kinds.gemm.spec import GemmSpec
     from specgen.spec.load import load_text
-    from specgen.spec.models import GemmSpec
 
     tmp, mods = tmp_path_factory.mktemp("mgpu_swap"), {}
     for label, name, over in SWAPPED:

@@ -111,7 +111,7 @@ def two_variants(tmp_path_factory):
     from backends.pallas.test_mgpu_module import render
     from backends.pallas.test_mgpu_variants import SPEC
 
-    from specgen.spec.models import GemmSpec
+    from specgen.kinds.gemm.spec import GemmSpec
 
     spec = GemmSpec.model_validate(SPEC).model_dump(mode="json")  # every field spelled (the Data helper reads them)
     mod, _ = render(json.loads(json.dumps(spec)), tmp_path_factory.mktemp("variants"))
@@ -133,7 +133,7 @@ def batched_variants(tmp_path_factory):
     from backends.pallas.test_mgpu_module import render
     from backends.pallas.test_mgpu_variants import SPEC_BATCHED
 
-    from specgen.spec.models import GemmSpec
+    from specgen.kinds.gemm.spec import GemmSpec
 
     spec = GemmSpec.model_validate(SPEC_BATCHED).model_dump(mode="json")
     mod, _ = render(json.loads(json.dumps(spec)), tmp_path_factory.mktemp("batched_variants"))

@@ -215,8 +215,8 @@ def arg_structs(mod, m: int, n: int, k: int) -> list:
     import jax.numpy as jnp
 
     from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
+    from specgen.kinds.gemm.spec import GemmSpec
     from specgen.spec.dtypes import DType
-    from specgen.spec.models import GemmSpec
 
     spec = GemmSpec.model_validate(mod.SPEC)
     lead = (2,) if spec.batch else ()

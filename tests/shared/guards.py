@@ -15,8 +15,8 @@ import pytest
 import torch
 from kernels import catalogue, interpreter_variant
 
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec
 
 # The interpreter's sigmoid (in the legal-layout calls) warns where exp overflows; the result is exact.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")

@@ -24,8 +24,8 @@ import torch
 from kernels import catalogue, interpreter_variant
 from reference import REFERENCES
 
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec
 
 # The interpreter evaluates sigmoid's exp in numpy, which warns when exp(-x) overflows to inf (the
 # sigmoid is still exactly 0 there).

@@ -18,7 +18,7 @@ from reference import TORCH_DTYPES
 from shared.autograd import FakeCuda, derivative_message, grad_message
 
 from specgen.compile import load_rendered
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ROOT / "generated" / "cute"

@@ -17,11 +17,11 @@ from reference import REFERENCES
 
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES, is_tpu_target
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.dtypes import DType
 from specgen.spec.load import load_text
-from specgen.spec.models import GemmSpec
 from specgen.targets import TARGETS
 
 CATALOGUE = catalogue()

@@ -17,7 +17,7 @@ import torch
 from shared.autograd import FakeCuda, derivative_message, grad_message
 
 from backends.pallas.common import CATALOGUE, TPU_CATALOGUE, Data, reference, tolerance
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 TPU = sorted(TPU_CATALOGUE)
 MGPU = sorted(name for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"])

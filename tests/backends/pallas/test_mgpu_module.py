@@ -21,10 +21,10 @@ import pytest
 from backends.pallas.common import CATALOGUE, catalogue_config, jnp_dtype
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.design import is_mgpu_target
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
-from specgen.spec.models import GemmSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 MGPU = {name: spec for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"]}

@@ -21,8 +21,8 @@ import pytest
 from jax.experimental import pallas as pl
 
 from backends.pallas.common import TPU_CATALOGUE, Data, jnp_dtype, reference, render_module, tolerance
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime.jax import strict_interpret
-from specgen.spec.models import GemmSpec
 
 SMALL = {"m": 16, "n": 128, "k": 128}
 

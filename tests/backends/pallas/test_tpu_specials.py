@@ -11,7 +11,7 @@ import torch
 from specials import BIAS_SPECIALS, CHAINS, assert_same_classes, chain_id, full
 
 from backends.pallas.common import reference, render_module
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 
 @pytest.mark.parametrize("chain", CHAINS, ids=chain_id)

@@ -18,7 +18,7 @@ from reference import REFERENCES, TORCH_DTYPES
 from shared.autograd import grad_message
 from shared.guards import KERNELS, Call, Tripwire
 
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 

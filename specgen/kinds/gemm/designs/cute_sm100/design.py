@@ -54,9 +54,10 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     host_parameters,
     render_per_arch,
 )
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.load import LoadedSpec
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
 TMEM_SLOT_BYTES = 4  # the TMEM base address the allocator writes to SMEM

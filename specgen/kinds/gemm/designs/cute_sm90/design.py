@@ -40,10 +40,11 @@ from typing import Any
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
 ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)

@@ -20,7 +20,7 @@ import time
 from types import ModuleType
 
 from specgen.compile import CompileResult, compiler_message
-from specgen.spec.models import GemmSpec
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.targets import TargetInfo
 
 BATCH = 2

@@ -39,10 +39,11 @@ from specgen import __version__
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from specgen.abi import Arg, make_arg
 from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
-from specgen.spec.models import GemmSpec, Target
+from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
 
 CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measured, tests/differential.py)

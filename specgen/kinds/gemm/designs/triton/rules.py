@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.kinds.gemm.designs.triton.design import DESIGN
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.rules.base import Finding, RuleContext, RuleSet, pow2, target_of
 from specgen.spec.dtypes import DType
-from specgen.spec.models import GemmSpec
 
 RULES = RuleSet()
 SERVED = target_of(DESIGN)
