@@ -254,3 +254,18 @@ def test_readmes_measuring_examples_run_as_written(tmp_path: Path, monkeypatch) 
     out = said(results[3], 0)
     assert "cute:sm100: skipped: its design declares no tune space" in out and f"into {Path('specs/gemm_bf16.toml')}" in out
     assert spec.read_text() != before and not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(("export", "says"), [
+    ("/", "--export /: the filesystem root is never an export folder"),
+    ("", "--export '': the empty path names no folder"),
+    ("FILE", "is a file, not a folder"),
+])
+def test_an_export_folder_that_can_never_be_one_is_refused_first(tmp_path: Path, spec: Path, monkeypatch,
+                                                                 export: str, says: str) -> None:
+    """Before anything is compiled or even looked for (this folder has no rendered modules): exit 2."""
+    monkeypatch.chdir(tmp_path)
+    target = str(spec) if export == "FILE" else export
+    out = said(cli("compile", str(spec), "--export", target, "--target", "cute:sm90"), 2)
+    assert says in out and "run `specgen render` first" not in out
+    assert spec.read_text() == (ROOT / "specs" / "gemm_bf16.toml").read_text()

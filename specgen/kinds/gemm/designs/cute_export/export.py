@@ -118,6 +118,7 @@ def export(specs: list[LoadedSpec], rendered: Path, out: str | Path, wanted: set
     """Export every rendered CuTe kernel of `specs` (the wanted targets) into `out`, or into `out/<arch>`
     for each arch where they span several: the whole export or nothing (a failed kernel is reported and
     nothing is written). Raises ExportError where DIR, or what it holds, is refused or a write fails."""
+    export_folder(out, None)  # DIR itself refused first, before any module is looked for
     found: list[tuple[LoadedSpec, Path, Target, CKernel]] = []
     for ls in specs:
         for t, design in export_targets(ls, wanted):
@@ -155,8 +156,9 @@ def export(specs: list[LoadedSpec], rendered: Path, out: str | Path, wanted: set
         raise ExportError(str(e)) from None
 
 
-def export_folder(raw: str | Path, units: list[str]) -> Path:
-    """DIR as given, once it is a folder an export may go into (checked before anything compiles)."""
+def export_folder(raw: str | Path, units: list[str] | None) -> Path:
+    """DIR as given, once it is a folder an export may go into (checked before anything compiles); with
+    `units` None, all but what needs the export's folders (the current folder holding an export)."""
     text = str(raw)
     if not text:
         raise ExportError(f"--export '': the empty path names no folder: {ADVICE}", 2)
@@ -175,7 +177,7 @@ def export_folder(raw: str | Path, units: list[str]) -> Path:
         where = f"--export {text} is" if probe == path else f"--export {text}: {probe} is"
         raise ExportError(f"{where} {what}, not a folder: {ADVICE} (specgen creates it)", 2)
     cwd = Path.cwd().resolve()
-    if cwd.is_relative_to(real) and not any(_owned(real, u) is not None for u in units or [""]):
+    if units is not None and cwd.is_relative_to(real) and not any(_owned(real, u) is not None for u in units or [""]):
         where = "the current folder" if cwd == real else "a folder above the current one"
         raise ExportError(f"--export {text} is {where}, and holds no export of specgen (no MANIFEST.json of "
                           f"{GENERATOR}): {ADVICE}", 2)
