@@ -90,25 +90,19 @@ def test_json_on_one_line_stays_on_one_line_and_escaped_stays_escaped(tmp_path: 
     _tuned(path)
 
 
-def test_a_one_line_flow_yaml_is_not_rewrapped(tmp_path: Path) -> None:
-    path = tmp_path / "spec.yaml"
-    text = ("{kernels: [{name: k, kind: gemm, a: {dtype: f16}, b: {dtype: f16}, out: {dtype: f16}, tile: {m: 128, "
-            "n: 256, k: 64}, targets: ['triton:sm90'], description: 'a line well over eighty columns wide, to wrap'}]}\n")
+@pytest.mark.parametrize(("suffix", "text", "kept"), [
+    (".yaml", "{kernels: [{name: k, kind: gemm, a: {dtype: f16}, b: {dtype: f16}, out: {dtype: f16}, tile: {m: 128, "
+              "n: 256, k: 64}, targets: ['triton:sm90'], description: 'a line well over eighty columns wide, to wrap'}]}\n", 4),
+    (".toml", 'kernels = [{name = "k", kind = "gemm", a = {dtype = "f16"}, b = {dtype = "f16"}, out = {dtype = "f16"}, '
+              'tile = {m = 128, n = 256, k = 64}, targets = ["triton:sm90"]}]\n', 3),
+], ids=["one-line flow YAML", "TOML inline array of kernels"])
+def test_a_kernel_written_on_one_line_stays_on_one_line(tmp_path: Path, suffix: str, text: str, kept: int) -> None:
+    """Not re-wrapped at 80 columns (YAML), not turned into tables (TOML): the new keys go inside the line."""
+    path = tmp_path / f"spec{suffix}"
     path.write_text(text)
     write_back(path, 0, EDITS, SUMMARY)
     after = path.read_text()
-    assert after.count("\n") == 1 and after.startswith(text[:-4])
-    _tuned(path)
-
-
-def test_a_toml_inline_array_of_kernels_is_written_inline(tmp_path: Path) -> None:
-    path = tmp_path / "spec.toml"
-    text = ('kernels = [{name = "k", kind = "gemm", a = {dtype = "f16"}, b = {dtype = "f16"}, out = {dtype = "f16"}, '
-            'tile = {m = 128, n = 256, k = 64}, targets = ["triton:sm90"]}]\n')
-    path.write_text(text)
-    write_back(path, 0, EDITS, SUMMARY)
-    after = path.read_text()
-    assert after.count("\n") == 1 and after.startswith(text[:-3])
+    assert after.count("\n") == 1 and after.startswith(text[:-kept])
     _tuned(path)
 
 
