@@ -29,6 +29,7 @@ KINDS and one in specgen/kinds/models.py's SPEC_MODELS; its rules carry the kind
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import import_module
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
@@ -172,6 +173,18 @@ class DesignBase:
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
         check resolved for it (stages, budget, registers): the design never resolves again."""
         raise NotImplementedError(f"the {self.name} design is checked only")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModuleHeader:
+    """What every rendered module's plan opens with, whatever its kind and design (`plan_header` fills it):
+    the kernel's name, the spec file and hash it came from, the specgen that rendered it, the description."""
+
+    name: str
+    spec_file: str
+    spec_hash: str
+    specgen_version: str
+    description: str
 
 
 def plan_header(loaded: LoadedSpec) -> dict[str, str]:

@@ -40,6 +40,7 @@ from typing import Any
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, epilogue_stages
+from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox, tma_boxes
 from specgen.spec.dtypes import DType
@@ -335,26 +336,14 @@ def cute_config(r: Resolved) -> CuteConfig:
 
 
 @dataclass(frozen=True)
-class CuteModulePlan:
-    """What every CuTe module's plan names: its identity, arch, operands (the shared host templates'
-    arguments) and dtypes; each design's plan adds its kernel's numbers."""
+class CuteModulePlan(GemmModule):
+    """What every CuTe module's plan adds to the GEMM module header: its arch and the accumulator's cutlass
+    dtype; each design's plan adds its kernel's numbers."""
 
-    name: str
-    spec_file: str
-    spec_hash: str
-    specgen_version: str
-    description: str
     arch: str
     arch_flag: str
     compute_capability: int
-    a: Arg
-    b: Arg
-    out: Arg
-    args: list[Arg]  # epilogue runtime arguments, in chain order
-    a_major: str
-    b_major: str
     acc_dtype: str  # cutlass name
-    batch: bool
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from specgen import __version__
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
@@ -143,22 +144,11 @@ def mgpu_layout(spec: GemmSpec) -> MgpuLayout:
 
 
 @dataclass(frozen=True)
-class PallasModule:
-    """What both Pallas modules say of themselves: the kernel, where its spec came from, the operands
-    as the launcher documents them (stored layouts)."""
+class PallasModule(GemmModule):
+    """What both Pallas modules add to the GEMM module header (its operands documented in their stored
+    layouts, `_module_fields`): the targets the module serves."""
 
-    name: str
-    spec_file: str
-    spec_hash: str
-    specgen_version: str
-    description: str
     targets: list[str]
-    a: Arg
-    b: Arg
-    out: Arg
-    a_major: str
-    b_major: str
-    batch: bool
 
 
 @dataclass(frozen=True)
@@ -174,7 +164,6 @@ class PallasTpuPlan(PallasModule):
     vmem_breakdown: str
     vmem_limit_bytes: int  # the scoped limit the kernel requests
     epilogue: list[dict[str, object]]
-    args: list[Arg]  # epilogue runtime arguments, in chain order
     spec_json: dict[str, object] = field(default_factory=dict)
 
 
@@ -242,7 +231,6 @@ class PallasMgpuPlan(PallasModule):
     config: MgpuConfig
     variants: list[MgpuConfig]
     epilogue: list[dict[str, object]]
-    args: list[Arg]
     spec_json: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -484,10 +472,18 @@ class PallasGemmDesign(DesignBase):
                 "cluster.m": (1, 2)}
 
 
+def _identity_first(fields: dict[str, object]) -> dict[str, object]:
+    """A TPU plan's METADATA entries: the module's identity (where its spec came from, what it serves), then
+    its numbers; the operands, the epilogue and the spec itself are said elsewhere in the module."""
+    first = ("spec_file", "spec_hash", "specgen_version", "description", "targets")
+    return {**{k: fields[k] for k in first},
+            **{k: v for k, v in fields.items() if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+
+
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
-            **{k: v for k, v in asdict(p).items() if k not in ("name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+            **_identity_first(asdict(p))}
     return {
         "p": p,
         "plan_meta": meta,

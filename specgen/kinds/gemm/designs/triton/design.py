@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from specgen.abi import Arg, make_arg
 from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
@@ -262,21 +263,10 @@ class TmaBox:
 
 
 @dataclass(frozen=True)
-class TritonPlan:
-    name: str
+class TritonPlan(GemmModule):
     kernel_name: str
-    spec_file: str
-    spec_hash: str
-    specgen_version: str
-    description: str
-    a: Arg
-    b: Arg
-    out: Arg
-    a_major: str
-    b_major: str
     acc_dtype: str  # triton.language name of the accumulator
     input_precision: str | None  # "tf32" / "ieee" for 32-bit operands, None otherwise
-    batch: bool
     block_m: int
     block_n: int
     block_k: int
@@ -286,7 +276,6 @@ class TritonPlan:
     tma: bool
     epilogue_subtile: bool
     flatten: bool
-    args: list[Arg]  # epilogue runtime arguments, in chain order
     configs: list[TritonArchConfig]
     spec_json: dict[str, object]
     params: list[KernelParam]  # the kernel ABI, in declaration order
