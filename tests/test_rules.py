@@ -57,7 +57,7 @@ TPU = {"pallas:tpu_v5e", "pallas:tpu_v5p", "pallas:tpu_v6e", "pallas:tpu_v7x"}
 TRITON = {"triton:sm90", "triton:sm100"}
 WGMMA = {"cute:sm90", "pallas:gpu_sm90"}
 APPLIES = {
-    "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
+    "DT001": GPU, "DT002": TRITON, "DT003": TPU, "DT004": GPU | TPU, "DT005": GPU | TPU, "MAJ001": WGMMA, "MMA001": WGMMA,
     "MMA002": {"cute:sm100"}, "MMA003": TRITON, "MMA004": TRITON, "POW001": TRITON, "SMEM001": GPU, "VMEM001": TPU,
     "TMEM001": {"cute:sm100"}, "TMA001": GPU, "TMA002": {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "CLU001": GPU, "CLU002": {"cute:sm100"}, "REG001": TRITON | WGMMA,
@@ -119,6 +119,43 @@ CASES: list[tuple[str, str, dict, object]] = [
     # tf32 is an operand format (f32 storage read by the tensor cores), never an accumulator
     ("DT004", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "accumulator": "tf32"},
      ("error", ["f32 operands cannot accumulate in tf32"], ("accumulator",))),
+    # DT005: a float GEMM stores floats (f32, f16, bf16, fp8); an integer GEMM keeps int32; tf32 is never stored
+    ("DT005", "triton:sm90", {**FP8, "out": {"dtype": "bf16"}}, None),
+    ("DT005", "cute:sm90", {**FP8, "out": {"dtype": "fp8_e4m3"}}, None),
+    ("DT005", "triton:sm90", {**FP8, "out": {"dtype": "int8"}},
+     ("error", ["out is int8 but A and B are fp8_e4m3 x fp8_e4m3: a float GEMM's output is float: f32, f16 or bf16 "
+                "(or fp8 e4m3/e5m2); specgen has no quantizing epilogue (scale, round, saturate) yet"], ("out", "dtype"))),
+    ("DT005", "cute:sm90", {**FP8, "out": {"dtype": "int8"}}, ("error", ["out is int8 but A and B"], ("out", "dtype"))),
+    ("DT005", "cute:sm100", {"out": {"dtype": "int32"}},
+     ("error", ["out is int32 but A and B are bf16 x bf16", "no quantizing epilogue"], ("out", "dtype"))),
+    ("DT005", "pallas:gpu_sm90", {**F16, "out": {"dtype": "int8"}}, ("error", ["out is int8 but A and B are f16"],
+                                                                    ("out", "dtype"))),
+    ("DT005", "pallas:tpu_v6e", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "int32"}},
+     ("error", ["out is int32 but A and B are f32 x f32"], ("out", "dtype"))),
+    ("DT005", "cute:sm100", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                             "out": {"dtype": "int32"}}, None),  # an integer GEMM: int8 x int8 -> int32
+    ("DT005", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                                 "out": {"dtype": "int32"}}, None),
+    # tf32 operands keep their meaning (f32 data the MMA reads at tf32 precision); stored, tf32 has none
+    ("DT005", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "f32"}}, None),
+    ("DT005", "triton:sm100", {"a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "tf32"}},
+     ("error", ["out is tf32: tf32 is a compute format", "not a storage type"], ("out", "dtype"))),
+    ("DT005", "cute:sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                            "out": {"dtype": "tf32"}}, ("error", ["out is tf32"], ("out", "dtype"))),
+    ("DT005", "pallas:tpu_v7x", {"epilogue": [{"op": "bias", "dtype": "f32"}, {"op": "residual", "dtype": "bf16"},
+                                              {"op": "cast", "dtype": "f16"}]}, None),
+    ("DT005", "pallas:tpu_v7x", {"epilogue": [{"op": "bias", "dtype": "tf32"}]},
+     ("error", ["bias 'bias' is tf32: tf32 is a compute format"], ("epilogue", 0, "dtype"))),
+    ("DT005", "cute:sm100", {"epilogue": [{"op": "bias"}, {"op": "residual", "dtype": "tf32", "name": "skip"}]},
+     ("error", ["residual 'skip' is tf32", "not a storage type"], ("epilogue", 1, "dtype"))),
+    ("DT005", "triton:sm90", {"epilogue": [{"op": "cast", "dtype": "tf32"}]},
+     ("error", ["cast to tf32: tf32 is a compute format"], ("epilogue", 0, "dtype"))),
+    ("DT005", "pallas:gpu_sm90", {"epilogue": [{"op": "cast", "dtype": "int8"}]},
+     ("error", ["cast to int8 in a float GEMM's epilogue", "no quantizing epilogue (scale, round, saturate)"],
+      ("epilogue", 0, "dtype"))),
+    ("DT005", "triton:sm90", {"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                              "out": {"dtype": "int32"}, "epilogue": [{"op": "cast", "dtype": "int32"}]},
+     None),  # an integer GEMM's chain is left as it was
     # MAJ001: wgmma transposes only 16-bit operands
     ("MAJ001", "cute:sm90", {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"}}, None),
     ("MAJ001", "pallas:gpu_sm90", {**FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}},
@@ -468,6 +505,15 @@ def test_dt002_fp8_needs_cc_89():
     assert findings("DT002", _with_gpu(ctx_for("triton:sm90"), 80)) == []  # bf16 does not care
 
 
+def test_dt005_names_each_stored_dtype_in_order():
+    ctx = ctx_for("cute:sm100", **FP8, out={"dtype": "int8"}, epilogue=[
+        {"op": "bias", "dtype": "tf32"}, {"op": "activation", "fn": "relu"}, {"op": "cast", "dtype": "tf32"},
+        {"op": "cast", "dtype": "int32"}, {"op": "residual", "dtype": "tf32"}])
+    assert [f.field for f in findings("DT005", ctx)] == [
+        ("out", "dtype"), ("epilogue", 0, "dtype"), ("epilogue", 2, "dtype"), ("epilogue", 3, "dtype"),
+        ("epilogue", 4, "dtype")]
+
+
 def test_several_findings_of_one_rule():
     found = findings("MMA001", ctx_for("cute:sm90", tile=tile(96, 264, 24)))
     assert [f.field for f in found] == [("tile", "m"), ("tile", "n"), ("tile", "k")]
@@ -502,6 +548,14 @@ def test_dt_and_tmem_hints():
     assert f.hint == "use tf32 for f32 data"
     (f,) = findings("DT004", ctx_for("triton:sm90", a={"dtype": "int8"}, b={"dtype": "int8"}))
     assert f.hint == 'set accumulator = "int32"'
+    (f,) = findings("DT005", ctx_for("cute:sm90", **FP8, out={"dtype": "int8"}))
+    assert f.hint == 'set out.dtype = "f32" (or f16, bf16) and quantize to int8 after the kernel'
+    (f,) = findings("DT005", ctx_for("triton:sm100", a={"dtype": "tf32"}, b={"dtype": "tf32"}, out={"dtype": "tf32"}))
+    assert f.hint == 'set out.dtype = "f32"'
+    (f,) = findings("DT005", ctx_for("triton:sm90", epilogue=[{"op": "residual", "dtype": "tf32"}]))
+    assert f.hint == 'set its dtype = "f32"'
+    (f,) = findings("DT005", ctx_for("triton:sm90", epilogue=[{"op": "cast", "dtype": "tf32"}]))
+    assert f.hint.startswith("drop the cast")
     (f,) = findings("TMEM001", ctx_for("cute:sm100", tile=tile(128, 256, 64), pipeline={"acc_stages": 3}))
     assert f.hint == "use acc_stages = 1"
     (f,) = findings("TMEM001", ctx_for("cute:sm100", tile=tile(128, 1024, 64), pipeline={"acc_stages": 1}))
