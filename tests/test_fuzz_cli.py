@@ -172,9 +172,7 @@ def owned(args: list[str]) -> list[str]:
 def inside(rel: str, owners: list[str], root: Path) -> bool:
     real = (root / rel).resolve() if not (root / rel).is_symlink() else (root / rel).parent.resolve() / Path(rel).name
     for o in owners:
-        if o in ("", "."):
-            continue
-        base = (root / o).resolve()
+        base = (root / o).resolve()  # ('' or '.': the user named the current folder, which the command then owns)
         if real == base or base in real.parents:
             return True
     return False
