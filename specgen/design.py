@@ -113,16 +113,16 @@ class DesignBase:
         return 1
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """The boxes the module moves by TMA: one per tile where the target moves raw boxes, else none."""
-        from specgen.resolved import tma_boxes
-
-        return tma_boxes(spec) if target.tma_boxes else ()
+        """The boxes the module moves by TMA (TMA001-TMA002 check them): the kind's design base says which
+        (specgen/kinds/<kind>/design.py); none by default."""
+        return ()
 
     # --- rules that ask the design ---------------------------------------------------------------------
     def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
-        """The tile the MMA computes as ((rows, field), (columns, field)): the output tile, or its
-        transpose where the design swaps A and B (the fields name what the spec sets for each side)."""
-        return (spec.tile.m, "m"), (spec.tile.n, "n")
+        """The tile the MMA computes as ((rows, field), (columns, field)), the fields naming what the spec sets
+        for each side: the kind's design base says (the GEMM's output tile, or its transpose where a design
+        swaps A and B)."""
+        raise NotImplementedError(f"the {self.name} design says which tile its MMA computes")
 
     def dot_accumulators(self, a: DType) -> tuple[DType, ...] | None:
         """Accumulator dtypes the design's dot takes for `a` operands, where not its MMA family's (DT001)."""

@@ -13,11 +13,11 @@ from specgen.design import DesignBase
 from specgen.envelope.budget import MIN_STAGES, MemoryBudget
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
-from specgen.resolved import Resolved, TmaBox, tma_boxes
+from specgen.resolved import Resolved, TmaBox
 from specgen.spec.models import Target, When
 from specgen.targets import TargetInfo, target_info
 
-__all__ = ["Resolved", "TmaBox", "memory", "max_ab_stages", "resolve", "tma_boxes"]
+__all__ = ["Resolved", "TmaBox", "memory", "max_ab_stages", "resolve"]
 
 
 def _info(target: Target | TargetInfo) -> TargetInfo:

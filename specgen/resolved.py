@@ -63,12 +63,3 @@ class Resolved:
     @property
     def backend(self) -> Backend:
         return self.info.backend
-
-
-def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
-    """Every TMA-moved tile: (outer, inner) in elements, by the operand's major mode."""
-    t = spec.tile
-    a = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
-    b = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
-    return (TmaBox("A", *a, spec.a.dtype.bytes, ("a",)), TmaBox("B", *b, spec.b.dtype.bytes, ("b",)),
-            TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))

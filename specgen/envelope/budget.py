@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.spec import GemmSpec
-
 MIN_STAGES = 2  # one tile in flight while the other is consumed
-DEFAULT_EPILOGUE_STAGES = 2
 
 
 @dataclass(frozen=True)
@@ -67,13 +64,3 @@ class MemoryBudget:
         if self.reserve:
             parts.append(f"barriers {self.reserve}")
         return " + ".join(parts)
-
-
-def ab_stage_bytes(spec: GemmSpec) -> int:
-    t = spec.tile
-    return t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes
-
-
-def epilogue_stages(spec: GemmSpec) -> int:
-    s = spec.pipeline.epilogue_stages
-    return DEFAULT_EPILOGUE_STAGES if s == "auto" else s

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.design import DesignBase, module_identity, plan_header
-from specgen.envelope.budget import MemoryBudget, epilogue_stages
+from specgen.design import module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
@@ -55,7 +56,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     render_per_arch,
 )
 from specgen.kinds.gemm.spec import GemmSpec
-from specgen.resolved import Resolved, TmaBox, tma_boxes
+from specgen.resolved import Resolved, TmaBox
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
@@ -245,7 +246,7 @@ class CuteSm100Plan(CuteModulePlan):
         return any(c.two_cta for c in (self.config, *self.variants))
 
 
-class CuteSm100Gemm(DesignBase):
+class CuteSm100Gemm(GemmDesign):
     """GEMM on Blackwell through the CuTe DSL (see the module docstring)."""
 
     name = "CuTe sm100"

@@ -39,10 +39,11 @@ from typing import Any
 
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
-from specgen.envelope.budget import MemoryBudget, epilogue_stages
+from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
-from specgen.resolved import Resolved, TmaBox, tma_boxes
+from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
@@ -400,7 +401,7 @@ class CuteSm90Plan(CuteModulePlan):
         return True
 
 
-class CuteSm90Gemm(DesignBase):
+class CuteSm90Gemm(GemmDesign):
     """GEMM on Hopper through the CuTe DSL (see the module docstring)."""
 
     name = "CuTe sm90"

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.abi import Arg, make_arg
-from specgen.design import WARPGROUP_THREADS, DesignBase, plan_header
+from specgen.design import WARPGROUP_THREADS, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.design import GemmDesign, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
@@ -268,7 +269,7 @@ def _module_fields(loaded: LoadedSpec, spec: GemmSpec, targets: list[Target]) ->
     )
 
 
-class PallasGemmDesign(DesignBase):
+class PallasGemmDesign(GemmDesign):
     """kind "gemm", backend pallas: Mosaic TPU (MXU) and Mosaic GPU (wgmma). See the module docstring."""
 
     name = "Pallas"
@@ -355,7 +356,7 @@ class PallasGemmDesign(DesignBase):
         it encodes is (outer / 8, inner / swizzle elements, 8, swizzle elements) (jax 0.10.2
         `mosaic/gpu/launch_context.py`: "Async copies only support copying <=256 elements along each
         dimension" of that shape): a 320-row tile is 40 row tiles and lowers (tests/grids/mgpu.py)."""
-        from specgen.resolved import TmaBox, tma_boxes
+        from specgen.resolved import TmaBox
 
         if not target.tma_boxes:
             return ()

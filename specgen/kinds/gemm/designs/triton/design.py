@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.abi import Arg, make_arg
-from specgen.design import DesignBase, module_identity, plan_header
-from specgen.envelope.budget import MemoryBudget, ab_stage_bytes
+from specgen.design import module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved
@@ -36,7 +37,7 @@ CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measur
 FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
 
 
-class TritonGemm(DesignBase):
+class TritonGemm(GemmDesign):
     name = "Triton"
     # tl.dot picks its instructions from the block: one design for every MMA family Triton lowers to
     keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
