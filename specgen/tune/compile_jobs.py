@@ -91,8 +91,9 @@ def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
         if not jobs:
             return
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                 initializer=one_thread_each if workers > 1 else None) as ex:
+        ex = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=one_thread_each if workers > 1 else None)
+        try:
             if ready is not None:
                 list(ex.map(partial(import_backends, warm), range(workers)))
                 ready()
@@ -101,19 +102,51 @@ def pool(workers: int, fn: Callable[[CompileJob], dict[str, Any]] = compile_job,
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield f.result()
+        finally:  # a caller that stops early (a kill, an error) waits for the running jobs only
+            ex.shutdown(wait=True, cancel_futures=True)
     return run
 
 
-def ray_tasks(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:
-    """Each job a Ray task of one CPU (ray.init is the caller's: `--ray [ADDRESS]`)."""
+def _one_thread_then(fn: Callable[[CompileJob], dict[str, Any]], job: CompileJob) -> dict[str, Any]:
+    """A Ray compile task: one core each (one_thread_each, set in the task rather than through a runtime_env,
+    whose workers Ray starts afresh, ~1 s later than the pool it keeps started)."""
+    one_thread_each()
+    return fn(job)
+
+
+def _warm_worker(modules: tuple[str, ...]) -> None:
+    one_thread_each()
+    import_backends(modules)
+
+
+def ray_tasks(fn: Callable[[CompileJob], dict[str, Any]] = compile_job, slots: int | None = None,
+              warm: tuple[str, ...] = ()) -> Compiler:
+    """Each job a Ray task of one CPU (ray.init is the caller's: `--ray [ADDRESS]`), at most `slots` running at
+    once (None: as many as Ray has CPUs). The tune compiles while the GPUs time, so it leaves a core to each
+    timing actor's host thread (launches, CUPTI) rather than queue that thread behind a compile. With `warm`,
+    `slots` workers import those compilers now, while the caller plans (Ray reuses the workers for the
+    compiles: on four H100s the first compile landed ~8 s into the stream without)."""
     import ray
 
-    remote = ray.remote(num_cpus=1, runtime_env={"env_vars": {"MLIR_DISABLE_MULTITHREADING": "1"}})(fn)  # one core each
+    remote = ray.remote(num_cpus=1)(_one_thread_then)
+    warming = [ray.remote(num_cpus=1)(_warm_worker).remote(warm) for _ in range(slots or 0) if warm]
 
     def run(jobs: list[CompileJob]) -> Iterator[dict[str, Any]]:
-        pending = [remote.remote(job) for job in jobs]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                yield ray.get(ref)
+        todo, running = iter(jobs), []
+        try:
+            while True:
+                while slots is None or len(running) < slots:
+                    job = next(todo, None)
+                    if job is None:
+                        break
+                    running.append(remote.remote(fn, job))
+                if not running:
+                    return
+                done, running = ray.wait(running, num_returns=1)
+                for ref in done:
+                    yield ray.get(ref)
+        finally:  # a caller that stops early leaves no compile running
+            for ref in running:
+                ray.cancel(ref)
+            warming.clear()  # (their refs held until now: the warm-up runs whatever the caller does first)
     return run

@@ -7,6 +7,9 @@ its ~95% interval clear of 1: a tune never makes a spec slower) and, with `write
 from __future__ import annotations
 
 import contextlib
+import heapq
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from specgen.spec.load import LoadedSpec, SpecError, load_text
 from specgen.spec.models import CONFIG_SECTIONS, Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
 from specgen.tune.compile_jobs import CompileJob, Compiler
-from specgen.tune.measure import Measurer, TimeJob, runner
+from specgen.tune.measure import WAIT, Measurer, TimeJob, Wait, runner
 from specgen.tune.space import (
     Config,
     Edit,
@@ -129,55 +132,195 @@ def compile_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, compiler: C
     return done, len(jobs)
 
 
-def time_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machine, measurer: Measurer,
-             rounds: int, budget_s: float | None, progress: Progress,
-             clock: Callable[[], float] = time.monotonic) -> tuple[int, bool]:
-    """Time every (slot, candidate, shape) the cache lacks, the incumbent first; stop when the budget is
-    spent (what was measured stays, and selection reads it)."""
-    sem = semantics(loaded.spec)
-    todo = []
-    for s in slots:
-        inc_flat = s.flats[config_key(s.incumbent)]
-        for c in s.kept:
-            if config_key(c) in s.failed:
-                continue
-            for shape in s.shapes:
-                key = time_key(sem, str(s.target), tuple(shape), _full_key(s.flats[config_key(c)]),
-                               _full_key(inc_flat), machine)
-                found = cache.get(key)
-                if found is None:
-                    todo.append((key, s, c, shape, inc_flat))
-                elif found.error:  # it could not launch in an earlier run
-                    s.failed[config_key(c)] = found.error
-    progress.phase("time", len(todo))
-    start, done, stopped = clock(), 0, False
+@dataclass
+class Timeline:
+    """Where a stream's wall time went (`tune_many`), in seconds from its start: when the first and the last
+    compile and timing landed. The GPUs wait for compiles until the first compile; the compiles run on
+    under the timings until the last."""
+    compile_workers: int | None = None
+    compiles: int = 0
+    timings: int = 0
+    first_compile_s: float | None = None
+    last_compile_s: float | None = None
+    first_timing_s: float | None = None
+    last_timing_s: float | None = None
+    end_s: float = 0.0
 
-    def jobs() -> Iterator[TimeJob]:  # drawn one at a time as a GPU frees up: budget and failures stay current
-        nonlocal stopped
-        for item in todo:
-            key, s, c, shape, inc_flat = item
-            if budget_s is not None and clock() - start > budget_s:
-                stopped = True
+    def line(self) -> str:
+        def at(t: float | None) -> str:
+            return "-" if t is None else f"{t:.1f} s"
+        workers = f" on {self.compile_workers} workers" if self.compile_workers else ""
+        return (f"stream: {self.compiles} compiles{workers} landed from {at(self.first_compile_s)} to "
+                f"{at(self.last_compile_s)}, {self.timings} timings from {at(self.first_timing_s)} to "
+                f"{at(self.last_timing_s)}, {self.end_s:.1f} s in all")
+
+
+@dataclass
+class _SpecRun:
+    """One spec's share of a stream."""
+    loaded: LoadedSpec
+    report: TuneReport
+    sem: str
+    folder: Path
+    started: float | None = None  # the budget's clock at its first timing drawn
+
+
+_Item = tuple[str, _SpecRun, Slot, Config, Shape, dict]  # time key, spec, slot, candidate, shape, incumbent's flat
+_DONE = object()  # the compile thread's last word
+
+
+class _Stream:
+    """Several specs' compiles and timings as one stream of timing jobs for the measurer's runner. A
+    candidate's timings are ready once its compile is (cached, or landed: put in the cache here, in this
+    thread, as it lands), and the earliest ready is drawn first in the order a one-spec tune times them (spec,
+    slot, candidate with the incumbent first, shape). With `overlap` the compiles run in a thread that feeds a
+    queue, so the GPUs time the first candidates while the CPUs compile the rest (session 9: the per-spec
+    compile phases, no GPU busy, were ~35 s of a 196 s run); without it every compile lands before the first
+    timing (a compiler in this process, `inline`, would share its core and the CUDA state with the timer)."""
+
+    def __init__(self, runs: list[_SpecRun], cache: Cache, machine: Machine, versions: dict[str, str], rounds: int,
+                 budget_s: float | None, progress: Progress, clock: Callable[[], float], timeline: Timeline) -> None:
+        self.cache, self.machine, self.rounds, self.budget_s = cache, machine, rounds, budget_s
+        self.progress, self.clock, self.timeline = progress, clock, timeline
+        self.ready: list[tuple[int, _Item]] = []  # a heap by the one-spec order (unique: no tie reaches the item)
+        self.waiting: dict[str, list[tuple[_SpecRun, Slot, Config, int]]] = {}  # compile key -> candidates it serves
+        self.compiles: list[CompileJob] = []
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.landed, self.stop = threading.Event(), threading.Event()  # every compile landed; the stream stopped
+        self.t0 = time.monotonic()
+        order, planned = 0, 0
+        for r in runs:
+            for s in r.report.slots:
+                for c in s.kept:
+                    flat = s.flats[config_key(c)]
+                    key = compile_key(r.sem, str(s.target), _full_key(flat), versions)
+                    found = cache.get(key)
+                    if found is None:
+                        if key not in self.waiting:
+                            self.compiles.append(CompileJob(key, flat, str(s.target), str(r.folder)))
+                        self.waiting.setdefault(key, []).append((r, s, c, order))
+                        planned += len(s.shapes)
+                    else:
+                        self._compiled(r, s, c, order, found.error)
+                    order += len(s.shapes)
+        self.planned = planned + len(self.ready)  # timings, as far as known before the compiles land
+
+    def _compiled(self, r: _SpecRun, s: Slot, c: Config, order: int, error: str) -> None:
+        """A candidate's compile verdict: its uncached timings are ready (or it failed, now or before)."""
+        if error:
+            s.failed[config_key(c)] = error
+            return
+        inc_flat = s.flats[config_key(s.incumbent)]
+        for j, shape in enumerate(s.shapes):
+            key = time_key(r.sem, str(s.target), tuple(shape), _full_key(s.flats[config_key(c)]), _full_key(inc_flat),
+                           self.machine)
+            found = self.cache.get(key)
+            if found is None:
+                heapq.heappush(self.ready, (order + j, (key, r, s, c, shape, inc_flat)))
+            elif found.error:  # it could not launch in an earlier run
+                s.failed[config_key(c)] = found.error
+
+    def _land(self, result: dict[str, Any]) -> None:
+        waiters = self.waiting.pop(result["key"])
+        r, s, c, _ = waiters[0]
+        self.cache.put(Entry(kind="compile", key=result["key"], semantics=r.sem, spec_hash=r.loaded.spec_hash,
+                             target=str(s.target), config=c, config_key=_full_key(s.flats[config_key(c)]),
+                             error=result["error"], seconds=result["seconds"]))
+        r.report.compiled += 1
+        tl, t = self.timeline, time.monotonic() - self.t0
+        tl.compiles, tl.last_compile_s = tl.compiles + 1, t
+        if tl.first_compile_s is None:
+            tl.first_compile_s = t
+        self.progress.advance(f"{s.target} {c}")
+        for waiter in waiters:
+            self._compiled(*waiter, result["error"])
+
+    def _compile(self, compiler: Compiler) -> None:
+        """The compile thread: each result into the queue (landed by the timing thread, the cache's one writer)."""
+        results = compiler(self.compiles)
+        try:
+            for result in results:
+                self.queue.put(result)
+                if self.stop.is_set():  # the tune ended early: no more compiles (the compiler cancels the rest)
+                    break
+        except BaseException as e:  # noqa: BLE001 (raised again in the timing thread)
+            self.queue.put(e)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+            self.queue.put(_DONE)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
                 return
+            if item is _DONE:
+                self.landed.set()
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                self._land(item)
+
+    def jobs(self) -> Iterator[TimeJob | Wait]:
+        """Drawn one at a time as a GPU frees up: budgets and failures stay current."""
+        while True:
+            self._drain()
+            if not self.ready:
+                if self.landed.is_set():
+                    return
+                yield WAIT
+                continue
+            item = heapq.heappop(self.ready)[1]
+            _, r, s, c, shape, inc_flat = item
+            if r.report.budget_stop:
+                continue
+            if self.budget_s is not None:  # each spec's budget counts from its first timing
+                if r.started is None:
+                    r.started = self.clock()
+                if self.clock() - r.started > self.budget_s:
+                    r.report.budget_stop = True
+                    continue
             if config_key(c) in s.failed:  # it failed at an earlier shape: no more of its shapes
                 continue
-            yield TimeJob(s.flats[config_key(c)], inc_flat, str(s.target), shape, rounds, tag=item)
+            yield TimeJob(s.flats[config_key(c)], inc_flat, str(s.target), shape, self.rounds, tag=item)
 
-    for job, m in runner(measurer)(jobs()):
-        key, s, c, shape, inc_flat = job.tag
-        if isinstance(m, Exception):  # a candidate that cannot launch (e.g. the driver's resource check): its verdict
-            first = next((ln for ln in str(m).splitlines() if ln.strip()), "")
-            m = {"error": f"{type(m).__name__}: {first}"[:600]}
-            s.failed[config_key(c)] = m["error"]
-        cache.put(Entry(kind="time", key=key, semantics=sem, spec_hash=loaded.spec_hash, target=str(s.target),
-                        config=c, config_key=_full_key(job.cand), shape=tuple(shape), incumbent_key=_full_key(inc_flat),
-                        machine=machine, **m))
-        done += 1
-        progress.advance(f"{s.target} {shape} {c}: " + (f"failed: {m['error']}" if "error" in m else
-                                                           f"{m['ratio']:.3f}x incumbent"))
-    if stopped:
-        return done, True
-    return done, False
+    def run(self, compiler: Compiler, measurer: Measurer, overlap: bool) -> None:
+        thread = None
+        if overlap:
+            self.progress.phase("compile+time", len(self.compiles) + self.planned)
+            thread = threading.Thread(target=self._compile, args=(compiler,), name="specgen-compile", daemon=True)
+            thread.start()
+        else:
+            self.progress.phase("compile", len(self.compiles))
+            for result in compiler(self.compiles):
+                self._land(result)
+            self.landed.set()
+            self.progress.phase("time", len(self.ready))
+        try:
+            for job, m in runner(measurer)(self.jobs()):
+                key, r, s, c, shape, inc_flat = job.tag
+                if isinstance(m, Exception):  # a candidate that cannot launch (e.g. the driver's resource check): its verdict
+                    first = next((ln for ln in str(m).splitlines() if ln.strip()), "")
+                    m = {"error": f"{type(m).__name__}: {first}"[:600]}
+                    s.failed[config_key(c)] = m["error"]
+                self.cache.put(Entry(kind="time", key=key, semantics=r.sem, spec_hash=r.loaded.spec_hash,
+                                     target=str(s.target), config=c, config_key=_full_key(job.cand), shape=tuple(shape),
+                                     incumbent_key=_full_key(inc_flat), machine=self.machine, **m))
+                r.report.measured += 1
+                tl, t = self.timeline, time.monotonic() - self.t0
+                tl.timings, tl.last_timing_s = tl.timings + 1, t
+                if tl.first_timing_s is None:
+                    tl.first_timing_s = t
+                self.progress.advance(f"{s.target} {shape} {c}: " + (f"failed: {m['error']}" if "error" in m else
+                                                                     f"{m['ratio']:.3f}x incumbent"))
+        finally:
+            self.stop.set()
+            if thread is not None and self.landed.is_set():
+                thread.join()
+            self.timeline.end_s = time.monotonic() - self.t0
 
 
 def select(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machine, min_gain: float = 0.0) -> None:
@@ -273,36 +416,59 @@ def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, 
          budget_s: float | None = None, overrides: dict[str, tuple[Any, ...]] | None = None,
          versions: dict[str, str] | None = None, progress: Progress | None = None, min_gain: float = 0.0,
          do_write: bool = False, date: str = "", clock: Callable[[], float] = time.monotonic,
-         l2_flush: Flush = "write") -> TuneReport:
+         l2_flush: Flush = "write", overlap: bool = False) -> TuneReport:
     """The whole tune of one spec. `machine` None with `measurer` None: --from-cache (choose from what the
     cache holds for the most recent machine that timed this kernel under `l2_flush`; compile and time
     nothing)."""
-    progress = progress or Progress()
+    if measurer is not None:
+        return tune_many([(loaded, targets)], shapes, cache=cache, machine=machine, compiler=compiler,
+                         measurer=measurer, rounds=rounds, budget_s=budget_s, overrides=overrides, versions=versions,
+                         progress=progress, min_gain=min_gain, do_write=do_write, date=date, clock=clock,
+                         overlap=overlap)[0]
     slots = plan_slots(loaded, targets, shapes, overrides)
     report = TuneReport(slots, machine)
     sem = semantics(loaded.spec)
-    if measurer is None:  # --from-cache
-        if machine is None:
-            known = [m for t in targets for m in cache.machines(sem, str(t)) if m.l2_flush == l2_flush]
-            if not known:
-                raise TuneError(f"{cache.path} holds no timing of {loaded.name} on {', '.join(map(str, targets))} "
-                                f"with the L2 flushed by {l2_flush} (it {cache.describe()})")
-            machine = report.machine = known[-1]
-        versions = machine.versions
-    else:
-        assert compiler is not None and machine is not None
-        folder = folder_for(cache.path, loaded)
-        report.compiled, _ = compile_all(loaded, slots, cache, compiler, folder, versions or {}, progress)
-        report.measured, report.budget_stop = time_all(loaded, slots, cache, machine, measurer, rounds, budget_s,
-                                                       progress, clock)
-    if measurer is None:
-        for s in slots:  # compile verdicts recorded with the timings' library versions
-            for c in s.kept:
-                e = cache.get(compile_key(sem, str(s.target), _full_key(s.flats[config_key(c)]), versions or {}))
-                if e is not None and e.error:
-                    s.failed[config_key(c)] = e.error
-    select(loaded, slots, cache, machine, min_gain)
-    report.summary = summarize(slots, machine, date)
-    if do_write:
-        report.edits = write(loaded, slots, report.summary)
+    if machine is None:
+        known = [m for t in targets for m in cache.machines(sem, str(t)) if m.l2_flush == l2_flush]
+        if not known:
+            raise TuneError(f"{cache.path} holds no timing of {loaded.name} on {', '.join(map(str, targets))} "
+                            f"with the L2 flushed by {l2_flush} (it {cache.describe()})")
+        machine = report.machine = known[-1]
+    for s in slots:  # compile verdicts recorded with the timings' library versions
+        for c in s.kept:
+            e = cache.get(compile_key(sem, str(s.target), _full_key(s.flats[config_key(c)]), machine.versions))
+            if e is not None and e.error:
+                s.failed[config_key(c)] = e.error
+    _choose(loaded, report, cache, machine, min_gain, date, do_write)
     return report
+
+
+def tune_many(specs: list[tuple[LoadedSpec, list[Target]]], shapes: list[Shape] | None, *, cache: Cache,
+              machine: Machine, compiler: Compiler | None, measurer: Measurer, rounds: int = 40,
+              budget_s: float | None = None, overrides: dict[str, tuple[Any, ...]] | None = None,
+              versions: dict[str, str] | None = None, progress: Progress | None = None, min_gain: float = 0.0,
+              do_write: bool = False, date: str = "", clock: Callable[[], float] = time.monotonic,
+              overlap: bool = False, timeline: Timeline | None = None,
+              plans: list[list[Slot]] | None = None) -> list[TuneReport]:
+    """Tune several specs (each with its targets) in one stream of compiles and timings (_Stream: one set of
+    compile workers and GPUs for all, `overlap` compiling while the GPUs time); every spec is planned and
+    checked before any work (`plans`: plan_slots' of each, done by the caller), and each one's winners are
+    chosen (and, with `do_write`, written) once every timing has landed. `budget_s` is each spec's, from its
+    first timing."""
+    assert compiler is not None
+    plans = plans or [plan_slots(loaded, targets, shapes, overrides) for loaded, targets in specs]
+    runs = [_SpecRun(loaded, TuneReport(slots, machine), semantics(loaded.spec), folder_for(cache.path, loaded))
+            for (loaded, _), slots in zip(specs, plans, strict=True)]
+    _Stream(runs, cache, machine, versions or {}, rounds, budget_s, progress or Progress(), clock,
+            timeline or Timeline()).run(compiler, measurer, overlap)
+    for r in runs:
+        _choose(r.loaded, r.report, cache, machine, min_gain, date, do_write)
+    return [r.report for r in runs]
+
+
+def _choose(loaded: LoadedSpec, report: TuneReport, cache: Cache, machine: Machine, min_gain: float, date: str,
+            do_write: bool) -> None:
+    select(loaded, report.slots, cache, machine, min_gain)
+    report.summary = summarize(report.slots, machine, date)
+    if do_write:
+        report.edits = write(loaded, report.slots, report.summary)

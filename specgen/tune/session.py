@@ -9,6 +9,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,16 @@ from specgen.spec.models import Target
 from specgen.targets import target_info
 from specgen.tune import compile_jobs, measure
 from specgen.tune.cache import Cache, Machine
-from specgen.tune.run import Progress, TuneError, TuneReport, compile_all, folder_for, plan_slots, tune
+from specgen.tune.run import (
+    Progress,
+    Timeline,
+    TuneError,
+    TuneReport,
+    compile_all,
+    plan_slots,
+    tune,
+    tune_many,
+)
 from specgen.tune.space import config_key, has_tune_space
 
 __all__ = ["TuneError", "run"]
@@ -109,61 +119,102 @@ def _compile_afresh(loaded: LoadedSpec, targets: list[Target], shapes: list[Shap
             say(f"  failed {e.target} {e.config}: {e.error[:200]}")
 
 
+def _ray_init(address: str, say: Callable[[str], None]) -> int:
+    """Join or start the Ray cluster; returns how many compile tasks run at once."""
+    import ray as ray_lib
+
+    # a local cluster without the dashboard: its processes' start is part of every tune's fixed cost
+    local = {"include_dashboard": False} if address == "local" else {}
+    ray_lib.init(address=None if address == "local" else address, ignore_reinit_error=True, log_to_driver=False,
+                 **local)
+    res = ray_lib.cluster_resources()
+    cpus, gpus = int(res.get("CPU", 0)), int(res.get("GPU", 0))
+    # the compiles run beside the timings: a core left to each timing actor where that keeps at least
+    # as many for the compiles (on 2 CPUs and 2 GPUs, none is left: the actors share the compiles' cores)
+    workers = cpus - gpus if gpus and cpus >= 2 * gpus else max(cpus, 1)
+    say(f"Ray cluster: {cpus} CPUs ({workers} compile tasks at a time), {gpus} GPUs (a timing actor "
+        f"each), CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
+    return workers
+
+
+def _identity(specs: list[LoadedSpec], wanted: set[str], flush: Flush,
+              say: Callable[[str], None]) -> tuple[Any, list[list[Target]]]:
+    """This GPU's identity (bench.record's environment) and each spec's targets on it (any refusal here)."""
+    import torch
+
+    from specgen.bench.record import environment
+
+    env = environment(flush)
+    major, minor = torch.cuda.get_device_capability()
+    return env, [_targets(loaded, wanted, 10 * major + minor, say) for loaded in specs]
+
+
 def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]],
         *, cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
         rounds: int, compile_only: bool, verify: bool, progress: Progress, need_gpu: Callable[[str], None],
         say: Callable[[str], None], flush: Flush = "write") -> None:
-    """Tune each spec in turn; several in one run share the Ray cluster and its timing actors (started once)."""
-    if ray is not None:
-        import ray as ray_lib
-
-        ray_lib.init(address=None if ray == "local" else ray, ignore_reinit_error=True, log_to_driver=False)
-        res = ray_lib.cluster_resources()
-        say(f"Ray cluster: {int(res.get('CPU', 0))} CPUs (compile tasks), {int(res.get('GPU', 0))} GPUs (a timing "
-            f"actor each), CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
-        compiler = compile_jobs.ray_tasks()
-    else:
-        compiler = compile_jobs.pool(workers) if workers > 1 else compile_jobs.inline()
+    """Tune the specs: from the cache one by one, else all in one stream of compiles and timings (one Ray
+    cluster and one set of timing actors, or this GPU and one pool), compiling while the GPUs time wherever
+    the compiles run outside this process (Ray tasks, a pool of several workers)."""
     if compile_only:
+        compiler = (compile_jobs.ray_tasks(slots=_ray_init(ray, say)) if ray is not None else None)
         for loaded in specs:
-            _compile_only(loaded, _targets(loaded, wanted, None, say), shapes, overrides,
-                          compiler if ray is not None else None, workers, progress, say)
+            _compile_only(loaded, _targets(loaded, wanted, None, say), shapes, overrides, compiler, workers, progress,
+                          say)
         return
     cache = Cache(cache_path)
-    actors: measure.RayActors | None = None
-    if not from_cache:
-        need_gpu("specgen tune")
-        import torch
+    if from_cache:
+        for loaded in specs:
+            report = tune(loaded, _targets(loaded, wanted, None, say), shapes, cache=cache, machine=None,
+                          compiler=None, measurer=None, overrides=overrides, do_write=write,
+                          date=datetime.date.today().isoformat(), l2_flush=flush)
+            _say_report(loaded, report, write, say)
+        return
+    need_gpu("specgen tune")
+    from specgen.bench.timing import CuptiTimer
 
-        from specgen.bench.record import environment
-        from specgen.bench.timing import CuptiTimer
-
-        env = environment(flush)
-        machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions, l2_flush=env.l2_flush)
-        major, minor = torch.cuda.get_device_capability()
-        targets = [_targets(loaded, wanted, 10 * major + minor, say) for loaded in specs]  # any refusal before work
-        timer = CuptiTimer(env.l2_flush)
-        if ray is not None:  # created before the first compile: the actors start while the CPUs compile
-            actors = measure.ray_actors(cache_path.parent / "modules" / "timed", env.l2_flush)
-    for n, loaded in enumerate(specs):
-        if from_cache:
-            report = tune(loaded, _targets(loaded, wanted, None, say), shapes, cache=cache, machine=None, compiler=None,
-                          measurer=None, overrides=overrides, do_write=write, date=datetime.date.today().isoformat(),
-                          l2_flush=flush)
+    with ThreadPoolExecutor(1, thread_name_prefix="specgen-plan") as ex:
+        # the GPU's identity, the targets and every spec's plan (check over each candidate: ~5 s for 340) are
+        # worked out in a thread while Ray starts (~6 s): both lie on the way to the first compile
+        ident = ex.submit(_identity, specs, wanted, flush, say)
+        planned = ex.submit(lambda: [plan_slots(loaded, t, shapes, overrides)
+                                     for loaded, t in zip(specs, ident.result()[1], strict=True)])
+        compile_workers = _ray_init(ray, say) if ray is not None else workers
+        env, targets = ident.result()
+        # what the compile workers and the timing actors import, imported as they start
+        modules = tuple(sorted({m for loaded, ts in zip(specs, targets, strict=True) for t in ts
+                                for m in getattr(design_for(loaded.spec.kind, t), "compiler_modules", ())}))
+        actors = None
+        if ray is not None:  # the actors start while the driver plans and the CPUs compile
+            compiler = compile_jobs.ray_tasks(slots=compile_workers, warm=modules)
+            actors = measure.ray_actors(cache_path.parent / "modules" / "timed", env.l2_flush, warm=modules)
         else:
-            calls = measure.GpuCalls(folder_for(cache_path, loaded) / "timed")
-            report = tune(loaded, targets[n], shapes, cache=cache, machine=machine, compiler=compiler,
-                          measurer=actors if actors is not None else measure.local(calls, timer), rounds=rounds,
-                          budget_s=None if budget_min is None else 60 * budget_min, overrides=overrides,
-                          versions=env.versions, progress=progress, do_write=write, date=env.date)
-            if verify:
-                _verify(report.slots, calls, timer, rounds, say)
+            compiler = compile_jobs.pool(workers) if workers > 1 else compile_jobs.inline()
+        plans = planned.result()
+    machine = Machine(gpu=env.gpu, driver=env.driver, versions=env.versions, l2_flush=env.l2_flush)
+    timer = CuptiTimer(env.l2_flush)
+    calls = measure.GpuCalls(cache_path.parent / "modules" / "timed")  # a module's folder is its spec hash's
+    timeline = Timeline(compile_workers=compile_workers)
+    try:
+        reports = tune_many(
+            list(zip(specs, targets, strict=True)), shapes, cache=cache, machine=machine, compiler=compiler,
+            measurer=actors if actors is not None else measure.local(calls, timer), rounds=rounds,
+            budget_s=None if budget_min is None else 60 * budget_min, overrides=overrides, versions=env.versions,
+            progress=progress, do_write=write, date=env.date, overlap=ray is not None or workers > 1,
+            timeline=timeline, plans=plans)
+    finally:
         if hasattr(progress, "stop"):
             progress.stop()
+    for loaded, report in zip(specs, reports, strict=True):
+        if verify:
+            _verify(report.slots, calls, timer, rounds, say)
         _say_report(loaded, report, write, say)
+    say(timeline.line())
     if actors is not None:  # each GPU's share of the timing (issue 22: every GPU busy)
         for busy in actors.busy():
             say(busy.line())
+        for event in actors.events:
+            say(event)
 
 
 def _say_report(loaded: LoadedSpec, report: TuneReport, write: bool, say: Callable[[str], None]) -> None:

@@ -106,15 +106,25 @@ def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: P
         ran = {job.tag: m["pid"] for job, m in actors.imap(paired_jobs)}
         assert all(ran[(i, 21)] == ran[(i, 22)] for i in range(3)), ran
         assert len(set(ran.values())) == 2
-        # an actor killed mid-job is restarted and the job retried: nothing lost, the run completes
+        # an actor killed mid-job: the job goes to the other actor at once (not to the dead one's restart),
+        # nothing is lost, the run completes, and the restarted actor takes jobs again
         more = [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (11, 12, 13, 14)]
         done = dict((job.tag, m) for job, m in actors.imap(more))
         assert (tmp_path / "killed-once").exists()
         assert sorted(done) == [11, 12, 13, 14] and all(isinstance(m, dict) for m in done.values()), done
-        # the driver's counts survive the restart (16 jobs in all); the restarted process counted only its own
+        killed = int((tmp_path / "killed-once").read_text())
+        assert done[13]["pid"] != killed
+        # the driver's counts survive the restart (16 results and the job the killed process died under); the
+        # restarted process counted only its own
         after = actors.busy()
-        assert sum(b.jobs for b in after) == 16 and all(b.busy_s <= b.wall_s for b in after)
+        assert sum(b.jobs for b in after) == 17 and all(b.busy_s <= b.wall_s for b in after)
         (hit,) = [b for b in after if b.own_jobs is not None and b.own_jobs < b.jobs]
-        assert int((tmp_path / "killed-once").read_text()) != hit.pid and "restarted" in hit.line()
+        (other,) = [b for b in after if b is not hit]
+        assert killed != hit.pid and hit.deaths == 1 and "restarted" in hit.line() and "died under 1 job" in hit.line()
+        assert done[13]["pid"] == other.pid  # retried on the actor that did not die
+        assert len(actors.events) == 1 and "the job went to actor" in actors.events[0]
+        back = dict((job.tag, m["pid"]) for job, m in actors.imap(
+            [TimeJob({}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (31, 32, 33, 34)]))
+        assert hit.pid in back.values()  # the restarted actor times again
     finally:
         ray.shutdown()
