@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.design import module_identity, plan_header
+from specgen.design import module_identity
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
 
@@ -44,13 +44,11 @@ from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
 # and lay out SMEM alike (1024-aligned buffers after the compiler's 1024-byte static pad)
 from specgen.kinds.gemm.designs.cute_sm90.design import (
     BASE_ALIGN_PAD,
-    CUTLASS_DTYPES,
     GRID_Z_MAX,
     MBARRIER_BYTES,
     CuteModulePlan,
     align_up,
-    arch_flag,
-    cute_operands,
+    cute_module_fields,
     host_context,
     host_parameters,
     render_per_arch,
@@ -309,15 +307,7 @@ class CuteSm100Gemm(GemmDesign):
     def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm100Plan:
         spec = r.spec
         return CuteSm100Plan(
-            **plan_header(loaded),
-            arch=r.info.arch,
-            arch_flag=arch_flag(r.info),
-            compute_capability=r.info.compute_capability or 0,
-            **cute_operands(spec),
-            a_major=spec.a.major,
-            b_major=spec.b.major,
-            acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-            batch=spec.batch,
+            **cute_module_fields(loaded, r),
             threads=THREADS,
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             spec_json=loaded.spec.model_dump(mode="json"),

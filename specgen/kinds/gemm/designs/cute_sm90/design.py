@@ -242,18 +242,28 @@ def cute_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
     return make_arg(name, role, dtype, doc, _spellings)
 
 
-def cute_operands(spec: GemmSpec) -> dict[str, object]:
-    """The host function's operands as both CuTe designs' plans list them: a, b, out (logical shapes, the
-    torch launcher's) and the epilogue's runtime arguments in chain order."""
+def cute_module_fields(loaded: LoadedSpec, r: Resolved) -> dict[str, object]:
+    """The CuteModulePlan fields both CuTe designs' plans open with: the header, the arch, the host
+    function's operands (a, b, out in the torch launcher's logical shapes, the epilogue's runtime arguments
+    in chain order), both majors, the accumulator's cutlass dtype."""
+    spec = r.spec
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
-    return {
-        "a": cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-        "b": cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
-                      f"{spec.b.major}-major"),
-        "out": cute_arg("out", "out", spec.out.dtype,
-                        f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, row-major"),
-        "args": [cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
-    }
+    return dict(
+        **plan_header(loaded),
+        arch=r.info.arch,
+        arch_flag=arch_flag(r.info),
+        compute_capability=r.info.compute_capability or 0,
+        a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
+        b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
+                   f"{spec.b.major}-major"),
+        out=cute_arg("out", "out", spec.out.dtype,
+                     f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, row-major"),
+        args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+        a_major=spec.a.major,
+        b_major=spec.b.major,
+        acc_dtype=CUTLASS_DTYPES[spec.accumulator],
+        batch=spec.batch,
+    )
 
 
 def host_parameters(p: object) -> list[list[str]]:
@@ -486,15 +496,7 @@ class CuteSm90Gemm(GemmDesign):
         em, en = epilogue_tile(spec)
         config, variants = cute_config(r), [cute_config(v) for v in r.variants]
         return CuteSm90Plan(
-            **plan_header(loaded),
-            arch=r.info.arch,
-            arch_flag=arch_flag(r.info),
-            compute_capability=r.info.compute_capability or 0,
-            **cute_operands(spec),
-            a_major=spec.a.major,
-            b_major=spec.b.major,
-            acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-            batch=spec.batch,
+            **cute_module_fields(loaded, r),
             tile_m=t.m, tile_n=t.n, tile_k=t.k,
             cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
             mma_warpgroups=wgs,
