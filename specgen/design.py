@@ -169,6 +169,11 @@ class DesignBase:
         """Relative output path (under the rendered package) -> the targets that module serves."""
         return {}
 
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> object:
+        """One module's plan (`modules` says which targets it serves): every number its template renders,
+        from what check resolved for each target (`resolved`, by target name); nothing is resolved again."""
+        raise NotImplementedError(f"the {self.name} design is checked only")
+
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
         check resolved for it (stages, budget, registers): the design never resolves again."""

@@ -55,7 +55,7 @@ def test_a_cute_per_target_override_reaches_the_module_and_its_figures() -> None
     assert r.ab_stages == 3 and r.spec.tile.n == 128
     assert r.budget.total == design.memory(effective, target_info(CUTE), 3).total
     assert r.budget.total != design.memory(ls.spec, target_info(CUTE), 3).total
-    plan = design.plan(ls, r)
+    plan = design.plan(ls, [CUTE], {str(CUTE): r})
     assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.cluster_m, plan.ab_stages) == (128, 128, 64, 2, 3)
     assert plan.smem_bytes == r.budget.total and plan.mma_warpgroups == 1 and plan.threads == 256
     (text,) = render_modules(ls, [CUTE]).values()

@@ -41,7 +41,7 @@ def catalogue(target: str) -> list:
 def kernel(name: str, target: str = "cute:sm90"):
     ls = next(ls for ls in catalogue(target) if ls.name == name)
     t = next(t for t in ls.spec.targets if str(t) == target)
-    return c_kernel(design_for(ls.spec.kind, t).plan(ls, resolve(ls.spec, t)))
+    return c_kernel(design_for(ls.spec.kind, t).plan(ls, [t], {str(t): resolve(ls.spec, t)}))
 
 
 def test_both_cute_designs_export_through_one_hook():

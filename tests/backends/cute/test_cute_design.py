@@ -69,7 +69,7 @@ def test_modules_serve_sm90_only():
 def test_catalogue_memory_is_the_struct(name):
     spec = loaded(catalogue()[name]).spec.for_target(SM90)  # cute:sm90's own config, where the kernel has one
     four = dataclasses.replace(resolve(spec, SM90), ab_stages=4, budget=memory(spec, SM90, 4))
-    plan = DESIGN.plan(loaded(catalogue()[name]), four)
+    plan = DESIGN.plan(loaded(catalogue()[name]), [SM90], {str(SM90): four})
     em, en = epilogue_tile(spec)
     t, pingpong = spec.tile, spec.cute.schedule == "pingpong"  # ping-pong: each warpgroup its own subtiles
     expected = (1024 + 1024 + 4 * (t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes)

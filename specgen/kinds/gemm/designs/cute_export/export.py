@@ -125,7 +125,7 @@ def export(specs: list[LoadedSpec], rendered: Path, out: str | Path, wanted: set
             path = rendered / next(iter(design.modules(ls.spec, [t])))
             if not path.is_file():
                 raise MissingModule(f"{path} is missing: run `specgen render` first")
-            found.append((ls, path, t, c_kernel(design.plan(ls, resolve(ls.spec, t)))))
+            found.append((ls, path, t, c_kernel(design.plan(ls, [t], {str(t): resolve(ls.spec, t)}))))
     archs = list(dict.fromkeys(k.target_arch for *_, k in found))
     units = {a: a if len(archs) > 1 else "" for a in archs}  # arch -> its folder under DIR
     root = export_folder(out, list(units.values()))

@@ -304,7 +304,9 @@ class CuteSm100Gemm(GemmDesign):
         served = [t for t in targets if serves(t)]
         return {f"cute/{spec.name}_sm100.py": served} if served else {}
 
-    def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm100Plan:
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> CuteSm100Plan:
+        (target,) = targets  # one arch per module
+        r = resolved[str(target)]
         spec = r.spec
         return CuteSm100Plan(
             **cute_module_fields(loaded, r),

@@ -486,9 +486,11 @@ class CuteSm90Gemm(GemmDesign):
         served = [t for t in targets if serves(t)]
         return {f"cute/{spec.name}.py": served} if served else {}
 
-    def plan(self, loaded: LoadedSpec, r: Resolved) -> CuteSm90Plan:
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> CuteSm90Plan:
         """The plan from what check resolved (stages, budget): nothing is resolved again. Every config
         field comes from the target's effective spec (its per_target keys applied); SPEC keeps the file's."""
+        (target,) = targets  # one arch per module
+        r = resolved[str(target)]
         spec = r.spec
         budget = r.budget
         t = spec.tile
@@ -548,8 +550,7 @@ def render_per_arch(design: DesignBase, loaded: LoadedSpec, targets: list[Target
 
     out: dict[str, str] = {}
     for rel, served in design.modules(loaded.spec, targets).items():
-        (target,) = served  # one arch per module
-        plan = design.plan(loaded, resolved[str(target)])  # type: ignore[attr-defined]
+        plan = design.plan(loaded, served, resolved)  # one target: one arch per module
         out[rel] = environment().get_template(design.template).render(**context(plan))  # type: ignore[attr-defined]
     return out
 

@@ -391,9 +391,15 @@ class PallasGemmDesign(GemmDesign):
     # shapes it: the blocks, the A/B buffering and the VMEM limit (check's CFG001 says where they do not).
     shared_config: tuple[tuple[str, ...], ...] = (("tile",), ("pipeline", "ab_stages"), ("pallas",))
 
-    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> PallasTpuPlan:
-        if any(is_mgpu_target(t) for t in targets):
-            raise ValueError("plan() is the TPU plan; Mosaic GPU targets are planned by plan_mgpu()")
+    def plan(self, loaded: LoadedSpec, targets: list[Target],
+             resolved: dict[str, Resolved]) -> PallasTpuPlan | PallasMgpuPlan:
+        """The TPU module's plan (every TPU target of the spec), or the Mosaic GPU module's (its one target)."""
+        if is_mgpu_target(targets[0]):
+            (target,) = targets
+            return self._plan_mgpu(loaded, target, resolved[str(target)])
+        return self._plan_tpu(loaded, targets, resolved)
+
+    def _plan_tpu(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> PallasTpuPlan:
         # The effective config: CFG001 keeps shared_config equal across the targets, so the first's serves
         spec = resolved[str(targets[0])].spec
         contexts = [resolved[str(t)] for t in targets]
@@ -428,14 +434,14 @@ class PallasGemmDesign(GemmDesign):
             if is_mgpu_target(group[0]):
                 (target,) = group
                 out[rel] = env.get_template("pallas/gemm_mgpu.py.jinja").render(
-                    mgpu_context(self.plan_mgpu(loaded, target, resolved[str(target)])))
+                    mgpu_context(self._plan_mgpu(loaded, target, resolved[str(target)])))
                 out[f"{rel.rsplit('/', 1)[0]}/__init__.py"] = MGPU_PACKAGE_INIT.format(arch=target.arch)
             else:
                 out[rel] = env.get_template("pallas/gemm_tpu.py.jinja").render(
-                    tpu_context(self.plan(loaded, group, resolved)))
+                    tpu_context(self._plan_tpu(loaded, group, resolved)))
         return out
 
-    def plan_mgpu(self, loaded: LoadedSpec, target: Target, ctx: Resolved) -> PallasMgpuPlan:
+    def _plan_mgpu(self, loaded: LoadedSpec, target: Target, ctx: Resolved) -> PallasMgpuPlan:
         """The Mosaic GPU module's numbers, from what check resolved for the target and each of its
         size-selected variants (effective spec, stages and SMEM budget): nothing is resolved again."""
         spec = ctx.spec

@@ -150,11 +150,14 @@ class TritonGemm(GemmDesign):
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))
 
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
+        return plan_triton(loaded, targets, resolved)
+
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
         from specgen.render.env import environment
 
         (rel,) = self.modules(loaded.spec, targets)
-        context = triton_context(plan_triton(loaded, targets, resolved))
+        context = triton_context(self.plan(loaded, targets, resolved))
         return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
