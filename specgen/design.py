@@ -40,12 +40,11 @@ from specgen.targets import Backend, Mma, TargetInfo
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
-    from specgen.kinds.gemm.spec import GemmSpec
     from specgen.resolved import Resolved, TmaBox
     from specgen.rules.base import Finding
     from specgen.spec.dtypes import DType
     from specgen.spec.load import LoadedSpec
-    from specgen.spec.models import Target
+    from specgen.spec.models import LayeredSpec, Target
 
 DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
 
@@ -92,33 +91,33 @@ class DesignBase:
         return any((b, m) == (info.backend, info.mma) for _, b, m in self.keys)
 
     # --- resolve ---------------------------------------------------------------------------------------
-    def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+    def memory(self, spec: LayeredSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         raise NotImplementedError
 
-    def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
+    def auto_stages(self, spec: LayeredSpec, target: TargetInfo) -> int | None:
         """A fixed `auto` pipeline depth, where the design has one (None: the deepest that fits)."""
         return None
 
-    def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
+    def accumulator_threads(self, spec: LayeredSpec, target: TargetInfo) -> int:
         """Threads sharing the register accumulator: one warpgroup per 64 rows, two for wide tiles."""
         t = spec.tile
         return (2 if t.m > 64 and t.n > 128 else 1) * WARPGROUP_THREADS
 
-    def tmem_columns(self, spec: GemmSpec, target: TargetInfo) -> int:
+    def tmem_columns(self, spec: LayeredSpec, target: TargetInfo) -> int:
         """Accumulator TMEM columns per stage (0: the accumulator is not in TMEM)."""
         return 0
 
-    def acc_stages(self, spec: GemmSpec, target: TargetInfo) -> int:
+    def acc_stages(self, spec: LayeredSpec, target: TargetInfo) -> int:
         """Accumulator stages for `auto`: one where the accumulator lives in registers."""
         return 1
 
-    def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+    def tma_boxes(self, spec: LayeredSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module moves by TMA (TMA001-TMA002 check them): the kind's design base says which
         (specgen/kinds/<kind>/design.py); none by default."""
         return ()
 
     # --- rules that ask the design ---------------------------------------------------------------------
-    def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
+    def mma_tile(self, spec: LayeredSpec) -> tuple[tuple[int, str], tuple[int, str]]:
         """The tile the MMA computes as ((rows, field), (columns, field)), the fields naming what the spec sets
         for each side: the kind's design base says (the GEMM's output tile, or its transpose where a design
         swaps A and B)."""
@@ -154,18 +153,18 @@ class DesignBase:
         where it does not): the design's `renders_variants`, unless it differs by target."""
         return self.renders_variants
 
-    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]] | None:
+    def tune_space(self, spec: LayeredSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]] | None:
         """The knobs `specgen tune` sweeps on `target` and their ranges (check prunes what cannot fit) for a
         slot serving M <= m_max (None: the default config, or no bound); None where the design has nothing
         to tune (`tune` skips the target with a note)."""
         return None
 
-    def config_notes(self, spec: GemmSpec) -> str:
+    def config_notes(self, spec: LayeredSpec) -> str:
         """What `check --variants` adds after a config's tile ("" where nothing)."""
         return ""
 
     # --- render ----------------------------------------------------------------------------------------
-    def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
+    def modules(self, spec: LayeredSpec, targets: list[Target]) -> dict[str, list[Target]]:
         """Relative output path (under the rendered package) -> the targets that module serves."""
         return {}
 

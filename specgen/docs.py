@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from specgen.kinds.models import SPEC_MODELS
 from specgen.spec.file import SpecFile
 
 BEGIN, END = "<!-- spec-reference:begin -->", "<!-- spec-reference:end -->"
@@ -38,7 +39,8 @@ def spec_reference() -> str:
     schema = SpecFile.model_json_schema()
     defs = schema.get("$defs", {})
     lines = ["A spec file holds `kernels`, a list of kernel specs. Fields without a default are required.", ""]
-    order = ["GemmSpec"] + sorted(k for k in defs if k != "GemmSpec")
+    kinds = [m.__name__ for m in SPEC_MODELS]  # each kind's spec first, then what they are made of
+    order = kinds + sorted(k for k in defs if k not in kinds)
     for name in order:
         d = defs[name]
         if "properties" not in d:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from specgen.design import DesignBase
 from specgen.envelope.budget import MIN_STAGES, MemoryBudget
-from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.resolved import Resolved, TmaBox
-from specgen.spec.models import Target, When
+from specgen.spec.models import LayeredSpec, Target, When
 from specgen.targets import TargetInfo, target_info
 
 __all__ = ["Resolved", "TmaBox", "memory", "max_ab_stages", "resolve"]
@@ -24,20 +23,20 @@ def _info(target: Target | TargetInfo) -> TargetInfo:
     return target if isinstance(target, TargetInfo) else target_info(target)
 
 
-def design_of(spec: GemmSpec, info: TargetInfo) -> DesignBase:
+def design_of(spec: LayeredSpec, info: TargetInfo) -> DesignBase:
     design = design_for(spec.kind, info)
     if design is None:
         raise ValueError(f"no design serves {info} for kind {spec.kind!r} (specgen/kinds/lineup.py's DESIGN_PACKAGES)")
     return design
 
 
-def memory(spec: GemmSpec, target: Target | TargetInfo, ab_stages: int) -> MemoryBudget:
+def memory(spec: LayeredSpec, target: Target | TargetInfo, ab_stages: int) -> MemoryBudget:
     """The budget at a given depth, from the target's design."""
     info = _info(target)
     return design_of(spec, info).memory(spec, info, ab_stages)
 
 
-def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) -> int:
+def max_ab_stages(spec: LayeredSpec, target: Target | TargetInfo, limit: int = 64) -> int:
     """The deepest pipeline that fits (0 when not even one stage does), capped at `limit`.
 
     Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
@@ -58,7 +57,7 @@ def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) 
     return stages
 
 
-def resolve_ab_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
+def resolve_ab_stages(spec: LayeredSpec, target: Target | TargetInfo) -> int:
     """`auto` -> the design's fixed depth where it has one, else the deepest pipeline that fits, capped
     by the design and floored at MIN_STAGES (where not even two stages fit, SMEM001 reports it: a
     one-stage pipeline overlaps nothing)."""
@@ -72,7 +71,7 @@ def resolve_ab_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
     return max(MIN_STAGES, min(design.max_auto_stages, max_ab_stages(spec, info)))
 
 
-def resolve_acc_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
+def resolve_acc_stages(spec: LayeredSpec, target: Target | TargetInfo) -> int:
     """Accumulator stages: the spec's, else the design's (TMEM accumulators double-buffer where they fit,
     so the epilogue overlaps the next tile's MMA; register accumulators have one)."""
     if spec.pipeline.acc_stages != "auto":
@@ -81,7 +80,7 @@ def resolve_acc_stages(spec: GemmSpec, target: Target | TargetInfo) -> int:
     return design_of(spec, info).acc_stages(spec, info)
 
 
-def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
+def accumulator_registers(spec: LayeredSpec, info: TargetInfo) -> tuple[int, int]:
     """(registers per thread holding the accumulator, threads sharing it: the design's)."""
     t = spec.tile
     words = t.m * t.n * (4 if spec.accumulator.bytes == 4 else 2) // 4
@@ -89,7 +88,7 @@ def accumulator_registers(spec: GemmSpec, info: TargetInfo) -> tuple[int, int]:
     return words // threads, threads
 
 
-def resolve(spec: GemmSpec, target: Target) -> Resolved:
+def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
     applied): `Resolved.spec` is that effective spec, which the rules and the designs read. Each of
     the target's size-selected variants resolves too, into `Resolved.variants`."""
@@ -98,7 +97,7 @@ def resolve(spec: GemmSpec, target: Target) -> Resolved:
     return _resolve(spec.for_target(target), target, variants=variants)
 
 
-def _resolve(spec: GemmSpec, target: Target, variant: int | None = None, when: When | None = None,
+def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when: When | None = None,
              variants: tuple[Resolved, ...] = ()) -> Resolved:
     info = target_info(target)
     design = design_of(spec, info)

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specgen.envelope.budget import MemoryBudget
-from specgen.kinds.gemm.spec import GemmSpec
 from specgen.rules.finding import Finding
 from specgen.spec.dtypes import DType
-from specgen.spec.models import Target, When
+from specgen.spec.models import LayeredSpec, Target, When
 from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
 
 
@@ -24,7 +23,7 @@ class DesignHooks(Protocol):
 
     def dot_accumulators(self, a: DType) -> tuple[DType, ...] | None: ...
 
-    def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]: ...
+    def mma_tile(self, spec: LayeredSpec) -> tuple[tuple[int, str], tuple[int, str]]: ...
 
     def register_findings(self, ctx: Resolved) -> Iterator[Finding]: ...
 
@@ -43,7 +42,7 @@ class TmaBox:
 
 @dataclass(frozen=True)
 class Resolved:
-    spec: GemmSpec
+    spec: LayeredSpec
     target: Target
     info: TargetInfo
     gpu: GpuDevice | None

@@ -1,4 +1,5 @@
-"""Load spec files (TOML, YAML, JSON) into validated `GemmSpec`s that remember where they came from.
+"""Load spec files (TOML, YAML, JSON) into validated kernel specs (each its kind's model, a `LayeredSpec`) that
+remember where they came from.
 
 Every failure is a `SpecError` listing `SpecIssue`s, each naming file, line, column, the field path and
 what was expected, so an editor can jump to it.
@@ -19,8 +20,8 @@ from pathlib import Path
 import tomllib
 from pydantic import ValidationError
 
-from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.file import SpecFile
+from specgen.spec.models import LayeredSpec
 from specgen.spec.positions import (
     Positions,
     json_duplicate_keys,
@@ -94,7 +95,7 @@ class LazyPositions:
 class LoadedSpec:
     """A validated kernel spec and where it was written."""
 
-    spec: GemmSpec
+    spec: LayeredSpec
     file: str
     index: int  # position in the file's `kernels` list
     positions: LazyPositions = field(repr=False, compare=False)
@@ -122,7 +123,7 @@ class LoadedSpec:
         return spec_hash(self.spec)
 
 
-def spec_hash(spec: GemmSpec) -> str:
+def spec_hash(spec: LayeredSpec) -> str:
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -220,7 +221,7 @@ def _issue_from_pydantic(error: dict, data: object, file: str, positions: Positi
     message = error["msg"]
     given = error.get("input")
     if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = "expected a table (mapping) of fields"  # not pydantic's "instance of GemmSpec"
+        message = "expected a table (mapping) of fields"  # not pydantic's "instance of <the kind's model>"
     if error["type"] not in ("missing",) and isinstance(given, (str, int, float, bool)) and not message.startswith("Value error"):
         message += f" (got {quote(given)})"
     elif error["type"].endswith("_type") and given is not None and not isinstance(given, (str, int, float, bool)):

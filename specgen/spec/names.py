@@ -80,7 +80,7 @@ def arg_name_problem(name: str) -> str | None:
     if problem:
         return problem
     if name in OPERANDS:
-        return None  # GemmSpec says that an operand has this name, with the way out
+        return None  # the kind's spec model says that an operand has this name, with the way out
     if name in RESERVED:
         return f"{name!r} is a name the generated kernel or launcher uses itself"
     for derived in derived_names(name):

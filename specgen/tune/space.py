@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from specgen.check import Diagnostic, check_spec
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
+from specgen.spec.file import SpecFile
 from specgen.spec.load import LazyPositions, LoadedSpec, quote
 from specgen.spec.models import CONFIG_SECTIONS, Target
 from specgen.targets import target_info
@@ -173,7 +174,7 @@ def _pins(spec: GemmSpec, changes: list[Edit]) -> list[Edit]:
     into its own entry (a tile whole), so every variant runs exactly what it ran before."""
     data = spec.model_dump(mode="json")
     apply_edits(data, changes)
-    after = GemmSpec.model_validate(data)
+    after = type(spec).model_validate(data)
     touched = {p[1] for p, _ in changes}
     pins: list[Edit] = []
     for t in (t for t in spec.targets if str(t) in touched):
@@ -214,7 +215,8 @@ def apply_edits(root: MutableMapping, changes: list[Edit],
 
 
 def loaded_from(spec_data: dict, file: str = "<tune>") -> LoadedSpec:
-    return LoadedSpec(GemmSpec.model_validate(spec_data), file, 0, LazyPositions("", ".json"))
+    (spec,) = SpecFile.model_validate({"kernels": [spec_data]}).kernels  # its kind's model, by `kind`
+    return LoadedSpec(spec, file, 0, LazyPositions("", ".json"))
 
 
 @dataclass

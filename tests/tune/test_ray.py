@@ -88,13 +88,14 @@ def test_ray_timing_keeps_every_gpu_busy_and_survives_a_killed_actor(tmp_path: P
         wall = time.monotonic() - start
         assert sorted(got) == [1, 2, 3, 4, 5, 6] and all(got[t]["ratio"] == t for t in got)
         assert len({m["pid"] for m in got.values()}) == 2  # both actors timed
-        # in parallel, shown by the actors' own busy time (a wall-clock bound would fail on a busy machine)
         # each GPU's busy time: both fake GPUs got jobs, each busy for about its jobs' 0.4 s, within the wall
         busy = actors.busy()
         assert sorted(b.gpu for b in busy) == ["0", "1"] and {b.pid for b in busy} == {m["pid"] for m in got.values()}
         assert sum(b.jobs for b in busy) == 6 and all(b.jobs >= 1 and b.own_jobs == b.jobs for b in busy)
         assert all(0.4 * b.jobs <= b.busy_s <= b.wall_s <= wall + 0.05 for b in busy), busy
-        assert sum(b.busy_s for b in busy) > 1.5 * busy[0].wall_s  # two GPUs busy at once, not one after the other
+        # two GPUs busy at once: each actor always holds a job in flight, so their send-to-result times add up
+        # to about twice the phase's wall whatever the machine's load (no bound on the wall itself)
+        assert sum(b.busy_s for b in busy) > 1.5 * busy[0].wall_s
         for b in busy:
             assert re.fullmatch(rf"GPU {b.gpu} \(pid {b.pid}\): {b.jobs} jobs, busy \d+\.\d s of \d+\.\d s wall "
                                 r"\(\d+%\)", b.line()), b.line()
