@@ -59,7 +59,7 @@ def main() -> None:
         except Exception as e:  # a backend this machine lacks: say so, time the rest
             print(f"| {t} | not timed: {type(e).__name__}: {e} |")
             continue
-        for shape in parse_shapes(args.shapes):
+        for shape in parse_shapes(args.shapes, "gemm"):
             x = inputs(fused.spec, shape)
             fns = {"fused": ours_call(mods["fused"], fused.spec, target, x),
                    "plain": ours_call(mods["plain"], plain.spec, target, x[:2]),

@@ -21,7 +21,6 @@ from pathlib import Path
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and jax share the GPU here
 
 from specgen.bench.record import environment  # noqa: E402
-from specgen.bench.shapes import Shape  # noqa: E402
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
 from specgen.bench.workloads import (  # noqa: E402
@@ -33,6 +32,7 @@ from specgen.bench.workloads import (  # noqa: E402
     peer_call,
     peer_name,
 )
+from specgen.kinds.gemm.problem import Shape  # noqa: E402
 from specgen.spec.models import parse_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -55,7 +55,7 @@ def main() -> None:
     print(f"{args.kernel} @ {args.target}")
     print("| shape | config | variants / default | peer / shipped | peer / default | A/A | shipped us | default us | max err |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for shape in parse_shapes(args.shapes):
+    for shape in parse_shapes(args.shapes, "gemm"):
         x = inputs(shipped.spec, shape)
         fns = {"shipped": ours_call(mods["shipped"], shipped.spec, target, x),
                "shipped again": ours_call(mods["shipped"], shipped.spec, target, x),

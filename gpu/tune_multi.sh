@@ -219,7 +219,7 @@ for item in runs_arg:
         loaded = catalogue[spec]
         for t in targets:
             try:
-                rep = tune(loaded, [parse_target(t)], parse_shapes(shapes), cache=cache, machine=None, compiler=None,
+                rep = tune(loaded, [parse_target(t)], parse_shapes(shapes, "gemm"), cache=cache, machine=None, compiler=None,
                            measurer=None, overrides=parse_knobs(knobs))
             except TuneError as e:
                 r["picks"][f"{spec} {t}"] = {"error": str(e)}

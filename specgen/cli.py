@@ -31,7 +31,7 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    """Declarative GEMM kernel specs -> checked, rendered kernels."""
+    """Declarative kernel specs -> checked, rendered kernels."""
 
 
 def plural(n: int, word: str) -> str:
@@ -64,15 +64,16 @@ def print_variants(loaded) -> None:
 
 
 def _config(spec, target) -> str:
-    """A config as `check` shows it: the tile, split-K where it splits (`split-K 2`, `atomic` when so), and
-    what the target's design adds (`swap_ab` where a config swaps the MMA's operands)."""
+    """A config as `check` shows it: as the spec's kind reads it (its problem's `config_label`: a tile,
+    split-K where it splits), and what the target's design adds (`swap_ab` where a config swaps the MMA's
+    operands)."""
+    from specgen.kinds.lineup import kind_part
     from specgen.registry import design_for
 
-    tile, sched = spec.tile, spec.schedule
-    split = f" split-K {sched.split_k}" if sched.split_k > 1 else ""
+    problem = kind_part(spec.kind, "problem")  # the kind says how its config reads (its tile, its split)
     design = design_for(spec.kind, target)
     notes = design.config_notes(spec) if design is not None else ""
-    return f"{tile.m}x{tile.n}x{tile.k}{split}{' atomic' if split and sched.split_k_reduction == 'atomic' else ''}{notes}"
+    return (problem.config_label(spec) if problem is not None else "") + notes
 
 
 @app.command()

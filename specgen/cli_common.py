@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Declarative GEMM kernel specs -> checked, rendered kernels.")
+                  help="Declarative kernel specs -> checked, rendered kernels.")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

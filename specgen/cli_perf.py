@@ -41,11 +41,17 @@ def _targets(items: list[str] | None) -> set[str]:
         raise typer.Exit(2) from None
 
 
-def _shapes(text: str | None):
+def _shapes(text: str | None, loaded: list):
+    """`--shapes` as the shapes of the specs' kind (one kind per run: each kind writes its shapes its way)."""
     from specgen.bench.shapes import ShapeError, parse_shapes
 
-    try:
-        return parse_shapes(text) if text is not None else None  # `--shapes ''` is an error, not the defaults
+    kinds = list(dict.fromkeys(ls.spec.kind for ls in loaded))
+    if text is not None and len(kinds) > 1:
+        err.print(f"error: --shapes: these specs are of {len(kinds)} kinds ({', '.join(kinds)}), whose shapes read "
+                  "differently: give the specs of one kind with --shapes", markup=False)
+        raise typer.Exit(2)
+    try:  # `--shapes ''` is an error, not the defaults
+        return parse_shapes(text, kinds[0]) if text is not None and kinds else None
     except ShapeError as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(2) from None
@@ -166,7 +172,7 @@ def bench(
             out.print(line, markup=False)
         raise typer.Exit(0)
     loaded = _specs(specs)
-    wanted, shape_list = _targets(target), _shapes(shapes)
+    wanted, shape_list = _targets(target), _shapes(shapes, loaded)
     for flag, path in (("--json", json_out), ("--png", png)):
         _writable(flag, path)
     _need_gpu("specgen bench")
@@ -235,12 +241,17 @@ def tune(
                       f"({', '.join(ls.name for ls in _specs([spec]))})", markup=False)
             raise typer.Exit(2)
         loaded += candidates
+    models = {type(ls.spec) for ls in loaded}
+    if knob and len(models) > 1:
+        err.print("error: --knob names one kind's config sections, and these specs are of "
+                  f"{len(models)} kinds: tune each kind on its own", markup=False)
+        raise typer.Exit(2)
     try:
-        overrides = parse_knobs(knob or [])
+        overrides = parse_knobs(knob or [], type(loaded[0].spec)) if loaded else {}
     except SpaceError as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(2) from None
-    wanted, shape_list = _targets(target), _shapes(shapes)
+    wanted, shape_list = _targets(target), _shapes(shapes, loaded)
     if write:  # a file --write cannot replace (read-only, a layout it would change) is refused before any work
         try:
             for ls in loaded:

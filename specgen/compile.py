@@ -6,6 +6,7 @@ check/render never import this path).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -66,15 +67,40 @@ def compiler_message(e: BaseException) -> str:
     return f"{head} {detail}".strip()[:600]
 
 
-def load_rendered(path: Path, name: str | None = None) -> ModuleType:
-    """Import a rendered module from its file (any --out folder, importable as a package or not)."""
+def load_rendered(path: Path | str, name: str | None = None) -> ModuleType:
+    """Import a rendered module from its file (any --out folder, importable as a package or not). A module
+    inside a rendered package (folders holding `__init__.py`) is imported inside a fresh stand-in for that
+    package, so that its relative import of SPEC (`specs/<kernel>.py`, render/specs.py) resolves."""
+    path = Path(path)
     name = name or f"_specgen_rendered_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    package = _stand_in_package(path, name)
+    spec = importlib.util.spec_from_file_location(f"{package}.{name}" if package else name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _stand_in_package(path: Path, name: str) -> str | None:
+    """The dotted package a module at `path` sits in, under a root named after `name` that stands for the
+    topmost folder holding an `__init__.py` (its own `__init__.py` is not run); None outside a package."""
+    folder, inner = path.absolute().parent, []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        inner.insert(0, folder.name)
+        folder = folder.parent
+    if not inner:
+        return None
+    root = f"_specgen_package_{name}"
+    for key in [k for k in sys.modules if k == root or k.startswith(root + ".")]:
+        del sys.modules[key]  # a fresh import each call, as for the module itself
+    package = ModuleType(root)
+    package.__path__ = [str(folder / inner[0])]
+    package.__spec__ = importlib.machinery.ModuleSpec(root, None, is_package=True)
+    package.__package__ = root
+    sys.modules[root] = package
+    return ".".join([root, *inner[1:]])
 
 
 def _hook(ref: str) -> Callable:

@@ -15,26 +15,25 @@ How to add a design (say a second MMA family on an existing backend):
   2. a package specgen/kinds/<kind>/designs/<name>/ with `design.py` (a `DesignBase` subclass, `DESIGN = ...`),
      `rules.py` (its rules: a `RuleSet` named `RULES`), `names.py` (its modules' identifiers) and its
      compile hook module; its templates under templates/<backend>/ (the torch and jax host parts are
-     shared: templates/torch/, templates/jax/); its run-time helpers under specgen/runtime/;
+     shared: templates/gemm/torch/, templates/gemm/jax/); its run-time helpers under specgen/runtime/;
   3. one line in its kind's DESIGN_PACKAGES (specgen/kinds/<kind>/__init__.py), before any checked-only
      design it takes targets over from;
-  4. its tests: parameters of the shared bases in tests/shared/ (tests/designs.py lists them).
+  4. its tests: subclasses of its kind's shared bases (specgen/kinds/<kind>/testing/: numerics, guards).
 
 How to add a kernel kind (say grouped GEMM): a package specgen/kinds/<kind>/ with its DESIGN_PACKAGES, its
-designs under designs/ and its spec model in spec.py (a LayeredSpec), one line in specgen/kinds/lineup.py's
-KINDS and one in specgen/kinds/models.py's SPEC_MODELS; its rules carry the kind in
-`RuleSet.rule(..., kinds=(...))`; a float64 reference in tests/reference.py.
+designs under designs/ and its spec model in spec.py (a LayeredSpec named SPEC_MODEL), one line in
+specgen/kinds/lineup.py's KINDS; the rules its designs share in its `rules` part
+(they concern its kind only, as its designs' rules do), its problem for bench and tune in `problem`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import import_module
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
 
 from specgen import __version__
+from specgen.kinds.lineup import part_of
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, Mma, TargetInfo
 
@@ -133,10 +132,8 @@ class DesignBase:
 
     def _own_rule(self, name: str) -> Callable[[Resolved], Iterator[Finding]] | None:
         """A function of the design's own rules.py (imported late: rules.py imports design.py)."""
-        package = type(self).__module__.rpartition(".")[0]
-        if find_spec(f"{package}.rules") is None:
-            return None
-        return getattr(import_module(f"{package}.rules"), name, None)
+        rules = part_of(type(self).__module__.rpartition(".")[0], "rules")
+        return getattr(rules, name, None) if rules is not None else None
 
     def register_findings(self, ctx: Resolved) -> Iterator[Finding]:
         """REG001 on this design's targets (where `has_register_model`): its rules.py `register_findings`."""
@@ -173,9 +170,12 @@ class DesignBase:
         from what check resolved for each target (`resolved`, by target name); nothing is resolved again."""
         raise NotImplementedError(f"the {self.name} design is checked only")
 
-    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
         """{relative path: text} for one module's targets; `resolved` maps each target name to what
-        check resolved for it (stages, budget, registers): the design never resolves again."""
+        check resolved for it (stages, budget, registers): the design never resolves again. `shared_spec`
+        (the catalogue's): the module imports SPEC from the package's `specs/<kernel>.py`
+        (render/specs.py's `spec_import`) instead of holding it inline."""
         raise NotImplementedError(f"the {self.name} design is checked only")
 
 

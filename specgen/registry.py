@@ -1,5 +1,5 @@
-"""The design registry: every design of specgen/kinds/lineup.py's DESIGN_PACKAGES (each kind's line-up), keyed by (kind, backend, MMA
-family). Resolve, check, render, compile and the CLI find a target's design here and call its hooks:
+"""The design registry: every design of the kinds' line-ups (specgen/kinds/lineup.py), keyed by (kind,
+backend, MMA family). Resolve, check, render, compile and the CLI find a target's design here and call its hooks:
 none of them names a backend, an arch or an MMA family.
 
 A target is served by the rendering design whose key it matches and that says `serves(target)`; a
@@ -8,15 +8,13 @@ checked-only design (memory layout and rules, no module) answers where no render
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from specgen.design import DesignBase, DesignKey
-from specgen.kinds.lineup import DESIGN_PACKAGES
+from specgen.kinds.lineup import parts
 from specgen.targets import TARGETS, TargetInfo, target_info
 
 __all__ = ["DESIGNS", "DesignBase", "by_key", "design_for", "designs_for", "rendering"]
 
-DESIGNS: tuple[DesignBase, ...] = tuple(import_module(f"{p}.design").DESIGN for p in DESIGN_PACKAGES)
+DESIGNS: tuple[DesignBase, ...] = tuple(m.DESIGN for _, m in parts("design", of="designs"))
 
 
 def _build() -> dict[DesignKey, DesignBase]:

@@ -5,7 +5,8 @@ the split-K workspace's state after a launch. CUDA only: imported by GPU-marked 
 from __future__ import annotations
 
 import torch
-from reference import REFERENCES
+
+from specgen.kinds.gemm.testing.reference import REFERENCES
 
 
 def operands(fp8: bool, M: int, N: int, K: int, gen: torch.Generator) -> tuple[list, dict]:

@@ -72,3 +72,26 @@ def load_target_module(spec: dict, target: str, tmp_dir: Path, prefix: str = "_s
     path = tmp_dir / Path(rel).name
     path.write_text(text)
     return load_rendered(path, prefix + path.stem), text
+
+
+# The guard tests' kernels by role (specgen/kinds/gemm/testing/guards.py: ROLES), from these catalogue specs.
+GUARD_ROLES = {"ptr": "gemm_residual_bf16", "relu": "gemm_relu_f16", "tma": "gemm_fp8_rowwise",
+               "bias": "gemm_bias_gelu_bf16", "bmm": "bmm_bf16", "bmm_res": "bmm_bf16"}
+
+
+def guard_kernels(prefix: str, target: str, tile: dict, mn_tile: dict | None = None) -> dict[str, dict]:
+    """The guard roles' catalogue specs on `target` alone, at `tile` (`mn_tile` where A is mn-major), their
+    per-target tables and size-selected variants dropped, named `<prefix>_<role>`; `bmm_res` is the batched
+    spec with a residual (beta 0.5)."""
+    from specgen.kinds.gemm.spec import GemmSpec
+
+    specs = catalogue()
+    out = {}
+    for role, base in GUARD_ROLES.items():
+        spec = {k: v for k, v in specs[base].items() if k not in ("per_target", "variants")}
+        spec.update(name=f"{prefix}_{role}", targets=[target],
+                    tile=dict(mn_tile if mn_tile and spec["a"]["major"] == "mn" else tile))
+        if role == "bmm_res":
+            spec["epilogue"] = [{"op": "residual", "dtype": spec["out"]["dtype"], "beta": 0.5}]
+        out[role] = GemmSpec.model_validate(spec).model_dump(mode="json")
+    return out

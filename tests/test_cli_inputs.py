@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specgen.bench.shapes import MODEL_SHAPES
 from specgen.cli import app
+from specgen.kinds.gemm.problem import MODEL_SHAPES
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.tune.cache import Cache, CacheError
 from tests.tune.conftest import SMALL, run_tune
 
@@ -84,7 +85,7 @@ def test_bad_knobs_are_usage_errors(spec: Path, knob: str, says: str) -> None:
 def test_knob_values_keep_their_types() -> None:
     from specgen.tune.space import parse_knobs
 
-    assert parse_knobs(["pipeline.ab_stages=auto,3", "cute.mma_warpgroups=none,2", "cute.schedule=pingpong"]) == {
+    assert parse_knobs(["pipeline.ab_stages=auto,3", "cute.mma_warpgroups=none,2", "cute.schedule=pingpong"], GemmSpec) == {
         "pipeline.ab_stages": ("auto", 3), "cute.mma_warpgroups": (None, 2), "cute.schedule": ("pingpong",)}
 
 

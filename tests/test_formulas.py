@@ -1,7 +1,7 @@
 """The epilogue formula table (specgen/spec/formulas.py): it is torch's functions, special values
 included, and every backend's rendered epilogue is spelled from it (no NaN-dropping max / min).
 
-(a) The table evaluated by a tiny evaluator here equals tests/reference.py (torch) in float64 on random
+(a) The table evaluated by a tiny evaluator here equals specgen/kinds/gemm/testing/reference.py (torch) in float64 on random
 values and on NaN, +-inf, -0.0, +-1e30, +-3e38; evaluated in float32, as the kernels do, it gives
 torch's float64 answer's class (NaN, the same infinity, the same zero sign) and its value to f32
 precision. (b) One spec with every activation and clamp renders, on each backend, exactly the line a
@@ -19,9 +19,9 @@ import zlib
 import pytest
 import torch
 from kernels import MINIMAL_SPEC, load_module
-from reference import ACTIVATIONS, REFERENCES
 from specials import BIAS_SPECIALS, CHAINS, assert_same_classes, chain_id, full
 
+from specgen.kinds.gemm.testing.reference import ACTIVATIONS, REFERENCES
 from specgen.render.catalogue import render_modules
 from specgen.spec import formulas
 from specgen.spec.formulas import FORMULAS, PRIMITIVES, Node

@@ -15,11 +15,12 @@ PKG = ROOT / "specgen"
 
 # The shared core: spec handling, resolve, check, render, compile, the CLI, the registry and the rules
 # every design shares. The target table (targets.py) and the kinds' line-ups (kinds/<kind>/__init__.py) are
-# where those names are allowed to stand; the spec models' per-backend option sections are the spec
-# language itself (spec/models.py).
+# where those names are allowed to stand. spec/models.py stays off this list for its docstrings alone (the
+# schema's descriptions name backends); its code names none: the designs own their option sections
+# (designs/<design>/options.py) and a kind's spec model lists them (tests/test_spec.py pins that).
 CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
         "render/catalogue.py", "render/env.py", "render/writer.py", "design.py", "envelope/budget.py",
-        "rules/base.py", "rules/table.py", "spec/file.py", "spec/load.py", "spec/names.py", "spec/positions.py",
+        "rules/base.py", "rules/hooks.py", "rules/table.py", "kinds/lineup.py", "spec/file.py", "spec/load.py", "spec/names.py", "spec/positions.py",
         "spec/targets.py", "spec/epilogue.py"]
 BACKEND_WORDS = re.compile(r"triton|cute|cutlass|pallas|wgmma|tcgen05|sm90|sm100|mosaic|mgpu", re.IGNORECASE)
 
@@ -82,6 +83,8 @@ def test_the_registry_list_and_design_packages_import_nothing():
     kinds' line-up imports the kind packages, and nothing else)."""
     kinds = PKG / "kinds"
     assert _imports(kinds / "lineup.py") <= {"specgen.kinds", *(f"specgen.kinds.{p.name}" for p in kinds.iterdir())}
+    assert "import_module" not in (PKG / "registry.py").read_text() + (PKG / "rules" / "table.py").read_text() + (
+        PKG / "spec" / "names.py").read_text() + (PKG / "design.py").read_text(), "parts are found by kinds/lineup.py's parts()"
     leaves = [kinds / "__init__.py", *kinds.glob("*/__init__.py"), *kinds.glob("*/designs/__init__.py"), *kinds.glob("*/designs/*/__init__.py"),
               *kinds.glob("*/designs/*/names.py")]
     assert len(leaves) >= 10
@@ -102,11 +105,11 @@ def test_no_source_file_is_over_600_lines():
 
 
 # A string constant that is a backend, a target, an arch or an MMA family ("cute", "triton:sm90", "sm_90a",
-# "tpu_v7x", "wgmma"): only the designs, the runtime their modules import, the target table and the spec
-# schema (whose option sections are named for backends) may hold one; everything else asks the registry
-# or reads the target's row.
+# "tpu_v7x", "wgmma"): only the kinds (their designs, and the spec models that list the designs' option
+# sections), the runtime their modules import and the target table may hold one; everything else asks the
+# registry or reads the target's row.
 LITERAL = re.compile(r"^((triton|cute|pallas)(:\w+)?|sm_?\d{2,3}a?|tpu\w*|gpu_sm\d+|wgmma|tcgen05|mxu)$")
-MAY_NAME_BACKENDS = ("specgen.kinds", "specgen.runtime", "specgen.targets", "specgen.spec.models")
+MAY_NAME_BACKENDS = ("specgen.kinds", "specgen.runtime", "specgen.targets")
 
 
 def test_no_backend_literal_outside_the_designs_runtime_and_tables():
@@ -118,3 +121,97 @@ def test_no_backend_literal_outside_the_designs_runtime_and_tables():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and LITERAL.match(node.value):
                 hits.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert hits == []
+
+
+def _code_words(path: Path) -> list[tuple[int, str]]:
+    """The identifiers, import paths and string constants of a file's code (its docstrings left out)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    words: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            words.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.lineno, node.attr))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            words.append((node.lineno, node.name))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            words.append((node.lineno, node.module))
+    return words
+
+
+def test_the_core_names_no_kind():
+    """A second kind is a folder: the core's code names no kind (the kinds' line-up lists their packages)."""
+    kind_names = [p.name for p in (PKG / "kinds").iterdir() if (p / "__init__.py").exists() and p.name != "__pycache__"]
+    assert "gemm" in kind_names
+    word = re.compile("|".join(kind_names), re.IGNORECASE)
+    hits = [f"specgen/{rel}:{n} {w!r}" for rel in CORE if rel != "kinds/lineup.py"
+            for n, w in _code_words(PKG / rel) if word.search(w)]
+    assert hits == []
+
+
+def test_a_kinds_rules_concern_that_kind_only():
+    """A kind's shared rules and its designs' rules are that kind's; rules/hooks.py's concern every kind."""
+    from specgen.kinds.lineup import parts
+    from specgen.rules import hooks
+    from specgen.rules.table import RULES
+
+    for of in ("kinds", "designs"):
+        for kind, module in parts("rules", of=of):
+            ids = {r.id for r in module.RULES}
+            assert ids and all(r.kinds == (kind,) for r in RULES if r.id in ids)
+    assert all(r.kinds == () for r in RULES if r.id in {h.id for h in hooks.RULES})
+
+
+def test_each_kind_names_its_spec_model_and_parts_are_asked_by_name():
+    from typing import get_args
+
+    from specgen.kinds.lineup import KINDS, kind_part, parts
+    from specgen.kinds.models import SPEC_MODELS
+
+    assert [k.KIND for k in KINDS] == [get_args(m.model_fields["kind"].annotation)[0] for m in SPEC_MODELS]
+    assert kind_part("gemm", "rules") is not None
+    with pytest.raises(ValueError, match="no kind 'attention'"):
+        kind_part("attention", "rules")
+    with pytest.raises(ValueError, match="'compile' is not a part of designs"):
+        parts("compile", of="designs")
+
+
+# Test-only code under specgen/: each kind's test kit (its float64 reference and shared test bases). It imports
+# torch and pytest; nothing else under specgen/ may import it, lazily or not, so that check, render and
+# compile never load a test dependency.
+TESTING = re.compile(r"^specgen\.kinds\.\w+\.testing(\.|$)")
+
+
+def test_only_tests_import_the_kinds_test_kits():
+    modules = _modules()
+    kits = [m for m in modules if TESTING.match(m)]
+    assert "specgen.kinds.gemm.testing.numerics" in kits and "specgen.kinds.gemm.testing.reference" in kits
+    for m, path in modules.items():
+        if TESTING.match(m):
+            continue
+        found = {i for i in _imports(path, everywhere=True) if TESTING.match(i)}
+        assert not found, f"{path.relative_to(ROOT)} imports the test kit {sorted(found)}"
+
+
+def test_torch_and_pytest_stay_out_of_the_check_and_render_path():
+    """pytest only in the test kits; torch at the top level only there and in the runtime the generated
+    modules import (and the compile hooks, lazily)."""
+    for m, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        top = set()
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                top.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                top.add(node.module.split(".")[0])
+        everywhere = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        everywhere |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        if not TESTING.match(m):
+            assert "pytest" not in everywhere, f"{path.relative_to(ROOT)} imports pytest"
+        if "torch" in top:
+            assert TESTING.match(m) or m.startswith("specgen.runtime"), f"{path.relative_to(ROOT)} imports torch"

@@ -298,7 +298,9 @@ def test_a_manifest_from_before_sources_still_scopes_removal(tmp_path):
     r = render(str(specs), "--out", str(out))
     assert r.exit_code == 0, r.output
     assert f"removed {out / 'triton/beta.py'}" in r.stdout and (out / "triton" / "alpha.py").exists()
-    assert json.loads((out / MANIFEST).read_text())["sources"] == {"triton/alpha.py": "specs/a.toml"}
+    assert f"removed {out / 'specs/beta.py'}" in r.stdout and (out / "specs" / "alpha.py").exists()
+    assert json.loads((out / MANIFEST).read_text())["sources"] == {"specs/alpha.py": "specs/a.toml",
+                                                                  "triton/alpha.py": "specs/a.toml"}
 
 
 KILLER = """

@@ -727,3 +727,71 @@ except SpecError as e:
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+# --- where the configuration sections live ---------------------------------------------------------------
+
+
+def test_the_core_models_declare_no_backend_option_section() -> None:
+    """The designs own their option sections (designs/<design>/options.py) and a kind's model lists them
+    (CONFIG_SECTIONS, BACKEND_SECTIONS): the core's spec/models.py declares none, and its code (docstrings
+    and comments aside) names no backend."""
+    import ast
+    import re
+
+    from specgen.spec import models
+
+    tree = ast.parse(Path(models.__file__).read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    words = [(node.lineno, w) for node in ast.walk(tree) for w in (
+        [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        else [node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute)
+        else [node.arg] if isinstance(node, ast.arg) else [node.name] if isinstance(node, ast.ClassDef | ast.FunctionDef)
+        else [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [])]
+    backend = re.compile("triton|cute|pallas", re.IGNORECASE)
+    assert [f"spec/models.py:{n} {w!r}" for n, w in words if backend.search(w)] == []
+    options = [n for n, v in vars(models).items() if isinstance(v, type) and n.endswith("Options")]
+    assert options == []
+    assert set(models.ConfigLayer.model_fields) == set()  # the kind declares its layers' sections
+    assert models.LayeredSpec.CONFIG_SECTIONS == () and models.LayeredSpec.BACKEND_SECTIONS == {}
+
+
+def test_the_gemm_kind_assembles_its_sections_from_its_designs_options() -> None:
+    import ast
+
+    from specgen.kinds.gemm import spec as gemm_spec
+
+    sections, backends = GemmSpec.CONFIG_SECTIONS, GemmSpec.BACKEND_SECTIONS
+    assert sections == ("tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas")
+    assert backends == {"triton": Backend.triton, "cute": Backend.cute, "pallas": Backend.pallas}
+    for layer in (gemm_spec.TargetConfig, gemm_spec.Variant):
+        assert layer.CONFIG_SECTIONS == GemmSpec.CONFIG_SECTIONS
+        assert list(layer.model_fields)[:len(GemmSpec.CONFIG_SECTIONS)] == list(GemmSpec.CONFIG_SECTIONS)
+    for opts in gemm_spec.DESIGN_OPTIONS:
+        assert opts.__name__.startswith("specgen.kinds.gemm.designs.") and opts.__name__.endswith(".options")
+        assert GemmSpec.BACKEND_SECTIONS[opts.SECTION] is opts.BACKEND
+        assert GemmSpec.model_fields[opts.SECTION].annotation is opts.OPTIONS
+        assert gemm_spec.TargetConfig.model_fields[opts.SECTION].annotation == opts.OPTIONS | None
+        # spec validation imports the options modules: they import the spec models only, no design
+        imported = {node.module for node in ast.walk(ast.parse(Path(opts.__file__).read_text()))
+                    if isinstance(node, ast.ImportFrom)}
+        assert all(m in ("__future__", "typing", "pydantic") or m.startswith("specgen.spec.") for m in imported), imported
+
+
+def test_spec_validation_imports_no_design_module() -> None:
+    script = f"""
+import sys
+from pathlib import Path
+from specgen.spec.load import load_paths
+from specgen.spec.file import SpecFile
+assert len(load_paths([Path({str(ROOT / "specs")!r})])) >= 6
+SpecFile.model_json_schema()
+loaded = sorted(m for m in sys.modules if m.startswith("specgen.kinds.") and m.rsplit(".", 1)[-1] not in ("names", "options"))
+designs = [m for m in loaded if ".designs." in m and m.count(".") > 4]
+assert designs == [] and "jinja2" not in sys.modules, (designs, loaded)
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

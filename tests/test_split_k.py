@@ -11,10 +11,10 @@ import json
 import pytest
 import torch
 from kernels import MINIMAL_SPEC, catalogue, interpreter_variant
-from reference import REFERENCES
 
 from specgen.check import check_spec
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.reference import REFERENCES
 from specgen.render.catalogue import render_module
 from specgen.spec.load import SpecError, load_text, spec_hash
 

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 from kernels import catalogue, interpreter_variant
-from reference import REFERENCES
 
 from specgen.check import check_spec
+from specgen.kinds.gemm.testing.reference import REFERENCES
 from specgen.render.catalogue import render_module
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_text

@@ -80,6 +80,7 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.cute import TVM_FFI, CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
+from ..specs.gemm_bias_gelu_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 ARCH = "sm_90a"
@@ -157,23 +158,6 @@ class Config(NamedTuple):
 
 # The default config. SMEM: A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048
 CONFIG = Config(tile_m=128, tile_n=192, tile_k=64, cluster_m=2, cluster_n=1, ab_stages=5, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=223232, swap_ab=False, split_k=1)
-# Size-selected variants (spec: variants), in the launcher's order.
-VARIANT_CONFIGS = (
-    # 0: M <= 16; SMEM A/B 8 x 10240 = 81920 + epilogue 4096 + barriers 2048
-    Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=88064, swap_ab=True, split_k=1),
-    # 1: M <= 64 and N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 8192 + split-K partials 16384 + barriers 2048
-    Config(tile_m=64, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=223232, swap_ab=True, split_k=2),
-    # 2: M <= 64; SMEM A/B 5 x 40960 = 204800 + epilogue 8192 + barriers 2048
-    Config(tile_m=128, tile_n=32, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=5, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=215040, swap_ab=True, split_k=1),
-    # 3: M <= 128 and N <= 8192; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
-    Config(tile_m=128, tile_n=64, tile_k=64, cluster_m=1, cluster_n=2, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=206848, swap_ab=True, split_k=1),
-    # 4: M <= 128 and N <= 14336 and K <= 4096; SMEM A/B 7 x 30720 = 215040 + epilogue 4096 + barriers 2048
-    Config(tile_m=128, tile_n=112, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=7, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=221184, swap_ab=False, split_k=1),
-    # 5: M <= 128; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
-    Config(tile_m=128, tile_n=64, tile_k=64, cluster_m=1, cluster_n=2, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=206848, swap_ab=True, split_k=1),
-    # 6: N <= 4096; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
-    Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False, split_k=1),
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
@@ -625,6 +609,25 @@ def gemm_kernel(
         store_pipe.producer_tail()
 
 
+# Size-selected variants (spec: variants), in the launcher's order (`config` reads them).
+VARIANT_CONFIGS = (
+    # 0: M <= 16; SMEM A/B 8 x 10240 = 81920 + epilogue 4096 + barriers 2048
+    Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=88064, swap_ab=True, split_k=1),
+    # 1: M <= 64 and N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 8192 + split-K partials 16384 + barriers 2048
+    Config(tile_m=64, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=223232, swap_ab=True, split_k=2),
+    # 2: M <= 64; SMEM A/B 5 x 40960 = 204800 + epilogue 8192 + barriers 2048
+    Config(tile_m=128, tile_n=32, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=5, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=215040, swap_ab=True, split_k=1),
+    # 3: M <= 128 and N <= 8192; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
+    Config(tile_m=128, tile_n=64, tile_k=64, cluster_m=1, cluster_n=2, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=206848, swap_ab=True, split_k=1),
+    # 4: M <= 128 and N <= 14336 and K <= 4096; SMEM A/B 7 x 30720 = 215040 + epilogue 4096 + barriers 2048
+    Config(tile_m=128, tile_n=112, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=7, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=221184, swap_ab=False, split_k=1),
+    # 5: M <= 128; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
+    Config(tile_m=128, tile_n=64, tile_k=64, cluster_m=1, cluster_n=2, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=206848, swap_ab=True, split_k=1),
+    # 6: N <= 4096; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
+    Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False, split_k=1),
+)
+
+
 def _fake_args(variant: int | None) -> tuple:
     """What `cute.compile` sees for one config: dynamic M, N, K and leading strides (16-byte
     aligned, as the guards require), the major dims' stride 1 static, 16-byte aligned bases."""
@@ -862,201 +865,8 @@ def _export_host(a: cute.Tensor, b: cute.Tensor, bias: cute.Tensor, out: cute.Te
     gemm_host(a, b, bias, out, max_clusters, variant, stream)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
-        {'op': 'activation', 'fn': 'gelu_tanh'},
-    ],
-    'tile': {'m': 128, 'n': 256, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 192, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 64},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1},
-                    'schedule': {'split_k': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 32, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128, 'n_max': 8192},
-                },
-                {
-                    'tile': {'m': 128, 'n': 112, 'k': 64},
-                    'cluster': {'m': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {
-                        'm_max': 128,
-                        'n_max': 14336,
-                        'k_max': 4096,
-                    },
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'triton:sm90': {'triton': {'epilogue_subtile': True}},
-        'triton:sm100': {'triton': {'epilogue_subtile': True}},
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 5},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 64, 'n': 64, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'pipeline': {'ab_stages': 5},
-            'when': {'m_max': 128, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

@@ -65,6 +65,7 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.cute import TVM_FFI, CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
+from ..specs.gemm_fp8_rowwise import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 ARCH = "sm_90a"
@@ -139,19 +140,6 @@ class Config(NamedTuple):
 
 # The default config. SMEM: A/B 5 x 40960 = 204800 + epilogue 16384 + barriers 2048
 CONFIG = Config(tile_m=64, tile_n=256, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=5, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=223232, swap_ab=False)
-# Size-selected variants (spec: variants), in the launcher's order.
-VARIANT_CONFIGS = (
-    # 0: M <= 16; SMEM A/B 8 x 10240 = 81920 + epilogue 4096 + barriers 2048
-    Config(tile_m=64, tile_n=16, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=88064, swap_ab=True),
-    # 1: M <= 128; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
-    Config(tile_m=64, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=206848, swap_ab=False),
-    # 2: M <= 512 and N <= 2048; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
-    Config(tile_m=64, tile_n=64, tile_k=256, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
-    # 3: M <= 1024 and N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
-    Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
-    # 4: N <= 4096; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
-    Config(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
@@ -555,6 +543,21 @@ def gemm_kernel(
         store_pipe.producer_tail()
 
 
+# Size-selected variants (spec: variants), in the launcher's order (`config` reads them).
+VARIANT_CONFIGS = (
+    # 0: M <= 16; SMEM A/B 8 x 10240 = 81920 + epilogue 4096 + barriers 2048
+    Config(tile_m=64, tile_n=16, tile_k=128, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=16, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=False, persistent=True, smem_bytes=88064, swap_ab=True),
+    # 1: M <= 128; SMEM A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
+    Config(tile_m=64, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=206848, swap_ab=False),
+    # 2: M <= 512 and N <= 2048; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
+    Config(tile_m=64, tile_n=64, tile_k=256, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
+    # 3: M <= 1024 and N <= 4096; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
+    Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=6, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=True, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
+    # 4: N <= 4096; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
+    Config(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, swap_ab=False),
+)
+
+
 def _fake_args(variant: int | None) -> tuple:
     """What `cute.compile` sees for one config: dynamic M, N, K and leading strides (16-byte
     aligned, as the guards require), the major dims' stride 1 static, 16-byte aligned bases."""
@@ -796,165 +799,8 @@ def _export_host(a: cute.Tensor, b: cute.Tensor, scale_a: cute.Tensor, scale_b: 
     gemm_host(a, b, scale_a, scale_b, out, max_clusters, variant, stream)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
-    'tile': {'m': 128, 'n': 256, 'k': 128},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 64, 'n': 256, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 256},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 512, 'n_max': 2048},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 128},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'pipeline': {'ab_stages': 'auto'},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'pallas:tpu_v7x': {'variants': []},
-        'triton:sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'triton:sm100': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 512},
-            'pipeline': {'ab_stages': 3},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 128, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 1024, 'n_max': 4096},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

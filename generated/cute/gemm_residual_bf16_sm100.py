@@ -59,6 +59,7 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.cute import TVM_FFI, CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
+from ..specs.gemm_residual_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 ARCH = "sm_100a"
@@ -123,11 +124,6 @@ class Config(NamedTuple):
 
 # The default config. SMEM: A/B 8 x 24576 = 196608 + epilogue 16384 + barriers 2048
 CONFIG = Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, two_cta=True, ab_stages=8, acc_stages=2, epi_m=128, epi_n=32, epi_stages=2, group_m=8, group_rows=True, persistent=False, smem_bytes=215040, tmem_columns=256)
-# Size-selected variants (spec: variants), in the launcher's order.
-VARIANT_CONFIGS = (
-    # 0: M <= 128; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
-    Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, two_cta=False, ab_stages=6, acc_stages=2, epi_m=128, epi_n=32, epi_stages=2, group_m=8, group_rows=True, persistent=False, smem_bytes=215040, tmem_columns=256),
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
@@ -511,6 +507,13 @@ def gemm_kernel(
         tmem.free(tmem_ptr)
 
 
+# Size-selected variants (spec: variants), in the launcher's order (`config` reads them).
+VARIANT_CONFIGS = (
+    # 0: M <= 128; SMEM A/B 6 x 32768 = 196608 + epilogue 16384 + barriers 2048
+    Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, two_cta=False, ab_stages=6, acc_stages=2, epi_m=128, epi_n=32, epi_stages=2, group_m=8, group_rows=True, persistent=False, smem_bytes=215040, tmem_columns=256),
+)
+
+
 def _fake_args(variant: int | None) -> tuple:
     """What `cute.compile` sees for one config: dynamic M, N, K and leading strides (16-byte
     aligned, as the guards require), the major dims' stride 1 static, 16-byte aligned bases."""
@@ -738,108 +741,8 @@ def _export_host(a: cute.Tensor, b: cute.Tensor, alpha: cutlass.Float32, c: cute
     gemm_host(a, b, alpha, c, out, max_clusters, variant, stream)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_residual_bf16',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'mn'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
-        {'op': 'residual', 'dtype': 'bf16', 'beta': 1.0, 'name': 'c'},
-    ],
-    'tile': {'m': 128, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 4},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'when': {'m_max': 128, 'k_max': 4096},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'pipeline': {'ab_stages': 8},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {'tile': {'m': 128, 'n': 128, 'k': 64}, 'when': {'m_max': 128, 'k_max': 4096}},
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

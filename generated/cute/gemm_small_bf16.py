@@ -38,6 +38,7 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.cute import TVM_FFI, CuteLauncher, zero_operand
 from specgen.runtime.torch.ops import register_custom_op
+from ..specs.gemm_small_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 ARCH = "sm_90a"
@@ -106,8 +107,6 @@ class Config(NamedTuple):
 
 # The default config. SMEM: A/B 8 x 24576 = 196608 + epilogue 8192 + barriers 2048
 CONFIG = Config(tile_m=64, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=8, epi_m=64, epi_n=32, epi_stages=2, mma_warpgroups=1, pingpong=False, group_m=8, group_rows=True, persistent=False, smem_bytes=206848)
-# Size-selected variants (spec: variants), in the launcher's order: none.
-VARIANT_CONFIGS = ()
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
@@ -445,6 +444,10 @@ def gemm_kernel(
         store_pipe.producer_tail()
 
 
+# Size-selected variants (spec: variants), in the launcher's order: none (`config` reads them).
+VARIANT_CONFIGS = ()
+
+
 def _fake_args(variant: int | None) -> tuple:
     """What `cute.compile` sees for one config: dynamic M, N, K and leading strides (16-byte
     aligned, as the guards require), the major dims' stride 1 static, 16-byte aligned bases."""
@@ -658,27 +661,8 @@ def _export_host(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor,
     gemm_host(a, b, out, max_clusters, variant, stream)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_small_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {'m': 64, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 4, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

@@ -39,6 +39,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
+from ..specs.gemm_bias_gelu_tpu import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -148,30 +149,8 @@ def gemm_bias_gelu_tpu_torch(a, b, bias, *, interpret: object = None):
     return _rt.to_torch(result)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_bias_gelu_tpu',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form) on TPU: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
-        {'op': 'activation', 'fn': 'gelu_tanh'},
-    ],
-    'tile': {'m': 256, 'n': 256, 'k': 512},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_bias_gelu_tpu',

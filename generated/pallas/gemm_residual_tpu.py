@@ -40,6 +40,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
+from ..specs.gemm_residual_tpu import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -153,30 +154,8 @@ def gemm_residual_tpu_torch(a, b, alpha, c, *, interpret: object = None):
     return _rt.to_torch(result)
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_residual_tpu',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C on TPU, A stored (K, M) (MN-major), f32 out.',
-    'a': {'dtype': 'bf16', 'major': 'mn'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'f32'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
-        {'op': 'residual', 'dtype': 'f32', 'beta': 1.0, 'name': 'c'},
-    ],
-    'tile': {'m': 256, 'n': 256, 'k': 256},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['pallas:tpu_v5e', 'pallas:tpu_v5p', 'pallas:tpu_v6e', 'pallas:tpu_v7x'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_residual_tpu',

@@ -33,48 +33,17 @@ from specgen.runtime import guards as _g
 from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
+from ..specs.bmm_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
-# Tile and rasterization (spec: tile, schedule).
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
-GROUP_M = 8
-# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
-SWAP_AB = False
-
-# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
-CONFIGS = {
-    # sm90: SMEM 163840 B = A/B 4 x 32768 = 131072 + epilogue 32768; accumulator 64 registers/thread
-    90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 163840 B = A/B 4 x 32768 = 131072 + epilogue 32768; accumulator 64 registers/thread
-    100: {"num_warps": 8, "num_stages": 4},
-}
-# Size-selected variants (spec: variants): each one's launch config per compute capability.
-VARIANT_CONFIGS = (
-    {  # 0. M <= 16: tile 16x64x256
-        # sm90: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
-    # and B columns they share stay in L2.
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // per_group) * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % per_group) % group_rows
-    pid_n = (tile_id % per_group) // group_rows
-    return pid_m, pid_n
-
-
+# The kernel: one program per output tile (persistent: per SM, over the tiles). Its helpers follow the
+# launch configs below: Triton looks them up when it compiles the kernel, after this module is imported.
 @triton.jit(do_not_specialize=['BATCH', 'NUM_SMS'])
 def _bmm_bf16_kernel(
     a_desc,
@@ -116,6 +85,42 @@ def _bmm_bf16_kernel(
         if SWAP_AB:
             acc = acc.T  # back to BLOCK_M x BLOCK_N for the epilogue and the store
         out_desc.store([pid_b, off_m, off_n], acc.to(tl.bfloat16).reshape(1, BLOCK_M, BLOCK_N))
+
+
+# Tile and rasterization (spec: tile, schedule).
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
+GROUP_M = 8
+# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
+SWAP_AB = False
+
+# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
+CONFIGS = {
+    # sm90: SMEM 163840 B = A/B 4 x 32768 = 131072 + epilogue 32768; accumulator 64 registers/thread
+    90: {"num_warps": 8, "num_stages": 4},
+    # sm100: SMEM 163840 B = A/B 4 x 32768 = 131072 + epilogue 32768; accumulator 64 registers/thread
+    100: {"num_warps": 8, "num_stages": 4},
+}
+# Size-selected variants (spec: variants): each one's launch config per compute capability.
+VARIANT_CONFIGS = (
+    {  # 0. M <= 16: tile 16x64x256
+        # sm90: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 165888 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+)
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
+    # and B columns they share stay in L2.
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % per_group) % group_rows
+    pid_n = (tile_id % per_group) // group_rows
+    return pid_m, pid_n
 
 
 def _validate(a, b, out):
@@ -267,74 +272,8 @@ _op = register_custom_op(
 )
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'bmm_bf16',
-    'kind': 'gemm',
-    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'mn'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': True,
-    'epilogue': [],
-    'tile': {'m': 128, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'triton:sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'triton:sm100': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'cute:sm90': {'tile': {'m': 128, 'n': 256, 'k': 64}, 'cluster': {'m': 2}},
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

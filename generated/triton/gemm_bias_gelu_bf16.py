@@ -48,6 +48,86 @@ from specgen.runtime import guards as _g
 from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
+from ..specs.gemm_bias_gelu_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
+
+
+# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
+if RUNTIME_ABI != 1:
+    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
+                      f"{RUNTIME_ABI}: run `specgen render`")
+
+
+# The kernel: one program per output tile (persistent: per SM, over the tiles). Its helpers follow the
+# launch configs below: Triton looks them up when it compiles the kernel, after this module is imported.
+@triton.jit(do_not_specialize=['NUM_SMS'])
+def _gemm_bias_gelu_bf16_kernel(
+    a_desc,
+    b_desc,
+    out_desc,
+    bias_ptr,
+    ws_ptr,
+    counts_ptr,
+    M,
+    N,
+    K,
+    NUM_SMS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    SPLIT_K_ATOMIC: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_batch = num_pid_m * num_pid_n
+    for work in tl.range(tl.program_id(0), tiles_per_batch * SPLIT_K, NUM_SMS):
+        # SPLIT_K consecutive work items share a tile: its splits run side by side
+        pid_k = work % SPLIT_K
+        slot = work // SPLIT_K
+        tile_id = slot
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        bias_v = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        # Split-K: this program reduces K tiles [k_lo, k_hi), a SPLIT_K-th of them.
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        k_per_split = tl.cdiv(k_tiles, SPLIT_K)
+        k_lo = pid_k * k_per_split
+        k_hi = tl.minimum(k_tiles, k_lo + k_per_split)
+        if SWAP_AB:
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_lo, k_hi):
+            off_k = k * BLOCK_K  # TMA fills out-of-bounds rows, columns and the K tail with zeros
+            a = a_desc.load([off_m, off_k])
+            b = b_desc.load([off_n, off_k]).T
+            if SWAP_AB:  # the tile transposed: out^T = B^T A^T, BLOCK_N on the MMA's row side
+                acc = tl.dot(b.T, a.T, acc)
+            else:
+                acc = tl.dot(a, b, acc)
+        if SWAP_AB:
+            acc = acc.T  # back to BLOCK_M x BLOCK_N for the epilogue and the store
+        if SPLIT_K > 1:
+            acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K, SPLIT_K_ATOMIC, BLOCK_M, BLOCK_N)
+        else:
+            last = True
+        if last:
+            # epilogue[0]: bias: + bias (N,) bf16, per column
+            acc += bias_v[None, :]
+            # epilogue[1]: activation: gelu_tanh
+            acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
+            # Store in two halves along N: half the SMEM staging for the TMA store.
+            halves = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            out_desc.store([off_m, off_n], halves[0].to(tl.bfloat16))
+            out_desc.store([off_m, off_n + BLOCK_N // 2], halves[1].to(tl.bfloat16))
 
 
 # Tile and rasterization (spec: tile, schedule).
@@ -123,10 +203,6 @@ VARIANT_CONFIGS = (
         100: {"num_warps": 4, "num_stages": 4},
     },
 )
-# The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
-if RUNTIME_ABI != 1:
-    raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
-                      f"{RUNTIME_ABI}: run `specgen render`")
 
 
 @triton.jit
@@ -176,77 +252,6 @@ def _tanh(x, FAST_MATH: tl.constexpr):
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
     else:
         return 2.0 * tl.sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit(do_not_specialize=['NUM_SMS'])
-def _gemm_bias_gelu_bf16_kernel(
-    a_desc,
-    b_desc,
-    out_desc,
-    bias_ptr,
-    ws_ptr,
-    counts_ptr,
-    M,
-    N,
-    K,
-    NUM_SMS,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    SPLIT_K_ATOMIC: tl.constexpr,
-    SWAP_AB: tl.constexpr,
-    FAST_MATH: tl.constexpr,
-):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    tiles_per_batch = num_pid_m * num_pid_n
-    for work in tl.range(tl.program_id(0), tiles_per_batch * SPLIT_K, NUM_SMS):
-        # SPLIT_K consecutive work items share a tile: its splits run side by side
-        pid_k = work % SPLIT_K
-        slot = work // SPLIT_K
-        tile_id = slot
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_m = offs_m < M
-        mask_n = offs_n < N
-        bias_v = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        # Split-K: this program reduces K tiles [k_lo, k_hi), a SPLIT_K-th of them.
-        k_tiles = tl.cdiv(K, BLOCK_K)
-        k_per_split = tl.cdiv(k_tiles, SPLIT_K)
-        k_lo = pid_k * k_per_split
-        k_hi = tl.minimum(k_tiles, k_lo + k_per_split)
-        if SWAP_AB:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_lo, k_hi):
-            off_k = k * BLOCK_K  # TMA fills out-of-bounds rows, columns and the K tail with zeros
-            a = a_desc.load([off_m, off_k])
-            b = b_desc.load([off_n, off_k]).T
-            if SWAP_AB:  # the tile transposed: out^T = B^T A^T, BLOCK_N on the MMA's row side
-                acc = tl.dot(b.T, a.T, acc)
-            else:
-                acc = tl.dot(a, b, acc)
-        if SWAP_AB:
-            acc = acc.T  # back to BLOCK_M x BLOCK_N for the epilogue and the store
-        if SPLIT_K > 1:
-            acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K, SPLIT_K_ATOMIC, BLOCK_M, BLOCK_N)
-        else:
-            last = True
-        if last:
-            # epilogue[0]: bias: + bias (N,) bf16, per column
-            acc += bias_v[None, :]
-            # epilogue[1]: activation: gelu_tanh
-            acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
-            # Store in two halves along N: half the SMEM staging for the TMA store.
-            halves = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            out_desc.store([off_m, off_n], halves[0].to(tl.bfloat16))
-            out_desc.store([off_m, off_n + BLOCK_N // 2], halves[1].to(tl.bfloat16))
 
 
 def _validate(a, b, bias, out):
@@ -446,201 +451,8 @@ _op = register_custom_op(
 )
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
-        {'op': 'activation', 'fn': 'gelu_tanh'},
-    ],
-    'tile': {'m': 128, 'n': 256, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 192, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 64},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1},
-                    'schedule': {'split_k': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 32, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128, 'n_max': 8192},
-                },
-                {
-                    'tile': {'m': 128, 'n': 112, 'k': 64},
-                    'cluster': {'m': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {
-                        'm_max': 128,
-                        'n_max': 14336,
-                        'k_max': 4096,
-                    },
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'triton:sm90': {'triton': {'epilogue_subtile': True}},
-        'triton:sm100': {'triton': {'epilogue_subtile': True}},
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 5},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 64, 'n': 64, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'pipeline': {'ab_stages': 5},
-            'when': {'m_max': 128, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

@@ -39,60 +39,17 @@ from specgen.runtime import guards as _g
 from specgen.runtime.triton.descriptors import descriptor
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
+from ..specs.gemm_fp8_rowwise import SPEC  # the kernel's spec, rendered once for all its modules
 
 
-# Tile and rasterization (spec: tile, schedule).
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
-GROUP_M = 8
-# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
-SWAP_AB = False
-
-# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
-CONFIGS = {
-    # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
-    90: {"num_warps": 8, "num_stages": 3},
-    # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
-    100: {"num_warps": 8, "num_stages": 3},
-}
-# Size-selected variants (spec: variants): each one's launch config per compute capability.
-VARIANT_CONFIGS = (
-    {  # 0. M <= 16: tile 16x64x512
-        # sm90: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
-        90: {"num_warps": 4, "num_stages": 3},
-        # sm100: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
-        100: {"num_warps": 4, "num_stages": 3},
-    },
-    {  # 1. M <= 128: tile 64x128x256
-        # sm90: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-    {  # 2. M <= 1024 and N <= 4096: tile 64x128x256
-        # sm90: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
-    # and B columns they share stay in L2.
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // per_group) * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % per_group) % group_rows
-    pid_n = (tile_id % per_group) // group_rows
-    return pid_m, pid_n
-
-
+# The kernel: one program per output tile (persistent: per SM, over the tiles). Its helpers follow the
+# launch configs below: Triton looks them up when it compiles the kernel, after this module is imported.
 @triton.jit(do_not_specialize=['NUM_SMS'])
 def _gemm_fp8_rowwise_kernel(
     a_desc,
@@ -142,6 +99,54 @@ def _gemm_fp8_rowwise_kernel(
         # epilogue[0]: scale: * scale_a[m] * scale_b[n]
         acc = acc * scale_a_v[:, None] * scale_b_v[None, :]
         out_desc.store([off_m, off_n], acc.to(tl.bfloat16))
+
+
+# Tile and rasterization (spec: tile, schedule).
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
+GROUP_M = 8
+# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
+SWAP_AB = False
+
+# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
+CONFIGS = {
+    # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
+    90: {"num_warps": 8, "num_stages": 3},
+    # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536; accumulator 128 registers/thread
+    100: {"num_warps": 8, "num_stages": 3},
+}
+# Size-selected variants (spec: variants): each one's launch config per compute capability.
+VARIANT_CONFIGS = (
+    {  # 0. M <= 16: tile 16x64x512
+        # sm90: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
+        90: {"num_warps": 4, "num_stages": 3},
+        # sm100: SMEM 124928 B = A/B 3 x 40960 = 122880 + conversion scratch 4096 (reuses A/B) + epilogue 2048; accumulator 8 registers/thread
+        100: {"num_warps": 4, "num_stages": 3},
+    },
+    {  # 1. M <= 128: tile 64x128x256
+        # sm90: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+    {  # 2. M <= 1024 and N <= 4096: tile 64x128x256
+        # sm90: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 212992 B = A/B 4 x 49152 = 196608 + epilogue 16384; accumulator 64 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+)
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
+    # and B columns they share stay in L2.
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % per_group) % group_rows
+    pid_n = (tile_id % per_group) // group_rows
+    return pid_m, pid_n
 
 
 def _validate(a, b, scale_a, scale_b, out):
@@ -306,165 +311,8 @@ _op = register_custom_op(
 )
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
-    'tile': {'m': 128, 'n': 256, 'k': 128},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 64, 'n': 256, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 256},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 512, 'n_max': 2048},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 128},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'pipeline': {'ab_stages': 'auto'},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'pallas:tpu_v7x': {'variants': []},
-        'triton:sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'triton:sm100': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 512},
-            'pipeline': {'ab_stages': 3},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 128, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 1024, 'n_max': 4096},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

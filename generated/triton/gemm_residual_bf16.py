@@ -40,66 +40,17 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
+from ..specs.gemm_residual_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
-# Tile and rasterization (spec: tile, schedule).
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
-GROUP_M = 8
-# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
-SWAP_AB = False
-
-# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
-CONFIGS = {
-    # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
-    90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
-    100: {"num_warps": 8, "num_stages": 4},
-}
-# Size-selected variants (spec: variants): each one's launch config per compute capability.
-VARIANT_CONFIGS = (
-    {  # 0. M <= 16: tile 16x64x256
-        # sm90: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B); accumulator 8 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B); accumulator 8 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-    {  # 1. M <= 64: tile 32x64x256
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + conversion scratch 8192 (reuses A/B); accumulator 16 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + conversion scratch 8192 (reuses A/B); accumulator 16 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-    {  # 2. M <= 128 and K <= 4096: tile 128x128x64
-        # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
-        90: {"num_warps": 8, "num_stages": 4},
-        # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
-        100: {"num_warps": 8, "num_stages": 4},
-    },
-    {  # 3. M <= 128: tile 64x128x128
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 64 registers/thread
-        90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 64 registers/thread
-        100: {"num_warps": 4, "num_stages": 4},
-    },
-)
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
-    # and B columns they share stay in L2.
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // per_group) * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % per_group) % group_rows
-    pid_n = (tile_id % per_group) // group_rows
-    return pid_m, pid_n
-
-
+# The kernel: one program per output tile (persistent: per SM, over the tiles). Its helpers follow the
+# launch configs below: Triton looks them up when it compiles the kernel, after this module is imported.
 @triton.jit(do_not_specialize=[])
 def _gemm_residual_bf16_kernel(
     a_ptr,
@@ -160,6 +111,60 @@ def _gemm_residual_bf16_kernel(
     acc += c_tile
     out_ptrs = out_base + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc.to(tl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
+
+
+# Tile and rasterization (spec: tile, schedule).
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
+GROUP_M = 8
+# The MMA computes the tile transposed, out^T = B^T A^T (spec: triton.swap_ab).
+SWAP_AB = False
+
+# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
+CONFIGS = {
+    # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
+    90: {"num_warps": 8, "num_stages": 4},
+    # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
+    100: {"num_warps": 8, "num_stages": 4},
+}
+# Size-selected variants (spec: variants): each one's launch config per compute capability.
+VARIANT_CONFIGS = (
+    {  # 0. M <= 16: tile 16x64x256
+        # sm90: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B); accumulator 8 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 163840 B = A/B 4 x 40960 = 163840 + conversion scratch 4096 (reuses A/B); accumulator 8 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+    {  # 1. M <= 64: tile 32x64x256
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + conversion scratch 8192 (reuses A/B); accumulator 16 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + conversion scratch 8192 (reuses A/B); accumulator 16 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+    {  # 2. M <= 128 and K <= 4096: tile 128x128x64
+        # sm90: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
+        90: {"num_warps": 8, "num_stages": 4},
+        # sm100: SMEM 131072 B = A/B 4 x 32768 = 131072; accumulator 64 registers/thread
+        100: {"num_warps": 8, "num_stages": 4},
+    },
+    {  # 3. M <= 128: tile 64x128x128
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 64 registers/thread
+        90: {"num_warps": 4, "num_stages": 4},
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 64 registers/thread
+        100: {"num_warps": 4, "num_stages": 4},
+    },
+)
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
+    # and B columns they share stay in L2.
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % per_group) % group_rows
+    pid_n = (tile_id % per_group) // group_rows
+    return pid_m, pid_n
 
 
 def _validate(a, b, alpha, c, out):
@@ -327,108 +332,8 @@ _op = register_custom_op(
 )
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_residual_bf16',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'mn'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
-        {'op': 'residual', 'dtype': 'bf16', 'beta': 1.0, 'name': 'c'},
-    ],
-    'tile': {'m': 128, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 4},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'when': {'m_max': 128, 'k_max': 4096},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'pipeline': {'ab_stages': 8},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {'tile': {'m': 128, 'n': 128, 'k': 64}, 'when': {'m_max': 128, 'k_max': 4096}},
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

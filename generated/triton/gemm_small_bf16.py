@@ -30,37 +30,17 @@ from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import guards as _g
 from specgen.runtime.torch.ops import register_custom_op
 from specgen.runtime.triton.launch import TritonLauncher
+from ..specs.gemm_small_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
-# Tile and rasterization (spec: tile, schedule).
-BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 64
-GROUP_M = 8
-
-# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
-CONFIGS = {
-    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
-    90: {"num_warps": 4, "num_stages": 4},
-    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
-    100: {"num_warps": 4, "num_stages": 4},
-}
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
 if RUNTIME_ABI != 1:
     raise ImportError(f"{__name__} was rendered for specgen runtime ABI 1, this specgen has "
                       f"{RUNTIME_ABI}: run `specgen render`")
 
 
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
-    # and B columns they share stay in L2.
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // per_group) * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % per_group) % group_rows
-    pid_n = (tile_id % per_group) // group_rows
-    return pid_m, pid_n
-
-
+# The kernel: one program per output tile (persistent: per SM, over the tiles). Its helpers follow the
+# launch configs below: Triton looks them up when it compiles the kernel, after this module is imported.
 @triton.jit(do_not_specialize=[])
 def _gemm_small_bf16_kernel(
     a_ptr,
@@ -100,6 +80,31 @@ def _gemm_small_bf16_kernel(
         b_ptrs += BLOCK_K
     out_ptrs = out_base + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc.to(tl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
+
+
+# Tile and rasterization (spec: tile, schedule).
+BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 64
+GROUP_M = 8
+
+# Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
+CONFIGS = {
+    # sm90: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
+    90: {"num_warps": 4, "num_stages": 4},
+    # sm100: SMEM 98304 B = A/B 4 x 24576 = 98304; accumulator 64 registers/thread
+    100: {"num_warps": 4, "num_stages": 4},
+}
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M rows of tiles sweep across the columns before moving on, so the A rows
+    # and B columns they share stay in L2.
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % per_group) % group_rows
+    pid_n = (tile_id % per_group) // group_rows
+    return pid_m, pid_n
 
 
 def _validate(a, b, out):
@@ -237,27 +242,8 @@ _op = register_custom_op(
 )
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_small_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {'m': 64, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 4, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'specgen_version': '0.1.0',

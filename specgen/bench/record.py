@@ -45,7 +45,7 @@ class Environment(Model):
 class Row(Model):
     kernel: str  # the spec's name, or the peer's for an A/A row
     target: str
-    shape: tuple[int, int, int]  # M, N, K
+    shape: tuple[int, ...]  # the problem's sizes, as its kind's record_shape gives them
     batch: int = 1
     kind: Literal["kernel", "aa"] = "kernel"
     peer: str
@@ -125,9 +125,9 @@ class RecordError(ValueError):
     """A file given as a bench record is not one (missing, a folder, not JSON, another schema)."""
 
 
-def tflops(shape: tuple[int, int, int], us: float, batch: int = 1) -> float:
-    m, n, k = shape
-    return 2 * m * n * k * batch / (us * 1e-6) / 1e12
+def tflops(flops: float, us: float) -> float:
+    """TFLOP/s of `flops` (the problem's, as its kind counts them) done in `us` microseconds."""
+    return flops / (us * 1e-6) / 1e12
 
 
 def library_versions() -> dict[str, str]:

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specgen.bench.peak import peak_tflops
+from specgen.bench.problem import ProblemShape, problem_of, shape_text
 from specgen.bench.record import BenchRecord, Environment, Row, tflops
-from specgen.bench.shapes import Shape, default_shapes, slot_for, slot_label
+from specgen.bench.shapes import default_shapes, slot_for, slot_label
 from specgen.bench.stats import paired
 from specgen.bench.timing import Call, Timer
 from specgen.spec.load import LoadedSpec
@@ -31,7 +32,7 @@ class Workloads(Protocol):
         """Whether this machine runs `target`'s kernels."""
         ...
 
-    def make(self, loaded: LoadedSpec, target: Target, shape: Shape) -> Workload: ...
+    def make(self, loaded: LoadedSpec, target: Target, shape: ProblemShape) -> Workload: ...
 
 
 ERROR_BAR = 0.02  # ours vs the peer: more than 2% of the peer's largest magnitude is a wrong kernel
@@ -41,24 +42,26 @@ class WrongResult(RuntimeError):
     pass
 
 
-def _row(loaded: LoadedSpec | None, target: Target, shape: Shape, w: Workload, samples: dict[str, list[float]],
+def _row(loaded: LoadedSpec, target: Target, shape: ProblemShape, w: Workload, samples: dict[str, list[float]],
          gpu: str, kernels: dict[str, dict[str, float]], aa: bool = False) -> Row:
     p = paired(samples["ours"], samples["peer"])
-    bits = loaded.spec.a.dtype.bytes * 8 if loaded else 16
-    peak = peak_tflops(gpu, bits)
-    ours_tf = tflops(shape.mnk, p.ours_us, shape.batch)
-    return Row(kernel=w.peer_name if aa else loaded.name, target=str(target), shape=shape.mnk, batch=shape.batch,
+    problem = problem_of(loaded.spec)
+    peak = peak_tflops(gpu, problem.operand_bits(loaded.spec))
+    work = problem.flops(shape)
+    ours_tf = tflops(work, p.ours_us)
+    sizes, batch = problem.record_shape(shape)
+    return Row(kernel=w.peer_name if aa else loaded.name, target=str(target), shape=sizes, batch=batch,
                kind="aa" if aa else "kernel", peer=w.peer_name,
                spec_file="" if aa else loaded.file, spec_hash="" if aa else loaded.spec_hash,
                variant="" if aa else slot_label(loaded.spec, target, slot_for(loaded.spec, target, shape)),
                ours_us=p.ours_us, peer_us=p.peer_us, ratio=p.ratio, ratio_lo=p.ratio_lo, ratio_hi=p.ratio_hi,
-               pairs=p.pairs, ours_tflops=ours_tf, peer_tflops=tflops(shape.mnk, p.peer_us, shape.batch),
+               pairs=p.pairs, ours_tflops=ours_tf, peer_tflops=tflops(work, p.peer_us),
                pct_peak=None if peak is None else 100 * ours_tf / peak, max_error=w.max_error,
                ours_kernels=kernels.get(w.ours.key, {}), peer_kernels=kernels.get(w.peer.key, {}))
 
 
-def plan(specs: Iterable[LoadedSpec], targets: set[str] | None, shapes: list[Shape] | None,
-         workloads: Workloads) -> list[tuple[LoadedSpec, Target, list[Shape]]]:
+def plan(specs: Iterable[LoadedSpec], targets: set[str] | None, shapes: list[ProblemShape] | None,
+         workloads: Workloads) -> list[tuple[LoadedSpec, Target, list[ProblemShape]]]:
     """(spec, target, shapes) to time: the spec's targets this machine runs (only `targets` when given)."""
     jobs = []
     for ls in specs:
@@ -66,11 +69,11 @@ def plan(specs: Iterable[LoadedSpec], targets: set[str] | None, shapes: list[Sha
             if (targets and str(t) not in targets) or not workloads.runs(t):
                 continue
             wanted = shapes or default_shapes(ls.spec, t)
-            jobs.append((ls, t, [s for s in wanted if s.batch == 1 or ls.spec.batch]))
+            jobs.append((ls, t, [s for s in wanted if problem_of(ls.spec).runs_at(ls.spec, s)]))
     return jobs
 
 
-def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Workloads, timer: Timer,
+def run_bench(jobs: list[tuple[LoadedSpec, Target, list[ProblemShape]]], workloads: Workloads, timer: Timer,
               environment: Environment, rounds: int = 40,
               progress: Callable[[str], None] = lambda _: None) -> BenchRecord:
     rows: list[Row] = []
@@ -79,7 +82,7 @@ def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Wor
     aa_done: set[str] = set()
     for ls, target, shapes in jobs:
         for shape in shapes:
-            where = f"{ls.name} @ {target} {shape}"
+            where = f"{ls.name} @ {target} {shape_text(shape)}"
             try:  # one row that cannot be built or is wrong is reported, and the others still run
                 w = workloads.make(ls, target, shape)
                 if w.max_error > ERROR_BAR:
@@ -94,7 +97,7 @@ def run_bench(jobs: list[tuple[LoadedSpec, Target, list[Shape]]], workloads: Wor
                 aa = Workload(w.peer, Call(w.peer.key, w.peer.fn), w.peer_name)
                 rows.append(_row(ls, target, shape, aa, timer.cycle({"ours": aa.ours, "peer": aa.peer}, rounds),
                                  environment.gpu, kernels, aa=True))
-                progress(f"A/A {w.peer_name} @ {target} {shape}: {rows[-1].ratio:.4f}")
+                progress(f"A/A {w.peer_name} @ {target} {shape_text(shape)}: {rows[-1].ratio:.4f}")
             rows.append(_row(ls, target, shape, w, timer.cycle({"ours": w.ours, "peer": w.peer}, rounds),
                              environment.gpu, kernels))
             progress(f"{where}: {rows[-1].ratio:.3f}x {w.peer_name}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from specgen import __version__
 from specgen.check import Diagnostic, check_specs, failing_targets
 from specgen.registry import designs_for, rendering
+from specgen.render.specs import SPECS_INIT, check_layout, spec_module_path, spec_module_text
 from specgen.render.writer import (
     GENERATED_MARK,
     RenderError,
@@ -33,14 +34,15 @@ PROJECT_MARKERS = ("pyproject.toml", ".git", "setup.py", "setup.cfg")
 
 
 def render_module(loaded: LoadedSpec, targets: list[Target]) -> str:
-    """The one module of a spec's `targets` (tests and tools that render outside the catalogue)."""
+    """The one module of a spec's `targets` (tests and tools that render outside the catalogue), standalone:
+    its SPEC inline, where the catalogue's modules import theirs from `specs/<kernel>.py`."""
     (text,) = render_modules(loaded, targets).values()
     return text
 
 
 def render_modules(loaded: LoadedSpec, targets: list[Target]) -> dict[str, str]:
     """{path: text} of one spec's modules for `targets` (one design), resolved as check resolves them
-    (tests and tools that render outside the catalogue)."""
+    (tests and tools that render outside the catalogue), each standalone (SPEC inline)."""
     (design,) = designs_for(loaded.spec.kind, targets)
     return design.render(loaded, targets, {str(t): resolve(loaded.spec, t) for t in targets})
 
@@ -121,6 +123,7 @@ def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False
     """Render `specs` into out_dir. Outputs the manifest owns that no spec produces anymore are removed
     when their spec file lies in `scope` (the files and folders render was given); scope None removes
     every such output (`--prune`)."""
+    check_layout(rendered_backends())
     shadow = shadowed_module(out_dir, rendered_backends())
     if shadow:
         raise RenderError(f"--out {out_dir} would make a package that shadows the `{shadow}` module "
@@ -143,6 +146,9 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
     refused: set[str] = set()
     refused_paths: set[str] = set()
     refs: dict[str, str] = {}  # one lookup per spec file, not per kernel
+    # each kernel's modules: those rendered now, and those refused (their old text kept, below)
+    fresh: dict[str, list[str]] = {}
+    stale_kept: dict[str, list[str]] = {}
     for ls in specs:
         ref = refs.get(ls.file) or refs.setdefault(ls.file, spec_ref(Path(ls.file), out_dir))
         placed = dataclasses.replace(ls, file=ref)  # headers name the spec the same from any folder
@@ -160,9 +166,12 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
                 if any((ls.name, str(t)) in failing for t in module_targets):
                     refused.add(ls.name)  # this module only: the spec's other modules still render
                     refused_paths.add(rel)
+                    if rel in old.files and (out_dir / rel).is_file():
+                        stale_kept.setdefault(ls.name, []).append(rel)
                     continue
                 resolved = {str(t): checked.resolved[(ls.name, str(t))] for t in module_targets}
-                for path, text in design.render(placed, module_targets, resolved).items():
+                fresh.setdefault(ls.name, []).append(rel)
+                for path, text in design.render(placed, module_targets, resolved, shared_spec=True).items():
                     files[path] = text
                     sources[path] = ref
                 files.setdefault(f"{backend.value}/__init__.py", BACKEND_INIT.format(backend=backend.value))
@@ -173,6 +182,8 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
         else:
             kernels[ls.name] = {"spec_file": ref, "spec_hash": ls.spec_hash, "targets": entry}
     result.refused = sorted(refused)
+    for name, path in _share_specs(specs, out_dir, old.files, refs, fresh, stale_kept, files, sources).items():
+        kernels[name] = {**kernels[name], "spec_module": path}
     # keep what the refused modules rendered before: losing it helps nobody
     for rel in old.files:
         if rel in refused_paths and (out_dir / rel).is_file():
@@ -186,3 +197,31 @@ def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: l
     result.report = write_outputs(out_dir, files, manifest, check, old=old, sources=sources,
                                   removable=lambda ref: _in_scope(ref, scopes))
     return result
+
+
+def _share_specs(specs: list[LoadedSpec], out_dir: Path, old_files: list[str], refs: dict[str, str],
+                 fresh: dict[str, list[str]], kept: dict[str, list[str]], files: dict[str, str],
+                 sources: dict[str, str]) -> dict[str, str]:
+    """Each kernel's spec module (`specs/<kernel>.py`), which its backends' modules import SPEC from: rendered
+    from the spec when some module of the kernel rendered; when every one was refused (their old text kept),
+    its old spec module is kept with them. Returns {kernel: its spec module's path}."""
+    shared: dict[str, str] = {}
+    for ls in specs:
+        modules = fresh.get(ls.name, []) + kept.get(ls.name, [])
+        if not modules:
+            continue
+        path = spec_module_path(ls.name)
+        if path in files:
+            raise RenderError(f"kernel {ls.name!r}: a design renders a module at {path}, the kernel's shared spec "
+                              "module (nothing was written)")
+        if fresh.get(ls.name):
+            files[path] = spec_module_text(ls.name, refs[ls.file], ls.spec_hash, ls.spec.model_dump(mode="json"),
+                                           modules)
+        elif path in old_files and (out_dir / path).is_file():
+            files[path] = (out_dir / path).read_text()
+        else:
+            continue  # modules rendered before shared spec modules carry their SPEC inline
+        sources[path] = refs[ls.file]
+        shared[ls.name] = path
+        files.setdefault(f"{path.rsplit('/', 1)[0]}/__init__.py", SPECS_INIT)
+    return shared

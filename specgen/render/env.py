@@ -97,9 +97,14 @@ def fail(message: str) -> None:
 
 
 @cache
-def environment() -> jinja2.Environment:
+def environment(kind: str) -> jinja2.Environment:
+    """The environment a kind's designs render with: its templates are templates/<kind>/ (each kind's
+    names its own host parts and backends' folders, so two kinds never read each other's)."""
+    root = templates_dir() / kind
+    if not root.is_dir():
+        raise ValueError(f"kind {kind!r} has no templates folder ({root})")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(str(root)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

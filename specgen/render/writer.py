@@ -130,7 +130,8 @@ def read_manifest(out_dir: Path) -> Manifest:
         for entry in kernels.values():
             targets, spec_file = entry.get("targets"), entry.get("spec_file")
             if isinstance(targets, dict) and isinstance(spec_file, str):
-                sources.update({rel: spec_file for rel in targets.values() if rel in files})
+                owned = [*targets.values(), entry.get("spec_module")]  # its modules and its shared spec module
+                sources.update({rel: spec_file for rel in owned if rel in files})
     return Manifest(list(files), dict(sources), dict(kernels))
 
 

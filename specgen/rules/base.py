@@ -5,8 +5,9 @@ errors; example-kernel conventions are warnings. Each rule's docstring cites its
 (../shared/HARDWARE.md rows) and every rule has a unit test on each side of its boundary
 (tests/test_rules.py).
 
-Rules live beside what they concern: shared ones in this package, a design's own in its package's
-`rules.py` (a `RuleSet` named `RULES`); specgen/rules/table.py collects them in one table.
+Rules live beside what they concern: those every kind's designs answer in rules/hooks.py, those a
+kind's designs share in the kind's `rules` part, a design's own in its package's `rules.py` (each a
+`RuleSet` named `RULES`); specgen/rules/table.py collects them in one table.
 """
 
 from __future__ import annotations
@@ -33,16 +34,17 @@ class Rule:
     title: str
     applies: Applies
     fn: RuleFn = field(repr=False)
-    kinds: tuple[str, ...] = ("gemm",)  # the spec kinds the rule concerns
+    # The spec kinds the rule concerns; () is every kind. The table sets it from where the rule lives:
+    # a kind's rules and its designs' concern that kind.
+    kinds: tuple[str, ...] = ()
 
 
 class RuleSet(list[Rule]):
     """The rules of one module, in the order they are written (the table's order)."""
 
-    def rule(self, rule_id: str, title: str, applies: Applies,
-             kinds: tuple[str, ...] = ("gemm",)) -> Callable[[RuleFn], RuleFn]:
+    def rule(self, rule_id: str, title: str, applies: Applies) -> Callable[[RuleFn], RuleFn]:
         def register(fn: RuleFn) -> RuleFn:
-            self.append(Rule(rule_id, title, applies, fn, kinds))
+            self.append(Rule(rule_id, title, applies, fn))
             return fn
 
         return register

@@ -1,21 +1,20 @@
-"""The rule table: the shared rules, then each design's own (its package's `rules.py`), in registry
-order. `rules_for` selects once per (kind, target) the rules that concern it."""
+"""The rule table: the rules every kind's designs answer (hooks.py), each kind's shared rules and each
+design's own (their `rules` parts, specgen/kinds/lineup.py), ordered by topic. `rules_for` selects once
+per (kind, target) the rules that concern it."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from importlib.util import find_spec
+from dataclasses import replace
 
-from specgen.kinds.lineup import DESIGN_PACKAGES
-from specgen.rules import cluster, dtypes, hooks, memory, mma, tma
+from specgen.kinds.lineup import parts
+from specgen.rules import hooks
 from specgen.rules.base import Finding, Rule, RuleContext, RuleFn
 from specgen.targets import TargetInfo
 
 __all__ = ["RULES", "Finding", "Rule", "RuleContext", "rules_for", "run_rules"]
 
-_SHARED = (dtypes, mma, memory, tma, cluster, hooks)
-_COLLECTED: list[Rule] = [r for m in _SHARED for r in m.RULES] + [
-    r for p in DESIGN_PACKAGES if find_spec(f"{p}.rules") is not None for r in import_module(f"{p}.rules").RULES
+_COLLECTED: list[Rule] = [*hooks.RULES] + [
+    replace(r, kinds=(kind,)) for of in ("kinds", "designs") for kind, m in parts("rules", of=of) for r in m.RULES
 ]
 # The table reads by topic, wherever a rule lives (so `check` lists a target's findings in one order):
 # these id prefixes first, then the designs' own prefixes alphabetically, then split-K and options.
@@ -43,7 +42,7 @@ def rules_for(kind: str, info: TargetInfo) -> list[RuleFn]:
     key = (id(RULES), kind, info.name)  # RULES may be swapped (tests); its identity keys the cache
     fns = _SELECTED.get(key)
     if fns is None:
-        fns = _SELECTED[key] = [r.fn for r in RULES if kind in r.kinds and r.applies(info)]
+        fns = _SELECTED[key] = [r.fn for r in RULES if (not r.kinds or kind in r.kinds) and r.applies(info)]
     return fns
 
 

@@ -154,7 +154,8 @@ def _stored(fn: str, name: str, t: Any, transpose: bool | None) -> Any:
                         "it silently; pass the spec's dtype")
     if t.device.type not in ("cpu", "cuda"):
         raise ValueError(f"{fn}: argument '{name}' must be on the CPU or a CUDA device (DLPack to jax), got {t.device}")
-    stored = t if transpose is None else t.transpose(-1, -2) if transpose else t
+    # (a matrix of the wrong rank goes on as it is: the trace-time check names the argument and its shape)
+    stored = t.transpose(-1, -2) if transpose and t.dim() >= 2 else t
     if stored.is_contiguous() and stored.data_ptr() % 16 == 0:
         return stored
     if transpose is not None and stored.dim() and stored.shape[-1] > 1 and stored.stride(-1) != 1:

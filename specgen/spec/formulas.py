@@ -2,8 +2,8 @@
 
 Each activation and each clamp bound is a small expression tree over the running f32 value `x`,
 constants, the op's own parameters and a few primitives. Every backend renders it through one
-recursive Jinja macro, `formula`, that only maps primitives to its syntax (templates/triton/epilogue.jinja,
-templates/cute/epilogue.jinja, templates/pallas/formula.jinja for both Pallas kernels), so an op means
+recursive Jinja macro, `formula`, that only maps primitives to its syntax (templates/gemm/triton/epilogue.jinja,
+templates/gemm/cute/epilogue.jinja, templates/gemm/pallas/formula.jinja for both Pallas kernels), so an op means
 the same thing everywhere and a spec can never inject code. Standard library only: `specgen check` and
 `render` import it.
 
@@ -17,7 +17,7 @@ the same thing everywhere and a spec can never inject code. Standard library onl
 | clamp_min | `where(x < min, min, x)` | NaN | +inf | min | -0.0 unless min > 0 | x or min |
 | clamp_max | `where(x > max, max, x)` | NaN | max | -inf | -0.0 unless max < 0 | x or max |
 
-Every row is torch's float64 answer (tests/reference.py): NaN in gives NaN out (`where` keeps NaN,
+Every row is torch's float64 answer (specgen/kinds/gemm/testing/reference.py): NaN in gives NaN out (`where` keeps NaN,
 since `NaN < c` is false; max / min instructions would drop it on a GPU), `gelu`, `gelu_tanh` and
 `silu` of -inf are NaN as in torch (-inf times a factor that is exactly 0), a huge negative input
 gives -0.0 (a finite negative times +0.0) and a huge positive one stays finite: the factor saturates

@@ -39,16 +39,14 @@ def bounded(hi: int, lo: int = 1) -> object:
 
 
 # Sanity bounds (the envelope rules then check what each target allows): a tile dim past 65536 has no
-# target; clusters hold at most 16 CTAs (CLU001 says so with the numbers); pipelines a few stages; group_m multiplies a tile count in the
-# kernel's int32 arithmetic; Triton takes at most 32 warps (POW001 says so with the numbers); a TPU core
-# has at most 128 MiB of VMEM.
+# target; clusters hold at most 16 CTAs (CLU001 says so with the numbers); pipelines a few stages; group_m
+# multiplies a tile count in the kernel's int32 arithmetic. A design's option section bounds its own keys.
 TileDim = bounded(65536)
 ClusterDim = bounded(64)
 StageCount = bounded(64)
 Major = Literal["k", "mn"]
 Stages = StageCount | Literal["auto"]
 MAX_DESCRIPTION = 4096
-MAX_VMEM_LIMIT = 1 << 30
 
 
 class Operand(Strict):
@@ -123,54 +121,6 @@ class Schedule(KeysAddedLater):
     ADDED_LATER: ClassVar[dict[str, object]] = {"split_k": 1, "split_k_reduction": "deterministic"}
 
 
-class TritonOptions(KeysAddedLater):
-    num_warps: bounded(64) = 8
-    # TMA tensor descriptors for A, B and out (sm90+), in either schedule; they need 16-byte aligned
-    # leading strides. Off: pointer loads, which take any N and any leading stride.
-    tma: StrictBool = True
-    # Store the epilogue in two halves along N, halving the SMEM the TMA store stages.
-    epilogue_subtile: StrictBool = False
-    # Persistent kernels: let Triton pipeline across the tile loop (next tile's loads during this
-    # tile's epilogue).
-    flatten: StrictBool = False
-    # Swap the operands of the MMA: the kernel computes the tile transposed, out^T = B^T A^T, so that
-    # tile.n (at least 64) sits on the MMA's row side and a small tile.m (decode: M <= 16) on its
-    # column side (Hopper wgmma is 64 rows by 8..256 columns; a tile.m below 64 otherwise falls back
-    # to mma.sync). The accumulator is transposed back before the epilogue.
-    swap_ab: StrictBool = False
-
-    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
-
-
-class CuteOptions(KeysAddedLater):
-    # Blackwell 2-CTA (cta_group::2) MMA: the cluster's CTA pair shares one MMA.
-    two_cta: StrictBool = False
-    # Hopper: consumer warpgroups splitting the tile along M (1 or 2).
-    mma_warpgroups: bounded(2) | None = None
-    # Hopper: how the consumer warpgroups share the work. "cooperative": they split each tile along M
-    # (its epilogue runs after its mainloop); "pingpong": two warpgroups each own a whole tile and
-    # alternate, one's epilogue running under the other's mainloop.
-    schedule: Literal["cooperative", "pingpong"] = "cooperative"
-    tma_store: StrictBool = True
-    # Hopper: swap the operands of the MMA, as triton.swap_ab does: the kernel computes out^T = B^T A^T,
-    # so that tile.n sits on wgmma's 64-row side and a small tile.m (decode: M <= 64) on its 8..256-column
-    # side, and stores out^T tiles (M-major in the kernel's terms) by TMA.
-    swap_ab: StrictBool = False
-
-    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
-
-
-class PallasOptions(KeysAddedLater):
-    # Scoped VMEM limit to request; default: what the plan needs plus 25%, capped at the chip's VMEM.
-    vmem_limit_bytes: bounded(MAX_VMEM_LIMIT) | None = None
-    # Mosaic GPU: swap the operands of the MMA, as triton.swap_ab and cute.swap_ab do: the kernel computes
-    # out^T = B^T A^T, so each consumer warpgroup's tile.n/2 columns sit on wgmma's 64-row side and a small
-    # tile.m (decode: M <= 64) on its 8..256-column side, and stores out's tiles through a transposed SMEM view.
-    swap_ab: StrictBool = False
-
-    ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
-
-
 class Target(Strict):
     backend: Backend
     arch: str
@@ -215,12 +165,6 @@ def _docstring_safe(text: str) -> str:
     return text
 
 
-# The configuration sections a target may override (the kernel's semantics, its operands, dtypes, batch
-# and epilogue, stay the same on every target), and the backend whose options each one is.
-CONFIG_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule", "triton", "cute", "pallas")
-BACKEND_SECTIONS: dict[str, Backend] = {"triton": Backend.triton, "cute": Backend.cute, "pallas": Backend.pallas}
-
-
 class Sparse(Strict):
     """A model of optional keys that dumps only the keys given a value, so that a dumped spec loads
     back as the same spec (SPEC, tests) and reads as it was written."""
@@ -231,26 +175,39 @@ class Sparse(Strict):
 
 
 class ConfigLayer(Sparse):
-    """Configuration keys over the kernel's (the base of per-target tables and variants)."""
+    """Configuration keys over the kernel's (the base of per-target tables and variants). A kind builds its
+    layers on it (specgen/kinds/<kind>/spec.py): one optional field per configuration section, the generic
+    ones and its designs' option sections, which `CONFIG_SECTIONS` lists."""
+
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: object) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _has_sections(cls)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
         # Sections dump the keys they were given only: a layer replaces exactly those, so a dumped
         # layer that spelled out defaults would override the kernel's values when loaded back.
         data = {k: v for k, v in handler(self).items() if v is not None}
-        for section in CONFIG_SECTIONS:
+        for section in self.CONFIG_SECTIONS:
             given = getattr(self, section)
             if given is not None:
                 data[section] = given.model_dump(mode=info.mode, exclude_unset=True)
         return data
 
-    tile: Tile | None = None
-    cluster: Cluster | None = None
-    pipeline: Pipeline | None = None
-    schedule: Schedule | None = None
-    triton: TritonOptions | None = None
-    cute: CuteOptions | None = None
-    pallas: PallasOptions | None = None
+
+def _has_sections(cls: type[BaseModel]) -> None:
+    """A kind's model (its spec or a layer) declares a field for each section it lists, and names a backend
+    only for a section it lists."""
+    sections: tuple[str, ...] = cls.CONFIG_SECTIONS  # type: ignore[attr-defined]
+    missing = [s for s in sections if s not in cls.model_fields]
+    if missing:
+        raise TypeError(f"{cls.__name__} lists the configuration sections {missing} but has no such fields")
+    stray = [s for s in getattr(cls, "BACKEND_SECTIONS", {}) if s not in sections]
+    if stray:
+        raise TypeError(f"{cls.__name__} names a backend for {stray}, which are not among its CONFIG_SECTIONS")
 
 
 MAX_BOUND = (1 << 31) - 1  # problem sizes are int32 in the kernels
@@ -283,23 +240,7 @@ class When(Sparse):
         return " and ".join(f"{d} <= {v}" for d, v in self.bounds().items())
 
 
-class Variant(ConfigLayer):
-    """A configuration chosen by problem size: `when` bounds it, the other keys override the target's
-    config as a per_target table does (each key given replaces, keys not given keep)."""
-
-    when: When
-
-
-class TargetConfig(ConfigLayer):
-    """One target's configuration over the kernel's: each key given replaces the kernel's value of that
-    key, keys not given keep it (a `tile` is given whole). Semantics (operands, dtypes, batch, epilogue)
-    cannot be overridden: they are the same on every target. `variants`, when given, replaces the
-    kernel's list on this target."""
-
-    variants: list[Variant] | None = None
-
-
-def _check_variants(variants: list[Variant], where: str) -> None:
+def _check_variants(variants: list[ConfigLayer], where: str) -> None:
     for i, v in enumerate(variants):
         for j in range(i):
             if variants[j].when.contains(v.when):
@@ -324,7 +265,18 @@ class LayeredSpec(Strict):
     """A kernel spec's configuration layering, whatever its kind: the kernel's config sections, a target's
     `per_target` table over them, a size variant over that. A kind's spec model subclasses it and declares
     every field itself, in its own order (this base has none, so a kind's fields dump and hash in the order
-    it gives them): `name`, `kind`, `targets`, `per_target`, `variants` and the CONFIG_SECTIONS among them."""
+    it gives them): `name`, `kind`, `targets`, `per_target`, `variants` and its configuration sections among
+    them. It names those sections in `CONFIG_SECTIONS` (the ones a target or a variant may override: the
+    kernel's semantics stay the same on every target), and in `BACKEND_SECTIONS` the sections that are a
+    design's options, each with the backend whose targets read it."""
+
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = ()
+    BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: object) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _has_sections(cls)
 
     @model_validator(mode="after")
     def _layers(self) -> LayeredSpec:
@@ -340,14 +292,14 @@ class LayeredSpec(Strict):
             # a table for a target the spec does not list is inert, as a backend's options are on a
             # spec that lists none of its targets (so a copy of a spec may narrow its targets)
             backend = key.partition(":")[0]
-            for section, owner in BACKEND_SECTIONS.items():
+            for section, owner in self.BACKEND_SECTIONS.items():
                 for i, c in [(None, cfg), *enumerate(cfg.variants or [])]:
                     if getattr(c, section) is not None and owner.value != backend:
                         where = f"per_target '{key}'" + ("" if i is None else f" variant {i}")
                         raise ValueError(f"{where} sets {section} options, which only {owner} targets read")
         return self
 
-    def variants_on(self, target: object) -> list[Variant]:
+    def variants_on(self, target: object) -> list[ConfigLayer]:
         """The size-selected variants on one target: its per_target list where it gives one, else the
         kernel's."""
         cfg = self.per_target.get(str(target))
@@ -362,7 +314,7 @@ class LayeredSpec(Strict):
             layers.append(self.variants_on(target)[variant])
         update: dict[str, object] = {"per_target": {}, "variants": []}
         for cfg in layers:
-            for section in cfg.model_fields_set & set(CONFIG_SECTIONS):
+            for section in cfg.model_fields_set & set(self.CONFIG_SECTIONS):
                 given = getattr(cfg, section)
                 if given is not None:  # values were validated on load; merging keys keeps them valid
                     base = update.get(section, getattr(self, section))
@@ -383,7 +335,7 @@ class LayeredSpec(Strict):
         if cfg is not None:
             layers.append((("per_target", str(target)), cfg))
         for prefix, layer in layers:
-            if not field or field[0] not in layer.model_fields_set or field[0] not in CONFIG_SECTIONS:
+            if not field or field[0] not in layer.model_fields_set or field[0] not in self.CONFIG_SECTIONS:
                 continue
             section = getattr(layer, str(field[0]))
             if section is not None and (len(field) == 1 or field[1] in section.model_fields_set):

@@ -16,26 +16,24 @@ from __future__ import annotations
 
 import keyword
 import re
-from importlib import import_module
-from importlib.util import find_spec
 from types import ModuleType
 
-from specgen.kinds.lineup import DESIGN_PACKAGES
+from specgen.kinds.lineup import parts
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME = 64
 
 
 
-# The shared host code's own (templates/torch/, templates/jax/, the runtime imports and the builtins the
+# The shared host code's own (templates/gemm/torch/, templates/gemm/jax/, the runtime imports and the builtins the
 # launchers call); each design adds its modules' names (specgen/kinds/<kind>/designs/<design>/names.py).
-_SHARED_MODULE_NAMES = frozenset({"annotations", "torch", "register_custom_op", "SPEC", "METADATA", "RUNTIME_ABI", "a", "b", "float", "range", "type", "AttributeError", "ImportError", "TypeError", "ValueError", "_validate", "_check", "_run", "_fake", "_op", "_launcher"})
+_SHARED_MODULE_NAMES = frozenset({"annotations", "torch", "register_custom_op", "SPEC", "METADATA", "RUNTIME_ABI", "a", "b", "float", "range", "type", "AttributeError", "ImportError", "IndexError", "TypeError", "ValueError", "_validate", "_check", "_run", "_fake", "_op", "_launcher"})
 _SHARED_RESERVED = frozenset({"specgen", "guards", "out", "device", "batch", "dtype", "result", "ok", "_", "key"})
 
 
 def _design_names() -> list[ModuleType]:
     """Each design's names.py, in registry order (a design without one uses only shared names)."""
-    return [import_module(f"{p}.names") for p in DESIGN_PACKAGES if find_spec(f"{p}.names") is not None]
+    return [m for _, m in parts("names", of="designs")]
 
 
 _DESIGN_NAMES = _design_names()

@@ -19,9 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specgen.bench.timing import Flush
-from specgen.kinds.gemm.spec import GemmSpec
-
-SEMANTIC_FIELDS = ("a", "b", "out", "accumulator", "batch", "epilogue")
+from specgen.spec.models import LayeredSpec
 
 
 class Machine(BaseModel):
@@ -43,7 +41,7 @@ class Entry(BaseModel):
     target: str
     config: dict[str, Any]  # the knobs
     config_key: str  # the candidate's whole effective config
-    shape: tuple[int, int, int, int] | None = None  # M, N, K, batch
+    shape: tuple[int, ...] | None = None  # the problem's shape as its kind's Shape is a tuple
     incumbent_key: str = ""
     machine: Machine | None = None
     error: str = ""
@@ -62,8 +60,17 @@ def _sha(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def semantics(spec: GemmSpec) -> str:
-    return _sha(spec.model_dump(mode="json", include=set(SEMANTIC_FIELDS)))
+def semantic_fields(spec: LayeredSpec) -> tuple[str, ...]:
+    """The fields of the spec's kind that say what the kernel computes (not how): its spec model's
+    `SEMANTIC_FIELDS`. A candidate config changes none of them, so its timings share the key."""
+    fields = getattr(type(spec), "SEMANTIC_FIELDS", None)
+    if not fields:
+        raise TypeError(f"{type(spec).__name__} declares no SEMANTIC_FIELDS: the tuner cannot key its cache")
+    return tuple(fields)
+
+
+def semantics(spec: LayeredSpec) -> str:
+    return _sha(spec.model_dump(mode="json", include=set(semantic_fields(spec))))
 
 
 def compile_key(sem: str, target: str, config_key: str, versions: dict[str, str]) -> str:

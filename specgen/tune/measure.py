@@ -14,12 +14,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-from specgen.bench.shapes import Shape
+from specgen.bench.problem import ProblemShape, problem_of, shape_text
 from specgen.bench.stats import paired
 from specgen.bench.timing import Call, Flush, Timer
 from specgen.spec.models import parse_target
 
-Measurer = Callable[[dict, dict, str, Shape, int], dict[str, float]]
+Measurer = Callable[[dict, dict, str, ProblemShape, int], dict[str, float]]
 
 # A runner with nothing ready to send looks again after this long (a timing takes 0.1-1 s, so the GPUs lose
 # little; an event would save the polling but couple the runners to how the stream is fed).
@@ -27,12 +27,12 @@ POLL_S = 0.02
 
 
 class Calls(Protocol):
-    def __call__(self, cand: dict, inc: dict, target: str, shape: Shape) -> tuple[Call, Call, Call]:
+    def __call__(self, cand: dict, inc: dict, target: str, shape: ProblemShape) -> tuple[Call, Call, Call]:
         """Candidate, incumbent and peer calls on one set of inputs."""
         ...
 
 
-def measure(calls: Calls, timer: Timer, cand: dict, inc: dict, target: str, shape: Shape,
+def measure(calls: Calls, timer: Timer, cand: dict, inc: dict, target: str, shape: ProblemShape,
             rounds: int) -> dict[str, float]:
     c, i, p = calls(cand, inc, target, shape)
     samples = timer.cycle({"cand": c, "inc": i, "peer": p}, rounds)
@@ -66,20 +66,22 @@ class GpuCalls:
             self.modules[loaded.spec_hash] = build_module(loaded, parse_target(target), self.folder / loaded.spec_hash)
         return loaded, self.modules[loaded.spec_hash]
 
-    def __call__(self, cand: dict, inc: dict, target: str, shape: Shape) -> tuple[Call, Call, Call]:
-        from specgen.bench.workloads import inputs, ours_call, peer_call, peer_name
+    def __call__(self, cand: dict, inc: dict, target: str, shape: ProblemShape) -> tuple[Call, Call, Call]:
+        from specgen.bench.workloads import ours_call
 
         t = parse_target(target)
         (lc, mc), (li, mi) = self._module(cand, target), self._module(inc, target)
+        problem = problem_of(li.spec)
+        shape = problem.shape(tuple(shape))  # (a Ray job's shape arrives as its tuple)
         key = (li.spec_hash, shape)
         if key not in self.inputs:
             while len(self.inputs) >= INPUT_SETS:  # the oldest first: 8192^3 operands are 256 MB a set
                 del self.inputs[next(iter(self.inputs))]
-            self.inputs[key] = inputs(li.spec, shape)
+            self.inputs[key] = problem.inputs(li.spec, shape)
         args = self.inputs[key]
         return (Call(f"cand {lc.spec_hash}", ours_call(mc, lc.spec, t, args)),
                 Call(f"inc {li.spec_hash}", ours_call(mi, li.spec, t, args)),
-                Call(peer_name(li.spec, t), peer_call(li.spec, t, args)))
+                Call(problem.peer_name(li.spec, t), problem.peer_call(li.spec, t, args)))
 
 
 def local(calls: Calls, timer: Timer) -> Measurer:
@@ -131,7 +133,7 @@ class TimingActor:
             self.busy_s += time.perf_counter() - start
 
     def time_one(self, cand: dict, inc: dict, target: str, shape: tuple, rounds: int) -> dict[str, float]:
-        return measure(self.calls, self.timer, cand, inc, target, Shape(*shape), rounds)
+        return measure(self.calls, self.timer, cand, inc, target, tuple(shape), rounds)  # (GpuCalls: the kind's Shape)
 
     def ready(self) -> int:
         """Answers once the process is up (after a restart: once the constructor ran again)."""
@@ -175,7 +177,7 @@ class TimeJob:
     cand: dict
     inc: dict
     target: str
-    shape: Shape
+    shape: ProblemShape
     rounds: int
     tag: Any = None
 
@@ -233,7 +235,7 @@ class RayActors:
         self.deaths = [0] * gpus
         self.events: list[str] = []
 
-    def __call__(self, cand: dict, inc: dict, target: str, shape: Shape, rounds: int) -> dict[str, float]:
+    def __call__(self, cand: dict, inc: dict, target: str, shape: ProblemShape, rounds: int) -> dict[str, float]:
         import ray
 
         return ray.get(self.actors[0].measure.remote(cand, inc, target, tuple(shape), rounds))
@@ -270,7 +272,7 @@ class RayActors:
                 if to:
                     again.remove((job, dead, deaths))
                     if deaths:  # (not a job only held for the dead actor)
-                        self.events.append(f"actor {dead}'s process died under {job.target} {Shape(*job.shape)}: "
+                        self.events.append(f"actor {dead}'s process died under {job.target} {shape_text(job.shape)}: "
                                            f"the job went to actor {to[0]}")
                     send(job, to[0], deaths)
             while free:
@@ -359,7 +361,7 @@ def runner(measurer: Measurer) -> Callable[[Jobs], Outcome]:
     return getattr(measurer, "imap", None) or serial(measurer)
 
 
-def one_cycle(calls: Calls, timer: Timer, flats: dict[str, dict], inc: dict, target: str, shape: Shape,
+def one_cycle(calls: Calls, timer: Timer, flats: dict[str, dict], inc: dict, target: str, shape: ProblemShape,
               rounds: int) -> dict[str, float]:
     """Every given candidate in one rotation (name -> median us): `specgen tune --verify`'s check that the
     pick is the fastest when all are timed side by side."""

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgen.bench.shapes import Shape, default_shapes, slot_for, slot_label
+from specgen.bench.shapes import ProblemShape, default_shapes, slot_for, slot_label
 from specgen.bench.stats import geomean
 from specgen.bench.timing import Flush
 from specgen.check import check_spec
 from specgen.spec.load import LoadedSpec, SpecError, load_text
-from specgen.spec.models import CONFIG_SECTIONS, Target
+from specgen.spec.models import Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
 from specgen.tune.compile_jobs import CompileJob, Compiler
 from specgen.tune.measure import WAIT, Measurer, TimeJob, Wait, runner
@@ -48,10 +48,11 @@ class Slot:
     target: Target
     slot: int | None
     label: str
-    shapes: list[Shape]
+    shapes: list[ProblemShape]
     incumbent: Config
     kept: list[Config]
     rejected: int
+    sections: tuple[str, ...]  # the spec's configuration sections (its kind model's CONFIG_SECTIONS)
     flats: dict[str, dict] = field(default_factory=dict)  # config_key(knobs) -> flattened spec
     failed: dict[str, str] = field(default_factory=dict)  # config_key(knobs) -> compile error
     winner: Config | None = None
@@ -60,6 +61,10 @@ class Slot:
     peer_before: float | None = None  # geomean peer / incumbent
     peer_after: float | None = None
     timed: int = 0  # candidates with a time at every shape
+
+    def full_key(self, flat: dict) -> str:
+        """A flattened candidate's configuration, every section whole: what its compile and timings are keyed by."""
+        return config_key({k: flat[k] for k in self.sections})
 
 
 @dataclass
@@ -82,11 +87,7 @@ class Progress:
     def advance(self, text: str = "") -> None: ...
 
 
-def _full_key(flat: dict) -> str:
-    return config_key({k: flat[k] for k in CONFIG_SECTIONS})
-
-
-def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None,
+def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemShape] | None,
                overrides: dict[str, tuple[Any, ...]] | None) -> list[Slot]:
     errors = [d for d in check_spec(loaded) if d.severity == "error"]
     if errors:
@@ -94,13 +95,14 @@ def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | 
                         "fix it before tuning")
     slots = []
     for t in targets:
-        groups: dict[int | None, list[Shape]] = {}
+        groups: dict[int | None, list[ProblemShape]] = {}
         for s in shapes or default_shapes(loaded.spec, t):
             if s.batch == 1 or loaded.spec.batch:
                 groups.setdefault(slot_for(loaded.spec, t, s), []).append(s)
         for slot, shp in groups.items():
             c = enumerate_candidates(loaded, t, slot, overrides)
-            s = Slot(t, slot, slot_label(loaded.spec, t, slot), shp, c.incumbent, c.kept, len(c.rejected))
+            s = Slot(t, slot, slot_label(loaded.spec, t, slot), shp, c.incumbent, c.kept, len(c.rejected),
+                     type(loaded.spec).CONFIG_SECTIONS)
             s.flats = {config_key(k): flattened(loaded, t, slot, k) for k in c.kept}
             slots.append(s)
     return slots
@@ -113,7 +115,7 @@ def compile_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, compiler: C
     for s in slots:
         for c in s.kept:
             flat = s.flats[config_key(c)]
-            key = compile_key(sem, str(s.target), _full_key(flat), versions)
+            key = compile_key(sem, str(s.target), s.full_key(flat), versions)
             if cache.get(key) is None and key not in jobs:
                 jobs[key] = (CompileJob(key, flat, str(s.target), str(folder)), s, config_key(c), c)
     progress.phase("compile", len(jobs))
@@ -121,12 +123,12 @@ def compile_all(loaded: LoadedSpec, slots: list[Slot], cache: Cache, compiler: C
     for result in compiler([j for j, *_ in jobs.values()]):
         job, s, _, c = jobs[result["key"]]
         cache.put(Entry(kind="compile", key=job.key, semantics=sem, spec_hash=loaded.spec_hash, target=job.target,
-                        config=c, config_key=_full_key(job.flat), error=result["error"], seconds=result["seconds"]))
+                        config=c, config_key=s.full_key(job.flat), error=result["error"], seconds=result["seconds"]))
         done += 1
         progress.advance(f"{s.target} {c}")
     for s in slots:  # every candidate's verdict, this run's or a cached one
         for c in s.kept:
-            e = cache.get(compile_key(sem, str(s.target), _full_key(s.flats[config_key(c)]), versions))
+            e = cache.get(compile_key(sem, str(s.target), s.full_key(s.flats[config_key(c)]), versions))
             if e is not None and e.error:
                 s.failed[config_key(c)] = e.error
     return done, len(jobs)
@@ -165,7 +167,7 @@ class _SpecRun:
     started: float | None = None  # the budget's clock at its first timing drawn
 
 
-_Item = tuple[str, _SpecRun, Slot, Config, Shape, dict]  # time key, spec, slot, candidate, shape, incumbent's flat
+_Item = tuple[str, _SpecRun, Slot, Config, ProblemShape, dict]  # time key, spec, slot, candidate, shape, incumbent's flat
 _DONE = object()  # the compile thread's last word
 
 
@@ -193,7 +195,7 @@ class _Stream:
             for s in r.report.slots:
                 for c in s.kept:
                     flat = s.flats[config_key(c)]
-                    key = compile_key(r.sem, str(s.target), _full_key(flat), versions)
+                    key = compile_key(r.sem, str(s.target), s.full_key(flat), versions)
                     found = cache.get(key)
                     if found is None:
                         if key not in self.waiting:
@@ -212,7 +214,7 @@ class _Stream:
             return
         inc_flat = s.flats[config_key(s.incumbent)]
         for j, shape in enumerate(s.shapes):
-            key = time_key(r.sem, str(s.target), tuple(shape), _full_key(s.flats[config_key(c)]), _full_key(inc_flat),
+            key = time_key(r.sem, str(s.target), tuple(shape), s.full_key(s.flats[config_key(c)]), s.full_key(inc_flat),
                            self.machine)
             found = self.cache.get(key)
             if found is None:
@@ -224,7 +226,7 @@ class _Stream:
         waiters = self.waiting.pop(result["key"])
         r, s, c, _ = waiters[0]
         self.cache.put(Entry(kind="compile", key=result["key"], semantics=r.sem, spec_hash=r.loaded.spec_hash,
-                             target=str(s.target), config=c, config_key=_full_key(s.flats[config_key(c)]),
+                             target=str(s.target), config=c, config_key=s.full_key(s.flats[config_key(c)]),
                              error=result["error"], seconds=result["seconds"]))
         r.report.compiled += 1
         tl, t = self.timeline, time.monotonic() - self.t0
@@ -307,8 +309,8 @@ class _Stream:
                     m = {"error": f"{type(m).__name__}: {first}"[:600]}
                     s.failed[config_key(c)] = m["error"]
                 self.cache.put(Entry(kind="time", key=key, semantics=r.sem, spec_hash=r.loaded.spec_hash,
-                                     target=str(s.target), config=c, config_key=_full_key(job.cand), shape=tuple(shape),
-                                     incumbent_key=_full_key(inc_flat), machine=self.machine, **m))
+                                     target=str(s.target), config=c, config_key=s.full_key(job.cand), shape=tuple(shape),
+                                     incumbent_key=s.full_key(inc_flat), machine=self.machine, **m))
                 r.report.measured += 1
                 tl, t = self.timeline, time.monotonic() - self.t0
                 tl.timings, tl.last_timing_s = tl.timings + 1, t
@@ -328,11 +330,11 @@ def select(loaded: LoadedSpec, slots: list[Slot], cache: Cache, machine: Machine
     those timed at every shape whose interval's low end (geomean of the shapes' low ends) clears 1."""
     sem = semantics(loaded.spec)
     for s in slots:
-        inc_key = _full_key(s.flats[config_key(s.incumbent)])
+        inc_key = s.full_key(s.flats[config_key(s.incumbent)])
         best: tuple[float, float, Config, list[Entry]] | None = None
         inc_entries: list[Entry] = []
         for c in s.kept:
-            found = [cache.get(time_key(sem, str(s.target), tuple(sh), _full_key(s.flats[config_key(c)]), inc_key,
+            found = [cache.get(time_key(sem, str(s.target), tuple(sh), s.full_key(s.flats[config_key(c)]), inc_key,
                                         machine)) for sh in s.shapes]
             if any(e is None or e.error for e in found):  # not timed at every shape, or could not launch
                 continue
@@ -411,7 +413,7 @@ def folder_for(cache_path: Path, loaded: LoadedSpec) -> Path:
     return cache_path.parent / "modules" / short_hash(loaded.file + loaded.name)
 
 
-def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, *, cache: Cache,
+def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemShape] | None, *, cache: Cache,
          machine: Machine | None, compiler: Compiler | None, measurer: Measurer | None, rounds: int = 40,
          budget_s: float | None = None, overrides: dict[str, tuple[Any, ...]] | None = None,
          versions: dict[str, str] | None = None, progress: Progress | None = None, min_gain: float = 0.0,
@@ -436,14 +438,14 @@ def tune(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, 
         machine = report.machine = known[-1]
     for s in slots:  # compile verdicts recorded with the timings' library versions
         for c in s.kept:
-            e = cache.get(compile_key(sem, str(s.target), _full_key(s.flats[config_key(c)]), machine.versions))
+            e = cache.get(compile_key(sem, str(s.target), s.full_key(s.flats[config_key(c)]), machine.versions))
             if e is not None and e.error:
                 s.failed[config_key(c)] = e.error
     _choose(loaded, report, cache, machine, min_gain, date, do_write)
     return report
 
 
-def tune_many(specs: list[tuple[LoadedSpec, list[Target]]], shapes: list[Shape] | None, *, cache: Cache,
+def tune_many(specs: list[tuple[LoadedSpec, list[Target]]], shapes: list[ProblemShape] | None, *, cache: Cache,
               machine: Machine, compiler: Compiler | None, measurer: Measurer, rounds: int = 40,
               budget_s: float | None = None, overrides: dict[str, tuple[Any, ...]] | None = None,
               versions: dict[str, str] | None = None, progress: Progress | None = None, min_gain: float = 0.0,

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from specgen.bench.shapes import Shape
+from specgen.bench.problem import ProblemShape
 from specgen.bench.timing import Flush
 from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec
@@ -60,7 +60,7 @@ def _targets(loaded: LoadedSpec, wanted: set[str], gpu_cc: int | None,
     return found
 
 
-def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, overrides: dict,
+def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemShape] | None, overrides: dict,
                   compiler: compile_jobs.Compiler | None, workers: int, progress: Progress,
                   say: Callable[[str], None]) -> None:
     """Every candidate compiled afresh (a new cache and a new Triton cache dir): compiles per second, the
@@ -82,7 +82,7 @@ def _compile_only(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape]
                     os.environ[var] = value
 
 
-def _compile_afresh(loaded: LoadedSpec, targets: list[Target], shapes: list[Shape] | None, overrides: dict,
+def _compile_afresh(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemShape] | None, overrides: dict,
                     compiler: compile_jobs.Compiler | None, workers: int, progress: Progress,
                     say: Callable[[str], None], designs: set, tmp: Path) -> None:
     modules = tuple(sorted({m for d in designs for m in d.compiler_modules}))
@@ -149,7 +149,7 @@ def _identity(specs: list[LoadedSpec], wanted: set[str], flush: Flush,
     return env, [_targets(loaded, wanted, 10 * major + minor, say) for loaded in specs]
 
 
-def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[Shape] | None, overrides: dict[str, tuple[Any, ...]],
+def run(specs: list[LoadedSpec], wanted: set[str], shapes: list[ProblemShape] | None, overrides: dict[str, tuple[Any, ...]],
         *, cache_path: Path, budget_min: float | None, write: bool, from_cache: bool, ray: str | None, workers: int,
         rounds: int, compile_only: bool, verify: bool, progress: Progress, need_gpu: Callable[[str], None],
         say: Callable[[str], None], flush: Flush = "write") -> None:

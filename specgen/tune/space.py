@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from specgen.check import Diagnostic, check_spec
-from specgen.kinds.gemm.spec import GemmSpec
 from specgen.registry import design_for
 from specgen.spec.file import SpecFile
 from specgen.spec.load import LazyPositions, LoadedSpec, quote
-from specgen.spec.models import CONFIG_SECTIONS, Target
+from specgen.spec.models import LayeredSpec, Target
 from specgen.targets import target_info
 
 Config = dict[str, Any]
@@ -39,12 +38,12 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def has_tune_space(spec: GemmSpec, target: Target) -> bool:
+def has_tune_space(spec: LayeredSpec, target: Target) -> bool:
     design = design_for(spec.kind, target)
     return design is not None and design.tune_space(spec.for_target(target), target_info(target)) is not None
 
 
-def design_space(spec: GemmSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
+def design_space(spec: LayeredSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
     """The design's knobs for (target, slot): `tune_space(effective spec, target, m_max)`, m_max the slot's
     bound on M where it has one (a design may sweep other knobs for decode-sized slots)."""
     design = design_for(spec.kind, target)
@@ -66,19 +65,21 @@ def _knob_value(text: str) -> Any:
     return {"true": True, "false": False, "none": None}.get(text, text)
 
 
-def parse_knobs(items: list[str]) -> dict[str, tuple[Any, ...]]:
+def parse_knobs(items: list[str], model: type[LayeredSpec]) -> dict[str, tuple[Any, ...]]:
     """--knob tile.n=128,256: a knob's range replaced, each value validated against the field's own type and
-    bounds (`tile.n=abc` or `tile.n=0` is an error here, not a candidate check rejects later)."""
+    bounds (`tile.n=abc` or `tile.n=0` is an error here, not a candidate check rejects later). `model`: the
+    spec's kind's model, whose configuration sections the knobs name."""
     from pydantic import TypeAdapter, ValidationError
 
+    sections = model.CONFIG_SECTIONS
     out: dict[str, tuple[Any, ...]] = {}
     for item in items:
         name, sep, values = item.partition("=")
         parts = name.split(".")
-        if not sep or len(parts) != 2 or parts[0] not in CONFIG_SECTIONS or not values:
-            raise SpaceError(f"--knob {quote(item)} is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(CONFIG_SECTIONS)}")
+        if not sep or len(parts) != 2 or parts[0] not in sections or not values:
+            raise SpaceError(f"--knob {quote(item)} is not SECTION.KEY=V1,V2 with SECTION one of {', '.join(sections)}")
         section, key = parts
-        fields = GemmSpec.model_fields[section].annotation.model_fields
+        fields = model.model_fields[section].annotation.model_fields
         if key not in fields:
             raise SpaceError(f"--knob {quote(item)}: {section} has no field {quote(key)} (its fields: {', '.join(fields)})")
         field_ = fields[key]
@@ -96,13 +97,13 @@ def parse_knobs(items: list[str]) -> dict[str, tuple[Any, ...]]:
     return out
 
 
-def current(spec: GemmSpec, target: Target, slot: int | None, knobs: list[str]) -> Config:
+def current(spec: LayeredSpec, target: Target, slot: int | None, knobs: list[str]) -> Config:
     """The incumbent: the effective value of each knob on (target, slot)."""
     eff = spec.for_target(target, slot)
     return {k: getattr(getattr(eff, k.split(".")[0]), k.split(".")[1]) for k in knobs}
 
 
-def space(spec: GemmSpec, target: Target, slot: int | None,
+def space(spec: LayeredSpec, target: Target, slot: int | None,
           overrides: dict[str, tuple[Any, ...]] | None = None) -> tuple[Config, list[Config]]:
     """(incumbent, every config of the product of the knobs' ranges, the incumbent first)."""
     ranges = {**design_space(spec, target, slot), **(overrides or {})}
@@ -118,7 +119,7 @@ def space(spec: GemmSpec, target: Target, slot: int | None,
     return inc, configs
 
 
-def _module_targets(spec: GemmSpec, target: Target) -> list[Target]:
+def _module_targets(spec: LayeredSpec, target: Target) -> list[Target]:
     design = design_for(spec.kind, target)
     same = [t for t in spec.targets if t.backend is target.backend]
     for targets in (design.modules(spec, same) if design else {}).values():
@@ -127,13 +128,13 @@ def _module_targets(spec: GemmSpec, target: Target) -> list[Target]:
     return [target]
 
 
-def _shared(spec: GemmSpec, target: Target, knob: str) -> bool:
+def _shared(spec: LayeredSpec, target: Target, knob: str) -> bool:
     design = design_for(spec.kind, target)
     section, key = knob.split(".")
     return any(p in ((section,), (section, key)) for p in getattr(design, "shared_config", ()))
 
 
-def _layer(spec: GemmSpec, target: Target, slot: int | None, edits: list[Edit]) -> tuple[str | int, ...]:
+def _layer(spec: LayeredSpec, target: Target, slot: int | None, edits: list[Edit]) -> tuple[str | int, ...]:
     """The path of (target, slot)'s layer; a variant's slot copies the kernel's variants into the target's
     table first (its own list, so the other targets keep theirs)."""
     if slot is None:
@@ -146,7 +147,7 @@ def _layer(spec: GemmSpec, target: Target, slot: int | None, edits: list[Edit]) 
     return ("per_target", str(target), "variants", slot)
 
 
-def edits(spec: GemmSpec, target: Target, slot: int | None, config: Config) -> list[Edit]:
+def edits(spec: LayeredSpec, target: Target, slot: int | None, config: Config) -> list[Edit]:
     """What writing `config` for (target, slot) changes: only knobs whose value differs; a tile written
     whole; a shared field written for each of the module's targets."""
     out: list[Edit] = []
@@ -168,7 +169,7 @@ def edits(spec: GemmSpec, target: Target, slot: int | None, config: Config) -> l
     return out + _pins(spec, out) if slot is None and out else out
 
 
-def _pins(spec: GemmSpec, changes: list[Edit]) -> list[Edit]:
+def _pins(spec: LayeredSpec, changes: list[Edit]) -> list[Edit]:
     """A target's default is what its size variants inherit: writing a new default must not retune them.
     Each variant that would read a changed field from the new default gets the field's old value written
     into its own entry (a tile whole), so every variant runs exactly what it ran before."""
@@ -180,7 +181,7 @@ def _pins(spec: GemmSpec, changes: list[Edit]) -> list[Edit]:
     for t in (t for t in spec.targets if str(t) in touched):
         for i in range(len(spec.variants_on(t))):
             old, new = spec.for_target(t, i), after.for_target(t, i)
-            for section in CONFIG_SECTIONS:
+            for section in type(spec).CONFIG_SECTIONS:
                 was, now = getattr(old, section).model_dump(mode="json"), getattr(new, section).model_dump(mode="json")
                 if was == now:
                     continue

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from specgen.bench.record import BenchRecord, Environment
 from specgen.bench.report import compare, tables
 from specgen.bench.run import Workload, plan, run_bench
-from specgen.bench.shapes import Shape, ShapeError, parse_shapes, slot_for
+from specgen.bench.shapes import ShapeError, parse_shapes, slot_for
 from specgen.bench.timing import Call
 from specgen.cli import app
+from specgen.kinds.gemm.problem import Shape
 from specgen.spec.load import load_paths
 from tests.tune.fakes import FakeTimer
 
@@ -60,7 +61,7 @@ def test_plan_times_the_targets_this_gpu_runs_and_default_shapes() -> None:
 
 def test_record_rows_aa_geomean_and_schema(tmp_path: Path) -> None:
     specs = _catalogue()
-    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,16x8192x8192"), FakeWorkloads())
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,16x8192x8192", "gemm"), FakeWorkloads())
     record = run_bench(jobs, FakeWorkloads(1.05), FakeTimer(), ENV, rounds=9)
     aa = [r for r in record.rows if r.kind == "aa"]
     rows = [r for r in record.rows if r.kind == "kernel"]
@@ -83,7 +84,7 @@ def test_record_rows_aa_geomean_and_schema(tmp_path: Path) -> None:
 
 def test_a_wrong_result_is_a_failure_not_a_row() -> None:
     specs = _catalogue()
-    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("256x256x256"), FakeWorkloads())
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("256x256x256", "gemm"), FakeWorkloads())
     record = run_bench(jobs, FakeWorkloads(error=0.5), FakeTimer(), ENV, rounds=5)
     assert record.rows == [] and len(record.failures) == 1
     assert record.failures[0].startswith("gemm_bf16 @ triton:sm90 256x256x256: result differs from")
@@ -91,7 +92,7 @@ def test_a_wrong_result_is_a_failure_not_a_row() -> None:
 
 def test_compare_says_what_moved(tmp_path: Path) -> None:
     specs = _catalogue()
-    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,4096x4096x4096"), FakeWorkloads())
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("8192x8192x8192,4096x4096x4096", "gemm"), FakeWorkloads())
     a = run_bench(jobs, FakeWorkloads(1.05), FakeTimer(), ENV, rounds=9)
     b = run_bench(jobs[:1], FakeWorkloads(1.20), FakeTimer(), ENV, rounds=9)
     table, notes = compare(a, b)
@@ -119,7 +120,7 @@ def test_the_l2_flush_is_a_choice_on_record() -> None:
     result = CliRunner().invoke(app, ["bench", "gemm_bf16", "--flush", "sideways"])
     assert result.exit_code == 2 and "'sideways' is not one of 'write', 'read'" in result.output
     specs = _catalogue()
-    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("16x8192x8192"), FakeWorkloads())
+    jobs = plan([specs["gemm_bf16"]], {"triton:sm90"}, parse_shapes("16x8192x8192", "gemm"), FakeWorkloads())
     clean = ENV.model_copy(update={"l2_flush": "read"})
     record = run_bench(jobs, FakeWorkloads(), FakeTimer(), clean, rounds=5)
     assert "L2 flushed by read" in tables(record)[0].title
@@ -130,13 +131,13 @@ def test_png(tmp_path: Path) -> None:
     from specgen.bench.report import plot
 
     specs = _catalogue()
-    jobs = plan([specs["gemm_bf16"]], None, parse_shapes("8192x8192x8192"), FakeWorkloads())
+    jobs = plan([specs["gemm_bf16"]], None, parse_shapes("8192x8192x8192", "gemm"), FakeWorkloads())
     plot(run_bench(jobs, FakeWorkloads(), FakeTimer(), ENV, rounds=5), tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_shape_errors_name_the_item() -> None:
-    assert parse_shapes("8x16x32x64, 1x2x3") == [Shape(16, 32, 64, 8), Shape(1, 2, 3)]
+    assert parse_shapes("8x16x32x64, 1x2x3", "gemm") == [Shape(16, 32, 64, 8), Shape(1, 2, 3)]
     for bad in ("8x8", "8x0x8", "axbxc", ""):
         with pytest.raises(ShapeError):
-            parse_shapes(bad)
+            parse_shapes(bad, "gemm")

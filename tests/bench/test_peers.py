@@ -1,6 +1,6 @@
 """The peers `specgen bench` times against compute what the spec means: the eager torch program and the
-XLA one, on CPU tensors, against the float64 reference (tests/reference.py), for every bf16/f16 kernel of
-the catalogue (fp8's `torch._scaled_mm` needs a GPU)."""
+XLA one, on CPU tensors, against the float64 reference (specgen/kinds/gemm/testing/reference.py), for
+every bf16/f16 kernel of the catalogue (fp8's `torch._scaled_mm` needs a GPU)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from specgen.bench.workloads import _eager_chain, _to_jax, _xla_chain
+from specgen.kinds.gemm.peers import _eager_chain, _to_jax, _xla_chain
+from specgen.kinds.gemm.testing.reference import gemm
 from specgen.spec.load import load_paths
-from tests.reference import gemm
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = [ls for ls in load_paths([ROOT / "specs"]) if ls.spec.a.dtype.bytes == 2 and not ls.spec.batch]
@@ -69,7 +69,7 @@ def test_xla_peer_takes_transposed_operands_as_stored() -> None:
     no copy, transposed back inside the jitted program; the result is the reference's."""
     import jax.numpy as jnp
 
-    from specgen.bench.workloads import _xla_operands
+    from specgen.kinds.gemm.peers import _xla_operands
 
     (ls,) = [s for s in SPECS if s.name == "gemm_bf16"]
     g = torch.Generator().manual_seed(1)

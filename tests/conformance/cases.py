@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 from kernels import catalogue
 
-from specgen.bench.shapes import Shape, slot_for
+from specgen.bench.shapes import slot_for
+from specgen.kinds.gemm.problem import Shape
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.dtypes import DType
 

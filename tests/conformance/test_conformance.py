@@ -1,7 +1,7 @@
 """One spec, every backend, the same answer (backends.py lists the backends, cases.py the cases).
 
 - `test_same_answer`: every backend runs every case its target admits against one float64 reference
-  (tests/reference.py) on fresh seeded data, `out=` poisoned with NaN inside a NaN guard band, inputs
+  (specgen/kinds/gemm/testing/reference.py) on fresh seeded data, `out=` poisoned with NaN inside a NaN guard band, inputs
   left untouched; a case whose spec the backend's target cannot serve must be refused by `specgen
   check` with a rule id, never skipped, never run.
 - `test_same_outcome_for_the_same_input`: the same torch inputs (legal views with odd strides and
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from reference import REFERENCES
+
+from specgen.kinds.gemm.testing.reference import REFERENCES
 
 from .backends import BACKENDS, Backend, Built, build
 from .cases import CONFORMANCE_CONFIG, SPECS, Case, compare, place, shapes, torch_dtype

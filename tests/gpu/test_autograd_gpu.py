@@ -21,7 +21,8 @@ import pytest
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU in this process
 
 import torch  # noqa: E402
-from reference import REFERENCES  # noqa: E402
+
+from specgen.kinds.gemm.testing.reference import REFERENCES  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

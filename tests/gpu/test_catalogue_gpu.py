@@ -11,7 +11,8 @@ import inspect
 
 import pytest
 import torch
-from reference import REFERENCES
+
+from specgen.kinds.gemm.testing.reference import REFERENCES
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +43,7 @@ def layout(x: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
 
 
 def reference(fn, spec: dict, args: list[torch.Tensor | float]) -> torch.Tensor:
-    """The shared float64 reference (tests/reference.py), the launcher's positional arguments by name
+    """The shared float64 reference (specgen/kinds/gemm/testing/reference.py), the launcher's positional arguments by name
     (read off its signature: the GPU machine needs no pydantic)."""
     names = list(inspect.signature(fn).parameters)[2:-1]  # a, b, <epilogue arguments>, out
     return REFERENCES[spec["kind"]](spec["epilogue"], args[0], args[1], dict(zip(names, args[2:], strict=True)))

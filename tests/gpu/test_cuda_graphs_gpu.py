@@ -16,8 +16,8 @@ import inspect
 
 import pytest
 import torch
-from reference import REFERENCES
 
+from specgen.kinds.gemm.testing.reference import REFERENCES
 from tests.gpu.test_catalogue_gpu import build_args, reference
 
 pytestmark = pytest.mark.gpu

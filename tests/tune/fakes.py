@@ -9,8 +9,8 @@ import json
 import math
 from pathlib import Path
 
-from specgen.bench.shapes import Shape
 from specgen.bench.timing import Call
+from specgen.kinds.gemm.problem import Shape
 from specgen.tune.compile_jobs import CompileJob
 
 # the fastest config of the fake GPU for every shape: 128x128x64 tiles, 4 warps, 4 stages

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specgen.check import check_spec
+from specgen.kinds.gemm.spec import GemmSpec
 from specgen.spec.load import load_file
 from specgen.spec.models import parse_target
 from specgen.tune.space import SpaceError, candidate_spec, edits, enumerate_candidates, parse_knobs
@@ -75,10 +76,10 @@ def test_a_variant_that_reads_an_unset_field_is_not_silently_retuned(spec_copy) 
 
 
 def test_knob_parsing_errors_name_the_item() -> None:
-    assert parse_knobs(["tile.n=128,256", "cute.schedule=pingpong"]) == {"tile.n": (128, 256),
+    assert parse_knobs(["tile.n=128,256", "cute.schedule=pingpong"], GemmSpec) == {"tile.n": (128, 256),
                                                                          "cute.schedule": ("pingpong",)}
-    assert parse_knobs(["cute.swap_ab=false,true"]) == {"cute.swap_ab": (False, True)}
+    assert parse_knobs(["cute.swap_ab=false,true"], GemmSpec) == {"cute.swap_ab": (False, True)}
     with pytest.raises(SpaceError, match="'tiles.n=1'"):
-        parse_knobs(["tiles.n=1"])
+        parse_knobs(["tiles.n=1"], GemmSpec)
     with pytest.raises(SpaceError, match="'tile.n'"):
-        parse_knobs(["tile.n"])
+        parse_knobs(["tile.n"], GemmSpec)

@@ -44,7 +44,7 @@ def _timings(cache: Path) -> set[str]:
 
 def test_timings_start_while_candidates_compile_and_pick_as_compiling_first(tmp_path: Path) -> None:
     specs = _specs(tmp_path)
-    ref = tune_many(specs, parse_shapes(SHAPES), cache=Cache(tmp_path / "ref" / "c.jsonl"), machine=MACHINE,
+    ref = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(tmp_path / "ref" / "c.jsonl"), machine=MACHINE,
                     compiler=inline(failing_compile), measurer=local(fake_calls, FakeTimer()), rounds=9,
                     overrides=SMALL, date="2026-11-27")
     stream = tmp_path / "stream" / "c.jsonl"
@@ -57,7 +57,7 @@ def test_timings_start_while_candidates_compile_and_pick_as_compiling_first(tmp_
         return inner(cand, inc, target, shape, rounds)
 
     timeline = Timeline()
-    got = tune_many(specs, parse_shapes(SHAPES), cache=Cache(stream), machine=MACHINE, compiler=inline(gated_compile),
+    got = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(stream), machine=MACHINE, compiler=inline(gated_compile),
                     measurer=measurer, rounds=9, overrides=SMALL, date="2026-11-27", overlap=True, timeline=timeline)
     assert all(not e.startswith("gate") for r in got for s in r.slots for e in s.failed.values())
     assert timeline.first_timing_s is not None and timeline.last_compile_s is not None
@@ -74,7 +74,7 @@ def test_each_spec_of_a_stream_keeps_its_own_budget(tmp_path: Path) -> None:
     """--budget is each spec's, counted from its first timing: the first spec's spent budget does not stop
     the second's timings (which start after the first's here: the stream times in spec order)."""
     ticks = iter(range(10_000))
-    reports = tune_many(_specs(tmp_path), parse_shapes("8192x8192x8192"), cache=Cache(tmp_path / "c.jsonl"),
+    reports = tune_many(_specs(tmp_path), parse_shapes("8192x8192x8192", "gemm"), cache=Cache(tmp_path / "c.jsonl"),
                         machine=MACHINE, compiler=inline(failing_compile), measurer=local(fake_calls, FakeTimer()),
                         rounds=9, overrides=SMALL, budget_s=5.5, clock=lambda: next(ticks))
     assert [(r.budget_stop, r.measured) for r in reports] == [(True, 5), (True, 5)]
@@ -96,7 +96,7 @@ def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> Non
             self.folder, self.jobs, self.busy_s, self.timer = Path(folder), 0, 0.0, FakeTimer()
 
         def time_one(self, cand, inc, target, shape, rounds):
-            from specgen.bench.shapes import Shape
+            from specgen.kinds.gemm.problem import Shape
             from specgen.tune.measure import measure
             from tests.tune.fakes import fake_calls
 
@@ -105,7 +105,7 @@ def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> Non
             return measure(fake_calls, self.timer, cand, inc, target, Shape(*shape), rounds)
 
     specs = _specs(tmp_path)
-    ref = tune_many(specs, parse_shapes(SHAPES), cache=Cache(tmp_path / "ref" / "c.jsonl"), machine=MACHINE,
+    ref = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(tmp_path / "ref" / "c.jsonl"), machine=MACHINE,
                     compiler=inline(failing_compile), measurer=local(fake_calls, FakeTimer()), rounds=9,
                     overrides=SMALL, date="2026-11-27")
     cache = tmp_path / "ray" / "c.jsonl"
@@ -113,7 +113,7 @@ def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> Non
     try:
         actors = RayActors(cache.parent / "modules", actor_class=FakeGpuActor)
         timeline = Timeline()
-        got = tune_many(specs, parse_shapes(SHAPES), cache=Cache(cache), machine=MACHINE,
+        got = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(cache), machine=MACHINE,
                         compiler=ray_tasks(gated_compile, slots=1, warm=("json",)), measurer=actors, rounds=9,
                         overrides=SMALL,
                         date="2026-11-27", overlap=True, timeline=timeline)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specgen.bench.shapes import Shape
+from specgen.kinds.gemm.problem import Shape
 from specgen.spec.load import load_file
 from specgen.tune.cache import Cache
 from specgen.tune.measure import local

@@ -54,6 +54,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.bmm_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -326,7 +327,7 @@ def _direct(a, b):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     key = (device, cfg, batch, m, n, k)
     launch = _DIRECT.get(key, False)
@@ -342,74 +343,8 @@ def _direct(a, b):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'bmm_bf16',
-    'kind': 'gemm',
-    'description': 'Batched bf16 GEMM, out[i] = A[i] @ B[i], B row-major per batch, persistent over batch x tiles.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'mn'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': True,
-    'epilogue': [],
-    'tile': {'m': 128, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'triton:sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'triton:sm100': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-            ],
-        },
-        'cute:sm90': {'tile': {'m': 128, 'n': 256, 'k': 64}, 'cluster': {'m': 2}},
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'bmm_bf16',

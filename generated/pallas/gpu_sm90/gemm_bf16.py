@@ -59,6 +59,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.gemm_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -355,7 +356,7 @@ def _direct(a, b):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     key = (device, cfg, m, n, k)
     launch = _DIRECT.get(key, False)
@@ -371,203 +372,8 @@ def _direct(a, b):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM with f32 accumulation; B is K-major (a weight stored (N, K), passed as w.t()).',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {'m': 128, 'n': 256, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': True, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 192, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1},
-                    'schedule': {'split_k': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 32, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128, 'n_max': 8192},
-                },
-                {
-                    'tile': {'m': 128, 'n': 112, 'k': 64},
-                    'cluster': {'m': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {
-                        'm_max': 128,
-                        'n_max': 14336,
-                        'k_max': 4096,
-                    },
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'cluster': {'m': 2, 'n': 1},
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 5},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 64, 'n': 64, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'pipeline': {'ab_stages': 5},
-            'when': {'m_max': 128, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_bf16',

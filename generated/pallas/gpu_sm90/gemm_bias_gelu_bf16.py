@@ -61,6 +61,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.gemm_bias_gelu_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -352,7 +353,7 @@ def _direct(a, b, bias):
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
         bias = _mt.vector(bias, "n", n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.bfloat16, device)
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if bias is None:
         return None
@@ -370,201 +371,8 @@ def _direct(a, b, bias):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_bias_gelu_bf16',
-    'kind': 'gemm',
-    'description': 'Linear layer + GELU (tanh form), fused: gelu_tanh(A @ B + bias), bias per output column.',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'bias', 'along': 'n', 'dtype': 'bf16', 'name': 'bias'},
-        {'op': 'activation', 'fn': 'gelu_tanh'},
-    ],
-    'tile': {'m': 128, 'n': 256, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 192, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 64},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1},
-                    'schedule': {'split_k': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 32, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128, 'n_max': 8192},
-                },
-                {
-                    'tile': {'m': 128, 'n': 112, 'k': 64},
-                    'cluster': {'m': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {
-                        'm_max': 128,
-                        'n_max': 14336,
-                        'k_max': 4096,
-                    },
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {
-                        'mma_warpgroups': 1,
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 64},
-                    'cluster': {'m': 2},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 8, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'triton:sm90': {'triton': {'epilogue_subtile': True}},
-        'triton:sm100': {'triton': {'epilogue_subtile': True}},
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 5},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 64, 'n': 64, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 64, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'schedule': {'split_k': 2},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128, 'n_max': 4096},
-        },
-        {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'pipeline': {'ab_stages': 5},
-            'when': {'m_max': 128, 'k_max': 4096},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_bias_gelu_bf16',

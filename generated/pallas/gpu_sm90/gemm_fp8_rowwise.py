@@ -62,6 +62,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.gemm_fp8_rowwise import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -356,7 +357,7 @@ def _direct(a, b, scale_a, scale_b):
             return None
         scale_a = _mt.vector(scale_a, "m", m, pl.cdiv(m, cfg.tile_m) * cfg.tile_m, torch.float32, device)
         scale_b = _mt.vector(scale_b, "n", n, pl.cdiv(n, cfg.tile_n) * cfg.tile_n, torch.float32, device)
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if scale_a is None or scale_b is None:
         return None
@@ -374,165 +375,8 @@ def _direct(a, b, scale_a, scale_b):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_fp8_rowwise',
-    'kind': 'gemm',
-    'description': "fp8 e4m3 GEMM with rowwise scales (torch._scaled_mm's workload): (A @ B) * scale_a[m] * scale_b[n] -> bf16, B column-major.",
-    'a': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'b': {'dtype': 'fp8_e4m3', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [{'op': 'scale', 'by': 'rowcol', 'value': None, 'name': None}],
-    'tile': {'m': 128, 'n': 256, 'k': 128},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': True, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90', 'pallas:tpu_v7x'],
-    'triton': {'num_warps': 8, 'tma': True, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'cute:sm90': {
-            'tile': {'m': 64, 'n': 256, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'schedule': 'pingpong'},
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {
-                        'schedule': 'cooperative',
-                        'swap_ab': True,
-                    },
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 256},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 512, 'n_max': 2048},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 2, 'n': 1},
-                    'cute': {'schedule': 'pingpong'},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-                {
-                    'tile': {'m': 128, 'n': 256, 'k': 128},
-                    'cute': {'schedule': 'cooperative'},
-                    'when': {'n_max': 4096},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 128},
-            'cluster': {'m': 2, 'n': 1},
-            'pipeline': {'ab_stages': 'auto'},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 'auto'},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 6},
-                    'pallas': {'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'pallas:tpu_v7x': {'variants': []},
-        'triton:sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-        'triton:sm100': {
-            'variants': [
-                {
-                    'tile': {'m': 16, 'n': 64, 'k': 512},
-                    'pipeline': {'ab_stages': 3},
-                    'triton': {'num_warps': 4, 'swap_ab': True},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'pipeline': {'ab_stages': 4},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 128},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 256},
-                    'triton': {'num_warps': 4},
-                    'when': {'m_max': 1024, 'n_max': 4096},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 512},
-            'pipeline': {'ab_stages': 3},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 128, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 1024, 'n_max': 4096},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_fp8_rowwise',

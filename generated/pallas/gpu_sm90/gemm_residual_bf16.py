@@ -59,6 +59,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.gemm_residual_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -353,7 +354,7 @@ def _direct(a, b, alpha, c):
             return None
         alpha = _mt.scalar(alpha, cfg.epi_n, device)
         c = c if c.shape == (m, n) and _mt.readable(c, torch.bfloat16, device) else None
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     if alpha is None or c is None:
         return None
@@ -371,108 +372,8 @@ def _direct(a, b, alpha, c):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_residual_bf16',
-    'kind': 'gemm',
-    'description': 'out = alpha * (A @ B) + C: a GEMM with a residual add; A column-major (A = X.t() of a row-major X); pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'mn'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [
-        {'op': 'scale', 'by': 'scalar', 'value': None, 'name': None},
-        {'op': 'residual', 'dtype': 'bf16', 'beta': 1.0, 'name': 'c'},
-    ],
-    'tile': {'m': 128, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 8, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-    'per_target': {
-        'pallas:gpu_sm90': {
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 4},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 64, 'k': 128},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 6},
-                    'when': {'m_max': 64},
-                },
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'when': {'m_max': 128, 'k_max': 4096},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'pipeline': {'ab_stages': 8},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm90': {
-            'tile': {'m': 128, 'n': 256, 'k': 64},
-            'variants': [
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'pipeline': {'ab_stages': 8},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 16},
-                },
-                {
-                    'tile': {'m': 64, 'n': 128, 'k': 64},
-                    'cute': {'mma_warpgroups': 1},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-        'cute:sm100': {
-            'tile': {'m': 128, 'n': 128, 'k': 64},
-            'cluster': {'m': 2, 'n': 1},
-            'cute': {'two_cta': True},
-            'variants': [
-                {
-                    'tile': {'m': 128, 'n': 128, 'k': 64},
-                    'cluster': {'m': 1, 'n': 1},
-                    'cute': {'two_cta': False},
-                    'when': {'m_max': 128},
-                },
-            ],
-        },
-    },
-    'variants': [
-        {
-            'tile': {'m': 16, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 16},
-        },
-        {
-            'tile': {'m': 32, 'n': 64, 'k': 256},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4, 'swap_ab': True},
-            'when': {'m_max': 64},
-        },
-        {'tile': {'m': 128, 'n': 128, 'k': 64}, 'when': {'m_max': 128, 'k_max': 4096}},
-        {
-            'tile': {'m': 64, 'n': 128, 'k': 128},
-            'pipeline': {'ab_stages': 4},
-            'triton': {'num_warps': 4},
-            'when': {'m_max': 128},
-        },
-    ],
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_residual_bf16',

@@ -44,6 +44,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
 from specgen.runtime import mgpu as _mg
+from ...specs.gemm_small_bf16 import SPEC  # the kernel's spec, rendered once for all its modules
 
 
 # The specgen runtime ABI this module was rendered against (METADATA, at the end, has the rest).
@@ -293,7 +294,7 @@ def _direct(a, b):
         a_ext, b_ext, out_ext = _extents(cfg, m, n, k)
         if sa.shape[-2:] != a_ext or sb.shape[-2:] != b_ext or out_ext != (m, n):
             return None
-    except (AttributeError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
         return None
     key = (device, cfg, m, n, k)
     launch = _DIRECT.get(key, False)
@@ -309,27 +310,8 @@ def _direct(a, b):
     return out
 
 
-# The spec this module was rendered from, and the module's identity and plan figures for `specgen
-# compile` and tools: data, kept at the end so that the kernel and its launcher come first.
-SPEC = {
-    'name': 'gemm_small_bf16',
-    'kind': 'gemm',
-    'description': 'bf16 GEMM for small or skinny problems: one program per 64x128 tile, pointer loads (any N, any leading stride).',
-    'a': {'dtype': 'bf16', 'major': 'k'},
-    'b': {'dtype': 'bf16', 'major': 'k'},
-    'out': {'dtype': 'bf16'},
-    'accumulator': 'f32',
-    'batch': False,
-    'epilogue': [],
-    'tile': {'m': 64, 'n': 128, 'k': 64},
-    'cluster': {'m': 1, 'n': 1},
-    'pipeline': {'ab_stages': 'auto', 'acc_stages': 'auto', 'epilogue_stages': 'auto'},
-    'schedule': {'persistent': False, 'raster': 'along_m', 'group_m': 8},
-    'targets': ['triton:sm90', 'triton:sm100', 'cute:sm90', 'cute:sm100', 'pallas:gpu_sm90'],
-    'triton': {'num_warps': 4, 'tma': False, 'epilogue_subtile': False, 'flatten': False},
-    'cute': {'two_cta': False, 'mma_warpgroups': None, 'schedule': 'cooperative', 'tma_store': True},
-    'pallas': {'vmem_limit_bytes': None},
-}
+# The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):
+# data, kept at the end so that the kernel and its launcher come first.
 METADATA = {
     'runtime_abi': 1,
     'kernel': 'gemm_small_bf16',

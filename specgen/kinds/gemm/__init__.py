@@ -15,6 +15,8 @@ comes after the rendering designs, which take its targets over when they serve t
 
 from __future__ import annotations
 
+KIND = "gemm"  # the spec's `kind` (GemmSpec's literal)
+
 DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.gemm.designs.triton",
     "specgen.kinds.gemm.designs.pallas",

@@ -10,34 +10,82 @@ row-major.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, StrictBool, model_validator
 
+from specgen.kinds.gemm.designs.cute_sm90 import options as cute_options
+from specgen.kinds.gemm.designs.cute_sm90.options import CuteOptions
+from specgen.kinds.gemm.designs.pallas import options as pallas_options
+from specgen.kinds.gemm.designs.pallas.options import PallasOptions
+from specgen.kinds.gemm.designs.triton import options as triton_options
+from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg
 from specgen.spec.models import (
     Cluster,
-    CuteOptions,
+    ConfigLayer,
     Description,
     KernelName,
     LayeredSpec,
     Operand,
     Output,
-    PallasOptions,
     Pipeline,
     Schedule,
-    TargetConfig,
     TargetKey,
     TargetName,
     Tile,
-    TritonOptions,
-    Variant,
+    When,
 )
 from specgen.spec.names import derived_names
+from specgen.spec.targets import Backend
+
+# The configuration sections a target or a size variant may override: the kernel's generic ones, then its
+# designs' option sections. Each design's options module (designs/<design>/options.py, importing no design)
+# names its SECTION, the BACKEND whose targets read it, and its model; adding a design with options of its
+# own is adding its module here and its section's field to GemmSpec and GemmLayer (a model missing the field
+# of a section it lists fails to build; tests/test_spec.py checks each field is its options module's model).
+GENERIC_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
+DESIGN_OPTIONS = (triton_options, cute_options, pallas_options)
+CONFIG_SECTIONS: tuple[str, ...] = GENERIC_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
+BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
+
+
+class GemmLayer(ConfigLayer):
+    """The GEMM's configuration sections as one layer over the kernel's (a per_target table, a variant)."""
+
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
+
+    tile: Tile | None = None
+    cluster: Cluster | None = None
+    pipeline: Pipeline | None = None
+    schedule: Schedule | None = None
+    triton: TritonOptions | None = None
+    cute: CuteOptions | None = None
+    pallas: PallasOptions | None = None
+
+
+class Variant(GemmLayer):
+    """A configuration chosen by problem size: `when` bounds it, the other keys override the target's
+    config as a per_target table does (each key given replaces, keys not given keep)."""
+
+    when: When
+
+
+class TargetConfig(GemmLayer):
+    """One target's configuration over the kernel's: each key given replaces the kernel's value of that
+    key, keys not given keep it (a `tile` is given whole). Semantics (operands, dtypes, batch, epilogue)
+    cannot be overridden: they are the same on every target. `variants`, when given, replaces the
+    kernel's list on this target."""
+
+    variants: list[Variant] | None = None
 
 
 class GemmSpec(LayeredSpec):
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
+    BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
+    SEMANTIC_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b", "out", "accumulator", "batch", "epilogue")  # tune's cache key
+
     name: KernelName
     kind: Literal["gemm"]
     description: Description = ""
@@ -80,3 +128,6 @@ class GemmSpec(LayeredSpec):
 
     def runtime_args(self) -> list[RuntimeArg]:
         return [arg for op in self.epilogue for arg in op.runtime_args()]
+
+
+SPEC_MODEL = GemmSpec  # the kind's part `spec` names its model so (specgen/kinds/models.py)

@@ -4,7 +4,7 @@ collects every design's cases from beside its tests (tests/backends/*/rule_cases
 
 from __future__ import annotations
 
-from shared.rules import FP8, tile
+from specgen.kinds.gemm.testing.rules import FP8, tile
 
 CASES: list[tuple[str, str, dict, object]] = [
     # MMA002: tcgen05 shapes, 1-CTA and 2-CTA, 8-bit MN-major B

@@ -4,7 +4,7 @@ collects every design's cases from beside its tests (tests/backends/*/rule_cases
 
 from __future__ import annotations
 
-from shared.rules import FP8, tile
+from specgen.kinds.gemm.testing.rules import FP8, tile
 
 CASES: list[tuple[str, str, dict, object]] = [
     # PAL001: (sublanes, 128)-divisible blocks; sublanes 8, 16 for bf16 on v7x, 32 for 8-bit

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
-from reference import TORCH_DTYPES
-from shared.autograd import FakeCuda, derivative_message, grad_message
 
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.autograd import FakeCuda, derivative_message, grad_message
+from specgen.kinds.gemm.testing.reference import TORCH_DTYPES
 
 ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ROOT / "generated" / "cute"

@@ -221,7 +221,7 @@ def test_smem_budget_counts_the_epilogue_staging_this_template_allocates():
 
 
 def test_the_jax_entrys_xla_abi_kernel_compiles_for_sm100a(tmp_path):
-    """The JAX entry (shared templates/cute/jax_host.jinja) of an sm100 module: its XLA-ABI kernel compiles
+    """The JAX entry (shared templates/gemm/cute/jax_host.jinja) of an sm100 module: its XLA-ABI kernel compiles
     for sm_100a with the SM count passed as a constant (148, no device to ask): TMA, UTCQMMA, no spills.
     (tests/backends/cute/test_cute_jax.py traces every generated module's entry, the sm100 ones included.)"""
     from specgen.compile import load_rendered

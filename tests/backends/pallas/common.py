@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from kernels import catalogue
-from reference import REFERENCES
 
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES, is_tpu_target
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.reference import REFERENCES
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.dtypes import DType

@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from shared.autograd import FakeCuda, derivative_message, grad_message
 
 from backends.pallas.common import CATALOGUE, TPU_CATALOGUE, Data, reference, tolerance
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.autograd import FakeCuda, derivative_message, grad_message
 
 TPU = sorted(TPU_CATALOGUE)
 MGPU = sorted(name for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"])

@@ -1,12 +1,14 @@
-"""Numerics of the rendered Pallas TPU kernels in Pallas's TPU interpreter on the CPU, against the
-float64 reference.
+"""Numerics of the rendered Pallas TPU kernels in Pallas's TPU interpreter on the CPU: the GEMM kind's shared
+numerics tests (specgen/kinds/gemm/testing/numerics.py: float64 reference, poisoned padding, inputs left
+untouched, every epilogue op seen by the tolerance).
 
 Every catalogue spec with a TPU target runs at its shipped blocks; extra specs with small blocks (many
 grid steps) cover every epilogue op, both majors of A and B, batching, f32, int8 and fp8 operands. The
 interpreter runs strict (`specgen.runtime.jax.strict_interpret()`): VMEM and block reads past an array's
 end are NaN, so an unmasked K tail or an output element never written shows as NaN (poisoned outputs;
 `test_interpreter_poisons_unwritten_and_out_of_bounds_blocks` proves the premise). Shapes: aligned to the
-block, ragged in M, N and K, M = 1, K smaller than one block, and several K steps ending in a tail.
+block, ragged in M, N and K, M = 1, K smaller than one block, and several K steps ending in a tail;
+strided operands on the small ones.
 The tolerance sees every op: the reference with any one op dropped fails it (on the ragged shape), but
 for a rounding cast, which the tolerance of a chain holding one must absorb (f32 and float64 sums may
 round to neighbouring bf16 values).
@@ -18,11 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 from jax.experimental import pallas as pl
 
-from backends.pallas.common import TPU_CATALOGUE, Data, jnp_dtype, reference, render_module, tolerance
+from backends.pallas.common import TPU_CATALOGUE, jnp_dtype, render_module
 from specgen.kinds.gemm.spec import GemmSpec
-from specgen.runtime.jax import strict_interpret
+from specgen.kinds.gemm.testing.data import Problem
+from specgen.kinds.gemm.testing.numerics import NumericsTests
+from specgen.runtime.jax import from_torch, strict_interpret, to_torch
 
 SMALL = {"m": 16, "n": 128, "k": 128}
 
@@ -121,34 +126,48 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return get
 
 
-@pytest.mark.parametrize(("variant", "shape"), CASES, ids=[f"{v}-{s}" for v, s in CASES])
-def test_matches_float64_reference(variant: str, shape: str, modules) -> None:
-    spec = VARIANTS[variant]
-    fn = getattr(modules(variant), spec["name"])
-    M, N, K = shapes(spec)[shape]
-    data = Data(spec, M, N, K)
-    a, b = data.operands()
-    args = data.epilogue_args()
+# Strided operands (leading strides wider than the extent, the padding poisoned: the JAX import copies
+# them) on the small shapes; the others as tight as they come.
+LAYOUTS = {"aligned": "dense", "ragged": "dense", "m1": "strided", "ksmall": "strided", "deepk": "dense"}
 
-    out = fn(a, b, *(value for _, value in args))
 
-    assert isinstance(out, jax.Array)
-    assert out.shape == (*data.batch, M, N)
-    assert out.dtype == jnp_dtype(spec["out"]["dtype"])
-    got = np.asarray(out, dtype=np.float64)
-    assert not np.isnan(got).any(), f"{int(np.isnan(got).sum())} of {got.size} output elements never written"
-    tol = tolerance(spec)
-    want = reference(spec, a, b, args)
-    np.testing.assert_allclose(got, want.numpy(), **tol, err_msg=f"{variant} {shape}")
+class TestPallasTpuNumerics(NumericsTests):
+    """The GEMM kind's numerics (specgen/kinds/gemm/testing/numerics.py) through the JAX entry: each torch
+    operand handed over in its stored layout through DLPack (`from_torch`, as the torch entry does), the
+    result (a new array: nothing to poison but the interpreter's VMEM) back to torch."""
 
-    if shape != "ragged":
-        return
-    chain = spec["epilogue"]  # the tolerance sees every op: dropping any one must fail it
-    for i, op in enumerate(chain):
-        if op["op"] == "cast":  # a cast moves values by half an ulp of its dtype: within the tolerance
-            continue
-        wrong = reference(spec, a, b, args, chain[:i] + chain[i + 1:]).numpy()
-        assert not np.allclose(got, wrong, **tol), f"{variant}: epilogue[{i}] {op} dropped passes"
+    VARIANTS = VARIANTS
+    WRITES_OUT = False
+    # The tolerance sees every op on the ragged shape (on M = 1 or K < block, a clamp may not bite).
+    MUTANT_SHAPES = frozenset({"ragged"})
+
+    @classmethod
+    def cases(cls) -> list[tuple[str, str]]:
+        return CASES
+
+    def problem(self, spec: dict, shape: str) -> Problem:
+        M, N, K = shapes(spec)[shape]
+        return Problem(spec, M, N, K, LAYOUTS[shape], aligned=False, vectors_2d=shape == "ksmall", tag=shape)
+
+    @pytest.fixture
+    def module(self, modules):
+        return lambda spec: modules(spec["name"])
+
+    def run(self, module: object, spec: dict, a: torch.Tensor, b: torch.Tensor, args: list[tuple[str, object]],
+            out: torch.Tensor | None) -> torch.Tensor:
+        name = spec["name"]
+        roles = {arg.name: arg.shape for arg in GemmSpec.model_validate(spec).runtime_args()}
+        arrays = [from_torch(name, "a", a, transpose=spec["a"]["major"] != "k"),
+                  from_torch(name, "b", b, transpose=spec["b"]["major"] == "k")]
+        for arg, value in args:
+            if roles[arg] == "scalar":
+                arrays.append(value)
+            else:
+                arrays.append(from_torch(name, arg, value, transpose=None if roles[arg] != "matrix" else False))
+        result = getattr(module, name)(*arrays)
+        assert isinstance(result, jax.Array)
+        assert result.dtype == jnp_dtype(spec["out"]["dtype"])
+        return to_torch(result)
 
 
 def test_interpreter_poisons_unwritten_and_out_of_bounds_blocks() -> None:

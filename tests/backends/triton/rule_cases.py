@@ -4,7 +4,7 @@ collects every design's cases from beside its tests (tests/backends/*/rule_cases
 
 from __future__ import annotations
 
-from shared.rules import F16, FP8, tile
+from specgen.kinds.gemm.testing.rules import F16, FP8, tile
 
 CASES: list[tuple[str, str, dict, object]] = [
     # MMA003: tl.dot minimum K per width, M and N >= 16; M < 64 on sm90 is a warning

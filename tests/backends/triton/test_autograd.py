@@ -14,15 +14,16 @@ import re
 import pytest
 import torch
 from kernels import catalogue, interpreter_variant
-from reference import REFERENCES, TORCH_DTYPES
-from shared.autograd import grad_message
-from shared.guards import KERNELS, Call, Tripwire
 
+from backends.triton.variants import KERNELS, guard_call
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.autograd import grad_message
+from specgen.kinds.gemm.testing.guards import Call, Tripwire
+from specgen.kinds.gemm.testing.reference import REFERENCES, TORCH_DTYPES
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
-TOL = {"atol": 4e-3, "rtol": 4e-3}  # f16 outputs of O(1) values (tests/shared/numerics.py)
+TOL = {"atol": 4e-3, "rtol": 4e-3}  # f16 outputs of O(1) values (specgen/kinds/gemm/testing/data.py)
 
 
 def tensors(call: Call) -> list[str]:
@@ -40,7 +41,7 @@ CASES = [(k, arg) for k in KERNELS for arg in ("a", "b", *[a.name for a in GemmS
 
 @pytest.mark.parametrize(("kernel", "arg"), CASES, ids=[f"{k}-{a}" for k, a in CASES])
 def test_requires_grad_is_refused_before_launch(kernel: str, arg: str, load_kernel, monkeypatch) -> None:
-    call = Call(kernel, load_kernel)
+    call = guard_call(kernel, load_kernel)
     call.args[arg].requires_grad_()
     monkeypatch.setattr(call.module, "_launcher", Tripwire())
     with pytest.raises(NotImplementedError, match=grad_message(call.name, arg)) as info:
@@ -55,7 +56,7 @@ def test_requires_grad_is_refused_before_launch(kernel: str, arg: str, load_kern
 
 def test_torch_func_grad_is_refused(load_kernel) -> None:
     """torch.func.grad's tensors require grad (and hold no storage: the refusal comes before data_ptr())."""
-    call = Call("relu", load_kernel)
+    call = guard_call("relu", load_kernel)
     b = call.args["b"]
     with pytest.raises(NotImplementedError, match=grad_message(call.name, "a")):
         torch.func.grad(lambda a: call.fn(a, b).float().sum())(call.args["a"])
@@ -66,7 +67,7 @@ def test_torch_func_grad_is_refused(load_kernel) -> None:
 def test_without_grad_the_call_runs(kernel: str, how: str, load_kernel) -> None:
     """Every tensor argument requires grad (a model's parameters): under no_grad / inference_mode, or
     detached, the call runs and matches the float64 reference."""
-    call = Call(kernel, load_kernel)
+    call = guard_call(kernel, load_kernel)
     for n in tensors(call):
         call.args[n].requires_grad_()
     if how == "detach":
@@ -83,7 +84,7 @@ def test_without_grad_the_call_runs(kernel: str, how: str, load_kernel) -> None:
 def test_weight_that_requires_grad_keeps_the_fast_path_under_no_grad(kernel: str, load_kernel, monkeypatch) -> None:
     """Inference with parameters (requires_grad=True) under torch.no_grad(): `_check`'s one boolean holds,
     nothing goes to `_validate` (the slow path that raises or stages)."""
-    call = Call(kernel, load_kernel)
+    call = guard_call(kernel, load_kernel)
     call.args["b"].requires_grad_()
 
     def slow(*_: object) -> None:
@@ -108,7 +109,7 @@ def fresh_dynamo():
 def test_torch_compile_refuses_requires_grad(load_kernel) -> None:
     """Under torch.compile the entry refuses before the custom op: with a graph break allowed, the frame
     runs eagerly and raises the same error; with fullgraph=True Dynamo reports the refusal it traced."""
-    call = Call("tma", load_kernel)
+    call = guard_call("tma", load_kernel)
     fn = call.fn
     a = call.args["a"].clone().requires_grad_()
     rest = [v for n, v in call.args.items() if n != "a"]
@@ -124,7 +125,7 @@ def test_torch_compile_refuses_requires_grad(load_kernel) -> None:
 
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_torch_compile_without_grad_runs(load_kernel) -> None:
-    call = Call("tma", load_kernel)
+    call = guard_call("tma", load_kernel)
     fn = call.fn
     a = call.args["a"].clone().requires_grad_()
     rest = [v for n, v in call.args.items() if n != "a"]

@@ -4,7 +4,7 @@ implementation for every CuTe design (sm90's CuteSm90Plan, sm100's CuteSm100Plan
 
 One function per kernel, `specgen_<name>(M, N, K[, batch], <operands>, stream)`: each matrix operand
 is a pointer and its leading stride in elements (and its batch stride when batched), a vector a pointer,
-a scalar a float. The rendered C++ (templates/export/) checks what the Python guards check, picks the
+a scalar a float. The rendered C++ (templates/gemm/export/) checks what the Python guards check, picks the
 size-selected config, caps the persistent grid by the device's SMs and calls the CuTe DSL's exported
 wrapper of that config with its tensor descriptors (pointer, dynamic shapes, dynamic strides, in the
 order the module's `_fake_args` declared them).
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specgen.abi import Arg as CuteArg
+from specgen.kinds.gemm import KIND
 
 TMA_ALIGN = 16  # bytes: TMA's base and stride unit, and the fake tensors' assumed alignment
 
@@ -189,7 +190,7 @@ def render_files(kernels: list[CKernel], dsl_version: str) -> dict[str, str]:
     from specgen import __version__
     from specgen.render.env import environment
 
-    env = environment()
+    env = environment(KIND)
     common = {"version": __version__, "dsl_version": dsl_version, "tma_align": TMA_ALIGN, "config_shape": config_shape}
     arch = ", ".join(sorted({k.arch for k in kernels}))
     files = {"include/specgen_kernels.h": env.get_template("export/kernels.h.jinja").render(kernels=kernels, arch=arch,

@@ -13,7 +13,7 @@ run exports several archs (no `--target`), each arch's export is a complete fold
 What the DSL's export does: TMA descriptors (built by its host code), the grid and the cluster launch
 (cudaLaunchKernelEx with the cluster dims; a 2-CTA pair of sm100 is two CTAs of that cluster, as in the
 module's `gemm_host`), SMEM attributes, loading the cubin on every device. What it cannot, written here
-alike for both archs (their modules share the torch launcher `_run`, templates/cute/host.jinja): the
+alike for both archs (their modules share the torch launcher `_run`, templates/gemm/cute/host.jinja): the
 spec's operand-level signature, the size-selected config, the SM count that caps a persistent grid, the
 argument checks, and the zeros standing in for an empty K.
 

@@ -1,6 +1,6 @@
 """The CuTe DSL GEMM for Blackwell (sm100, tcgen05): its SMEM and TMEM layout, its plan, its rendering.
 
-The kernel (templates/cute/gemm_sm100.py.jinja) follows the structure of the CUTLASS DSL reference
+The kernel (templates/gemm/cute/gemm_sm100.py.jinja) follows the structure of the CUTLASS DSL reference
 persistent GEMM (examples/python/CuTeDSL/cute/blackwell/kernel/dense_gemm/dense_gemm_persistent.py):
 192 threads in six warps, warp-specialized and persistent:
 - warp 5 loads: ONE rolled K loop whose blocking acquire on the A/B ring (`PipelineTmaUmma`, full and
@@ -12,10 +12,10 @@ persistent GEMM (examples/python/CuTeDSL/cute/blackwell/kernel/dense_gemm/dense_
   cluster (cluster.m even) shares one cta_group::2 MMA of 2 x tile.m rows: the even CTA issues it,
   each CTA loads its own tile.m rows of A and half the tile's columns of B;
 - warps 0-3 are the epilogue: TMEM -> registers (tcgen05.ld) -> the fused op chain (the shared
-  templates/cute/epilogue.jinja table) -> SMEM subtiles of `epi_m x epi_n` (`epi_stages` in flight)
+  templates/gemm/cute/epilogue.jinja table) -> SMEM subtiles of `epi_m x epi_n` (`epi_stages` in flight)
   -> TMA store. Vector operands (bias, rowwise scales) are gathered per subtile, only the subtile's
   share of them held in registers; warp 0 also allocates and frees the TMEM (`TmemAllocator`);
-- a static persistent tile scheduler, shared with the sm90 design (templates/cute/schedule.jinja):
+- a static persistent tile scheduler, shared with the sm90 design (templates/gemm/cute/schedule.jinja):
   the work indices run over exactly the clusters that cover the output, in bands of group_m.
 
 Size-selected variants render into one module as rows of its `Config` table (as the sm90 design's).
@@ -317,8 +317,9 @@ class CuteSm100Gemm(GemmDesign):
             variants=[sm100_config(v) for v in r.variants],
         )
 
-    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
-        return render_per_arch(self, loaded, targets, resolved, render_context)
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
+        return render_per_arch(self, loaded, targets, resolved, render_context, shared_spec)
 
 
 def metadata(p: CuteSm100Plan) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The identifiers the CuTe sm100 design's modules use (templates/cute/gemm_sm100.py.jinja, the shared
+"""The identifiers the CuTe sm100 design's modules use (templates/gemm/cute/gemm_sm100.py.jinja, the shared
 schedule, host, JAX and export parts): the DSL's imports, the plan's constants, the host and kernel
 functions, the kernel's locals and the DSL calls' keywords."""
 
@@ -12,11 +12,11 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "make_fake_tensor", "make_raster", "make_tiled_mma", "MMA_WARP", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT",
     "pipeline", "shared_storage", "SharedStorage", "sm100_utils", "tcgen05", "THREADS", "TMA_WARP",
     "TMEM_BARRIER", "transform_partitioned_tensor_layout", "VARIANT_CONFIGS", "zero_operand",
-    # the torch host's checked launch (templates/cute/host.jinja)
+    # the torch host's checked launch (templates/gemm/cute/host.jinja)
     "_lean", "_launch", "TVM_FFI", "RuntimeError",
-    # the JAX entry (templates/cute/jax_host.jinja)
+    # the JAX entry (templates/gemm/cute/jax_host.jinja)
     "_jax_entry", "_jax_host", "cute_jax",
-    # the C export (templates/cute/export_host.jinja)
+    # the C export (templates/gemm/cute/export_host.jinja)
     "_export_host", "cuda",
 })
 

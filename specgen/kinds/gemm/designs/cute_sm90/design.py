@@ -1,6 +1,6 @@
 """The CuTe DSL GEMM for Hopper (sm90, wgmma): its SMEM layout, its plan, and its rendering.
 
-The kernel (templates/cute/gemm_sm90.py.jinja) is warp-specialized and persistent:
+The kernel (templates/gemm/cute/gemm_sm90.py.jinja) is warp-specialized and persistent:
 - one producer warpgroup whose first warp issues the TMA loads of A and B into `ab_stages` SMEM
   stages guarded by full/empty mbarriers (multicast across the cluster where cluster > 1);
 - consumer warpgroups that run wgmma over each stage, then the epilogue: accumulator registers ->
@@ -27,7 +27,7 @@ empty per stage), then A stages, B stages and the epilogue staging, each aligned
 what the compiled kernel reserves.
 
 Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing the epilogue macros
-(templates/cute/epilogue.jinja), the host part (templates/cute/host.jinja) and runtime/cute.py.
+(templates/gemm/cute/epilogue.jinja), the host part (templates/gemm/cute/host.jinja) and runtime/cute.py.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
@@ -524,8 +525,9 @@ class CuteSm90Gemm(GemmDesign):
             prefetch_vectors=prefetch_vectors(spec, [config, *variants]),
         )
 
-    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
-        return render_per_arch(self, loaded, targets, resolved, render_context)
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
+        return render_per_arch(self, loaded, targets, resolved, render_context, shared_spec)
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
         """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
@@ -543,15 +545,18 @@ class CuteSm90Gemm(GemmDesign):
 
 
 def render_per_arch(design: DesignBase, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
-                    context: Callable[[Any], dict[str, object]]) -> dict[str, str]:
+                    context: Callable[[Any], dict[str, object]], shared_spec: bool = False) -> dict[str, str]:
     """Both CuTe designs' `render`: one module per target (one arch each), its plan from what check resolved,
-    rendered through the design's template with `context(plan)`."""
+    rendered through the design's template with `context(plan)` (SPEC imported when `shared_spec`)."""
     from specgen.render.env import environment
+    from specgen.render.specs import spec_import
 
     out: dict[str, str] = {}
     for rel, served in design.modules(loaded.spec, targets).items():
         plan = design.plan(loaded, served, resolved)  # one target: one arch per module
-        out[rel] = environment().get_template(design.template).render(**context(plan))  # type: ignore[attr-defined]
+        spec_line = spec_import(rel, loaded.name) if shared_spec else None
+        out[rel] = environment(KIND).get_template(design.template).render(  # type: ignore[attr-defined]
+            **context(plan), spec_import=spec_line)
     return out
 
 

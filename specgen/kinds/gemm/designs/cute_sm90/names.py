@@ -1,4 +1,4 @@
-"""The identifiers the CuTe sm90 design's modules use (templates/cute/: the DSL's imports, the plan's
+"""The identifiers the CuTe sm90 design's modules use (templates/gemm/cute/: the DSL's imports, the plan's
 constants, the host and kernel functions, the kernel's locals and the DSL calls' keywords)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "LayoutEnum", "len", "LOAD_REGISTERS", "make_fake_stream", "make_fake_tensor", "make_r2s_copy", "make_raster",
     "make_tiled_mma", "MMA_REGISTERS", "NamedTuple", "OUT_DTYPE", "OUT_LAYOUT", "pipeline", "shared_storage",
     "SharedStorage", "sm90_utils", "zero_operand",
-    # the torch host's checked launch (templates/cute/host.jinja)
+    # the torch host's checked launch (templates/gemm/cute/host.jinja)
     "_lean", "_launch", "TVM_FFI", "RuntimeError",
-    # the JAX entry (templates/cute/jax_host.jinja)
+    # the JAX entry (templates/gemm/cute/jax_host.jinja)
     "_jax_entry", "_jax_host", "cute_jax",
-    # the C export (templates/cute/export_host.jinja)
+    # the C export (templates/gemm/cute/export_host.jinja)
     "_export_host", "cuda",
-    # split-K's DSMEM handoff (templates/cute/gemm_sm90.py.jinja)
+    # split-K's DSMEM handoff (templates/gemm/cute/gemm_sm90.py.jinja)
     "_store_remote", "llvm", "nvvm",
 })
 

@@ -7,7 +7,7 @@ spec: the blocks and the VMEM they need are the same on every generation (only t
 which `check` compares), so the module carries one `vmem_limit_bytes`.
 
 Mosaic GPU (`pallas:gpu_sm90`): one module per spec (`pallas/gpu_sm90/<name>.py`,
-templates/pallas/gemm_mgpu.py.jinja) holding one `plgpu.kernel` built per config (`MgpuConfig`: the
+templates/gemm/pallas/gemm_mgpu.py.jinja) holding one `plgpu.kernel` built per config (`MgpuConfig`: the
 target's default and each size-selected variant, each resolved and checked on its own; a `Config` row
 in the module, picked by the jitted entry with integer compares on the static shapes when it traces,
 so a variant may change any config key: CFG003 refuses variants on the TPU module only), the
@@ -39,6 +39,7 @@ from specgen import __version__
 from specgen.abi import Arg, make_arg
 from specgen.design import WARPGROUP_THREADS, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
@@ -154,7 +155,7 @@ class PallasModule(GemmModule):
 
 @dataclass(frozen=True)
 class PallasTpuPlan(PallasModule):
-    """Every number templates/pallas/gemm_tpu.py.jinja renders, named."""
+    """Every number templates/gemm/pallas/gemm_tpu.py.jinja renders, named."""
 
     acc_jnp_dtype: str
     block_m: int
@@ -220,7 +221,7 @@ def mgpu_config(r: Resolved) -> MgpuConfig:
 
 @dataclass(frozen=True)
 class PallasMgpuPlan(PallasModule):
-    """Every number templates/pallas/gemm_mgpu.py.jinja renders, named: the module-wide ones here, each
+    """Every number templates/gemm/pallas/gemm_mgpu.py.jinja renders, named: the module-wide ones here, each
     config's in `config` (the default) and `variants` (size-selected, in the launcher's order)."""
 
     warpgroups: int  # consumer warpgroups, side by side in N
@@ -424,21 +425,25 @@ class PallasGemmDesign(GemmDesign):
             spec_json=loaded.spec.model_dump(mode="json"),
         )
 
-    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
         """{relative path: module text}, planned from what check resolved for each target."""
         from specgen.render.env import environment
+        from specgen.render.specs import spec_import
 
         out: dict[str, str] = {}
-        env = environment()
+        env = environment(KIND)
         for rel, group in self.modules(loaded.spec, targets).items():
             if is_mgpu_target(group[0]):
                 (target,) = group
                 out[rel] = env.get_template("pallas/gemm_mgpu.py.jinja").render(
-                    mgpu_context(self._plan_mgpu(loaded, target, resolved[str(target)])))
+                    mgpu_context(self._plan_mgpu(loaded, target, resolved[str(target)])),
+                    spec_import=spec_import(rel, loaded.name) if shared_spec else None)
                 out[f"{rel.rsplit('/', 1)[0]}/__init__.py"] = MGPU_PACKAGE_INIT.format(arch=target.arch)
             else:
                 out[rel] = env.get_template("pallas/gemm_tpu.py.jinja").render(
-                    tpu_context(self._plan_tpu(loaded, group, resolved)))
+                    tpu_context(self._plan_tpu(loaded, group, resolved)),
+                    spec_import=spec_import(rel, loaded.name) if shared_spec else None)
         return out
 
     def _plan_mgpu(self, loaded: LoadedSpec, target: Target, ctx: Resolved) -> PallasMgpuPlan:

@@ -1,4 +1,4 @@
-"""The identifiers the Pallas design's modules use (templates/pallas/, TPU and Mosaic GPU)."""
+"""The identifiers the Pallas design's modules use (templates/gemm/pallas/, TPU and Mosaic GPU)."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
                       "deep", 'use ab_stages = 2 (or "auto")', ("pipeline", "ab_stages"))
 
 
-# --- Pallas Mosaic GPU (design.py, templates/pallas/gemm_mgpu.py.jinja) ----------------------
+# --- Pallas Mosaic GPU (design.py, templates/gemm/pallas/gemm_mgpu.py.jinja) ----------------------
 MGPU_OPERANDS = (DType.f16, DType.bf16, DType.fp8_e4m3, DType.fp8_e5m2)
 
 
@@ -133,7 +133,7 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
 def mgpu_residual(ctx: RuleContext) -> Iterator[Finding]:
     """A residual's subtile is TMA-loaded into the output's SMEM staging slot before it is added (JAX's
     Hopper matmul stages its `c` operand the same way), so it has the output's dtype: the slot holds
-    64 x 64 output elements (templates/pallas/gemm_mgpu.py.jinja)."""
+    64 x 64 output elements (templates/gemm/pallas/gemm_mgpu.py.jinja)."""
     for i, op in enumerate(ctx.spec.epilogue):
         if op.op == "residual" and op.dtype != ctx.spec.out.dtype:
             yield Finding("PAL005", "error", f"residual {op.name!r} is {op.dtype} but out is {ctx.spec.out.dtype}: on "
@@ -238,7 +238,7 @@ def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
 
 @RULES.rule("PAL010", "Mosaic GPU swap_ab with a residual", MOSAIC_GPU)
 def mgpu_swap_ab(ctx: RuleContext) -> Iterator[Finding]:
-    """The swapped kernel (`pallas.swap_ab`, templates/pallas/gemm_mgpu.py.jinja) holds out^T's subtiles in
+    """The swapped kernel (`pallas.swap_ab`, templates/gemm/pallas/gemm_mgpu.py.jinja) holds out^T's subtiles in
     registers; a residual's subtile is TMA-staged in out's orientation and read back through the slot's
     transposed view (`_mg.staged`). With a tile.m over 64 (two 64-column subtiles of out^T per tile row)
     Mosaic GPU's layout inference found no layout for that read after a scale, as gemm_residual_bf16's

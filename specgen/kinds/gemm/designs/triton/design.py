@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from specgen.abi import Arg, make_arg
 from specgen.design import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes
 from specgen.kinds.gemm.plan import GemmModule
 from specgen.kinds.gemm.spec import GemmSpec
@@ -153,12 +154,15 @@ class TritonGemm(GemmDesign):
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> TritonPlan:
         return plan_triton(loaded, targets, resolved)
 
-    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> dict[str, str]:
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
         from specgen.render.env import environment
+        from specgen.render.specs import spec_import
 
         (rel,) = self.modules(loaded.spec, targets)
         context = triton_context(self.plan(loaded, targets, resolved))
-        return {rel: environment().get_template("triton/gemm.py.jinja").render(context)}
+        context["spec_import"] = spec_import(rel, loaded.name) if shared_spec else None
+        return {rel: environment(KIND).get_template("triton/gemm.py.jinja").render(context)}
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
         """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot

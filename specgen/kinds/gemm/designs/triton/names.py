@@ -1,4 +1,4 @@
-"""The identifiers the Triton design's modules use (templates/triton/): checked by tests/test_hardening_names.py."""
+"""The identifiers the Triton design's modules use (templates/gemm/triton/): checked by tests/test_hardening_names.py."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def triton_fp8_arch(ctx: RuleContext) -> Iterator[Finding]:
 
 def triton_mma_rows(spec: GemmSpec) -> tuple[int, str]:
     """The rows of a Triton tile's MMA and the tile field that holds them: tile.m, or tile.n with
-    `triton.swap_ab` (the kernel computes the tile transposed: templates/triton/tile.jinja `dot`)."""
+    `triton.swap_ab` (the kernel computes the tile transposed: templates/gemm/triton/tile.jinja `dot`)."""
     return (spec.tile.n, "n") if spec.triton.swap_ab else (spec.tile.m, "m")
 
 
@@ -37,7 +37,7 @@ def triton_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
     """tl.dot needs K >= 16 (16-bit), 32 (8-bit), 8 (32-bit) and M, N >= 16. Source: Triton
     `language/semantic.py`; measured. A block of fewer than 64 MMA rows compiles but does not use wgmma
     (warning): the rows are tile.m, or tile.n with `triton.swap_ab` (the kernel computes the tile
-    transposed, templates/triton/tile.jinja `dot`)."""
+    transposed, templates/gemm/triton/tile.jinja `dot`)."""
     t, dt = ctx.spec.tile, ctx.spec.a.dtype
     kmin = {1: 32, 2: 16, 4: 8}[dt.bytes]
     if t.k < kmin:
@@ -105,7 +105,7 @@ def _k_tiles(k: int, block: int) -> int:
 @RULES.rule("SPK002", "split-K partials and K tiles", SERVED)
 def split_k_shape(ctx: RuleContext) -> Iterator[Finding]:
     """Each split reduces its share of the K tiles into f32 partials that the last program of the tile
-    sums (templates/triton/gemm.py.jinja `_split_k_reduce`): the accumulator must be f32 (an int32 or
+    sums (templates/gemm/triton/gemm.py.jinja `_split_k_reduce`): the accumulator must be f32 (an int32 or
     f16 accumulator would be rounded through f32), and a config whose `when` bounds K (`k_max`) must
     leave every split at least one K tile at that bound: cdiv(k_max, tile.k) >= split_k, or some
     programs only add zeros for every problem it serves."""

@@ -1,5 +1,5 @@
-"""Spec fragments the rule tests write their cases with (tests/test_rules.py and each design's
-tests/backends/*/rule_cases*.py)."""
+"""Spec fragments the rule tests write their cases with (tests/test_rules.py and each
+design's tests/backends/*/rule_cases*.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One float64 reference per kernel kind, shared by the CPU (interpreter) and GPU tests.
+"""The GEMM kind's float64 reference, shared by every backend's CPU (interpreter) and GPU tests.
 
 `REFERENCES[kind](epilogue, a, b, args)`: the kind's result in float64, each epilogue op applied as an
 unfused torch program would (so `cast` rounds through its dtype). `args` maps each runtime argument's
