@@ -183,9 +183,10 @@ def _to_cute(args: tuple) -> list[Any]:
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    # dynamic shapes and strides with the stride-1 dim static, as the fake tensors were compiled
-    out: list[Any] = [from_dlpack(a, assumed_align=16).mark_layout_dynamic() if isinstance(a, torch.Tensor) else a
-                      for a in args]
+    # dynamic shapes and strides with the stride-1 dim static, as the fake tensors were compiled; detached,
+    # since DLPack refuses a tensor that requires grad (a weight under torch.no_grad(): the call is legal)
+    out: list[Any] = [from_dlpack(a.detach(), assumed_align=16).mark_layout_dynamic() if isinstance(a, torch.Tensor)
+                      else a for a in args]
     from cuda.bindings.driver import CUstream
 
     out.append(CUstream(torch.cuda.current_stream().cuda_stream))

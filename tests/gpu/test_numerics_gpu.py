@@ -33,10 +33,10 @@ SHAPES = {
 
 
 def only(spec: dict, target: str) -> dict:
-    """The catalogue spec on `target` alone (its table for it kept), renamed so that its custom op and
-    module names do not meet the catalogue's."""
+    """The catalogue spec on `target` alone (its table for it kept), renamed per backend so that its custom op
+    and module names meet neither the catalogue's nor another backend's (the module cache keys on them)."""
     spec = json.loads(json.dumps(spec))
-    spec["name"] += "_num"
+    spec["name"] += "_num_" + target.partition(":")[0]
     spec["targets"] = [target]
     spec["per_target"] = {t: c for t, c in (spec.get("per_target") or {}).items() if t == target}
     return spec
@@ -52,15 +52,15 @@ def gpu_modules(tmp_path_factory: pytest.TempPathFactory):
     cache: dict = {}
 
     def get(spec: dict):
-        if spec["name"] not in cache:
-            (target,) = spec["targets"]
+        (target,) = spec["targets"]
+        if (spec["name"], target) not in cache:
             if target.startswith("pallas:"):
                 from backends.pallas.test_mgpu_module import render
 
-                cache[spec["name"]] = render(spec, Path(folder))[0]
+                cache[spec["name"], target] = render(spec, Path(folder))[0]
             else:
-                cache[spec["name"]] = load_target_module(spec, target, Path(folder), "_specgen_numerics_gpu_")[0]
-        return cache[spec["name"]]
+                cache[spec["name"], target] = load_target_module(spec, target, Path(folder), "_specgen_numerics_gpu_")[0]
+        return cache[spec["name"], target]
 
     return get
 
