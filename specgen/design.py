@@ -3,8 +3,8 @@ shared. The core (resolve, check, render, compile, the CLI) asks the registry (s
 for the design that serves a target and calls the hooks below; it never names a backend.
 
 A design says which targets it serves (`keys`, refined by `serves`), how much on-chip memory its
-kernel stages (`memory`, the layout the budget rules check and `auto` stages fill), its register model
-(`accumulator_threads`, `register_findings`), the TMA boxes its module builds (`tma_boxes`), how a
+kernel stages (`memory`, the layout the budget rules check and `auto` stages fill, `stages`), its register
+model (`accumulator_registers`, `register_findings`), the TMA boxes its module builds (`tma_boxes`), how a
 spec's targets group into generated modules (`modules`), and renders those modules (`render`,
 returning `{relative path: text}`). Its ahead-of-time compile lives behind `compile_hook`, a
 "module:function" string imported only by `specgen compile`: importing a design must stay free of
@@ -43,12 +43,9 @@ if TYPE_CHECKING:
     from specgen.rules.base import Finding
     from specgen.spec.dtypes import DType
     from specgen.spec.load import LoadedSpec
-    from specgen.spec.models import LayeredSpec, Target
+    from specgen.spec.models import Bounds, LayeredSpec, Target
 
 DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
-
-WARPGROUP_THREADS = 128
-
 
 class DesignBase:
     """Defaults for every optional hook; a design overrides what differs."""
@@ -67,7 +64,6 @@ class DesignBase:
     # `specgen compile --export`: "module:function(specs, rendered, out, targets) -> [Exported]", imported
     # lazily; "" where the design exports nothing for C++ programs
     export_hook: ClassVar[str] = ""
-    max_auto_stages: ClassVar[int] = 4  # `auto` pipeline depth never goes past this
     renders_variants: ClassVar[bool] = False  # the launcher selects size-selected variants (CFG003 elsewhere)
     # how CFG003's message names the designs that do render them, where not `name` (a design whose
     # modules render variants on some of its targets only: see `renders_variants_on`)
@@ -93,22 +89,19 @@ class DesignBase:
     def memory(self, spec: LayeredSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         raise NotImplementedError
 
-    def auto_stages(self, spec: LayeredSpec, target: TargetInfo) -> int | None:
-        """A fixed `auto` pipeline depth, where the design has one (None: the deepest that fits)."""
-        return None
+    def stages(self, spec: LayeredSpec, target: TargetInfo) -> tuple[int, int]:
+        """(pipeline stages, accumulator stages) on `target`, `auto` filled in: the kind's design base reads
+        its spec's sections and sizes an `auto` depth from `memory` (specgen/kinds/<kind>/design.py)."""
+        raise NotImplementedError(f"the {self.name} design says its pipeline stages")
 
-    def accumulator_threads(self, spec: LayeredSpec, target: TargetInfo) -> int:
-        """Threads sharing the register accumulator: one warpgroup per 64 rows, two for wide tiles."""
-        t = spec.tile
-        return (2 if t.m > 64 and t.n > 128 else 1) * WARPGROUP_THREADS
+    def accumulator_registers(self, spec: LayeredSpec, target: TargetInfo) -> tuple[int, int]:
+        """(32-bit registers per thread holding a register-resident accumulator, threads sharing it): the
+        kind's design base says, from its tile and the design's threads."""
+        raise NotImplementedError(f"the {self.name} design says its accumulator's registers")
 
     def tmem_columns(self, spec: LayeredSpec, target: TargetInfo) -> int:
         """Accumulator TMEM columns per stage (0: the accumulator is not in TMEM)."""
         return 0
-
-    def acc_stages(self, spec: LayeredSpec, target: TargetInfo) -> int:
-        """Accumulator stages for `auto`: one where the accumulator lives in registers."""
-        return 1
 
     def tma_boxes(self, spec: LayeredSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module moves by TMA (TMA001-TMA002 check them): the kind's design base says which
@@ -150,10 +143,11 @@ class DesignBase:
         where it does not): the design's `renders_variants`, unless it differs by target."""
         return self.renders_variants
 
-    def tune_space(self, spec: LayeredSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]] | None:
+    def tune_space(self, spec: LayeredSpec, target: TargetInfo,
+                   when: Bounds | None = None) -> dict[str, tuple[object, ...]] | None:
         """The knobs `specgen tune` sweeps on `target` and their ranges (check prunes what cannot fit) for a
-        slot serving M <= m_max (None: the default config, or no bound); None where the design has nothing
-        to tune (`tune` skips the target with a note)."""
+        slot bounded by `when` (a variant's bounds, the kind's model; None: the default config); None where
+        the design has nothing to tune (`tune` skips the target with a note)."""
         return None
 
     def config_notes(self, spec: LayeredSpec) -> str:

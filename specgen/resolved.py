@@ -11,7 +11,7 @@ from typing import Protocol
 from specgen.envelope.budget import MemoryBudget
 from specgen.rules.finding import Finding
 from specgen.spec.dtypes import DType
-from specgen.spec.models import LayeredSpec, Target, When
+from specgen.spec.models import Bounds, LayeredSpec, Target
 from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
 
 
@@ -56,7 +56,7 @@ class Resolved:
     tma_boxes: tuple[TmaBox, ...]  # every tile moved by TMA (empty: none)
     design: DesignHooks  # the design that serves the target (the registry's answer)
     variant: int | None = None  # which of the target's size-selected variants (None: the default config)
-    when: When | None = None  # that variant's bounds
+    when: Bounds | None = None  # that variant's bounds (the kind's model)
     variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved
 
     @property

@@ -15,10 +15,11 @@ PKG = ROOT / "specgen"
 
 # The shared core: spec handling, resolve, check, render, compile, the CLI, the registry and the rules
 # every design shares. The target table (targets.py) and the kinds' line-ups (kinds/<kind>/__init__.py) are
-# where those names are allowed to stand. spec/models.py stays off this list for its docstrings alone (the
-# schema's descriptions name backends); its code names none: the designs own their option sections
-# (designs/<design>/options.py) and a kind's spec model lists them (tests/test_spec.py pins that).
+# where those names are allowed to stand. spec/models.py holds the generic parts only: the designs own their
+# option sections (designs/<design>/options.py), a kind its own sections (kinds/<kind>/sections.py), and a
+# kind's spec model lists them (tests/test_spec.py pins that).
 CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
+        "spec/models.py",
         "render/catalogue.py", "render/env.py", "render/writer.py", "design.py", "envelope/budget.py",
         "rules/base.py", "rules/hooks.py", "rules/table.py", "kinds/lineup.py", "spec/file.py", "spec/load.py", "spec/names.py", "spec/positions.py",
         "spec/targets.py", "spec/epilogue.py"]
@@ -215,3 +216,49 @@ def test_torch_and_pytest_stay_out_of_the_check_and_render_path():
             assert "pytest" not in everywhere, f"{path.relative_to(ROOT)} imports pytest"
         if "torch" in top:
             assert TESTING.match(m) or m.startswith("specgen.runtime"), f"{path.relative_to(ROOT)} imports torch"
+
+
+# The core that resolves and layers a spec: it reads no field of a kind's spec (the GEMM's `tile`, `pipeline`,
+# `when.m_max`, ...): the kind's model declares its sections (kinds/<kind>/sections.py) and its design base
+# reads them behind the protocol's hooks (`stages`, `accumulator_registers`, `tune_space`'s `when`).
+NO_KIND_FIELDS = ["spec/models.py", "resolve.py", "resolved.py", "design.py", "tune/space.py"]
+
+
+def _kind_fields() -> set[str]:
+    """Every field of each kind's spec model and of the sections it is built from, but those LayeredSpec's
+    layering names for every kind (name, kind, targets, per_target, variants, a variant's `when`)."""
+    from pydantic import BaseModel
+
+    from specgen.kinds.models import SPEC_MODELS
+
+    generic = {"name", "kind", "description", "targets", "per_target", "variants", "when"}
+    fields: set[str] = set()
+    todo: list[type[BaseModel]] = list(SPEC_MODELS)
+    seen: set[type[BaseModel]] = set()
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, f in model.model_fields.items():
+            fields.add(name)
+            for t in (f.annotation, *getattr(f.annotation, "__args__", ())):
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    todo.append(t)
+    return fields - generic
+
+
+def test_the_core_reads_no_field_of_a_kinds_spec():
+    fields = _kind_fields()
+    assert {"tile", "pipeline", "cluster", "schedule", "ab_stages", "m_max", "accumulator"} <= fields
+    hits = []
+    for rel in NO_KIND_FIELDS:
+        tree = ast.parse((PKG / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in fields:
+                hits.append(f"specgen/{rel}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) > 1:
+                key = node.args[1]
+                if isinstance(key, ast.Constant) and key.value in fields:
+                    hits.append(f"specgen/{rel}:{node.lineno} getattr(..., {key.value!r})")
+    assert hits == []

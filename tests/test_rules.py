@@ -18,10 +18,10 @@ from kernels import MINIMAL_SPEC
 from specgen.envelope.budget import MIN_STAGES
 from specgen.kinds.gemm.designs.cute_sm100.design import tmem_columns
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.stages import max_ab_stages, resolve_ab_stages, resolve_acc_stages
+from specgen.kinds.gemm.stages import memory as smem_budget
 from specgen.kinds.gemm.testing.rules import F16, FP8, tile
 from specgen.registry import design_for
-from specgen.resolve import max_ab_stages, resolve_ab_stages, resolve_acc_stages
-from specgen.resolve import memory as smem_budget
 from specgen.resolve import resolve as rule_context
 from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths

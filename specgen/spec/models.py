@@ -1,12 +1,13 @@
 """The parts of a kernel spec every kind shares, as pydantic v2 models. Strict: unknown fields are errors,
 models are frozen. A spec file (spec/file.py) holds `kernels`, a list; each kernel has a `kind`, and the
-kind's own model (specgen/kinds/<kind>/spec.py) declares its fields from the parts here: operands and
-outputs, the configuration sections, the targets, and the per-target and per-size layering (LayeredSpec).
+kind's own model (specgen/kinds/<kind>/spec.py) declares its fields: its semantics, its configuration
+sections and its variants' bounds (a `Bounds`) are the kind's, built from the generic parts here (Strict,
+bounded, KeysAddedLater, Sparse); the targets and the per-target and per-size layering (LayeredSpec) are here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, TypeVar
+from typing import Annotated, ClassVar, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -17,13 +18,11 @@ from pydantic import (
     PlainSerializer,
     SerializationInfo,
     SerializerFunctionWrapHandler,
-    StrictBool,
     WithJsonSchema,
     model_serializer,
     model_validator,
 )
 
-from specgen.spec.dtypes import DType
 from specgen.spec.names import IDENTIFIER, MAX_NAME, check_kernel_name
 from specgen.spec.targets import ALL_TARGETS, TARGET_ARCHS, Backend
 
@@ -38,52 +37,7 @@ def bounded(hi: int, lo: int = 1) -> object:
     return Annotated[int, Field(strict=True, ge=lo, le=hi)]
 
 
-# Sanity bounds (the envelope rules then check what each target allows): a tile dim past 65536 has no
-# target; clusters hold at most 16 CTAs (CLU001 says so with the numbers); pipelines a few stages; group_m
-# multiplies a tile count in the kernel's int32 arithmetic. A design's option section bounds its own keys.
-TileDim = bounded(65536)
-ClusterDim = bounded(64)
-StageCount = bounded(64)
-Major = Literal["k", "mn"]
-Stages = StageCount | Literal["auto"]
 MAX_DESCRIPTION = 4096
-
-
-class Operand(Strict):
-    dtype: DType
-    major: Major = "k"
-
-
-class Output(Strict):
-    dtype: DType
-
-
-class Tile(Strict):
-    """The CTA (or TPU block) tile: out block m x n, reduced over k per pipeline step."""
-
-    m: TileDim
-    n: TileDim
-    k: TileDim
-
-
-class Cluster(Strict):
-    m: ClusterDim = 1
-    n: ClusterDim = 1
-
-    @property
-    def size(self) -> int:
-        return self.m * self.n
-
-
-class Pipeline(Strict):
-    """Pipeline depths; `auto` is resolved by the planner from the same budget the SMEM rule checks."""
-
-    ab_stages: Stages = "auto"
-    acc_stages: Stages = "auto"
-    epilogue_stages: Stages = "auto"
-
-
-MAX_SPLIT_K = 64
 
 
 class KeysAddedLater(Strict):
@@ -99,26 +53,6 @@ class KeysAddedLater(Strict):
             if key not in self.model_fields_set and data.get(key) == default:
                 data.pop(key, None)
         return data
-
-
-class Schedule(KeysAddedLater):
-    """Tile order: `persistent` launches one program per SM looping over tiles; `group_m` swizzles tiles
-    in groups of that many rows (or columns, when `raster = "along_n"`) for L2 reuse.
-
-    `split_k` divides each output tile's K loop between that many programs (decode shapes: few tiles,
-    long K); each writes f32 partial sums and the last to finish a tile reduces them and runs the
-    epilogue once (on CuTe sm90 the splits are a cluster's CTAs and meet in the first one's SMEM).
-    `split_k_reduction = "deterministic"` (the default) sums the partials in split order, so results
-    are bit-identical run to run; `"atomic"` adds them with float atomics instead (Triton only: less
-    workspace and traffic, summation order varies)."""
-
-    persistent: StrictBool = False
-    raster: Literal["along_m", "along_n"] = "along_m"
-    group_m: bounded(256) = 8
-    split_k: bounded(MAX_SPLIT_K) = 1
-    split_k_reduction: Literal["deterministic", "atomic"] = "deterministic"
-
-    ADDED_LATER: ClassVar[dict[str, object]] = {"split_k": 1, "split_k_reduction": "deterministic"}
 
 
 class Target(Strict):
@@ -208,33 +142,23 @@ def _has_sections(cls: type[BaseModel]) -> None:
     stray = [s for s in getattr(cls, "BACKEND_SECTIONS", {}) if s not in sections]
     if stray:
         raise TypeError(f"{cls.__name__} names a backend for {stray}, which are not among its CONFIG_SECTIONS")
+    stray = [s for s in getattr(cls, "WHOLE_SECTIONS", ()) if s not in sections]
+    if stray:
+        raise TypeError(f"{cls.__name__} gives {stray} whole, which are not among its CONFIG_SECTIONS")
 
 
-MAX_BOUND = (1 << 31) - 1  # problem sizes are int32 in the kernels
-Bound = bounded(MAX_BOUND)
-
-
-class When(Sparse):
-    """A variant's problem-size bounds: it serves calls with M <= m_max (and N <= n_max, K <= k_max
-    where given). The launcher tries the variants in the order listed, then the default config."""
-
-    m_max: Bound | None = None
-    n_max: Bound | None = None
-    k_max: Bound | None = None
-
-    @model_validator(mode="after")
-    def _some(self) -> When:
-        if self.m_max is None and self.n_max is None and self.k_max is None:
-            raise ValueError("a variant's `when` gives at least one of m_max, n_max, k_max")
-        return self
+class Bounds(Sparse):
+    """A variant's problem-size bounds, whatever its kind: the kind's `when` model subclasses this and says its
+    bounds (`bounds()`, {dimension: largest size served}); a dimension it leaves unbounded is absent. Which
+    variant the launcher picks, and whether an earlier one shadows a later, follow from those alone."""
 
     def bounds(self) -> dict[str, int]:
-        return {dim: v for dim, v in (("M", self.m_max), ("N", self.n_max), ("K", self.k_max)) if v is not None}
+        raise NotImplementedError(f"{type(self).__name__} says its bounds")
 
-    def contains(self, other: When) -> bool:
+    def contains(self, other: Bounds) -> bool:
         """Whether every problem `other` admits, this admits too."""
-        return all(mine is None or (theirs is not None and theirs <= mine)
-                   for mine, theirs in ((self.m_max, other.m_max), (self.n_max, other.n_max), (self.k_max, other.k_max)))
+        theirs = other.bounds()
+        return all(dim in theirs and theirs[dim] <= mine for dim, mine in self.bounds().items())
 
     def __str__(self) -> str:
         return " and ".join(f"{d} <= {v}" for d, v in self.bounds().items())
@@ -268,10 +192,12 @@ class LayeredSpec(Strict):
     it gives them): `name`, `kind`, `targets`, `per_target`, `variants` and its configuration sections among
     them. It names those sections in `CONFIG_SECTIONS` (the ones a target or a variant may override: the
     kernel's semantics stay the same on every target), and in `BACKEND_SECTIONS` the sections that are a
-    design's options, each with the backend whose targets read it."""
+    design's options, each with the backend whose targets read it; in `WHOLE_SECTIONS` the sections a layer
+    gives whole (their keys have no defaults: the tuner writes such a section whole)."""
 
     CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = ()
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = {}
+    WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: object) -> None:

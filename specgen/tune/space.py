@@ -1,4 +1,4 @@
-"""The tuner's candidates: each design's knobs and ranges (its `tune_space(spec, target, m_max)` hook), their
+"""The tuner's candidates: each design's knobs and ranges (its `tune_space(spec, target, when)` hook), their
 product with the incumbent always in it, each applied to the spec as the writeback would write it (`edits`) and pruned by the same `check` (no compile is spent on a config check rejects).
 
 A config is flat: {"tile.m": 128, "tile.n": 256, "tile.k": 64, "triton.num_warps": 8}. It is written into
@@ -44,11 +44,11 @@ def has_tune_space(spec: LayeredSpec, target: Target) -> bool:
 
 
 def design_space(spec: LayeredSpec, target: Target, slot: int | None = None) -> dict[str, tuple[Any, ...]]:
-    """The design's knobs for (target, slot): `tune_space(effective spec, target, m_max)`, m_max the slot's
-    bound on M where it has one (a design may sweep other knobs for decode-sized slots)."""
+    """The design's knobs for (target, slot): `tune_space(effective spec, target, when)`, `when` the slot's
+    bounds where it is a variant's (a design may sweep other knobs for decode-sized slots)."""
     design = design_for(spec.kind, target)
-    m_max = spec.variants_on(target)[slot].when.m_max if slot is not None else None
-    found = design.tune_space(spec.for_target(target, slot), target_info(target), m_max) if design else None
+    when = spec.variants_on(target)[slot].when if slot is not None else None
+    found = design.tune_space(spec.for_target(target, slot), target_info(target), when) if design else None
     if found is None:
         raise SpaceError(f"{target} has no tune space: its design declares none (`tune_space`)")
     return found
@@ -148,8 +148,10 @@ def _layer(spec: LayeredSpec, target: Target, slot: int | None, edits: list[Edit
 
 
 def edits(spec: LayeredSpec, target: Target, slot: int | None, config: Config) -> list[Edit]:
-    """What writing `config` for (target, slot) changes: only knobs whose value differs; a tile written
-    whole; a shared field written for each of the module's targets."""
+    """What writing `config` for (target, slot) changes: only knobs whose value differs; a section the kind
+    gives whole (`WHOLE_SECTIONS`: the GEMM's tile) written whole; a shared field written for each of the
+    module's targets."""
+    whole = type(spec).WHOLE_SECTIONS
     out: list[Edit] = []
     for t in _module_targets(spec, target):
         if t != target and (slot is not None and spec.variants_on(t) != spec.variants_on(target)):
@@ -160,11 +162,13 @@ def edits(spec: LayeredSpec, target: Target, slot: int | None, config: Config) -
         if not changed:
             continue
         layer = _layer(spec, t, slot, out)
-        if any(k.startswith("tile.") for k in changed):
-            tile = eff.tile.model_dump() | {k.split(".")[1]: config[k] for k in mine if k.startswith("tile.")}
-            out.append(((*layer, "tile"), tile))
+        for section in whole:  # a section given whole (the GEMM's tile)
+            if any(k.split(".")[0] == section for k in changed):
+                given = getattr(eff, section).model_dump() | {
+                    k.split(".")[1]: config[k] for k in mine if k.split(".")[0] == section}
+                out.append(((*layer, section), given))
         for k in changed:
-            if not k.startswith("tile."):
+            if k.split(".")[0] not in whole:
                 out.append(((*layer, *k.split(".")), config[k]))
     return out + _pins(spec, out) if slot is None and out else out
 
@@ -186,8 +190,8 @@ def _pins(spec: LayeredSpec, changes: list[Edit]) -> list[Edit]:
                 if was == now:
                     continue
                 layer = _layer(spec, t, i, pins)
-                if section == "tile":
-                    pins.append(((*layer, "tile"), was))
+                if section in type(spec).WHOLE_SECTIONS:
+                    pins.append(((*layer, section), was))
                     continue
                 for k, v in was.items():
                     if now[k] != v and v is None:  # "unset" has no spelling in a spec file

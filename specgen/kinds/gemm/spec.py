@@ -1,5 +1,5 @@
 """The GEMM kind's spec model: its semantics (operands, dtypes, major modes, batch, the epilogue chain)
-and its configuration sections, layered per target and per size variant by the core's LayeredSpec.
+and its configuration sections (sections.py), layered per target and per size variant by the core's LayeredSpec.
 
     out[b, m, n] = epilogue( sum_k A[b, m, k] * B[b, k, n] )      (b only when `batch = true`)
 
@@ -20,34 +20,21 @@ from specgen.kinds.gemm.designs.pallas import options as pallas_options
 from specgen.kinds.gemm.designs.pallas.options import PallasOptions
 from specgen.kinds.gemm.designs.triton import options as triton_options
 from specgen.kinds.gemm.designs.triton.options import TritonOptions
+from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg
-from specgen.spec.models import (
-    Cluster,
-    ConfigLayer,
-    Description,
-    KernelName,
-    LayeredSpec,
-    Operand,
-    Output,
-    Pipeline,
-    Schedule,
-    TargetKey,
-    TargetName,
-    Tile,
-    When,
-)
+from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
 from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend
 
-# The configuration sections a target or a size variant may override: the kernel's generic ones, then its
+# The configuration sections a target or a size variant may override: the kind's own (sections.py), then its
 # designs' option sections. Each design's options module (designs/<design>/options.py, importing no design)
 # names its SECTION, the BACKEND whose targets read it, and its model; adding a design with options of its
 # own is adding its module here and its section's field to GemmSpec and GemmLayer (a model missing the field
 # of a section it lists fails to build; tests/test_spec.py checks each field is its options module's model).
-GENERIC_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
+KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
 DESIGN_OPTIONS = (triton_options, cute_options, pallas_options)
-CONFIG_SECTIONS: tuple[str, ...] = GENERIC_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
+CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
 
 
@@ -84,6 +71,7 @@ class TargetConfig(GemmLayer):
 class GemmSpec(LayeredSpec):
     CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
+    WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ("tile",)  # m, n and k have no defaults
     SEMANTIC_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b", "out", "accumulator", "batch", "epilogue")  # tune's cache key
 
     name: KernelName

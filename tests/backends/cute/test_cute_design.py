@@ -20,9 +20,10 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     mma_warpgroups,
     prefetch_vectors,
 )
+from specgen.kinds.gemm.stages import memory
 from specgen.registry import design_for
 from specgen.render.catalogue import render_modules
-from specgen.resolve import memory, resolve
+from specgen.resolve import resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
 from specgen.targets import target_info
@@ -172,11 +173,12 @@ def test_modules_without_split_k_carry_none_of_its_code():
 def test_swap_ab_sweeps_for_decode_slots_only():
     """`specgen tune`'s CuTe space: a slot serving M <= 64 sweeps swap_ab with 16- and 32-row tiles."""
     from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
+    from specgen.kinds.gemm.sections import When
 
     tune_space = DESIGN.tune_space
 
     spec = loaded({**MINIMAL_SPEC, "targets": ["cute:sm90"]}).spec
-    decode, prefill = tune_space(spec, target_info(SM90), 16), tune_space(spec, target_info(SM90))
+    decode, prefill = tune_space(spec, target_info(SM90), When(m_max=16)), tune_space(spec, target_info(SM90))
     assert decode["cute.swap_ab"] == (False, True) and 16 in decode["tile.m"]
     assert "cute.swap_ab" not in prefill and min(prefill["tile.m"]) == 64
 
@@ -235,7 +237,7 @@ def test_check_passes_exactly_the_pipelines_that_fit(case, tmp_path):
     stage deeper, check refuses (SMEM001) and the compiler's kernel would indeed need more than a block
     may have (the launch would fail)."""
     from specgen.check import check_spec
-    from specgen.resolve import max_ab_stages
+    from specgen.kinds.gemm.stages import max_ab_stages
 
     base = {**MINIMAL_SPEC, **BORDERLINE[case], "targets": ["cute:sm90"]}
     deepest = max_ab_stages(loaded(base).spec, SM90)

@@ -176,12 +176,13 @@ def test_swap_ab_sweeps_for_decode_slots_only() -> None:
     """`specgen tune`'s Mosaic GPU space: a slot serving M <= 64 sweeps swap_ab with 8- to 32-row tiles (the
     unswapped small tiles are check's MMA001 refusals), a prefill slot neither."""
     from specgen.kinds.gemm.designs.pallas.design import DESIGN
+    from specgen.kinds.gemm.sections import When
 
     tune_space = DESIGN.tune_space
     from specgen.targets import TARGETS
 
     spec = GemmSpec.model_validate(MGPU["gemm_bf16"])
-    decode, prefill = tune_space(spec, TARGETS["pallas:gpu_sm90"], 16), tune_space(spec, TARGETS["pallas:gpu_sm90"])
+    decode, prefill = tune_space(spec, TARGETS["pallas:gpu_sm90"], When(m_max=16)), tune_space(spec, TARGETS["pallas:gpu_sm90"])
     assert decode["pallas.swap_ab"] == (False, True) and {8, 16, 32} <= set(decode["tile.m"])
     assert "pallas.swap_ab" not in prefill and min(prefill["tile.m"]) == 64
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgen.kinds.gemm.spec import GemmSpec
-from specgen.resolve import memory
+from specgen.kinds.gemm.stages import memory
 from specgen.targets import SM90, TARGETS
 
 RECORD = Path(__file__).resolve().parents[3] / "bench" / "results" / "2026-11-22-h200-mgpu-smem.jsonl"

@@ -1,11 +1,12 @@
-"""The on-chip memory budget every GPU design lays out (resolve.py asks the design for it)."""
+"""The on-chip memory budget every GPU design lays out (resolve.py asks the design for it; stages.py finds
+the deepest pipeline that fits)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from specgen.envelope.budget import MIN_STAGES
-from specgen.resolve import max_ab_stages, memory
+from specgen.kinds.gemm.stages import max_ab_stages, memory
 from specgen.rules.base import Finding, RuleContext, RuleSet, is_gpu
 
 RULES = RuleSet()

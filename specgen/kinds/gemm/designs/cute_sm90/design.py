@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.abi import Arg, make_arg
-from specgen.design import WARPGROUP_THREADS, DesignBase, module_identity, plan_header
+from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
-from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
@@ -529,15 +530,15 @@ class CuteSm90Gemm(GemmDesign):
                shared_spec: bool = False) -> dict[str, str]:
         return render_per_arch(self, loaded, targets, resolved, render_context, shared_spec)
 
-    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:
         """The knobs `specgen tune` sweeps on CuTe sm90 (wgmma): tile, the 2x1 cluster (B multicast) and the
         consumer schedule; K is one 128-byte swizzle row (64 16-bit or 128 8-bit elements). A slot serving
-        M <= 64 (`m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
+        M <= 64 (`when.m_max`, decode) also sweeps `cute.swap_ab` with tile.m 16 and 32 (M on wgmma's column side,
         as cuBLAS's decode kernels run it; check prunes the unswapped small tiles), deeper pipelines and
         split-K in two across the cluster (few tiles over a long K; check prunes it from ping-pong; 4 splits ran
         1.25-1.5x slower than 2 at 64x4096x14336 on an H100, session 11)."""
         k = (128,) if spec.a.dtype.bytes == 1 else (64,)
-        if m_max is not None and m_max <= 64:
+        if decode_slot(when):
             return {"tile.m": (16, 32, 64), "tile.n": (64, 128), "tile.k": k, "cute.schedule": ("cooperative", "pingpong"),
                     "cute.swap_ab": (False, True), "pipeline.ab_stages": ("auto", 6), "schedule.split_k": (1, 2)}
         return {"tile.m": (64, 128), "tile.n": (64, 128, 192, 256), "tile.k": k,

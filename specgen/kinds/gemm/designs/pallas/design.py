@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.abi import Arg, make_arg
-from specgen.design import WARPGROUP_THREADS, plan_header
+from specgen.design import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
-from specgen.kinds.gemm.design import GemmDesign, tma_boxes
+from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
 from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
@@ -468,16 +469,16 @@ class PallasGemmDesign(GemmDesign):
             spec_json=loaded.spec.model_dump(mode="json"),
         )
 
-    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:
         """The knobs `specgen tune` sweeps: Mosaic GPU tiles (wgmma rows of 64, K one swizzle row or two),
         pipeline steps (deep ones for decode-sized variants, whose small tiles leave SMEM for them) and the
         2x1 cluster (B multicast); TPU blocks in MXU multiples (timed only on a TPU). A variant's slot is
-        tuned like the default (its module renders every config); one serving M <= 64 (`m_max`, decode) also
+        tuned like the default (its module renders every config); one serving M <= 64 (`when.m_max`, decode) also
         sweeps `pallas.swap_ab` with tile.m 8, 16 and 32 (check prunes them unswapped, MMA001)."""
         if target.memory == "vmem":
             return {"tile.m": (256, 512), "tile.n": (256, 512, 1024), "tile.k": (256, 512)}
         k = (128, 256) if spec.a.dtype.bytes == 1 else (64, 128)
-        if m_max is not None and m_max <= 64:
+        if decode_slot(when):
             return {"tile.m": (8, 16, 32, 64), "tile.n": (128, 256), "tile.k": k, "pipeline.ab_stages": (4, 6, 8),
                     "pallas.swap_ab": (False, True)}
         return {"tile.m": (64, 128), "tile.n": (64, 128, 256), "tile.k": k, "pipeline.ab_stages": (2, 3, 4, 6, 8),

@@ -25,6 +25,7 @@ from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes
 from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
@@ -164,7 +165,7 @@ class TritonGemm(GemmDesign):
         context["spec_import"] = spec_import(rel, loaded.name) if shared_spec else None
         return {rel: environment(KIND).get_template("triton/gemm.py.jinja").render(context)}
 
-    def tune_space(self, spec: GemmSpec, target: TargetInfo, m_max: int | None = None) -> dict[str, tuple[object, ...]]:
+    def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:
         """The knobs `specgen tune` sweeps on a Triton target and their ranges (check prunes what cannot
         fit): block shape, warps, pipeline depth. 8-bit operands take deeper K blocks (tl.dot's K is 32 bytes)."""
         narrow = spec.a.dtype.bytes == 1
