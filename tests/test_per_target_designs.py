@@ -98,7 +98,7 @@ def test_a_pallas_per_target_override_reaches_the_module_and_its_figures() -> No
     assert r.ab_stages == 1 and r.budget.total == design.memory(effective, target_info(V5E), 1).total
     assert r.budget.total > design.memory(ls.spec, target_info(V5E), 2).total  # larger blocks than the kernel's
     plan = design.plan(ls, [V5E, V6E], {str(t): report.resolved[(ls.name, str(t))] for t in (V5E, V6E)})
-    assert (plan.block_m, plan.block_n, plan.block_k, plan.ab_buffers) == (256, 512, 256, 1)
+    assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.ab_stages) == (256, 512, 256, 1)
     assert plan.vmem_bytes == r.budget.total and plan.vmem_limit_bytes == 16 << 20
     (text,) = render_modules(ls, [V5E, V6E]).values()
     for line in ("BLOCK_M, BLOCK_N, BLOCK_K = 256, 512, 256", "AB_BUFFERS = 1", f"VMEM_LIMIT_BYTES = {16 << 20}",

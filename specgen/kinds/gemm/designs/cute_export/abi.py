@@ -22,8 +22,9 @@ TMA_ALIGN = 16  # bytes: TMA's base and stride unit, and the fake tensors' assum
 
 
 class CuteConfig(Protocol):
-    """What the C entry reads of one config (the module's `Config` row): its index and size bounds, its
-    tile for the header, the cluster whose size divides the device's SMs for a persistent grid."""
+    """What the C entry reads of one config (the module's `Config` row; a `StagedConfigRow`,
+    kinds/gemm/plan.py): its index and size bounds, its tile for the header, the cluster whose size
+    divides the device's SMs for a persistent grid."""
 
     index: int | None
     when: str

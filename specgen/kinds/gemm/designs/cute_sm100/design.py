@@ -53,6 +53,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     host_parameters,
     render_per_arch,
 )
+from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.load import LoadedSpec
@@ -168,25 +169,18 @@ def serves(target: Target | TargetInfo) -> bool:
     return info.backend is Backend.cute and info.mma == "tcgen05"
 
 
-@dataclass(frozen=True)
-class CuteSm100Config:
-    """One compiled configuration: the default's or a size-selected variant's (the module's `Config`)."""
+@dataclass(frozen=True, kw_only=True)
+class CuteSm100Config(StagedConfigRow):
+    """One compiled configuration: the default's or a size-selected variant's (the module's `Config`). Its
+    tile is per CTA."""
 
-    index: int | None
-    when: str
-    bounds: list[tuple[str, int]]
-    tile_m: int  # per CTA
-    tile_n: int
-    tile_k: int
     cluster_m: int
     cluster_n: int
     two_cta: bool
-    ab_stages: int
     acc_stages: int
     epi_m: int
     epi_n: int
     epi_stages: int
-    group_m: int
     group_rows: bool
     persistent: bool
     smem_bytes: int

@@ -42,7 +42,7 @@ from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
-from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox
@@ -287,25 +287,18 @@ def host_context(p: object) -> dict[str, object]:
     }
 
 
-@dataclass(frozen=True)
-class CuteConfig:
-    """One compiled configuration: the default's or a size-selected variant's (the module's `Config`)."""
+@dataclass(frozen=True, kw_only=True)
+class CuteConfig(StagedConfigRow):
+    """One compiled configuration: the default's or a size-selected variant's (the module's `Config`). Its
+    tile is the kernel's (`kernel_tile`): out's, or out^T's with swap_ab."""
 
-    index: int | None  # the variant's index (None: the default)
-    when: str  # the variant's bounds, as the docstring shows them ("" for the default)
-    bounds: list[tuple[str, int]]  # (dim, max) the launcher compares
-    tile_m: int  # the kernel's tile (`kernel_tile`): out's, or out^T's with swap_ab
-    tile_n: int
-    tile_k: int
     cluster_m: int
     cluster_n: int
-    ab_stages: int
     epi_m: int
     epi_n: int
     epi_stages: int
     mma_warpgroups: int
     pingpong: bool
-    group_m: int
     group_rows: bool
     persistent: bool
     smem_bytes: int

@@ -41,7 +41,7 @@ from specgen.design import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
-from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
@@ -159,10 +159,10 @@ class PallasTpuPlan(PallasModule):
     """Every number templates/gemm/pallas/gemm_tpu.py.jinja renders, named."""
 
     acc_jnp_dtype: str
-    block_m: int
-    block_n: int
-    block_k: int
-    ab_buffers: int  # pipeline buffers per A / B BlockSpec (2: Pallas's default double buffering)
+    tile_m: int  # the blocks (the module's BLOCK_M, BLOCK_N, BLOCK_K)
+    tile_n: int
+    tile_k: int
+    ab_stages: int  # pipeline buffers per A / B BlockSpec (AB_BUFFERS; 2: Pallas's default double buffering)
     vmem_bytes: int  # what the plan's blocks need (the VMEM001 figure)
     vmem_breakdown: str
     vmem_limit_bytes: int  # the scoped limit the kernel requests
@@ -170,20 +170,14 @@ class PallasTpuPlan(PallasModule):
     spec_json: dict[str, object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class MgpuConfig:
+@dataclass(frozen=True, kw_only=True)
+class MgpuConfig(StagedConfigRow):
     """One config of the Mosaic GPU kernel: the default's or a size-selected variant's (a row of the
     module's `Config` table, passed to the kernel as a static argument). Each is resolved and checked on
     its own (stages, SMEM, TMA boxes), so a variant may change any config key: the kernel reads every
-    number of it at trace time."""
+    number of it at trace time. Its tile is the CTA's; its ab_stages the TMA pipeline's depth (the
+    Config's `stages`)."""
 
-    index: int | None  # the variant's index (None: the default)
-    when: str  # the variant's bounds as the docstring shows them ("" for the default)
-    bounds: list[tuple[str, int]]  # (dim, max) the launcher compares: ("M", 16) is M <= 16
-    tile_m: int  # the CTA tile (spec: tile)
-    tile_n: int
-    tile_k: int
-    stages: int  # TMA pipeline depth (spec: pipeline.ab_stages; auto: the deepest that fits)
     wgmma_in_flight: int  # wgmma groups a consumer leaves running while it issues the next K step
     wg_n: int  # each consumer warpgroup's share of tile_n
     epi_m: int
@@ -193,7 +187,6 @@ class MgpuConfig:
     a_swizzle: int  # bytes
     b_swizzle: int
     out_swizzle: int
-    group_m: int
     raster_dim: int  # planar_snake's minor dim: 0 bands of group_m tile rows (raster along_m), 1 of columns
     persistent: bool
     cluster_m: int  # CTAs per cluster along M / N (1x1, 2x1 or 1x2): the pair multicasts its shared operand
@@ -210,7 +203,7 @@ def mgpu_config(r: Resolved) -> MgpuConfig:
     return MgpuConfig(
         index=r.variant, when="" if r.when is None else str(r.when),
         bounds=[] if r.when is None else list(r.when.bounds().items()),
-        tile_m=t.m, tile_n=t.n, tile_k=t.k, stages=r.ab_stages,
+        tile_m=t.m, tile_n=t.n, tile_k=t.k, ab_stages=r.ab_stages,
         wgmma_in_flight=min(MGPU_WGMMA_IN_FLIGHT, r.ab_stages - 1),
         wg_n=lay.wg_n, epi_m=lay.epi_m, epi_n=lay.epi_n, out_slots=lay.out_slots,
         residual_barriers=lay.residual_barriers, a_swizzle=sw.ab, b_swizzle=sw.ab, out_swizzle=sw.out,
@@ -414,10 +407,10 @@ class PallasGemmDesign(GemmDesign):
         return PallasTpuPlan(
             **_module_fields(loaded, spec, targets),
             acc_jnp_dtype=acc,
-            block_m=spec.tile.m,
-            block_n=spec.tile.n,
-            block_k=spec.tile.k,
-            ab_buffers=buffers,
+            tile_m=spec.tile.m,
+            tile_n=spec.tile.n,
+            tile_k=spec.tile.k,
+            ab_stages=buffers,
             vmem_bytes=need,
             vmem_breakdown=budgets[0].breakdown(),
             vmem_limit_bytes=limit,
@@ -485,12 +478,17 @@ class PallasGemmDesign(GemmDesign):
                 "cluster.m": (1, 2)}
 
 
+# The TPU module's METADATA keys for the plan's fields it names otherwise (its BLOCK_M, ..., AB_BUFFERS).
+TPU_METADATA_KEYS = {"tile_m": "block_m", "tile_n": "block_n", "tile_k": "block_k", "ab_stages": "ab_buffers"}
+
+
 def _identity_first(fields: dict[str, object]) -> dict[str, object]:
     """A TPU plan's METADATA entries: the module's identity (where its spec came from, what it serves), then
     its numbers; the operands, the epilogue and the spec itself are said elsewhere in the module."""
     first = ("spec_file", "spec_hash", "specgen_version", "description", "targets")
     return {**{k: fields[k] for k in first},
-            **{k: v for k, v in fields.items() if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+            **{TPU_METADATA_KEYS.get(k, k): v for k, v in fields.items()
+               if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue")}}
 
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
@@ -508,15 +506,17 @@ def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     }
 
 
-# Config fields the module's Config table carries (the rest of MgpuConfig is the docstring's and METADATA's).
-MGPU_CONFIG_FIELDS = ("tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
-                      "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim",
-                      "persistent", "cluster_m", "cluster_n", "smem_bytes", "swap_ab")
+# Config fields the module's Config table carries (the rest of MgpuConfig is the docstring's and METADATA's),
+# each as (the Config's field, MgpuConfig's): the table names the pipeline depth `stages`.
+MGPU_CONFIG_FIELDS = tuple((f, "ab_stages" if f == "stages" else f) for f in (
+    "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
+    "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent",
+    "cluster_m", "cluster_n", "smem_bytes", "swap_ab"))
 
 
 def _config_meta(c: MgpuConfig) -> dict[str, object]:
     when = {"when": {f"{dim.lower()}_max": n for dim, n in c.bounds}} if c.bounds else {}
-    return when | {k: getattr(c, k) for k in (*MGPU_CONFIG_FIELDS, "smem_breakdown")}
+    return when | {k: getattr(c, attr) for k, attr in (*MGPU_CONFIG_FIELDS, ("smem_breakdown", "smem_breakdown"))}
 
 
 def mgpu_metadata(p: PallasMgpuPlan) -> dict[str, object]:

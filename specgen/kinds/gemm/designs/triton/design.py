@@ -24,7 +24,7 @@ from specgen.design import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes
-from specgen.kinds.gemm.plan import GemmModule
+from specgen.kinds.gemm.plan import ConfigRow, GemmModule
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved
@@ -181,24 +181,18 @@ class TritonArchConfig:
     arch: str
     compute_capability: int
     num_warps: int
-    num_stages: int
+    ab_stages: int  # the launch's num_stages
     smem_bytes: int  # the plan's estimate; `specgen compile` prints it beside the compiler's figure
     smem_breakdown: str
     acc_registers: int
 
 
-@dataclass(frozen=True)
-class TritonVariant:
-    """A size-selected variant: its bounds (the launcher's integer compares), constexprs, the TMA boxes
-    its descriptors use and its launch config per compute capability."""
+@dataclass(frozen=True, kw_only=True)
+class TritonVariant(ConfigRow):
+    """A size-selected variant: its bounds (the launcher's integer compares), constexprs (the tile is
+    BLOCK_M, BLOCK_N, BLOCK_K), the TMA boxes its descriptors use and its launch config (warps, pipeline
+    depth) per compute capability."""
 
-    index: int
-    bounds: list[tuple[str, int]]  # ("M", 64): M <= 64
-    when: str
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int
     boxes: dict[str, list[int]]  # "a", "b", "out" -> the descriptor's box (TMA kernels)
     configs: list[TritonArchConfig]
     split_k: int = 1  # programs per output tile along K (schedule.split_k)
@@ -276,9 +270,9 @@ class TritonPlan(GemmModule):
     kernel_name: str
     acc_dtype: str  # triton.language name of the accumulator
     input_precision: str | None  # "tf32" / "ieee" for 32-bit operands, None otherwise
-    block_m: int
-    block_n: int
-    block_k: int
+    tile_m: int  # the default config's tile (the kernel's BLOCK_M, BLOCK_N, BLOCK_K)
+    tile_n: int
+    tile_k: int
     group_m: int
     raster_along_n: bool
     persistent: bool
@@ -317,11 +311,12 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         vs, when = first.spec, first.when
         assert when is not None
         variants.append(TritonVariant(
-            i, list(when.bounds().items()), str(when), vs.tile.m, vs.tile.n, vs.tile.k, vs.schedule.group_m,
-            {side: b.block for side, b in _boxes(vs).items()},
-            [_arch_config(resolved[str(t)].variants[i]) for t in targets],
-            vs.schedule.split_k, vs.schedule.split_k_reduction == "atomic", vs.triton.swap_ab,
-            {b.param: b.type for b in _boxes(vs).values()}))
+            index=i, when=str(when), bounds=list(when.bounds().items()),
+            tile_m=vs.tile.m, tile_n=vs.tile.n, tile_k=vs.tile.k, group_m=vs.schedule.group_m,
+            boxes={side: b.block for side, b in _boxes(vs).items()},
+            configs=[_arch_config(resolved[str(t)].variants[i]) for t in targets],
+            split_k=vs.schedule.split_k, split_atomic=vs.schedule.split_k_reduction == "atomic",
+            swap_ab=vs.triton.swap_ab, desc_types={b.param: b.type for b in _boxes(vs).values()}))
     split = spec.schedule.split_k > 1 or any(v.split_k > 1 for v in variants)
     swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
     a_dt = spec.a.dtype
@@ -340,9 +335,9 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         acc_dtype=spec.accumulator.info.triton,
         input_precision=precision,
         batch=spec.batch,
-        block_m=spec.tile.m,
-        block_n=spec.tile.n,
-        block_k=spec.tile.k,
+        tile_m=spec.tile.m,
+        tile_n=spec.tile.n,
+        tile_k=spec.tile.k,
         group_m=spec.schedule.group_m,
         raster_along_n=spec.schedule.raster == "along_n",
         persistent=spec.schedule.persistent,
@@ -470,7 +465,7 @@ def _steps(spec: GemmSpec) -> list[EpilogueStep]:
 def metadata(p: TritonPlan) -> dict[str, object]:
     """The module's one metadata dict (rendered as METADATA)."""
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"triton:{c.arch}" for c in p.configs]) | {
-        "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages, "smem_bytes": c.smem_bytes,
+        "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
@@ -479,14 +474,14 @@ def metadata(p: TritonPlan) -> dict[str, object]:
 
 
 def _variant_metadata(v: TritonVariant) -> dict[str, object]:
-    return {"when": {f"{dim.lower()}_max": n for dim, n in v.bounds}, "tile": [v.block_m, v.block_n, v.block_k],
+    return {"when": {f"{dim.lower()}_max": n for dim, n in v.bounds}, "tile": [v.tile_m, v.tile_n, v.tile_k],
             "group_m": v.group_m,
             **({"split_k": v.split_k, "split_k_reduction": "atomic" if v.split_atomic else "deterministic"}
                if v.split_k > 1 else {}),
             **({"swap_ab": True} if v.swap_ab else {}),
             # the TMA descriptors' types with this variant's boxes (the kernel's signature differs there)
             **({"descriptors": v.desc_types} if v.desc_types else {}),
-            "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.num_stages,
+            "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages,
                                             "smem_bytes": c.smem_bytes, "acc_registers": c.acc_registers}
                      for c in v.configs}}
 
