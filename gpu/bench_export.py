@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/gpu")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    from specgen.export import toolkit
+    from specgen.kinds.gemm.designs.cute_export import toolkit
 
     result: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:

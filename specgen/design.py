@@ -55,6 +55,13 @@ class DesignBase:
     renders: ClassVar[bool] = True  # False: checked only (memory and rules, no module)
     compile_hook: ClassVar[str] = ""  # "module:function(module, target) -> CompileResult", imported lazily
     compiler_modules: ClassVar[tuple[str, ...]] = ()  # what the hook and the rendered modules import
+    # Environment an ahead-of-time compile needs before the module is imported (set by `tune`'s compile
+    # workers, which a test session's environment may have set otherwise).
+    compile_environment: ClassVar[dict[str, str]] = {}
+
+    def torch_entry(self, module: object, kernel: str) -> Callable[..., object]:
+        """The rendered module's entry that takes torch tensors, as bench times it: done when it returns."""
+        return getattr(module, kernel)
     extra: ClassVar[str] = ""  # the pip extra that installs them: `specgen[<extra>]`
     # distributions whose versions a benchmark record and a tune cache name (they change what runs)
     libraries: ClassVar[tuple[str, ...]] = ()

@@ -115,3 +115,22 @@ def test_a_failing_target_refuses_only_its_module(tmp_path: Path):
     result = render_catalogue([ls], tmp_path)
     assert result.refused == ["k"]
     assert not (tmp_path / "triton" / "k.py").exists()
+
+
+def test_the_design_says_its_torch_entry_and_compile_environment(monkeypatch):
+    """bench times a module through its design's torch entry; tune's compile workers set the design's
+    compile environment (no backend named in bench/ or tune/)."""
+    import types
+
+    from specgen.registry import design_for
+
+    calls = []
+    module = types.SimpleNamespace(k=lambda *a: calls.append(("k", a)) or 1, k_torch=lambda *a: calls.append(("k_torch", a)) or 2)
+    assert design_for("gemm", "triton:sm90").torch_entry(module, "k")(3) == 1
+    synced = []
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: synced.append(True)))
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake_torch)
+    assert design_for("gemm", "pallas:gpu_sm90").torch_entry(module, "k")(4) == 2
+    assert calls == [("k", (3,)), ("k_torch", (4,))] and synced == [True]
+    assert design_for("gemm", "triton:sm90").compile_environment == {"TRITON_INTERPRET": "0"}
+    assert design_for("gemm", "cute:sm90").compile_environment == {}

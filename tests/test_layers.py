@@ -150,8 +150,8 @@ def test_the_core_names_no_kind():
     kind_names = [p.name for p in (PKG / "kinds").iterdir() if (p / "__init__.py").exists() and p.name != "__pycache__"]
     assert "gemm" in kind_names
     word = re.compile("|".join(kind_names), re.IGNORECASE)
-    hits = [f"specgen/{rel}:{n} {w!r}" for rel in CORE if rel != "kinds/lineup.py"
-            for n, w in _code_words(PKG / rel) if word.search(w)]
+    hits = [f"{p.relative_to(ROOT)}:{n} {w!r}" for m, p in _core_modules().items() if m != "specgen.kinds.lineup"
+            for n, w in _code_words(p) if word.search(w)]
     assert hits == []
 
 
@@ -261,4 +261,19 @@ def test_the_core_reads_no_field_of_a_kinds_spec():
                 key = node.args[1]
                 if isinstance(key, ast.Constant) and key.value in fields:
                     hits.append(f"specgen/{rel}:{node.lineno} getattr(..., {key.value!r})")
+    assert hits == []
+
+
+def _core_modules() -> dict[str, Path]:
+    """Every module of the shared core: all of specgen/ but the kinds (their designs included), the runtime
+    their generated modules import, and the target table."""
+    return {m: p for m, p in _modules().items()
+            if not m.startswith(("specgen.kinds.", "specgen.runtime")) and m not in ("specgen.targets", "specgen.spec.targets")}
+
+
+def test_no_core_module_names_a_backend_in_its_code():
+    """Beyond CORE's line check: in every core module's code (identifiers, imports, strings; docstrings and
+    comments may cite a backend's source), no backend, compiler or MMA family."""
+    hits = [f"{p.relative_to(ROOT)}:{n} {w!r}" for m, p in _core_modules().items()
+            for n, w in _code_words(p) if BACKEND_WORDS.search(w)]
     assert hits == []

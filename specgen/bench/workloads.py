@@ -12,9 +12,9 @@ from typing import Any
 
 from specgen.bench.problem import ProblemShape, problem_of
 from specgen.bench.tensors import max_error
+from specgen.registry import design_for
 from specgen.spec.load import LoadedSpec, load_file
 from specgen.spec.models import LayeredSpec, Target
-from specgen.targets import Backend
 
 
 def catalogue_kernel(name: str, specs: Path) -> LoadedSpec:
@@ -27,18 +27,9 @@ def catalogue_kernel(name: str, specs: Path) -> LoadedSpec:
 
 
 def ours_call(module: ModuleType, spec: LayeredSpec, target: Target, args: tuple[Any, ...]) -> Callable[[], Any]:
-    """Our rendered module's call: the Pallas Mosaic GPU modules take torch tensors through `<name>_torch`."""
+    """Our rendered module's call on `args`: the design's torch entry (done when it returns)."""
     name = module.METADATA["kernel"] if hasattr(module, "METADATA") and "kernel" in module.METADATA else spec.name
-    fn = getattr(module, f"{name}_torch" if target.backend is Backend.pallas else name)
-    if target.backend is Backend.pallas:
-        import torch
-
-        def call() -> Any:
-            out = fn(*args)
-            torch.cuda.synchronize()  # jax's stream: the timer's rounds wait for the kernel
-            return out
-
-        return call
+    fn = design_for(spec.kind, target).torch_entry(module, name)
     return lambda: fn(*args)
 
 

@@ -47,18 +47,17 @@ class DType(str, Enum):
 @dataclass(frozen=True)
 class DTypeInfo:
     bits: int
-    torch: str  # attribute of the torch module
-    triton: str  # attribute of triton.language
-    triton_sig: str  # Triton signature spelling (pointer element type)
+    torch: str  # attribute of the torch module (the host side every torch entry shares); each design
+    # spells the dtype its own compiler's way in its package
 
 
 DTYPES: dict[DType, DTypeInfo] = {
-    DType.f32: DTypeInfo(32, "float32", "float32", "fp32"),
-    DType.tf32: DTypeInfo(32, "float32", "float32", "fp32"),
-    DType.f16: DTypeInfo(16, "float16", "float16", "fp16"),
-    DType.bf16: DTypeInfo(16, "bfloat16", "bfloat16", "bf16"),
-    DType.fp8_e4m3: DTypeInfo(8, "float8_e4m3fn", "float8e4nv", "fp8e4nv"),
-    DType.fp8_e5m2: DTypeInfo(8, "float8_e5m2", "float8e5", "fp8e5"),
-    DType.int8: DTypeInfo(8, "int8", "int8", "i8"),
-    DType.int32: DTypeInfo(32, "int32", "int32", "i32"),
+    DType.f32: DTypeInfo(32, "float32"),
+    DType.tf32: DTypeInfo(32, "float32"),
+    DType.f16: DTypeInfo(16, "float16"),
+    DType.bf16: DTypeInfo(16, "bfloat16"),
+    DType.fp8_e4m3: DTypeInfo(8, "float8_e4m3fn"),
+    DType.fp8_e5m2: DTypeInfo(8, "float8_e5m2"),
+    DType.int8: DTypeInfo(8, "int8"),
+    DType.int32: DTypeInfo(32, "int32"),
 }

@@ -34,14 +34,15 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
     from specgen.targets import target_info
     from specgen.tune.space import loaded_from
 
-    # an AOT compile is for the GPU, never the CPU interpreter (a test session's workers inherit it)
-    os.environ["TRITON_INTERPRET"] = "0"
     start = time.perf_counter()
     try:
         loaded = loaded_from(job.flat)
         target = parse_target(job.target)
-        module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
         design = design_for(loaded.spec.kind, target)
+        # what the design's compile needs before its module is imported (a test session's workers inherit
+        # an environment made for the CPU)
+        os.environ.update(design.compile_environment)
+        module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
         result = _hook(design.compile_hook)(module, target_info(target))
         results = result if isinstance(result, list) else [result]
         errors = [r.error for r in results if r.error]

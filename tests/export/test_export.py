@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from specgen.export import toolkit  # noqa: E402
+from specgen.kinds.gemm.designs.cute_export import toolkit  # noqa: E402
 from specgen.kinds.gemm.designs.cute_export.abi import c_kernel, render_files  # noqa: E402
 from specgen.kinds.gemm.designs.cute_export.export import HOOK  # noqa: E402
 from specgen.registry import design_for  # noqa: E402

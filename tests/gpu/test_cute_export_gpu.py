@@ -28,7 +28,7 @@ TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "fp8_e4m3": torch.float8_
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from specgen.export import toolkit
+    from specgen.kinds.gemm.designs.cute_export import toolkit
 
     out = tmp_path_factory.mktemp("export")
     run = subprocess.run([sys.executable, "-m", "specgen", "compile", "--export", str(out / "kernels"),

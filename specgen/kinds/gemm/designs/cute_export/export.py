@@ -52,8 +52,8 @@ from types import ModuleType
 
 from specgen.compile import ExportError, MissingModule, load_rendered
 from specgen.design import DesignBase
-from specgen.export.toolkit import dsl_runtime_library
 from specgen.kinds.gemm.designs.cute_export.abi import CKernel, c_kernel, render_files
+from specgen.kinds.gemm.designs.cute_export.toolkit import dsl_runtime_library
 from specgen.registry import design_for
 from specgen.render.writer import RenderError, _clean_temporaries, _inside, atomic_write, is_generated, locked
 from specgen.resolve import resolve

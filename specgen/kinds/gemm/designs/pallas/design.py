@@ -51,6 +51,8 @@ from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from specgen.resolved import Resolved, TmaBox
     from specgen.spec.load import LoadedSpec
 
@@ -302,6 +304,20 @@ class PallasGemmDesign(GemmDesign):
 
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.gemm.designs.pallas.compile:compile_module"
+
+    def torch_entry(self, module: object, kernel: str) -> Callable[..., object]:
+        """`<name>_torch` (torch tensors in and out through DLPack), waited for: the kernel runs on jax's
+        stream, so a caller timing torch's stream synchronizes the device."""
+        fn = getattr(module, f"{kernel}_torch")
+
+        def call(*args: object) -> object:
+            import torch
+
+            out = fn(*args)
+            torch.cuda.synchronize()
+            return out
+
+        return call
 
     # --- memory ---------------------------------------------------------------------------------------
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:

@@ -35,6 +35,16 @@ from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
 
+# Each dtype as triton.language names it (tl.<name>) and as a kernel signature spells a pointer's element.
+TL_DTYPES: dict[DType, str] = {
+    DType.f32: "float32", DType.tf32: "float32", DType.f16: "float16", DType.bf16: "bfloat16",
+    DType.fp8_e4m3: "float8e4nv", DType.fp8_e5m2: "float8e5", DType.int8: "int8", DType.int32: "int32",
+}
+TRITON_SIG: dict[DType, str] = {
+    DType.f32: "fp32", DType.tf32: "fp32", DType.f16: "fp16", DType.bf16: "bf16",
+    DType.fp8_e4m3: "fp8e4nv", DType.fp8_e5m2: "fp8e5", DType.int8: "i8", DType.int32: "i32",
+}
+
 CONVERSION_PIECE = 131072  # the most scratch one layout conversion took (measured, tests/differential.py)
 FLAT_STORE_SCRATCH = 32768  # the most a flattened pointer kernel's store conversion took (measured)
 
@@ -45,6 +55,7 @@ class TritonGemm(GemmDesign):
     keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
     compile_hook = "specgen.kinds.gemm.designs.triton.compile:compile_module"
     compiler_modules = ("torch", "triton")
+    compile_environment = {"TRITON_INTERPRET": "0"}  # an AOT compile is for the GPU, never the CPU interpreter
     libraries = ("torch", "triton")
     compile_caches = ("TRITON_CACHE_DIR",)
     extra = "triton"
@@ -294,7 +305,7 @@ class TritonPlan(GemmModule):
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
-    return {"torch": dtype.info.torch, "triton": dtype.info.triton}
+    return {"torch": dtype.info.torch, "triton": TL_DTYPES[dtype]}
 
 
 def _tensor_arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
@@ -332,7 +343,7 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
                         "row-major"),
         a_major=spec.a.major,
         b_major=spec.b.major,
-        acc_dtype=spec.accumulator.info.triton,
+        acc_dtype=TL_DTYPES[spec.accumulator],
         input_precision=precision,
         batch=spec.batch,
         tile_m=spec.tile.m,
@@ -379,7 +390,7 @@ def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
         full = [*lead_block, *block]
         return TmaBox(f"{side}_desc", side, [*lead_shape, *dims], ([(var, 0)] if batch else []) + [(var, stride_dim)],
                       full, list(blocks), [*lead_coord, *coords], transposed,
-                      f"tensordesc<{dtype.info.triton_sig}[{', '.join(map(str, full))}]>", dtype.bytes)
+                      f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, full))}]>", dtype.bytes)
 
     a, b = spec.a, spec.b
     out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
@@ -405,12 +416,12 @@ def _params(spec: GemmSpec, split: bool = False, swap: bool = False) -> list[Ker
         ps += [KernelParam(b.param, b.type, "operand", "aligned", "name", b.param) for b in _boxes(spec).values()]
     else:
         for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype)):
-            ps.append(KernelParam(f"{side}_ptr", "*" + dt.info.triton_sig, "operand", "aligned", "name", side))
+            ps.append(KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side))
     for arg in spec.runtime_args():
         if arg.shape == "scalar":
             ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
         else:
-            ps.append(KernelParam(f"{arg.name}_ptr", "*" + arg.dtype.info.triton_sig, "epilogue", "aligned", "name",
+            ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name",
                                   arg.name))
     if split:
         ps += [KernelParam("ws_ptr", "*fp32", "workspace", "aligned", "name", "ws"),
@@ -450,14 +461,14 @@ def _steps(spec: GemmSpec) -> list[EpilogueStep]:
     steps = []
     for op in spec.epilogue:
         args = [StepArg(a.name, a.name if a.shape == "scalar" else f"{a.name}_ptr", a.shape,
-                        a.shape[-1] if a.shape in ("vec_m", "vec_n") else "", a.dtype.info.triton,
+                        a.shape[-1] if a.shape in ("vec_m", "vec_n") else "", TL_DTYPES[a.dtype],
                         a.dtype != DType.f32 or op.op == "bias")
                 for a in op.runtime_args()]
         data = op.model_dump(mode="json")
         steps.append(EpilogueStep(
             op=op.op, describe=describe_op(data), args=args, fn=data.get("fn", ""),
             value=data.get("value"), beta=data.get("beta", 1.0), min=data.get("min"), max=data.get("max"),
-            dtype=DType(data["dtype"]).info.triton if op.op == "cast" else "",
+            dtype=TL_DTYPES[DType(data["dtype"])] if op.op == "cast" else "",
         ))
     return steps
 
