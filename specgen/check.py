@@ -2,15 +2,22 @@
 
 Each pair is resolved once (resolve.py: stages, memory budget, registers, TMA boxes); the rules read
 that, and `check_specs` hands the same `Resolved` objects on to render, whose designs plan from them.
+A modelled verdict near its rule's boundary is settled there (`settle`: specgen/settle.py): by the
+compiler ("compile"), by the model saying so ("analytic"), or left as the model's plain verdict ("model",
+the default of the library calls: the grid records replay that).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from specgen.registry import designs_for, rendering
 from specgen.resolve import Resolved, resolve
+from specgen.rules.finding import Finding
 from specgen.rules.table import run_rules
+from specgen.settle import SettleStats
+from specgen.settle import settle as settle_near
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
 from specgen.targets import ALL_TARGETS, target_info
@@ -28,13 +35,22 @@ class Diagnostic:
     message: str
     hint: str
     variant: str = ""  # "variant 0 (M <= 64)" when the finding is about a size-selected variant
+    source: str = ""  # a near-boundary verdict's: "compiler" (settled) or "model"; "" elsewhere
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.source:
+            del d["source"]
+        return d
+
+    @property
+    def label(self) -> str:
+        """The rule as messages show it: `REG001 (compiler)` where a near-boundary verdict says its source."""
+        return f"{self.rule} ({self.source})" if self.source else self.rule
 
     def __str__(self) -> str:
         where = f"{self.target} {self.variant}" if self.variant else self.target
-        text = f"{self.file}:{self.line}:{self.column}: {self.severity} {self.rule} [{self.spec} @ {where}] {self.message}"
+        text = f"{self.file}:{self.line}:{self.column}: {self.severity} {self.label} [{self.spec} @ {where}] {self.message}"
         return f"{text}\n    hint: {self.hint}" if self.hint else text
 
 
@@ -42,19 +58,30 @@ class Diagnostic:
 class CheckReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     resolved: dict[tuple[str, str], Resolved] = field(default_factory=dict)  # (spec, target) -> its resolution
+    settled: SettleStats = field(default_factory=SettleStats)  # what the settle step did
+    # near-boundary findings awaiting their verdict: (index in diagnostics, spec, target, resolved, variant label)
+    pending: list[tuple[int, LoadedSpec, object, Resolved, str, Finding]] = field(default_factory=list, repr=False)
 
 
-def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport) -> None:
+Settle = Literal["model", "analytic", "compile"]
+
+
+def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
+    line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
+    return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
+
+
+def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool = False) -> None:
     out = report.diagnostics
     for target in loaded.spec.targets:
         r = resolve(loaded.spec, target)
         report.resolved[(loaded.name, str(target))] = r
         for one in (r, *r.variants):  # every variant of every target is checked
             label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
-            for f in run_rules(one):
-                line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
-                out.append(Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message,
-                                      f.hint, label))
+            for f in run_rules(one, near=near):
+                if near and f.near is not None:  # its verdict comes from the settle step: its place kept
+                    report.pending.append((len(out), loaded, target, one, label, f))
+                out.append(_diagnostic(loaded, target, one, label, f))
     _module_agreement(loaded, report)
     if not notes:
         return
@@ -174,22 +201,35 @@ def _disagreement(loaded: LoadedSpec, rel: str, shared: tuple[tuple[str, ...], .
     return None
 
 
-def check_specs(specs: list[LoadedSpec], notes: bool = False) -> CheckReport:
+def check_specs(specs: list[LoadedSpec], notes: bool = False, settle: Settle = "model") -> CheckReport:
     """Diagnostics for every spec's targets, with what each (spec, target) resolved to. With `notes`,
     also one note per target a spec does not list: why that target cannot serve it, or that it could
-    (a catalogue spec names every target it can serve)."""
+    (a catalogue spec names every target it can serve). `settle` says who decides a modelled verdict near
+    its rule's boundary: "compile" the backend's compiler where installed (else as "analytic"),
+    "analytic" the model saying it is near and how to settle it, "model" the model alone, as if far."""
     report = CheckReport()
     for ls in specs:
-        _check_spec(ls, notes, report)
+        _check_spec(ls, notes, report, near=settle != "model")
+    if report.pending:
+        _settle(report, settle == "compile")
     return report
 
 
-def check_spec(loaded: LoadedSpec, notes: bool = False) -> list[Diagnostic]:
-    return check_specs([loaded], notes).diagnostics
+def _settle(report: CheckReport, compiling: bool) -> None:
+    verdicts, report.settled = settle_near([(one, f) for *_, one, _, f in report.pending], compiling)
+    out: list[Diagnostic | None] = list(report.diagnostics)
+    for (i, loaded, target, one, label, _), v in zip(report.pending, verdicts, strict=True):
+        out[i] = None if v.finding is None else _diagnostic(loaded, target, one, label, v.finding, v.source)
+    report.diagnostics = [d for d in out if d is not None]
+    report.pending = []
 
 
-def check_all(specs: list[LoadedSpec], notes: bool = False) -> list[Diagnostic]:
-    return check_specs(specs, notes).diagnostics
+def check_spec(loaded: LoadedSpec, notes: bool = False, settle: Settle = "model") -> list[Diagnostic]:
+    return check_specs([loaded], notes, settle).diagnostics
+
+
+def check_all(specs: list[LoadedSpec], notes: bool = False, settle: Settle = "model") -> list[Diagnostic]:
+    return check_specs(specs, notes, settle).diagnostics
 
 
 def failing_targets(diags: list[Diagnostic]) -> dict[tuple[str, str], list[Diagnostic]]:

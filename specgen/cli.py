@@ -18,6 +18,8 @@ from specgen.cli_common import _load, _paths, app, err, out  # noqa: F401  (the 
 
 # rich_markup_mode=None: click's plain help, where a flag reads `--json`, not `--json <bool>`
 PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False, metavar="PATH")
+NoCompileOpt = typer.Option(False, "--no-compile", help="Keep verdicts near a modelled rule's boundary the model's (a "
+                            "warning saying how to settle them): compile nothing.")
 
 
 def _version(value: bool) -> None:
@@ -44,10 +46,17 @@ def print_diagnostic(d, console: Console | None = None) -> None:
     colors = {"error": "red", "warning": "yellow", "note": "dim"}
     console = console or out
     where = f"{d.target} {d.variant}" if getattr(d, "variant", "") else d.target
-    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.rule} {d.spec} @ {where}: {d.message}",
+    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.label} {d.spec} @ {where}: {d.message}",
                   style=colors[d.severity], markup=False)
     if d.hint:
         console.print(f"    hint: {d.hint}", markup=False)
+
+
+def print_settled(stats, console: Console) -> None:
+    """What a check that compiled did (a warm cache or --no-compile compiles nothing, and says nothing)."""
+    if stats.compiled:
+        console.print(f"settled {plural(stats.near, 'near-boundary verdict')} with the compiler: compiled "
+                      f"{plural(stats.compiled, 'config')} in {stats.seconds:.1f} s ({stats.cached} cached)", markup=False)
 
 
 def print_variants(loaded) -> None:
@@ -82,14 +91,22 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print diagnostics as a JSON list."),
     notes: bool = typer.Option(False, "--notes",
                                help="Also say, for each target a spec does not list, why it cannot serve it."),
+    no_compile: bool = NoCompileOpt,
 ) -> None:
-    """Prove every spec fits each of its targets' hardware envelopes."""
-    from specgen.check import check_all
+    """Prove every spec fits each of its targets' hardware envelopes.
+
+    A verdict near a modelled rule's boundary (registers, spills) is settled by the backend's compiler where
+    it is installed, in parallel, cached on disk ($SPECGEN_SETTLE_CACHE): the finding says `(compiler)`;
+    `(model)` where none settled it."""
+    from specgen.check import check_specs
 
     start = time.perf_counter()
     specs = _load(paths, as_json)
-    diags = check_all(specs, notes=notes)  # notes cost a pass over every unlisted target: only when asked
+    # notes cost a pass over every unlisted target: only when asked
+    report = check_specs(specs, notes=notes, settle="analytic" if no_compile else "compile")
+    diags = report.diagnostics
     errors = [d for d in diags if d.severity == "error"]
+    print_settled(report.settled, err if as_json else out)
     if as_json:
         out.print(json.dumps([d.as_dict() for d in diags], indent=2), markup=False)
     else:
@@ -113,6 +130,7 @@ def render(
     prune: bool = typer.Option(False, "--prune",
                                help="Also remove outputs whose spec is not among PATHS (by default only outputs of "
                                     "spec files in PATHS that no longer produce them are removed)."),
+    no_compile: bool = NoCompileOpt,
 ) -> None:
     """Render every valid spec for every target whose backend has a renderer.
 
@@ -124,10 +142,12 @@ def render(
     specs = _load(paths)
     scope = None if prune else _paths(paths)
     try:
-        result = render_catalogue(specs, out_dir, check=check_only, scope=scope)
+        result = render_catalogue(specs, out_dir, check=check_only, scope=scope,
+                                  settle="analytic" if no_compile else "compile")
     except RenderError as e:
         err.print(f"error: {e}", style="red", markup=False)
         raise typer.Exit(1) from None
+    print_settled(result.settled, out)
     for d in result.diagnostics:
         if d.severity == "error":
             print_diagnostic(d, err)

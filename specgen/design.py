@@ -47,6 +47,20 @@ if TYPE_CHECKING:
 
 DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
 
+
+@dataclass(frozen=True)
+class CompileProbe:
+    """How `specgen check` settles a near-boundary verdict on a design's target (specgen/settle.py): `hook`
+    (the design's compile hook, "module:function") compiles a module rendered for that one config in a
+    worker process (specgen/probe.py); `modules` are what it imports (check only looks them up), `libraries`
+    the distributions whose versions key the verdicts' disk cache, `extra` the pip extra installing them."""
+
+    hook: str
+    modules: tuple[str, ...]
+    libraries: tuple[str, ...]
+    extra: str
+
+
 class DesignBase:
     """Defaults for every optional hook; a design overrides what differs."""
 
@@ -144,6 +158,13 @@ class DesignBase:
         """OPT001, the backend options this design's target cannot honour: its rules.py `option_findings`."""
         fn = self._own_rule("option_findings")
         return fn(ctx) if fn is not None else iter(())
+
+    def compile_probe(self) -> CompileProbe | None:
+        """The compiler that settles this design's near-boundary verdicts: its compile hook over one config
+        (None where it renders nothing or has no hook: those verdicts stay the model's)."""
+        if not (self.renders and self.compile_hook):
+            return None
+        return CompileProbe(self.compile_hook, self.compiler_modules, self.libraries or self.compiler_modules, self.extra)
 
     def renders_variants_on(self, target: TargetInfo) -> bool:
         """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them

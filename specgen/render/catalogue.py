@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgen import __version__
-from specgen.check import Diagnostic, check_specs, failing_targets
+from specgen.check import Diagnostic, Settle, check_specs, failing_targets
 from specgen.registry import designs_for, rendering
 from specgen.render.specs import SPECS_INIT, check_layout, spec_module_path, spec_module_text
 from specgen.render.writer import (
@@ -24,6 +24,7 @@ from specgen.render.writer import (
     write_outputs,
 )
 from specgen.resolve import resolve
+from specgen.settle import SettleStats
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 
@@ -58,6 +59,7 @@ class RenderResult:
     refused: list[str] = field(default_factory=list)  # spec names that failed check
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (spec, target, reason)
     report: WriteReport = field(default_factory=WriteReport)
+    settled: SettleStats = field(default_factory=SettleStats)  # check's settle step, for the CLI to say
 
 
 def project_root(path: Path) -> Path | None:
@@ -119,27 +121,28 @@ def shadowed_module(out_dir: Path, backends: list[str]) -> str | None:
 
 
 def render_catalogue(specs: list[LoadedSpec], out_dir: Path, check: bool = False,
-                     scope: list[Path] | None = None) -> RenderResult:
+                     scope: list[Path] | None = None, settle: Settle = "model") -> RenderResult:
     """Render `specs` into out_dir. Outputs the manifest owns that no spec produces anymore are removed
     when their spec file lies in `scope` (the files and folders render was given); scope None removes
-    every such output (`--prune`)."""
+    every such output (`--prune`). `settle`: who decides near-boundary verdicts (check.py's `check_specs`)."""
     check_layout(rendered_backends())
     shadow = shadowed_module(out_dir, rendered_backends())
     if shadow:
         raise RenderError(f"--out {out_dir} would make a package that shadows the `{shadow}` module "
                           f"(`import {shadow}` would find it); choose a folder like `generated` or `mypkg/kernels`")
     with locked(out_dir, create=not check):
-        return _render_locked(specs, out_dir, check, scope)
+        return _render_locked(specs, out_dir, check, scope, settle)
 
 
-def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: list[Path] | None) -> RenderResult:
+def _render_locked(specs: list[LoadedSpec], out_dir: Path, check: bool, scope: list[Path] | None,
+                   settle: Settle) -> RenderResult:
     old = read_manifest(out_dir)  # validated before anything is written
     scopes = None if scope is None else [spec_ref(p, out_dir) for p in scope]
     if not specs:  # inputs that came out empty never remove what render wrote before
         scopes = []
-    checked = check_specs(specs)  # resolves each (spec, target) once; designs render from those
+    checked = check_specs(specs, settle=settle)  # resolves each (spec, target) once; designs render from those
     failing = failing_targets(checked.diagnostics)
-    result = RenderResult(checked.diagnostics)
+    result = RenderResult(checked.diagnostics, settled=checked.settled)
     files: dict[str, str] = {"__init__.py": PACKAGE_INIT}
     sources: dict[str, str] = {}
     kernels: dict[str, dict] = {}

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from specgen.resolved import Resolved
-from specgen.rules.finding import Finding, Severity
+from specgen.rules.finding import Finding, Margin, Near, ProbeResult, Severity
 from specgen.spec.dtypes import DType
 from specgen.spec.models import Target
 from specgen.targets import Mma, TargetInfo, target_info
 
-__all__ = ["Finding", "Severity"]  # re-exported: a design's rules import the machinery from here only
+__all__ = ["Finding", "Margin", "Near", "ProbeResult", "Severity"]  # re-exported: a design's rules import the machinery from here only
 
 RuleContext = Resolved  # what every rule reads: resolved once per (spec, target) by resolve.py
 RuleFn = Callable[[RuleContext], Iterator[Finding]]

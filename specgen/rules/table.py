@@ -46,5 +46,9 @@ def rules_for(kind: str, info: TargetInfo) -> list[RuleFn]:
     return fns
 
 
-def run_rules(ctx: RuleContext) -> list[Finding]:
-    return [f for fn in rules_for(ctx.spec.kind, ctx.info) for f in fn(ctx)]
+def run_rules(ctx: RuleContext, near: bool = False) -> list[Finding]:
+    """The findings of every rule on `ctx`. A modelled rule also marks a config it accepts within its
+    margin of the boundary (a `Finding` whose `near.accepted`): only with `near` (check's settle step),
+    so that elsewhere the findings are the model's verdicts."""
+    return [f for fn in rules_for(ctx.spec.kind, ctx.info) for f in fn(ctx)
+            if near or f.near is None or not f.near.accepted]

@@ -1,0 +1,72 @@
+"""The worker that compiles one config for check's settle step (specgen/settle.py): `python -m specgen.probe`
+reads a job (a one-target spec, its target, the design's compile hook) as JSON on stdin, renders the
+config's module into a temporary folder, compiles it through the hook and prints what the compiler
+reported as one JSON line: `error` (a refusal's message, "" where it built), `smem` (bytes), `registers`
+(per thread), `spill_bytes` (local-memory spill stores), `frame_bytes` (the stack frame spills live in).
+A key the hook does not report is absent: the rule deciding from it leaves the verdict to its model, as
+it does where the probe itself failed (`probe_failed`: a render or a tool missing, never cached).
+
+`adapt` is the one place that reads the hooks' CompileResult: change it where the hooks change.
+Imports the compiler (through the hook): only worker processes run this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from specgen.compile import CompileResult, _hook, load_rendered
+from specgen.rules.finding import ProbeResult
+
+
+def adapt(r: CompileResult) -> dict[str, object]:
+    """What check's rules read from a compile hook's result (the newest spelling of each figure first)."""
+    res = r.resources
+    out: dict[str, object] = {"error": r.error}
+    if r.compiler_smem is not None:
+        out["smem"] = r.compiler_smem
+    for key, names in (("registers", ("registers_used", "registers")),
+                       ("spill_bytes", ("spill_bytes", "spill_store_bytes")), ("frame_bytes", ("frame_bytes",))):
+        found = next((res[n] for n in names if n in res), None)
+        if found is not None:
+            out[key] = found
+    return out
+
+
+def probe(job: dict) -> ProbeResult:
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
+    from specgen.targets import target_info
+
+    (ls,) = load_text(json.dumps({"kernels": [job["spec"]]}), "<settle>", ".json")
+    (target,) = ls.spec.targets
+    try:
+        (text,) = render_modules(ls, [target]).values()
+    except Exception as e:  # a config the design cannot render: the verdict stays the rules'
+        return {"probe_failed": f"render: {type(e).__name__}: {e}".splitlines()[0][:300]}
+    hook = _hook(job["hook"])
+    params = inspect.signature(hook).parameters
+    options = {k: v for k, v in (("sass", True), ("fill_cache", False)) if k in params}
+    with tempfile.TemporaryDirectory(prefix="specgen-settle-") as folder:
+        path = Path(folder) / "settle_probe.py"
+        path.write_text(text)
+        result = hook(load_rendered(path), target_info(target), **options)
+    first = result[0] if isinstance(result, list) else result  # one config: one result
+    return adapt(first)
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    try:
+        result = probe(job)
+    except Exception as e:  # the hook reports a compiler's refusal as its `error`: this is the probe's own failure
+        result = {"probe_failed": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

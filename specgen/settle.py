@@ -1,0 +1,194 @@
+"""Check's settle step: a modelled verdict near its rule's boundary (a `Finding` whose `near` is set:
+rules/finding.py) is settled by the backend's own compiler where it is installed.
+
+For each near-boundary (spec, target, variant) the design's `compile_probe` names the compile hook that
+compiles that one config (specgen/probe.py renders a module of it and runs the hook in a worker
+process, one per config, as many at a time as there are CPU cores). Verdicts are cached on disk, keyed by
+the config, the target, the compiler's versions and specgen's (`$SPECGEN_SETTLE_CACHE`, default
+`~/.cache/specgen/settle`), so a second check compiles nothing. The finding then says where its verdict
+came from: `(compiler)` with what the compiler reported, or `(model)` where no compiler settled it
+(none installed, `check --no-compile`, a design without a compile hook) and how to settle it.
+
+Imports no compiler: only the worker processes do (a cache hit or `--no-compile` starts none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specgen import __version__
+from specgen.design import CompileProbe
+from specgen.resolved import Resolved
+from specgen.rules.finding import Finding, ProbeResult
+
+PROBE_SECONDS = 600  # one config's compile; past it the verdict stays the model's (and is not cached)
+
+
+@dataclass
+class SettleStats:
+    """What the settle step did: near-boundary verdicts, configs compiled (and how long, wall clock), cache
+    hits, and verdicts left to the model."""
+
+    near: int = 0
+    compiled: int = 0
+    cached: int = 0
+    unsettled: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settled:
+    finding: Finding | None  # None: the compiler accepts the config (no finding)
+    source: str  # "compiler" or "model"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECGEN_SETTLE_CACHE", Path.home() / ".cache" / "specgen" / "settle"))
+
+
+def standalone(r: Resolved) -> dict[str, object]:
+    """The config `r` resolved (its target's keys and its variant applied) as a one-target spec of its own:
+    what the probe renders and compiles, and (canonical JSON) what the cache is keyed by. Its name is fixed,
+    so that one config in two kernels is compiled once."""
+    config = r.spec.model_dump(mode="json")
+    for key in ("per_target", "variants"):
+        config.pop(key, None)
+    config.update(name="settle_probe", description="", targets=[str(r.target)])
+    return config
+
+
+def compiler_versions(probe: CompileProbe) -> dict[str, str] | None:
+    """The installed versions of the probe's libraries, None where one of its modules or libraries is missing
+    (looked up, never imported)."""
+    if any(importlib.util.find_spec(m) is None for m in probe.modules):
+        return None
+    try:
+        return {lib: importlib.metadata.version(lib) for lib in probe.libraries}
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cache_key(config: dict[str, object], versions: dict[str, str]) -> str:
+    text = json.dumps({"config": config, "compiler": versions, "specgen": __version__}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _read_cache(key: str) -> ProbeResult | None:
+    try:
+        return json.loads((cache_dir() / f"{key}.json").read_text())["probe"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cache(key: str, entry: dict[str, object]) -> None:
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(entry, sort_keys=True))
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:  # an unwritable cache costs a compile next time, nothing else
+        pass
+
+
+def _run_probe(job: dict[str, object]) -> tuple[ProbeResult, bool]:
+    """Compile one config in a worker process (specgen/probe.py): (what it reported, whether to cache it).
+    A process the compiler aborted is the compiler's refusal (cached); one past PROBE_SECONDS is not."""
+    root = str(Path(__file__).resolve().parents[1])  # this specgen, whatever the worker's cwd
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "specgen.probe"], input=json.dumps(job), capture_output=True,
+                              text=True, env=env, timeout=PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the compile took over {PROBE_SECONDS} s"}, False
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        result = json.loads(lines[-1])
+        return result, "probe_failed" not in result
+    tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
+    return {"error": f"the compiling process died (exit {proc.returncode}){': ' + tail if tail else ''}"}, proc.returncode < 0
+
+
+def _how_to_settle(probe: CompileProbe | None, compiling: bool) -> str:
+    if probe is None:
+        return "no compiler settles it on this target: the model's verdict stands"
+    if not compiling:
+        return "rerun `specgen check` without --no-compile to settle it with the compiler"
+    return (f"settle it with the compiler: pip install 'specgen[{probe.extra}]' ({' and '.join(probe.modules)}) and "
+            "rerun `specgen check`, or compile the rendered module with `specgen compile`")
+
+
+def _unsettled(f: Finding, how: str) -> Settled:
+    """The model's verdict, saying it is near the boundary and how to settle it: a near accept is a warning;
+    a near refusal keeps its severity (check does not accept what the model refuses unsettled)."""
+    assert f.near is not None
+    if f.near.accepted:
+        return Settled(replace(f, severity="warning", message=f"near the boundary ({f.near.margin}): {f.message}; the "
+                               "model accepts it, the compiler decides", hint=how, near=None), "model")
+    hint = f"{f.hint}; {how}" if f.hint else how
+    return Settled(replace(f, message=f"{f.message} (near the boundary: {f.near.margin}; the compiler decides)",
+                           hint=hint, near=None), "model")
+
+
+def _decided(f: Finding, probe: CompileProbe, result: ProbeResult) -> Settled:
+    assert f.near is not None
+    if "probe_failed" in result:
+        return _unsettled(f, f"the compile probe failed ({result['probe_failed']}): the model's verdict stands")
+    why = f.near.decide(result)
+    if why is None:
+        return _unsettled(f, f"the compiler's probe did not report what decides it ({probe.hook})")
+    if not why:
+        return Settled(None, "compiler")
+    return Settled(replace(f, message=f"{why} (the model: {f.message})", near=None), "compiler")
+
+
+def settle(items: Sequence[tuple[Resolved, Finding]], compiling: bool = True,
+           workers: int | None = None) -> tuple[list[Settled], SettleStats]:
+    """Each near-boundary finding's verdict: the compiler's where `compiling` and its compiler is installed
+    (from the cache, or compiled now, the missing configs in parallel), else the model's."""
+    stats = SettleStats(near=len(items))
+    out: list[Settled | None] = [None] * len(items)
+    keyed: dict[int, tuple[str, CompileProbe]] = {}
+    jobs: dict[str, dict[str, object]] = {}
+    results: dict[str, ProbeResult] = {}
+    for i, (r, f) in enumerate(items):
+        probe = r.design.compile_probe()
+        versions = compiler_versions(probe) if compiling and probe is not None else None
+        if versions is None:
+            out[i] = _unsettled(f, _how_to_settle(probe, compiling))
+            continue
+        config = standalone(r)
+        key = cache_key(config, versions)
+        keyed[i] = (key, probe)
+        if key in results or key in jobs:
+            continue
+        hit = _read_cache(key)
+        if hit is not None:
+            results[key] = hit
+            stats.cached += 1
+        else:
+            jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions}
+    if jobs:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), workers or os.cpu_count() or 1))) as pool:
+            for key, (result, keep) in zip(jobs, pool.map(_run_probe, jobs.values()), strict=True):
+                results[key] = result
+                if keep:
+                    _write_cache(key, {**jobs[key], "probe": dict(result), "specgen": __version__})
+        stats.compiled, stats.seconds = len(jobs), time.perf_counter() - start
+    for i, (key, probe) in keyed.items():
+        out[i] = _decided(items[i][1], probe, results[key])
+    done = [s for s in out if s is not None]
+    stats.unsettled = sum(s.source == "model" for s in done)
+    return done, stats
