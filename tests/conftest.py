@@ -11,6 +11,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # (`-n 2` on 2 cores); more only spin (sched_yield) against each other when the machine is busy.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# check settles near-boundary verdicts with the compiler and caches them: the suite's cache is its own (one
+# for every worker and run on this machine), never the user's ~/.cache
+os.environ.setdefault("SPECGEN_SETTLE_CACHE", os.path.join(__import__("tempfile").gettempdir(),
+                                                           f"specgen-test-settle-{os.getuid()}"))
 
 import pytest  # noqa: E402
 
