@@ -6,6 +6,7 @@ Exit codes: 0 all good; 1 a spec failed (load error, rule error, stale output, c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -225,7 +226,9 @@ def compile_cmd(
             if as_json:
                 out.print(json.dumps({"kernel": r.kernel, "target": r.target, "variant": r.variant, "plan_smem": r.plan_smem,
                                       "compiler_smem": r.compiler_smem, "seconds": round(r.seconds, 3),
-                                      "error": r.error, **({"sass": r.sass} if r.sass else {}),
+                                      "error": r.error, **({"registers": r.registers} if r.registers is not None else {}),
+                                      **({"spills": dataclasses.asdict(r.spills)} if r.spills is not None else {}),
+                                      **({"sass": r.sass} if r.sass else {}),
                                       **({"resources": r.resources} if r.resources else {}),
                                       **({"cpu_seconds": round(r.cpu_seconds, 3)} if r.cpu_seconds is not None else {})}),
                           markup=False)
@@ -239,6 +242,8 @@ def compile_cmd(
                 kernel = r.kernel if r.variant is None else f"{r.kernel}[{r.variant}]"
                 line = (f"{kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
                         f"({delta:+.1f}%)   {r.seconds:.1f} s")
+                if r.registers is not None:  # read off the cubin, with no spills (a spill is a failure above)
+                    line += f"   {r.registers} registers, no spills"
                 if r.sass:
                     line += "   " + " ".join(f"{k} {v}" for k, v in r.sass.items())
                 if r.resources:

@@ -22,6 +22,26 @@ from specgen.targets import target_info
 
 
 @dataclass(frozen=True)
+class Spills:
+    """Local-memory spills read off a compiled kernel's SASS: STL / LDL instructions and their bytes
+    (ptxas' "bytes spill stores / loads"). Any is a failed config: the reference kernels have none."""
+
+    stores: int  # STL instructions
+    loads: int  # LDL instructions
+    store_bytes: int
+    load_bytes: int
+
+    @property
+    def spilled(self) -> bool:
+        return bool(self.stores or self.loads)
+
+    def message(self, registers: int | None) -> str:
+        at = "" if registers is None else f" at {registers} registers"
+        return (f"spills {self.store_bytes} bytes ({self.stores} STL, {self.loads} LDL; "
+                f"{self.load_bytes} bytes loaded){at}")
+
+
+@dataclass(frozen=True)
 class CompileResult:
     kernel: str
     target: str
@@ -36,6 +56,15 @@ class CompileResult:
     # per-thread resources read off the cubin, where the hook reads them (with --sass): registers,
     # stack frame bytes, bytes of local-memory spill stores / loads (STL / LDL widths in the SASS)
     resources: dict[str, int] = field(default_factory=dict)
+    # read off the compiled cubin by every hook that builds one (always, not only with --sass): the
+    # registers per thread ptxas allocated and the local-memory spills; None where the compiler makes no
+    # cubin here (a hook that lowers only). A spilling config carries its spills in `error` too (failed).
+    registers: int | None = None
+    spills: Spills | None = None
+
+    @property
+    def spilled(self) -> bool:
+        return self.spills is not None and self.spills.spilled
 
     @property
     def ratio(self) -> float | None:

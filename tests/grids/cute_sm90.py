@@ -229,7 +229,7 @@ def compile_one(spec: dict, folder: Path, target: str, compile_module) -> tuple[
         return {"verdict": "error", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}, start
     finally:
         sys.modules.pop(f"_specgen_grid_{spec['name']}", None)
-    if r.error:
+    if r.error and not r.spilled:  # a spill is a failed compile too, with a verdict of its own ("spill")
         return {"verdict": "error", "error": r.error, "seconds": round(time.perf_counter() - start, 2)}, start
     return r, start
 

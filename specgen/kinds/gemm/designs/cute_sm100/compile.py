@@ -5,7 +5,8 @@ the plan's, SASS instruction counts, and the disk cache the launcher reads fille
 The SMEM is read as the sm90 hook reads it (the launch's dynamic shared memory in the lowered module,
 plus the cubin's static `.nv.shared.<kernel>`); the TMEM is the column count of the kernel's
 `tcgen05.alloc` in its PTX. SASS opcodes counted: TMA loads
-and stores, the tcgen05 MMAs (UTCHMMA for 16-bit inputs, UTCQMMA for 8-bit), and local-memory spills.
+and stores, the tcgen05 MMAs (UTCHMMA for 16-bit inputs, UTCQMMA for 8-bit), and local-memory spills:
+a config whose SASS has any STL or LDL is reported as failed, with its registers and spill bytes.
 
 Imports cutlass (and the generated module, which imports torch): never imported by check/render.
 """

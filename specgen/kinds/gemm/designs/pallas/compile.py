@@ -1,10 +1,13 @@
 """The Pallas GEMM design's compile hook: Pallas's Mosaic lowering of a rendered TPU module's kernel, on a
 CPU machine (`jax.jit(...).lower(lowering_platforms=("tpu",))`: jaxpr -> Mosaic MLIR in a tpu_custom_call).
 
-A Mosaic GPU module (pallas:gpu_sm90) is lowered for CUDA instead, with Mosaic GPU's SMEM limit set to
-1 byte: its refusal carries the exact SMEM the kernel allocates (`compiler_smem`, beside the plan's), one
-result per config (the default, then each size-selected variant, its `variant` set). On
-a machine without a GPU that needs absl-py and the jax-cuda12 plugin/pjrt wheels (not CI's install).
+A Mosaic GPU module (pallas:gpu_sm90) is lowered for CUDA instead, one result per config (the default,
+then each size-selected variant, its `variant` set): the whole lowering jax runs in Python on a CPU
+(jax 0.10.2: the SMEM allocation and its 232448 B limit, the kernel body (TMA, wgmma, the epilogue),
+layout inference and the Mosaic GPU dialect lowering), so a body Mosaic GPU cannot lower fails the
+config. `compiler_smem` is the dynamic shared memory of the kernel's `gpu.launch` in the module the
+lowering emitted (the `mosaic_gpu_v2` custom call's MLIR, deserialized), beside the plan's. What is
+left (NVVM, ptxas: no registers or spills) runs in C++ only where a GPU is.
 
 Lowering refuses what Mosaic cannot express (it refused 3-deep buffering: rule PAL003). libtpu's own
 compile, and with it the VMEM the chip would allocate, needs a TPU: `compiler_smem` stays None and the
@@ -15,7 +18,6 @@ imports this module.
 
 from __future__ import annotations
 
-import re
 import time
 from types import ModuleType
 
@@ -73,7 +75,6 @@ def _lower_mgpu_config(module: ModuleType, target: TargetInfo, variant: int | No
 
     import jax
     import jax.numpy as jnp
-    from jax.experimental.mosaic.gpu import core as mgpu_core
 
     from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
     from specgen.spec.dtypes import DType
@@ -96,15 +97,48 @@ def _lower_mgpu_config(module: ModuleType, target: TargetInfo, variant: int | No
         shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": ()}[arg.shape]
         args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))
     start = time.perf_counter()
-    try:
-        traced = jax.jit(functools.partial(module._launch, config=cfg)).trace(*args)
-        with mgpu_core.artificial_shared_memory_limit(1):
-            traced.lower(lowering_platforms=("cuda",))
-        raise RuntimeError("Mosaic GPU accepted a 1-byte SMEM limit: the module holds no Mosaic GPU kernel")
-    except Exception as e:
-        hit = re.search(r"smem_bytes=(\d+)", str(e))
-        if hit:
-            return CompileResult(meta["kernel"], target.name, cfg.smem_bytes, int(hit.group(1)), time.perf_counter() - start,
-                                 variant=variant)
+    try:  # a fresh jit each time: nothing cached stands in for this lowering
+        lowered = jax.jit(functools.partial(module._launch, config=cfg)).trace(*args).lower(lowering_platforms=("cuda",))
+        smem = mosaic_gpu_launch_smem(lowered)
+        if smem is None:
+            raise RuntimeError("the lowered module holds no Mosaic GPU kernel launch (no mosaic_gpu_v2 gpu.launch)")
+    except Exception as e:  # the lowering's own message is the useful part
         return CompileResult(meta["kernel"], target.name, cfg.smem_bytes, None, time.perf_counter() - start,
                              compiler_message(e), variant=variant)
+    return CompileResult(meta["kernel"], target.name, cfg.smem_bytes, smem, time.perf_counter() - start, variant=variant)
+
+
+def mosaic_gpu_launch_smem(lowered: object) -> int | None:
+    """The SMEM Mosaic GPU allocated: the `dynamic_shared_memory_size` of the `gpu.launch` in each
+    `mosaic_gpu_v2` custom call of a lowered jit (its `module`: MLIR bytecode, read back in jax's own
+    context with the Mosaic GPU dialect and its deserialization pass), the largest; None without one."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+    from jax.experimental.mosaic.gpu import dialect as mgpu_dialect
+
+    kernels = [ir.StringAttr(ir.DictAttr(op.attributes["mhlo.backend_config"])["module"]).value_bytes
+               for op in _ops(lowered.compiler_ir("stablehlo").operation)  # type: ignore[attr-defined]
+               if op.name == "stablehlo.custom_call"
+               and ir.StringAttr(op.attributes["call_target_name"]).value == "mosaic_gpu_v2"]
+    found = []
+    for data in kernels:
+        context = jax_mlir.make_ir_context()
+        mgpu_dialect.register_dialect(context)
+        context.allow_unregistered_dialects = True  # the stable_mosaic_gpu ops, until the serde pass reads them back
+        with context, ir.Location.unknown():
+            kernel = mgpu_core._run_serde_pass(ir.Module.parse(data), serialize=False, ir_version=None)
+            for op in _ops(kernel.operation):
+                if op.name == "gpu.launch":
+                    size = op.opview.dynamicSharedMemorySize
+                    found.append(ir.IntegerAttr(size.owner.attributes["value"]).value)
+    return max(found, default=None)
+
+
+def _ops(op: object):  # noqa: ANN202 - MLIR's own types
+    """Every operation nested in `op` (not `op` itself), depth first."""
+    for region in op.regions:  # type: ignore[attr-defined]
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _ops(inner.operation)

@@ -5,14 +5,23 @@ and for each size-selected variant (each compiles a kernel of its own).
 The kernel is specialized the way the JIT specializes the common case (16-byte aligned pointers, sizes
 and strides multiples of 16); that fills Triton's on-disk cache, which the launcher's first call for
 that specialization reuses. Imports triton: only `specgen compile` imports this module.
+
+Registers and spills: Triton's `n_regs` / `n_spills` come from loading the binary on a GPU (the CUDA
+driver), so here they are read off the compiled cubin (`compiled.asm["cubin"]`: the `.nv.info`
+register count, and STL / LDL in its SASS through the nvdisasm Triton ships). A config that spills is
+reported as failed, with the numbers (kinds/gemm/designs/cubin.py).
 """
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from types import ModuleType
 
 from specgen.compile import CompileResult, compiler_message
+from specgen.kinds.gemm.designs.cubin import read_cubin
 from specgen.targets import TargetInfo
 
 
@@ -54,5 +63,14 @@ def _compile(module: ModuleType, target: TargetInfo, variant: int | None, conste
     except Exception as e:  # the compiler's own message is the useful part
         return CompileResult(name, target.name, plan_smem, None, time.perf_counter() - start,
                              compiler_message(e), variant=variant)
-    return CompileResult(name, target.name, plan_smem, compiled.metadata.shared, time.perf_counter() - start,
-                         variant=variant)
+    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="specgen-triton-") as folder:
+        path = Path(folder) / f"{name}.cubin"
+        path.write_bytes(compiled.asm["cubin"])
+        try:
+            read = read_cubin(path)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # no nvdisasm: no verdict on spills
+            return CompileResult(name, target.name, plan_smem, compiled.metadata.shared, seconds, f"{e}"[:300],
+                                 variant=variant)
+    return CompileResult(name, target.name, plan_smem, compiled.metadata.shared, seconds, read.error, variant=variant,
+                         registers=read.registers, spills=read.spills)
