@@ -1,6 +1,7 @@
 """What every GEMM design's plan names beside the module header: the operands and the epilogue's runtime
-arguments as the generated entry points take them (the shared torch and JAX host templates read these),
-and the config row each design's default and size-selected variants share.
+arguments as the generated entry points take them, and the config row each design's default and
+size-selected variants share. The shared torch and JAX host templates read the operands as records
+(`GemmModule.operands`, `.output`: specgen.abi.HostOperand, from `gemm_operands`), never by name.
 
 Plans spell a config the same on every design: the tile is tile_m / tile_n / tile_k and the A/B pipeline
 depth ab_stages (spec: pipeline.ab_stages). What a backend calls them in generated code (Triton's BLOCK_M
@@ -9,9 +10,22 @@ and num_stages, Pallas TPU's AB_BUFFERS, the Mosaic GPU Config's stages) is the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
-from specgen.abi import Arg
+from specgen.abi import Arg, HostOperand, bind_operands
 from specgen.design import ModuleHeader
+
+
+def gemm_operands(a: Arg, b: Arg, out: Arg, a_major: str, b_major: str,
+                  batch: bool) -> tuple[tuple[HostOperand, ...], HostOperand]:
+    """A (batch, M, K) and B (batch, K, N) in the torch launcher's logical shapes, each contiguous along K
+    when k-major (else M, N), and the row-major output (batch, M, N); without batch the leading dim goes.
+    A binds batch, M, K; B binds N and is checked on batch and K (`_validate`: `batch_b`, `K_b`; the fast
+    path compares B's batch by shape and unpacks K as `K_b`)."""
+    outer = ("batch",) if batch else ()
+    return bind_operands([(a, (*outer, "M", "K"), "K" if a_major == "k" else "M", "a"),
+                          (b, (*outer, "K", "N"), "K" if b_major == "k" else "N", "b")],
+                         (out, (*outer, "M", "N"), "N", "o"), fast_by_shape=outer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +37,24 @@ class GemmModule(ModuleHeader):
     a_major: str  # "k" or "mn": the operand's contiguous dimension
     b_major: str
     batch: bool
+
+    @cached_property
+    def _host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
+        return gemm_operands(self.a, self.b, self.out, self.a_major, self.b_major, self.batch)
+
+    @property
+    def operands(self) -> tuple[HostOperand, ...]:
+        """A and B as the host templates read them (their dims, contiguous dim, bindings)."""
+        return self._host[0]
+
+    @property
+    def output(self) -> HostOperand:
+        return self._host[1]
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The problem size as the launcher takes it from the guards: (batch,) M, N, K."""
+        return (*(("batch",) if self.batch else ()), "M", "N", "K")
 
 
 @dataclass(frozen=True, kw_only=True)
