@@ -33,6 +33,11 @@ def adapt(r: CompileResult) -> dict[str, object]:
         found = next((res[n] for n in names if n in res), None)
         if found is not None:
             out[key] = found
+    # the figures every cubin-building hook reads (not only with --sass): they win over `resources`
+    if r.registers is not None:
+        out["registers"] = r.registers
+    if r.spills is not None:
+        out["spill_bytes"] = r.spills.store_bytes
     return out
 
 
