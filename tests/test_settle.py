@@ -52,14 +52,36 @@ def test_reg001_cute_sm90_margin_is_the_models_measured_error_over_the_grid_reco
     false_rejects = sorted(e for e, spilled in rows if not spilled and e > 0)
     assert false_accepts == [-15]
     assert false_rejects == [1, 1, 3, 3, 7, 8, 8, 10, 13, 19, 21, 37, 40, 48, 58, 93, 138]
-    assert Margin(below=16, above=24, unit="registers") == REGISTER_MARGIN
+    assert Margin(below=64, above=24, unit="registers") == REGISTER_MARGIN
     assert all(REGISTER_MARGIN.near(232 + e, 232) for e in false_accepts)  # no accept the compiler refuses is far
     assert sum(REGISTER_MARGIN.near(232 + e, 232) for e in false_rejects) == 11
 
 
+# Held out: seeds 101-104 of tests/grids/cute_sm90.py (35 random specs each), drawn after the register model
+# was final and compiled with the DSL 4.8.1 on 2026-11-27 (16 CPU cores of the GPU machine): the kernels the
+# model accepted and ptxas spilled. They set the margin's lower side.
+HELD_OUT_SPILLS = {103: ["cgrid_103_0001", "cgrid_103_0003", "cgrid_103_0009", "cgrid_103_0020"],
+                   104: ["cgrid_104_0013", "cgrid_104_0022"]}
+
+
+def test_reg001_margin_covers_the_held_out_spills():
+    sys.path.insert(0, str(ROOT / "tests" / "grids"))
+    import cute_sm90 as grid  # tests/grids is no package
+
+    excesses = []
+    for seed, names in HELD_OUT_SPILLS.items():
+        specs = {s["name"]: s for s in grid.grid(35, seed)}
+        for name in names:
+            (ls,) = load_text(json.dumps({"kernels": [specs[name]]}), f"<grid:{name}>", ".json")
+            est = register_estimate(ls.spec.for_target(ls.spec.targets[0]))
+            excesses.append(round(est.total - est.budget))
+    assert sorted(excesses) == [-63, -61, -56, -51, -23, -10]  # every one accepted by the model, the lowest 63 under
+    assert all(REGISTER_MARGIN.near(232 + e, 232) for e in excesses)  # so each is settled by the compiler now
+
+
 def test_margin_edges_on_both_sides():
     m = REGISTER_MARGIN
-    assert [m.near(232 + d, 232) for d in (-17, -16, 0, 1, 24, 25)] == [False, True, True, True, True, False]
+    assert [m.near(232 + d, 232) for d in (-65, -64, 0, 1, 24, 25)] == [False, True, True, True, True, False]
 
 
 @pytest.mark.parametrize(("name", "accepted", "near"), [
@@ -148,7 +170,7 @@ def test_without_the_compiler_a_near_verdict_says_so_and_how_to_settle_it(monkey
     monkeypatch.setattr(settle, "_run_probe", lambda job: pytest.fail("compiled without a compiler"))
     (acc,) = reg001(check_specs([loaded("cgrid_17_0191")], settle="compile"))
     assert (acc.severity, acc.source) == ("warning", "model")
-    assert acc.message.startswith("near the boundary (within 16 registers under to 24 over the limit")
+    assert acc.message.startswith("near the boundary (within 64 registers under to 24 over the limit")
     assert "pip install 'specgen[cute]'" in acc.hint and "specgen compile" in acc.hint
     (rej,) = reg001(check_specs([loaded("cgrid_17_0208")], settle="compile"))
     assert (rej.severity, rej.source) == ("error", "model") and "near the boundary" in rej.message
@@ -214,7 +236,8 @@ def warm_catalogue_cache(folder: Path) -> int:
 
 @pytest.mark.parametrize("args", [["check", "specs"], ["check", "specs", "--no-compile"]])
 def test_check_of_the_catalogue_warm_or_analytic_imports_no_compiler(tmp_path, args):
-    assert warm_catalogue_cache(tmp_path) == 1  # gemm_bias_gelu_bf16 @ cute:sm90: 226 of 232 registers
+    # the cute:sm90 configs 64 or fewer registers under 232 (or over, by 24 at most): 9 of the catalogue's 31
+    assert warm_catalogue_cache(tmp_path) == 9
     env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "SPECGEN_SETTLE_CACHE": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", HYGIENE.format(args=args)], cwd=ROOT, env=env, capture_output=True,
                        text=True)
@@ -225,19 +248,21 @@ def test_check_of_the_catalogue_warm_or_analytic_imports_no_compiler(tmp_path, a
 # --- one real compile: the CuTe DSL settles the catalogue's near config ----------------------------------
 @pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
 def test_the_cute_dsl_settles_a_near_reg001_verdict(monkeypatch, tmp_path):
-    """gemm_bias_gelu_bf16 on cute:sm90 (128x192, bias and erf GELU): the model estimates 226 of 232
-    registers, 6 under, near; sm_90a's ptxas builds it spill-free (nvidia-cutlass-dsl 4.8.1: 230 registers
-    used, 0 spill bytes), so the compiler's verdict drops the finding. About 10 s of CPU."""
+    """gemm_bias_gelu_bf16 on cute:sm90: its default config (128x192, bias and erf GELU: the model estimates
+    226 of 232 registers) and its variant 6 (175) are near; sm_90a's ptxas builds both spill-free
+    (nvidia-cutlass-dsl 4.8.1: the default at 230 registers, 0 spill bytes), so the compiler's verdicts drop
+    the finding. About 20 s of CPU."""
     monkeypatch.setenv("SPECGEN_SETTLE_CACHE", str(tmp_path))
     (ls,) = [ls for ls in load_paths([ROOT / "specs"]) if ls.name == "gemm_bias_gelu_bf16"]
     calls = []
     real = settle._run_probe
     monkeypatch.setattr(settle, "_run_probe", lambda job: (calls.append(job), real(job))[1])
     report = check_specs([ls], settle="compile")
-    assert len(calls) == 1 and report.settled.compiled == 1 and not reg001(report)
-    (entry,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
-    assert entry["probe"]["error"] == "" and entry["probe"]["spill_bytes"] == 0 and entry["probe"]["registers"] > 200
-    assert not reg001(check_specs([ls], settle="compile")) and len(calls) == 1
+    assert len(calls) == 2 and report.settled.compiled == 2 and not reg001(report)
+    entries = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert len(entries) == 2 and all(e["probe"]["error"] == "" and e["probe"]["spill_bytes"] == 0 for e in entries)
+    assert max(e["probe"]["registers"] for e in entries) > 200
+    assert not reg001(check_specs([ls], settle="compile")) and len(calls) == 2  # the second check: from the cache
 
 
 def test_triton_reg001_has_no_margin_its_measured_error_spans_every_config():

@@ -18,9 +18,10 @@ from specgen.rules.base import Finding, Margin, Near, ProbeResult, RuleContext, 
 
 RULES = RuleSet()
 SERVED = target_of(DESIGN)
-# REG001's margin: how far the register estimate sat from MMA_REGISTERS where ptxas disagreed with it over
-# tests/data/grid_cute_sm90.json (see `register_findings`; tests/test_settle.py recomputes it)
-REGISTER_MARGIN = Margin(below=16, above=24, unit="registers")
+# REG001's margin: how far the register estimate sat from MMA_REGISTERS where ptxas disagreed with it, over
+# tests/data/grid_cute_sm90.json and the held-out seeds 101-104 (see `register_findings`; tests/test_settle.py
+# recomputes it)
+REGISTER_MARGIN = Margin(below=64, above=24, unit="registers")
 
 
 @RULES.rule("CUTE001", "sm90 consumer warpgroups", SERVED)
@@ -134,10 +135,13 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     over, ptxas spilled to local memory (LDL/STL), and only a handful of the kernels it refuses compile
     spill-free. An error: the spilling kernel builds, but runs slowly.
 
-    Its margin (`REGISTER_MARGIN`, the model's measured error over the record's 557 compiled specs, the
-    estimate minus 232): the one spilling kernel the model accepts sits 15 under (cgrid_17_0191, 1652 B
-    of spill stores; check refuses it by SMEM001 too, its 6 stages do not fit), so 16 below; 11 of the 17 spill-free kernels it refuses sit 1 to 21 over (the other
-    6 at 37, 40, 48, 58, 93 and 138 are far refusals that stay the model's), so 24 above. Within it the
+    Its margin (`REGISTER_MARGIN`, the model's measured error, the estimate minus 232): over the record's
+    557 compiled specs the one spilling kernel the model accepts sits 15 under (cgrid_17_0191, 1652 B of
+    spill stores; SMEM001 refuses it too); on seeds 101-104, drawn after the model was final (140 random
+    specs, compiled 2026-11-27 with the DSL 4.8.1), six kernels it accepts spilled, at 10, 23, 51, 56, 61 and
+    63 under (ping-pong 128x128 and 192x128 tiles with vector and residual epilogues), so 64
+    below; 11 of the record's 17 spill-free kernels it refuses sit 1 to 21 over (the other 6 at 37, 40, 48,
+    58, 93 and 138 are far refusals that stay the model's), so 24 above. Within it the
     verdict is near the boundary: check settles it by compiling the config (specgen/settle.py); the
     compiler refuses it where ptxas spilled (its spill-store bytes) or the config does not compile."""
 
