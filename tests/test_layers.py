@@ -180,6 +180,8 @@ def test_each_kind_names_its_spec_model_and_parts_are_asked_by_name():
         kind_part("attention", "rules")
     with pytest.raises(ValueError, match="'compile' is not a part of designs"):
         parts("compile", of="designs")
+    with pytest.raises(ValueError, match="parts of 'design': kinds or designs"):
+        parts("rules", of="design")
 
 
 # Test-only code under specgen/: each kind's test kit (its float64 reference and shared test bases). It imports

@@ -28,6 +28,8 @@ DESIGN_PARTS = ("design", "rules", "names")
 def parts(part: str, *, of: str) -> list[tuple[str, ModuleType]]:
     """(kind, module) for each kind's (`of="kinds"`) or each design's (`of="designs"`) module named `part`,
     in line-up order; a package without that part is skipped."""
+    if of not in ("kinds", "designs"):
+        raise ValueError(f"parts of {of!r}: kinds or designs")
     wanted = KIND_PARTS if of == "kinds" else DESIGN_PARTS
     if part not in wanted:
         raise ValueError(f"{part!r} is not a part of {of} (they have {', '.join(wanted)})")
