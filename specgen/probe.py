@@ -23,21 +23,17 @@ from specgen.rules.finding import ProbeResult
 
 
 def adapt(r: CompileResult) -> dict[str, object]:
-    """What check's rules read from a compile hook's result (the newest spelling of each figure first)."""
-    res = r.resources
+    """What check's rules read from a compile hook's result: its error, the SMEM it allocates, and where the
+    hook builds a cubin, the registers per thread, spill-store bytes and stack frame it reads off it."""
     out: dict[str, object] = {"error": r.error}
     if r.compiler_smem is not None:
         out["smem"] = r.compiler_smem
-    for key, names in (("registers", ("registers_used", "registers")),
-                       ("spill_bytes", ("spill_bytes", "spill_store_bytes")), ("frame_bytes", ("frame_bytes",))):
-        found = next((res[n] for n in names if n in res), None)
-        if found is not None:
-            out[key] = found
-    # the figures every cubin-building hook reads (not only with --sass): they win over `resources`
     if r.registers is not None:
         out["registers"] = r.registers
     if r.spills is not None:
         out["spill_bytes"] = r.spills.store_bytes
+    if "frame_bytes" in r.resources:
+        out["frame_bytes"] = r.resources["frame_bytes"]
     return out
 
 

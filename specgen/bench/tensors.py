@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "tf32": "float32", "int8": "int8",
-                "int32": "int32", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+from specgen.spec.dtypes import DTYPES
+
+# a spec dtype's name -> the torch attribute (the one table: spec/dtypes.py's DTYPES)
+TORCH_DTYPES = {dt.value: info.torch for dt, info in DTYPES.items()}
 
 
 def torch_dtype(name: str) -> Any:

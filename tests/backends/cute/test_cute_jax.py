@@ -192,7 +192,8 @@ def test_several_devices_only_under_shard_map(tmp_path):
 @pytest.mark.parametrize(("name", "scalars"), [("gemm_bias_gelu_bf16", ()), ("gemm_residual_bf16", (0.5,))])
 def test_the_xla_abi_kernel_compiles_for_sm90a_without_a_gpu(modules, tmp_path, name: str, scalars: tuple):
     """The kernel XLA calls is the torch launcher's kernel: TMA loads and stores, wgmma, no spills."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import nvdisasm, sass_counts
+    from specgen.kinds.gemm.designs.cubin import nvdisasm, sass_counts
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS
 
     e = modules[name]._jax_entry()
     compiled = e.compile(None, scalars, 132, f"--keep-cubin --dump-dir {tmp_path}")
@@ -203,7 +204,7 @@ def test_the_xla_abi_kernel_compiles_for_sm90a_without_a_gpu(modules, tmp_path, 
     if isinstance(cubin, bytes):
         (tmp_path / "k.cubin").write_bytes(cubin)
         cubin = tmp_path / "k.cubin"
-    counts, local = sass_counts(str(cubin))
+    counts, local = sass_counts(str(cubin), SASS_OPS)
     assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0 and counts["HGMMA"] > 0
     assert local["spill_store_bytes"] == local["spill_load_bytes"] == 0
 

@@ -225,7 +225,8 @@ def test_the_jax_entrys_xla_abi_kernel_compiles_for_sm100a(tmp_path):
     for sm_100a with the SM count passed as a constant (148, no device to ask): TMA, UTCQMMA, no spills.
     (tests/backends/cute/test_cute_jax.py traces every generated module's entry, the sm100 ones included.)"""
     from specgen.compile import load_rendered
-    from specgen.kinds.gemm.designs.cute_sm100.compile import sass_counts
+    from specgen.kinds.gemm.designs.cubin import sass_counts
+    from specgen.kinds.gemm.designs.cute_sm100.compile import SASS_OPS
 
     module = load_rendered(ROOT / "generated" / "cute" / "gemm_fp8_rowwise_sm100.py", "_specgen_sm100_jax_test")
     compiled = module._jax_entry().compile(None, (), 148, f"--keep-cubin --dump-dir {tmp_path}")
@@ -233,6 +234,6 @@ def test_the_jax_entrys_xla_abi_kernel_compiles_for_sm100a(tmp_path):
     if isinstance(cubin, bytes):
         (tmp_path / "k.cubin").write_bytes(cubin)
         cubin = tmp_path / "k.cubin"
-    counts, local = sass_counts(str(cubin))
+    counts, local = sass_counts(str(cubin), SASS_OPS)
     assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0 and counts["UTCQMMA"] > 0
     assert counts["LDL"] == counts["STL"] == 0 and local["spill_store_bytes"] == 0

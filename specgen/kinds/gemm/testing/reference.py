@@ -13,8 +13,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "int32": torch.int32,
-                "int8": torch.int8, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+from specgen.spec.dtypes import DTYPES
+
+# a spec dtype's name -> its torch dtype (the one table: spec/dtypes.py's DTYPES)
+TORCH_DTYPES = {dt.value: getattr(torch, info.torch) for dt, info in DTYPES.items()}
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,

@@ -45,11 +45,6 @@ def tmem_alloc_columns(ptx: str) -> int | None:
     return found
 
 
-def sass_counts(cubin_path: str) -> tuple[dict[str, int], dict[str, int]]:
-    """The sm90 hook's SASS reader over this design's opcodes."""
-    return sm90.sass_counts(cubin_path, SASS_OPS)
-
-
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
                    fill_cache: bool = True) -> list[CompileResult]:
     """Compile one rendered sm100 module: every config (the default first, then each size-selected

@@ -24,7 +24,7 @@ from typing import Any
 
 from specgen.compile import CompileResult
 from specgen.kinds.gemm.designs import cubin as cubins
-from specgen.kinds.gemm.designs.cubin import cubin_resources, nvdisasm, static_smem  # noqa: F401 - this module's API
+from specgen.kinds.gemm.designs.cubin import static_smem
 from specgen.targets import TargetInfo
 
 # SASS opcodes worth counting: TMA loads / stores, Hopper tensor-core MMAs, local-memory spills.
@@ -52,11 +52,6 @@ def launch_smem(ir_text: str) -> int | None:
         if const:
             found = int(const[-1])
     return found
-
-
-def sass_counts(cubin_path: str, ops: tuple[str, ...] = SASS_OPS) -> tuple[dict[str, int], dict[str, int]]:
-    """The shared SASS reader (kinds/gemm/designs/cubin.py) over this design's opcodes by default."""
-    return cubins.sass_counts(cubin_path, ops)
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
