@@ -9,7 +9,7 @@ the default of the library calls: the grid records replay that).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from specgen.registry import designs_for, rendering
@@ -78,9 +78,17 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
         report.resolved[(loaded.name, str(target))] = r
         for one in (r, *r.variants):  # every variant of every target is checked
             label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
-            for f in run_rules(one, near=near):
-                if near and f.near is not None:  # its verdict comes from the settle step: its place kept
-                    report.pending.append((len(out), loaded, target, one, label, f))
+            findings = run_rules(one, near=near)
+            # a config refused for a definite reason compiles nothing: its near verdicts cannot change that
+            refused = any(f.severity == "error" and f.near is None for f in findings)
+            for f in findings:
+                if near and f.near is not None:
+                    if refused:
+                        if f.near.accepted:
+                            continue
+                        f = replace(f, near=None)  # noqa: PLW2901 - the model's refusal, as if far
+                    else:  # its verdict comes from the settle step: its place kept
+                        report.pending.append((len(out), loaded, target, one, label, f))
                 out.append(_diagnostic(loaded, target, one, label, f))
     _module_agreement(loaded, report)
     if not notes:

@@ -16,11 +16,13 @@ from rich.console import Console
 
 from specgen import __version__
 from specgen.cli_common import _load, _paths, app, err, out  # noqa: F401  (the CLI's app and consoles)
+from specgen.settle import mode_from_environment
 
 # rich_markup_mode=None: click's plain help, where a flag reads `--json`, not `--json <bool>`
 PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False, metavar="PATH")
-NoCompileOpt = typer.Option(False, "--no-compile", help="Keep verdicts near a modelled rule's boundary the model's (a "
-                            "warning saying how to settle them): compile nothing.")
+NoCompileOpt = typer.Option(False, "--no-compile",
+                            help="Keep verdicts near a modelled rule's boundary the model's (a warning saying how to "
+                            "settle them): compile nothing. SPECGEN_NO_COMPILE=1 does the same for every command.")
 
 
 def _version(value: bool) -> None:
@@ -104,7 +106,7 @@ def check(
     start = time.perf_counter()
     specs = _load(paths, as_json)
     # notes cost a pass over every unlisted target: only when asked
-    report = check_specs(specs, notes=notes, settle="analytic" if no_compile else "compile")
+    report = check_specs(specs, notes=notes, settle="analytic" if no_compile else mode_from_environment())
     diags = report.diagnostics
     errors = [d for d in diags if d.severity == "error"]
     print_settled(report.settled, err if as_json else out)
@@ -144,7 +146,7 @@ def render(
     scope = None if prune else _paths(paths)
     try:
         result = render_catalogue(specs, out_dir, check=check_only, scope=scope,
-                                  settle="analytic" if no_compile else "compile")
+                                  settle="analytic" if no_compile else mode_from_environment())
     except RenderError as e:
         err.print(f"error: {e}", style="red", markup=False)
         raise typer.Exit(1) from None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from specgen import __version__
 from specgen.kinds.lineup import part_of
+from specgen.rules.finding import Margin
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, Mma, TargetInfo
 
@@ -53,12 +54,14 @@ class CompileProbe:
     """How `specgen check` settles a near-boundary verdict on a design's target (specgen/settle.py): `hook`
     (the design's compile hook, "module:function") compiles a module rendered for that one config in a
     worker process (specgen/probe.py); `modules` are what it imports (check only looks them up), `libraries`
-    the distributions whose versions key the verdicts' disk cache, `extra` the pip extra installing them."""
+    the distributions whose versions key the verdicts' disk cache, `extra` the pip extra installing them,
+    `environment` what the worker sets before it imports the compiler (the design's `compile_environment`)."""
 
     hook: str
     modules: tuple[str, ...]
     libraries: tuple[str, ...]
     extra: str
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 class DesignBase:
@@ -90,6 +93,9 @@ class DesignBase:
     # modules render variants on some of its targets only: see `renders_variants_on`)
     variants_label: ClassVar[str] = ""
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
+    # how far the planned on-chip memory may sit from the compiler's, where the plan is not exact (its
+    # measured error): a verdict within it is near the boundary, settled by the compiler; None: exact
+    smem_margin: ClassVar[Margin | None] = None
     # field paths on which the targets of one module (and a target's variants) must agree (CFG001, CFG002)
     shared_config: ClassVar[tuple[tuple[str, ...], ...]] = ()
     variant_shared_config: ClassVar[tuple[tuple[str, ...], ...]] = ()
@@ -164,7 +170,8 @@ class DesignBase:
         (None where it renders nothing or has no hook: those verdicts stay the model's)."""
         if not (self.renders and self.compile_hook):
             return None
-        return CompileProbe(self.compile_hook, self.compiler_modules, self.libraries or self.compiler_modules, self.extra)
+        return CompileProbe(self.compile_hook, self.compiler_modules, self.libraries or self.compiler_modules, self.extra,
+                            tuple(sorted(self.compile_environment.items())))
 
     def renders_variants_on(self, target: TargetInfo) -> bool:
         """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them

@@ -4,8 +4,8 @@ rules/finding.py) is settled by the backend's own compiler where it is installed
 For each near-boundary (spec, target, variant) the design's `compile_probe` names the compile hook that
 compiles that one config (specgen/probe.py renders a module of it and runs the hook in a worker
 process, one per config, as many at a time as there are CPU cores). Verdicts are cached on disk, keyed by
-the config, the target, the compiler's versions and specgen's (`$SPECGEN_SETTLE_CACHE`, default
-`~/.cache/specgen/settle`), so a second check compiles nothing. The finding then says where its verdict
+the config, the target, the compiler's versions, specgen's and a digest of its code and templates
+(`$SPECGEN_SETTLE_CACHE`, default `~/.cache/specgen/settle`), so a second check compiles nothing. The finding then says where its verdict
 came from: `(compiler)` with what the compiler reported, or `(model)` where no compiler settled it
 (none installed, `check --no-compile`, a design without a compile hook) and how to settle it.
 
@@ -14,6 +14,7 @@ Imports no compiler: only the worker processes do (a cache hit or `--no-compile`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -53,6 +54,13 @@ class Settled:
     source: str  # "compiler" or "model"
 
 
+def mode_from_environment() -> str:
+    """"analytic" where SPECGEN_NO_COMPILE is set (to anything but "" or "0": what `--no-compile` says), else
+    "compile": the settle mode of a command without the flag (`tune`) or whose flag was left out."""
+    return "analytic" if os.environ.get("SPECGEN_NO_COMPILE", "0").strip().lower() not in ("", "0", "false", "no") \
+        else "compile"
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("SPECGEN_SETTLE_CACHE", Path.home() / ".cache" / "specgen" / "settle"))
 
@@ -69,19 +77,51 @@ def standalone(r: Resolved) -> dict[str, object]:
 
 
 def compiler_versions(probe: CompileProbe) -> dict[str, str] | None:
-    """The installed versions of the probe's libraries, None where one of its modules or libraries is missing
-    (looked up, never imported)."""
+    """The installed versions of the probe's libraries, None where one of its modules is missing (looked up,
+    never imported)."""
     if any(importlib.util.find_spec(m) is None for m in probe.modules):
         return None
+    return {lib: _version(lib) for lib in probe.libraries}
+
+
+def _version(distribution: str) -> str:
+    """Its version, or "absent" (a library the design names that this install runs without: apache-tvm-ffi
+    beside the CuTe DSL, say): the modules decide whether the compiler is there, the versions key the cache."""
     try:
-        return {lib: importlib.metadata.version(lib) for lib in probe.libraries}
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return None
+        return "absent"
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of what renders a config (specgen's modules and the templates): a verdict cached by one
+    checkout is not reused by another whose templates or plans differ, though both say one version."""
+    # jinja2 comes with it: only a check that settles pays for it
+    from specgen.render.env import templates_dir
+
+    digest = hashlib.sha256()
+    for root in (Path(__file__).resolve().parent, templates_dir()):
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".jinja") and p.is_file()):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def cache_key(config: dict[str, object], versions: dict[str, str]) -> str:
-    text = json.dumps({"config": config, "compiler": versions, "specgen": __version__}, sort_keys=True)
+    text = json.dumps({"config": config, "compiler": versions, "specgen": __version__, "code": code_digest()},
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def remember(r: Resolved, result: ProbeResult) -> None:
+    """Cache what a compile outside check found for the config `r` (`tune` compiles every candidate it
+    times): a later check or render of that config compiles nothing. Nothing where no compiler settles it."""
+    probe = r.design.compile_probe()
+    versions = compiler_versions(probe) if probe is not None else None
+    if versions is not None:
+        config = standalone(r)
+        _write_cache(cache_key(config, versions), {"spec": config, "target": str(r.target), "hook": probe.hook,
+                                                   "compiler": versions, "probe": dict(result), "specgen": __version__})
 
 
 def _read_cache(key: str) -> ProbeResult | None:
@@ -106,7 +146,8 @@ def _run_probe(job: dict[str, object]) -> tuple[ProbeResult, bool]:
     """Compile one config in a worker process (specgen/probe.py): (what it reported, whether to cache it).
     A process the compiler aborted is the compiler's refusal (cached); one past PROBE_SECONDS is not."""
     root = str(Path(__file__).resolve().parents[1])  # this specgen, whatever the worker's cwd
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, **job.get("environment", {}),  # e.g. Triton's AOT compile, never its CPU interpreter
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
     try:
         proc = subprocess.run([sys.executable, "-m", "specgen.probe"], input=json.dumps(job), capture_output=True,
                               text=True, env=env, timeout=PROBE_SECONDS)
@@ -178,7 +219,8 @@ def settle(items: Sequence[tuple[Resolved, Finding]], compiling: bool = True,
             results[key] = hit
             stats.cached += 1
         else:
-            jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions}
+            jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions,
+                         "environment": dict(probe.environment)}
     if jobs:
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), workers or os.cpu_count() or 1))) as pool:

@@ -16,6 +16,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("SPECGEN_SETTLE_CACHE", os.path.join(__import__("tempfile").gettempdir(),
                                                            f"specgen-test-settle-{os.getuid()}"))
 
+# ... and keeps them the model's (`--no-compile`) unless a test settles with the compiler on purpose
+# (tests/test_settle.py, tests/test_compile_spills.py): a cold cache would compile every near Triton config
+os.environ.setdefault("SPECGEN_NO_COMPILE", "1")
+
 import pytest  # noqa: E402
 
 

@@ -169,10 +169,17 @@ def test_notes_for_a_spec_that_lists_too_few_targets(tmp_path):
     assert "few @ pallas:tpu_v5e: cannot serve: DT003 A is f16" in r.stdout
 
 
+# Left out on purpose, each with its catalogue comment: the model accepts these, the compiler a user may have
+# does not. gemm_bias_gelu_bf16's Triton module renders one tile for sm_90 and sm_100: its tuned 128x256 tile
+# spills 40 bytes on sm_100 with triton 3.6.0 (torch 2.11's), and 128x128 costs sm_90 ~13% (bench on an H100,
+# 2026-11-27: 0.90-0.93x eager where 128x256 is 1.03-1.07x; bench/results/2026-11-27-h100-s17-bench-bias-gelu-tile.json).
+OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100")}
+
+
 def test_every_catalogue_spec_names_every_target_it_can_serve():
     diags = check_all(load_paths([ROOT / "specs"]), notes=True)
-    unlisted = [(d.spec, d.target) for d in diags if "could serve this spec but is not listed" in d.message]
-    assert unlisted == []
+    unlisted = {(d.spec, d.target) for d in diags if "could serve this spec but is not listed" in d.message}
+    assert unlisted == OMITTED
 
 
 def test_check_of_1000_specs_loads_and_checks_clean(tmp_path):

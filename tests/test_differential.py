@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LIVE_SPECS = 2  # per arch: 4 compiles, about 10 s with the interpreter's start
 
 
-def test_check_agrees_with_the_recorded_grid() -> None:
-    records = load_records()
+@pytest.mark.parametrize("record", ["grid_triton.jsonl", "grid_triton_3.6.jsonl"])  # triton 3.9.0 (CI), 3.6.0 (torch 2.11)
+def test_check_agrees_with_the_recorded_grid(record: str) -> None:
+    """With the compiler installed (a near verdict is the compiler's) no false accept and at most 2% false
+    rejects; the model alone (`--no-compile`) accepts no failing config silently: each is near the boundary."""
+    records = load_records(ROOT / "tests" / "data" / record)
     cases, stale = replay(records)
     assert not stale, f"check now resolves other depths than were compiled: run `nox -s diff` ({stale[:5]})"
     for arch in ARCHS:
@@ -31,10 +34,11 @@ def test_check_agrees_with_the_recorded_grid() -> None:
         assert [c.name for c in mine] == [s["name"] for s in grid(GRID_SPECS, GRID_SEED, arch)]
         assert all(r["triton"] and r["verdict"] == verdict(r) for r in records)
         s = compare(mine)
-        print(f"{arch}: {s['cases']} cases, {s['runs']} fit, {s['accepted']} accepted, "
-              f"{len(s['false_accepts'])} false accepts, {len(s['false_rejects'])} false rejects, "
-              f"plan within 10% on {s['within_10pct']:.1%} of the accepted")
-        assert s["false_accepts"] == []
+        print(f"{record} {arch}: {s['cases']} cases, {s['runs']} run, {s['near']} near the boundary; with the "
+              f"compiler {len(s['false_accepts'])} false accepts, {len(s['false_rejects'])} false rejects; the model "
+              f"alone {s['model_false_accepts']} / {s['model_false_rejects']}; plan within 10% on "
+              f"{s['within_10pct']:.1%} of the accepted")
+        assert s["false_accepts"] == [] and s["silent_false_accepts"] == []
         assert len(s["false_rejects"]) <= 0.02 * s["cases"], s["false_rejects"]
 
 

@@ -31,7 +31,7 @@ def test_reference_names_every_epilogue_op_and_target() -> None:
 
 # --- README's console examples are what the commands print ---------------------------------------------------
 CONSOLE = re.compile(r"^( *)```console\n(.*?)^\1```", re.M | re.S)
-TIMING = re.compile(r"\(\d+ ms\)")
+TIMING = re.compile(r"\(\d+ ms\)| in \d+(\.\d+)? s")
 
 
 def console_examples(text: str) -> list[tuple[str, str]]:
@@ -73,14 +73,16 @@ def test_readme_console_examples_are_what_the_commands_print(tmp_path: Path) -> 
     bad = spec.replace("k = 64 }", "k = 128 }\npipeline = { ab_stages = 4 }", 1)
     assert bad.splitlines()[8] == "pipeline = { ab_stages = 4 }"
     (tmp_path / "bad.toml").write_text(bad)
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    # as a user with the `[triton]` extra runs them: near-boundary verdicts compiled (a cold cache of its own)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "SPECGEN_NO_COMPILE")}
+    env["SPECGEN_SETTLE_CACHE"] = str(tmp_path / "settle")
     for command, expected in examples:
         args = shlex.split(command.split("#")[0])
         assert args[0] == "specgen", command
         r = subprocess.run([sys.executable, "-m", "specgen", *args[1:]], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         got = (r.stdout + r.stderr).rstrip("\n")
-        assert TIMING.sub("(N ms)", got) == TIMING.sub("(N ms)", expected), f"$ {command}\n{got}"
+        assert TIMING.sub("(N)", got) == TIMING.sub("(N)", expected), f"$ {command}\n{got}"
 
 
 def test_ci_runs_the_readmes_two_commands_in_a_fresh_venv() -> None:

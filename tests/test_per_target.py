@@ -33,7 +33,7 @@ cluster = { m = 2 }
 cute = { two_cta = true }
 
 [kernels.per_target."triton:sm100"]
-triton = { num_warps = 4 }
+triton = { num_warps = 16 }
 pipeline = { ab_stages = 3 }
 """
 
@@ -65,7 +65,7 @@ def test_keys_given_replace_the_kernels_others_keep_it() -> None:
     assert cute.cute.two_cta and cute.cute.tma_store
     assert cute.schedule.persistent and cute.per_target == {}
     sm100 = spec.for_target("triton:sm100")
-    assert sm100.triton.num_warps == 4 and sm100.triton.tma  # tma not given: the kernel's
+    assert sm100.triton.num_warps == 16 and sm100.triton.tma  # tma not given: the kernel's
     assert sm100.pipeline.ab_stages == 3 and sm100.pipeline.acc_stages == "auto"
     assert sm100.tile == spec.tile
     sm90 = spec.for_target("triton:sm90")  # no table: the kernel's own config
@@ -75,8 +75,8 @@ def test_keys_given_replace_the_kernels_others_keep_it() -> None:
 def test_resolve_reads_the_effective_config() -> None:
     spec = load().spec
     r = resolve(spec, parse_target("triton:sm100"))
-    assert r.ab_stages == 3 and r.spec.triton.num_warps == 4
-    assert r.acc_threads == 4 * 32
+    assert r.ab_stages == 3 and r.spec.triton.num_warps == 16
+    assert r.acc_threads == 16 * 32
     r90 = resolve(spec, parse_target("triton:sm90"))
     assert r90.acc_threads == 8 * 32 and r90.spec.pipeline.ab_stages == "auto"
     rc = resolve(spec, parse_target("cute:sm100"))
@@ -147,7 +147,7 @@ def test_render_uses_each_targets_warps_and_stages() -> None:
     text = render_module(ls, [t for t in ls.spec.targets if t.backend.value == "triton"])
     configs = text.split("CONFIGS = {", 1)[1].split("\n}", 1)[0]
     assert '90: {"num_warps": 8' in configs
-    assert '100: {"num_warps": 4, "num_stages": 3}' in configs
+    assert '100: {"num_warps": 16, "num_stages": 3}' in configs
     assert "'per_target'" in text  # SPEC is the whole spec, tables included
 
 
@@ -164,7 +164,7 @@ def test_a_dumped_spec_loads_back_with_the_same_effective_configs() -> None:
     # a table's sections dump the keys they were given, not the defaults of the rest
     spec = load().spec
     dumped = spec.model_dump(mode="json")
-    assert dumped["per_target"]["triton:sm100"]["triton"] == {"num_warps": 4}
+    assert dumped["per_target"]["triton:sm100"]["triton"] == {"num_warps": 16}
     (again,) = load_text(json.dumps({"kernels": [dumped]}), "again.json", ".json")
     for t in spec.targets:
         assert again.spec.for_target(t) == spec.for_target(t)

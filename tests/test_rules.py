@@ -349,24 +349,20 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CLU001", "triton:sm90", {"cluster": {"m": 1, "n": 1}}, None),
     ("CLU001", "triton:sm90", {"cluster": {"m": 2, "n": 1}},
      ("warning", ["cluster 2x1 is ignored by triton (it launches single CTAs)"], ("cluster",))),
-    # REG001: > 255 accumulator registers per thread is an error, > 192 a warning
+    # REG001 on Triton: past 256 estimated registers per thread an error; 16 to 256 near the boundary (the
+    # compiler settles it: tests/test_settle.py), which the model alone accepts under 255
     ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 8}}, None),
-    # Triton: ptxas builds any of these, spilling: a warning with the estimate, never an error
     ("REG001", "triton:sm90", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
-     ("warning", ["accumulator needs 256 registers per thread (128 threads) > 255: ptxas builds it but will likely "
-                  "spill"], ("triton", "num_warps"))),
-    ("REG001", "triton:sm100", {"tile": tile(128, 192, 64), "triton": {"num_warps": 4}}, None),  # 192: at the line
+     ("error", ["accumulator needs 256 registers per thread (128 threads) > 255: ptxas spills to local memory"],
+      ("triton", "num_warps"))),
+    ("REG001", "triton:sm100", {"tile": tile(128, 192, 64), "triton": {"num_warps": 4}}, None),
     ("REG001", "triton:sm100", {"tile": tile(128, 256, 64), "triton": {"num_warps": 4}},
-     ("warning", ["accumulator needs 256 registers per thread"], ("triton", "num_warps"))),
+     ("error", ["accumulator needs 256 registers per thread"], ("triton", "num_warps"))),
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
                                "tile": tile(64, 128, 32)}, None),  # 32 + (2 x 32 + 24) operand registers = 120
     ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
-                               "tile": tile(128, 128, 32)},
-     ("warning", ["accumulator needs 64 registers per thread (256 threads) + 160 for the FMA operands = 224 of 255 "
-                  "(over 192)"], ("triton", "num_warps"))),
-    ("REG001", "triton:sm90", {"a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
                                "tile": tile(256, 128, 64)},
-     ("warning", ["accumulator needs 128 registers per thread (256 threads) + 352 for the FMA operands = 480 > 255"],
+     ("error", ["accumulator needs 128 registers per thread (256 threads) + 352 for the FMA operands = 480 > 255"],
       ("triton", "num_warps"))),
     # CuTe sm90: the design's register model (accumulator + base + epilogue) against setmaxnreg's 232
     ("REG001", "cute:sm90", {"tile": tile(128, 192, 64), "cute": {"mma_warpgroups": 1}}, None),  # 192 + 39.68: 232

@@ -260,7 +260,7 @@ def gemm_host(
     gemm_kernel(
         tiled_mma, tma_a, tA, tma_b, tB, tma_out, tOut,
         cluster_vmnk, sA_layout, sB_layout, sOut_layout, epi_tile, raster, cfg,
-    ).launch(grid=grid, block=[THREADS, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), stream=stream)
+    ).launch(grid=grid, block=[THREADS, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
 
 @cute.kernel

@@ -37,12 +37,13 @@ class Margin:
 
 @dataclass(frozen=True)
 class Near:
-    """A modelled verdict within its rule's margin of the boundary. The finding it rides on is what the
+    """A modelled verdict within its rule's margin of the boundary, or one the installed compiler's version
+    decides (`margin` a sentence then). The finding it rides on is what the
     rule reports where the config is refused (its severity, hint and field); `accepted` is the model's
     side. `decide` reads the compiler's probe of the config: why the compiler refuses it (a message), ""
     where it accepts it, None where the probe does not say (the model's verdict stands)."""
 
-    margin: Margin
+    margin: Margin | str  # a measured margin, or why the verdict is the compiler's (one that moves with its version)
     accepted: bool
     decide: Callable[[ProbeResult], str | None]
 

@@ -27,9 +27,12 @@ class CompileJob:
 def compile_job(job: CompileJob) -> dict[str, Any]:
     """Render and compile one candidate; returns {"key", "error", "seconds", "compiler_smem"} (never raises:
     a compiler's failure is the candidate's verdict)."""
+    from specgen import settle
     from specgen.bench.workloads import build_module
     from specgen.compile import _hook
+    from specgen.probe import adapt
     from specgen.registry import design_for
+    from specgen.resolve import resolve
     from specgen.spec.models import parse_target
     from specgen.targets import target_info
     from specgen.tune.space import loaded_from
@@ -45,6 +48,9 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
         module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
         result = _hook(design.compile_hook)(module, target_info(target))
         results = result if isinstance(result, list) else [result]
+        if len(results) == 1 and results[0].spills is not None:  # read off its SASS: check's verdict on this config,
+            # cached, so that a check of the tuned spec compiles nothing
+            settle.remember(resolve(loaded.spec, target), adapt(results[0]))
         errors = [r.error for r in results if r.error]
         smem = max((r.compiler_smem or 0 for r in results), default=0)
         return {"key": job.key, "error": "; ".join(errors), "seconds": time.perf_counter() - start, "compiler_smem": smem}

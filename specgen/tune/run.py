@@ -20,6 +20,7 @@ from specgen.bench.shapes import ProblemShape, default_shapes, slot_for, slot_la
 from specgen.bench.stats import geomean
 from specgen.bench.timing import Flush
 from specgen.check import check_spec
+from specgen.settle import mode_from_environment
 from specgen.spec.load import LoadedSpec, SpecError, load_text
 from specgen.spec.models import Target
 from specgen.tune.cache import Cache, Entry, Machine, compile_key, semantics, time_key
@@ -89,7 +90,7 @@ class Progress:
 
 def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemShape] | None,
                overrides: dict[str, tuple[Any, ...]] | None) -> list[Slot]:
-    errors = [d for d in check_spec(loaded, settle="compile") if d.severity == "error"]  # check's own verdicts
+    errors = [d for d in check_spec(loaded, settle=mode_from_environment()) if d.severity == "error"]  # check's own verdicts
     if errors:
         raise TuneError(f"{loaded.file}: {loaded.name} fails check ({len(errors)} errors, first: {errors[0]}): "
                         "fix it before tuning")
@@ -400,7 +401,7 @@ def write(loaded: LoadedSpec, slots: list[Slot], summary: list[str]) -> list[Edi
         (after,) = [ls for ls in load_text(text, loaded.file, spec.path.suffix) if ls.index == loaded.index]
     except SpecError as e:
         raise TuneError(f"the new text of {loaded.file} would not load ({e.issues[0]}): nothing written") from None
-    errors = [d for d in check_spec(after, settle="compile") if d.severity == "error"]
+    errors = [d for d in check_spec(after, settle=mode_from_environment()) if d.severity == "error"]
     if errors:
         raise TuneError(f"the written spec would fail check: {errors[0]}: nothing written")
     if after.spec_hash != cur.spec_hash:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from specgen.check import Diagnostic, check_spec
 from specgen.registry import design_for
+from specgen.settle import mode_from_environment
 from specgen.spec.file import SpecFile
 from specgen.spec.load import LazyPositions, LoadedSpec, quote
 from specgen.spec.models import LayeredSpec, Target
@@ -242,9 +243,11 @@ def candidate_spec(loaded: LoadedSpec, target: Target, slot: int | None, config:
 def enumerate_candidates(loaded: LoadedSpec, target: Target, slot: int | None,
                          overrides: dict[str, tuple[Any, ...]] | None = None) -> Candidates:
     """Every config of the space, checked as written: kept when the whole spec then passes check (no new
-    error on any target), rejected with check's errors otherwise."""
+    error on any target, a near-boundary refusal aside: the candidate's compile settles it), rejected with
+    check's errors otherwise."""
     inc, configs = space(loaded.spec, target, slot, overrides)
     out = Candidates(target, slot, inc)
+    compiling = mode_from_environment() == "compile"
     for c in configs:
         try:
             spec = candidate_spec(loaded, target, slot, c)
@@ -252,7 +255,11 @@ def enumerate_candidates(loaded: LoadedSpec, target: Target, slot: int | None,
             out.rejected.append((c, [Diagnostic(loaded.name, loaded.file, 1, 1, str(target), "LOAD", "error",
                                                 str(e).splitlines()[0], "")]))
             continue
-        errors = [d for d in check_spec(spec) if d.severity == "error"]
+        # check's verdicts; where check settles with the compiler, a near-boundary refusal is left to the compile
+        # the candidate gets anyway (a config that fails it, a spill included, is the candidate's verdict:
+        # tune/run.py), as check would settle it
+        errors = [d for d in check_spec(spec, settle="analytic") if d.severity == "error"
+                  and (d.source != "model" or not compiling)]
         if errors:
             out.rejected.append((c, errors))
         else:

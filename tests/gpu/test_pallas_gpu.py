@@ -64,8 +64,9 @@ CLUSTERED = [("gemm_bias_gelu_bf16", {"cluster": {"m": 2, "n": 1}}),
              ("gemm_fp8_rowwise", {"cluster": {"m": 1, "n": 2}})]
 
 
-@pytest.fixture(scope="module")
-def clustered(tmp_path_factory):
+def render_overrides(folder, entries) -> dict:
+    """Each (catalogue name, overrides) rendered for pallas:gpu_sm90 by the design itself (no check): the spec
+    and its module, by label."""
     import json
 
     from backends.pallas.common import catalogue_config
@@ -75,16 +76,21 @@ def clustered(tmp_path_factory):
     from specgen.resolve import resolve
     from specgen.spec.load import load_text
 
-    tmp, mods = tmp_path_factory.mktemp("clustered"), {}
-    for name, over in CLUSTERED:
+    mods = {}
+    for i, (name, over) in enumerate(entries):
         spec = catalogue_config(name, {**over, "targets": ["pallas:gpu_sm90"]})
         (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
         (target,) = loaded.spec.targets
         files = design_for("gemm", "pallas:tpu_v5e").render(loaded, [target], {str(target): resolve(loaded.spec, target)})
-        path = tmp / f"clustered_{name}.py"
+        path = folder / f"override_{i}_{name}.py"
         path.write_text(files[f"pallas/gpu_sm90/{name}.py"])
-        mods[name] = (spec, load_rendered(path, f"_clustered_{name}"))
+        mods[f"{name}-{i}"] = (spec, load_rendered(path, f"_override_{i}_{name}"))
     return mods
+
+
+@pytest.fixture(scope="module")
+def clustered(tmp_path_factory):
+    return {label.rsplit("-", 1)[0]: m for label, m in render_overrides(tmp_path_factory.mktemp("clustered"), CLUSTERED).items()}
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
@@ -93,6 +99,36 @@ def test_clustered_numerics_against_float64(clustered, name: str, shape) -> None
     spec, mod = clustered[name]
     assert mod.CONFIG.cluster_m * mod.CONFIG.cluster_n == 2
     check_numerics(spec, getattr(mod, name), shape)
+
+
+# e4m3 x e5m2 (PAL004 leaves the mix to the installed jax: 0.10.2 refuses to lower it, 0.11.2 lowers it):
+# where this jax lowers it, it computes what the float64 reference does, on the same shapes
+MIXED_FP8 = [("gemm_fp8_rowwise", {"b": {"dtype": "fp8_e5m2", "major": "k"}}),
+             ("gemm_fp8_rowwise", {"a": {"dtype": "fp8_e5m2", "major": "k"}})]
+
+
+@pytest.fixture(scope="module")
+def mixed_fp8(tmp_path_factory):
+    return render_overrides(tmp_path_factory.mktemp("mixed"), MIXED_FP8)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("label", [f"{n}-{i}" for i, (n, _) in enumerate(MIXED_FP8)])
+def test_mixed_fp8_numerics_against_float64(mixed_fp8, label: str, shape) -> None:
+    spec, mod = mixed_fp8[label]
+    assert spec["a"]["dtype"] != spec["b"]["dtype"]
+    check_numerics(spec, getattr(mod, label.rsplit("-", 1)[0]), shape)
+
+
+# an fp8 output after a cast to bf16 (PAL009 leaves the bf16 -> fp8 conversion to the installed jax too)
+BF16_THEN_FP8 = [("gemm_fp8_rowwise", {"out": {"dtype": "fp8_e4m3"}, "epilogue": [
+    {"op": "scale", "by": "scalar", "value": 0.5}, {"op": "cast", "dtype": "bf16"}]})]
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES[:4]])
+def test_bf16_cast_before_an_fp8_store_against_float64(tmp_path_factory, shape) -> None:
+    ((spec, mod),) = render_overrides(tmp_path_factory.mktemp("castfp8"), BF16_THEN_FP8).values()
+    check_numerics(spec, mod.gemm_fp8_rowwise, shape)
 
 
 # A module of two size-selected variants beside a clustered default (tests/backends/pallas/
@@ -184,8 +220,8 @@ def check_numerics(spec: dict, fn, shape) -> None:
     want = reference(spec, a, b, args)
     # The output dtype's rounding, relative to each element and to the result's scale (a sum of K
     # products that cancels keeps the absolute error of its terms; fp8 wgmma accumulates in a
-    # narrower adder than f32): bf16 2**-7, f16 2**-10, with margin.
-    eps = {"bf16": 1e-2, "f16": 2e-3}[spec["out"]["dtype"]]
+    # narrower adder than f32): bf16 2**-7, f16 2**-10, e4m3 2**-4, e5m2 2**-3, with margin.
+    eps = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3, "fp8_e4m3": 7e-2, "fp8_e5m2": 1.3e-1}[spec["out"]["dtype"]]
     scale = float(want.abs().max()) + 1.0 if want.numel() else 1.0
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=eps, atol=eps * scale)
 

@@ -19,7 +19,8 @@ from specgen.tune.writeback import write_back
                                               ("triton:sm90", 2), ("pallas:gpu_sm90", 0), ("cute:sm90", 0)])
 def test_pruning_agrees_with_check(spec_copy, target: str, slot: int | None, tmp_path: Path) -> None:
     """Slot 0 of cute:sm90 serves M <= 16: its space sweeps swap_ab with 16- and 32-row tiles, which check
-    refuses unswapped (MMA001)."""
+    refuses unswapped (MMA001). Under the suite's --no-compile (tests/conftest.py) check and tune keep the
+    model's near-boundary refusals (with the compiler, both leave them to it: test_shared_verdicts.py)."""
     path = spec_copy()
     loaded = load_file(path)[0]
     c = enumerate_candidates(loaded, parse_target(target), slot)
@@ -30,9 +31,10 @@ def test_pruning_agrees_with_check(spec_copy, target: str, slot: int | None, tmp
         out = tmp_path / f"kept{len(config)}.toml"
         out.write_text(path.read_text())
         write_back(out, 0, edits(loaded.spec, parse_target(target), slot, config), [])
-        assert not [d for d in check_spec(load_file(out)[0]) if d.severity == "error"], config
+        assert not [d for d in check_spec(load_file(out)[0], settle="analytic") if d.severity == "error"], config
     for config, errors in c.rejected:
-        again = [d for d in check_spec(candidate_spec(loaded, parse_target(target), slot, config)) if d.severity == "error"]
+        again = [d for d in check_spec(candidate_spec(loaded, parse_target(target), slot, config), settle="analytic")
+                 if d.severity == "error"]
         assert again and {d.rule for d in again} == {d.rule for d in errors}
 
 

@@ -80,6 +80,9 @@ CASES: list[tuple[str, str, dict, object]] = [
                                "cluster": {"m": 2}}, None),
     ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 3}},
      ("error", ["3 accumulator stages of a 1-CTA 64-row tile"], ("pipeline", "acc_stages"))),
+    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 4}}, None),  # even: compiles
+    ("CUTE104", "cute:sm100", {"tile": tile(64, 64, 64), "pipeline": {"acc_stages": 5}},
+     ("error", ["5 accumulator stages of a 1-CTA 64-row tile", "odd count"], ("pipeline", "acc_stages"))),
     ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                                "out": {"dtype": "f16"}, "accumulator": "f16"}, None),
     ("CUTE105", "cute:sm100", {"a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},

@@ -123,13 +123,16 @@ def cute_sm100_tma_store(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("CUTE104", "sm100 accumulator stages of a 64-row 1-CTA tile", SERVED)
 def cute_sm100_acc_stages(ctx: RuleContext) -> Iterator[Finding]:
     """A 1-CTA 64-row accumulator is packed two column blocks to a TMEM column (CD `utils/blackwell_helpers.py`
-    `compute_acc_tmem_cols_per_stage`: interleaved); with 3 accumulator stages the compiling process aborts
-    (measured: nvidia-cutlass-dsl 4.8.1, sm_100a, 8 of 8 grid specs; 1 and 2 stages compile, 3 stages of a
-    128-row or 2-CTA tile compile). More than 2 stages are refused there: only 3 was measured."""
+    `compute_acc_tmem_cols_per_stage`: interleaved), so its stages pair up: an odd count past one aborts the
+    compiling process (measured: nvidia-cutlass-dsl 4.8.1, sm_100a: 3 stages on 8 of 8 grid specs; a 64x64x64
+    bf16 tile with 3, 5 and 7 stages aborts, with 1, 2, 4, 6 and 8 it compiles spill-free, 2026-11-27; 3
+    stages of a 128-row or 2-CTA tile compile)."""
     s = ctx.spec
-    if not s.cute.two_cta and s.tile.m == 64 and ctx.acc_stages > 2:
-        yield Finding("CUTE104", "error", f"{ctx.acc_stages} accumulator stages of a 1-CTA 64-row tile: the CuTe DSL (4.8.1) "
-                      "aborts compiling it for sm_100a", "use pipeline.acc_stages = 2", ("pipeline", "acc_stages"))
+    n = ctx.acc_stages
+    if not s.cute.two_cta and s.tile.m == 64 and n > 1 and n % 2:
+        yield Finding("CUTE104", "error", f"{n} accumulator stages of a 1-CTA 64-row tile: its stages pair up in TMEM, and "
+                      "the CuTe DSL (4.8.1) aborts compiling an odd count for sm_100a",
+                      f"use pipeline.acc_stages = {n - 1} or {n + 1}", ("pipeline", "acc_stages"))
 
 
 @RULES.rule("CUTE105", "sm100 f16 accumulators store 16-bit outputs", SERVED)

@@ -14,14 +14,15 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     register_estimate,
     swap_ab,
 )
-from specgen.rules.base import Finding, Margin, Near, ProbeResult, RuleContext, RuleSet, target_of
+from specgen.kinds.gemm.shared_rules import compiled
+from specgen.rules.base import Finding, Margin, Near, RuleContext, RuleSet, target_of
 
 RULES = RuleSet()
 SERVED = target_of(DESIGN)
 # REG001's margin: how far the register estimate sat from MMA_REGISTERS where ptxas disagreed with it, over
 # tests/data/grid_cute_sm90.json and the held-out seeds 101-104 (see `register_findings`; tests/test_settle.py
 # recomputes it)
-REGISTER_MARGIN = Margin(below=64, above=24, unit="registers")
+REGISTER_MARGIN = Margin(below=64, above=40, unit="registers")
 
 
 @RULES.rule("CUTE001", "sm90 consumer warpgroups", SERVED)
@@ -140,8 +141,9 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     spill stores; SMEM001 refuses it too); on seeds 101-104, drawn after the model was final (140 random
     specs, compiled 2026-11-27 with the DSL 4.8.1), six kernels it accepts spilled, at 10, 23, 51, 56, 61 and
     63 under (ping-pong 128x128 and 192x128 tiles with vector and residual epilogues), so 64
-    below; 11 of the record's 17 spill-free kernels it refuses sit 1 to 21 over (the other 6 at 37, 40, 48,
-    58, 93 and 138 are far refusals that stay the model's), so 24 above. Within it the
+    below; 11 of the record's 17 spill-free kernels it refuses sit 1 to 21 over, so 24 above at first; seeds
+    109-112 (140 specs, drawn after that) had one at 33 over (a cooperative 256x192 tile) and one at 137, so
+    40 above now (the record's 37 and 40 with it; 48, 58, 93, 138 and the 137 stay far refusals). Within it the
     verdict is near the boundary: check settles it by compiling the config (specgen/settle.py); the
     compiler refuses it where ptxas spilled (its spill-store bytes) or the config does not compile."""
 
@@ -163,18 +165,7 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     message = (f"{need} > the {est.budget} setmaxnreg gives it: ptxas spills to local memory" if est.spills
                else f"{need}, of the {est.budget} setmaxnreg gives it")
     yield Finding("REG001", "error", message, "use " + ", or ".join(hints), ("tile",),
-                  Near(REGISTER_MARGIN, not est.spills, compiler_spills) if near else None)
-
-
-def compiler_spills(probe: ProbeResult) -> str | None:
-    """REG001 settled by the compiler: ptxas' spill stores (bytes of STL in the SASS), or its refusal."""
-    if probe.get("error"):
-        return f"the config does not compile: {probe['error']}"
-    spilled = probe.get("spill_bytes")
-    if spilled is None:
-        return None
-    registers = f", {probe['registers']} registers a thread" if probe.get("registers") else ""
-    return f"{spilled} bytes spilled (ptxas{registers})" if spilled else ""
+                  Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
 
 
 def option_findings(ctx: RuleContext) -> Iterator[Finding]:
