@@ -9,14 +9,14 @@ the default of the library calls: the grid records replay that).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from specgen.registry import designs_for, rendering
 from specgen.resolve import Resolved, resolve
 from specgen.rules.finding import Finding
 from specgen.rules.table import run_rules
-from specgen.settle import SettleStats
+from specgen.settle import Settled, SettleStats
 from specgen.settle import settle as settle_near
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
@@ -59,8 +59,8 @@ class CheckReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     resolved: dict[tuple[str, str], Resolved] = field(default_factory=dict)  # (spec, target) -> its resolution
     settled: SettleStats = field(default_factory=SettleStats)  # what the settle step did
-    # near-boundary findings awaiting their verdict: (index in diagnostics, spec, target, resolved, variant label)
-    pending: list[tuple[int, LoadedSpec, object, Resolved, str, Finding]] = field(default_factory=list, repr=False)
+    # near-boundary findings awaiting their verdict: (index in diagnostics, the config resolved, the finding)
+    pending: list[tuple[int, Resolved, Finding]] = field(default_factory=list, repr=False)
 
 
 Settle = Literal["model", "analytic", "compile"]
@@ -80,7 +80,7 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
             label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
             for f in run_rules(one, near=near):
                 if near and f.near is not None:  # its verdict comes from the settle step: its place kept
-                    report.pending.append((len(out), loaded, target, one, label, f))
+                    report.pending.append((len(out), one, f))
                 out.append(_diagnostic(loaded, target, one, label, f))
     _module_agreement(loaded, report)
     if not notes:
@@ -207,21 +207,37 @@ def check_specs(specs: list[LoadedSpec], notes: bool = False, settle: Settle = "
     (a catalogue spec names every target it can serve). `settle` says who decides a modelled verdict near
     its rule's boundary: "compile" the backend's compiler where installed (else as "analytic"),
     "analytic" the model saying it is near and how to settle it, "model" the model alone, as if far."""
-    report = CheckReport()
-    for ls in specs:
-        _check_spec(ls, notes, report, near=settle != "model")
+    report = check_unsettled(specs, notes, near=settle != "model")
     if report.pending:
         _settle(report, settle == "compile")
     return report
 
 
+def check_unsettled(specs: list[LoadedSpec], notes: bool = False, near: bool = False) -> CheckReport:
+    """`check_specs` before its settle step: with `near`, the near-boundary findings' diagnostics hold the
+    model's finding as the rule gave it, and `report.pending` says which (`settled` gives their verdicts)."""
+    report = CheckReport()
+    for ls in specs:
+        _check_spec(ls, notes, report, near=near)
+    return report
+
+
 def _settle(report: CheckReport, compiling: bool) -> None:
-    verdicts, report.settled = settle_near([(one, f) for *_, one, _, f in report.pending], compiling)
-    out: list[Diagnostic | None] = list(report.diagnostics)
-    for (i, loaded, target, one, label, _), v in zip(report.pending, verdicts, strict=True):
-        out[i] = None if v.finding is None else _diagnostic(loaded, target, one, label, v.finding, v.source)
-    report.diagnostics = [d for d in out if d is not None]
+    verdicts, report.settled = settle_near([(one, f) for _, one, f in report.pending], compiling)
+    report.diagnostics = settled(report.diagnostics, report.pending, verdicts)
     report.pending = []
+
+
+def settled(diags: list[Diagnostic], pending: list[tuple[int, Resolved, Finding]],
+            verdicts: list[Settled]) -> list[Diagnostic]:
+    """The diagnostics with each pending one replaced by its verdict (dropped where the compiler accepts the
+    config). A verdict keeps its finding's field, so its diagnostic keeps the position."""
+    out: list[Diagnostic | None] = list(diags)
+    for (i, _, _), v in zip(pending, verdicts, strict=True):
+        f = v.finding
+        out[i] = None if f is None else replace(out[i], rule=f.rule, severity=f.severity, message=f.message,
+                                                hint=f.hint, source=v.source)
+    return [d for d in out if d is not None]
 
 
 def check_spec(loaded: LoadedSpec, notes: bool = False, settle: Settle = "model") -> list[Diagnostic]:

@@ -311,8 +311,67 @@ def json_duplicate_keys(text: str) -> list[tuple[Path, tuple[int, int], tuple[in
     return scanner.duplicates
 
 
+# JSON's tokens: a string, a structural character, a scalar (number, true, false, null).
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
+
+
 def json_positions(text: str) -> Positions:
-    scanner = _JsonScanner(text)
-    with contextlib.suppress(IndexError, ValueError, RecursionError):  # a courtesy: never fail a load over it
-        scanner.value(())
-    return scanner.positions
+    """What `_JsonScanner` records (a key's position, else where the value starts; a later duplicate key
+    moves its key's), in one pass of a regular expression over the tokens: issue 36's check reads a
+    position of every file with findings."""
+    try:
+        offsets = _json_offsets(text)
+    except (IndexError, ValueError, KeyError):  # a courtesy: never fail a load over it
+        return {}
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    right = bisect.bisect_right
+    out: Positions = {}
+    for path, offset in offsets.items():
+        line = right(starts, offset)
+        out[path] = (line, offset - starts[line - 1] + 1)
+    return out
+
+
+def _json_offsets(text: str) -> dict[Path, int]:
+    offsets: dict[Path, int] = {}
+    stack: list[list] = []  # each open container: [its path, is an object, the next index or key's path]
+    path: Path = ()
+    obj = False
+    slot: object = ()  # the path of the value that comes next (None: a key comes next)
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        c = tok[0]
+        if c == ",":
+            if obj:
+                slot = None
+            else:
+                stack[-1][2] += 1
+                slot = (*path, stack[-1][2])
+            continue
+        if c == ":":
+            continue
+        if c in "}]":
+            stack.pop()
+            if stack:
+                path, obj = stack[-1][0], stack[-1][1]
+            slot = ...  # nothing until a ',' or the end
+            continue
+        if slot is None:  # an object's key
+            key = json.loads(tok) if "\\" in tok else tok[1:-1]
+            slot = (*path, key)
+            offsets[slot] = m.start()
+            continue
+        if slot is ...:
+            raise ValueError("a value where none goes")
+        offsets.setdefault(slot, m.start())
+        if c == "{":
+            path, obj = slot, True
+            stack.append([path, True, 0])
+            slot = None
+        elif c == "[":
+            path, obj = slot, False
+            stack.append([path, False, 0])
+            slot = (*path, 0)
+        else:
+            slot = ...
+    return offsets
