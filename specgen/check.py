@@ -99,10 +99,16 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
                                   "could serve this spec but is not listed", f'add "{name}" to targets'))
 
 
-def _field_value(spec: object, path: tuple[str, ...]) -> object:
+def _field_values(one: object, other: object, path: tuple[str, ...]) -> tuple[object, object] | None:
+    """The field's values on two effective specs as messages show them, or None where it is one object (a
+    section no layer overrides stays the kernel's, unchanged: nothing to compare)."""
+    a, b = one, other
     for part in path:
-        spec = getattr(spec, part)
-    return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else spec
+        a, b = getattr(a, part), getattr(b, part)
+    if a is b:
+        return None
+    return (a.model_dump(mode="json") if hasattr(a, "model_dump") else a,
+            b.model_dump(mode="json") if hasattr(b, "model_dump") else b)
 
 
 def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
@@ -136,9 +142,10 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
         r = report.resolved[(loaded.name, str(t))]
         for v in r.variants:
             for path in shared:
-                mine, theirs = _field_value(v.spec, path), _field_value(r.spec, path)
-                if mine == theirs:
+                values = _field_values(v.spec, r.spec, path)
+                if values is None or values[0] == values[1]:
                     continue
+                mine, theirs = values
                 name = ".".join(path)
                 line, col = loaded.where(loaded.spec.config_field(t, path, v.variant))
                 report.diagnostics.append(Diagnostic(
@@ -188,9 +195,10 @@ def _disagreement(loaded: LoadedSpec, rel: str, shared: tuple[tuple[str, ...], .
                     "give both targets the same variant bounds")
     for ours, theirs in zip((mine, *mine.variants), (base, *base.variants), strict=True):
         for path in shared:
-            a, b = _field_value(ours.spec, path), _field_value(theirs.spec, path)
-            if a == b:
+            values = _field_values(ours.spec, theirs.spec, path)
+            if values is None or values[0] == values[1]:
                 continue
+            a, b = values
             field = spec.config_field(t, path, ours.variant)
             if field == path:
                 field = spec.config_field(first, path, theirs.variant)

@@ -168,9 +168,12 @@ class _Plan:
 def _plan(items: Sequence[tuple[Resolved, Finding]], compiling: bool,
           known: dict[str, ProbeResult] | None = None) -> _Plan:
     plan = _Plan([None] * len(items), {}, {}, dict(known or {}), set())
+    found: dict[CompileProbe, dict[str, str] | None] = {}  # each probe's versions, looked up once
     for i, (r, f) in enumerate(items):
         probe = r.design.compile_probe()
-        versions = compiler_versions(probe) if compiling and probe is not None else None
+        if compiling and probe is not None and probe not in found:
+            found[probe] = compiler_versions(probe)
+        versions = found[probe] if compiling and probe is not None else None
         if versions is None:
             plan.out[i] = _unsettled(f, _how_to_settle(probe, compiling))
             continue

@@ -60,7 +60,7 @@ class Target(Strict):
     arch: str
 
     def __str__(self) -> str:
-        return f"{self.backend.value}:{self.arch}"
+        return f"{self.backend._value_}:{self.arch}"  # _value_: what .value reads, without its descriptor
 
 
 def parse_target(text: object) -> object:

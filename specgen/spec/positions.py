@@ -73,6 +73,11 @@ def yaml_positions(text: str) -> Positions:
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SPACE = re.compile(r"(?:[ \t\r]+|#[^\n]*)*")  # blanks and comments, up to a line's end
+_SPACE_LINES = re.compile(r"(?:[ \t\r\n]+|#[^\n]*)*")  # and across lines
+_BASIC_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)  # one-line strings: an escape skips a character
+_LITERAL_STRING = re.compile(r"'([^']*)'")
+_SCALAR = re.compile(r"[^,\]}\n#]*")  # a number, a date, true or false: up to what ends it
 
 
 class _TomlScanner:
@@ -93,15 +98,7 @@ class _TomlScanner:
         return self.text[self.i] if self.i < len(self.text) else ""
 
     def skip_space(self, newlines: bool = False) -> None:
-        while self.i < len(self.text):
-            c = self.text[self.i]
-            if c in " \t\r" or (newlines and c == "\n"):
-                self.i += 1
-            elif c == "#":
-                while self.i < len(self.text) and self.text[self.i] != "\n":
-                    self.i += 1
-            else:
-                return
+        self.i = (_SPACE_LINES if newlines else _SPACE).match(self.text, self.i).end()
 
     def string(self) -> str:
         t = self.text
@@ -120,12 +117,11 @@ class _TomlScanner:
                     end += 1
                 value, self.i = t[self.i + 3 : end], end + 3
                 return value
-        quote = t[self.i]
-        j = self.i + 1
-        while t[j] != quote:
-            j += 2 if quote == '"' and t[j] == "\\" else 1
-        value, self.i = t[self.i + 1 : j], j + 1
-        return value
+        m = (_BASIC_STRING if t[self.i] == '"' else _LITERAL_STRING).match(t, self.i)
+        if m is None:
+            raise ValueError("unterminated string")
+        self.i = m.end()
+        return m.group(1)
 
     def key(self) -> list[tuple[str, int]]:
         parts: list[tuple[str, int]] = []
@@ -182,8 +178,7 @@ class _TomlScanner:
         elif c in ("'", '"'):
             self.string()
         else:
-            while self.i < len(self.text) and self.text[self.i] not in ",]}\n#":
-                self.i += 1
+            self.i = _SCALAR.match(self.text, self.i).end()
 
     def keyval(self, table: Path) -> None:
         parts = self.key()
