@@ -9,7 +9,7 @@ the default of the library calls: the grid records replay that).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from specgen.registry import designs_for, rendering
@@ -59,11 +59,13 @@ class CheckReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     resolved: dict[tuple[str, str], Resolved] = field(default_factory=dict)  # (spec, target) -> its resolution
     settled: SettleStats = field(default_factory=SettleStats)  # what the settle step did
-    # near-boundary findings awaiting their verdict: (index in diagnostics, the config resolved, the finding)
-    pending: list[tuple[int, Resolved, Finding]] = field(default_factory=list, repr=False)
+    # near-boundary findings awaiting their verdict: (index in diagnostics, spec, target, resolved, variant label,
+    # finding); their diagnostics say no position until the verdict keeps them
+    pending: list[Pending] = field(default_factory=list, repr=False)
 
 
 Settle = Literal["model", "analytic", "compile"]
+Pending = tuple[int, LoadedSpec, object, Resolved, str, Finding]
 
 
 def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
@@ -71,17 +73,57 @@ def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f
     return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
 
 
-def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool = False) -> None:
+# a target's resolution, and each of its configs (default, variants) with its label and the rules' findings
+Checked = tuple[Resolved, list[tuple[Resolved, str, list[Finding]]]]
+
+
+class KernelMemo:
+    """A run's memo over many specs (check_batch.py): what each target of a kernel resolved to and what the
+    rules found, by the kernel as written less its name and description (`LoadedSpec.raw`), so that a kernel
+    written again (a copy, a template's output) is resolved and ruled on once. Neither reads the name or the
+    description (a finding's message is the config's); positions and the checks that name the kernel's
+    modules stay each kernel's own. Holds `limit` kernels at most, then starts over."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self.kernels: dict[str, dict[str, Checked]] = {}
+
+    @staticmethod
+    def key(loaded: LoadedSpec) -> str | None:
+        raw = loaded.raw
+        if not isinstance(raw, dict):
+            return None
+        return repr([(k, v) for k, v in raw.items() if k not in ("name", "description")])  # repr: types kept
+
+    def put(self, key: str, checked: dict[str, Checked]) -> None:
+        if len(self.kernels) >= self.limit:
+            self.kernels.clear()
+        self.kernels[key] = checked
+
+
+def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool = False,
+                memo: KernelMemo | None = None) -> None:
     out = report.diagnostics
+    key = None if memo is None else memo.key(loaded)
+    seen = None if key is None else memo.kernels.get(key)
+    fresh: dict[str, Checked] = {}
     for target in loaded.spec.targets:
-        r = resolve(loaded.spec, target)
-        report.resolved[(loaded.name, str(target))] = r
-        for one in (r, *r.variants):  # every variant of every target is checked
-            label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
-            for f in run_rules(one, near=near):
+        done = None if seen is None else seen.get(str(target))
+        if done is None:
+            r = resolve(loaded.spec, target)
+            done = fresh[str(target)] = (r, [(one, "" if one.variant is None else f"variant {one.variant} ({one.when})",
+                                              run_rules(one, near=near)) for one in (r, *r.variants)])
+        report.resolved[(loaded.name, str(target))] = done[0]
+        for one, label, findings in done[1]:  # every variant of every target is checked
+            for f in findings:
                 if near and f.near is not None:  # its verdict comes from the settle step: its place kept
-                    report.pending.append((len(out), one, f))
-                out.append(_diagnostic(loaded, target, one, label, f))
+                    report.pending.append((len(out), loaded, target, one, label, f))
+                    out.append(Diagnostic(loaded.name, loaded.file, 0, 0, str(target), f.rule, f.severity, f.message,
+                                          f.hint, label))
+                else:
+                    out.append(_diagnostic(loaded, target, one, label, f))
+    if key is not None and seen is None:
+        memo.put(key, fresh)
     _module_agreement(loaded, report)
     if not notes:
         return
@@ -221,30 +263,30 @@ def check_specs(specs: list[LoadedSpec], notes: bool = False, settle: Settle = "
     return report
 
 
-def check_unsettled(specs: list[LoadedSpec], notes: bool = False, near: bool = False) -> CheckReport:
+def check_unsettled(specs: list[LoadedSpec], notes: bool = False, near: bool = False,
+                    memo: KernelMemo | None = None) -> CheckReport:
     """`check_specs` before its settle step: with `near`, the near-boundary findings' diagnostics hold the
-    model's finding as the rule gave it, and `report.pending` says which (`settled` gives their verdicts)."""
+    model's finding as the rule gave it, and `report.pending` says which (`settled` gives their verdicts).
+    `memo`: a run's (same `near`) over many specs, where the resolved configs serve output only (their
+    specs may carry another kernel's name)."""
     report = CheckReport()
     for ls in specs:
-        _check_spec(ls, notes, report, near=near)
+        _check_spec(ls, notes, report, near=near, memo=memo)
     return report
 
 
 def _settle(report: CheckReport, compiling: bool) -> None:
-    verdicts, report.settled = settle_near([(one, f) for _, one, f in report.pending], compiling)
+    verdicts, report.settled = settle_near([(one, f) for *_, one, _, f in report.pending], compiling)
     report.diagnostics = settled(report.diagnostics, report.pending, verdicts)
     report.pending = []
 
 
-def settled(diags: list[Diagnostic], pending: list[tuple[int, Resolved, Finding]],
-            verdicts: list[Settled]) -> list[Diagnostic]:
+def settled(diags: list[Diagnostic], pending: list[Pending], verdicts: list[Settled]) -> list[Diagnostic]:
     """The diagnostics with each pending one replaced by its verdict (dropped where the compiler accepts the
-    config). A verdict keeps its finding's field, so its diagnostic keeps the position."""
+    config), with its position."""
     out: list[Diagnostic | None] = list(diags)
-    for (i, _, _), v in zip(pending, verdicts, strict=True):
-        f = v.finding
-        out[i] = None if f is None else replace(out[i], rule=f.rule, severity=f.severity, message=f.message,
-                                                hint=f.hint, source=v.source)
+    for (i, loaded, target, one, label, _), v in zip(pending, verdicts, strict=True):
+        out[i] = None if v.finding is None else _diagnostic(loaded, target, one, label, v.finding, v.source)
     return [d for d in out if d is not None]
 
 

@@ -17,6 +17,7 @@ in its chunk, and the configs no chunk found there are compiled once for the run
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from specgen.check import Diagnostic, Settle, check_unsettled, settled
+from specgen.check import Diagnostic, KernelMemo, Settle, check_unsettled, settled
 from specgen.resolved import Resolved
 from specgen.settle import SettleStats, compile_jobs, settle_known
 from specgen.spec.load import LoadedSpec, SpecError, load_file, path_problem, spec_files
@@ -217,6 +218,17 @@ class Task:
     as_json: bool
     emoji: Emoji
     known: dict | None = None  # compiled results by cache key (the second pass of a chunk that needed them)
+    run: object = None  # which run of check_files (a worker's memo serves one)
+
+
+_MEMO: dict[object, KernelMemo] = {}  # this process's, for one run: a kernel written again is checked once
+
+
+def _memo(run: object) -> KernelMemo:
+    if run not in _MEMO:
+        _MEMO.clear()
+        _MEMO[run] = KernelMemo()
+    return _MEMO[run]
 
 
 def check_chunk(task: Task) -> Chunk:
@@ -231,8 +243,8 @@ def check_chunk(task: Task) -> Chunk:
             specs = load_file(Path(f))
         except SpecError:
             return Chunk(loaded=False)
-        report = check_unsettled(specs, task.notes, near=task.settle != "model")
-        pending += [(len(diags) + i, one, finding) for i, one, finding in report.pending]
+        report = check_unsettled(specs, task.notes, near=task.settle != "model", memo=_memo(task.run))
+        pending += [(len(diags) + i, *rest) for i, *rest in report.pending]
         diags += report.diagnostics
         for ls in specs:
             chunk.names.append(ls.name)
@@ -240,7 +252,7 @@ def check_chunk(task: Task) -> Chunk:
             if not task.as_json:
                 lines += variant_lines(ls, report.resolved)
     if pending:
-        verdicts, plan = settle_known([(one, f) for _, one, f in pending], task.settle == "compile", task.known)
+        verdicts, plan = settle_known([(one, f) for *_, one, _, f in pending], task.settle == "compile", task.known)
         chunk.near, chunk.hits = len(pending), plan.hits
         if verdicts is None:
             chunk.jobs = plan.jobs
@@ -265,6 +277,9 @@ class Batch:
     targets: int
     errors: int
     warnings: int
+
+
+_RUNS = itertools.count()
 
 
 def _split(files: list[Path], n: int) -> list[tuple[str, ...]]:
@@ -311,7 +326,8 @@ def check_files(files: list[Path], workers: int, notes: bool, settle: Settle, as
                 emoji: Emoji) -> Batch | None:
     """Check `files` chunk by chunk over `workers` processes; None where the run goes the serial way (a file
     fails to load, two kernels share a name: the serial way reports both as it always has)."""
-    tasks = [Task(run, notes, settle, as_json, emoji) for run in _split(files, workers * CHUNKS_PER_WORKER)]
+    run = (os.getpid(), next(_RUNS))
+    tasks = [Task(part, notes, settle, as_json, emoji, run=run) for part in _split(files, workers * CHUNKS_PER_WORKER)]
     chunks = list(_run(tasks, workers))
     names: set[str] = set()
     for c in chunks:
@@ -327,7 +343,7 @@ def check_files(files: list[Path], workers: int, notes: bool, settle: Settle, as
         known, stats.seconds = compile_jobs(jobs)
         stats.compiled = len(jobs)
         again = [i for i, c in enumerate(chunks) if c.jobs]
-        for i, c in zip(again, _run([Task(tasks[i].files, notes, settle, as_json, emoji, known) for i in again],
+        for i, c in zip(again, _run([Task(tasks[i].files, notes, settle, as_json, emoji, known, run) for i in again],
                                     workers), strict=True):
             chunks[i] = c
     stats.unsettled = sum(c.unsettled for c in chunks)

@@ -83,10 +83,11 @@ _SCALAR = re.compile(r"[^,\]}\n#]*")  # a number, a date, true or false: up to w
 class _TomlScanner:
     """Walks TOML text recording where each key and array element starts. Assumes text tomllib accepted."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, line_starts: list[int] | None = None) -> None:
         self.text = text
         self.i = 0
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.end = len(text)
+        self.line_starts = line_starts or toml_line_starts(text)
         self.positions: Positions = {}
         self.aot_index: dict[Path, int] = {}
 
@@ -203,7 +204,7 @@ class _TomlScanner:
         table: Path = ()
         while True:
             self.skip_space(newlines=True)
-            if self.i >= len(self.text):
+            if self.i >= self.end:
                 return self.positions
             if self.peek() == "[":
                 start = self.i
@@ -230,6 +231,39 @@ def toml_positions(text: str) -> Positions:
         return _TomlScanner(text).scan()
     except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
         return {}
+
+
+def toml_line_starts(text: str) -> list[int]:
+    return [0] + [m.end() for m in re.finditer("\n", text)]
+
+
+# A `[[kernels]]` header at a line's start: where it can stand only as a header (no multi-line string holds
+# it; a value never starts with a bare word), the line-up of the kernels' tables.
+_KERNELS_HEADER = re.compile(r"^[ \t]*(\[\[)[ \t]*kernels[ \t]*\]\]", re.M)
+_MULTILINE_QUOTES = ('"""', "'''")
+
+
+def toml_kernel_tables(text: str, kernels: int) -> list[int] | None:
+    """Where each of a file's `kernels` tables starts (`[[kernels]]`), or None where the file does not read
+    as one such header per kernel, plainly (a multi-line string, an inline `kernels` array, quoted keys)."""
+    if any(q in text for q in _MULTILINE_QUOTES):
+        return None
+    starts = [m.start(1) for m in _KERNELS_HEADER.finditer(text)]
+    return starts if len(starts) == kernels else None
+
+
+def toml_kernel_positions(text: str, tables: list[int], index: int, line_starts: list[int]) -> Positions:
+    """`toml_positions` of one kernel's fields (its paths under ("kernels", index)), read from its table
+    alone: what a check needs where a few kernels of a large file have findings."""
+    scanner = _TomlScanner(text, line_starts)
+    scanner.i = tables[index]
+    scanner.end = tables[index + 1] if index + 1 < len(tables) else len(text)
+    scanner.aot_index[("kernels",)] = index - 1
+    try:
+        scanner.scan()
+    except (ValueError, IndexError, RecursionError):
+        return {}
+    return {path: at for path, at in scanner.positions.items() if path[:2] == ("kernels", index)}
 
 
 class _JsonScanner:
