@@ -326,6 +326,14 @@ def check_files(files: list[Path], workers: int, notes: bool, settle: Settle, as
                 emoji: Emoji) -> Batch | None:
     """Check `files` chunk by chunk over `workers` processes; None where the run goes the serial way (a file
     fails to load, two kernels share a name: the serial way reports both as it always has)."""
+    try:
+        return _check_files(files, workers, notes, settle, as_json, emoji)
+    finally:
+        _MEMO.clear()  # (where the chunks ran in this process) a run's memo serves that run only
+
+
+def _check_files(files: list[Path], workers: int, notes: bool, settle: Settle, as_json: bool,
+                 emoji: Emoji) -> Batch | None:
     run = (os.getpid(), next(_RUNS))
     tasks = [Task(part, notes, settle, as_json, emoji, run=run) for part in _split(files, workers * CHUNKS_PER_WORKER)]
     chunks = list(_run(tasks, workers))
