@@ -16,7 +16,7 @@ from specgen.registry import designs_for, rendering
 from specgen.resolve import Resolved, resolve
 from specgen.rules.finding import Finding
 from specgen.rules.table import run_rules
-from specgen.settle import SettleStats
+from specgen.settle import Settled, SettleStats
 from specgen.settle import settle as settle_near
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
@@ -59,11 +59,13 @@ class CheckReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     resolved: dict[tuple[str, str], Resolved] = field(default_factory=dict)  # (spec, target) -> its resolution
     settled: SettleStats = field(default_factory=SettleStats)  # what the settle step did
-    # near-boundary findings awaiting their verdict: (index in diagnostics, spec, target, resolved, variant label)
-    pending: list[tuple[int, LoadedSpec, object, Resolved, str, Finding]] = field(default_factory=list, repr=False)
+    # near-boundary findings awaiting their verdict: (index in diagnostics, spec, target, resolved, variant label,
+    # finding); their diagnostics say no position until the verdict keeps them
+    pending: list[Pending] = field(default_factory=list, repr=False)
 
 
 Settle = Literal["model", "analytic", "compile"]
+Pending = tuple[int, LoadedSpec, object, Resolved, str, Finding]
 
 
 def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
@@ -71,25 +73,65 @@ def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f
     return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
 
 
-def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool = False) -> None:
+# a target's resolution, and each of its configs (default, variants) with its label and the rules' findings
+Checked = tuple[Resolved, list[tuple[Resolved, str, list[Finding]]]]
+
+
+class KernelMemo:
+    """A run's memo over many specs (check_batch.py): what each target of a kernel resolved to and what the
+    rules found, by the kernel as written less its name and description (`LoadedSpec.raw`), so that a kernel
+    written again (a copy, a template's output) is resolved and ruled on once. Neither reads the name or the
+    description (a finding's message is the config's); positions and the checks that name the kernel's
+    modules stay each kernel's own. Holds `limit` kernels at most, then starts over."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self.kernels: dict[str, dict[str, Checked]] = {}
+
+    @staticmethod
+    def key(loaded: LoadedSpec) -> str | None:
+        raw = loaded.raw
+        if not isinstance(raw, dict):
+            return None
+        return repr([(k, v) for k, v in raw.items() if k not in ("name", "description")])  # repr: types kept
+
+    def put(self, key: str, checked: dict[str, Checked]) -> None:
+        if len(self.kernels) >= self.limit:
+            self.kernels.clear()
+        self.kernels[key] = checked
+
+
+def _definite(findings: list[Finding]) -> list[Finding]:
+    """A config refused for a definite reason compiles nothing: its near verdicts cannot change that (a near
+    accept is dropped, a near refusal stays the model's, as if far)."""
+    if not any(f.severity == "error" and f.near is None for f in findings):
+        return findings
+    return [f if f.near is None else replace(f, near=None) for f in findings if f.near is None or not f.near.accepted]
+
+
+def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool = False,
+                memo: KernelMemo | None = None) -> None:
     out = report.diagnostics
+    key = None if memo is None else memo.key(loaded)
+    seen = None if key is None else memo.kernels.get(key)
+    fresh: dict[str, Checked] = {}
     for target in loaded.spec.targets:
-        r = resolve(loaded.spec, target)
-        report.resolved[(loaded.name, str(target))] = r
-        for one in (r, *r.variants):  # every variant of every target is checked
-            label = "" if one.variant is None else f"variant {one.variant} ({one.when})"
-            findings = run_rules(one, near=near)
-            # a config refused for a definite reason compiles nothing: its near verdicts cannot change that
-            refused = any(f.severity == "error" and f.near is None for f in findings)
+        done = None if seen is None else seen.get(str(target))
+        if done is None:
+            r = resolve(loaded.spec, target)
+            done = fresh[str(target)] = (r, [(one, "" if one.variant is None else f"variant {one.variant} ({one.when})",
+                                              _definite(run_rules(one, near=near))) for one in (r, *r.variants)])
+        report.resolved[(loaded.name, str(target))] = done[0]
+        for one, label, findings in done[1]:  # every variant of every target is checked
             for f in findings:
-                if near and f.near is not None:
-                    if refused:
-                        if f.near.accepted:
-                            continue
-                        f = replace(f, near=None)  # noqa: PLW2901 - the model's refusal, as if far
-                    else:  # its verdict comes from the settle step: its place kept
-                        report.pending.append((len(out), loaded, target, one, label, f))
-                out.append(_diagnostic(loaded, target, one, label, f))
+                if near and f.near is not None:  # its verdict comes from the settle step: its place kept
+                    report.pending.append((len(out), loaded, target, one, label, f))
+                    out.append(Diagnostic(loaded.name, loaded.file, 0, 0, str(target), f.rule, f.severity, f.message,
+                                          f.hint, label))
+                else:
+                    out.append(_diagnostic(loaded, target, one, label, f))
+    if key is not None and seen is None:
+        memo.put(key, fresh)
     _module_agreement(loaded, report)
     if not notes:
         return
@@ -107,10 +149,16 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
                                   "could serve this spec but is not listed", f'add "{name}" to targets'))
 
 
-def _field_value(spec: object, path: tuple[str, ...]) -> object:
+def _field_values(one: object, other: object, path: tuple[str, ...]) -> tuple[object, object] | None:
+    """The field's values on two effective specs as messages show them, or None where it is one object (a
+    section no layer overrides stays the kernel's, unchanged: nothing to compare)."""
+    a, b = one, other
     for part in path:
-        spec = getattr(spec, part)
-    return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else spec
+        a, b = getattr(a, part), getattr(b, part)
+    if a is b:
+        return None
+    return (a.model_dump(mode="json") if hasattr(a, "model_dump") else a,
+            b.model_dump(mode="json") if hasattr(b, "model_dump") else b)
 
 
 def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
@@ -144,9 +192,10 @@ def _variants_agree(loaded: LoadedSpec, report: CheckReport, targets: list, shar
         r = report.resolved[(loaded.name, str(t))]
         for v in r.variants:
             for path in shared:
-                mine, theirs = _field_value(v.spec, path), _field_value(r.spec, path)
-                if mine == theirs:
+                values = _field_values(v.spec, r.spec, path)
+                if values is None or values[0] == values[1]:
                     continue
+                mine, theirs = values
                 name = ".".join(path)
                 line, col = loaded.where(loaded.spec.config_field(t, path, v.variant))
                 report.diagnostics.append(Diagnostic(
@@ -196,9 +245,10 @@ def _disagreement(loaded: LoadedSpec, rel: str, shared: tuple[tuple[str, ...], .
                     "give both targets the same variant bounds")
     for ours, theirs in zip((mine, *mine.variants), (base, *base.variants), strict=True):
         for path in shared:
-            a, b = _field_value(ours.spec, path), _field_value(theirs.spec, path)
-            if a == b:
+            values = _field_values(ours.spec, theirs.spec, path)
+            if values is None or values[0] == values[1]:
                 continue
+            a, b = values
             field = spec.config_field(t, path, ours.variant)
             if field == path:
                 field = spec.config_field(first, path, theirs.variant)
@@ -215,21 +265,37 @@ def check_specs(specs: list[LoadedSpec], notes: bool = False, settle: Settle = "
     (a catalogue spec names every target it can serve). `settle` says who decides a modelled verdict near
     its rule's boundary: "compile" the backend's compiler where installed (else as "analytic"),
     "analytic" the model saying it is near and how to settle it, "model" the model alone, as if far."""
-    report = CheckReport()
-    for ls in specs:
-        _check_spec(ls, notes, report, near=settle != "model")
+    report = check_unsettled(specs, notes, near=settle != "model")
     if report.pending:
         _settle(report, settle == "compile")
     return report
 
 
+def check_unsettled(specs: list[LoadedSpec], notes: bool = False, near: bool = False,
+                    memo: KernelMemo | None = None) -> CheckReport:
+    """`check_specs` before its settle step: with `near`, the near-boundary findings' diagnostics hold the
+    model's finding as the rule gave it, and `report.pending` says which (`settled` gives their verdicts).
+    `memo`: a run's (same `near`) over many specs, where the resolved configs serve output only (their
+    specs may carry another kernel's name)."""
+    report = CheckReport()
+    for ls in specs:
+        _check_spec(ls, notes, report, near=near, memo=memo)
+    return report
+
+
 def _settle(report: CheckReport, compiling: bool) -> None:
     verdicts, report.settled = settle_near([(one, f) for *_, one, _, f in report.pending], compiling)
-    out: list[Diagnostic | None] = list(report.diagnostics)
-    for (i, loaded, target, one, label, _), v in zip(report.pending, verdicts, strict=True):
-        out[i] = None if v.finding is None else _diagnostic(loaded, target, one, label, v.finding, v.source)
-    report.diagnostics = [d for d in out if d is not None]
+    report.diagnostics = settled(report.diagnostics, report.pending, verdicts)
     report.pending = []
+
+
+def settled(diags: list[Diagnostic], pending: list[Pending], verdicts: list[Settled]) -> list[Diagnostic]:
+    """The diagnostics with each pending one replaced by its verdict (dropped where the compiler accepts the
+    config), with its position."""
+    out: list[Diagnostic | None] = list(diags)
+    for (i, loaded, target, one, label, _), v in zip(pending, verdicts, strict=True):
+        out[i] = None if v.finding is None else _diagnostic(loaded, target, one, label, v.finding, v.source)
+    return [d for d in out if d is not None]
 
 
 def check_spec(loaded: LoadedSpec, notes: bool = False, settle: Settle = "model") -> list[Diagnostic]:

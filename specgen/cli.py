@@ -15,6 +15,18 @@ import typer
 from rich.console import Console
 
 from specgen import __version__
+from specgen.check_batch import (
+    Emoji,
+    check_files,
+    diagnostic_lines,
+    json_item,
+    json_list,
+    plain_console,
+    variant_lines,
+    workers_for,
+    write_lines,
+    write_segments,
+)
 from specgen.cli_common import _load, _paths, app, err, out  # noqa: F401  (the CLI's app and consoles)
 from specgen.settle import mode_from_environment
 
@@ -46,13 +58,8 @@ def plural(n: int, word: str) -> str:
 def print_diagnostic(d, console: Console | None = None) -> None:
     """The one diagnostic format check and render share: severity file:line:col RULE spec @ target:
     message, then the hint indented below."""
-    colors = {"error": "red", "warning": "yellow", "note": "dim"}
-    console = console or out
-    where = f"{d.target} {d.variant}" if getattr(d, "variant", "") else d.target
-    console.print(f"{d.severity} {d.file}:{d.line}:{d.column} {d.label} {d.spec} @ {where}: {d.message}",
-                  style=colors[d.severity], markup=False)
-    if d.hint:
-        console.print(f"    hint: {d.hint}", markup=False)
+    for text, style in diagnostic_lines(d):
+        (console or out).print(text, style=style, markup=False)
 
 
 def print_settled(stats, console: Console) -> None:
@@ -60,32 +67,6 @@ def print_settled(stats, console: Console) -> None:
     if stats.compiled:
         console.print(f"settled {plural(stats.near, 'near-boundary verdict')} with the compiler: compiled "
                       f"{plural(stats.compiled, 'config')} in {stats.seconds:.1f} s ({stats.cached} cached)", markup=False)
-
-
-def print_variants(loaded) -> None:
-    """One line per target with size-selected variants: the order the launcher tries them in."""
-    for t in loaded.spec.targets:
-        variants = loaded.spec.variants_on(t)
-        if not variants:
-            continue
-        shown = []
-        for i, v in enumerate(variants):
-            shown.append(f"{v.when}: {_config(loaded.spec.for_target(t, i), t)}")
-        out.print(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {_config(loaded.spec.for_target(t), t)}",
-                  markup=False)
-
-
-def _config(spec, target) -> str:
-    """A config as `check` shows it: as the spec's kind reads it (its problem's `config_label`: a tile,
-    split-K where it splits), and what the target's design adds (`swap_ab` where a config swaps the MMA's
-    operands)."""
-    from specgen.kinds.lineup import kind_part
-    from specgen.registry import design_for
-
-    problem = kind_part(spec.kind, "problem")  # the kind says how its config reads (its tile, its split)
-    design = design_for(spec.kind, target)
-    notes = design.config_notes(spec) if design is not None else ""
-    return (problem.config_label(spec) if problem is not None else "") + notes
 
 
 @app.command()
@@ -101,28 +82,43 @@ def check(
     A verdict near a modelled rule's boundary (registers, spills) is settled by the backend's compiler where
     it is installed, in parallel, cached on disk ($SPECGEN_SETTLE_CACHE): the finding says `(compiler)`;
     `(model)` where none settled it."""
+    start = time.perf_counter()
+    settle = "analytic" if no_compile else mode_from_environment()
+    many = workers_for(_paths(paths)) if plain_console(out) else None
+    batch = check_files(*many, notes, settle, as_json, Emoji.of(out)) if many else None
+    if batch is not None:  # many files: checked file by file over worker processes
+        print_settled(batch.settled, err if as_json else out)
+        if as_json:
+            text = json_list([item for c in batch.chunks for item in c.json])
+            write_segments(out, [(Emoji.of(out)(text) + "\n", None)])
+        else:
+            write_segments(out, [seg for c in batch.chunks for seg in c.diagnostics])
+            write_segments(out, [seg for c in batch.chunks for seg in c.variants])
+            _summary(batch.specs, batch.targets, batch.errors, batch.warnings, start)
+        raise typer.Exit(1 if batch.errors else 0)
+
     from specgen.check import check_specs
 
-    start = time.perf_counter()
     specs = _load(paths, as_json)
     # notes cost a pass over every unlisted target: only when asked
-    report = check_specs(specs, notes=notes, settle="analytic" if no_compile else mode_from_environment())
+    report = check_specs(specs, notes=notes, settle=settle)
     diags = report.diagnostics
-    errors = [d for d in diags if d.severity == "error"]
+    errors = sum(d.severity == "error" for d in diags)
     print_settled(report.settled, err if as_json else out)
     if as_json:
-        out.print(json.dumps([d.as_dict() for d in diags], indent=2), markup=False)
+        write_lines(out, [(json_list([json_item(d) for d in diags]), "")])
     else:
-        for d in diags:
-            print_diagnostic(d)
-        for s in specs:
-            print_variants(s)
-        targets = sum(len(s.spec.targets) for s in specs)
-        ms = (time.perf_counter() - start) * 1000
-        warnings = sum(d.severity == "warning" for d in diags)
-        out.print(f"{plural(len(specs), 'spec')}, {plural(targets, 'target')}: {plural(len(errors), 'error')}, "
-                  f"{plural(warnings, 'warning')} ({ms:.0f} ms)")
+        write_lines(out, [line for d in diags for line in diagnostic_lines(d)])
+        write_lines(out, [(text, "") for s in specs for text in variant_lines(s, report.resolved)])
+        _summary(len(specs), sum(len(s.spec.targets) for s in specs), errors,
+                 sum(d.severity == "warning" for d in diags), start)
     raise typer.Exit(1 if errors else 0)
+
+
+def _summary(specs: int, targets: int, errors: int, warnings: int, start: float) -> None:
+    ms = (time.perf_counter() - start) * 1000
+    out.print(f"{plural(specs, 'spec')}, {plural(targets, 'target')}: {plural(errors, 'error')}, "
+              f"{plural(warnings, 'warning')} ({ms:.0f} ms)")
 
 
 @app.command()

@@ -64,6 +64,10 @@ class CompileProbe:
     environment: tuple[tuple[str, str], ...] = ()
 
 
+_BUDGETS: dict[tuple[int, int, str, int], tuple[object, MemoryBudget]] = {}  # DesignBase.budget's
+_BUDGETS_HELD = 4096
+
+
 class DesignBase:
     """Defaults for every optional hook; a design overrides what differs."""
 
@@ -115,6 +119,19 @@ class DesignBase:
     # --- resolve ---------------------------------------------------------------------------------------
     def memory(self, spec: LayeredSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         raise NotImplementedError
+
+    def budget(self, spec: LayeredSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        """`memory`, figured once per spec object, target and depth: resolve's `auto` depth, its budget and
+        SMEM001's hint ask the same figures of one (immutable) effective spec."""
+        key = (id(spec), id(self), target.name, ab_stages)
+        hit = _BUDGETS.get(key)
+        if hit is not None and hit[0] is spec:  # the entry holds its spec: an id is never reused under it
+            return hit[1]
+        found = self.memory(spec, target, ab_stages)
+        if len(_BUDGETS) >= _BUDGETS_HELD:
+            _BUDGETS.clear()
+        _BUDGETS[key] = (spec, found)
+        return found
 
     def stages(self, spec: LayeredSpec, target: TargetInfo) -> tuple[int, int]:
         """(pipeline stages, accumulator stages) on `target`, `auto` filled in: the kind's design base reads

@@ -44,7 +44,7 @@ def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when
     return Resolved(
         spec=spec, target=target, info=info, gpu=info.gpu, tpu=info.tpu,
         ab_stages=stages, acc_stages=acc_stages,
-        budget=design.memory(spec, info, stages),
+        budget=design.budget(spec, info, stages),
         acc_registers=regs, acc_threads=threads,
         tmem_columns=design.tmem_columns(spec, info),
         tma_boxes=design.tma_boxes(spec, info),

@@ -194,43 +194,85 @@ def _decided(f: Finding, probe: CompileProbe, result: ProbeResult) -> Settled:
     return Settled(replace(f, message=f"{why} (the model: {f.message})", near=None), "compiler")
 
 
+@dataclass
+class _Plan:
+    """Each item's cache key and probe (or its verdict already: the model's, where no compiler settles it),
+    the configs still to compile (by key) and the results known so far."""
+
+    out: list[Settled | None]
+    keyed: dict[int, tuple[str, CompileProbe]]
+    jobs: dict[str, dict[str, object]]
+    results: dict[str, ProbeResult]
+    hits: set[str]  # keys read from the cache
+
+
+def _plan(items: Sequence[tuple[Resolved, Finding]], compiling: bool,
+          known: dict[str, ProbeResult] | None = None) -> _Plan:
+    plan = _Plan([None] * len(items), {}, {}, dict(known or {}), set())
+    found: dict[CompileProbe, dict[str, str] | None] = {}  # each probe's versions, looked up once
+    for i, (r, f) in enumerate(items):
+        probe = r.design.compile_probe()
+        if compiling and probe is not None and probe not in found:
+            found[probe] = compiler_versions(probe)
+        versions = found[probe] if compiling and probe is not None else None
+        if versions is None:
+            plan.out[i] = _unsettled(f, _how_to_settle(probe, compiling))
+            continue
+        config = standalone(r)
+        key = cache_key(config, versions)
+        plan.keyed[i] = (key, probe)
+        if key in plan.results or key in plan.jobs:
+            continue
+        hit = _read_cache(key)
+        if hit is not None:
+            plan.results[key] = hit
+            plan.hits.add(key)
+        else:
+            plan.jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions,
+                              "environment": dict(probe.environment)}
+    return plan
+
+
+def compile_jobs(jobs: dict[str, dict[str, object]], workers: int | None = None) -> tuple[dict[str, ProbeResult], float]:
+    """Compile each config (by cache key) in parallel, caching what is to be kept: the results and the wall
+    seconds it took."""
+    results: dict[str, ProbeResult] = {}
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), workers or os.cpu_count() or 1))) as pool:
+        for key, (result, keep) in zip(jobs, pool.map(_run_probe, jobs.values()), strict=True):
+            results[key] = result
+            if keep:
+                _write_cache(key, {**jobs[key], "probe": dict(result), "specgen": __version__})
+    return results, time.perf_counter() - start
+
+
+def _decide_all(items: Sequence[tuple[Resolved, Finding]], plan: _Plan) -> list[Settled]:
+    out = plan.out
+    for i, (key, probe) in plan.keyed.items():
+        out[i] = _decided(items[i][1], probe, plan.results[key])
+    return [s for s in out if s is not None]
+
+
 def settle(items: Sequence[tuple[Resolved, Finding]], compiling: bool = True,
            workers: int | None = None) -> tuple[list[Settled], SettleStats]:
     """Each near-boundary finding's verdict: the compiler's where `compiling` and its compiler is installed
     (from the cache, or compiled now, the missing configs in parallel), else the model's."""
     stats = SettleStats(near=len(items))
-    out: list[Settled | None] = [None] * len(items)
-    keyed: dict[int, tuple[str, CompileProbe]] = {}
-    jobs: dict[str, dict[str, object]] = {}
-    results: dict[str, ProbeResult] = {}
-    for i, (r, f) in enumerate(items):
-        probe = r.design.compile_probe()
-        versions = compiler_versions(probe) if compiling and probe is not None else None
-        if versions is None:
-            out[i] = _unsettled(f, _how_to_settle(probe, compiling))
-            continue
-        config = standalone(r)
-        key = cache_key(config, versions)
-        keyed[i] = (key, probe)
-        if key in results or key in jobs:
-            continue
-        hit = _read_cache(key)
-        if hit is not None:
-            results[key] = hit
-            stats.cached += 1
-        else:
-            jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions,
-                         "environment": dict(probe.environment)}
-    if jobs:
-        start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), workers or os.cpu_count() or 1))) as pool:
-            for key, (result, keep) in zip(jobs, pool.map(_run_probe, jobs.values()), strict=True):
-                results[key] = result
-                if keep:
-                    _write_cache(key, {**jobs[key], "probe": dict(result), "specgen": __version__})
-        stats.compiled, stats.seconds = len(jobs), time.perf_counter() - start
-    for i, (key, probe) in keyed.items():
-        out[i] = _decided(items[i][1], probe, results[key])
-    done = [s for s in out if s is not None]
+    plan = _plan(items, compiling)
+    stats.cached = len(plan.hits)
+    if plan.jobs:
+        compiled, stats.seconds = compile_jobs(plan.jobs, workers)
+        plan.results.update(compiled)
+        stats.compiled = len(plan.jobs)
+    done = _decide_all(items, plan)
     stats.unsettled = sum(s.source == "model" for s in done)
     return done, stats
+
+
+def settle_known(items: Sequence[tuple[Resolved, Finding]], compiling: bool = True,
+                 known: dict[str, ProbeResult] | None = None) -> tuple[list[Settled] | None, _Plan]:
+    """`settle` without compiling: the verdicts where the cache (or `known`, results by key) settles every
+    item, else None; and the plan, whose `jobs` are the configs still to compile and `hits` the keys the
+    cache answered (for a caller that settles a run in parts: check over many files, specgen/check_batch.py)."""
+    plan = _plan(items, compiling, known)
+    return (None if plan.jobs else _decide_all(items, plan)), plan

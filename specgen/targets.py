@@ -107,7 +107,7 @@ class TargetInfo:
 
     @property
     def name(self) -> str:
-        return f"{self.backend.value}:{self.arch}"
+        return f"{self.backend._value_}:{self.arch}"  # _value_: what .value reads, without its descriptor
 
     @property
     def gpu(self) -> GpuDevice | None:

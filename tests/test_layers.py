@@ -18,7 +18,7 @@ PKG = ROOT / "specgen"
 # where those names are allowed to stand. spec/models.py holds the generic parts only: the designs own their
 # option sections (designs/<design>/options.py), a kind its own sections (kinds/<kind>/sections.py), and a
 # kind's spec model lists them (tests/test_spec.py pins that).
-CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
+CORE = ["cli.py", "cli_common.py", "cli_perf.py", "check.py", "check_batch.py", "compile.py", "resolve.py", "resolved.py", "registry.py", "docs.py",
         "spec/models.py",
         "render/catalogue.py", "render/env.py", "render/writer.py", "design.py", "envelope/budget.py",
         "rules/base.py", "rules/hooks.py", "rules/table.py", "kinds/lineup.py", "spec/file.py", "spec/load.py", "spec/names.py", "spec/positions.py",

@@ -38,15 +38,22 @@ def parts(part: str, *, of: str) -> list[tuple[str, ModuleType]]:
     return [(kind, m) for kind, p in packages if (m := part_of(p, part)) is not None]
 
 
+_FOUND: dict[str, ModuleType] = {}  # parts found so far (check asks for them once per config)
+
+
 def part_of(package: str, part: str) -> ModuleType | None:
     """A kind's or a design's part by its package's name, or None where it has none."""
     name = f"{package}.{part}"
+    found = _FOUND.get(name)
+    if found is not None:
+        return found
     try:
-        return import_module(name)
+        found = _FOUND[name] = import_module(name)
     except ModuleNotFoundError as e:
         if e.name != name:  # the part exists but imports something missing: that is its error, not absence
             raise
         return None
+    return found
 
 
 def kind_part(kind: str, part: str) -> ModuleType | None:

@@ -27,6 +27,9 @@ from specgen.spec.positions import (
     json_duplicate_keys,
     json_positions,
     spec_yaml_loader,
+    toml_kernel_positions,
+    toml_kernel_tables,
+    toml_line_starts,
     toml_positions,
     yaml_positions,
 )
@@ -70,10 +73,28 @@ class SpecError(Exception):
 
 
 class LazyPositions:
-    """Positions are computed on first use: only files with diagnostics pay for the second pass."""
+    """Positions are computed on first use: only files with diagnostics pay for the second pass; in a TOML
+    file of `[[kernels]]` tables, only the kernels with diagnostics (`for_kernel`)."""
 
     def __init__(self, text: str, suffix: str) -> None:
         self._text, self._suffix, self._positions = text, suffix, None
+        self.kernels: int | None = None  # how many kernels the file holds, once it parsed as a spec file
+        self._tables: list[int] | None = None
+        self._lines: list[int] = []
+        self._kernel: dict[int, Positions] = {}
+
+    def for_kernel(self, index: int) -> Positions:
+        """Positions enough for the paths of kernel `index` (under ("kernels", index)), and their ancestors."""
+        if self._positions is None and self._suffix == ".toml" and self.kernels is not None:
+            if self._tables is None:
+                self._tables = toml_kernel_tables(self._text, self.kernels) or []
+                self._lines = toml_line_starts(self._text) if self._tables else []
+            if self._tables:
+                found = self._kernel.get(index)
+                if found is None:
+                    found = self._kernel[index] = toml_kernel_positions(self._text, self._tables, index, self._lines)
+                return found
+        return self.get()
 
     def get(self) -> Positions:
         if self._positions is None:
@@ -99,6 +120,7 @@ class LoadedSpec:
     file: str
     index: int  # position in the file's `kernels` list
     positions: LazyPositions = field(repr=False, compare=False)
+    raw: object = field(default=None, repr=False, compare=False)  # the kernel as parsed, before validation
 
     @property
     def name(self) -> str:
@@ -111,7 +133,7 @@ class LoadedSpec:
     def where(self, field_path: tuple[str | int, ...]) -> tuple[int, int]:
         """Line and column of a field of this kernel, or of its nearest written ancestor."""
         path = ("kernels", self.index, *field_path)
-        positions = self.positions.get()
+        positions = self.positions.for_kernel(self.index)
         while path:
             if path in positions:
                 return positions[path]
@@ -259,7 +281,9 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
                 issues.pop()  # one value failing each member of a union: one issue
             issues.append(issue)
         raise SpecError(issues) from None
-    return [LoadedSpec(spec, file, i, positions) for i, spec in enumerate(parsed.kernels)]
+    positions.kernels = len(parsed.kernels)
+    return [LoadedSpec(spec, file, i, positions, raw) for i, (spec, raw) in enumerate(zip(parsed.kernels, data["kernels"],
+                                                                                          strict=True))]
 
 
 def decode(data: bytes, file: str) -> str:

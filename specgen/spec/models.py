@@ -60,7 +60,7 @@ class Target(Strict):
     arch: str
 
     def __str__(self) -> str:
-        return f"{self.backend.value}:{self.arch}"
+        return f"{self.backend._value_}:{self.arch}"  # _value_: what .value reads, without its descriptor
 
 
 def parse_target(text: object) -> object:
@@ -244,8 +244,8 @@ class LayeredSpec(Strict):
                 given = getattr(cfg, section)
                 if given is not None:  # values were validated on load; merging keys keeps them valid
                     base = update.get(section, getattr(self, section))
-                    update[section] = base.model_copy(update={k: getattr(given, k) for k in given.model_fields_set})
-        return self.model_copy(update=update)
+                    update[section] = _copy(base, {k: getattr(given, k) for k in given.model_fields_set})
+        return _copy(self, update)
 
     def config_field(self, target: object, field: tuple[str | int, ...],
                      variant: int | None = None) -> tuple[str | int, ...]:
@@ -279,3 +279,22 @@ class LayeredSpec(Strict):
 
 
 Spec = TypeVar("Spec", bound=LayeredSpec)
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _copy(model: Model, update: dict[str, object]) -> Model:
+    """`model.model_copy(update=update)` (pydantic 2's: a shallow copy, `update` over its fields, unvalidated),
+    built directly for these strict models, which hold no extra fields and no private attributes: check makes
+    one per section a layer overrides, for every target and variant of every kernel."""
+    if model.__pydantic_extra__ is not None or getattr(model, "__pydantic_private__", None) is not None:
+        return model.model_copy(update=update)
+    copied = type(model).__new__(type(model))
+    fields = model.__dict__.copy()
+    fields.update(update)
+    fields_set = set(model.__pydantic_fields_set__)
+    fields_set.update(update)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied

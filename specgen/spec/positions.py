@@ -73,15 +73,21 @@ def yaml_positions(text: str) -> Positions:
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SPACE = re.compile(r"(?:[ \t\r]+|#[^\n]*)*")  # blanks and comments, up to a line's end
+_SPACE_LINES = re.compile(r"(?:[ \t\r\n]+|#[^\n]*)*")  # and across lines
+_BASIC_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)  # one-line strings: an escape skips a character
+_LITERAL_STRING = re.compile(r"'([^']*)'")
+_SCALAR = re.compile(r"[^,\]}\n#]*")  # a number, a date, true or false: up to what ends it
 
 
 class _TomlScanner:
     """Walks TOML text recording where each key and array element starts. Assumes text tomllib accepted."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, line_starts: list[int] | None = None) -> None:
         self.text = text
         self.i = 0
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.end = len(text)
+        self.line_starts = line_starts or toml_line_starts(text)
         self.positions: Positions = {}
         self.aot_index: dict[Path, int] = {}
 
@@ -93,15 +99,7 @@ class _TomlScanner:
         return self.text[self.i] if self.i < len(self.text) else ""
 
     def skip_space(self, newlines: bool = False) -> None:
-        while self.i < len(self.text):
-            c = self.text[self.i]
-            if c in " \t\r" or (newlines and c == "\n"):
-                self.i += 1
-            elif c == "#":
-                while self.i < len(self.text) and self.text[self.i] != "\n":
-                    self.i += 1
-            else:
-                return
+        self.i = (_SPACE_LINES if newlines else _SPACE).match(self.text, self.i).end()
 
     def string(self) -> str:
         t = self.text
@@ -120,12 +118,11 @@ class _TomlScanner:
                     end += 1
                 value, self.i = t[self.i + 3 : end], end + 3
                 return value
-        quote = t[self.i]
-        j = self.i + 1
-        while t[j] != quote:
-            j += 2 if quote == '"' and t[j] == "\\" else 1
-        value, self.i = t[self.i + 1 : j], j + 1
-        return value
+        m = (_BASIC_STRING if t[self.i] == '"' else _LITERAL_STRING).match(t, self.i)
+        if m is None:
+            raise ValueError("unterminated string")
+        self.i = m.end()
+        return m.group(1)
 
     def key(self) -> list[tuple[str, int]]:
         parts: list[tuple[str, int]] = []
@@ -182,8 +179,7 @@ class _TomlScanner:
         elif c in ("'", '"'):
             self.string()
         else:
-            while self.i < len(self.text) and self.text[self.i] not in ",]}\n#":
-                self.i += 1
+            self.i = _SCALAR.match(self.text, self.i).end()
 
     def keyval(self, table: Path) -> None:
         parts = self.key()
@@ -208,7 +204,7 @@ class _TomlScanner:
         table: Path = ()
         while True:
             self.skip_space(newlines=True)
-            if self.i >= len(self.text):
+            if self.i >= self.end:
                 return self.positions
             if self.peek() == "[":
                 start = self.i
@@ -235,6 +231,39 @@ def toml_positions(text: str) -> Positions:
         return _TomlScanner(text).scan()
     except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
         return {}
+
+
+def toml_line_starts(text: str) -> list[int]:
+    return [0] + [m.end() for m in re.finditer("\n", text)]
+
+
+# A `[[kernels]]` header at a line's start: where it can stand only as a header (no multi-line string holds
+# it; a value never starts with a bare word), the line-up of the kernels' tables.
+_KERNELS_HEADER = re.compile(r"^[ \t]*(\[\[)[ \t]*kernels[ \t]*\]\]", re.M)
+_MULTILINE_QUOTES = ('"""', "'''")
+
+
+def toml_kernel_tables(text: str, kernels: int) -> list[int] | None:
+    """Where each of a file's `kernels` tables starts (`[[kernels]]`), or None where the file does not read
+    as one such header per kernel, plainly (a multi-line string, an inline `kernels` array, quoted keys)."""
+    if any(q in text for q in _MULTILINE_QUOTES):
+        return None
+    starts = [m.start(1) for m in _KERNELS_HEADER.finditer(text)]
+    return starts if len(starts) == kernels else None
+
+
+def toml_kernel_positions(text: str, tables: list[int], index: int, line_starts: list[int]) -> Positions:
+    """`toml_positions` of one kernel's fields (its paths under ("kernels", index)), read from its table
+    alone: what a check needs where a few kernels of a large file have findings."""
+    scanner = _TomlScanner(text, line_starts)
+    scanner.i = tables[index]
+    scanner.end = tables[index + 1] if index + 1 < len(tables) else len(text)
+    scanner.aot_index[("kernels",)] = index - 1
+    try:
+        scanner.scan()
+    except (ValueError, IndexError, RecursionError):
+        return {}
+    return {path: at for path, at in scanner.positions.items() if path[:2] == ("kernels", index)}
 
 
 class _JsonScanner:
@@ -311,8 +340,67 @@ def json_duplicate_keys(text: str) -> list[tuple[Path, tuple[int, int], tuple[in
     return scanner.duplicates
 
 
+# JSON's tokens: a string, a structural character, a scalar (number, true, false, null).
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
+
+
 def json_positions(text: str) -> Positions:
-    scanner = _JsonScanner(text)
-    with contextlib.suppress(IndexError, ValueError, RecursionError):  # a courtesy: never fail a load over it
-        scanner.value(())
-    return scanner.positions
+    """What `_JsonScanner` records (a key's position, else where the value starts; a later duplicate key
+    moves its key's), in one pass of a regular expression over the tokens: issue 36's check reads a
+    position of every file with findings."""
+    try:
+        offsets = _json_offsets(text)
+    except (IndexError, ValueError, KeyError):  # a courtesy: never fail a load over it
+        return {}
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    right = bisect.bisect_right
+    out: Positions = {}
+    for path, offset in offsets.items():
+        line = right(starts, offset)
+        out[path] = (line, offset - starts[line - 1] + 1)
+    return out
+
+
+def _json_offsets(text: str) -> dict[Path, int]:
+    offsets: dict[Path, int] = {}
+    stack: list[list] = []  # each open container: [its path, is an object, the next index or key's path]
+    path: Path = ()
+    obj = False
+    slot: object = ()  # the path of the value that comes next (None: a key comes next)
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        c = tok[0]
+        if c == ",":
+            if obj:
+                slot = None
+            else:
+                stack[-1][2] += 1
+                slot = (*path, stack[-1][2])
+            continue
+        if c == ":":
+            continue
+        if c in "}]":
+            stack.pop()
+            if stack:
+                path, obj = stack[-1][0], stack[-1][1]
+            slot = ...  # nothing until a ',' or the end
+            continue
+        if slot is None:  # an object's key
+            key = json.loads(tok) if "\\" in tok else tok[1:-1]
+            slot = (*path, key)
+            offsets[slot] = m.start()
+            continue
+        if slot is ...:
+            raise ValueError("a value where none goes")
+        offsets.setdefault(slot, m.start())
+        if c == "{":
+            path, obj = slot, True
+            stack.append([path, True, 0])
+            slot = None
+        elif c == "[":
+            path, obj = slot, False
+            stack.append([path, False, 0])
+            slot = (*path, 0)
+        else:
+            slot = ...
+    return offsets

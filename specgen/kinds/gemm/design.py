@@ -78,7 +78,7 @@ class GemmDesign(DesignBase):
         Closed form, as `check` runs it for every (spec, target) pair: the total grows by one A/B stage per
         stage, beside the epilogue or, where the epilogue reuses the A/B buffers, over it once one stage fits;
         then checked against the budget at that depth (padding that varies with it moves it a stage)."""
-        one = self.memory(spec, target, 1)
+        one = self.budget(spec, target, 1)
         if not one.fits:
             return 0
         room = (one.capacity - one.reserve - one.extra_bytes - one.loop_bytes
@@ -86,9 +86,9 @@ class GemmDesign(DesignBase):
         stages = min(limit, room // one.ab_stage_bytes - one.ab_buffers_delta)
         # A layout whose extra bytes vary with the depth (one that pads its buffers to whole KiB) moves the
         # answer by a stage at most: settle it on the budget itself.
-        while stages > 0 and not self.memory(spec, target, stages).fits:
+        while stages > 0 and not self.budget(spec, target, stages).fits:
             stages -= 1
-        while 0 < stages < limit and self.memory(spec, target, stages + 1).fits:
+        while 0 < stages < limit and self.budget(spec, target, stages + 1).fits:
             stages += 1
         return stages
 

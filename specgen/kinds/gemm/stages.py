@@ -21,7 +21,7 @@ def _design(spec: GemmSpec, target: Target | TargetInfo) -> tuple[GemmDesign, Ta
 def memory(spec: GemmSpec, target: Target | TargetInfo, ab_stages: int) -> MemoryBudget:
     """The budget at a given depth, from the target's design."""
     design, info = _design(spec, target)
-    return design.memory(spec, info, ab_stages)
+    return design.budget(spec, info, ab_stages)
 
 
 def max_ab_stages(spec: GemmSpec, target: Target | TargetInfo, limit: int = 64) -> int:
