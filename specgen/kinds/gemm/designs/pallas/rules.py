@@ -106,8 +106,9 @@ def tpu_buffering(ctx: RuleContext) -> Iterator[Finding]:
 # --- Pallas Mosaic GPU (design.py, templates/gemm/pallas/gemm_mgpu.py.jinja) ----------------------
 MGPU_OPERANDS = (DType.f16, DType.bf16, DType.fp8_e4m3, DType.fp8_e5m2)
 # e4m3 x e5m2: jax 0.10.2's Mosaic GPU refuses the mix ("Mixed input dtypes for matrix multiplication
-# unsupported"), 0.11.2's lowers it (tests/grids/mgpu.py, 2026-11-27: 21 of 21 mixed specs of seed 101 that
-# the other rules accept) and computes it (tests/gpu/test_pallas_gpu.py): the installed jax decides
+# unsupported"), 0.11.2's lowers it (tests/data/grid_mgpu_jax0112.json, seed 11 of tests/grids/mgpu.py on
+# 2026-11-27: 36 specs PAL004's mix alone refused all lowered) and computes it (tests/gpu/test_pallas_gpu.py,
+# both ways on 7 shapes): the installed jax decides
 MIXED_FP8 = "jax 0.10.2 refuses an e4m3 x e5m2 mix, 0.11.2 lowers it: the installed jax decides"
 BF16_TO_FP8 = "jax 0.10.2 refuses a bf16 -> fp8 conversion, 0.11.2 lowers it: the installed jax decides"
 
@@ -128,9 +129,10 @@ def mgpu_dtypes(ctx: RuleContext) -> Iterator[Finding]:
                           (side, "dtype"))
     a, b = ctx.spec.a.dtype, ctx.spec.b.dtype
     if a != b and a in MGPU_OPERANDS and b in MGPU_OPERANDS:
+        fp8 = a.is_fp8 and b.is_fp8
         yield Finding("PAL004", "error", f"A is {a} and B is {b}: Mosaic GPU's matmul takes one input dtype for "
-                      "both up to jax 0.10", f'use the same dtype for both (b.dtype = "{a}")', ("b", "dtype"),
-                      Near(MIXED_FP8, False, compiled.lowers) if a.is_fp8 and b.is_fp8 else None)
+                      f"both{' up to jax 0.10' if fp8 else ''}", f'use the same dtype for both (b.dtype = "{a}")',
+                      ("b", "dtype"), Near(MIXED_FP8, False, compiled.lowers) if fp8 else None)
     if ctx.spec.accumulator != DType.f32 and ctx.spec.a.dtype.is_float:
         yield Finding("PAL004", "error", f"accumulator = {ctx.spec.accumulator}: the {ctx.target} kernel accumulates "
                       "in f32", 'set accumulator = "f32"', ("accumulator",))
