@@ -21,7 +21,9 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "specgen", "tests", "gpu", "noxfile.py", ".ci/fresh_venv.py")
-    session.run("specgen", "render", "--check")
+    # analytic: the catalogue's near-boundary configs (about 120, nearly every Triton one) would take minutes to
+    # compile cold on CI's 2 cores; the compile grids' records and the settle tests cover the compiler's side
+    session.run("specgen", "render", "--check", "--no-compile")
 
 
 @nox.session(python=False)
