@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT / "tests" / "grids"))
 from verdicts import cases_of, summarize  # noqa: E402  (tests/grids is no package)
 
 RECORDS = ["grid_cute_sm90.json", "grid_cute_sm100.json", "grid_mgpu.json", "grid_mgpu_jax0112.json",
-           # drawn after the rules were final (2026-11-27), compiled on the GPU machine's CPUs
-           "fresh/fresh_triton36_501.jsonl", "fresh/fresh_sm90_113_116.json", "fresh/fresh_sm100_103_104.json",
+           # drawn after the rules were final (2026-11-27), compiled on the GPU machine's CPUs (triton 3.9: here)
+           "fresh/fresh_triton36_501.jsonl", "fresh/fresh_triton39_502.jsonl", "fresh/fresh_sm90_113_116.json", "fresh/fresh_sm100_103_104.json",
            "fresh/fresh_mgpu_301.json",
            # drawn after REG001's cute:sm90 margin was 24 over, then fitted: it moved the margin to 40
            "fresh/fresh_sm90_109_112.json"]
