@@ -5,9 +5,10 @@ For each near-boundary (spec, target, variant) the design's `compile_probe` name
 compiles that one config (specgen/probe.py renders a module of it and runs the hook in a worker
 process, one per config, as many at a time as there are CPU cores). Verdicts are cached on disk, keyed by
 the config, the target, the compiler's versions, specgen's and a digest of its code and templates
-(`$SPECGEN_SETTLE_CACHE`, default `~/.cache/specgen/settle`), so a second check compiles nothing. The finding then says where its verdict
-came from: `(compiler)` with what the compiler reported, or `(model)` where no compiler settled it
-(none installed, `check --no-compile`, a design without a compile hook) and how to settle it.
+(`$SPECGEN_SETTLE_CACHE`, default `~/.cache/specgen/settle`), so a second check compiles nothing. The
+finding then says where its verdict came from: `(compiler)` with what the compiler reported, or `(model)`
+where no compiler settled it (none installed, `check --no-compile` or `SPECGEN_NO_COMPILE=1`, a design
+without a compile hook) and how to settle it.
 
 Imports no compiler: only the worker processes do (a cache hit or `--no-compile` starts none).
 """
@@ -55,8 +56,8 @@ class Settled:
 
 
 def mode_from_environment() -> str:
-    """"analytic" where SPECGEN_NO_COMPILE is set (to anything but "" or "0": what `--no-compile` says), else
-    "compile": the settle mode of a command without the flag (`tune`) or whose flag was left out."""
+    """The settle mode of a command without `--no-compile` (`tune`) or run without it: "analytic" where
+    SPECGEN_NO_COMPILE is set to anything but "", "0", "false" or "no" (what the flag says), else "compile"."""
     return "analytic" if os.environ.get("SPECGEN_NO_COMPILE", "0").strip().lower() not in ("", "0", "false", "no") \
         else "compile"
 
