@@ -320,7 +320,7 @@ TRITON_RECORDS = ("grid_triton.jsonl", "grid_triton_3.6.jsonl")  # triton 3.9.0 
 
 def triton_cases():
     """(record, estimate, plan SMEM, capacity, compiler SMEM, spilled) of every compiled case of both records."""
-    from specgen.spec.dtypes import DType
+    from specgen.kinds.gemm.designs.triton.rules import fma_operand_registers
 
     for record in TRITON_RECORDS:
         for line in (ROOT / "tests" / "data" / record).read_text().splitlines():
@@ -329,9 +329,7 @@ def triton_cases():
                 continue
             (ls,) = load_text(json.dumps({"kernels": [c["spec"]]}), "<grid>", ".json")
             r = resolve(ls.spec, ls.spec.targets[0])
-            t = r.spec.tile
-            fma = r.spec.a.dtype == DType.f32
-            need = r.acc_registers + (2 * r.acc_registers + (t.m * t.k + t.k * t.n) // r.acc_threads if fma else 0)
+            need = r.acc_registers + fma_operand_registers(r)
             yield record, need, r.budget.total, r.budget.capacity, c["compiler_smem"], c["spill_stores"] > 0
 
 

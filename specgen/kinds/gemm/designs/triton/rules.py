@@ -143,6 +143,16 @@ def split_k_pays(ctx: RuleContext) -> Iterator[Finding]:
                   "put split_k in a variant bounded by when.m_max", ("schedule", "split_k"))
 
 
+def fma_operand_registers(ctx: RuleContext) -> int:
+    """The registers an FMA dot (f32 ieee) holds beside its accumulator: A and B fragments each about the
+    accumulator's size, and its slice of the tiles (measured: 64 accumulator registers spilled 0.4-16 KB
+    there, 32 none); 0 for a tensor-core dot. REG001's estimate is the accumulator plus these."""
+    if ctx.spec.a.dtype != DType.f32:
+        return 0
+    t = ctx.spec.tile
+    return 2 * ctx.acc_registers + (t.m * t.k + t.k * t.n) // ctx.acc_threads
+
+
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     """REG001 on Triton: ptxas always builds the kernel, spilling what does not fit into local memory, and
     a config that spills is a failed one (`specgen compile`). The estimate: the accumulator's registers
@@ -158,10 +168,7 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     a config from 16 to 256 is near the boundary (check compiles it where Triton is installed: the
     installed Triton's ptxas decides), one past 256 is refused, one under 16 accepted."""
     regs, threads = ctx.acc_registers, ctx.acc_threads
-    t = ctx.spec.tile
-    # an FMA dot also holds A and B fragments each about the accumulator's size, beside its slice of
-    # the tiles (measured: 64 accumulator registers spilled 0.4-16 KB there, 32 none)
-    operands = 2 * regs + (t.m * t.k + t.k * t.n) // threads if ctx.spec.a.dtype == DType.f32 else 0
+    operands = fma_operand_registers(ctx)
     need = regs + operands
     near = REGISTER_MARGIN.near(need, TRITON_REGISTERS)
     if need <= TRITON_REGISTERS and not near:
