@@ -340,14 +340,18 @@ def json_duplicate_keys(text: str) -> list[tuple[Path, tuple[int, int], tuple[in
     return scanner.duplicates
 
 
-# JSON's tokens: a string, a structural character, a scalar (number, true, false, null).
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
+# JSON's parts a position needs: a key with the scalar after it, if any (one match: an object's scalar
+# records nothing of its own), a bracket, and a value in an array (a string or a scalar). Commas and colons
+# are skipped: an array's next element is its next value.
+_JSON_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_JSON_PART = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:\s*(?:' + _JSON_STRING + r'|[^\s{}\[\],:"]+)?'
+                        r'|[{}\[\]]|' + _JSON_STRING + r'|[^\s{}\[\],:"]+')
 
 
 def json_positions(text: str) -> Positions:
     """What `_JsonScanner` records (a key's position, else where the value starts; a later duplicate key
-    moves its key's), in one pass of a regular expression over the tokens: issue 36's check reads a
-    position of every file with findings."""
+    moves its key's), in one pass of a regular expression over text json.loads accepted: issue 36's check
+    reads a position of every file with findings."""
     try:
         offsets = _json_offsets(text)
     except (IndexError, ValueError, KeyError):  # a courtesy: never fail a load over it
@@ -363,44 +367,40 @@ def json_positions(text: str) -> Positions:
 
 def _json_offsets(text: str) -> dict[Path, int]:
     offsets: dict[Path, int] = {}
-    stack: list[list] = []  # each open container: [its path, is an object, the next index or key's path]
-    path: Path = ()
-    obj = False
-    slot: object = ()  # the path of the value that comes next (None: a key comes next)
-    for m in _JSON_TOKEN.finditer(text):
-        tok = m.group()
-        c = tok[0]
-        if c == ",":
-            if obj:
-                slot = None
-            else:
-                stack[-1][2] += 1
-                slot = (*path, stack[-1][2])
+    stack: list[list] = []  # each open container: [its path, the next index (None: an object)]
+    path: Path = ()  # the innermost open container's
+    index = None  # its next element's index (None: it is an object, or none is open)
+    key: Path | None = None  # the path of the key just read, whose value may open a container
+    top = True  # the document's own value comes next
+    setdefault = offsets.setdefault
+    for m in _JSON_PART.finditer(text):
+        name = m.group(1)
+        if name is not None:  # an object's key (and its scalar value)
+            key = (*path, json.loads(f'"{name}"') if "\\" in name else name)
+            offsets[key] = m.start()
             continue
-        if c == ":":
-            continue
-        if c in "}]":
+        c = text[m.start()]
+        if c == "}" or c == "]":
             stack.pop()
             if stack:
-                path, obj = stack[-1][0], stack[-1][1]
-            slot = ...  # nothing until a ',' or the end
+                path, index = stack[-1]
+            key = None
             continue
-        if slot is None:  # an object's key
-            key = json.loads(tok) if "\\" in tok else tok[1:-1]
-            slot = (*path, key)
-            offsets[slot] = m.start()
-            continue
-        if slot is ...:
-            raise ValueError("a value where none goes")
-        offsets.setdefault(slot, m.start())
-        if c == "{":
-            path, obj = slot, True
-            stack.append([path, True, 0])
-            slot = None
-        elif c == "[":
-            path, obj = slot, False
-            stack.append([path, False, 0])
-            slot = (*path, 0)
+        if index is not None:  # an array's element
+            slot = (*path, index)
+            index += 1
+            stack[-1][1] = index
+        elif key is not None:
+            slot, key = key, None
+        elif top:
+            slot, top = (), False
         else:
-            slot = ...
+            raise ValueError("a value where none goes")
+        setdefault(slot, m.start())
+        if c == "{":
+            path, index = slot, None
+            stack.append([path, None])
+        elif c == "[":
+            path, index = slot, 0
+            stack.append([path, 0])
     return offsets
