@@ -61,10 +61,27 @@ def variant_lines(loaded: LoadedSpec, resolved: dict[tuple[str, str], Resolved] 
         shown = []
         for i, v in enumerate(variants):
             spec = r.variants[i].spec if r is not None else loaded.spec.for_target(t, i)
-            shown.append(f"{v.when}: {config_label(spec, t)}")
+            shown.append(f"{v.when}: {_label(spec, t)}")
         default = r.spec if r is not None else loaded.spec.for_target(t)
-        lines.append(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {config_label(default, t)}")
+        lines.append(f"variants {loaded.name} @ {t}: {'; '.join(shown)}; else {_label(default, t)}")
     return lines
+
+
+_LABELS: dict[tuple[int, str], tuple[object, str]] = {}  # config_label by effective spec object and target
+
+
+def _label(spec, target) -> str:
+    """`config_label`, made once per effective spec object: a kernel written again shares its resolutions
+    (check.KernelMemo), so each copy's variant lines read the same specs."""
+    key = (id(spec), str(target))
+    hit = _LABELS.get(key)
+    if hit is not None and hit[0] is spec:  # the entry holds its spec: its id is not reused under it
+        return hit[1]
+    label = config_label(spec, target)
+    if len(_LABELS) >= 4096:
+        _LABELS.clear()
+    _LABELS[key] = (spec, label)
+    return label
 
 
 def config_label(spec, target) -> str:
