@@ -12,8 +12,8 @@ from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Declarative kernel specs -> checked, rendered kernels.")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)  # a position `spec.toml:100:7` prints as written
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _paths(paths: list[Path] | None) -> list[Path]:

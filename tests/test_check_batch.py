@@ -164,3 +164,17 @@ def test_one_write_prints_what_rich_prints(text):
     again = io.StringIO()
     write_segments(Console(file=again, highlight=False, soft_wrap=True), segs)
     assert again.getvalue() == rich.getvalue()
+
+
+def test_a_position_on_line_100_prints_as_written(tmp_path):
+    """rich would print `:100:` as an emoji: the CLI's consoles replace no emoji codes."""
+    lines = (ROOT / "specs" / "gemm_bf16.toml").read_text().splitlines()
+    tile = next(i for i, line in enumerate(lines) if line.startswith("tile = "))
+    head = next(i for i, line in enumerate(lines) if line.startswith("[[kernels]]"))
+    lines[tile] = "tile = { m = 24, n = 256, k = 64 }"  # a tile no MMA takes: a finding at its line
+    lines[head:head] = ["#"] * (99 - tile)  # which is now line 100
+    (tmp_path / "s.toml").write_text("\n".join(lines) + "\n")
+    code, out, _ = _check([str(tmp_path / "s.toml"), "--no-compile"], "0")
+    assert code == 1
+    assert "s.toml:100:" in out, out
+    assert "\U0001f4af" not in out  # rich's :100: emoji
