@@ -30,9 +30,10 @@ def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
     applied): `Resolved.spec` is that effective spec, which the rules and the designs read. Each of
     the target's size-selected variants resolves too, into `Resolved.variants`."""
-    variants = tuple(_resolve(spec.for_target(target, i), target, i, v.when)
+    default = spec.for_target(target)
+    variants = tuple(_resolve(spec.for_target(target, i, base=default), target, i, v.when)
                      for i, v in enumerate(spec.variants_on(target)))
-    return _resolve(spec.for_target(target), target, variants=variants)
+    return _resolve(default, target, variants=variants)
 
 
 def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when: Bounds | None = None,

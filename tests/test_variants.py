@@ -67,6 +67,20 @@ def test_variants_layer_over_the_targets_config() -> None:
     assert spec.for_target("triton:sm100", 0).tile.n == 32
 
 
+def test_a_variant_that_sets_only_its_bounds_is_the_targets_config() -> None:
+    """resolve hands such a variant the target's effective spec itself (what is figured of it, once); a
+    variant that sets anything, or a call without the base, gets a spec of its own."""
+    text = TOML + '\n[[kernels.variants]]\nwhen = { m_max = 512 }\n'
+    spec = load(text).spec
+    base = spec.for_target("triton:sm90")
+    assert spec.for_target("triton:sm90", 2, base=base) is base
+    alone = spec.for_target("triton:sm90", 2)
+    assert alone is not base and alone == base
+    assert spec.for_target("triton:sm90", 1, base=base).tile.n == 128
+    r = resolve(spec, parse_target("triton:sm90"))
+    assert r.variants[2].spec is r.spec and r.variants[2].when.m_max == 512 and r.variants[1].spec is not r.spec
+
+
 @pytest.mark.parametrize(("when", "words"), [
     ("{}", ["at least one of m_max"]),
     ("{ m_max = 0 }", ["greater than or equal to 1"]),

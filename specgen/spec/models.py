@@ -63,7 +63,12 @@ class Target(Strict):
         return f"{self.backend._value_}:{self.arch}"  # _value_: what .value reads, without its descriptor
 
 
+_PARSED: dict[str, Target] = {}  # each known target's one (frozen) model: specs name a few targets many times
+
+
 def parse_target(text: object) -> object:
+    if isinstance(text, str) and text in _PARSED:
+        return _PARSED[text]
     known = ", ".join(ALL_TARGETS)
     if isinstance(text, Target):
         text = str(text)  # re-checked: a Target built by hand may name any arch
@@ -74,7 +79,8 @@ def parse_target(text: object) -> object:
         raise ValueError(f"target '{text}' is not backend:arch; known targets: {known}")
     if arch not in TARGET_ARCHS[Backend(backend)]:
         raise ValueError(f"target '{text}': {backend} has no arch '{arch}'; known targets: {known}")
-    return Target(backend=Backend(backend), arch=arch)
+    target = _PARSED[text] = Target(backend=Backend(backend), arch=arch)
+    return target
 
 
 TargetName = Annotated[
@@ -231,13 +237,17 @@ class LayeredSpec(Strict):
         cfg = self.per_target.get(str(target))
         return cfg.variants if cfg is not None and cfg.variants is not None else self.variants
 
-    def for_target(self: Spec, target: object, variant: int | None = None) -> Spec:
+    def for_target(self: Spec, target: object, variant: int | None = None, *, base: Spec | None = None) -> Spec:
         """The effective spec on one target (and one of its variants): the target's `per_target` keys
         applied over the kernel's, then the variant's, with no `per_target` or `variants` left (what
-        resolve, the rules and the designs read)."""
+        resolve, the rules and the designs read). `base`: the target's effective spec, made already, which
+        a variant that sets nothing but its bounds is (one object: what is figured of it is figured once)."""
         layers = [c for c in (self.per_target.get(str(target)),) if c is not None]
         if variant is not None:
-            layers.append(self.variants_on(target)[variant])
+            layer = self.variants_on(target)[variant]
+            if base is not None and all(getattr(layer, s) is None for s in layer.model_fields_set & set(self.CONFIG_SECTIONS)):
+                return base
+            layers.append(layer)
         update: dict[str, object] = {"per_target": {}, "variants": []}
         for cfg in layers:
             for section in cfg.model_fields_set & set(self.CONFIG_SECTIONS):

@@ -101,7 +101,10 @@ class GemmDesign(DesignBase):
         fixed = self.auto_stages(spec, target)
         if fixed is not None:
             return fixed
-        return max(MIN_STAGES, min(self.max_auto_stages, self.max_ab_stages(spec, target)))
+        cap = self.max_auto_stages
+        if self.budget(spec, target, cap).fits:  # the common case, one figure: resolve asks this depth's next
+            return cap
+        return max(MIN_STAGES, self.max_ab_stages(spec, target, cap - 1))
 
     def resolve_acc_stages(self, spec: GemmSpec, target: TargetInfo) -> int:
         """Accumulator stages: the spec's, else the design's (TMEM accumulators double-buffer where they fit,

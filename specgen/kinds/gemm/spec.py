@@ -23,6 +23,7 @@ from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg
+from specgen.spec.memo import per_spec
 from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
 from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend
@@ -114,8 +115,15 @@ class GemmSpec(LayeredSpec):
                 owner[n] = arg.name
         return self
 
-    def runtime_args(self) -> list[RuntimeArg]:
-        return [arg for op in self.epilogue for arg in op.runtime_args()]
+    def runtime_args(self) -> tuple[RuntimeArg, ...]:
+        """The epilogue's tensor and scalar arguments, in its order (once per spec object: check's designs ask
+        them of every effective spec several times)."""
+        return _runtime_args(self)
+
+
+@per_spec
+def _runtime_args(spec: GemmSpec) -> tuple[RuntimeArg, ...]:
+    return tuple(arg for op in spec.epilogue for arg in op.runtime_args())
 
 
 SPEC_MODEL = GemmSpec  # the kind's part `spec` names its model so (specgen/kinds/models.py)

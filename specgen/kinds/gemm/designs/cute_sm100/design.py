@@ -57,6 +57,7 @@ from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.load import LoadedSpec
+from specgen.spec.memo import per_spec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
@@ -116,6 +117,7 @@ def held_fragments(spec: GemmSpec) -> int:
     return 2 + operands + GELU_ERF_FRAGMENTS * gelu
 
 
+@per_spec
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes. The CUTLASS DSL's choice for an epilogue without a source
     tile (CD `utils/blackwell_helpers.py` `compute_epilogue_tile_size`): min(tile.m, 32 x warp rows)

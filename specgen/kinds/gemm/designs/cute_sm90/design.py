@@ -48,6 +48,7 @@ from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
+from specgen.spec.memo import per_spec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
@@ -106,6 +107,7 @@ def consumer_warpgroups(spec: GemmSpec) -> int:
     return 2 if pingpong(spec) else mma_warpgroups(spec)
 
 
+@per_spec
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The SMEM subtile one TMA store writes: 128 x 32 when two warpgroups share the tile (each owns
     64 of its rows), else 64 x 32; 8-bit outputs take 64 columns (64-byte rows) where tile.n is a

@@ -47,6 +47,7 @@ from specgen.kinds.gemm.spec import GemmSpec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
+from specgen.spec.memo import per_spec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
@@ -113,6 +114,7 @@ class MgpuSwizzles:
     out: int  # the epilogue's staging subtile (and a residual's, staged in the same slot)
 
 
+@per_spec
 def mgpu_swizzles(spec: GemmSpec) -> MgpuSwizzles:
     """One swizzle for A and B (Mosaic GPU's wgmma lowering: "Non-matching swizzles of operands a and b"),
     dividing each SMEM tile's contiguous extent in bytes (K for a K-major operand; M for MN-major A;
@@ -139,6 +141,7 @@ class MgpuLayout:
     residual_barriers: int  # mbarriers the residual's TMA loads wait on (0 without a residual)
 
 
+@per_spec
 def mgpu_layout(spec: GemmSpec) -> MgpuLayout:
     t = spec.tile
     wg_n = max(1, t.n // MGPU_CONSUMER_WGS)

@@ -148,9 +148,8 @@ class TritonGemm(GemmDesign):
         """The descriptors' boxes as the TMA rules see them (the same boxes the module builds)."""
         if target.gpu is None:
             return ()
-        fields = {"a": ("a",), "b": ("b",), "out": ("out",)}
-        return tuple(RuleBox(side.upper() if side != "out" else "out", b.block[-2], b.block[-1], b.elem_bytes, fields[side])
-                     for side, b in _boxes(spec).items())
+        return tuple(RuleBox(side.upper() if side != "out" else "out", *block, dtype.bytes, (side,))
+                     for side, (dtype, _, _, block, *_) in _box_layout(spec).items())
 
     def modules(self, spec: GemmSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"triton/{spec.name}.py": list(targets)}
@@ -385,10 +384,30 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
                             r.budget.total, r.budget.breakdown(), r.acc_registers)
 
 
-def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
+# One box, batch aside: its dtype, the tensor's dims and the block's constexprs, the block (outer, inner), the
+# block's offsets, the stride dim that is not 1, and whether the block is stored transposed.
+BoxLayout = tuple[DType, tuple[str, str], tuple[str, str], tuple[int, int], tuple[str, str], int, bool]
+
+
+def _box_layout(spec: GemmSpec) -> dict[str, BoxLayout]:
+    """Each TMA descriptor's box (none without `triton.tma`): what `_boxes` renders and the TMA rules check."""
     if not spec.triton.tma:
         return {}
-    t, batch = spec.tile, spec.batch
+    t, a, b = spec.tile, spec.a, spec.b
+    out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
+    return {
+        "a": (a.dtype, ("M", "K"), ("BLOCK_M", "BLOCK_K"), (t.m, t.k), ("off_m", "off_k"), -2, False)
+        if a.major == "k" else
+        (a.dtype, ("K", "M"), ("BLOCK_K", "BLOCK_M"), (t.k, t.m), ("off_k", "off_m"), -1, True),
+        "b": (b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
+        if b.major == "k" else
+        (b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
+        "out": (spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2, False),
+    }
+
+
+def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
+    batch = spec.batch
     lead_shape, lead_block, lead_coord = (["batch"], [1], ["pid_b"]) if batch else ([], [], [])
 
     def box(side: str, dtype: DType, dims: tuple[str, str], blocks: tuple[str, str], block: tuple[int, int],
@@ -399,18 +418,7 @@ def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
                       full, list(blocks), [*lead_coord, *coords], transposed,
                       f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, full))}]>", dtype.bytes)
 
-    a, b = spec.a, spec.b
-    out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
-    return {
-        "a": box("a", a.dtype, ("M", "K"), ("BLOCK_M", "BLOCK_K"), (t.m, t.k), ("off_m", "off_k"), -2, False)
-        if a.major == "k" else
-        box("a", a.dtype, ("K", "M"), ("BLOCK_K", "BLOCK_M"), (t.k, t.m), ("off_k", "off_m"), -1, True),
-        "b": box("b", b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
-        if b.major == "k" else
-        box("b", b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
-        "out": box("out", spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2,
-                   False),
-    }
+    return {side: box(side, *layout) for side, layout in _box_layout(spec).items()}
 
 
 def _params(spec: GemmSpec, split: bool = False, swap: bool = False) -> list[KernelParam]:
