@@ -245,12 +245,13 @@ class LayeredSpec(Strict):
         layers = [c for c in (self.per_target.get(str(target)),) if c is not None]
         if variant is not None:
             layer = self.variants_on(target)[variant]
-            if base is not None and all(getattr(layer, s) is None for s in layer.model_fields_set & set(self.CONFIG_SECTIONS)):
+            sets = layer.model_fields_set.intersection(self.CONFIG_SECTIONS)
+            if base is not None and all(getattr(layer, s) is None for s in sets):
                 return base
             layers.append(layer)
         update: dict[str, object] = {"per_target": {}, "variants": []}
         for cfg in layers:
-            for section in cfg.model_fields_set & set(self.CONFIG_SECTIONS):
+            for section in cfg.model_fields_set.intersection(self.CONFIG_SECTIONS):
                 given = getattr(cfg, section)
                 if given is not None:  # values were validated on load; merging keys keeps them valid
                     base = update.get(section, getattr(self, section))

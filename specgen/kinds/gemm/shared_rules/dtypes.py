@@ -94,7 +94,7 @@ def stored_dtypes(ctx: RuleContext) -> Iterator[Finding]:
                       f"yet, so storing {out} would truncate the f32 result with no stated rounding or saturation",
                       f'set out.dtype = "f32" (or f16, bf16) and quantize to {out} after the kernel', ("out", "dtype"))
     for i, op in enumerate(s.epilogue):
-        dt = getattr(op, "dtype", None)
+        dt = op.__dict__.get("dtype")  # a field, where the op has one (getattr of a missing one costs a raise)
         if dt == DType.tf32:
             what = "cast to tf32" if op.op == "cast" else f"{op.op} {op.name!r} is tf32"
             hint = ("drop the cast: the epilogue computes in f32, which is what tf32 data is stored as"

@@ -32,7 +32,7 @@ Imports jax-free code only: `specgen check` / `render` must stay light.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from specgen import __version__
@@ -383,7 +383,7 @@ class PallasGemmDesign(GemmDesign):
                 return box
             elems = swizzle // box.elem_bytes
             dims = (-(-box.outer // 8), -(-box.inner // elems), min(8, box.outer), min(elems, box.inner))
-            return replace(box, dims=dims)
+            return TmaBox(box.operand, box.outer, box.inner, box.elem_bytes, box.field, dims)
 
         return (tiled(a, sw.ab), tiled(b, sw.ab), tiled(out, sw.out))
 
