@@ -615,6 +615,27 @@ def test_toml_positions_of_quoted_dotted_and_spaced_keys():
     assert p[("list", 0, "lit")] == (4, 1)
 
 
+def test_toml_positions_never_read_a_value_inside_a_comment():
+    """A comment after an array's element or an inline table's pair, holding what looks like a value and its
+    separator (`# x, y`), is skipped whole: the one-match ways of reading plain lines and items (positions.py)
+    never stop inside it."""
+    text = 'arr = [ "a",  # x, y\n  "b"  # ], z\n]\nt = { a = 1, b = 2 }  # c, }\nlast = 3  # w, ]\n'
+    tomllib.loads(text)
+    p = toml_positions(text)
+    assert p[("arr", 0)] == (1, 9) and p[("arr", 1)] == (2, 3) and ("arr", 2) not in p
+    assert p[("t", "b")] == (4, 14) and p[("last",)] == (5, 1)
+
+
+def test_toml_positions_name_where_each_key_is_written():
+    for f in sorted((ROOT / "specs").glob("*.toml")):
+        text = f.read_text()
+        lines = text.splitlines()
+        for path, (line, col) in toml_positions(text).items():
+            if isinstance(path[-1], str) and path[-1] != "kernels":
+                at = lines[line - 1][col - 1:]
+                assert at.startswith((path[-1], f'"{path[-1]}"')), (f.name, path, at)
+
+
 def test_toml_positions_with_crlf_line_endings():
     text = GOOD_TOML.replace("\n", "\r\n")
     assert toml_positions(text)[("kernels", 0, "tile", "n")] == (8, 19)

@@ -78,22 +78,42 @@ _SPACE_LINES = re.compile(r"(?:[ \t\r\n]+|#[^\n]*)*")  # and across lines
 _BASIC_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)  # one-line strings: an escape skips a character
 _LITERAL_STRING = re.compile(r"'([^']*)'")
 _SCALAR = re.compile(r"[^,\]}\n#]*")  # a number, a date, true or false: up to what ends it
+# The lines and items most TOML is made of, each read by one match (the scanner's general way reads them
+# too, a part at a time; these only save it the steps): a one-line string (no multi-line quotes) or a scalar,
+_PLAIN_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"(?!")|'[^'\n]*'(?!')|[^\s,\]}#\[{"'][^,\]}\n#]*)"""
+# as a bare key's value on a line of its own (with blanks and a comment after it),
+_PLAIN_LINE = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=[ \t]*" + _PLAIN_VALUE + r"[ \t\r]*+(?:#[^\n]*+)?(?=\n|\Z)")
+# in an inline table (the ',' or '}' after it not read),
+_PLAIN_PAIR = re.compile(r"[ \t\r]*([A-Za-z0-9_-]+)[ \t]*=[ \t]*" + _PLAIN_VALUE + r"[ \t\r]*(?=[,}])")
+# a bare key and its '=' before any other value (a table or an array) on a line of its own,
+_BARE_KEY_EQ = re.compile(r"[ \t\r]*([A-Za-z0-9_-]+)[ \t]*=[ \t]*")  # (or in an inline table)
+# and as an array's element (blanks, newlines and comments before it; the ',' or ']' after it not read).
+# Possessive: a comment is read to its line's end, never in part (a scalar is never found inside one).
+_PLAIN_ITEM = re.compile(r"(?:[ \t\r\n]++|#[^\n]*+)*+(" + _PLAIN_VALUE + r")(?:[ \t\r\n]++|#[^\n]*+)*+(?=[,\]])")
 
 
 class _TomlScanner:
-    """Walks TOML text recording where each key and array element starts. Assumes text tomllib accepted."""
+    """Walks TOML text recording where each key and array element starts (offsets; `positions` gives lines
+    and columns). Assumes text tomllib accepted."""
 
     def __init__(self, text: str, line_starts: list[int] | None = None) -> None:
         self.text = text
         self.i = 0
         self.end = len(text)
         self.line_starts = line_starts or toml_line_starts(text)
-        self.positions: Positions = {}
+        self.offsets: dict[Path, int] = {}
+        self.record = self.offsets.setdefault  # (path, offset): the first place a path is written stands
         self.aot_index: dict[Path, int] = {}
 
-    def where(self, offset: int) -> tuple[int, int]:
-        line = bisect.bisect_right(self.line_starts, offset)
-        return line, offset - self.line_starts[line - 1] + 1
+    def positions(self, under: Path = ()) -> Positions:
+        """The recorded paths under `under` (all by default) with their line and column."""
+        starts, right, n = self.line_starts, bisect.bisect_right, len(under)
+        out: Positions = {}
+        for path, offset in self.offsets.items():
+            if path[:n] == under:
+                line = right(starts, offset)
+                out[path] = (line, offset - starts[line - 1] + 1)
+        return out
 
     def peek(self) -> str:
         return self.text[self.i] if self.i < len(self.text) else ""
@@ -142,38 +162,57 @@ class _TomlScanner:
                 return parts
             self.i += 1
 
-    def record(self, path: Path, offset: int) -> None:
-        self.positions.setdefault(path, self.where(offset))
-
     def value(self, path: Path) -> None:
         self.skip_space()
         c = self.peek()
+        text, record = self.text, self.record
         if c == "{":
             self.i += 1
+            pair, key_eq = _PLAIN_PAIR.match, _BARE_KEY_EQ.match
             while True:
-                self.skip_space()
-                if self.peek() == "}":
-                    self.i += 1
-                    return
-                self.keyval(path)
-                self.skip_space()
+                m = pair(text, self.i)
+                if m is not None:  # key = a string or a scalar
+                    record((*path, m.group(1)), m.start(1))
+                    self.i = m.end()
+                elif (m := key_eq(text, self.i)) is not None:  # key = a table or an array
+                    inner = (*path, m.group(1))
+                    record(inner, m.start(1))
+                    self.i = m.end()
+                    self.value(inner)
+                    self.skip_space()
+                else:
+                    self.skip_space()
+                    if self.peek() == "}":
+                        self.i += 1
+                        return
+                    self.keyval(path)
+                    self.skip_space()
                 if self.peek() == ",":
                     self.i += 1
+                elif self.peek() == "}":
+                    self.i += 1
+                    return
         elif c == "[":
             self.i += 1
             index = 0
+            item = _PLAIN_ITEM.match
             while True:
-                self.skip_space(newlines=True)
-                if self.peek() == "]":
-                    self.i += 1
-                    return
-                self.record((*path, index), self.i)
-                start = self.i
-                self.value((*path, index))
-                if self.i == start:  # end of text or a character no value starts with: never loop forever
-                    raise ValueError("bad array")
+                m = item(text, self.i)
+                if m is not None:  # a string or a scalar
+                    record((*path, index), m.start(1))
+                    self.i = m.end()
+                else:
+                    self.skip_space(newlines=True)
+                    if self.peek() == "]":
+                        self.i += 1
+                        return
+                    record((*path, index), self.i)
+                    start = self.i
+                    self.value((*path, index))
+                    if self.i == start:  # end of text or a character no value starts with: never loop forever
+                        raise ValueError("bad array")
+                    self.skip_space(newlines=True)
                 index += 1
-                self.skip_space(newlines=True)
                 if self.peek() == ",":
                     self.i += 1
         elif c in ("'", '"'):
@@ -200,37 +239,48 @@ class _TomlScanner:
                 path = (*path, self.aot_index[path])
         return path
 
-    def scan(self) -> Positions:
+    def scan(self) -> None:
         table: Path = ()
+        text, line, key_eq, record = self.text, _PLAIN_LINE.match, _BARE_KEY_EQ.match, self.record
         while True:
             self.skip_space(newlines=True)
             if self.i >= self.end:
-                return self.positions
-            if self.peek() == "[":
+                return
+            if text[self.i] == "[":
                 start = self.i
-                array = self.text.startswith("[[", self.i)
+                array = text.startswith("[[", self.i)
                 self.i += 2 if array else 1
                 parts = self.key()
                 if array:
                     prefix = self.resolve(parts[:-1])
                     full = (*prefix, parts[-1][0])
-                    self.record(full, parts[-1][1])
+                    record(full, parts[-1][1])
                     self.aot_index[full] = self.aot_index.get(full, -1) + 1
                     table = (*full, self.aot_index[full])
-                    self.record(table, start)
+                    record(table, start)
                 else:
                     table = self.resolve(parts)
-                end = self.text.find("\n", self.i)  # not `in self.text[i:]`: that copies the rest of the file
-                self.i = end if end >= 0 else len(self.text)
+                end = text.find("\n", self.i)  # not `in self.text[i:]`: that copies the rest of the file
+                self.i = end if end >= 0 else len(text)
+            elif (m := line(text, self.i)) is not None:  # key = a string or a scalar, on a line of its own
+                record((*table, m.group(1)), self.i)
+                self.i = m.end()
+            elif (m := key_eq(text, self.i)) is not None:  # key = a table or an array
+                path = (*table, m.group(1))
+                record(path, self.i)
+                self.i = m.end()
+                self.value(path)
             else:
                 self.keyval(table)
 
 
 def toml_positions(text: str) -> Positions:
+    scanner = _TomlScanner(text)
     try:
-        return _TomlScanner(text).scan()
+        scanner.scan()
     except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
         return {}
+    return scanner.positions()
 
 
 def toml_line_starts(text: str) -> list[int]:
@@ -263,7 +313,7 @@ def toml_kernel_positions(text: str, tables: list[int], index: int, line_starts:
         scanner.scan()
     except (ValueError, IndexError, RecursionError):
         return {}
-    return {path: at for path, at in scanner.positions.items() if path[:2] == ("kernels", index)}
+    return scanner.positions(("kernels", index))
 
 
 class _JsonScanner:
