@@ -168,12 +168,14 @@ def _module_agreement(loaded: LoadedSpec, report: CheckReport) -> None:
     line of each target that departs from the module's first target."""
     for design, targets in designs_for(loaded.spec.kind, loaded.spec.targets).items():
         _variants_agree(loaded, report, targets, design.variant_shared_config)
-        _variants_unrendered(loaded, report, {rel: [t for t in served if not design.renders_variants_on(target_info(t))]
-                                              for rel, served in design.modules(loaded.spec, targets).items()})
+        modules = design.modules(loaded.spec, targets)
+        if any(report.resolved[(loaded.name, str(t))].variants for t in targets):
+            _variants_unrendered(loaded, report, {rel: [t for t in served if not design.renders_variants_on(target_info(t))]
+                                                  for rel, served in modules.items()})
         shared = design.shared_config
         if not shared:
             continue
-        for rel, served in design.modules(loaded.spec, targets).items():
+        for rel, served in modules.items():
             first = served[0]
             base = report.resolved[(loaded.name, str(first))]
             for t in served[1:]:
@@ -211,8 +213,6 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
     design renders one config per module, so a variant on a target it renders would be dropped silently.
     `modules` lists, per module, the targets whose module renders one config. Reported at the variants'
     line. (Targets no design renders are checked only, variants included.)"""
-    names = [d.variants_label or d.name for d in rendering(loaded.spec.kind) if d.renders_variants or d.variants_label]
-    which = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
     for rel, served in modules.items():
         for t in served:
             variants = report.resolved[(loaded.name, str(t))].variants
@@ -221,6 +221,9 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
             own = getattr(loaded.spec.per_target.get(str(t)), "variants", None) is not None
             line, col = loaded.where(("per_target", str(t), "variants") if own else ("variants",))
             bounds = "; ".join(str(v.when) for v in variants)
+            names = [d.variants_label or d.name for d in rendering(loaded.spec.kind)
+                     if d.renders_variants or d.variants_label]
+            which = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
             report.diagnostics.append(Diagnostic(
                 loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
                 f"the {t.backend.value} design renders one config per module for {t} ({rel}); size-selected variants are "

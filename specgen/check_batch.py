@@ -252,8 +252,8 @@ def check_chunk(task: Task) -> Chunk:
     """Load and check a chunk's files one after the other; settle its near-boundary verdicts from the cache
     (and `task.known`); format its output."""
     # Checking allocates many short-lived objects and makes next to no cycles: the cyclic collector, run as
-    # often as those allocations ask, cost a quarter of a 50,000-kernel check (threshold 100,000) to a sixth
-    # and more (700). A chunk runs without it and collects once at its end (peak memory unchanged).
+    # often as those allocations ask, costs about a sixth of a check at its default threshold (700) and a few
+    # percent at 100,000. A chunk runs without it and collects once at its end (peak memory unchanged).
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import Literal
 
 from specgen.spec.dtypes import DType
@@ -105,15 +106,17 @@ class TargetInfo:
     memory: Literal["smem", "vmem"]
     compute_capability: int | None  # GPUs only
 
-    @property
+    # figured once per row (check reads them for every config): a cached property is no field, so equality,
+    # hashing and the row's repr stay the fields'
+    @cached_property
     def name(self) -> str:
-        return f"{self.backend._value_}:{self.arch}"  # _value_: what .value reads, without its descriptor
+        return f"{self.backend.value}:{self.arch}"
 
-    @property
+    @cached_property
     def gpu(self) -> GpuDevice | None:
         return GPUS[self.device] if self.memory == "smem" else None
 
-    @property
+    @cached_property
     def tpu(self) -> TpuDevice | None:
         return TPUS[self.device] if self.memory == "vmem" else None
 
@@ -151,4 +154,16 @@ ALL_TARGETS: tuple[str, ...] = tuple(TARGETS)
 
 def target_info(target: object) -> TargetInfo:
     """The row of a `Target` (or a `backend:arch` string)."""
-    return TARGETS[str(target)]
+    if isinstance(target, str):
+        return TARGETS[target]
+    hit = _ROW_OF.get(id(target))
+    if hit is not None and hit[0] is target:  # a target object asked before (spec loading shares them)
+        return hit[1]
+    row = TARGETS[str(target)]
+    if len(_ROW_OF) >= 4096:
+        _ROW_OF.clear()
+    _ROW_OF[id(target)] = (target, row)
+    return row
+
+
+_ROW_OF: dict[int, tuple[object, TargetInfo]] = {}  # target_info's, by the target object (held beside its row)
