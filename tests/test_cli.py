@@ -212,7 +212,7 @@ targets = ["triton:sm90", "triton:sm100", "cute:sm90", "cute:sm100", "pallas:gpu
     assert len([d for d in diags if d.severity != "note"]) == 0, [str(d) for d in diags if d.severity != "note"][:3]
     # Not a speed test (a busy machine must not fail the suite): a bound 10x past what an idle core takes
     # (load 0.28 s, check 0.61 s), which catches only a blow-up such as quadratic work. The speed itself is
-    # measured as a whole command with farm-bench (bench/RESULTS.md, "check speed").
+    # measured as a whole command (bench/RESULTS.md, "check speed").
     assert load_s < 3.0 and check_s < 6.0, (load_s, check_s)
 
 
