@@ -29,6 +29,7 @@ from pathlib import Path
 from rich.console import Console
 
 from specgen.check import Diagnostic, KernelMemo, Settle, check_unsettled, settled
+from specgen.memo import IdentityMemo
 from specgen.resolved import Resolved
 from specgen.settle import SettleStats, compile_jobs, settle_known
 from specgen.spec.load import LoadedSpec, SpecError, load_file, path_problem, spec_files
@@ -67,21 +68,14 @@ def variant_lines(loaded: LoadedSpec, resolved: dict[tuple[str, str], Resolved] 
     return lines
 
 
-_LABELS: dict[tuple[int, str], tuple[object, str]] = {}  # config_label by effective spec object and target
+_LABELS: IdentityMemo[str] = IdentityMemo()  # config_label by effective spec object and target
 
 
 def _label(spec, target) -> str:
     """`config_label`, made once per effective spec object: a kernel written again shares its resolutions
     (check.KernelMemo), so each copy's variant lines read the same specs."""
-    key = (id(spec), str(target))
-    hit = _LABELS.get(key)
-    if hit is not None and hit[0] is spec:  # the entry holds its spec: its id is not reused under it
-        return hit[1]
-    label = config_label(spec, target)
-    if len(_LABELS) >= 4096:
-        _LABELS.clear()
-    _LABELS[key] = (spec, label)
-    return label
+    found = _LABELS.get(spec, str(target))
+    return found if found is not None else _LABELS.put(spec, config_label(spec, target), str(target))
 
 
 def config_label(spec, target) -> str:

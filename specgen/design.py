@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from specgen import __version__
 from specgen.kinds.lineup import part_of
+from specgen.memo import IdentityMemo
 from specgen.rules.finding import Margin
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, Mma, TargetInfo
@@ -64,8 +65,7 @@ class CompileProbe:
     environment: tuple[tuple[str, str], ...] = ()
 
 
-_BUDGETS: dict[tuple[int, int, str, int], tuple[object, MemoryBudget]] = {}  # DesignBase.budget's
-_BUDGETS_HELD = 4096
+_BUDGETS: IdentityMemo[MemoryBudget] = IdentityMemo()  # DesignBase.budget's, by spec object
 
 
 class DesignBase:
@@ -123,15 +123,9 @@ class DesignBase:
     def budget(self, spec: LayeredSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         """`memory`, figured once per spec object, target and depth: resolve's `auto` depth, its budget and
         SMEM001's hint ask the same figures of one (immutable) effective spec."""
-        key = (id(spec), id(self), target.name, ab_stages)
-        hit = _BUDGETS.get(key)
-        if hit is not None and hit[0] is spec:  # the entry holds its spec: an id is never reused under it
-            return hit[1]
-        found = self.memory(spec, target, ab_stages)
-        if len(_BUDGETS) >= _BUDGETS_HELD:
-            _BUDGETS.clear()
-        _BUDGETS[key] = (spec, found)
-        return found
+        key = (id(self), target.name, ab_stages)
+        found = _BUDGETS.get(spec, key)
+        return found if found is not None else _BUDGETS.put(spec, self.memory(spec, target, ab_stages), key)
 
     def stages(self, spec: LayeredSpec, target: TargetInfo) -> tuple[int, int]:
         """(pipeline stages, accumulator stages) on `target`, `auto` filled in: the kind's design base reads

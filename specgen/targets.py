@@ -16,6 +16,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Literal
 
+from specgen.memo import IdentityMemo
 from specgen.spec.dtypes import DType
 
 
@@ -156,14 +157,8 @@ def target_info(target: object) -> TargetInfo:
     """The row of a `Target` (or a `backend:arch` string)."""
     if isinstance(target, str):
         return TARGETS[target]
-    hit = _ROW_OF.get(id(target))
-    if hit is not None and hit[0] is target:  # a target object asked before (spec loading shares them)
-        return hit[1]
-    row = TARGETS[str(target)]
-    if len(_ROW_OF) >= 4096:
-        _ROW_OF.clear()
-    _ROW_OF[id(target)] = (target, row)
-    return row
+    row = _ROW_OF.get(target)  # a target object asked before (spec loading shares them)
+    return row if row is not None else _ROW_OF.put(target, TARGETS[str(target)])
 
 
-_ROW_OF: dict[int, tuple[object, TargetInfo]] = {}  # target_info's, by the target object (held beside its row)
+_ROW_OF: IdentityMemo[TargetInfo] = IdentityMemo()  # target_info's, by the target object

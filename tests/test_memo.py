@@ -1,9 +1,9 @@
-"""specgen/spec/memo.py: a derived figure is made once per spec object, never handed to another object."""
+"""specgen/memo.py: a figure is made once per object (and key), never handed to another object."""
 
 from __future__ import annotations
 
-from specgen.spec import memo
-from specgen.spec.memo import per_spec
+from specgen import memo
+from specgen.memo import IdentityMemo, per_spec
 
 
 class Spec:
@@ -28,3 +28,12 @@ def test_once_per_object_and_never_across_objects(monkeypatch) -> None:
     doubled.cache_clear()
     doubled(b)
     assert calls[-1] == 2
+
+
+def test_identity_memo_keys_by_object_and_key() -> None:
+    memo: IdentityMemo[str] = IdentityMemo()
+    a, b = Spec(1), Spec(1)  # equal objects, two identities
+    assert memo.put(a, "a at 2", 2) == "a at 2"
+    assert memo.get(a, 2) == "a at 2" and memo.get(a, 3) is None and memo.get(b, 2) is None and memo.get(a) is None
+    memo.clear()
+    assert memo.get(a, 2) is None

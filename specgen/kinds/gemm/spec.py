@@ -21,9 +21,9 @@ from specgen.kinds.gemm.designs.pallas.options import PallasOptions
 from specgen.kinds.gemm.designs.triton import options as triton_options
 from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
+from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg
-from specgen.spec.memo import per_spec
 from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
 from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend

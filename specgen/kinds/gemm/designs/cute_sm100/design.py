@@ -55,9 +55,9 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
 )
 from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.memo import per_spec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.load import LoadedSpec
-from specgen.spec.memo import per_spec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 

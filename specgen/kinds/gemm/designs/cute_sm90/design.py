@@ -45,10 +45,10 @@ from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.memo import per_spec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
-from specgen.spec.memo import per_spec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 
