@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
 
+from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
 from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
@@ -109,6 +110,8 @@ def variants():
                       triton={"num_warps": 8, "tma": tma},
                       variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 64, "k": 64}},
                                 {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
+    # the grouped kind's Triton modules: every template branch (index formats, tails, B majors, epilogue ops)
+    yield from GROUPED_FORMS.values()
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},
@@ -405,7 +408,7 @@ def numeric_spec(kernel: str, names: list[str], dtype: str, persistent: bool, tm
 
 
 @pytest.mark.parametrize(("kernel", "names"), [
-    ("acc", ["offs", "acc_", "Acc", "tile"]),          # the kernel named like its accumulator
+    ("acc", ["offs_", "acc_", "Acc", "tile"]),         # the kernel named like its accumulator ("offs" is the grouped kind's group index)
     ("offs_m", ["torch_", "tl_", "matches", "Case"]),
     ("device", ["M_", "Kb", "x1", "out_"]),
     ("result", ["bias", "row_scale", "c", "alpha"]),   # the defaults

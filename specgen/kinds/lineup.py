@@ -16,9 +16,9 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
-from specgen.kinds import gemm
+from specgen.kinds import gemm, grouped
 
-KINDS = (gemm,)
+KINDS = (gemm, grouped)
 DESIGN_PACKAGES: tuple[str, ...] = tuple(p for kind in KINDS for p in kind.DESIGN_PACKAGES)
 
 KIND_PARTS = ("spec", "rules", "problem")

@@ -13,9 +13,27 @@ from specgen.targets import TargetInfo
 
 __all__ = ["RULES", "Finding", "Rule", "RuleContext", "rules_for", "run_rules"]
 
-_COLLECTED: list[Rule] = [*hooks.RULES] + [
-    replace(r, kinds=(kind,)) for of in ("kinds", "designs") for kind, m in parts("rules", of=of) for r in m.RULES
-]
+
+
+def _collect() -> list[Rule]:
+    """Every part's rules, each given the kinds whose parts list it. A kind may list another kind's rule (the
+    same `Rule`: one check reading sections both kinds have): it stays one rule, concerning both; two different
+    rules of one id are an error."""
+    by_id: dict[str, Rule] = {}
+    for of in ("kinds", "designs"):
+        for kind, m in parts("rules", of=of):
+            for r in m.RULES:
+                held = by_id.get(r.id)
+                if held is None:
+                    by_id[r.id] = replace(r, kinds=(kind,))
+                elif held.fn is not r.fn:
+                    raise ValueError(f"two different rules are named {r.id}")
+                elif kind not in held.kinds:
+                    by_id[r.id] = replace(held, kinds=(*held.kinds, kind))
+    return [*hooks.RULES, *by_id.values()]
+
+
+_COLLECTED: list[Rule] = _collect()
 # The table reads by topic, wherever a rule lives (so `check` lists a target's findings in one order):
 # these id prefixes first, then the designs' own prefixes alphabetically, then split-K and options.
 _FIRST = ("DT", "MAJ", "MMA", "POW", "SMEM", "VMEM", "TMEM", "TMA", "CLU", "REG")

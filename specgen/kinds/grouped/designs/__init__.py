@@ -1,0 +1,1 @@
+"""The grouped GEMM kind's designs, one package per (backend, MMA family)."""

@@ -1,0 +1,255 @@
+"""The grouped Triton design: a persistent kernel over (group, M tile, N tile), its SMEM layout, its plan and
+its render; its compile hook is the dense Triton design's (the module carries the same CONFIGS, _CONSTEXPRS and
+METADATA keys).
+
+One module serves all of a spec's Triton targets, as the dense design's does: the kernel source is the same on
+sm90 and sm100, and the launcher picks the per-arch launch config by compute capability.
+
+The schedule (templates/grouped/triton/grouped.py.jinja): a static number of programs (the SMs; the launcher
+caps the grid at a bound on the tile count that needs no group sizes: (cdiv(M, BLOCK_M) + G + 1) row tiles,
+as each group and the tail add at most one partial tile) each walks the groups in order, reading the group
+index on the device, and takes every NUM_SMS-th tile. Nothing is read on the host, so a CUDA graph replays
+with new group sizes. Loads and stores are masked pointer accesses: a tile's rows stop at its group's end.
+
+SMEM: pointer loads into a pipeline of A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do),
+an epilogue stored through pointers (none staged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import jinja2
+
+from specgen.abi import Arg, HostOperand, bind_operands, make_arg
+from specgen.design import ModuleHeader, module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm import KIND as GEMM
+from specgen.kinds.gemm.design import ab_stage_bytes
+from specgen.kinds.gemm.designs.triton.design import (
+    TL_DTYPES,
+    TRITON_SIG,
+    EpilogueStep,
+    KernelParam,
+    StepArg,
+    TritonArchConfig,
+    TritonGemm,
+)
+from specgen.kinds.grouped import KIND
+from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.epilogue import GROUP_N
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.render.env import describe_op, environment, templates_dir
+from specgen.render.specs import spec_import
+from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
+from specgen.spec.formulas import FORMULAS
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import Target
+from specgen.targets import Backend, TargetInfo
+
+# What the launcher reads an index argument as, by the spec's `groups.index`: its name and what it holds.
+INDEX_ARGS = {"offs": ("offs", "cumulative ends, as torch._grouped_mm's offs"),
+              "sizes": ("group_sizes", "group sizes, as jax.lax.ragged_dot's group_sizes")}
+
+
+class TritonGrouped(GroupedDesign):
+    name = "Triton grouped"
+    keys = ((KIND, Backend.triton, "wgmma"), (KIND, Backend.triton, "tcgen05"))
+    compile_hook = TritonGemm.compile_hook  # the module carries what the dense design's hook reads
+    compiler_modules = ("torch", "triton")
+    compile_environment = {"TRITON_INTERPRET": "0"}
+    libraries = ("torch", "triton")
+    compile_caches = ("TRITON_CACHE_DIR",)
+    extra = "triton"
+    max_auto_stages = 4
+    # The dense Triton kernel's measured margin (SMEM001): the grouped kernel's pointer pipeline is the dense
+    # pointer kernel's; its own compile grid is still to come.
+    smem_margin = TritonGemm.smem_margin
+    shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
+    dot_accumulators = TritonGemm.dot_accumulators
+
+    def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
+        return spec.triton.num_warps * 32
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+    def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        gpu = target.gpu
+        assert gpu is not None
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, 0, True,
+                            ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
+
+    def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        return {f"{Backend.triton.value}/{spec.name}.py": list(targets)}
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
+        p = plan_grouped(loaded, targets, resolved)
+        (rel,) = self.modules(loaded.spec, targets)
+        template = _environment().get_template("triton/grouped.py.jinja")
+        schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
+        text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
+                               op_schema=[*schema, ["out", "Tensor?"]],
+                               uses_tanh=any(s.op == "activation" and "tanh" in FORMULAS[s.fn].expr.kinds()
+                                             for s in p.steps))
+        return {rel: text}
+
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
+        return plan_grouped(loaded, targets, resolved)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupedTritonPlan(ModuleHeader):
+    kernel_name: str
+    a: Arg
+    b: Arg
+    index: Arg  # the group index (offs or group_sizes)
+    index_kind: str  # "offs" (cumulative ends) or "sizes"
+    out: Arg
+    args: list[Arg]  # epilogue runtime arguments, in chain order
+    a_major: str
+    b_major: str
+    tail_zero: bool  # groups.tail = "zero": the kernel zeroes the rows past the last group
+    acc_dtype: str
+    input_precision: str | None
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    configs: list[TritonArchConfig]
+    spec_json: dict[str, object]
+    params: list[KernelParam]
+    steps: list[EpilogueStep]
+
+    @property
+    def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
+        """A (M, K) and B (G, K, N) as the host template reads them (M is the total rows), and out (M, N)."""
+        return bind_operands([(self.a, ("M", "K"), "K" if self.a_major == "k" else "M", "a"),
+                              (self.b, ("G", "K", "N"), "K" if self.b_major == "k" else "N", "b")],
+                             (self.out, ("M", "N"), "N", "o"))
+
+    @property
+    def operands(self) -> tuple[HostOperand, ...]:
+        return self.host[0]
+
+    @property
+    def output(self) -> HostOperand:
+        return self.host[1]
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    """The kind's environment (templates/grouped/), seeing the dense kind's templates under `gemm/` too: the
+    grouped kernel's epilogue is the dense Triton kernel's macros (gemm/triton/epilogue.jinja), not a copy."""
+    base = environment(KIND)
+    dense = jinja2.PrefixLoader({GEMM: jinja2.FileSystemLoader(str(templates_dir() / GEMM))})
+    return base.overlay(loader=jinja2.ChoiceLoader([base.loader, dense]))
+
+
+def _spellings(dtype: DType) -> dict[str, str]:
+    return {"torch": dtype.info.torch, "triton": TL_DTYPES[dtype]}
+
+
+def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, _spellings)
+
+
+def _arch_config(r: Resolved) -> TritonArchConfig:
+    assert r.info.compute_capability is not None
+    return TritonArchConfig(r.target.arch, r.info.compute_capability, r.spec.triton.num_warps, r.ab_stages,
+                            r.budget.total, r.budget.breakdown(), r.acc_registers)
+
+
+def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
+    spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
+    a_dt = spec.a.dtype
+    index_name, index_doc = INDEX_ARGS[spec.groups.index]
+    return GroupedTritonPlan(
+        **plan_header(loaded),
+        kernel_name=f"_{spec.name}_kernel",
+        a=_arg("a", "a", a_dt, f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group"),
+        b=_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        index=_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
+        index_kind=spec.groups.index,
+        out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
+        args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+        a_major=spec.a.major,
+        b_major=spec.b.major,
+        tail_zero=spec.groups.tail == "zero",
+        acc_dtype=TL_DTYPES[spec.accumulator],
+        input_precision=("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None,
+        tile_m=spec.tile.m,
+        tile_n=spec.tile.n,
+        tile_k=spec.tile.k,
+        configs=[_arch_config(resolved[str(t)]) for t in targets],
+        spec_json=loaded.spec.model_dump(mode="json"),
+        params=_params(spec),
+        steps=_steps(spec),
+    )
+
+
+def _params(spec: GroupedSpec) -> list[KernelParam]:
+    """The kernel's parameters in declaration order. N, K and the strides are specialized as the JIT does (on
+`% 16 == 0` and `== 1`: 16-byte aligned rows let Triton pipeline the pointer loads as async copies); the
+total rows M, the group count G and the tile bound never are (`none`), so new group sizes and counts reuse the
+compiled kernel. The launcher's key is those specializations, INDEX_64 and which integers pass 32 bits."""
+    ps = [KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
+          for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
+    ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
+    for arg in spec.runtime_args():
+        if arg.shape == "scalar":
+            ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
+        else:
+            ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name", arg.name))
+    ps += [KernelParam(d, "i32", "size", "aligned" if d in ("N", "K") else "none", "name", d) for d in ("M", "N", "K", "G")]
+    ps += [KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1),
+           KernelParam("stride_bg", "i32", "stride", "aligned", "stride", "sb", 0),
+           KernelParam("stride_b", "i32", "stride", "aligned", "stride", "sb", -1 if spec.b.major == "k" else -2),
+           KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2),
+           KernelParam("MAX_TILES", "i32", "size", "none", "name", "tiles"),
+           KernelParam("NUM_SMS", "i32", "device", "none", "num_sms")]
+    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64")]
+    ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
+    return ps
+
+
+def _describe(op: dict) -> str:
+    if op["op"] == "bias":
+        return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, per group and column"
+    return describe_op(op)
+
+
+def _steps(spec: GroupedSpec) -> list[EpilogueStep]:
+    """The epilogue as the dense Triton design's macros spell it (templates/gemm/triton/epilogue.jinja, which
+    the grouped template imports): a per-row vector loads at the tile's global rows (`offs_m`), a bias per group
+    at its group's row (`<name>_g`, moved there per group) along N."""
+    steps = []
+    for op in spec.epilogue:
+        args = []
+        for a in op.runtime_args():
+            axis = {"vec_m": "m", "vec_n": "n", GROUP_N: "n"}.get(a.shape, "")
+            param = a.name if a.shape == "scalar" else f"{a.name}_g" if a.shape == GROUP_N else f"{a.name}_ptr"
+            args.append(StepArg(a.name, param, a.shape, axis, TL_DTYPES[a.dtype], a.dtype != DType.f32 or op.op == "bias"))
+        data = op.model_dump(mode="json")
+        steps.append(EpilogueStep(op=op.op, describe=_describe(data), args=args, fn=data.get("fn", ""),
+                                  value=data.get("value"), min=data.get("min"), max=data.get("max"),
+                                  dtype=TL_DTYPES[DType(data["dtype"])] if op.op == "cast" else ""))
+    return steps
+
+
+def metadata(p: GroupedTritonPlan) -> dict[str, object]:
+    """The module's one metadata dict (rendered as METADATA): the keys the dense Triton compile hook reads."""
+    return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"triton:{c.arch}" for c in p.configs]) | {
+        "kind": KIND,
+        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+        "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
+                                        "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
+                 for c in p.configs},
+        "parameters": [[q.name, q.type, q.specialization] for q in p.params],
+    }
+
+
+DESIGN = TritonGrouped()

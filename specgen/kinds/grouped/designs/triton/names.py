@@ -1,0 +1,23 @@
+"""The identifiers the grouped Triton design's modules use (templates/grouped/): checked by
+tests/test_hardening_names.py's rendered-module tokenizer (and the grouped kind's own test)."""
+
+from __future__ import annotations
+
+MODULE_NAMES: frozenset[str] = frozenset({
+    "triton", "tl", "TritonLauncher", "BLOCK_M", "BLOCK_N", "BLOCK_K", "CONFIGS", "_g", "_gg", "_tanh", "_CONSTEXPRS",
+    "_CONSTEXPRS_64", "_functional",
+})
+
+# Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's
+# argument names (`offs`, `group_sizes`) among them.
+RESERVED: frozenset[str] = frozenset({
+    "FAST_MATH", "G", "INDEX_64", "K", "K_b", "M", "MAX_TILES", "N", "NUM_SMS", "a_ptr", "a_ptrs", "acc", "b_base",
+    "b_ptr", "b_ptrs", "cols", "do_not_specialize", "end", "g", "group_sizes", "grouped", "index_64", "index_ptr",
+    "input_precision", "is_pure", "k", "k_in", "ks", "local", "mask", "mask_m", "mask_n", "num_pid_n", "offs",
+    "offs_k", "offs_m", "offs_n", "other", "out_dtype", "out_ptr", "pack", "persistent", "pid_m", "pid_n", "rows",
+    "sa", "sb", "seen", "so", "start", "stride_a", "stride_b", "stride_bg", "stride_om", "tiles", "work", "x",
+})
+
+# How its templates derive names from an epilogue argument `x` (`x_g`: a per-group operand's row for group g).
+
+ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_g")

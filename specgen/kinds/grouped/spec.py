@@ -1,0 +1,130 @@
+"""The grouped GEMM kind's spec model: its semantics and its configuration sections, layered per target and per
+size variant by the core's LayeredSpec. The configuration sections are the dense GEMM's (kinds/gemm/sections.py:
+tile, cluster, pipeline, schedule, and `When` for a variant's bounds on M = total rows, N and K).
+
+    for each group g with rows [start_g, end_g):   out[start_g:end_g] = epilogue(A[start_g:end_g] @ B[g])
+
+A is (total_rows, K), B is (G, K, N) (its `major` names the contiguous dim, as the dense kind's does: `k` is a
+(G, N, K) weight viewed transposed, how torch._grouped_mm callers pass `w.transpose(-2, -1)`), out is
+(total_rows, N), row-major. The group index lives on the device: `groups.index = "offs"` takes int32
+cumulative ends (G,) as torch._grouped_mm does (group 0 starts at 0), `"sizes"` int32 group sizes (G,) as
+jax.lax.ragged_dot does; the kernels read it there, never the host. Rows past the last group's end are
+`groups.tail`: `"untouched"` (torch._grouped_mm leaves them unwritten) or `"zero"` (ragged_dot's zeros).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
+from specgen.kinds.grouped.designs.triton import options as triton_options
+from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
+from specgen.kinds.grouped.epilogue import ROW_SCALES, GroupedEpilogueOp
+from specgen.memo import per_spec
+from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import RuntimeArg
+from specgen.spec.models import (
+    ConfigLayer,
+    Description,
+    KernelName,
+    LayeredSpec,
+    Strict,
+    TargetKey,
+    TargetName,
+)
+from specgen.spec.names import derived_names
+from specgen.spec.targets import Backend
+
+KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
+DESIGN_OPTIONS = (triton_options,)
+CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
+BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
+OPERANDS = ("a", "b", "out", "offs")  # the entry's own arguments: an epilogue argument may not take these names
+
+
+class Groups(Strict):
+    """How the group index is passed and what happens to the rows past the last group."""
+
+    index: Literal["offs", "sizes"] = "offs"
+    tail: Literal["untouched", "zero"] = "untouched"
+
+
+class GroupedLayer(ConfigLayer):
+    """The grouped kind's configuration sections as one layer over the kernel's."""
+
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
+
+    tile: Tile | None = None
+    cluster: Cluster | None = None
+    pipeline: Pipeline | None = None
+    schedule: Schedule | None = None
+    triton: GroupedTritonOptions | None = None
+
+
+class GroupedVariant(GroupedLayer):
+    """A configuration chosen by problem size (M: total rows), as the dense kind's variants are."""
+
+    when: When
+
+
+class GroupedTargetConfig(GroupedLayer):
+    """One target's configuration over the kernel's (semantics stay the same on every target)."""
+
+    variants: list[GroupedVariant] | None = None
+
+
+class GroupedSpec(LayeredSpec):
+    CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
+    BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
+    WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ("tile",)
+    SEMANTIC_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b", "out", "accumulator", "groups", "epilogue")
+
+    name: KernelName
+    kind: Literal["grouped"]
+    description: Description = ""
+    a: Operand
+    b: Operand
+    out: Output
+    accumulator: DType = DType.f32
+    groups: Groups = Groups()
+    epilogue: list[GroupedEpilogueOp] = Field(default_factory=list)
+    tile: Tile
+    cluster: Cluster = Cluster()
+    pipeline: Pipeline = Pipeline()
+    schedule: Schedule = Schedule(persistent=True)
+    targets: list[TargetName] = Field(min_length=1)
+    triton: GroupedTritonOptions = GroupedTritonOptions()
+    per_target: dict[TargetKey, GroupedTargetConfig] = Field(default_factory=dict)
+    variants: list[GroupedVariant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _arguments(self) -> GroupedSpec:
+        for i, op in enumerate(self.epilogue):
+            if op.op == "scale" and op.by not in ROW_SCALES:
+                raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "
+                                 f"scales are per group, (G, N)); use by = {' or '.join(map(repr, ROW_SCALES))}")
+        owner: dict[str, str] = {}
+        for arg in self.runtime_args():
+            if arg.name in OPERANDS:
+                raise ValueError(f"an epilogue argument is named '{arg.name}', which the entry's own argument has; "
+                                 "give the op a `name`")
+            for n in [arg.name, *derived_names(arg.name)]:
+                if n in owner and owner[n] != arg.name:
+                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
+                                     "into the generated kernel; rename one (give its op a `name`)")
+                owner[n] = arg.name
+        return self
+
+    def runtime_args(self) -> tuple[RuntimeArg, ...]:
+        """The epilogue's tensor and scalar arguments, in its order."""
+        return _runtime_args(self)
+
+
+@per_spec
+def _runtime_args(spec: GroupedSpec) -> tuple[RuntimeArg, ...]:
+    return tuple(arg for op in spec.epilogue for arg in op.runtime_args())
+
+
+SPEC_MODEL = GroupedSpec  # the kind's part `spec` names its model so (specgen/kinds/models.py)

@@ -1,0 +1,60 @@
+"""Argument guards and launch facts of the grouped GEMM kind's torch entries (specgen/kinds/grouped/), beside
+the dense kind's in guards.py (whose operand, vector and scalar guards they reuse). Errors name the kernel and
+the argument; nothing here reads a device tensor's values (the group index stays on the device: no sync)."""
+
+from __future__ import annotations
+
+import torch
+
+from specgen.runtime.guards import ALIGN, _fail, _same_device, _tensor, output
+
+INT32_SPAN = 2**31  # what a 32-bit offset addresses; past it the kernel indexes in 64 bits
+
+
+def group_index(kernel: str, name: str, t: object, groups: int, device: int, what: str) -> torch.Tensor:
+    """The group index: an int32 vector of one value per group (`what` says which: cumulative ends as
+    torch._grouped_mm's offs, or sizes as jax.lax.ragged_dot's group_sizes), on the operands' device; a strided
+    or misaligned one is copied (on the device: its values are never read here)."""
+    if isinstance(t, torch.Tensor) and t.dtype is not torch.int32:
+        raise _fail(kernel, name, f"must be int32 ({what}, as torch._grouped_mm takes them), got {t.dtype}", TypeError)
+    t = _tensor(kernel, name, t, torch.int32)
+    if t.dim() != 1 or t.shape[0] != groups:
+        raise _fail(kernel, name, f"must have shape ({groups},), one value per group of b (G = b.shape[0] = {groups}); "
+                    f"got shape {tuple(t.shape)}")
+    _same_device(kernel, name, t, device)
+    return t.clone() if groups and (t.stride(0) != 1 or t.data_ptr() % ALIGN) else t
+
+
+def group_rows(kernel: str, name: str, t: object, dtype: torch.dtype, groups: int, n: int, device: int) -> torch.Tensor:
+    """An operand indexed by group, (G, N): row g serves group g (a bias per expert). Returned as it is, or as a
+    contiguous copy where strided or misaligned."""
+    t = _tensor(kernel, name, t, dtype)
+    if tuple(t.shape) != (groups, n):
+        raise _fail(kernel, name, f"must have shape (G, N) = ({groups}, {n}), one row per group; got {tuple(t.shape)}")
+    _same_device(kernel, name, t, device)
+    if t.numel() and (not t.is_contiguous() or t.data_ptr() % ALIGN):
+        return t.contiguous().clone()
+    return t
+
+
+def kept_output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, int], device: int,
+                like: torch.Tensor, keeps_tail: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`guards.output`, for a kernel that writes only some rows: where the caller's `out` must be staged (a base
+    off 16 bytes), the staging buffer starts as a copy of it when rows past the groups are to stay untouched, so
+    that copying it back after the launch changes only the rows the kernel wrote."""
+    out, result = output(kernel, t, dtype, shape, device, like)
+    if out is not result and keeps_tail:
+        out.copy_(result)
+    return out, result
+
+
+def last_offset(t: torch.Tensor) -> int:
+    """The largest element offset the kernel computes into `t` from its base (0 for an empty tensor)."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+
+
+def needs_int64(*tensors: torch.Tensor) -> bool:
+    """Whether an offset the kernel computes into one of `tensors` reaches 2^31 (rows x leading stride for A
+    and out, groups x group stride for B and a per-group bias), so that it must index in 64 bits. 32-bit
+    indexing is cheaper, and kept where every offset fits."""
+    return any(last_offset(t) >= INT32_SPAN for t in tensors)
