@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from specgen.registry import designs_for, rendering
+from specgen.registry import design_for, designs_for, rendering
 from specgen.resolve import Resolved, resolve
 from specgen.rules.finding import Finding
 from specgen.rules.table import run_rules
@@ -139,6 +139,10 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
     line, col = loaded.where(("targets",))
     for name in ALL_TARGETS:
         if name in listed:
+            continue
+        if design_for(loaded.spec.kind, name) is None:  # the spec's kind has no design for that target (yet)
+            out.append(Diagnostic(loaded.name, loaded.file, line, col, name, "TARGET", "note",
+                                  f"cannot serve: no {loaded.spec.kind} design serves it", ""))
             continue
         errors = [f for f in run_rules(resolve(loaded.spec, parse_target(name))) if f.severity == "error"]
         if errors:

@@ -12,14 +12,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.kinds.gemm.shared_rules import cluster, dtypes, memory, tma
-from specgen.rules.base import Finding, RuleContext, RuleSet, any_target
+from specgen.kinds.grouped import KIND
+from specgen.rules.base import Finding, RuleContext, RuleSet
+from specgen.rules.hooks import served_by
 from specgen.spec.dtypes import DType
 
 SHARED = [r for r in dtypes.RULES if r.id in ("DT001", "DT004", "DT005")] + [*memory.RULES, *tma.RULES, *cluster.RULES]
 OWN = RuleSet()
+GROUPED = served_by(lambda design, info: True, (KIND,))  # the targets a grouped design serves
 
 
-@OWN.rule("GRP001", "the ragged rows are not A's contiguous dim", any_target)
+@OWN.rule("GRP001", "the ragged rows are not A's contiguous dim", GROUPED)
 def ragged_rows_contiguous(ctx: RuleContext) -> Iterator[Finding]:
     """A (total_rows, K) stored M-major puts the ragged dimension contiguous: every group's start must then sit
     on a 16-byte boundary (torch's grouped GEMM asserts `delta % (16 / element size) == 0` on the device,
@@ -34,7 +37,7 @@ def ragged_rows_contiguous(ctx: RuleContext) -> Iterator[Finding]:
                       "device can check", 'store A K-major (a.major = "k"): (total_rows, K) row-major', ("a", "major"))
 
 
-@OWN.rule("GRP002", "the grouped schedule: persistent, one K loop a tile", any_target)
+@OWN.rule("GRP002", "the grouped schedule: persistent, one K loop a tile", GROUPED)
 def grouped_schedule(ctx: RuleContext) -> Iterator[Finding]:
     """The tile count of a grouped GEMM depends on the group sizes, which live on the device: its kernels are
     persistent, a static number of programs (the SMs) walking the groups' tiles (no host sync, so a CUDA graph
@@ -55,7 +58,7 @@ def grouped_schedule(ctx: RuleContext) -> Iterator[Finding]:
 GROUPED_DTYPES = (DType.f16, DType.bf16, DType.f32, DType.tf32)
 
 
-@OWN.rule("GRP003", "grouped operand dtypes", any_target)
+@OWN.rule("GRP003", "grouped operand dtypes", GROUPED)
 def grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The grouped designs take 16-bit and 32-bit float operands, as torch._grouped_mm does (bf16, fp16, fp32:
     its `_grouped_mm_validate_inputs`). 8-bit operands need per-row and per-group scales

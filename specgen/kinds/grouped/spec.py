@@ -41,7 +41,9 @@ KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
 DESIGN_OPTIONS = (triton_options,)
 CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
-OPERANDS = ("a", "b", "out", "offs")  # the entry's own arguments: an epilogue argument may not take these names
+# The backends this kind's designs render on (each has its options module above): a target of another is refused.
+SERVED_BACKENDS: tuple[Backend, ...] = tuple(o.BACKEND for o in DESIGN_OPTIONS)
+OPERANDS = ("a", "b", "out", "offs", "group_sizes")  # the entry's own arguments: an epilogue argument may not take these names
 
 
 class Groups(Strict):
@@ -76,6 +78,9 @@ class GroupedTargetConfig(GroupedLayer):
 
 
 class GroupedSpec(LayeredSpec):
+    """A grouped GEMM (`kind = "grouped"`): out[rows of group g] = epilogue(A[rows of g] @ B[g]), A (total_rows,
+    K), B (G, K, N), the group index on the device (`groups`)."""
+
     CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = CONFIG_SECTIONS
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
     WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ("tile",)
@@ -101,6 +106,10 @@ class GroupedSpec(LayeredSpec):
 
     @model_validator(mode="after")
     def _arguments(self) -> GroupedSpec:
+        for t in self.targets:
+            if t.backend not in SERVED_BACKENDS:
+                raise ValueError(f"target '{t}': no grouped design serves {t.backend} yet (the grouped designs: "
+                                 f"{', '.join(b.value for b in SERVED_BACKENDS)} targets)")
         for i, op in enumerate(self.epilogue):
             if op.op == "scale" and op.by not in ROW_SCALES:
                 raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "
