@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter
 from kernels import MINIMAL_SPEC
+from pydantic import TypeAdapter
 
 from specgen.envelope.budget import MIN_STAGES
 from specgen.kinds.gemm.designs.cute_sm100.design import tmem_columns
