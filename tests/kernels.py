@@ -25,9 +25,9 @@ MINIMAL_SPEC: dict = {
 }
 
 
-def catalogue() -> dict[str, dict]:
-    """The shipped specs as plain data, by name."""
-    return {ls.name: ls.spec.model_dump(mode="json") for ls in load_paths([ROOT / "specs"])}
+def catalogue(kind: str = "gemm") -> dict[str, dict]:
+    """The shipped specs of one kind (the dense GEMM's unless asked) as plain data, by name."""
+    return {ls.name: ls.spec.model_dump(mode="json") for ls in load_paths([ROOT / "specs"]) if ls.spec.kind == kind}
 
 
 def interpreter_variant(spec: dict, **changes: object) -> dict:

@@ -15,7 +15,8 @@ from specgen.kinds.gemm.testing.reference import gemm
 from specgen.spec.load import load_paths
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECS = [ls for ls in load_paths([ROOT / "specs"]) if ls.spec.a.dtype.bytes == 2 and not ls.spec.batch]
+SPECS = [ls for ls in load_paths([ROOT / "specs"])
+         if ls.spec.kind == "gemm" and ls.spec.a.dtype.bytes == 2 and not ls.spec.batch]
 
 
 def _args(spec, m: int = 48, n: int = 40, k: int = 32) -> tuple:

@@ -29,8 +29,8 @@ def test_every_kind_has_a_problem_module_with_the_api():
         module = problem_for(kind.KIND)
         assert [name for name in API if not callable(getattr(module, name, None))] == []
     assert problem_for("gemm") is problem and problem_of(SPECS["gemm_bf16"]) is problem
-    with pytest.raises(ValueError, match="no kind 'grouped'"):
-        problem_for("grouped")
+    with pytest.raises(ValueError, match="no kind 'attention'"):
+        problem_for("attention")
 
 
 def test_flops_count_two_per_multiply_add_per_batch():

@@ -189,10 +189,12 @@ def peer_call(spec: GroupedSpec, target: Target, args: tuple[Any, ...]) -> Any:
 
     a, b, index, *rest = args
     offs = index if spec.groups.index == "offs" else index.cumsum(0, dtype=torch.int32)
-    sizes = torch.diff(offs, prepend=offs.new_zeros(1))
+    # each row's group (rows past the last group take the last one's: the peer leaves them as it likes)
+    rows = torch.arange(a.shape[0], device=a.device, dtype=torch.int32)
+    group = torch.searchsorted(offs, rows, right=True).clamp_(max=max(len(offs) - 1, 0))
     env: dict[str, Any] = {}
     for arg, value in zip(spec.runtime_args(), rest, strict=True):
-        env[arg.name] = value.repeat_interleave(sizes, dim=0, output_size=a.shape[0]) if arg.shape == "group_n" else value
+        env[arg.name] = value[group] if arg.shape == "group_n" else value
     acts = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid,
             "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 

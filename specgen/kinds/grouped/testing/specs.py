@@ -50,3 +50,6 @@ FORMS: dict[str, dict] = {s["name"]: s for s in (
          tile={"m": 16, "n": 16, "k": 8}, epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu"}]),
     spec("g_acc16", accumulator="f16", epilogue=[{"op": "bias", "dtype": "f16"}]),
 )}
+
+# The guard tests' kernel (guards.py): offs, a per-group f16 bias and a per-row scale named `router`.
+GUARD_SPEC = spec("g_guards", epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row", "name": "router"}])

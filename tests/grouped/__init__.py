@@ -1,0 +1,1 @@
+"""The grouped GEMM kind's tests (specgen/kinds/grouped/)."""

@@ -1,0 +1,135 @@
+"""The grouped kind beside its kernels: its spec model's refusals, check and render on a grouped spec, its
+problem for bench and tune, and the run-time helpers its entries use to choose 64-bit indexing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specgen.bench.problem import ShapeError
+from specgen.check import check_all
+from specgen.kinds.grouped import problem
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.kinds.grouped.testing.specs import BASE, spec
+from specgen.runtime.grouped import INT32_SPAN, last_offset, needs_int64
+from specgen.spec.load import SpecError, load_text
+
+
+def load(**changes: object):
+    s = {**json.loads(json.dumps(BASE)), "name": "g_kind", **changes}
+    return load_text(json.dumps({"kernels": [s]}), "<test>", ".json")
+
+
+def refusal(**changes: object) -> str:
+    with pytest.raises(SpecError) as info:
+        load(**changes)
+    (issue,) = info.value.issues
+    return f"{issue.path}: {issue.message}"
+
+
+# --- the spec ---------------------------------------------------------------------------------------------
+def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
+    (ls,) = load()
+    s = ls.spec
+    assert isinstance(s, GroupedSpec) and s.kind == "grouped"
+    assert (s.groups.index, s.groups.tail, s.schedule.persistent) == ("offs", "untouched", True)
+    assert (s.tile.m, s.pipeline.ab_stages) == (16, "auto")
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"targets": ["cute:sm90"]}, "target 'cute:sm90': no grouped design serves cute yet"),
+    ({"epilogue": [{"op": "scale", "by": "col"}]}, "scale by = 'col' is not a grouped epilogue op yet"),
+    ({"epilogue": [{"op": "bias", "name": "offs"}]}, "'offs'"),
+    ({"epilogue": [{"op": "scale", "by": "row", "name": "group_sizes"}]}, "'group_sizes'"),
+    ({"epilogue": [{"op": "bias", "along": "n"}]}, "along"),  # a grouped bias is per group: no `along`
+    ({"epilogue": [{"op": "residual", "dtype": "f16"}]}, "residual"),
+    ({"groups": {"index": "cumsum"}}, "groups.index"),
+    ({"groups": {"tail": "garbage"}}, "groups.tail"),
+])
+def test_the_spec_refuses_what_the_kind_does_not_mean(changes, says):
+    assert says in refusal(**changes)
+
+
+def test_check_and_render_a_grouped_spec(tmp_path):
+    from specgen.render.catalogue import render_modules
+
+    (ls,) = load(a={"dtype": "f16", "major": "mn"}, schedule={"persistent": False})
+    found = {(d.rule, d.severity, d.target) for d in check_all([ls]) if d.rule.startswith("GRP00")}
+    assert found == {(r, sev, t) for t in ("triton:sm90", "triton:sm100")
+                     for r, sev in (("GRP001", "error"), ("GRP002", "warning"))}
+    (ok,) = load()
+    assert [d for d in check_all([ok]) if d.severity == "error"] == []
+    ((path, text),) = render_modules(ok, ok.spec.targets).items()
+    assert path == "triton/g_kind.py" and "def g_kind(" in text and "_CONSTEXPRS_64" in text
+    compile(text, path, "exec")
+
+
+def test_check_notes_say_no_grouped_design_serves_the_other_backends():
+    (ls,) = load()
+    notes = {d.target: d.message for d in check_all([ls], notes=True) if d.rule == "TARGET"}
+    assert notes["cute:sm90"] == "cannot serve: no grouped design serves it"
+    assert notes["pallas:tpu_v5e"] == "cannot serve: no grouped design serves it"
+
+
+# --- the problem ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dist", [0, 1, 2])
+def test_group_sizes_sum_to_the_rows_and_follow_the_distribution(dist):
+    shape = problem.Shape(32, 128, 4096, 7168, dist)
+    sizes = problem.group_sizes(shape, seed=3)
+    assert len(sizes) == 32 and sum(sizes) == 32 * 128 and min(sizes) >= 0
+    assert sizes == problem.group_sizes(shape, seed=3)  # seeded
+    if dist == 0:
+        assert set(sizes) == {128}
+    elif dist == 1:
+        assert max(sizes) > 3 * 128 and sizes != problem.group_sizes(shape, seed=4)  # skewed
+    else:
+        assert sizes[3::4] == [0] * 8 and min(sizes[0::4]) > 0
+
+
+def test_shapes_parse_print_and_count():
+    (even, skewed) = problem.parse_shapes("32x128x4096x7168, 8x1024x14336x4096:skewed")
+    assert (str(even), str(skewed)) == ("32x128x4096x7168", "8x1024x14336x4096:skewed")
+    assert problem.shape(tuple(skewed)) == skewed
+    assert problem.flops(even) == 2 * 32 * 128 * 4096 * 7168
+    s = GroupedSpec.model_validate(spec("g_bytes", epilogue=[{"op": "bias", "dtype": "f16"}]))
+    decode = problem.Shape(32, 2, 4096, 7168)
+    weights = 32 * 7168 * 4096 * 2
+    assert problem.bytes_moved(s, decode) == 64 * 7168 * 2 + weights + 64 * 4096 * 2 + 4 * 32 + 32 * 4096 * 2
+    assert problem.record_shape(decode) == ((64, 4096, 7168), 32)
+    for bad in ("32x128x4096", "32x128x4096x7168:uniform", "0x1x2x3", "x", "65536x65536x1x1"):
+        with pytest.raises(ShapeError):
+            problem.parse_shapes(bad)
+
+
+# --- 64-bit indexing: the launcher's choice, on each side of 2^31 -----------------------------------------------
+def test_64_bit_indexing_starts_where_an_offset_reaches_2_to_the_31():
+    fits = torch.empty((2**20, 2**11), device="meta")  # offsets 0 .. 2^31 - 1
+    past = torch.empty((2**20 + 1, 2**11), device="meta")
+    assert last_offset(fits) == INT32_SPAN - 1 and not needs_int64(fits)
+    assert last_offset(past) >= INT32_SPAN and needs_int64(fits, past)
+    # B's group stride: 512 groups of a (2048, 2048) weight end at offset 2^31 - 1; a 513th passes it
+    b = torch.empty((513, 2048, 2048), device="meta").transpose(-1, -2)
+    assert needs_int64(b) and not needs_int64(b[:512])
+    assert last_offset(torch.empty((0, 5), device="meta")) == 0
+
+
+def test_the_peer_computes_what_the_spec_means_on_the_cpu():
+    """bench's peer (torch._grouped_mm, then the epilogue in eager torch, the per-group bias gathered to the rows)
+    against the float64 per-group loop, with CPU tensors (its `inputs` are CUDA's)."""
+    from specgen.kinds.grouped.testing.data import CASES, GroupedProblem
+    from specgen.kinds.grouped.testing.reference import grouped
+
+    for index in ("offs", "sizes"):
+        s = spec(f"g_peer_{index}", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
+                 out={"dtype": "f32"}, groups={"index": index},
+                 epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "activation", "fn": "silu"}])
+        model = GroupedSpec.model_validate(s)
+        p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
+        a, b, _ = p.operands()
+        index_t = p.index()
+        args = p.epilogue_args()
+        got = problem.peer_call(model, model.targets[0], (a, b, index_t, *(v for _, v in args)))()
+        want, written = grouped(s, a, b, index_t, dict(args))
+        torch.testing.assert_close(got.double()[written], want[written], rtol=1e-5, atol=1e-5)

@@ -1,0 +1,126 @@
+"""The grouped kind's numerics (specgen/kinds/grouped/testing/numerics.py) on its Triton design under the CPU
+interpreter (f16 and f32: the interpreter multiplies bf16 as raw bits), and what else needs the kernel to run:
+torch._grouped_mm's answer on the CPU, G = 1 against the dense kind's kernel, the 64-bit index path, a staged
+`out` keeping its untouched rows, and a malformed group index that never moves a store outside `out`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernels import catalogue, interpreter_variant
+
+from specgen.kinds.gemm.testing.data import tolerance
+from specgen.kinds.grouped.testing.data import BAND, CASES, Case, GroupedProblem
+from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests, written_rows_and_band
+from specgen.kinds.grouped.testing.specs import FORMS, spec
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+
+# The two forms every case runs on (each index format, tail, B major and most ops between them); the others on a
+# few cases that reach their branches.
+EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk")
+SOME_CASES = ("ragged", "empty_middle_consecutive", "tile_shared_by_4", "k_tail_strided")
+
+
+def shipped_grouped() -> dict[str, dict]:
+    """The catalogue's grouped kernels as their interpreter variants (bf16 -> f16), as shipped otherwise."""
+    return {f"{name}_interp": interpreter_variant(s) for name, s in catalogue("grouped").items()}
+
+
+class TestTritonGroupedNumerics(GroupedNumericsTests):
+    SPECS = {**FORMS, **shipped_grouped()}
+
+    @classmethod
+    def cases(cls) -> list[tuple[str, str]]:
+        return [(s, c) for s in cls.SPECS for c in CASES if s in EVERY_CASE or c in SOME_CASES]
+
+
+def test_matches_torch_grouped_mm_on_the_cpu(load_kernel):
+    """torch._grouped_mm runs on the CPU in torch 2.13 (f32, f16; no bias): the same rows, both B majors."""
+    for major in ("k", "mn"):
+        s = spec(f"g_vs_torch_{major}", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": major},
+                 out={"dtype": "f32"}, tile={"m": 16, "n": 16, "k": 8})
+        module = load_kernel(s)
+        problem = GroupedProblem(s, CASES["empty_middle_consecutive"], "torch")
+        a, b, _ = problem.operands()
+        offs = problem.index()
+        got = getattr(module, s["name"])(a, b, offs)
+        want = torch._grouped_mm(a, b, offs=offs)
+        end = int(offs[-1])
+        torch.testing.assert_close(got[:end], want[:end], rtol=2e-5, atol=2e-5)
+
+
+def test_one_group_is_the_dense_kernel(load_kernel):
+    """G = 1 holding every row computes what the dense kind's Triton kernel computes for the same GEMM, bias and
+    activation (the same tile and K loop: bit for bit)."""
+    s = spec("g_one_group", b={"dtype": "f16", "major": "mn"},
+             epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "gelu"}])
+    dense = {"name": "g_dense_twin", "kind": "gemm", "a": s["a"], "b": s["b"], "out": s["out"],
+             "epilogue": [{"op": "bias", "along": "n", "dtype": "f16"}, {"op": "activation", "fn": "gelu"}],
+             "tile": s["tile"], "targets": s["targets"], "triton": {"num_warps": 4, "tma": False}}
+    problem = GroupedProblem(s, Case((45,), tail=0), "dense")
+    a, b, _ = problem.operands()
+    ((_, bias),) = problem.epilogue_args()
+    got = getattr(load_kernel(s), s["name"])(a, b, problem.index(), bias)
+    want = load_kernel(dense).g_dense_twin(a, b[0], bias[0])
+    assert torch.equal(got, want)
+
+
+def test_64_bit_offsets_compute_the_same(load_kernel, monkeypatch):
+    """The INDEX_64 path (taken where an offset passes 2^31: _gg.needs_int64) gives the same result; forced
+    here, as no CPU test holds 2^31 elements."""
+    s = FORMS["g_sizes_zero_kk"]
+    module = load_kernel(s)
+    problem = GroupedProblem(s, CASES["ragged"], "int64")
+    a, b, _ = problem.operands()
+    args = [v for _, v in problem.epilogue_args()]
+    plain = getattr(module, s["name"])(a, b, problem.index(), *args)
+    monkeypatch.setattr(module._gg, "needs_int64", lambda *tensors: True)
+    wide = getattr(module, s["name"])(a, b, problem.index(), *args)
+    assert torch.equal(plain, wide)
+
+
+def test_a_staged_out_keeps_its_untouched_rows(load_kernel):
+    """An `out` off a 16-byte boundary is staged (copied in and back): rows past the groups keep its values."""
+    s = FORMS["g_offs_untouched_kk"]
+    problem = GroupedProblem(s, CASES["empty_last"], "staged")
+    a, b, _ = problem.operands()
+    rows, n = a.shape[0], b.shape[2]
+    flat = torch.full((rows * n + 1,), 7.0, dtype=torch.float16)
+    out = flat[1:].view(rows, n)
+    assert out.data_ptr() % 16
+    result = getattr(load_kernel(s), s["name"])(a, b, problem.index(), out=out)
+    assert result is out
+    end = sum(CASES["empty_last"].sizes)
+    assert (out[end:] == 7.0).all() and not (out[:end] == 7.0).all()
+
+
+@pytest.mark.parametrize("index", [[20, 5, 30], [5, 99, 200], [-3, 10, 12]], ids=["decreasing", "past_m", "negative"])
+def test_a_malformed_index_never_writes_outside_out(load_kernel, index):
+    """The index is never read on the host, so a malformed one cannot be refused there: the kernel clamps each
+    end into [previous end, M], so no store lands outside `out` (what lands inside is unspecified)."""
+    s = FORMS["g_offs_zero_kmn"]
+    problem = GroupedProblem(s, CASES["ragged"], "malformed")
+    a, b, _ = problem.operands()
+    args = [v for _, v in problem.epilogue_args()]
+    out, storage = problem.out()
+    getattr(load_kernel(s), s["name"])(a, b, torch.tensor(index, dtype=torch.int32), *args, out=out)
+    assert written_rows_and_band(out, storage).isnan().all()
+    assert storage[:BAND].isnan().all() and storage[-BAND:].isnan().all()
+
+
+def test_the_tolerance_sees_the_group_bias(load_kernel):
+    """Bias rows are per group: the reference with each group given its neighbour's bias row fails the tolerance
+    (so a kernel indexing the bias by the wrong group would fail the numerics)."""
+    from specgen.kinds.grouped.testing.reference import grouped
+
+    s = FORMS["g_offs_zero_kmn"]
+    problem = GroupedProblem(s, CASES["ragged"], "mutant")
+    a, b, _ = problem.operands()
+    index = problem.index()
+    args = dict(problem.epilogue_args())
+    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
+    want, written = grouped(s, a, b, index, args)
+    shifted, _ = grouped(s, a, b, index, {**args, "bias": args["bias"].roll(1, 0)})
+    torch.testing.assert_close(got[written], want[written], **tolerance(s))
+    assert not torch.allclose(got[written], shifted[written], **tolerance(s))
