@@ -8,11 +8,15 @@ sm90 and sm100, and the launcher picks the per-arch launch config by compute cap
 The schedule (templates/grouped/triton/grouped.py.jinja): a static number of programs (the SMs; the launcher
 caps the grid at a bound on the tile count that needs no group sizes: (cdiv(M, BLOCK_M) + G + 1) row tiles,
 as each group and the tail add at most one partial tile) each walks the groups in order, reading the group
-index on the device, and takes every NUM_SMS-th tile. Nothing is read on the host, so a CUDA graph replays
-with new group sizes. Loads and stores are masked pointer accesses: a tile's rows stop at its group's end.
+index on the device, and takes every NUM_SMS-th tile; inside a group the M tiles of one N tile come side by
+side, so each expert's weight tile is read from DRAM once however many row tiles share it. Nothing is read on
+the host, so a CUDA graph replays with new group sizes. With `triton.tma` (the default) A and B load through
+host-built TMA descriptors: A's over all rows (a tile that runs past its group's end reads the next group's
+rows, which its store drops), B's a 3-D one with one expert's box; the output is stored through masked pointers
+(its rows stop at the group's end). Without it, loads are masked pointer accesses too.
 
-SMEM: pointer loads into a pipeline of A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do),
-an epilogue stored through pointers (none staged).
+SMEM: A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do, and a TMA one transposes a K-major
+f32 B through a tile of scratch), an epilogue stored through pointers (none staged).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from specgen.abi import Arg, HostOperand, bind_operands, make_arg
 from specgen.design import ModuleHeader, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND as GEMM
-from specgen.kinds.gemm.design import ab_stage_bytes
+from specgen.kinds.gemm.design import ab_stage_bytes, tma_boxes
 from specgen.kinds.gemm.designs.triton.design import (
     TL_DTYPES,
     TRITON_SIG,
@@ -42,7 +46,7 @@ from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.render.env import describe_op, environment, templates_dir
 from specgen.render.specs import spec_import
-from specgen.resolved import Resolved
+from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
@@ -79,8 +83,16 @@ class TritonGrouped(GroupedDesign):
     def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
         gpu = target.gpu
         assert gpu is not None
+        t = spec.tile
+        # an FMA dot reads B N-major: a TMA kernel transposes a K-major f32 B through one tile (the dense design's)
+        scratch = t.k * t.n * 4 if spec.a.dtype == DType.f32 and spec.triton.tma and spec.b.major == "k" else 0
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, 0, True,
+                            extra_bytes=scratch, extra_label="layout scratch",
                             ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
+
+    def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """A's and B's boxes where they load by TMA (the output is stored through pointers)."""
+        return tma_boxes(spec)[:2] if spec.triton.tma and target.gpu is not None else ()
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"{Backend.triton.value}/{spec.name}.py": list(targets)}
@@ -113,6 +125,7 @@ class GroupedTritonPlan(ModuleHeader):
     a_major: str
     b_major: str
     tail_zero: bool  # groups.tail = "zero": the kernel zeroes the rows past the last group
+    tma: bool  # A and B load through TMA descriptors (triton.tma)
     acc_dtype: str
     input_precision: str | None
     tile_m: int
@@ -178,6 +191,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
+        tma=spec.triton.tma,
         acc_dtype=TL_DTYPES[spec.accumulator],
         input_precision=("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None,
         tile_m=spec.tile.m,
@@ -195,7 +209,13 @@ def _params(spec: GroupedSpec) -> list[KernelParam]:
 `% 16 == 0` and `== 1`: 16-byte aligned rows let Triton pipeline the pointer loads as async copies); the
 total rows M, the group count G and the tile bound never are (`none`), so new group sizes and counts reuse the
 compiled kernel. The launcher's key is those specializations, INDEX_64 and which integers pass 32 bits."""
-    ps = [KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
+    t, tma = spec.tile, spec.triton.tma
+    # B's descriptor is 3-D, (G, N, K) for a K-major weight, (G, K, N) for an N-major one: one expert's box
+    b_box = [1, t.n, t.k] if spec.b.major == "k" else [1, t.k, t.n]
+    boxes = {"a": [t.m, t.k], "b": b_box}
+    ps = [KernelParam(f"{side}_desc", f"tensordesc<{TRITON_SIG[dt]}[{', '.join(map(str, boxes[side]))}]>", "operand",
+                      "aligned", "name", f"{side}_desc") if tma and side != "out" else
+          KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
           for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
     ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
     for arg in spec.runtime_args():
@@ -204,10 +224,11 @@ compiled kernel. The launcher's key is those specializations, INDEX_64 and which
         else:
             ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name", arg.name))
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("N", "K") else "none", "name", d) for d in ("M", "N", "K", "G")]
-    ps += [KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1),
-           KernelParam("stride_bg", "i32", "stride", "aligned", "stride", "sb", 0),
-           KernelParam("stride_b", "i32", "stride", "aligned", "stride", "sb", -1 if spec.b.major == "k" else -2),
-           KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2),
+    if not tma:  # descriptors carry A's and B's strides
+        ps += [KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1),
+               KernelParam("stride_bg", "i32", "stride", "aligned", "stride", "sb", 0),
+               KernelParam("stride_b", "i32", "stride", "aligned", "stride", "sb", -1 if spec.b.major == "k" else -2)]
+    ps += [KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2),
            KernelParam("MAX_TILES", "i32", "size", "none", "name", "tiles"),
            KernelParam("NUM_SMS", "i32", "device", "none", "num_sms")]
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)

@@ -13,6 +13,10 @@ BACKEND = Backend.triton
 class GroupedTritonOptions(Strict):
     # Triton takes at most 32 warps (POW001 says so with the numbers); the bound is a sanity one.
     num_warps: bounded(64) = 8
+    # A and B load through host-built TMA descriptors (A over every group's rows, B one box of one expert's
+    # weight), the output through masked pointer stores; false: masked pointer loads too. TMA loads measured
+    # 1.05-1.1x the pointer loads on the H200 (bench/RESULTS.md, issue 37).
+    tma: bool = True
 
 
 OPTIONS = GroupedTritonOptions
