@@ -39,6 +39,8 @@ from specgen.kinds.gemm.designs.triton.design import (
     StepArg,
     TritonArchConfig,
     TritonGemm,
+    TritonVariant,
+    _variant_metadata,
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
@@ -72,7 +74,16 @@ class TritonGrouped(GroupedDesign):
     # pointer kernel's; its own compile grid is still to come.
     smem_margin = TritonGemm.smem_margin
     shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
+    # Size-selected variants (decode's few rows an expert): the launcher picks one by M (all rows), N and K, read
+    # from shapes, never from the group index. Descriptors or pointers are the kernel's parameters: one for all.
+    renders_variants = True
+    variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
+
+    def mma_tile(self, spec: GroupedSpec) -> tuple[tuple[int, str], tuple[int, str]]:
+        """The tile the MMA computes: transposed with `triton.swap_ab`."""
+        t = spec.tile
+        return ((t.n, "n"), (t.m, "m")) if spec.triton.swap_ab else ((t.m, "m"), (t.n, "n"))
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
         return spec.triton.num_warps * 32
@@ -126,6 +137,9 @@ class GroupedTritonPlan(ModuleHeader):
     b_major: str
     tail_zero: bool  # groups.tail = "zero": the kernel zeroes the rows past the last group
     tma: bool  # A and B load through TMA descriptors (triton.tma)
+    swap: bool  # some config computes its tile transposed (triton.swap_ab): the kernel takes SWAP_AB
+    swap_ab: bool  # the default config does
+    variants: list[TritonVariant]  # size-selected, in the order the launcher tries them
     acc_dtype: str
     input_precision: str | None
     tile_m: int
@@ -178,6 +192,17 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
 def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
     spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
     a_dt = spec.a.dtype
+    variants = []
+    for i, first in enumerate(resolved[str(targets[0])].variants):  # CFG001: the same bounds on every target
+        vs, when = first.spec, first.when
+        assert when is not None
+        boxes = _boxes(vs)
+        variants.append(TritonVariant(
+            index=i, when=str(when), bounds=list(when.bounds().items()),
+            tile_m=vs.tile.m, tile_n=vs.tile.n, tile_k=vs.tile.k, group_m=1, boxes=boxes,
+            configs=[_arch_config(resolved[str(t)].variants[i]) for t in targets], swap_ab=vs.triton.swap_ab,
+            desc_types={f"{side}_desc": _desc_type(vs, side) for side in boxes}))
+    swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     return GroupedTritonPlan(
         **plan_header(loaded),
@@ -192,6 +217,9 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
         tma=spec.triton.tma,
+        swap=swap,
+        swap_ab=spec.triton.swap_ab,
+        variants=variants,
         acc_dtype=TL_DTYPES[spec.accumulator],
         input_precision=("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None,
         tile_m=spec.tile.m,
@@ -199,22 +227,33 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         tile_k=spec.tile.k,
         configs=[_arch_config(resolved[str(t)]) for t in targets],
         spec_json=loaded.spec.model_dump(mode="json"),
-        params=_params(spec),
+        params=_params(spec, swap),
         steps=_steps(spec),
     )
 
 
-def _params(spec: GroupedSpec) -> list[KernelParam]:
+def _boxes(spec: GroupedSpec) -> dict[str, list[int]]:
+    """A's and B's TMA boxes (none without `triton.tma`): B's descriptor is 3-D, (G, N, K) for a K-major weight,
+    (G, K, N) for an N-major one, a box holding one expert's tile."""
+    if not spec.triton.tma:
+        return {}
+    t = spec.tile
+    return {"a": [t.m, t.k], "b": [1, t.n, t.k] if spec.b.major == "k" else [1, t.k, t.n]}
+
+
+def _desc_type(spec: GroupedSpec, side: str) -> str:
+    dtype = spec.a.dtype if side == "a" else spec.b.dtype
+    return f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, _boxes(spec)[side]))}]>"
+
+
+def _params(spec: GroupedSpec, swap: bool = False) -> list[KernelParam]:
     """The kernel's parameters in declaration order. N, K and the strides are specialized as the JIT does (on
 `% 16 == 0` and `== 1`: 16-byte aligned rows let Triton pipeline the pointer loads as async copies); the
 total rows M, the group count G and the tile bound never are (`none`), so new group sizes and counts reuse the
 compiled kernel. The launcher's key is those specializations, INDEX_64 and which integers pass 32 bits."""
-    t, tma = spec.tile, spec.triton.tma
-    # B's descriptor is 3-D, (G, N, K) for a K-major weight, (G, K, N) for an N-major one: one expert's box
-    b_box = [1, t.n, t.k] if spec.b.major == "k" else [1, t.k, t.n]
-    boxes = {"a": [t.m, t.k], "b": b_box}
-    ps = [KernelParam(f"{side}_desc", f"tensordesc<{TRITON_SIG[dt]}[{', '.join(map(str, boxes[side]))}]>", "operand",
-                      "aligned", "name", f"{side}_desc") if tma and side != "out" else
+    tma = spec.triton.tma
+    ps = [KernelParam(f"{side}_desc", _desc_type(spec, side), "operand", "aligned", "name", f"{side}_desc")
+          if tma and side != "out" else
           KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
           for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
     ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
@@ -232,7 +271,7 @@ compiled kernel. The launcher's key is those specializations, INDEX_64 and which
            KernelParam("MAX_TILES", "i32", "size", "none", "name", "tiles"),
            KernelParam("NUM_SMS", "i32", "device", "none", "num_sms")]
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
-           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64")]
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", *(("SWAP_AB",) if swap else ()), "INDEX_64")]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
     return ps
 
@@ -270,7 +309,8 @@ def metadata(p: GroupedTritonPlan) -> dict[str, object]:
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
-    }
+    } | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]}
+                                                    if p.variants else {})
 
 
 DESIGN = TritonGrouped()

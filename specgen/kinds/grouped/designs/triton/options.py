@@ -17,6 +17,9 @@ class GroupedTritonOptions(Strict):
     # weight), the output through masked pointer stores; false: masked pointer loads too. TMA loads measured
     # 1.05-1.1x the pointer loads on the H200 (bench/RESULTS.md, issue 37).
     tma: bool = True
+    # The MMA computes the tile transposed (out^T = B^T A^T): tile.n on its row side, a group's few rows on its
+    # column side, where wgmma goes down to 8 (and Triton's tl.dot to 16): decode's configs, a few rows an expert.
+    swap_ab: bool = False
 
 
 OPTIONS = GroupedTritonOptions
