@@ -18,7 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:Runt
 
 # The two forms every case runs on (each index format, tail, B major and most ops between them); the others on a
 # few cases that reach their branches.
-EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk")
+EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk", "g_pointer_kmn", "g_swap_variant")
 SOME_CASES = ("ragged", "empty_middle_consecutive", "tile_shared_by_4", "k_tail_strided")
 
 

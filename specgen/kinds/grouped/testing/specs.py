@@ -1,7 +1,7 @@
 """Grouped spec forms the tests render: `spec(**changes)` over a small f16 base (interpreter-safe dtypes, a
 16x16x16 tile so that sizes stay small and a tile spans several groups), and `FORMS`, one spec per template
 branch (both index formats, both tails, both B majors, every epilogue op the kind takes, f32 and an f16
-accumulator), which the name-hardening tests tokenize and the numerics run."""
+accumulator, TMA and pointer loads, a swapped size-selected variant), which the name-hardening tests tokenize and the numerics run."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ FORMS: dict[str, dict] = {s["name"]: s for s in (
     spec("g_f32", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"}, out={"dtype": "f32"},
          tile={"m": 16, "n": 16, "k": 8}, epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu"}]),
     spec("g_acc16", accumulator="f16", epilogue=[{"op": "bias", "dtype": "f16"}]),
+    # masked pointer loads (triton.tma = false) on an N-major B
+    spec("g_pointer_kmn", b={"dtype": "f16", "major": "mn"}, groups={"index": "offs", "tail": "zero"},
+         triton={"num_warps": 4, "tma": False}, epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "silu"}]),
+    # a swapped size-selected variant (decode's): the launcher picks it by M, every group's rows
+    spec("g_swap_variant", groups={"index": "sizes", "tail": "untouched"},
+         epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row"}],
+         variants=[{"when": {"m_max": 40}, "tile": {"m": 16, "n": 32, "k": 16}, "triton": {"num_warps": 4, "swap_ab": True}}]),
 )}
 
 # The guard tests' kernel (guards.py): offs, a per-group f16 bias and a per-row scale named `router`.

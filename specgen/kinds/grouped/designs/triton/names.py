@@ -5,7 +5,7 @@ from __future__ import annotations
 
 MODULE_NAMES: frozenset[str] = frozenset({
     "triton", "tl", "TritonLauncher", "BLOCK_M", "BLOCK_N", "BLOCK_K", "CONFIGS", "_g", "_gg", "_tanh", "_CONSTEXPRS",
-    "_CONSTEXPRS_64", "_functional",
+    "_CONSTEXPRS_64", "_functional", "_descriptor", "SWAP_AB", "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's
@@ -16,6 +16,8 @@ RESERVED: frozenset[str] = frozenset({
     "input_precision", "is_pure", "k", "k_in", "ks", "local", "mask", "mask_m", "mask_n", "num_pid_n", "offs",
     "offs_k", "offs_m", "offs_n", "other", "out_dtype", "out_ptr", "pack", "persistent", "pid_m", "pid_n", "rows",
     "sa", "sb", "seen", "so", "start", "stride_a", "stride_b", "stride_bg", "stride_om", "tiles", "work", "x",
+    "a_desc", "b_desc", "off_m", "off_n", "off_k", "num_pid_m", "variant", "block_m", "block_n", "block_k",
+    "constexprs",
 })
 
 # How its templates derive names from an epilogue argument `x` (`x_g`: a per-group operand's row for group g).
