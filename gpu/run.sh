@@ -50,4 +50,7 @@ for k in gemm_bf16 gemm_fp8_rowwise; do
   python3 gpu/bench_fixed_cost.py --out "$out" --kernel "$k" 2>&1 | tee "$out/bench-fixed-cost-$k.log"
   [ "${PIPESTATUS[0]}" = 0 ] || fixed=1
 done
-exit $(( tests || bench || tune || cute_jax || host || epilogue || start || export_bench || fixed ))
+# the grouped GEMM (issue 37) against torch._grouped_mm on the MoE workloads, even / skewed / empty-group sizes
+python3 gpu/bench_grouped.py --out "$out" --dists even,skewed,empty 2>&1 | tee "$out/bench-grouped.log"
+grouped=${PIPESTATUS[0]}
+exit $(( tests || bench || tune || cute_jax || host || epilogue || start || export_bench || fixed || grouped ))
