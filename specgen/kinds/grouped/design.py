@@ -10,5 +10,6 @@ from specgen.kinds.gemm.design import GemmDesign
 
 class GroupedDesign(GemmDesign):
     """The grouped kind's defaults: the GEMM's, one tile of one group at a time (a tile never spans groups, so
-    the tile, its stages and its registers are a dense tile's). Its modules render no size-selected variants
-    (CFG003 refuses them) and no split-K (GRP002)."""
+    the tile, its stages and its registers are a dense tile's). Size-selected variants render where a design
+    says so (`renders_variants`: the Triton design's launcher picks one by M, every group's rows; CFG003 refuses
+    them elsewhere); no split-K (GRP002)."""

@@ -496,10 +496,11 @@ def metadata(p: TritonPlan) -> dict[str, object]:
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
     } | ({"split_k": p.split_k, "split_k_reduction": "atomic" if p.split_atomic else "deterministic"}
-         if p.split_k > 1 else {}) | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]} if p.variants else {})
+         if p.split_k > 1 else {}) | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [variant_metadata(v) for v in p.variants]} if p.variants else {})
 
 
-def _variant_metadata(v: TritonVariant) -> dict[str, object]:
+def variant_metadata(v: TritonVariant) -> dict[str, object]:
+    """A size-selected variant's METADATA entry (the compile hook reads it; the grouped Triton design's too)."""
     return {"when": {f"{dim.lower()}_max": n for dim, n in v.bounds}, "tile": [v.tile_m, v.tile_n, v.tile_k],
             "group_m": v.group_m,
             **({"split_k": v.split_k, "split_k_reduction": "atomic" if v.split_atomic else "deterministic"}

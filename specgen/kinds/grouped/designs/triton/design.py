@@ -40,7 +40,7 @@ from specgen.kinds.gemm.designs.triton.design import (
     TritonArchConfig,
     TritonGemm,
     TritonVariant,
-    _variant_metadata,
+    variant_metadata,
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
@@ -309,7 +309,7 @@ def metadata(p: GroupedTritonPlan) -> dict[str, object]:
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
-    } | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [_variant_metadata(v) for v in p.variants]}
+    } | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [variant_metadata(v) for v in p.variants]}
                                                     if p.variants else {})
 
 

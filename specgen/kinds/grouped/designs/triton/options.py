@@ -14,8 +14,8 @@ class GroupedTritonOptions(Strict):
     # Triton takes at most 32 warps (POW001 says so with the numbers); the bound is a sanity one.
     num_warps: bounded(64) = 8
     # A and B load through host-built TMA descriptors (A over every group's rows, B one box of one expert's
-    # weight), the output through masked pointer stores; false: masked pointer loads too. TMA loads measured
-    # 1.05-1.1x the pointer loads on the H200 (bench/RESULTS.md, issue 37).
+    # weight), the output through masked pointer stores; false: masked pointer loads too (the H200's record:
+    # bench/results/2026-11-27-h200-grouped-triton.md, "How it got there").
     tma: bool = True
     # The MMA computes the tile transposed (out^T = B^T A^T): tile.n on its row side, a group's few rows on its
     # column side, where wgmma goes down to 8 (and Triton's tl.dot to 16): decode's configs, a few rows an expert.
