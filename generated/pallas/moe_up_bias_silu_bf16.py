@@ -104,15 +104,15 @@ def _kernel(offsets_ref, groups_ref, tiles_ref, a_ref, b_ref, bias_ref, *refs, h
         # VMEM across those visits (its index does not change): each visit writes its own group's rows only and
         # keeps the rest, so the tile leaves VMEM holding every group's rows. The rest of a tile's first visit
         # starts from the caller's out where given (the tail keeps its values), else from what the buffer held.
-        tile = tiles_ref[v]
-        first = (v == 0) | (tile != tiles_ref[jnp.maximum(v - 1, 0)])
+        row_tile = tiles_ref[v]
+        first_visit = (v == 0) | (row_tile != tiles_ref[jnp.maximum(v - 1, 0)])
         g = jnp.minimum(group, g_total - 1)
-        rows = tile * blk_m + lax.broadcasted_iota(jnp.int32, out_ref.shape, 0)
+        rows = row_tile * blk_m + lax.broadcasted_iota(jnp.int32, out_ref.shape, 0)
         mine = real & (rows >= offsets_ref[g]) & (rows < offsets_ref[g + 1])
         acc = acc_ref[...]
         acc = acc + bias_ref[...].astype(jnp.float32)  # (1, blk_n): group g's row
         acc = acc * (0.5 + 0.5 * jnp.tanh(0.5 * acc))  # SiLU, x * sigmoid(x)
-        kept = (jnp.where(first, base_ref[...], out_ref[...]) if has_base else out_ref[...])
+        kept = (jnp.where(first_visit, base_ref[...], out_ref[...]) if has_base else out_ref[...])
         out_ref[...] = jnp.where(mine, acc.astype(out_ref.dtype), kept)
 
 
