@@ -259,3 +259,16 @@ def test_bad_arguments_raise_naming_them(modules):
         fn(problem.a[:, :0], problem.b[:, :0], sizes, bias, router, 0.5)
     with pytest.raises(TypeError, match="'alpha' must be a number"):
         fn(problem.a, problem.b, sizes, bias, router, "0.5")
+
+
+# --- Mosaic lowering (the design's compile hook: no TPU needed) ----------------------------------------------
+@pytest.mark.parametrize("name", list(FORMS))
+def test_every_form_lowers_to_mosaic_for_tpu(modules, name):
+    """Every template branch lowers to a Mosaic tpu_custom_call (ragged blocks, 3 groups; an untouched tail both
+    with and without the caller's out): what the interpreter does not check (block shapes, scalar prefetch, the
+    per-group bias row's (1, block_n) block) Mosaic's lowering does."""
+    from specgen.kinds.grouped.designs.pallas.compile import compile_module
+    from specgen.targets import TARGETS
+
+    result = compile_module(modules[name], TARGETS["pallas:tpu_v6e"])
+    assert result.error == "", result.error

@@ -75,6 +75,8 @@ class PallasTpuGrouped(GroupedDesign):
     libraries = ("jax", "jaxlib")
     extra = "pallas"
     max_auto_stages = TPU_ARGS_DOUBLE_BUFFERED
+    # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
+    compile_hook = "specgen.kinds.grouped.designs.pallas.compile:compile_module"
     # One module serves every TPU target: their effective configs agree on what shapes it (CFG001).
     shared_config = (("tile",), ("pipeline", "ab_stages"), ("pallas",), ("groups",), ("epilogue",))
 
