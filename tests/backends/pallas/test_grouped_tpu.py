@@ -272,3 +272,12 @@ def test_every_form_lowers_to_mosaic_for_tpu(modules, name):
 
     result = compile_module(modules[name], TARGETS["pallas:tpu_v6e"])
     assert result.error == "", result.error
+
+
+def test_differentiating_raises_naming_the_arguments(modules):
+    """No derivative rule yet: jax.grad refuses when traced, naming what is differentiated (not the group index)."""
+    spec = FORMS["gt_plain_zero_k"]
+    fn, problem = getattr(modules["gt_plain_zero_k"], spec["name"]), Problem(spec)
+    sizes = jnp.asarray(CASES["empty_first"], jnp.int32)
+    with pytest.raises(NotImplementedError, match="argument 'a' is being differentiated"):
+        jax.grad(lambda a: fn(a, problem.b, sizes).sum())(problem.a)
