@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
 
 from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
+from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS as GROUPED_TPU_FORMS
 from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
@@ -112,6 +113,7 @@ def variants():
                                 {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
     # the grouped kind's Triton modules: every template branch (index formats, tails, B majors, epilogue ops)
     yield from GROUPED_FORMS.values()
+    yield from GROUPED_TPU_FORMS.values()  # and its Pallas TPU modules
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},
@@ -156,6 +158,7 @@ def _scope(nodes: list[ast.AST]) -> tuple[set[str], set[str], list[ast.AST]]:
 def _free_names(fn: ast.FunctionDef | ast.Lambda, outer: set[str]) -> set[str]:
     """The names a function (and the functions nested in it) reads from the module or the builtins."""
     args = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+    args |= {a.arg for a in (fn.args.vararg, fn.args.kwarg) if a is not None}  # *refs, **kw
     bound, used, nested = _scope(fn.body if isinstance(fn.body, list) else [fn.body])
     scope = outer | args | bound
     free = used - scope

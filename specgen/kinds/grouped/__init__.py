@@ -13,4 +13,5 @@ KIND = "grouped"  # the spec's `kind` (GroupedSpec's literal)
 
 DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.grouped.designs.triton",
+    "specgen.kinds.grouped.designs.pallas",
 )

@@ -10,6 +10,9 @@ A is (total_rows, K), B is (G, K, N) (its `major` names the contiguous dim, as t
 cumulative ends (G,) as torch._grouped_mm does (group 0 starts at 0), `"sizes"` int32 group sizes (G,) as
 jax.lax.ragged_dot does; the kernels read it there, never the host. Rows past the last group's end are
 `groups.tail`: `"untouched"` (torch._grouped_mm leaves them unwritten) or `"zero"` (ragged_dot's zeros).
+A JAX entry is functional, so `"untouched"` there means: the kernel writes no value of its own past the last
+group, and the result holds the `out` array the caller passes (aliased to the result) in those rows, or
+unspecified values (whatever the fresh output buffer held) where the caller passes none.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
+from specgen.kinds.grouped.designs.pallas import options as pallas_options
+from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
 from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
 from specgen.kinds.grouped.epilogue import ROW_SCALES, GroupedEpilogueOp
@@ -38,7 +43,7 @@ from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend
 
 KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
-DESIGN_OPTIONS = (triton_options,)
+DESIGN_OPTIONS = (triton_options, pallas_options)
 CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
 # The backends this kind's designs render on (each has its options module above): a target of another is refused.
@@ -63,6 +68,7 @@ class GroupedLayer(ConfigLayer):
     pipeline: Pipeline | None = None
     schedule: Schedule | None = None
     triton: GroupedTritonOptions | None = None
+    pallas: GroupedPallasOptions | None = None
 
 
 class GroupedVariant(GroupedLayer):
@@ -101,6 +107,7 @@ class GroupedSpec(LayeredSpec):
     schedule: Schedule = Schedule(persistent=True)
     targets: list[TargetName] = Field(min_length=1)
     triton: GroupedTritonOptions = GroupedTritonOptions()
+    pallas: GroupedPallasOptions = GroupedPallasOptions()
     per_target: dict[TargetKey, GroupedTargetConfig] = Field(default_factory=dict)
     variants: list[GroupedVariant] = Field(default_factory=list)
 

@@ -1,6 +1,9 @@
 """The grouped kind's float64 reference: a loop over the groups, each group's rows through the dense kind's
 float64 reference (kinds/gemm/testing/reference.py: the epilogue applied op by op as an unfused torch program
-would), with the group's operands: its weight B[g], its bias row bias[g], its rows of a per-row scale."""
+would), with the group's operands: its weight B[g], its bias row bias[g], its rows of a per-row scale.
+
+Tensors in logical layouts: A (M, K), B (G, K, N), the index as the spec passes it (offs: cumulative ends; or
+sizes), the epilogue's arguments by name (a per-group bias (G, N), a per-row scale (M,), scalars as floats)."""
 
 from __future__ import annotations
 

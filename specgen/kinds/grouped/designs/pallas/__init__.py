@@ -1,0 +1,1 @@
+"""The grouped kind's Pallas TPU (Mosaic, MXU) design."""

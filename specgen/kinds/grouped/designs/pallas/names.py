@@ -1,0 +1,28 @@
+"""The identifiers the grouped Pallas TPU design's modules use (templates/grouped/pallas/grouped_tpu.py.jinja and
+the host macros it imports)."""
+
+from __future__ import annotations
+
+# Names its modules bind or read at their top level (a kernel's name must not replace one).
+MODULE_NAMES: frozenset[str] = frozenset({
+    "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "_gj", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
+    "BLOCK_M", "BLOCK_N", "BLOCK_K", "TAIL_ZERO", "_kernel", "_build", "_call", "bool",
+})
+
+# Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
+# names (`offs`, `group_sizes`) among them.
+RESERVED: frozenset[str] = frozenset({
+    "grouped_jax", "int", "bool", "object", "frozenset",
+    "offsets_ref", "groups_ref", "tiles_ref", "a_ref", "b_ref", "refs", "base_ref", "out_ref", "acc_ref",
+    "has_base", "g_total", "blk_m", "blk_n", "blk_k", "k_total", "block_k", "v", "kk", "j", "group", "real",
+    "_init", "_accumulate", "_store", "a", "b", "valid", "row_tile", "first_visit", "g", "rows", "mine", "acc",
+    "kept",
+    "m", "n", "k", "in_specs", "out_spec", "visits", "offsets", "groups", "tiles", "sizes", "varying",
+    "mode", "kernel", "base", "out", "interpret", "offs", "group_sizes", "b_shape", "name", "pallas",
+    "tpu", "memory_space", "grid", "grid_spec", "num_scalar_prefetch", "out_shape", "out_specs", "scratch_shapes",
+    "compiler_params", "dimension_semantics", "vmem_limit_bytes", "cost_estimate", "flops",
+    "transcendentals", "bytes_accessed", "preferred_element_type", "static_argnames",
+})
+
+# How its templates derive names from an epilogue argument `x`.
+ARG_DERIVED: tuple[str, ...] = ("{}_ref",)

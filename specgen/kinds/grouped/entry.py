@@ -1,0 +1,29 @@
+"""What every grouped design's entry point shares, whatever its backend: the group index's argument name and
+meaning by the spec's `groups.index`, and the template environment (templates/grouped/, with the dense kind's
+templates under `gemm/`, so that a grouped template imports the dense epilogue and host macros, not copies)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import jinja2
+
+from specgen.kinds.gemm import KIND as GEMM
+from specgen.kinds.grouped import KIND
+from specgen.render.env import environment, templates_dir
+
+# The entry's group index by `groups.index`: its argument name and what it holds.
+INDEX_ARGS: dict[str, tuple[str, str]] = {
+    "offs": ("offs", "cumulative ends, as torch._grouped_mm's offs"),
+    "sizes": ("group_sizes", "group sizes, as jax.lax.ragged_dot's group_sizes"),
+}
+
+
+@cache
+def grouped_environment() -> jinja2.Environment:
+    """The kind's environment, seeing the dense kind's templates under `gemm/` too; last, the dense tree unprefixed,
+    where a dense template imports its own neighbours (gemm/pallas/epilogue.jinja's "pallas/formula.jinja": no
+    grouped template has that path, so the dense one answers)."""
+    base = environment(KIND)
+    dense = jinja2.FileSystemLoader(str(templates_dir() / GEMM))
+    return base.overlay(loader=jinja2.ChoiceLoader([base.loader, jinja2.PrefixLoader({GEMM: dense}), dense]))

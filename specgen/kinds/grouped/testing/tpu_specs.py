@@ -1,0 +1,34 @@
+"""Grouped spec forms for the Pallas TPU design (specgen/kinds/grouped/designs/pallas): `TPU_FORMS`, one spec per
+template branch (both index formats, both tails, both B majors, every epilogue op the kind takes, f32 and bf16),
+over 8x128x128 blocks (the smallest PAL001 takes, so that a few rows span several row tiles and groups share them),
+served by two TPU generations. The numerics (tests/backends/pallas/test_grouped_tpu.py) run them in the
+interpreter; the name-hardening tests tokenize them."""
+
+from __future__ import annotations
+
+from specgen.kinds.grouped.testing.specs import spec
+
+TPU_TILE = {"m": 8, "n": 128, "k": 128}
+
+
+def tpu_form(name: str, *, dtype: str = "f32", b: str = "k", index: str = "sizes", tail: str = "zero",
+             epilogue: tuple = ()) -> dict:
+    """A grouped spec on pallas:tpu_v5e and tpu_v6e (every default spelled out, plain data)."""
+    return spec(name, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": b}, out={"dtype": dtype},
+                tile=TPU_TILE, targets=["pallas:tpu_v5e", "pallas:tpu_v6e"], groups={"index": index, "tail": tail},
+                epilogue=[dict(op) for op in epilogue])
+
+
+TPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    tpu_form("gt_plain_zero_k"),
+    tpu_form("gt_offs_untouched_mn", b="mn", index="offs", tail="untouched",
+             epilogue=({"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
+    tpu_form("gt_every_op_zero_mn", b="mn", epilogue=(
+        {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row", "name": "router"},
+        {"op": "scale", "by": "scalar", "name": "alpha"}, {"op": "activation", "fn": "gelu_tanh"},
+        {"op": "clamp", "min": -2.0, "max": 2.0})),
+    tpu_form("gt_bf16_bias_k", dtype="bf16", tail="untouched", epilogue=(
+        {"op": "bias", "dtype": "bf16"}, {"op": "scale", "by": "scalar", "value": 0.5}, {"op": "activation", "fn": "relu"},
+        {"op": "cast", "dtype": "bf16"})),
+    tpu_form("gt_bf16_plain_mn", dtype="bf16", b="mn"),
+)}

@@ -1,0 +1,89 @@
+"""What the grouped kind's JAX entries import beside specgen/runtime/jax.py: the trace-time checks of the group
+index, of a per-group operand and of a caller's `out` (errors name the kernel and the argument), and the group
+metadata a Pallas TPU grouped kernel scalar-prefetches, computed on the device from the group sizes (jit-able,
+static shapes: new sizes of the same shapes reuse the compiled kernel). Imported only by generated code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def group_index(fn: str, name: str, x: Any, groups: int, what: str) -> jax.Array:
+    """The group index: a jax.Array of int32, one value per group of b (`what`: cumulative ends or sizes)."""
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"{fn}: argument '{name}' must be a jax.Array of int32 {what}, got {type(x).__name__}")
+    if x.dtype != jnp.int32:
+        raise TypeError(f"{fn}: argument '{name}' is {x.dtype}, expected int32 ({what}, as jax.lax.ragged_dot's "
+                        "group_sizes)")
+    if tuple(x.shape) != (groups,):
+        raise ValueError(f"{fn}: argument '{name}' has shape {tuple(x.shape)}, expected ({groups},): one value per "
+                         f"group of b (G = b.shape[0] = {groups})")
+    return x
+
+
+def group_rows(fn: str, name: str, x: Any, dtype: Any, groups: int, n: int) -> jax.Array:
+    """An operand indexed by group, (G, N) (row g serves group g), returned as (G, 1, N): its BlockSpec takes one
+    group's (1, block_n) row, whose last two dims are then a full dim and a lane-aligned block."""
+    want = f"(G, N) = ({groups}, {n}) {jnp.dtype(dtype)}, one row per group"
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"{fn}: argument '{name}' must be a jax.Array {want}, got {type(x).__name__}")
+    if x.dtype != jnp.dtype(dtype):
+        raise TypeError(f"{fn}: argument '{name}' is {x.dtype}, expected {jnp.dtype(dtype)} ({want})")
+    if tuple(x.shape) != (groups, n):
+        raise ValueError(f"{fn}: argument '{name}' has shape {tuple(x.shape)}, expected {want}")
+    return x.reshape(groups, 1, n)
+
+
+def output(fn: str, x: Any, dtype: Any, shape: tuple[int, int]) -> None:
+    """A caller's `out`: a jax.Array of the result's dtype and shape (the result aliases it)."""
+    want = f"{shape} {jnp.dtype(dtype)}, the result's shape and dtype"
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"{fn}: argument 'out' must be a jax.Array {want} or None, got {type(x).__name__}")
+    if x.dtype != jnp.dtype(dtype) or tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{fn}: argument 'out' is {tuple(x.shape)} {x.dtype}, expected {want}")
+
+
+def sizes_from_offs(offs: jax.Array) -> jax.Array:
+    """Group sizes from cumulative ends (torch._grouped_mm's offs, group 0 from row 0), on the device."""
+    return jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
+
+
+def tiles_bound(rows: int, groups: int, block_m: int) -> int:
+    """The grid's static bound on tile visits: each of the cdiv(rows, block_m) row tiles once, plus one more
+    visit for each group boundary that falls inside a tile (at most G - 1 of them)."""
+    return -(-rows // block_m) + groups - 1
+
+
+def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound`, int32.
+
+    Group g holds rows [offsets[g], offsets[g + 1]); a negative size counts as 0 and rows past `rows` are
+    dropped (the groups' ends are clamped to [0, rows] on the device, as jax.lax.ragged_dot's mask drops them), so
+    every visit's tile is in range whatever the sizes. Visits walk the groups in order, each the row tiles its
+    rows touch, so a tile shared by k groups is visited k times in a row. The visits left over are marked with
+    group G (no group: the kernel computes nothing there): with `visit_tail` they first take the tiles wholly past
+    the last group, one each (visited only so that the kernel writes those rows: zeros, or the caller's `out`; there
+    are never more of them than visits left over), then repeat the last tile (visiting it again writes nothing
+    and fetches no new output block)."""
+    groups = sizes.shape[0]
+    tiles = -(-rows // block_m)
+    visits = tiles_bound(rows, groups, block_m)
+    ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), rows).astype(jnp.int32)
+    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
+    starts = offsets[:-1]
+    first = starts // block_m
+    span = jnp.where(ends > starts, (ends - 1) // block_m - first + 1, 0)  # row tiles each group's rows touch
+    span_ends = jnp.cumsum(span)
+    real = span_ends[-1]  # visits that belong to a group
+    v = jnp.arange(visits, dtype=jnp.int32)
+    group = jnp.searchsorted(span_ends, v, side="right").astype(jnp.int32)
+    g = jnp.minimum(group, groups - 1)
+    tile = first[g] + v - (span_ends[g] - span[g])
+    used = -(-ends[-1] // block_m)  # row tiles holding some group's rows
+    spare = jnp.minimum(used + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
+    tile = jnp.where(v < real, tile, spare).astype(jnp.int32)
+    group = jnp.where(v < real, group, groups).astype(jnp.int32)
+    return offsets, group, tile
