@@ -39,7 +39,10 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 
 
 @pytest.mark.parametrize(("changes", "says"), [
-    ({"targets": ["cute:sm90"]}, "target 'cute:sm90': no grouped design serves cute yet"),
+    ({"targets": ["cute:sm90"]}, "target 'cute:sm90': no grouped design serves it yet"),
+    # pallas serves the TPUs only: a Mosaic GPU target is refused when the spec loads, never a traceback in check
+    ({"targets": ["pallas:gpu_sm90"]}, "target 'pallas:gpu_sm90': no grouped design serves it yet (the grouped designs "
+                                       "serve triton:sm90, triton:sm100, pallas:tpu_v5e"),
     ({"epilogue": [{"op": "scale", "by": "col"}]}, "scale by = 'col' is not a grouped epilogue op yet"),
     ({"epilogue": [{"op": "bias", "name": "offs"}]}, "'offs'"),
     ({"epilogue": [{"op": "scale", "by": "row", "name": "group_sizes"}]}, "'group_sizes'"),
@@ -70,7 +73,19 @@ def test_check_notes_say_no_grouped_design_serves_the_other_backends():
     (ls,) = load()
     notes = {d.target: d.message for d in check_all([ls], notes=True) if d.rule == "TARGET"}
     assert notes["cute:sm90"] == "cannot serve: no grouped design serves it"
-    assert notes["pallas:tpu_v5e"] == "cannot serve: no grouped design serves it"
+    assert notes["pallas:gpu_sm90"] == "cannot serve: no grouped design serves it"
+
+
+def test_each_design_serves_the_mma_families_its_options_declare():
+    """The spec refuses unserved targets from the options modules' MMA families (it imports no design): they
+    must be the designs' own keys."""
+    from importlib import import_module
+
+    from specgen.kinds import grouped
+
+    for package in grouped.DESIGN_PACKAGES:
+        design, options = import_module(f"{package}.design").DESIGN, import_module(f"{package}.options")
+        assert {(b, m) for _, b, m in design.keys} == {(options.BACKEND, m) for m in options.MMA}, package
 
 
 # --- the problem ------------------------------------------------------------------------------------------

@@ -41,13 +41,16 @@ from specgen.spec.models import (
 )
 from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend
+from specgen.targets import TARGETS
 
 KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
 DESIGN_OPTIONS = (triton_options, pallas_options)
 CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
-# The backends this kind's designs render on (each has its options module above): a target of another is refused.
-SERVED_BACKENDS: tuple[Backend, ...] = tuple(o.BACKEND for o in DESIGN_OPTIONS)
+# The targets this kind's designs render for (each design's options module says its backend and MMA families):
+# a target of another is refused when the spec loads.
+SERVED_TARGETS: tuple[str, ...] = tuple(name for name, row in TARGETS.items()
+                                        if any(row.backend == o.BACKEND and row.mma in o.MMA for o in DESIGN_OPTIONS))
 OPERANDS = ("a", "b", "out", "offs", "group_sizes")  # the entry's own arguments: an epilogue argument may not take these names
 
 
@@ -114,9 +117,9 @@ class GroupedSpec(LayeredSpec):
     @model_validator(mode="after")
     def _arguments(self) -> GroupedSpec:
         for t in self.targets:
-            if t.backend not in SERVED_BACKENDS:
-                raise ValueError(f"target '{t}': no grouped design serves {t.backend} yet (the grouped designs: "
-                                 f"{', '.join(b.value for b in SERVED_BACKENDS)} targets)")
+            if str(t) not in SERVED_TARGETS:
+                raise ValueError(f"target '{t}': no grouped design serves it yet (the grouped designs serve "
+                                 f"{', '.join(SERVED_TARGETS)})")
         for i, op in enumerate(self.epilogue):
             if op.op == "scale" and op.by not in ROW_SCALES:
                 raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "

@@ -10,6 +10,9 @@ from specgen.spec.models import Strict, bounded
 from specgen.spec.targets import Backend
 
 SECTION = "pallas"
+# The MMA families of this backend whose targets the design serves (the TPUs; no grouped Mosaic GPU design yet): the spec refuses the
+# others without importing the design (tests/grouped/test_kind.py pins them to the design's keys).
+MMA: tuple[str, ...] = ("mxu",)
 BACKEND = Backend.pallas
 
 

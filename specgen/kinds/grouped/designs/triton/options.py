@@ -7,6 +7,9 @@ from specgen.spec.models import Strict, bounded
 from specgen.spec.targets import Backend
 
 SECTION = "triton"
+# The MMA families of this backend whose targets the design serves (sm90 and sm100): the spec refuses the
+# others without importing the design (tests/grouped/test_kind.py pins them to the design's keys).
+MMA: tuple[str, ...] = ("wgmma", "tcgen05")
 BACKEND = Backend.triton
 
 
