@@ -39,16 +39,17 @@ def ragged_rows_contiguous(ctx: RuleContext) -> Iterator[Finding]:
 
 @OWN.rule("GRP002", "the grouped schedule: persistent, one K loop a tile", GROUPED)
 def grouped_schedule(ctx: RuleContext) -> Iterator[Finding]:
-    """The tile count of a grouped GEMM depends on the group sizes, which live on the device: its kernels are
+    """The tile count of a grouped GEMM depends on the group sizes, which live on the device: its GPU kernels are
     persistent, a static number of programs (the SMs) walking the groups' tiles (no host sync, so a CUDA graph
-    replays with new sizes; the pytorch Inductor grouped-mm template and CUTLASS's MoE example schedule so). So
-    `schedule.persistent = false` is ignored (warning), and split-K, which no grouped design renders, is an
-    error rather than silently dropped."""
+    replays with new sizes; the pytorch Inductor grouped-mm template and CUTLASS's MoE example schedule so), and
+    its TPU kernel a static grid over the groups' tile visits (megablox's). So `schedule.persistent = false` is
+    ignored (warning), and split-K, which no grouped design renders, is an error rather than silently dropped."""
     s = ctx.spec.schedule
     if not s.persistent:
+        how = ("always runs persistent (one program per SM)" if ctx.info.gpu is not None else
+               "runs a static grid over every group's tile visits")
         yield Finding("GRP002", "warning", "schedule.persistent = false is ignored: a grouped kernel's tile count is "
-                      "known only on the device, so it always runs persistent (one program per SM)",
-                      "drop schedule.persistent", ("schedule", "persistent"))
+                      f"known only on the device, so it {how}", "drop schedule.persistent", ("schedule", "persistent"))
     if s.split_k > 1:
         yield Finding("GRP002", "error", f"schedule.split_k = {s.split_k}: no grouped design renders split-K (its "
                       "tiles are found on the device, one K loop each)", "set schedule.split_k = 1",

@@ -1,0 +1,19 @@
+"""Boundary cases of the grouped Pallas TPU design's own rule (designs/pallas/rules.py: GRP201) in tests/test_rules.py's
+form (rule, target, spec overrides, expected), which that file collects; the dense rules it shares are tested over
+a grouped TPU spec in test_grouped_tpu_rules.py."""
+
+from __future__ import annotations
+
+G = {"kind": "grouped"}  # MINIMAL_SPEC as a grouped spec
+
+CASES: list[tuple[str, str, dict, object]] = [
+    # GRP002 on a TPU target: the static grid's wording
+    ("GRP002", "pallas:tpu_v5e", {**G, "schedule": {"persistent": False}},
+     ("warning", ["runs a static grid over every group's tile visits"], ("schedule", "persistent"))),
+    # GRP201: the TPU kernel accumulates in an f32 VMEM scratch
+    ("GRP201", "pallas:tpu_v5e", {**G, "accumulator": "f32"}, None),
+    ("GRP201", "pallas:tpu_v6e", {**G, "accumulator": "f16", "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16"},
+                                  "out": {"dtype": "f16"}},
+     ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch"],
+      ("accumulator",))),
+]
