@@ -228,10 +228,12 @@ def _variants_unrendered(loaded: LoadedSpec, report: CheckReport, modules: dict[
             names = [d.variants_label or d.name for d in rendering(loaded.spec.kind)
                      if d.renders_variants or d.variants_label]
             which = " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
+            # (a kind none of whose designs renders variants yet says so)
+            where = f"by the {which} designs only" if names else f"by no {loaded.spec.kind} design yet"
             report.diagnostics.append(Diagnostic(
                 loaded.name, loaded.file, line, col, str(t), "CFG003", "error",
                 f"the {t.backend.value} design renders one config per module for {t} ({rel}); size-selected variants are "
-                f"rendered by the {which} designs only, and {t} has {len(variants)} ({bounds})",
+                f"rendered {where}, and {t} has {len(variants)} ({bounds})",
                 f'give {t} none (`[kernels.per_target."{t}"]` variants = []), or a spec of its own per size'))
 
 

@@ -13,20 +13,20 @@ Call `moe_bf16(a, b, offs, *, out=None)`:
     out: (M, N) bf16, row-major; allocated when None
 
 Group g holds rows [offs[g - 1], offs[g]) of a and out, group 0 from row 0, as in torch._grouped_mm.
-Rows past the last group are left untouched (as torch._grouped_mm leaves them); a group may
-be empty. The group index is read on the device only: no host sync, so a CUDA graph replays with new group
-sizes. An index that is decreasing or passes M is clamped on the device (the kernel never writes outside out).
+Rows past the last group are left untouched, as torch._grouped_mm leaves them (spec: groups.tail = "untouched").
+A group may be empty. The group index is read on the device only: no host sync, so a CUDA graph replays with
+new group sizes. An index that is decreasing or passes M is clamped on the device (the kernel never writes
+outside out).
 
 Epilogue, applied in order to each group's float32 accumulator: none
 
-Schedule: tile 128x256x64, persistent (one program per SM walks every group's
-tiles), TMA loads and masked pointer stores.
+Schedule: tile 128x256x64, persistent (each program, one per SM, walks the groups' tiles),
+TMA loads and masked pointer stores.
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows):
     0. M <= 64: tile 16x128x128, operands swapped, sm90 4 warps 4 stages; sm100 4 warps 4 stages
-Tensors sit on the current CUDA device (on the CPU under
-TRITON_INTERPRET=1); a wrong dtype, shape, major mode or device raises before the kernel launches, naming
-the argument.
+Tensors sit on the current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode
+or device raises before the kernel launches, naming the argument.
 """
 
 from __future__ import annotations

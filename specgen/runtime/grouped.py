@@ -22,7 +22,7 @@ def group_index(kernel: str, name: str, t: object, groups: int, device: int, wha
         raise _fail(kernel, name, f"must have shape ({groups},), one value per group of b (G = b.shape[0] = {groups}); "
                     f"got shape {tuple(t.shape)}")
     _same_device(kernel, name, t, device)
-    return t.clone() if groups and (t.stride(0) != 1 or t.data_ptr() % ALIGN) else t
+    return _fresh(t) if groups and (t.stride(0) != 1 or t.data_ptr() % ALIGN) else t
 
 
 def group_rows(kernel: str, name: str, t: object, dtype: torch.dtype, groups: int, n: int, device: int) -> torch.Tensor:
@@ -32,9 +32,12 @@ def group_rows(kernel: str, name: str, t: object, dtype: torch.dtype, groups: in
     if tuple(t.shape) != (groups, n):
         raise _fail(kernel, name, f"must have shape (G, N) = ({groups}, {n}), one row per group; got {tuple(t.shape)}")
     _same_device(kernel, name, t, device)
-    if t.numel() and (not t.is_contiguous() or t.data_ptr() % ALIGN):
-        return t.contiguous().clone()
-    return t
+    return _fresh(t) if t.numel() and (not t.is_contiguous() or t.data_ptr() % ALIGN) else t
+
+
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` in a new allocation (so 16-byte aligned), made on its device."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def kept_output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, int], device: int,

@@ -148,3 +148,17 @@ def test_the_peer_computes_what_the_spec_means_on_the_cpu():
         got = problem.peer_call(model, model.targets[0], (a, b, index_t, *(v for _, v in args)))()
         want, written = grouped(s, a, b, index_t, dict(args))
         torch.testing.assert_close(got.double()[written], want[written], rtol=1e-5, atol=1e-5)
+
+
+def test_size_variants_are_refused_until_a_grouped_design_renders_them():
+    (ls,) = load(variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 16, "k": 16}}])
+    (d, *_) = [d for d in check_all([ls]) if d.rule == "CFG003"]
+    assert d.severity == "error" and "size-selected variants are rendered by no grouped design yet" in d.message
+
+
+def test_a_render_that_skipped_check_refuses_an_m_major_a():
+    from specgen.render.catalogue import render_modules
+
+    (ls,) = load(a={"dtype": "f16", "major": "mn"})
+    with pytest.raises(ValueError, match="reads A K-major only"):
+        render_modules(ls, ls.spec.targets)

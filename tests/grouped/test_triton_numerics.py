@@ -124,3 +124,22 @@ def test_the_tolerance_sees_the_group_bias(load_kernel):
     shifted, _ = grouped(s, a, b, index, {**args, "bias": args["bias"].roll(1, 0)})
     torch.testing.assert_close(got[written], want[written], **tolerance(s))
     assert not torch.allclose(got[written], shifted[written], **tolerance(s))
+
+
+def test_legal_odd_layouts_are_staged_and_give_the_same_result(load_kernel):
+    """A strided or misaligned index, a column-major bias, an A off a 16-byte boundary: copied once on their
+    device (never read on the host), the same result as the plain call."""
+    s = FORMS["g_offs_zero_kmn"]
+    fn = getattr(load_kernel(s), s["name"])
+    problem = GroupedProblem(s, CASES["ragged"], "staging")
+    a, b, _ = problem.operands()
+    offs = problem.index()
+    ((_, bias),) = problem.epilogue_args()
+    plain = fn(a.contiguous(), b, offs, bias)
+    strided_offs = torch.zeros(2 * offs.numel(), dtype=torch.int32)[::2]
+    strided_offs.copy_(offs)
+    misaligned_a = torch.empty(a.numel() + 1, dtype=a.dtype)[1:].view(a.shape)
+    misaligned_a.copy_(a)
+    assert misaligned_a.data_ptr() % 16 and strided_offs.stride(0) == 2
+    column_bias = bias.t().contiguous().t()
+    assert torch.equal(fn(misaligned_a, b, strided_offs, column_bias), plain)

@@ -51,6 +51,7 @@ CASES: dict[str, Case] = {
     "k_below_tile": Case((9, 8), k=5),
     "no_tail": Case((16, 16, 3), tail=0),
     "g256_tiny": Case(tiny_groups(), n=16, k=16, tail=2),
+    "no_groups": Case((), tail=9),  # G = 0: every row is past the groups
 }
 
 

@@ -191,6 +191,8 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
 
 def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
     spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
+    if spec.a.major != "k":  # check refuses it (GRP001); a render that skipped check must not emit a wrong kernel
+        raise ValueError(f"{spec.name}: the grouped Triton kernel reads A K-major only (GRP001)")
     a_dt = spec.a.dtype
     variants = []
     for i, first in enumerate(resolved[str(targets[0])].variants):  # CFG001: the same bounds on every target
