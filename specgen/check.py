@@ -21,9 +21,10 @@ from specgen.settle import settle as settle_near
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import parse_target
 from specgen.targets import ALL_TARGETS, target_info
+from specgen.values import value
 
 
-@dataclass(frozen=True)
+@value
 class Diagnostic:
     spec: str
     file: str

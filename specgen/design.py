@@ -38,6 +38,7 @@ from specgen.memo import IdentityMemo
 from specgen.rules.finding import Margin
 from specgen.runtime import RUNTIME_ABI  # a constant only: specgen.runtime's package imports nothing
 from specgen.targets import Backend, Mma, TargetInfo
+from specgen.values import value
 
 if TYPE_CHECKING:
     from specgen.envelope.budget import MemoryBudget
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 DesignKey = tuple[str, Backend, Mma]  # (kernel kind, backend, MMA family)
 
 
-@dataclass(frozen=True)
+@value
 class CompileProbe:
     """How `specgen check` settles a near-boundary verdict on a design's target (specgen/settle.py): `hook`
     (the design's compile hook, "module:function") compiles a module rendered for that one config in a

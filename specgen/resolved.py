@@ -5,7 +5,6 @@ designs (which read them), so that neither imports the other's module."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
 from specgen.envelope.budget import MemoryBudget
@@ -13,6 +12,7 @@ from specgen.rules.finding import Finding
 from specgen.spec.dtypes import DType
 from specgen.spec.models import Bounds, LayeredSpec, Target
 from specgen.targets import Backend, GpuDevice, TargetInfo, TpuDevice
+from specgen.values import value
 
 
 class DesignHooks(Protocol):
@@ -30,7 +30,7 @@ class DesignHooks(Protocol):
     def option_findings(self, ctx: Resolved) -> Iterator[Finding]: ...
 
 
-@dataclass(frozen=True)
+@value
 class TmaBox:
     operand: str  # "A", "B", "out"
     outer: int  # elements
@@ -40,7 +40,7 @@ class TmaBox:
     dims: tuple[int, ...] = ()  # the box as the kernel encodes it, where not (outer, inner) (a tiled GMEM view)
 
 
-@dataclass(frozen=True)
+@value
 class Resolved:
     spec: LayeredSpec
     target: Target

@@ -33,6 +33,7 @@ from specgen import __version__
 from specgen.design import CompileProbe
 from specgen.resolved import Resolved
 from specgen.rules.finding import Finding, ProbeResult
+from specgen.values import value
 
 PROBE_SECONDS = 600  # one config's compile; past it the verdict stays the model's (and is not cached)
 
@@ -49,7 +50,7 @@ class SettleStats:
     seconds: float = 0.0
 
 
-@dataclass(frozen=True)
+@value
 class Settled:
     finding: Finding | None  # None: the compiler accepts the config (no finding)
     source: str  # "compiler" or "model"

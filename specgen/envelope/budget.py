@@ -8,12 +8,12 @@ to the rules (SMEM001, VMEM001) and the planners, so they can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from specgen.values import value
 
 MIN_STAGES = 2  # one tile in flight while the other is consumed
 
 
-@dataclass(frozen=True)
+@value
 class MemoryBudget:
     memory: str  # "SMEM" or "VMEM"
     capacity: int

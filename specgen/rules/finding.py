@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from specgen.values import value
+
 Severity = Literal["error", "warning"]
 
 # what a compile probe reports (specgen/probe.py): "error", "registers", "spill_bytes", "smem", ...
@@ -35,7 +37,7 @@ class Margin:
         return f"within {self.below} {self.unit} under to {self.above} over the limit, the model's measured error"
 
 
-@dataclass(frozen=True)
+@value
 class Near:
     """A modelled verdict within its rule's margin of the boundary, or one the installed compiler's version
     decides (`margin` a sentence then). The finding it rides on is what the
@@ -48,7 +50,7 @@ class Near:
     decide: Callable[[ProbeResult], str | None]
 
 
-@dataclass(frozen=True)
+@value
 class Finding:
     rule: str
     severity: Severity

@@ -7,13 +7,13 @@ chain order after `a` and `b`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from specgen.spec.dtypes import DType
 from specgen.spec.names import IDENTIFIER, MAX_NAME, check_arg_name
+from specgen.values import value
 
 # An argument's name becomes a launcher parameter, a kernel parameter and the locals derived from it:
 # names.py says which names are refused and why (the schema shows the pattern too).
@@ -39,7 +39,7 @@ Constant = Annotated[float, Field(strict=True, allow_inf_nan=False, json_schema_
 ArgShape = Literal["scalar", "vec_m", "vec_n", "matrix"]
 
 
-@dataclass(frozen=True)
+@value
 class RuntimeArg:
     name: str
     shape: ArgShape

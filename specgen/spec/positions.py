@@ -12,10 +12,36 @@ import bisect
 import contextlib
 import json
 import re
+from collections.abc import Iterator, Mapping
 from functools import cache
 
 Path = tuple[str | int, ...]
-Positions = dict[Path, tuple[int, int]]
+Positions = Mapping[Path, tuple[int, int]]
+
+
+class OffsetPositions(Mapping[Path, tuple[int, int]]):
+    """Positions kept as character offsets and turned into (line, column) when read: check asks a few of a
+    file's paths (those its findings name), not every one the pass records."""
+
+    def __init__(self, text: str, offsets: dict[Path, int]) -> None:
+        self._text, self._offsets = text, offsets
+        self._starts: list[int] | None = None
+
+    def __getitem__(self, path: Path) -> tuple[int, int]:
+        offset = self._offsets[path]
+        if self._starts is None:
+            self._starts = [0] + [m.end() for m in re.finditer("\n", self._text)]
+        line = bisect.bisect_right(self._starts, offset)
+        return (line, offset - self._starts[line - 1] + 1)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._offsets
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(self._offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
 
 
 @cache
@@ -53,7 +79,7 @@ def spec_yaml_loader() -> type:
 def yaml_positions(text: str) -> Positions:
     import yaml  # optional (specgen[yaml]): only YAML spec files need it
 
-    positions: Positions = {}
+    positions: dict[Path, tuple[int, int]] = {}
     root = yaml.compose(text, Loader=spec_yaml_loader())
 
     def walk(node: yaml.Node, path: Path) -> None:
@@ -108,7 +134,7 @@ class _TomlScanner:
     def positions(self, under: Path = ()) -> Positions:
         """The recorded paths under `under` (all by default) with their line and column."""
         starts, right, n = self.line_starts, bisect.bisect_right, len(under)
-        out: Positions = {}
+        out: dict[Path, tuple[int, int]] = {}
         for path, offset in self.offsets.items():
             if path[:n] == under:
                 line = right(starts, offset)
@@ -324,7 +350,7 @@ class _JsonScanner:
     def __init__(self, text: str) -> None:
         self.text, self.i = text, 0
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self.positions: Positions = {}
+        self.positions: dict[Path, tuple[int, int]] = {}
         self.duplicates: list[tuple[Path, tuple[int, int], tuple[int, int]]] = []  # (path, first, second)
 
     def where(self, offset: int) -> tuple[int, int]:
@@ -403,16 +429,9 @@ def json_positions(text: str) -> Positions:
     moves its key's), in one pass of a regular expression over text json.loads accepted: issue 36's check
     reads a position of every file with findings."""
     try:
-        offsets = _json_offsets(text)
+        return OffsetPositions(text, _json_offsets(text))
     except (IndexError, ValueError, KeyError):  # a courtesy: never fail a load over it
         return {}
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    right = bisect.bisect_right
-    out: Positions = {}
-    for path, offset in offsets.items():
-        line = right(starts, offset)
-        out[path] = (line, offset - starts[line - 1] + 1)
-    return out
 
 
 def _json_offsets(text: str) -> dict[Path, int]:

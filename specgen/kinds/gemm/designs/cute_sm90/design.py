@@ -51,6 +51,7 @@ from specgen.spec.dtypes import DType
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
+from specgen.values import value
 
 ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
 MBARRIER_BYTES = 8
@@ -168,7 +169,7 @@ F16_GELU_ERF_FRAGMENTS = 4.5  # more beside an f16 accumulator (one spill of see
 C_ROWS_PER_THREAD = 2  # rows r and r + 8 of its warp's 16 (wgmma m64nNk16 accumulator layout, PTX ISA)
 
 
-@dataclass(frozen=True)
+@value
 class RegisterEstimate:
     """Registers one consumer thread needs at its peak (a subtile's epilogue, the whole accumulator
     still live), by part: see `register_estimate`."""

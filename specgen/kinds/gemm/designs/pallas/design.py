@@ -50,6 +50,7 @@ from specgen.spec.dtypes import DType
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
+from specgen.values import value
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,7 +107,7 @@ def swizzle_bytes(*extents: int) -> int:
     return next((sw for sw in MGPU_SWIZZLES if all(e % sw == 0 for e in extents)), 0)
 
 
-@dataclass(frozen=True)
+@value
 class MgpuSwizzles:
     """The SMEM swizzles of the Mosaic GPU kernel's tiles, bytes (0: none fits, PAL008)."""
 
@@ -129,7 +130,7 @@ def mgpu_swizzles(spec: GemmSpec) -> MgpuSwizzles:
                         swizzle_bytes(lay.epi_n * spec.out.dtype.bytes))
 
 
-@dataclass(frozen=True)
+@value
 class MgpuLayout:
     """How the Mosaic GPU kernel splits a CTA tile: per consumer warpgroup a tile.m x wg_n slice, stored
     through epi_m x epi_n SMEM subtiles, `out_slots` of them per warpgroup."""
