@@ -22,14 +22,10 @@ f32 B through a tile of scratch), an epilogue stored through pointers (none stag
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-
-import jinja2
 
 from specgen.abi import Arg, HostOperand, bind_operands, make_arg
 from specgen.design import ModuleHeader, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
-from specgen.kinds.gemm import KIND as GEMM
 from specgen.kinds.gemm.design import ab_stage_bytes, tma_boxes
 from specgen.kinds.gemm.designs.triton.design import (
     TL_DTYPES,
@@ -44,9 +40,10 @@ from specgen.kinds.gemm.designs.triton.design import (
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.entry import INDEX_ARGS, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
-from specgen.render.env import describe_op, environment, templates_dir
+from specgen.render.env import describe_op
 from specgen.render.specs import spec_import
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
@@ -54,10 +51,6 @@ from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
-
-# What the launcher reads an index argument as, by the spec's `groups.index`: its name and what it holds.
-INDEX_ARGS = {"offs": ("offs", "cumulative ends, as torch._grouped_mm's offs"),
-              "sizes": ("group_sizes", "group sizes, as jax.lax.ragged_dot's group_sizes")}
 
 
 class TritonGrouped(GroupedDesign):
@@ -112,7 +105,7 @@ class TritonGrouped(GroupedDesign):
                shared_spec: bool = False) -> dict[str, str]:
         p = plan_grouped(loaded, targets, resolved)
         (rel,) = self.modules(loaded.spec, targets)
-        template = _environment().get_template("triton/grouped.py.jinja")
+        template = grouped_environment().get_template("triton/grouped.py.jinja")
         schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
         text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
                                op_schema=[*schema, ["out", "Tensor?"]],
@@ -164,15 +157,6 @@ class GroupedTritonPlan(ModuleHeader):
     @property
     def output(self) -> HostOperand:
         return self.host[1]
-
-
-@cache
-def _environment() -> jinja2.Environment:
-    """The kind's environment (templates/grouped/), seeing the dense kind's templates under `gemm/` too: the
-    grouped kernel's epilogue is the dense Triton kernel's macros (gemm/triton/epilogue.jinja), not a copy."""
-    base = environment(KIND)
-    dense = jinja2.PrefixLoader({GEMM: jinja2.FileSystemLoader(str(templates_dir() / GEMM))})
-    return base.overlay(loader=jinja2.ChoiceLoader([base.loader, dense]))
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
