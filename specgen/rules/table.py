@@ -14,7 +14,6 @@ from specgen.targets import TargetInfo
 __all__ = ["RULES", "Finding", "Rule", "RuleContext", "rules_for", "run_rules"]
 
 
-
 def _collect() -> list[Rule]:
     """Every part's rules, each given the kinds whose parts list it. A kind may list another kind's rule (the
     same `Rule`: one check reading sections both kinds have): it stays one rule, concerning both; two different
