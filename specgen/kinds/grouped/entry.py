@@ -1,6 +1,7 @@
 """What every grouped design's entry point shares, whatever its backend: the group index's argument name and
-meaning by the spec's `groups.index`, and the template environment (templates/grouped/, with the dense kind's
-templates under `gemm/`, so that a grouped template imports the dense epilogue and host macros, not copies)."""
+meaning by the spec's `groups.index`, the operands as the host templates read them, and the template environment
+(templates/grouped/, with the dense kind's templates under `gemm/`, so that a grouped template imports the dense
+epilogue and host macros, not copies)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from functools import cache
 
 import jinja2
 
+from specgen.abi import HostOperand, bind_operands
 from specgen.kinds.gemm import KIND as GEMM
 from specgen.kinds.grouped import KIND
 from specgen.render.env import environment, templates_dir
@@ -17,6 +19,25 @@ INDEX_ARGS: dict[str, tuple[str, str]] = {
     "offs": ("offs", "cumulative ends, as torch._grouped_mm's offs"),
     "sizes": ("group_sizes", "group sizes, as jax.lax.ragged_dot's group_sizes"),
 }
+
+
+class GroupedHostOperands:
+    """A plan's operands as its host template reads them: A (M, K) and B (G, K, N), M every group's rows, and out
+    (M, N), from the plan's `a`, `b`, `out` (specgen.abi.Arg) and `a_major`, `b_major` fields."""
+
+    @property
+    def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
+        return bind_operands([(self.a, ("M", "K"), "K" if self.a_major == "k" else "M", "a"),  # type: ignore[attr-defined]
+                              (self.b, ("G", "K", "N"), "K" if self.b_major == "k" else "N", "b")],  # type: ignore[attr-defined]
+                             (self.out, ("M", "N"), "N", "o"))  # type: ignore[attr-defined]
+
+    @property
+    def operands(self) -> tuple[HostOperand, ...]:
+        return self.host[0]
+
+    @property
+    def output(self) -> HostOperand:
+        return self.host[1]
 
 
 @cache

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specgen.abi import Arg, HostOperand, bind_operands, make_arg
+from specgen.abi import Arg, make_arg
 from specgen.design import ModuleHeader, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.designs.pallas.design import (
@@ -34,7 +34,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
-from specgen.kinds.grouped.entry import INDEX_ARGS, grouped_environment
+from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.render.env import describe_op
@@ -114,7 +114,7 @@ class PallasTpuGrouped(GroupedDesign):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupedTpuPlan(ModuleHeader):
+class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     """Every number and name templates/grouped/pallas/grouped_tpu.py.jinja renders."""
 
     targets: list[str]
@@ -137,20 +137,6 @@ class GroupedTpuPlan(ModuleHeader):
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
 
-    @property
-    def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
-        """A (M, K) and B (G, K, N) as the JAX host macros read them (M: the total rows), and out (M, N)."""
-        return bind_operands([(self.a, ("M", "K"), "K" if self.a_major == "k" else "M", "a"),
-                              (self.b, ("G", "K", "N"), "K" if self.b_major == "k" else "N", "b")],
-                             (self.out, ("M", "N"), "N", "o"))
-
-    @property
-    def operands(self) -> tuple[HostOperand, ...]:
-        return self.host[0]
-
-    @property
-    def output(self) -> HostOperand:
-        return self.host[1]
 
 
 def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.abi import Arg, HostOperand, bind_operands, make_arg
+from specgen.abi import Arg, make_arg
 from specgen.design import ModuleHeader, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import ab_stage_bytes, tma_boxes
@@ -40,7 +40,7 @@ from specgen.kinds.gemm.designs.triton.design import (
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
-from specgen.kinds.grouped.entry import INDEX_ARGS, grouped_environment
+from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.render.env import describe_op
@@ -118,7 +118,7 @@ class TritonGrouped(GroupedDesign):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupedTritonPlan(ModuleHeader):
+class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     kernel_name: str
     a: Arg
     b: Arg
@@ -143,20 +143,6 @@ class GroupedTritonPlan(ModuleHeader):
     params: list[KernelParam]
     steps: list[EpilogueStep]
 
-    @property
-    def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
-        """A (M, K) and B (G, K, N) as the host template reads them (M is the total rows), and out (M, N)."""
-        return bind_operands([(self.a, ("M", "K"), "K" if self.a_major == "k" else "M", "a"),
-                              (self.b, ("G", "K", "N"), "K" if self.b_major == "k" else "N", "b")],
-                             (self.out, ("M", "N"), "N", "o"))
-
-    @property
-    def operands(self) -> tuple[HostOperand, ...]:
-        return self.host[0]
-
-    @property
-    def output(self) -> HostOperand:
-        return self.host[1]
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
