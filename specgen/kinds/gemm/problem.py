@@ -51,7 +51,7 @@ def shape(values: Sequence[int]) -> Shape:
     return Shape(*values)
 
 
-def _size(text: str) -> int:
+def parse_size(text: str) -> int:
     """A size in ASCII digits; -1 for anything else, INT32_MAX + 1 past 11 digits (int() refuses 4300)."""
     if not _DIGITS.fullmatch(text):
         return -1
@@ -69,7 +69,7 @@ def parse_shapes(text: str) -> list[Shape]:
         if not item:
             continue
         parts = item.lower().split("x")
-        nums = [_size(p) for p in parts]
+        nums = [parse_size(p) for p in parts]
         if len(parts) not in (3, 4) or min(nums) <= 0:
             raise ShapeError(f"shape {quote(item)} is not MxNxK or BxMxNxK with positive integers in ASCII digits "
                              f"(in --shapes {quote(text)})")

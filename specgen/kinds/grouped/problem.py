@@ -9,10 +9,10 @@ is torch._grouped_mm (then the epilogue in eager torch), imported only when a GP
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from specgen.kinds.gemm.problem import INT32_MAX, parse_size
 from specgen.spec.load import quote
 
 if TYPE_CHECKING:
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 DISTRIBUTIONS = ("even", "skewed", "empty")
 DIRICHLET_ALPHA = 0.3  # the issue's skewed rows (routers concentrate tokens on a few experts)
-INT32_MAX = 2**31 - 1
-_DIGITS = re.compile(r"[0-9]+")
 
 
 class Shape(NamedTuple):
@@ -52,13 +50,6 @@ def shape(values: Sequence[int]) -> Shape:
     return Shape(*values)
 
 
-def _size(text: str) -> int:
-    if not _DIGITS.fullmatch(text):
-        return -1
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 11 else INT32_MAX + 1
-
-
 def parse_shapes(text: str) -> list[Shape]:
     """`GxMxNxK[:even|skewed|empty]` items, comma-separated: "32x128x4096x7168:skewed,8x1024x14336x4096"."""
     from specgen.bench.problem import ShapeError
@@ -68,7 +59,7 @@ def parse_shapes(text: str) -> list[Shape]:
         if not item:
             continue
         sizes, _, dist = item.lower().partition(":")
-        nums = [_size(p) for p in sizes.split("x")]
+        nums = [parse_size(p) for p in sizes.split("x")]
         if len(nums) != 4 or min(nums) <= 0 or (dist and dist not in DISTRIBUTIONS):
             raise ShapeError(f"shape {quote(item)} is not GxMxNxK (positive integers in ASCII digits) with an optional "
                              f":{'|:'.join(DISTRIBUTIONS)} (in --shapes {quote(text)})")
