@@ -195,14 +195,16 @@ _TOMLI_DEPTH = 100  # nesting up to which tomllib (recursive Python) reads what 
 
 
 def _nested_past(data: object, limit: int) -> bool:
-    stack = [(data, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = value.values() if isinstance(value, dict) else value
-        stack += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
-    return False
+    """Whether tomli's tables and arrays (plain dicts and lists) nest deeper than `limit`: level by level."""
+    level = [data]
+    for _ in range(limit + 1):
+        inner = []
+        for value in level:
+            inner += [c for c in (value.values() if type(value) is dict else value) if type(c) is dict or type(c) is list]
+        if not inner:
+            return False
+        level = inner
+    return True
 
 
 def _parse_toml(text: str) -> dict:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator, Mapping
 from functools import cache
 
+import tomllib
+
 Path = tuple[str | int, ...]
 Positions = Mapping[Path, tuple[int, int]]
 
@@ -23,14 +25,14 @@ class OffsetPositions(Mapping[Path, tuple[int, int]]):
     """Positions kept as character offsets and turned into (line, column) when read: check asks a few of a
     file's paths (those its findings name), not every one the pass records."""
 
-    def __init__(self, text: str, offsets: dict[Path, int]) -> None:
+    def __init__(self, text: str, offsets: dict[Path, int], line_starts: list[int] | None = None) -> None:
         self._text, self._offsets = text, offsets
-        self._starts: list[int] | None = None
+        self._starts = line_starts
 
     def __getitem__(self, path: Path) -> tuple[int, int]:
         offset = self._offsets[path]
         if self._starts is None:
-            self._starts = [0] + [m.end() for m in re.finditer("\n", self._text)]
+            self._starts = toml_line_starts(self._text)
         line = bisect.bisect_right(self._starts, offset)
         return (line, offset - self._starts[line - 1] + 1)
 
@@ -118,6 +120,28 @@ _BARE_KEY_EQ = re.compile(r"[ \t\r]*([A-Za-z0-9_-]+)[ \t]*=[ \t]*")  # (or in an
 _PLAIN_ITEM = re.compile(r"(?:[ \t\r\n]++|#[^\n]*+)*+(" + _PLAIN_VALUE + r")(?:[ \t\r\n]++|#[^\n]*+)*+(?=[,\]])")
 
 
+def _inline_value(depth: int) -> re.Pattern[str]:
+    """An inline table or array, brackets nested up to `depth`, read whole by one match: its one-line strings
+    and comments are atoms (a bracket inside one is no bracket). A multi-line string is not an atom (its
+    quotes read as one-line strings): a match holding one is not used (`_TomlScanner.top_value`)."""
+    atom = r"""[^\[\]{}"'#]++|"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+'|#[^\n]*+"""
+    nest = r"[\[{](?:" + atom + r")*+[\]}]"
+    for _ in range(depth - 1):
+        nest = r"[\[{](?:" + atom + "|" + nest + r")*+[\]}]"
+    return re.compile(nest)
+
+
+# What check reads first of a file: its tables and keys, each inline value skipped whole (scanned when a
+# finding asks a path inside it). Deeper values than this are scanned at once.
+_INLINE_VALUE = _inline_value(6)
+# A table's next statement when it is a bare key's value (most lines are), with the blanks and comments
+# before it, in one match: a string or a scalar on a line of its own, or an inline value (group 2, skipped
+# whole). Where no such statement follows, it reads the blanks alone.
+_STATEMENT = re.compile(r"(?:[ \t\r\n]++|#[^\n]*+)*+(?:([A-Za-z0-9_-]+)[ \t]*=[ \t]*(?:" + _PLAIN_VALUE
+                        + r"[ \t\r]*+(?:#[^\n]*+)?(?=\n|\Z)|(" + _INLINE_VALUE.pattern + ")))?")
+_MULTILINE_QUOTES = ('"""', "'''")
+
+
 class _TomlScanner:
     """Walks TOML text recording where each key and array element starts (offsets; `positions` gives lines
     and columns). Assumes text tomllib accepted."""
@@ -130,16 +154,35 @@ class _TomlScanner:
         self.offsets: dict[Path, int] = {}
         self.record = self.offsets.setdefault  # (path, offset): the first place a path is written stands
         self.aot_index: dict[Path, int] = {}
+        # A table's inline values (a key's `{...}` or `[...]`) are skipped by one match and scanned when a path
+        # inside one is asked (`expand`): TOML closes an inline value, no other line adds to its paths.
+        self.deferred: dict[Path, int] = {}  # an inline value's path: where it starts
+        self.multiline = any(q in text for q in _MULTILINE_QUOTES)  # else no skipped value can hold one
 
     def positions(self, under: Path = ()) -> Positions:
         """The recorded paths under `under` (all by default) with their line and column."""
-        starts, right, n = self.line_starts, bisect.bisect_right, len(under)
-        out: dict[Path, tuple[int, int]] = {}
-        for path, offset in self.offsets.items():
-            if path[:n] == under:
-                line = right(starts, offset)
-                out[path] = (line, offset - starts[line - 1] + 1)
-        return out
+        return _TomlPositions(self, under)
+
+    def top_value(self, path: Path) -> None:
+        """A table's key's value: an inline value skipped whole (where one match reads it), else as `value`."""
+        self.skip_space()
+        if self.peek() in ("{", "["):
+            m = _INLINE_VALUE.match(self.text, self.i)
+            if m is not None and not self.holds_multiline(m.group()):
+                self.deferred[path] = self.i
+                self.i = m.end()
+                return
+        self.value(path)
+
+    def holds_multiline(self, value: str) -> bool:
+        return self.multiline and any(q in value for q in _MULTILINE_QUOTES)
+
+    def expand(self, path: Path) -> None:
+        """Scan the skipped inline value at `path`, recording the paths inside it."""
+        resume, self.i = self.i, self.deferred.pop(path)
+        with contextlib.suppress(ValueError, IndexError, RecursionError):  # a courtesy: what was read stands
+            self.value(path)
+        self.i = resume
 
     def peek(self) -> str:
         return self.text[self.i] if self.i < len(self.text) else ""
@@ -176,7 +219,10 @@ class _TomlScanner:
             self.skip_space()
             start = self.i
             if self.peek() in ("'", '"'):
-                parts.append((self.string(), start))
+                name = self.string()  # a basic string's escapes read as TOML reads them (a literal has none)
+                if "\\" in name and self.text[start] == '"':
+                    name = tomllib.loads(f"k = {self.text[start:self.i]}")["k"]
+                parts.append((name, start))
             else:
                 m = _BARE_KEY.match(self.text, self.i)
                 if not m:
@@ -246,7 +292,7 @@ class _TomlScanner:
         else:
             self.i = _SCALAR.match(self.text, self.i).end()
 
-    def keyval(self, table: Path) -> None:
+    def keyval(self, table: Path, top: bool = False) -> None:
         parts = self.key()
         path = table
         for name, offset in parts:
@@ -254,7 +300,7 @@ class _TomlScanner:
             self.record(path, offset)
         self.skip_space()
         self.i += 1  # '='
-        self.value(path)
+        (self.top_value if top else self.value)(path)
 
     def resolve(self, parts: list[tuple[str, int]]) -> Path:
         path: Path = ()
@@ -267,9 +313,17 @@ class _TomlScanner:
 
     def scan(self) -> None:
         table: Path = ()
-        text, line, key_eq, record = self.text, _PLAIN_LINE.match, _BARE_KEY_EQ.match, self.record
+        text, statement, key_eq, record = self.text, _STATEMENT.match, _BARE_KEY_EQ.match, self.record
         while True:
-            self.skip_space(newlines=True)
+            m = statement(text, self.i)
+            if m.start(1) >= 0 and (m.start(2) < 0 or not self.holds_multiline(m.group(2))):
+                path = (*table, m.group(1))
+                record(path, m.start(1))
+                if m.start(2) >= 0:  # an inline value: scanned when a path inside it is asked
+                    self.deferred[path] = m.start(2)
+                self.i = m.end()
+                continue
+            self.i = m.start(1) if m.start(1) >= 0 else m.end()
             if self.i >= self.end:
                 return
             if text[self.i] == "[":
@@ -288,19 +342,58 @@ class _TomlScanner:
                     table = self.resolve(parts)
                 end = text.find("\n", self.i)  # not `in self.text[i:]`: that copies the rest of the file
                 self.i = end if end >= 0 else len(text)
-            elif (m := line(text, self.i)) is not None:  # key = a string or a scalar, on a line of its own
-                record((*table, m.group(1)), self.i)
-                self.i = m.end()
             elif (m := key_eq(text, self.i)) is not None:  # key = a table or an array
                 path = (*table, m.group(1))
                 record(path, self.i)
                 self.i = m.end()
-                self.value(path)
+                self.top_value(path)
             else:
-                self.keyval(table)
+                self.keyval(table, top=True)
+
+
+class _TomlPositions(Mapping[Path, tuple[int, int]]):
+    """A lazy scanner's positions under a path prefix: a path inside a skipped inline value scans that value
+    first (once); reading them all scans every one. (line, column) from offsets when read."""
+
+    def __init__(self, scanner: _TomlScanner, under: Path) -> None:
+        self._scanner, self._under = scanner, under
+
+    def _offset(self, path: Path) -> int | None:
+        if path[: len(self._under)] != self._under:
+            return None
+        scanner = self._scanner
+        offset = scanner.offsets.get(path)
+        if offset is None and scanner.deferred:
+            for cut in range(len(path) - 1, 0, -1):  # the skipped value holding it, if any (values nest
+                if path[:cut] in scanner.deferred:  # inside one; none is skipped inside another)
+                    scanner.expand(path[:cut])
+                    return scanner.offsets.get(path)
+        return offset
+
+    def __getitem__(self, path: Path) -> tuple[int, int]:
+        offset = self._offset(path)
+        if offset is None:
+            raise KeyError(path)
+        starts = self._scanner.line_starts
+        line = bisect.bisect_right(starts, offset)
+        return (line, offset - starts[line - 1] + 1)
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, tuple) and self._offset(path) is not None
+
+    def __iter__(self) -> Iterator[Path]:
+        scanner, n = self._scanner, len(self._under)
+        while scanner.deferred:
+            scanner.expand(next(iter(scanner.deferred)))
+        return iter([p for p in scanner.offsets if p[:n] == self._under])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def toml_positions(text: str) -> Positions:
+    """Every key's and array element's position (a key of a table, of an inline table, an array's element),
+    each inline value scanned when a path inside it is first asked."""
     scanner = _TomlScanner(text)
     try:
         scanner.scan()
@@ -316,7 +409,6 @@ def toml_line_starts(text: str) -> list[int]:
 # A `[[kernels]]` header at a line's start: where it can stand only as a header (no multi-line string holds
 # it; a value never starts with a bare word), the line-up of the kernels' tables.
 _KERNELS_HEADER = re.compile(r"^[ \t]*(\[\[)[ \t]*kernels[ \t]*\]\]", re.M)
-_MULTILINE_QUOTES = ('"""', "'''")
 
 
 def toml_kernel_tables(text: str, kernels: int) -> list[int] | None:
