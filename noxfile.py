@@ -55,6 +55,14 @@ def diff(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+def grid_grouped(session: nox.Session) -> None:
+    """The grouped Triton design vs triton.compile on its seeded grid (tests/grids/grouped_triton.py): compiles
+    what tests/data/grid_grouped_triton.jsonl lacks and rewrites it; CI replays it (tests/grouped/test_grid.py)."""
+    session.run("python", "tests/grids/grouped_triton.py", *session.posargs,
+                env={"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
+
+
+@nox.session(python=False)
 def grid_mgpu(session: nox.Session) -> None:
     """Check vs the Mosaic GPU lowering for CUDA, re-recording tests/data/grid_mgpu.json (tests/grids/mgpu.py;
     needs jax's jax-cuda12 plugin/pjrt wheels, never CI's; CI replays the record in tests/test_grid_mgpu.py)."""

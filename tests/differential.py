@@ -58,6 +58,7 @@ import random
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -332,17 +333,17 @@ def _compile_in_worker(job: tuple[dict, str]) -> dict:
 
 
 def run_grid(n: int = GRID_SPECS, seed: int = GRID_SEED, path: Path = RECORD, archs: tuple[str, ...] = ARCHS,
-             jobs: int = 1) -> int:
-    """Compile every (spec, arch) of the grid that the record lacks at the depth check resolves today
-    (`jobs` worker processes at a time), appending each verdict as it comes (a crash loses nothing; a
-    re-run resumes), then rewrite the record in grid order without stale entries and print the per-arch
-    summaries."""
+             jobs: int = 1, make: Callable[[int, int, str], list[dict]] = grid) -> int:
+    """Compile every (spec, arch) of the grid (`make(n, seed, arch)`: this file's `grid`, or another kind's:
+    tests/grids/grouped_triton.py) that the record lacks at the depth check resolves today (`jobs` worker
+    processes at a time), appending each verdict as it comes (a crash loses nothing; a re-run resumes), then
+    rewrite the record in grid order without stale entries and print the per-arch summaries."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     path.parent.mkdir(parents=True, exist_ok=True)
     have = {case_key(r["spec"], r["arch"], r["num_stages"]): r for r in load_records(path)}
     order = [(case_key(spec, arch, check_case(spec, arch).num_stages), spec, arch)
-             for arch in archs for spec in grid(n, seed, arch)]
+             for arch in archs for spec in make(n, seed, arch)]
     todo = {key: (spec, arch) for key, spec, arch in order if key not in have}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         running = {pool.submit(_compile_in_worker, job): key for key, job in todo.items()}
@@ -364,12 +365,12 @@ def run_grid(n: int = GRID_SPECS, seed: int = GRID_SEED, path: Path = RECORD, ar
     return status
 
 
-def live(n: int, seed: int = GRID_SEED) -> int:
-    """Compile the first n specs of each arch's grid now and compare with check (the CI sample)."""
+def live(n: int, seed: int = GRID_SEED, make: Callable[[int, int, str], list[dict]] = grid) -> int:
+    """Compile the first n specs of each arch's grid (`make`'s) now and compare with check (the CI sample)."""
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="specgen-diff-"))
-    cases = [run_case(spec, arch, folder) for arch in ARCHS for spec in grid(n, seed, arch)]
+    cases = [run_case(spec, arch, folder) for arch in ARCHS for spec in make(n, seed, arch)]
     for c in cases:
         print(json.dumps({"case": vars(c)}), flush=True)
     summary = compare(cases)
