@@ -54,11 +54,37 @@ def group_sizes(dist: str, experts: int, rows: int, seed: int = 37) -> list[int]
     return sizes
 
 
+def time_ragged_k(fn, kernel: str, name: str, dist: str, sizes: list[int], n: int, k: int, gen: torch.Generator,
+                  rounds: int) -> dict:
+    """One weight-gradient row: ours against torch._grouped_mm's 2-D x 2-D form on the same tensors, paired."""
+    m = sum(sizes)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen) / math.sqrt(max(max(sizes), 1))
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    out = torch.empty(len(sizes), k, n, device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        return fn(x.t(), dy, offs, out=out)
+
+    def peer():
+        return torch._grouped_mm(x.t(), dy, offs=offs)
+
+    err = (ours().float() - peer().float()).abs().max().item()
+    cycle = kernel_cycle({"ours": ours, "ours again": ours, "peer": peer}, rounds)
+    s = {kk: v["samples"] for kk, v in cycle.items()}
+    speed, aa = paired(s["ours"], s["peer"]), paired(s["ours"], s["ours again"])
+    print(f"| {kernel} | {name} (wgrad) | {dist} | {speed.ours_us:.1f} | {speed.peer_us:.1f} | {speed.ratio:.3f} "
+          f"({speed.ratio_lo:.3f}-{speed.ratio_hi:.3f}) | {aa.ratio:.3f} | {err:.3g} |", flush=True)
+    return {"kernel": kernel, "workload": f"{name} (wgrad)", "dist": dist, "sizes": sizes, "n": n, "k": k,
+            "ours_us": speed.ours_us, "peer_us": speed.peer_us, "ratio": speed.ratio, "ratio_lo": speed.ratio_lo,
+            "ratio_hi": speed.ratio_hi, "aa": aa.ratio, "max_err": err, "kernels": {kk: v["kernels"] for kk, v in cycle.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/gpu"))
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--kernels", default="moe_bf16,moe_up_bias_silu_bf16")
+    ap.add_argument("--kernels", default="moe_bf16,moe_up_bias_silu_bf16,moe_wgrad_bf16")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--dists", default="even,skewed")
     args = ap.parse_args()
@@ -67,14 +93,21 @@ def main() -> None:
     print("| kernel | workload | sizes | ours us | peer us | peer / ours (interval) | A/A | max err |")
     print("|---|---|---|---|---|---|---|---|")
     for kernel in args.kernels.split(","):
-        fn = getattr(importlib.import_module(f"generated.{args.backend}.{kernel}"), kernel)
+        module = importlib.import_module(f"generated.{args.backend}.{kernel}")
+        fn = getattr(module, kernel)
         params = list(inspect.signature(fn).parameters)
         fused = "bias" in params
+        ragged_k = module.METADATA["groups"].get("ragged") == "k"
         for name, experts, rows, n, k in WORKLOADS:
+            if ragged_k and name == "decode":
+                continue  # a weight gradient is a training step's: no decode
             for dist in args.dists.split(","):
                 sizes = group_sizes(dist, experts, rows)
                 m = sum(sizes)
                 gen = torch.Generator(device="cuda").manual_seed(hash((kernel, name, dist)) % 2**31)
+                if ragged_k:  # the layer's weight gradient: x (rows, K) passed as x.t(), dy (rows, N), out (G, K, N)
+                    rows_out.append(time_ragged_k(fn, kernel, name, dist, sizes, n, k, gen, args.rounds))
+                    continue
                 a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
                 w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16, generator=gen) / math.sqrt(k)
                 b = w.transpose(-2, -1)  # (G, K, N), K-major: how torch._grouped_mm callers pass the weight

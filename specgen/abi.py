@@ -127,13 +127,15 @@ class HostOperand:
 
 
 def bind_operands(operands: Sequence[tuple[Arg, Sequence[str], str, str]], output: tuple[Arg, Sequence[str], str, str],
-                  *, fast_by_shape: Sequence[str] = ()) -> tuple[tuple[HostOperand, ...], HostOperand]:
+                  *, fast_by_shape: Sequence[str] = (), bound: Mapping[str, str] | None = None,
+                  ) -> tuple[tuple[HostOperand, ...], HostOperand]:
     """The host records of a kind's tensor operands and output, each given as (arg, dims as symbols,
     contiguous symbol, short name: strides `s<short>`, address `p<short>`). The first operand to have a
     symbol binds it; a later one binds `<symbol>_<name>` and is checked against the first position. The
     fast path compares the later `fast_by_shape` symbols by shape instead of binding them. The output binds
-    nothing: every symbol of its shape is bound by an operand (its `first` says where)."""
-    first: dict[str, str] = {}
+    nothing: every symbol of its shape is bound by an operand (its `first` says where), or by another argument
+    (`bound`: symbol -> where, "offs.shape[0]": a ragged-K kernel's group count, which no operand holds)."""
+    first: dict[str, str] = dict(bound or {})
     records = []
     for arg, dims, contiguous, short in operands:
         extents = []

@@ -25,6 +25,16 @@ def group_index(kernel: str, name: str, t: object, groups: int, device: int, wha
     return _fresh(t) if groups and (t.stride(0) != 1 or t.data_ptr() % ALIGN) else t
 
 
+def group_count(kernel: str, name: str, t: object) -> int:
+    """A ragged-K kernel's group count: the length of its group index (no operand holds G), which must be a
+    vector (`group_index` checks the rest)."""
+    if not isinstance(t, torch.Tensor):
+        raise _fail(kernel, name, f"must be a torch.Tensor, got {type(t).__name__}", TypeError)
+    if t.dim() != 1:
+        raise _fail(kernel, name, f"must be a vector (G,), one value per group; got shape {tuple(t.shape)}")
+    return t.shape[0]
+
+
 def group_rows(kernel: str, name: str, t: object, dtype: torch.dtype, groups: int, n: int, device: int) -> torch.Tensor:
     """An operand indexed by group, (G, N): row g serves group g (a bias per expert). Returned as it is, or as a
     contiguous copy where strided or misaligned."""

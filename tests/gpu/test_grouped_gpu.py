@@ -104,3 +104,44 @@ def test_cuda_graph_replays_new_group_sizes() -> None:
         graph.replay()
         torch.cuda.synchronize()
         _check(out, _reference(a, b, offs, bias), f"replay with sizes {new}")
+
+
+@pytest.mark.parametrize("case", ["even", "first_middle_last_empty", "all_empty", "one_holds_all", "odd", "many_tiny"])
+def test_ragged_k_weight_gradient_against_float64_and_grouped_mm(case: str) -> None:
+    """moe_wgrad_bf16 (groups along K): out[g] = x[rows of g].T @ dy[rows of g], every out[g] written (an empty
+    group's zeros) over a NaN-poisoned out; K rows past the last group never read; torch._grouped_mm's 2-D x 2-D
+    form agrees."""
+    mod = importlib.import_module("generated.triton.moe_wgrad_bf16")
+    sizes = SIZES[case]
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    rows = sum(sizes) + TAIL
+    x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16, generator=gen) / max(max(sizes), 1) ** 0.5
+    dy = torch.randn(rows, N, device="cuda", dtype=torch.bfloat16, generator=gen)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    out = torch.full((len(sizes), K, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    mod.moe_wgrad_bf16(x.t(), dy, offs, out=out)
+    want = torch.zeros(len(sizes), K, N, device="cuda", dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        want[g] = x[start:end].double().t() @ dy[start:end].double()
+        start = end
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
+    peer = torch._grouped_mm(x.t(), dy, offs=offs)
+    torch.testing.assert_close(out.float(), peer.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_ragged_k_cuda_graph_replays_new_group_sizes() -> None:
+    mod = importlib.import_module("generated.triton.moe_wgrad_bf16")
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    x = torch.randn(512, K, device="cuda", dtype=torch.bfloat16, generator=gen) / 16
+    dy = torch.randn(512, N, device="cuda", dtype=torch.bfloat16, generator=gen)
+    offs = torch.tensor([100, 100, 300, 512], device="cuda", dtype=torch.int32)
+    mod.moe_wgrad_bf16(x.t(), dy, offs)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mod.moe_wgrad_bf16(x.t(), dy, offs)
+    for ends in ([512, 512, 512, 512], [0, 0, 0, 7], [1, 200, 201, 480]):
+        offs.copy_(torch.tensor(ends, device="cuda", dtype=torch.int32))
+        graph.replay()
+        torch.testing.assert_close(out.float(), torch._grouped_mm(x.t(), dy, offs=offs).float(), rtol=2e-2, atol=2e-2)

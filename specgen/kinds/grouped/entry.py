@@ -22,13 +22,18 @@ INDEX_ARGS: dict[str, tuple[str, str]] = {
 
 
 class GroupedHostOperands:
-    """A plan's operands as its host template reads them: A (M, K) and B (G, K, N), M every group's rows, and out
-    (M, N), from the plan's `a`, `b`, `out` (specgen.abi.Arg) and `a_major`, `b_major` fields."""
+    """A plan's operands as its host template reads them, from the plan's `a`, `b`, `out`, `index` (specgen.abi.Arg)
+    and `a_major`, `b_major`, `ragged_k` fields: ragged M, A (M, K) and B (G, K, N), M every group's rows, and out
+    (M, N); ragged K, A (M, K) and B (K, N), K every group's rows, and out (G, M, N), G the group index's length."""
 
     @property
     def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
-        return bind_operands([(self.a, ("M", "K"), "K" if self.a_major == "k" else "M", "a"),  # type: ignore[attr-defined]
-                              (self.b, ("G", "K", "N"), "K" if self.b_major == "k" else "N", "b")],  # type: ignore[attr-defined]
+        a_contiguous = "K" if self.a_major == "k" else "M"  # type: ignore[attr-defined]
+        b_contiguous = "K" if self.b_major == "k" else "N"  # type: ignore[attr-defined]
+        if self.ragged_k:  # type: ignore[attr-defined]
+            return bind_operands([(self.a, ("M", "K"), a_contiguous, "a"), (self.b, ("K", "N"), b_contiguous, "b")],  # type: ignore[attr-defined]
+                                 (self.out, ("G", "M", "N"), "N", "o"), bound={"G": f"{self.index.name}.shape[0]"})  # type: ignore[attr-defined]
+        return bind_operands([(self.a, ("M", "K"), a_contiguous, "a"), (self.b, ("G", "K", "N"), b_contiguous, "b")],  # type: ignore[attr-defined]
                              (self.out, ("M", "N"), "N", "o"))  # type: ignore[attr-defined]
 
     @property

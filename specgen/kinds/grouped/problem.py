@@ -4,7 +4,11 @@ A shape is (G, M, N, K, distribution): G groups (experts) of M rows each on aver
 each group's (K, N) weight. The distribution says how the rows fall into groups, from a seed, never only even
 splits: `even` (M each), `skewed` (Dirichlet(0.3) proportions, as routers skew), `empty` (every fourth group
 empty, the others even). `--shapes` reads `GxMxNxK` or `GxMxNxK:skewed`. The work is 2 x rows x N x K; the peer
-is torch._grouped_mm (then the epilogue in eager torch), imported only when a GPU call needs it."""
+is torch._grouped_mm (then the epilogue in eager torch), imported only when a GPU call needs it.
+
+A ragged-K spec (`groups.ragged = "k"`) reads the same shape as the layer's weight gradient: each group's rows are
+its K run, A the layer's input passed transposed (K, rows), B the output gradient (rows, N), out (G, K, N): the
+kernel's own M is the layer's K and its K every group's rows (what its variants' bounds compare)."""
 
 from __future__ import annotations
 
@@ -93,9 +97,10 @@ def group_sizes(shape: Shape, seed: int = 0) -> list[int]:
 
 def slot_for(spec: GroupedSpec, target: object, shape: Shape) -> int | None:
     """The variant the launcher would pick by total rows, N and K (the Triton design renders none yet)."""
+    m, k = (shape.k, shape.rows) if spec.groups.ragged == "k" else (shape.rows, shape.k)  # the launcher's M and K
     for i, v in enumerate(spec.variants_on(target)):
         w = v.when
-        if all(b is None or d <= b for b, d in ((w.m_max, shape.rows), (w.n_max, shape.n), (w.k_max, shape.k))):
+        if all(b is None or d <= b for b, d in ((w.m_max, m), (w.n_max, shape.n), (w.k_max, k))):
             return i
     return None
 
@@ -117,7 +122,10 @@ def bytes_moved(spec: GroupedSpec, shape: Shape) -> int:
     """A, every group's weight, the output and the epilogue's tensors, each once, in their dtypes (a decode shape
     reads all G weights for a few rows: the weights dominate)."""
     rows, n, k, g = shape.rows, shape.n, shape.k, shape.g
-    total = rows * k * spec.a.dtype.bytes + g * k * n * spec.b.dtype.bytes + rows * n * spec.out.dtype.bytes + 4 * g
+    if spec.groups.ragged == "k":  # A (K, rows), B (rows, N), out (G, K, N)
+        total = rows * k * spec.a.dtype.bytes + rows * n * spec.b.dtype.bytes + g * k * n * spec.out.dtype.bytes + 4 * g
+    else:
+        total = rows * k * spec.a.dtype.bytes + g * k * n * spec.b.dtype.bytes + rows * n * spec.out.dtype.bytes + 4 * g
     for arg in spec.runtime_args():
         if arg.shape == "group_n":
             total += g * n * arg.dtype.bytes
@@ -152,9 +160,14 @@ def inputs(spec: GroupedSpec, shape: Shape, seed: int = 0) -> tuple[Any, ...]:
     def randn(*dims: int, dtype: DType) -> Any:
         return torch.randn(*dims, generator=gen, device="cuda").to(getattr(torch, dtype.info.torch))
 
-    a = randn(s.rows, s.k, dtype=spec.a.dtype) / s.k**0.5
-    b = randn(s.g, s.n, s.k, dtype=spec.b.dtype).transpose(-1, -2) if spec.b.major == "k" else randn(
-        s.g, s.k, s.n, dtype=spec.b.dtype)
+    if spec.groups.ragged == "k":  # the weight gradient: A = x.T (K, rows), B = dy (rows, N), in the spec's majors
+        a = (randn(s.rows, s.k, dtype=spec.a.dtype).t() if spec.a.major == "mn" else
+             randn(s.k, s.rows, dtype=spec.a.dtype)) / s.m**0.5
+        b = randn(s.n, s.rows, dtype=spec.b.dtype).t() if spec.b.major == "k" else randn(s.rows, s.n, dtype=spec.b.dtype)
+    else:
+        a = randn(s.rows, s.k, dtype=spec.a.dtype) / s.k**0.5
+        b = randn(s.g, s.n, s.k, dtype=spec.b.dtype).transpose(-1, -2) if spec.b.major == "k" else randn(
+            s.g, s.k, s.n, dtype=spec.b.dtype)
     sizes = torch.tensor(group_sizes(s, seed), dtype=torch.int32, device="cuda")
     index = sizes.cumsum(0, dtype=torch.int32) if spec.groups.index == "offs" else sizes
     args: list[Any] = []
@@ -180,12 +193,16 @@ def peer_call(spec: GroupedSpec, target: Target, args: tuple[Any, ...]) -> Any:
 
     a, b, index, *rest = args
     offs = index if spec.groups.index == "offs" else index.cumsum(0, dtype=torch.int32)
-    # each row's group (rows past the last group take the last one's: the peer leaves them as it likes)
-    rows = torch.arange(a.shape[0], device=a.device, dtype=torch.int32)
-    group = torch.searchsorted(offs, rows, right=True).clamp_(max=max(len(offs) - 1, 0))
     env: dict[str, Any] = {}
-    for arg, value in zip(spec.runtime_args(), rest, strict=True):
-        env[arg.name] = value[group] if arg.shape == "group_n" else value
+    if spec.groups.ragged == "k":  # out (G, M, N): a per-group operand broadcasts over each out[g]'s rows
+        for arg, value in zip(spec.runtime_args(), rest, strict=True):
+            env[arg.name] = value[:, None, :] if arg.shape == "group_n" else value
+    else:
+        # each row's group (rows past the last group take the last one's: the peer leaves them as it likes)
+        rows = torch.arange(a.shape[0], device=a.device, dtype=torch.int32)
+        group = torch.searchsorted(offs, rows, right=True).clamp_(max=max(len(offs) - 1, 0))
+        for arg, value in zip(spec.runtime_args(), rest, strict=True):
+            env[arg.name] = value[group] if arg.shape == "group_n" else value
     acts = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid,
             "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 

@@ -28,9 +28,10 @@ def ragged_rows_contiguous(ctx: RuleContext) -> Iterator[Finding]:
     on a 16-byte boundary (torch's grouped GEMM asserts `delta % (16 / element size) == 0` on the device,
     pytorch aten/src/ATen/native/cuda/GroupMMCommon.cuh; TMA needs 16-byte aligned boxes, cuTensorMapEncodeTiled),
     and group sizes live on the device, where no host guard can read them without a sync. K-major A (the MoE
-    forward's layout, torch's row-major `mat_a`) has no such condition."""
+    forward's layout, torch's row-major `mat_a`) has no such condition. A ragged-K kernel's groups run along K
+    instead: its A takes either major (the weight gradient's is M-major)."""
     a = ctx.spec.a
-    if a.major == "mn":
+    if a.major == "mn" and ctx.spec.groups.ragged == "m":
         per = max(1, 16 // a.dtype.bytes)
         yield Finding("GRP001", "error", f"A is M-major: the ragged rows would be contiguous, so every group's rows "
                       f"would have to start on a 16-byte boundary (a multiple of {per} {a.dtype} rows), which only the "

@@ -13,6 +13,14 @@ jax.lax.ragged_dot does; the kernels read it there, never the host. Rows past th
 A JAX entry is functional, so `"untouched"` there means: the kernel writes no value of its own past the last
 group, and the result holds the `out` array the caller passes (aliased to the result) in those rows, or
 unspecified values (whatever the fresh output buffer held) where the caller passes none.
+
+`groups.ragged = "k"` is the other grouping, the weight gradient's (torch._grouped_mm's 2-D x 2-D form):
+
+    for each group g with K rows [start_g, end_g):   out[g] = epilogue(A[:, start_g:end_g] @ B[start_g:end_g])
+
+A is (M, total_K) (M-major: an MoE layer's (tokens, H) input passed transposed), B is (total_K, N) (N-major: the
+output gradient (tokens, I) as it is), out is (G, M, N); an empty group's out[g] is the epilogue of zeros. Every
+output row is written: `groups.tail` is the ragged-M kernels' and must stay "untouched".
 """
 
 from __future__ import annotations
@@ -59,6 +67,9 @@ class Groups(Strict):
 
     index: Literal["offs", "sizes"] = "offs"
     tail: Literal["untouched", "zero"] = "untouched"
+    # The ragged dimension: "m" (the forward and input gradient: each group its rows of A and out) or "k" (the
+    # weight gradient: each group its K rows of A^T and B, out (G, M, N)).
+    ragged: Literal["m", "k"] = "m"
 
 
 class GroupedLayer(ConfigLayer):
@@ -120,6 +131,14 @@ class GroupedSpec(LayeredSpec):
             if str(t) not in SERVED_TARGETS:
                 raise ValueError(f"target '{t}': no grouped design serves it yet (the grouped designs serve "
                                  f"{', '.join(SERVED_TARGETS)})")
+        if self.groups.ragged == "k":
+            if self.groups.tail != "untouched":
+                raise ValueError("groups.tail = 'zero' is for ragged M (rows past the last group): a ragged-K kernel "
+                                 "writes every row of out (G, M, N); drop groups.tail")
+            for i, op in enumerate(self.epilogue):
+                if op.op == "scale" and op.by == "row":
+                    raise ValueError(f"epilogue[{i}]: scale by = 'row' scales a routed row of a ragged-M kernel; a "
+                                     "ragged-K kernel's rows are out[g]'s M, no routed rows (use by = 'scalar')")
         for i, op in enumerate(self.epilogue):
             if op.op == "scale" and op.by not in ROW_SCALES:
                 raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "

@@ -1,4 +1,4 @@
-"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201) and the dense Pallas TPU
+"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP203) and the dense Pallas TPU
 design's that it lists (DT003, VMEM001 over the grouped VMEM model, PAL001-PAL003: the same rules, concerning both
 kinds), in tests/test_rules.py's case form (rule, target, spec overrides, expected) over a grouped TPU spec; and
 the VMEM model's figures, the options section, the design's place in the registry and the rule table."""
@@ -34,6 +34,9 @@ RULE = {r.id: r for r in RULES}
 # bias row adds 2 x 32 B x 2048 lanes.
 BIG = tile(2048, 2048, 1024)
 CASES: list[tuple[str, str, dict, object]] = [
+    ("GRP203", "pallas:tpu_v5e", {}, None),
+    ("GRP203", "pallas:tpu_v5e", {"groups": {"ragged": "k"}},
+     ("error", ["groups.ragged = 'k': the pallas:tpu_v5e grouped kernel groups rows (ragged M) only"], ("groups", "ragged"))),
     ("GRP201", "pallas:tpu_v5e", {"accumulator": "f32"}, None),
     ("GRP201", "pallas:tpu_v6e", {"accumulator": "f16", "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch "
@@ -93,8 +96,8 @@ def test_every_rule_of_the_design_has_both_sides():
     ids = {r.id for r in rules.RULES}
     assert {c[0] for c in CASES if c[3] is None} == {c[0] for c in CASES if c[3] is not None} == ids
     # the dense rules are the same Rule objects, now concerning both kinds
-    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201"})
-    assert RULE["GRP201"].kinds == ("grouped",)
+    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP203"})
+    assert RULE["GRP201"].kinds == RULE["GRP203"].kinds == ("grouped",)
 
 
 def test_the_design_serves_the_tpu_targets_only():

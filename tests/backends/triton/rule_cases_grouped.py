@@ -1,5 +1,5 @@
 """Boundary cases of the grouped kind's rules (specgen/kinds/grouped/rules.py: GRP001-GRP003, and the GEMM's
-rules it shares, on a grouped spec) and of its Triton design's own (designs/triton/rules.py: GRP101), in
+rules it shares, on a grouped spec) and of its Triton design's own (designs/triton/rules.py: GRP101, GRP103), in
 tests/test_rules.py's form (rule, target, spec overrides, expected), which that file collects."""
 
 from __future__ import annotations
@@ -15,6 +15,14 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["A is M-major", "a multiple of 8 bf16 rows"], ("a", "major"))),
     ("GRP001", "triton:sm100", {**G, "a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}},
      ("error", ["a multiple of 4 f32 rows"], ("a", "major"))),
+    ("GRP001", "triton:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "groups": {"ragged": "k"}}, None),  # groups along K
+    # GRP103: the ragged-K kernel loads through masked pointers (tma a note) and computes its tiles unswapped
+    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": False}}, None),
+    ("GRP103", "triton:sm90", {**G, "triton": {"swap_ab": True}}, None),  # ragged M: swapped decode tiles render
+    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": True}},
+     ("note", ["triton.tma does not apply to groups.ragged = 'k'"], ("triton", "tma"))),
+    ("GRP103", "triton:sm100", {**G, "groups": {"ragged": "k"}, "triton": {"tma": False, "swap_ab": True}},
+     ("error", ["triton.swap_ab with groups.ragged = 'k'"], ("triton", "swap_ab"))),
     # GRP002: always persistent (a warning where the spec says otherwise); no split-K
     ("GRP002", "triton:sm90", {**G, "schedule": {"persistent": True, "raster": "along_n"}}, None),
     ("GRP002", "triton:sm90", {**G, "schedule": {"persistent": False}},

@@ -60,3 +60,17 @@ FORMS: dict[str, dict] = {s["name"]: s for s in (
 
 # The guard tests' kernel (guards.py): offs, a per-group f16 bias and a per-row scale named `router`.
 GUARD_SPEC = spec("g_guards", epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row", "name": "router"}])
+
+# Ragged K (the weight gradient, groups.ragged = "k"): A (M, K) either major (M-major: an input x passed as x.T),
+# B (K, N) either major, out (G, M, N); each index format; a per-group bias with the chain after it; an f32 output.
+RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("gk_offs_mn_mn", a={"dtype": "f16", "major": "mn"}, b={"dtype": "f16", "major": "mn"},
+         groups={"index": "offs", "ragged": "k"}, triton={"num_warps": 4, "tma": False}),
+    spec("gk_sizes_k_k", groups={"index": "sizes", "ragged": "k"}, out={"dtype": "f32"}, tile={"m": 16, "n": 32, "k": 16},
+         triton={"num_warps": 4, "tma": False},
+         epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "gelu_tanh"},
+                   {"op": "scale", "by": "scalar", "name": "alpha"}, {"op": "clamp", "min": -3.0, "max": 3.0}]),
+    spec("gk_f32_variant", a={"dtype": "f32", "major": "mn"}, b={"dtype": "f32", "major": "k"}, out={"dtype": "f32"},
+         tile={"m": 16, "n": 16, "k": 8}, groups={"ragged": "k"}, triton={"num_warps": 4, "tma": False},
+         variants=[{"when": {"k_max": 40}, "tile": {"m": 32, "n": 16, "k": 16}}]),
+)}

@@ -127,6 +127,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     a_major: str
     b_major: str
     tail_zero: bool  # groups.tail = "zero": a tile's first visit starts from zeros
+    ragged_k: bool = False  # groups of rows only (GRP203)
     tile_m: int  # the blocks (the module's BLOCK_M, BLOCK_N, BLOCK_K)
     tile_n: int
     tile_k: int

@@ -2,7 +2,7 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator)."""
+PAL003; and its own, GRP201 (the f32 accumulator) and GRP203 (groups of rows only)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def tpu_accumulator(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("GRP201", "error", f"accumulator = {acc}: the {ctx.target} grouped kernel accumulates in an f32 "
                       f"VMEM scratch ({t.m}x{t.n} x {ACC_BYTES} B = {t.m * t.n * ACC_BYTES} B)", 'set accumulator = "f32"',
                       ("accumulator",))
+
+
+
+@OWN.rule("GRP203", "the grouped TPU kernel's groups run along M", target_of(DESIGN))
+def tpu_ragged_m(ctx: RuleContext) -> Iterator[Finding]:
+    """The TPU kernel is megablox's `gmm` (groups of rows: its grid visits each group's row tiles); the weight
+    gradient's grouping along K (megablox's `tgmm`, out (G, M, N)) is not rendered, so a spec asking it is refused
+    rather than given a kernel of the other meaning. The Triton design renders it."""
+    if ctx.spec.groups.ragged == "k":
+        yield Finding("GRP203", "error", f"groups.ragged = 'k': the {ctx.target} grouped kernel groups rows (ragged M) "
+                      "only", "drop this target for the ragged-K kernel (triton:sm90 and triton:sm100 render it)",
+                      ("groups", "ragged"))
 
 
 RULES = [*SHARED, *OWN]

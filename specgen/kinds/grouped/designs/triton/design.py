@@ -90,14 +90,14 @@ class TritonGrouped(GroupedDesign):
         assert gpu is not None
         t = spec.tile
         # an FMA dot reads B N-major: a TMA kernel transposes a K-major f32 B through one tile (the dense design's)
-        scratch = t.k * t.n * 4 if spec.a.dtype == DType.f32 and spec.triton.tma and spec.b.major == "k" else 0
+        scratch = t.k * t.n * 4 if spec.a.dtype == DType.f32 and uses_tma(spec) and spec.b.major == "k" else 0
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, 0, True,
                             extra_bytes=scratch, extra_label="layout scratch",
                             ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """A's and B's boxes where they load by TMA (the output is stored through pointers)."""
-        return tma_boxes(spec)[:2] if spec.triton.tma and target.gpu is not None else ()
+        return tma_boxes(spec)[:2] if uses_tma(spec) and target.gpu is not None else ()
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"{Backend.triton.value}/{spec.name}.py": list(targets)}
@@ -106,7 +106,7 @@ class TritonGrouped(GroupedDesign):
                shared_spec: bool = False) -> dict[str, str]:
         p = plan_grouped(loaded, targets, resolved)
         (rel,) = self.modules(loaded.spec, targets)
-        template = grouped_environment().get_template("triton/grouped.py.jinja")
+        template = grouped_environment().get_template("triton/ragged_k.py.jinja" if p.ragged_k else "triton/grouped.py.jinja")
         schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
         text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
                                op_schema=[*schema, ["out", "Tensor?"]],
@@ -116,6 +116,12 @@ class TritonGrouped(GroupedDesign):
 
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
         return plan_grouped(loaded, targets, resolved)
+
+
+def uses_tma(spec: GroupedSpec) -> bool:
+    """Whether A and B load through TMA descriptors: `triton.tma`, in the ragged-M kernel (the ragged-K kernel's
+    groups end anywhere along K: masked pointer loads, GRP103)."""
+    return spec.triton.tma and spec.groups.ragged == "m"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +136,8 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     a_major: str
     b_major: str
     tail_zero: bool  # groups.tail = "zero": the kernel zeroes the rows past the last group
-    tma: bool  # A and B load through TMA descriptors (triton.tma)
+    ragged_k: bool  # groups.ragged = "k": groups along K, out (G, M, N) (templates/grouped/triton/ragged_k.py.jinja)
+    tma: bool  # A and B load through TMA descriptors (triton.tma, ragged M: `uses_tma`)
     swap: bool  # some config computes its tile transposed (triton.swap_ab): the kernel takes SWAP_AB
     swap_ab: bool  # the default config does
     variants: list[TritonVariant]  # size-selected, in the order the launcher tries them
@@ -162,8 +169,8 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
 
 def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
     spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
-    if spec.a.major != "k":  # check refuses it (GRP001); a render that skipped check must not emit a wrong kernel
-        raise ValueError(f"{spec.name}: the grouped Triton kernel reads A K-major only (GRP001)")
+    if spec.a.major != "k" and spec.groups.ragged == "m":  # check refuses it (GRP001); a render that skipped
+        raise ValueError(f"{spec.name}: the grouped Triton kernel reads A K-major only (GRP001)")  # check must not emit a wrong kernel
     a_dt = spec.a.dtype
     variants = []
     for i, first in enumerate(resolved[str(targets[0])].variants):  # CFG001: the same bounds on every target
@@ -177,19 +184,29 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
             desc_types={f"{side}_desc": _desc_type(vs, side) for side in boxes}))
     swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
+    ragged_k = spec.groups.ragged == "k"
+    if ragged_k:
+        docs = (f"(M, K) {a_dt}, {spec.a.major}-major: every group's K columns, group by group (A^T of a (K, M) input)",
+                f"(K, N) {spec.b.dtype}, {spec.b.major}-major: every group's K rows, group by group",
+                f"(G, M, N) {spec.out.dtype}, row-major: one (M, N) product per group")
+    else:
+        docs = (f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group",
+                f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group",
+                f"(M, N) {spec.out.dtype}, row-major")
     return GroupedTritonPlan(
         **plan_header(loaded),
         kernel_name=f"_{spec.name}_kernel",
-        a=_arg("a", "a", a_dt, f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group"),
-        b=_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        a=_arg("a", "a", a_dt, docs[0]),
+        b=_arg("b", "b", spec.b.dtype, docs[1]),
         index=_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
         index_kind=spec.groups.index,
-        out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
+        out=_arg("out", "out", spec.out.dtype, docs[2]),
         args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
-        tma=spec.triton.tma,
+        ragged_k=ragged_k,
+        tma=uses_tma(spec),
         swap=swap,
         swap_ab=spec.triton.swap_ab,
         variants=variants,
@@ -200,7 +217,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         tile_k=spec.tile.k,
         configs=[_arch_config(resolved[str(t)]) for t in targets],
         spec_json=loaded.spec.model_dump(mode="json"),
-        params=_params(spec, swap),
+        params=_params_ragged_k(spec) if ragged_k else _params(spec, swap),
         steps=_steps(spec),
     )
 
@@ -208,7 +225,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
 def _boxes(spec: GroupedSpec) -> dict[str, list[int]]:
     """A's and B's TMA boxes (none without `triton.tma`): B's descriptor is 3-D, (G, N, K) for a K-major weight,
     (G, K, N) for an N-major one, a box holding one expert's tile."""
-    if not spec.triton.tma:
+    if not uses_tma(spec):
         return {}
     t = spec.tile
     return {"a": [t.m, t.k], "b": [1, t.n, t.k] if spec.b.major == "k" else [1, t.k, t.n]}
@@ -249,6 +266,30 @@ compiled kernel. The launcher's key is those specializations, INDEX_64 and which
     return ps
 
 
+def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
+    """The ragged-K kernel's parameters: masked pointer loads of A (M, K) and B (K, N) in either major (each stride
+    its own: the unit one specializes to 1), out (G, M, N). M and N are the model's (specialized as the JIT does);
+    K, every group's rows, and G never are, so new group sizes and counts reuse the compiled kernel."""
+    ps = [KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
+          for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
+    ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
+    for arg in spec.runtime_args():
+        if arg.shape == "scalar":
+            ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
+        else:
+            ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name", arg.name))
+    ps += [KernelParam(d, "i32", "size", "aligned" if d in ("M", "N") else "none", "name", d) for d in ("M", "N", "K", "G")]
+    ps += [KernelParam("stride_am", "i32", "stride", "aligned", "stride", "sa", -2),
+           KernelParam("stride_ak", "i32", "stride", "aligned", "stride", "sa", -1),
+           KernelParam("stride_bk", "i32", "stride", "aligned", "stride", "sb", -2),
+           KernelParam("stride_bn", "i32", "stride", "aligned", "stride", "sb", -1),
+           KernelParam("stride_og", "i32", "stride", "wide", "stride", "so", 0),
+           KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2)]
+    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c) for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64")]
+    ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
+    return ps
+
+
 def _describe(op: dict) -> str:
     if op["op"] == "bias":
         return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, per group and column"
@@ -277,7 +318,7 @@ def metadata(p: GroupedTritonPlan) -> dict[str, object]:
     """The module's one metadata dict (rendered as METADATA): the keys the dense Triton compile hook reads."""
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"triton:{c.arch}" for c in p.configs]) | {
         "kind": KIND,
-        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"} | ({"ragged": "k"} if p.ragged_k else {}),
         "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": c.smem_breakdown, "acc_registers": c.acc_registers}
                  for c in p.configs},
