@@ -43,7 +43,11 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
     # pallas serves the TPUs only: a Mosaic GPU target is refused when the spec loads, never a traceback in check
     ({"targets": ["pallas:gpu_sm90"]}, "target 'pallas:gpu_sm90': no grouped design serves it yet (the grouped designs "
                                        "serve triton:sm90, triton:sm100, pallas:tpu_v5e"),
-    ({"epilogue": [{"op": "scale", "by": "col"}]}, "scale by = 'col' is not a grouped epilogue op yet"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]},
+     "two epilogue arguments are named 'scale_a'"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "s"}]}, "by = 'rowcol' takes two arguments"),
+    ({"epilogue": [{"op": "bias", "name": "scale_b"}, {"op": "scale", "by": "rowcol"}]},
+     "two epilogue arguments are named 'scale_b'"),
     ({"epilogue": [{"op": "bias", "name": "offs"}]}, "'offs'"),
     ({"epilogue": [{"op": "scale", "by": "row", "name": "group_sizes"}]}, "'group_sizes'"),
     ({"epilogue": [{"op": "bias", "along": "n"}]}, "along"),  # a grouped bias is per group: no `along`
@@ -53,6 +57,14 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 ])
 def test_the_spec_refuses_what_the_kind_does_not_mean(changes, says):
     assert says in refusal(**changes)
+
+
+def test_column_scales_are_per_group():
+    """A column scale is each group's own, (G, N), and fp8 rowwise scaling takes torch._scaled_grouped_mm's pair:
+    scale_a (M,), scale_b (G, N)."""
+    (ls,) = load(epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "col", "name": "w"}])
+    assert [(a.name, a.shape, a.dtype) for a in ls.spec.runtime_args()] == [
+        ("scale_a", "vec_m", "f32"), ("scale_b", "group_n", "f32"), ("w", "group_n", "f32")]
 
 
 def test_check_and_render_a_grouped_spec(tmp_path):

@@ -26,7 +26,7 @@ from specgen.kinds.grouped.designs.pallas import options as pallas_options
 from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
 from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
-from specgen.kinds.grouped.epilogue import ROW_SCALES, GroupedEpilogueOp
+from specgen.kinds.grouped.epilogue import GroupedEpilogueOp
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import RuntimeArg
@@ -39,7 +39,7 @@ from specgen.spec.models import (
     TargetKey,
     TargetName,
 )
-from specgen.spec.names import derived_names
+from specgen.spec.names import check_argument_names
 from specgen.spec.targets import Backend
 from specgen.targets import TARGETS
 
@@ -120,20 +120,8 @@ class GroupedSpec(LayeredSpec):
             if str(t) not in SERVED_TARGETS:
                 raise ValueError(f"target '{t}': no grouped design serves it yet (the grouped designs serve "
                                  f"{', '.join(SERVED_TARGETS)})")
-        for i, op in enumerate(self.epilogue):
-            if op.op == "scale" and op.by not in ROW_SCALES:
-                raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "
-                                 f"scales are per group, (G, N)); use by = {' or '.join(map(repr, ROW_SCALES))}")
-        owner: dict[str, str] = {}
-        for arg in self.runtime_args():
-            if arg.name in OPERANDS:
-                raise ValueError(f"an epilogue argument is named '{arg.name}', which the entry's own argument has; "
-                                 "give the op a `name`")
-            for n in [arg.name, *derived_names(arg.name)]:
-                if n in owner and owner[n] != arg.name:
-                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
-                                     "into the generated kernel; rename one (give its op a `name`)")
-                owner[n] = arg.name
+        check_argument_names((arg.name for arg in self.runtime_args()), OPERANDS,
+                             "an epilogue argument is named '{}', which the entry's own argument has; give the op a `name`")
         return self
 
     def runtime_args(self) -> tuple[RuntimeArg, ...]:
