@@ -177,3 +177,45 @@ def test_a_render_that_skipped_check_refuses_an_m_major_a():
     (ls,) = load(a={"dtype": "f16", "major": "mn"})
     with pytest.raises(ValueError, match="reads A K-major only"):
         render_modules(ls, ls.spec.targets)
+
+
+def test_the_fp8_peer_passes_torchs_own_checks():
+    """bench's fp8 peer is torch._scaled_grouped_mm (no CPU kernel: its meta function checks the call here): B as
+    the transposed (G, N, K) weight, scale_a (M,), scale_b (G, N), a bf16 (M, N) result; an N-major B, which
+    GRP102 refuses on sm90, torch refuses too."""
+    s = GroupedSpec.model_validate(spec("g_fp8_peer", a={"dtype": "fp8_e4m3", "major": "k"},
+                                        b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+                                        tile={"m": 16, "n": 16, "k": 32},
+                                        epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "silu"}]))
+    assert problem.peer_name(s, s.targets[0]) == "torch._scaled_grouped_mm + eager epilogue"
+    m, n, k, g = 40, 32, 64, 3
+    a = torch.empty(m, k, dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty(g, n, k, dtype=torch.float8_e4m3fn, device="meta").transpose(-1, -2)
+    rest = (torch.empty(g, dtype=torch.int32, device="meta"), torch.empty(m, device="meta"), torch.empty(g, n, device="meta"))
+    out = problem.peer_call(s, s.targets[0], (a, b, *rest))()
+    assert (out.shape, out.dtype) == ((m, n), torch.bfloat16)
+    with pytest.raises(RuntimeError, match="mat_b tensor to be column major"):
+        problem.peer_call(s, s.targets[0], (a, b.contiguous(), *rest))()
+    plain = GroupedSpec.model_validate({**s.model_dump(mode="json"), "epilogue": []})
+    assert problem.peer_name(plain, s.targets[0]) == "torch._scaled_grouped_mm"  # scales of ones
+
+
+def test_the_e5m2_peer_and_its_eager_scales_compute_what_the_spec_means_on_the_cpu():
+    """e5m2, which torch._scaled_grouped_mm refuses, goes through torch._grouped_mm on bf16 copies (it runs on the
+    CPU): the leading rowwise scales, then a bias and a per-group column scale in eager torch, against the float64
+    per-group loop within bf16's rounding."""
+    from specgen.kinds.grouped.testing.data import CASES, GroupedProblem
+    from specgen.kinds.grouped.testing.reference import grouped
+
+    s = spec("g_e5m2_peer", a={"dtype": "fp8_e5m2", "major": "k"}, b={"dtype": "fp8_e5m2", "major": "k"},
+             out={"dtype": "bf16"}, tile={"m": 16, "n": 16, "k": 32},
+             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "col"}])
+    model = GroupedSpec.model_validate(s)
+    assert problem.peer_name(model, model.targets[0]) == "torch._grouped_mm on bf16 copies + eager epilogue"
+    p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
+    a, b, _ = p.operands()
+    index = p.index()
+    args = p.epilogue_args()
+    got = problem.peer_call(model, model.targets[0], (a, b, index, *(v for _, v in args)))()
+    want, written = grouped(s, a, b, index, dict(args))
+    torch.testing.assert_close(got.double()[written], want[written], rtol=2e-2, atol=2e-2)
