@@ -101,7 +101,7 @@ class GemmSpec(LayeredSpec):
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:
         check_argument_names((arg.name for arg in self.runtime_args()), ("a", "b", "out"),
-                             "an epilogue argument is named '{}', as an operand is; give the op a `name`")
+                             "two epilogue arguments (or an operand) are named '{}'; give one op a `name`")
         return self
 
     def runtime_args(self) -> tuple[RuntimeArg, ...]:
