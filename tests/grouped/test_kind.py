@@ -142,24 +142,36 @@ def test_64_bit_indexing_starts_where_an_offset_reaches_2_to_the_31():
     assert last_offset(torch.empty((0, 5), device="meta")) == 0
 
 
-def test_the_peer_computes_what_the_spec_means_on_the_cpu():
-    """bench's peer (torch._grouped_mm, then the epilogue in eager torch, the per-group bias gathered to the rows)
+F32 = {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"}, "out": {"dtype": "f32"}}
+# e5m2, which torch._scaled_grouped_mm refuses: torch._grouped_mm on bf16 copies (it runs on the CPU), the leading
+# rowwise scales after it, then a bias and a per-group column scale in eager torch, within bf16's rounding
+E5M2 = {"a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "bf16"},
+        "tile": {"m": 16, "n": 16, "k": 32}}
+PEER_CASES = [
+    (spec(f"g_peer_{index}", **F32, groups={"index": index}, epilogue=[
+        {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "activation", "fn": "silu"}]),
+     "torch._grouped_mm + eager epilogue", 1e-5) for index in ("offs", "sizes")
+] + [(spec("g_peer_e5m2", **E5M2, epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"},
+                                            {"op": "scale", "by": "col"}]),
+      "torch._grouped_mm on bf16 copies + eager epilogue", 2e-2)]
+
+
+@pytest.mark.parametrize(("s", "name", "tol"), PEER_CASES, ids=[c[0]["name"] for c in PEER_CASES])
+def test_the_peer_computes_what_the_spec_means_on_the_cpu(s, name, tol):
+    """bench's peer (torch._grouped_mm, then the epilogue in eager torch, a per-group operand gathered to the rows)
     against the float64 per-group loop, with CPU tensors (its `inputs` are CUDA's)."""
     from specgen.kinds.grouped.testing.data import CASES, GroupedProblem
     from specgen.kinds.grouped.testing.reference import grouped
 
-    for index in ("offs", "sizes"):
-        s = spec(f"g_peer_{index}", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
-                 out={"dtype": "f32"}, groups={"index": index},
-                 epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "activation", "fn": "silu"}])
-        model = GroupedSpec.model_validate(s)
-        p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
-        a, b, _ = p.operands()
-        index_t = p.index()
-        args = p.epilogue_args()
-        got = problem.peer_call(model, model.targets[0], (a, b, index_t, *(v for _, v in args)))()
-        want, written = grouped(s, a, b, index_t, dict(args))
-        torch.testing.assert_close(got.double()[written], want[written], rtol=1e-5, atol=1e-5)
+    model = GroupedSpec.model_validate(s)
+    assert problem.peer_name(model, model.targets[0]) == name
+    p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
+    a, b, _ = p.operands()
+    index = p.index()
+    args = p.epilogue_args()
+    got = problem.peer_call(model, model.targets[0], (a, b, index, *(v for _, v in args)))()
+    want, written = grouped(s, a, b, index, dict(args))
+    torch.testing.assert_close(got.double()[written], want[written], rtol=tol, atol=tol)
 
 
 def test_size_variants_render_on_triton_and_are_refused_on_the_tpu():
@@ -198,24 +210,3 @@ def test_the_fp8_peer_passes_torchs_own_checks():
         problem.peer_call(s, s.targets[0], (a, b.contiguous(), *rest))()
     plain = GroupedSpec.model_validate({**s.model_dump(mode="json"), "epilogue": []})
     assert problem.peer_name(plain, s.targets[0]) == "torch._scaled_grouped_mm"  # scales of ones
-
-
-def test_the_e5m2_peer_and_its_eager_scales_compute_what_the_spec_means_on_the_cpu():
-    """e5m2, which torch._scaled_grouped_mm refuses, goes through torch._grouped_mm on bf16 copies (it runs on the
-    CPU): the leading rowwise scales, then a bias and a per-group column scale in eager torch, against the float64
-    per-group loop within bf16's rounding."""
-    from specgen.kinds.grouped.testing.data import CASES, GroupedProblem
-    from specgen.kinds.grouped.testing.reference import grouped
-
-    s = spec("g_e5m2_peer", a={"dtype": "fp8_e5m2", "major": "k"}, b={"dtype": "fp8_e5m2", "major": "k"},
-             out={"dtype": "bf16"}, tile={"m": 16, "n": 16, "k": 32},
-             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "col"}])
-    model = GroupedSpec.model_validate(s)
-    assert problem.peer_name(model, model.targets[0]) == "torch._grouped_mm on bf16 copies + eager epilogue"
-    p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
-    a, b, _ = p.operands()
-    index = p.index()
-    args = p.epilogue_args()
-    got = problem.peer_call(model, model.targets[0], (a, b, index, *(v for _, v in args)))()
-    want, written = grouped(s, a, b, index, dict(args))
-    torch.testing.assert_close(got.double()[written], want[written], rtol=2e-2, atol=2e-2)

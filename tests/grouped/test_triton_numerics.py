@@ -124,19 +124,22 @@ def test_a_malformed_index_never_writes_outside_out(load_kernel, index):
     assert storage[:BAND].isnan().all() and storage[-BAND:].isnan().all()
 
 
-def test_the_tolerance_sees_the_group_bias(load_kernel):
-    """Bias rows are per group: the reference with each group given its neighbour's bias row fails the tolerance
-    (so a kernel indexing the bias by the wrong group would fail the numerics)."""
+@pytest.mark.parametrize(("form", "name"), [("g_offs_zero_kmn", "bias"), ("g_fp8_rowcol", "scale_b"),
+                                           ("g_fp8_rowcol", "scale_a")])
+def test_the_tolerance_sees_per_group_and_per_row_operands(load_kernel, form, name):
+    """Bias rows and fp8's scale_b rows are per group, scale_a's values per row: the reference with each group
+    given its neighbour's row (or each row its neighbour's scale) fails the tolerance that the kernel meets (so a
+    kernel indexing them by the wrong group or row would fail the numerics)."""
     from specgen.kinds.grouped.testing.reference import grouped
 
-    s = FORMS["g_offs_zero_kmn"]
+    s = FORMS[form]
     problem = GroupedProblem(s, CASES["ragged"], "mutant")
     a, b, _ = problem.operands()
     index = problem.index()
     args = dict(problem.epilogue_args())
     got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
     want, written = grouped(s, a, b, index, args)
-    shifted, _ = grouped(s, a, b, index, {**args, "bias": args["bias"].roll(1, 0)})
+    shifted, _ = grouped(s, a, b, index, {**args, name: args[name].roll(1, 0)})
     torch.testing.assert_close(got[written], want[written], **tolerance(s))
     assert not torch.allclose(got[written], shifted[written], **tolerance(s))
 
@@ -158,24 +161,6 @@ def test_legal_odd_layouts_are_staged_and_give_the_same_result(load_kernel):
     assert misaligned_a.data_ptr() % 16 and strided_offs.stride(0) == 2
     column_bias = bias.t().contiguous().t()
     assert torch.equal(fn(misaligned_a, b, strided_offs, column_bias), plain)
-
-
-def test_fp8_scales_are_per_row_and_per_group_column(load_kernel):
-    """The fp8 kernel's scale_a is per row and scale_b per group and column: the reference given scale_b's rows
-    rolled by one group, or scale_a rolled by one row, fails the tolerance that the kernel meets."""
-    from specgen.kinds.grouped.testing.reference import grouped
-
-    s = FORMS["g_fp8_rowcol"]
-    problem = GroupedProblem(s, CASES["ragged"], "fp8_mutant")
-    a, b, _ = problem.operands()
-    index = problem.index()
-    args = dict(problem.epilogue_args())
-    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
-    want, written = grouped(s, a, b, index, args)
-    torch.testing.assert_close(got[written], want[written], **tolerance(s))
-    for name, shift in (("scale_b", 0), ("scale_a", 0)):
-        wrong, _ = grouped(s, a, b, index, {**args, name: args[name].roll(1, shift)})
-        assert not torch.allclose(got[written], wrong[written], **tolerance(s)), name
 
 
 def test_fp8_scales_in_odd_layouts_are_staged(load_kernel):
