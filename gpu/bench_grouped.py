@@ -4,7 +4,9 @@ the peer's in one rotation, L2 flushed before each), with the A/A row (ours agai
 Group sizes come from declared distributions: `even` (every expert the same rows), `skewed` (Dirichlet(0.3)
 shares of the same total, seeded), `empty` (a quarter of the experts get no rows, the rest even). The plain
 kernel (`moe_bf16`) is timed against plain torch._grouped_mm; the fused one (`moe_up_bias_silu_bf16`) against
-torch._grouped_mm followed by the same bias and SiLU in eager torch (what a model runs without it).
+torch._grouped_mm followed by the same bias and SiLU in eager torch (what a model runs without it); the fp8 one
+(`moe_fp8_rowwise`: e4m3 A and B, scale_a per row, scale_b per expert and column, bf16 out) against
+torch._scaled_grouped_mm on the same tensors (B the transposed (G, N, K) weight, column-major as it requires).
 
     python gpu/bench_grouped.py --out out/gpu        (gpu/run.sh runs it)
 """
@@ -84,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/gpu"))
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--kernels", default="moe_bf16,moe_up_bias_silu_bf16,moe_wgrad_bf16")
+    ap.add_argument("--kernels", default="moe_bf16,moe_up_bias_silu_bf16,moe_fp8_rowwise,moe_wgrad_bf16")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--dists", default="even,skewed")
     args = ap.parse_args()
@@ -96,7 +98,8 @@ def main() -> None:
         module = importlib.import_module(f"generated.{args.backend}.{kernel}")
         fn = getattr(module, kernel)
         params = list(inspect.signature(fn).parameters)
-        fused = "bias" in params
+        fused, fp8 = "bias" in params, "scale_a" in params
+        dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
         ragged_k = module.METADATA["groups"].get("ragged") == "k"
         for name, experts, rows, n, k in WORKLOADS:
             if ragged_k and name == "decode":
@@ -108,20 +111,25 @@ def main() -> None:
                 if ragged_k:  # the layer's weight gradient: x (rows, K) passed as x.t(), dy (rows, N), out (G, K, N)
                     rows_out.append(time_ragged_k(fn, kernel, name, dist, sizes, n, k, gen, args.rounds))
                     continue
-                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-                w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16, generator=gen) / math.sqrt(k)
+                a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+                w = (torch.randn(experts, n, k, device="cuda", generator=gen) / (1 if fp8 else math.sqrt(k))).to(dtype)
                 b = w.transpose(-2, -1)  # (G, K, N), K-major: how torch._grouped_mm callers pass the weight
                 offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
                 bias = torch.randn(experts, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+                # fp8's rowwise scales: one per row of A (M,), one per expert and column of B (G, N)
+                scale_a = torch.rand(m, device="cuda", generator=gen) * 0.5 + 0.5
+                scale_b = (torch.rand(experts, n, device="cuda", generator=gen) * 0.5 + 0.5) / math.sqrt(k)
                 out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                extra = (bias,) if fused else ()
+                extra = (bias,) if fused else (scale_a, scale_b) if fp8 else ()
                 group = torch.repeat_interleave(torch.arange(experts, device="cuda"), torch.tensor(sizes, device="cuda"),
                                                 output_size=m)
 
                 def ours(fn=fn, extra=extra, a=a, b=b, offs=offs, out=out):
                     return fn(a, b, offs, *extra, out=out)
 
-                def peer(a=a, b=b, offs=offs, bias=bias, group=group, fused=fused):
+                def peer(a=a, b=b, offs=offs, bias=bias, group=group, fused=fused, fp8=fp8, sa=scale_a, sb=scale_b):
+                    if fp8:
+                        return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
                     y = torch._grouped_mm(a, b, offs=offs)
                     return torch.nn.functional.silu(y + bias[group]) if fused else y
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Collection, Iterable
 from types import ModuleType
 
 from specgen.kinds.lineup import parts
@@ -70,6 +71,25 @@ def _common(name: str) -> str | None:
 
 def derived_names(name: str) -> list[str]:
     return [pattern.format(name) for pattern in ARG_DERIVED]
+
+
+def check_argument_names(names: Iterable[str], operands: Collection[str], taken: str) -> None:
+    """Refuse (ValueError) an epilogue argument named like one of the entry's `operands` (`taken` says so, with
+    `{}` for the name), two arguments of one name (two ops bringing the same `bias` or `scale_a`), and two whose
+    derived names collide: each kind's spec model runs it over its runtime arguments."""
+    seen: set[str] = set()
+    owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
+    for name in names:
+        if name in operands:
+            raise ValueError(taken.format(name))
+        if name in seen:
+            raise ValueError(f"two epilogue arguments are named '{name}'; give one op a `name`")
+        seen.add(name)
+        for n in [name, *derived_names(name)]:
+            if n in owner and owner[n] != name:
+                raise ValueError(f"epilogue arguments '{owner[n]}' and '{name}' both bring the name '{n}' "
+                                 "into the generated kernel; rename one (give its op a `name`)")
+            owner[n] = name
 
 
 def arg_name_problem(name: str) -> str | None:

@@ -1,7 +1,8 @@
 """The grouped kind's Triton module on the GPU (issue 37): bf16 on real hardware (the CPU interpreter is
 wrong for bf16), against a float64 per-group loop and torch._grouped_mm, on ragged group sizes with the output
-NaN-poisoned first (rows past the last group must stay untouched); and a CUDA graph captured once and replayed
-with new group sizes (the group index is read on the device only).
+NaN-poisoned first (rows past the last group must stay untouched); the fp8 kernel (e4m3, rowwise scales) the
+same way against torch._scaled_grouped_mm; and a CUDA graph captured once and replayed with new group sizes
+(the group index is read on the device only).
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -104,6 +105,71 @@ def test_cuda_graph_replays_new_group_sizes() -> None:
         graph.replay()
         torch.cuda.synchronize()
         _check(out, _reference(a, b, offs, bias), f"replay with sizes {new}")
+
+
+FP8 = "moe_fp8_rowwise"
+K8 = 336  # torch._scaled_grouped_mm wants K (and N) multiples of 16; past whole 128-deep K tiles all the same
+
+
+def _fp8_data(sizes: list[int], gen: torch.Generator):
+    """e4m3 A (M, K) and the (G, N, K) weight passed transposed, scale_a (M,), scale_b (G, N), offs."""
+    g, m = len(sizes), sum(sizes) + TAIL
+    a = torch.randn(m, K8, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    w = torch.randn(g, N, K8, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    scale_a = torch.rand(m, device="cuda", generator=gen) * 0.5 + 0.5
+    scale_b = (torch.rand(g, N, device="cuda", generator=gen) * 0.5 + 0.5) / K8**0.5
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    return a, w.transpose(-2, -1), offs, scale_a, scale_b
+
+
+def _fp8_reference(a, b, offs, scale_a, scale_b) -> torch.Tensor:
+    """torch._scaled_grouped_mm's meaning in float64, group by group; rows past the last group NaN."""
+    out = torch.full((a.shape[0], b.shape[-1]), float("nan"), device="cuda", dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            y = a[start:end].double() @ b[g].double()
+            out[start:end] = y * scale_a[start:end, None].double() * scale_b[g].double()
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("case", list(SIZES))
+def test_fp8_ragged_groups_against_float64_and_scaled_grouped_mm(case: str) -> None:
+    fn = getattr(importlib.import_module(f"generated.triton.{FP8}"), FP8)
+    gen = torch.Generator(device="cuda").manual_seed(39)
+    a, b, offs, scale_a, scale_b = _fp8_data(SIZES[case], gen)
+    out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert fn(a, b, offs, scale_a, scale_b, out=out) is out
+    _check(out, _fp8_reference(a, b, offs, scale_a, scale_b), case)
+    # torch._scaled_grouped_mm on the same tensors (its B column-major, as ours): within two bf16 roundings
+    if sum(SIZES[case]) and hasattr(torch, "_scaled_grouped_mm"):
+        rows = int(offs[-1])
+        peer = torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16)[:rows].float()
+        assert (out[:rows].float() - peer).abs().max().item() <= 3e-2 * (1 + peer.abs().max().item())
+
+
+def test_fp8_cuda_graph_replays_new_group_sizes() -> None:
+    fn = getattr(importlib.import_module(f"generated.triton.{FP8}"), FP8)
+    gen = torch.Generator(device="cuda").manual_seed(40)
+    a, b, offs, scale_a, scale_b = _fp8_data([40, 0, 90, 3], gen)
+    out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn(a, b, offs, scale_a, scale_b, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(a, b, offs, scale_a, scale_b, out=out)
+    for new in ([0, 120, 0, 13], [133, 0, 0, 0], [30, 31, 32, 33]):
+        offs.copy_(torch.tensor(new, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32))
+        scale_a.copy_(torch.rand(scale_a.shape, device="cuda", generator=gen) + 0.5)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(out, _fp8_reference(a, b, offs, scale_a, scale_b), f"fp8 replay with sizes {new}")
 
 
 @pytest.mark.parametrize("case", ["even", "first_middle_last_empty", "all_empty", "one_holds_all", "odd", "many_tiny"])

@@ -43,7 +43,11 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
     # pallas serves the TPUs only: a Mosaic GPU target is refused when the spec loads, never a traceback in check
     ({"targets": ["pallas:gpu_sm90"]}, "target 'pallas:gpu_sm90': no grouped design serves it yet (the grouped designs "
                                        "serve triton:sm90, triton:sm100, pallas:tpu_v5e"),
-    ({"epilogue": [{"op": "scale", "by": "col"}]}, "scale by = 'col' is not a grouped epilogue op yet"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]},
+     "two epilogue arguments are named 'scale_a'"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "s"}]}, "by = 'rowcol' takes two arguments"),
+    ({"epilogue": [{"op": "bias", "name": "scale_b"}, {"op": "scale", "by": "rowcol"}]},
+     "two epilogue arguments are named 'scale_b'"),
     ({"epilogue": [{"op": "bias", "name": "offs"}]}, "'offs'"),
     ({"epilogue": [{"op": "scale", "by": "row", "name": "group_sizes"}]}, "'group_sizes'"),
     ({"epilogue": [{"op": "bias", "along": "n"}]}, "along"),  # a grouped bias is per group: no `along`
@@ -53,6 +57,14 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 ])
 def test_the_spec_refuses_what_the_kind_does_not_mean(changes, says):
     assert says in refusal(**changes)
+
+
+def test_column_scales_are_per_group():
+    """A column scale is each group's own, (G, N), and fp8 rowwise scaling takes torch._scaled_grouped_mm's pair:
+    scale_a (M,), scale_b (G, N)."""
+    (ls,) = load(epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "col", "name": "w"}])
+    assert [(a.name, a.shape, a.dtype) for a in ls.spec.runtime_args()] == [
+        ("scale_a", "vec_m", "f32"), ("scale_b", "group_n", "f32"), ("w", "group_n", "f32")]
 
 
 def test_check_and_render_a_grouped_spec(tmp_path):
@@ -130,24 +142,36 @@ def test_64_bit_indexing_starts_where_an_offset_reaches_2_to_the_31():
     assert last_offset(torch.empty((0, 5), device="meta")) == 0
 
 
-def test_the_peer_computes_what_the_spec_means_on_the_cpu():
-    """bench's peer (torch._grouped_mm, then the epilogue in eager torch, the per-group bias gathered to the rows)
+F32 = {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"}, "out": {"dtype": "f32"}}
+# e5m2, which torch._scaled_grouped_mm refuses: torch._grouped_mm on bf16 copies (it runs on the CPU), the leading
+# rowwise scales after it, then a bias and a per-group column scale in eager torch, within bf16's rounding
+E5M2 = {"a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "bf16"},
+        "tile": {"m": 16, "n": 16, "k": 32}}
+PEER_CASES = [
+    (spec(f"g_peer_{index}", **F32, groups={"index": index}, epilogue=[
+        {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "activation", "fn": "silu"}]),
+     "torch._grouped_mm + eager epilogue", 1e-5) for index in ("offs", "sizes")
+] + [(spec("g_peer_e5m2", **E5M2, epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"},
+                                            {"op": "scale", "by": "col"}]),
+      "torch._grouped_mm on bf16 copies + eager epilogue", 2e-2)]
+
+
+@pytest.mark.parametrize(("s", "name", "tol"), PEER_CASES, ids=[c[0]["name"] for c in PEER_CASES])
+def test_the_peer_computes_what_the_spec_means_on_the_cpu(s, name, tol):
+    """bench's peer (torch._grouped_mm, then the epilogue in eager torch, a per-group operand gathered to the rows)
     against the float64 per-group loop, with CPU tensors (its `inputs` are CUDA's)."""
     from specgen.kinds.grouped.testing.data import CASES, GroupedProblem
     from specgen.kinds.grouped.testing.reference import grouped
 
-    for index in ("offs", "sizes"):
-        s = spec(f"g_peer_{index}", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "k"},
-                 out={"dtype": "f32"}, groups={"index": index},
-                 epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "activation", "fn": "silu"}])
-        model = GroupedSpec.model_validate(s)
-        p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
-        a, b, _ = p.operands()
-        index_t = p.index()
-        args = p.epilogue_args()
-        got = problem.peer_call(model, model.targets[0], (a, b, index_t, *(v for _, v in args)))()
-        want, written = grouped(s, a, b, index_t, dict(args))
-        torch.testing.assert_close(got.double()[written], want[written], rtol=1e-5, atol=1e-5)
+    model = GroupedSpec.model_validate(s)
+    assert problem.peer_name(model, model.targets[0]) == name
+    p = GroupedProblem(s, CASES["empty_middle_consecutive"], "peer")
+    a, b, _ = p.operands()
+    index = p.index()
+    args = p.epilogue_args()
+    got = problem.peer_call(model, model.targets[0], (a, b, index, *(v for _, v in args)))()
+    want, written = grouped(s, a, b, index, dict(args))
+    torch.testing.assert_close(got.double()[written], want[written], rtol=tol, atol=tol)
 
 
 def test_size_variants_render_on_triton_and_are_refused_on_the_tpu():
@@ -165,3 +189,24 @@ def test_a_render_that_skipped_check_refuses_an_m_major_a():
     (ls,) = load(a={"dtype": "f16", "major": "mn"})
     with pytest.raises(ValueError, match="reads A K-major only"):
         render_modules(ls, ls.spec.targets)
+
+
+def test_the_fp8_peer_passes_torchs_own_checks():
+    """bench's fp8 peer is torch._scaled_grouped_mm (no CPU kernel: its meta function checks the call here): B as
+    the transposed (G, N, K) weight, scale_a (M,), scale_b (G, N), a bf16 (M, N) result; an N-major B, which
+    GRP102 refuses on sm90, torch refuses too."""
+    s = GroupedSpec.model_validate(spec("g_fp8_peer", a={"dtype": "fp8_e4m3", "major": "k"},
+                                        b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+                                        tile={"m": 16, "n": 16, "k": 32},
+                                        epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "silu"}]))
+    assert problem.peer_name(s, s.targets[0]) == "torch._scaled_grouped_mm + eager epilogue"
+    m, n, k, g = 40, 32, 64, 3
+    a = torch.empty(m, k, dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty(g, n, k, dtype=torch.float8_e4m3fn, device="meta").transpose(-1, -2)
+    rest = (torch.empty(g, dtype=torch.int32, device="meta"), torch.empty(m, device="meta"), torch.empty(g, n, device="meta"))
+    out = problem.peer_call(s, s.targets[0], (a, b, *rest))()
+    assert (out.shape, out.dtype) == ((m, n), torch.bfloat16)
+    with pytest.raises(RuntimeError, match="mat_b tensor to be column major"):
+        problem.peer_call(s, s.targets[0], (a, b.contiguous(), *rest))()
+    plain = GroupedSpec.model_validate({**s.model_dump(mode="json"), "epilogue": []})
+    assert problem.peer_name(plain, s.targets[0]) == "torch._scaled_grouped_mm"  # scales of ones

@@ -16,16 +16,22 @@ from specgen.kinds.grouped.testing.specs import FORMS, spec
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
-# The two forms every case runs on (each index format, tail, B major and most ops between them); the others on a
-# few cases that reach their branches.
-EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk", "g_pointer_kmn", "g_swap_variant")
+# The forms every case runs on (each index format, tail, B major and most ops between them, and fp8 with
+# torch._scaled_grouped_mm's scales); the others on a few cases that reach their branches, the shipped fp8 kernel
+# on one more whose 190 rows pass its decode variant's M <= 64 (its default 128x256x128 config runs there).
+EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk", "g_pointer_kmn", "g_swap_variant", "g_fp8_rowcol")
 SOME_CASES = ("ragged", "empty_middle_consecutive", "tile_shared_by_4", "k_tail_strided")
+PAST_DECODE = {"moe_fp8_rowwise_fp8": "g256_tiny"}
 
 
 def shipped_grouped() -> dict[str, dict]:
-    """The catalogue's grouped kernels as their interpreter variants (bf16 -> f16), as shipped otherwise."""
-    return {f"{name}_interp": interpreter_variant(s) for name, s in catalogue("grouped").items()
-            if s["groups"]["ragged"] == "m"}  # ragged K's: tests/grouped/test_ragged_k.py
+    """The catalogue's ragged-M grouped kernels (ragged K's: tests/grouped/test_ragged_k.py) as their interpreter
+    variants (bf16 and fp8 -> f16), as shipped otherwise; and each fp8 one with its fp8 operands kept (the
+    interpreter converts them before its dot: only its bf16 out becomes f16)."""
+    shipped = {name: s for name, s in catalogue("grouped").items() if s["groups"]["ragged"] == "m"}
+    fp8 = {f"{name}_fp8": {**s, "name": f"{name}_fp8", "out": {"dtype": "f16"}}
+           for name, s in shipped.items() if s["a"]["dtype"].startswith("fp8")}
+    return {**{f"{name}_interp": interpreter_variant(s) for name, s in shipped.items()}, **fp8}
 
 
 class TestTritonGroupedNumerics(GroupedNumericsTests):
@@ -33,7 +39,15 @@ class TestTritonGroupedNumerics(GroupedNumericsTests):
 
     @classmethod
     def cases(cls) -> list[tuple[str, str]]:
-        return [(s, c) for s in cls.SPECS for c in CASES if s in EVERY_CASE or c in SOME_CASES]
+        return [(s, c) for s in cls.SPECS for c in CASES
+                if s in EVERY_CASE or c in SOME_CASES or PAST_DECODE.get(s) == c]
+
+
+def test_the_shipped_fp8_kernel_runs_in_fp8():
+    """The fp8 catalogue kernel's numerics above run its e4m3 operands, not an f16 stand-in."""
+    specs = TestTritonGroupedNumerics.SPECS
+    assert specs["moe_fp8_rowwise_fp8"]["a"]["dtype"] == specs["moe_fp8_rowwise_fp8"]["b"]["dtype"] == "fp8_e4m3"
+    assert set(PAST_DECODE) <= set(specs)
 
 
 def test_matches_torch_grouped_mm_on_the_cpu(load_kernel):
@@ -110,19 +124,22 @@ def test_a_malformed_index_never_writes_outside_out(load_kernel, index):
     assert storage[:BAND].isnan().all() and storage[-BAND:].isnan().all()
 
 
-def test_the_tolerance_sees_the_group_bias(load_kernel):
-    """Bias rows are per group: the reference with each group given its neighbour's bias row fails the tolerance
-    (so a kernel indexing the bias by the wrong group would fail the numerics)."""
+@pytest.mark.parametrize(("form", "name"), [("g_offs_zero_kmn", "bias"), ("g_fp8_rowcol", "scale_b"),
+                                           ("g_fp8_rowcol", "scale_a")])
+def test_the_tolerance_sees_per_group_and_per_row_operands(load_kernel, form, name):
+    """Bias rows and fp8's scale_b rows are per group, scale_a's values per row: the reference with each group
+    given its neighbour's row (or each row its neighbour's scale) fails the tolerance that the kernel meets (so a
+    kernel indexing them by the wrong group or row would fail the numerics)."""
     from specgen.kinds.grouped.testing.reference import grouped
 
-    s = FORMS["g_offs_zero_kmn"]
+    s = FORMS[form]
     problem = GroupedProblem(s, CASES["ragged"], "mutant")
     a, b, _ = problem.operands()
     index = problem.index()
     args = dict(problem.epilogue_args())
     got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
     want, written = grouped(s, a, b, index, args)
-    shifted, _ = grouped(s, a, b, index, {**args, "bias": args["bias"].roll(1, 0)})
+    shifted, _ = grouped(s, a, b, index, {**args, name: args[name].roll(1, 0)})
     torch.testing.assert_close(got[written], want[written], **tolerance(s))
     assert not torch.allclose(got[written], shifted[written], **tolerance(s))
 
@@ -144,3 +161,24 @@ def test_legal_odd_layouts_are_staged_and_give_the_same_result(load_kernel):
     assert misaligned_a.data_ptr() % 16 and strided_offs.stride(0) == 2
     column_bias = bias.t().contiguous().t()
     assert torch.equal(fn(misaligned_a, b, strided_offs, column_bias), plain)
+
+
+def test_fp8_scales_in_odd_layouts_are_staged(load_kernel):
+    """A strided scale_a, a (M, 1) one, a column-major or misaligned scale_b: legal, copied once on their device,
+    the same result as contiguous ones."""
+    s = FORMS["g_fp8_rowcol"]
+    fn = getattr(load_kernel(s), s["name"])
+    problem = GroupedProblem(s, CASES["empty_middle_consecutive"], "fp8_staging")
+    a, b, _ = problem.operands()
+    offs = problem.index()
+    scale_a, scale_b = (v for _, v in problem.epilogue_args())
+    end = int(offs[-1])  # the rows past the groups stay untouched: unspecified in a fresh out
+    plain = fn(a, b, offs, scale_a, scale_b)[:end]
+    strided_a = torch.zeros(2 * scale_a.numel())[::2]
+    strided_a.copy_(scale_a)
+    column_b = scale_b.t().contiguous().t()
+    misaligned_b = torch.empty(scale_b.numel() + 1)[1:].view(scale_b.shape)
+    misaligned_b.copy_(scale_b)
+    assert strided_a.stride(0) == 2 and not column_b.is_contiguous() and misaligned_b.data_ptr() % 16
+    assert torch.equal(fn(a, b, offs, strided_a, column_b)[:end], plain)
+    assert torch.equal(fn(a, b, offs, scale_a[:, None], misaligned_b)[:end], plain)

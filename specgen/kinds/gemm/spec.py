@@ -25,7 +25,7 @@ from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg
 from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
-from specgen.spec.names import derived_names
+from specgen.spec.names import check_argument_names
 from specgen.spec.targets import Backend
 
 # The configuration sections a target or a size variant may override: the kind's own (sections.py), then its
@@ -100,19 +100,8 @@ class GemmSpec(LayeredSpec):
 
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:
-        names = {"a", "b", "out"}
-        owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
-        for arg in self.runtime_args():
-            if arg.name in names:
-                raise ValueError(
-                    f"two epilogue arguments (or an operand) are named '{arg.name}'; give one op a `name`"
-                )
-            names.add(arg.name)
-            for n in [arg.name, *derived_names(arg.name)]:
-                if n in owner and owner[n] != arg.name:
-                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
-                                     "into the generated kernel; rename one (give its op a `name`)")
-                owner[n] = arg.name
+        check_argument_names((arg.name for arg in self.runtime_args()), ("a", "b", "out"),
+                             "two epilogue arguments (or an operand) are named '{}'; give one op a `name`")
         return self
 
     def runtime_args(self) -> tuple[RuntimeArg, ...]:

@@ -1,7 +1,10 @@
 """The grouped kind's epilogue ops: the dense kind's chain (specgen/spec/epilogue.py: scale, activation, clamp,
 cast, the same formula table) plus operands indexed by group. A bias of a grouped GEMM is each expert's own:
 (G, N), row g added to the rows of group g (torch's `_grouped_mm` takes the same shape, though it refuses it
-today). A per-row scale (`scale`, by = "row") is (total_rows,): a router weight per routed token."""
+today). A per-row scale (`scale`, by = "row") is (total_rows,): a router weight per routed token. A per-column
+scale is each expert's own, (G, N) (`by = "col"`), and fp8 rowwise scaling (`by = "rowcol"`) takes
+torch._scaled_grouped_mm's pair: `scale_a` (total_rows,), one per row of A, and `scale_b` (G, N), one per
+expert and column of B."""
 
 from __future__ import annotations
 
@@ -27,7 +30,18 @@ class GroupBias(_Op):
         return [RuntimeArg(self.name, GROUP_N, self.dtype, f"bias per group, (G, N) {self.dtype}")]  # type: ignore[arg-type]
 
 
-# Scales by column (per group: (G, N), fp8 rowwise B scales) are the issue's next slice: refused by the spec.
-ROW_SCALES = ("scalar", "row")
+class GroupScale(Scale):
+    """The dense kind's `scale` (a scalar, or a per-row vector (total_rows,)) whose column factors are per group:
+    `col` takes (G, N), row g scaling the columns of group g; `rowcol` takes torch._scaled_grouped_mm's rowwise
+    fp8 scales, `scale_a` (total_rows,) and `scale_b` (G, N)."""
 
-GroupedEpilogueOp = Annotated[GroupBias | Scale | Activation | Clamp | Cast, Field(discriminator="op")]
+    def runtime_args(self) -> list[RuntimeArg]:
+        if self.by == "col":
+            return [RuntimeArg(self.name or "col_scale", GROUP_N, DType.f32, "per-column scale per group, (G, N) f32")]
+        if self.by == "rowcol":
+            return [RuntimeArg("scale_a", "vec_m", DType.f32, "per-row scale of A, (M,) f32"),
+                    RuntimeArg("scale_b", GROUP_N, DType.f32, "per-column scale of each group's B, (G, N) f32")]
+        return super().runtime_args()
+
+
+GroupedEpilogueOp = Annotated[GroupBias | GroupScale | Activation | Clamp | Cast, Field(discriminator="op")]

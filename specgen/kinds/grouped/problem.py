@@ -4,7 +4,8 @@ A shape is (G, M, N, K, distribution): G groups (experts) of M rows each on aver
 each group's (K, N) weight. The distribution says how the rows fall into groups, from a seed, never only even
 splits: `even` (M each), `skewed` (Dirichlet(0.3) proportions, as routers skew), `empty` (every fourth group
 empty, the others even). `--shapes` reads `GxMxNxK` or `GxMxNxK:skewed`. The work is 2 x rows x N x K; the peer
-is torch._grouped_mm (then the epilogue in eager torch), imported only when a GPU call needs it.
+is torch._grouped_mm (then the epilogue in eager torch), torch._scaled_grouped_mm for fp8 e4m3 operands (taking a
+leading rowwise `scale` itself), imported only when a GPU call needs it.
 
 A ragged-K spec (`groups.ragged = "k"`) reads the same shape as the layer's weight gradient: each group's rows are
 its K run, A the layer's input passed transposed (K, rows), B the output gradient (rows, N), out (G, K, N): the
@@ -171,49 +172,84 @@ def inputs(spec: GroupedSpec, shape: Shape, seed: int = 0) -> tuple[Any, ...]:
     sizes = torch.tensor(group_sizes(s, seed), dtype=torch.int32, device="cuda")
     index = sizes.cumsum(0, dtype=torch.int32) if spec.groups.index == "offs" else sizes
     args: list[Any] = []
-    for arg in spec.runtime_args():
-        if arg.shape == "scalar":
-            args.append(0.5)
-        elif arg.shape == "group_n":
-            args.append(randn(s.g, s.n, dtype=arg.dtype))
-        else:  # a per-row scale: router weights in (0, 1]
-            args.append(torch.rand(s.rows, generator=gen, device="cuda") * 0.5 + 0.5)
+    for op in spec.epilogue:
+        for arg in op.runtime_args():
+            if arg.shape == "scalar":
+                args.append(0.5)
+            elif op.op == "bias":
+                args.append(randn(s.g, s.n, dtype=arg.dtype))
+            else:  # scales in [0.5, 1): router weights (M,), fp8's scale_a (M,) and scale_b (G, N)
+                dims = (s.rows,) if arg.shape == "vec_m" else (s.g, s.n)
+                args.append(torch.rand(*dims, generator=gen, device="cuda") * 0.5 + 0.5)
     return (a, b, index, *args)
 
 
+def _scaled_peer(spec: GroupedSpec) -> bool:
+    """torch._scaled_grouped_mm takes e4m3 operands only (its meta function's "Expected inputs of E4M3 FP8 type")."""
+    from specgen.spec.dtypes import DType
+
+    return spec.a.dtype == spec.b.dtype == DType.fp8_e4m3
+
+
+def _folded(spec: GroupedSpec) -> bool:
+    """Whether the peer's GEMM takes the chain's first op: an fp8 spec's leading rowwise scales."""
+    return spec.a.dtype.is_fp8 and bool(spec.epilogue) and spec.epilogue[0].op == "scale" and spec.epilogue[0].by == "rowcol"
+
+
 def peer_name(spec: GroupedSpec, target: Target) -> str:
+    if spec.a.dtype.is_fp8:
+        gemm = "torch._scaled_grouped_mm" if _scaled_peer(spec) else "torch._grouped_mm on bf16 copies"
+        return gemm + (" + eager epilogue" if len(spec.epilogue) > int(_folded(spec)) else "")
     return "torch._grouped_mm + eager epilogue" if spec.epilogue else "torch._grouped_mm"
 
 
 def peer_call(spec: GroupedSpec, target: Target, args: tuple[Any, ...]) -> Any:
     """torch._grouped_mm on the same tensors, then the epilogue op by op (a per-group operand gathered to the
-    rows once, outside the timed call: torch has no per-group epilogue to call)."""
+    rows once, outside the timed call: torch has no per-group epilogue to call). fp8 e4m3 operands go through
+    torch._scaled_grouped_mm (B column-major, scale_a (M,), scale_b (G, N), a bf16 result), which takes a leading
+    rowwise `scale` itself (ones where the chain has none); e5m2, which it refuses, through torch._grouped_mm on
+    bf16 copies made outside the timed call."""
     import torch
     import torch.nn.functional as F
 
     a, b, index, *rest = args
     offs = index if spec.groups.index == "offs" else index.cumsum(0, dtype=torch.int32)
-    env: dict[str, Any] = {}
+    raw = {arg.name: value for arg, value in zip(spec.runtime_args(), rest, strict=True)}
     if spec.groups.ragged == "k":  # out (G, M, N): a per-group operand broadcasts over each out[g]'s rows
-        for arg, value in zip(spec.runtime_args(), rest, strict=True):
-            env[arg.name] = value[:, None, :] if arg.shape == "group_n" else value
+        env = {arg.name: raw[arg.name][:, None, :] if arg.shape == "group_n" else raw[arg.name] for arg in spec.runtime_args()}
     else:
         # each row's group (rows past the last group take the last one's: the peer leaves them as it likes)
         rows = torch.arange(a.shape[0], device=a.device, dtype=torch.int32)
         group = torch.searchsorted(offs, rows, right=True).clamp_(max=max(len(offs) - 1, 0))
-        for arg, value in zip(spec.runtime_args(), rest, strict=True):
-            env[arg.name] = value[group] if arg.shape == "group_n" else value
+        env = {arg.name: raw[arg.name][group] if arg.shape == "group_n" else raw[arg.name] for arg in spec.runtime_args()}
     acts = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid,
             "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+    ops = spec.epilogue[1:] if _folded(spec) else spec.epilogue
+    if spec.a.dtype.is_fp8:
+        sa = raw["scale_a"] if _folded(spec) else torch.ones(a.shape[0], device=a.device)
+        sb = raw["scale_b"] if _folded(spec) else torch.ones(b.shape[0], b.shape[2], device=a.device)
+        if _scaled_peer(spec):
+            def gemm() -> Any:
+                return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+        else:
+            a16, b16, sb_rows = a.to(torch.bfloat16), b.to(torch.bfloat16), sb[group]
+
+            def gemm() -> Any:
+                return torch._grouped_mm(a16, b16, offs=offs) * sa[:, None] * sb_rows
+    else:
+        def gemm() -> Any:
+            return torch._grouped_mm(a, b, offs=offs)
 
     def run() -> Any:
-        x = torch._grouped_mm(a, b, offs=offs)
-        for op in spec.epilogue:
+        x = gemm()
+        for op in ops:
             if op.op == "bias":
                 x = x + env[op.name]
-            elif op.op == "scale":
-                x = x * (op.value if op.value is not None else env[op.name or "alpha"]) if op.by == "scalar" else (
-                    x * env[op.name or "row_scale"][:, None])
+            elif op.op == "scale" and op.by == "scalar":
+                x = x * (op.value if op.value is not None else env[op.name or "alpha"])
+            elif op.op == "scale":  # a row's factor (M,), a group's column factors gathered to the rows (M, N)
+                for arg in op.runtime_args():
+                    x = x * (env[arg.name][:, None] if arg.shape == "vec_m" else env[arg.name])
             elif op.op == "activation":
                 x = acts[op.fn](x)
             elif op.op == "clamp":

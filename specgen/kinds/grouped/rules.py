@@ -57,20 +57,22 @@ def grouped_schedule(ctx: RuleContext) -> Iterator[Finding]:
                       ("schedule", "split_k"))
 
 
-GROUPED_DTYPES = (DType.f16, DType.bf16, DType.f32, DType.tf32)
+GROUPED_DTYPES = (DType.f16, DType.bf16, DType.f32, DType.tf32, DType.fp8_e4m3, DType.fp8_e5m2)
 
 
 @OWN.rule("GRP003", "grouped operand dtypes", GROUPED)
 def grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The grouped designs take 16-bit and 32-bit float operands, as torch._grouped_mm does (bf16, fp16, fp32:
-    its `_grouped_mm_validate_inputs`). 8-bit operands need per-row and per-group scales
-    (torch._scaled_grouped_mm's rowwise fp8: scale_a (total_rows,), scale_b (G, N)), not rendered yet."""
+    its `_grouped_mm_validate_inputs`), and fp8 (e4m3, e5m2: they may mix, DT001), as torch._scaled_grouped_mm
+    does (e4m3 there), its rowwise scales spelled as the epilogue's `scale` by = "rowcol": scale_a (total_rows,)
+    and scale_b (G, N). Integer operands (int8 into an int32 accumulator) are not rendered: torch has no grouped
+    integer GEMM to match, and no grouped template rounds an integer accumulator."""
     for side in ("a", "b"):
         dt = getattr(ctx.spec, side).dtype
         if dt not in GROUPED_DTYPES:
             yield Finding("GRP003", "error", f"{side.upper()} is {dt}: grouped GEMMs take "
-                          f"{', '.join(map(str, GROUPED_DTYPES))} operands (8-bit ones need per-group scales, not yet)",
-                          'use bf16 or f16', (side, "dtype"))
+                          f"{', '.join(map(str, GROUPED_DTYPES))} operands", "use bf16, f16 or fp8_e4m3 (with a "
+                          'scale by = "rowcol")', (side, "dtype"))
 
 
 RULES = [*SHARED, *OWN]

@@ -34,7 +34,7 @@ from specgen.kinds.grouped.designs.pallas import options as pallas_options
 from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
 from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
-from specgen.kinds.grouped.epilogue import ROW_SCALES, GroupedEpilogueOp
+from specgen.kinds.grouped.epilogue import GroupedEpilogueOp
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import RuntimeArg
@@ -47,7 +47,7 @@ from specgen.spec.models import (
     TargetKey,
     TargetName,
 )
-from specgen.spec.names import derived_names
+from specgen.spec.names import check_argument_names
 from specgen.spec.targets import Backend
 from specgen.targets import TARGETS
 
@@ -136,23 +136,15 @@ class GroupedSpec(LayeredSpec):
                 raise ValueError("groups.tail = 'zero' is for ragged M (rows past the last group): a ragged-K kernel "
                                  "writes every row of out (G, M, N); drop groups.tail")
             for i, op in enumerate(self.epilogue):
-                if op.op == "scale" and op.by == "row":
-                    raise ValueError(f"epilogue[{i}]: scale by = 'row' scales a routed row of a ragged-M kernel; a "
-                                     "ragged-K kernel's rows are out[g]'s M, no routed rows (use by = 'scalar')")
-        for i, op in enumerate(self.epilogue):
-            if op.op == "scale" and op.by not in ROW_SCALES:
-                raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "
-                                 f"scales are per group, (G, N)); use by = {' or '.join(map(repr, ROW_SCALES))}")
-        owner: dict[str, str] = {}
-        for arg in self.runtime_args():
-            if arg.name in OPERANDS:
-                raise ValueError(f"an epilogue argument is named '{arg.name}', which the entry's own argument has; "
-                                 "give the op a `name`")
-            for n in [arg.name, *derived_names(arg.name)]:
-                if n in owner and owner[n] != arg.name:
-                    raise ValueError(f"epilogue arguments '{owner[n]}' and '{arg.name}' both bring the name '{n}' "
-                                     "into the generated kernel; rename one (give its op a `name`)")
-                owner[n] = arg.name
+                if op.op == "scale" and op.by != "scalar":
+                    raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is a ragged-M kernel's (a routed row's weight, "
+                                     "fp8 rowwise scales); a ragged-K kernel takes scalar scales (by = 'scalar')")
+            for side in ("a", "b"):
+                if getattr(self, side).dtype.is_fp8:
+                    raise ValueError(f"{side}.dtype = {getattr(self, side).dtype} with groups.ragged = 'k': fp8 is the "
+                                     "forward's (ragged M); the weight gradient takes 16- and 32-bit operands")
+        check_argument_names((arg.name for arg in self.runtime_args()), OPERANDS,
+                             "an epilogue argument is named '{}', which the entry's own argument has; give the op a `name`")
         return self
 
     def runtime_args(self) -> tuple[RuntimeArg, ...]:

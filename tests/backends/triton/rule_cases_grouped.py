@@ -1,10 +1,10 @@
 """Boundary cases of the grouped kind's rules (specgen/kinds/grouped/rules.py: GRP001-GRP003, and the GEMM's
-rules it shares, on a grouped spec) and of its Triton design's own (designs/triton/rules.py: GRP101, GRP103), in
+rules it shares, on a grouped spec) and of its Triton design's own (designs/triton/rules.py: GRP101, GRP102, GRP103), in
 tests/test_rules.py's form (rule, target, spec overrides, expected), which that file collects."""
 
 from __future__ import annotations
 
-from specgen.kinds.gemm.testing.rules import tile
+from specgen.kinds.gemm.testing.rules import FP8, tile
 
 G = {"kind": "grouped"}  # MINIMAL_SPEC as a grouped spec: bf16, 128x128x64, triton:sm90
 
@@ -29,14 +29,26 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("warning", ["schedule.persistent = false is ignored"], ("schedule", "persistent"))),
     ("GRP002", "triton:sm100", {**G, "schedule": {"persistent": True, "split_k": 2}},
      ("error", ["schedule.split_k = 2: no grouped design renders split-K"], ("schedule", "split_k"))),
-    # GRP003: 16- and 32-bit float operands; 8-bit ones need per-group scales
+    # GRP003: 16- and 32-bit float operands, and fp8 (torch._scaled_grouped_mm's); no integer ones
     ("GRP003", "triton:sm90", {**G, "a": {"dtype": "f16"}, "b": {"dtype": "f16"}, "out": {"dtype": "f32"}}, None),
     ("GRP003", "triton:sm90", {**G, "a": {"dtype": "tf32"}, "b": {"dtype": "tf32"}, "out": {"dtype": "f32"}}, None),
-    ("GRP003", "triton:sm90", {**G, "a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}},
-     ("error", ["A is fp8_e4m3: grouped GEMMs take f16, bf16, f32, tf32 operands"], ("a", "dtype"))),
+    ("GRP003", "triton:sm90", {**G, **FP8, "tile": tile(128, 128, 128), "epilogue": [{"op": "scale", "by": "rowcol"}]},
+     None),
+    ("GRP003", "triton:sm100", {**G, "a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e4m3"}, "tile": tile(128, 128, 128)},
+     None),
+    ("GRP003", "triton:sm90", {**G, "a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
+                               "out": {"dtype": "int32"}, "tile": tile(128, 128, 128)},
+     ("error", ["A is int8: grouped GEMMs take f16, bf16, f32, tf32, fp8_e4m3, fp8_e5m2 operands"], ("a", "dtype"))),
     ("GRP003", "triton:sm100", {**G, "a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "int32",
                                 "out": {"dtype": "int32"}},
      ("error", ["B is int8"], ("b", "dtype"))),
+    # GRP102: an 8-bit B is K-major on sm90 (wgmma; Triton would transpose it in registers, unpipelined)
+    ("GRP102", "triton:sm90", {**G, **FP8, "tile": tile(128, 128, 128)}, None),
+    ("GRP102", "triton:sm90", {**G, "b": {"dtype": "bf16", "major": "mn"}}, None),  # 16-bit: wgmma transposes it
+    ("GRP102", "triton:sm90", {**G, **FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 128, 128)},
+     ("error", ["B is fp8_e4m3 and N-major", "each 128x128 B tile in registers"], ("b", "major"))),
+    ("GRP102", "triton:sm100", {**G, **FP8, "b": {"dtype": "fp8_e4m3", "major": "mn"}, "tile": tile(128, 128, 128)},
+     None),  # tcgen05 reads it N-major
     # GRP101: tl.dot's minimum shapes in the grouped kernel; fewer than 64 rows is a warning on sm90
     ("GRP101", "triton:sm90", {**G, "tile": tile(64, 16, 16)}, None),
     ("GRP101", "triton:sm90", {**G, "tile": tile(64, 64, 8)},

@@ -56,8 +56,9 @@ CASES: dict[str, Case] = {
 
 
 class GroupedProblem:
-    """One case for `spec`: A (rows, K), B (G, K, N) in the spec's majors, the group index as the spec passes it
-    (int32 offs or sizes), the epilogue's arguments in chain order, and the poisoned output."""
+    """One case for `spec`: A (rows, K), B (G, K, N) in the spec's majors and dtypes (fp8 ones rounded from the
+    same normal draws), the group index as the spec passes it (int32 offs or sizes), the epilogue's arguments in
+    chain order (scales positive: a per-row one (rows,), per-group column ones (G, N)), and the poisoned output."""
 
     def __init__(self, spec: dict, case: Case, tag: str, device: str = "cpu") -> None:
         self.spec, self.case, self.device = spec, case, device
@@ -65,6 +66,10 @@ class GroupedProblem:
 
     def randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=self.gen)
+
+    def positive(self, *shape: int) -> torch.Tensor:
+        """Scales in [0.5, 1.5) (f32): a row's, or a group's column factors."""
+        return (torch.rand(*shape, generator=self.gen) + 0.5).to(self.device)
 
     def operands(self) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         c, spec = self.case, self.spec
@@ -86,7 +91,11 @@ class GroupedProblem:
             if op["op"] == "bias":
                 args.append((op["name"], self.randn(g, c.n).to(torch_dtype(op["dtype"])).to(self.device)))
             elif op["op"] == "scale" and op["by"] == "row":
-                args.append((op["name"] or "row_scale", (torch.rand(c.rows, generator=self.gen) + 0.5).to(self.device)))
+                args.append((op["name"] or "row_scale", self.positive(c.rows)))
+            elif op["op"] == "scale" and op["by"] == "col":
+                args.append((op["name"] or "col_scale", self.positive(g, c.n)))
+            elif op["op"] == "scale" and op["by"] == "rowcol":  # torch._scaled_grouped_mm's rowwise fp8 scales
+                args += [("scale_a", self.positive(c.rows)), ("scale_b", self.positive(g, c.n))]
             elif op["op"] == "scale" and op["by"] == "scalar" and op["value"] is None:
                 args.append((op["name"] or "alpha", 0.75))
         return args

@@ -3,8 +3,8 @@
 ValueError (NotImplementedError for a tensor that requires grad) whose message names the kernel and the
 argument; the launch is a tripwire and a poisoned `out` comes back untouched.
 
-A subclass gives `SPEC` (offs index, a per-group bias, a per-row scale named `router`: `specs.GUARD_SPEC`) and
-the `module` fixture; `trip(module, monkeypatch)` replaces the module's launch (default: its `_launcher`)."""
+A subclass gives `SPEC` (offs index, a per-group bias, a per-row scale named `router`: `specs.GUARD_SPEC`; or the
+fp8 one, `specs.FP8_GUARD_SPEC`, with `CASES = FP8_CASES`) and the `module` fixture; `trip(module, monkeypatch)` replaces the module's launch (default: its `_launcher`)."""
 
 from __future__ import annotations
 
@@ -15,23 +15,27 @@ import pytest
 import torch
 
 from specgen.kinds.gemm.testing.data import torch_dtype
+from specgen.kinds.grouped.epilogue import GROUP_N
+from specgen.kinds.grouped.spec import GroupedSpec
 
 M, N, K, G = 20, 24, 32, 3
 
 
 class Call:
-    """A valid call of the guard spec's kernel: `args` by name (a, b, offs, bias, router), `out`."""
+    """A valid call of the guard spec's kernel: `args` by name (a, b, offs, then the epilogue's: (G, N) ones drawn
+    normal in their dtype, (M,) ones in [0, 1), scalars 0.5), `out`."""
 
     def __init__(self, spec: dict, module: object) -> None:
         self.spec, self.fn = spec, getattr(module, spec["name"])
         g = torch.Generator().manual_seed(0)
-        dt = torch_dtype(spec["a"]["dtype"])
-        b = torch.randn(G, N, K, generator=g).to(dt).transpose(-1, -2)  # K-major: (G, K, N), K contiguous
+        b = torch.randn(G, N, K, generator=g).to(torch_dtype(spec["b"]["dtype"])).transpose(-1, -2)  # K-major (G, K, N)
         self.args: dict[str, object] = {
-            "a": torch.randn(M, K, generator=g).to(dt), "b": b if spec["b"]["major"] == "k" else b.contiguous(),
-            "offs": torch.tensor([5, 5, 17], dtype=torch.int32), "bias": torch.randn(G, N, generator=g).to(dt),
-            "router": torch.rand(M, generator=g),
+            "a": torch.randn(M, K, generator=g).to(torch_dtype(spec["a"]["dtype"])),
+            "b": b if spec["b"]["major"] == "k" else b.contiguous(), "offs": torch.tensor([5, 5, 17], dtype=torch.int32),
         }
+        for arg in GroupedSpec.model_validate(spec).runtime_args():
+            self.args[arg.name] = (torch.randn(G, N, generator=g).to(torch_dtype(arg.dtype.value)) if arg.shape == GROUP_N
+                                   else torch.rand(M, generator=g) if arg.shape == "vec_m" else 0.5)
         self.out = torch.full((M, N), float("nan"), dtype=torch_dtype(spec["out"]["dtype"]))
 
     def __call__(self, **changes: object) -> object:
@@ -67,8 +71,38 @@ CASES: list[tuple[str, Callable[[Call], dict], type[Exception], str]] = [
 ]
 
 
+# The fp8 kernel's own (specs.FP8_GUARD_SPEC: e4m3 A and B, torch._scaled_grouped_mm's scale_a (M,), scale_b (G, N)).
+FP8_CASES: list[tuple[str, Callable[[Call], dict], type[Exception], str]] = [
+    ("a_not_fp8", lambda c: {"a": c.args["a"].half()}, TypeError, "argument 'a' must have dtype torch.float8_e4m3fn"),
+    ("b_e5m2", lambda c: {"b": c.args["b"].to(torch.float8_e5m2)}, TypeError,
+     "argument 'b' must have dtype torch.float8_e4m3fn"),
+    ("b_n_major", lambda c: {"b": c.args["b"].contiguous()}, ValueError, "argument 'b' must be contiguous along dim 1"),
+    ("scale_a_dtype", lambda c: {"scale_a": c.args["scale_a"].double()}, TypeError,
+     "argument 'scale_a' must have dtype torch.float32"),
+    ("scale_a_length", lambda c: {"scale_a": c.args["scale_a"][:-1]}, ValueError, "argument 'scale_a' must hold M = 20"),
+    ("scale_a_per_group", lambda c: {"scale_a": c.args["scale_b"]}, ValueError, "argument 'scale_a' must hold M = 20"),
+    ("scale_a_device", lambda c: {"scale_a": c.args["scale_a"].to("meta")}, ValueError,
+     "argument 'scale_a' must be on cpu"),
+    ("scale_b_dense_shape", lambda c: {"scale_b": c.args["scale_b"][0]}, ValueError,
+     r"argument 'scale_b' must have shape \(G, N\) = \(3, 24\), one row per group; got \(24,\)"),
+    ("scale_b_transposed", lambda c: {"scale_b": c.args["scale_b"].t()}, ValueError,
+     r"argument 'scale_b' must have shape \(G, N\) = \(3, 24\)"),
+    ("scale_b_dtype", lambda c: {"scale_b": c.args["scale_b"].bfloat16()}, TypeError,
+     "argument 'scale_b' must have dtype torch.float32"),
+    ("scale_b_device", lambda c: {"scale_b": c.args["scale_b"].to("meta")}, ValueError,
+     "argument 'scale_b' must be on cpu"),
+    ("scale_b_not_a_tensor", lambda c: {"scale_b": 1.0}, TypeError, "argument 'scale_b' must be a torch.Tensor"),
+]
+
+
 class GroupedGuardTests:
     SPEC: dict = {}
+    CASES = CASES  # a subclass may give its spec's own
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if metafunc.function.__name__ == "test_bad_argument_is_refused_before_launch":
+            cases = type(self).CASES
+            metafunc.parametrize(("case", "breaks", "error", "pattern"), cases, ids=[c[0] for c in cases])
 
     @pytest.fixture
     def module(self, load_kernel):
@@ -80,7 +114,6 @@ class GroupedGuardTests:
 
         monkeypatch.setattr(module, "_launcher", tripwire)
 
-    @pytest.mark.parametrize(("case", "breaks", "error", "pattern"), CASES, ids=[c[0] for c in CASES])
     def test_bad_argument_is_refused_before_launch(self, case, breaks, error, pattern, module, monkeypatch):
         mod = module(self.SPEC)
         call = Call(self.SPEC, mod)

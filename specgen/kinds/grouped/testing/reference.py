@@ -1,15 +1,20 @@
 """The grouped kind's float64 reference: a loop over the groups, each group's rows through the dense kind's
 float64 reference (kinds/gemm/testing/reference.py: the epilogue applied op by op as an unfused torch program
-would), with the group's operands: its weight B[g], its bias row bias[g], its rows of a per-row scale.
+would), with the group's operands: its weight B[g], its row g of every (G, N) operand (a bias, a column scale,
+fp8's scale_b), its rows of every (M,) one (a router weight, fp8's scale_a). fp8 operands enter as the values
+they hold, so the reference is torch._scaled_grouped_mm's meaning: (A[rows] @ B[g]) * scale_a[rows, None] *
+scale_b[g] in float64.
 
 Tensors in logical layouts: A (M, K), B (G, K, N), the index as the spec passes it (offs: cumulative ends; or
-sizes), the epilogue's arguments by name (a per-group bias (G, N), a per-row scale (M,), scalars as floats)."""
+sizes), the epilogue's arguments by name ((G, N) and (M,) tensors, scalars as floats)."""
 
 from __future__ import annotations
 
 import torch
 
 from specgen.kinds.gemm.testing.reference import gemm
+from specgen.kinds.grouped.epilogue import GROUP_N
+from specgen.kinds.grouped.spec import GroupedSpec
 
 
 def group_bounds(spec: dict, index: torch.Tensor, rows: int) -> list[tuple[int, int]]:
@@ -37,8 +42,9 @@ def grouped(spec: dict, a: torch.Tensor, b: torch.Tensor, index: torch.Tensor,
     out = torch.zeros(rows, n, dtype=torch.float64)
     written = torch.zeros(rows, dtype=torch.bool)
     chain = dense_epilogue(spec)
-    group_args = {op["name"] for op in spec["epilogue"] if op["op"] == "bias"}
-    row_args = {op["name"] or "row_scale" for op in spec["epilogue"] if op["op"] == "scale" and op["by"] == "row"}
+    shapes = {arg.name: arg.shape for arg in GroupedSpec.model_validate(spec).runtime_args()}
+    group_args = {name for name, shape in shapes.items() if shape == GROUP_N}  # a bias, a column scale: (G, N)
+    row_args = {name for name, shape in shapes.items() if shape == "vec_m"}  # a router weight, fp8's scale_a: (M,)
     end = 0
     for g, (start, end) in enumerate(group_bounds(spec, index, rows)):
         if start == end:

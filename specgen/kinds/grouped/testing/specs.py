@@ -1,7 +1,8 @@
 """Grouped spec forms the tests render: `spec(**changes)` over a small f16 base (interpreter-safe dtypes, a
 16x16x16 tile so that sizes stay small and a tile spans several groups), and `FORMS`, one spec per template
 branch (both index formats, both tails, both B majors, every epilogue op the kind takes, f32 and an f16
-accumulator, TMA and pointer loads, a swapped size-selected variant), which the name-hardening tests tokenize and the numerics run."""
+accumulator, TMA and pointer loads, a swapped size-selected variant, fp8 operands with per-row and per-group column
+scales), which the name-hardening tests tokenize and the numerics run."""
 
 from __future__ import annotations
 
@@ -58,8 +59,29 @@ FORMS: dict[str, dict] = {s["name"]: s for s in (
          variants=[{"when": {"m_max": 40}, "tile": {"m": 16, "n": 32, "k": 16}, "triton": {"num_warps": 4, "swap_ab": True}}]),
 )}
 
-# The guard tests' kernel (guards.py): offs, a per-group f16 bias and a per-row scale named `router`.
+# fp8 operands (the interpreter converts them before its dot: they run right there, unlike bf16), f16 outs as the
+# forms above; tile.k = 32, tl.dot's minimum for 8-bit operands (GRP101).
+FP8_TILE = {"m": 16, "n": 16, "k": 32}
+FP8_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    # torch._scaled_grouped_mm's meaning: e4m3, B K-major (the (G, N, K) weight transposed), rowwise scales, TMA
+    spec("g_fp8_rowcol", a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
+         tile=FP8_TILE, epilogue=[{"op": "scale", "by": "rowcol"}]),
+    # e5m2 A beside an e4m3 B (fp8 formats mix), pointer loads, a named per-group column scale, then the rest
+    spec("g_fp8_col_pointer", a={"dtype": "fp8_e5m2", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
+         tile=FP8_TILE, groups={"index": "sizes", "tail": "zero"}, triton={"num_warps": 4, "tma": False},
+         epilogue=[{"op": "scale", "by": "col", "name": "w_scale"}, {"op": "bias", "dtype": "f16"},
+                   {"op": "activation", "fn": "silu"}]),
+    # an N-major fp8 B: sm100 only (GRP102 refuses it on sm90), and the swapped decode variant
+    spec("g_fp8_kmn_sm100", a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "mn"},
+         tile=FP8_TILE, targets=["triton:sm100"], epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "row"}],
+         variants=[{"when": {"m_max": 40}, "tile": {"m": 16, "n": 32, "k": 32}, "triton": {"num_warps": 4, "swap_ab": True}}]),
+)}
+FORMS.update(FP8_FORMS)
+
+# The guard tests' kernels (guards.py): offs, a per-group f16 bias and a per-row scale named `router`; and fp8 with
+# torch._scaled_grouped_mm's rowwise scales.
 GUARD_SPEC = spec("g_guards", epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row", "name": "router"}])
+FP8_GUARD_SPEC = FP8_FORMS["g_fp8_rowcol"]
 
 # Ragged K (the weight gradient, groups.ragged = "k"): A (M, K) either major (M-major: an input x passed as x.T),
 # B (K, N) either major, out (G, M, N); each index format; a per-group bias with the chain after it; an f32 output.

@@ -2,7 +2,8 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator) and GRP203 (groups of rows only)."""
+PAL003; and its own, GRP201 (the f32 accumulator), GRP202 (fp8 and per-group column scales: not yet) and
+GRP203 (groups of rows only)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,24 @@ def tpu_accumulator(ctx: RuleContext) -> Iterator[Finding]:
                       f"VMEM scratch ({t.m}x{t.n} x {ACC_BYTES} B = {t.m * t.n * ACC_BYTES} B)", 'set accumulator = "f32"',
                       ("accumulator",))
 
+
+@OWN.rule("GRP202", "the grouped TPU kernel renders no fp8 and no (G, N) scales yet", target_of(DESIGN))
+def tpu_not_yet(ctx: RuleContext) -> Iterator[Finding]:
+    """The grouped kind's fp8 slice (8-bit operands, `scale` by = "col" / "rowcol" with per-group (G, N) column
+    scales, torch._scaled_grouped_mm's meaning) is rendered and tested by the Triton design only; the TPU
+    kernel's interpret-mode numerics cover neither yet (docs/grouped.md, "Not yet"), so a spec asking them of a
+    TPU target is refused rather than rendered untested."""
+    for side in ("a", "b"):
+        dt = getattr(ctx.spec, side).dtype
+        if dt.is_fp8:
+            yield Finding("GRP202", "error", f"{side.upper()} is {dt}: the {ctx.target} grouped kernel renders 16- and "
+                          "32-bit operands only (fp8 is the Triton design's)", "drop this target, or use bf16 or f32",
+                          (side, "dtype"))
+    for i, op in enumerate(ctx.spec.epilogue):
+        if op.op == "scale" and op.by in ("col", "rowcol"):
+            yield Finding("GRP202", "error", f"epilogue[{i}]: scale by = '{op.by}' takes per-group column scales (G, N), "
+                          f"which the {ctx.target} grouped kernel does not render yet", "drop this target",
+                          ("epilogue", i, "by"))
 
 
 @OWN.rule("GRP203", "the grouped TPU kernel's groups run along M", target_of(DESIGN))

@@ -293,6 +293,10 @@ def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
 def _describe(op: dict) -> str:
     if op["op"] == "bias":
         return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, per group and column"
+    if op["op"] == "scale" and op["by"] == "col":
+        return f"scale: * {op['name'] or 'col_scale'}[g, n] (G, N) f32, per group and column"
+    if op["op"] == "scale" and op["by"] == "rowcol":
+        return "scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)"
     return describe_op(op)
 
 

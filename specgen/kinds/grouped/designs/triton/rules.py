@@ -1,5 +1,6 @@
 """The grouped Triton design's own rules: Triton's block limits (the dense Triton design's POW001, the same rule),
-tl.dot's minimum shapes (GRP101), the ragged-K kernel's options (GRP103), and its register estimate (REG001's verdict: the dense Triton design's, over
+tl.dot's minimum shapes (GRP101), an 8-bit B K-major on sm90 (GRP102), the ragged-K kernel's options (GRP103),
+and its register estimate (REG001's verdict: the dense Triton design's, over
 the same tile and warps)."""
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ def grouped_dot_shape(ctx: RuleContext) -> Iterator[Finding]:
         hint = f"use tile.{dim} >= 64" + ("" if dim == "n" or t.n < 64 else ", or triton.swap_ab = true (tile.n becomes the MMA's rows)")
         yield Finding("GRP101", "warning", f"tile.{dim} = {rows} < 64{swapped}: Triton will not use wgmma on sm90", hint,
                       ("tile", dim))
+
+
+@OWN.rule("GRP102", "an 8-bit B is K-major for wgmma", SERVED)
+def grouped_fp8_b_major(ctx: RuleContext) -> Iterator[Finding]:
+    """wgmma reads 8-bit operands from shared memory K-major only (PTX `wgmma.mma_async`: only .f16/.bf16 take
+    the transpose bits; the MAJ001 rule of the designs that issue it). Triton (3.6, the same in 3.9) lowers an
+    N-major fp8 B on sm90 anyway, by forcing a K-major SMEM order: `AccelerateMatmul.cpp` allows a transposed
+    operand for f16/bf16 only and otherwise transposes the tile in registers before each SMEM store, with a
+    warning that the pipelined load of that operand is disabled. A persistent grouped kernel whose weight
+    loads are not pipelined is not worth rendering, so an N-major 8-bit B is refused on sm90 (torch's
+    _scaled_grouped_mm refuses it too: its mat_b must be column-major). tcgen05 (sm100) takes N-major 8-bit
+    operands from SMEM: not checked there."""
+    b = ctx.spec.b
+    if ctx.info.mma == "wgmma" and b.major == "mn" and b.dtype.bytes == 1:
+        yield Finding("GRP102", "error", f"B is {b.dtype} and N-major: sm90's wgmma reads 8-bit operands K-major only, "
+                      f"and Triton would transpose each {ctx.spec.tile.k}x{ctx.spec.tile.n} B tile in registers "
+                      "with its pipelined load disabled", 'store B K-major (b.major = "k": the (G, N, K) weight '
+                      "passed transposed, as torch._scaled_grouped_mm takes it)", ("b", "major"))
 
 
 @OWN.rule("GRP103", "the ragged-K kernel's options", SERVED)
