@@ -53,4 +53,7 @@ done
 # the grouped GEMM (issue 37) against torch._grouped_mm on the MoE workloads, even / skewed / empty-group sizes
 python3 gpu/bench_grouped.py --out "$out" --dists even,skewed,empty 2>&1 | tee "$out/bench-grouped.log"
 grouped=${PIPESTATUS[0]}
-exit $(( tests || bench || tune || cute_jax || host || epilogue || start || export_bench || fixed || grouped ))
+# the MoE client (issue 37): a Mixtral-shaped block on the grouped kernels against the eager block, per phase
+python3 gpu/bench_moe_client.py --out "$out" 2>&1 | tee "$out/bench-moe-client.log"
+moe=${PIPESTATUS[0]}
+exit $(( tests || bench || tune || cute_jax || host || epilogue || start || export_bench || fixed || grouped || moe ))

@@ -169,8 +169,9 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
 
 def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
     spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
-    if spec.a.major != "k" and spec.groups.ragged == "m":  # check refuses it (GRP001); a render that skipped
-        raise ValueError(f"{spec.name}: the grouped Triton kernel reads A K-major only (GRP001)")  # check must not emit a wrong kernel
+    # check refuses an M-major A with groups of rows (GRP001); a render that skipped check must not emit a wrong kernel
+    if spec.a.major != "k" and spec.groups.ragged == "m":
+        raise ValueError(f"{spec.name}: the grouped Triton kernel reads A K-major only (GRP001)")
     a_dt = spec.a.dtype
     variants = []
     for i, first in enumerate(resolved[str(targets[0])].variants):  # CFG001: the same bounds on every target
@@ -241,17 +242,8 @@ def _params(spec: GroupedSpec, swap: bool = False) -> list[KernelParam]:
 `% 16 == 0` and `== 1`: 16-byte aligned rows let Triton pipeline the pointer loads as async copies); the
 total rows M, the group count G and the tile bound never are (`none`), so new group sizes and counts reuse the
 compiled kernel. The launcher's key is those specializations, INDEX_64 and which integers pass 32 bits."""
-    tma = spec.triton.tma
-    ps = [KernelParam(f"{side}_desc", _desc_type(spec, side), "operand", "aligned", "name", f"{side}_desc")
-          if tma and side != "out" else
-          KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
-          for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
-    ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
-    for arg in spec.runtime_args():
-        if arg.shape == "scalar":
-            ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
-        else:
-            ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name", arg.name))
+    tma = uses_tma(spec)
+    ps = _operand_params(spec)
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("N", "K") else "none", "name", d) for d in ("M", "N", "K", "G")]
     if not tma:  # descriptors carry A's and B's strides
         ps += [KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1),
@@ -266,11 +258,13 @@ compiled kernel. The launcher's key is those specializations, INDEX_64 and which
     return ps
 
 
-def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
-    """The ragged-K kernel's parameters: masked pointer loads of A (M, K) and B (K, N) in either major (each stride
-    its own: the unit one specializes to 1), out (G, M, N). M and N are the model's (specialized as the JIT does);
-    K, every group's rows, and G never are, so new group sizes and counts reuse the compiled kernel."""
-    ps = [KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
+def _operand_params(spec: GroupedSpec) -> list[KernelParam]:
+    """Both kernels' first parameters: A's and B's descriptors (TMA loads) or pointers, out's pointer, the group
+    index, then the epilogue's arguments in chain order (a scalar as a float, a tensor as its pointer)."""
+    tma = uses_tma(spec)
+    ps = [KernelParam(f"{side}_desc", _desc_type(spec, side), "operand", "aligned", "name", f"{side}_desc")
+          if tma and side != "out" else
+          KernelParam(f"{side}_ptr", "*" + TRITON_SIG[dt], "operand", "aligned", "name", side)
           for side, dt in (("a", spec.a.dtype), ("b", spec.b.dtype), ("out", spec.out.dtype))]
     ps.append(KernelParam("index_ptr", "*i32", "operand", "aligned", "name", INDEX_ARGS[spec.groups.index][0]))
     for arg in spec.runtime_args():
@@ -278,6 +272,14 @@ def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
             ps.append(KernelParam(arg.name, "fp32", "epilogue", "none", "float", arg.name))
         else:
             ps.append(KernelParam(f"{arg.name}_ptr", "*" + TRITON_SIG[arg.dtype], "epilogue", "aligned", "name", arg.name))
+    return ps
+
+
+def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
+    """The ragged-K kernel's parameters: masked pointer loads of A (M, K) and B (K, N) in either major (each stride
+    its own: the unit one specializes to 1), out (G, M, N). M and N are the model's (specialized as the JIT does);
+    K, every group's rows, and G never are, so new group sizes and counts reuse the compiled kernel."""
+    ps = _operand_params(spec)
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("M", "N") else "none", "name", d) for d in ("M", "N", "K", "G")]
     ps += [KernelParam("stride_am", "i32", "stride", "aligned", "stride", "sa", -2),
            KernelParam("stride_ak", "i32", "stride", "aligned", "stride", "sa", -1),
