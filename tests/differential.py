@@ -82,6 +82,34 @@ EPILOGUES: list[list[dict]] = [
 ]
 
 
+def draw_tile(rng: random.Random, dtype: str, swap: bool) -> dict[str, int]:
+    """A borderline tile: decode's small tile.m (swap_ab), small FMA tiles for f32 (past 128 x 128 they spill so
+    much that ptxas runs for many minutes), else big MMA tiles with K a multiple of tl.dot's minimum."""
+    kmin = KMIN.get(dtype, 16)
+    if swap:  # decode shapes: a small tile.m on the MMA's column side
+        return {"m": rng.choice([16, 32, 64]), "n": rng.choice([64, 128, 256]), "k": kmin * rng.choice([4, 8, 16])}
+    if dtype == "f32":
+        return {"m": rng.choice([32, 64, 128]), "n": rng.choice([32, 64, 128]), "k": rng.choice([16, 32, 64])}
+    return {"m": rng.choice([64, 128, 128, 256]), "n": rng.choice([64, 128, 256, 256]), "k": kmin * rng.choice([2, 4, 8, 8, 16])}
+
+
+def draw_depth_and_warps(rng: random.Random, dtype: str, tile: dict[str, int]) -> tuple[int | str, int]:
+    """A pipeline depth around the naive fit (232448 B // one A/B stage, a number no model of specgen's enters) or
+    `auto`, and the warps (8 where 4 would hold 512 accumulator registers: ptxas busy for minutes)."""
+    width = {"fp8_e4m3": 1, "tf32": 4, "f32": 4}.get(dtype, 2)
+    naive = SMEM_LIMIT // ((tile["m"] + tile["n"]) * tile["k"] * width)  # stages of A/B alone that fit
+    if rng.random() < 0.4:
+        stages: int | str = "auto"
+    elif 2 <= naive <= 7:
+        stages = max(2, naive + rng.choice([-1, 0, 0, 1]))
+    else:
+        stages = rng.choice([2, 3, 4])
+    warps = rng.choice([4, 8, 8])
+    if tile["m"] * tile["n"] > 128 * 256 or (dtype == "f32" and tile["m"] * tile["n"] > 64 * 64):
+        warps = 8
+    return stages, warps
+
+
 def grid(n: int, seed: int = GRID_SEED, arch: str = "sm90") -> list[dict]:
     """n seeded specs for triton:<arch>, near the SMEM boundary: big tiles and explicit pipeline depths
     around the naive fit (232448 B // one A/B stage, a number no model of specgen's enters: the grid
@@ -93,29 +121,12 @@ def grid(n: int, seed: int = GRID_SEED, arch: str = "sm90") -> list[dict]:
         dtype = rng.choice(["bf16", "f16", "fp8_e4m3", "tf32", "tf32", "tf32", "f32", "f32"])
         out = rng.choice(["f16", "f32"]) if dtype == "f16" else rng.choice(["bf16", "bf16", "f32"])
         swap = dtype != "f32" and rng.random() < 0.1
-        kmin = KMIN.get(dtype, 16)
-        if swap:  # decode shapes: a small tile.m on the MMA's column side
-            tile = {"m": rng.choice([16, 32, 64]), "n": rng.choice([64, 128, 256]), "k": kmin * rng.choice([4, 8, 16])}
-        elif dtype == "f32":  # FMA dots past 128 x 128 spill so much that ptxas runs for many minutes
-            tile = {"m": rng.choice([32, 64, 128]), "n": rng.choice([32, 64, 128]), "k": rng.choice([16, 32, 64])}
-        else:
-            tile = {"m": rng.choice([64, 128, 128, 256]), "n": rng.choice([64, 128, 256, 256]),
-                    "k": kmin * rng.choice([2, 4, 8, 8, 16])}
+        tile = draw_tile(rng, dtype, swap)
         a_major = "k" if dtype == "fp8_e4m3" else rng.choice(["k", "mn"])
         b_major = "k" if dtype == "fp8_e4m3" else rng.choice(["k", "mn"])
         epilogue = [{**op, "dtype": out} if op.get("dtype") == "OUT" else op for op in rng.choice(EPILOGUES)]
         tma = rng.random() < 0.65
-        width = {"fp8_e4m3": 1, "tf32": 4, "f32": 4}.get(dtype, 2)
-        naive = SMEM_LIMIT // ((tile["m"] + tile["n"]) * tile["k"] * width)  # stages of A/B alone that fit
-        if rng.random() < 0.4:
-            stages: int | str = "auto"
-        elif 2 <= naive <= 7:
-            stages = max(2, naive + rng.choice([-1, 0, 0, 1]))
-        else:
-            stages = rng.choice([2, 3, 4])
-        warps = rng.choice([4, 8, 8])
-        if tile["m"] * tile["n"] > 128 * 256 or (dtype == "f32" and tile["m"] * tile["n"] > 64 * 64):
-            warps = 8  # 256 x 256 over 4 warps (512 accumulator registers) keeps ptxas busy for minutes
+        stages, warps = draw_depth_and_warps(rng, dtype, tile)
         split = rng.choice([2, 4]) if rng.random() < 0.12 else 1
         persistent = rng.random() < 0.5
         spec = {

@@ -23,12 +23,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: differential.py
 
-from differential import SMEM_LIMIT, live, run_grid  # noqa: E402
+from differential import draw_depth_and_warps, draw_tile, live, run_grid  # noqa: E402
 
 RECORD = HERE.parent / "data" / "grid_grouped_triton.jsonl"
 GRID_SPECS = 120  # per arch
 GRID_SEED = 37
-KMIN = {"tf32": 8, "f32": 8}  # tl.dot's K minimum (16-bit: 16)
 EPILOGUES: list[list[dict]] = [
     [],
     [{"op": "bias", "dtype": "bf16"}],
@@ -49,25 +48,8 @@ def grid(n: int, seed: int = GRID_SEED, arch: str = "sm90") -> list[dict]:
         dtype = rng.choice(["bf16", "bf16", "f16", "tf32", "f32"])
         out = rng.choice(["f16", "f32"]) if dtype == "f16" else rng.choice(["bf16", "bf16", "f32"])
         swap = dtype in ("bf16", "f16") and rng.random() < 0.15
-        kmin = KMIN.get(dtype, 16)
-        if swap:  # decode: a group's few rows on the MMA's column side
-            tile = {"m": rng.choice([16, 32, 64]), "n": rng.choice([64, 128, 256]), "k": kmin * rng.choice([4, 8, 16])}
-        elif dtype == "f32":  # FMA dots past 128 x 128 spill so much that ptxas runs for minutes
-            tile = {"m": rng.choice([32, 64, 128]), "n": rng.choice([32, 64, 128]), "k": rng.choice([16, 32, 64])}
-        else:
-            tile = {"m": rng.choice([64, 128, 128, 256]), "n": rng.choice([64, 128, 256, 256]),
-                    "k": kmin * rng.choice([2, 4, 8, 8, 16])}
-        width = {"tf32": 4, "f32": 4}.get(dtype, 2)
-        naive = SMEM_LIMIT // ((tile["m"] + tile["n"]) * tile["k"] * width)  # stages of A/B alone that fit
-        if rng.random() < 0.4:
-            stages: int | str = "auto"
-        elif 2 <= naive <= 7:
-            stages = max(2, naive + rng.choice([-1, 0, 0, 1]))
-        else:
-            stages = rng.choice([2, 3, 4])
-        warps = rng.choice([4, 8, 8])
-        if tile["m"] * tile["n"] > 128 * 256 or (dtype == "f32" and tile["m"] * tile["n"] > 64 * 64):
-            warps = 8  # 256 x 256 over 4 warps (512 accumulator registers) keeps ptxas busy for minutes
+        tile = draw_tile(rng, dtype, swap)
+        stages, warps = draw_depth_and_warps(rng, dtype, tile)
         epilogue = rng.choice(EPILOGUES)
         specs.append({
             "name": f"gg{arch}_{i:04d}", "kind": "grouped",
