@@ -23,6 +23,7 @@ from grouped_triton import GRID_SEED, GRID_SPECS, grid  # noqa: E402
 RECORDS = {  # record: (seed, the grid's size per arch)
     "grid_grouped_triton_3.6.jsonl": (GRID_SEED, GRID_SPECS),  # triton 3.6.0 (torch 2.11's), compiled on the GPU machine's CPUs
     "fresh/fresh_grouped_triton36_38.jsonl": (38, 120),
+    "grid_grouped_triton.jsonl": (GRID_SEED, GRID_SPECS),  # triton 3.9.0 (CI's), compiled on this CPU machine
 }
 
 
