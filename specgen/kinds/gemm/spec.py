@@ -23,7 +23,7 @@ from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import EpilogueOp, RuntimeArg
+from specgen.spec.epilogue import EpilogueOp, RuntimeArg, check_gated
 from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
 from specgen.spec.names import derived_names
 from specgen.spec.targets import Backend
@@ -100,6 +100,7 @@ class GemmSpec(LayeredSpec):
 
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:
+        check_gated(self.epilogue)
         names = {"a", "b", "out"}
         owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
         for arg in self.runtime_args():

@@ -29,7 +29,7 @@ from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
 from specgen.kinds.grouped.epilogue import ROW_SCALES, GroupedEpilogueOp
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import RuntimeArg
+from specgen.spec.epilogue import RuntimeArg, check_gated
 from specgen.spec.models import (
     ConfigLayer,
     Description,
@@ -120,6 +120,7 @@ class GroupedSpec(LayeredSpec):
             if str(t) not in SERVED_TARGETS:
                 raise ValueError(f"target '{t}': no grouped design serves it yet (the grouped designs serve "
                                  f"{', '.join(SERVED_TARGETS)})")
+        check_gated(self.epilogue)
         for i, op in enumerate(self.epilogue):
             if op.op == "scale" and op.by not in ROW_SCALES:
                 raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "

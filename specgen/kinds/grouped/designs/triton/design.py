@@ -70,6 +70,7 @@ class TritonGrouped(GroupedDesign):
     # Size-selected variants (decode's few rows an expert): the launcher picks one by M (all rows), N and K, read
     # from shapes, never from the group index. Descriptors or pointers are the kernel's parameters: one for all.
     renders_variants = True
+    renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
 
