@@ -2,7 +2,8 @@
 float64 reference (kinds/gemm/testing/reference.py: the epilogue applied op by op as an unfused torch program
 would), with the group's operands: its weight B[g], its bias row bias[g], its rows of a per-row scale.
 
-Tensors in logical layouts: A (M, K), B (G, K, N), the index as the spec passes it (offs: cumulative ends; or
+Tensors in logical layouts: A (M, K), B (G, K, N) (G, K, 2N with a gated epilogue, which the dense reference
+applies to the group's 2N columns), the index as the spec passes it (offs: cumulative ends; or
 sizes), the epilogue's arguments by name (a per-group bias (G, N), a per-row scale (M,), scalars as floats)."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def grouped(spec: dict, a: torch.Tensor, b: torch.Tensor, index: torch.Tensor,
             args: dict[str, object]) -> tuple[torch.Tensor, torch.Tensor]:
     """(out in float64, which rows the kernel writes): each group's rows computed on their own; rows past the
     last group are zeros where the spec says `tail = "zero"` (written) and not written otherwise."""
-    rows, n = a.shape[0], b.shape[2]
+    rows, n = a.shape[0], b.shape[2] // (2 if spec["epilogue"] and spec["epilogue"][0]["op"] == "gated" else 1)
     out = torch.zeros(rows, n, dtype=torch.float64)
     written = torch.zeros(rows, dtype=torch.bool)
     chain = dense_epilogue(spec)
