@@ -107,13 +107,10 @@ class Gated(_Op):
 
     B holds 2N columns, (K, 2N), and the kernel stores N: out[:, j] = fn(gate[:, j]) * up[:, j], each in f32,
     with `fn` the activation op's formula (specgen/spec/formulas.py: the same NaN, +-inf and -0.0 results)
-    and one f32 multiply. `layout` says where gate and up sit in B's columns:
-
-    - `halves`: gate columns [0, N), up columns [N, 2N), the weight `torch.cat([w_gate, w_up])` (each
-      (N, K), B = its transpose), as most checkpoints store gate_up_proj;
-    - `interleaved`: column 2j is gate j and column 2j + 1 up j, one column at a time.
-
-    It is the chain's first op (it turns the accumulator's 2N columns into the N outputs); every later op acts
+    and one f32 multiply. `layout` says where gate and up sit in B's columns: `halves` has gate columns
+    [0, N) and up columns [N, 2N), the weight `torch.cat([w_gate, w_up])` (each (N, K), B its transpose) as
+    most checkpoints store gate_up_proj; `interleaved` has column 2j gate j and column 2j + 1 up j (one column
+    at a time). It is the chain's first op (it turns the accumulator's 2N columns into the N outputs); every later op acts
     on those N outputs (a bias or column scale is (N,), a residual (M, N)).
     """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from specgen.kinds.gemm.designs.cute_sm90 import options as cute_options
 from specgen.kinds.gemm.designs.cute_sm90.options import CuteOptions
@@ -98,9 +98,14 @@ class GemmSpec(LayeredSpec):
     # Size-selected variants (`[[kernels.variants]]`), tried in order before the config above.
     variants: list[Variant] = Field(default_factory=list)
 
+    @field_validator("epilogue")
+    @classmethod
+    def _gated_first(cls, epilogue: list) -> list:
+        check_gated(epilogue)  # the error points at the spec's `epilogue`
+        return epilogue
+
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:
-        check_gated(self.epilogue)
         names = {"a", "b", "out"}
         owner: dict[str, str] = {}  # every name an argument brings into the generated code -> that argument
         for arg in self.runtime_args():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.kinds.grouped.designs.pallas import options as pallas_options
@@ -114,13 +114,18 @@ class GroupedSpec(LayeredSpec):
     per_target: dict[TargetKey, GroupedTargetConfig] = Field(default_factory=dict)
     variants: list[GroupedVariant] = Field(default_factory=list)
 
+    @field_validator("epilogue")
+    @classmethod
+    def _gated_first(cls, epilogue: list) -> list:
+        check_gated(epilogue)  # the error points at the spec's `epilogue`
+        return epilogue
+
     @model_validator(mode="after")
     def _arguments(self) -> GroupedSpec:
         for t in self.targets:
             if str(t) not in SERVED_TARGETS:
                 raise ValueError(f"target '{t}': no grouped design serves it yet (the grouped designs serve "
                                  f"{', '.join(SERVED_TARGETS)})")
-        check_gated(self.epilogue)
         for i, op in enumerate(self.epilogue):
             if op.op == "scale" and op.by not in ROW_SCALES:
                 raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is not a grouped epilogue op yet (per-column "
