@@ -156,3 +156,42 @@ def test_the_module_says_what_b_holds(swiglu) -> None:
     doc = swiglu.__doc__
     assert "b: (K, 2N) f32, k-major: gate columns [0, N), up columns [N, 2N)" in doc
     assert "0. gated: silu(gate) * up (SwiGLU" in doc
+
+
+# --- bench: the peers compute what the kernel does ----------------------------------------------------------
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_the_dense_peer_is_the_eager_mlp(layout: str) -> None:
+    """`specgen bench`'s peer for a gated spec: x @ W (2N columns), then act(gate) * up and the rest, in eager
+    torch; the work and bytes count B's 2N columns."""
+    from specgen.kinds.gemm import problem
+    from specgen.kinds.gemm.peers import _eager_chain
+
+    op = {"op": "gated", "fn": "gelu_tanh", "layout": layout}
+    spec = GemmSpec.model_validate({**MINIMAL_SPEC, **F32, "epilogue": [op, {"op": "bias", "along": "n"}]})
+    a, b, bias = torch.randn(5, 8, dtype=torch.float64), torch.randn(8, 12, dtype=torch.float64), torch.randn(6)
+    got = _eager_chain(spec)(a, b, bias.double())
+    want = REFERENCES["gemm"]([op, {"op": "bias", "along": "n", "name": "bias"}], a, b, {"bias": bias})
+    torch.testing.assert_close(got.double(), want)
+    shape = problem.Shape(16, 8192, 4096)
+    plain = GemmSpec.model_validate({**MINIMAL_SPEC, **F32})
+    assert problem.flops(shape, spec) == 2 * problem.flops(shape, plain) == 4 * 16 * 8192 * 4096
+    assert problem.bytes_moved(spec, shape) - problem.bytes_moved(plain, shape) == 4096 * 8192 * 4 + 8192 * 4
+
+
+def test_the_grouped_peer_is_grouped_mm_then_the_eager_mlp() -> None:
+    """The grouped kind's peer: torch._grouped_mm over B (G, K, 2N), then act(gate) * up (on the CPU here)."""
+    from specgen.kinds.grouped import problem
+    from specgen.kinds.grouped.spec import GroupedSpec
+    from specgen.kinds.grouped.testing.reference import grouped
+    from specgen.spec.models import parse_target
+
+    op = {"op": "gated", "fn": "silu", "layout": "interleaved"}
+    data = {**MINIMAL_SPEC, **F32, "kind": "grouped", "epilogue": [op]}
+    spec = GroupedSpec.model_validate(data)
+    a, b = torch.randn(20, 8), torch.randn(3, 8, 12)
+    offs = torch.tensor([5, 5, 20], dtype=torch.int32)
+    got = problem.peer_call(spec, parse_target("triton:sm90"), (a, b, offs))()
+    want, written = grouped(spec.model_dump(mode="json"), a, b, offs, {})
+    torch.testing.assert_close(got.double()[written], want[written], rtol=1e-5, atol=1e-5)
+    shape = problem.Shape(8, 16, 1024, 2048)
+    assert problem.flops(shape, spec) == 2 * problem.flops(shape)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 from specgen.abi import Arg, Halved, HostOperand, bind_operands, halved_extents
 from specgen.design import ModuleHeader
@@ -42,7 +43,9 @@ class GemmModule(ModuleHeader):
     a_major: str  # "k" or "mn": the operand's contiguous dimension
     b_major: str
     batch: bool
-    gated: bool = False  # a gated epilogue: B has 2N columns (gate and up), the output N
+    # a gated epilogue: B has 2N columns (gate and up), the output N. A design that renders one declares the
+    # field in its plan (the Triton design's TritonPlan), so that the other designs' plans stay as they were.
+    gated: ClassVar[bool] = False
 
     @cached_property
     def _host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:

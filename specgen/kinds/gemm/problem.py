@@ -110,17 +110,24 @@ def runs_at(spec: GemmSpec, shape: Shape) -> bool:
     return shape.batch == 1 or spec.batch
 
 
-def flops(shape: Shape) -> int:
-    """Multiply-adds counted twice: 2 M N K per batch (the epilogue's elementwise work left out)."""
-    return 2 * shape.m * shape.n * shape.k * shape.batch
+def flops(shape: Shape, spec: GemmSpec | None = None) -> int:
+    """Multiply-adds counted twice: 2 M N K per batch (the epilogue's elementwise work left out); a gated
+    epilogue's GEMM has 2N columns (N is the output's)."""
+    return 2 * shape.m * shape.n * b_columns(spec) * shape.k * shape.batch
+
+
+def b_columns(spec: GemmSpec | None) -> int:
+    """B's columns per output column: 2 with a gated epilogue (gate and up), else 1."""
+    return 2 if spec is not None and spec.epilogue and spec.epilogue[0].op == "gated" else 1
 
 
 def bytes_moved(spec: GemmSpec, shape: Shape) -> int:
-    """Each operand read once and the output written once: A (M, K), B (K, N), the output and every
+    """Each operand read once and the output written once: A (M, K), B (K, N) (or (K, 2N), gated), the output and every
     epilogue tensor (an (M, N) matrix per batch, a vector of M or N shared by the batches; scalars are
     none), in their dtypes."""
     m, n, k, batch = shape
-    total = batch * (m * k * spec.a.dtype.bytes + k * n * spec.b.dtype.bytes + m * n * spec.out.dtype.bytes)
+    total = batch * (m * k * spec.a.dtype.bytes + k * n * b_columns(spec) * spec.b.dtype.bytes
+                     + m * n * spec.out.dtype.bytes)
     for arg in spec.runtime_args():
         if arg.shape == "matrix":
             total += batch * m * n * arg.dtype.bytes

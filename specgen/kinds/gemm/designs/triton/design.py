@@ -17,7 +17,7 @@ Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specgen.abi import Arg, make_arg
 from specgen.design import module_identity, plan_header
@@ -314,8 +314,10 @@ class TritonPlan(GemmModule):
     split: bool = False
     swap_ab: bool = False  # the default config's triton.swap_ab
     swap: bool = False  # any config of the module swaps A and B: the kernel takes the SWAP_AB constexpr
-    # a gated epilogue (epilogue[0], `gated`): where B's gate and up columns sit ("halves", "interleaved")
-    gated_layout: str = ""
+    # a gated epilogue (epilogue[0], `gated`): B has 2N columns, gate and up (keyword-only: GemmModule's ClassVar
+    # default would otherwise place it before kernel_name)
+    gated: bool = field(default=False, kw_only=True)
+    gated_layout: str = ""  # where B's gate and up columns sit: "halves" or "interleaved"
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
