@@ -128,6 +128,11 @@ def gated_op(epilogue: list) -> Gated | None:
     return epilogue[0] if epilogue and isinstance(epilogue[0], Gated) else None
 
 
+def b_columns(spec: object) -> int:
+    """B's columns per output column of a spec (None: 1): 2 with a gated epilogue (gate and up), else 1."""
+    return 2 if spec is not None and gated_op(spec.epilogue) is not None else 1  # type: ignore[attr-defined]
+
+
 def check_gated(epilogue: list) -> None:
     """A gated op stands first in the chain, once: it turns 2N accumulator columns into N outputs, and every
     later op acts on those N (ValueError naming the op's position otherwise)."""

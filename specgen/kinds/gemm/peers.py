@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specgen.bench.tensors import TORCH_DTYPES, random_normal, torch_dtype
-from specgen.kinds.gemm.problem import b_columns
+from specgen.spec.epilogue import b_columns
 from specgen.targets import Backend
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from specgen.spec.epilogue import b_columns
 from specgen.spec.load import quote
 
 if TYPE_CHECKING:
@@ -115,10 +116,6 @@ def flops(shape: Shape, spec: GemmSpec | None = None) -> int:
     epilogue's GEMM has 2N columns (N is the output's)."""
     return 2 * shape.m * shape.n * b_columns(spec) * shape.k * shape.batch
 
-
-def b_columns(spec: GemmSpec | None) -> int:
-    """B's columns per output column: 2 with a gated epilogue (gate and up), else 1."""
-    return 2 if spec is not None and spec.epilogue and spec.epilogue[0].op == "gated" else 1
 
 
 def bytes_moved(spec: GemmSpec, shape: Shape) -> int:

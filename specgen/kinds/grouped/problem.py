@@ -12,7 +12,8 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from specgen.kinds.gemm.problem import INT32_MAX, b_columns, parse_size
+from specgen.kinds.gemm.problem import INT32_MAX, parse_size
+from specgen.spec.epilogue import b_columns
 from specgen.spec.load import quote
 
 if TYPE_CHECKING:
