@@ -126,15 +126,29 @@ class HostOperand:
         return tuple(e for e in self.extents if e.first)
 
 
+@dataclass(frozen=True)
+class Halved:
+    """A problem-size symbol that is half of an operand's extent: a gated epilogue's N outputs from B's 2N columns
+    (gate and up). The host binds `source` from the operand, refuses an odd one, and sets `symbol` to half of it."""
+
+    symbol: str  # "N"
+    source: str  # "N2", the operand's extent
+    at: str  # where the operand binds it: "b.shape[1]"
+    operand: str  # "b"
+    index: int  # the extent's position in the operand's logical shape
+
+
 def bind_operands(operands: Sequence[tuple[Arg, Sequence[str], str, str]], output: tuple[Arg, Sequence[str], str, str],
                   *, fast_by_shape: Sequence[str] = (), bound: Mapping[str, str] | None = None,
+                  halved: Mapping[str, str] | None = None,
                   ) -> tuple[tuple[HostOperand, ...], HostOperand]:
     """The host records of a kind's tensor operands and output, each given as (arg, dims as symbols,
     contiguous symbol, short name: strides `s<short>`, address `p<short>`). The first operand to have a
     symbol binds it; a later one binds `<symbol>_<name>` and is checked against the first position. The
     fast path compares the later `fast_by_shape` symbols by shape instead of binding them. The output binds
     nothing: every symbol of its shape is bound by an operand (its `first` says where), or by another argument
-    (`bound`: symbol -> where, "offs.shape[0]": a ragged-K kernel's group count, which no operand holds)."""
+    (`bound`: symbol -> where, "offs.shape[0]": a ragged-K kernel's group count, which no operand holds), or is half
+    of one that is (`halved`: symbol -> the operand's symbol, `halved_extents` says where)."""
     first: dict[str, str] = dict(bound or {})
     records = []
     for arg, dims, contiguous, short in operands:
@@ -148,6 +162,9 @@ def bind_operands(operands: Sequence[tuple[Arg, Sequence[str], str, str]], outpu
         for i, sym in enumerate(dims):
             first.setdefault(sym, f"{arg.name}.shape[{i}]")
         records.append(HostOperand(arg, tuple(extents), contiguous, f"s{short}", f"p{short}"))
+    for symbol, source in (halved or {}).items():
+        if source in first and symbol not in first:
+            first[symbol] = f"{first[source]} // 2"
     arg, dims, contiguous, short = output
     missing = [s for s in dims if s not in first]
     if missing:
@@ -155,3 +172,12 @@ def bind_operands(operands: Sequence[tuple[Arg, Sequence[str], str, str]], outpu
     out = HostOperand(arg, tuple(Extent(s, i, s, s, first[s]) for i, s in enumerate(dims)), contiguous,
                       f"s{short}", f"p{short}")
     return tuple(records), out
+
+
+def halved_extents(operands: Sequence[HostOperand], halved: Mapping[str, str]) -> tuple[Halved, ...]:
+    """Where each halved symbol's source is bound (the first operand with that extent)."""
+    found = []
+    for symbol, source in halved.items():
+        x, e = next((x, e) for x in operands for e in x.extents if e.symbol == source and not e.first)
+        found.append(Halved(symbol, source, f"{x.name}.shape[{e.index}]", x.name, e.index))
+    return tuple(found)

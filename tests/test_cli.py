@@ -50,7 +50,8 @@ def run(*args: str):
 
 # --- specgen check ------------------------------------------------------------------------------------
 def test_check_passes_on_the_shipped_specs(in_repo):
-    for args in ((), ("specs",), ("specs/catalogue.toml", "specs/gemm_bf16.toml", "specs/grouped.toml", "specs/tpu.toml")):
+    for args in ((), ("specs",), ("specs/catalogue.toml", "specs/gemm_bf16.toml", "specs/grouped.toml", "specs/mlp.toml",
+                                    "specs/tpu.toml")):
         r = run("check", *args)
         assert r.exit_code == 0, r.output
         n = len(load_paths([ROOT / "specs"]))

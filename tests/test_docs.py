@@ -24,7 +24,7 @@ def test_readme_spec_reference_is_current() -> None:
 
 def test_reference_names_every_epilogue_op_and_target() -> None:
     ref = spec_reference()
-    for op in ("Bias", "Scale", "Activation", "Residual", "Clamp", "Cast"):
+    for op in ("Gated", "Bias", "Scale", "Activation", "Residual", "Clamp", "Cast"):
         assert f"### {op}" in ref
     assert "`pallas:tpu_v7x`" in ref and "`triton:sm100`" in ref
 

@@ -68,6 +68,7 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "CUTE005": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"},
+    "EPI001": (GPU - TRITON) | TPU, "EPI002": TRITON,
     "GRP001": TRITON | TPU, "GRP002": TRITON | TPU, "GRP003": TRITON | TPU, "GRP101": TRITON, "GRP102": TRITON,
     "GRP103": TRITON, "GRP201": TPU, "GRP202": TPU, "GRP203": TPU,
     "PAL001": TPU, "PAL002": TPU,

@@ -11,8 +11,9 @@ A problem module holds, at module level:
     default_shapes(spec, target)        the shapes bench and tune time when none are given
     slot_for(spec, target, shape)       the size variant the launcher picks for the shape, None: the default
     runs_at(spec, shape)                whether the spec takes a problem of that shape at all
-    flops(shape), bytes_moved(spec, shape), operand_bits(spec)
-                                        the work, the bytes read and written once, the width of the peak
+    flops(shape, spec), bytes_moved(spec, shape), operand_bits(spec)
+                                        the work (the spec's where it changes it: a gated epilogue's
+                                        2N columns), the bytes read and written once, the width of the peak
     record_shape(shape)                 (sizes, batch) as a bench record's row holds them
     config_label(spec)                  one config as `check` prints it
     inputs(spec, shape, seed)           the launcher's arguments on the GPU (torch, imported when called)

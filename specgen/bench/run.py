@@ -47,7 +47,7 @@ def _row(loaded: LoadedSpec, target: Target, shape: ProblemShape, w: Workload, s
     p = paired(samples["ours"], samples["peer"])
     problem = problem_of(loaded.spec)
     peak = peak_tflops(gpu, problem.operand_bits(loaded.spec))
-    work = problem.flops(shape)
+    work = problem.flops(shape, loaded.spec)
     ours_tf = tflops(work, p.ours_us)
     sizes, batch = problem.record_shape(shape)
     return Row(kernel=w.peer_name if aa else loaded.name, target=str(target), shape=sizes, batch=batch,

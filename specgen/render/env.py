@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jinja2
 
+from specgen.spec.epilogue import GATED_NAMES
 from specgen.spec.formulas import FORMULAS
 
 
@@ -74,6 +75,9 @@ def describe_op(op: dict) -> str:
             return "scale: * scale_a[m] * scale_b[n]"
         name = op["name"] or ("row_scale" if by == "row" else "col_scale")
         return f"scale: * {name}[{'m' if by == 'row' else 'n'}]"
+    if kind == "gated":
+        where = "gate columns [0, N), up [N, 2N)" if op["layout"] == "halves" else "gate column 2j, up 2j + 1"
+        return f"gated: {op['fn']}(gate) * up ({GATED_NAMES[op['fn']]}; B has 2N columns, {where})"
     if kind == "activation":
         return f"activation: {op['fn']}"
     if kind == "residual":

@@ -213,3 +213,11 @@ def scalar(kernel: str, name: str, v: object) -> None:
 def same_extent(kernel: str, what: str, value: int, other_what: str, other: int) -> None:
     if value != other:
         raise ValueError(f"{kernel}: {what} = {value} must equal {other_what} = {other}")
+
+
+def halved(kernel: str, what: str, value: int, symbol: str) -> int:
+    """Half of a gated operand's extent (B's 2N columns: gate and up), refusing an odd one."""
+    if value % 2:
+        raise ValueError(f"{kernel}: {what} = {value} must be even: the gated epilogue reads gate and up columns, "
+                         f"2{symbol} of them for {symbol} outputs (a (K, 2N) weight)")
+    return value // 2

@@ -102,6 +102,47 @@ class Scale(_Op):
         ]
 
 
+class Gated(_Op):
+    """A gated linear unit, the MLP of most LLMs (SwiGLU, GeGLU): gate and up projections in one GEMM.
+
+    B holds 2N columns, (K, 2N), and the kernel stores N: out[:, j] = fn(gate[:, j]) * up[:, j], each in f32,
+    with `fn` the activation op's formula (specgen/spec/formulas.py: the same NaN, +-inf and -0.0 results)
+    and one f32 multiply. `layout` says where gate and up sit in B's columns: `halves` has gate columns
+    [0, N) and up columns [N, 2N), the weight `torch.cat([w_gate, w_up])` (each (N, K), B its transpose) as
+    most checkpoints store gate_up_proj; `interleaved` has column 2j gate j and column 2j + 1 up j (one column
+    at a time). It is the chain's first op (it turns the accumulator's 2N columns into the N outputs); every later op acts
+    on those N outputs (a bias or column scale is (N,), a residual (M, N)).
+    """
+
+    op: Literal["gated"]
+    fn: Literal["silu", "gelu", "gelu_tanh"]
+    layout: Literal["halves", "interleaved"]
+
+
+# What the gated op is called where its fn names it (docs, generated docstrings, bench labels).
+GATED_NAMES = {"silu": "SwiGLU", "gelu": "GeGLU", "gelu_tanh": "GeGLU (tanh)"}
+
+
+def gated_op(epilogue: list) -> Gated | None:
+    """The chain's gated op, if it has one (`check_gated` keeps it first and alone)."""
+    return epilogue[0] if epilogue and isinstance(epilogue[0], Gated) else None
+
+
+def b_columns(spec: object) -> int:
+    """B's columns per output column of a spec (None: 1): 2 with a gated epilogue (gate and up), else 1."""
+    return 2 if spec is not None and gated_op(spec.epilogue) is not None else 1  # type: ignore[attr-defined]
+
+
+def check_gated(epilogue: list) -> None:
+    """A gated op stands first in the chain, once: it turns 2N accumulator columns into N outputs, and every
+    later op acts on those N (ValueError naming the op's position otherwise)."""
+    for i, op in enumerate(epilogue):
+        if isinstance(op, Gated) and i > 0:
+            raise ValueError(f"epilogue[{i}]: a `gated` op must be the chain's first (it turns B's 2N columns into "
+                             f"the N outputs that every later op acts on); move it before epilogue[0] "
+                             f"({epilogue[0].op})" + (", and keep one gated op" if isinstance(epilogue[0], Gated) else ""))
+
+
 class Activation(_Op):
     """Elementwise activation; `gelu` is the erf form, `gelu_tanh` the tanh approximation.
 
@@ -149,4 +190,4 @@ class Cast(_Op):
     dtype: DType
 
 
-EpilogueOp = Annotated[Bias | Scale | Activation | Residual | Clamp | Cast, Field(discriminator="op")]
+EpilogueOp = Annotated[Gated | Bias | Scale | Activation | Residual | Clamp | Cast, Field(discriminator="op")]

@@ -35,6 +35,11 @@ and sigmoid use the one-tanh form, not `1 / (1 + exp(-x))`, because one MUFU op 
 exp and a divide; gelu_tanh multiplies `0.5 * x` by `1 + tanh(...)` (one add more than `h + h * tanh`)
 because that keeps -0.0 and huge negative inputs at -0.0, as torch does, where `h + h * tanh` gives +0.0.
 
+The gated op (SwiGLU, GeGLU) applies its `fn` row of this table to the gate column and multiplies by the up
+column, `fn(gate) * up`, one f32 multiply after the formula (so the product of a finite up and the row's NaN,
+inf or -0.0 is IEEE's: NaN stays NaN, fn(-inf) = NaN gives NaN, +inf times a positive up is +inf, and 0 times
+inf is NaN, as torch's `F.silu(gate) * up` gives in float64). Its error is the formula's plus one rounding.
+
 The other ops are plain IEEE f32 arithmetic and need no formula: `bias` and `residual` add (`x +
 beta * c` for a residual), `scale` multiplies, and `cast` rounds to its dtype (round to nearest even;
 NaN stays NaN) and continues in f32, as an unfused torch program would.
@@ -178,5 +183,6 @@ ARITHMETIC: dict[str, str] = {
     "bias": "x + bias (f32 add; the bias converted to f32 exactly)",
     "scale": "x * s (f32 multiply; s a constant, a runtime scalar, or per-row / per-column vectors)",
     "residual": "x + beta * c (f32; beta = 1 adds c itself)",
+    "gated": "fn(gate) * up (fn: the silu, gelu or gelu_tanh row above on the gate column, then an f32 multiply by the up column)",
     "cast": "round x to dtype (round to nearest even, NaN kept, out of range as the dtype's conversion does), back to f32",
 }

@@ -67,6 +67,9 @@ OPS: dict[str, dict] = {
     "clamp_max": {"op": "clamp", "max": 0.5},
     "clamp_both": {"op": "clamp", "min": -1.0, "max": 1.0},
     "cast_f16": {"op": "cast", "dtype": "f16"},
+    # a gated epilogue: B (K, 2N) into N outputs (the Triton designs render it; the others refuse it, EPI001)
+    "gated_silu_halves": {"op": "gated", "fn": "silu", "layout": "halves"},
+    "gated_gelu_interleaved": {"op": "gated", "fn": "gelu", "layout": "interleaved"},
 }
 
 
@@ -221,7 +224,8 @@ class Case:
         spec, M, N, K = self.spec, self.M, self.N, self.K
         a_dt, b_dt = spec["a"]["dtype"], spec["b"]["dtype"]
         a_vals = self._normal((*self.lead, M, K)) / math.sqrt(max(K, 1))
-        b_vals = self._normal((*self.lead, K, N))
+        gated = bool(spec["epilogue"]) and spec["epilogue"][0]["op"] == "gated"
+        b_vals = self._normal((*self.lead, K, 2 * N if gated else N))  # gated: gate and up columns
         if self.data == "specials" and K:
             huge = HUGE[torch_dtype(a_dt)]
             specials = [float("nan"), float("inf"), -float("inf"), huge, -huge, -0.0]

@@ -89,6 +89,7 @@ def test_the_spec_refuses_what_ragged_k_does_not_mean():
     assert "groups.tail = 'zero' is for ragged M" in _refusal(groups={"ragged": "k", "tail": "zero"})
     assert "scale by = 'row' is a ragged-M kernel's" in _refusal(epilogue=[{"op": "scale", "by": "row"}])
     assert "scale by = 'rowcol'" in _refusal(epilogue=[{"op": "scale", "by": "rowcol"}])
+    assert "a gated op is the forward's" in _refusal(epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}])
     fp8 = {"dtype": "fp8_e4m3", "major": "k"}
     assert "fp8 is the forward's" in _refusal(a=fp8, b=fp8, out={"dtype": "bf16"})
 

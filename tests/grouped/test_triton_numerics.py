@@ -16,10 +16,12 @@ from specgen.kinds.grouped.testing.specs import FORMS, spec
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
-# The forms every case runs on (each index format, tail, B major and most ops between them, and fp8 with
-# torch._scaled_grouped_mm's scales); the others on a few cases that reach their branches, the shipped fp8 kernel
-# on one more whose 190 rows pass its decode variant's M <= 64 (its default 128x256x128 config runs there).
-EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk", "g_pointer_kmn", "g_swap_variant", "g_fp8_rowcol")
+# The forms every case runs on (each index format, tail, B major and most ops between them, fp8 with
+# torch._scaled_grouped_mm's scales, gated epilogues of both layouts); the others on a few cases that reach their
+# branches, the shipped fp8 kernel on one more whose 190 rows pass its decode variant's M <= 64 (its default
+# 128x256x128 config runs there).
+EVERY_CASE = ("g_offs_zero_kmn", "g_sizes_zero_kk", "g_pointer_kmn", "g_swap_variant", "g_fp8_rowcol", "g_gated_halves_kk",
+              "g_gated_pointer_il_kk")
 SOME_CASES = ("ragged", "empty_middle_consecutive", "tile_shared_by_4", "k_tail_strided")
 PAST_DECODE = {"moe_fp8_rowwise_fp8": "g256_tiny"}
 
@@ -142,6 +144,39 @@ def test_the_tolerance_sees_per_group_and_per_row_operands(load_kernel, form, na
     shifted, _ = grouped(s, a, b, index, {**args, name: args[name].roll(1, 0)})
     torch.testing.assert_close(got[written], want[written], **tolerance(s))
     assert not torch.allclose(got[written], shifted[written], **tolerance(s))
+
+
+@pytest.mark.parametrize("form", ["g_gated_halves_kk", "g_gated_f32"])
+def test_the_tolerance_sees_the_gated_layout_and_fn(load_kernel, form):
+    """A gated kernel reading its gate and up columns with the other layout, or applying another fn (gelu and
+    gelu_tanh told apart where the out dtype is f32), would fail the numerics: each such reference fails the
+    tolerance the kernel's result meets."""
+    from specgen.kinds.gemm.testing.data import gated_mutants
+    from specgen.kinds.grouped.testing.reference import grouped
+
+    s = FORMS[form]
+    problem = GroupedProblem(s, CASES["ragged"], "gated_mutant")
+    a, b, _ = problem.operands()
+    index = problem.index()
+    args = dict(problem.epilogue_args())
+    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
+    want, written = grouped(s, a, b, index, args)
+    torch.testing.assert_close(got[written], want[written], **tolerance(s))
+    mutants = gated_mutants(s, s["epilogue"][0], CASES["ragged"].n)
+    assert len(mutants) >= 2  # the other layout and at least one other fn
+    for how, op in mutants:
+        wrong, _ = grouped({**s, "epilogue": [op, *s["epilogue"][1:]]}, a, b, index, args)
+        assert not torch.allclose(got[written], wrong[written], **tolerance(s)), f"{form}: {how} passes"
+
+
+def test_a_gated_b_must_have_an_even_column_count(load_kernel):
+    """B (G, K, 2N): an odd column count is refused before the launch, naming B's dim."""
+    s = FORMS["g_gated_halves_kk"]
+    problem = GroupedProblem(s, CASES["ragged"], "odd")
+    a, b, _ = problem.operands()
+    args = [v for _, v in problem.epilogue_args()]
+    with pytest.raises(ValueError, match=r"b\.shape\[2\] = 47 must be even: the gated epilogue reads gate and up"):
+        getattr(load_kernel(s), s["name"])(a, b[:, :, :47], problem.index(), *args)
 
 
 def test_legal_odd_layouts_are_staged_and_give_the_same_result(load_kernel):

@@ -14,25 +14,40 @@ from specgen.envelope.budget import MIN_STAGES
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import TmaBox
+from specgen.spec.epilogue import gated_op
 from specgen.targets import TargetInfo
 
 DEFAULT_EPILOGUE_STAGES = 2
 WARPGROUP_THREADS = 128
 
 
+def b_tile_columns(spec: GemmSpec) -> int:
+    """The B columns one output tile reads: tile.n, or 2 tile.n with a gated epilogue (gate and up columns for
+    each output; specgen/spec/epilogue.py `Gated`), which doubles the B tile and the accumulator."""
+    return 2 * spec.tile.n if gated_op(spec.epilogue) is not None else spec.tile.n
+
+
+def b_box_columns(spec: GemmSpec) -> int:
+    """The columns of one B TMA box: an interleaved gated tile's 2 tile.n columns come in one box; the halves
+    layout loads two boxes of tile.n (at n0 and N + n0)."""
+    op = gated_op(spec.epilogue)
+    return 2 * spec.tile.n if op is not None and op.layout == "interleaved" else spec.tile.n
+
+
 def tma_boxes(spec: GemmSpec) -> tuple[TmaBox, ...]:
     """Every TMA-moved tile: (outer, inner) in elements, by the operand's major mode."""
     t = spec.tile
+    bn = b_box_columns(spec)
     a = (t.m, t.k) if spec.a.major == "k" else (t.k, t.m)
-    b = (t.n, t.k) if spec.b.major == "k" else (t.k, t.n)
+    b = (bn, t.k) if spec.b.major == "k" else (t.k, bn)
     return (TmaBox("A", *a, spec.a.dtype.bytes, ("a",)), TmaBox("B", *b, spec.b.dtype.bytes, ("b",)),
             TmaBox("out", t.m, t.n, spec.out.dtype.bytes, ("out",)))
 
 
 def ab_stage_bytes(spec: GemmSpec) -> int:
-    """One pipeline stage: an A tile and a B tile."""
+    """One pipeline stage: an A tile and a B tile (2 tile.n columns with a gated epilogue)."""
     t = spec.tile
-    return t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes
+    return t.m * t.k * spec.a.dtype.bytes + t.k * b_tile_columns(spec) * spec.b.dtype.bytes
 
 
 def epilogue_stages(spec: GemmSpec) -> int:
@@ -118,8 +133,9 @@ class GemmDesign(DesignBase):
         return self.resolve_ab_stages(spec, target), self.resolve_acc_stages(spec, target)
 
     def accumulator_registers(self, spec: GemmSpec, target: TargetInfo) -> tuple[int, int]:
-        """(registers per thread holding the accumulator, threads sharing it: the design's)."""
+        """(registers per thread holding the accumulator, threads sharing it: the design's). A gated epilogue's
+        accumulator holds gate and up, 2 tile.n columns."""
         t = spec.tile
-        words = t.m * t.n * (4 if spec.accumulator.bytes == 4 else 2) // 4
+        words = t.m * b_tile_columns(spec) * (4 if spec.accumulator.bytes == 4 else 2) // 4
         threads = self.accumulator_threads(spec, target)
         return words // threads, threads

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specgen.bench.tensors import TORCH_DTYPES, random_normal, torch_dtype
+from specgen.spec.epilogue import b_columns
 from specgen.targets import Backend
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ def inputs(spec: GemmSpec, shape: tuple[int, int, int, int], seed: int = 0) -> t
     `shape` (problem.py's Shape: M, N, K, batch)."""
     m, n, k, batch = shape
     lead = (batch,) if spec.batch else ()
+    n_out, n = n, n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
     a = random_normal((*lead, m, k), spec.a.dtype.value, seed)
     if spec.a.major == "mn":
         a = random_normal((*lead, k, m), spec.a.dtype.value, seed).transpose(-1, -2)
@@ -34,9 +36,9 @@ def inputs(spec: GemmSpec, shape: tuple[int, int, int, int], seed: int = 0) -> t
         if arg.shape == "scalar":
             args.append(0.5)
         elif arg.shape == "matrix":
-            args.append(random_normal((*lead, m, n), arg.dtype.value, seed + 10 + i))
+            args.append(random_normal((*lead, m, n_out), arg.dtype.value, seed + 10 + i))
         else:
-            extent = m if arg.shape == "vec_m" else n
+            extent = m if arg.shape == "vec_m" else n_out
             v = random_normal((extent,), arg.dtype.value, seed + 10 + i)
             args.append(v.abs() + 0.5 if arg.dtype.value == "f32" else v)  # scales stay positive
     return tuple(args)
@@ -84,7 +86,10 @@ def _epilogue(ops: list, x: Any, env: dict[str, Any], acts: dict[str, Callable[[
     """The epilogue ops applied one by one, as an unfused program would, in either framework (the
     framework's own primitives passed in: torch's and jax.numpy's arrays share the operators)."""
     for op in ops:
-        if op.op == "bias":
+        if op.op == "gated":  # the eager MLP: act(h[..., :N]) * h[..., N:] (or the interleaved columns)
+            gate, up = gate_and_up(op, x)
+            x = acts[op.fn](gate) * up
+        elif op.op == "bias":
             v = env[op.name]
             x = x + (v[:, None] if op.along == "m" else v)
         elif op.op == "scale":
@@ -105,6 +110,12 @@ def _epilogue(ops: list, x: Any, env: dict[str, Any], acts: dict[str, Callable[[
         else:  # cast
             x = cast(x, op.dtype.value)
     return x
+
+
+def gate_and_up(op: Any, h: Any) -> tuple[Any, Any]:
+    """A gated op's gate and up columns of h (..., 2N), by its layout, as views (torch or jax.numpy arrays)."""
+    n = h.shape[-1] // 2
+    return (h[..., :n], h[..., n:]) if op.layout == "halves" else (h[..., 0::2], h[..., 1::2])
 
 
 def peer_name(spec: GemmSpec, target: Target) -> str:

@@ -11,21 +11,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
-from specgen.abi import Arg, HostOperand, bind_operands
+from specgen.abi import Arg, Halved, HostOperand, bind_operands, halved_extents
 from specgen.design import ModuleHeader
 
 
 def gemm_operands(a: Arg, b: Arg, out: Arg, a_major: str, b_major: str,
-                  batch: bool) -> tuple[tuple[HostOperand, ...], HostOperand]:
+                  batch: bool, gated: bool = False) -> tuple[tuple[HostOperand, ...], HostOperand]:
     """A (batch, M, K) and B (batch, K, N) in the torch launcher's logical shapes, each contiguous along K
     when k-major (else M, N), and the row-major output (batch, M, N); without batch the leading dim goes.
     A binds batch, M, K; B binds N and is checked on batch and K (`_validate`: `batch_b`, `K_b`; the fast
-    path compares B's batch by shape and unpacks K as `K_b`)."""
+    path compares B's batch by shape and unpacks K as `K_b`). With a gated epilogue B is (batch, K, 2N): it
+    binds N2, and N is half of it (`GemmModule.halved`)."""
     outer = ("batch",) if batch else ()
+    bn = "N2" if gated else "N"
     return bind_operands([(a, (*outer, "M", "K"), "K" if a_major == "k" else "M", "a"),
-                          (b, (*outer, "K", "N"), "K" if b_major == "k" else "N", "b")],
-                         (out, (*outer, "M", "N"), "N", "o"), fast_by_shape=outer)
+                          (b, (*outer, "K", bn), "K" if b_major == "k" else bn, "b")],
+                         (out, (*outer, "M", "N"), "N", "o"), fast_by_shape=outer, halved=GATED_N if gated else None)
+
+
+GATED_N = {"N": "N2"}  # a gated epilogue's N outputs are half of B's N2 columns (gate and up)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +43,18 @@ class GemmModule(ModuleHeader):
     a_major: str  # "k" or "mn": the operand's contiguous dimension
     b_major: str
     batch: bool
+    # a gated epilogue: B has 2N columns (gate and up), the output N. A design that renders one declares the
+    # field in its plan (the Triton design's TritonPlan), so that the other designs' plans stay as they were.
+    gated: ClassVar[bool] = False
 
     @cached_property
     def _host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
-        return gemm_operands(self.a, self.b, self.out, self.a_major, self.b_major, self.batch)
+        return gemm_operands(self.a, self.b, self.out, self.a_major, self.b_major, self.batch, self.gated)
+
+    @property
+    def halved(self) -> tuple[Halved, ...]:
+        """The sizes the host halves (a gated B's N2 columns give N), after binding the operands' extents."""
+        return halved_extents(self.operands, GATED_N) if self.gated else ()
 
     @property
     def operands(self) -> tuple[HostOperand, ...]:

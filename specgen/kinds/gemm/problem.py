@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from specgen.spec.epilogue import b_columns
 from specgen.spec.load import quote
 
 if TYPE_CHECKING:
@@ -110,17 +111,20 @@ def runs_at(spec: GemmSpec, shape: Shape) -> bool:
     return shape.batch == 1 or spec.batch
 
 
-def flops(shape: Shape) -> int:
-    """Multiply-adds counted twice: 2 M N K per batch (the epilogue's elementwise work left out)."""
-    return 2 * shape.m * shape.n * shape.k * shape.batch
+def flops(shape: Shape, spec: GemmSpec | None = None) -> int:
+    """Multiply-adds counted twice: 2 M N K per batch (the epilogue's elementwise work left out); a gated
+    epilogue's GEMM has 2N columns (N is the output's)."""
+    return 2 * shape.m * shape.n * b_columns(spec) * shape.k * shape.batch
+
 
 
 def bytes_moved(spec: GemmSpec, shape: Shape) -> int:
-    """Each operand read once and the output written once: A (M, K), B (K, N), the output and every
+    """Each operand read once and the output written once: A (M, K), B (K, N) (or (K, 2N), gated), the output and every
     epilogue tensor (an (M, N) matrix per batch, a vector of M or N shared by the batches; scalars are
     none), in their dtypes."""
     m, n, k, batch = shape
-    total = batch * (m * k * spec.a.dtype.bytes + k * n * spec.b.dtype.bytes + m * n * spec.out.dtype.bytes)
+    total = batch * (m * k * spec.a.dtype.bytes + k * n * b_columns(spec) * spec.b.dtype.bytes
+                     + m * n * spec.out.dtype.bytes)
     for arg in spec.runtime_args():
         if arg.shape == "matrix":
             total += batch * m * n * arg.dtype.bytes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from specgen.kinds.gemm.designs.cute_sm90 import options as cute_options
 from specgen.kinds.gemm.designs.cute_sm90.options import CuteOptions
@@ -23,7 +23,7 @@ from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import EpilogueOp, RuntimeArg
+from specgen.spec.epilogue import EpilogueOp, RuntimeArg, check_gated
 from specgen.spec.models import ConfigLayer, Description, KernelName, LayeredSpec, TargetKey, TargetName
 from specgen.spec.names import check_argument_names
 from specgen.spec.targets import Backend
@@ -97,6 +97,12 @@ class GemmSpec(LayeredSpec):
     per_target: dict[TargetKey, TargetConfig] = Field(default_factory=dict)
     # Size-selected variants (`[[kernels.variants]]`), tried in order before the config above.
     variants: list[Variant] = Field(default_factory=list)
+
+    @field_validator("epilogue")
+    @classmethod
+    def _gated_first(cls, epilogue: list) -> list:
+        check_gated(epilogue)  # the error points at the spec's `epilogue`
+        return epilogue
 
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:

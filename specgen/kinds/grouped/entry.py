@@ -9,8 +9,9 @@ from functools import cache
 
 import jinja2
 
-from specgen.abi import HostOperand, bind_operands
+from specgen.abi import Halved, HostOperand, bind_operands, halved_extents
 from specgen.kinds.gemm import KIND as GEMM
+from specgen.kinds.gemm.plan import GATED_N
 from specgen.kinds.grouped import KIND
 from specgen.render.env import environment, templates_dir
 
@@ -23,18 +24,27 @@ INDEX_ARGS: dict[str, tuple[str, str]] = {
 
 class GroupedHostOperands:
     """A plan's operands as its host template reads them, from the plan's `a`, `b`, `out`, `index` (specgen.abi.Arg)
-    and `a_major`, `b_major`, `ragged_k` fields: ragged M, A (M, K) and B (G, K, N), M every group's rows, and out
-    (M, N); ragged K, A (M, K) and B (K, N), K every group's rows, and out (G, M, N), G the group index's length."""
+    and `a_major`, `b_major`, `ragged_k`, `gated` fields: ragged M, A (M, K) and B (G, K, N), M every group's rows,
+    and out (M, N); with a gated epilogue B is (G, K, 2N): it binds N2, and N is half of it (`halved`); ragged K,
+    A (M, K) and B (K, N), K every group's rows, and out (G, M, N), G the group index's length."""
+
+    gated: bool = False  # a plan with a gated epilogue says so (a dataclass field of its own)
 
     @property
     def host(self) -> tuple[tuple[HostOperand, ...], HostOperand]:
         a_contiguous = "K" if self.a_major == "k" else "M"  # type: ignore[attr-defined]
-        b_contiguous = "K" if self.b_major == "k" else "N"  # type: ignore[attr-defined]
         if self.ragged_k:  # type: ignore[attr-defined]
+            b_contiguous = "K" if self.b_major == "k" else "N"  # type: ignore[attr-defined]
             return bind_operands([(self.a, ("M", "K"), a_contiguous, "a"), (self.b, ("K", "N"), b_contiguous, "b")],  # type: ignore[attr-defined]
                                  (self.out, ("G", "M", "N"), "N", "o"), bound={"G": f"{self.index.name}.shape[0]"})  # type: ignore[attr-defined]
-        return bind_operands([(self.a, ("M", "K"), a_contiguous, "a"), (self.b, ("G", "K", "N"), b_contiguous, "b")],  # type: ignore[attr-defined]
-                             (self.out, ("M", "N"), "N", "o"))  # type: ignore[attr-defined]
+        bn = "N2" if self.gated else "N"
+        return bind_operands([(self.a, ("M", "K"), a_contiguous, "a"),  # type: ignore[attr-defined]
+                              (self.b, ("G", "K", bn), "K" if self.b_major == "k" else bn, "b")],  # type: ignore[attr-defined]
+                             (self.out, ("M", "N"), "N", "o"), halved=GATED_N if self.gated else None)  # type: ignore[attr-defined]
+
+    @property
+    def halved(self) -> tuple[Halved, ...]:
+        return halved_extents(self.operands, GATED_N) if self.gated else ()
 
     @property
     def operands(self) -> tuple[HostOperand, ...]:

@@ -1,5 +1,6 @@
-"""The grouped kind's epilogue ops: the dense kind's chain (specgen/spec/epilogue.py: scale, activation, clamp,
-cast, the same formula table) plus operands indexed by group. A bias of a grouped GEMM is each expert's own:
+"""The grouped kind's epilogue ops: the dense kind's chain (specgen/spec/epilogue.py: gated, scale, activation,
+clamp, cast, the same formula table; a gated op reads B (G, K, 2N)) plus operands indexed by group. A bias of a
+grouped GEMM is each expert's own:
 (G, N), row g added to the rows of group g (torch's `_grouped_mm` takes the same shape, though it refuses it
 today). A per-row scale (`scale`, by = "row") is (total_rows,): a router weight per routed token. A per-column
 scale is each expert's own, (G, N) (`by = "col"`), and fp8 rowwise scaling (`by = "rowcol"`) takes
@@ -13,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import Activation, Cast, Clamp, Identifier, RuntimeArg, Scale, _Op
+from specgen.spec.epilogue import Activation, Cast, Clamp, Gated, Identifier, RuntimeArg, Scale, _Op
 
 # Runtime argument shapes beyond the dense kind's (scalar, vec_m, vec_n, matrix): one row per group.
 GROUP_N = "group_n"
@@ -44,4 +45,4 @@ class GroupScale(Scale):
         return super().runtime_args()
 
 
-GroupedEpilogueOp = Annotated[GroupBias | GroupScale | Activation | Clamp | Cast, Field(discriminator="op")]
+GroupedEpilogueOp = Annotated[Gated | GroupBias | GroupScale | Activation | Clamp | Cast, Field(discriminator="op")]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specgen.kinds.gemm.problem import INT32_MAX, parse_size
+from specgen.spec.epilogue import b_columns
 from specgen.spec.load import quote
 
 if TYPE_CHECKING:
@@ -114,9 +115,9 @@ def runs_at(spec: GroupedSpec, shape: Shape) -> bool:
     return True
 
 
-def flops(shape: Shape) -> int:
-    """2 x rows x N x K: each row meets its own group's weight only."""
-    return 2 * shape.rows * shape.n * shape.k
+def flops(shape: Shape, spec: GroupedSpec | None = None) -> int:
+    """2 x rows x N x K: each row meets its own group's weight only (2N columns with a gated epilogue)."""
+    return 2 * shape.rows * shape.n * b_columns(spec) * shape.k
 
 
 def bytes_moved(spec: GroupedSpec, shape: Shape) -> int:
@@ -126,7 +127,8 @@ def bytes_moved(spec: GroupedSpec, shape: Shape) -> int:
     if spec.groups.ragged == "k":  # A (K, rows), B (rows, N), out (G, K, N)
         total = rows * k * spec.a.dtype.bytes + rows * n * spec.b.dtype.bytes + g * k * n * spec.out.dtype.bytes + 4 * g
     else:
-        total = rows * k * spec.a.dtype.bytes + g * k * n * spec.b.dtype.bytes + rows * n * spec.out.dtype.bytes + 4 * g
+        total = (rows * k * spec.a.dtype.bytes + g * k * n * b_columns(spec) * spec.b.dtype.bytes
+                 + rows * n * spec.out.dtype.bytes + 4 * g)
     for arg in spec.runtime_args():
         if arg.shape == "group_n":
             total += g * n * arg.dtype.bytes
@@ -167,8 +169,9 @@ def inputs(spec: GroupedSpec, shape: Shape, seed: int = 0) -> tuple[Any, ...]:
         b = randn(s.n, s.rows, dtype=spec.b.dtype).t() if spec.b.major == "k" else randn(s.rows, s.n, dtype=spec.b.dtype)
     else:
         a = randn(s.rows, s.k, dtype=spec.a.dtype) / s.k**0.5
-        b = randn(s.g, s.n, s.k, dtype=spec.b.dtype).transpose(-1, -2) if spec.b.major == "k" else randn(
-            s.g, s.k, s.n, dtype=spec.b.dtype)
+        bn = s.n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
+        b = randn(s.g, bn, s.k, dtype=spec.b.dtype).transpose(-1, -2) if spec.b.major == "k" else randn(
+            s.g, s.k, bn, dtype=spec.b.dtype)
     sizes = torch.tensor(group_sizes(s, seed), dtype=torch.int32, device="cuda")
     index = sizes.cumsum(0, dtype=torch.int32) if spec.groups.index == "offs" else sizes
     args: list[Any] = []
@@ -194,6 +197,14 @@ def _scaled_peer(spec: GroupedSpec) -> bool:
 def _folded(spec: GroupedSpec) -> bool:
     """Whether the peer's GEMM takes the chain's first op: an fp8 spec's leading rowwise scales."""
     return spec.a.dtype.is_fp8 and bool(spec.epilogue) and spec.epilogue[0].op == "scale" and spec.epilogue[0].by == "rowcol"
+
+
+def gated(op: Any, h: Any, acts: dict[str, Any]) -> Any:
+    """A gated op in eager torch over the GEMM's 2N columns h (the dense kind's peer does the same)."""
+    from specgen.kinds.gemm.peers import gate_and_up
+
+    gate, up = gate_and_up(op, h)
+    return acts[op.fn](gate) * up
 
 
 def peer_name(spec: GroupedSpec, target: Target) -> str:
@@ -243,7 +254,9 @@ def peer_call(spec: GroupedSpec, target: Target, args: tuple[Any, ...]) -> Any:
     def run() -> Any:
         x = gemm()
         for op in ops:
-            if op.op == "bias":
+            if op.op == "gated":  # the eager MLP: act(h[..., :N]) * h[..., N:] (or the interleaved columns)
+                x = gated(op, x, acts)
+            elif op.op == "bias":
                 x = x + env[op.name]
             elif op.op == "scale" and op.by == "scalar":
                 x = x * (op.value if op.value is not None else env[op.name or "alpha"])

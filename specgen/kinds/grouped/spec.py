@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.kinds.grouped.designs.pallas import options as pallas_options
@@ -37,7 +37,7 @@ from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
 from specgen.kinds.grouped.epilogue import GroupedEpilogueOp
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import RuntimeArg
+from specgen.spec.epilogue import RuntimeArg, check_gated
 from specgen.spec.models import (
     ConfigLayer,
     Description,
@@ -125,6 +125,12 @@ class GroupedSpec(LayeredSpec):
     per_target: dict[TargetKey, GroupedTargetConfig] = Field(default_factory=dict)
     variants: list[GroupedVariant] = Field(default_factory=list)
 
+    @field_validator("epilogue")
+    @classmethod
+    def _gated_first(cls, epilogue: list) -> list:
+        check_gated(epilogue)  # the error points at the spec's `epilogue`
+        return epilogue
+
     @model_validator(mode="after")
     def _arguments(self) -> GroupedSpec:
         for t in self.targets:
@@ -136,6 +142,9 @@ class GroupedSpec(LayeredSpec):
                 raise ValueError("groups.tail = 'zero' is for ragged M (rows past the last group): a ragged-K kernel "
                                  "writes every row of out (G, M, N); drop groups.tail")
             for i, op in enumerate(self.epilogue):
+                if op.op == "gated":
+                    raise ValueError(f"epilogue[{i}]: a gated op is the forward's (gate and up projections in one "
+                                     "GEMM); a ragged-K kernel (the weight gradient) takes none")
                 if op.op == "scale" and op.by != "scalar":
                     raise ValueError(f"epilogue[{i}]: scale by = '{op.by}' is a ragged-M kernel's (a routed row's weight, "
                                      "fp8 rowwise scales); a ragged-K kernel takes scalar scales (by = 'scalar')")

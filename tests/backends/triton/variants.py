@@ -37,8 +37,10 @@ def f32_variant(spec: dict) -> dict:
 
 def extra(name: str, *, a: str = "k", b: str = "k", dtype: str = "f16", out: str | None = None,
           acc: str = "f32", epilogue: tuple = (), batch: bool = False, persistent: bool = False,
-          tma: bool | None = None, raster: str = "along_m", group_m: int = 8, subtile: bool = False) -> dict:
-    """An extra spec; `tma` defaults to the schedule's usual form (persistent kernels use TMA)."""
+          tma: bool | None = None, raster: str = "along_m", group_m: int = 8, subtile: bool = False,
+          variants: list | None = None) -> dict:
+    """An extra spec; `tma` defaults to the schedule's usual form (persistent kernels use TMA); `variants`
+    replaces the base spec's size-selected variants (gemm_bf16's decode tiles) where given."""
     base = interpreter_variant(CATALOGUE["gemm_bf16"])
     spec = {
         **base,
@@ -54,8 +56,12 @@ def extra(name: str, *, a: str = "k", b: str = "k", dtype: str = "f16", out: str
         "schedule": {"persistent": persistent, "raster": raster, "group_m": group_m},
         "triton": {"num_warps": 4, "tma": persistent if tma is None else tma, "epilogue_subtile": subtile},
     }
+    if variants is not None:
+        spec["variants"] = variants
     return GemmSpec.model_validate(spec).model_dump(mode="json")  # with every default spelled out
 
+
+GATED_DECODE = [{"when": {"m_max": 16}, "tile": {"m": 16, "n": 16, "k": 64}}]  # the "m1" shape runs it
 
 EXTRAS = [
     # One program per tile, pointer loads.
@@ -144,6 +150,44 @@ EXTRAS = [
     extra("bmm_tile_tma_k_mn", a="k", b="mn", batch=True, tma=True, epilogue=(
         {"op": "scale", "by": "rowcol"},
     )),
+    # A gated epilogue (SwiGLU, GeGLU): B (K, 2N), both layouts, in each kernel form; a decode-sized variant
+    # of its own (gemm_bf16's swap A and B or split K, which EPI002 refuses with a gated op).
+    extra("gated_ptr_halves", variants=GATED_DECODE, epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "halves"},
+        {"op": "bias", "along": "n", "dtype": "f16"},
+        {"op": "clamp", "min": -2.0, "max": 2.0},
+    )),
+    extra("gated_ptr_il_mn", variants=GATED_DECODE, a="mn", b="mn", raster="along_n", group_m=2, epilogue=(
+        {"op": "gated", "fn": "gelu", "layout": "interleaved"},
+        {"op": "scale", "by": "col"},
+    )),
+    extra("gated_pptr_il_k", variants=GATED_DECODE, persistent=True, tma=False, epilogue=(
+        {"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},
+    )),
+    extra("gated_tma_halves_mn", variants=GATED_DECODE, b="mn", persistent=True, subtile=True, epilogue=(
+        {"op": "gated", "fn": "gelu_tanh", "layout": "halves"},
+        {"op": "residual", "dtype": "f16", "beta": 0.5},
+    )),
+    extra("gated_tma_il_k", variants=GATED_DECODE, a="mn", persistent=True, epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "interleaved"},
+        {"op": "scale", "by": "row"},
+        {"op": "cast", "dtype": "f16"},
+    )),
+    extra("gated_tile_tma_halves_k", variants=GATED_DECODE, tma=True, epilogue=(
+        {"op": "gated", "fn": "gelu", "layout": "halves"},
+    )),
+    extra("gated_tile_tma_il_mn", variants=GATED_DECODE, b="mn", tma=True, raster="along_n", epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "interleaved"},
+        {"op": "bias", "along": "m", "dtype": "f32"},
+    )),
+    extra("gated_bmm_tma_halves", variants=GATED_DECODE, a="mn", batch=True, persistent=True, epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "halves"},
+        {"op": "residual", "dtype": "f16"},
+    )),
+    extra("gated_bmm_ptr_il_mn", variants=GATED_DECODE, b="mn", batch=True, epilogue=(
+        {"op": "gated", "fn": "gelu", "layout": "interleaved"},
+    )),
+    extra("gated_f16acc", variants=GATED_DECODE, b="mn", acc="f16", epilogue=({"op": "gated", "fn": "silu", "layout": "halves"},)),
     # Accumulator and operand types.
     extra("f16acc", b="mn", acc="f16", epilogue=({"op": "bias", "along": "n", "dtype": "f16"},)),
     extra("int8_ptr", dtype="int8", out="int32", acc="int32"),
@@ -168,7 +212,8 @@ for _name, _spec in CATALOGUE.items():
 for _spec in EXTRAS:
     VARIANTS[_spec["name"]] = _spec
 # The f32 forms tell gelu from gelu_tanh and catch an f32 epilogue rounding anywhere in the chain.
-for _key in ("x_ptr_mn_k", "x_ptr_mn_mn", "x_tma_mn_k", "x_tma_mn_mn", "x_bmm_tma_mn_k"):
+for _key in ("x_ptr_mn_k", "x_ptr_mn_mn", "x_tma_mn_k", "x_tma_mn_mn", "x_bmm_tma_mn_k", "x_gated_ptr_il_mn",
+             "x_gated_tma_halves_mn", "x_gated_pptr_il_k"):
     VARIANTS[_key + "_f32"] = f32_variant(VARIANTS[_key])
 # Exactly representable data (the f32 accumulation is exact, so a cast rounds like the reference's).
 EXACT = {"x_cast_f32", "x_cast_f32_tma"}

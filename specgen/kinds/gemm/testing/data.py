@@ -83,7 +83,8 @@ class Problem:
         return torch.randn(shape, generator=g).to(dtype)
 
     def operands(self) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """A (M, K) and B (K, N) views in the spec's major modes, and the storages behind them."""
+        """A (M, K) and B (K, N) views in the spec's major modes (B (K, 2N) with a gated epilogue), and the
+        storages behind them."""
         spec, M, N, K = self.spec, self.M, self.N, self.K
         a_dt, b_dt = torch_dtype(spec["a"]["dtype"]), torch_dtype(spec["b"]["dtype"])
         a_vals = self.values((*self.batch, M, K), torch.float32 if a_dt.is_floating_point else a_dt)
@@ -91,7 +92,8 @@ class Problem:
             a_vals = a_vals / math.sqrt(max(K, 1))  # A @ B of unit variance, whatever K
         a, a_store = place(a_vals.to(a_dt), -1 if spec["a"]["major"] == "k" else -2, self.aligned, self.layout,
                            self.device)
-        b, b_store = place(self.values((*self.batch, K, N), b_dt), -2 if spec["b"]["major"] == "k" else -1,
+        b_cols = 2 * N if gated_spec(spec) else N  # a gated epilogue's B holds gate and up columns
+        b, b_store = place(self.values((*self.batch, K, b_cols), b_dt), -2 if spec["b"]["major"] == "k" else -1,
                            self.aligned, self.layout, self.device)
         return a, b, [a_store, b_store]
 
@@ -132,6 +134,24 @@ class Problem:
         dtype = torch_dtype(self.spec["out"]["dtype"])
         return place(torch.full((*self.batch, self.M, self.N), poison(dtype), dtype=dtype), -1, self.aligned,
                      self.layout, self.device)
+
+
+def gated_spec(spec: dict) -> bool:
+    """Whether the spec's chain opens with a gated op (B then has 2N columns)."""
+    return bool(spec["epilogue"]) and spec["epilogue"][0]["op"] == "gated"
+
+
+def gated_mutants(spec: dict, op: dict, n: int) -> list[tuple[str, dict]]:
+    """Wrong readings of a gated op a kernel could make that the tolerance must see: the other layout (the same
+    columns where N = 1), and each other fn (gelu and gelu_tanh told apart only where the out dtype is f32, as
+    for the activation op)."""
+    other = {**op, "layout": "interleaved" if op["layout"] == "halves" else "halves"}
+    found = [(f"as {other['layout']}", other)] if n > 1 else []
+    close = {"gelu", "gelu_tanh"}
+    for fn in ("silu", "gelu", "gelu_tanh"):
+        if fn != op["fn"] and (spec["out"]["dtype"] == "f32" or {fn, op["fn"]} != close):
+            found.append((f"as {fn}", {**op, "fn": fn}))
+    return found
 
 
 # Half an ulp, relative, of each type a cast may round through: a cast moves values by at most this much.

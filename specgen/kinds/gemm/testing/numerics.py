@@ -5,8 +5,9 @@ around every operand) poisoned: every output element must be written, nothing ou
 no input may be touched, and the result must match the float64 reference (`reference.py`) within a
 tolerance tight enough to see every epilogue op: the reference with any one op dropped fails it (but for
 a cast it cannot see: `data.cast_within_tolerance`), and so does the other GELU form where the out dtype
-is f32. The shapes a backend lists cover ragged M / N / K (not tile multiples), M = 1, K tails (K smaller
-than tile.k, several K steps ending in a tail) and strided operands.
+is f32; a gated op read with the other layout or another fn fails it too (`data.gated_mutants`). The
+shapes a backend lists cover ragged M / N / K (not tile multiples), M = 1, K tails (K smaller than tile.k,
+several K steps ending in a tail) and strided operands.
 
 A subclass says which kernels and shapes, how to load a module and how to call it:
 
@@ -28,6 +29,7 @@ import torch
 from specgen.kinds.gemm.testing.data import (
     Problem,
     cast_within_tolerance,
+    gated_mutants,
     outside,
     poison,
     tolerance,
@@ -111,7 +113,9 @@ class NumericsTests:
             chain = spec["epilogue"]
             for i, op in enumerate(chain):
                 mutants = []
-                if not (op["op"] == "cast" and cast_within_tolerance(spec, op, tol)):
+                if op["op"] == "gated":  # dropping it leaves 2N columns: read it wrongly instead
+                    mutants += [(how, chain[:i] + [wrong] + chain[i + 1:]) for how, wrong in gated_mutants(spec, op, case.N)]
+                elif not (op["op"] == "cast" and cast_within_tolerance(spec, op, tol)):
                     mutants.append(("dropped", chain[:i] + chain[i + 1:]))
                 if op["op"] == "activation" and op["fn"] in ("gelu", "gelu_tanh") and spec["out"]["dtype"] == "f32":
                     other = {**op, "fn": "gelu" if op["fn"] == "gelu_tanh" else "gelu_tanh"}

@@ -2,7 +2,8 @@
 
 `REFERENCES[kind](epilogue, a, b, args)`: the kind's result in float64, each epilogue op applied as an
 unfused torch program would (so `cast` rounds through its dtype). `args` maps each runtime argument's
-name (GemmSpec.runtime_args) to its tensor or float. Activations and clamp are torch's: the kernels'
+name (GemmSpec.runtime_args) to its tensor or float. A gated op (first in the chain) takes B's 2N columns to
+N: torch's activation of the gate columns times the up columns. Activations and clamp are torch's: the kernels'
 formula table (specgen/spec/formulas.py) gives the same NaN, +-inf and -0.0 results (tests/test_formulas.py).
 """
 
@@ -27,6 +28,16 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def gated(op: dict, acc: torch.Tensor) -> torch.Tensor:
+    """A gated op on the 2N accumulator columns: fn(gate) * up, gate and up by the op's layout."""
+    n = acc.shape[-1] // 2
+    if op["layout"] == "halves":
+        gate, up = acc[..., :n], acc[..., n:]
+    else:
+        gate, up = acc[..., 0::2], acc[..., 1::2]
+    return ACTIVATIONS[op["fn"]](gate) * up
+
+
 def gemm(epilogue: list[dict], a: torch.Tensor, b: torch.Tensor, args: dict[str, object]) -> torch.Tensor:
     """epilogue(A @ B) in float64 (batched when A and B are)."""
     acc = a.double() @ b.double()
@@ -37,7 +48,9 @@ def gemm(epilogue: list[dict], a: torch.Tensor, b: torch.Tensor, args: dict[str,
 
     for op in epilogue:
         kind = op["op"]
-        if kind == "bias":
+        if kind == "gated":
+            acc = gated(op, acc)
+        elif kind == "bias":
             acc = acc + vec(op["name"], op["along"])
         elif kind == "scale":
             by = op["by"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specgen.kinds.gemm.testing.data import place, poison, torch_dtype
+from specgen.kinds.gemm.testing.data import gated_spec, place, poison, torch_dtype
 
 BAND = 3  # poisoned rows above and below the output, and columns past its rows
 
@@ -56,9 +56,10 @@ CASES: dict[str, Case] = {
 
 
 class GroupedProblem:
-    """One case for `spec`: A (rows, K), B (G, K, N) in the spec's majors and dtypes (fp8 ones rounded from the
-    same normal draws), the group index as the spec passes it (int32 offs or sizes), the epilogue's arguments in
-    chain order (scales positive: a per-row one (rows,), per-group column ones (G, N)), and the poisoned output."""
+    """One case for `spec`: A (rows, K), B (G, K, N) in the spec's majors (G, K, 2N with a gated epilogue) and dtypes
+    (fp8 ones rounded from the same normal draws), the group index as the spec passes it (int32 offs or sizes), the
+    epilogue's arguments in chain order (scales positive: a per-row one (rows,), per-group column ones (G, N)), and
+    the poisoned output."""
 
     def __init__(self, spec: dict, case: Case, tag: str, device: str = "cpu") -> None:
         self.spec, self.case, self.device = spec, case, device
@@ -75,7 +76,8 @@ class GroupedProblem:
         c, spec = self.case, self.spec
         a_dt, b_dt = torch_dtype(spec["a"]["dtype"]), torch_dtype(spec["b"]["dtype"])
         a, a_store = place((self.randn(c.rows, c.k) / max(c.k, 1) ** 0.5).to(a_dt), -1, False, c.layout, self.device)
-        b, b_store = place(self.randn(len(c.sizes), c.k, c.n).to(b_dt), -2 if spec["b"]["major"] == "k" else -1,
+        b_cols = 2 * c.n if gated_spec(spec) else c.n  # a gated epilogue's B holds gate and up columns
+        b, b_store = place(self.randn(len(c.sizes), c.k, b_cols).to(b_dt), -2 if spec["b"]["major"] == "k" else -1,
                            False, c.layout, self.device)
         return a, b, [a_store, b_store]
 

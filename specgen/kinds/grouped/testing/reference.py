@@ -5,8 +5,9 @@ fp8's scale_b), its rows of every (M,) one (a router weight, fp8's scale_a). fp8
 they hold, so the reference is torch._scaled_grouped_mm's meaning: (A[rows] @ B[g]) * scale_a[rows, None] *
 scale_b[g] in float64.
 
-Tensors in logical layouts: A (M, K), B (G, K, N), the index as the spec passes it (offs: cumulative ends; or
-sizes), the epilogue's arguments by name ((G, N) and (M,) tensors, scalars as floats)."""
+Tensors in logical layouts: A (M, K), B (G, K, N) (G, K, 2N with a gated epilogue, which the dense reference
+applies to the group's 2N columns), the index as the spec passes it (offs: cumulative ends; or sizes), the
+epilogue's arguments by name ((G, N) and (M,) tensors, scalars as floats)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def grouped(spec: dict, a: torch.Tensor, b: torch.Tensor, index: torch.Tensor,
             args: dict[str, object]) -> tuple[torch.Tensor, torch.Tensor]:
     """(out in float64, which rows the kernel writes): each group's rows computed on their own; rows past the
     last group are zeros where the spec says `tail = "zero"` (written) and not written otherwise."""
-    rows, n = a.shape[0], b.shape[2]
+    rows, n = a.shape[0], b.shape[2] // (2 if spec["epilogue"] and spec["epilogue"][0]["op"] == "gated" else 1)
     out = torch.zeros(rows, n, dtype=torch.float64)
     written = torch.zeros(rows, dtype=torch.bool)
     chain = dense_epilogue(spec)

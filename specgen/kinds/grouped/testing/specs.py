@@ -2,7 +2,8 @@
 16x16x16 tile so that sizes stay small and a tile spans several groups), and `FORMS`, one spec per template
 branch (both index formats, both tails, both B majors, every epilogue op the kind takes, f32 and an f16
 accumulator, TMA and pointer loads, a swapped size-selected variant, fp8 operands with per-row and per-group column
-scales), which the name-hardening tests tokenize and the numerics run."""
+scales, gated epilogues of both layouts), which the name-hardening tests tokenize and the numerics run; and
+`RAGGED_K_FORMS`, the ragged-K kernel's (tests/grouped/test_ragged_k.py)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,19 @@ FORMS: dict[str, dict] = {s["name"]: s for s in (
     # masked pointer loads (triton.tma = false) on an N-major B
     spec("g_pointer_kmn", b={"dtype": "f16", "major": "mn"}, groups={"index": "offs", "tail": "zero"},
          triton={"num_warps": 4, "tma": False}, epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "silu"}]),
+    # gated epilogues (SwiGLU, GeGLU): B (G, K, 2N), both layouts, TMA and pointer loads, both B majors
+    spec("g_gated_halves_kk", epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f16"},
+                                        {"op": "scale", "by": "row", "name": "router"}]),
+    spec("g_gated_il_kmn", b={"dtype": "f16", "major": "mn"}, groups={"index": "offs", "tail": "zero"},
+         epilogue=[{"op": "gated", "fn": "gelu", "layout": "interleaved"}]),
+    spec("g_gated_pointer_halves_kmn", b={"dtype": "f16", "major": "mn"}, triton={"num_warps": 4, "tma": False},
+         epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "halves"}, {"op": "clamp", "min": -1.0, "max": 1.0}]),
+    spec("g_gated_pointer_il_kk", groups={"index": "sizes", "tail": "zero"}, triton={"num_warps": 4, "tma": False},
+         epilogue=[{"op": "gated", "fn": "silu", "layout": "interleaved"}, {"op": "scale", "by": "scalar", "value": 0.5}]),
+    spec("g_gated_f32", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "mn"}, out={"dtype": "f32"},
+         tile={"m": 16, "n": 16, "k": 8}, epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}]),
+    spec("g_gated_acc16", accumulator="f16", epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}],
+         variants=[{"when": {"m_max": 40}, "tile": {"m": 16, "n": 32, "k": 16}}]),
     # a swapped size-selected variant (decode's): the launcher picks it by M, every group's rows
     spec("g_swap_variant", groups={"index": "sizes", "tail": "untouched"},
          epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row"}],

@@ -17,13 +17,13 @@ Triton itself keeps no barrier reserve worth counting (a few 8-byte mbarriers pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specgen.abi import Arg, make_arg
 from specgen.design import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
-from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes
+from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes, b_box_columns, b_tile_columns
 from specgen.kinds.gemm.plan import ConfigRow, GemmModule
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -31,6 +31,7 @@ from specgen.resolved import Resolved
 from specgen.resolved import TmaBox as RuleBox
 from specgen.rules.finding import Margin
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
@@ -107,7 +108,8 @@ class TritonGemm(GemmDesign):
         # load through registers anyway and need no copy).
         copies = 0
         if target.mma == "tcgen05" and spec.a.dtype == DType.tf32 and opt.tma:
-            copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4), (spec.b.major, t.k * t.n * 4))
+            copies = 2 * sum(size for major, size in ((spec.a.major, t.m * t.k * 4),
+                                                      (spec.b.major, t.k * b_tile_columns(spec) * 4))
                              if major == "mn")
         # Layout-conversion scratch beside the pipeline, one region reused (the largest sizes it):
         # - an FMA dot reads A K-major and B N-major: a TMA kernel transposes an operand stored the
@@ -119,7 +121,8 @@ class TritonGemm(GemmDesign):
         #   tile, sm_100: a quarter).
         scratch = 0
         if spec.a.dtype == DType.f32 and opt.tma:
-            scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0, t.k * t.n * 4 if spec.b.major == "k" else 0)
+            scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0,
+                          t.k * b_box_columns(spec) * 4 if spec.b.major == "k" else 0)
         if flat and opt.tma and opt.epilogue_subtile:
             scratch = max(scratch, tile_bytes)
         if flat and not opt.tma:
@@ -165,6 +168,7 @@ class TritonGemm(GemmDesign):
     # constexpr, SWAP_AB, like split_k: a variant may set its own).
     renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
     renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
+    renders_gated = True  # a gated epilogue: B's 2N columns into N outputs (EPI001 elsewhere, EPI002 its limits)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))
@@ -255,10 +259,10 @@ class StepArg:
 class EpilogueStep:
     """One epilogue op with everything the template spells: argument names, axis, constants, dtypes."""
 
-    op: str  # bias, scale, activation, residual, clamp, cast
+    op: str  # gated, bias, scale, activation, residual, clamp, cast
     describe: str
     args: list[StepArg]
-    fn: str = ""  # activation
+    fn: str = ""  # activation, gated
     value: float | None = None  # scale by a constant
     beta: float = 1.0  # residual
     min: float | None = None  # clamp
@@ -280,6 +284,8 @@ class TmaBox:
     transposed: bool  # the kernel transposes the loaded tile (MN-major A, K-major B)
     type: str  # Triton signature type
     elem_bytes: int
+    # a gated epilogue's halves layout: the up tile's coordinates (the gate tile's at N + off_n), else None
+    up_coords: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +314,10 @@ class TritonPlan(GemmModule):
     split: bool = False
     swap_ab: bool = False  # the default config's triton.swap_ab
     swap: bool = False  # any config of the module swaps A and B: the kernel takes the SWAP_AB constexpr
+    # a gated epilogue (epilogue[0], `gated`): B has 2N columns, gate and up (keyword-only: GemmModule's ClassVar
+    # default would otherwise place it before kernel_name)
+    gated: bool = field(default=False, kw_only=True)
+    gated_layout: str = ""  # where B's gate and up columns sit: "halves" or "interleaved"
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
@@ -336,6 +346,10 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
             swap_ab=vs.triton.swap_ab, desc_types={b.param: b.type for b in _boxes(vs).values()}))
     split = spec.schedule.split_k > 1 or any(v.split_k > 1 for v in variants)
     swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
+    gated = gated_op(spec.epilogue)
+    if gated is not None and (split or swap):  # check refuses it (EPI002); a render that skipped check must not emit
+        raise ValueError(f"{spec.name}: the Triton kernel's gated epilogue takes no split-K or swap_ab config (EPI002)")
+    b_cols = "2N" if gated is not None else "N"
     a_dt = spec.a.dtype
     precision = ("tf32" if a_dt == DType.tf32 else "ieee") if a_dt.bytes == 4 else None
     batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
@@ -343,8 +357,8 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         **plan_header(loaded),
         kernel_name=f"_{spec.name}_kernel",
         a=_tensor_arg("a", "a", a_dt, f"{batch_dims} {a_dt}, {spec.a.major}-major"),
-        b=_tensor_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
-                      f"{spec.b.major}-major"),
+        b=_tensor_arg("b", "b", spec.b.dtype, f"{f'(batch, K, {b_cols})' if spec.batch else f'(K, {b_cols})'} "
+                      f"{spec.b.dtype}, {spec.b.major}-major" + _gated_doc(gated)),
         out=_tensor_arg("out", "out", spec.out.dtype, f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, "
                         "row-major"),
         a_major=spec.a.major,
@@ -373,7 +387,17 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         split=split,
         swap_ab=spec.triton.swap_ab,
         swap=swap,
+        gated=gated is not None,
+        gated_layout=gated.layout if gated is not None else "",
     )
+
+
+def _gated_doc(op: object) -> str:
+    """What B's 2N columns hold, for the module docstring (empty without a gated epilogue)."""
+    if op is None:
+        return ""
+    return (": gate columns [0, N), up columns [N, 2N)" if op.layout == "halves"  # type: ignore[attr-defined]
+            else ": column 2j is gate j, 2j + 1 up j")
 
 
 def _arch_config(r: Resolved) -> TritonArchConfig:
@@ -395,11 +419,19 @@ def _box_layout(spec: GemmSpec) -> dict[str, BoxLayout]:
         return {}
     t, a, b = spec.tile, spec.a, spec.b
     out_n = t.n // 2 if spec.triton.epilogue_subtile else t.n
+    op = gated_op(spec.epilogue)
+    if op is not None:  # B is (K, 2N): an interleaved tile's 2 BLOCK_N columns in one box, from column 2 off_n
+        bn, wide = b_box_columns(spec), op.layout == "interleaved"
+        bn_name, bn_off = ("2 * BLOCK_N", "2 * off_n") if wide else ("BLOCK_N", "off_n")
+        b_layout = ((b.dtype, ("N2", "K"), (bn_name, "BLOCK_K"), (bn, t.k), (bn_off, "off_k"), -1, True)
+                    if b.major == "k" else
+                    (b.dtype, ("K", "N2"), ("BLOCK_K", bn_name), (t.k, bn), ("off_k", bn_off), -2, False))
     return {
         "a": (a.dtype, ("M", "K"), ("BLOCK_M", "BLOCK_K"), (t.m, t.k), ("off_m", "off_k"), -2, False)
         if a.major == "k" else
         (a.dtype, ("K", "M"), ("BLOCK_K", "BLOCK_M"), (t.k, t.m), ("off_k", "off_m"), -1, True),
-        "b": (b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
+        "b": b_layout if op is not None else
+        (b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
         if b.major == "k" else
         (b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
         "out": (spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2, False),
@@ -409,14 +441,17 @@ def _box_layout(spec: GemmSpec) -> dict[str, BoxLayout]:
 def _boxes(spec: GemmSpec) -> dict[str, TmaBox]:
     batch = spec.batch
     lead_shape, lead_block, lead_coord = (["batch"], [1], ["pid_b"]) if batch else ([], [], [])
+    op = gated_op(spec.epilogue)
+    halves = op is not None and op.layout == "halves"  # the up tile sits N columns after the gate tile
 
     def box(side: str, dtype: DType, dims: tuple[str, str], blocks: tuple[str, str], block: tuple[int, int],
             coords: tuple[str, str], stride_dim: int, transposed: bool) -> TmaBox:
         var = "s" + side[0]
         full = [*lead_block, *block]
+        up = [*lead_coord, *("N + off_n" if c == "off_n" else c for c in coords)] if halves and side == "b" else None
         return TmaBox(f"{side}_desc", side, [*lead_shape, *dims], ([(var, 0)] if batch else []) + [(var, stride_dim)],
                       full, list(blocks), [*lead_coord, *coords], transposed,
-                      f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, full))}]>", dtype.bytes)
+                      f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, full))}]>", dtype.bytes, up)
 
     return {side: box(side, *layout) for side, layout in _box_layout(spec).items()}
 
@@ -519,7 +554,7 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
         "metadata": metadata(p),
         "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
-        "uses_tanh": any(s.op == "activation" and "tanh" in FORMULAS[s.fn].expr.kinds() for s in p.steps),
+        "uses_tanh": any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds() for s in p.steps),
     }
 
 

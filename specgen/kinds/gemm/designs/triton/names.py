@@ -19,7 +19,9 @@ RESERVED: frozenset[str] = frozenset({
     "mask", "other", "input_precision", "out_dtype", "do_not_specialize", "flatten", "is_pure", "pack", "persistent",
     "tma", "variant", "block_m", "block_n", "constexprs", "a_box", "b_box", "out_box", "args_key", "ws_ptr",
     "counts_ptr", "pid_k", "slot", "k_tiles", "k_per_split", "k_lo", "k_hi", "last", "ws_offs", "tile_ws", "arrived",
-    "part", "split_k", "split_atomic", "ws", "counts", "sem", "cache_modifier"
+    "part", "split_k", "split_atomic", "ws", "counts", "sem", "cache_modifier",
+    # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
+    "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "gate", "up",
 })
 
 # How its templates derive names from an epilogue argument `x`.

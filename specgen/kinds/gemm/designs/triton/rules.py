@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from specgen.kinds.gemm.design import b_tile_columns
 from specgen.kinds.gemm.designs.triton.design import DESIGN
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.kinds.gemm.spec import GemmSpec
@@ -150,14 +151,14 @@ def fma_operand_registers(ctx: RuleContext) -> int:
     if ctx.spec.a.dtype != DType.f32:
         return 0
     t = ctx.spec.tile
-    return 2 * ctx.acc_registers + (t.m * t.k + t.k * t.n) // ctx.acc_threads
+    return 2 * ctx.acc_registers + (t.m * t.k + t.k * b_tile_columns(ctx.spec)) // ctx.acc_threads
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     """REG001 on Triton: ptxas always builds the kernel, spilling what does not fit into local memory, and
     a config that spills is a failed one (`specgen compile`). The estimate: the accumulator's registers
-    per thread, plus the operands an FMA dot (f32 ieee) holds beside it, against the 255 a thread may
-    have.
+    per thread (gate and up, 2 tile.n columns, with a gated epilogue), plus the operands an FMA dot (f32
+    ieee) holds beside it, against the 255 a thread may have.
 
     Its margin (`REGISTER_MARGIN`) is nearly the whole range, measured with `triton.compile` over
     tests/differential.py's seed-17 grid (1000 kernels with triton 3.9.0, tests/data/grid_triton.jsonl,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from specgen.abi import Arg, make_arg
 from specgen.design import ModuleHeader, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
-from specgen.kinds.gemm.design import ab_stage_bytes, tma_boxes
+from specgen.kinds.gemm.design import ab_stage_bytes, b_box_columns, tma_boxes
 from specgen.kinds.gemm.designs.triton.design import (
     TL_DTYPES,
     TRITON_SIG,
@@ -47,6 +47,7 @@ from specgen.render.env import describe_op
 from specgen.render.specs import spec_import
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
@@ -71,6 +72,7 @@ class TritonGrouped(GroupedDesign):
     # Size-selected variants (decode's few rows an expert): the launcher picks one by M (all rows), N and K, read
     # from shapes, never from the group index. Descriptors or pointers are the kernel's parameters: one for all.
     renders_variants = True
+    renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
 
@@ -90,7 +92,8 @@ class TritonGrouped(GroupedDesign):
         assert gpu is not None
         t = spec.tile
         # an FMA dot reads B N-major: a TMA kernel transposes a K-major f32 B through one tile (the dense design's)
-        scratch = t.k * t.n * 4 if spec.a.dtype == DType.f32 and uses_tma(spec) and spec.b.major == "k" else 0
+        scratch = (t.k * b_box_columns(spec) * 4 if spec.a.dtype == DType.f32 and uses_tma(spec) and spec.b.major == "k"
+                   else 0)
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, 0, True,
                             extra_bytes=scratch, extra_label="layout scratch",
                             ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
@@ -110,7 +113,7 @@ class TritonGrouped(GroupedDesign):
         schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
         text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
                                op_schema=[*schema, ["out", "Tensor?"]],
-                               uses_tanh=any(s.op == "activation" and "tanh" in FORMULAS[s.fn].expr.kinds()
+                               uses_tanh=any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds()
                                              for s in p.steps))
         return {rel: text}
 
@@ -150,6 +153,8 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     spec_json: dict[str, object]
     params: list[KernelParam]
     steps: list[EpilogueStep]
+    gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up columns, into N outputs
+    gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
 
 
 
@@ -184,6 +189,12 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
             configs=[_arch_config(resolved[str(t)].variants[i]) for t in targets], swap_ab=vs.triton.swap_ab,
             desc_types={f"{side}_desc": _desc_type(vs, side) for side in boxes}))
     swap = spec.triton.swap_ab or any(v.swap_ab for v in variants)
+    gated = gated_op(spec.epilogue)
+    if gated is not None and swap:  # check refuses it (EPI002); a render that skipped check must not emit a wrong kernel
+        raise ValueError(f"{spec.name}: the grouped Triton kernel's gated epilogue takes no swap_ab config (EPI002)")
+    b_doc = (f"(G, K, 2N) {spec.b.dtype}, {spec.b.major}-major: one weight per group, "
+             + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
+             if gated is not None else f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group")
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     ragged_k = spec.groups.ragged == "k"
     if ragged_k:
@@ -191,8 +202,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
                 f"(K, N) {spec.b.dtype}, {spec.b.major}-major: every group's K rows, group by group",
                 f"(G, M, N) {spec.out.dtype}, row-major: one (M, N) product per group")
     else:
-        docs = (f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group",
-                f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group",
+        docs = (f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group", b_doc,
                 f"(M, N) {spec.out.dtype}, row-major")
     return GroupedTritonPlan(
         **plan_header(loaded),
@@ -220,6 +230,8 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         spec_json=loaded.spec.model_dump(mode="json"),
         params=_params_ragged_k(spec) if ragged_k else _params(spec, swap),
         steps=_steps(spec),
+        gated=gated is not None,
+        gated_layout=gated.layout if gated is not None else "",
     )
 
 
@@ -228,8 +240,8 @@ def _boxes(spec: GroupedSpec) -> dict[str, list[int]]:
     (G, K, N) for an N-major one, a box holding one expert's tile."""
     if not uses_tma(spec):
         return {}
-    t = spec.tile
-    return {"a": [t.m, t.k], "b": [1, t.n, t.k] if spec.b.major == "k" else [1, t.k, t.n]}
+    t, bn = spec.tile, b_box_columns(spec)  # an interleaved gated tile's 2 tile.n columns in one box
+    return {"a": [t.m, t.k], "b": [1, bn, t.k] if spec.b.major == "k" else [1, t.k, bn]}
 
 
 def _desc_type(spec: GroupedSpec, side: str) -> str:

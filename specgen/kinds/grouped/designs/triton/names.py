@@ -18,6 +18,8 @@ RESERVED: frozenset[str] = frozenset({
     "sa", "sb", "seen", "so", "start", "stride_a", "stride_b", "stride_bg", "stride_om", "tiles", "work", "x",
     "a_desc", "b_desc", "off_m", "off_n", "off_k", "num_pid_m", "variant", "block_m", "block_n", "block_k",
     "constexprs",
+    # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
+    "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "bcols", "gate", "up",
 })
 
 # How its templates derive names from an epilogue argument `x` (`x_g`: a per-group operand's row for group g).

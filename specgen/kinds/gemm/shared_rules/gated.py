@@ -1,0 +1,51 @@
+"""A gated epilogue (SwiGLU, GeGLU): only where a design renders it, and there in the configurations its kernel
+has (both kinds: the grouped kind's rules list these too)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.kinds.gemm import KIND
+from specgen.registry import rendering
+from specgen.rules.base import Finding, RuleContext, RuleSet
+from specgen.rules.hooks import served_by
+from specgen.spec.epilogue import gated_op
+
+RULES = RuleSet()
+GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIND: importing it here would cycle)
+
+
+@RULES.rule("EPI001", "a gated epilogue where a design renders it",
+            served_by(lambda d, info: not d.renders_gated, (KIND, GROUPED)))
+def gated_design(ctx: RuleContext) -> Iterator[Finding]:
+    """A `gated` op (specgen/spec/epilogue.py) reads B with 2N columns and keeps gate and up accumulators: a
+    design's kernel must load the doubled B tile, split the accumulator and apply fn(gate) * up before the rest
+    of the chain, and its launcher must take B (K, 2N). Designs that do say `renders_gated` (the Triton designs
+    of both kinds); any other would read N columns of B as if there were no gate, so the spec is refused for
+    that target rather than rendered wrong."""
+    op = gated_op(ctx.spec.epilogue)
+    if op is not None and not ctx.design.renders_gated:
+        where = sorted({d.name for d in rendering(ctx.design.kind) if d.renders_gated})
+        does = f"the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'}" if where else "no design does"
+        yield Finding("EPI001", "error", f"epilogue[0] is gated ({op.fn}, {op.layout}): the {ctx.design.name} design "
+                      f"renders no gated epilogue ({does})", f"drop {ctx.target} from this kernel's targets (a gated kernel of its own for the "
+                      "targets that render it)", ("epilogue",))
+
+
+@RULES.rule("EPI002", "a gated epilogue in the Triton kernels' configurations",
+            served_by(lambda d, info: d.renders_gated, (KIND, GROUPED)))
+def gated_config(ctx: RuleContext) -> Iterator[Finding]:
+    """The Triton kernels apply a gated op to the tile's gate and up accumulators, BLOCK_M x BLOCK_N each, in
+    the tile's own program: a split-K tile's f32 partials would be gate and up halves of twice the workspace
+    that the reduction does not lay out, and `triton.swap_ab` transposes one accumulator back, not two (nor
+    splits an interleaved one). Both are refused with a gated op rather than rendered wrong."""
+    op = gated_op(ctx.spec.epilogue)
+    if op is None or not ctx.design.renders_gated:
+        return
+    if ctx.design.kind == KIND and ctx.spec.schedule.split_k > 1:  # the grouped kind refuses split-K (GRP002)
+        yield Finding("EPI002", "error", f"schedule.split_k = {ctx.spec.schedule.split_k} with a gated epilogue: the "
+                      "split-K reduction sums one accumulator, not gate and up", "set schedule.split_k = 1",
+                      ("schedule", "split_k"))
+    if ctx.spec.triton.swap_ab:
+        yield Finding("EPI002", "error", "triton.swap_ab = true with a gated epilogue: the swapped kernel transposes "
+                      "one accumulator back, not gate and up", "set triton.swap_ab = false", ("triton", "swap_ab"))

@@ -1,0 +1,53 @@
+"""Boundary cases of the gated epilogue's rules (specgen/kinds/gemm/shared_rules/gated.py: EPI001 where a design
+renders no gated epilogue, EPI002 the Triton kernels' configurations with one), on both kinds, and of the budget
+rules that must count a gated tile's doubled B tile and accumulator (SMEM001, REG001), in tests/test_rules.py's
+form (rule, target, spec overrides, expected), which that file collects."""
+
+from __future__ import annotations
+
+from specgen.kinds.gemm.testing.rules import tile
+
+G = {"kind": "grouped"}  # MINIMAL_SPEC as a grouped spec
+SWIGLU = {"op": "gated", "fn": "silu", "layout": "halves"}
+GEGLU_IL = {"op": "gated", "fn": "gelu", "layout": "interleaved"}
+GATED = {"epilogue": [SWIGLU]}
+
+CASES: list[tuple[str, str, dict, object]] = [
+    # EPI001: only the Triton designs (dense and grouped) render a gated epilogue
+    ("EPI001", "cute:sm90", {"epilogue": [{"op": "activation", "fn": "silu"}]}, None),
+    ("EPI001", "cute:sm90", GATED,
+     ("error", ["epilogue[0] is gated (silu, halves): the CuTe sm90 design renders no gated epilogue",
+                "(the Triton design does)"], ("epilogue",))),
+    ("EPI001", "cute:sm100", {"epilogue": [GEGLU_IL]},
+     ("error", ["gated (gelu, interleaved): the CuTe sm100 design"], ("epilogue",))),
+    ("EPI001", "pallas:gpu_sm90", GATED, ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
+    ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), **GATED},
+     ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
+    ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512)}, None),
+    ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512), **GATED},
+     ("error", ["the Pallas TPU grouped design renders no gated epilogue", "(the Triton grouped design does)"],
+      ("epilogue",))),
+    # EPI002: a gated Triton kernel takes no split-K (dense) and no swap_ab (both kinds)
+    ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"persistent": True}}, None),
+    ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"split_k": 2}},
+     ("error", ["schedule.split_k = 2 with a gated epilogue"], ("schedule", "split_k"))),
+    ("EPI002", "triton:sm100", {**GATED, "tile": tile(16, 64, 64), "triton": {"swap_ab": True}},
+     ("error", ["triton.swap_ab = true with a gated epilogue"], ("triton", "swap_ab"))),
+    ("EPI002", "triton:sm90", {"tile": tile(16, 64, 64), "triton": {"swap_ab": True}}, None),  # no gated op
+    ("EPI002", "triton:sm90", {**G, **GATED}, None),
+    ("EPI002", "triton:sm90", {**G, "epilogue": [GEGLU_IL], "tile": tile(16, 64, 64), "triton": {"swap_ab": True}},
+     ("error", ["triton.swap_ab = true with a gated epilogue"], ("triton", "swap_ab"))),
+    # SMEM001 counts a gated tile's 2 tile.n B columns: 128x256x64 bf16 at 3 stages fits (near: the model accepts)
+    # as a plain GEMM, but its gated stages hold 16 KiB of A and 64 KiB of B each
+    ("SMEM001", "triton:sm90", {"tile": tile(128, 256, 64), "pipeline": {"ab_stages": 3}}, None),
+    ("SMEM001", "triton:sm90", {**GATED, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 3}},
+     ("error", ["A/B 3 x 81920 = 245760"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "triton:sm100", {**G, **GATED, "tile": tile(128, 256, 64), "pipeline": {"ab_stages": 3}},
+     ("error", ["A/B 3 x 81920 = 245760"], ("pipeline", "ab_stages"))),
+    # REG001 counts gate and up accumulators: 128x128 f32 over 4 warps is 128 registers a thread, gated 256
+    ("REG001", "triton:sm90", {"tile": tile(128, 128, 64), "triton": {"num_warps": 4}}, None),
+    ("REG001", "triton:sm90", {**GATED, "tile": tile(128, 128, 64), "triton": {"num_warps": 4}},
+     ("error", ["accumulator needs 256 registers per thread (128 threads)"], ("triton", "num_warps"))),
+    ("REG001", "triton:sm100", {**G, "epilogue": [GEGLU_IL], "tile": tile(128, 128, 64), "triton": {"num_warps": 4}},
+     ("error", ["accumulator needs 256 registers per thread (128 threads)"], ("triton", "num_warps"))),
+]
