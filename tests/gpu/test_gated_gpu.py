@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from backends.triton.variants import VARIANTS as CPU_VARIANTS
 from kernels import load_target_module
 
-from gpu.test_numerics_gpu import GpuNumerics, only
+from gpu.test_numerics_gpu import GpuNumerics, gpu_modules, only  # noqa: F401 (gpu_modules: the fixture GpuNumerics reads)
 from specgen.kinds.gemm.testing.reference import REFERENCES
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
 from specgen.kinds.grouped.testing.reference import grouped
