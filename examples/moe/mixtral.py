@@ -8,9 +8,10 @@ and each expert the gated MLP w2(silu(w1 x) * w3 x). Two forwards compute it fro
   mask: a host sync an expert), each expert's three nn.Linear products and the weighted `index_add_`;
 - `grouped_block`: the routed rows sorted by expert (device-only: no host sync, so a decode step replays as a CUDA
   graph), two grouped GEMMs, and a sum of each token's top-k rows. The gate and up projections are one grouped
-  GEMM over the experts' [w1; w3] weight (G, 2I, H) with the gated SwiGLU epilogue (act(gate) * up, halves of N);
+  GEMM over the experts' w1 and w3 rows (G, 2I, H) with the gated SwiGLU epilogue (act(gate) * up);
   the down projection a second over w2 (G, H, I) with each routed row scaled by its routing weight (the
-  `router_weights` row scale). Both take the weights as torch._grouped_mm callers do: (G, N, K) transposed.
+  `router_weights` row scale). Both take the weights as torch._grouped_mm callers do: (G, N, K) transposed, the
+  gate_up rows in the kernel's layout (`GroupedKernels.prepare`: interleaved for the shipped kernel).
 
 `GroupedKernels` names the two kernels: by default the shipped ones (generated/triton/, bf16, sm_90 / sm_100);
 the CPU tests pass the same specs rendered in f16 for the Triton interpreter.
@@ -85,22 +86,39 @@ def eager_block(x: torch.Tensor, w: MoEWeights, top_k: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GroupedKernels:
-    """The block's two grouped GEMMs: `gate_up(a, b, offs)` -> (R, I) with the gated SwiGLU epilogue over
-    b's halves of 2I; `down(a, b, offs, router_weights)` -> (R, H), each row scaled by its weight (f32)."""
+    """The block's two grouped GEMMs: `gate_up(a, b, offs)` -> (R, I) with the gated SwiGLU epilogue over b's 2I
+    columns, in its spec's `layout` ("halves": gate then up; "interleaved": column 2j gate j, 2j + 1 up j);
+    `down(a, b, offs, router_weights)` -> (R, H), each row scaled by its weight (f32)."""
 
     gate_up: Kernel
     down: Kernel
+    layout: str = "halves"
 
     @classmethod
     def shipped(cls) -> GroupedKernels:
+        from generated.triton import moe_gate_up_swiglu_bf16 as gate_up
         from generated.triton.moe_down_router_bf16 import moe_down_router_bf16
-        from generated.triton.moe_gate_up_swiglu_bf16 import moe_gate_up_swiglu_bf16
 
-        return cls(moe_gate_up_swiglu_bf16, moe_down_router_bf16)
+        return cls(gate_up.moe_gate_up_swiglu_bf16, moe_down_router_bf16, gated_layout(gate_up.SPEC))
+
+    def prepare(self, w: MoEWeights) -> MoEWeights:
+        """The weights as these kernels read them, made once at load: the gate_up rows interleaved (gate j, up j)
+        where the kernel's layout is "interleaved" (one 128 x 256 dot a K step instead of two 128 x 128 ones)."""
+        if self.layout == "halves":
+            return w
+        g, two_i, h = w.gate_up.shape
+        rows = w.gate_up.view(g, 2, two_i // 2, h).transpose(1, 2).reshape(g, two_i, h)  # row 2j gate j, 2j + 1 up j
+        return MoEWeights(w.router, rows.contiguous(), w.down)
+
+
+def gated_layout(spec: dict) -> str:
+    """The layout of a spec's gated op (its module's SPEC)."""
+    return next(op["layout"] for op in spec["epilogue"] if op["op"] == "gated")
 
 
 def grouped_block(x: torch.Tensor, w: MoEWeights, top_k: int, kernels: GroupedKernels) -> torch.Tensor:
-    """The same block over (T, H) tokens on two grouped GEMMs, device-only (no host sync)."""
+    """The same block over (T, H) tokens on two grouped GEMMs, device-only (no host sync); `w` as
+    `kernels.prepare` gives it."""
     weights, experts = route(x, w, top_k)
     g = w.router.shape[0]
     flat = experts.reshape(-1)  # (T * k,): routed row r is token r // k's (r % k)-th choice

@@ -26,7 +26,8 @@ CFG = MoEConfig(hidden=1024, intermediate=3584, experts=8, top_k=2)
 @pytest.fixture(scope="module")
 def setup():
     w = MoEWeights.random(CFG, torch.bfloat16, "cuda", torch.Generator().manual_seed(0))
-    return w, GroupedKernels.shipped()
+    kernels = GroupedKernels.shipped()
+    return w, kernels.prepare(w), kernels
 
 
 def tokens(n: int, seed: int) -> torch.Tensor:
@@ -39,32 +40,32 @@ def close(got: torch.Tensor, want: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("n", [2048, 16, 1])
 def test_the_block_gives_the_eager_block(setup, n):
-    w, kernels = setup
+    w, wk, kernels = setup
     x = tokens(n, n)
-    close(grouped_block(x, w, CFG.top_k, kernels), eager_block(x, w, CFG.top_k))
+    close(grouped_block(x, wk, CFG.top_k, kernels), eager_block(x, w, CFG.top_k))
 
 
 def test_torch_compile_takes_the_block_whole(setup):
-    w, kernels = setup
+    w, wk, kernels = setup
     torch._dynamo.reset()
-    compiled = torch.compile(lambda x: grouped_block(x, w, CFG.top_k, kernels), fullgraph=True)  # a break raises
+    compiled = torch.compile(lambda x: grouped_block(x, wk, CFG.top_k, kernels), fullgraph=True)  # a break raises
     for n in (512, 16):
         x = tokens(n, 100 + n)
         close(compiled(x), eager_block(x, w, CFG.top_k))
 
 
 def test_a_decode_step_replays_as_a_cuda_graph(setup):
-    w, kernels = setup
+    w, wk, kernels = setup
     static = tokens(16, 7)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            grouped_block(static, w, CFG.top_k, kernels)
+            grouped_block(static, wk, CFG.top_k, kernels)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = grouped_block(static, w, CFG.top_k, kernels)
+        out = grouped_block(static, wk, CFG.top_k, kernels)
     sizes = set()
     for seed in range(8, 12):
         x = tokens(16, seed)
