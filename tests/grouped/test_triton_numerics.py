@@ -126,6 +126,21 @@ def test_a_malformed_index_never_writes_outside_out(load_kernel, index):
     assert storage[:BAND].isnan().all() and storage[-BAND:].isnan().all()
 
 
+def _ragged_run(load_kernel, s: dict, tag: str):
+    """The kernel of spec `s` on the "ragged" case, checked against the float64 loop: (a, b, index, args, the
+    result in float64, the written rows), for a test to hold mutated references against."""
+    from specgen.kinds.grouped.testing.reference import grouped
+
+    problem = GroupedProblem(s, CASES["ragged"], tag)
+    a, b, _ = problem.operands()
+    index = problem.index()
+    args = dict(problem.epilogue_args())
+    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
+    want, written = grouped(s, a, b, index, args)
+    torch.testing.assert_close(got[written], want[written], **tolerance(s))
+    return a, b, index, args, got, written
+
+
 @pytest.mark.parametrize(("form", "name"), [("g_offs_zero_kmn", "bias"), ("g_fp8_rowcol", "scale_b"),
                                            ("g_fp8_rowcol", "scale_a")])
 def test_the_tolerance_sees_per_group_and_per_row_operands(load_kernel, form, name):
@@ -135,14 +150,8 @@ def test_the_tolerance_sees_per_group_and_per_row_operands(load_kernel, form, na
     from specgen.kinds.grouped.testing.reference import grouped
 
     s = FORMS[form]
-    problem = GroupedProblem(s, CASES["ragged"], "mutant")
-    a, b, _ = problem.operands()
-    index = problem.index()
-    args = dict(problem.epilogue_args())
-    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
-    want, written = grouped(s, a, b, index, args)
+    a, b, index, args, got, written = _ragged_run(load_kernel, s, "mutant")
     shifted, _ = grouped(s, a, b, index, {**args, name: args[name].roll(1, 0)})
-    torch.testing.assert_close(got[written], want[written], **tolerance(s))
     assert not torch.allclose(got[written], shifted[written], **tolerance(s))
 
 
@@ -155,13 +164,7 @@ def test_the_tolerance_sees_the_gated_layout_and_fn(load_kernel, form):
     from specgen.kinds.grouped.testing.reference import grouped
 
     s = FORMS[form]
-    problem = GroupedProblem(s, CASES["ragged"], "gated_mutant")
-    a, b, _ = problem.operands()
-    index = problem.index()
-    args = dict(problem.epilogue_args())
-    got = getattr(load_kernel(s), s["name"])(a, b, index, *args.values()).double()
-    want, written = grouped(s, a, b, index, args)
-    torch.testing.assert_close(got[written], want[written], **tolerance(s))
+    a, b, index, args, got, written = _ragged_run(load_kernel, s, "gated_mutant")
     mutants = gated_mutants(s, s["epilogue"][0], CASES["ragged"].n)
     assert len(mutants) >= 2  # the other layout and at least one other fn
     for how, op in mutants:
