@@ -25,9 +25,9 @@ class OffsetPositions(Mapping[Path, tuple[int, int]]):
     """Positions kept as character offsets and turned into (line, column) when read: check asks a few of a
     file's paths (those its findings name), not every one the pass records."""
 
-    def __init__(self, text: str, offsets: dict[Path, int], line_starts: list[int] | None = None) -> None:
+    def __init__(self, text: str, offsets: dict[Path, int]) -> None:
         self._text, self._offsets = text, offsets
-        self._starts = line_starts
+        self._starts: list[int] | None = None
 
     def __getitem__(self, path: Path) -> tuple[int, int]:
         offset = self._offsets[path]
@@ -109,8 +109,7 @@ _SCALAR = re.compile(r"[^,\]}\n#]*")  # a number, a date, true or false: up to w
 # The lines and items most TOML is made of, each read by one match (the scanner's general way reads them
 # too, a part at a time; these only save it the steps): a one-line string (no multi-line quotes) or a scalar,
 _PLAIN_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"(?!")|'[^'\n]*'(?!')|[^\s,\]}#\[{"'][^,\]}\n#]*)"""
-# as a bare key's value on a line of its own (with blanks and a comment after it),
-_PLAIN_LINE = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=[ \t]*" + _PLAIN_VALUE + r"[ \t\r]*+(?:#[^\n]*+)?(?=\n|\Z)")
+# as a bare key's value on a line of its own (with blanks and a comment after it: `_STATEMENT`, below),
 # in an inline table (the ',' or '}' after it not read),
 _PLAIN_PAIR = re.compile(r"[ \t\r]*([A-Za-z0-9_-]+)[ \t]*=[ \t]*" + _PLAIN_VALUE + r"[ \t\r]*(?=[,}])")
 # a bare key and its '=' before any other value (a table or an array) on a line of its own,
