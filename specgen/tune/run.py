@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgen.bench.problem import problem_of
 from specgen.bench.shapes import ProblemShape, default_shapes, slot_for, slot_label
 from specgen.bench.stats import geomean
 from specgen.bench.timing import Flush
@@ -98,7 +99,7 @@ def plan_slots(loaded: LoadedSpec, targets: list[Target], shapes: list[ProblemSh
     for t in targets:
         groups: dict[int | None, list[ProblemShape]] = {}
         for s in shapes or default_shapes(loaded.spec, t):
-            if s.batch == 1 or loaded.spec.batch:
+            if problem_of(loaded.spec).runs_at(loaded.spec, s):  # the kind's (a batched shape for a batched spec)
                 groups.setdefault(slot_for(loaded.spec, t, s), []).append(s)
         for slot, shp in groups.items():
             c = enumerate_candidates(loaded, t, slot, overrides)

@@ -93,9 +93,10 @@ def _toml(text: str, index: int, edits: list[Edit], summary: list[str]) -> str:
     for target, intro in intros.items():
         _put_back(kernel["per_target"][target].value.body, intro)
     last = _last_table(kernel)
-    if tail and last.value.body and last.value.body[-1][0] is not None:
-        # a key written last carries no line end of its own (tomlkit): end its line before the comments
-        # go back, or the first of them lands on the key's line
+    if last.value.body and last.value.body[-1][0] is not None:
+        # a key written last carries no line end of its own (tomlkit): end its line before the comments go
+        # back, or the first of them lands on the key's line; with none, before the next kernel's header
+        # (which tomlkit keeps outside this kernel: `tile = {...}[[kernels]]` did not load)
         item = last.value.body[-1][1]
         if not item.trivia.trail.endswith("\n"):
             item.trivia.trail += "\n"

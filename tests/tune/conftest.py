@@ -37,7 +37,8 @@ def run_tune(path: Path, cache: Path, *, kernel: int = 0, targets=("triton:sm90"
              overrides=None, measurer=None, write=False, budget_s=None, clock=None, from_cache=False):
     loaded = load_file(path)[kernel]
     kwargs = {} if clock is None else {"clock": clock}
-    return tune(loaded, [parse_target(t) for t in targets], parse_shapes(shapes, "gemm"), cache=Cache(cache),
+    shapes_of = parse_shapes(shapes, loaded.spec.kind)
+    return tune(loaded, [parse_target(t) for t in targets], shapes_of, cache=Cache(cache),
                 machine=None if from_cache else MACHINE, compiler=None if from_cache else inline(failing_compile),
                 measurer=None if from_cache else (measurer or local(fake_calls, FakeTimer())), rounds=9,
                 overrides=overrides, budget_s=budget_s, do_write=write, date="2026-11-25", **kwargs)

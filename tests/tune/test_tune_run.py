@@ -36,6 +36,18 @@ def test_picks_the_fastest_and_writes_it(spec_copy, tmp_path: Path) -> None:
     assert "specgen tune 2026-11-25 on Fake H200" in path.read_text()
 
 
+def test_the_grouped_kind_tunes(spec_copy, tmp_path: Path) -> None:
+    """`specgen tune` takes the grouped kind (issue 37): its shapes (GxMxNxK with the size distribution) and its
+    Triton design's knobs, the fake GPU's fastest config picked and written into the grouped spec."""
+    path = spec_copy("grouped.toml")
+    assert load_file(path)[1].name == "moe_bf16"
+    r = run_tune(path, tmp_path / "c.jsonl", kernel=1, shapes="8x1024x4096x4096:skewed", overrides=SMALL, write=True)
+    (slot,) = r.slots  # the default config (the shape's 8192 rows pass the decode variant's M <= 64)
+    assert slot.winner == {"tile.m": 128, "tile.n": 128, "tile.k": 64, "triton.num_warps": 4, "pipeline.ab_stages": 4}
+    eff = load_file(path)[1].spec.for_target("triton:sm90")
+    assert (eff.tile.m, eff.tile.n, eff.triton.num_warps, eff.pipeline.ab_stages) == (128, 128, 4, 4)
+
+
 def test_a_candidate_that_cannot_launch_is_its_verdict_not_the_end(spec_copy, tmp_path: Path) -> None:
     """The driver refuses some configs at launch (Triton's OutOfResources: the H100 run of 2026-11-25):
     the tune records the error, times the rest, and a resumed run does not try that config again."""

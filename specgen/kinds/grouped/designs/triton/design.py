@@ -75,6 +75,9 @@ class TritonGrouped(GroupedDesign):
     renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
+    # `specgen tune`'s knobs: the dense Triton kernel's (block shape, warps, pipeline depth), which the grouped
+    # kernel reads the same way; check prunes what cannot fit.
+    tune_space = TritonGemm.tune_space
 
     def mma_tile(self, spec: GroupedSpec) -> tuple[tuple[int, str], tuple[int, str]]:
         """The tile the MMA computes: transposed with `triton.swap_ab`."""
