@@ -119,34 +119,37 @@ def gated_layout(spec: dict) -> str:
 def grouped_block(x: torch.Tensor, w: MoEWeights, top_k: int, kernels: GroupedKernels) -> torch.Tensor:
     """The same block over (T, H) tokens on two grouped GEMMs, device-only (no host sync); `w` as
     `kernels.prepare` gives it."""
-    weights, experts = route(x, w, top_k)
-    g = w.router.shape[0]
-    flat = experts.reshape(-1)  # (T * k,): routed row r is token r // k's (r % k)-th choice
-    order = torch.argsort(flat, stable=True)  # routed rows grouped by expert, in token order within one
-    # each expert's row count without a host sync (bincount sizes its output from the data's max: a sync)
-    counts = torch.zeros(g, dtype=torch.int32, device=x.device).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
-    rows = x[order // top_k]
+    weights, order, offs, rows = dispatch(x, w, top_k)
     h = kernels.gate_up(rows, w.gate_up.transpose(-2, -1), offs)  # (T * k, I)
-    y = kernels.down(h, w.down.transpose(-2, -1), offs, weights.reshape(-1)[order].float())  # (T * k, H)
+    y = kernels.down(h, w.down.transpose(-2, -1), offs, weights[order].float())  # (T * k, H)
+    return combine(y, order, top_k)
+
+
+def dispatch(x: torch.Tensor, w: MoEWeights, top_k: int) -> tuple[torch.Tensor, ...]:
+    """The routed rows grouped by expert, device-only: (each routed row's weight (T * k,) in token order, the
+    order grouping them by expert (token order within one), offs (G,) int32 cumulative ends, the rows (T * k, H))."""
+    weights, experts = route(x, w, top_k)
+    flat = experts.reshape(-1)  # (T * k,): routed row r is token r // k's (r % k)-th choice
+    order = torch.argsort(flat, stable=True)
+    # each expert's row count without a host sync (bincount sizes its output from the data's max: a sync)
+    ones = torch.ones_like(flat, dtype=torch.int32)
+    counts = torch.zeros(w.router.shape[0], dtype=torch.int32, device=x.device).scatter_add_(0, flat, ones)
+    return weights.reshape(-1), order, torch.cumsum(counts, 0, dtype=torch.int32), x[order // top_k]
+
+
+def combine(y: torch.Tensor, order: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Each token's k routed rows of y (grouped by expert) summed, in its choices' order: (T, H)."""
     unsorted = torch.empty_like(y)
     unsorted[order] = y
-    return unsorted.view(-1, top_k, y.shape[-1]).sum(dim=1)  # each token's k rows, in its choices' order
+    return unsorted.view(-1, top_k, y.shape[-1]).sum(dim=1)
 
 
 def grouped_mm_block(x: torch.Tensor, w: MoEWeights, top_k: int) -> torch.Tensor:
     """The grouped block with torch._grouped_mm for both GEMMs and the gate, the SiLU product and the routing
     weights in eager torch between them: the peer the generated kernels are timed against beside eager's."""
-    weights, experts = route(x, w, top_k)
-    g, inter = w.router.shape[0], w.down.shape[-1]
-    flat = experts.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(g, dtype=torch.int32, device=x.device).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
-    rows = x[order // top_k]
+    weights, order, offs, rows = dispatch(x, w, top_k)
+    inter = w.down.shape[-1]
     hu = torch._grouped_mm(rows, w.gate_up.transpose(-2, -1), offs=offs)
     h = F.silu(hu[:, :inter]) * hu[:, inter:]
-    y = torch._grouped_mm(h, w.down.transpose(-2, -1), offs=offs) * weights.reshape(-1)[order, None]
-    unsorted = torch.empty_like(y)
-    unsorted[order] = y
-    return unsorted.view(-1, top_k, y.shape[-1]).sum(dim=1)
+    y = torch._grouped_mm(h, w.down.transpose(-2, -1), offs=offs) * weights[order, None]
+    return combine(y, order, top_k)
