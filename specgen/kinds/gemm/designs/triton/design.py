@@ -548,13 +548,18 @@ def variant_metadata(v: TritonVariant) -> dict[str, object]:
                      for c in v.configs}}
 
 
+def uses_tanh(steps: list[EpilogueStep]) -> bool:
+    """Whether an epilogue's formulas call `_tanh` (the module then renders it: epilogue.jinja `tanh_function`)."""
+    return any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds() for s in steps)
+
+
 def triton_context(p: TritonPlan) -> dict[str, object]:
     return {
         "p": p,
         "metadata": metadata(p),
         "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
-        "uses_tanh": any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds() for s in p.steps),
+        "uses_tanh": uses_tanh(p.steps),
     }
 
 

@@ -36,6 +36,7 @@ from specgen.kinds.gemm.designs.triton.design import (
     TritonArchConfig,
     TritonGemm,
     TritonVariant,
+    uses_tanh,
     variant_metadata,
 )
 from specgen.kinds.grouped import KIND
@@ -48,7 +49,6 @@ from specgen.render.specs import spec_import
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
-from specgen.spec.formulas import FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
@@ -116,8 +116,7 @@ class TritonGrouped(GroupedDesign):
         schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
         text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
                                op_schema=[*schema, ["out", "Tensor?"]],
-                               uses_tanh=any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds()
-                                             for s in p.steps))
+                               uses_tanh=uses_tanh(p.steps))
         return {rel: text}
 
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
