@@ -70,7 +70,7 @@ Pending = tuple[int, LoadedSpec, object, Resolved, str, Finding]
 
 
 def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
-    line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
+    line, col = loaded.where_config(target, f.field, one.variant)
     return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
 
 
@@ -83,22 +83,22 @@ class KernelMemo:
     rules found, by the kernel as written less its name and description (`LoadedSpec.raw`), so that a kernel
     written again (a copy, a template's output) is resolved and ruled on once. Neither reads the name or the
     description (a finding's message is the config's); positions and the checks that name the kernel's
-    modules stay each kernel's own. Holds `limit` kernels at most, then starts over."""
+    modules stay each kernel's own. Holds `limit` kernels at most, then starts over. `agreed`: the kernels whose
+    targets' configs agree (CFG001-CFG003 found nothing: that reads the configs, never the name)."""
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
         self.kernels: dict[str, dict[str, Checked]] = {}
+        self.agreed: set[str] = set()
 
     @staticmethod
     def key(loaded: LoadedSpec) -> str | None:
-        raw = loaded.raw
-        if not isinstance(raw, dict):
-            return None
-        return repr([(k, v) for k, v in raw.items() if k not in ("name", "description")])  # repr: types kept
+        return loaded.key
 
     def put(self, key: str, checked: dict[str, Checked]) -> None:
         if len(self.kernels) >= self.limit:
             self.kernels.clear()
+            self.agreed.clear()
         self.kernels[key] = checked
 
 
@@ -133,7 +133,11 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
                     out.append(_diagnostic(loaded, target, one, label, f))
     if key is not None and seen is None:
         memo.put(key, fresh)
-    _module_agreement(loaded, report)
+    if key is None or key not in memo.agreed:
+        before = len(out)
+        _module_agreement(loaded, report)
+        if key is not None and len(out) == before and key in memo.kernels:
+            memo.agreed.add(key)
     if not notes:
         return
     listed = {str(t) for t in loaded.spec.targets}

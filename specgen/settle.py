@@ -31,6 +31,7 @@ from pathlib import Path
 
 from specgen import __version__
 from specgen.design import CompileProbe
+from specgen.memo import IdentityMemo
 from specgen.resolved import Resolved
 from specgen.rules.finding import Finding, ProbeResult
 from specgen.values import value
@@ -172,9 +173,17 @@ def _how_to_settle(probe: CompileProbe | None, compiling: bool) -> str:
             "rerun `specgen check`, or compile the rendered module with `specgen compile`")
 
 
+_UNSETTLED: IdentityMemo[Settled] = IdentityMemo()  # by finding: a kernel written again shares its findings
+
+
 def _unsettled(f: Finding, how: str) -> Settled:
     """The model's verdict, saying it is near the boundary and how to settle it: a near accept is a warning;
     a near refusal keeps its severity (check does not accept what the model refuses unsettled)."""
+    found = _UNSETTLED.get(f, how)
+    return found if found is not None else _UNSETTLED.put(f, _unsettled_now(f, how), how)
+
+
+def _unsettled_now(f: Finding, how: str) -> Settled:
     assert f.near is not None
     if f.near.accepted:
         return Settled(replace(f, severity="warning", message=f"near the boundary ({f.near.margin}): {f.message}; the "

@@ -16,12 +16,13 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import tomllib
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from specgen.spec.file import SpecFile
-from specgen.spec.models import LayeredSpec
+from specgen.spec.models import LayeredSpec, copy_model
 from specgen.spec.positions import (
     Positions,
     json_duplicate_keys,
@@ -82,6 +83,9 @@ class LazyPositions:
         self._tables: list[int] | None = None
         self._lines: list[int] = []
         self._kernel: dict[int, Positions] = {}
+        # (kernel index, target, config field, variant) -> where the effective spec's field was written: a
+        # kernel's findings ask a few fields many times (each variant's, each near-boundary verdict's)
+        self.config_fields: dict[tuple[int, str, tuple[str | int, ...], int | None], tuple[int, int]] = {}
 
     def for_kernel(self, index: int) -> Positions:
         """Positions enough for the paths of kernel `index` (under ("kernels", index)), and their ancestors."""
@@ -121,6 +125,8 @@ class LoadedSpec:
     index: int  # position in the file's `kernels` list
     positions: LazyPositions = field(repr=False, compare=False)
     raw: object = field(default=None, repr=False, compare=False)  # the kernel as parsed, before validation
+    # `raw` less its name and description (`kernel_key`): what the spec's configs read, the same for a copy
+    key: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -139,6 +145,15 @@ class LoadedSpec:
                 return positions[path]
             path = path[:-1]
         return (1, 1)
+
+    def where_config(self, target: object, field_path: tuple[str | int, ...], variant: int | None = None) -> tuple[int, int]:
+        """`where` the effective spec's field on `target` (and variant) was written (`config_field`), once per
+        kernel, target, field and variant."""
+        key = (self.index, str(target), field_path, variant)
+        found = self.positions.config_fields.get(key)
+        if found is None:
+            found = self.positions.config_fields[key] = self.where(self.spec.config_field(target, field_path, variant))
+        return found
 
     @property
     def spec_hash(self) -> str:
@@ -313,8 +328,9 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
         raise SpecError([SpecIssue(file, 1, 1, "", f"the file is empty: {_FILE_SHAPE}")])
     if not isinstance(data, dict):
         raise SpecError([SpecIssue(file, 1, 1, "", f"the file holds {_kind(data)}: {_FILE_SHAPE}")])
+    keys = [kernel_key(k) for k in data["kernels"]] if type(data.get("kernels")) is list else []
     try:
-        parsed = SpecFile.model_validate(data)
+        kernels = _validated_kernels(data, keys)
     except ValidationError as e:
         issues: list[SpecIssue] = []
         for err in e.errors():
@@ -325,9 +341,79 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
                 issues.pop()  # one value failing each member of a union: one issue
             issues.append(issue)
         raise SpecError(issues) from None
-    positions.kernels = len(parsed.kernels)
-    return [LoadedSpec(spec, file, i, positions, raw) for i, (spec, raw) in enumerate(zip(parsed.kernels, data["kernels"],
-                                                                                          strict=True))]
+    positions.kernels = len(kernels)
+    return [LoadedSpec(spec, file, i, positions, raw, key)
+            for i, (spec, raw, key) in enumerate(zip(kernels, data["kernels"], keys, strict=True))]
+
+
+def kernel_key(raw: object) -> str | None:
+    """A kernel as written less its name and description (whether it gives one kept), or None where it is no
+    table: what its validated configs depend on. repr keeps the types (1, 1.0, "1" and true differ)."""
+    if type(raw) is not dict:
+        return None
+    return repr(("description" in raw, [(k, v) for k, v in raw.items() if k not in ("name", "description")]))
+
+
+# Kernels validated in this process, by `kernel_key`: a kernel written again (a copy of a file, a template's
+# output) is validated whole once; a copy validates its own name and description and shares the rest (frozen
+# models). At most _VALIDATED_HELD kernels, then it starts over.
+_VALIDATED: dict[str, LayeredSpec] = {}
+_VALIDATED_HELD = 256
+_FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter] = {}
+
+
+def _validated_kernels(data: dict, keys: list[str | None]) -> list[LayeredSpec]:
+    """`SpecFile.model_validate(data).kernels`, each kernel met before (in this file or an earlier one) taken
+    from `_VALIDATED` under its own name and description. Where any part fails, the whole file is validated
+    again as one, so its errors read as they always have."""
+    raws = data["kernels"] if len(data) == 1 and keys else None
+    if raws is None or not all(keys):
+        return SpecFile.model_validate(data).kernels
+    known: dict[str, LayeredSpec] = {}
+    first: dict[str, int] = {}  # each kernel not met before: the index of its first copy here
+    for i, key in enumerate(keys):
+        seen = _VALIDATED.get(key)  # type: ignore[arg-type]
+        if seen is not None:
+            known[key] = seen  # type: ignore[index]
+        elif key not in first:
+            first[key] = i  # type: ignore[index]
+    if first:
+        try:
+            fresh = SpecFile.model_validate({"kernels": [raws[i] for i in first.values()]}).kernels
+        except ValidationError:
+            return SpecFile.model_validate(data).kernels  # raises with the whole file's positions
+        known.update(zip(first, fresh, strict=True))
+        if len(_VALIDATED) + len(first) > _VALIDATED_HELD:
+            _VALIDATED.clear()
+        _VALIDATED.update(zip(first, fresh, strict=True))
+    out: list[LayeredSpec] = []
+    for i, (raw, key) in enumerate(zip(raws, keys, strict=True)):
+        spec = known[key] if first.get(key) == i else _renamed(known[key], raw)  # type: ignore[index]
+        if spec is None:
+            return SpecFile.model_validate(data).kernels
+        out.append(spec)
+    return out
+
+
+def _renamed(seen: LayeredSpec, raw: dict) -> LayeredSpec | None:
+    """`seen` with `raw`'s name and description, each validated as its field; None where one fails or is
+    missing (the kernel is then validated whole, which says why)."""
+    update: dict[str, object] = {}
+    try:
+        for name in ("name", "description"):
+            if name in raw:
+                update[name] = _field_adapter(type(seen), name).validate_python(raw[name])
+    except ValidationError:
+        return None
+    return copy_model(seen, update) if "name" in update else None
+
+
+def _field_adapter(model: type, name: str) -> TypeAdapter:
+    adapter = _FIELD_ADAPTERS.get((model, name))
+    if adapter is None:
+        info = model.model_fields[name]  # type: ignore[attr-defined]
+        adapter = _FIELD_ADAPTERS[(model, name)] = TypeAdapter(Annotated[info.annotation, info])
+    return adapter
 
 
 def decode(data: bytes, file: str) -> str:

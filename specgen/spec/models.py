@@ -255,8 +255,8 @@ class LayeredSpec(Strict):
                 given = getattr(cfg, section)
                 if given is not None:  # values were validated on load; merging keys keeps them valid
                     base = update.get(section, getattr(self, section))
-                    update[section] = _copy(base, {k: getattr(given, k) for k in given.model_fields_set})
-        return _copy(self, update)
+                    update[section] = copy_model(base, {k: getattr(given, k) for k in given.model_fields_set})
+        return copy_model(self, update)
 
     def config_field(self, target: object, field: tuple[str | int, ...],
                      variant: int | None = None) -> tuple[str | int, ...]:
@@ -293,7 +293,7 @@ Spec = TypeVar("Spec", bound=LayeredSpec)
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def _copy(model: Model, update: dict[str, object]) -> Model:
+def copy_model(model: Model, update: dict[str, object]) -> Model:
     """`model.model_copy(update=update)` (pydantic 2's: a shallow copy, `update` over its fields, unvalidated),
     built directly for these strict models, which hold no extra fields and no private attributes: check makes
     one per section a layer overrides, for every target and variant of every kernel."""
