@@ -70,7 +70,7 @@ Pending = tuple[int, LoadedSpec, object, Resolved, str, Finding]
 
 
 def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
-    line, col = loaded.where_config(target, f.field, one.variant)
+    line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
     return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
 
 

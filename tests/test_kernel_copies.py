@@ -116,3 +116,47 @@ def test_near_verdicts_of_copies_point_at_each_copys_own_lines() -> None:
     first = [(d.rule, d.target, d.variant, d.line - specs[0].line) for d in near if d.spec == "first"]
     second = [(d.rule, d.target, d.variant, d.line - specs[1].line) for d in near if d.spec == "second"]
     assert first and first == second  # the same findings, each at its own kernel's lines
+
+
+def _positions_alone(text: str) -> dict:
+    from specgen.spec.positions import toml_positions
+
+    return dict(toml_positions(text).items())
+
+
+@pytest.mark.parametrize("suffix", ["_c1", "_a_much_longer_copy_name"])
+def test_a_copys_positions_are_its_own_lines(monkeypatch, suffix: str) -> None:
+    """Every shipped catalogue file, then a copy of it with its kernels renamed (another name length) and two
+    lines more above: each kernel's every path reads where a whole-file scan puts it, the copy's read off the
+    first's tables (multi-line descriptions and all)."""
+    from pathlib import Path
+
+    from specgen.spec import positions as positions_module
+
+    monkeypatch.setattr(positions_module, "_TABLES", {})
+    for f in sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.toml")):
+        text = f.read_text()
+        names = [ls.name for ls in load_text(text, f.name, ".toml")]
+        copy = "# a copy\n\n" + text
+        for name in names:
+            copy = copy.replace(f'name = "{name}"', f'name = "{name}{suffix}"')
+        for source in (text, copy):
+            loaded = load_text(source, f.name, ".toml")
+            alone = _positions_alone(source)
+            for ls in loaded:
+                mine = ls.positions.for_kernel(ls.index)
+                paths = [p for p in alone if p[:2] == ("kernels", ls.index)]
+                assert paths and {p: mine[p] for p in paths if p in mine} == {p: alone[p] for p in paths}, (f, ls.name)
+    assert positions_module._TABLES  # the copies were read off their firsts
+
+
+def test_a_kernels_header_inside_a_multiline_string_is_no_table() -> None:
+    from specgen.spec.positions import toml_kernel_tables
+
+    text = kernel("first", "x") + 'description = """\n[[kernels]]\nname = "not"\n"""\n' + kernel("second")
+    text = text.replace('description = "x"\n', "", 1)
+    starts = toml_kernel_tables(text, 2)
+    assert starts is not None and [text[i : i + 11] for i in starts] == ["[[kernels]]"] * 2
+    assert starts[1] > text.index('"""\n', text.index('"""') + 3)
+    loaded = load_text(text, "ml.toml", ".toml")
+    assert [ls.name for ls in loaded] == ["first", "second"] and loaded[1].line == text[: starts[1]].count("\n") + 1

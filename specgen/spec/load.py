@@ -28,7 +28,7 @@ from specgen.spec.positions import (
     json_duplicate_keys,
     json_positions,
     spec_yaml_loader,
-    toml_kernel_positions,
+    toml_kernel_positions_shared,
     toml_kernel_tables,
     toml_line_starts,
     toml_positions,
@@ -83,9 +83,7 @@ class LazyPositions:
         self._tables: list[int] | None = None
         self._lines: list[int] = []
         self._kernel: dict[int, Positions] = {}
-        # (kernel index, target, config field, variant) -> where the effective spec's field was written: a
-        # kernel's findings ask a few fields many times (each variant's, each near-boundary verdict's)
-        self.config_fields: dict[tuple[int, str, tuple[str | int, ...], int | None], tuple[int, int]] = {}
+        self.names: list[object] = []  # each kernel's name as written (a copy's positions are its first's)
 
     def for_kernel(self, index: int) -> Positions:
         """Positions enough for the paths of kernel `index` (under ("kernels", index)), and their ancestors."""
@@ -96,7 +94,9 @@ class LazyPositions:
             if self._tables:
                 found = self._kernel.get(index)
                 if found is None:
-                    found = self._kernel[index] = toml_kernel_positions(self._text, self._tables, index, self._lines)
+                    name = self.names[index] if index < len(self.names) else None
+                    found = self._kernel[index] = toml_kernel_positions_shared(self._text, self._tables, index,
+                                                                               self._lines, name)
                 return found
         return self.get()
 
@@ -145,15 +145,6 @@ class LoadedSpec:
                 return positions[path]
             path = path[:-1]
         return (1, 1)
-
-    def where_config(self, target: object, field_path: tuple[str | int, ...], variant: int | None = None) -> tuple[int, int]:
-        """`where` the effective spec's field on `target` (and variant) was written (`config_field`), once per
-        kernel, target, field and variant."""
-        key = (self.index, str(target), field_path, variant)
-        found = self.positions.config_fields.get(key)
-        if found is None:
-            found = self.positions.config_fields[key] = self.where(self.spec.config_field(target, field_path, variant))
-        return found
 
     @property
     def spec_hash(self) -> str:
@@ -342,6 +333,7 @@ def load_text(text: str, file: str, suffix: str) -> list[LoadedSpec]:
             issues.append(issue)
         raise SpecError(issues) from None
     positions.kernels = len(kernels)
+    positions.names = [raw.get("name") if type(raw) is dict else None for raw in data["kernels"]]
     return [LoadedSpec(spec, file, i, positions, raw, key)
             for i, (spec, raw, key) in enumerate(zip(kernels, data["kernels"], keys, strict=True))]
 
