@@ -124,9 +124,13 @@ class Emoji:
         from rich._emoji_codes import EMOJI
         from rich._emoji_replace import _emoji_replace
 
-        if all(name.lower() not in EMOJI for name in _EMOJI_CODE.findall(text)):
+        names = {name for name in set(_EMOJI_CODE.findall(text)) if name.lower() in EMOJI}
+        if not names:
             return text  # the common case: codes that name no emoji (`file:12:7`, `backend:arch:`)
-        return _emoji_replace(text, default_variant=self.variant)
+        # rich's pass, on the lines that may hold one (a line of 100 has `:100:`): the others read as written
+        marks = tuple(f":{name}" for name in names)
+        return "\n".join(_emoji_replace(line, default_variant=self.variant) if any(m in line for m in marks) else line
+                         for line in text.split("\n"))
 
 
 # (text, None): plain text, written as it is; (line, style): a line for console.print

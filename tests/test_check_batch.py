@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from specgen import check_batch, settle
@@ -165,6 +167,17 @@ def test_one_write_prints_what_rich_prints(text):
     again = io.StringIO()
     write_segments(Console(file=again, highlight=False, soft_wrap=True), segs)
     assert again.getvalue() == rich.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(list("ab:1 0-\n") + ["100", "smile", "text", "emoji", "thumbs_up"]),
+                         max_size=12).map("".join), max_size=8).map("\n".join))
+def test_emoji_codes_replace_as_rich_replaces_them(text):
+    """Only the lines that may hold an emoji's code go through rich's pass: the text reads as one pass over all."""
+    from rich._emoji_replace import _emoji_replace
+
+    for variant in (None, "text"):
+        assert Emoji(True, variant)(text) == _emoji_replace(text, default_variant=variant)
 
 
 def test_a_position_on_line_100_prints_as_written(tmp_path):
