@@ -267,7 +267,7 @@ def _export(specs, rendered: Path, export_dir: str, wanted: set[str]) -> None:
     from specgen.compile import ExportError, MissingModule, _hook
     from specgen.registry import design_for
 
-    # a target's designs, one per kind among the specs (the dense and grouped kinds share cute:sm90)
+    # a target's designs, one per kind among the specs (two kinds may share a target)
     targets: dict[str, dict[str, object]] = {}
     for ls in specs:
         for t in ls.spec.targets:
