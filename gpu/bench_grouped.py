@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--kernels", default="moe_bf16,moe_up_bias_silu_bf16,moe_fp8_rowwise,moe_wgrad_bf16")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--dists", default="even,skewed")
+    ap.add_argument("--workloads", default="", help="only these WORKLOADS rows (comma-separated names; default all)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows_out = []
@@ -102,6 +103,8 @@ def main() -> None:
         dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
         ragged_k = module.METADATA["groups"].get("ragged") == "k"
         for name, experts, rows, n, k in WORKLOADS:
+            if args.workloads and name not in args.workloads.split(","):
+                continue
             if ragged_k and name == "decode":
                 continue  # a weight gradient is a training step's: no decode
             for dist in args.dists.split(","):

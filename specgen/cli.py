@@ -267,24 +267,35 @@ def _export(specs, rendered: Path, export_dir: str, wanted: set[str]) -> None:
     from specgen.compile import ExportError, MissingModule, _hook
     from specgen.registry import design_for
 
-    targets = {str(t): design_for(ls.spec.kind, t) for ls in specs for t in ls.spec.targets
-               if not wanted or str(t) in wanted}
+    # a target's designs, one per kind among the specs (two kinds may share a target)
+    targets: dict[str, dict[str, object]] = {}
+    for ls in specs:
+        for t in ls.spec.targets:
+            if not wanted or str(t) in wanted:
+                targets.setdefault(str(t), {})[ls.spec.kind] = design_for(ls.spec.kind, t)
     unknown = sorted(set(wanted) - set(targets))
-    none = sorted(t for t, d in targets.items() if d is None or not d.export_hook)
+    none = sorted(t for t, ds in targets.items() if not any(d is not None and d.export_hook for d in ds.values()))
     if unknown or (wanted and none):
         err.print(f"error: --export: no design exports {', '.join(unknown + none)} for C++ programs", markup=False)
         raise typer.Exit(2)
     for t in none:
         out.print(f"{t}: its design exports nothing for C++ programs (yet): nothing exported", markup=False)
+    for t, ds in targets.items():
+        for kind, d in ds.items():
+            if t not in none and (d is None or not d.export_hook):
+                out.print(f"{t}: the {kind} kernels' design exports nothing for C++ programs (yet): not exported",
+                          markup=False)
     hooks: dict[str, set[str]] = {}
-    for t, d in targets.items():
-        if d is not None and d.export_hook:
-            missing = [m for m in d.compiler_modules if importlib.util.find_spec(m) is None]
+    for t, ds in targets.items():
+        for d in ds.values():
+            if d is None or not d.export_hook:  # type: ignore[attr-defined]
+                continue
+            missing = [m for m in d.compiler_modules if importlib.util.find_spec(m) is None]  # type: ignore[attr-defined]
             if missing:
                 err.print(f"error: specgen compile --export needs {' and '.join(missing)}: pip install "
-                          f"'specgen[{d.extra}]'", markup=False)
+                          f"'specgen[{d.extra}]'", markup=False)  # type: ignore[attr-defined]
                 raise typer.Exit(2)
-            hooks.setdefault(d.export_hook, set()).add(t)
+            hooks.setdefault(d.export_hook, set()).add(t)  # type: ignore[attr-defined]
     results = []
     try:
         for ref, served in hooks.items():

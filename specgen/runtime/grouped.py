@@ -51,11 +51,12 @@ def _fresh(t: torch.Tensor) -> torch.Tensor:
 
 
 def kept_output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, int], device: int,
-                like: torch.Tensor, keeps_tail: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                like: torch.Tensor, keeps_tail: bool, tma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """`guards.output`, for a kernel that writes only some rows: where the caller's `out` must be staged (a base
-    off 16 bytes), the staging buffer starts as a copy of it when rows past the groups are to stay untouched, so
-    that copying it back after the launch changes only the rows the kernel wrote."""
-    out, result = output(kernel, t, dtype, shape, device, like)
+    off 16 bytes; with `tma`, rows that are no 16-byte multiple: a kernel storing 16-byte vectors), the staging
+    buffer starts as a copy of it when rows past the groups are to stay untouched, so that copying it back after
+    the launch changes only the rows the kernel wrote."""
+    out, result = output(kernel, t, dtype, shape, device, like, tma)
     if out is not result and keeps_tail:
         out.copy_(result)
     return out, result

@@ -39,10 +39,10 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 
 
 @pytest.mark.parametrize(("changes", "says"), [
-    ({"targets": ["cute:sm90"]}, "target 'cute:sm90': no grouped design serves it yet"),
+    ({"targets": ["cute:sm100"]}, "target 'cute:sm100': no grouped design serves it yet"),
     # pallas serves the TPUs only: a Mosaic GPU target is refused when the spec loads, never a traceback in check
     ({"targets": ["pallas:gpu_sm90"]}, "target 'pallas:gpu_sm90': no grouped design serves it yet (the grouped designs "
-                                       "serve triton:sm90, triton:sm100, pallas:tpu_v5e"),
+                                       "serve triton:sm90, triton:sm100, cute:sm90, pallas:tpu_v5e"),
     ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]},
      "two epilogue arguments are named 'scale_a'"),
     ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "s"}]}, "by = 'rowcol' takes two arguments"),
@@ -84,7 +84,7 @@ def test_check_and_render_a_grouped_spec(tmp_path):
 def test_check_notes_say_no_grouped_design_serves_the_other_backends():
     (ls,) = load()
     notes = {d.target: d.message for d in check_all([ls], notes=True) if d.rule == "TARGET"}
-    assert notes["cute:sm90"] == "cannot serve: no grouped design serves it"
+    assert notes["cute:sm100"] == "cannot serve: no grouped design serves it"
     assert notes["pallas:gpu_sm90"] == "cannot serve: no grouped design serves it"
 
 

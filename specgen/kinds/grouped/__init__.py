@@ -13,5 +13,6 @@ KIND = "grouped"  # the spec's `kind` (GroupedSpec's literal)
 
 DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.grouped.designs.triton",
+    "specgen.kinds.grouped.designs.cute_sm90",
     "specgen.kinds.grouped.designs.pallas",
 )

@@ -30,6 +30,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
+from specgen.kinds.grouped.designs.cute_sm90 import options as cute_options
+from specgen.kinds.grouped.designs.cute_sm90.options import CuteOptions
 from specgen.kinds.grouped.designs.pallas import options as pallas_options
 from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
@@ -52,7 +54,7 @@ from specgen.spec.targets import Backend
 from specgen.targets import TARGETS
 
 KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
-DESIGN_OPTIONS = (triton_options, pallas_options)
+DESIGN_OPTIONS = (triton_options, cute_options, pallas_options)
 CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
 # The targets this kind's designs render for (each design's options module says its backend and MMA families):
@@ -82,6 +84,7 @@ class GroupedLayer(ConfigLayer):
     pipeline: Pipeline | None = None
     schedule: Schedule | None = None
     triton: GroupedTritonOptions | None = None
+    cute: CuteOptions | None = None
     pallas: GroupedPallasOptions | None = None
 
 
@@ -121,6 +124,7 @@ class GroupedSpec(LayeredSpec):
     schedule: Schedule = Schedule(persistent=True)
     targets: list[TargetName] = Field(min_length=1)
     triton: GroupedTritonOptions = GroupedTritonOptions()
+    cute: CuteOptions = CuteOptions()
     pallas: GroupedPallasOptions = GroupedPallasOptions()
     per_target: dict[TargetKey, GroupedTargetConfig] = Field(default_factory=dict)
     variants: list[GroupedVariant] = Field(default_factory=list)

@@ -20,6 +20,8 @@ from specgen.spec.load import load_paths
 ROOT = Path(__file__).resolve().parents[3]
 CATALOGUE = {(ls.name, str(t)) for ls in load_paths([ROOT / "specs"]) for t in ls.spec.targets if str(t) == "cute:sm90"}
 FP8 = {ls.name for ls in load_paths([ROOT / "specs"]) if ls.spec.a.dtype.is_fp8}
+# the grouped kernels store through predicated vector stores (a tile's rows end at its group's end, on the device)
+GROUPED = {ls.name for ls in load_paths([ROOT / "specs"]) if ls.spec.kind == "grouped"}
 
 
 def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
@@ -53,7 +55,8 @@ def test_sass_has_tma_and_wgmma_and_no_spills(compiled):
     rows, _ = compiled
     for r in rows:
         sass = r["sass"]
-        assert sass["UTMALDG"] > 0 and sass["UTMASTG"] > 0, r
+        grouped = r["kernel"].split("[")[0] in GROUPED
+        assert sass["UTMALDG"] > 0 and (sass["UTMASTG"] == 0 if grouped else sass["UTMASTG"] > 0), r
         mma = "QGMMA" if r["kernel"].split("[")[0] in FP8 else "HGMMA"
         assert sass[mma] > 0, r
         assert sass["LDL"] == 0 and sass["STL"] == 0, r

@@ -110,3 +110,26 @@ RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
          tile={"m": 16, "n": 16, "k": 8}, groups={"ragged": "k"}, triton={"num_warps": 4, "tma": False},
          variants=[{"when": {"k_max": 40}, "tile": {"m": 32, "n": 16, "k": 16}}]),
 )}
+
+
+# The grouped CuTe sm90 design's forms (cute:sm90 only): both index formats and tails, both B majors, every epilogue
+# op it renders (a per-group bias and column scale, a router's per-row scale, scalars, activations, clamp, cast),
+# one and two consumer warpgroups, 16-column epilogue subtiles, f16 and f32 outputs. Compiled for sm_90a on the CPU
+# (tests/grouped/test_cute_sm90.py) and run on the GPU (tests/gpu/test_grouped_cute_gpu.py).
+CUTE = {"targets": ["cute:sm90"], "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
+        "out": {"dtype": "bf16"}}
+CUTE_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("cg_offs_untouched_kk", **CUTE, tile={"m": 128, "n": 128, "k": 64}),
+    spec("cg_sizes_zero_kmn", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "mn"},
+                                 "out": {"dtype": "f16"}}, groups={"index": "sizes", "tail": "zero"},
+         tile={"m": 128, "n": 64, "k": 64}, epilogue=[{"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]),
+    spec("cg_every_op", **CUTE, tile={"m": 128, "n": 256, "k": 64},
+         epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "scale", "by": "row", "name": "router"},
+                   {"op": "scale", "by": "col", "name": "w"}, {"op": "scale", "by": "scalar", "value": 0.5},
+                   {"op": "scale", "by": "scalar", "name": "alpha"}, {"op": "activation", "fn": "gelu_tanh"},
+                   {"op": "clamp", "min": -2.0, "max": 2.0}, {"op": "cast", "dtype": "f16"}]),
+    spec("cg_f32_out_zero", **{**CUTE, "out": {"dtype": "f32"}}, groups={"index": "offs", "tail": "zero"},
+         tile={"m": 64, "n": 128, "k": 64}, epilogue=[{"op": "activation", "fn": "gelu"}]),
+    spec("cg_narrow_kmn", **{**CUTE, "b": {"dtype": "bf16", "major": "mn"}}, tile={"m": 128, "n": 112, "k": 64},
+         pipeline={"epilogue_stages": 1}, epilogue=[{"op": "activation", "fn": "relu"}]),
+)}

@@ -1,0 +1,247 @@
+"""The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]).
+
+The kernel (templates/grouped/cute/grouped_sm90.py.jinja) is the dense sm90 design's warp-specialized pipeline
+(kinds/gemm/designs/cute_sm90/design.py; its SMEM stage layouts, tiled wgmma, register -> SMEM epilogue copy and
+epilogue op macros are imported from templates/gemm/cute/, not copied) under a grouped schedule:
+
+- Persistent: min(#SMs, bound) CTAs, the bound a tile count from shapes alone, (cdiv(M, tile.m) + G + 1) x
+  cdiv(N, tile.n) (each group and the rows past the last one add at most one partial row tile). Every role of a
+  CTA (the producer warp, the consumer warpgroups) walks the same work indices bid, bid + grid, ... with a cursor
+  over the groups (group, its rows, the tiles before it) read from the group index on the device: no host sync,
+  so a CUDA graph replays with new group sizes. Inside a group the M tiles of one N tile come side by side (an
+  expert's weight tile read from DRAM once for all its row tiles), as in the grouped Triton design.
+- Loads by TMA: one descriptor over all of A's rows (a tile that runs past its group's end reads the next
+  group's rows, which its store drops; past M, TMA reads zeros), the tile placed at its group's first row by a
+  coordinate offset (`cute.domain_offset`), B one 3-D descriptor over (N, K, G), the group as its coordinate.
+- Stores: the accumulator goes through the fused epilogue into SMEM subtiles (stmatrix, the dense design's
+  copy), then every tile thread stores 16-byte vectors of them to global memory, each predicated on the group's
+  last row and on N. Not TMA: a host-built descriptor cannot follow group ends that live on the device, and
+  per-group descriptors rewritten on the device need a global workspace and a descriptor fence per group
+  change; the predicated store needs neither, and writes no row of another group.
+- Rows past the last group: `groups.tail = "zero"` walks them as one more group whose tiles skip the mainloop
+  and store zeros; "untouched" never visits them.
+
+SMEM: the dense design's struct (mbarriers, A and B stages, the epilogue subtiles, each 1024-aligned), so
+`memory` is the dense design's, to the byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from specgen.abi import Arg
+from specgen.design import ModuleHeader, module_identity, plan_header
+from specgen.envelope.budget import MemoryBudget
+from specgen.kinds.gemm.design import WARPGROUP_THREADS, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.designs.cute_sm90.design import (
+    CUTLASS_DTYPES,
+    GATHERED_PER_ROW_OR_COLUMN,
+    LOAD_REGISTERS,
+    MMA_REGISTERS,
+    CuteSm90Gemm,
+    RegisterEstimate,
+    arch_flag,
+    cute_arg,
+    epilogue_tile,
+    mma_warpgroups,
+    register_estimate,
+    serves,
+)
+from specgen.kinds.grouped import KIND
+from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
+from specgen.kinds.grouped.epilogue import GROUP_N
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.render.env import describe_op
+from specgen.render.specs import spec_import
+from specgen.resolved import Resolved, TmaBox
+from specgen.spec.dtypes import DType
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import Target
+from specgen.targets import Backend, TargetInfo
+
+STORE_BYTES = 16  # one predicated vector store of the epilogue: 16 bytes of a subtile's row
+
+
+def group_registers(spec: GroupedSpec) -> RegisterEstimate:
+    """REG001's estimate: the dense design's model (its accumulator, base and epilogue terms) with each per-group
+    (G, N) operand counted as the per-column vector it is inside a tile (gathered at its subtile: epi_n / 4
+    distinct columns a thread)."""
+    est = register_estimate(spec)  # type: ignore[arg-type]
+    per_group = sum(1 for a in spec.runtime_args() if a.shape == GROUP_N)
+    extra = per_group * (epilogue_tile(spec)[1] // 4) * GATHERED_PER_ROW_OR_COLUMN  # type: ignore[arg-type]
+    return dataclasses.replace(est, operands=est.operands + extra)
+
+
+class GroupedConfig(NamedTuple):
+    """The numbers of the module's one config (its `Config`)."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    ab_stages: int
+    epi_m: int
+    epi_n: int
+    epi_stages: int
+    mma_warpgroups: int
+    store_vector: int  # elements a thread stores at once (16 bytes)
+    smem_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
+    """Every number and name the grouped sm90 template renders."""
+
+    arch: str
+    arch_flag: str
+    compute_capability: int
+    a: Arg
+    b: Arg
+    index: Arg
+    index_kind: str
+    out: Arg
+    args: list[Arg]
+    a_major: str
+    b_major: str
+    acc_dtype: str
+    tail_zero: bool
+    config: GroupedConfig
+    smem_breakdown: str
+    acc_registers: int
+    load_registers: int
+    mma_registers: int
+    epilogue: list[dict[str, object]]
+    descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
+    spec_json: dict[str, object]
+    ragged_k: bool = False
+    gated: bool = False
+    batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
+    tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
+    aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
+
+    @property
+    def any_pingpong(self) -> bool:
+        return False
+
+
+class CuteSm90Grouped(GroupedDesign):
+    """The grouped GEMM on Hopper through the CuTe DSL (see the module docstring)."""
+
+    name = "CuTe sm90 grouped"
+    keys = ((KIND, Backend.cute, "wgmma"),)
+    template = "cute/grouped_sm90.py.jinja"
+    compile_hook = CuteSm90Gemm.compile_hook  # the module carries what the dense design's hook reads
+    compiler_modules = CuteSm90Gemm.compiler_modules
+    libraries = CuteSm90Gemm.libraries
+    compile_caches = CuteSm90Gemm.compile_caches
+    extra = CuteSm90Gemm.extra
+    max_auto_stages = CuteSm90Gemm.max_auto_stages
+    shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
+    # The struct is the dense kernel's (mbarriers, A/B stages, epilogue subtiles; no ping-pong set, no split-K
+    # partials: GRP302 and GRP002 refuse them), so its byte count is too.
+    memory_of = CuteSm90Gemm.memory
+
+    def serves(self, info: TargetInfo) -> bool:
+        return serves(info)
+
+    def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
+        return WARPGROUP_THREADS * mma_warpgroups(spec)  # type: ignore[arg-type]
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+    def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
+
+    def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """A's and B's boxes (the output is stored through predicated vector stores)."""
+        return tma_boxes(spec)[:2]
+
+    def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        served = [t for t in targets if serves(t)]
+        return {f"{Backend.cute.value}/{spec.name}.py": served} if served else {}
+
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedCutePlan:
+        (target,) = targets  # one arch a module
+        return plan_grouped(loaded, resolved[str(target)])
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
+        out = {}
+        for rel, served in self.modules(loaded.spec, targets).items():
+            p = self.plan(loaded, served, resolved)
+            out[rel] = grouped_environment().get_template(self.template).render(
+                p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
+                dtypes={d.value: n for d, n in CUTLASS_DTYPES.items()}, op_schema=_op_schema(p))
+        return out
+
+
+def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
+    spec: GroupedSpec = r.spec
+    # check refuses these (GRP001, GRP301, GRP302, EPI001); a render that skipped check must not emit a wrong kernel
+    if spec.a.major != "k" or spec.groups.ragged != "m":
+        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
+    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+    index_name, index_doc = INDEX_ARGS[spec.groups.index]
+    config = GroupedConfig(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, em, en, epilogue_stages(spec),  # type: ignore[arg-type]
+                           mma_warpgroups(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total)  # type: ignore[arg-type]
+    epilogue = []
+    for op in spec.epilogue:
+        data = op.model_dump(mode="json")
+        if data["op"] == "bias":
+            data["along"] = "n"  # the dense macro's comment: a group's row of N values
+        epilogue.append(data)
+    return GroupedCutePlan(
+        **plan_header(loaded),
+        arch=r.info.arch, arch_flag=arch_flag(r.info), compute_capability=r.info.compute_capability or 0,
+        a=cute_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"),
+        b=cute_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        index=cute_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
+        index_kind=spec.groups.index,
+        out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
+        args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+        a_major=spec.a.major, b_major=spec.b.major, acc_dtype=CUTLASS_DTYPES[spec.accumulator],
+        tail_zero=spec.groups.tail == "zero", config=config, smem_breakdown=r.budget.breakdown(),
+        acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
+        epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
+    )
+
+
+def describe(op: dict) -> str:
+    """An epilogue op as the module's docstring lists it (a per-group operand says so)."""
+    if op["op"] == "bias":
+        return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, per group and column"
+    if op["op"] == "scale" and op["by"] == "col":
+        return f"scale: * {op['name'] or 'col_scale'}[g, n] (G, N) f32, per group and column"
+    return describe_op(op)
+
+
+def _op_schema(p: GroupedCutePlan) -> list[list[str]]:
+    schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
+    return [*schema, ["out", "Tensor?"]]
+
+
+def host_parameters(p: GroupedCutePlan) -> list[list[str]]:
+    """The compiled host function's parameters, (name, kind) in call order (METADATA's `parameters`)."""
+    return [[a.name, "float" if a.role == "scalar" else f"tensor<{a.cutlass_dtype}>"]
+            for a in (p.a, p.b, p.index, *p.args, p.out)] + [["max_ctas", "i32"], ["variant", "constexpr"],
+                                                               ["stream", "stream"]]
+
+
+def metadata(p: GroupedCutePlan) -> dict[str, object]:
+    """The module's one metadata dict: the keys the dense CuTe compile hook reads (`plan` by compute capability,
+    its SMEM and no variants)."""
+    c = p.config
+    return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
+        "kind": KIND,
+        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+        "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
+                                        "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
+                                        "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag, "variants": []}},
+        "parameters": host_parameters(p),
+    }
+
+
+DESIGN = CuteSm90Grouped()

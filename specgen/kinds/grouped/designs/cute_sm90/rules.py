@@ -1,0 +1,99 @@
+"""The grouped CuTe sm90 design's rules: the dense sm90 design's that read the same tile (wgmma's shape and
+majors MMA001 / MAJ001, its consumer warpgroups CUTE001 and epilogue subtiles CUTE002: one rule each, concerning
+both kinds), what this kernel renders (GRP301: operand and output dtypes, ragged M; GRP302: the configurations
+it runs), and REG001's verdict by the dense design's register model (`group_registers`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.kinds.gemm.designs.cute_sm90 import rules as dense
+from specgen.kinds.gemm.designs.cute_sm90.design import mma_warpgroups
+from specgen.kinds.gemm.shared_rules import compiled, mma
+from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN, group_registers
+from specgen.rules.base import Finding, Near, RuleContext, RuleSet, target_of
+from specgen.spec.dtypes import DType
+
+OWN = RuleSet()
+SERVED = target_of(DESIGN)
+REGISTER_MARGIN = dense.REGISTER_MARGIN  # the dense kernel's measured margin: the same mainloop and epilogue copy
+option_findings = dense.option_findings  # OPT001: cute.two_cta is Blackwell's
+
+OPERANDS = (DType.bf16, DType.f16)
+OUTPUTS = (DType.bf16, DType.f16, DType.f32)
+
+
+@OWN.rule("GRP301", "the grouped CuTe sm90 kernel's dtypes and grouping", SERVED)
+def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
+    """The grouped sm90 kernel renders the MoE forward: ragged M, 16-bit A and B (bf16, f16; wgmma
+    m64nNk16) into an f32 accumulator, stored as bf16, f16 or f32 through 16-byte vector stores (8 or 4
+    elements a thread). Not rendered yet: fp8 operands and their rowwise scales (the Triton design's
+    `moe_fp8_rowwise`), 32-bit operands, an f16 accumulator, 8-bit outputs, and ragged K (the weight gradient),
+    whose groups end anywhere along K, where a TMA box would read the next group's rows."""
+    s = ctx.spec
+    if s.groups.ragged != "m":
+        yield Finding("GRP301", "error", "groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm90: its "
+                      "groups end anywhere along K, where a TMA box would read the next group's rows",
+                      "use a triton target for the weight gradient", ("groups", "ragged"))
+    for side in ("a", "b"):
+        dt = getattr(s, side).dtype
+        if dt not in OPERANDS:
+            yield Finding("GRP301", "error", f"{side.upper()} is {dt}: the grouped cute:sm90 kernel renders bf16 and f16 "
+                          "operands (fp8 rowwise and 32-bit operands are the Triton design's)",
+                          "use bf16 or f16, or a triton target", (side, "dtype"))
+    if s.accumulator != DType.f32:
+        yield Finding("GRP301", "error", f"accumulator = {s.accumulator}: the grouped cute:sm90 kernel accumulates in f32",
+                      'use accumulator = "f32"', ("accumulator",))
+    if s.out.dtype not in OUTPUTS:
+        yield Finding("GRP301", "error", f"out is {s.out.dtype}: the grouped cute:sm90 kernel stores bf16, f16 or f32 "
+                      "(16-byte vectors of 8 or 4 elements)", "use out.dtype = bf16, f16 or f32", ("out", "dtype"))
+
+
+@OWN.rule("GRP302", "the grouped CuTe sm90 kernel's configurations", SERVED)
+def cute_grouped_config(ctx: RuleContext) -> Iterator[Finding]:
+    """One CTA a tile (no cluster: a cluster's CTAs would share an A or B tile of the same group, and groups end
+    on the device), cooperative consumer warpgroups (1 or 2 splitting the tile along M), the tile computed
+    unswapped (out = A B, tile.m on wgmma's rows). Ping-pong warpgroups, `cute.swap_ab` (decode's transposed
+    tile) and clusters are the dense kernel's and not rendered here (errors: the kernel would run another
+    schedule than the spec says). `cute.tma_store` does not apply: a tile's rows end at its group's end on the
+    device, which a host-built TMA store descriptor cannot follow, so the kernel always stores through
+    predicated vector stores (a note where the spec asks for TMA stores explicitly off, which is what runs)."""
+    s = ctx.spec
+    if s.cluster.m * s.cluster.n > 1:
+        yield Finding("GRP302", "error", f"cluster = {s.cluster.m}x{s.cluster.n}: the grouped cute:sm90 kernel runs one "
+                      "CTA a tile (no multicast across groups)", "use cluster = { m = 1, n = 1 }", ("cluster",))
+    if s.cute.schedule == "pingpong":
+        yield Finding("GRP302", "error", 'cute.schedule = "pingpong" is not rendered by the grouped cute:sm90 kernel: '
+                      "its consumer warpgroups share each tile", 'use cute.schedule = "cooperative"', ("cute", "schedule"))
+    if s.cute.swap_ab:
+        yield Finding("GRP302", "error", "cute.swap_ab is not rendered by the grouped cute:sm90 kernel (the tile is "
+                      "computed as out = A B, tile.m on wgmma's rows)", "set cute.swap_ab = false", ("cute", "swap_ab"))
+    if not s.cute.tma_store:
+        yield Finding("GRP302", "note", "cute.tma_store = false: the grouped cute:sm90 kernel always stores through "
+                      "predicated vector stores (group ends live on the device)", "drop cute.tma_store",
+                      ("cute", "tma_store"))
+
+
+def register_findings(ctx: RuleContext) -> Iterator[Finding]:
+    """REG001 on grouped cute:sm90: the dense sm90 design's register model (kinds/gemm/designs/cute_sm90/rules.py
+    `register_findings` says how it was fitted and its margin) over this kernel's tile, with each (G, N) operand
+    counted as the per-column vector it is in a tile (`group_registers`). Within the margin, check settles the
+    verdict by compiling the config (ptxas' spill stores)."""
+    est = group_registers(ctx.spec)
+    near = REGISTER_MARGIN.near(est.total, est.budget)
+    if not est.spills and not near:
+        return
+    hints = ["fewer vector or cast ops in the epilogue"] if est.operands or est.temporaries else []
+    if mma_warpgroups(ctx.spec) == 1 and ctx.spec.tile.m % 128 == 0:  # type: ignore[arg-type]
+        hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
+    hints.append("a smaller tile.n")
+    need = (f"a consumer thread needs about {est.total} registers ({est.breakdown()}; {ctx.acc_threads} threads share "
+            f"the {ctx.spec.tile.m}x{ctx.spec.tile.n} accumulator)")
+    message = (f"{need} > the {est.budget} setmaxnreg gives it: ptxas spills to local memory" if est.spills
+               else f"{need}, of the {est.budget} setmaxnreg gives it")
+    yield Finding("REG001", "error", message, "use " + ", or ".join(hints), ("tile",),
+                  Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
+
+
+SHARED = [r for r in (*mma.RULES, *dense.RULES) if r.id in ("MAJ001", "MMA001", "CUTE001", "CUTE002")]
+RULES = [*SHARED, *OWN]

@@ -1,0 +1,154 @@
+"""The grouped CuTe sm90 design on the GPU (issue 37): every form of specgen/kinds/grouped/testing/specs.py
+CUTE_FORMS on every case of the grouped numerics (the shared base: NaN-poisoned output inside a poisoned guard
+band, empty groups first / middle / last / all, a group holding every row, a tile shared by four groups, rows of
+one, 256 groups of 0-2 rows, no groups, K and N tails, strided operands) against the float64 per-group loop; the
+catalogue's cute:sm90 kernels at MoE-like sizes against float64 and torch._grouped_mm (G = 1 against a dense
+matmul); guards before launch; and a CUDA graph captured once and replayed with new group sizes.
+
+Marked `gpu`: CI (CPU only) deselects them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
+from specgen.kinds.grouped.testing.specs import CUTE_FORMS
+
+pytestmark = pytest.mark.gpu
+
+N, K = 400, 328  # N past whole 256-column tiles (and no multiple of 16), K past whole 64-deep K tiles
+SIZES = {
+    "even": [128] * 4,
+    "first_middle_last_empty": [0, 37, 0, 0, 130, 1, 0],
+    "all_empty": [0, 0, 0],
+    "one_holds_all": [0, 0, 301, 0],
+    "odd": [1, 127, 129, 3, 255, 2],
+    "shared_tiles": [5, 7, 3, 2, 9, 4, 1, 6],  # a 128-row tile spans many groups
+    "many_tiny": [i % 3 for i in range(256)],  # 256 groups of 0-2 rows
+    "one_group": [333],  # G = 1: the dense GEMM
+    "skewed": [700, 3, 0, 41, 0, 0, 1, 90],
+}
+TAIL = 17  # rows past the last group: untouched (they keep the poison)
+
+
+_LOADED: dict[str, object] = {}  # one module (and one compile) per form for the whole run
+
+
+class TestCuteFormsNumerics(GroupedNumericsTests):
+    SPECS = CUTE_FORMS
+    DEVICE = "cuda"
+
+    @pytest.fixture
+    def module(self, kernel_dir):
+        from kernels import load_target_module
+
+        def load(spec: dict):
+            if spec["name"] not in _LOADED:
+                _LOADED[spec["name"]] = load_target_module(spec, "cute:sm90", kernel_dir, "_specgen_gpu_cute_")[0]
+            return _LOADED[spec["name"]]
+
+        return load
+
+
+def _module(name: str):
+    return importlib.import_module(f"generated.cute.{name}")
+
+
+def _data(sizes: list[int], gen: torch.Generator):
+    g, m = len(sizes), sum(sizes) + TAIL
+    a = torch.randn(m, K, device="cuda", dtype=torch.bfloat16, generator=gen)
+    w = torch.randn(g, N, K, device="cuda", dtype=torch.bfloat16, generator=gen) / K**0.5
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    return a, w.transpose(-2, -1), offs
+
+
+def _reference(a, b, offs, epilogue=lambda y, g, rows: y) -> torch.Tensor:
+    """float64, group by group; rows past the last group NaN (the poison they must keep)."""
+    out = torch.full((a.shape[0], b.shape[-1]), float("nan"), device="cuda", dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            out[start:end] = epilogue(a[start:end].double() @ b[g].double(), g, slice(start, end))
+        start = end
+    return out
+
+
+def _check(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    tail = ref.isnan()
+    assert torch.equal(out.isnan(), tail), f"{what}: rows written outside the groups, or rows left unwritten"
+    err = (out.double() - ref).abs()[~tail]
+    tol = 2e-2 + 2e-2 * ref.abs()[~tail]
+    assert bool((err <= tol).all()), f"{what}: max error {err.max().item():.4g}"
+
+
+@pytest.mark.parametrize("case", list(SIZES))
+def test_moe_bf16_against_float64_and_grouped_mm(case: str) -> None:
+    fn = _module("moe_bf16").moe_bf16
+    gen = torch.Generator(device="cuda").manual_seed(37)
+    a, b, offs = _data(SIZES[case], gen)
+    out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert fn(a, b, offs, out=out) is out
+    _check(out, _reference(a, b, offs), case)
+    rows = int(offs[-1])
+    if rows:  # torch._grouped_mm on the same tensors: within two bf16 roundings of ours
+        peer = torch._grouped_mm(a, b, offs=offs)[:rows].float()
+        assert (out[:rows].float() - peer).abs().max().item() <= 3e-2 * (1 + peer.abs().max().item())
+    if len(offs) == 1:  # G = 1 is the dense GEMM
+        dense = (a[:rows].float() @ b[0].float())
+        assert (out[:rows].float() - dense).abs().max().item() <= 3e-2 * (1 + dense.abs().max().item())
+
+
+@pytest.mark.parametrize("case", ["odd", "many_tiny", "skewed"])
+def test_fused_catalogue_kernels_against_float64(case: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    a, b, offs = _data(SIZES[case], gen)
+    g = len(offs)
+    bias = torch.randn(g, N, device="cuda", dtype=torch.bfloat16, generator=gen)
+    router = torch.rand(a.shape[0], device="cuda", generator=gen) + 0.5
+    out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _module("moe_up_bias_silu_bf16").moe_up_bias_silu_bf16(a, b, offs, bias, out=out)
+    _check(out, _reference(a, b, offs, lambda y, i, r: torch.nn.functional.silu(y + bias[i].double())), f"up {case}")
+    out.fill_(float("nan"))
+    _module("moe_down_router_bf16").moe_down_router_bf16(a, b, offs, router, out=out)
+    _check(out, _reference(a, b, offs, lambda y, i, r: y * router[r, None].double()), f"down {case}")
+
+
+def test_guards_refuse_before_launch() -> None:
+    fn = _module("moe_bf16").moe_bf16
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    a, b, offs = _data([3, 4], gen)
+    with pytest.raises(TypeError, match="offs"):
+        fn(a, b, offs.long())
+    with pytest.raises(ValueError, match="offs"):
+        fn(a, b, offs[:1])
+    with pytest.raises(TypeError, match=r"\ba\b"):
+        fn(a.half(), b, offs)
+    with pytest.raises(ValueError, match=r"\bb\b"):
+        fn(a, b.contiguous(), offs)  # N-major B: the spec's is K-major
+
+
+def test_cuda_graph_replays_new_group_sizes() -> None:
+    fn = _module("moe_bf16").moe_bf16
+    gen = torch.Generator(device="cuda").manual_seed(38)
+    a, b, offs = _data([40, 0, 90, 3], gen)
+    out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn(a, b, offs, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(a, b, offs, out=out)
+    for new in ([0, 120, 0, 13], [133, 0, 0, 0], [0, 0, 0, 0], [30, 31, 32, 33], [1, 1, 1, 1]):
+        offs.copy_(torch.tensor(new, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32))
+        a.copy_(torch.randn(a.shape, device="cuda", dtype=torch.bfloat16, generator=gen))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(out, _reference(a, b, offs), f"replay with sizes {new}")
