@@ -14,4 +14,5 @@ KIND = "grouped"  # the spec's `kind` (GroupedSpec's literal)
 DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.grouped.designs.triton",
     "specgen.kinds.grouped.designs.pallas",
+    "specgen.kinds.grouped.designs.pallas_mgpu",
 )
