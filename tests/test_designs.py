@@ -28,7 +28,8 @@ def test_registry_is_keyed_by_kind_backend_and_mma_family():
     # every (backend, MMA family) of the target table has its design, and only those
     assert {key for key in keyed if key[0] == "gemm"} == {("gemm", info.backend, info.mma) for info in TARGETS.values()}
     assert {key for key in keyed if key[0] != "gemm"} == {("grouped", info.backend, info.mma) for info in TARGETS.values()
-                                                          if info.backend is Backend.triton or info.memory == "vmem"}
+                                                          if info.backend is Backend.triton or info.memory == "vmem"
+                                                          or (info.backend is Backend.pallas and info.mma == "wgmma")}
     assert {d.name for d in keyed.values()} >= {"Triton", "CuTe sm90", "Pallas"}
     for key, design in keyed.items():
         assert key in design.keys

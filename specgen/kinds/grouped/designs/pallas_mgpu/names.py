@@ -7,7 +7,7 @@ from __future__ import annotations
 MODULE_NAMES: frozenset[str] = frozenset({
     "functools", "jax", "jnp", "lax", "pl", "plgpu", "_rt", "_gj", "_mg", "NAME", "WARPGROUPS", "TAIL_ZERO",
     "NamedTuple", "Config", "CONFIG", "_kernel", "_build", "_launch", "_call", "_extents", "min", "max", "bool",
-    "int", "tuple",
+    "tuple",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -19,11 +19,11 @@ RESERVED: frozenset[str] = frozenset({
     "k_steps", "kk", "lin", "lo", "m", "mi", "mma", "n", "n_tiles", "ni", "pipeline", "real", "rows", "run_pipeline",
     "slot", "store", "tile0", "vi", "visits", "wg", "wg_cols", "x", "x_of", "_acc", "_scope", "_tile", "_real",
     "_tail", "acc", "offsets", "groups", "tiles", "sizes", "varying", "kernel", "out", "offs", "group_sizes",
-    "a", "b", "a_ext", "b_ext", "out_cols", "n_pad", "total", "sms", "config", "name", "object", "frozenset",
+    "a", "b", "a_ext", "b_ext", "out_cols", "n_pad", "sms", "config", "name", "object", "frozenset",
     "mgpu", "mosaic_gpu", "collective_axes", "compiler_params", "delay_release", "grid", "grid_names",
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
-    "memory_space", "predicate", "static_argnames", "typing",
+    "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
