@@ -5,7 +5,7 @@ round in a rotating order, L2 flushed before each; a JAX call waits for torch's 
 The kernel is the catalogue's `moe_bf16` module (B (G, N, K) K-major, as torch._grouped_mm callers pass it, the
 default config and the configs named by --configs forced through `_call(..., config=)`); ragged_dot takes its own
 (G, K, N) layout. An A/A pair (the module against itself) shows the timer's spread; torch._grouped_mm on the same
-sizes is printed beside it (the issue's peer; this design has no torch entry). Group sizes come from the kind's
+sizes is printed beside it (the issue's peer), timed from torch. Group sizes come from the kind's
 declared distributions (specgen/kinds/grouped/problem.py, seeded).
 
     python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20]

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
 
-from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS as GROUPED_MGPU_FORMS
+from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS as GROUPED_TPU_FORMS
 from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules

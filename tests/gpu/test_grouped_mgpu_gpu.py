@@ -132,3 +132,23 @@ def test_catalogue_modules(name):
     problem = Problem(spec, m=1000, n=512, k=384, g=8)
     for sizes in ((300, 0, 1, 250, 0, 0, 400, 49), (0, 0, 0, 0, 0, 0, 0, 999), (7, 0, 0, 0, 0, 0, 0, 0)):
         check(problem, module, sizes)
+
+
+def test_torch_entry_against_torch_grouped_mm_with_a_poisoned_out():
+    """`moe_bf16_torch` (what `specgen bench` times) on torch tensors in torch._grouped_mm's layout: the groups' rows
+    equal torch._grouped_mm's, and with a NaN-poisoned `out` the rows past the last group keep the NaN."""
+    import torch
+
+    module = importlib.import_module("generated.pallas.gpu_sm90.moe_bf16")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1000, 384, generator=gen, device="cuda").to(torch.bfloat16) / 384 ** 0.5
+    w = torch.randn(8, 512, 384, generator=gen, device="cuda").to(torch.bfloat16)
+    offs = torch.tensor([300, 300, 301, 551, 551, 551, 951, 990], dtype=torch.int32, device="cuda")
+    want = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
+    got = module.moe_bf16_torch(a, w.transpose(-2, -1), offs)
+    torch.testing.assert_close(got[:990].float(), want[:990], atol=2e-2, rtol=2e-2)
+    out = torch.full((1000, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert module.moe_bf16_torch(a, w.transpose(-2, -1), offs, out=out) is out
+    torch.cuda.synchronize()
+    assert out[990:].isnan().all() and not out[:990].isnan().any()
+    torch.testing.assert_close(out[:990].float(), want[:990], atol=2e-2, rtol=2e-2)

@@ -25,7 +25,8 @@ untouched (groups.tail = "untouched"): the kernel writes no value there. JAX is 
 the result holds out's values in those rows (one select after the kernel); without it they are unspecified.
 
 It is jax.jit-compatible: shapes come from the arguments, the group index stays on the device, and new group
-sizes of the same shapes reuse the compiled kernel.
+sizes of the same shapes reuse the compiled kernel. `moe_down_router_bf16_torch(...)` takes CUDA torch tensors in
+torch._grouped_mm's layout (through DLPack, no copies).
 
 Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by subtile:
     0. scale: * router_weights[m]
@@ -274,6 +275,26 @@ def moe_down_router_bf16(a, b, offs, router_weights, *, out: jax.Array | None = 
     _rt.check_placement(NAME, {"a": a, "b": b, "offs": offs, "router_weights": router_weights, **({} if out is None else {"out": out})})
     _mg.require_gpu(NAME)
     return _call(a, b, offs, router_weights, out)
+
+
+def moe_down_router_bf16_torch(a, b, offs, router_weights, *, out=None):
+    """The torch entry: CUDA tensors in torch._grouped_mm's logical shapes (A (M, K); B (G, K, N), the (G, N, K)
+    weight passed transposed; the index (G,) int32), shared with jax through DLPack (no copies of tensors in the
+    spec's majors; jax waits once for torch's stream), the jitted program run, and the result returned as a torch
+    tensor on the same device, ready on torch's current stream. With `out` the result is copied into it and `out`
+    returned: the groups' rows (the rows past the last group keep out's values)."""
+    _mg.require_gpu(NAME)
+    tensors = _rt.torch_to_jax(NAME, (
+        ("a", a, False),
+        ("b", b, True),
+        ("offs", offs, None),
+        ("router_weights", router_weights, None),
+        *((("out", out, False),) if out is not None else ()),
+    ))
+    a, b, offs, router_weights, *base = tensors
+    # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
+    result = _rt.to_torch(_call(a, b, offs, router_weights, base[0] if base else None))
+    return result if out is None else out.copy_(result)
 
 
 # The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above): data, kept

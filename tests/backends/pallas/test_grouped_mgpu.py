@@ -195,3 +195,16 @@ def test_bad_arguments_raise_naming_them(modules):
         jax.eval_shape(call, a[:, :32], b, offs, bias, router, colw, 0.5)
     with pytest.raises(RuntimeError, match="Mosaic GPU kernels run on an sm90 CUDA device"):
         mod.gm_every_op_k(a, b, offs, bias, router, colw, 0.5)
+
+
+def test_the_torch_entry_is_what_bench_calls_and_refuses_without_a_gpu(modules):
+    """`specgen bench` times `<name>_torch` (the dense Mosaic GPU design's torch_entry: the call, then a device sync);
+    on a machine without a CUDA device it raises before converting anything."""
+    import torch
+
+    mod = modules["gm_plain_untouched_mn"]
+    design = design_for("grouped", "pallas:gpu_sm90")
+    assert design.torch_entry.__func__ is design_for("gemm", "pallas:gpu_sm90").torch_entry.__func__
+    a, b = torch.zeros(8, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 256, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="gm_plain_untouched_mn: Mosaic GPU kernels run on an sm90 CUDA device"):
+        design.torch_entry(mod, "gm_plain_untouched_mn")(a, b, torch.tensor([4, 8], dtype=torch.int32))

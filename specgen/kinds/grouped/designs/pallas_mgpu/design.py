@@ -38,6 +38,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
     MGPU_PACKAGE_INIT,
     TMA_MIN_BYTES,
     MgpuConfig,
+    PallasGemmDesign,
     mgpu_config,
 )
 from specgen.kinds.grouped import KIND
@@ -72,6 +73,8 @@ class PallasMgpuGrouped(GroupedDesign):
     # Lowering for CUDA on a CPU machine (the kernel body, layout inference, SMEM allocation)
     compile_hook = "specgen.kinds.grouped.designs.pallas_mgpu.compile:compile_module"
     shared_config = (("tile",), ("pipeline", "ab_stages"), ("schedule",), ("groups",), ("epilogue",))
+    # `<name>_torch`, waited for (the kernel runs on jax's stream): the dense Mosaic GPU design's, what bench times
+    torch_entry = PallasGemmDesign.torch_entry
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
         return MGPU_CONSUMER_WGS * 128  # two consumer warpgroups split tile.n

@@ -23,7 +23,7 @@ RESERVED: frozenset[str] = frozenset({
     "mgpu", "mosaic_gpu", "collective_axes", "compiler_params", "delay_release", "grid", "grid_names",
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
-    "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int",
+    "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
