@@ -14,32 +14,18 @@ from types import ModuleType
 
 from specgen.compile import CompileResult, compiler_message
 from specgen.kinds.gemm.designs.pallas.compile import mosaic_gpu_launch_smem
+from specgen.kinds.grouped.designs.pallas.compile import problem_structs
 from specgen.kinds.grouped.spec import GroupedSpec
-from specgen.spec.dtypes import DType
 from specgen.targets import TargetInfo
-
-GROUPS = 3
 
 
 def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     import jax
-    import jax.numpy as jnp
-
-    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
 
     meta, cfg = module.METADATA, module.CONFIG
     spec = GroupedSpec.model_validate(module.SPEC)
     m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
-
-    def struct(shape: tuple[int, ...], dtype: DType) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))
-
-    args = [struct((m, k), spec.a.dtype),
-            struct((GROUPS, n, k) if spec.b.major == "k" else (GROUPS, k, n), spec.b.dtype),
-            struct((GROUPS,), DType.int32)]
-    for arg in spec.runtime_args():
-        shape = {"group_n": (GROUPS, n), "vec_m": (m,), "scalar": ()}[arg.shape]
-        args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))
+    struct, args = problem_structs(spec, m, n, k)  # the TPU hook's problem: 3 groups
     start, smem = time.perf_counter(), None
     try:  # untouched: without the caller's `out`, then with it; a fresh jit each time (nothing cached stands in)
         for base in ([None] if spec.groups.tail == "zero" else [None, struct((m, n), spec.out.dtype)]):
