@@ -57,8 +57,10 @@ def tiles_bound(rows: int, groups: int, block_m: int) -> int:
     return -(-rows // block_m) + groups - 1
 
 
-def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound`, int32.
+def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
+                   partial_tail: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound` (+ 1 with
+    `partial_tail`), int32.
 
     Group g holds rows [offsets[g], offsets[g + 1]); a negative size counts as 0 and rows past `rows` are
     dropped (the groups' ends are clamped to [0, rows] on the device, as jax.lax.ragged_dot's mask drops them), so
@@ -67,10 +69,13 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool) 
     group G (no group: the kernel computes nothing there): with `visit_tail` they first take the tiles wholly past
     the last group, one each (visited only so that the kernel writes those rows: zeros, or the caller's `out`; there
     are never more of them than visits left over), then repeat the last tile (visiting it again writes nothing
-    and fetches no new output block)."""
+    and fetches no new output block). With `partial_tail` (a kernel whose group visits store their own rows only,
+    the Mosaic GPU one) the tail's visits start at the tile holding the last group's end, whose rows past it no
+    group visit writes, and V has one visit more, so that they always fit: the real visits are at most used + G - 1
+    (used: the row tiles holding some group's rows), leaving T - used + 1 for the tail's T - end // block_m tiles."""
     groups = sizes.shape[0]
     tiles = -(-rows // block_m)
-    visits = tiles_bound(rows, groups, block_m)
+    visits = tiles_bound(rows, groups, block_m) + (1 if partial_tail else 0)
     ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), rows).astype(jnp.int32)
     offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
     starts = offsets[:-1]
@@ -83,7 +88,8 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool) 
     g = jnp.minimum(group, groups - 1)
     tile = first[g] + v - (span_ends[g] - span[g])
     used = -(-ends[-1] // block_m)  # row tiles holding some group's rows
-    spare = jnp.minimum(used + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
+    first_spare = ends[-1] // block_m if partial_tail else used
+    spare = jnp.minimum(first_spare + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
     tile = jnp.where(v < real, tile, spare).astype(jnp.int32)
     group = jnp.where(v < real, group, groups).astype(jnp.int32)
     return offsets, group, tile

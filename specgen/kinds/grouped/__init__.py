@@ -15,4 +15,5 @@ DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.grouped.designs.triton",
     "specgen.kinds.grouped.designs.cute_sm90",
     "specgen.kinds.grouped.designs.pallas",
+    "specgen.kinds.grouped.designs.pallas_mgpu",
 )

@@ -101,6 +101,12 @@ TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_s
 TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
 
 
+def swaps(spec: object) -> bool:
+    """`pallas.swap_ab` where the spec's pallas section has it (a grouped spec's has none: its Mosaic GPU kernel
+    never swaps), so that the grouped Mosaic GPU design reads these helpers and rules as the dense one does."""
+    return bool(getattr(spec.pallas, "swap_ab", False))  # type: ignore[attr-defined]
+
+
 def swizzle_bytes(*extents: int) -> int:
     """The largest SMEM swizzle (128/64/32 bytes) dividing every given byte extent; 0 where none does
     (PAL008 refuses the spec)."""
@@ -215,7 +221,7 @@ def mgpu_config(r: Resolved) -> MgpuConfig:
         residual_barriers=lay.residual_barriers, a_swizzle=sw.ab, b_swizzle=sw.ab, out_swizzle=sw.out,
         group_m=spec.schedule.group_m, raster_dim=0 if spec.schedule.raster == "along_m" else 1,
         persistent=spec.schedule.persistent, cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
-        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), swap_ab=spec.pallas.swap_ab,
+        smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), swap_ab=swaps(spec),
     )
 
 

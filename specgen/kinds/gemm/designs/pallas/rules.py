@@ -11,6 +11,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
     is_mgpu_target,
     mgpu_layout,
     mgpu_swizzles,
+    swaps,
 )
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.rules.base import Finding, Near, RuleContext, RuleSet, is_tpu
@@ -160,7 +161,7 @@ def mgpu_tile_split(ctx: RuleContext) -> Iterator[Finding]:
 
     t = ctx.spec.tile
     wg_n = t.n // MGPU_CONSUMER_WGS
-    if ctx.spec.pallas.swap_ab:
+    if swaps(ctx.spec):
         if t.n % (64 * MGPU_CONSUMER_WGS):
             yield Finding("PAL006", "error", f"tile.n = {t.n} splits into {MGPU_CONSUMER_WGS} warpgroup slices of "
                           f"{t.n / 2:g}: with pallas.swap_ab each is wgmma's rows, a multiple of 64",
@@ -284,7 +285,7 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
     """OPT001 on Pallas: `pallas.vmem_limit_bytes` is Mosaic TPU's scoped-VMEM limit (no VMEM on Mosaic GPU);
     `pallas.swap_ab` swaps wgmma's operands (the Mosaic GPU kernel's; the TPU kernel has no wgmma)."""
     s = ctx.spec
-    if s.pallas.swap_ab and is_tpu(ctx.info):
+    if swaps(s) and is_tpu(ctx.info):
         yield Finding("OPT001", "error", f"pallas.swap_ab is a Mosaic GPU setting; {ctx.target} (Mosaic TPU) does not "
                       "swap its operands", "drop pallas.swap_ab, or set it for pallas:gpu_sm90 alone (per_target)",
                       ("pallas", "swap_ab"))

@@ -10,7 +10,9 @@ and both store paths lower. Imports jax: only `specgen compile` imports this mod
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from specgen.compile import CompileResult, compiler_message
 from specgen.kinds.grouped.spec import GroupedSpec
@@ -20,15 +22,14 @@ from specgen.targets import TargetInfo
 GROUPS = 3
 
 
-def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
+def problem_structs(spec: GroupedSpec, m: int, n: int, k: int) -> tuple[Callable[..., Any], list[Any]]:
+    """(struct(shape, dtype), the entry's arguments as jax.ShapeDtypeStructs): A (m, k), B over GROUPS groups in its
+    stored major, the index (GROUPS,) int32, the epilogue's arguments (a scalar as f32). The grouped Mosaic GPU
+    design's hook lowers the same problem."""
     import jax
     import jax.numpy as jnp
 
     from specgen.kinds.grouped.designs.pallas.design import JNP_DTYPES
-
-    meta = module.METADATA
-    spec = GroupedSpec.model_validate(module.SPEC)
-    m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
 
     def struct(shape: tuple[int, ...], dtype: DType) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))
@@ -39,6 +40,16 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     for arg in spec.runtime_args():
         shape = {"group_n": (GROUPS, n), "vec_m": (m,), "scalar": ()}[arg.shape]
         args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))
+    return struct, args
+
+
+def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
+    import jax
+
+    meta = module.METADATA
+    spec = GroupedSpec.model_validate(module.SPEC)
+    m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
+    struct, args = problem_structs(spec, m, n, k)
     start = time.perf_counter()
     try:
         # untouched: without the caller's `out`, then with it (passed last: the base block is one more input)

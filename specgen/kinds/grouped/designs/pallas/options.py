@@ -1,7 +1,8 @@
-"""The grouped Pallas TPU design's option section, `pallas` in a grouped spec (and in a per_target table of a
-pallas target): the model the kind's spec (specgen/kinds/grouped/spec.py) lists among its sections. The dense
-kind's `pallas` section less its Mosaic GPU key (`swap_ab`: no grouped Mosaic GPU design yet), so that the
-dense VMEM001 rule reads it as it reads the dense one. Imports only the spec models."""
+"""The grouped Pallas designs' option section, `pallas` in a grouped spec (and in a per_target table of a
+pallas target): the model the kind's spec (specgen/kinds/grouped/spec.py) lists among its sections, read by the
+TPU design (this package) and the Mosaic GPU one (designs/pallas_mgpu, which has no options of its own). The dense
+kind's `pallas` section less its Mosaic GPU key (`swap_ab`: the grouped Mosaic GPU kernel never swaps), so that
+the dense VMEM001 and OPT001 rules read it as they read the dense one. Imports only the spec models."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from specgen.spec.models import Strict, bounded
 from specgen.spec.targets import Backend
 
 SECTION = "pallas"
-# The MMA families of this backend whose targets the design serves (the TPUs; no grouped Mosaic GPU design yet): the spec refuses the
-# others without importing the design (tests/grouped/test_kind.py pins them to the design's keys).
-MMA: tuple[str, ...] = ("mxu",)
+# The MMA families of this backend whose targets the grouped Pallas designs serve (the TPUs, and Hopper's wgmma:
+# designs/pallas_mgpu): the spec refuses the others without importing a design (tests/grouped/test_kind.py pins
+# them to the designs' keys).
+MMA: tuple[str, ...] = ("mxu", "wgmma")
 BACKEND = Backend.pallas
 
 

@@ -1,0 +1,1 @@
+"""The grouped kind's Pallas Mosaic GPU (wgmma, pallas:gpu_sm90) design."""

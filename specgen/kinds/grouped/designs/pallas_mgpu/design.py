@@ -1,0 +1,209 @@
+"""The grouped Pallas Mosaic GPU design (`pallas:gpu_sm90`): its SMEM layout, its module, the plan and the render
+(templates/grouped/pallas/grouped_mgpu.py.jinja).
+
+The kernel is the dense Mosaic GPU kernel's (kinds/gemm/designs/pallas, JAX's warp-specialized Hopper matmul: a
+persistent grid of one CTA per SM, a memory warpgroup feeding a TMA pipeline into swizzled SMEM, two consumer
+warpgroups each issuing wgmma on half the tile's N into an f32 accumulator) walking the grouped TPU kernel's tile
+visits instead of a dense tile grid: a static bound of cdiv(M, tile.m) + G - 1 row-tile visits (every row tile
+once, plus one for each group boundary inside a tile) times the N tiles, the group and row tile of each visit
+computed on the device from the group sizes (specgen/runtime/grouped_jax.py `group_metadata`, the TPU design's)
+and read by the kernel from GMEM. A visit past the groups skips its K loop (with `groups.tail = "zero"` it stores
+the zeros of the rows past the last group instead).
+
+Stores: the epilogue stages each 64-row subtile in SMEM unswizzled and stores only its group's rows by TMA, as a
+ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bit of the row count: JAX's
+`pallas/ops/gpu/ragged_dot_mgpu.py` does the same). A TMA box's shape is static and it clips only at the array's
+edge, not at a group's end, so one box of the tile would write the next group's rows; a descriptor per group
+needs the group ends on the host (a sync) or built on the device, which Pallas does not expose.
+
+SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
+slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
+allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py). Imports jax-free code only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from specgen.abi import Arg, make_arg
+from specgen.design import ModuleHeader, plan_header
+from specgen.kinds.gemm.designs.pallas.design import (
+    DESIGN as DENSE,
+)
+from specgen.kinds.gemm.designs.pallas.design import (
+    JNP_DTYPES,
+    MGPU_CONSUMER_WGS,
+    MGPU_MEMORY_REGISTERS,
+    MGPU_PACKAGE_INIT,
+    TMA_MIN_BYTES,
+    MgpuConfig,
+    PallasGemmDesign,
+    mgpu_config,
+)
+from specgen.kinds.grouped import KIND
+from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.designs.pallas.design import describe
+from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.runtime import RUNTIME_ABI
+from specgen.spec.dtypes import DType
+from specgen.targets import Backend, TargetInfo, target_info
+
+if TYPE_CHECKING:
+    from specgen.envelope.budget import MemoryBudget
+    from specgen.resolved import Resolved, TmaBox
+    from specgen.spec.load import LoadedSpec
+    from specgen.spec.models import Target
+
+# The store ladder's smallest box starts on any row of a staging slot: TMA reads shared memory from a 128-byte
+# aligned address (PTX ISA, cp.async.bulk.tensor), so a slot's row must span a multiple of 128 bytes (MGP002).
+SMEM_ROW_ALIGN = 128
+
+
+class PallasMgpuGrouped(GroupedDesign):
+    """kind "grouped", backend pallas, wgmma: the Mosaic GPU kernel. See the module docstring."""
+
+    name = "Pallas Mosaic GPU grouped"
+    keys = ((KIND, Backend.pallas, "wgmma"),)
+    compiler_modules = ("jax",)
+    libraries = ("jax", "jaxlib")
+    extra = "pallas"
+    max_auto_stages = DENSE.max_auto_stages
+    # Lowering for CUDA on a CPU machine (the kernel body, layout inference, SMEM allocation)
+    compile_hook = "specgen.kinds.grouped.designs.pallas_mgpu.compile:compile_module"
+    shared_config = (("tile",), ("pipeline", "ab_stages"), ("schedule",), ("groups",), ("epilogue",))
+    # `<name>_torch`, waited for (the kernel runs on jax's stream): the dense Mosaic GPU design's, what bench times
+    torch_entry = PallasGemmDesign.torch_entry
+
+    def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
+        return MGPU_CONSUMER_WGS * 128  # two consumer warpgroups split tile.n
+
+    def has_register_model(self, target: TargetInfo) -> bool:
+        return True
+
+    def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
+        """The dense Mosaic GPU kernel's SMEM: the same A/B stages, barriers and output slots (no residual)."""
+        return DENSE.memory(spec, target, ab_stages)  # type: ignore[arg-type]
+
+    def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
+        """A's and B's tiles in TMA's tiled view (the dense kernel's), and the largest store box, one subtile of
+        out, unswizzled."""
+        a, b, out = DENSE.tma_boxes(spec, target)  # type: ignore[arg-type]
+        from specgen.resolved import TmaBox
+
+        return (a, b, TmaBox(out.operand, out.outer, out.inner, out.elem_bytes, out.field))
+
+    def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
+        """`pallas/gpu_sm90/<name>.py`, the dense Mosaic GPU modules' package (no kernel name collides there)."""
+        return {f"{Backend.pallas.value}/{t.arch}/{spec.name}.py": [t] for t in targets}
+
+    def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedMgpuPlan:
+        (target,) = targets
+        return plan_mgpu(loaded, target, resolved[str(target)])
+
+    def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+               shared_spec: bool = False) -> dict[str, str]:
+        from specgen.render.specs import spec_import
+
+        out: dict[str, str] = {}
+        for rel, (target,) in self.modules(loaded.spec, targets).items():
+            p = plan_mgpu(loaded, target, resolved[str(target)])
+            out[rel] = grouped_environment().get_template("pallas/grouped_mgpu.py.jinja").render(
+                mgpu_context(p), spec_import=spec_import(rel, p.name) if shared_spec else None)
+            out[f"{rel.rsplit('/', 1)[0]}/__init__.py"] = MGPU_PACKAGE_INIT.format(arch=target.arch)
+        return out
+
+    def tune_space(self, spec: GroupedSpec, target: TargetInfo, when: object = None) -> dict[str, tuple[object, ...]]:
+        """wgmma rows of 64 or 128, warpgroup halves of 64 or 128 columns, K one or two swizzle rows, depths."""
+        return {"tile.m": (64, 128), "tile.n": (128, 256), "tile.k": (64, 128), "pipeline.ab_stages": (2, 3, 4, 6)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
+    """Every number and name templates/grouped/pallas/grouped_mgpu.py.jinja renders."""
+
+    targets: list[str]
+    a: Arg
+    b: Arg
+    index: Arg  # the group index (offs or group_sizes)
+    index_kind: str
+    out: Arg
+    args: list[Arg]  # the epilogue's runtime arguments, in chain order
+    a_major: str
+    b_major: str
+    tail_zero: bool
+    ragged_k: bool = False  # groups of rows only (GRP203's meaning; MGP001 here)
+    warpgroups: int
+    a_min: int  # elements in 16 bytes: a TMA'd array's contiguous extent is a multiple of this
+    b_min: int
+    out_min: int
+    memory_registers: int
+    num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
+    config: MgpuConfig  # the dense kernel's config row: tile, stages, warpgroup split, subtiles, swizzles, SMEM
+    epilogue: list[dict[str, object]]
+    spec_json: dict[str, object]
+
+
+def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
+    return make_arg(name, role, dtype, doc, lambda d: {"jnp": JNP_DTYPES[d]})
+
+
+def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuPlan:
+    """The module's plan from what check resolved for its one target (effective spec, stages, SMEM budget)."""
+    spec: GroupedSpec = ctx.spec
+    gpu = target_info(target).gpu
+    assert gpu is not None
+    index_name, index_doc = INDEX_ARGS[spec.groups.index]
+    b_dims = "(G, N, K)" if spec.b.major == "k" else "(G, K, N)"
+    return GroupedMgpuPlan(
+        **plan_header(loaded),
+        targets=[str(target)],
+        a=_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, stored k-major: every group's rows, group by group"),
+        b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group"),
+        index=_arg(index_name, "index", DType.int32, f"(G,) int32, {index_doc}"),
+        index_kind=spec.groups.index,
+        out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}"),
+        args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
+        a_major=spec.a.major,
+        b_major=spec.b.major,
+        tail_zero=spec.groups.tail == "zero",
+        warpgroups=MGPU_CONSUMER_WGS,
+        a_min=TMA_MIN_BYTES // spec.a.dtype.bytes,
+        b_min=TMA_MIN_BYTES // spec.b.dtype.bytes,
+        out_min=TMA_MIN_BYTES // spec.out.dtype.bytes,
+        memory_registers=MGPU_MEMORY_REGISTERS,
+        num_sms=gpu.num_sms_example,
+        config=mgpu_config(ctx),
+        epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
+        spec_json=loaded.spec.model_dump(mode="json"),
+    )
+
+
+# The Config fields the module's table carries, as (the Config's field, MgpuConfig's): the dense kernel's less
+# what this kernel does not render (clusters, swapped operands, residual barriers, the output swizzle).
+CONFIG_FIELDS = tuple((f, "ab_stages" if f == "stages" else f) for f in (
+    "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
+    "b_swizzle", "group_m", "raster_dim", "smem_bytes"))
+
+
+def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
+    """The module's METADATA: its identity, then its plan figures (`smem_bytes` first: `specgen compile`'s)."""
+    config = asdict(p.config)
+    return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
+            "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
+            "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+            "a_major": p.a_major, "b_major": p.b_major, "warpgroups": p.warpgroups,
+            "memory_registers": p.memory_registers, "num_sms": p.num_sms,
+            "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
+            "config": {k: config[attr] for k, attr in CONFIG_FIELDS}, "variants": []}
+
+
+def mgpu_context(p: GroupedMgpuPlan) -> dict[str, object]:
+    """The template's variables: the plan, its METADATA, the Config table's fields, the epilogue's lines."""
+    return {"p": p, "plan_meta": metadata(p), "config_fields": CONFIG_FIELDS,
+            "describe": [describe(op) for op in p.epilogue],
+            "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}
+
+
+DESIGN = PallasMgpuGrouped()

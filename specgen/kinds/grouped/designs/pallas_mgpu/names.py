@@ -1,0 +1,33 @@
+"""The identifiers the grouped Pallas Mosaic GPU design's modules use (templates/grouped/pallas/grouped_mgpu.py.jinja
+and the host macros it imports)."""
+
+from __future__ import annotations
+
+# Names its modules bind or read at their top level (a kernel's name must not replace one).
+MODULE_NAMES: frozenset[str] = frozenset({
+    "functools", "jax", "jnp", "lax", "pl", "plgpu", "_rt", "_gj", "_mg", "NAME", "WARPGROUPS", "TAIL_ZERO",
+    "NamedTuple", "Config", "CONFIG", "_kernel", "_build", "_launch", "_call", "_extents", "min", "max", "bool",
+    "tuple",
+})
+
+# Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
+# names (`offs`, `group_sizes`) among them.
+RESERVED: frozenset[str] = frozenset({
+    "offsets_gmem", "groups_gmem", "tiles_gmem", "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem",
+    "acc_ref", "a_spec", "b_spec", "a_first", "b_first", "a_op", "b_op", "b_view", "allocations", "body", "cfg",
+    "col0", "row0", "context", "count", "ei", "ej", "first", "g", "g_total", "group", "hi", "ignore", "info", "k",
+    "k_steps", "kk", "lin", "lo", "m", "mi", "mma", "n", "n_tiles", "ni", "pipeline", "real", "rows", "run_pipeline",
+    "slot", "store", "tile0", "vi", "visits", "wg", "wg_cols", "x", "x_of", "_acc", "_scope", "_tile", "_real",
+    "_tail", "acc", "offsets", "groups", "tiles", "sizes", "varying", "kernel", "out", "offs", "group_sizes",
+    "a", "b", "a_ext", "b_ext", "out_cols", "n_pad", "sms", "config", "name", "object", "frozenset",
+    "mgpu", "mosaic_gpu", "collective_axes", "compiler_params", "delay_release", "grid", "grid_names",
+    "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
+    "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
+    "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
+    # the Config fields (attributes, but also the NamedTuple's class-body names)
+    "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
+    "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
+})
+
+# How its templates derive names from an epilogue argument `x`.
+ARG_DERIVED: tuple[str, ...] = ("{}_gmem",)

@@ -1,0 +1,74 @@
+"""The grouped Pallas Mosaic GPU design's rules: the dense Mosaic GPU design's own where they read what this kernel
+shares with it (one check each, concerning both kinds): operand and accumulator dtypes PAL004, the warpgroup split
+and epilogue subtiles PAL006, SMEM swizzles PAL008, epilogue ops that do not lower PAL009, its register verdict
+REG001 and options OPT001 (`pallas.vmem_limit_bytes` is a TPU's); the GEMM kind's wgmma shape and major rules
+MMA001 and MAJ001; and its own, MGP001-MGP003."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specgen.kinds.gemm.designs.pallas import rules as dense
+from specgen.kinds.gemm.designs.pallas.design import mgpu_layout
+from specgen.kinds.gemm.shared_rules import mma
+from specgen.kinds.grouped.designs.pallas_mgpu.design import DESIGN, SMEM_ROW_ALIGN
+from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
+
+SHARED = ([r for r in dense.RULES if r.id in ("PAL004", "PAL006", "PAL008", "PAL009")]
+          + [r for r in mma.RULES if r.id in ("MMA001", "MAJ001")])
+OWN = RuleSet()
+register_findings = dense.register_findings  # REG001: the same accumulator split over two warpgroups
+option_findings = dense.option_findings  # OPT001: no VMEM on Mosaic GPU
+
+
+@OWN.rule("MGP001", "the grouped Mosaic GPU kernel's groups run along M", target_of(DESIGN))
+def ragged_m_only(ctx: RuleContext) -> Iterator[Finding]:
+    """The kernel walks each group's row tiles (ragged M: templates/grouped/pallas/grouped_mgpu.py.jinja); the
+    weight gradient's grouping along K (out (G, M, N)) is not rendered, so a spec asking it is refused rather than
+    given a kernel of the other meaning (the Triton design renders it)."""
+    if ctx.spec.groups.ragged == "k":
+        yield Finding("MGP001", "error", f"groups.ragged = 'k': the {ctx.target} grouped kernel groups rows (ragged M) "
+                      "only", "drop this target for the ragged-K kernel (triton:sm90 and triton:sm100 render it)",
+                      ("groups", "ragged"))
+
+
+@OWN.rule("MGP002", "the store ladder's SMEM rows are 128-byte aligned", target_of(DESIGN))
+def store_rows_aligned(ctx: RuleContext) -> Iterator[Finding]:
+    """Each 64-row output subtile is stored as a ladder of power-of-two row boxes starting at any row of its SMEM
+    slot (a group's rows begin anywhere), and TMA reads shared memory from 128-byte aligned addresses (PTX ISA,
+    cp.async.bulk.tensor: the shared memory address must be 128-byte aligned; JAX's ragged_dot_mgpu.py stores
+    128-column bf16 rows, 256 B). So a subtile row, epi_n = min(64, tile.n / 2) elements of out, spans a multiple
+    of 128 bytes."""
+    lay, out = mgpu_layout(ctx.spec), ctx.spec.out.dtype
+    row = lay.epi_n * out.bytes
+    if row % SMEM_ROW_ALIGN:
+        yield Finding("MGP002", "error", f"an output subtile row is {lay.epi_n} x {out.bytes} B = {row} B: the store "
+                      f"ladder's boxes start on any row, and TMA reads SMEM from {SMEM_ROW_ALIGN}-byte aligned addresses",
+                      f"use tile.n >= {2 * SMEM_ROW_ALIGN // out.bytes} (epilogue subtiles {SMEM_ROW_ALIGN // out.bytes} "
+                      "columns wide)", ("tile", "n"))
+
+
+@OWN.rule("MGP003", "what the grouped Mosaic GPU kernel does not render yet", target_of(DESIGN))
+def not_yet(ctx: RuleContext) -> Iterator[Finding]:
+    """16-bit operands only: fp8 (and its rowwise `scale` by = "rowcol") is rendered and tested by the Triton
+    design, and the dense Mosaic GPU kernel's fp8 path is not run grouped here yet (docs/grouped.md, "Not yet"),
+    so a spec asking it is refused rather than rendered untested; 1x1 clusters only (the dense kernel's TMA
+    multicast pairs neighbouring tiles, which here may belong to different groups: a different B)."""
+    s = ctx.spec
+    for side in ("a", "b"):
+        dt = getattr(s, side).dtype
+        if dt.is_fp8:
+            yield Finding("MGP003", "error", f"{side.upper()} is {dt}: the {ctx.target} grouped kernel renders f16 and "
+                          "bf16 operands only (fp8 is the Triton design's)", "drop this target, or use bf16",
+                          (side, "dtype"))
+    for i, op in enumerate(s.epilogue):
+        if op.op == "scale" and op.by == "rowcol":
+            yield Finding("MGP003", "error", f"epilogue[{i}]: scale by = 'rowcol' is fp8's rowwise scaling, which the "
+                          f"{ctx.target} grouped kernel does not render", "drop this target", ("epilogue", i, "by"))
+    if s.cluster.size > 1:
+        yield Finding("MGP003", "error", f"cluster {s.cluster.m}x{s.cluster.n}: the {ctx.target} grouped kernel launches "
+                      "one CTA per cluster (a pair's neighbouring tiles may read different groups' B)",
+                      "drop cluster (1x1)", ("cluster",))
+
+
+RULES = [*SHARED, *OWN]

@@ -1,0 +1,32 @@
+"""Grouped spec forms for the Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu): `MGPU_FORMS`,
+one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16
+and f16, a 64-row and a 128-row tile), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
+tests/backends/pallas/test_grouped_mgpu.py, run on the GPU by tests/gpu/test_grouped_mgpu_gpu.py; the
+name-hardening tests tokenize them."""
+
+from __future__ import annotations
+
+from specgen.kinds.grouped.testing.specs import spec
+
+MGPU_TILE = {"m": 128, "n": 128, "k": 64}
+
+
+def mgpu_form(name: str, *, dtype: str = "bf16", b: str = "k", index: str = "sizes", tail: str = "zero",
+              tile: dict | None = None, epilogue: tuple = ()) -> dict:
+    """A grouped spec on pallas:gpu_sm90 (every default spelled out, plain data)."""
+    return spec(name, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": b}, out={"dtype": dtype},
+                tile=tile or MGPU_TILE, targets=["pallas:gpu_sm90"], triton={"num_warps": 4},
+                groups={"index": index, "tail": tail}, epilogue=[dict(op) for op in epilogue])
+
+
+MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    mgpu_form("gm_plain_zero_k"),
+    mgpu_form("gm_plain_untouched_mn", b="mn", index="offs", tail="untouched"),
+    mgpu_form("gm_bias_silu_f16_mn", dtype="f16", b="mn", epilogue=(
+        {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
+    mgpu_form("gm_every_op_k", index="offs", tile={"m": 64, "n": 256, "k": 64}, epilogue=(
+        {"op": "bias", "dtype": "bf16"}, {"op": "scale", "by": "row", "name": "router"},
+        {"op": "scale", "by": "col", "name": "colw"}, {"op": "scale", "by": "scalar", "name": "alpha"},
+        {"op": "scale", "by": "scalar", "value": 0.5}, {"op": "activation", "fn": "gelu_tanh"},
+        {"op": "clamp", "min": -2.0, "max": 2.0}, {"op": "cast", "dtype": "bf16"})),
+)}

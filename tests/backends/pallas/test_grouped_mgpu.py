@@ -1,0 +1,210 @@
+"""The grouped kind's Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu) on a CPU machine: every
+form of specgen/kinds/grouped/testing/mgpu_specs.py and the catalogue's grouped Mosaic GPU modules render, and
+their kernels lower for CUDA here (the real lowering jax runs in Python: the kernel body, layout inference, the
+SMEM allocation; the compile hook's), with Mosaic GPU allocating exactly the plan's SMEM; the shapes the
+launcher traces (tails, M = 1, 256 groups, G = 1, an empty output); the group metadata's tail visits; check's
+rules on both sides (the dense Mosaic GPU rules it reuses, MGP001-MGP003); errors naming the argument; refusal
+without a CUDA device. Numerics run on the GPU: tests/gpu/test_grouped_mgpu_gpu.py."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specgen.check import check_all
+from specgen.compile import load_rendered
+from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS, mgpu_form
+from specgen.registry import design_for
+from specgen.resolve import resolve
+from specgen.runtime.grouped_jax import group_metadata, tiles_bound
+from specgen.spec.load import load_text
+from specgen.targets import TARGETS
+
+CATALOGUE = ("moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16")
+
+
+def loaded(spec: dict):
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    return ls
+
+
+def render(spec: dict, folder) -> object:
+    ls = loaded(spec)
+    (target,) = ls.spec.targets
+    design = design_for("grouped", target)
+    assert design is not None and design.name == "Pallas Mosaic GPU grouped"
+    files = design.render(ls, [target], {str(target): resolve(ls.spec, target)})
+    assert set(files) == {f"pallas/gpu_sm90/{spec['name']}.py", "pallas/gpu_sm90/__init__.py"}
+    path = folder / f"{spec['name']}.py"
+    path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
+    return load_rendered(path, f"_specgen_grouped_mgpu_cpu_{spec['name']}")
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    folder = tmp_path_factory.mktemp("grouped_mgpu_cpu")
+    return {name: render(s, folder) for name, s in MGPU_FORMS.items()}
+
+
+def structs(spec: dict, m: int, n: int, k: int, g: int) -> list:
+    s = GroupedSpec.model_validate(spec)
+    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[s.a.dtype.value])
+    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, n, k) if s.b.major == "k" else (g, k, n), dt),
+            jax.ShapeDtypeStruct((g,), jnp.int32)]
+    for arg in s.runtime_args():
+        shape = {"group_n": (g, n), "vec_m": (m,), "scalar": ()}[arg.shape]
+        dtype = jnp.float32 if arg.shape == "scalar" else jnp.dtype({"f32": jnp.float32, "bf16": jnp.bfloat16,
+                                                                      "f16": jnp.float16}[arg.dtype.value])
+        args.append(jax.ShapeDtypeStruct(shape, dtype))
+    return args
+
+
+# --- lowering for CUDA (the compile hook) -------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(MGPU_FORMS))
+def test_each_form_lowers_for_cuda_with_the_plans_smem(modules, name):
+    mod = modules[name]
+    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert r.error == "" and r.compiler_smem == r.plan_smem == mod.CONFIG.smem_bytes == mod.METADATA["smem_bytes"]
+    resolved = resolve(loaded(MGPU_FORMS[name]).spec, TARGETS["pallas:gpu_sm90"])
+    assert resolved.budget.total == mod.CONFIG.smem_bytes and resolved.ab_stages == mod.CONFIG.stages
+
+
+@pytest.mark.parametrize("name", CATALOGUE)
+def test_catalogue_modules_lower_for_cuda(name):
+    mod = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert r.error == "" and r.compiler_smem == mod.CONFIG.smem_bytes
+    assert mod.METADATA["targets"] == ["pallas:gpu_sm90"] and mod.METADATA["kind"] == "grouped"
+
+
+SHAPES = [(517, 300, 200, 6), (1, 300, 200, 3), (256, 256, 128, 256), (517, 300, 200, 1), (64, 4096, 7168, 32)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}g{g}" for m, n, k, g in SHAPES])
+def test_launcher_shapes_lower(modules, shape):
+    """Tails on M, N and K (N and K padded for TMA), M = 1, 256 groups, G = 1, decode's 2 rows an expert: the
+    launcher's branches and the kernel at those shapes lower (the untouched forms with the caller's `out` too)."""
+    from specgen.kinds.gemm.designs.pallas.compile import mosaic_gpu_launch_smem
+
+    m, n, k, g = shape
+    for name in ("gm_plain_untouched_mn", "gm_every_op_k"):
+        mod, spec = modules[name], MGPU_FORMS[name]
+        kw = {} if spec["groups"]["tail"] == "zero" else {"out": jax.ShapeDtypeStruct((m, n), jnp.bfloat16)}
+        lowered = jax.jit(lambda *xs, mod=mod, **kw: mod._launch(*xs, **kw)).trace(
+            *structs(spec, m, n, k, g), **kw).lower(lowering_platforms=("cuda",))
+        assert mosaic_gpu_launch_smem(lowered) <= mod.CONFIG.smem_bytes
+        out = jax.eval_shape(mod._call, *structs(spec, m, n, k, g))
+        assert out.shape == (m, n) and out.dtype == jnp.bfloat16
+
+
+def test_an_empty_output_traces_without_a_kernel(modules):
+    mod = modules["gm_plain_zero_k"]
+    assert jax.eval_shape(mod._call, *structs(MGPU_FORMS["gm_plain_zero_k"], 0, 256, 64, 2)).shape == (0, 256)
+
+
+# --- the group metadata's tail visits ------------------------------------------------------------------------
+def test_tail_visits_cover_every_row_past_the_last_group():
+    """With partial_tail (tail zero here) the visits past the groups start at the tile holding the last group's end
+    and, with the one visit more, always reach the last tile: every row is stored by exactly the visit the kernel
+    assigns (its group's rows, or the tail's), however the groups split the tiles."""
+    rng = random.Random(37)
+    metadata = jax.jit(group_metadata, static_argnums=(1, 2, 3, 4))
+    for _ in range(60):
+        rows, block, g = rng.randint(1, 600), rng.choice([64, 128]), rng.randint(1, 12)
+        sizes = [rng.choice([0, 0, 1, 2, rng.randint(0, 200)]) for _ in range(g)]
+        off, grp, til = (np.asarray(x) for x in metadata(jnp.asarray(sizes, jnp.int32), rows, block, True, True))
+        assert len(grp) == tiles_bound(rows, g, block) + 1
+        hits = np.zeros(rows, int)
+        for group, tile in {(int(a), int(b)) for a, b in zip(grp, til, strict=True)}:
+            lo = max(off[group] if group < g else off[g], tile * block)
+            hi = min(off[group + 1] if group < g else rows, tile * block + block)
+            hits[lo:max(lo, hi)] += 1
+        assert (hits == 1).all(), (rows, block, sizes)
+
+
+# --- check ---------------------------------------------------------------------------------------------------
+def findings(**changes: object) -> set[tuple[str, str]]:
+    spec = {**mgpu_form("gm_rule"), **{k: list(v) if isinstance(v, tuple) else v for k, v in changes.items()}}
+    return {(d.rule, d.severity) for d in check_all([loaded(spec)]) if d.target == "pallas:gpu_sm90"}
+
+
+def errors(**changes: object) -> set[str]:
+    return {rule for rule, sev in findings(**changes) if sev == "error"}
+
+
+def test_the_forms_check_clean():
+    for spec in MGPU_FORMS.values():
+        assert [d for d in check_all([loaded(spec)]) if d.severity == "error"] == []
+
+
+@pytest.mark.parametrize(("changes", "rule"), [
+    ({"tile": {"m": 128, "n": 64, "k": 64}}, "MGP002"),  # 32-column bf16 subtile rows: 64 B
+    ({"tile": {"m": 32, "n": 128, "k": 64}}, "MMA001"),  # wgmma rows of 64
+    ({"tile": {"m": 128, "n": 200, "k": 64}}, "PAL006"),  # warpgroup halves of 100
+    ({"tile": {"m": 128, "n": 128, "k": 24}}, "PAL008"),  # no swizzle divides 48 B of K
+    ({"tile": {"m": 128, "n": 256, "k": 128}, "pipeline": {"ab_stages": 4}}, "SMEM001"),
+    ({"epilogue": ({"op": "activation", "fn": "gelu"},)}, "PAL009"),  # erf: no layout rule
+    ({"epilogue": ({"op": "gated", "fn": "silu", "layout": "halves"},)}, "EPI001"),
+])
+def test_rules_refuse_what_does_not_fit_or_lower(changes, rule):
+    assert rule in errors(**changes)
+    assert rule not in errors()
+
+
+def test_own_rules_refuse_what_is_not_rendered():
+    base = mgpu_form("gm_rule")
+    for changes, rule in ((dict(groups={"index": "offs", "tail": "untouched", "ragged": "k"}), "MGP001"),
+                          (dict(cluster={"m": 2, "n": 1}), "MGP003"),
+                          (dict(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
+                                epilogue=[{"op": "scale", "by": "rowcol"}]), "MGP003"),
+                          (dict(pallas={"vmem_limit_bytes": 1 << 20}), "OPT001")):
+        spec = {**base, **changes}
+        got = {d.rule for d in check_all([loaded(spec)]) if d.severity == "error" and d.target == "pallas:gpu_sm90"}
+        assert rule in got, (changes, got)
+    assert not {"MGP001", "MGP002", "MGP003", "OPT001"} & errors()
+
+
+def test_rule_messages_carry_the_numbers():
+    spec = mgpu_form("gm_rule", tile={"m": 128, "n": 64, "k": 64})
+    (d,) = [d for d in check_all([loaded(spec)]) if d.rule == "MGP002"]
+    assert "32 x 2 B = 64 B" in d.message and "128-byte" in d.message and "tile.n >= 128" in d.hint
+
+
+# --- the entry -------------------------------------------------------------------------------------------------
+def test_bad_arguments_raise_naming_them(modules):
+    mod = modules["gm_every_op_k"]
+    m, n, k, g = 40, 256, 64, 3
+    a = jnp.zeros((m, k), jnp.bfloat16)
+    b = jnp.zeros((g, n, k), jnp.bfloat16)
+    offs = jnp.asarray([10, 20, 40], jnp.int32)
+    bias, router, colw = jnp.zeros((g, n), jnp.bfloat16), jnp.ones((m,), jnp.float32), jnp.ones((g, n), jnp.float32)
+    call = mod._call
+    with pytest.raises(TypeError, match="'offs' is float32, expected int32"):
+        jax.eval_shape(call, a, b, offs.astype(jnp.float32), bias, router, colw, 0.5)
+    with pytest.raises(ValueError, match=r"'bias' has shape \(256,\), expected \(G, N\) = \(3, 256\)"):
+        jax.eval_shape(call, a, b, offs, bias[0], router, colw, 0.5)
+    with pytest.raises(ValueError, match="'b' has shape"):
+        jax.eval_shape(call, a[:, :32], b, offs, bias, router, colw, 0.5)
+    with pytest.raises(RuntimeError, match="Mosaic GPU kernels run on an sm90 CUDA device"):
+        mod.gm_every_op_k(a, b, offs, bias, router, colw, 0.5)
+
+
+def test_the_torch_entry_is_what_bench_calls_and_refuses_without_a_gpu(modules):
+    """`specgen bench` times `<name>_torch` (the dense Mosaic GPU design's torch_entry: the call, then a device sync);
+    on a machine without a CUDA device it raises before converting anything."""
+    import torch
+
+    mod = modules["gm_plain_untouched_mn"]
+    design = design_for("grouped", "pallas:gpu_sm90")
+    assert design.torch_entry.__func__ is design_for("gemm", "pallas:gpu_sm90").torch_entry.__func__
+    a, b = torch.zeros(8, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 256, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="gm_plain_untouched_mn: Mosaic GPU kernels run on an sm90 CUDA device"):
+        design.torch_entry(mod, "gm_plain_untouched_mn")(a, b, torch.tensor([4, 8], dtype=torch.int32))

@@ -1,0 +1,154 @@
+"""On an H100/H200 with jax[cuda]: the grouped kind's Pallas Mosaic GPU kernel (pallas:gpu_sm90,
+specgen/kinds/grouped/designs/pallas_mgpu), every form of specgen/kinds/grouped/testing/mgpu_specs.py and the
+catalogue's grouped Mosaic GPU modules:
+
+- against the grouped kind's float64 per-group loop and against jax.lax.ragged_dot, under jax.jit, over one
+  shape with M, N and K tails (M = 517 over 128- and 64-row tiles, N = 300, K = 200: padded for TMA) and group
+  sizes with empty groups first, in the middle, last and everywhere, one group holding every row, tiles shared
+  by 3 and 4 groups, tiny and skewed groups; then G = 1, M = 1, 256 groups of 0-2 rows;
+- the untouched tail with a NaN-poisoned `out`: every row no group holds keeps the NaN, none leaks into a
+  group's rows (the kernel's own output is a fresh buffer: a row a store missed is checked by value against the
+  loop, a row written by another group's visit differs from the loop there);
+- new group sizes reuse the compiled kernel.
+
+Marked `gpu`: CI (CPU only) deselects them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from backends.pallas.test_grouped_tpu import CASES, Problem
+from backends.pallas.test_grouped_tpu import tolerance as tpu_tolerance
+
+from specgen.compile import load_rendered
+from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS
+from specgen.registry import design_for
+from specgen.resolve import resolve
+from specgen.spec.load import load_text
+
+pytestmark = pytest.mark.gpu
+
+M, N, K, G = 517, 300, 200, 6
+# Group sizes over 517 rows (128-row tiles 0-127, ..., 512-516; 64-row tiles for gm_every_op_k).
+SIZES = {
+    **{name: tuple(s * 20 for s in sizes) for name, sizes in CASES.items() if sum(sizes) <= 21},  # 420 rows a case
+    "shared_by_3_and_4": (120, 3, 2, 3, 200, 150),  # tile 0 ends in group 1; tile 0/1 boundary shared by 0-3
+    "tiny_then_big": (1, 2, 0, 1, 500, 13),
+    "skewed_tail": (0, 400, 1, 0, 0, 0),
+    "every_row_last": (0, 0, 0, 0, 0, 517),
+}
+
+
+def tolerance(spec: dict) -> dict[str, float]:
+    """bf16: the TPU test's (one bf16 ulp either way); f16 out: a few f16 ulps (2**-11 relative) over the f32 sums
+    (the TPU test's other figure is f32's)."""
+    return {"atol": 4e-3, "rtol": 4e-3} if spec["out"]["dtype"] == "f16" else tpu_tolerance(spec)
+
+
+def render(spec: dict, folder) -> object:
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+    (target,) = loaded.spec.targets
+    files = design_for("grouped", target).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
+    path = folder / f"{spec['name']}.py"
+    path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
+    return load_rendered(path, f"_specgen_grouped_mgpu_{spec['name']}")
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    folder = tmp_path_factory.mktemp("grouped_mgpu")
+    return {name: render(s, folder) for name, s in MGPU_FORMS.items()}
+
+
+def check(problem: Problem, module: object, sizes: tuple[int, ...], **kw: object) -> np.ndarray:
+    got = problem.call(module, sizes, **kw)
+    want, written = problem.reference(sizes)
+    np.testing.assert_allclose(got[written], want[written], err_msg=str(sizes), **tolerance(problem.spec))
+    if problem.spec["groups"]["tail"] == "zero":
+        assert written.all() and not got[int(min(sum(max(s, 0) for s in sizes), problem.m)):].any()
+    return got
+
+
+@pytest.mark.parametrize("name", list(MGPU_FORMS))
+def test_every_group_case_against_the_float64_loop(modules, name):
+    problem = Problem(MGPU_FORMS[name], m=M, n=N, k=K, g=G)
+    for sizes in SIZES.values():
+        check(problem, modules[name], sizes)
+    assert modules[name]._build.cache_info().currsize == 1  # new sizes of one shape: one kernel
+
+
+@pytest.mark.parametrize("name", ["gm_plain_zero_k", "gm_plain_untouched_mn"])
+def test_matches_ragged_dot_under_jit(modules, name):
+    spec = MGPU_FORMS[name]
+    problem, module = Problem(spec, m=M, n=N, k=K, g=G), modules[name]
+    fn = jax.jit(lambda a, b, index: getattr(module, spec["name"])(a, b, index))
+    for sizes in SIZES.values():
+        sizes_arr = jnp.asarray(sizes, jnp.int32)
+        want = jax.lax.ragged_dot(problem.a, problem.b_logical, sizes_arr, preferred_element_type=jnp.float32)
+        got = np.asarray(fn(problem.a, problem.b, problem.index(sizes)).astype(jnp.float32))
+        rows = min(sum(sizes), M)
+        np.testing.assert_allclose(got[:rows], np.asarray(want)[:rows], err_msg=str(sizes), **tolerance(spec))
+        if spec["groups"]["tail"] == "zero":
+            assert not got[rows:].any()
+    assert fn._cache_size() == 1
+
+
+def test_untouched_tail_keeps_a_nan_poisoned_out(modules):
+    spec = MGPU_FORMS["gm_plain_untouched_mn"]
+    problem = Problem(spec, m=M, n=N, k=K, g=G)
+    poison = jnp.full((M, N), jnp.nan, problem.dtype)
+    for sizes in (SIZES["empty_last"], SIZES["all_empty"], SIZES["skewed_tail"], SIZES["tiny_then_big"]):
+        got = check(problem, modules["gm_plain_untouched_mn"], sizes, out=poison)
+        _, written = problem.reference(sizes)
+        assert np.isnan(got[~written]).all() and not np.isnan(got[written]).any()
+
+
+@pytest.mark.parametrize("name", list(MGPU_FORMS))
+def test_one_group_one_row_and_many_tiny_groups(modules, name):
+    spec, module = MGPU_FORMS[name], modules[name]
+    check(Problem(spec, m=M, n=N, k=K, g=1), module, (M,))  # G = 1: the dense GEMM
+    check(Problem(spec, m=M, n=N, k=K, g=1), module, (100,))
+    one = Problem(spec, m=1, n=N, k=K, g=3)
+    for sizes in ((1, 0, 0), (0, 0, 1), (0, 0, 0)):
+        check(one, module, sizes)
+    rng = np.random.default_rng(256)
+    tiny = Problem(spec, m=512, n=256, k=128, g=256)  # 256 groups of 0-2 rows: at most 512
+    for _ in range(2):
+        sizes = tuple(int(s) for s in rng.integers(0, 3, 256))
+        check(tiny, module, sizes)
+
+
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+def test_catalogue_modules(name):
+    """The rendered catalogue modules (generated/pallas/gpu_sm90/) against the loop, DeepSeek-like skew."""
+    module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    spec = module.SPEC
+    problem = Problem(spec, m=1000, n=512, k=384, g=8)
+    for sizes in ((300, 0, 1, 250, 0, 0, 400, 49), (0, 0, 0, 0, 0, 0, 0, 999), (7, 0, 0, 0, 0, 0, 0, 0)):
+        check(problem, module, sizes)
+
+
+def test_torch_entry_against_torch_grouped_mm_with_a_poisoned_out():
+    """`moe_bf16_torch` (what `specgen bench` times) on torch tensors in torch._grouped_mm's layout: the groups' rows
+    equal torch._grouped_mm's, and with a NaN-poisoned `out` the rows past the last group keep the NaN."""
+    import torch
+
+    module = importlib.import_module("generated.pallas.gpu_sm90.moe_bf16")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1000, 384, generator=gen, device="cuda").to(torch.bfloat16) / 384 ** 0.5
+    w = torch.randn(8, 512, 384, generator=gen, device="cuda").to(torch.bfloat16)
+    offs = torch.tensor([300, 300, 301, 551, 551, 551, 951, 990], dtype=torch.int32, device="cuda")
+    want = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
+    got = module.moe_bf16_torch(a, w.transpose(-2, -1), offs)
+    torch.testing.assert_close(got[:990].float(), want[:990], atol=2e-2, rtol=2e-2)
+    out = torch.full((1000, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert module.moe_bf16_torch(a, w.transpose(-2, -1), offs, out=out) is out
+    torch.cuda.synchronize()
+    assert out[990:].isnan().all() and not out[:990].isnan().any()
+    torch.testing.assert_close(out[:990].float(), want[:990], atol=2e-2, rtol=2e-2)
