@@ -51,7 +51,12 @@ class BackwardGemm(Strict):
 
 
 class Training(Strict):
-    """What the forward saves for its backward (`save`), and the backward GEMMs' configs."""
+    """A backward generated from this spec (absent: forward-only, the op refuses inputs that require grad).
+    `save = "preact"`: the forward also stores the pre-activation A @ B + bias (M x N, the output's dtype) and
+    the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
+    (dA = G @ B^T) and `wgrad` (dB = A^T @ G, the bias gradient fused), G = dOut * act'(pre), take the
+    forward's tile, warps and stages unless given. Covered: the plain GEMM, bias along n, then one activation;
+    f16, bf16, f32 operands; no batch, no fp8 (Triton targets: TRN001 elsewhere)."""
 
     save: Literal["preact", "recompute"]
     dgrad: BackwardGemm = BackwardGemm()

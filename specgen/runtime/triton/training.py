@@ -32,7 +32,7 @@ def config_for(kernel: str, configs: dict[int, dict[str, int]], device: int) -> 
 
 def _span(t: torch.Tensor) -> int:
     """The largest element offset a kernel addresses in `t` (pointer kernels index in 32 bits)."""
-    return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n)
+    return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n)
 
 
 def launch(kernel: str, jit: object, configs: dict[int, dict[str, int]], tiles: dict[str, int], device: int,
