@@ -2,7 +2,8 @@
 
     [kernels.training]
     save = "preact"          # or "recompute"
-    dgrad = { tile = { m = 128, n = 128, k = 64 }, num_warps = 8 }   # optional; default: the forward's
+    pre = { tile = { m = 128, n = 128, k = 64 } }   # optional (each); default: the forward's tile, warps, stages
+    dgrad = { tile = { m = 128, n = 128, k = 64 }, num_warps = 8 }
     wgrad = { num_warps = 8 }
 
 Absent (the default) the kernel is forward-only, as every kernel was before: its torch op refuses inputs that
@@ -55,10 +56,13 @@ class Training(Strict):
     `save = "preact"`: the forward also stores the pre-activation A @ B + bias (M x N, the output's dtype) and
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G, the bias gradient fused), G = dOut * act'(pre), take the
-    forward's tile, warps and stages unless given. Covered: the plain GEMM, bias along n, then one activation;
+    forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     f16, bf16, f32 operands; no batch, no fp8 (Triton targets: TRN001 elsewhere)."""
 
     save: Literal["preact", "recompute"]
+    # the pointer GEMM that computes the pre-activation for training: the forward that stores it (preact) or
+    # the backward's recompute (recompute); unused without an activation
+    pre: BackwardGemm = BackwardGemm()
     dgrad: BackwardGemm = BackwardGemm()
     wgrad: BackwardGemm = BackwardGemm()
 
@@ -122,8 +126,8 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     out: list[tuple[str, object, tuple[str, ...]]] = []
     if act:
         label = "forward_pre" if t.save == "preact" else "recompute"
-        out.append((label, _derived(s, label, None, a, b, s.out.dtype if t.save == "preact" else b.dtype),  # type: ignore[attr-defined]
-                    ("training", "save")))
+        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype),  # type: ignore[attr-defined]
+                    ("training", "pre")))
     # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
     # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major.
     out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
