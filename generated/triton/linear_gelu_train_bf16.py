@@ -17,6 +17,10 @@ Epilogue, applied in order to the float32 accumulator:
 
 Schedule: tile 128x256x64, grouped 8 along M, persistent (one program per SM), TMA descriptors for A, B and out.
 
+Training (spec: training, save = "preact"; docs/training.md): differentiable in a, b, bias when
+an argument requires grad; the backward's kernels follow the forward's: forward_pre, dgrad, wgrad
+(the forward stores pre; dbias fused into wgrad).
+
 The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal
 input that is not (or a strided vector) is copied once per call, as on every backend. Tensors sit on the
 current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode or device
