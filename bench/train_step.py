@@ -28,7 +28,9 @@ def main() -> None:
     args = ap.parse_args()
     M, N, K = map(int, args.shape.split("x"))
     from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16 as preact
-    from generated.triton.linear_gelu_train_recompute_bf16 import linear_gelu_train_recompute_bf16 as recompute
+    from generated.triton.linear_gelu_train_recompute_bf16 import (
+        linear_gelu_train_recompute_bf16 as recompute,
+    )
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
