@@ -31,7 +31,7 @@ RESERVED: frozenset[str] = frozenset({
     "db_ptr", "dbias_flat", "dbias_ptr", "dout_ptr", "g", "g_ptr", "grad", "grads", "inputs", "mask_p", "mask_q", "need",
     "need_a", "need_b", "need_wgrad", "num_pid_p", "offs_p", "offs_q", "offs_r", "output", "pid_p", "pid_q", "pre",
     "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_dm", "stride_dn",
-    "stride_gm", "stride_gn", "stride_on", "stride_pm", "stride_pn", "training",
+    "stride_gm", "stride_gn", "stride_on", "stride_pm", "stride_pn", "training", "strict",
 })
 
 # How its templates derive names from an epilogue argument `x`.
