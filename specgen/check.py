@@ -69,8 +69,17 @@ Settle = Literal["model", "analytic", "compile"]
 Pending = tuple[int, LoadedSpec, object, Resolved, str, Finding]
 
 
+def _label(one: Resolved) -> str:
+    """What a diagnostic says of the config it is about: a variant's bounds, a companion kernel's label."""
+    if one.companion:
+        return f"backward {one.companion}"
+    return "" if one.variant is None else f"variant {one.variant} ({one.when})"
+
+
 def _diagnostic(loaded: LoadedSpec, target: object, one: Resolved, label: str, f: Finding, source: str = "") -> Diagnostic:
-    line, col = loaded.where(loaded.spec.config_field(target, f.field, one.variant))
+    # a companion kernel's findings point into the field that configures it (its nearest written ancestor)
+    field = (*one.companion_field, *f.field) if one.companion else loaded.spec.config_field(target, f.field, one.variant)
+    line, col = loaded.where(field)
     return Diagnostic(loaded.name, loaded.file, line, col, str(target), f.rule, f.severity, f.message, f.hint, label, source)
 
 
@@ -120,8 +129,8 @@ def _check_spec(loaded: LoadedSpec, notes: bool, report: CheckReport, near: bool
         done = None if seen is None else seen.get(str(target))
         if done is None:
             r = resolve(loaded.spec, target)
-            done = fresh[str(target)] = (r, [(one, "" if one.variant is None else f"variant {one.variant} ({one.when})",
-                                              _definite(run_rules(one, near=near))) for one in (r, *r.variants)])
+            done = fresh[str(target)] = (r, [(one, _label(one), _definite(run_rules(one, near=near)))
+                                             for one in (r, *r.variants, *r.companions)])
         report.resolved[(loaded.name, str(target))] = done[0]
         for one, label, findings in done[1]:  # every variant of every target is checked
             for f in findings:

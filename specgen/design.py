@@ -99,6 +99,7 @@ class DesignBase:
     variants_label: ClassVar[str] = ""
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     renders_gated: ClassVar[bool] = False  # a `gated` epilogue op (B of 2N columns) is rendered (EPI001 elsewhere)
+    renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
     # how far the planned on-chip memory may sit from the compiler's, where the plan is not exact (its
     # measured error): a verdict within it is near the boundary, settled by the compiler; None: exact
     smem_margin: ClassVar[Margin | None] = None

@@ -29,15 +29,21 @@ def design_of(spec: LayeredSpec, info: TargetInfo) -> DesignBase:
 def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     """What `spec` resolves to on `target`, from the target's effective config (its `per_target` keys
     applied): `Resolved.spec` is that effective spec, which the rules and the designs read. Each of
-    the target's size-selected variants resolves too, into `Resolved.variants`."""
+    the target's size-selected variants resolves too, into `Resolved.variants`, and each companion kernel
+    the effective spec names (a backward's GEMMs) into `Resolved.companions`."""
     default = spec.for_target(target)
     variants = tuple(_resolve(spec.for_target(target, i, base=default), target, i, v.when)
                      for i, v in enumerate(spec.variants_on(target)))
-    return _resolve(default, target, variants=variants)
+    # where the target's design renders no companions (a backward), TRN001 says so and none is resolved
+    renders = design_of(default, target_info(target)).renders_training
+    companions = tuple(_resolve(c, target, companion=(label, field))
+                       for label, c, field in (default.companions() if renders else ()))
+    return _resolve(default, target, variants=variants, companions=companions)
 
 
 def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when: Bounds | None = None,
-             variants: tuple[Resolved, ...] = ()) -> Resolved:
+             variants: tuple[Resolved, ...] = (), companions: tuple[Resolved, ...] = (),
+             companion: tuple[str, tuple[str | int, ...]] = ("", ())) -> Resolved:
     info = target_info(target)
     design = design_of(spec, info)
     stages, acc_stages = design.stages(spec, info)
@@ -51,4 +57,5 @@ def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when
         tma_boxes=design.tma_boxes(spec, info),
         design=design,
         variant=variant, when=when, variants=variants,
+        companions=companions, companion=companion[0], companion_field=companion[1],
     )

@@ -58,6 +58,11 @@ class Resolved:
     variant: int | None = None  # which of the target's size-selected variants (None: the default config)
     when: Bounds | None = None  # that variant's bounds (the kind's model)
     variants: tuple[Resolved, ...] = ()  # the default's: each variant of the target, resolved
+    # the default's: each companion kernel (a backward's GEMMs: LayeredSpec.companions), resolved
+    companions: tuple[Resolved, ...] = ()
+    # a companion's label ("dgrad") and the spec field its findings point at ("" and () elsewhere)
+    companion: str = ""
+    companion_field: tuple[str | int, ...] = ()
 
     @property
     def backend(self) -> Backend:

@@ -147,7 +147,7 @@ def test_few_bytes_go_the_serial_way_unless_workers_are_asked_for(monkeypatch):
     monkeypatch.setenv(check_batch.WORKERS_ENV, "2")
     files, workers = check_batch.workers_for([ROOT / "specs"])
     assert workers == 2 and [f.name for f in files] == ["catalogue.toml", "gemm_bf16.toml", "grouped.toml", "mlp.toml",
-                                                          "tpu.toml"]
+                                                          "tpu.toml", "training.toml"]
     monkeypatch.setenv(check_batch.WORKERS_ENV, "0")
     assert check_batch.workers_for([ROOT / "specs"]) is None
     assert check_batch.workers_for([ROOT / "no-such-folder"]) is None  # the serial way says what is wrong

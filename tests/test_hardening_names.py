@@ -30,7 +30,7 @@ from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_paths, load_text
-from specgen.spec.names import ARG_DERIVED, MODULE_NAMES, RESERVED, derived_names
+from specgen.spec.names import ARG_DERIVED, KERNEL_DERIVED, MODULE_NAMES, RESERVED, derived_names
 from specgen.targets import TARGETS, Backend
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
@@ -233,7 +233,7 @@ def rendered() -> list[tuple[object, str]]:
 
 def user_names(ls) -> set[str]:
     names = {ls.spec.name, f"_{ls.spec.name}_kernel", f"{ls.spec.name}_torch", f"{ls.spec.name}_jax",
-             f"{ls.spec.name}_jax_torch"}
+             f"{ls.spec.name}_jax_torch", *(p.format(ls.spec.name) for p in KERNEL_DERIVED)}
     for arg in ls.spec.runtime_args():
         names |= {arg.name, *derived_names(arg.name)}
     return names

@@ -77,7 +77,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"},
+    "PAL010": {"pallas:gpu_sm90"}, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -434,6 +434,10 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("schedule", "split_k"))),
     ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
+    # TRN001: a training backward is the Triton design's
+    ("TRN001", "cute:sm90", {}, None),
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}},
+     ("error", ["training: the CuTe sm90 design renders no backward (the Triton design does)"], ("training",))),
 ]
 
 
@@ -765,8 +769,11 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
 
     specs = load_paths([ROOT / "specs"])
 
-    def resolutions(ls, t) -> list[str]:  # the target's default config and each of its variants
-        return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t))))]
+    def resolutions(ls, t) -> list[str]:  # the target's default config, each of its variants and companions
+        design = design_for(ls.spec.kind, t)
+        companions = ls.spec.for_target(t).companions() if design is not None and design.renders_training else ()
+        return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t)))),
+                *(f"{c.name} @ {t}" for _, c, _ in companions)]
 
     pairs = sorted(r for ls in specs for t in ls.spec.targets for r in resolutions(ls, t))
     assert any("#" in p for p in pairs)  # the shipped specs have variants

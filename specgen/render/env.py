@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from specgen.spec.epilogue import GATED_NAMES
-from specgen.spec.formulas import FORMULAS
+from specgen.spec.formulas import DERIVATIVES, FORMULAS
 
 
 def templates_dir() -> Path:
@@ -118,5 +118,5 @@ def environment(kind: str) -> jinja2.Environment:
     env.filters.update(pylit=pylit, float_literal=float_literal, describe_op=describe_op,
                        oneline=oneline)
     # The epilogue formula table (data: expression trees the backends' `formula` macros spell).
-    env.globals.update(formulas=FORMULAS, fail=fail)
+    env.globals.update(formulas=FORMULAS, derivatives=DERIVATIVES, fail=fail)
     return env

@@ -53,8 +53,11 @@ from typing import Literal
 # x: the running value; const: a number; param: the op's own field (clamp's min / max); add, mul:
 # binary, evaluated left to right; tanh, erf: the backend's f32 functions; where_lt / where_gt:
 # where(x < b, b, x) / where(x > b, b, x), NaN-propagating (a NaN compares false and is kept).
-Kind = Literal["x", "const", "param", "add", "mul", "tanh", "erf", "where_lt", "where_gt"]
+# The derivatives (DERIVATIVES, below) use two more: exp (f32 exp) and step (0 where its operand <= 0,
+# else 1: a NaN compares false and gives 1, as torch's relu backward passes the gradient of a NaN).
+Kind = Literal["x", "const", "param", "add", "mul", "tanh", "erf", "where_lt", "where_gt", "exp", "step"]
 PRIMITIVES: tuple[Kind, ...] = ("x", "const", "param", "add", "mul", "tanh", "erf", "where_lt", "where_gt")
+DERIVATIVE_PRIMITIVES: tuple[Kind, ...] = (*PRIMITIVES, "exp", "step")
 
 # Precedence, for the renderers' parentheses: a sum binds loosest, then a product, then calls and atoms.
 _PREC = {"add": 1, "mul": 2}
@@ -71,7 +74,7 @@ class Node:
     name: str = ""
 
     def __post_init__(self) -> None:
-        arity = {"x": 0, "const": 0, "param": 0, "tanh": 1, "erf": 1}.get(self.kind, 2)
+        arity = {"x": 0, "const": 0, "param": 0, "tanh": 1, "erf": 1, "exp": 1, "step": 1}.get(self.kind, 2)
         if len(self.args) != arity:
             raise ValueError(f"{self.kind} takes {arity} operands, got {len(self.args)}")
         # where's value is spelled twice by the renderers, so it must be `x`; its bound is a number
@@ -100,7 +103,7 @@ class Node:
             s = f"{self.args[0].text(1)} + {self.args[1].text(2)}"
         elif k == "mul":
             s = f"{self.args[0].text(2)} * {self.args[1].text(3)}"
-        elif k in ("tanh", "erf"):
+        elif k in ("tanh", "erf", "exp", "step"):
             s = f"{k}({self.args[0].text()})"
         else:
             s = f"where(x {'<' if k == 'where_lt' else '>'} {self.args[1].text()}, {self.args[1].text()}, x)"
@@ -132,6 +135,14 @@ def tanh(a: Node) -> Node:
 
 def erf(a: Node) -> Node:
     return Node("erf", (a,))
+
+
+def exp(a: Node) -> Node:
+    return Node("exp", (a,))
+
+
+def step(a: Node) -> Node:
+    return Node("step", (a,))
 
 
 SQRT_HALF = 0.7071067811865476  # sqrt(1/2)
@@ -186,3 +197,32 @@ ARITHMETIC: dict[str, str] = {
     "gated": "fn(gate) * up (fn: the silu, gelu or gelu_tanh row above on the gate column, then an f32 multiply by the up column)",
     "cast": "round x to dtype (round to nearest even, NaN kept, out of range as the dtype's conversion does), back to f32",
 }
+
+
+# The activations' derivatives, for the backward kernels (training): act'(x) of the pre-activation x, in f32,
+# multiplied into the output's gradient (dOut * act'(pre)). Each is the derivative of the float64 reference
+# (torch.relu, F.gelu, F.gelu(approximate="tanh"), F.silu, torch.sigmoid), so the gradients match float64
+# autograd of the reference (tests/test_formulas.py: test_derivative_equals_torch_autograd_in_float64).
+# relu's is torch's threshold_backward: 0 where x <= 0 (x = 0 included), 1 elsewhere (NaN included).
+# The sigmoid-based ones use s = 0.5 + 0.5 t and 1 - s = 0.5 - 0.5 t with t = tanh(x / 2), the forward's one-tanh
+# form (1 - s written so keeps its precision where s is near 1); a backend CSEs the repeated tanh.
+_T_HALF = tanh(mul(HALF, X))
+_S = add(HALF, mul(HALF, _T_HALF))
+_ONE_MINUS_S = add(HALF, mul(const(-0.5), _T_HALF))
+_T_GELU = tanh(mul(X, add(const(SQRT_2_OVER_PI, "sqrt(2/pi)"), mul(mul(const(GELU_TANH_C1), X), X))))
+INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
+
+DERIVATIVES: dict[str, Formula] = {f.op: f for f in (
+    Formula("relu", "ReLU's derivative (0 at x <= 0)", step(X), "NaN -> 1 (the gradient passes), 0 -> 0, -0.0 -> 0"),
+    Formula("gelu", "GELU's derivative, erf form: Phi(x) + x phi(x)",
+            add(mul(HALF, add(ONE, erf(mul(X, const(SQRT_HALF, "sqrt(1/2)"))))),
+                mul(X, mul(const(INV_SQRT_2PI, "1/sqrt(2 pi)"), exp(mul(mul(const(-0.5), X), X))))),
+            "NaN -> NaN, +inf -> NaN (inf * 0), -inf -> NaN"),
+    Formula("gelu_tanh", "GELU's derivative, tanh form",
+            add(mul(HALF, add(ONE, _T_GELU)),
+                mul(mul(mul(HALF, X), mul(add(ONE, _T_GELU), add(ONE, mul(const(-1.0), _T_GELU)))),
+                    add(const(SQRT_2_OVER_PI, "sqrt(2/pi)"), mul(mul(const(3.0 * GELU_TANH_C1), X), X)))),
+            "NaN -> NaN"),
+    Formula("silu", "SiLU's derivative, s (1 + x (1 - s))", mul(_S, add(ONE, mul(X, _ONE_MINUS_S))), "NaN -> NaN"),
+    Formula("sigmoid", "sigmoid's derivative, s (1 - s)", mul(_S, _ONE_MINUS_S), "NaN -> NaN"),
+)}

@@ -204,6 +204,9 @@ class LayeredSpec(Strict):
     CONFIG_SECTIONS: ClassVar[tuple[str, ...]] = ()
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = {}
     WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ()
+    # Keys left out of the dump (and the hash) while empty: a spec that does not use a section added later
+    # dumps as it did before the section existed.
+    DROPPED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("per_target", "variants")
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: object) -> None:
@@ -230,6 +233,12 @@ class LayeredSpec(Strict):
                         where = f"per_target '{key}'" + ("" if i is None else f" variant {i}")
                         raise ValueError(f"{where} sets {section} options, which only {owner} targets read")
         return self
+
+    def companions(self) -> tuple[tuple[str, LayeredSpec, tuple[str | int, ...]], ...]:
+        """Kernels this spec renders beside its own (a backward's GEMMs), each a spec of the same kind that
+        resolve and the rules take as they take this one: (label, its effective spec, the field a finding
+        about it points at). Called on an effective spec (one target's); none unless a kind says so."""
+        return ()
 
     def variants_on(self, target: object) -> list[ConfigLayer]:
         """The size-selected variants on one target: its per_target list where it gives one, else the
@@ -283,7 +292,7 @@ class LayeredSpec(Strict):
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
         # A spec without per-target tables dumps (and hashes) as it did before they existed.
         data = handler(self)
-        for key in ("per_target", "variants"):
+        for key in self.DROPPED_WHEN_EMPTY:
             if not data.get(key, True):
                 data.pop(key)
         return data

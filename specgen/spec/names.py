@@ -45,6 +45,8 @@ MODULE_NAMES: frozenset[str] = _SHARED_MODULE_NAMES.union(*(m.MODULE_NAMES for m
 # keyword arguments of the calls it makes. An epilogue argument becomes a parameter of the kernel and
 # of each launcher function, so its name (and each name derived from it) must avoid all of them.
 RESERVED: frozenset[str] = MODULE_NAMES | _SHARED_RESERVED.union(*(m.RESERVED for m in _DESIGN_NAMES))
+# The module-level names a design derives from a kernel's name beside `_<name>_kernel` (a backward's kernels).
+KERNEL_DERIVED: tuple[str, ...] = tuple(dict.fromkeys(p for m in _DESIGN_NAMES for p in getattr(m, "KERNEL_DERIVED", ())))
 
 
 OPERANDS = frozenset({"a", "b", "out"})
@@ -112,7 +114,8 @@ def kernel_name_problem(name: str) -> str | None:
     problem = _common(name)
     if problem:
         return problem
-    if any(n in MODULE_NAMES for n in (name, f"_{name}_kernel", f"{name}_jax", f"{name}_jax_torch")):
+    derived = (f"_{name}_kernel", f"{name}_jax", f"{name}_jax_torch", *(p.format(name) for p in KERNEL_DERIVED))
+    if any(n in MODULE_NAMES for n in (name, *derived)):
         return f"{name!r} is a name the generated module uses itself (an import, a constant or a builtin)"
     if name.lower() in _DEVICE_NAMES:
         return f"{name!r} is a device name on Windows: no file can be called {name}.py there"

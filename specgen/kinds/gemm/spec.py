@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from specgen.kinds.gemm.designs.cute_sm90 import options as cute_options
 from specgen.kinds.gemm.designs.cute_sm90.options import CuteOptions
@@ -21,6 +21,7 @@ from specgen.kinds.gemm.designs.pallas.options import PallasOptions
 from specgen.kinds.gemm.designs.triton import options as triton_options
 from specgen.kinds.gemm.designs.triton.options import TritonOptions
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
+from specgen.kinds.gemm.training import Training, check_training, companions
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import EpilogueOp, RuntimeArg, check_gated
@@ -74,6 +75,7 @@ class GemmSpec(LayeredSpec):
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
     WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ("tile",)  # m, n and k have no defaults
     SEMANTIC_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b", "out", "accumulator", "batch", "epilogue")  # tune's cache key
+    DROPPED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("per_target", "variants", "training")
 
     name: KernelName
     kind: Literal["gemm"]
@@ -84,6 +86,8 @@ class GemmSpec(LayeredSpec):
     accumulator: DType = DType.f32
     batch: StrictBool = False
     epilogue: list[EpilogueOp] = Field(default_factory=list)
+    # A backward generated from this spec (training.py); absent: forward-only, the op refuses grad.
+    training: Training | None = None
     tile: Tile
     cluster: Cluster = Cluster()
     pipeline: Pipeline = Pipeline()
@@ -103,6 +107,15 @@ class GemmSpec(LayeredSpec):
     def _gated_first(cls, epilogue: list) -> list:
         check_gated(epilogue)  # the error points at the spec's `epilogue`
         return epilogue
+
+    @field_validator("training")
+    @classmethod
+    def _training(cls, training: Training | None, info: ValidationInfo) -> Training | None:
+        return check_training(training, info.data)  # the error points at the spec's `training`
+
+    def companions(self) -> tuple[tuple[str, LayeredSpec, tuple[str, ...]], ...]:
+        """The GEMMs a `training` spec's backward runs, as specs resolve and the rules take (training.py)."""
+        return companions(self)  # type: ignore[return-value]
 
     @model_validator(mode="after")
     def _argument_names(self) -> GemmSpec:

@@ -24,6 +24,7 @@ from specgen.design import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes, b_box_columns, b_tile_columns
+from specgen.kinds.gemm.designs.triton.training import TrainingPlan, plan_training
 from specgen.kinds.gemm.plan import ConfigRow, GemmModule
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -32,7 +33,7 @@ from specgen.resolved import TmaBox as RuleBox
 from specgen.rules.finding import Margin
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
-from specgen.spec.formulas import FORMULAS
+from specgen.spec.formulas import DERIVATIVES, FORMULAS
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
@@ -169,6 +170,7 @@ class TritonGemm(GemmDesign):
     renders_variants = True  # the launcher selects a variant (check's CFG003 refuses them elsewhere)
     renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
     renders_gated = True  # a gated epilogue: B's 2N columns into N outputs (EPI001 elsewhere, EPI002 its limits)
+    renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))
@@ -318,6 +320,8 @@ class TritonPlan(GemmModule):
     # default would otherwise place it before kernel_name)
     gated: bool = field(default=False, kw_only=True)
     gated_layout: str = ""  # where B's gate and up columns sit: "halves" or "interleaved"
+    # the backward (spec: training; training.py in this package), None for a forward-only kernel
+    training: TrainingPlan | None = field(default=None, kw_only=True)
 
 
 def _spellings(dtype: DType) -> dict[str, str]:
@@ -389,6 +393,7 @@ def plan_triton(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, R
         swap=swap,
         gated=gated is not None,
         gated_layout=gated.layout if gated is not None else "",
+        training=plan_training(spec.name, spec, targets, resolved, TL_DTYPES, lambda d: d.info.torch),
     )
 
 
@@ -531,7 +536,17 @@ def metadata(p: TritonPlan) -> dict[str, object]:
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
     } | ({"split_k": p.split_k, "split_k_reduction": "atomic" if p.split_atomic else "deterministic"}
-         if p.split_k > 1 else {}) | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [variant_metadata(v) for v in p.variants]} if p.variants else {})
+         if p.split_k > 1 else {}) | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [variant_metadata(v) for v in p.variants]} if p.variants else {}) | (
+        {"training": training_metadata(p.training)} if p.training is not None else {})
+
+
+def training_metadata(t: TrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry: what the forward saves and each backward kernel's tile and launch config."""
+    return {"save": t.save, "kernels": {
+        role: {"tile": [k.tile_p, k.tile_q, k.tile_r], "group_m": k.group_m,
+               "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages, "smem_bytes": c.smem_bytes}
+                        for c in k.configs}}
+        for role, k in t.kernels.items()}}
 
 
 def variant_metadata(v: TritonVariant) -> dict[str, object]:
@@ -548,9 +563,12 @@ def variant_metadata(v: TritonVariant) -> dict[str, object]:
                      for c in v.configs}}
 
 
-def uses_tanh(steps: list[EpilogueStep]) -> bool:
-    """Whether an epilogue's formulas call `_tanh` (the module then renders it: epilogue.jinja `tanh_function`)."""
-    return any(s.op in ("activation", "gated") and "tanh" in FORMULAS[s.fn].expr.kinds() for s in steps)
+def uses_tanh(steps: list[EpilogueStep], training: bool = False) -> bool:
+    """Whether an epilogue's formulas call `_tanh` (the module then renders it: epilogue.jinja `tanh_function`),
+    or, in a module with a backward, their derivatives do."""
+    return any(s.op in ("activation", "gated") and ("tanh" in FORMULAS[s.fn].expr.kinds()
+                                                    or (training and "tanh" in DERIVATIVES[s.fn].expr.kinds()))
+               for s in steps)
 
 
 def triton_context(p: TritonPlan) -> dict[str, object]:
@@ -559,7 +577,11 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
         "metadata": metadata(p),
         "no_specialize": [q.name for q in p.params if q.specialization in ("wide", "none") and q.type == "i32"],
         "op_schema": [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)],
-        "uses_tanh": uses_tanh(p.steps),
+        "uses_tanh": uses_tanh(p.steps, p.training is not None),
+        # the backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and
+        # which gradients autograd needs (spec: training)
+        "backward_schema": [["grad", "Tensor"], *([a.name, "Tensor"] for a in (p.a, p.b, *p.args)), ["pre", "Tensor?"],
+                            *([f"need_{a.name}", "bool"] for a in (p.a, p.b, *p.args))] if p.training else [],
     }
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 MODULE_NAMES: frozenset[str] = frozenset({
     "triton", "tl", "descriptor", "TritonLauncher", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "CONFIGS", "_g",
     "_tile_coords", "_tanh", "_CONSTEXPRS", "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS", "SPLIT_K", "SPLIT_K_ATOMIC",
-    "_split_k_reduce", "SWAP_AB"
+    "_split_k_reduce", "SWAP_AB",
+    # a spec with a backward (training): its launch configs, host functions, custom ops and autograd hooks
+    "BACKWARD_CONFIGS", "BACKWARD_TILES", "_BACKWARD_KERNELS", "_autograd_backward", "_backward", "_backward_fake",
+    "_backward_op", "_forward_pre", "_setup_context", "_tr", "_train", "_train_fake", "_train_op", "register_backward",
+    "zip",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -22,7 +26,17 @@ RESERVED: frozenset[str] = frozenset({
     "part", "split_k", "split_atomic", "ws", "counts", "sem", "cache_modifier",
     # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
     "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "gate", "up",
+    # a backward's (training): its kernels' parameters and locals, its host part's
+    "BLOCK_P", "BLOCK_Q", "BLOCK_R", "P", "Q", "R", "_pre_grad", "args", "axis", "ctx", "dout", "da", "da_ptr", "db",
+    "db_ptr", "dbias_flat", "dbias_ptr", "dout_ptr", "g", "g_ptr", "grad", "grads", "inputs", "mask_p", "mask_q", "need",
+    "need_a", "need_b", "need_wgrad", "num_pid_p", "offs_p", "offs_q", "offs_r", "output", "pid_p", "pid_q", "pre",
+    "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_dm", "stride_dn",
+    "stride_gm", "stride_gn", "stride_on", "stride_pm", "stride_pn", "training", "strict",
 })
 
 # How its templates derive names from an epilogue argument `x`.
-ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}")
+ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
+                                 "d{}", "need_{}")  # a backward's: the argument's gradient, whether it is asked for
+
+# A backward's kernels, named from the kernel's name (templates/gemm/triton/backward.jinja).
+KERNEL_DERIVED: tuple[str, ...] = ("_{}_forward_pre_kernel", "_{}_recompute_kernel", "_{}_dgrad_kernel", "_{}_wgrad_kernel")

@@ -1,0 +1,97 @@
+"""The Triton design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the plan of
+the kernels templates/gemm/triton/backward.jinja renders beside the forward.
+
+Every backward kernel is a pointer GEMM, one program per output tile in grouped order, that takes any strides
+(a view, a transposed weight, autograd's expanded gradient of a sum): X (P, R) @ Y (R, Q) -> C (P, Q).
+- forward_pre (save = "preact", with an activation): the forward that also stores pre = A @ B + bias;
+- recompute (save = "recompute", with an activation): G = dOut * act'(A @ B + bias), stored (M, N) in the
+  operand dtype;
+- dgrad: dA (M, K) = G (M, N) @ B^T (N, K), G computed as the kernel loads its X tile (dOut times act' of
+  the saved pre, or the recomputed G read as it is);
+- wgrad: dB (K, N) = A^T (K, M) @ G (M, N), G computed as it loads its Y tile; the bias gradient (G's column
+  sum) is fused: the programs of the first row of dB tiles sum the G tiles they load, each storing its N
+  columns once (no atomics, no extra pass over G).
+Their configs are the companions' that check resolved (tile, warps, stages per compute capability), so the
+numbers the launcher uses are the ones the rules passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.training import activation_fn
+from specgen.resolved import Resolved
+from specgen.spec.models import Target
+
+ROLES = ("forward_pre", "recompute", "dgrad", "wgrad")
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    arch: str
+    compute_capability: int
+    num_warps: int
+    ab_stages: int
+    smem_bytes: int
+    smem_breakdown: str
+
+
+@dataclass(frozen=True)
+class BackwardKernel:
+    role: str  # forward_pre, recompute, dgrad, wgrad
+    kernel_name: str
+    tile_p: int  # BLOCK_P (output rows), BLOCK_Q (output columns), BLOCK_R (reduction)
+    tile_q: int
+    tile_r: int
+    group_m: int
+    configs: list[BackwardConfig]
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    bias: str  # the bias argument's name ("" without one)
+    bias_torch: str  # its torch dtype name
+    bias_triton: str
+    operand_torch: str  # A's and B's torch dtype (G rounds to it for the dots)
+    operand_triton: str
+    out_torch: str
+    out_triton: str
+    kernels: dict[str, BackwardKernel]  # by role
+
+    @property
+    def stores_pre(self) -> bool:
+        return bool(self.act) and self.save == "preact"
+
+    @property
+    def recomputes(self) -> bool:
+        return bool(self.act) and self.save == "recompute"
+
+
+def plan_training(name: str, spec: object, targets: list[Target], resolved: dict[str, Resolved],
+                  tl_dtypes: dict, torch_name) -> TrainingPlan | None:
+    """The backward's plan from the companions check resolved on each target (None without `training`)."""
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    kernels: dict[str, BackwardKernel] = {}
+    first = resolved[str(targets[0])]
+    for i, c in enumerate(first.companions):
+        cs = c.spec
+        configs = []
+        for target in targets:
+            r = resolved[str(target)].companions[i]
+            assert r.companion == c.companion and r.info.compute_capability is not None
+            configs.append(BackwardConfig(target.arch, r.info.compute_capability, r.spec.triton.num_warps,  # type: ignore[attr-defined]
+                                          r.ab_stages, r.budget.total, r.budget.breakdown()))
+        kernels[c.companion] = BackwardKernel(c.companion, f"_{name}_{c.companion}_kernel", cs.tile.m, cs.tile.n,  # type: ignore[attr-defined]
+                                              cs.tile.k, cs.schedule.group_m, configs)  # type: ignore[attr-defined]
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    return TrainingPlan(
+        save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
+        bias=bias.name if bias is not None else "", bias_torch=torch_name(bias.dtype) if bias is not None else "",
+        bias_triton=tl_dtypes[bias.dtype] if bias is not None else "",
+        operand_torch=torch_name(spec.a.dtype), operand_triton=tl_dtypes[spec.a.dtype],  # type: ignore[attr-defined]
+        out_torch=torch_name(spec.out.dtype), out_triton=tl_dtypes[spec.out.dtype],  # type: ignore[attr-defined]
+        kernels=kernels)

@@ -1,0 +1,152 @@
+"""The GEMM kind's `training` section: a kernel that opts in gets a backward, generated from the same spec.
+
+    [kernels.training]
+    save = "preact"          # or "recompute"
+    pre = { tile = { m = 128, n = 128, k = 64 } }   # optional (each); default: the forward's tile, warps, stages
+    dgrad = { tile = { m = 128, n = 128, k = 64 }, num_warps = 8 }
+    wgrad = { num_warps = 8 }
+
+Absent (the default) the kernel is forward-only, as every kernel was before: its torch op refuses inputs that
+require grad. Given, the forward's op gets a backward (torch.library.register_autograd) made of GEMMs the
+design renders from this spec:
+
+- dgrad: dA = G @ B^T and wgrad: dB = A^T @ G, with G = dOut * act'(pre) (act' from the formula table's
+  DERIVATIVES) and the bias gradient dbias = the column sum of G;
+- `save = "preact"`: the forward also stores the pre-activation pre = A @ B + bias (M x N, in the output's
+  dtype: the memory), and dgrad and wgrad read it as a matrix operand, computing G where they load it;
+- `save = "recompute"`: the forward saves nothing beyond its inputs; the backward first recomputes
+  pre = A @ B + bias in one GEMM whose epilogue reads dOut and writes G (the time: one GEMM more), then
+  dgrad and wgrad read G. Without an activation there is nothing to save or recompute (G = dOut): both
+  modes are the same kernels.
+
+The backward GEMMs' configs are checked by the same rules as the forward's: each is a GEMM spec derived
+here (`companions`: operands, majors, dtypes, tile, warps, stages), resolved and ruled on every target.
+
+What has a backward (anything else is refused here, naming the op, and the op keeps refusing grad): the
+plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, sigmoid) after it; f16,
+bf16 or f32 operands (A and B of one dtype) with an f32 accumulator; no batch. fp8 and int8 forwards have
+no backward (their scales would be inputs without grad; the bf16 backward of an fp8 forward is not built).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specgen.kinds.gemm.sections import Operand, Output, Pipeline, Schedule, Stages, Tile
+from specgen.spec.dtypes import DType
+from specgen.spec.models import Strict, bounded
+
+SAVE_MODES = ("preact", "recompute")
+BACKWARD_DTYPES = (DType.f16, DType.bf16, DType.f32)
+BACKWARD_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
+
+
+class BackwardGemm(Strict):
+    """One backward GEMM's config (its tile, warps and pipeline depth); a key not given is the forward's.
+    dgrad's tile is (m: rows of dA, n: columns of dA (K), k: the reduction over N); wgrad's (m: rows of dB
+    (K), n: columns of dB (N), k: the reduction over M)."""
+
+    tile: Tile | None = None
+    num_warps: bounded(64) | None = None
+    ab_stages: Stages | None = None
+
+
+class Training(Strict):
+    """A backward generated from this spec (absent: forward-only, the op refuses inputs that require grad).
+    `save = "preact"`: the forward also stores the pre-activation A @ B + bias (M x N, the output's dtype) and
+    the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
+    (dA = G @ B^T) and `wgrad` (dB = A^T @ G, the bias gradient fused), G = dOut * act'(pre), take the
+    forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
+    f16, bf16, f32 operands; no batch, no fp8 (Triton targets: TRN001 elsewhere)."""
+
+    save: Literal["preact", "recompute"]
+    # the pointer GEMM that computes the pre-activation for training: the forward that stores it (preact) or
+    # the backward's recompute (recompute); unused without an activation
+    pre: BackwardGemm = BackwardGemm()
+    dgrad: BackwardGemm = BackwardGemm()
+    wgrad: BackwardGemm = BackwardGemm()
+
+
+def check_training(training: Training | None, data: dict[str, object]) -> Training | None:
+    """The forward a backward is generated for (ValueError naming the field and what has a backward)."""
+    if training is None:
+        return None
+    a, b, acc = data.get("a"), data.get("b"), data.get("accumulator")
+    if not isinstance(a, Operand) or not isinstance(b, Operand):
+        return training  # the operands' own errors are reported
+    for side, op in (("a", a), ("b", b)):
+        if op.dtype not in BACKWARD_DTYPES:
+            raise ValueError(f"{side}.dtype = {op.dtype.value}: training has a backward for f16, bf16 and f32 "
+                             f"operands only (an fp8 or int8 forward has no backward yet); drop `training`")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a.dtype = {a.dtype.value} and b.dtype = {b.dtype.value}: training needs one operand "
+                         "dtype (the backward GEMMs multiply the gradient in it)")
+    if acc is not None and acc != DType.f32:
+        raise ValueError(f"accumulator = {acc.value}: training needs an f32 accumulator")
+    out = data.get("out")
+    if isinstance(out, Output) and out.dtype not in BACKWARD_DTYPES:
+        raise ValueError(f"out.dtype = {out.dtype.value}: training has a backward for f16, bf16 and f32 outputs only")
+    if data.get("batch"):
+        raise ValueError("batch = true: a batched GEMM has no backward yet; drop `training`")
+    chain = data.get("epilogue") or []
+    ops = [op.op for op in chain]  # type: ignore[attr-defined]
+    allowed = (["bias", "activation"], ["bias"], ["activation"], [])
+    for i, op in enumerate(chain):
+        name = ops[i]
+        if name == "bias" and op.along != "n":  # type: ignore[attr-defined]
+            raise ValueError(f"epilogue[{i}] (bias along m) has no backward yet: training has one for bias along n")
+        if name == "activation" and op.fn not in BACKWARD_ACTIVATIONS:  # type: ignore[attr-defined]
+            raise ValueError(f"epilogue[{i}] (activation {op.fn}) has no backward yet")  # type: ignore[attr-defined]
+        if name not in ("bias", "activation"):
+            raise ValueError(f"epilogue[{i}] ({name}) has no backward yet: training has one for the plain GEMM, "
+                             "bias (along n) and an activation (relu, gelu, gelu_tanh, silu, sigmoid) after it; "
+                             "drop `training` or the op")
+    if ops not in allowed:
+        raise ValueError(f"epilogue {ops}: training has a backward for [bias, activation], [bias], [activation] "
+                         "or none, in that order (one op of each)")
+    return training
+
+
+def activation_fn(epilogue: list) -> str:
+    """The chain's activation (empty where it has none)."""
+    return next((op.fn for op in epilogue if op.op == "activation"), "")
+
+
+def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
+    """The GEMMs a training spec's backward runs (and, with an activation, the forward that stores pre or the
+    backward's recompute), each as a GEMM spec of its own that resolve and the rules take as they take the
+    forward: (label, spec, the field a finding about it points at). `spec` is an effective spec (one target's)."""
+    t: Training | None = getattr(spec, "training", None)
+    if t is None:
+        return ()
+    s = spec  # GemmSpec; typed loosely: the spec module imports this one
+    a, b = s.a, s.b  # type: ignore[attr-defined]
+    flip = {"k": "mn", "mn": "k"}
+    act = activation_fn(s.epilogue)  # type: ignore[attr-defined]
+    out: list[tuple[str, object, tuple[str, ...]]] = []
+    if act:
+        label = "forward_pre" if t.save == "preact" else "recompute"
+        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype),  # type: ignore[attr-defined]
+                    ("training", "pre")))
+    # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
+    # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major.
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
+                                  Operand(dtype=b.dtype, major=flip[b.major]), a.dtype), ("training", "dgrad")))
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=a.dtype, major=flip[a.major]),
+                                  Operand(dtype=b.dtype, major="mn"), b.dtype), ("training", "wgrad")))
+    return tuple(out)
+
+
+def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType) -> object:
+    """A pointer GEMM (no TMA, one program per tile, no split-K) with the given operands and the config `cfg`
+    gives over the forward's."""
+    cfg = cfg or BackwardGemm()
+    triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
+        "tma": False, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
+        **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
+    pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
+    return s.model_copy(update={  # type: ignore[attr-defined]
+        "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": [],  # type: ignore[attr-defined]
+        "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]
+        "schedule": Schedule(group_m=s.schedule.group_m), "training": None,  # type: ignore[attr-defined]
+        "per_target": {}, "variants": []})

@@ -1,0 +1,108 @@
+"""The `training` section (specgen/kinds/gemm/training.py): absent by default (a spec dumps and hashes as before),
+validated with errors that name the field and what has a backward, its backward GEMMs resolved as companions
+that the same rules check (findings labelled and pointing into `training`), TRN001 off the Triton design,
+and the derivative table against torch's float64 autograd (the formulas the backward kernels render)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from kernels import MINIMAL_SPEC
+
+from specgen.check import check_specs
+from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.reference import ACTIVATIONS
+from specgen.spec.formulas import DERIVATIVE_PRIMITIVES, DERIVATIVES, FORMULAS
+from specgen.spec.load import SpecError, load_text
+
+
+def spec(**changes: object) -> dict:
+    d = copy.deepcopy(MINIMAL_SPEC)
+    d.update({"epilogue": [{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}], "training": {"save": "preact"}})
+    d.update(changes)
+    return d
+
+
+def load(d: dict):
+    (loaded,) = load_text(json.dumps({"kernels": [d]}), "<test>", ".json")
+    return loaded
+
+
+def refusal(d: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        load(d)
+    return str(info.value)
+
+
+def test_absent_training_dumps_as_before() -> None:
+    d = copy.deepcopy(MINIMAL_SPEC)
+    assert "training" not in GemmSpec.model_validate(d).model_dump(mode="json")
+    assert GemmSpec.model_validate(d).companions() == ()
+
+
+@pytest.mark.parametrize(("changes", "fragments"), [
+    ({"training": {"save": "later"}}, ["training.save", "preact", "recompute"]),
+    ({"training": {}}, ["training.save", "Field required"]),
+    ({"epilogue": [{"op": "residual", "dtype": "bf16"}]}, ["training", "epilogue[0] (residual) has no backward yet"]),
+    ({"epilogue": [{"op": "bias", "along": "m"}]}, ["epilogue[0] (bias along m) has no backward yet"]),
+    ({"epilogue": [{"op": "activation", "fn": "relu"}, {"op": "bias"}]}, ["in that order"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}, ["a.dtype = fp8_e4m3", "no backward yet"]),
+    ({"batch": True}, ["batch = true: a batched GEMM has no backward yet"]),
+    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, ["epilogue[0] (gated) has no backward yet"]),
+    ({"training": {"save": "preact", "dgrad": {"num_warps": 0}}}, ["training.dgrad.num_warps"]),
+])
+def test_what_has_no_backward_is_refused_naming_the_field(changes: dict, fragments: list[str]) -> None:
+    text = refusal(spec(**changes))
+    for f in fragments:
+        assert f in text, text
+    assert "<test>:" in text  # a position, not a traceback
+
+
+@pytest.mark.parametrize("save", ["preact", "recompute"])
+def test_companions_are_the_backward_gemms(save: str) -> None:
+    s = GemmSpec.model_validate(spec(training={"save": save, "dgrad": {"tile": {"m": 64, "n": 64, "k": 32}}}))
+    labels = [label for label, _, _ in s.companions()]
+    assert labels == ["forward_pre" if save == "preact" else "recompute", "dgrad", "wgrad"]
+    comp = {label: c for label, c, _ in s.companions()}
+    # dgrad: G (M, N) K-major @ B^T, B k-major -> B^T mn-major; wgrad: A^T (A k-major -> mn) @ G (mn)
+    assert (comp["dgrad"].a.major, comp["dgrad"].b.major, comp["dgrad"].tile.m) == ("k", "mn", 64)
+    assert (comp["wgrad"].a.major, comp["wgrad"].b.major, comp["wgrad"].tile.m) == ("mn", "mn", 128)
+    assert all(not c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
+    plain = GemmSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
+    assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
+
+
+def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:
+    """A dgrad tile past SMEM is SMEM001 on the backward dgrad, at training.dgrad; the forward passes."""
+    text = json.dumps({"kernels": [spec(training={"save": "recompute", "dgrad": {"tile": {"m": 256, "n": 256, "k": 256}}})]})
+    (loaded,) = load_text(text.replace('"dgrad"', '\n"dgrad"'), "<test>", ".json")
+    report = check_specs([loaded])
+    errors = [d for d in report.diagnostics if d.severity == "error"]
+    assert errors and all(d.variant == "backward dgrad" for d in errors), [str(d) for d in errors]
+    assert {d.rule for d in errors} >= {"SMEM001"} and all(d.line == 2 for d in errors)
+    assert "backward dgrad" in str(errors[0])
+
+
+def test_trn001_off_the_triton_design() -> None:
+    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm90"]))])
+    trn = [d for d in report.diagnostics if d.rule == "TRN001"]
+    assert [d.target for d in trn] == ["cute:sm90"] and "renders no backward" in trn[0].message
+    # the CuTe target resolves no companions: no finding about a backward GEMM there
+    assert not [d for d in report.diagnostics if d.target == "cute:sm90" and d.variant.startswith("backward")]
+
+
+@pytest.mark.parametrize("fn", list(ACTIVATIONS))
+def test_derivative_equals_torch_autograd_in_float64(fn: str) -> None:
+    from test_formulas import evaluate  # the table's evaluator (primitives as torch ops)
+
+    x = torch.cat([torch.linspace(-12, 12, 2001, dtype=torch.float64),
+                   torch.tensor([0.0, -0.0, float("nan"), 1e-30, -1e-30], dtype=torch.float64)]).requires_grad_()
+    (want,) = torch.autograd.grad(ACTIVATIONS[fn](x).sum(), x)
+    got = evaluate(DERIVATIVES[fn].expr, x.detach())
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.allclose(got.nan_to_num(0), want.nan_to_num(0), rtol=1e-12, atol=1e-14)
+    assert DERIVATIVES[fn].expr.kinds() <= set(DERIVATIVE_PRIMITIVES)
+    assert set(DERIVATIVES) <= set(FORMULAS)
