@@ -131,9 +131,9 @@ def test_a_copys_positions_are_its_own_lines(monkeypatch, suffix: str) -> None:
     first's tables (multi-line descriptions and all)."""
     from pathlib import Path
 
-    from specgen.spec import positions as positions_module
+    from specgen.spec import kernel_tables as tables_module
 
-    monkeypatch.setattr(positions_module, "_TABLES", {})
+    monkeypatch.setattr(tables_module, "_TABLES", {})
     for f in sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.toml")):
         text = f.read_text()
         names = [ls.name for ls in load_text(text, f.name, ".toml")]
@@ -147,11 +147,11 @@ def test_a_copys_positions_are_its_own_lines(monkeypatch, suffix: str) -> None:
                 mine = ls.positions.for_kernel(ls.index)
                 paths = [p for p in alone if p[:2] == ("kernels", ls.index)]
                 assert paths and {p: mine[p] for p in paths if p in mine} == {p: alone[p] for p in paths}, (f, ls.name)
-    assert positions_module._TABLES  # the copies were read off their firsts
+    assert tables_module._TABLES  # the copies were read off their firsts
 
 
 def test_a_kernels_header_inside_a_multiline_string_is_no_table() -> None:
-    from specgen.spec.positions import toml_kernel_tables
+    from specgen.spec.kernel_tables import toml_kernel_tables
 
     text = kernel("first", "x") + 'description = """\n[[kernels]]\nname = "not"\n"""\n' + kernel("second")
     text = text.replace('description = "x"\n', "", 1)

@@ -22,14 +22,13 @@ import tomllib
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.spec.file import SpecFile
+from specgen.spec.kernel_tables import toml_kernel_positions_shared, toml_kernel_tables
 from specgen.spec.models import LayeredSpec, copy_model
 from specgen.spec.positions import (
     Positions,
     json_duplicate_keys,
     json_positions,
     spec_yaml_loader,
-    toml_kernel_positions_shared,
-    toml_kernel_tables,
     toml_line_starts,
     toml_positions,
     yaml_positions,

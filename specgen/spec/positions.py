@@ -122,7 +122,7 @@ _PLAIN_ITEM = re.compile(r"(?:[ \t\r\n]++|#[^\n]*+)*+(" + _PLAIN_VALUE + r")(?:[
 def _inline_value(depth: int) -> re.Pattern[str]:
     """An inline table or array, brackets nested up to `depth`, read whole by one match: its one-line strings
     and comments are atoms (a bracket inside one is no bracket). A multi-line string is not an atom (its
-    quotes read as one-line strings): a match holding one is not used (`_TomlScanner.top_value`)."""
+    quotes read as one-line strings): a match holding one is not used (`TomlScanner.top_value`)."""
     atom = r"""[^\[\]{}"'#]++|"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+'|#[^\n]*+"""
     nest = r"[\[{](?:" + atom + r")*+[\]}]"
     for _ in range(depth - 1):
@@ -138,10 +138,10 @@ _INLINE_VALUE = _inline_value(6)
 # whole). Where no such statement follows, it reads the blanks alone.
 _STATEMENT = re.compile(r"(?:[ \t\r\n]++|#[^\n]*+)*+(?:([A-Za-z0-9_-]+)[ \t]*=[ \t]*(?:" + _PLAIN_VALUE
                         + r"[ \t\r]*+(?:#[^\n]*+)?(?=\n|\Z)|(" + _INLINE_VALUE.pattern + ")))?")
-_MULTILINE_QUOTES = ('"""', "'''")
+MULTILINE_QUOTES = ('"""', "'''")
 
 
-class _TomlScanner:
+class TomlScanner:
     """Walks TOML text recording where each key and array element starts (offsets; `positions` gives lines
     and columns). Assumes text tomllib accepted."""
 
@@ -156,7 +156,7 @@ class _TomlScanner:
         # A table's inline values (a key's `{...}` or `[...]`) are skipped by one match and scanned when a path
         # inside one is asked (`expand`): TOML closes an inline value, no other line adds to its paths.
         self.deferred: dict[Path, int] = {}  # an inline value's path: where it starts
-        self.multiline = any(q in text for q in _MULTILINE_QUOTES)  # else no skipped value can hold one
+        self.multiline = any(q in text for q in MULTILINE_QUOTES)  # else no skipped value can hold one
 
     def positions(self, under: Path = ()) -> Positions:
         """The recorded paths under `under` (all by default) with their line and column."""
@@ -174,7 +174,7 @@ class _TomlScanner:
         self.value(path)
 
     def holds_multiline(self, value: str) -> bool:
-        return self.multiline and any(q in value for q in _MULTILINE_QUOTES)
+        return self.multiline and any(q in value for q in MULTILINE_QUOTES)
 
     def expand(self, path: Path) -> None:
         """Scan the skipped inline value at `path`, recording the paths inside it."""
@@ -354,7 +354,7 @@ class _TomlPositions(Mapping[Path, tuple[int, int]]):
     """A lazy scanner's positions under a path prefix: a path inside a skipped inline value scans that value
     first (once); reading them all scans every one. (line, column) from offsets when read."""
 
-    def __init__(self, scanner: _TomlScanner, under: Path) -> None:
+    def __init__(self, scanner: TomlScanner, under: Path) -> None:
         self._scanner, self._under = scanner, under
 
     def _offset(self, path: Path) -> int | None:
@@ -393,7 +393,7 @@ class _TomlPositions(Mapping[Path, tuple[int, int]]):
 def toml_positions(text: str) -> Positions:
     """Every key's and array element's position (a key of a table, of an inline table, an array's element),
     each inline value scanned when a path inside it is first asked."""
-    scanner = _TomlScanner(text)
+    scanner = TomlScanner(text)
     try:
         scanner.scan()
     except (ValueError, IndexError, RecursionError):  # positions are a courtesy: never fail a load over them
@@ -403,101 +403,6 @@ def toml_positions(text: str) -> Positions:
 
 def toml_line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in re.finditer("\n", text)]
-
-
-# A `[[kernels]]` header at a line's start: the line-up of a file's kernels' tables where no multi-line
-# string holds such a line (a value never starts with a bare word).
-_KERNELS_HEADER = re.compile(r"^[ \t]*(\[\[)[ \t]*kernels[ \t]*\]\]", re.M)
-# What can hold a `[[kernels]]` line that is no header: a multi-line string. Read in order with what could hide
-# its quotes (a comment, a one-line string), so each match starts where TOML starts one (text tomllib accepted).
-_QUOTED = re.compile(r'#[^\n]*|"""(?:[^"\\]|\\.|"(?!""))*"""(?:""?(?!"))?|\'\'\'(?:[^\']|\'(?!\'\'))*\'\'\'(?:\'\'?(?!\'))?'
-                     r'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'', re.S)
-
-
-def toml_kernel_tables(text: str, kernels: int) -> list[int] | None:
-    """Where each of a file's `kernels` tables starts (`[[kernels]]`), or None where the file does not read
-    as one such header per kernel, plainly (an inline `kernels` array, quoted keys)."""
-    starts = [m.start(1) for m in _KERNELS_HEADER.finditer(text)]
-    if any(q in text for q in _MULTILINE_QUOTES) and starts:
-        spans = [(m.start(), m.end()) for m in _QUOTED.finditer(text) if m.group().startswith(_MULTILINE_QUOTES)]
-        starts = [i for i in starts if not any(a < i < b for a, b in spans)]
-    return starts if len(starts) == kernels else None
-
-
-# A kernel's `name = "..."` statement on a line of its own, its value (group 1): what a copy changes.
-_NAME_STATEMENT = re.compile(r"""^[ \t]*name[ \t]*=[ \t]*("[A-Za-z0-9_]*"|'[A-Za-z0-9_]*')[ \t]*$""", re.M)
-# Kernel tables scanned so far, by their text less the name's value (and its length): a copy's positions are its
-# first's, moved to its own lines. At most _TABLES_HELD, then it starts over.
-_TABLES: dict[tuple[str, int], tuple[Positions, int, int]] = {}
-_TABLES_HELD = 256
-
-
-class _MovedPositions(Mapping[Path, tuple[int, int]]):
-    """Another kernel table's positions (kernel `source`, whose header is on line `line`) read as those of an
-    identical table (kernel `index`, `shift` lines further)."""
-
-    def __init__(self, positions: Positions, source: int, index: int, shift: int) -> None:
-        self._positions, self._source, self._index, self._shift = positions, source, index, shift
-
-    def _theirs(self, path: object) -> Path | None:
-        if not isinstance(path, tuple) or path[:2] != ("kernels", self._index):
-            return None
-        return ("kernels", self._source, *path[2:])
-
-    def __getitem__(self, path: Path) -> tuple[int, int]:
-        theirs = self._theirs(path)
-        if theirs is None:
-            raise KeyError(path)
-        line, column = self._positions[theirs]
-        return line + self._shift, column
-
-    def __contains__(self, path: object) -> bool:
-        theirs = self._theirs(path)
-        return theirs is not None and theirs in self._positions
-
-    def __iter__(self) -> Iterator[Path]:
-        return iter([("kernels", self._index, *p[2:]) for p in self._positions])
-
-    def __len__(self) -> int:
-        return len(self._positions)
-
-
-def toml_kernel_positions_shared(text: str, tables: list[int], index: int, line_starts: list[int],
-                                 name: object) -> Positions:
-    """`toml_kernel_positions`, shared by tables written alike: where a table's text less its `name` value is
-    one scanned before (a copy of a file, a template's output), its positions are that table's, moved."""
-    start = text.rfind("\n", 0, tables[index]) + 1  # the header's line: columns then agree
-    end = tables[index + 1] if index + 1 < len(tables) else len(text)
-    block = text[start:end]
-    names = list(_NAME_STATEMENT.finditer(block))
-    if len(names) != 1 or names[0].group(1)[1:-1] != name:
-        return toml_kernel_positions(text, tables, index, line_starts)
-    m = names[0]
-    key = (block[: m.start(1)] + block[m.end(1) :], m.end(1) - m.start(1))
-    line = bisect.bisect_right(line_starts, start)
-    seen = _TABLES.get(key)
-    if seen is not None:
-        positions, source, first = seen
-        return _MovedPositions(positions, source, index, line - first)
-    positions = toml_kernel_positions(text, tables, index, line_starts)
-    if len(_TABLES) >= _TABLES_HELD:
-        _TABLES.clear()
-    _TABLES[key] = (positions, index, line)
-    return positions
-
-
-def toml_kernel_positions(text: str, tables: list[int], index: int, line_starts: list[int]) -> Positions:
-    """`toml_positions` of one kernel's fields (its paths under ("kernels", index)), read from its table
-    alone: what a check needs where a few kernels of a large file have findings."""
-    scanner = _TomlScanner(text, line_starts)
-    scanner.i = tables[index]
-    scanner.end = tables[index + 1] if index + 1 < len(tables) else len(text)
-    scanner.aot_index[("kernels",)] = index - 1
-    try:
-        scanner.scan()
-    except (ValueError, IndexError, RecursionError):
-        return {}
-    return scanner.positions(("kernels", index))
 
 
 class _JsonScanner:
