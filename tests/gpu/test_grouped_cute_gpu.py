@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
+from specgen.kinds.grouped.testing.reference import assert_rows_match
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS
 
 pytestmark = pytest.mark.gpu
@@ -77,14 +78,6 @@ def _reference(a, b, offs, epilogue=lambda y, g, rows: y) -> torch.Tensor:
     return out
 
 
-def _check(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    tail = ref.isnan()
-    assert torch.equal(out.isnan(), tail), f"{what}: rows written outside the groups, or rows left unwritten"
-    err = (out.double() - ref).abs()[~tail]
-    tol = 2e-2 + 2e-2 * ref.abs()[~tail]
-    assert bool((err <= tol).all()), f"{what}: max error {err.max().item():.4g}"
-
-
 @pytest.mark.parametrize("case", list(SIZES))
 def test_moe_bf16_against_float64_and_grouped_mm(case: str) -> None:
     fn = _module("moe_bf16").moe_bf16
@@ -92,7 +85,7 @@ def test_moe_bf16_against_float64_and_grouped_mm(case: str) -> None:
     a, b, offs = _data(SIZES[case], gen)
     out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     assert fn(a, b, offs, out=out) is out
-    _check(out, _reference(a, b, offs), case)
+    assert_rows_match(out, _reference(a, b, offs), case)
     rows = int(offs[-1])
     if rows:  # torch._grouped_mm on the same tensors: within two bf16 roundings of ours
         peer = torch._grouped_mm(a, b, offs=offs)[:rows].float()
@@ -111,10 +104,10 @@ def test_fused_catalogue_kernels_against_float64(case: str) -> None:
     router = torch.rand(a.shape[0], device="cuda", generator=gen) + 0.5
     out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     _module("moe_up_bias_silu_bf16").moe_up_bias_silu_bf16(a, b, offs, bias, out=out)
-    _check(out, _reference(a, b, offs, lambda y, i, r: torch.nn.functional.silu(y + bias[i].double())), f"up {case}")
+    assert_rows_match(out, _reference(a, b, offs, lambda y, i, r: torch.nn.functional.silu(y + bias[i].double())), f"up {case}")
     out.fill_(float("nan"))
     _module("moe_down_router_bf16").moe_down_router_bf16(a, b, offs, router, out=out)
-    _check(out, _reference(a, b, offs, lambda y, i, r: y * router[r, None].double()), f"down {case}")
+    assert_rows_match(out, _reference(a, b, offs, lambda y, i, r: y * router[r, None].double()), f"down {case}")
 
 
 def test_guards_refuse_before_launch() -> None:
@@ -151,4 +144,4 @@ def test_cuda_graph_replays_new_group_sizes() -> None:
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check(out, _reference(a, b, offs), f"replay with sizes {new}")
+        assert_rows_match(out, _reference(a, b, offs), f"replay with sizes {new}")

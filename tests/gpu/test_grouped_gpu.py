@@ -14,6 +14,8 @@ import importlib
 import pytest
 import torch
 
+from specgen.kinds.grouped.testing.reference import assert_rows_match
+
 pytestmark = pytest.mark.gpu
 
 NAME = "moe_up_bias_silu_bf16"
@@ -56,14 +58,6 @@ def _reference(a, b, offs, bias) -> torch.Tensor:
     return out
 
 
-def _check(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    tail = ref.isnan()
-    assert torch.equal(out.isnan(), tail), f"{what}: rows written outside the groups, or rows left unwritten"
-    err = (out.double() - ref).abs()[~tail]
-    tol = 2e-2 + 2e-2 * ref.abs()[~tail]
-    assert bool((err <= tol).all()), f"{what}: max error {err.max().item():.4g}"
-
-
 @pytest.mark.parametrize("case", list(SIZES))
 def test_ragged_groups_against_float64_and_grouped_mm(case: str) -> None:
     fn = getattr(_module(), NAME)
@@ -72,7 +66,7 @@ def test_ragged_groups_against_float64_and_grouped_mm(case: str) -> None:
     out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     fn(a, b, offs, bias, out=out)
     ref = _reference(a, b, offs, bias)
-    _check(out, ref, case)
+    assert_rows_match(out, ref, case)
     # torch._grouped_mm with the epilogue in eager: within two bf16 roundings of ours
     if sum(SIZES[case]) and hasattr(torch, "_grouped_mm"):
         rows = int(offs[-1])
@@ -104,7 +98,7 @@ def test_cuda_graph_replays_new_group_sizes() -> None:
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check(out, _reference(a, b, offs, bias), f"replay with sizes {new}")
+        assert_rows_match(out, _reference(a, b, offs, bias), f"replay with sizes {new}")
 
 
 FP8 = "moe_fp8_rowwise"
@@ -141,7 +135,7 @@ def test_fp8_ragged_groups_against_float64_and_scaled_grouped_mm(case: str) -> N
     a, b, offs, scale_a, scale_b = _fp8_data(SIZES[case], gen)
     out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     assert fn(a, b, offs, scale_a, scale_b, out=out) is out
-    _check(out, _fp8_reference(a, b, offs, scale_a, scale_b), case)
+    assert_rows_match(out, _fp8_reference(a, b, offs, scale_a, scale_b), case)
     # torch._scaled_grouped_mm on the same tensors (its B column-major, as ours): within two bf16 roundings
     if sum(SIZES[case]) and hasattr(torch, "_scaled_grouped_mm"):
         rows = int(offs[-1])
@@ -169,7 +163,7 @@ def test_fp8_cuda_graph_replays_new_group_sizes() -> None:
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check(out, _fp8_reference(a, b, offs, scale_a, scale_b), f"fp8 replay with sizes {new}")
+        assert_rows_match(out, _fp8_reference(a, b, offs, scale_a, scale_b), f"fp8 replay with sizes {new}")
 
 
 @pytest.mark.parametrize("case", ["even", "first_middle_last_empty", "all_empty", "one_holds_all", "odd", "many_tiny"])

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from specgen.kinds.gemm.designs.cute_sm90.design import (
     DESIGN,
+    RegisterEstimate,
     epilogue_tile,
     kernel_tile,
     mma_warpgroups,
@@ -159,13 +160,17 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
         hints.append('cute.schedule = "cooperative" with cute.mma_warpgroups = 2 (each holds half the tile)')
     elif mma_warpgroups(s) == 1 and kernel_tile(s)[0] % 128 == 0:
         hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
-    hints.append("a smaller tile.n")
+    yield register_finding(ctx, est, hints, near)
+
+
+def register_finding(ctx: RuleContext, est: RegisterEstimate, hints: list[str], near: bool) -> Finding:
+    """REG001's finding on a consumer thread's estimate (`hints` what would lower it; a smaller tile.n last)."""
     need = (f"a consumer thread needs about {est.total} registers ({est.breakdown()}; {ctx.acc_threads} threads share "
-            f"the {s.tile.m}x{s.tile.n} accumulator)")
+            f"the {ctx.spec.tile.m}x{ctx.spec.tile.n} accumulator)")
     message = (f"{need} > the {est.budget} setmaxnreg gives it: ptxas spills to local memory" if est.spills
                else f"{need}, of the {est.budget} setmaxnreg gives it")
-    yield Finding("REG001", "error", message, "use " + ", or ".join(hints), ("tile",),
-                  Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
+    return Finding("REG001", "error", message, "use " + ", or ".join([*hints, "a smaller tile.n"]), ("tile",),
+                   Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
 
 
 def option_findings(ctx: RuleContext) -> Iterator[Finding]:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 from specgen.kinds.gemm.designs.cute_sm90 import rules as dense
 from specgen.kinds.gemm.designs.cute_sm90.design import mma_warpgroups
-from specgen.kinds.gemm.shared_rules import compiled, mma
+from specgen.kinds.gemm.shared_rules import mma
 from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN, group_registers
-from specgen.rules.base import Finding, Near, RuleContext, RuleSet, target_of
+from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
 from specgen.spec.dtypes import DType
 
 OWN = RuleSet()
@@ -86,13 +86,7 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     hints = ["fewer vector or cast ops in the epilogue"] if est.operands or est.temporaries else []
     if mma_warpgroups(ctx.spec) == 1 and ctx.spec.tile.m % 128 == 0:  # type: ignore[arg-type]
         hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
-    hints.append("a smaller tile.n")
-    need = (f"a consumer thread needs about {est.total} registers ({est.breakdown()}; {ctx.acc_threads} threads share "
-            f"the {ctx.spec.tile.m}x{ctx.spec.tile.n} accumulator)")
-    message = (f"{need} > the {est.budget} setmaxnreg gives it: ptxas spills to local memory" if est.spills
-               else f"{need}, of the {est.budget} setmaxnreg gives it")
-    yield Finding("REG001", "error", message, "use " + ", or ".join(hints), ("tile",),
-                  Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
+    yield dense.register_finding(ctx, est, hints, near)
 
 
 SHARED = [r for r in (*mma.RULES, *dense.RULES) if r.id in ("MAJ001", "MMA001", "CUTE001", "CUTE002")]
