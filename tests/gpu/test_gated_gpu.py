@@ -23,7 +23,7 @@ from kernels import load_target_module
 from gpu.test_numerics_gpu import GpuNumerics, gpu_modules, only  # noqa: F401 (gpu_modules: the fixture GpuNumerics reads)
 from specgen.kinds.gemm.testing.reference import REFERENCES
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
-from specgen.kinds.grouped.testing.reference import grouped
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, grouped
 from specgen.kinds.grouped.testing.specs import FORMS
 
 pytestmark = pytest.mark.gpu
@@ -83,13 +83,8 @@ class TestGatedTritonGpuNumerics(GpuNumerics):
 
 # --- the shipped grouped kernel -----------------------------------------------------------------------------
 N, K, TAIL = 200, 328, 17  # N and K past whole tiles (128x128x64, the decode variant's 64x64x128)
-SIZES = {
-    "odd": [1, 127, 129, 3, 255, 2],
-    "first_middle_last_empty": [0, 37, 0, 0, 130, 1, 0],
-    "all_empty": [0, 0, 0],
-    "shared_tiles": [5, 7, 3, 2, 9, 4, 1, 6],
-    "decode_variant": [2, 0, 1, 3, 2, 0, 2, 2, 1, 2, 0, 3, 2, 2, 1, 2],  # M = 42 <= 64
-}
+SIZES = {**{c: RAGGED_SIZES[c] for c in ("odd", "first_middle_last_empty", "all_empty", "shared_tiles")},
+         "decode_variant": DECODE_SIZES}
 
 
 @pytest.mark.parametrize("case", list(SIZES))

@@ -16,23 +16,13 @@ import pytest
 import torch
 
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
-from specgen.kinds.grouped.testing.reference import assert_rows_match
+from specgen.kinds.grouped.testing.reference import RAGGED_SIZES, assert_rows_match
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS
 
 pytestmark = pytest.mark.gpu
 
 N, K = 400, 328  # N past whole 256-column tiles (and no multiple of 16), K past whole 64-deep K tiles
-SIZES = {
-    "even": [128] * 4,
-    "first_middle_last_empty": [0, 37, 0, 0, 130, 1, 0],
-    "all_empty": [0, 0, 0],
-    "one_holds_all": [0, 0, 301, 0],
-    "odd": [1, 127, 129, 3, 255, 2],
-    "shared_tiles": [5, 7, 3, 2, 9, 4, 1, 6],  # a 128-row tile spans many groups
-    "many_tiny": [i % 3 for i in range(256)],  # 256 groups of 0-2 rows
-    "one_group": [333],  # G = 1: the dense GEMM
-    "skewed": [700, 3, 0, 41, 0, 0, 1, 90],
-}
+SIZES = {"even": [128] * 4, **RAGGED_SIZES, "one_group": [333], "skewed": [700, 3, 0, 41, 0, 0, 1, 90]}  # one: G = 1
 TAIL = 17  # rows past the last group: untouched (they keep the poison)
 
 

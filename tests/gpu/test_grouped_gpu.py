@@ -14,22 +14,13 @@ import importlib
 import pytest
 import torch
 
-from specgen.kinds.grouped.testing.reference import assert_rows_match
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, assert_rows_match
 
 pytestmark = pytest.mark.gpu
 
 NAME = "moe_up_bias_silu_bf16"
 N, K = 400, 328  # N and K past whole tiles (128x256x64; the decode variant's 16x128x128): column and K tails
-SIZES = {
-    "even": [64] * 4,
-    "first_middle_last_empty": [0, 37, 0, 0, 130, 1, 0],
-    "all_empty": [0, 0, 0],
-    "one_holds_all": [0, 0, 301, 0],
-    "odd": [1, 127, 129, 3, 255, 2],
-    "shared_tiles": [5, 7, 3, 2, 9, 4, 1, 6],  # a 128-row tile spans many groups
-    "many_tiny": [i % 3 for i in range(256)],  # 256 groups of 0-2 rows
-    "decode_variant": [2, 0, 1, 3, 2, 0, 2, 2, 1, 2, 0, 3, 2, 2, 1, 2],  # M = 42 <= 64: the swapped decode variant
-}
+SIZES = {"even": [64] * 4, **RAGGED_SIZES, "decode_variant": DECODE_SIZES}  # the decode one: the swapped variant
 TAIL = 17  # rows past the last group: untouched (they keep the poison)
 
 

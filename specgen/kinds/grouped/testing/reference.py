@@ -66,3 +66,17 @@ def assert_rows_match(out: torch.Tensor, ref: torch.Tensor, what: str, rtol: flo
     err = (out.double() - ref).abs()[~tail]
     tol = atol + rtol * ref.abs()[~tail]
     assert bool((err <= tol).all()), f"{what}: max error {err.max().item():.4g}"
+
+
+# Group sizes the GPU tests run every grouped kernel on (each file adds its own: even splits at its tile, a decode
+# variant's few rows, G = 1): empty groups anywhere, a group holding every row, sizes no multiple of a tile, a tile
+# shared by many groups, 256 groups of 0-2 rows.
+RAGGED_SIZES: dict[str, list[int]] = {
+    "first_middle_last_empty": [0, 37, 0, 0, 130, 1, 0],
+    "all_empty": [0, 0, 0],
+    "one_holds_all": [0, 0, 301, 0],
+    "odd": [1, 127, 129, 3, 255, 2],
+    "shared_tiles": [5, 7, 3, 2, 9, 4, 1, 6],  # a 128-row tile spans many groups
+    "many_tiny": [i % 3 for i in range(256)],  # 256 groups of 0-2 rows
+}
+DECODE_SIZES = [2, 0, 1, 3, 2, 0, 2, 2, 1, 2, 0, 3, 2, 2, 1, 2]  # M = 42 <= 64: a decode variant's rows
