@@ -70,7 +70,7 @@ def test_companions_are_the_backward_gemms(save: str) -> None:
     # dgrad: G (M, N) K-major @ B^T, B k-major -> B^T mn-major; wgrad: A^T (A k-major -> mn) @ G (mn)
     assert (comp["dgrad"].a.major, comp["dgrad"].b.major, comp["dgrad"].tile.m) == ("k", "mn", 64)
     assert (comp["wgrad"].a.major, comp["wgrad"].b.major, comp["wgrad"].tile.m) == ("mn", "mn", 128)
-    assert all(not c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
+    assert all(c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
     plain = GemmSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
     assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
 

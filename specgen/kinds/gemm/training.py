@@ -13,7 +13,8 @@ design renders from this spec:
 - dgrad: dA = G @ B^T and wgrad: dB = A^T @ G, with G = dOut * act'(pre) (act' from the formula table's
   DERIVATIVES) and the bias gradient dbias = the column sum of G;
 - `save = "preact"`: the forward also stores the pre-activation pre = A @ B + bias (M x N, in the output's
-  dtype: the memory), and dgrad and wgrad read it as a matrix operand, computing G where they load it;
+  dtype: the memory); the backward forms G from it in one streaming pass (with the bias gradient), then dgrad
+  and wgrad read G;
 - `save = "recompute"`: the forward saves nothing beyond its inputs; the backward first recomputes
   pre = A @ B + bias in one GEMM whose epilogue reads dOut and writes G (the time: one GEMM more), then
   dgrad and wgrad read G. Without an activation there is nothing to save or recompute (G = dOut): both
@@ -55,12 +56,12 @@ class Training(Strict):
     """A backward generated from this spec (absent: forward-only, the op refuses inputs that require grad).
     `save = "preact"`: the forward also stores the pre-activation A @ B + bias (M x N, the output's dtype) and
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
-    (dA = G @ B^T) and `wgrad` (dB = A^T @ G, the bias gradient fused), G = dOut * act'(pre), take the
+    (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     f16, bf16, f32 operands; no batch, no fp8 (Triton targets: TRN001 elsewhere)."""
 
     save: Literal["preact", "recompute"]
-    # the pointer GEMM that computes the pre-activation for training: the forward that stores it (preact) or
+    # the GEMM that computes the pre-activation for training: the forward that stores it (preact) or
     # the backward's recompute (recompute); unused without an activation
     pre: BackwardGemm = BackwardGemm()
     dgrad: BackwardGemm = BackwardGemm()
@@ -138,11 +139,11 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
 
 
 def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType) -> object:
-    """A pointer GEMM (no TMA, one program per tile, no split-K) with the given operands and the config `cfg`
-    gives over the forward's."""
+    """A GEMM read through TMA (its kernel's pointer form, for layouts TMA cannot read, needs no more SMEM: one
+    program per tile, no split-K) with the given operands and the config `cfg` gives over the forward's."""
     cfg = cfg or BackwardGemm()
     triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
-        "tma": False, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
+        "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
         **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
     return s.model_copy(update={  # type: ignore[attr-defined]

@@ -1,9 +1,10 @@
 """What a generated module's backward (a spec's `training` section) calls at run time: its launch of a backward
-kernel with the launch config of the device's compute capability, and the checks of what autograd hands it.
+kernel with the launch config of the device's compute capability, the choice of each GEMM's form (TMA where the
+operands' layouts allow, pointer loads for any strides), and the checks of what autograd hands it.
 
-The backward kernels take any strides (a transposed weight, autograd's expanded gradient of a sum), so they
-launch through Triton's JIT, which specializes on the strides it is given; a backward launches three GEMMs of
-M x N x K each, next to which the JIT's per-launch cost (some microseconds) is small.
+The backward kernels launch through Triton's JIT, which specializes on the strides (and, for the TMA form, the
+descriptors' boxes) it is given; a backward launches three GEMMs of M x N x K each, next to which the JIT's
+per-launch cost (some microseconds) is small.
 """
 
 from __future__ import annotations
@@ -11,18 +12,25 @@ from __future__ import annotations
 import torch
 
 from specgen.runtime.guards import INT32_SPAN, INTERPRET, refuse_interpreter_bf16
+from specgen.runtime.triton.descriptors import descriptor
 
 _CAPABILITY: dict[int, int] = {}
+
+
+def capability(device: int) -> int:
+    """The CUDA device's compute capability as one number (90 for sm_90), cached."""
+    cc = _CAPABILITY.get(device)
+    if cc is None:
+        major, minor = torch.cuda.get_device_capability(device)
+        cc = _CAPABILITY[device] = major * 10 + minor
+    return cc
 
 
 def config_for(kernel: str, configs: dict[int, dict[str, int]], device: int) -> dict[str, int]:
     """The launch config (warps, stages) for a device by its compute capability (the first under the interpreter)."""
     if device < 0:
         return next(iter(configs.values()))
-    cc = _CAPABILITY.get(device)
-    if cc is None:
-        major, minor = torch.cuda.get_device_capability(device)
-        cc = _CAPABILITY[device] = major * 10 + minor
+    cc = capability(device)
     if cc not in configs:
         have = ", ".join(f"sm_{c}" for c in configs)
         raise RuntimeError(f"{kernel}: the backward was rendered for {have} (the spec's targets); cuda:{device} is "
@@ -35,8 +43,8 @@ def _span(t: torch.Tensor) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n)
 
 
-def launch(kernel: str, jit: object, configs: dict[int, dict[str, int]], tiles: dict[str, int], device: int,
-           grid: int, args: tuple, bf16: bool) -> None:
+def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, int], grid: int, args: tuple, bf16: bool,
+           **constexprs: object) -> None:
     """Launch one backward kernel over `grid` programs (the JIT specializes and caches it)."""
     if bf16:
         refuse_interpreter_bf16(kernel)
@@ -45,7 +53,47 @@ def launch(kernel: str, jit: object, configs: dict[int, dict[str, int]], tiles: 
             raise ValueError(f"{kernel}: a backward operand (argument {i}, shape {tuple(a.shape)}, strides {a.stride()}) "
                              f"spans {_span(a)} elements; the backward kernels index within a matrix in 32 bits "
                              f"(< {INT32_SPAN}): split the call")
-    jit[(grid,)](*args, **tiles, FAST_MATH=not INTERPRET, **config_for(kernel, configs, device))  # type: ignore[index]
+    jit[(grid,)](*args, **tiles, **constexprs, FAST_MATH=not INTERPRET, **config)  # type: ignore[index]
+
+
+def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | None:
+    """A TMA descriptor reading matrix `v` in (rows, cols) boxes, and whether it is built over v's transpose (v
+    stored column-major: the kernel reads boxes of the transpose and transposes them in SMEM); None where TMA
+    cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, an empty v)."""
+    if v.numel() == 0 or v.data_ptr() % 16:
+        return None
+    size = v.element_size()
+    for t, (r, c), flipped in ((v, (rows, cols), False), (v.t(), (cols, rows), True)):
+        if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0:
+            return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
+    return None
+
+
+def _reads_tma(device: int) -> bool:
+    """Whether the device has TMA (sm_90 and later; the interpreter runs the TMA form too)."""
+    return device < 0 or capability(device) >= 90
+
+
+def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str, int]], tiles: dict[str, int],
+         device: int, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, tensors: tuple, strides: tuple,
+         bf16: bool) -> None:
+    """C (P, Q) = X (P, R) @ Y (R, Q) with a role's epilogue over one program per output tile: the TMA form
+    (`forms[0]`) where the device has TMA and both operands' layouts allow it, else the pointer form, which
+    takes any strides. `tensors`: the role's own (after C in the kernels' parameters), `strides`: those of its
+    matrix among them (after C's)."""
+    (P, R), Q = x.shape, y.shape[1]
+    grid = -(-P // tiles["BLOCK_P"]) * -(-Q // tiles["BLOCK_Q"])
+    config = config_for(kernel, configs, device)
+    xd = yd = None
+    if R and _reads_tma(device):
+        xd = tma_operand(x, tiles["BLOCK_P"], tiles["BLOCK_R"])
+        yd = tma_operand(y, tiles["BLOCK_R"], tiles["BLOCK_Q"]) if xd else None
+    if xd and yd:
+        launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], c, *tensors, P, Q, R, *c.stride(), *strides), bf16,
+               X_T=xd[1], Y_T=yd[1])
+    else:
+        launch(kernel, forms[1], config, tiles, grid, (x, y, c, *tensors, P, Q, R, *x.stride(), *y.stride(), *c.stride(), *strides),
+               bf16)
 
 
 def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[int, int, int]:

@@ -250,3 +250,71 @@ def test_a_spec_without_training_still_refuses_grad(load_kernel) -> None:
     args["a"].requires_grad_()
     with pytest.raises(NotImplementedError, match="specgen's generated ops have no backward yet"):
         getattr(mod, spec["name"])(*args.values())
+
+
+ALIGNED = (40, 56, 40)  # M, N, K off the 32 x 32 x 16 tiles, every row a multiple of 16 bytes: TMA reads it
+
+
+def forms_launched(mod, monkeypatch) -> list[tuple[str, str]]:
+    """The backward GEMMs launched from here on, as (role, "tma" or "pointer"), and ("grad_cols", "") for the
+    streaming pass (the runtime's one launch function records them)."""
+    from specgen.runtime.triton import training as runtime
+
+    roles = {id(k): (role, form) for role, pair in mod._BACKWARD_KERNELS.items()
+             for k, form in zip(pair, ("tma", "pointer"), strict=True)}
+    launched: list[tuple[str, str]] = []
+    real = runtime.launch
+
+    def record(kernel, jit, *rest, **constexprs):
+        launched.append(roles.get(id(jit), ("grad_cols", "")))
+        return real(kernel, jit, *rest, **constexprs)
+
+    monkeypatch.setattr(runtime, "launch", record)
+    return launched
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("b_major", ["k", "mn"])
+@pytest.mark.parametrize("save", SAVES)
+def test_tma_form_where_the_layouts_allow(save: str, b_major: str, dtype: str, load_kernel, monkeypatch) -> None:
+    """Aligned operands in either major run every GEMM in its TMA form (a column-major operand read as boxes of its
+    transpose), tails in M, N and K included, G formed once; the gradients stay right."""
+    spec = training_spec("bias_gelu_tanh", save, dtype, b_major)
+    mod = load_kernel(spec)
+    args = inputs(spec, ALIGNED, seed=17)
+    grad = torch.randn(ALIGNED[0], ALIGNED[1], generator=torch.Generator().manual_seed(18)).to(args["a"].dtype)
+    launched = forms_launched(mod, monkeypatch)
+    out, grads = run(getattr(mod, spec["name"]), args, grad)
+    first = "forward_pre" if save == "preact" else "recompute"
+    # preact: the forward, then G formed with dbias beside it; recompute: G by the recompute GEMM, then dbias summed
+    assert launched == [(first, "tma"), ("grad_cols", ""), ("dgrad", "tma"), ("wgrad", "tma")], launched
+    want_out, want = reference(spec, args, grad)
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    close(out, want_out, 1e-5 if dtype == "f32" else 4e-3, "out")
+    for name in args:
+        close(grads[name], want[name], rel, f"d{name}")
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_pointer_form_for_layouts_tma_cannot_read(save: str, load_kernel, monkeypatch) -> None:
+    """An input TMA cannot read (a view whose rows are 41 f32 apart: not a multiple of 16 bytes) runs the GEMMs that
+    read it in the pointer form, the others keep TMA; the gradients are right either way."""
+    spec = training_spec("bias_silu", save)
+    mod = load_kernel(spec)
+    args = inputs(spec, ALIGNED, seed=19)
+    grad = torch.randn(ALIGNED[0], ALIGNED[1], generator=torch.Generator().manual_seed(21))
+    wide = torch.zeros(ALIGNED[0], ALIGNED[2] + 1)
+    wide[:, : ALIGNED[2]] = args["a"]
+    wide.requires_grad_()
+    b, bias = (args[n].clone().requires_grad_() for n in ("b", "bias"))
+    launched = forms_launched(mod, monkeypatch)
+    getattr(mod, spec["name"])(wide[:, : ALIGNED[2]], b, bias).backward(grad)
+    _, want = reference(spec, args, grad)
+    close(wide.grad[:, : ALIGNED[2]], want["a"], 1e-5, "da")
+    assert not wide.grad[:, ALIGNED[2]].any()
+    close(b.grad, want["b"], 1e-5, "db")
+    close(bias.grad, want["bias"], 1e-5, "dbias")
+    # a is X of the recompute's GEMM (the forward's guard copies it into an aligned tensor first: preact's forward
+    # reads that) and A^T of wgrad, which read it as it lies; dgrad reads G and B^T
+    first = ("forward_pre", "tma") if save == "preact" else ("recompute", "pointer")
+    assert launched == [first, ("grad_cols", ""), ("dgrad", "tma"), ("wgrad", "pointer")], launched

@@ -10,6 +10,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # a spec with a backward (training): its launch configs, host functions, custom ops and autograd hooks
     "BACKWARD_CONFIGS", "BACKWARD_TILES", "_BACKWARD_KERNELS", "_autograd_backward", "_backward", "_backward_fake",
     "_backward_op", "_forward_pre", "_setup_context", "_tr", "_train", "_train_fake", "_train_op", "register_backward",
+    "GRAD_COLS", "_gemm", "_grad_cols",
     "zip",
 })
 
@@ -27,11 +28,14 @@ RESERVED: frozenset[str] = frozenset({
     # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
     "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "gate", "up",
     # a backward's (training): its kernels' parameters and locals, its host part's
-    "BLOCK_P", "BLOCK_Q", "BLOCK_R", "P", "Q", "R", "_pre_grad", "args", "axis", "ctx", "dout", "da", "da_ptr", "db",
-    "db_ptr", "dbias_flat", "dbias_ptr", "dout_ptr", "g", "g_ptr", "grad", "grads", "inputs", "mask_p", "mask_q", "need",
-    "need_a", "need_b", "need_wgrad", "num_pid_p", "offs_p", "offs_q", "offs_r", "output", "pid_p", "pid_q", "pre",
-    "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_dm", "stride_dn",
-    "stride_gm", "stride_gn", "stride_on", "stride_pm", "stride_pn", "training", "strict",
+    "BLOCK_P", "BLOCK_Q", "BLOCK_R", "P", "Q", "R", "_pre_grad", "axis", "ctx", "dout", "da", "db",
+    "dbias_flat", "dbias_ptr", "dout_ptr", "g", "g_ptr", "grad", "grads", "inputs", "mask_p", "mask_q", "need",
+    "need_a", "need_b", "offs_p", "offs_q", "offs_r", "output", "pid_p", "pid_q", "pre",
+    "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_dm", "stride_dn",
+    "stride_gm", "stride_gn", "stride_pm", "stride_pn", "training", "strict", "x_desc", "y_desc", "dst_ptr", "dst",
+    "x_ptr", "y_ptr", "x_ptrs", "y_ptrs", "stride_xp", "stride_xr", "stride_yr", "stride_yq", "stride_dstp", "stride_dstq",
+    "X_T", "Y_T", "r0", "y", "src", "src_ptr", "stride_srcm", "stride_srcn", "FORM_G", "HAS_DBIAS", "form", "has_dbias",
+    "m0", "rows", "col_sum", "sums", "tensors", "strides",
 })
 
 # How its templates derive names from an epilogue argument `x`.
@@ -39,4 +43,6 @@ ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_
                                  "d{}", "need_{}")  # a backward's: the argument's gradient, whether it is asked for
 
 # A backward's kernels, named from the kernel's name (templates/gemm/triton/backward.jinja).
-KERNEL_DERIVED: tuple[str, ...] = ("_{}_forward_pre_kernel", "_{}_recompute_kernel", "_{}_dgrad_kernel", "_{}_wgrad_kernel")
+KERNEL_DERIVED: tuple[str, ...] = ("_{}_forward_pre_kernel", "_{}_recompute_kernel", "_{}_dgrad_kernel", "_{}_wgrad_kernel",
+                                    "_{}_forward_pre_kernel_tma", "_{}_recompute_kernel_tma", "_{}_dgrad_kernel_tma",
+                                    "_{}_wgrad_kernel_tma", "_{}_grad_cols_kernel")
