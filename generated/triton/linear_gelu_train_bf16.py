@@ -136,29 +136,32 @@ def _linear_gelu_train_bf16_forward_pre_kernel_tma(
     GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
-    pid_p, pid_q = _tile_coords(tl.program_id(0), tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_r = tl.arange(0, BLOCK_R)
-    mask_p = offs_p < P
-    mask_q = offs_q < Q
-    acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
-    for kr in range(0, tl.cdiv(R, BLOCK_R)):
-        r0 = kr * BLOCK_R
-        if X_T:
-            x = x_desc.load([r0, pid_p * BLOCK_P]).T
-        else:
-            x = x_desc.load([pid_p * BLOCK_P, r0])
-        if Y_T:
-            y = y_desc.load([pid_q * BLOCK_Q, r0]).T
-        else:
-            y = y_desc.load([r0, pid_q * BLOCK_Q])
-        acc = tl.dot(x, y, acc)
-    mask = mask_p[:, None] & mask_q[None, :]
-    acc += tl.load(bias_ptr + offs_q, mask=mask_q, other=0.0).to(tl.float32)[None, :]
-    tl.store(pre_ptr + offs_p[:, None] * stride_pm + offs_q[None, :] * stride_pn, acc.to(tl.bfloat16), mask=mask)
-    acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
-    tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
+    # Persistent where the launch has fewer programs than tiles (the launcher's choice): each walks every
+    # num_programs-th tile, the next tile's loads issued under this one's epilogue (the loops flattened).
+    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0), flatten=True):
+        pid_p, pid_q = _tile_coords(tile_id, tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
+        offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+        offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        offs_r = tl.arange(0, BLOCK_R)
+        mask_p = offs_p < P
+        mask_q = offs_q < Q
+        acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+        for kr in range(0, tl.cdiv(R, BLOCK_R)):
+            r0 = kr * BLOCK_R
+            if X_T:
+                x = x_desc.load([r0, pid_p * BLOCK_P]).T
+            else:
+                x = x_desc.load([pid_p * BLOCK_P, r0])
+            if Y_T:
+                y = y_desc.load([pid_q * BLOCK_Q, r0]).T
+            else:
+                y = y_desc.load([r0, pid_q * BLOCK_Q])
+            acc = tl.dot(x, y, acc)
+        mask = mask_p[:, None] & mask_q[None, :]
+        acc += tl.load(bias_ptr + offs_q, mask=mask_q, other=0.0).to(tl.float32)[None, :]
+        tl.store(pre_ptr + offs_p[:, None] * stride_pm + offs_q[None, :] * stride_pn, acc.to(tl.bfloat16), mask=mask)
+        acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
+        tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
@@ -211,7 +214,7 @@ def _linear_gelu_train_bf16_forward_pre_kernel(
 def _linear_gelu_train_bf16_dgrad_kernel_tma(
     x_desc,
     y_desc,
-    dst_ptr,
+    dst,
     P,
     Q,
     R,
@@ -219,32 +222,43 @@ def _linear_gelu_train_bf16_dgrad_kernel_tma(
     stride_dstq,
     X_T: tl.constexpr,
     Y_T: tl.constexpr,
+    D_TMA: tl.constexpr,
+    D_T: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
-    pid_p, pid_q = _tile_coords(tl.program_id(0), tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_r = tl.arange(0, BLOCK_R)
-    mask_p = offs_p < P
-    mask_q = offs_q < Q
-    acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
-    for kr in range(0, tl.cdiv(R, BLOCK_R)):
-        r0 = kr * BLOCK_R
-        if X_T:
-            x = x_desc.load([r0, pid_p * BLOCK_P]).T
+    # Persistent where the launch has fewer programs than tiles (the launcher's choice): each walks every
+    # num_programs-th tile, the next tile's loads issued under this one's epilogue (the loops flattened).
+    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0), flatten=True):
+        pid_p, pid_q = _tile_coords(tile_id, tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
+        offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+        offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        offs_r = tl.arange(0, BLOCK_R)
+        mask_p = offs_p < P
+        mask_q = offs_q < Q
+        acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+        for kr in range(0, tl.cdiv(R, BLOCK_R)):
+            r0 = kr * BLOCK_R
+            if X_T:
+                x = x_desc.load([r0, pid_p * BLOCK_P]).T
+            else:
+                x = x_desc.load([pid_p * BLOCK_P, r0])
+            if Y_T:
+                y = y_desc.load([pid_q * BLOCK_Q, r0]).T
+            else:
+                y = y_desc.load([r0, pid_q * BLOCK_Q])
+            acc = tl.dot(x, y, acc)
+        mask = mask_p[:, None] & mask_q[None, :]
+        if D_TMA:
+            if D_T:
+                dst.store([pid_q * BLOCK_Q, pid_p * BLOCK_P], tl.trans(acc.to(tl.bfloat16)))
+            else:
+                dst.store([pid_p * BLOCK_P, pid_q * BLOCK_Q], acc.to(tl.bfloat16))
         else:
-            x = x_desc.load([pid_p * BLOCK_P, r0])
-        if Y_T:
-            y = y_desc.load([pid_q * BLOCK_Q, r0]).T
-        else:
-            y = y_desc.load([r0, pid_q * BLOCK_Q])
-        acc = tl.dot(x, y, acc)
-    mask = mask_p[:, None] & mask_q[None, :]
-    tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
+            tl.store(dst + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
@@ -290,7 +304,7 @@ def _linear_gelu_train_bf16_dgrad_kernel(
 def _linear_gelu_train_bf16_wgrad_kernel_tma(
     x_desc,
     y_desc,
-    dst_ptr,
+    dst,
     P,
     Q,
     R,
@@ -298,32 +312,43 @@ def _linear_gelu_train_bf16_wgrad_kernel_tma(
     stride_dstq,
     X_T: tl.constexpr,
     Y_T: tl.constexpr,
+    D_TMA: tl.constexpr,
+    D_T: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_M: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
-    pid_p, pid_q = _tile_coords(tl.program_id(0), tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_r = tl.arange(0, BLOCK_R)
-    mask_p = offs_p < P
-    mask_q = offs_q < Q
-    acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
-    for kr in range(0, tl.cdiv(R, BLOCK_R)):
-        r0 = kr * BLOCK_R
-        if X_T:
-            x = x_desc.load([r0, pid_p * BLOCK_P]).T
+    # Persistent where the launch has fewer programs than tiles (the launcher's choice): each walks every
+    # num_programs-th tile, the next tile's loads issued under this one's epilogue (the loops flattened).
+    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0), flatten=True):
+        pid_p, pid_q = _tile_coords(tile_id, tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
+        offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+        offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        offs_r = tl.arange(0, BLOCK_R)
+        mask_p = offs_p < P
+        mask_q = offs_q < Q
+        acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+        for kr in range(0, tl.cdiv(R, BLOCK_R)):
+            r0 = kr * BLOCK_R
+            if X_T:
+                x = x_desc.load([r0, pid_p * BLOCK_P]).T
+            else:
+                x = x_desc.load([pid_p * BLOCK_P, r0])
+            if Y_T:
+                y = y_desc.load([pid_q * BLOCK_Q, r0]).T
+            else:
+                y = y_desc.load([r0, pid_q * BLOCK_Q])
+            acc = tl.dot(x, y, acc)
+        mask = mask_p[:, None] & mask_q[None, :]
+        if D_TMA:
+            if D_T:
+                dst.store([pid_q * BLOCK_Q, pid_p * BLOCK_P], tl.trans(acc.to(tl.bfloat16)))
+            else:
+                dst.store([pid_p * BLOCK_P, pid_q * BLOCK_Q], acc.to(tl.bfloat16))
         else:
-            x = x_desc.load([pid_p * BLOCK_P, r0])
-        if Y_T:
-            y = y_desc.load([pid_q * BLOCK_Q, r0]).T
-        else:
-            y = y_desc.load([r0, pid_q * BLOCK_Q])
-        acc = tl.dot(x, y, acc)
-    mask = mask_p[:, None] & mask_q[None, :]
-    tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
+            tl.store(dst + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, acc.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
@@ -588,9 +613,10 @@ _BACKWARD_KERNELS = {
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):
-    # C = X @ Y with the role's epilogue reading `tensors` (the strides of its matrix among them follow the rest).
+    # dst = X @ Y with the role's epilogue reading `tensors` (the strides of its matrix among them follow dst's);
+    # dgrad and wgrad store through TMA where dst allows it.
     _tr.gemm("linear_gelu_train_bf16", _BACKWARD_KERNELS[role], BACKWARD_CONFIGS[role], BACKWARD_TILES[role], device, x, y, dst, tensors,
-             strides, True)
+             strides, role in ("dgrad", "wgrad"), True)
 
 
 # grad_cols: rows a step and columns a program (a streaming pass: the column sum needs whole columns a program;

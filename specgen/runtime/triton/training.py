@@ -69,6 +69,24 @@ def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | 
     return None
 
 
+# The TMA form runs one program per SM over the tiles (persistent); the interpreter's "SMs" are 3, so its
+# programs walk several tiles each and uneven counts of them, as a GPU's do.
+PERSISTENT = True
+TMA_STORES = True  # the TMA form's outputs through TMA stores where their layouts allow
+INTERPRETER_SMS = 3
+_SMS: dict[int, int] = {}
+
+
+def sm_count(device: int) -> int:
+    """The CUDA device's multiprocessor count, cached (INTERPRETER_SMS under the interpreter)."""
+    if device < 0:
+        return INTERPRETER_SMS
+    n = _SMS.get(device)
+    if n is None:
+        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
+
+
 def _reads_tma(device: int) -> bool:
     """Whether the device has TMA (sm_90 and later; the interpreter runs the TMA form too)."""
     return device < 0 or capability(device) >= 90
@@ -76,24 +94,34 @@ def _reads_tma(device: int) -> bool:
 
 def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str, int]], tiles: dict[str, int],
          device: int, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, tensors: tuple, strides: tuple,
-         bf16: bool) -> None:
-    """C (P, Q) = X (P, R) @ Y (R, Q) with a role's epilogue over one program per output tile: the TMA form
-    (`forms[0]`) where the device has TMA and both operands' layouts allow it, else the pointer form, which
-    takes any strides. `tensors`: the role's own (after C in the kernels' parameters), `strides`: those of its
-    matrix among them (after C's)."""
+         tma_stores: bool, bf16: bool) -> None:
+    """C (P, Q) = X (P, R) @ Y (R, Q) with a role's epilogue over the output tiles: the TMA form (`forms[0]`,
+    persistent) where the device has TMA and both operands' layouts allow it, else the pointer form, which takes
+    any strides. A TMA form with `tma_stores` stores C through TMA too where C's layout allows it (either major).
+    `tensors`: the role's own (after C in the kernels' parameters), `strides`: those of its matrix among them
+    (after C's)."""
     (P, R), Q = x.shape, y.shape[1]
-    grid = -(-P // tiles["BLOCK_P"]) * -(-Q // tiles["BLOCK_Q"])
+    BP, BQ, BR = tiles["BLOCK_P"], tiles["BLOCK_Q"], tiles["BLOCK_R"]
+    grid = -(-P // BP) * -(-Q // BQ)
     config = config_for(kernel, configs, device)
     xd = yd = None
     if R and _reads_tma(device):
-        xd = tma_operand(x, tiles["BLOCK_P"], tiles["BLOCK_R"])
-        yd = tma_operand(y, tiles["BLOCK_R"], tiles["BLOCK_Q"]) if xd else None
-    if xd and yd:
-        launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], c, *tensors, P, Q, R, *c.stride(), *strides), bf16,
-               X_T=xd[1], Y_T=yd[1])
-    else:
+        xd = tma_operand(x, BP, BR)
+        yd = tma_operand(y, BR, BQ) if xd else None
+    if not (xd and yd):
         launch(kernel, forms[1], config, tiles, grid, (x, y, c, *tensors, P, Q, R, *x.stride(), *y.stride(), *c.stride(), *strides),
                bf16)
+        return
+    stores: dict[str, bool] = {}
+    dst: object = c
+    if tma_stores:
+        cd = tma_operand(c, BP, BQ) if TMA_STORES else None
+        stores = {"D_TMA": cd is not None, "D_T": bool(cd and cd[1])}
+        dst = cd[0] if cd else c
+    if PERSISTENT:
+        grid = min(grid, sm_count(device))
+    launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *c.stride(), *strides), bf16,
+           X_T=xd[1], Y_T=yd[1], **stores)
 
 
 def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[int, int, int]:

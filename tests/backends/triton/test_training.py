@@ -255,9 +255,10 @@ def test_a_spec_without_training_still_refuses_grad(load_kernel) -> None:
 ALIGNED = (40, 56, 40)  # M, N, K off the 32 x 32 x 16 tiles, every row a multiple of 16 bytes: TMA reads it
 
 
-def forms_launched(mod, monkeypatch) -> list[tuple[str, str]]:
+def forms_launched(mod, monkeypatch, stores: list | None = None) -> list[tuple[str, str]]:
     """The backward GEMMs launched from here on, as (role, "tma" or "pointer"), and ("grad_cols", "") for the
-    streaming pass (the runtime's one launch function records them)."""
+    streaming pass (the runtime's one launch function records them); `stores` gets each TMA form's (role, D_TMA,
+    D_T): whether it stored through TMA, and over the transpose."""
     from specgen.runtime.triton import training as runtime
 
     roles = {id(k): (role, form) for role, pair in mod._BACKWARD_KERNELS.items()
@@ -267,6 +268,8 @@ def forms_launched(mod, monkeypatch) -> list[tuple[str, str]]:
 
     def record(kernel, jit, *rest, **constexprs):
         launched.append(roles.get(id(jit), ("grad_cols", "")))
+        if stores is not None and "D_TMA" in constexprs:
+            stores.append((launched[-1][0], constexprs["D_TMA"], constexprs["D_T"]))
         return real(kernel, jit, *rest, **constexprs)
 
     monkeypatch.setattr(runtime, "launch", record)
@@ -283,9 +286,13 @@ def test_tma_form_where_the_layouts_allow(save: str, b_major: str, dtype: str, l
     mod = load_kernel(spec)
     args = inputs(spec, ALIGNED, seed=17)
     grad = torch.randn(ALIGNED[0], ALIGNED[1], generator=torch.Generator().manual_seed(18)).to(args["a"].dtype)
-    launched = forms_launched(mod, monkeypatch)
+    stores: list = []
+    launched = forms_launched(mod, monkeypatch, stores)
     out, grads = run(getattr(mod, spec["name"]), args, grad)
     first = "forward_pre" if save == "preact" else "recompute"
+    # dgrad's and wgrad's outputs through TMA stores; dB comes back in B's layout: column-major (w.t()) is stored
+    # transposed
+    assert stores == [("dgrad", True, False), ("wgrad", True, b_major == "k")], stores
     # preact: the forward, then G formed with dbias beside it; recompute: G by the recompute GEMM, then dbias summed
     assert launched == [(first, "tma"), ("grad_cols", ""), ("dgrad", "tma"), ("wgrad", "tma")], launched
     want_out, want = reference(spec, args, grad)
@@ -318,3 +325,25 @@ def test_pointer_form_for_layouts_tma_cannot_read(save: str, load_kernel, monkey
     # reads that) and A^T of wgrad, which read it as it lies; dgrad reads G and B^T
     first = ("forward_pre", "tma") if save == "preact" else ("recompute", "pointer")
     assert launched == [first, ("grad_cols", ""), ("dgrad", "tma"), ("wgrad", "pointer")], launched
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_tma_stores_write_every_element_of_either_layout(save: str, load_kernel, monkeypatch) -> None:
+    """NaN-poisoned gradient buffers of aligned shape, dA column-major and dB row-major (against their arguments'
+    layouts): the TMA forms store both through TMA (dA over its transpose) and every element is written."""
+    spec = training_spec("bias_gelu", save)
+    mod = load_kernel(spec)
+    args = inputs(spec, ALIGNED, seed=22)
+    grad = torch.randn(ALIGNED[0], ALIGNED[1], generator=torch.Generator().manual_seed(23))
+    pre = mod._forward_pre(*args.values())[1] if save == "preact" else None
+    poisoned = {"da": torch.full((ALIGNED[2], ALIGNED[0]), float("nan")).t(),
+                "db": torch.full((ALIGNED[2], ALIGNED[1]), float("nan")),
+                "dbias": torch.full((ALIGNED[1],), float("nan"))}
+    stores: list = []
+    forms_launched(mod, monkeypatch, stores)
+    da, db, dbias = mod._backward(grad, *args.values(), pre, **poisoned)
+    assert ("dgrad", True, True) in stores and ("wgrad", True, False) in stores, stores
+    _, want = reference(spec, args, grad)
+    for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
+        assert not got.isnan().any(), f"d{name}: an element was not written"
+        close(got, want[name], 1e-5, f"d{name}")
