@@ -9,7 +9,10 @@ catalogue's grouped Mosaic GPU modules:
 - the untouched tail with a NaN-poisoned `out`: every row no group holds keeps the NaN, none leaks into a
   group's rows (the kernel's own output is a fresh buffer: a row a store missed is checked by value against the
   loop, a row written by another group's visit differs from the loop there);
-- new group sizes reuse the compiled kernel.
+- new group sizes reuse the compiled kernel;
+- size-selected variants: the variant form's three configs, each where M (every group's rows) picks it, under
+  jax.jit over the grouped testing kit's ragged cases and decode's sizes, with a NaN-poisoned `out`; the catalogue
+  modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit.
 
 Marked `gpu`: CI (CPU only) deselects them.
 """
@@ -28,6 +31,7 @@ from backends.pallas.test_grouped_tpu import tolerance as tpu_tolerance
 
 from specgen.compile import load_rendered
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -152,3 +156,50 @@ def test_torch_entry_against_torch_grouped_mm_with_a_poisoned_out():
     torch.cuda.synchronize()
     assert out[990:].isnan().all() and not out[:990].isnan().any()
     torch.testing.assert_close(out[:990].float(), want[:990], atol=2e-2, rtol=2e-2)
+
+
+VARIANT_CASES = {**RAGGED_SIZES, "decode": DECODE_SIZES}
+
+
+@pytest.mark.parametrize("case", list(VARIANT_CASES))
+def test_size_selected_variants_under_jit_against_the_float64_loop(modules, case):
+    """gm_variants_untouched_k over M = every group's rows + 1: the jitted call picks the 64x256 variant (M <= 64:
+    decode, all empty, shared tiles), the 64x128 one with 6 steps and N-major bands (M <= 256) or the 128x256
+    default; the groups' rows match the loop, the row past them keeps out's NaN."""
+    name = "gm_variants_untouched_k"
+    spec, module = MGPU_FORMS[name], modules[name]
+    sizes = tuple(VARIANT_CASES[case])
+    problem = Problem(spec, m=sum(sizes) + 1, n=N, k=K, g=len(sizes))
+    v0, v1 = module.VARIANT_CONFIGS
+    want_cfg = v0 if problem.m <= 64 else v1 if problem.m <= 256 else module.CONFIG
+    assert module._config_for(problem.m, N, K) is want_cfg
+    fn = jax.jit(lambda *xs, out: getattr(module, name)(*xs, out=out))
+    poison = jnp.full((problem.m, N), jnp.nan, problem.dtype)
+    got = np.asarray(fn(problem.a, problem.b, problem.index(sizes), *(v for _, v in problem.args), out=poison)
+                     .astype(jnp.float32))
+    want, written = problem.reference(sizes)
+    np.testing.assert_allclose(got[written], want[written], err_msg=case, **tolerance(spec))
+    assert np.isnan(got[~written]).all() and not np.isnan(got[written]).any()
+
+
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+def test_catalogue_decode_variant(name):
+    """The catalogue modules at decode sizes (M <= 64: their decode variant, a 64-row tile) against the loop:
+    32 experts of 2 rows, and decode's uneven sizes over 64 rows (rows past the groups untouched); moe_bf16 under
+    jax.jit against jax.lax.ragged_dot too."""
+    module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    problem = Problem(module.SPEC, m=64, n=512, k=384, g=32)
+    assert module._config_for(64, 512, 384) is module.VARIANT_CONFIGS[0]
+    uneven = tuple(DECODE_SIZES) + (0,) * (32 - len(DECODE_SIZES))
+    for sizes in ((2,) * 32, uneven):
+        check(problem, module, sizes)
+    if name == "moe_bf16":
+        fn = jax.jit(module.moe_bf16)
+        for sizes in ((2,) * 32, uneven):
+            want = jax.lax.ragged_dot(problem.a, problem.b_logical, jnp.asarray(sizes, jnp.int32),
+                                      preferred_element_type=jnp.float32)
+            got = np.asarray(fn(problem.a, problem.b, problem.index(sizes)).astype(jnp.float32))
+            rows = sum(sizes)
+            np.testing.assert_allclose(got[:rows], np.asarray(want)[:rows], err_msg=str(sizes),
+                                       **tolerance(module.SPEC))
+        assert fn._cache_size() == 1

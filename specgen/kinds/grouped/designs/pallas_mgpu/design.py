@@ -73,6 +73,10 @@ class PallasMgpuGrouped(GroupedDesign):
     # Lowering for CUDA on a CPU machine (the kernel body, layout inference, SMEM allocation)
     compile_hook = "specgen.kinds.grouped.designs.pallas_mgpu.compile:compile_module"
     shared_config = (("tile",), ("pipeline", "ab_stages"), ("schedule",), ("groups",), ("epilogue",))
+    # Size-selected variants (decode's few rows an expert): a Config row each, the jitted call picking one by the
+    # total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each is resolved and checked on
+    # its own (stages, SMEM, TMA boxes, MGP002), so a variant may change any config key the kernel reads.
+    renders_variants = True
     # `<name>_torch`, waited for (the kernel runs on jax's stream): the dense Mosaic GPU design's, what bench times
     torch_entry = PallasGemmDesign.torch_entry
 
@@ -141,6 +145,7 @@ class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
     memory_registers: int
     num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
     config: MgpuConfig  # the dense kernel's config row: tile, stages, warpgroup split, subtiles, swizzles, SMEM
+    variants: list[MgpuConfig]  # size-selected, in the order the jitted call tries them
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
 
@@ -175,6 +180,7 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
         memory_registers=MGPU_MEMORY_REGISTERS,
         num_sms=gpu.num_sms_example,
         config=mgpu_config(ctx),
+        variants=[mgpu_config(v) for v in ctx.variants],
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         spec_json=loaded.spec.model_dump(mode="json"),
     )
@@ -187,16 +193,23 @@ CONFIG_FIELDS = tuple((f, "ab_stages" if f == "stages" else f) for f in (
     "b_swizzle", "group_m", "raster_dim", "smem_bytes"))
 
 
+def config_meta(c: MgpuConfig) -> dict[str, object]:
+    """One config's METADATA entry: a variant's bounds (`when`, as the spec spells them), then its Config fields."""
+    fields = asdict(c)
+    when = {"when": {f"{dim.lower()}_max": n for dim, n in c.bounds}} if c.bounds else {}
+    return when | {k: fields[attr] for k, attr in CONFIG_FIELDS} | {"smem_breakdown": c.smem_breakdown}
+
+
 def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
     """The module's METADATA: its identity, then its plan figures (`smem_bytes` first: `specgen compile`'s)."""
-    config = asdict(p.config)
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
             "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
             "a_major": p.a_major, "b_major": p.b_major, "warpgroups": p.warpgroups,
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,
             "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
-            "config": {k: config[attr] for k, attr in CONFIG_FIELDS}, "variants": []}
+            "config": {k: v for k, v in config_meta(p.config).items() if k != "smem_breakdown"},
+            "variants": [config_meta(v) for v in p.variants]}
 
 
 def mgpu_context(p: GroupedMgpuPlan) -> dict[str, object]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 # Names its modules bind or read at their top level (a kernel's name must not replace one).
 MODULE_NAMES: frozenset[str] = frozenset({
     "functools", "jax", "jnp", "lax", "pl", "plgpu", "_rt", "_gj", "_mg", "NAME", "WARPGROUPS", "TAIL_ZERO",
-    "NamedTuple", "Config", "CONFIG", "_kernel", "_build", "_launch", "_call", "_extents", "min", "max", "bool",
+    "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_kernel", "_build", "_launch", "_call", "_extents", "min", "max", "bool",
     "tuple",
 })
 
