@@ -7,7 +7,8 @@ is its config for the row's total rows, the default or the decode variant, as a 
 by --configs are forced through `_call(..., config=)`, each "TMxTNxTKxSTAGES", optionally followed by "r<raster
 dim>" and "g<group_m>", e.g. 128x256x64x4r1g16); ragged_dot takes its own
 (G, K, N) layout. An A/A pair (the module against itself) shows the timer's spread; torch._grouped_mm on the same
-sizes is printed beside it (the issue's peer), timed from torch. Group sizes come from the kind's
+sizes is printed beside it (the issue's peer), timed from torch, and the module's torch entry (`moe_bf16_torch`,
+its direct launch at these aligned shapes). Group sizes come from the kind's
 declared distributions (specgen/kinds/grouped/problem.py, seeded).
 
     python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows decode,mixtral_up] [--configs ...]
@@ -86,6 +87,8 @@ def main() -> None:
         tw = torch.from_dlpack(w)
         toffs = torch.from_dlpack(offs)
         calls["torch_grouped_mm"] = lambda ta=ta, tw=tw, toffs=toffs: torch._grouped_mm(ta, tw.transpose(-2, -1), offs=toffs)
+        # the torch entry (aligned shapes: its direct launch, the group metadata in torch ops), as torch callers get it
+        calls["ours_torch_entry"] = lambda ta=ta, tw=tw, toffs=toffs: mod.moe_bf16_torch(ta, tw.transpose(-2, -1), toffs)
         cycle = kernel_cycle(calls, args.rounds)
         ours = cycle["ours"]["samples"]
         row = {"sizes": sizes, "config": mod._config_for(shape.rows, shape.n, shape.k)._asdict(),
@@ -98,7 +101,8 @@ def main() -> None:
         print(label, json.dumps({k: (v["ratio"], v["peer_us"]) if isinstance(v, dict) and "ratio" in v else v
                                  for k, v in row.items() if k not in ("kernels", "sizes", "config")}), flush=True)
         print("  kernels (median us):", json.dumps({n: {k: round(t, 1) for k, t in row["kernels"][n].items()}
-                                                    for n in ("ours", "ragged_dot", "torch_grouped_mm")}), flush=True)
+                                                    for n in ("ours", "ragged_dot", "torch_grouped_mm",
+                                                              "ours_torch_entry")}), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     tag = "" if args.rows == ",".join(ROWS) and not configs else "-" + re.sub(r"[^a-z0-9]+", "-", args.rows)
     (Path(args.out) / f"bench-grouped-mgpu{tag}.json").write_text(json.dumps(result, indent=1, default=str))

@@ -12,7 +12,9 @@ catalogue's grouped Mosaic GPU modules:
 - new group sizes reuse the compiled kernel;
 - size-selected variants: the variant form's three configs, each where M (every group's rows) picks it, under
   jax.jit over the grouped testing kit's ragged cases and decode's sizes, with a NaN-poisoned `out`; the catalogue
-  modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit.
+  modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit;
+- the catalogue modules' torch entry at aligned shapes (decode's and a prefill one): a direct launch, bit for bit
+  the jitted program's, captured in a CUDA graph whose replays take new group sizes.
 
 Marked `gpu`: CI (CPU only) deselects them.
 """
@@ -20,6 +22,7 @@ Marked `gpu`: CI (CPU only) deselects them.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 
 import jax
@@ -30,8 +33,9 @@ from backends.pallas.test_grouped_tpu import CASES, Problem
 from backends.pallas.test_grouped_tpu import tolerance as tpu_tolerance
 
 from specgen.compile import load_rendered
+from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS
-from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, grouped
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -203,3 +207,87 @@ def test_catalogue_decode_variant(name):
             np.testing.assert_allclose(got[:rows], np.asarray(want)[:rows], err_msg=str(sizes),
                                        **tolerance(module.SPEC))
         assert fn._cache_size() == 1
+
+
+def _torch_problem(spec: dict, m: int, n: int, k: int, g: int, seed: int) -> tuple[list, dict]:
+    """A (M, K), the (G, N, K) weight passed transposed (B (G, K, N) logical), the epilogue's arguments as the torch
+    entry takes them (a per-group bias (G, N), a per-row router weight (M,) f32), on the GPU."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(m, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    w = torch.randn(g, n, k, generator=gen, device="cuda").to(torch.bfloat16)
+    args = {}
+    for arg in GroupedSpec.model_validate(spec).runtime_args():
+        if arg.shape == "group_n":
+            args[arg.name] = torch.randn(g, n, generator=gen, device="cuda").to(torch.bfloat16)
+        else:
+            args[arg.name] = torch.rand(m, generator=gen, device="cuda") + 0.5
+    return [a, w.transpose(-2, -1)], args
+
+
+def _reference(spec: dict, a, b, offs, args: dict):
+
+    want, written = grouped(spec, a.double().cpu(), b.double().cpu(), offs.cpu(),
+                            {name: v.double().cpu() for name, v in args.items()})
+    return want.to("cuda"), written.to("cuda")
+
+
+# Aligned shapes (the direct path): decode's 64 rows over 32 experts (the decode variant), and a prefill one.
+DIRECT_SHAPES = [(64, 512, 384, 32), (512, 512, 384, 8)]
+
+
+def _offs(shape, which: int):
+    import torch
+
+    m, _, _, g = shape
+    if g == 32:
+        sizes = [(2,) * 32, tuple(DECODE_SIZES) + (0,) * 16, (0,) * 31 + (60,)][which]
+    else:
+        sizes = [(100, 0, 37, 128, 64, 1, 90, 50), (0, 200, 3, 0, 77, 130, 0, 90), (0,) * 8][which]
+    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+def test_torch_entry_goes_direct_and_a_captured_graph_replays_new_group_sizes(name, shape, monkeypatch):
+    """`<name>_torch` at aligned shapes launches the compiled kernel itself (no jax dispatch): bit for bit the
+    jitted program's result through DLPack; captured in a CUDA graph with a NaN-poisoned `out`, each replay with new
+    group sizes (and new A) copied into the captured tensors equals an eager call and the float64 loop on the
+    groups' rows, and keeps the NaN in the rows past the last group (the kernel stores the groups' rows only)."""
+    import torch
+
+    module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    fn, spec = getattr(module, f"{name}_torch"), module.SPEC
+    m, n, k, g = shape
+    (a, b), args = _torch_problem(spec, m, n, k, g, seed=g)
+    offs = _offs(shape, 0)
+    with monkeypatch.context() as patch:  # the same call through DLPack and the jitted program
+        patch.setattr(module, "_direct", lambda *_: None)
+        jitted = fn(a, b, offs, *args.values())
+    module._DIRECT.clear()
+    eager = fn(a, b, offs, *args.values())
+    torch.cuda.synchronize()
+    assert [v for v in module._DIRECT.values() if v is not None], f"{name} {shape}: the call did not go direct"
+    rows = int(offs[-1])
+    assert torch.equal(eager[:rows], jitted[:rows]), f"{name} {shape}: the direct launch differs from the jitted one"
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graph docs ask
+        fn(a, b, offs, *args.values(), out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(a, b, offs, *args.values(), out=out)
+    for which in (1, 2, 0):
+        offs.copy_(_offs(shape, which))
+        a.copy_(_torch_problem(spec, m, n, k, g, seed=which + 100)[0][0])
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want, written = _reference(spec, a, b, offs, args)
+        assert torch.equal(out[written], fn(a, b, offs, *args.values())[written]), f"{name} {shape} {which}"
+        assert out[~written].isnan().all() and not out[written].isnan().any(), f"{name} {shape} {which}"
+        err = (out[written].double() - want[written]).abs()
+        assert bool((err <= 2e-2 + 2e-2 * want[written].abs()).all()), f"{name} {shape} {which}: {err.max():.4g}"

@@ -299,11 +299,17 @@ def moe_up_bias_silu_bf16(a, b, offs, bias, *, out: jax.Array | None = None) -> 
 
 def moe_up_bias_silu_bf16_torch(a, b, offs, bias, *, out=None):
     """The torch entry: CUDA tensors in torch._grouped_mm's logical shapes (A (M, K); B (G, K, N), the (G, N, K)
-    weight passed transposed; the index (G,) int32), shared with jax through DLPack (no copies of tensors in the
-    spec's majors; jax waits once for torch's stream), the jitted program run, and the result returned as a torch
-    tensor on the same device, ready on torch's current stream. With `out` the result is copied into it and `out`
-    returned: the groups' rows (the rows past the last group keep out's values)."""
+    weight passed transposed; the index (G,) int32). Tensors the kernel reads in place at shapes TMA takes
+    unpadded go straight to the compiled kernel on torch's current stream, the group metadata computed there by
+    torch ops (`_direct`: no host sync, so a CUDA graph captures the call and its replays take new group sizes);
+    any other call is shared with jax through DLPack (no copies of tensors in the spec's majors; jax waits once
+    for torch's stream) and runs the jitted program. Returns the result as a torch tensor on the same device,
+    ready on torch's current stream. With `out` the result is written into it and `out` returned: the groups'
+    rows (the rows past the last group keep out's values)."""
     _mg.require_gpu(NAME)
+    direct = _direct(a, b, offs, bias, out)
+    if direct is not None:
+        return direct
     tensors = _rt.torch_to_jax(NAME, (
         ("a", a, False),
         ("b", b, True),
@@ -315,6 +321,68 @@ def moe_up_bias_silu_bf16_torch(a, b, offs, bias, *, out=None):
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     result = _rt.to_torch(_call(a, b, offs, bias, base[0] if base else None))
     return result if out is None else out.copy_(result)
+
+
+# The torch entry's direct launches, by device, config and shape: `_mt.compile`'s launch, or None where the
+# kernel's program cannot be launched directly (then that shape takes the DLPack path).
+_DIRECT: dict[tuple, object] = {}
+
+
+def _direct(a, b, offs, bias, out):
+    """The torch call without jax: the spec's dtypes, stored contiguous in its majors, 16-byte aligned, on the
+    current CUDA device, at shapes TMA takes unpadded (`_extents`: N and K whole tiles of what TMA needs, N at
+    least a tile), launched on torch's current stream with the tensors' addresses after the group metadata
+    (runtime/grouped.py, torch ops on the device); the result written into `out` where given (the kernel stores
+    the groups' rows only). None where the call needs the jitted path (padding, an empty problem, another
+    device, a tensor it would copy) or fails a check (the jitted path raises)."""
+    import torch
+
+    from specgen.runtime import grouped as _gt
+    from specgen.runtime import mgpu_torch as _mt
+
+    try:
+        sb = b.transpose(-1, -2)  # as stored
+        m, k = a.shape
+        g, n = b.shape[0], b.shape[-1]
+        device = a.get_device()
+        if device < 0 or device != torch.cuda.current_device():
+            return None
+        if not (tuple(b.shape) == (g, k, n) and tuple(offs.shape) == (g,) and m and n and k and g
+                # a tensor that requires grad in grad mode: the DLPack path refuses it (runtime/jax.py)
+                and (not (a.requires_grad or b.requires_grad or bias.requires_grad) or not torch.is_grad_enabled())
+                and _mt.readable(a, torch.bfloat16, device) and _mt.readable(sb, torch.bfloat16, device)
+                and _mt.readable(offs, torch.int32, device)
+                and (out is None or (tuple(out.shape) == (m, n) and _mt.readable(out, torch.bfloat16, device)))):
+            return None
+        cfg = _config_for(m, n, k)
+        a_ext, b_ext, out_cols = _extents(cfg, m, n, k)
+        n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
+        if a_ext != (m, k) or tuple(sb.shape[1:]) != b_ext or out_cols != n:
+            return None
+        # one row per group, read at g * n_pad + column: in place where N is whole tiles
+        bias = bias if n == n_pad and tuple(bias.shape) == (g, n) and _mt.readable(bias, torch.bfloat16, device) else None
+    except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, the wrong rank: the jitted path says which
+        return None
+    if bias is None:
+        return None
+    key = (device, cfg, m, n, k, g)
+    launch = _DIRECT.get(key, False)
+    if launch is False:  # first call at this shape: lower the kernel alone, compile its Mosaic GPU module
+        visits = _gj.tiles_bound(m, g, cfg.tile_m) + TAIL_ZERO
+        # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
+        structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
+            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((m, k), a.dtype),
+            (tuple(sb.shape), sb.dtype), ((bias.numel(),), bias.dtype))]
+        kernel = _build(cfg, m, n_pad, k, g, n, _mg.num_sms(132), frozenset())
+        launch = _DIRECT[key] = _mt.compile(kernel, structs)
+    if launch is None:
+        return None
+    sizes = _gt.sizes_from_offs(offs)
+    offsets, groups, tiles = _gt.group_metadata(sizes, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO)
+    result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
+    launch((offsets.data_ptr(), groups.data_ptr(), tiles.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
+            result.data_ptr()), _mt.stream(device))
+    return result
 
 
 # The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above): data, kept
