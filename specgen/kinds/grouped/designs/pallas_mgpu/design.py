@@ -16,6 +16,12 @@ ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bi
 edge, not at a group's end, so one box of the tile would write the next group's rows; a descriptor per group
 needs the group ends on the host (a sync) or built on the device, which Pallas does not expose.
 
+Size-selected variants (`renders_variants`): a `Config` row each, the jitted call picking the first whose bounds
+hold by the total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each variant is resolved
+and checked on its own. `<name>_torch` launches the compiled kernel directly on torch's current stream at shapes
+TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by torch ops
+(runtime/grouped.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
 allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py). Imports jax-free code only.
@@ -77,7 +83,8 @@ class PallasMgpuGrouped(GroupedDesign):
     # total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each is resolved and checked on
     # its own (stages, SMEM, TMA boxes, MGP002), so a variant may change any config key the kernel reads.
     renders_variants = True
-    # `<name>_torch`, waited for (the kernel runs on jax's stream): the dense Mosaic GPU design's, what bench times
+    # `<name>_torch`, waited for (the direct launch runs on torch's stream, the DLPack path on jax's): the dense
+    # Mosaic GPU design's, what bench times
     torch_entry = PallasGemmDesign.torch_entry
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
