@@ -2,13 +2,16 @@
 issue's rows, with the project's paired CUPTI timer (`specgen.bench.timing.kernel_cycle`: every call once per
 round in a rotating order, L2 flushed before each; a JAX call waits for torch's stream first and is waited for).
 
-The kernel is the catalogue's `moe_bf16` module (B (G, N, K) K-major, as torch._grouped_mm callers pass it, the
-default config and the configs named by --configs forced through `_call(..., config=)`); ragged_dot takes its own
+The kernel is the catalogue's `moe_bf16` module (B (G, N, K) K-major, as torch._grouped_mm callers pass it: "ours"
+is its config for the row's total rows, the default or the decode variant, as a caller gets it; the configs named
+by --configs are forced through `_call(..., config=)`, each "TMxTNxTKxSTAGES", optionally followed by "r<raster
+dim>" and "g<group_m>", e.g. 128x256x64x4r1g16); ragged_dot takes its own
 (G, K, N) layout. An A/A pair (the module against itself) shows the timer's spread; torch._grouped_mm on the same
-sizes is printed beside it (the issue's peer), timed from torch. Group sizes come from the kind's
+sizes is printed beside it (the issue's peer), timed from torch, and the module's torch entry (`moe_bf16_torch`,
+its direct launch at these aligned shapes). Group sizes come from the kind's
 declared distributions (specgen/kinds/grouped/problem.py, seeded).
 
-    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20]
+    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows decode,mixtral_up] [--configs ...]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -38,17 +42,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--configs", default="128x128x64x4,64x256x64x4", help="tile_m x tile_n x tile_k x stages")
+    parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES[r<raster dim>][g<group_m>], ...")
+    parser.add_argument("--hlo", action="store_true", help="write ragged_dot's optimized HLO per row to --out")
+    parser.add_argument("--rows", default=",".join(ROWS), help="the rows to time, comma-separated")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from generated.pallas.gpu_sm90 import moe_bf16 as mod
 
     base = mod.CONFIG
-    configs = {"default": base}
+    configs = {}
     for item in filter(None, args.configs.split(",")):
-        tm, tn, tk, st = (int(x) for x in item.split("x"))
-        configs[item] = base._replace(tile_m=tm, tile_n=tn, tile_k=tk, stages=st, wg_n=tn // 2,
-                                      epi_m=min(64, tm), epi_n=min(64, tn // 2), smem_bytes=0)
+        tm, tn, tk, st, r, gm = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:r(\d))?(?:g(\d+))?", item).groups()
+        tm, tn = int(tm), int(tn)
+        wg_n = tn // 2
+        epi_m, epi_n = min(64, tm), min(64, wg_n)
+        configs[item] = base._replace(
+            tile_m=tm, tile_n=tn, tile_k=int(tk), stages=int(st), wgmma_in_flight=min(1, int(st) - 1), wg_n=wg_n,
+            epi_m=epi_m, epi_n=epi_n, out_slots=max(1, min(2, tm * wg_n // (epi_m * epi_n))),
+            raster_dim=base.raster_dim if r is None else int(r), group_m=base.group_m if gm is None else int(gm))
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(lambda a, b, sizes: jax.lax.ragged_dot(a, b, sizes))
@@ -56,7 +67,8 @@ def main() -> None:
     def jax_call(f, *xs):  # XLA's stream is not torch's: order the call after the flush, and wait for it
         return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
 
-    for label, shape in ROWS.items():
+    for label in args.rows.split(","):
+        shape = ROWS[label]
         sizes = group_sizes(shape)
         key = jax.random.key(0)
         a = jax.random.normal(key, (shape.rows, shape.k), jnp.bfloat16)
@@ -64,26 +76,36 @@ def main() -> None:
         w_kn = jnp.swapaxes(w, 1, 2).copy()  # ragged_dot's own (G, K, N) layout, materialized
         offs = jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
         gs = jnp.asarray(sizes, jnp.int32)
-        calls = {"ragged_dot": jax_call(ragged, a, w_kn, gs)}
+        if args.hlo:  # what XLA runs for ragged_dot: its optimized HLO (fusions, custom calls)
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / f"ragged_dot-{label}.hlo.txt").write_text(ragged.lower(a, w_kn, gs).compile().as_text())
+        calls = {"ours": jax_call(mod._call, a, w, offs), "ragged_dot": jax_call(ragged, a, w_kn, gs)}
         for name, cfg in configs.items():
-            calls[f"ours_{name}"] = jax_call(lambda a, w, o, cfg=cfg: mod._call(a, w, o, None, config=cfg), a, w, offs)
-        calls["ours_default_again"] = calls["ours_default"]  # A/A
+            calls[name] = jax_call(lambda a, w, o, cfg=cfg: mod._call(a, w, o, None, config=cfg), a, w, offs)
+        calls["ours_again"] = calls["ours"]  # A/A
         ta = torch.from_dlpack(a)
         tw = torch.from_dlpack(w)
         toffs = torch.from_dlpack(offs)
         calls["torch_grouped_mm"] = lambda ta=ta, tw=tw, toffs=toffs: torch._grouped_mm(ta, tw.transpose(-2, -1), offs=toffs)
+        # the torch entry (aligned shapes: its direct launch, the group metadata in torch ops), as torch callers get it
+        calls["ours_torch_entry"] = lambda ta=ta, tw=tw, toffs=toffs: mod.moe_bf16_torch(ta, tw.transpose(-2, -1), toffs)
         cycle = kernel_cycle(calls, args.rounds)
-        ours = cycle["ours_default"]["samples"]
-        row = {"sizes": sizes, "ours_default_us": paired(ours, ours).ours_us}
+        ours = cycle["ours"]["samples"]
+        row = {"sizes": sizes, "config": mod._config_for(shape.rows, shape.n, shape.k)._asdict(),
+               "ours_us": paired(ours, ours).ours_us}
         for name in calls:
-            if name != "ours_default":
-                row[f"{name}_over_ours_default"] = paired(ours, cycle[name]["samples"]).model_dump()
+            if name != "ours":
+                row[f"{name}_over_ours"] = paired(ours, cycle[name]["samples"]).model_dump()
         row["kernels"] = {name: cycle[name]["kernels"] for name in calls}
         result["rows"][label] = row
         print(label, json.dumps({k: (v["ratio"], v["peer_us"]) if isinstance(v, dict) and "ratio" in v else v
-                                 for k, v in row.items() if k not in ("kernels", "sizes")}), flush=True)
+                                 for k, v in row.items() if k not in ("kernels", "sizes", "config")}), flush=True)
+        print("  kernels (median us):", json.dumps({n: {k: round(t, 1) for k, t in row["kernels"][n].items()}
+                                                    for n in ("ours", "ragged_dot", "torch_grouped_mm",
+                                                              "ours_torch_entry")}), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "bench-grouped-mgpu.json").write_text(json.dumps(result, indent=1, default=str))
+    tag = "" if args.rows == ",".join(ROWS) and not configs else "-" + re.sub(r"[^a-z0-9]+", "-", args.rows)
+    (Path(args.out) / f"bench-grouped-mgpu{tag}.json").write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":

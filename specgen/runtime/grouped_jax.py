@@ -84,7 +84,9 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
     span_ends = jnp.cumsum(span)
     real = span_ends[-1]  # visits that belong to a group
     v = jnp.arange(visits, dtype=jnp.int32)
-    group = jnp.searchsorted(span_ends, v, side="right").astype(jnp.int32)
+    # compare_all: one fused compare-and-count (V x G); the default binary search is a while loop, which XLA on a
+    # GPU runs as a few tiny kernels an iteration (~20 us a call at 32 groups, measured on an H100)
+    group = jnp.searchsorted(span_ends, v, side="right", method="compare_all").astype(jnp.int32)
     g = jnp.minimum(group, groups - 1)
     tile = first[g] + v - (span_ends[g] - span[g])
     used = -(-ends[-1] // block_m)  # row tiles holding some group's rows

@@ -9,7 +9,12 @@ catalogue's grouped Mosaic GPU modules:
 - the untouched tail with a NaN-poisoned `out`: every row no group holds keeps the NaN, none leaks into a
   group's rows (the kernel's own output is a fresh buffer: a row a store missed is checked by value against the
   loop, a row written by another group's visit differs from the loop there);
-- new group sizes reuse the compiled kernel.
+- new group sizes reuse the compiled kernel;
+- size-selected variants: the variant form's three configs, each where M (every group's rows) picks it, under
+  jax.jit over the grouped testing kit's ragged cases and decode's sizes, with a NaN-poisoned `out`; the catalogue
+  modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit;
+- the catalogue modules' torch entry at aligned shapes (decode's and a prefill one): a direct launch, bit for bit
+  the jitted program's, captured in a CUDA graph whose replays take new group sizes.
 
 Marked `gpu`: CI (CPU only) deselects them.
 """
@@ -17,6 +22,7 @@ Marked `gpu`: CI (CPU only) deselects them.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 
 import jax
@@ -27,7 +33,9 @@ from backends.pallas.test_grouped_tpu import CASES, Problem
 from backends.pallas.test_grouped_tpu import tolerance as tpu_tolerance
 
 from specgen.compile import load_rendered
+from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, grouped
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -152,3 +160,134 @@ def test_torch_entry_against_torch_grouped_mm_with_a_poisoned_out():
     torch.cuda.synchronize()
     assert out[990:].isnan().all() and not out[:990].isnan().any()
     torch.testing.assert_close(out[:990].float(), want[:990], atol=2e-2, rtol=2e-2)
+
+
+VARIANT_CASES = {**RAGGED_SIZES, "decode": DECODE_SIZES}
+
+
+@pytest.mark.parametrize("case", list(VARIANT_CASES))
+def test_size_selected_variants_under_jit_against_the_float64_loop(modules, case):
+    """gm_variants_untouched_k over M = every group's rows + 1: the jitted call picks the 64x256 variant (M <= 64:
+    decode, all empty, shared tiles), the 64x128 one with 6 steps and N-major bands (M <= 256) or the 128x256
+    default; the groups' rows match the loop, the row past them keeps out's NaN."""
+    name = "gm_variants_untouched_k"
+    spec, module = MGPU_FORMS[name], modules[name]
+    sizes = tuple(VARIANT_CASES[case])
+    problem = Problem(spec, m=sum(sizes) + 1, n=N, k=K, g=len(sizes))
+    v0, v1 = module.VARIANT_CONFIGS
+    want_cfg = v0 if problem.m <= 64 else v1 if problem.m <= 256 else module.CONFIG
+    assert module._config_for(problem.m, N, K) is want_cfg
+    fn = jax.jit(lambda *xs, out: getattr(module, name)(*xs, out=out))
+    poison = jnp.full((problem.m, N), jnp.nan, problem.dtype)
+    got = np.asarray(fn(problem.a, problem.b, problem.index(sizes), *(v for _, v in problem.args), out=poison)
+                     .astype(jnp.float32))
+    want, written = problem.reference(sizes)
+    np.testing.assert_allclose(got[written], want[written], err_msg=case, **tolerance(spec))
+    assert np.isnan(got[~written]).all() and not np.isnan(got[written]).any()
+
+
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+def test_catalogue_decode_variant(name):
+    """The catalogue modules at decode sizes (M <= 64: their decode variant, a 64-row tile) against the loop:
+    32 experts of 2 rows, and decode's uneven sizes over 64 rows (rows past the groups untouched); moe_bf16 under
+    jax.jit against jax.lax.ragged_dot too."""
+    module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    problem = Problem(module.SPEC, m=64, n=512, k=384, g=32)
+    assert module._config_for(64, 512, 384) is module.VARIANT_CONFIGS[0]
+    uneven = tuple(DECODE_SIZES) + (0,) * (32 - len(DECODE_SIZES))
+    for sizes in ((2,) * 32, uneven):
+        check(problem, module, sizes)
+    if name == "moe_bf16":
+        fn = jax.jit(module.moe_bf16)
+        for sizes in ((2,) * 32, uneven):
+            want = jax.lax.ragged_dot(problem.a, problem.b_logical, jnp.asarray(sizes, jnp.int32),
+                                      preferred_element_type=jnp.float32)
+            got = np.asarray(fn(problem.a, problem.b, problem.index(sizes)).astype(jnp.float32))
+            rows = sum(sizes)
+            np.testing.assert_allclose(got[:rows], np.asarray(want)[:rows], err_msg=str(sizes),
+                                       **tolerance(module.SPEC))
+        assert fn._cache_size() == 1
+
+
+def _torch_problem(spec: dict, m: int, n: int, k: int, g: int, seed: int) -> tuple[list, dict]:
+    """A (M, K), the (G, N, K) weight passed transposed (B (G, K, N) logical), the epilogue's arguments as the torch
+    entry takes them (a per-group bias (G, N), a per-row router weight (M,) f32), on the GPU."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(m, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    w = torch.randn(g, n, k, generator=gen, device="cuda").to(torch.bfloat16)
+    args = {}
+    for arg in GroupedSpec.model_validate(spec).runtime_args():
+        if arg.shape == "group_n":
+            args[arg.name] = torch.randn(g, n, generator=gen, device="cuda").to(torch.bfloat16)
+        else:
+            args[arg.name] = torch.rand(m, generator=gen, device="cuda") + 0.5
+    return [a, w.transpose(-2, -1)], args
+
+
+def _reference(spec: dict, a, b, offs, args: dict):
+
+    want, written = grouped(spec, a.double().cpu(), b.double().cpu(), offs.cpu(),
+                            {name: v.double().cpu() for name, v in args.items()})
+    return want.to("cuda"), written.to("cuda")
+
+
+# Aligned shapes (the direct path): decode's 64 rows over 32 experts (the decode variant), and a prefill one.
+DIRECT_SHAPES = [(64, 512, 384, 32), (512, 512, 384, 8)]
+
+
+def _offs(shape, which: int):
+    import torch
+
+    m, _, _, g = shape
+    if g == 32:
+        sizes = [(2,) * 32, tuple(DECODE_SIZES) + (0,) * 16, (0,) * 31 + (60,)][which]
+    else:
+        sizes = [(100, 0, 37, 128, 64, 1, 90, 50), (0, 200, 3, 0, 77, 130, 0, 90), (0,) * 8][which]
+    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+def test_torch_entry_goes_direct_and_a_captured_graph_replays_new_group_sizes(name, shape, monkeypatch):
+    """`<name>_torch` at aligned shapes launches the compiled kernel itself (no jax dispatch): bit for bit the
+    jitted program's result through DLPack; captured in a CUDA graph with a NaN-poisoned `out`, each replay with new
+    group sizes (and new A) copied into the captured tensors equals an eager call and the float64 loop on the
+    groups' rows, and keeps the NaN in the rows past the last group (the kernel stores the groups' rows only)."""
+    import torch
+
+    module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+    fn, spec = getattr(module, f"{name}_torch"), module.SPEC
+    m, n, k, g = shape
+    (a, b), args = _torch_problem(spec, m, n, k, g, seed=g)
+    offs = _offs(shape, 0)
+    with monkeypatch.context() as patch:  # the same call through DLPack and the jitted program
+        patch.setattr(module, "_direct", lambda *_: None)
+        jitted = fn(a, b, offs, *args.values())
+    module._DIRECT.clear()
+    eager = fn(a, b, offs, *args.values())
+    torch.cuda.synchronize()
+    assert [v for v in module._DIRECT.values() if v is not None], f"{name} {shape}: the call did not go direct"
+    rows = int(offs[-1])
+    assert torch.equal(eager[:rows], jitted[:rows]), f"{name} {shape}: the direct launch differs from the jitted one"
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graph docs ask
+        fn(a, b, offs, *args.values(), out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(a, b, offs, *args.values(), out=out)
+    for which in (1, 2, 0):
+        offs.copy_(_offs(shape, which))
+        a.copy_(_torch_problem(spec, m, n, k, g, seed=which + 100)[0][0])
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want, written = _reference(spec, a, b, offs, args)
+        assert torch.equal(out[written], fn(a, b, offs, *args.values())[written]), f"{name} {shape} {which}"
+        assert out[~written].isnan().all() and not out[written].isnan().any(), f"{name} {shape} {which}"
+        err = (out[written].double() - want[written]).abs()
+        assert bool((err <= 2e-2 + 2e-2 * want[written].abs()).all()), f"{name} {shape} {which}: {err.max():.4g}"

@@ -70,19 +70,50 @@ def structs(spec: dict, m: int, n: int, k: int, g: int) -> list:
 # --- lowering for CUDA (the compile hook) -------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(MGPU_FORMS))
 def test_each_form_lowers_for_cuda_with_the_plans_smem(modules, name):
+    """Every config of the module (the default, then each size-selected variant) lowers with exactly the SMEM its
+    plan says, the figure check resolved for it."""
     mod = modules[name]
-    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
-    assert r.error == "" and r.compiler_smem == r.plan_smem == mod.CONFIG.smem_bytes == mod.METADATA["smem_bytes"]
+    results = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    configs = [mod.CONFIG, *mod.VARIANT_CONFIGS]
+    assert [r.variant for r in results] == [None, *range(len(mod.VARIANT_CONFIGS))]
+    for r, cfg in zip(results, configs, strict=True):
+        assert r.error == "" and r.compiler_smem == r.plan_smem == cfg.smem_bytes
+    assert mod.METADATA["smem_bytes"] == mod.CONFIG.smem_bytes
     resolved = resolve(loaded(MGPU_FORMS[name]).spec, TARGETS["pallas:gpu_sm90"])
-    assert resolved.budget.total == mod.CONFIG.smem_bytes and resolved.ab_stages == mod.CONFIG.stages
+    for ctx, cfg in zip([resolved, *resolved.variants], configs, strict=True):
+        assert ctx.budget.total == cfg.smem_bytes and ctx.ab_stages == cfg.stages and ctx.spec.tile.m == cfg.tile_m
+    assert [v.get("when") for v in mod.METADATA["variants"]] == [v["when"] for v in MGPU_FORMS[name].get("variants", [])]
 
 
 @pytest.mark.parametrize("name", CATALOGUE)
 def test_catalogue_modules_lower_for_cuda(name):
+    """The catalogue modules: the default and the decode variant (M <= 64: a 64-row tile) lower with their SMEM."""
     mod = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
-    r = compile_module(mod, TARGETS["pallas:gpu_sm90"])
-    assert r.error == "" and r.compiler_smem == mod.CONFIG.smem_bytes
+    results = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert [r.error for r in results] == [""] * (1 + len(mod.VARIANT_CONFIGS)) and len(results) == 2
+    assert [r.compiler_smem for r in results] == [c.smem_bytes for c in (mod.CONFIG, *mod.VARIANT_CONFIGS)]
     assert mod.METADATA["targets"] == ["pallas:gpu_sm90"] and mod.METADATA["kind"] == "grouped"
+    assert mod._config_for(64, 4096, 7168) is mod.VARIANT_CONFIGS[0] and mod.VARIANT_CONFIGS[0].tile_m == 64
+    assert mod._config_for(65, 4096, 7168) is mod.CONFIG
+
+
+def test_variants_are_picked_by_the_total_rows_when_the_call_traces(modules):
+    """The first variant whose bounds hold runs, M counting every group's rows (a static shape: nothing is read
+    from the device): M <= 64 the 64x256 tile, M <= 256 the 64x128 one (6 steps, N-major bands of 4), else the
+    default; the lowered kernel allocates the chosen config's SMEM, and new group sizes of a shape reuse it."""
+    from specgen.kinds.gemm.designs.pallas.compile import mosaic_gpu_launch_smem
+
+    name = "gm_variants_untouched_k"
+    mod, spec = modules[name], MGPU_FORMS[name]
+    v0, v1 = mod.VARIANT_CONFIGS
+    assert (v0.tile_m, v0.tile_n, v1.tile_n, v1.stages, v1.raster_dim, v1.group_m) == (64, 256, 128, 6, 1, 4)
+    n, k = 4096, 7168  # K past every config's depth: each allocates all its stages
+    for m, g, want in ((1, 1, v0), (42, 16, v0), (64, 32, v0), (65, 32, v1), (256, 8, v1), (257, 8, mod.CONFIG),
+                       (4096, 32, mod.CONFIG)):
+        assert mod._config_for(m, n, k) is want
+        lowered = jax.jit(lambda *xs, mod=mod: mod._launch(*xs)).trace(*structs(spec, m, n, k, g)).lower(
+            lowering_platforms=("cuda",))
+        assert mosaic_gpu_launch_smem(lowered) == want.smem_bytes, m
 
 
 SHAPES = [(517, 300, 200, 6), (1, 300, 200, 3), (256, 256, 128, 256), (517, 300, 200, 1), (64, 4096, 7168, 32)]
@@ -138,6 +169,20 @@ def findings(**changes: object) -> set[tuple[str, str]]:
 
 def errors(**changes: object) -> set[str]:
     return {rule for rule, sev in findings(**changes) if sev == "error"}
+
+
+def test_variants_render_here_and_each_is_checked_by_every_rule():
+    """CFG003 both sides: size-selected variants render on pallas:gpu_sm90 (its jitted call picks one) and are
+    refused on the TPU design's module (one config); a variant's own config is checked by the rules (a 32-column
+    subtile row in a variant: MGP002, reported at the variant)."""
+    variants = [{"when": {"m_max": 64}, "tile": {"m": 64, "n": 256, "k": 128}}]  # K whole 128-lane tiles (PAL001)
+    both = {**mgpu_form("gm_rule"), "targets": ["pallas:gpu_sm90", "pallas:tpu_v5e"], "variants": variants,
+            "per_target": {"pallas:tpu_v5e": {"tile": {"m": 128, "n": 256, "k": 256}}}}
+    got = [(d.rule, d.target) for d in check_all([loaded(both)]) if d.severity == "error"]
+    assert got == [("CFG003", "pallas:tpu_v5e")], got
+    bad = {**mgpu_form("gm_rule"), "variants": [{"when": {"m_max": 64}, "tile": {"m": 64, "n": 64, "k": 64}}]}
+    (d,) = [d for d in check_all([loaded(bad)]) if d.severity == "error"]
+    assert d.rule == "MGP002" and "32 x 2 B = 64 B" in d.message and "M <= 64" in d.variant
 
 
 def test_the_forms_check_clean():
@@ -208,3 +253,25 @@ def test_the_torch_entry_is_what_bench_calls_and_refuses_without_a_gpu(modules):
     a, b = torch.zeros(8, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 256, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="gm_plain_untouched_mn: Mosaic GPU kernels run on an sm90 CUDA device"):
         design.torch_entry(mod, "gm_plain_untouched_mn")(a, b, torch.tensor([4, 8], dtype=torch.int32))
+
+
+def test_the_direct_launchs_torch_metadata_equals_the_jitted_programs():
+    """The torch entry's direct launch computes the group metadata with torch ops (runtime/grouped.py): value for
+    value runtime/grouped_jax.py's, over random sizes (negative, empty, past M), both tails, both tile heights."""
+    import torch
+
+    from specgen.runtime import grouped as gt
+    from specgen.runtime import grouped_jax as gj
+
+    rng = random.Random(22)
+    for _ in range(80):
+        g, rows, block = rng.randint(1, 40), rng.randint(1, 900), rng.choice([64, 128])
+        sizes = [rng.choice([0, 0, 1, 2, -3, rng.randint(0, 300)]) for _ in range(g)]
+        for tail in (False, True):
+            want = gj.group_metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail, partial_tail=tail)
+            got = gt.group_metadata(torch.tensor(sizes, dtype=torch.int32), rows, block, tail, partial_tail=tail)
+            for x, y in zip(want, got, strict=True):
+                assert y.dtype == torch.int32 and np.array_equal(np.asarray(x), y.numpy()), (sizes, rows, block, tail)
+        offs = np.cumsum(np.maximum(sizes, 0)).astype(np.int32)
+        assert np.array_equal(np.asarray(gj.sizes_from_offs(jnp.asarray(offs))),
+                              gt.sizes_from_offs(torch.from_numpy(offs)).numpy())

@@ -1,6 +1,6 @@
 """Grouped spec forms for the Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu): `MGPU_FORMS`,
 one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16
-and f16, a 64-row and a 128-row tile), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
+and f16, a 64-row and a 128-row tile, size-selected variants), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
 tests/backends/pallas/test_grouped_mgpu.py, run on the GPU by tests/gpu/test_grouped_mgpu_gpu.py; the
 name-hardening tests tokenize them."""
 
@@ -12,11 +12,21 @@ MGPU_TILE = {"m": 128, "n": 128, "k": 64}
 
 
 def mgpu_form(name: str, *, dtype: str = "bf16", b: str = "k", index: str = "sizes", tail: str = "zero",
-              tile: dict | None = None, epilogue: tuple = ()) -> dict:
+              tile: dict | None = None, epilogue: tuple = (), variants: tuple = ()) -> dict:
     """A grouped spec on pallas:gpu_sm90 (every default spelled out, plain data)."""
+    extra = {"variants": [dict(v) for v in variants]} if variants else {}
     return spec(name, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": b}, out={"dtype": dtype},
                 tile=tile or MGPU_TILE, targets=["pallas:gpu_sm90"], triton={"num_warps": 4},
-                groups={"index": index, "tail": tail}, epilogue=[dict(op) for op in epilogue])
+                groups={"index": index, "tail": tail}, epilogue=[dict(op) for op in epilogue], **extra)
+
+
+# Size-selected variants, picked by M (every group's rows): decode's 64-row tile, then one that changes every other
+# config key the kernel reads (tile, depth, visit order), over the catalogue's 128x256 default.
+MGPU_VARIANTS = (
+    {"when": {"m_max": 64}, "tile": {"m": 64, "n": 256, "k": 64}},
+    {"when": {"m_max": 256}, "tile": {"m": 64, "n": 128, "k": 64}, "pipeline": {"ab_stages": 6},
+     "schedule": {"raster": "along_n", "group_m": 4}},
+)
 
 
 MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
@@ -29,4 +39,6 @@ MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
         {"op": "scale", "by": "col", "name": "colw"}, {"op": "scale", "by": "scalar", "name": "alpha"},
         {"op": "scale", "by": "scalar", "value": 0.5}, {"op": "activation", "fn": "gelu_tanh"},
         {"op": "clamp", "min": -2.0, "max": 2.0}, {"op": "cast", "dtype": "bf16"})),
+    mgpu_form("gm_variants_untouched_k", index="offs", tail="untouched", tile={"m": 128, "n": 256, "k": 64},
+              epilogue=({"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "silu"}), variants=MGPU_VARIANTS),
 )}

@@ -1,7 +1,8 @@
-"""The grouped Mosaic GPU design's compile hook: the module's kernel lowered for CUDA on a CPU machine, as the dense
-Mosaic GPU hook lowers its configs (kinds/gemm/designs/pallas/compile.py: the whole lowering jax runs in Python,
-the kernel body, layout inference, the SMEM allocation and its limit; `compiler_smem` is the dynamic shared
-memory of the kernel's launch, beside the plan's). What is left (NVVM, ptxas) runs only where a GPU is.
+"""The grouped Mosaic GPU design's compile hook: the module's kernel, in each of its configs (the default and every
+size-selected variant), lowered for CUDA on a CPU machine, as the dense Mosaic GPU hook lowers its configs
+(kinds/gemm/designs/pallas/compile.py: the whole lowering jax runs in Python, the kernel body, layout inference,
+the SMEM allocation and its limit; `compiler_smem` is the dynamic shared memory of the kernel's launch, beside
+the plan's). What is left (NVVM, ptxas) runs only where a GPU is.
 
 The problem is ragged against every tile (two and a bit tiles per dim, K past the pipeline's depth, 3 groups), with
 and without the caller's `out` for an untouched tail, so the K and N tails, the store ladder and both tail paths
@@ -19,24 +20,34 @@ from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.targets import TargetInfo
 
 
-def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
+def compile_module(module: ModuleType, target: TargetInfo) -> list[CompileResult]:
+    """Each config of the module (the default, then every size-selected variant, its result's `variant` set: the
+    CLI shows `<kernel>[i]`) lowered for CUDA with that config forced, each beside its plan SMEM."""
+    configs = [(None, module.CONFIG), *enumerate(getattr(module, "VARIANT_CONFIGS", ()))]
+    return [_lower_config(module, target, variant, cfg) for variant, cfg in configs]
+
+
+def _lower_config(module: ModuleType, target: TargetInfo, variant: int | None, cfg: object) -> CompileResult:
+    import functools
+
     import jax
 
-    meta, cfg = module.METADATA, module.CONFIG
+    meta = module.METADATA
     spec = GroupedSpec.model_validate(module.SPEC)
     m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
     struct, args = problem_structs(spec, m, n, k)  # the TPU hook's problem: 3 groups
     start, smem = time.perf_counter(), None
+    launch = functools.partial(module._launch, config=cfg)  # forced: the shape need not be one its bounds admit
     try:  # untouched: without the caller's `out`, then with it; a fresh jit each time (nothing cached stands in)
         for base in ([None] if spec.groups.tail == "zero" else [None, struct((m, n), spec.out.dtype)]):
             def call(*xs: object, with_out: bool = base is not None) -> object:
-                return module._launch(*xs[:-1], out=xs[-1]) if with_out else module._launch(*xs)
+                return launch(*xs[:-1], out=xs[-1]) if with_out else launch(*xs)
 
             lowered = jax.jit(call).trace(*args, *([] if base is None else [base])).lower(lowering_platforms=("cuda",))
             smem = mosaic_gpu_launch_smem(lowered)
             if smem is None:
                 raise RuntimeError("the lowered module holds no Mosaic GPU kernel launch (no mosaic_gpu_v2 gpu.launch)")
     except Exception as e:  # the lowering's own message is the useful part
-        return CompileResult(meta["kernel"], target.name, meta["smem_bytes"], None, time.perf_counter() - start,
-                             compiler_message(e))
-    return CompileResult(meta["kernel"], target.name, meta["smem_bytes"], smem, time.perf_counter() - start)
+        return CompileResult(meta["kernel"], target.name, cfg.smem_bytes, None, time.perf_counter() - start,
+                             compiler_message(e), variant=variant)
+    return CompileResult(meta["kernel"], target.name, cfg.smem_bytes, smem, time.perf_counter() - start, variant=variant)

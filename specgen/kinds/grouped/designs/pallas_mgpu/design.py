@@ -16,6 +16,12 @@ ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bi
 edge, not at a group's end, so one box of the tile would write the next group's rows; a descriptor per group
 needs the group ends on the host (a sync) or built on the device, which Pallas does not expose.
 
+Size-selected variants (`renders_variants`): a `Config` row each, the jitted call picking the first whose bounds
+hold by the total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each variant is resolved
+and checked on its own. `<name>_torch` launches the compiled kernel directly on torch's current stream at shapes
+TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by torch ops
+(runtime/grouped.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
 allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py). Imports jax-free code only.
@@ -73,7 +79,12 @@ class PallasMgpuGrouped(GroupedDesign):
     # Lowering for CUDA on a CPU machine (the kernel body, layout inference, SMEM allocation)
     compile_hook = "specgen.kinds.grouped.designs.pallas_mgpu.compile:compile_module"
     shared_config = (("tile",), ("pipeline", "ab_stages"), ("schedule",), ("groups",), ("epilogue",))
-    # `<name>_torch`, waited for (the kernel runs on jax's stream): the dense Mosaic GPU design's, what bench times
+    # Size-selected variants (decode's few rows an expert): a Config row each, the jitted call picking one by the
+    # total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each is resolved and checked on
+    # its own (stages, SMEM, TMA boxes, MGP002), so a variant may change any config key the kernel reads.
+    renders_variants = True
+    # `<name>_torch`, waited for (the direct launch runs on torch's stream, the DLPack path on jax's): the dense
+    # Mosaic GPU design's, what bench times
     torch_entry = PallasGemmDesign.torch_entry
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
@@ -141,6 +152,7 @@ class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
     memory_registers: int
     num_sms: int  # the grid's size where no device says (lowering on a CPU machine)
     config: MgpuConfig  # the dense kernel's config row: tile, stages, warpgroup split, subtiles, swizzles, SMEM
+    variants: list[MgpuConfig]  # size-selected, in the order the jitted call tries them
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
 
@@ -175,6 +187,7 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
         memory_registers=MGPU_MEMORY_REGISTERS,
         num_sms=gpu.num_sms_example,
         config=mgpu_config(ctx),
+        variants=[mgpu_config(v) for v in ctx.variants],
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         spec_json=loaded.spec.model_dump(mode="json"),
     )
@@ -187,16 +200,23 @@ CONFIG_FIELDS = tuple((f, "ab_stages" if f == "stages" else f) for f in (
     "b_swizzle", "group_m", "raster_dim", "smem_bytes"))
 
 
+def config_meta(c: MgpuConfig) -> dict[str, object]:
+    """One config's METADATA entry: a variant's bounds (`when`, as the spec spells them), then its Config fields."""
+    fields = asdict(c)
+    when = {"when": {f"{dim.lower()}_max": n for dim, n in c.bounds}} if c.bounds else {}
+    return when | {k: fields[attr] for k, attr in CONFIG_FIELDS} | {"smem_breakdown": c.smem_breakdown}
+
+
 def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
     """The module's METADATA: its identity, then its plan figures (`smem_bytes` first: `specgen compile`'s)."""
-    config = asdict(p.config)
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
             "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
             "a_major": p.a_major, "b_major": p.b_major, "warpgroups": p.warpgroups,
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,
             "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
-            "config": {k: config[attr] for k, attr in CONFIG_FIELDS}, "variants": []}
+            "config": {k: v for k, v in config_meta(p.config).items() if k != "smem_breakdown"},
+            "variants": [config_meta(v) for v in p.variants]}
 
 
 def mgpu_context(p: GroupedMgpuPlan) -> dict[str, object]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 # Names its modules bind or read at their top level (a kernel's name must not replace one).
 MODULE_NAMES: frozenset[str] = frozenset({
     "functools", "jax", "jnp", "lax", "pl", "plgpu", "_rt", "_gj", "_mg", "NAME", "WARPGROUPS", "TAIL_ZERO",
-    "NamedTuple", "Config", "CONFIG", "_kernel", "_build", "_launch", "_call", "_extents", "min", "max", "bool",
+    "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_kernel", "_build", "_launch", "_call",
+    "_extents", "_DIRECT", "_direct", "_gt", "_mt", "min", "max", "bool",
     "tuple",
 })
 
@@ -24,6 +25,8 @@ RESERVED: frozenset[str] = frozenset({
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
     "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
+    # the torch entry's direct launch
+    "sb", "direct", "launch", "structs", "shape", "str",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
