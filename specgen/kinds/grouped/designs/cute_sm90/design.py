@@ -76,7 +76,8 @@ def group_registers(spec: GroupedSpec) -> RegisterEstimate:
 
 
 class GroupedConfig(NamedTuple):
-    """The numbers of the module's one config (its `Config`)."""
+    """The numbers of one compiled config (the module's `Config`): the default's, or a size-selected variant's
+    with its index and bounds (`when`: the launcher compares them with M, every group's rows, N and K)."""
 
     tile_m: int
     tile_n: int
@@ -88,6 +89,21 @@ class GroupedConfig(NamedTuple):
     mma_warpgroups: int
     store_vector: int  # elements a thread stores at once (16 bytes)
     smem_bytes: int
+    smem_breakdown: str = ""
+    acc_registers: int = 0
+    index: int | None = None  # which variant (None: the default)
+    when: str = ""
+    bounds: tuple[tuple[str, int], ...] = ()
+
+
+def grouped_config(r: Resolved) -> GroupedConfig:
+    """The config a resolved (spec, target[, variant]) compiles to: each checked by every rule on its own."""
+    spec: GroupedSpec = r.spec
+    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+    return GroupedConfig(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, em, en, epilogue_stages(spec),  # type: ignore[arg-type]
+                         mma_warpgroups(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total,  # type: ignore[arg-type]
+                         r.budget.breakdown(), r.acc_registers, r.variant, str(r.when) if r.when is not None else "",
+                         tuple(r.when.bounds().items()) if r.when is not None else ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +124,7 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     acc_dtype: str
     tail_zero: bool
     config: GroupedConfig
+    variants: list[GroupedConfig]  # size-selected, in the launcher's order
     smem_breakdown: str
     acc_registers: int
     load_registers: int
@@ -142,6 +159,11 @@ class CuteSm90Grouped(GroupedDesign):
     # The struct is the dense kernel's (mbarriers, A/B stages, epilogue subtiles; no ping-pong set, no split-K
     # partials: GRP302 and GRP002 refuse them), so its byte count is too.
     memory_of = CuteSm90Gemm.memory
+    # Size-selected variants (decode's few rows an expert): each its own compiled kernel, the launcher picking one
+    # by M (every group's rows: a's row count, known on the host, so no sync and a graph replays), N and K.
+    # Every config field is the variant's own (the kernel reads them all from its `Config` at trace time); the
+    # semantics (groups, epilogue) are the kernel's, which a variant cannot change.
+    renders_variants = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -183,10 +205,8 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     # check refuses these (GRP001, GRP301, GRP302, EPI001); a render that skipped check must not emit a wrong kernel
     if spec.a.major != "k" or spec.groups.ragged != "m":
         raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
-    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
-    config = GroupedConfig(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, em, en, epilogue_stages(spec),  # type: ignore[arg-type]
-                           mma_warpgroups(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total)  # type: ignore[arg-type]
+    config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -203,7 +223,7 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
         args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major, b_major=spec.b.major, acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-        tail_zero=spec.groups.tail == "zero", config=config, smem_breakdown=r.budget.breakdown(),
+        tail_zero=spec.groups.tail == "zero", config=config, variants=variants, smem_breakdown=r.budget.breakdown(),
         acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
     )
@@ -232,16 +252,23 @@ def host_parameters(p: GroupedCutePlan) -> list[list[str]]:
 
 def metadata(p: GroupedCutePlan) -> dict[str, object]:
     """The module's one metadata dict: the keys the dense CuTe compile hook reads (`plan` by compute capability,
-    its SMEM and no variants)."""
+    its SMEM and each variant's)."""
     c = p.config
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "kind": KIND,
         "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
         "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
-                                        "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag, "variants": []}},
+                                        "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag,
+                                        "variants": [variant_metadata(v) for v in p.variants]}},
         "parameters": host_parameters(p),
     }
+
+
+def variant_metadata(c: GroupedConfig) -> dict[str, object]:
+    """A variant as METADATA lists it (the dense CuTe design's keys: its bounds, tile, stages, SMEM, warpgroups)."""
+    return {"when": dict(c.bounds), "tile": [c.tile_m, c.tile_n, c.tile_k], "cluster": [1, 1],
+            "ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes, "mma_warpgroups": c.mma_warpgroups, "pingpong": False}
 
 
 DESIGN = CuteSm90Grouped()
