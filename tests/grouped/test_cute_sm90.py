@@ -122,13 +122,13 @@ def test_catalogue_modules_compile_every_config_with_its_own_plan(name, tmp_path
     r = resolve(ls.spec, t)
     (v,) = r.variants
     (cfg,) = module.VARIANT_CONFIGS
-    assert (cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.mma_warpgroups) == (64, 128, 64, 1)
+    assert (cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.mma_warpgroups) == (64, 128, 128, 1)
     assert (cfg.ab_stages, cfg.smem_bytes) == (v.ab_stages, v.budget.total) and cfg.threads == 256
     assert (module.CONFIG.tile_m, module.CONFIG.mma_warpgroups, module.CONFIG.smem_bytes) == (128, 2, r.budget.total)
     assert "    if M <= 64:\n        variant = 0\n    else:\n        variant = None\n" in text
-    assert "0. M <= 64: tile 64x128x64" in " ".join(module.__doc__.split())
+    assert "0. M <= 64: tile 64x128x128" in " ".join(module.__doc__.split())
     (meta,) = module.METADATA["plan"][90]["variants"]
-    assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, 64] and meta["smem_bytes"] == v.budget.total
+    assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, 128] and meta["smem_bytes"] == v.budget.total
     results = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
     assert [x.kernel for x in results] == [name, f"{name}[variant 0]"]
     for x in results:

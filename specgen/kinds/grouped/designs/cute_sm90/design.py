@@ -23,6 +23,9 @@ epilogue op macros are imported from templates/gemm/cute/, not copied) under a g
 
 SMEM: the dense design's struct (mbarriers, A and B stages, the epilogue subtiles, each 1024-aligned), so
 `memory` is the dense design's, to the byte.
+
+Size-selected variants (decode: a 64-row tile on one warpgroup) are rows of the module's `VARIANT_CONFIGS`, each
+compiled on its own; the launcher picks one by M, every group's rows (a shape: no sync), N and K.
 """
 
 from __future__ import annotations
