@@ -189,3 +189,40 @@ def test_each_variant_is_checked_by_every_rule(variant, rule, words):
     found = [d for d in check_all([ls]) if d.severity == "error"]
     assert found and all(d.variant == "variant 0 (M <= 64)" for d in found), found
     assert any(d.rule == rule and words in d.message for d in found), found
+
+
+def test_a_gated_epilogue_renders_on_cute_sm90_with_a_k_major_b_only():
+    """A gated epilogue is rendered here (no EPI001): B (G, K, 2N) documented as the spec lays it out, a gate and an
+    up tile a stage (the SMEM plan counts both: the compile tests compare it with the compiler's), two accumulators
+    (REG001 counts both); an N-major B is refused (GRP301), and a render that skipped check refuses it too."""
+    from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN
+
+    for name, words in (("cg_gated_halves", "gate columns [0, N), up columns [N, 2N)"),
+                        ("cg_gated_il_f16", "column 2j gate j, 2j + 1 up j")):
+        ls = load(CUTE_FORMS[name])
+        assert not [d for d in check_all([ls]) if d.severity == "error"]
+        ((_, text),) = render_modules(ls, ls.spec.targets).items()
+        assert f"(G, K, 2N) {ls.spec.b.dtype}, K-major: one weight per group, {words}" in text
+        assert "sU: cute.struct.Align" in text and "acc = acc * r_up.load()  # act(gate) * up" in text
+        (t,) = ls.spec.targets
+        r = resolve(ls.spec, t)
+        t_ = ls.spec.tile
+        assert r.budget.ab_stage_bytes == (t_.m * t_.k + 2 * t_.n * t_.k) * 2
+    nmajor = {**CUTE_FORMS["cg_gated_halves"], "name": "gated_nmaj", "b": {"dtype": "bf16", "major": "mn"}}
+    ls = load(nmajor)
+    found = [d for d in check_all([ls]) if d.severity == "error"]
+    assert [d.rule for d in found] == ["GRP301"] and 'b.major = "mn"' in found[0].message, found
+    (t,) = ls.spec.targets
+    with pytest.raises(ValueError, match="K-major B"):
+        DESIGN.render(ls, [t], {str(t): resolve(ls.spec, t)})
+
+
+def test_a_gated_tile_counts_both_accumulators_in_reg001():
+    """Gate and up accumulators of a 128x128 tile on one warpgroup (128 registers each) do not fit the 232 a
+    consumer thread gets: REG001 refuses it (it spilled 2 KB when compiled, nvidia-cutlass-dsl 4.8.1); on two
+    warpgroups it passes."""
+    base = CUTE_FORMS["cg_gated_halves"]
+    one = load({**base, "name": "gated_one_wg", "cute": {"mma_warpgroups": 1}})
+    found = [d for d in check_all([one]) if d.rule == "REG001"]
+    assert found and found[0].severity == "error" and "256 accumulator" in found[0].message, found
+    assert not [d for d in check_all([load(base)]) if d.rule == "REG001" and d.severity == "error"]

@@ -26,6 +26,13 @@ SMEM: the dense design's struct (mbarriers, A and B stages, the epilogue subtile
 
 Size-selected variants (decode: a 64-row tile on one warpgroup) are rows of the module's `VARIANT_CONFIGS`, each
 compiled on its own; the launcher picks one by M, every group's rows (a shape: no sync), N and K.
+
+A gated epilogue (B (G, K, 2N), K-major; out = act(gate) * up, then the rest of the chain): B is viewed as (N, K,
+2, G), the third mode picking gate or up columns (halves: stride N columns; interleaved: stride one column, N
+strided by two), so one TMA descriptor loads a gate and an up tile of tile.n columns each per stage (TMA zero-fills
+past N for both), into two SMEM buffers; the consumers keep two accumulators of the same layout, so the epilogue
+combines them element by element before the stmatrix copy. A stage holds A and both B tiles (`memory`), a thread
+both accumulators (REG001).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from specgen.render.env import describe_op
 from specgen.render.specs import spec_import
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
@@ -75,6 +83,10 @@ def group_registers(spec: GroupedSpec) -> RegisterEstimate:
     est = register_estimate(spec)  # type: ignore[arg-type]
     per_group = sum(1 for a in spec.runtime_args() if a.shape == GROUP_N)
     extra = per_group * (epilogue_tile(spec)[1] // 4) * GATHERED_PER_ROW_OR_COLUMN  # type: ignore[arg-type]
+    if gated_op(spec.epilogue) is not None:  # the up accumulator beside the gate's, and its subtile fragment
+        em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+        fragment = em * en // (WARPGROUP_THREADS * mma_warpgroups(spec))  # type: ignore[arg-type]
+        return dataclasses.replace(est, accumulator=2 * est.accumulator, operands=est.operands + extra + fragment)
     return dataclasses.replace(est, operands=est.operands + extra)
 
 
@@ -136,7 +148,8 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
     spec_json: dict[str, object]
     ragged_k: bool = False
-    gated: bool = False
+    gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up tiles, N outputs
+    gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
     aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
@@ -167,6 +180,9 @@ class CuteSm90Grouped(GroupedDesign):
     # Every config field is the variant's own (the kernel reads them all from its `Config` at trace time); the
     # semantics (groups, epilogue) are the kernel's, which a variant cannot change.
     renders_variants = True
+    # a gated epilogue: B (G, K, 2N), K-major, its gate and up tiles loaded through one (N, K, 2, G) view (EPI001
+    # elsewhere; GRP301 its limits here)
+    renders_gated = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -178,11 +194,21 @@ class CuteSm90Grouped(GroupedDesign):
         return True
 
     def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
+        """The dense struct's; with a gated epilogue a stage also holds the up tile (its own 1024-aligned buffer,
+        tile.n x tile.k: a multiple of 1024 bytes for every tile wgmma takes)."""
+        budget = self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
+        if gated_op(spec.epilogue) is None:
+            return budget
+        return dataclasses.replace(budget, ab_stage_bytes=budget.ab_stage_bytes + spec.tile.n * spec.tile.k * spec.b.dtype.bytes)
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """A's and B's boxes (the output is stored through predicated vector stores)."""
-        return tma_boxes(spec)[:2]
+        """A's and B's boxes (the output is stored through predicated vector stores); a gated B loads a gate and
+        an up box of tile.n columns each."""
+        a, b = tma_boxes(spec)[:2]
+        if gated_op(spec.epilogue) is not None:
+            t = spec.tile
+            b = TmaBox("B", *((t.n, t.k) if spec.b.major == "k" else (t.k, t.n)), spec.b.dtype.bytes, ("b",))
+        return a, b
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]
@@ -208,8 +234,14 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     # check refuses these (GRP001, GRP301, GRP302, EPI001); a render that skipped check must not emit a wrong kernel
     if spec.a.major != "k" or spec.groups.ragged != "m":
         raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
+    gated = gated_op(spec.epilogue)
+    if gated is not None and spec.b.major != "k":
+        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel's gated epilogue reads a K-major B (GRP301)")
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
+    b_doc = (f"(G, K, 2N) {spec.b.dtype}, K-major: one weight per group, "
+             + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
+             if gated is not None else f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group")
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -220,7 +252,7 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         **plan_header(loaded),
         arch=r.info.arch, arch_flag=arch_flag(r.info), compute_capability=r.info.compute_capability or 0,
         a=cute_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"),
-        b=cute_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        b=cute_arg("b", "b", spec.b.dtype, b_doc),
         index=cute_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
         index_kind=spec.groups.index,
         out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
@@ -229,6 +261,7 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         tail_zero=spec.groups.tail == "zero", config=config, variants=variants, smem_breakdown=r.budget.breakdown(),
         acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
+        gated=gated is not None, gated_layout=gated.layout if gated is not None else "",
     )
 
 
