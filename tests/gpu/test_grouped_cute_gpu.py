@@ -1,5 +1,5 @@
 """The grouped CuTe sm90 design on the GPU (issue 37): every form of specgen/kinds/grouped/testing/specs.py
-CUTE_FORMS on every case of the grouped numerics (the shared base: NaN-poisoned output inside a poisoned guard
+CUTE_FORMS (a decode-shaped variant and the gated epilogue's two layouts among them) on every case of the grouped numerics (the shared base: NaN-poisoned output inside a poisoned guard
 band, empty groups first / middle / last / all, a group holding every row, a tile shared by four groups, rows of
 one, 256 groups of 0-2 rows, no groups, K and N tails, strided operands) against the float64 per-group loop; the
 catalogue's cute:sm90 kernels at MoE-like sizes against float64 and torch._grouped_mm (G = 1 against a dense
