@@ -1,8 +1,10 @@
 """The grouped CuTe sm90 design on the CPU: every form (specgen/kinds/grouped/testing/specs.py CUTE_FORMS) and the
 catalogue's cute:sm90 grouped kernels pass check, render, and compile for sm_90a through `cute.compile` over fake
 tensors (dynamic M, N, K, G) with exactly the SMEM the plan allocates, TMA loads (no TMA store: the epilogue's
-stores are predicated on the group's rows), wgmma and no local-memory spills; the spec takes cute:sm90 and still
-refuses cute:sm100 for a grouped kernel; a render that skipped check refuses what the kernel cannot do."""
+stores are predicated on the group's rows), wgmma and no local-memory spills, every config of a module (the
+default and the decode variant) compiled on its own; the launcher picks the variant by total rows; each variant's
+config checked by every rule, CFG003 taking cute:sm90 variants; the spec takes cute:sm90 and still refuses
+cute:sm100 for a grouped kernel; a render that skipped check refuses what the kernel cannot do."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from specgen.check import check_all
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS, spec
 from specgen.render.catalogue import render_modules
+from specgen.resolve import resolve
 from specgen.spec.load import SpecError, load_paths, load_text
 from specgen.targets import target_info
 
@@ -25,12 +28,27 @@ def load(s: dict):
     return ls
 
 
-def catalogue_cute() -> list[str]:
+def catalogue_loaded() -> dict:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    return [ls.name for ls in load_paths([root / "specs"]) if ls.spec.kind == "grouped"
-            and any(str(t) == "cute:sm90" for t in ls.spec.targets)]
+    return {ls.name: ls for ls in load_paths([root / "specs"]) if ls.spec.kind == "grouped"
+            and any(str(t) == "cute:sm90" for t in ls.spec.targets)}
+
+
+def catalogue_cute() -> list[str]:
+    return list(catalogue_loaded())
+
+
+def render_cute(ls, tmp_path, prefix: str):
+    """The loaded spec's cute:sm90 module, rendered and imported."""
+    from specgen.compile import load_rendered
+
+    cute = [t for t in ls.spec.targets if str(t) == "cute:sm90"]
+    text = render_modules(ls, cute)[f"cute/{ls.name}.py"]
+    path = tmp_path / f"{ls.name}.py"
+    path.write_text(text)
+    return load_rendered(path, f"{prefix}{ls.name}"), text
 
 
 def test_the_catalogue_renders_grouped_kernels_on_cute_sm90():
@@ -50,12 +68,14 @@ def test_each_form_checks_clean_and_compiles_for_sm90a_with_the_plans_smem(name,
     path = tmp_path / f"{name}.py"
     path.write_text(text)
     module = load_rendered(path, f"_specgen_test_cute_grouped_{name}")
-    (r,) = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
-    assert not r.error, r
-    assert r.compiler_smem == r.plan_smem <= 232448, r  # the design's struct, to the byte
-    assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] == 0, r.sass
-    assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
-    assert r.cpu_seconds < 30, r
+    results = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
+    assert len(results) == 1 + len(module.VARIANT_CONFIGS) == 1 + len(CUTE_FORMS[name].get("variants", []))
+    for r in results:  # the default config, then each variant's
+        assert not r.error, r
+        assert r.compiler_smem == r.plan_smem <= 232448, r  # the design's struct, to the byte
+        assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] == 0, r.sass
+        assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
+        assert r.cpu_seconds < 30, r
 
 
 def test_the_spec_takes_cute_sm90_and_refuses_cute_sm100_for_a_grouped_kernel():
@@ -83,3 +103,126 @@ def test_the_module_documents_its_schedule_and_epilogue():
     assert "scale: * w[g, n] (G, N) f32, per group and column" in text
     assert "predicated on the group's rows" in text and "two" not in text.split("Kernel:")[1].split("\n")[0]
     compile(text, "cg_every_op.py", "exec")
+
+
+DECODE = {"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 1}}
+
+
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"])
+def test_catalogue_modules_compile_every_config_with_its_own_plan(name, tmp_path, monkeypatch):
+    """The catalogue's cute:sm90 kernels carry a decode variant (M <= 64: a 64-row tile on one warpgroup): a Config
+    row of its own (its stages and SMEM as check resolved them), listed in the docstring and METADATA, compiled for
+    sm_90a beside the default with exactly the SMEM its plan allocates, TMA loads, wgmma and no spills."""
+    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
+
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
+    ls = catalogue_loaded()[name]
+    module, text = render_cute(ls, tmp_path, "_specgen_test_cute_catalogue_")
+    (t,) = [t for t in ls.spec.targets if str(t) == "cute:sm90"]
+    r = resolve(ls.spec, t)
+    (v,) = r.variants
+    (cfg,) = module.VARIANT_CONFIGS
+    assert (cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.mma_warpgroups) == (64, 128, 128, 1)
+    assert (cfg.ab_stages, cfg.smem_bytes) == (v.ab_stages, v.budget.total) and cfg.threads == 256
+    assert (module.CONFIG.tile_m, module.CONFIG.mma_warpgroups, module.CONFIG.smem_bytes) == (128, 2, r.budget.total)
+    assert "    if M <= 64:\n        variant = 0\n    else:\n        variant = None\n" in text
+    assert "0. M <= 64: tile 64x128x128" in " ".join(module.__doc__.split())
+    (meta,) = module.METADATA["plan"][90]["variants"]
+    assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, 128] and meta["smem_bytes"] == v.budget.total
+    results = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
+    assert [x.kernel for x in results] == [name, f"{name}[variant 0]"]
+    for x in results:
+        assert not x.error and x.compiler_smem == x.plan_smem <= 232448, x
+        assert x.sass["UTMALDG"] > 0 and x.sass["HGMMA"] > 0 and x.sass["UTMASTG"] == 0, x.sass
+        assert x.sass["LDL"] == 0 and x.sass["STL"] == 0, x.sass
+    assert results[1].plan_smem == v.budget.total
+
+
+def test_the_launcher_picks_the_decode_variant_by_total_rows(tmp_path, monkeypatch):
+    """The launcher compares M, every group's rows (a's row count: the group sizes stay on the device, so no sync),
+    with the variant's bound after the guards ran, and launches that config's compiled function: M <= 64 the
+    decode variant whatever the groups hold, M = 65 the default. (The compiled function is replaced by a recorder:
+    the CPU box has no GPU; tests/gpu/test_grouped_cute_gpu.py runs both configs.)"""
+    import torch
+
+    ls = load(spec("pick", targets=["cute:sm90"], tile={"m": 128, "n": 256, "k": 64}, variants=[DECODE]))
+    module, _ = render_cute(ls, tmp_path, "_specgen_test_cute_pick_")
+    launched = []
+
+    def entry(device, variant, cfg):
+        def fn(*args):
+            launched.append((variant, cfg, args[0].shape[0]))
+        return fn, 132
+
+    monkeypatch.setattr(module._launcher, "entry", entry)
+    k, n = 64, 128
+    b = torch.zeros(4, n, k, dtype=torch.float16).transpose(-2, -1)
+    for rows, sizes in ((64, [64, 0, 0, 0]), (64, [2, 0, 1, 3]), (1, [1, 0, 0, 0]), (65, [65, 0, 0, 0]), (300, [2, 0, 1, 3])):
+        a = torch.zeros(rows, k, dtype=torch.float16)
+        offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32)
+        module.pick(a, b, offs)
+    assert [(v, rows) for v, _, rows in launched] == [(0, 64), (0, 64), (0, 1), (None, 65), (None, 300)]
+    assert [cfg for v, cfg, _ in launched] == [module.VARIANT_CONFIGS[0]] * 3 + [module.CONFIG] * 2
+
+
+def test_cfg003_takes_cute_sm90_variants_and_still_refuses_one_config_designs():
+    """A size-selected variant on cute:sm90 is rendered (no CFG003); the Mosaic GPU grouped module renders one
+    config, so the same variant there is still refused, naming the designs that render them."""
+    ls = load(spec("cfg3", a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"},
+                   targets=["cute:sm90", "pallas:gpu_sm90"], tile={"m": 128, "n": 256, "k": 64}, variants=[DECODE]))
+    refused = [d for d in check_all([ls]) if d.rule == "CFG003"]
+    assert [(d.target, d.severity) for d in refused] == [("pallas:gpu_sm90", "error")]
+    assert "CuTe sm90 grouped" in refused[0].message and "has 1 (M <= 64)" in refused[0].message
+
+
+@pytest.mark.parametrize(("variant", "rule", "words"), [
+    ({"tile": {"m": 64, "n": 256, "k": 64}, "pipeline": {"ab_stages": 6}}, "SMEM001", "6"),
+    ({"tile": {"m": 64, "n": 128, "k": 64}, "cluster": {"m": 2, "n": 1}}, "GRP302", "cluster = 2x1"),
+    ({"tile": {"m": 64, "n": 128, "k": 64}, "cute": {"swap_ab": True}}, "GRP302", "swap_ab"),
+    ({"tile": {"m": 32, "n": 128, "k": 64}}, "MMA001", "32"),
+])
+def test_each_variant_is_checked_by_every_rule(variant, rule, words):
+    """A variant is its own compiled kernel: a config the kernel cannot run is refused at the variant (its bounds
+    named), while the default config passes."""
+    ls = load(spec("vrule", targets=["cute:sm90"], tile={"m": 128, "n": 256, "k": 64},
+                   variants=[{"when": {"m_max": 64}, **variant}]))
+    found = [d for d in check_all([ls]) if d.severity == "error"]
+    assert found and all(d.variant == "variant 0 (M <= 64)" for d in found), found
+    assert any(d.rule == rule and words in d.message for d in found), found
+
+
+def test_a_gated_epilogue_renders_on_cute_sm90_with_a_k_major_b_only():
+    """A gated epilogue is rendered here (no EPI001): B (G, K, 2N) documented as the spec lays it out, a gate and an
+    up tile a stage (the SMEM plan counts both: the compile tests compare it with the compiler's), two accumulators
+    (REG001 counts both); an N-major B is refused (GRP301), and a render that skipped check refuses it too."""
+    from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN
+
+    for name, words in (("cg_gated_halves", "gate columns [0, N), up columns [N, 2N)"),
+                        ("cg_gated_il_f16", "column 2j gate j, 2j + 1 up j")):
+        ls = load(CUTE_FORMS[name])
+        assert not [d for d in check_all([ls]) if d.severity == "error"]
+        ((_, text),) = render_modules(ls, ls.spec.targets).items()
+        assert f"(G, K, 2N) {ls.spec.b.dtype}, K-major: one weight per group, {words}" in text
+        assert "sU: cute.struct.Align" in text and "acc = acc * r_up.load()  # act(gate) * up" in text
+        (t,) = ls.spec.targets
+        r = resolve(ls.spec, t)
+        t_ = ls.spec.tile
+        assert r.budget.ab_stage_bytes == (t_.m * t_.k + 2 * t_.n * t_.k) * 2
+    nmajor = {**CUTE_FORMS["cg_gated_halves"], "name": "gated_nmaj", "b": {"dtype": "bf16", "major": "mn"}}
+    ls = load(nmajor)
+    found = [d for d in check_all([ls]) if d.severity == "error"]
+    assert [d.rule for d in found] == ["GRP301"] and 'b.major = "mn"' in found[0].message, found
+    (t,) = ls.spec.targets
+    with pytest.raises(ValueError, match="K-major B"):
+        DESIGN.render(ls, [t], {str(t): resolve(ls.spec, t)})
+
+
+def test_a_gated_tile_counts_both_accumulators_in_reg001():
+    """Gate and up accumulators of a 128x128 tile on one warpgroup (128 registers each) do not fit the 232 a
+    consumer thread gets: REG001 refuses it (it spilled 2 KB when compiled, nvidia-cutlass-dsl 4.8.1); on two
+    warpgroups it passes."""
+    base = CUTE_FORMS["cg_gated_halves"]
+    one = load({**base, "name": "gated_one_wg", "cute": {"mma_warpgroups": 1}})
+    found = [d for d in check_all([one]) if d.rule == "REG001"]
+    assert found and found[0].severity == "error" and "256 accumulator" in found[0].message, found
+    assert not [d for d in check_all([load(base)]) if d.rule == "REG001" and d.severity == "error"]

@@ -13,11 +13,12 @@ GEGLU_IL = {"op": "gated", "fn": "gelu", "layout": "interleaved"}
 GATED = {"epilogue": [SWIGLU]}
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # EPI001: only the Triton designs (dense and grouped) render a gated epilogue
+    # EPI001: only the Triton designs (dense and grouped) and the grouped CuTe sm90 design render a gated epilogue
     ("EPI001", "cute:sm90", {"epilogue": [{"op": "activation", "fn": "silu"}]}, None),
     ("EPI001", "cute:sm90", GATED,
      ("error", ["epilogue[0] is gated (silu, halves): the CuTe sm90 design renders no gated epilogue",
                 "(the Triton design does)"], ("epilogue",))),
+    ("EPI001", "cute:sm90", {**G, **GATED}, None),  # the grouped CuTe sm90 design renders it (limits: GRP301)
     ("EPI001", "cute:sm100", {"epilogue": [GEGLU_IL]},
      ("error", ["gated (gelu, interleaved): the CuTe sm100 design"], ("epilogue",))),
     ("EPI001", "pallas:gpu_sm90", GATED, ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
@@ -25,7 +26,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
     ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512)}, None),
     ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512), **GATED},
-     ("error", ["the Pallas TPU grouped design renders no gated epilogue", "(the Triton grouped design does)"],
+     ("error", ["the Pallas TPU grouped design renders no gated epilogue",
+                "(the CuTe sm90 grouped and Triton grouped designs do)"],
       ("epilogue",))),
     # EPI002: a gated Triton kernel takes no split-K (dense) and no swap_ab (both kinds)
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"persistent": True}}, None),

@@ -10,6 +10,7 @@ from specgen.registry import rendering
 from specgen.rules.base import Finding, RuleContext, RuleSet
 from specgen.rules.hooks import served_by
 from specgen.spec.epilogue import gated_op
+from specgen.targets import Backend
 
 RULES = RuleSet()
 GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIND: importing it here would cycle)
@@ -21,7 +22,7 @@ def gated_design(ctx: RuleContext) -> Iterator[Finding]:
     """A `gated` op (specgen/spec/epilogue.py) reads B with 2N columns and keeps gate and up accumulators: a
     design's kernel must load the doubled B tile, split the accumulator and apply fn(gate) * up before the rest
     of the chain, and its launcher must take B (K, 2N). Designs that do say `renders_gated` (the Triton designs
-    of both kinds); any other would read N columns of B as if there were no gate, so the spec is refused for
+    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301); any other would read N columns of B as if there were no gate, so the spec is refused for
     that target rather than rendered wrong."""
     op = gated_op(ctx.spec.epilogue)
     if op is not None and not ctx.design.renders_gated:
@@ -33,7 +34,7 @@ def gated_design(ctx: RuleContext) -> Iterator[Finding]:
 
 
 @RULES.rule("EPI002", "a gated epilogue in the Triton kernels' configurations",
-            served_by(lambda d, info: d.renders_gated, (KIND, GROUPED)))
+            served_by(lambda d, info: d.renders_gated and info.backend is Backend.triton, (KIND, GROUPED)))
 def gated_config(ctx: RuleContext) -> Iterator[Finding]:
     """The Triton kernels apply a gated op to the tile's gate and up accumulators, BLOCK_M x BLOCK_N each, in
     the tile's own program: a split-K tile's f32 partials would be gate and up halves of twice the workspace

@@ -132,4 +132,15 @@ CUTE_FORMS: dict[str, dict] = {s["name"]: s for s in (
          tile={"m": 64, "n": 128, "k": 64}, epilogue=[{"op": "activation", "fn": "gelu"}]),
     spec("cg_narrow_kmn", **{**CUTE, "b": {"dtype": "bf16", "major": "mn"}}, tile={"m": 128, "n": 112, "k": 64},
          pipeline={"epilogue_stages": 1}, epilogue=[{"op": "activation", "fn": "relu"}]),
+    # a decode variant's shape (a 64-row tile on one warpgroup, as the catalogue's; 64 deep here, 128 there) bounded
+    # past every case's rows, so that every numerics case runs it (the default config compiles beside it)
+    spec("cg_decode_variant", **CUTE, tile={"m": 128, "n": 256, "k": 64},
+         epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "silu"}],
+         variants=[{"when": {"m_max": 1 << 20}, "tile": {"m": 64, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 1}}]),
+    # gated epilogues (SwiGLU, GeGLU): B (G, K, 2N), K-major, both layouts, gate and up accumulators beside each other
+    spec("cg_gated_halves", **CUTE, groups={"index": "sizes", "tail": "zero"}, tile={"m": 128, "n": 128, "k": 64},
+         cute={"mma_warpgroups": 2}, epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "bf16"}]),
+    spec("cg_gated_il_f16", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                               "out": {"dtype": "f16"}}, tile={"m": 64, "n": 128, "k": 64},
+         epilogue=[{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "scale", "by": "row", "name": "router"}]),
 )}

@@ -23,6 +23,16 @@ epilogue op macros are imported from templates/gemm/cute/, not copied) under a g
 
 SMEM: the dense design's struct (mbarriers, A and B stages, the epilogue subtiles, each 1024-aligned), so
 `memory` is the dense design's, to the byte.
+
+Size-selected variants (decode: a 64-row tile on one warpgroup) are rows of the module's `VARIANT_CONFIGS`, each
+compiled on its own; the launcher picks one by M, every group's rows (a shape: no sync), N and K.
+
+A gated epilogue (B (G, K, 2N), K-major; out = act(gate) * up, then the rest of the chain): B is viewed as (N, K,
+2, G), the third mode picking gate or up columns (halves: stride N columns; interleaved: stride one column, N
+strided by two), so one TMA descriptor loads a gate and an up tile of tile.n columns each per stage (TMA zero-fills
+past N for both), into two SMEM buffers; the consumers keep two accumulators of the same layout, so the epilogue
+combines them element by element before the stmatrix copy. A stage holds A and both B tiles (`memory`), a thread
+both accumulators (REG001).
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from specgen.render.env import describe_op
 from specgen.render.specs import spec_import
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
@@ -72,11 +83,16 @@ def group_registers(spec: GroupedSpec) -> RegisterEstimate:
     est = register_estimate(spec)  # type: ignore[arg-type]
     per_group = sum(1 for a in spec.runtime_args() if a.shape == GROUP_N)
     extra = per_group * (epilogue_tile(spec)[1] // 4) * GATHERED_PER_ROW_OR_COLUMN  # type: ignore[arg-type]
+    if gated_op(spec.epilogue) is not None:  # the up accumulator beside the gate's, and its subtile fragment
+        em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+        fragment = em * en // (WARPGROUP_THREADS * mma_warpgroups(spec))  # type: ignore[arg-type]
+        return dataclasses.replace(est, accumulator=2 * est.accumulator, operands=est.operands + extra + fragment)
     return dataclasses.replace(est, operands=est.operands + extra)
 
 
 class GroupedConfig(NamedTuple):
-    """The numbers of the module's one config (its `Config`)."""
+    """The numbers of one compiled config (the module's `Config`): the default's, or a size-selected variant's
+    with its index and bounds (`when`: the launcher compares them with M, every group's rows, N and K)."""
 
     tile_m: int
     tile_n: int
@@ -88,6 +104,21 @@ class GroupedConfig(NamedTuple):
     mma_warpgroups: int
     store_vector: int  # elements a thread stores at once (16 bytes)
     smem_bytes: int
+    smem_breakdown: str = ""
+    acc_registers: int = 0
+    index: int | None = None  # which variant (None: the default)
+    when: str = ""
+    bounds: tuple[tuple[str, int], ...] = ()
+
+
+def grouped_config(r: Resolved) -> GroupedConfig:
+    """The config a resolved (spec, target[, variant]) compiles to: each checked by every rule on its own."""
+    spec: GroupedSpec = r.spec
+    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+    return GroupedConfig(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, em, en, epilogue_stages(spec),  # type: ignore[arg-type]
+                         mma_warpgroups(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total,  # type: ignore[arg-type]
+                         r.budget.breakdown(), r.acc_registers, r.variant, str(r.when) if r.when is not None else "",
+                         tuple(r.when.bounds().items()) if r.when is not None else ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +139,7 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     acc_dtype: str
     tail_zero: bool
     config: GroupedConfig
+    variants: list[GroupedConfig]  # size-selected, in the launcher's order
     smem_breakdown: str
     acc_registers: int
     load_registers: int
@@ -116,7 +148,8 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
     spec_json: dict[str, object]
     ragged_k: bool = False
-    gated: bool = False
+    gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up tiles, N outputs
+    gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
     aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
@@ -142,6 +175,14 @@ class CuteSm90Grouped(GroupedDesign):
     # The struct is the dense kernel's (mbarriers, A/B stages, epilogue subtiles; no ping-pong set, no split-K
     # partials: GRP302 and GRP002 refuse them), so its byte count is too.
     memory_of = CuteSm90Gemm.memory
+    # Size-selected variants (decode's few rows an expert): each its own compiled kernel, the launcher picking one
+    # by M (every group's rows: a's row count, known on the host, so no sync and a graph replays), N and K.
+    # Every config field is the variant's own (the kernel reads them all from its `Config` at trace time); the
+    # semantics (groups, epilogue) are the kernel's, which a variant cannot change.
+    renders_variants = True
+    # a gated epilogue: B (G, K, 2N), K-major, its gate and up tiles loaded through one (N, K, 2, G) view (EPI001
+    # elsewhere; GRP301 its limits here)
+    renders_gated = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -153,11 +194,21 @@ class CuteSm90Grouped(GroupedDesign):
         return True
 
     def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
+        """The dense struct's; with a gated epilogue a stage also holds the up tile (its own 1024-aligned buffer,
+        tile.n x tile.k: a multiple of 1024 bytes for every tile wgmma takes)."""
+        budget = self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
+        if gated_op(spec.epilogue) is None:
+            return budget
+        return dataclasses.replace(budget, ab_stage_bytes=budget.ab_stage_bytes + spec.tile.n * spec.tile.k * spec.b.dtype.bytes)
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """A's and B's boxes (the output is stored through predicated vector stores)."""
-        return tma_boxes(spec)[:2]
+        """A's and B's boxes (the output is stored through predicated vector stores); a gated B loads a gate and
+        an up box of tile.n columns each."""
+        a, b = tma_boxes(spec)[:2]
+        if gated_op(spec.epilogue) is not None:
+            t = spec.tile
+            b = TmaBox("B", *((t.n, t.k) if spec.b.major == "k" else (t.k, t.n)), spec.b.dtype.bytes, ("b",))
+        return a, b
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]
@@ -183,10 +234,14 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     # check refuses these (GRP001, GRP301, GRP302, EPI001); a render that skipped check must not emit a wrong kernel
     if spec.a.major != "k" or spec.groups.ragged != "m":
         raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
-    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+    gated = gated_op(spec.epilogue)
+    if gated is not None and spec.b.major != "k":
+        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel's gated epilogue reads a K-major B (GRP301)")
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
-    config = GroupedConfig(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, em, en, epilogue_stages(spec),  # type: ignore[arg-type]
-                           mma_warpgroups(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total)  # type: ignore[arg-type]
+    config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
+    b_doc = (f"(G, K, 2N) {spec.b.dtype}, K-major: one weight per group, "
+             + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
+             if gated is not None else f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group")
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -197,15 +252,16 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         **plan_header(loaded),
         arch=r.info.arch, arch_flag=arch_flag(r.info), compute_capability=r.info.compute_capability or 0,
         a=cute_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"),
-        b=cute_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        b=cute_arg("b", "b", spec.b.dtype, b_doc),
         index=cute_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
         index_kind=spec.groups.index,
         out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
         args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major, b_major=spec.b.major, acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-        tail_zero=spec.groups.tail == "zero", config=config, smem_breakdown=r.budget.breakdown(),
+        tail_zero=spec.groups.tail == "zero", config=config, variants=variants, smem_breakdown=r.budget.breakdown(),
         acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
+        gated=gated is not None, gated_layout=gated.layout if gated is not None else "",
     )
 
 
@@ -232,16 +288,23 @@ def host_parameters(p: GroupedCutePlan) -> list[list[str]]:
 
 def metadata(p: GroupedCutePlan) -> dict[str, object]:
     """The module's one metadata dict: the keys the dense CuTe compile hook reads (`plan` by compute capability,
-    its SMEM and no variants)."""
+    its SMEM and each variant's)."""
     c = p.config
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "kind": KIND,
         "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
         "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
-                                        "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag, "variants": []}},
+                                        "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag,
+                                        "variants": [variant_metadata(v) for v in p.variants]}},
         "parameters": host_parameters(p),
     }
+
+
+def variant_metadata(c: GroupedConfig) -> dict[str, object]:
+    """A variant as METADATA lists it (the dense CuTe design's keys: its bounds, tile, stages, SMEM, warpgroups)."""
+    return {"when": dict(c.bounds), "tile": [c.tile_m, c.tile_n, c.tile_k], "cluster": [1, 1],
+            "ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes, "mma_warpgroups": c.mma_warpgroups, "pingpong": False}
 
 
 DESIGN = CuteSm90Grouped()
