@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing import get_context
@@ -43,10 +44,11 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
         target = parse_target(job.target)
         design = design_for(loaded.spec.kind, target)
         # what the design's compile needs before its module is imported (a test session's workers inherit
-        # an environment made for the CPU)
-        os.environ.update(design.compile_environment)
-        module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
-        result = _hook(design.compile_hook)(module, target_info(target))
+        # an environment made for the CPU), restored after: an inline compile runs in the caller's process,
+        # whose later Triton calls would otherwise leave the interpreter
+        with _environment(design.compile_environment):
+            module = build_module(loaded, target, Path(job.folder) / job.key, f"_specgen_tune_{job.key}")
+            result = _hook(design.compile_hook)(module, target_info(target))
         results = result if isinstance(result, list) else [result]
         if len(results) == 1 and results[0].spills is not None:  # read off its SASS: check's verdict on this config,
             # cached, so that a check of the tuned spec compiles nothing
@@ -60,6 +62,21 @@ def compile_job(job: CompileJob) -> dict[str, Any]:
 
 
 Compiler = Callable[[list[CompileJob]], Iterator[dict[str, Any]]]
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` set inside the block, each variable as it was after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def inline(fn: Callable[[CompileJob], dict[str, Any]] = compile_job) -> Compiler:

@@ -55,3 +55,18 @@ def test_tunes_compile_is_checks_cached_verdict(tmp_path: Path, monkeypatch: pyt
     report = check_specs([loaded], settle="compile")
     assert report.settled.near >= 1 and report.settled.compiled == 0 and report.settled.cached == 1
     assert not [d for d in report.diagnostics if d.severity == "error"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                    reason="needs triton")
+def test_an_inline_compile_leaves_the_callers_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compile in this process (tune's workers = 0) sets TRITON_INTERPRET=0 for the design's compile and puts it
+    back after: the caller's later Triton calls stay under the interpreter (they failed with "must be on a CUDA
+    device" when a test batch ran tune's tests first)."""
+    monkeypatch.setenv("SPECGEN_SETTLE_CACHE", str(tmp_path / "settle"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    result = compile_job(CompileJob("k1", SMALL, "triton:sm90", str(tmp_path / "build")))
+    assert result["error"] == "", result
+    import os
+
+    assert os.environ["TRITON_INTERPRET"] == "1"
