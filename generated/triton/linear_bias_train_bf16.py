@@ -294,22 +294,25 @@ def _linear_bias_train_bf16_wgrad_kernel(
 
 
 # The gradient's columns: the bias
-# gradient, G's column sum (HAS_DBIAS). One program per BLOCK_N columns walks every row: the sum is exact in its order
-# (no atomics) and each element of dOut is read once.
+# gradient, G's column sum (HAS_DBIAS). Program (i, j) walks rows [j ROWS_PER, (j + 1) ROWS_PER) of BLOCK_N columns and
+# stores their column sum in row j of `sums_ptr` (the gradient itself with one band; a second launch over the f32 band
+# sums adds them, in band order: no atomics, the same bits every run). Each element of dOut is read once.
 @triton.jit
 def _linear_bias_train_bf16_grad_cols_kernel(
     src_ptr,
     pre_ptr,
     g_ptr,
-    dbias_ptr,
+    sums_ptr,
     M,
     N,
+    rows_per,
     stride_srcm,
     stride_srcn,
     stride_pm,
     stride_pn,
     stride_gm,
     stride_gn,
+    stride_sums,
     FORM_G: tl.constexpr,
     HAS_DBIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -318,15 +321,17 @@ def _linear_bias_train_bf16_grad_cols_kernel(
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
+    first = tl.program_id(1) * rows_per
+    last = tl.minimum(first + rows_per, M)
     col_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for m0 in range(0, M, BLOCK_M):
+    for m0 in range(first, last, BLOCK_M):
         rows = m0 + tl.arange(0, BLOCK_M)
-        mask = (rows < M)[:, None] & mask_n[None, :]
+        mask = (rows < last)[:, None] & mask_n[None, :]
         g = tl.load(src_ptr + rows[:, None] * stride_srcm + offs_n[None, :] * stride_srcn, mask=mask, other=0.0).to(tl.float32)
         if HAS_DBIAS:
             col_sum += tl.sum(g, axis=0)
-    if HAS_DBIAS:
-        tl.store(dbias_ptr + offs_n, col_sum.to(tl.bfloat16), mask=mask_n)
+    if HAS_DBIAS:  # cast to the sums' dtype by the store (f32 bands, the bias's dtype for the gradient)
+        tl.store(sums_ptr + tl.program_id(1) * stride_sums + offs_n, col_sum, mask=mask_n)
 
 
 
@@ -500,19 +505,26 @@ def _gemm(role, device, x, y, dst, tensors=(), strides=()):
              strides, role in ("dgrad", "wgrad"), True)
 
 
-# grad_cols: rows a step and columns a program (a streaming pass: the column sum needs whole columns a program;
-# 64 x 32 measured best of four on the H100, 173 us for 4096 x 14336 bf16 against 260 us at 32 x 64).
+# grad_cols: rows a step and columns a program (64 x 32 measured best of four on the H100: 173 us for 4096 x 14336 bf16,
+# 260 us at 32 x 64); the rows split into bands where the columns alone give too few programs (runtime: row_bands).
 GRAD_COLS = {"BLOCK_M": 64, "BLOCK_N": 32}
 
 
 def _grad_cols(src, pre, g, sums):
     # With pre None, the column sum of G into sums where given.
     M, N = src.shape
+    cols = -(-N // GRAD_COLS["BLOCK_N"])
+    bands, rows_per = _tr.row_bands(M, cols, GRAD_COLS["BLOCK_M"], -1 if src.device.type == "cpu" else src.get_device())
     form, has_dbias = pre is not None, sums is not None
-    _tr.launch("linear_bias_train_bf16", _linear_bias_train_bf16_grad_cols_kernel, {"num_warps": 4, "num_stages": 3}, GRAD_COLS, -(-N // GRAD_COLS["BLOCK_N"]),
-               (src, pre if form else src, g if form else src, sums if has_dbias else src, M, N, src.stride(0), src.stride(1),
-                *(pre.stride() if form else (0, 0)), *(g.stride() if form else (0, 0))),
+    out = sums if bands == 1 or not has_dbias else torch.empty((bands, N), device=src.device, dtype=torch.float32)
+    kernel = ("linear_bias_train_bf16", _linear_bias_train_bf16_grad_cols_kernel, {"num_warps": 4, "num_stages": 3}, GRAD_COLS)
+    _tr.launch(*kernel, (cols, bands),
+               (src, pre if form else src, g if form else src, out if has_dbias else src, M, N, rows_per, *src.stride(),
+                *(pre.stride() if form else (0, 0)), *(g.stride() if form else (0, 0)), out.stride(0) if out is not sums and has_dbias else 0),
                True, FORM_G=form, HAS_DBIAS=has_dbias)
+    if has_dbias and out is not sums:  # the bands' sums, added in band order
+        _tr.launch(*kernel, (cols, 1), (out, out, out, sums, bands, N, bands, *out.stride(), 0, 0, 0, 0, 0), False,
+                   FORM_G=False, HAS_DBIAS=True)
 
 
 def _backward(grad, a, b, bias, pre, need_a=True, need_b=True, need_bias=True, *, da=None, db=None, dbias=None):

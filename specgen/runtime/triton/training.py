@@ -43,8 +43,8 @@ def _span(t: torch.Tensor) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n)
 
 
-def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, int], grid: int, args: tuple, bf16: bool,
-           **constexprs: object) -> None:
+def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, int], grid: int | tuple[int, ...],
+           args: tuple, bf16: bool, **constexprs: object) -> None:
     """Launch one backward kernel over `grid` programs (the JIT specializes and caches it)."""
     if bf16:
         refuse_interpreter_bf16(kernel)
@@ -53,7 +53,7 @@ def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, in
             raise ValueError(f"{kernel}: a backward operand (argument {i}, shape {tuple(a.shape)}, strides {a.stride()}) "
                              f"spans {_span(a)} elements; the backward kernels index within a matrix in 32 bits "
                              f"(< {INT32_SPAN}): split the call")
-    jit[(grid,)](*args, **tiles, **constexprs, FAST_MATH=not INTERPRET, **config)  # type: ignore[index]
+    jit[grid if isinstance(grid, tuple) else (grid,)](*args, **tiles, **constexprs, FAST_MATH=not INTERPRET, **config)  # type: ignore[index]
 
 
 def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | None:
@@ -85,6 +85,21 @@ def sm_count(device: int) -> int:
     if n is None:
         n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
     return n
+
+
+# A row band of the gradient's column pass is at least this many rows (its partial sums are f32, one row a band).
+BAND_MIN_ROWS = 512
+PROGRAMS_PER_SM = 8
+
+
+def row_bands(M: int, cols: int, block_m: int, device: int) -> tuple[int, int]:
+    """(bands, rows per band) for the column pass over an M-row gradient with `cols` column programs: enough bands
+    for about PROGRAMS_PER_SM programs an SM (a 16384 x 4096 gradient has 128 column programs: 8 bands on 132
+    SMs), none shorter than BAND_MIN_ROWS; rows per band a multiple of block_m."""
+    bands = max(1, min(PROGRAMS_PER_SM * sm_count(device) // max(cols, 1), M // BAND_MIN_ROWS))
+    per_band = -(-M // bands)
+    rows_per = max(block_m, -(-per_band // block_m) * block_m)
+    return (-(-M // rows_per) if M else 1), rows_per
 
 
 def _reads_tma(device: int) -> bool:

@@ -347,3 +347,27 @@ def test_tma_stores_write_every_element_of_either_layout(save: str, load_kernel,
     for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
         assert not got.isnan().any(), f"d{name}: an element was not written"
         close(got, want[name], 1e-5, f"d{name}")
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_the_column_pass_in_row_bands(save: str, load_kernel, monkeypatch) -> None:
+    """Where the columns alone give too few programs the column pass splits the rows into bands (f32 partial sums, then
+    one more launch adding them in band order): G and dbias as without bands, every element written."""
+    from specgen.runtime.triton import training as runtime
+
+    spec = training_spec("bias_gelu_tanh", save)
+    mod = load_kernel(spec)
+    monkeypatch.setattr(runtime, "BAND_MIN_ROWS", 8)
+    monkeypatch.setitem(mod.GRAD_COLS, "BLOCK_M", 8)
+    assert runtime.row_bands(ODD[0], 2, 8, -1) == (3, 16)  # 37 rows: bands of 16, 16 and 5 (at most 37 // 8)
+    args = inputs(spec, ODD, seed=24)
+    grad = torch.randn(ODD[0], ODD[1], generator=torch.Generator().manual_seed(25))
+    pre = mod._forward_pre(*args.values())[1] if save == "preact" else None
+    poisoned = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items()}
+    launched = forms_launched(mod, monkeypatch)
+    da, db, dbias = mod._backward(grad, *args.values(), pre, **poisoned)
+    assert launched.count(("grad_cols", "")) == 2, launched  # the banded pass, then the bands' sum
+    _, want = reference(spec, args, grad)
+    for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
+        assert not got.isnan().any(), f"d{name}: an element was not written"
+        close(got, want[name], 1e-5, f"d{name}")
