@@ -63,6 +63,22 @@ def grid_grouped(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+def grid_grouped_cute(session: nox.Session) -> None:
+    """The grouped CuTe sm90 design vs `cute.compile` for sm_90a on its seeded grid (tests/grids/grouped_cute_sm90.py,
+    N SEED [RECORD]; default the record's 80 of seed 37): compiles what the record's work file lacks (resumable) and
+    rewrites tests/data/grid_grouped_cute_sm90.json; CI replays it (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_cute_sm90.py", *(session.posargs or ["80", "37"]))
+
+
+@nox.session(python=False)
+def grid_grouped_mgpu(session: nox.Session) -> None:
+    """The grouped Mosaic GPU design vs its lowering for CUDA on the CPU (tests/grids/grouped_mgpu.py, N SEED
+    [RECORD]; default 100 of seed 37), rewriting tests/data/grid_grouped_mgpu.json; CI replays it
+    (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_mgpu.py", *(session.posargs or ["100", "37"]))
+
+
+@nox.session(python=False)
 def grid_mgpu(session: nox.Session) -> None:
     """Check vs the Mosaic GPU lowering for CUDA, re-recording tests/data/grid_mgpu.json (tests/grids/mgpu.py;
     needs jax's jax-cuda12 plugin/pjrt wheels, never CI's; CI replays the record in tests/test_grid_mgpu.py)."""

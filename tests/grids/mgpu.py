@@ -276,6 +276,7 @@ def dropped_tma_indices() -> Iterator[list[str]]:
 
 WG_THREADS = 128  # a warpgroup's threads: a wgmma accumulator of M x N f32 takes M * N / 128 registers each
 MAX_REGISTERS = 255  # per thread (PTX)
+TMA_SMEM_ALIGN = 128  # bytes: a TMA copy's SMEM address (PTX ISA, cp.async.bulk.tensor)
 
 
 def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
@@ -306,26 +307,36 @@ def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
 
 def runs(row: dict) -> bool:
     """The lowering's verdict: it lowered, its stores cover the tile, and its accumulator fits a thread's
-    registers (wgmma keeps it there; past 255 it cannot be held: REG001)."""
-    return bool(row["ok"]) and bool(row.get("covered")) and row.get("acc_registers", 0) <= MAX_REGISTERS
+    registers (wgmma keeps it there; past 255 it cannot be held: REG001); and where its stores start on any row
+    of an SMEM slot (the grouped kernel's store ladder: tests/grids/grouped_mgpu.py `ladder_facts`), a slot row
+    spans a multiple of the 128 B TMA reads SMEM at (PTX ISA, cp.async.bulk.tensor; not checked by the lowering)."""
+    return (bool(row["ok"]) and bool(row.get("covered")) and row.get("acc_registers", 0) <= MAX_REGISTERS
+            and row.get("ladder_row_bytes", TMA_SMEM_ALIGN) % TMA_SMEM_ALIGN == 0)
+
+
+def probe_smem(fn, args: list) -> int | None:
+    """The SMEM Mosaic GPU allocates for fn(*args) lowered for CUDA: it checks its allocation before lowering the
+    body, and with a 1-byte limit its error carries the figure (a fresh jit each time: a lowering that succeeded
+    would be cached). None where it fails before allocating."""
+    import jax
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+
+    with mgpu_core.artificial_shared_memory_limit(1):
+        try:
+            jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        except Exception as e:  # noqa: BLE001 - any failure: the real lowering classifies it
+            hit = re.search(r"smem_bytes=(\d+)", str(e))
+            return int(hit.group(1)) if hit else None
+    return None
 
 
 def lower(mod, shape: tuple[int, int, int]) -> dict:
     """Lower the module's jitted call for CUDA at one problem shape: {ok, smem, error_class, error,
     dropped_tma_index}."""
     import jax
-    from jax.experimental.mosaic.gpu import core as mgpu_core
 
     args = arg_structs(mod, *shape)
-    row: dict[str, object] = {"shape": list(shape), "smem": None}
-    # Mosaic GPU checks the SMEM it allocates before lowering the body: with a 1-byte limit its error
-    # carries the figure (a fresh jit each time: a lowering that succeeded would be cached).
-    with mgpu_core.artificial_shared_memory_limit(1):
-        try:
-            jax.jit(mod._call.__wrapped__).trace(*args).lower(lowering_platforms=("cuda",))
-        except Exception as e:  # noqa: BLE001 - any failure: the real lowering below classifies it
-            hit = re.search(r"smem_bytes=(\d+)", str(e))
-            row["smem"] = int(hit.group(1)) if hit else None
+    row: dict[str, object] = {"shape": list(shape), "smem": probe_smem(mod._call.__wrapped__, args)}
     with dropped_tma_indices() as dropped:
         try:
             traced = jax.jit(mod._call.__wrapped__).trace(*args)
