@@ -61,21 +61,14 @@ def ladder_facts(jaxpr, cfg, paths: int) -> dict[str, object]:
     (a group's rows begin anywhere), and TMA reads SMEM from 128-byte aligned addresses (PTX ISA,
     cp.async.bulk.tensor), which the lowering does not check for a dynamic start: `runs` asks a row span of a
     multiple of 128 B (tests/grids/mgpu.py)."""
+    from mgpu import all_eqns
+
     copies: list[tuple[int, int]] = []  # (rows of the box, bytes of its source's SMEM row)
-
-    def walk(jx) -> None:
-        for eqn in jx.eqns:
-            if eqn.primitive.name == "copy_smem_to_gmem":
-                src = eqn.invars[0].aval
-                hit = re.search(r"Slice\[\(\w+, (\d+), 1\)\]", str(eqn.params["src_transforms_treedef"]))
-                copies.append((int(hit.group(1)) if hit else src.shape[-2], src.shape[-1] * src.dtype.itemsize))
-            for p in eqn.params.values():
-                for sub in p if isinstance(p, (list, tuple)) else [p]:
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-
-    walk(jaxpr)
+    for eqn in all_eqns(jaxpr):
+        if eqn.primitive.name == "copy_smem_to_gmem":
+            src = eqn.invars[0].aval
+            hit = re.search(r"Slice\[\(\w+, (\d+), 1\)\]", str(eqn.params["src_transforms_treedef"]))
+            copies.append((int(hit.group(1)) if hit else src.shape[-2], src.shape[-1] * src.dtype.itemsize))
     top = max(rows for rows, _ in copies)
     subtiles = sum(rows == top for rows, _ in copies) // paths
     return {"subtiles": subtiles, "covered": subtiles * cfg.epi_m * cfg.epi_n >= cfg.tile_m * cfg.wg_n,

@@ -279,27 +279,24 @@ MAX_REGISTERS = 255  # per thread (PTX)
 TMA_SMEM_ALIGN = 128  # bytes: a TMA copy's SMEM address (PTX ISA, cp.async.bulk.tensor)
 
 
+def all_eqns(jaxpr) -> Iterator:
+    """Every equation of a traced program, those of its nested programs (kernel bodies, loops, conds) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from all_eqns(inner)
+
+
 def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
     """What the traced kernel itself does, read off its jaxpr: the wgmma accumulator's shape (registers a
     thread holds for it) and how many epi-sized output subtiles it stores to GMEM, and whether those cover
     the accumulator (else part of each tile is never written: wrong results, no lowering error)."""
-    accs: list[tuple[int, ...]] = []
-    stores = 0
-
-    def walk(jx) -> None:
-        nonlocal stores
-        for eqn in jx.eqns:
-            if eqn.primitive.name == "wgmma_ref":
-                accs.append(tuple(eqn.invars[0].aval.shape))
-            elif eqn.primitive.name == "copy_smem_to_gmem":
-                stores += 1
-            for p in eqn.params.values():
-                for sub in p if isinstance(p, (list, tuple)) else [p]:
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-
-    walk(jaxpr)
+    found = list(all_eqns(jaxpr))
+    accs = [tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"]
+    stores = sum(eqn.primitive.name == "copy_smem_to_gmem" for eqn in found)
     (acc,) = set(accs) or {(0, 0)}
     return {"acc_shape": list(acc), "acc_registers": acc[0] * acc[1] // WG_THREADS, "stores": stores,
             "covered": stores * epi[0] * epi[1] >= acc[0] * acc[1] > 0}
