@@ -1,7 +1,8 @@
 """Sessions: `nox -s tests` (the CPU suite CI runs), `nox -s lint`, `nox -s render` (the catalogue),
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
 `nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
-`nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels)."""
+`nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels),
+`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_mgpu` (the grouped designs' compile grids)."""
 
 from __future__ import annotations
 

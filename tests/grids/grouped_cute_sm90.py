@@ -13,8 +13,9 @@ ping-pong, a cluster).
 
     python tests/grids/grouped_cute_sm90.py N SEED [RECORD]   # compile what the work file lacks, write RECORD
 
-The work file is RECORD's name with `.work.jsonl` (resumable: re-run the same line); RECORD is
-tests/data/grid_grouped_cute_sm90.json by default; CI replays it (tests/grouped/test_grid_compilers.py).
+The work file is RECORD's name with `.work.jsonl` (resumable: re-run the same line; delete it to recompile
+everything); RECORD is tests/data/grid_grouped_cute_sm90.json by default; CI replays it
+(tests/grouped/test_grid_compilers.py).
 Measured figures: docs/grouped.md, "Check against the compiler".
 """
 

@@ -14,8 +14,8 @@ erf GELU, a cluster).
 
     python tests/grids/grouped_mgpu.py N SEED [RECORD]   # lower what the work file lacks, write RECORD
 
-The work file is RECORD's name with `.work.jsonl` (resumable); RECORD is tests/data/grid_grouped_mgpu.json by
-default; CI replays it (tests/grouped/test_grid_compilers.py). Measured figures: docs/grouped.md.
+The work file is RECORD's name with `.work.jsonl` (resumable; delete it to lower everything again); RECORD is
+tests/data/grid_grouped_mgpu.json by default; CI replays it (tests/grouped/test_grid_compilers.py). Measured figures: docs/grouped.md.
 """
 
 from __future__ import annotations

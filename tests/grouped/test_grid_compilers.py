@@ -82,3 +82,20 @@ def test_the_smem_check_computes_is_the_compilers(replayed) -> None:
         if resolve(ls.spec, target).budget.total != figure:
             off.append((case["spec"]["name"], resolve(ls.spec, target).budget.total, figure))
     assert off == [] and compared >= 0.4 * len(data["cases"])
+
+
+def test_reg001s_grouped_margin_takes_the_grids_spill_free_outlier_and_no_more() -> None:
+    """The grouped cute:sm90 REG001 margin (12 over the dense one above: designs/cute_sm90/rules.py says why): the
+    spill-free tile 51 registers over its budget is near (check compiles it), the spilling one 56 over is refused
+    by the model alone, and 64 under stays near (the dense margin below)."""
+    from specgen.kinds.gemm.designs.cute_sm90.rules import REGISTER_MARGIN as DENSE
+    from specgen.kinds.grouped.designs.cute_sm90.rules import REGISTER_MARGIN
+
+    assert (REGISTER_MARGIN.below, REGISTER_MARGIN.above) == (DENSE.below, 52)
+    cases = {c["spec"]["name"]: c for r in ("grid_grouped_cute_sm90.json", "fresh/fresh_grouped_cute_sm90_38.json")
+             for c in json.loads((DATA / r).read_text())["cases"]}
+    outlier, spilling = cases["gcute_38_019"], cases["gcute_37_040"]
+    assert outlier["compiler"]["verdict"] == "ok" and spilling["compiler"]["verdict"] == "spill"
+    assert check_now(outlier["spec"], "cute:sm90") == (["REG001"], ["REG001"])  # refused by the model, near
+    errors, near = check_now(spilling["spec"], "cute:sm90")
+    assert "REG001" in errors and near == []  # far: no compile needed
