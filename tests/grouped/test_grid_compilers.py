@@ -2,8 +2,8 @@
 the compile grids extended to the grouped designs; the Triton design's is tests/grouped/test_grid.py).
 tests/grids/grouped_cute_sm90.py and grouped_mgpu.py drew seeded grids of borderline grouped configs and compiled
 them on a CPU machine (`cute.compile` for sm_90a, SASS spills; Mosaic GPU's lowering for CUDA); CI replays check
-over every recorded case (tests/grids/verdicts.py, no compiler): no false accept and at most 2% false rejects with
-the compiler (a near verdict is the compiler's), no silent false accept by the model alone (each failing config it
+over every recorded case (tests/grids/verdicts.py, no compiler): no false accept and at most 2% false rejects (of
+the configs that run, beyond SCOPE's) with the compiler (a near verdict is the compiler's), no silent false accept by the model alone (each failing config it
 accepts is near the boundary: a warning); and the SMEM check computes equals the compiler's own figure. The fresh
 records: seed 38 drawn after the grid of seed 37 (which changed no rule), seed 39 of cute:sm90 after seed 38 moved
 REG001's grouped margin."""
