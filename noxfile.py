@@ -1,7 +1,8 @@
 """Sessions: `nox -s tests` (the CPU suite CI runs), `nox -s lint`, `nox -s render` (the catalogue),
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
 `nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
-`nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels)."""
+`nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels),
+`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_mgpu` (the grouped designs' compile grids)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,22 @@ def grid_grouped(session: nox.Session) -> None:
     what tests/data/grid_grouped_triton.jsonl lacks and rewrites it; CI replays it (tests/grouped/test_grid.py)."""
     session.run("python", "tests/grids/grouped_triton.py", *session.posargs,
                 env={"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
+
+
+@nox.session(python=False)
+def grid_grouped_cute(session: nox.Session) -> None:
+    """The grouped CuTe sm90 design vs `cute.compile` for sm_90a on its seeded grid (tests/grids/grouped_cute_sm90.py,
+    N SEED [RECORD]; default the record's 80 of seed 37): compiles what the record's work file lacks (resumable) and
+    rewrites tests/data/grid_grouped_cute_sm90.json; CI replays it (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_cute_sm90.py", *(session.posargs or ["80", "37"]))
+
+
+@nox.session(python=False)
+def grid_grouped_mgpu(session: nox.Session) -> None:
+    """The grouped Mosaic GPU design vs its lowering for CUDA on the CPU (tests/grids/grouped_mgpu.py, N SEED
+    [RECORD]; default 100 of seed 37), rewriting tests/data/grid_grouped_mgpu.json; CI replays it
+    (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_mgpu.py", *(session.posargs or ["100", "37"]))
 
 
 @nox.session(python=False)

@@ -276,29 +276,27 @@ def dropped_tma_indices() -> Iterator[list[str]]:
 
 WG_THREADS = 128  # a warpgroup's threads: a wgmma accumulator of M x N f32 takes M * N / 128 registers each
 MAX_REGISTERS = 255  # per thread (PTX)
+TMA_SMEM_ALIGN = 128  # bytes: a TMA copy's SMEM address (PTX ISA, cp.async.bulk.tensor)
+
+
+def all_eqns(jaxpr) -> Iterator:
+    """Every equation of a traced program, those of its nested programs (kernel bodies, loops, conds) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from all_eqns(inner)
 
 
 def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
     """What the traced kernel itself does, read off its jaxpr: the wgmma accumulator's shape (registers a
     thread holds for it) and how many epi-sized output subtiles it stores to GMEM, and whether those cover
     the accumulator (else part of each tile is never written: wrong results, no lowering error)."""
-    accs: list[tuple[int, ...]] = []
-    stores = 0
-
-    def walk(jx) -> None:
-        nonlocal stores
-        for eqn in jx.eqns:
-            if eqn.primitive.name == "wgmma_ref":
-                accs.append(tuple(eqn.invars[0].aval.shape))
-            elif eqn.primitive.name == "copy_smem_to_gmem":
-                stores += 1
-            for p in eqn.params.values():
-                for sub in p if isinstance(p, (list, tuple)) else [p]:
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-
-    walk(jaxpr)
+    found = list(all_eqns(jaxpr))
+    accs = [tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"]
+    stores = sum(eqn.primitive.name == "copy_smem_to_gmem" for eqn in found)
     (acc,) = set(accs) or {(0, 0)}
     return {"acc_shape": list(acc), "acc_registers": acc[0] * acc[1] // WG_THREADS, "stores": stores,
             "covered": stores * epi[0] * epi[1] >= acc[0] * acc[1] > 0}
@@ -306,26 +304,36 @@ def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
 
 def runs(row: dict) -> bool:
     """The lowering's verdict: it lowered, its stores cover the tile, and its accumulator fits a thread's
-    registers (wgmma keeps it there; past 255 it cannot be held: REG001)."""
-    return bool(row["ok"]) and bool(row.get("covered")) and row.get("acc_registers", 0) <= MAX_REGISTERS
+    registers (wgmma keeps it there; past 255 it cannot be held: REG001); and where its stores start on any row
+    of an SMEM slot (the grouped kernel's store ladder: tests/grids/grouped_mgpu.py `ladder_facts`), a slot row
+    spans a multiple of the 128 B TMA reads SMEM at (PTX ISA, cp.async.bulk.tensor; not checked by the lowering)."""
+    return (bool(row["ok"]) and bool(row.get("covered")) and row.get("acc_registers", 0) <= MAX_REGISTERS
+            and row.get("ladder_row_bytes", TMA_SMEM_ALIGN) % TMA_SMEM_ALIGN == 0)
+
+
+def probe_smem(fn, args: list) -> int | None:
+    """The SMEM Mosaic GPU allocates for fn(*args) lowered for CUDA: it checks its allocation before lowering the
+    body, and with a 1-byte limit its error carries the figure (a fresh jit each time: a lowering that succeeded
+    would be cached). None where it fails before allocating."""
+    import jax
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+
+    with mgpu_core.artificial_shared_memory_limit(1):
+        try:
+            jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        except Exception as e:  # noqa: BLE001 - any failure: the real lowering classifies it
+            hit = re.search(r"smem_bytes=(\d+)", str(e))
+            return int(hit.group(1)) if hit else None
+    return None
 
 
 def lower(mod, shape: tuple[int, int, int]) -> dict:
     """Lower the module's jitted call for CUDA at one problem shape: {ok, smem, error_class, error,
     dropped_tma_index}."""
     import jax
-    from jax.experimental.mosaic.gpu import core as mgpu_core
 
     args = arg_structs(mod, *shape)
-    row: dict[str, object] = {"shape": list(shape), "smem": None}
-    # Mosaic GPU checks the SMEM it allocates before lowering the body: with a 1-byte limit its error
-    # carries the figure (a fresh jit each time: a lowering that succeeded would be cached).
-    with mgpu_core.artificial_shared_memory_limit(1):
-        try:
-            jax.jit(mod._call.__wrapped__).trace(*args).lower(lowering_platforms=("cuda",))
-        except Exception as e:  # noqa: BLE001 - any failure: the real lowering below classifies it
-            hit = re.search(r"smem_bytes=(\d+)", str(e))
-            row["smem"] = int(hit.group(1)) if hit else None
+    row: dict[str, object] = {"shape": list(shape), "smem": probe_smem(mod._call.__wrapped__, args)}
     with dropped_tma_indices() as dropped:
         try:
             traced = jax.jit(mod._call.__wrapped__).trace(*args)

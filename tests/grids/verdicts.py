@@ -1,6 +1,7 @@
 """Check's verdicts beside a compile grid's, the way issue 36 counts them, for every grid record format:
 tests/differential.py's Triton JSON lines, tests/grids/cute_sm90.py / cute_sm100.py's records and
-tests/grids/mgpu.py's (Mosaic GPU lowering).
+tests/grids/mgpu.py's (Mosaic GPU lowering), and the grouped designs' in the same layouts
+(tests/grids/grouped_cute_sm90.py, grouped_mgpu.py).
 
 Per case, the compiler's side (`runs`): Triton built it within the block's SMEM without spilling; CuTe
 verdict `ok` (built, spill-free, within SMEM); Mosaic GPU `runs` (lowered, stores covering the tile,

@@ -163,14 +163,16 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     yield register_finding(ctx, est, hints, near)
 
 
-def register_finding(ctx: RuleContext, est: RegisterEstimate, hints: list[str], near: bool) -> Finding:
-    """REG001's finding on a consumer thread's estimate (`hints` what would lower it; a smaller tile.n last)."""
+def register_finding(ctx: RuleContext, est: RegisterEstimate, hints: list[str], near: bool,
+                     margin: Margin = REGISTER_MARGIN) -> Finding:
+    """REG001's finding on a consumer thread's estimate (`hints` what would lower it; a smaller tile.n last;
+    `margin` the one `near` was judged by: the grouped kernel's is its own)."""
     need = (f"a consumer thread needs about {est.total} registers ({est.breakdown()}; {ctx.acc_threads} threads share "
             f"the {ctx.spec.tile.m}x{ctx.spec.tile.n} accumulator)")
     message = (f"{need} > the {est.budget} setmaxnreg gives it: ptxas spills to local memory" if est.spills
                else f"{need}, of the {est.budget} setmaxnreg gives it")
     return Finding("REG001", "error", message, "use " + ", or ".join([*hints, "a smaller tile.n"]), ("tile",),
-                   Near(REGISTER_MARGIN, not est.spills, compiled.spills) if near else None)
+                   Near(margin, not est.spills, compiled.spills) if near else None)
 
 
 def option_findings(ctx: RuleContext) -> Iterator[Finding]:

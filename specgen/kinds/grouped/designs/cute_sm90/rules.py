@@ -11,13 +11,19 @@ from specgen.kinds.gemm.designs.cute_sm90 import rules as dense
 from specgen.kinds.gemm.designs.cute_sm90.design import mma_warpgroups
 from specgen.kinds.gemm.shared_rules import mma
 from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN, group_registers
-from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
+from specgen.rules.base import Finding, Margin, RuleContext, RuleSet, target_of
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 
 OWN = RuleSet()
 SERVED = target_of(DESIGN)
-REGISTER_MARGIN = dense.REGISTER_MARGIN  # the dense kernel's measured margin: the same mainloop and epilogue copy
+# The dense kernel's measured margin (the same mainloop and epilogue copy), 12 registers wider above: the grouped
+# compile grid's fresh seed 38 (tests/grids/grouped_cute_sm90.py, tests/data/fresh/fresh_grouped_cute_sm90_38.json,
+# nvidia-cutlass-dsl 4.8.1) compiled gcute_38_019, a 192x128 one-warpgroup tile with two erf GELUs, to 232
+# registers with no spill where the estimate is 283 (51 over: 1 false reject of the 26 configs that ran, past
+# issue 36's 2%); the spilling kernels nearest it sit 47 and 52 over (256x256 and 256x192 two-warpgroup tiles,
+# 1-10 KB of spill stores), which check now compiles instead of refusing outright. Judged on seed 39, drawn after.
+REGISTER_MARGIN = Margin(below=dense.REGISTER_MARGIN.below, above=52, unit=dense.REGISTER_MARGIN.unit)
 option_findings = dense.option_findings  # OPT001: cute.two_cta is Blackwell's
 
 OPERANDS = (DType.bf16, DType.f16)
@@ -97,7 +103,7 @@ def register_findings(ctx: RuleContext) -> Iterator[Finding]:
     hints = ["fewer vector or cast ops in the epilogue"] if est.operands or est.temporaries else []
     if mma_warpgroups(ctx.spec) == 1 and ctx.spec.tile.m % 128 == 0:  # type: ignore[arg-type]
         hints.append("cute.mma_warpgroups = 2 (each holds half the tile)")
-    yield dense.register_finding(ctx, est, hints, near)
+    yield dense.register_finding(ctx, est, hints, near, REGISTER_MARGIN)
 
 
 SHARED = [r for r in (*mma.RULES, *dense.RULES) if r.id in ("MAJ001", "MMA001", "CUTE001", "CUTE002")]
