@@ -28,3 +28,8 @@ CUTE_SM100_FORMS: dict[str, dict] = {s["name"]: s for s in (
          groups={"index": "offs", "tail": "zero"}, tile={"m": 64, "n": 112, "k": 64},
          pipeline={"epilogue_stages": 1}, epilogue=[{"op": "activation", "fn": "relu"}]),
 )}
+
+# The guard tests' kernel (specgen/kinds/grouped/testing/guards.py CASES: f16, offs, a per-group bias, a router
+# scale), on cute:sm100.
+GUARD_SM100 = spec("gb_guards", targets=["cute:sm100"], tile={"m": 128, "n": 128, "k": 64},
+                   epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "scale", "by": "row", "name": "router"}])
