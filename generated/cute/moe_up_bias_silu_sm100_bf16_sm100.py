@@ -89,10 +89,19 @@ class Config(NamedTuple):
     tmem_columns: int  # TMEM columns allocated: acc_stages x tile_n, a power of two
     persistent: bool = True
     cluster_size: int = 1
+    two_cta: bool = False  # one CTA a tile (GRP402): the dense kernel's SMEM struct and TMEM reads read these
+
+    @property
+    def pair(self) -> int:
+        return 1
 
     @property
     def mma_tiler(self) -> tuple:
         return (self.tile_m, self.tile_n, self.tile_k)
+
+    @property
+    def cta_group(self):
+        return tcgen05.CtaGroup.ONE
 
 
 # SMEM: A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
@@ -109,9 +118,9 @@ def config(variant: int | None) -> Config:
 
 
 def shared_storage(cfg: Config):
-    """The kernel's SMEM, the dense sm100 kernel's struct: mbarriers (A/B full and empty per stage, accumulator
-    full and empty per stage, the TMEM dealloc barrier) and the TMEM address slot, then A stages, B stages and the
-    epilogue subtiles, each 1024-aligned."""
+    """The kernel's SMEM: mbarriers (A/B full and empty per stage, accumulator full and empty per stage,
+    the 2-CTA TMEM dealloc barrier) and the TMEM address slot, then A stages, B stages (a 2-CTA pair's
+    CTA holds half the tile's columns of B) and the epilogue subtiles, each 1024-aligned."""
 
     @cute.struct
     class SharedStorage:
@@ -120,16 +129,16 @@ def shared_storage(cfg: Config):
         tmem_dealloc: cutlass.Int64
         tmem_slot: cutlass.Int32
         sA: cute.struct.Align[cute.struct.MemRange[A_DTYPE, cfg.tile_m * cfg.tile_k * cfg.ab_stages], 1024]
-        sB: cute.struct.Align[cute.struct.MemRange[B_DTYPE, cfg.tile_n * cfg.tile_k * cfg.ab_stages], 1024]
+        sB: cute.struct.Align[cute.struct.MemRange[B_DTYPE, cfg.tile_n // cfg.pair * cfg.tile_k * cfg.ab_stages], 1024]
         sOut: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.epi_stages], 1024]
 
     return SharedStorage
 
 
 def make_tiled_mma(cfg: Config) -> cute.TiledMma:
-    """tcgen05 over the tile (A and B from SMEM, the accumulator in TMEM), one CTA."""
+    """tcgen05 over the MMA tile (A and B from SMEM, the accumulator in TMEM), 1- or 2-CTA."""
     return sm100_utils.make_trivial_tiled_mma(
-        A_DTYPE, B_DTYPE, A_LAYOUT.mma_major_mode(), B_LAYOUT.mma_major_mode(), ACC_DTYPE, tcgen05.CtaGroup.ONE,
+        A_DTYPE, B_DTYPE, A_LAYOUT.mma_major_mode(), B_LAYOUT.mma_major_mode(), ACC_DTYPE, cfg.cta_group,
         cfg.mma_tiler[:2],
     )
 
@@ -140,8 +149,8 @@ def epilogue_tile(cfg: Config) -> cute.Tile:
 
 
 def _thread_view(x: cute.Tensor, cfg: Config, thr_mma, thr_t2r, epi_tile) -> cute.Tensor:
-    """A (tile_m, tile_n, 1) tensor as one epilogue thread sees it: (T2R, T2R_M, T2R_N, EPI_M, EPI_N, 1, 1, 1),
-    the elements its tcgen05.ld fragment holds at each subtile (the dense kernel's view, over one tile)."""
+    """An (M, N, batch) tensor as one epilogue thread sees it: (T2R, T2R_M, T2R_N, EPI_M, EPI_N, tiles_m,
+    tiles_n, batch), the elements its tcgen05.ld fragment holds at each subtile of each MMA tile."""
     tiles = cute.local_tile(x, cute.slice_(cfg.mma_tiler, (None, None, 0)), (None, None, None))
     return thr_t2r.partition_D(cute.flat_divide(transform_partitioned_tensor_layout(thr_mma.partition_C(tiles)), epi_tile))
 
@@ -369,7 +378,7 @@ def grouped_kernel(
         acc_base = transform_partitioned_tensor_layout(cute.make_tensor(tmem_ptr, acc_layout))
         acc_epi = cute.flat_divide(acc_base, epi_tile)  # (EPI_M, EPI_N, subtiles_m, subtiles_n, acc stage)
         t2r = tcgen05.make_tmem_copy(
-            sm100_utils.get_tmem_load_op(cfg.mma_tiler, OUT_LAYOUT, OUT_DTYPE, ACC_DTYPE, epi_tile, False),
+            sm100_utils.get_tmem_load_op((cfg.tile_m, cfg.tile_n, cfg.tile_k), OUT_LAYOUT, OUT_DTYPE, ACC_DTYPE, epi_tile, cfg.two_cta),
             acc_epi[(None, None, 0, 0, 0)],
         )
         thr_t2r = t2r.get_slice(tidx)
