@@ -3,8 +3,10 @@
 The kernel (templates/grouped/cute/grouped_sm100.py.jinja) is the dense sm100 design's warp-specialized pipeline
 (kinds/gemm/designs/cute_sm100/design.py: 192 threads, warp 5 loads by TMA into `ab_stages` stages
 (`PipelineTmaUmma`), warp 4 issues the tcgen05 MMAs into `acc_stages` TMEM accumulator buffers
-(`PipelineUmmaAsync`), warps 0-3 read them back (tcgen05.ld) through the fused epilogue; its SMEM struct, TMEM plan,
-epilogue subtile and memory model are the dense design's, imported) under the grouped CuTe sm90 design's schedule
+(`PipelineUmmaAsync`), warps 0-3 read them back (tcgen05.ld) through the fused epilogue; its SMEM struct, tiled
+MMA, MMA K loop, TMEM reads and register -> SMEM copy are the dense template's macros
+(templates/gemm/cute/macros_sm100.jinja), its TMEM plan, epilogue subtile and memory model the dense design's, all
+imported) under the grouped CuTe sm90 design's schedule
 (kinds/grouped/designs/cute_sm90/design.py):
 
 - Persistent: min(#SMs, bound) CTAs, the bound a tile count from shapes alone, (cdiv(M, tile.m) + G + 1) x
