@@ -5,7 +5,8 @@ is verified by compiling for sm_100a and reading the SASS, nothing else (no nume
   each compiles through `cute.compile` over fake tensors (dynamic M, N, K, G) with exactly the SMEM and TMEM the plan
   allocates, TMA loads (no TMA store: the epilogue's stores are predicated on the group's rows), tcgen05 MMAs
   (UTCHMMA) and no local-memory spills;
-- the catalogue's cute:sm100 grouped kernel compiles so too, and its SASS holds the 16-byte vector stores;
+- a catalogue cute:sm100 grouped kernel's committed module compiles so too, and its SASS holds the 16-byte vector
+  stores (every catalogue cute:sm100 kernel compiles in tests/backends/cute/test_cute_sm100.py);
 - the launcher's guards refuse a bad dtype, shape, stride, major, device or index before anything launches, and a
   misaligned base is staged to an aligned copy;
 - a render that skipped check refuses what the kernel cannot do (2-CTA, an M-major A).
@@ -63,8 +64,8 @@ def check_compiled(r, spec) -> None:
     assert r.cpu_seconds < 30, r
 
 
-def test_the_catalogue_renders_a_grouped_kernel_on_cute_sm100():
-    assert set(catalogue_sm100()) == {"moe_up_bias_silu_sm100_bf16"}
+def test_the_catalogue_renders_its_bf16_moe_kernels_on_cute_sm100():
+    assert set(catalogue_sm100()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"}
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_SM100_FORMS))
@@ -92,7 +93,8 @@ def test_the_catalogue_kernel_compiles_with_vector_stores_predicated_on_the_grou
     from specgen.kinds.gemm.designs.cubin import nvdisasm, sass_counts
     from specgen.kinds.gemm.designs.cute_sm100.compile import SASS_OPS, tmem_alloc_columns
 
-    ((name, ls),) = catalogue_sm100().items()
+    name = "moe_up_bias_silu_bf16"
+    ls = catalogue_sm100()[name]
     module = load_rendered(ROOT / "generated" / "cute" / f"{name}_sm100.py", "_specgen_test_cute100_grouped_catalogue")
     assert module.CONFIG.tmem_columns == 512 and module.CONFIG.acc_stages == 2
     compiled = module._launcher.compile(None, f"--keep-cubin --keep-ptx --dump-dir {tmp_path}")
