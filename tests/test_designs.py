@@ -27,10 +27,8 @@ def test_registry_is_keyed_by_kind_backend_and_mma_family():
     keyed = by_key()
     # every (backend, MMA family) of the target table has its design, and only those
     assert {key for key in keyed if key[0] == "gemm"} == {("gemm", info.backend, info.mma) for info in TARGETS.values()}
-    assert {key for key in keyed if key[0] != "gemm"} == {("grouped", info.backend, info.mma) for info in TARGETS.values()
-                                                          if info.backend is Backend.triton or info.memory == "vmem"
-                                                          or (info.backend is Backend.cute and info.mma == "wgmma")
-                                                          or (info.backend is Backend.pallas and info.mma == "wgmma")}
+    # and the grouped kind's: every (backend, MMA family) too (cute:sm100's the last, kinds/grouped/designs/cute_sm100)
+    assert {key for key in keyed if key[0] != "gemm"} == {("grouped", info.backend, info.mma) for info in TARGETS.values()}
     assert {d.name for d in keyed.values()} >= {"Triton", "CuTe sm90", "Pallas"}
     for key, design in keyed.items():
         assert key in design.keys

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
 
+from specgen.kinds.grouped.testing.cute_sm100_specs import CUTE_SM100_FORMS as GROUPED_CUTE_SM100_FORMS
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS as GROUPED_MGPU_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS as GROUPED_CUTE_FORMS
 from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
@@ -118,6 +119,7 @@ def variants():
     yield from GROUPED_TPU_FORMS.values()  # and its Pallas TPU modules
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules
+    yield from GROUPED_CUTE_SM100_FORMS.values()  # and its CuTe sm100 modules
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},

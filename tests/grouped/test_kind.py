@@ -39,8 +39,6 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 
 
 @pytest.mark.parametrize(("changes", "says"), [
-    ({"targets": ["cute:sm100"]}, "target 'cute:sm100': no grouped design serves it yet (the grouped designs "
-                                  "serve triton:sm90, triton:sm100, cute:sm90, pallas:tpu_v5e"),
     ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]},
      "two epilogue arguments are named 'scale_a'"),
     ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "s"}]}, "by = 'rowcol' takes two arguments"),
@@ -55,6 +53,18 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 ])
 def test_the_spec_refuses_what_the_kind_does_not_mean(changes, says):
     assert says in refusal(**changes)
+
+
+def test_every_target_is_served_and_an_unserved_one_would_be_refused_when_the_spec_loads(monkeypatch):
+    """Every target has a grouped design now (cute:sm100 the last, kinds/grouped/designs/cute_sm100); the spec
+    still refuses a target none serves, naming those that are served (shown by taking cute:sm100 off the list)."""
+    from specgen.kinds.grouped import spec as grouped_spec
+    from specgen.targets import TARGETS
+
+    assert tuple(TARGETS) == grouped_spec.SERVED_TARGETS
+    monkeypatch.setattr(grouped_spec, "SERVED_TARGETS", tuple(t for t in TARGETS if t != "cute:sm100"))
+    assert ("target 'cute:sm100': no grouped design serves it yet (the grouped designs serve triton:sm90, "
+            "triton:sm100, cute:sm90, pallas:tpu_v5e") in refusal(targets=["cute:sm100"])
 
 
 def test_column_scales_are_per_group():
@@ -79,10 +89,10 @@ def test_check_and_render_a_grouped_spec(tmp_path):
     compile(text, path, "exec")
 
 
-def test_check_notes_say_no_grouped_design_serves_the_other_backends():
-    (ls,) = load()
+def test_check_notes_say_why_the_other_targets_cannot_serve_the_spec():
+    (ls,) = load()  # a 16x16x16 tile: below every wgmma and tcgen05 M
     notes = {d.target: d.message for d in check_all([ls], notes=True) if d.rule == "TARGET"}
-    assert notes["cute:sm100"] == "cannot serve: no grouped design serves it"
+    assert notes["cute:sm100"] == "cannot serve: MMA002 MMA M = 16 (tile.m 16) is not one of (64, 128) for cta_group::1"
 
 
 def test_each_design_serves_the_mma_families_its_options_declare():

@@ -14,6 +14,7 @@ KIND = "grouped"  # the spec's `kind` (GroupedSpec's literal)
 DESIGN_PACKAGES: tuple[str, ...] = (
     "specgen.kinds.grouped.designs.triton",
     "specgen.kinds.grouped.designs.cute_sm90",
+    "specgen.kinds.grouped.designs.cute_sm100",  # Blackwell (tcgen05): compiled for sm_100a and read in SASS only
     "specgen.kinds.grouped.designs.pallas",
     "specgen.kinds.grouped.designs.pallas_mgpu",
 )

@@ -32,6 +32,7 @@ from pydantic import Field, field_validator, model_validator
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.kinds.grouped.designs.cute_sm90 import options as cute_options
 from specgen.kinds.grouped.designs.cute_sm90.options import CuteOptions
+from specgen.kinds.grouped.designs.cute_sm100 import options as cute_sm100_options
 from specgen.kinds.grouped.designs.pallas import options as pallas_options
 from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
@@ -54,8 +55,9 @@ from specgen.spec.targets import Backend
 from specgen.targets import TARGETS
 
 KIND_SECTIONS: tuple[str, ...] = ("tile", "cluster", "pipeline", "schedule")
-DESIGN_OPTIONS = (triton_options, cute_options, pallas_options)
-CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(o.SECTION for o in DESIGN_OPTIONS)
+# (both CuTe designs read the one `cute` section: a section is listed once)
+DESIGN_OPTIONS = (triton_options, cute_options, pallas_options, cute_sm100_options)
+CONFIG_SECTIONS: tuple[str, ...] = KIND_SECTIONS + tuple(dict.fromkeys(o.SECTION for o in DESIGN_OPTIONS))
 BACKEND_SECTIONS: dict[str, Backend] = {o.SECTION: o.BACKEND for o in DESIGN_OPTIONS}
 # The targets this kind's designs render for (each design's options module says its backend and MMA families):
 # a target of another is refused when the spec loads.

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ROOT / "generated" / "cute"
 # the dense kind's CuTe modules (the grouped kind's have their own tests: tests/grouped/test_cute_sm90.py)
 GROUPED = {ls.name for ls in load_paths([ROOT / "specs"]) if ls.spec.kind != "gemm"}
-NAMES = sorted(p.stem for p in GENERATED.glob("*.py") if p.stem != "__init__" and p.stem not in GROUPED)
+NAMES = sorted(p.stem for p in GENERATED.glob("*.py")
+               if p.stem != "__init__" and p.stem.removesuffix("_sm100") not in GROUPED)  # sm100 modules: <name>_sm100
 
 
 @pytest.fixture(scope="module")

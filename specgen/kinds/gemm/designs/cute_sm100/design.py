@@ -110,9 +110,9 @@ GELU_ERF_FRAGMENTS = 4
 
 
 def held_fragments(spec: GemmSpec) -> int:
-    """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand, and an erf
-    GELU's working set."""
-    operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix"))
+    """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand (a grouped
+    kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), and an erf GELU's working set."""
+    operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix", "group_n"))
     gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)
     return 2 + operands + GELU_ERF_FRAGMENTS * gelu
 
