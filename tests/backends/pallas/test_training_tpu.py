@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -89,12 +88,10 @@ def reference(spec: dict, args: list[jax.Array], grad: jax.Array) -> tuple[torch
 
 
 def run(fn, args: list[jax.Array], grad: jax.Array, argnums: tuple[int, ...] | None = None):
-    """jax.jit(jax.value_and_grad) of <out, grad> (the output's gradient is then `grad`) through the entry."""
+    """The entry's output and jax.grad of <out, grad> (the output's gradient is then `grad`), under one jax.jit."""
     argnums = tuple(range(len(args))) if argnums is None else argnums
     loss = lambda *xs: jnp.sum(fn(*xs).astype(jnp.float32) * grad.astype(jnp.float32))  # noqa: E731
-    out = jax.jit(fn)(*args)
-    grads = jax.jit(jax.grad(loss, argnums=argnums))(*args)
-    return out, grads
+    return jax.jit(lambda *xs: (fn(*xs), jax.grad(loss, argnums=argnums)(*xs)))(*args)  # one compile
 
 
 def close(got: jax.Array, want: torch.Tensor, rel: float, what: str) -> None:
@@ -256,10 +253,13 @@ def test_trn001_passes_the_tpu_targets_and_refuses_mosaic_gpu() -> None:
 
 def test_tpu_backward_blocks_are_checked_like_the_forward() -> None:
     """A backward GEMM's blocks go through the TPU rules as the forward's: a wgrad tile whose A^T block has
-    fewer than 128 lanes is PAL001 on "backward wgrad"."""
+    fewer than 128 lanes is PAL001 on "backward wgrad", and (B K-major: dB is written transposed, tile.m on its
+    lanes) PAL011 on the forward, pointing at training.wgrad."""
     spec = training_spec("bias_gelu", "preact")
     spec["training"]["wgrad"] = {"tile": {"m": 16, "n": 128, "k": 128}}
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
     errors = [d for d in check_specs([loaded]).diagnostics if d.severity == "error"]
-    assert {(d.rule, d.variant) for d in errors} == {("PAL001", "backward wgrad")}, [str(d) for d in errors]
-    assert "A block 128x16" in errors[0].message
+    by_rule = {d.rule: d for d in errors}
+    assert sorted((d.rule, d.variant) for d in errors) == [("PAL001", "backward wgrad"), ("PAL011", "")], \
+        [str(d) for d in errors]
+    assert "A block 128x16" in by_rule["PAL001"].message and "writes 128x16 blocks" in by_rule["PAL011"].message

@@ -41,7 +41,7 @@ RESERVED: frozenset[str] = frozenset({
     "accumulate", "masked", "last", "block_r", "bp", "bq", "br", "c_dtype", "dbias_ref", "dot",
     "dout_ref", "g_ref", "keepdims", "m_total", "nondiff_argnums", "p", "pre_ref", "q", "r", "r_total", "s", "saved",
     "scratch", "src_ref", "step", "sum_ref", "tile", "vmem_limit", "x_axis", "x_major", "x_ref", "y_axis", "y_major",
-    "y_ref", "block", "block_m", "da", "db", "g", "grad", "pre", "role", "kernel", "mode", "varying", "a", "b"
+    "y_ref", "block", "block_m", "da", "db", "g", "grad", "pre", "role", "a", "b"
 })
 
 # How its templates derive names from an epilogue argument `x`.

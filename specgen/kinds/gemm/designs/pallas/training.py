@@ -69,7 +69,7 @@ class TpuTrainingPlan:
         return self.stores_pre or bool(self.bias)
 
 
-def _oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
+def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
     """The role's GEMM in the orientation its output's stored layout takes."""
     a, b = spec.a.major, spec.b.major  # type: ignore[attr-defined]
     flip = {"k": "mn", "mn": "k"}
@@ -99,7 +99,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     for i, c in enumerate(first.companions):
         budgets = [resolved[str(target)].companions[i].budget for target in targets]
         need, cap = max(b.total for b in budgets), min(b.capacity for b in budgets)
-        gemms[c.companion] = dataclasses.replace(_oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
+        gemms[c.companion] = dataclasses.replace(oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
                                                  vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     return TpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
