@@ -173,7 +173,7 @@ def _last_step():
     return pl.program_id(2) == pl.num_programs(2) - 1
 
 
-def _gemm_kernel(x_ref, y_ref, out_ref, acc_ref, **dot):
+def _train_gemm_kernel(x_ref, y_ref, out_ref, acc_ref, **dot):
     """dgrad / wgrad: C = X @ Y."""
     _dot_step(x_ref, y_ref, acc_ref, **dot)
 
@@ -182,7 +182,7 @@ def _gemm_kernel(x_ref, y_ref, out_ref, acc_ref, **dot):
         out_ref[...] = acc_ref[...].astype(out_ref.dtype)
 
 
-def _pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
+def _train_pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
     """forward_pre: pre = A @ B + bias stored (the output's dtype) beside out = gelu_tanh(pre)."""
     _dot_step(x_ref, y_ref, acc_ref, **dot)
 
@@ -196,36 +196,36 @@ def _pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
 
 
 @functools.cache
-def _backward_gemm(role: str, p: int, q: int, r: int, varying: frozenset, interpret: object):
+def _backward_gemm(role: str, p_dim: int, q_dim: int, r_dim: int, varying: frozenset, interpret: object):
     """The pallas_call of one backward GEMM for one problem shape (blocks clamped to the arrays, as the forward's)."""
     x_major, y_major, (bp, bq, br), c_dtype, vmem_limit = TRAIN_GEMMS[role]
-    bp, bq, br = min(p, bp), min(q, bq), min(r, br)
-    tile = pl.BlockSpec((bp, bq), lambda i, j, s: (i, j))
+    bp, bq, br = min(p_dim, bp), min(q_dim, bq), min(r_dim, br)
+    c_block = pl.BlockSpec((bp, bq), lambda i, j, kk: (i, j))
     in_specs = [
-        pl.BlockSpec((bp, br), lambda i, j, s: (i, s)) if x_major == "k" else pl.BlockSpec((br, bp), lambda i, j, s: (s, i)),
-        pl.BlockSpec((bq, br), lambda i, j, s: (j, s)) if y_major == "k" else pl.BlockSpec((br, bq), lambda i, j, s: (s, j)),
+        pl.BlockSpec((bp, br), lambda i, j, kk: (i, kk)) if x_major == "k" else pl.BlockSpec((br, bp), lambda i, j, kk: (kk, i)),
+        pl.BlockSpec((bq, br), lambda i, j, kk: (j, kk)) if y_major == "k" else pl.BlockSpec((br, bq), lambda i, j, kk: (kk, j)),
     ]
-    out_shape, out_specs, kernel = [_rt.out_struct((p, q), c_dtype, varying)], [tile], _gemm_kernel
+    out_shape, out_specs, kernel = [_rt.out_struct((p_dim, q_dim), c_dtype, varying)], [c_block], _train_gemm_kernel
     if role in ("forward_pre", "recompute"):
-        in_specs.append(pl.BlockSpec((1, bq), lambda i, j, s: (0, j)))  # bias
+        in_specs.append(pl.BlockSpec((1, bq), lambda i, j, kk: (0, j)))  # bias
     if role == "forward_pre":  # out and pre
-        out_shape, out_specs, kernel = [*out_shape, _rt.out_struct((p, q), c_dtype, varying)], [tile, tile], _pre_kernel
+        out_shape, out_specs, kernel = [*out_shape, _rt.out_struct((p_dim, q_dim), c_dtype, varying)], [c_block, c_block], _train_pre_kernel
     return pl.pallas_call(
-        functools.partial(kernel, r_total=r, block_r=br, x_axis=1 if x_major == "k" else 0, y_axis=1 if y_major == "k" else 0),
+        functools.partial(kernel, r_total=r_dim, block_r=br, x_axis=1 if x_major == "k" else 0, y_axis=1 if y_major == "k" else 0),
         out_shape=out_shape,
-        grid=(pl.cdiv(p, bp), pl.cdiv(q, bq), pl.cdiv(r, br)),
+        grid=(pl.cdiv(p_dim, bp), pl.cdiv(q_dim, bq), pl.cdiv(r_dim, br)),
         in_specs=in_specs,
         out_specs=out_specs,
         scratch_shapes=[pltpu.VMEM((bp, bq), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=vmem_limit),
-        cost_estimate=pl.CostEstimate(flops=2 * p * q * r, transcendentals=0, bytes_accessed=0),
+        cost_estimate=pl.CostEstimate(flops=2 * p_dim * q_dim * r_dim, transcendentals=0, bytes_accessed=0),
         interpret=interpret,
         name=f"{NAME}_{role}",
     )
 
 
-def _grad_cols_kernel(src_ref, pre_ref, g_ref, dbias_ref, sum_ref, *, m_total: int, block_m: int):
+def _train_cols_kernel(src_ref, pre_ref, g_ref, dbias_ref, sum_ref, *, m_total: int, block_m: int):
     """One (block_m, block_n) block of the gradient: G = dOut * gelu_tanh'(pre) stored in the operands' dtype, and G's column sum (the bias gradient), accumulated down the rows in order.
     The row blocks before the last and the last (rows past M masked) are two branches: their math sits in a
     pl.when, where jax 0.10's HLO interpreter (the one shard_map runs) types constants as the operands vary."""
@@ -257,18 +257,18 @@ def _grad_cols_kernel(src_ref, pre_ref, g_ref, dbias_ref, sum_ref, *, m_total: i
 def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
     """The columns pass for one shape: grid (N blocks, M blocks), walking each column block's rows in order."""
     blk_m, blk_n = min(m, BLOCK_M), min(n, BLOCK_N)
-    tile = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
+    c_block = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
     out_shape, out_specs, scratch = [], [], []
     out_shape.append(_rt.out_struct((m, n), OPERAND, varying))  # G
-    out_specs.append(tile)
+    out_specs.append(c_block)
     out_shape.append(_rt.out_struct((1, n), jnp.bfloat16, varying))  # the bias gradient
     out_specs.append(pl.BlockSpec((1, blk_n), lambda j, i: (0, j)))
     scratch.append(pltpu.VMEM((1, blk_n), jnp.float32))
     return pl.pallas_call(
-        functools.partial(_grad_cols_kernel, m_total=m, block_m=blk_m),
+        functools.partial(_train_cols_kernel, m_total=m, block_m=blk_m),
         out_shape=out_shape,
         grid=(pl.cdiv(n, blk_n), pl.cdiv(m, blk_m)),
-        in_specs=[tile, tile],
+        in_specs=[c_block, c_block],
         out_specs=out_specs,
         scratch_shapes=scratch,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),

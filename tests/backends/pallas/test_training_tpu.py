@@ -263,3 +263,20 @@ def test_tpu_backward_blocks_are_checked_like_the_forward() -> None:
     assert sorted((d.rule, d.variant) for d in errors) == [("PAL001", "backward wgrad"), ("PAL011", "")], \
         [str(d) for d in errors]
     assert "A block 128x16" in by_rule["PAL001"].message and "writes 128x16 blocks" in by_rule["PAL011"].message
+
+
+@pytest.mark.parametrize(("save", "dtype", "majors"), [("preact", "bf16", "k_k"), ("recompute", "bf16", "k_k"),
+                                                       ("preact", "f32", "mn_mn"), ("recompute", "bf16", "mn_k")])
+def test_backward_lowers_to_mosaic_for_tpu(save: str, dtype: str, majors: str, tmp_path_factory) -> None:
+    """jax.grad through the entry lowers for TPU on this CPU machine: Pallas's Mosaic lowering of every backward
+    kernel (transposed operands read through dot dimension numbers included). libtpu's compile needs a TPU."""
+    a_major, b_major = majors.split("_")
+    spec = training_spec("bias_gelu_tanh", save, dtype, a_major, b_major)
+    spec.update(name=spec["name"] + "_lower", tile={"m": 128, "n": 128, "k": 128})
+    mod = module(spec, tmp_path_factory)
+    args, grad = inputs(spec, (300, 384, 640))
+    fn = lambda *xs: mod._call(*xs, interpret=False)  # noqa: E731
+    loss = lambda *xs: jnp.sum(fn(*xs).astype(jnp.float32) * grad.astype(jnp.float32))  # noqa: E731
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+    roles = ["forward_pre" if save == "preact" else "recompute", "dgrad", "wgrad", "grad_cols"]
+    assert all(f"{spec['name']}_{role}" in text for role in roles), [r for r in roles if f"{spec['name']}_{r}" not in text]
