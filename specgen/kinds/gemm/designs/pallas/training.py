@@ -42,7 +42,8 @@ class TpuBackwardGemm:
     block_r: int
     out_jnp: str  # C's dtype (dA's is A's, dB's B's; forward_pre's the output's; recompute's G the operands')
     transposed: bool  # C is the transpose of the companion's logical output (the gradient's stored layout)
-    vmem_bytes: int = 0  # the companion's VMEM figure (VMEM001's), the most over the module's TPU targets
+    vmem_bytes: int = 0  # the companion's VMEM figure (VMEM001's; forward_pre / recompute add their second M x N
+    # block), the most over the module's TPU targets
     vmem_limit_bytes: int = 0  # the scoped limit its pallas_call requests (the figure + 25%, capped at VMEM)
 
 
@@ -99,6 +100,9 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     for i, c in enumerate(first.companions):
         budgets = [resolved[str(target)].companions[i].budget for target in targets]
         need, cap = max(b.total for b in budgets), min(b.capacity for b in budgets)
+        if c.companion in ("forward_pre", "recompute"):  # a second M x N block the companion's GEMM has not:
+            # pre stored beside out, or dOut read beside G (each the output's dtype, double-buffered; not in VMEM001)
+            need += 2 * c.spec.tile.m * c.spec.tile.n * spec.out.dtype.bytes  # type: ignore[attr-defined]
         gemms[c.companion] = dataclasses.replace(oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
                                                  vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
