@@ -100,6 +100,9 @@ class DesignBase:
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     renders_gated: ClassVar[bool] = False  # a `gated` epilogue op (B of 2N columns) is rendered (EPI001 elsewhere)
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
+    # how TRN001's message names a design that renders the backward on some of its targets only (see
+    # `renders_training_on`); "" where it renders none
+    training_label: ClassVar[str] = ""
     # how far the planned on-chip memory may sit from the compiler's, where the plan is not exact (its
     # measured error): a verdict within it is near the boundary, settled by the compiler; None: exact
     smem_margin: ClassVar[Margin | None] = None
@@ -191,6 +194,11 @@ class DesignBase:
         """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them
         where it does not): the design's `renders_variants`, unless it differs by target."""
         return self.renders_variants
+
+    def renders_training_on(self, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders a spec's `training` backward (TRN001 refuses the section
+        where it does not): the design's `renders_training`, unless it differs by target."""
+        return self.renders_training
 
     def tune_space(self, spec: LayeredSpec, target: TargetInfo,
                    when: Bounds | None = None) -> dict[str, tuple[object, ...]] | None:

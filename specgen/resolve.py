@@ -35,7 +35,7 @@ def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     variants = tuple(_resolve(spec.for_target(target, i, base=default), target, i, v.when)
                      for i, v in enumerate(spec.variants_on(target)))
     # where the target's design renders no companions (a backward), TRN001 says so and none is resolved
-    renders = design_of(default, target_info(target)).renders_training
+    renders = design_of(default, target_info(target)).renders_training_on(target_info(target))
     companions = tuple(_resolve(c, target, companion=(label, field))
                        for label, c, field in (default.companions() if renders else ()))
     return _resolve(default, target, variants=variants, companions=companions)

@@ -208,6 +208,11 @@ def pallas_variants():
                                                  "schedule": {"raster": "along_n" if b == "k" else "along_m"}}
         yield spec_of(f"p{i}", EVERY_OP, batch=batch, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b},
                       tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target], **gpu)
+    # a TPU backward (spec: training) in both save modes, each chain's form, either major
+    for i, (save, chain, a) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8],
+                                                                                  EVERY_OP[7:8], EVERY_OP[:1], []], ["k", "mn"])):
+        yield spec_of(f"t{i}", chain, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": "mn" if i % 3 else "k"},
+                      tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"], training={"save": save})
 
 
 def render_pallas_module(ls) -> str:

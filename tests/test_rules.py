@@ -78,7 +78,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "TRN001": (GPU - TRITON) | TPU,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "TRN001": GPU - TRITON,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -435,10 +435,14 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("schedule", "split_k"))),
     ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
-    # TRN001: a training backward is the Triton design's
+    # TRN001: a training backward is the Triton design's and the Pallas design's on TPU (not Mosaic GPU)
     ("TRN001", "cute:sm90", {}, None),
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}},
-     ("error", ["training: the CuTe sm90 design renders no backward (the Triton design does)"], ("training",))),
+     ("error", ["training: the CuTe sm90 design renders no backward for cute:sm90 (the Pallas TPU and Triton designs "
+                "do)"], ("training",))),
+    ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}},
+     ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the Pallas TPU and Triton "
+                "designs do)"], ("training",))),
 ]
 
 

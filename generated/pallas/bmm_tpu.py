@@ -56,22 +56,30 @@ VMEM_LIMIT_BYTES = 1310720
 
 def _kernel(a_ref, b_ref, out_ref, acc_ref, *, k_total: int, block_k: int):
     k = pl.program_id(3)
+    last = pl.num_programs(3) - 1
 
     @pl.when(k == 0)
     def _init():
         acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
 
-    a = a_ref[...]
-    b = b_ref[...]
-    if k_total % block_k:  # static: the last K block reads past K, so zero both operands there
-        valid = k_total - k * block_k
-        a = jnp.where(lax.broadcasted_iota(jnp.int32, a.shape, 1) < valid, a, jnp.zeros_like(a))
-        b = jnp.where(lax.broadcasted_iota(jnp.int32, b.shape, 0) < valid, b, jnp.zeros_like(b))
-    # A is k-major (K on axis 1), B mn-major (K on axis 0).
-    acc_ref[...] += lax.dot_general(a, b, (((1,), (0,)), ((), ())),
-                                    preferred_element_type=jnp.float32)
+    def accumulate(masked: bool):
+        a = a_ref[...]
+        b = b_ref[...]
+        if masked:  # the last K block reads past K, so zero both operands there
+            valid = k_total - k * block_k
+            a = jnp.where(lax.broadcasted_iota(jnp.int32, a.shape, 1) < valid, a, jnp.zeros_like(a))
+            b = jnp.where(lax.broadcasted_iota(jnp.int32, b.shape, 0) < valid, b, jnp.zeros_like(b))
+        # A is k-major (K on axis 1), B mn-major (K on axis 0).
+        acc_ref[...] += lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                        preferred_element_type=jnp.float32)
 
-    @pl.when(k == pl.num_programs(3) - 1)
+    # Each K step's math sits in a pl.when (the last masks the K tail): jax 0.10's HLO interpreter, which
+    # jax.shard_map runs, types a kernel's top-level values as not varying over the mesh (a dot of a sharded
+    # A and a replicated B is then refused), a cond's branch as its operands.
+    pl.when(k < last)(lambda: accumulate(False))
+    pl.when(k == last)(lambda: accumulate(k_total % block_k != 0))
+
+    @pl.when(k == last)
     def _epilogue():
         acc = acc_ref[...]
         out_ref[...] = acc.astype(out_ref.dtype)

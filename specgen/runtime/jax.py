@@ -123,6 +123,19 @@ def varying_axes(*args: Any) -> frozenset:
     return frozenset(axes)
 
 
+def vary(varying: frozenset, *args: Any) -> tuple[Any, ...]:
+    """Each argument made to vary over every axis in `varying` (under `jax.shard_map`; unchanged outside it): a
+    custom_vjp's backward returns each cotangent with its primal's type, and the gradients its kernels compute
+    vary over the mesh axes, so the primals must too. An argument that did not vary (replicated weights) gets its
+    cotangent summed over the axes it is cast along (the transpose of the cast: a psum), as jax's own
+    autodiff of a replicated weight does."""
+    out = []
+    for x in args:
+        missing = tuple(sorted(varying - varying_axes(x)))
+        out.append(jax.lax.pcast(x, missing, to="varying") if missing else x)
+    return tuple(out)
+
+
 def out_struct(shape: tuple[int, ...], dtype: Any, varying: frozenset) -> jax.ShapeDtypeStruct:
     """The pallas_call's out_shape, varying over `varying` mesh axes under shard_map."""
     if not varying:

@@ -133,6 +133,17 @@ CASES: list[tuple[str, str, dict, object]] = [
                                    "epilogue": [{"op": "residual", "dtype": "bf16"}]},
      ("error", ["residual 'c' with pallas.swap_ab and tile.m = 128", "lowers for tile.m <= 64 only"],
       ("epilogue", 0))),
+    # PAL011: a backward's gradient stored transposed (dA of an mn-major A, dB of a K-major B) is written in
+    # tile.n x tile.m blocks: tile.m on the lanes, a multiple of 128
+    ("PAL011", "pallas:tpu_v5e", {"tile": tile(16, 128, 128), "epilogue": [{"op": "activation", "fn": "relu"}],
+                                  "training": {"save": "preact", "wgrad": {"tile": tile(128, 128, 128)}}}, None),
+    ("PAL011", "pallas:tpu_v5e", {"tile": tile(16, 128, 128), "training": {"save": "recompute"}},
+     ("error", ["backward wgrad: dB is stored (N, K): b.major = k, so its kernel writes 128x16 blocks",
+                "not divisible by (8, 128) on"], ("training", "wgrad"))),
+    ("PAL011", "pallas:tpu_v6e", {"tile": tile(128, 128, 128), "a": {"dtype": "bf16", "major": "mn"},
+                                  "training": {"save": "preact", "dgrad": {"tile": tile(64, 128, 128)}}},
+     ("error", ["backward dgrad: dA is stored (K, M): a.major = mn, so its kernel writes 128x64 blocks"],
+      ("training", "dgrad"))),
     ("OPT001", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True}}, None),
     ("OPT001", "pallas:tpu_v5e", {"tile": tile(128, 128, 128), "pallas": {"swap_ab": True}},
      ("error", ["pallas.swap_ab is a Mosaic GPU setting; pallas:tpu_v5e (Mosaic TPU) does not swap"],

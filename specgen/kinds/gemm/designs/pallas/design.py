@@ -41,6 +41,7 @@ from specgen.design import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
+from specgen.kinds.gemm.designs.pallas.training import TpuTrainingPlan, plan_tpu_training
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -180,6 +181,8 @@ class PallasTpuPlan(PallasModule):
     vmem_limit_bytes: int  # the scoped limit the kernel requests
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object] = field(default_factory=dict)
+    # the backward (spec: training; training.py in this package), None for a forward-only kernel
+    training: TpuTrainingPlan | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +295,13 @@ class PallasGemmDesign(GemmDesign):
 
     def renders_variants_on(self, target: TargetInfo) -> bool:
         return is_mgpu_target(target)
+
+    # A `training` backward (training.py in this package: a jax.custom_vjp on the TPU module's entry) on the TPU
+    # targets; the Mosaic GPU module renders none (TRN001 there).
+    training_label = "Pallas TPU"
+
+    def renders_training_on(self, target: TargetInfo) -> bool:
+        return is_tpu_target(target)
 
     def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
         """Pallas TPU pipelines double-buffer each BlockSpec by default."""
@@ -443,6 +453,7 @@ class PallasGemmDesign(GemmDesign):
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             spec_json=loaded.spec.model_dump(mode="json"),
+            training=plan_tpu_training(spec, targets, resolved, JNP_DTYPES, VMEM_HEADROOM),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
@@ -514,13 +525,21 @@ def _identity_first(fields: dict[str, object]) -> dict[str, object]:
     first = ("spec_file", "spec_hash", "specgen_version", "description", "targets")
     return {**{k: fields[k] for k in first},
             **{TPU_METADATA_KEYS.get(k, k): v for k, v in fields.items()
-               if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue")}}
+               if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue", "training")}}
+
+
+def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
+    return {"save": t.save, "activation": t.act,
+            "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
+                             "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}
+                      for role, g in t.gemms.items()}}
 
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
-    meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name,
-            **_identity_first(asdict(p))}
+    meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name, **_identity_first(asdict(p)),
+            **({"training": training_metadata(p.training)} if p.training is not None else {})}
     return {
         "p": p,
         "plan_meta": meta,

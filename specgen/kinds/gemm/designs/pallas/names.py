@@ -10,6 +10,10 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_launch",
     # Mosaic GPU's torch entry: TMA's extents and the direct launch (specgen/runtime/mgpu_torch.py)
     "_extents", "_direct", "_DIRECT", "_mt", "dict", "frozenset", "object", "str", "tuple",
+    # a TPU backward (training): its table, kernels, builders and the custom_vjp's rules
+    "OPERAND", "TRAIN_GEMMS", "_backward_gemm", "_dims", "_dot_step", "_train_gemm_kernel", "_grad_cols",
+    "_train_cols_kernel", "_last_step", "_train_pre_kernel", "_train_recompute_kernel", "_train", "_train_bwd",
+    "_train_fwd",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -33,7 +37,12 @@ RESERVED: frozenset[str] = frozenset({
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
     "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent", "cluster_m",
-    "cluster_n", "smem_bytes", "swap_ab"
+    "cluster_n", "smem_bytes", "swap_ab",
+    # the TPU kernel's K steps (each in a pl.when), and a backward's (training): its kernels' refs and locals
+    "accumulate", "masked", "last", "block_r", "bp", "bq", "br", "c_dtype", "dbias_ref", "dot",
+    "dout_ref", "g_ref", "keepdims", "m_total", "nondiff_argnums", "p_dim", "q_dim", "r_dim", "c_block", "pre_ref", "r_total", "saved",
+    "scratch", "src_ref", "step", "sum_ref", "vmem_limit", "x_axis", "x_major", "x_ref", "y_axis", "y_major",
+    "y_ref", "block", "block_m", "da", "db", "g", "grad", "pre", "role", "a", "b"
 })
 
 # How its templates derive names from an epilogue argument `x`.

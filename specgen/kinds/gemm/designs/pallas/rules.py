@@ -1,5 +1,5 @@
 """The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
-VMEM001, PAL001-PAL003), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
+VMEM001, PAL001-PAL003, and PAL011 for a backward's transposed gradients), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
 and epilogue ops (PAL004-PAL009), its register verdict (REG001) and its options (OPT001)."""
 
 from __future__ import annotations
@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.kinds.gemm.designs.pallas.design import (
+    JNP_DTYPES,
     MGPU_CONSUMER_WGS,
     is_mgpu_target,
     mgpu_layout,
     mgpu_swizzles,
     swaps,
 )
+from specgen.kinds.gemm.designs.pallas.training import oriented
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.rules.base import Finding, Near, RuleContext, RuleSet, is_tpu
 from specgen.spec.dtypes import DType
@@ -67,9 +69,7 @@ def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
     assert ctx.tpu is not None
 
     def sublanes(dt: DType) -> int:
-        if dt == DType.bf16:
-            return ctx.tpu.bf16_sublanes
-        return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
+        return tpu_sublanes(ctx, dt)
 
     # Blocks in the stored layout: a K-major operand has K last (A (m, k), B (n, k)), MN-major has K first.
     a_block = (t.m, t.k) if s.a.major == "k" else (t.k, t.m)
@@ -81,6 +81,14 @@ def tpu_block_shape(ctx: RuleContext) -> Iterator[Finding]:
         if rows % sub or cols % 128:
             yield Finding("PAL001", "error", f"{name} block {rows}x{cols} ({dt}) is not divisible by ({sub}, 128) on "
                           f"{ctx.tpu.name}", "", fld)
+
+
+def tpu_sublanes(ctx: RuleContext, dt: DType) -> int:
+    """A block's row multiple for `dt` on the context's TPU (PAL001's source)."""
+    assert ctx.tpu is not None
+    if dt == DType.bf16:
+        return ctx.tpu.bf16_sublanes
+    return 8 * max(1, 4 // dt.bytes) if dt.bytes < 2 else 8
 
 
 @RULES.rule("PAL002", "TPU MXU-aligned tiles", is_tpu)
@@ -293,3 +301,24 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("OPT001", "error", f"pallas.vmem_limit_bytes = {s.pallas.vmem_limit_bytes} is a TPU "
                       f"setting; {ctx.target} (Mosaic GPU) has no VMEM", "drop pallas.vmem_limit_bytes",
                       ("pallas", "vmem_limit_bytes"))
+
+
+@RULES.rule("PAL011", "TPU backward: a gradient's blocks in its stored layout", is_tpu)
+def tpu_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
+    """A `training` backward writes each gradient in its operand's stored layout. Where that is the transpose of
+    the backward GEMM's logical output (dA of an mn-major A is stored (K, M); dB of a K-major B (N, K)), the TPU
+    kernel computes the transposed product (templates/gemm/pallas/backward_tpu.jinja) and writes tile.n x tile.m
+    blocks of it: their lanes are the companion's tile.m. PAL001 checks each companion's blocks in the logical
+    layout (its operands' blocks are the kernel's); this checks the stored output block, by PAL001's source."""
+    assert ctx.tpu is not None
+    for c in ctx.companions:
+        g = oriented(c.companion, ctx.spec, c.spec.tile, JNP_DTYPES)  # type: ignore[attr-defined]
+        if not g.transposed:
+            continue
+        dt, sub = c.spec.out.dtype, tpu_sublanes(ctx, c.spec.out.dtype)  # type: ignore[attr-defined]
+        if g.block_p % sub or g.block_q % 128:
+            grad, stored = ("dA", "(K, M): a.major = mn") if c.companion == "dgrad" else ("dB", "(N, K): b.major = k")
+            yield Finding("PAL011", "error", f"backward {c.companion}: {grad} is stored {stored}, so its kernel writes "
+                          f"{g.block_p}x{g.block_q} blocks (training.{c.companion}.tile n x m, {dt}), not divisible by "
+                          f"({sub}, 128) on {ctx.tpu.name}",
+                          f"make training.{c.companion}.tile.m a multiple of 128", ("training", c.companion))

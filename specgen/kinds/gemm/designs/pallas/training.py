@@ -1,0 +1,112 @@
+"""The Pallas TPU design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the plan of the
+kernels templates/gemm/pallas/backward_tpu.jinja renders into the TPU module, behind a `jax.custom_vjp` on its
+JAX entry.
+
+Every backward GEMM is one Pallas kernel C (P, Q) = X @ Y, X stored (P, R) (`k`: the reduction last) or (R, P)
+(`mn`), Y stored (Q, R) (`k`) or (R, Q) (`mn`): the transposed operands of dgrad and wgrad are read as they
+lie, through their BlockSpecs and the dot's dimension numbers (no transpose is materialized). Each gradient
+comes back in its operand's stored layout, so where that layout is the transpose of the companion's logical
+(M, K) / (K, N) the kernel computes the transposed product (dA^T = B G^T for an mn-major A, dB^T = G^T A for
+a K-major B) with the companion's tile read transposed (P takes tile.n, Q tile.m). G = dOut * act'(pre) is
+formed once: by the GEMM that recomputes pre (save = "recompute", its epilogue) or by `grad_cols`, a Pallas
+pass over dOut and the saved pre (save = "preact"), which also sums the bias gradient (G's column sum; with
+recompute it sums the stored G). The companions' configs are the ones check resolved (the first TPU target's:
+CFG001 keeps a module's TPU targets in step on what shapes it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.training import activation_fn
+from specgen.resolved import Resolved
+from specgen.spec.models import Target
+
+
+@dataclass(frozen=True)
+class TpuBackwardGemm:
+    """One backward GEMM of the TPU module: C (P, Q) = X @ Y, and how the call binds it."""
+
+    role: str  # forward_pre, recompute, dgrad, wgrad
+    x: str  # the bwd rule's array read as X ("a", "b", "g")
+    x_major: str  # "k": X stored (P, R); "mn": (R, P)
+    y: str
+    y_major: str  # "k": Y stored (Q, R); "mn": (R, Q)
+    p: str  # the problem symbols P, Q, R ("m", "n", "k")
+    q: str
+    r: str
+    block_p: int
+    block_q: int
+    block_r: int
+    out_jnp: str  # C's dtype (dA's is A's, dB's B's; forward_pre's the output's; recompute's G the operands')
+    transposed: bool  # C is the transpose of the companion's logical output (the gradient's stored layout)
+    vmem_bytes: int = 0  # the companion's VMEM figure (VMEM001's; forward_pre / recompute add their second M x N
+    # block), the most over the module's TPU targets
+    vmem_limit_bytes: int = 0  # the scoped limit its pallas_call requests (the figure + 25%, capped at VMEM)
+
+
+@dataclass(frozen=True)
+class TpuTrainingPlan:
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    bias: str  # the bias argument's name ("" without one)
+    bias_jnp: str
+    operand_jnp: str  # A's and B's dtype: G is stored in it, and the dots multiply in it
+    gemms: dict[str, TpuBackwardGemm]  # by role
+
+    @property
+    def stores_pre(self) -> bool:
+        return bool(self.act) and self.save == "preact"
+
+    @property
+    def recomputes(self) -> bool:
+        return bool(self.act) and self.save == "recompute"
+
+    @property
+    def grad_cols(self) -> bool:
+        """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias)."""
+        return self.stores_pre or bool(self.bias)
+
+
+def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
+    """The role's GEMM in the orientation its output's stored layout takes."""
+    a, b = spec.a.major, spec.b.major  # type: ignore[attr-defined]
+    flip = {"k": "mn", "mn": "k"}
+    t = (tile.m, tile.n, tile.k)  # type: ignore[attr-defined]
+    if role in ("forward_pre", "recompute"):  # pre (M, N) = A (M, K) @ B (K, N), as the forward
+        out = spec.out.dtype if role == "forward_pre" else spec.a.dtype  # type: ignore[attr-defined]
+        return TpuBackwardGemm(role, "a", a, "b", b, "m", "n", "k", *t, jnp[out], False)
+    if role == "dgrad":
+        if a == "k":  # dA (M, K) = G (M, N) @ B^T: B (N, K) stored k-major is (R, Q)
+            return TpuBackwardGemm(role, "g", "k", "b", flip[b], "m", "k", "n", *t, jnp[spec.a.dtype], False)  # type: ignore[attr-defined]
+        # dA^T (K, M) = B (K, N) @ G^T (N, M): G (M, N) is (Q, R)
+        return TpuBackwardGemm(role, "b", flip[b], "g", "k", "k", "m", "n", t[1], t[0], t[2], jnp[spec.a.dtype], True)  # type: ignore[attr-defined]
+    if b == "mn":  # dB (K, N) = A^T (K, M) @ G (M, N)
+        return TpuBackwardGemm(role, "a", flip[a], "g", "mn", "k", "n", "m", *t, jnp[spec.b.dtype], False)  # type: ignore[attr-defined]
+    # dB^T (N, K) = G^T (N, M) @ A (M, K): G (M, N) is (R, P); A k-major (M, K) is (R, Q)
+    return TpuBackwardGemm(role, "g", "mn", "a", flip[a], "n", "k", "m", t[1], t[0], t[2], jnp[spec.b.dtype], True)  # type: ignore[attr-defined]
+
+
+def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, Resolved],
+                      jnp: dict, headroom: float) -> TpuTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the first TPU target (None without `training`)."""
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    first = resolved[str(targets[0])]
+    gemms = {}
+    for i, c in enumerate(first.companions):
+        budgets = [resolved[str(target)].companions[i].budget for target in targets]
+        need, cap = max(b.total for b in budgets), min(b.capacity for b in budgets)
+        if c.companion in ("forward_pre", "recompute"):  # a second M x N block the companion's GEMM has not:
+            # pre stored beside out, or dOut read beside G (each the output's dtype, double-buffered; not in VMEM001)
+            need += 2 * c.spec.tile.m * c.spec.tile.n * spec.out.dtype.bytes  # type: ignore[attr-defined]
+        gemms[c.companion] = dataclasses.replace(oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
+                                                 vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    return TpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
+                           bias=bias.name if bias is not None else "",
+                           bias_jnp=jnp[bias.dtype] if bias is not None else "",
+                           operand_jnp=jnp[spec.a.dtype], gemms=gemms)  # type: ignore[attr-defined]
