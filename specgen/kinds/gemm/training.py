@@ -58,7 +58,7 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
-    f16, bf16, f32 operands; no batch, no fp8 (Triton targets: TRN001 elsewhere)."""
+    f16, bf16, f32 operands; no batch, no fp8 (Triton and Pallas TPU targets: TRN001 elsewhere)."""
 
     save: Literal["preact", "recompute"]
     # the GEMM that computes the pre-activation for training: the forward that stores it (preact) or
