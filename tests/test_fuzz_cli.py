@@ -205,7 +205,18 @@ def _run(args: list[str], contents: dict[str, bytes]) -> None:
         after = snapshot(root)
         owners = owned(args)
         changed = sorted(rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel))
-        assert all(inside(rel, owners, root) for rel in changed), (args, changed, owners)
+        # the folders on the way to a path the user named (render --out new/deep/dir makes new and new/deep, as
+        # mkdir -p does): new folders only, nothing in them but the way down
+        made = {rel for rel in changed if rel not in before and after.get(rel) == "dir"
+                and any(Path(rel) in Path(o).parents for o in owners)}
+        assert all(inside(rel, owners, root) or rel in made for rel in changed), (args, changed, owners)
         assert (root / "elsewhere" / "keep.txt").read_text() == "a user's file"
         assert (root / "notes.txt").read_text() == "a user's notes"
     shutil.rmtree(root, ignore_errors=True)
+
+
+def test_render_into_a_new_deep_folder_makes_only_the_way_down() -> None:
+    """The case the fuzz drew now and then (render --out new/deep/dir): the folders on the way are made, nothing else
+    outside the named folder changes."""
+    _run(["render", "specs/k.toml", "--out", "new/deep/dir"],
+         {"specs/k.toml": SPEC.encode(), "cache.jsonl": CACHE, "record.json": RECORD.read_bytes()})
