@@ -30,7 +30,7 @@ from specgen.rules.table import RULES, RuleContext, run_rules
 from specgen.spec.load import load_paths
 from specgen.spec.models import parse_target
 from specgen.spec.targets import ALL_TARGETS
-from specgen.targets import SM90, SM100, TPUS
+from specgen.targets import SM90, SM100, TPUS, target_info
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = {r.id: r for r in RULES}
@@ -776,7 +776,8 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
 
     def resolutions(ls, t) -> list[str]:  # the target's default config, each of its variants and companions
         design = design_for(ls.spec.kind, t)
-        companions = ls.spec.for_target(t).companions() if design is not None and design.renders_training else ()
+        renders = design is not None and design.renders_training_on(target_info(t))  # per target (Pallas: TPU only)
+        companions = ls.spec.for_target(t).companions() if renders else ()
         return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t)))),
                 *(f"{c.name} @ {t}" for _, c, _ in companions)]
 
