@@ -59,12 +59,13 @@ def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, in
 def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | None:
     """A TMA descriptor reading matrix `v` in (rows, cols) boxes, and whether it is built over v's transpose (v
     stored column-major: the kernel reads boxes of the transpose and transposes them in SMEM); None where TMA
-    cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, an empty v)."""
+    cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, rows that
+    overlap, such as a broadcast row's stride 0: a descriptor's rows follow one another, an empty v)."""
     if v.numel() == 0 or v.data_ptr() % 16:
         return None
     size = v.element_size()
     for t, (r, c), flipped in ((v, (rows, cols), False), (v.t(), (cols, rows), True)):
-        if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0:
+        if t.stride(1) == 1 and t.stride(0) >= t.shape[1] and (t.stride(0) * size) % 16 == 0:
             return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
     return None
 

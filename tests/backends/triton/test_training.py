@@ -371,3 +371,20 @@ def test_the_column_pass_in_row_bands(save: str, load_kernel, monkeypatch) -> No
     for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
         assert not got.isnan().any(), f"d{name}: an element was not written"
         close(got, want[name], 1e-5, f"d{name}")
+
+
+def test_a_broadcast_output_gradient_takes_the_pointer_form(load_kernel, monkeypatch) -> None:
+    """dOut broadcast along M (stride 0: the gradient of (out * row).sum()) is G itself without an activation: dgrad
+    reads it by pointers (a descriptor's rows cannot overlap), wgrad too; the gradients are right."""
+    spec = training_spec("bias", "preact")
+    mod = load_kernel(spec)
+    args = inputs(spec, ALIGNED, seed=26)
+    row = torch.randn(ALIGNED[1], generator=torch.Generator().manual_seed(27))
+    grad = row.expand(ALIGNED[0], ALIGNED[1])
+    assert grad.stride() == (0, 1)
+    launched = forms_launched(mod, monkeypatch)
+    da, db, dbias = mod._backward(grad, *args.values(), None)
+    assert ("dgrad", "pointer") in launched and ("wgrad", "pointer") in launched, launched
+    _, want = reference(spec, args, grad.contiguous())
+    for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
+        close(got, want[name], 1e-5, f"d{name}")
