@@ -69,6 +69,22 @@ class CompileProbe:
 _BUDGETS: IdentityMemo[MemoryBudget] = IdentityMemo()  # DesignBase.budget's, by spec object
 
 
+# What a design's ahead-of-time compile is (its hook, what the hook and the modules import, the libraries a record
+# names, the compilers' caches, the pip extra, `auto` stages' cap): a kind whose modules another kind's hook compiles
+# takes all of them from that design (`compiles_as`), so the two never drift.
+COMPILE_ATTRIBUTES = ("compile_hook", "compiler_modules", "compile_environment", "libraries", "compile_caches", "extra",
+                      "max_auto_stages")
+
+
+def compiles_as(design: type) -> Callable[[type], type]:
+    """Class decorator: the decorated design compiles as `design` does (COMPILE_ATTRIBUTES copied)."""
+    def take(cls: type) -> type:
+        for name in COMPILE_ATTRIBUTES:
+            setattr(cls, name, getattr(design, name))
+        return cls
+    return take
+
+
 class DesignBase:
     """Defaults for every optional hook; a design overrides what differs."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from specgen.abi import Arg
-from specgen.design import ModuleHeader, module_identity, plan_header
+from specgen.design import ModuleHeader, compiles_as, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import epilogue_stages
 from specgen.kinds.gemm.designs.cute_sm90.design import CUTLASS_DTYPES, arch_flag, cute_arg
@@ -107,18 +107,13 @@ class GroupedSm100Plan(GroupedHostOperands, ModuleHeader):
     aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
 
 
+@compiles_as(CuteSm100Gemm)  # the module carries what the dense design's compile hook reads
 class CuteSm100Grouped(GroupedDesign):
     """The grouped GEMM on Blackwell through the CuTe DSL (see the module docstring)."""
 
     name = "CuTe sm100 grouped"
     keys = ((KIND, Backend.cute, "tcgen05"),)
     template = "cute/grouped_sm100.py.jinja"
-    compile_hook = CuteSm100Gemm.compile_hook  # the module carries what the dense design's hook reads
-    compiler_modules = CuteSm100Gemm.compiler_modules
-    libraries = CuteSm100Gemm.libraries
-    compile_caches = CuteSm100Gemm.compile_caches
-    extra = CuteSm100Gemm.extra
-    max_auto_stages = CuteSm100Gemm.max_auto_stages
     shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
     # The struct is the dense kernel's (mbarriers, TMEM slot, A/B stages, epilogue subtiles; one CTA a tile:
     # GRP402), so its byte count is too.

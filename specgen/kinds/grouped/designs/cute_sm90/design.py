@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from specgen.abi import Arg
-from specgen.design import ModuleHeader, module_identity, plan_header
+from specgen.design import ModuleHeader, compiles_as, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.designs.cute_sm90.design import (
@@ -159,18 +159,13 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
         return False
 
 
+@compiles_as(CuteSm90Gemm)  # the module carries what the dense design's compile hook reads
 class CuteSm90Grouped(GroupedDesign):
     """The grouped GEMM on Hopper through the CuTe DSL (see the module docstring)."""
 
     name = "CuTe sm90 grouped"
     keys = ((KIND, Backend.cute, "wgmma"),)
     template = "cute/grouped_sm90.py.jinja"
-    compile_hook = CuteSm90Gemm.compile_hook  # the module carries what the dense design's hook reads
-    compiler_modules = CuteSm90Gemm.compiler_modules
-    libraries = CuteSm90Gemm.libraries
-    compile_caches = CuteSm90Gemm.compile_caches
-    extra = CuteSm90Gemm.extra
-    max_auto_stages = CuteSm90Gemm.max_auto_stages
     shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
     # The struct is the dense kernel's (mbarriers, A/B stages, epilogue subtiles; no ping-pong set, no split-K
     # partials: GRP302 and GRP002 refuse them), so its byte count is too.

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.abi import Arg, make_arg
-from specgen.design import ModuleHeader, module_identity, plan_header
+from specgen.design import ModuleHeader, compiles_as, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import ab_stage_bytes, b_box_columns, tma_boxes
 from specgen.kinds.gemm.designs.triton.design import (
@@ -54,16 +54,10 @@ from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo
 
 
+@compiles_as(TritonGemm)  # the module carries what the dense design's compile hook reads
 class TritonGrouped(GroupedDesign):
     name = "Triton grouped"
     keys = ((KIND, Backend.triton, "wgmma"), (KIND, Backend.triton, "tcgen05"))
-    compile_hook = TritonGemm.compile_hook  # the module carries what the dense design's hook reads
-    compiler_modules = ("torch", "triton")
-    compile_environment = {"TRITON_INTERPRET": "0"}
-    libraries = ("torch", "triton")
-    compile_caches = ("TRITON_CACHE_DIR",)
-    extra = "triton"
-    max_auto_stages = 4
     # The dense Triton kernel's measured margin (SMEM001): the grouped kernel's pipeline is the dense kernel's. Its
     # own compile grid (tests/grids/grouped_triton.py, triton 3.6: seed 37 and a fresh seed 38) has every config
     # the plan accepts and the compiler does not build within it (0 false accepts, 0 false rejects with the compiler).
