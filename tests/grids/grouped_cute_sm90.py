@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cute_sm90 import dsl_version  # noqa: E402  (tests/grids is no package)
-from grouped_grid import ROOT, common, drive, stages_near_fit, summary, write_record  # noqa: E402
+from grouped_grid import ROOT, cli, common, drive, stages_near_fit, summary, write_record  # noqa: E402
 
 TARGET = "cute:sm90"
 RECORD = ROOT / "tests" / "data" / "grid_grouped_cute_sm90.json"
@@ -76,11 +76,4 @@ def main(n: int, seed: int, out: Path = RECORD) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    argv = sys.argv[1:]
-    if argv[:1] == ["--worker"]:
-        from grouped_grid import worker
-
-        worker(grid(int(argv[1]), int(argv[2])), argv[4].split(","), Path(argv[3]), compile_case)
-    else:
-        sys.exit(main(int(argv[0]), int(argv[1]), Path(argv[2]) if argv[2:] else RECORD))
+    sys.exit(cli(sys.argv[1:], grid, compile_case, main, RECORD))

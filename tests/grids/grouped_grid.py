@@ -123,3 +123,14 @@ def summary(path: Path) -> int:
     from verdicts import main
 
     return main([str(path)])
+
+
+def cli(argv: list[str], grid: Callable[[int, int], list[dict]], compile_case: Callable[[dict], dict],
+        main: Callable[[int, int, Path], int], record: Path) -> int:
+    """A grouped grid script's command line: `N SEED [RECORD]` drives the grid (`main`); `--worker N SEED WORK NAMES`
+    is one of the worker processes `drive` starts, compiling the named configs."""
+    sys.path.insert(0, str(ROOT))  # the compiles import specgen from the checkout
+    if argv[:1] == ["--worker"]:
+        worker(grid(int(argv[1]), int(argv[2])), argv[4].split(","), Path(argv[3]), compile_case)
+        return 0
+    return main(int(argv[0]), int(argv[1]), Path(argv[2]) if argv[2:] else record)

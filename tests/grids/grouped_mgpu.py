@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from grouped_grid import ROOT, common, drive, stages_near_fit, summary, write_record  # noqa: E402
+from grouped_grid import ROOT, cli, common, drive, stages_near_fit, summary, write_record  # noqa: E402
 
 TARGET = "pallas:gpu_sm90"
 RECORD = ROOT / "tests" / "data" / "grid_grouped_mgpu.json"
@@ -99,7 +99,7 @@ def compile_case(spec: dict) -> dict:
         return {"lowered": {"ok": False, "smem": None, "error_class": "render",
                             "error": _last_lines(f"{type(e).__name__}: {e}")}}
     cfg = mod.CONFIG
-    r = compile_module(mod, TARGETS[TARGET])  # what `specgen compile` runs: the verdict
+    (r,) = compile_module(mod, TARGETS[TARGET])  # what `specgen compile` runs: the verdict (a grid spec: one config)
     row: dict[str, object] = {"ok": not r.error, "smem": r.compiler_smem,
                               "error_class": error_class(r.error) if r.error else "", "error": _last_lines(r.error)}
     m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3  # the hook's problem
@@ -126,11 +126,4 @@ def main(n: int, seed: int, out: Path = RECORD) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    argv = sys.argv[1:]
-    if argv[:1] == ["--worker"]:
-        from grouped_grid import worker
-
-        worker(grid(int(argv[1]), int(argv[2])), argv[4].split(","), Path(argv[3]), compile_case)
-    else:
-        sys.exit(main(int(argv[0]), int(argv[1]), Path(argv[2]) if argv[2:] else RECORD))
+    sys.exit(cli(sys.argv[1:], grid, compile_case, main, RECORD))
