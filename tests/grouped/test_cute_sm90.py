@@ -108,13 +108,11 @@ DECODE = {"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}, "cute": {
 
 
 @pytest.mark.parametrize("name", ["moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"])
-def test_catalogue_modules_compile_every_config_with_its_own_plan(name, tmp_path, monkeypatch):
+def test_catalogue_modules_carry_a_decode_variant_with_its_own_plan(name, tmp_path):
     """The catalogue's cute:sm90 kernels carry a decode variant (M <= 64: a 64-row tile on one warpgroup): a Config
-    row of its own (its stages and SMEM as check resolved them), listed in the docstring and METADATA, compiled for
-    sm_90a beside the default with exactly the SMEM its plan allocates, TMA loads, wgmma and no spills."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
-
-    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
+    row of its own (its stages and SMEM as check resolved them), listed in the docstring and METADATA. Each config's
+    compile for sm_90a (exactly the SMEM its plan allocates, TMA loads, wgmma, no spills) is
+    tests/backends/cute/test_cute_compile.py's, which compiles every catalogue config through `specgen compile`."""
     ls = catalogue_loaded()[name]
     module, text = render_cute(ls, tmp_path, "_specgen_test_cute_catalogue_")
     (t,) = [t for t in ls.spec.targets if str(t) == "cute:sm90"]
@@ -128,13 +126,6 @@ def test_catalogue_modules_compile_every_config_with_its_own_plan(name, tmp_path
     assert "0. M <= 64: tile 64x128x128" in " ".join(module.__doc__.split())
     (meta,) = module.METADATA["plan"][90]["variants"]
     assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, 128] and meta["smem_bytes"] == v.budget.total
-    results = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
-    assert [x.kernel for x in results] == [name, f"{name}[variant 0]"]
-    for x in results:
-        assert not x.error and x.compiler_smem == x.plan_smem <= 232448, x
-        assert x.sass["UTMALDG"] > 0 and x.sass["HGMMA"] > 0 and x.sass["UTMASTG"] == 0, x.sass
-        assert x.sass["LDL"] == 0 and x.sass["STL"] == 0, x.sass
-    assert results[1].plan_smem == v.budget.total
 
 
 def test_the_launcher_picks_the_decode_variant_by_total_rows(tmp_path, monkeypatch):
