@@ -224,13 +224,15 @@ def test_rule_messages_carry_the_numbers():
 
 def test_fp8_checks_clean_k_major_and_is_refused_mn_major():
     """fp8 renders (e4m3 or e5m2, with its rowwise scales first): clean with B K-major; an MN-major fp8 B is MAJ001's
-    (wgmma transposes 16-bit operands only), an fp8 out MGP002's (a 64-column subtile row of 1-byte elements is 64 B,
+    (wgmma transposes 16-bit operands only), an e4m3 x e5m2 mix PAL004's (without a compile: the model's verdict, jax
+    0.10's), an fp8 out MGP002's (a 64-column subtile row of 1-byte elements is 64 B,
     not 128)."""
     fp8 = dict(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
                tile={"m": 128, "n": 256, "k": 128}, epilogue=[{"op": "scale", "by": "rowcol"}])
     assert errors(**fp8) == set()
     assert errors(**{**fp8, "a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}}) == set()
     assert errors(**{**fp8, "b": {"dtype": "fp8_e4m3", "major": "mn"}}) == {"MAJ001"}
+    assert errors(**{**fp8, "b": {"dtype": "fp8_e5m2", "major": "k"}}) == {"PAL004"}  # the mix: jax 0.10 refuses it
     assert "MGP002" in errors(**{**fp8, "out": {"dtype": "fp8_e4m3"}})
 
 
