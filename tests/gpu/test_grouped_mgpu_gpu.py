@@ -14,7 +14,10 @@ catalogue's grouped Mosaic GPU modules:
   jax.jit over the grouped testing kit's ragged cases and decode's sizes, with a NaN-poisoned `out`; the catalogue
   modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit;
 - the catalogue modules' torch entry at aligned shapes (decode's and a prefill one): a direct launch, bit for bit
-  the jitted program's, captured in a CUDA graph whose replays take new group sizes.
+  the jitted program's, captured in a CUDA graph whose replays take new group sizes;
+- fp8 (e4m3 and e5m2 forms, the catalogue's moe_fp8_rowwise): the rowwise scales then the chain against the loop
+  through the jax entry (the cases above), and moe_fp8_rowwise_torch, direct and through DLPack, against the loop
+  and torch._scaled_grouped_mm with a NaN-poisoned out and empty groups.
 
 Marked `gpu`: CI (CPU only) deselects them.
 """
@@ -33,11 +36,13 @@ from backends.pallas.test_grouped_tpu import CASES, Problem
 from backends.pallas.test_grouped_tpu import tolerance as tpu_tolerance
 
 from specgen.compile import load_rendered
+from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS
 from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, grouped
 from specgen.registry import design_for
 from specgen.resolve import resolve
+from specgen.spec.dtypes import DType
 from specgen.spec.load import load_text
 
 pytestmark = pytest.mark.gpu
@@ -132,7 +137,10 @@ def test_one_group_one_row_and_many_tiny_groups(modules, name):
         check(tiny, module, sizes)
 
 
-@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+CATALOGUE = ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16", "moe_fp8_rowwise"]
+
+
+@pytest.mark.parametrize("name", CATALOGUE)
 def test_catalogue_modules(name):
     """The rendered catalogue modules (generated/pallas/gpu_sm90/) against the loop, DeepSeek-like skew."""
     module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
@@ -186,7 +194,7 @@ def test_size_selected_variants_under_jit_against_the_float64_loop(modules, case
     assert np.isnan(got[~written]).all() and not np.isnan(got[written]).any()
 
 
-@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+@pytest.mark.parametrize("name", CATALOGUE)
 def test_catalogue_decode_variant(name):
     """The catalogue modules at decode sizes (M <= 64: their decode variant, a 64-row tile) against the loop:
     32 experts of 2 rows, and decode's uneven sizes over 64 rows (rows past the groups untouched); moe_bf16 under
@@ -210,17 +218,19 @@ def test_catalogue_decode_variant(name):
 
 
 def _torch_problem(spec: dict, m: int, n: int, k: int, g: int, seed: int) -> tuple[list, dict]:
-    """A (M, K), the (G, N, K) weight passed transposed (B (G, K, N) logical), the epilogue's arguments as the torch
-    entry takes them (a per-group bias (G, N), a per-row router weight (M,) f32), on the GPU."""
+    """A (M, K), the (G, N, K) weight passed transposed (B (G, K, N) logical), in the spec's operand dtype, the
+    epilogue's arguments as the torch entry takes them (a per-group bias or scale (G, N), a per-row router weight
+    or fp8's scale_a (M,) f32, each in its dtype), on the GPU."""
     import torch
 
+    dtype = getattr(torch, JNP_DTYPES[DType(spec["a"]["dtype"])])
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = (torch.randn(m, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
-    w = torch.randn(g, n, k, generator=gen, device="cuda").to(torch.bfloat16)
+    a = (torch.randn(m, k, generator=gen, device="cuda") / k ** 0.5).to(dtype)
+    w = torch.randn(g, n, k, generator=gen, device="cuda").to(dtype)
     args = {}
     for arg in GroupedSpec.model_validate(spec).runtime_args():
         if arg.shape == "group_n":
-            args[arg.name] = torch.randn(g, n, generator=gen, device="cuda").to(torch.bfloat16)
+            args[arg.name] = torch.randn(g, n, generator=gen, device="cuda").to(getattr(torch, JNP_DTYPES[arg.dtype]))
         else:
             args[arg.name] = torch.rand(m, generator=gen, device="cuda") + 0.5
     return [a, w.transpose(-2, -1)], args
@@ -228,7 +238,7 @@ def _torch_problem(spec: dict, m: int, n: int, k: int, g: int, seed: int) -> tup
 
 def _reference(spec: dict, a, b, offs, args: dict):
 
-    want, written = grouped(spec, a.double().cpu(), b.double().cpu(), offs.cpu(),
+    want, written = grouped(spec, a.cpu().double(), b.cpu().double(), offs.cpu(),
                             {name: v.double().cpu() for name, v in args.items()})
     return want.to("cuda"), written.to("cuda")
 
@@ -249,7 +259,7 @@ def _offs(shape, which: int):
 
 
 @pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16"])
+@pytest.mark.parametrize("name", CATALOGUE)
 def test_torch_entry_goes_direct_and_a_captured_graph_replays_new_group_sizes(name, shape, monkeypatch):
     """`<name>_torch` at aligned shapes launches the compiled kernel itself (no jax dispatch): bit for bit the
     jitted program's result through DLPack; captured in a CUDA graph with a NaN-poisoned `out`, each replay with new
@@ -291,3 +301,35 @@ def test_torch_entry_goes_direct_and_a_captured_graph_replays_new_group_sizes(na
         assert out[~written].isnan().all() and not out[written].isnan().any(), f"{name} {shape} {which}"
         err = (out[written].double() - want[written]).abs()
         assert bool((err <= 2e-2 + 2e-2 * want[written].abs()).all()), f"{name} {shape} {which}: {err.max():.4g}"
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "dlpack"])
+def test_fp8_torch_entry_against_scaled_grouped_mm_and_the_loop(direct, monkeypatch):
+    """moe_fp8_rowwise_torch (e4m3 A and K-major B, scale_a (M,), scale_b (G, N), bf16 out) at a prefill and a decode
+    shape with empty groups (first, middle, last) and rows past the last group: the groups' rows match the float64
+    loop (the scales applied to the f32 sums) and torch._scaled_grouped_mm on the same tensors; with a NaN-poisoned
+    `out` the rows past the groups keep the NaN and none leaks into a group's rows. `direct`: the compiled kernel
+    launched on torch's stream; else the DLPack path through the jitted program."""
+    import torch
+
+    module = importlib.import_module("generated.pallas.gpu_sm90.moe_fp8_rowwise")
+    spec = module.SPEC
+    if not direct:
+        monkeypatch.setattr(module, "_direct", lambda *_: None)
+    module._DIRECT.clear()
+    for (m, n, k, g), sizes in (((1024, 512, 640, 8), (0, 300, 1, 0, 250, 77, 0, 390)),
+                                ((64, 512, 384, 32), (2,) * 14 + (0,) * 17 + (5,))):
+        (a, b), args = _torch_problem(spec, m, n, k, g, seed=m)
+        offs = torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+        rows = int(offs[-1])
+        want, written = _reference(spec, a, b, offs, args)
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        assert module.moe_fp8_rowwise_torch(a, b, offs, *args.values(), out=out) is out
+        peer = torch._scaled_grouped_mm(a, b, args["scale_a"], args["scale_b"], offs=offs, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        assert bool(written[:rows].all()) and not bool(written[rows:].any())
+        assert out[rows:].isnan().all() and not out[:rows].isnan().any(), (m, sizes)
+        err = (out[:rows].double() - want[:rows]).abs()
+        assert bool((err <= 2e-2 + 2e-2 * want[:rows].abs()).all()), f"{(m, n, k, g)}: {err.max():.4g}"
+        torch.testing.assert_close(out[:rows].float(), peer[:rows].float(), atol=2e-2, rtol=2e-2)
+    assert bool([v for v in module._DIRECT.values() if v is not None]) == direct

@@ -9,8 +9,8 @@ failed) beside the plan's.
 
 The draw (`grid`): tiles of 64-256 rows and 32-256 columns (two consumer warpgroups split tile.n: PAL006,
 the subtile row MGP002), tile.k 32-128, pipeline depths around the naive SMEM fit or `auto`, the shared grouped
-fields (tests/grids/grouped_grid.py), now and then what PAL004/PAL009/MGP003 refuse (fp8 or f32 operands, the
-erf GELU, a cluster).
+fields (tests/grids/grouped_grid.py), now and then fp8 operands (rendered since session 23; MAJ001 refuses an
+MN-major one) and what PAL004/PAL009/MGP003 refuse (f32 operands, the erf GELU, a cluster).
 
     python tests/grids/grouped_mgpu.py N SEED [RECORD]   # lower what the work file lacks, write RECORD
 

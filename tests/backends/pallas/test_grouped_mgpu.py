@@ -3,7 +3,7 @@ form of specgen/kinds/grouped/testing/mgpu_specs.py and the catalogue's grouped 
 their kernels lower for CUDA here (the real lowering jax runs in Python: the kernel body, layout inference, the
 SMEM allocation; the compile hook's), with Mosaic GPU allocating exactly the plan's SMEM; the shapes the
 launcher traces (tails, M = 1, 256 groups, G = 1, an empty output); the group metadata's tail visits; check's
-rules on both sides (the dense Mosaic GPU rules it reuses, MGP001-MGP003); errors naming the argument; refusal
+rules on both sides (the dense Mosaic GPU rules it reuses, MGP001-MGP003, fp8's); errors naming the argument; refusal
 without a CUDA device. Numerics run on the GPU: tests/gpu/test_grouped_mgpu_gpu.py."""
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def structs(spec: dict, m: int, n: int, k: int, g: int) -> list:
     s = GroupedSpec.model_validate(spec)
-    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[s.a.dtype.value])
+    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16, "fp8_e4m3": jnp.float8_e4m3fn,
+                    "fp8_e5m2": jnp.float8_e5m2}[s.a.dtype.value])
     args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, n, k) if s.b.major == "k" else (g, k, n), dt),
             jax.ShapeDtypeStruct((g,), jnp.int32)]
     for arg in s.runtime_args():
@@ -208,8 +209,6 @@ def test_own_rules_refuse_what_is_not_rendered():
     base = mgpu_form("gm_rule")
     for changes, rule in ((dict(groups={"index": "offs", "tail": "untouched", "ragged": "k"}), "MGP001"),
                           (dict(cluster={"m": 2, "n": 1}), "MGP003"),
-                          (dict(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
-                                epilogue=[{"op": "scale", "by": "rowcol"}]), "MGP003"),
                           (dict(pallas={"vmem_limit_bytes": 1 << 20}), "OPT001")):
         spec = {**base, **changes}
         got = {d.rule for d in check_all([loaded(spec)]) if d.severity == "error" and d.target == "pallas:gpu_sm90"}
@@ -221,6 +220,20 @@ def test_rule_messages_carry_the_numbers():
     spec = mgpu_form("gm_rule", tile={"m": 128, "n": 64, "k": 64})
     (d,) = [d for d in check_all([loaded(spec)]) if d.rule == "MGP002"]
     assert "32 x 2 B = 64 B" in d.message and "128-byte" in d.message and "tile.n >= 128" in d.hint
+
+
+def test_fp8_checks_clean_k_major_and_is_refused_mn_major():
+    """fp8 renders (e4m3 or e5m2, with its rowwise scales first): clean with B K-major; an MN-major fp8 B is MAJ001's
+    (wgmma transposes 16-bit operands only), an e4m3 x e5m2 mix PAL004's (without a compile: the model's verdict, jax
+    0.10's), an fp8 out MGP002's (a 64-column subtile row of 1-byte elements is 64 B,
+    not 128)."""
+    fp8 = dict(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+               tile={"m": 128, "n": 256, "k": 128}, epilogue=[{"op": "scale", "by": "rowcol"}])
+    assert errors(**fp8) == set()
+    assert errors(**{**fp8, "a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}}) == set()
+    assert errors(**{**fp8, "b": {"dtype": "fp8_e4m3", "major": "mn"}}) == {"MAJ001"}
+    assert errors(**{**fp8, "b": {"dtype": "fp8_e5m2", "major": "k"}}) == {"PAL004"}  # the mix: jax 0.10 refuses it
+    assert "MGP002" in errors(**{**fp8, "out": {"dtype": "fp8_e4m3"}})
 
 
 # --- the entry -------------------------------------------------------------------------------------------------
@@ -240,6 +253,19 @@ def test_bad_arguments_raise_naming_them(modules):
         jax.eval_shape(call, a[:, :32], b, offs, bias, router, colw, 0.5)
     with pytest.raises(RuntimeError, match="Mosaic GPU kernels run on an sm90 CUDA device"):
         mod.gm_every_op_k(a, b, offs, bias, router, colw, 0.5)
+
+
+def test_fp8_bad_arguments_raise_naming_them(modules):
+    """The fp8 module's checks: an operand in another dtype, scale_b without its group dim, scale_a's length."""
+    name = "gm_fp8_rowcol_silu_k"
+    call, spec = modules[name]._call, MGPU_FORMS[name]
+    a, b, offs, sa, sb = structs(spec, 40, 256, 128, 3)
+    with pytest.raises(TypeError, match="'a' is bfloat16, expected float8_e4m3fn"):
+        jax.eval_shape(call, jax.ShapeDtypeStruct(a.shape, jnp.bfloat16), b, offs, sa, sb)
+    with pytest.raises(ValueError, match=r"'scale_b' has shape \(256,\), expected \(G, N\) = \(3, 256\)"):
+        jax.eval_shape(call, a, b, offs, sa, jax.ShapeDtypeStruct((256,), jnp.float32))
+    with pytest.raises(ValueError, match="'scale_a' has shape"):
+        jax.eval_shape(call, a, b, offs, jax.ShapeDtypeStruct((39,), jnp.float32), sb)
 
 
 def test_the_torch_entry_is_what_bench_calls_and_refuses_without_a_gpu(modules):

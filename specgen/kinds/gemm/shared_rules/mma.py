@@ -13,13 +13,14 @@ RULES = RuleSet()
 @RULES.rule("MAJ001", "wgmma reads only 16-bit operands MN-major", issues(Mma.wgmma))
 def wgmma_major(ctx: RuleContext) -> Iterator[Finding]:
     """Only f16/bf16 may be MN-major (transposed) in wgmma; fp8, int8 and tf32 must be K-major for A and B.
-    Sources: CD `warpgroup/mma.py`; cutlass `mma_sm90_gmma.hpp`; jax `mosaic/gpu/wgmma.py`.
+    Sources: CD `warpgroup/mma.py`; cutlass `mma_sm90_gmma.hpp`; jax `mosaic/gpu/wgmma.py` (0.10.2 and 0.11: "Only
+    f16 WGMMA supports transposes", raised where the element is not 2 bytes wide).
     (tcgen05 and Triton both accept MN-major 8-bit operands: not checked there.)"""
     for side in ("a", "b"):
         op = getattr(ctx.spec, side)
         if op.major == "mn" and not op.dtype.is_16bit:
             yield Finding("MAJ001", "error", f"{side.upper()} is {op.dtype} and MN-major: wgmma transposes only 16-bit "
-                          "operands", f"store {side.upper()} K-major ({side}.major = \"k\")", (side, "major"))
+                          f"operands ({op.dtype}: {op.dtype.bytes * 8}-bit)", f"store {side.upper()} K-major ({side}.major = \"k\")", (side, "major"))
 
 
 # --- MMA shapes ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Grouped spec forms for the Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu): `MGPU_FORMS`,
-one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16
-and f16, a 64-row and a 128-row tile, size-selected variants), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
+one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16,
+f16 and fp8 (e4m3 and e5m2, with their rowwise scales), a 64-row and a 128-row tile, size-selected variants), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
 tests/backends/pallas/test_grouped_mgpu.py, run on the GPU by tests/gpu/test_grouped_mgpu_gpu.py; the
 name-hardening tests tokenize them."""
 
@@ -11,11 +11,11 @@ from specgen.kinds.grouped.testing.specs import spec
 MGPU_TILE = {"m": 128, "n": 128, "k": 64}
 
 
-def mgpu_form(name: str, *, dtype: str = "bf16", b: str = "k", index: str = "sizes", tail: str = "zero",
-              tile: dict | None = None, epilogue: tuple = (), variants: tuple = ()) -> dict:
-    """A grouped spec on pallas:gpu_sm90 (every default spelled out, plain data)."""
+def mgpu_form(name: str, *, dtype: str = "bf16", out: str | None = None, b: str = "k", index: str = "sizes",
+              tail: str = "zero", tile: dict | None = None, epilogue: tuple = (), variants: tuple = ()) -> dict:
+    """A grouped spec on pallas:gpu_sm90 (every default spelled out, plain data); out is `dtype` unless given."""
     extra = {"variants": [dict(v) for v in variants]} if variants else {}
-    return spec(name, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": b}, out={"dtype": dtype},
+    return spec(name, a={"dtype": dtype, "major": "k"}, b={"dtype": dtype, "major": b}, out={"dtype": out or dtype},
                 tile=tile or MGPU_TILE, targets=["pallas:gpu_sm90"], triton={"num_warps": 4},
                 groups={"index": index, "tail": tail}, epilogue=[dict(op) for op in epilogue], **extra)
 
@@ -41,4 +41,12 @@ MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
         {"op": "clamp", "min": -2.0, "max": 2.0}, {"op": "cast", "dtype": "bf16"})),
     mgpu_form("gm_variants_untouched_k", index="offs", tail="untouched", tile={"m": 128, "n": 256, "k": 64},
               epilogue=({"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "silu"}), variants=MGPU_VARIANTS),
+    # fp8 (wgmma reads 8-bit operands K-major only: MAJ001): the rowwise scales first, then the rest of the chain;
+    # a decode variant of 64-row tiles and 256 bytes of K, as the catalogue's
+    mgpu_form("gm_fp8_rowcol_silu_k", dtype="fp8_e4m3", out="bf16", index="offs", tail="untouched",
+              tile={"m": 128, "n": 256, "k": 128}, epilogue=({"op": "scale", "by": "rowcol"},
+                                                             {"op": "activation", "fn": "silu"}),
+              variants=({"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 256}},)),
+    mgpu_form("gm_fp8_e5m2_rowcol_zero_k", dtype="fp8_e5m2", out="bf16", tile={"m": 64, "n": 128, "k": 128},
+              epilogue=({"op": "scale", "by": "rowcol"},)),
 )}

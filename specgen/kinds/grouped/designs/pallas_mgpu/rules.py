@@ -50,21 +50,10 @@ def store_rows_aligned(ctx: RuleContext) -> Iterator[Finding]:
 
 @OWN.rule("MGP003", "what the grouped Mosaic GPU kernel does not render yet", target_of(DESIGN))
 def not_yet(ctx: RuleContext) -> Iterator[Finding]:
-    """16-bit operands only: fp8 (and its rowwise `scale` by = "rowcol") is rendered and tested by the Triton
-    design, and the dense Mosaic GPU kernel's fp8 path is not run grouped here yet (docs/grouped.md, "Not yet"),
-    so a spec asking it is refused rather than rendered untested; 1x1 clusters only (the dense kernel's TMA
-    multicast pairs neighbouring tiles, which here may belong to different groups: a different B)."""
+    """1x1 clusters only: the dense kernel's TMA multicast pairs neighbouring tiles, which here may belong to
+    different groups (a different B). (fp8 operands with their rowwise `scale` by = "rowcol" are rendered: the
+    dense kernel's wgmma on 8-bit tiles, K-major by MAJ001, one dtype for both by PAL004.)"""
     s = ctx.spec
-    for side in ("a", "b"):
-        dt = getattr(s, side).dtype
-        if dt.is_fp8:
-            yield Finding("MGP003", "error", f"{side.upper()} is {dt}: the {ctx.target} grouped kernel renders f16 and "
-                          "bf16 operands only (fp8 is the Triton design's)", "drop this target, or use bf16",
-                          (side, "dtype"))
-    for i, op in enumerate(s.epilogue):
-        if op.op == "scale" and op.by == "rowcol":
-            yield Finding("MGP003", "error", f"epilogue[{i}]: scale by = 'rowcol' is fp8's rowwise scaling, which the "
-                          f"{ctx.target} grouped kernel does not render", "drop this target", ("epilogue", i, "by"))
     if s.cluster.size > 1:
         yield Finding("MGP003", "error", f"cluster {s.cluster.m}x{s.cluster.n}: the {ctx.target} grouped kernel launches "
                       "one CTA per cluster (a pair's neighbouring tiles may read different groups' B)",
