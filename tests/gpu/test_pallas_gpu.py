@@ -56,6 +56,19 @@ def test_numerics_against_float64(name: str, shape) -> None:
     check_numerics(spec_of(name), getattr(module(name), name), shape)
 
 
+# More tiles than SMs, so a persistent CTA visits several, each with a K loop of one step (K <= tile.k): the grouped
+# Mosaic GPU kernel failed to launch there (a slot held for delay_release was never released, the loads ran on into
+# the next visit); the dense kernel pipelines the same way.
+ONE_STEP = [(4096, 2048, 64), (2304, 4096, 48)]
+
+
+@pytest.mark.parametrize("shape", ONE_STEP, ids=[f"{m}x{n}x{k}" for m, n, k in ONE_STEP])
+@pytest.mark.parametrize("name", ["gemm_bf16", "gemm_fp8_rowwise"])
+def test_persistent_visits_with_a_one_step_k_loop(name: str, shape) -> None:
+    assert module(name).CONFIG.persistent and module(name).CONFIG.tile_k >= shape[2]
+    check_numerics(spec_of(name), getattr(module(name), name), shape)
+
+
 # 2-CTA clusters (TMA multicast of the shared operand) and the column-band raster, rendered here from
 # catalogue specs: the same numerics on the same shapes (pairs past the last tile row / column included).
 CLUSTERED = [("gemm_bias_gelu_bf16", {"cluster": {"m": 2, "n": 1}}),
