@@ -78,7 +78,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "TRN001": GPU - TRITON,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -443,6 +443,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}},
      ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the Pallas TPU and Triton "
                 "designs do)"], ("training",))),
+    # ... and a gated epilogue's backward is the Triton design's only (the Pallas TPU one renders the others)
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU design renders no gated backward for "
+                "pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 
