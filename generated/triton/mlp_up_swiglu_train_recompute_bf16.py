@@ -138,8 +138,10 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
     FAST_MATH: tl.constexpr,
 ):
     # Persistent where the launch has fewer programs than tiles (the launcher's choice): each walks every
-    # num_programs-th tile, the next tile's loads issued under this one's epilogue (the loops flattened).
-    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0), flatten=True):
+    # num_programs-th tile. Not flattened: with the gate and up accumulators and two or three tiles stored, the
+    # flattened loop ran forward_pre at 1620 us against 1279 us unflattened (H100, 4096 x 14336 x 4096, SwiGLU;
+    # bench/results/2026-11-27-h100-s23-train-gated-pre-sweep.json).
+    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0)):
         pid_p, pid_q = _tile_coords(tile_id, tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
         offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
         offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
