@@ -27,6 +27,7 @@ from specgen.kinds.models import KernelSpec
 from specgen.registry import design_for
 from specgen.resolve import resolve as rule_context
 from specgen.rules.table import RULES, RuleContext, run_rules
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import load_paths
 from specgen.spec.models import parse_target
 from specgen.spec.targets import ALL_TARGETS
@@ -782,6 +783,8 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
     def resolutions(ls, t) -> list[str]:  # the target's default config, each of its variants and companions
         design = design_for(ls.spec.kind, t)
         renders = design is not None and design.renders_training_on(target_info(t))  # per target (Pallas: TPU only)
+        # ... and a gated epilogue's backward only where the design renders it (the Triton design's)
+        renders = renders and (design.renders_gated_training or gated_op(getattr(ls.spec, "epilogue", [])) is None)
         companions = ls.spec.for_target(t).companions() if renders else ()
         return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t)))),
                 *(f"{c.name} @ {t}" for _, c, _ in companions)]
