@@ -2,12 +2,17 @@
 the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call once a round, rotating order,
 L2 flushed before each; all kernels of one call summed), with an A/A pair of eager for the noise.
 
-    python3 bench/train_step.py [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
+    python3 bench/train_step.py [--layer gelu|gated] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
 
 --compile adds torch.compile (default mode) of the eager step's forward as a second peer.
 
-A step is out = gelu_tanh(x @ w.T + bias), then torch.autograd.grad(out, (x, w, bias), dOut): three GEMMs of
-2 M N K flops each. Also prints the bf16 gradients' distance from a float32 reference (eager's and ours).
+--layer gelu (the default): a step is out = gelu_tanh(x @ w.T + bias), then torch.autograd.grad(out, (x, w, bias),
+dOut): three GEMMs of 2 M N K flops each. --layer gated: the gated up-projection (SwiGLU, specs/training.toml's
+mlp_up_swiglu_train_*): h = x @ w.T with w the (2N, K) gate_up weight, gate, up = h.chunk(2), out = silu(gate) * up
+(M x N), gradients of x and w: three GEMMs of 2 M 2N K flops; a third peer, `cublas_gemms`, runs those three GEMMs
+alone (torch.mm, eager's layouts) for the ceiling (eager's time over theirs), and the bytes each side keeps between
+forward and backward are measured (torch.cuda.memory_allocated after the forward, less the output). Also prints the
+bf16 gradients' distance from a float32 reference (eager's and ours).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="time torch.compile's step beside eager")
     ap.add_argument("--json", default="")
+    ap.add_argument("--layer", choices=("gelu", "gated"), default="gelu")
     args = ap.parse_args()
-    reports = [measure(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
+    fn = measure_gated if args.layer == "gated" else measure
+    reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=1)
@@ -74,6 +81,67 @@ def measure(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
               "paired_ratio_peer_over": ratios, "kernels_us": {k: v["kernels"] for k, v in res.items()},
               "grad_rel_err_vs_f32 (dx, dw, dbias)": errors,
               "saved_bytes": {"preact": M * N * 2, "recompute": 0, "eager": M * N * 2}}
+    print(json.dumps(report, indent=1))
+    return report
+
+
+def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
+    """The gated up-projection's step (N: the output's columns; w is (2N, K))."""
+    from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as preact
+    from generated.triton.mlp_up_swiglu_train_recompute_bf16 import (
+        mlp_up_swiglu_train_recompute_bf16 as recompute,
+    )
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(2 * N, K, generator=gen, device="cuda") / K**0.5).bfloat16().requires_grad_()
+    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    g2 = torch.randn(M, 2 * N, generator=gen, device="cuda").bfloat16()  # a G for the cuBLAS GEMMs alone
+
+    def eager(x, w):
+        gate, up = (x @ w.t()).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def step(fn):
+        return lambda: torch.autograd.grad(fn(x, w), (x, w), grad)
+
+    def cublas_gemms():  # forward pre = x @ w.T, dgrad G @ w, wgrad G^T @ x: the three GEMMs at cuBLAS speed
+        with torch.no_grad():
+            return x @ w.t(), g2 @ w, g2.t() @ x
+
+    ours = {"specgen_preact": lambda x, w: preact(x, w.t()), "specgen_recompute": lambda x, w: recompute(x, w.t())}
+    peers = {"eager": eager, **({"compiled": torch.compile(eager)} if compiled else {})}
+    calls = {"eager": step(eager), "eager_aa": step(eager), **({"compiled": step(peers["compiled"])} if compiled else {}),
+             "cublas_gemms": cublas_gemms, **{k: step(f) for k, f in ours.items()}}
+    xr, wr = (t.detach().float().requires_grad_() for t in (x, w))
+    want = torch.autograd.grad(eager(xr, wr), (xr, wr), grad.float())
+    errors = {}
+    for name in ("eager", "specgen_preact", "specgen_recompute"):
+        got = calls[name]()
+        errors[name] = [((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, want, strict=True)]
+    saved = {}
+    for name, fn in {**peers, **ours}.items():  # what the forward keeps for the backward, beyond its output
+        fn(x, w)  # compiled once
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        out = fn(x, w)
+        saved[name] = torch.cuda.memory_allocated() - before - out.numel() * out.element_size()
+        del out
+    res = kernel_cycle(calls, rounds=rounds)
+    flops = 3 * 2 * M * 2 * N * K
+    med = {k: statistics.median(v["samples"]) for k, v in res.items()}
+    ratios = {peer: {k: statistics.median(e / s for e, s in zip(res[peer]["samples"], v["samples"], strict=True))
+                     for k, v in res.items()} for peer in ("eager", "compiled", "cublas_gemms") if peer in res}
+    report = {"layer": "gated (SwiGLU, halves)", "shape": [M, N, K], "rounds": rounds,
+              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__,
+              "median_us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
+              "paired_ratio_peer_over": ratios, "kernels_us": {k: v["kernels"] for k, v in res.items()},
+              "ceiling_eager_over_cublas_gemms": ratios["eager"]["cublas_gemms"],
+              "fraction_of_ceiling": {k: ratios["cublas_gemms"][k] for k in ours},
+              "grad_rel_err_vs_f32 (dx, dw)": errors, "saved_bytes_measured": saved,
+              "saved_bytes_expected": {"specgen_preact": M * 2 * N * 2, "specgen_recompute": 0,
+                                       "eager": M * 3 * N * 2}}
     print(json.dumps(report, indent=1))
     return report
 

@@ -116,6 +116,8 @@ class DesignBase:
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     renders_gated: ClassVar[bool] = False  # a `gated` epilogue op (B of 2N columns) is rendered (EPI001 elsewhere)
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
+    # the backward of a gated epilogue (G of 2N columns: dgate, dup) too, where training is rendered (TRN001 elsewhere)
+    renders_gated_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from specgen.design import DesignBase
 from specgen.registry import design_for
 from specgen.resolved import Resolved, TmaBox
+from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Bounds, LayeredSpec, Target
 from specgen.targets import TargetInfo, target_info
 
@@ -34,8 +35,11 @@ def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     default = spec.for_target(target)
     variants = tuple(_resolve(spec.for_target(target, i, base=default), target, i, v.when)
                      for i, v in enumerate(spec.variants_on(target)))
-    # where the target's design renders no companions (a backward), TRN001 says so and none is resolved
-    renders = design_of(default, target_info(target)).renders_training_on(target_info(target))
+    # where the target's design renders no companions (a backward, or a gated epilogue's), TRN001 says so and none
+    # is resolved
+    design = design_of(default, target_info(target))
+    renders = design.renders_training_on(target_info(target)) and (
+        design.renders_gated_training or gated_op(getattr(default, "epilogue", [])) is None)
     companions = tuple(_resolve(c, target, companion=(label, field))
                        for label, c, field in (default.companions() if renders else ()))
     return _resolve(default, target, variants=variants, companions=companions)

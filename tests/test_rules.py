@@ -27,6 +27,7 @@ from specgen.kinds.models import KernelSpec
 from specgen.registry import design_for
 from specgen.resolve import resolve as rule_context
 from specgen.rules.table import RULES, RuleContext, run_rules
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import load_paths
 from specgen.spec.models import parse_target
 from specgen.spec.targets import ALL_TARGETS
@@ -78,7 +79,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "TRN001": GPU - TRITON,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -443,6 +444,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}},
      ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the Pallas TPU and Triton "
                 "designs do)"], ("training",))),
+    # ... and a gated epilogue's backward is the Triton design's only (the Pallas TPU one renders the others)
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU design renders no gated backward for "
+                "pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 
@@ -777,6 +783,8 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
     def resolutions(ls, t) -> list[str]:  # the target's default config, each of its variants and companions
         design = design_for(ls.spec.kind, t)
         renders = design is not None and design.renders_training_on(target_info(t))  # per target (Pallas: TPU only)
+        # ... and a gated epilogue's backward only where the design renders it (the Triton design's)
+        renders = renders and (design.renders_gated_training or gated_op(getattr(ls.spec, "epilogue", [])) is None)
         companions = ls.spec.for_target(t).companions() if renders else ()
         return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t)))),
                 *(f"{c.name} @ {t}" for _, c, _ in companions)]

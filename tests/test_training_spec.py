@@ -51,7 +51,10 @@ def test_absent_training_dumps_as_before() -> None:
     ({"epilogue": [{"op": "activation", "fn": "relu"}, {"op": "bias"}]}, ["in that order"]),
     ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}, ["a.dtype = fp8_e4m3", "no backward yet"]),
     ({"batch": True}, ["batch = true: a batched GEMM has no backward yet"]),
-    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, ["epilogue[0] (gated) has no backward yet"]),
+    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
+     ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
+    ({"epilogue": [{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "bias", "along": "m"}]},
+     ["epilogue[1] (bias along m) has no backward yet"]),
     ({"training": {"save": "preact", "dgrad": {"num_warps": 0}}}, ["training.dgrad.num_warps"]),
 ])
 def test_what_has_no_backward_is_refused_naming_the_field(changes: dict, fragments: list[str]) -> None:
@@ -73,6 +76,27 @@ def test_companions_are_the_backward_gemms(save: str) -> None:
     assert all(c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
     plain = GemmSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
     assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_a_gated_forward_has_a_backward_checked_as_the_gated_gemm(layout: str) -> None:
+    """[gated] and [gated, bias] load; the GEMM that computes pre is checked as the gated GEMM it is (B's 2N columns
+    a stage: an interleaved box of 2 tile.n), dgrad and wgrad as the plain ones; the Triton target passes."""
+    gated = {"op": "gated", "fn": "silu", "layout": layout}
+    for chain in ([gated], [gated, {"op": "bias"}]):
+        s = GemmSpec.model_validate(spec(epilogue=chain, training={"save": "recompute"}))
+        comp = {label: c for label, c, _ in s.companions()}
+        assert list(comp) == ["recompute", "dgrad", "wgrad"]
+        assert comp["recompute"].epilogue == [s.epilogue[0]] and not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+    report = check_specs([load(spec(epilogue=[gated, {"op": "bias"}], tile={"m": 128, "n": 128, "k": 64}))])
+    assert not [d for d in report.diagnostics if d.severity == "error"], [str(d) for d in report.diagnostics]
+    # the pre GEMM's stages hold a gate and an up box of B: 5 x (128 x 64 + 2 x 128 x 64) x 2 B = 240 KiB, past
+    # sm_90's SMEM; dgrad with the same tile and stages (one B box: 160 KiB) passes
+    cfg = {"tile": {"m": 128, "n": 128, "k": 64}, "ab_stages": 5}
+    d = spec(epilogue=[gated], training={"save": "preact", "pre": cfg, "dgrad": cfg})
+    errors = [x for x in check_specs([load(d)]).diagnostics if x.severity == "error"]
+    assert errors and {x.variant for x in errors} == {"backward forward_pre"}, [str(x) for x in errors]
+    assert {x.rule for x in errors} == {"SMEM001"} and "A/B 5 x 49152 = 245760" in str(errors[0]), str(errors[0])
 
 
 def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:

@@ -24,8 +24,11 @@ The backward GEMMs' configs are checked by the same rules as the forward's: each
 here (`companions`: operands, majors, dtypes, tile, warps, stages), resolved and ruled on every target.
 
 What has a backward (anything else is refused here, naming the op, and the op keeps refusing grad): the
-plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, sigmoid) after it; f16,
-bf16 or f32 operands (A and B of one dtype) with an f32 accumulator; no batch. fp8 and int8 forwards have
+plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, sigmoid) after it; or a
+`gated` op (SwiGLU, GeGLU: either layout) optionally followed by `bias` along N, where pre = A @ B has B's 2N
+columns and G (M x 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's
+layout (the bias, after the gate, has dOut's column sum for gradient); f16, bf16 or f32 operands (A and B of
+one dtype) with an f32 accumulator; no batch. fp8 and int8 forwards have
 no backward (their scales would be inputs without grad; the bf16 backward of an fp8 forward is not built).
 """
 
@@ -58,6 +61,7 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
+    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton design: TRN001 elsewhere);
     f16, bf16, f32 operands; no batch, no fp8 (Triton and Pallas TPU targets: TRN001 elsewhere)."""
 
     save: Literal["preact", "recompute"]
@@ -91,6 +95,14 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
         raise ValueError("batch = true: a batched GEMM has no backward yet; drop `training`")
     chain = data.get("epilogue") or []
     ops = [op.op for op in chain]  # type: ignore[attr-defined]
+    if ops[:1] == ["gated"]:
+        # gated (first: check_gated), then at most a bias on its N outputs: pre = A @ B (2N columns) has G
+        if ops not in (["gated"], ["gated", "bias"]):
+            raise ValueError(f"epilogue {ops}: training with a gated op has a backward for [gated] and [gated, bias] "
+                             "(bias along n, on the N outputs); drop `training` or the later ops")
+        if len(chain) > 1 and chain[1].along != "n":  # type: ignore[attr-defined]
+            raise ValueError("epilogue[1] (bias along m) has no backward yet: training has one for bias along n")
+        return training
     allowed = (["bias", "activation"], ["bias"], ["activation"], [])
     for i, op in enumerate(chain):
         name = ops[i]
@@ -100,8 +112,8 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
             raise ValueError(f"epilogue[{i}] (activation {op.fn}) has no backward yet")  # type: ignore[attr-defined]
         if name not in ("bias", "activation"):
             raise ValueError(f"epilogue[{i}] ({name}) has no backward yet: training has one for the plain GEMM, "
-                             "bias (along n) and an activation (relu, gelu, gelu_tanh, silu, sigmoid) after it; "
-                             "drop `training` or the op")
+                             "bias (along n) and an activation (relu, gelu, gelu_tanh, silu, sigmoid) after it, "
+                             "or a gated op first (then a bias); drop `training` or the op")
     if ops not in allowed:
         raise ValueError(f"epilogue {ops}: training has a backward for [bias, activation], [bias], [activation] "
                          "or none, in that order (one op of each)")
@@ -109,8 +121,8 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
 
 
 def activation_fn(epilogue: list) -> str:
-    """The chain's activation (empty where it has none)."""
-    return next((op.fn for op in epilogue if op.op == "activation"), "")
+    """The chain's activation, or its gated op's fn (empty where it has neither)."""
+    return next((op.fn for op in epilogue if op.op in ("activation", "gated")), "")
 
 
 def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
@@ -126,11 +138,15 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     act = activation_fn(s.epilogue)  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
     if act:
+        # with a gated op the GEMM that computes pre reads B's 2N columns as the forward does (a gate and an up
+        # tile a stage, two accumulators): checked as that gated GEMM (SMEM, TMA boxes, registers, EPI002)
         label = "forward_pre" if t.save == "preact" else "recompute"
-        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype),  # type: ignore[attr-defined]
+        gated = [op for op in s.epilogue if op.op == "gated"]  # type: ignore[attr-defined]
+        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype, gated),  # type: ignore[attr-defined]
                     ("training", "pre")))
     # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
-    # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major.
+    # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a
+    # gated op N is B's 2N columns (G holds dgate and dup): the same plain GEMMs over a longer N.
     out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
                                   Operand(dtype=b.dtype, major=flip[b.major]), a.dtype), ("training", "dgrad")))
     out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=a.dtype, major=flip[a.major]),
@@ -138,7 +154,8 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     return tuple(out)
 
 
-def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType) -> object:
+def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType,
+             epilogue: list | None = None) -> object:
     """A GEMM read through TMA (its kernel's pointer form, for layouts TMA cannot read, needs no more SMEM: one
     program per tile, no split-K) with the given operands and the config `cfg` gives over the forward's."""
     cfg = cfg or BackwardGemm()
@@ -147,7 +164,7 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
     return s.model_copy(update={  # type: ignore[attr-defined]
-        "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": [],  # type: ignore[attr-defined]
+        "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]
         "schedule": Schedule(group_m=s.schedule.group_m), "training": None,  # type: ignore[attr-defined]
         "per_target": {}, "variants": []})

@@ -110,20 +110,21 @@ def _reads_tma(device: int) -> bool:
 
 def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str, int]], tiles: dict[str, int],
          device: int, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, tensors: tuple, strides: tuple,
-         tma_stores: bool, bf16: bool) -> None:
+         tma_stores: bool, bf16: bool, gated: str = "") -> None:
     """C (P, Q) = X (P, R) @ Y (R, Q) with a role's epilogue over the output tiles: the TMA form (`forms[0]`,
     persistent) where the device has TMA and both operands' layouts allow it, else the pointer form, which takes
     any strides. A TMA form with `tma_stores` stores C through TMA too where C's layout allows it (either major).
     `tensors`: the role's own (after C in the kernels' parameters), `strides`: those of its matrix among them
-    (after C's)."""
-    (P, R), Q = x.shape, y.shape[1]
+    (after C's). `gated` (a gated epilogue's layout, for the GEMM that computes pre): Y has 2 Q columns, gate and
+    up; an interleaved tile reads them as one box of 2 BLOCK_Q columns."""
+    (P, R), Q = x.shape, y.shape[1] // (2 if gated else 1)
     BP, BQ, BR = tiles["BLOCK_P"], tiles["BLOCK_Q"], tiles["BLOCK_R"]
     grid = -(-P // BP) * -(-Q // BQ)
     config = config_for(kernel, configs, device)
     xd = yd = None
     if R and _reads_tma(device):
         xd = tma_operand(x, BP, BR)
-        yd = tma_operand(y, BR, BQ) if xd else None
+        yd = tma_operand(y, BR, 2 * BQ if gated == "interleaved" else BQ) if xd else None
     if not (xd and yd):
         launch(kernel, forms[1], config, tiles, grid, (x, y, c, *tensors, P, Q, R, *x.stride(), *y.stride(), *c.stride(), *strides),
                bf16)
@@ -140,11 +141,13 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
            X_T=xd[1], Y_T=yd[1], **stores)
 
 
-def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[int, int, int]:
+def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype,
+                   gated: bool = False) -> tuple[int, int, int]:
     """(M, K, N) of a backward call, checking the output's gradient: a tensor of the output's dtype and shape on
-    A's device (autograd hands over such a one; a direct call of the backward op may not)."""
+    A's device (autograd hands over such a one; a direct call of the backward op may not). With a gated epilogue
+    N is the output's columns, half of B's."""
     M, K = a.shape
-    N = b.shape[1]
+    N = b.shape[1] // (2 if gated else 1)
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"{kernel}: the output's gradient must be a torch.Tensor, got {type(grad).__name__}")
     if grad.dtype is not dtype:

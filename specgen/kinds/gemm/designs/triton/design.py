@@ -171,6 +171,7 @@ class TritonGemm(GemmDesign):
     renders_split_k = True  # schedule.split_k: one launch, partials reduced in the kernel (SPK001 elsewhere)
     renders_gated = True  # a gated epilogue: B's 2N columns into N outputs (EPI001 elsewhere, EPI002 its limits)
     renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
+    renders_gated_training = True  # a gated epilogue's too (G = [dgate, dup] in the forward's layout)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))

@@ -13,6 +13,11 @@ element once per output tile of the other side: ~32x on a 4096 x 14336 x 4096 la
   (preact) and sums the bias gradient, G's column sum, in a fixed order (no atomics); with recompute or without
   an activation it only sums (G, or dOut itself);
 - dgrad: dA (M, K) = G (M, N) @ B^T (N, K); wgrad: dB (K, N) = A^T (K, M) @ G (M, N).
+With a gated epilogue (act(gate) * up, then at most a bias) pre and G have B's 2N columns in the forward's layout
+(halves or interleaved): forward_pre and recompute read a gate and an up tile of B per output tile, as the forward
+does, and store pre's (or G's: dgate = dOut * up * act'(gate), dup = dOut * act(gate)) two tiles; grad_cols forms
+G from dOut and the saved gate and up, the bias gradient being dOut's column sum; dgrad and wgrad are the same
+GEMMs over 2N.
 Their configs are the companions' that check resolved (tile, warps, stages per compute capability), so the
 numbers the launcher uses are the ones the rules passed.
 """
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 from specgen.kinds.gemm.training import activation_fn
 from specgen.resolved import Resolved
+from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
 ROLES = ("forward_pre", "recompute", "dgrad", "wgrad")
@@ -61,6 +67,7 @@ class TrainingPlan:
     out_torch: str
     out_triton: str
     kernels: dict[str, BackwardKernel]  # by role
+    gated: str  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
     grad_cols_kernel: str  # G's columns: G formed from the saved pre, the bias gradient summed
 
     @property
@@ -91,10 +98,11 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
         kernels[c.companion] = BackwardKernel(c.companion, f"_{name}_{c.companion}_kernel", cs.tile.m, cs.tile.n,  # type: ignore[attr-defined]
                                               cs.tile.k, cs.schedule.group_m, configs)  # type: ignore[attr-defined]
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     return TrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=torch_name(bias.dtype) if bias is not None else "",
         bias_triton=tl_dtypes[bias.dtype] if bias is not None else "",
         operand_torch=torch_name(spec.a.dtype), operand_triton=tl_dtypes[spec.a.dtype],  # type: ignore[attr-defined]
         out_torch=torch_name(spec.out.dtype), out_triton=tl_dtypes[spec.out.dtype],  # type: ignore[attr-defined]
-        kernels=kernels, grad_cols_kernel=f"_{name}_grad_cols_kernel")
+        kernels=kernels, gated=gated.layout if gated is not None else "", grad_cols_kernel=f"_{name}_grad_cols_kernel")
