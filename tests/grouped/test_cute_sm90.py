@@ -15,7 +15,7 @@ import os
 import pytest
 
 from specgen.check import check_all
-from specgen.kinds.grouped.testing.specs import CUTE_FORMS, spec
+from specgen.kinds.grouped.testing.specs import CUTE_FORMS, CUTE_FP8_FORMS, spec
 from specgen.render.catalogue import render_modules
 from specgen.resolve import resolve
 from specgen.spec.load import load_paths, load_text
@@ -53,7 +53,27 @@ def render_cute(ls, tmp_path, prefix: str):
 
 
 def test_the_catalogue_renders_grouped_kernels_on_cute_sm90():
-    assert set(catalogue_cute()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"}
+    assert set(catalogue_cute()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16", "moe_fp8_rowwise"}
+
+
+@pytest.mark.parametrize("name", sorted(CUTE_FP8_FORMS))
+def test_fp8_forms_check_clean_and_render_8_bit_stages(name):
+    """fp8 A and B (e4m3, or e5m2 beside e4m3) render: the module's operand dtypes are the DSL's 8-bit floats, the
+    rowwise scales (scale_a (M,), scale_b (G, N)) multiply the f32 accumulator before the rest of the chain, and the
+    SMEM plan counts one byte an operand element: (tile.m + tile.n) x tile.k a stage. (The catalogue's
+    moe_fp8_rowwise is the fp8 module compiled for sm_90a: tests/backends/cute/test_cute_compile.py, QGMMA.)"""
+    ls = load(CUTE_FP8_FORMS[name])
+    assert [d for d in check_all([ls]) if d.severity in ("error", "warning")] == []
+    ((_, text),) = render_modules(ls, ls.spec.targets).items()
+    dt = {"fp8_e4m3": "Float8E4M3FN", "fp8_e5m2": "Float8E5M2"}
+    assert f"A_DTYPE, B_DTYPE, OUT_DTYPE = cutlass.{dt[ls.spec.a.dtype.value]}, cutlass.{dt[ls.spec.b.dtype.value]}," in text
+    assert "scale: * scale_a[m] * scale_b[g, n], per row and per group and column" in text
+    body = text.split("# 0. scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)")[1]
+    assert body.lstrip().startswith("acc = acc * r_scale_a.load() * r_scale_b.load()")  # the chain's first op
+    (t,) = ls.spec.targets
+    tl = ls.spec.tile
+    assert resolve(ls.spec, t).budget.ab_stage_bytes == (tl.m + tl.n) * tl.k
+    compile(text, f"{name}.py", "exec")
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_FORMS))
