@@ -20,7 +20,7 @@ import torch
 
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
 from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, assert_rows_match
-from specgen.kinds.grouped.testing.specs import CUTE_FORMS
+from specgen.kinds.grouped.testing.specs import CUTE_FORMS, CUTE_FP8_FORMS
 
 pytestmark = pytest.mark.gpu
 
@@ -55,6 +55,10 @@ class TestCuteFormsNumerics(GroupedNumericsTests):
             return _LOADED[spec["name"]]
 
         return load
+
+
+class TestCuteFp8FormsNumerics(TestCuteFormsNumerics):
+    SPECS = CUTE_FP8_FORMS
 
 
 def _module(name: str):
@@ -197,3 +201,26 @@ def test_cuda_graph_replays_new_decode_sizes() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert_rows_match(out, _reference(a, b, offs), f"decode replay with sizes {new}")
+
+
+@pytest.mark.parametrize("case", ["first_middle_last_empty", "odd", "many_tiny", "skewed", "decode_variant", "all_empty"])
+def test_moe_fp8_rowwise_against_float64_and_scaled_grouped_mm(case: str) -> None:
+    """e4m3 A and B (K-major), scale_a per row and scale_b per expert and column on the f32 accumulator, bf16 out,
+    into a NaN-poisoned out: against the float64 loop over the same fp8 values and torch._scaled_grouped_mm."""
+    module = _module("moe_fp8_rowwise")
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    sizes = SIZES[case]
+    g, m, k = len(sizes), sum(sizes) + TAIL, 352  # K: 2 whole 128-deep tiles and a 96-deep tail
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(g, N, k, device="cuda", generator=gen).to(torch.float8_e4m3fn).transpose(-2, -1)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    sa = torch.rand(m, device="cuda", generator=gen) * 0.5 + 0.5
+    sb = (torch.rand(g, N, device="cuda", generator=gen) * 0.5 + 0.5) / k**0.5
+    out = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert module.moe_fp8_rowwise(a, b, offs, sa, sb, out=out) is out
+    _ran(module, m)
+    assert_rows_match(out, _reference(a, b, offs, lambda y, i, r: y * sa[r, None].double() * sb[i].double()), f"fp8 {case}")
+    rows = int(offs[-1])
+    if rows:  # the peer on the same tensors (its B column-major: our K-major (G, K, N) view)
+        peer = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)[:rows].float()
+        assert (out[:rows].float() - peer).abs().max().item() <= 2e-2 * (1 + peer.abs().max().item())

@@ -5,7 +5,9 @@ stores are predicated on the group's rows), wgmma and no local-memory spills, ev
 default and the decode variant) compiled on its own; the launcher picks the variant by total rows; each variant's
 config checked by every rule, CFG003 taking cute:sm90 variants; the spec takes cute:sm90 beside cute:sm100 (the
 CuTe sm100 design's module: tests/grouped/test_cute_sm100.py); a render that skipped check refuses what the kernel
-cannot do."""
+cannot do. fp8: the CUTE_FP8_FORMS check clean and render 8-bit operands with the rowwise scales first in the chain
+(the catalogue's moe_fp8_rowwise compiles in tests/backends/cute/test_cute_compile.py), and its entry refuses the fp8
+guard cases before the launch."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import os
 import pytest
 
 from specgen.check import check_all
-from specgen.kinds.grouped.testing.specs import CUTE_FORMS, spec
+from specgen.kinds.grouped.testing.guards import FP8_CASES, GroupedGuardTests
+from specgen.kinds.grouped.testing.specs import CUTE_FORMS, CUTE_FP8_FORMS, spec
 from specgen.render.catalogue import render_modules
 from specgen.resolve import resolve
 from specgen.spec.load import load_paths, load_text
@@ -53,7 +56,27 @@ def render_cute(ls, tmp_path, prefix: str):
 
 
 def test_the_catalogue_renders_grouped_kernels_on_cute_sm90():
-    assert set(catalogue_cute()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"}
+    assert set(catalogue_cute()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16", "moe_fp8_rowwise"}
+
+
+@pytest.mark.parametrize("name", sorted(CUTE_FP8_FORMS))
+def test_fp8_forms_check_clean_and_render_8_bit_stages(name):
+    """fp8 A and B (e4m3, or e5m2 beside e4m3) render: the module's operand dtypes are the DSL's 8-bit floats, the
+    rowwise scales (scale_a (M,), scale_b (G, N)) multiply the f32 accumulator before the rest of the chain, and the
+    SMEM plan counts one byte an operand element: (tile.m + tile.n) x tile.k a stage. (The catalogue's
+    moe_fp8_rowwise is the fp8 module compiled for sm_90a: tests/backends/cute/test_cute_compile.py, QGMMA.)"""
+    ls = load(CUTE_FP8_FORMS[name])
+    assert [d for d in check_all([ls]) if d.severity in ("error", "warning")] == []
+    ((_, text),) = render_modules(ls, ls.spec.targets).items()
+    dt = {"fp8_e4m3": "Float8E4M3FN", "fp8_e5m2": "Float8E5M2"}
+    assert f"A_DTYPE, B_DTYPE, OUT_DTYPE = cutlass.{dt[ls.spec.a.dtype.value]}, cutlass.{dt[ls.spec.b.dtype.value]}," in text
+    assert "scale: * scale_a[m] * scale_b[g, n], per row and per group and column" in text
+    body = text.split("# 0. scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)")[1]
+    assert body.lstrip().startswith("acc = acc * r_scale_a.load() * r_scale_b.load()")  # the chain's first op
+    (t,) = ls.spec.targets
+    tl = ls.spec.tile
+    assert resolve(ls.spec, t).budget.ab_stage_bytes == (tl.m + tl.n) * tl.k
+    compile(text, f"{name}.py", "exec")
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_FORMS))
@@ -217,3 +240,31 @@ def test_a_gated_tile_counts_both_accumulators_in_reg001():
     found = [d for d in check_all([one]) if d.rule == "REG001"]
     assert found and found[0].severity == "error" and "256 accumulator" in found[0].message, found
     assert not [d for d in check_all([load(base)]) if d.rule == "REG001" and d.severity == "error"]
+
+
+@pytest.fixture(scope="module")
+def sm90_modules(tmp_path_factory: pytest.TempPathFactory):
+    from kernels import load_target_module
+
+    folder = tmp_path_factory.mktemp("cute90_grouped_guards")
+    cache: dict = {}
+
+    def get(s: dict):
+        if s["name"] not in cache:
+            cache[s["name"]] = load_target_module(s, "cute:sm90", folder, "_specgen_cute90_grouped_guard_")[0]
+        return cache[s["name"]]
+
+    return get
+
+
+class TestCuteSm90GroupedFp8Guards(GroupedGuardTests):
+    """The fp8 guard cases (an operand of another dtype, an N-major B, scale_a and scale_b of the wrong dtype, shape
+    or device) on this design's e4m3 rowwise entry, refused before the launch (CPU tensors: under TRITON_INTERPRET=1
+    the guards take the CPU as the device, 'meta' stands for another)."""
+
+    SPEC = CUTE_FP8_FORMS["cg_fp8_rowcol"]
+    CASES = FP8_CASES
+
+    @pytest.fixture
+    def module(self, sm90_modules):
+        return sm90_modules

@@ -1,5 +1,6 @@
 """Boundary cases of the grouped CuTe sm90 design's own rules (kinds/grouped/designs/cute_sm90/rules.py: GRP301,
-GRP302) in tests/test_rules.py's form (rule, target, spec overrides, expected), which that file collects."""
+GRP302), and of the dense design's wgmma rules it shares on fp8 (MAJ001, MMA001), in tests/test_rules.py's form
+(rule, target, spec overrides, expected), which that file collects."""
 
 from __future__ import annotations
 
@@ -8,11 +9,23 @@ from specgen.kinds.gemm.testing.rules import FP8, tile
 G = {"kind": "grouped", "targets": ["cute:sm90"]}  # MINIMAL_SPEC (bf16, 128x128x64) as a grouped cute spec
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # GRP301: ragged M, 16-bit operands, an f32 accumulator, 16- or 32-bit outputs
+    # GRP301: ragged M, 16-bit or fp8 operands (e4m3 and e5m2 may mix), an f32 accumulator, 16- or 32-bit outputs
     ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "mn"},
                              "out": {"dtype": "f32"}}, None),
-    ("GRP301", "cute:sm90", {**G, **FP8, "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": tile(128, 128, 128)},
-     ("error", ["A is fp8_e4m3: the grouped cute:sm90 kernel renders bf16 and f16 operands"], ("a", "dtype"))),
+    ("GRP301", "cute:sm90", {**G, **FP8, "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": tile(128, 128, 128)}, None),
+    ("GRP301", "cute:sm90", {**G, "a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e4m3"}, "tile": tile(64, 128, 32)}, None),
+    ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f32"}, "b": {"dtype": "f32"}, "out": {"dtype": "f32"},
+                             "tile": tile(128, 128, 32)},
+     ("error", ["A is f32: the grouped cute:sm90 kernel renders bf16, f16 or fp8 (e4m3, e5m2) operands"], ("a", "dtype"))),
+    # the dense design's wgmma rules on the grouped tile: an fp8 B K-major only (MAJ001: wgmma's transpose bits take
+    # 16-bit operands only), fp8's K a multiple of 32 (MMA001: m64nNk32)
+    ("MAJ001", "cute:sm90", {**G, **FP8, "tile": tile(128, 128, 128)}, None),
+    ("MAJ001", "cute:sm90", {**G, "a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "mn"},
+                             "tile": tile(128, 128, 128)},
+     ("error", ["B is fp8_e4m3 and MN-major: wgmma transposes only 16-bit operands"], ("b", "major"))),
+    ("MMA001", "cute:sm90", {**G, **FP8, "tile": tile(128, 128, 32)}, None),
+    ("MMA001", "cute:sm90", {**G, **FP8, "tile": tile(128, 128, 16)},
+     ("error", ["tile.k = 16 is not a multiple of 32 (wgmma K for fp8_e4m3)"], ("tile", "k"))),
     ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                              "out": {"dtype": "f16"}, "accumulator": "f16"},
      ("error", ["accumulator = f16: the grouped cute:sm90 kernel accumulates in f32"], ("accumulator",))),

@@ -144,3 +144,18 @@ CUTE_FORMS: dict[str, dict] = {s["name"]: s for s in (
                                "out": {"dtype": "f16"}}, tile={"m": 64, "n": 128, "k": 64},
          epilogue=[{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "scale", "by": "row", "name": "router"}]),
 )}
+
+# The grouped CuTe sm90 design's fp8 forms (wgmma m64nNk32, K-major A and B, MAJ001): torch._scaled_grouped_mm's
+# meaning (e4m3, rowwise scale_a (M,) and scale_b (G, N) on the f32 accumulator) on the catalogue's two-warpgroup
+# 128x256x128 tile; and e5m2 A beside an e4m3 B (the formats mix), the sizes index with a zeroed tail, 64 bytes of K
+# a stage (a 64-byte swizzle), the scales then a per-group bias and SiLU, f16 out, on one warpgroup. Checked and
+# rendered on the CPU (the catalogue's moe_fp8_rowwise is the fp8 module compiled there, tests/backends/cute/
+# test_cute_compile.py) and run on the GPU (tests/gpu/test_grouped_cute_gpu.py).
+CUTE_FP8 = {"targets": ["cute:sm90"], "a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
+            "out": {"dtype": "bf16"}}
+CUTE_FP8_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("cg_fp8_rowcol", **CUTE_FP8, tile={"m": 128, "n": 256, "k": 128}, epilogue=[{"op": "scale", "by": "rowcol"}]),
+    spec("cg_fp8_mixed_zero", **{**CUTE_FP8, "a": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "f16"}},
+         groups={"index": "sizes", "tail": "zero"}, tile={"m": 64, "n": 128, "k": 64},
+         epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]),
+)}

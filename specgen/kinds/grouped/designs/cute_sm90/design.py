@@ -266,6 +266,8 @@ def describe(op: dict) -> str:
         return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, per group and column"
     if op["op"] == "scale" and op["by"] == "col":
         return f"scale: * {op['name'] or 'col_scale'}[g, n] (G, N) f32, per group and column"
+    if op["op"] == "scale" and op["by"] == "rowcol":
+        return "scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)"
     return describe_op(op)
 
 

@@ -26,20 +26,22 @@ SERVED = target_of(DESIGN)
 REGISTER_MARGIN = Margin(below=dense.REGISTER_MARGIN.below, above=52, unit=dense.REGISTER_MARGIN.unit)
 option_findings = dense.option_findings  # OPT001: cute.two_cta is Blackwell's
 
-OPERANDS = (DType.bf16, DType.f16)
+OPERANDS = (DType.bf16, DType.f16, DType.fp8_e4m3, DType.fp8_e5m2)
 OUTPUTS = (DType.bf16, DType.f16, DType.f32)
 
 
 @OWN.rule("GRP301", "the grouped CuTe sm90 kernel's dtypes and grouping", SERVED)
 def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The grouped sm90 kernel renders the MoE forward: ragged M, 16-bit A and B (bf16, f16; wgmma
-    m64nNk16) into an f32 accumulator, stored as bf16, f16 or f32 through 16-byte vector stores (8 or 4
-    elements a thread). Not rendered yet: fp8 operands and their rowwise scales (the Triton design's
-    `moe_fp8_rowwise`), 32-bit operands, an f16 accumulator, 8-bit outputs, and ragged K (the weight gradient),
-    whose groups end anywhere along K, where a TMA box would read the next group's rows. A gated epilogue reads
-    a K-major B: its gate and up columns are two (N, K) views of B's 2N columns, which an N-major B's interleaved
-    layout makes every other element of a row (no TMA box) and its halves a view whose column offset N must be a
-    multiple of 8 (a shape, not known at check)."""
+    m64nNk16) or 8-bit ones (fp8 e4m3 and e5m2, which may mix: wgmma m64nNk32's .e4m3 / .e5m2 atype and btype,
+    PTX ISA "wgmma.mma_async" and CD `warpgroup/mma.py` MmaF8Op; K-major only, MAJ001; tile.k a multiple of 32,
+    MMA001) into an f32 accumulator, stored as bf16, f16 or f32 through 16-byte vector stores (8 or 4 elements a
+    thread). fp8's rowwise scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N)), applied
+    to the f32 accumulator before the rest of the chain. Not rendered: 32-bit operands, an f16 accumulator, 8-bit
+    outputs, and ragged K (the weight gradient), whose groups end anywhere along K, where a TMA box would read the
+    next group's rows. A gated epilogue reads a K-major B: its gate and up columns are two (N, K) views of B's 2N
+    columns, which an N-major B's interleaved layout makes every other element of a row (no TMA box) and its
+    halves a view whose column offset N must be a multiple of 8 (a shape, not known at check)."""
     s = ctx.spec
     gated = gated_op(s.epilogue)
     if gated is not None and s.b.major != "k":
@@ -55,9 +57,9 @@ def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     for side in ("a", "b"):
         dt = getattr(s, side).dtype
         if dt not in OPERANDS:
-            yield Finding("GRP301", "error", f"{side.upper()} is {dt}: the grouped cute:sm90 kernel renders bf16 and f16 "
-                          "operands (fp8 rowwise and 32-bit operands are the Triton design's)",
-                          "use bf16 or f16, or a triton target", (side, "dtype"))
+            yield Finding("GRP301", "error", f"{side.upper()} is {dt}: the grouped cute:sm90 kernel renders bf16, f16 "
+                          "or fp8 (e4m3, e5m2) operands (32-bit operands are the Triton design's)",
+                          "use bf16, f16 or fp8, or a triton target", (side, "dtype"))
     if s.accumulator != DType.f32:
         yield Finding("GRP301", "error", f"accumulator = {s.accumulator}: the grouped cute:sm90 kernel accumulates in f32",
                       'use accumulator = "f32"', ("accumulator",))
