@@ -102,6 +102,11 @@ class Config(NamedTuple):
 
 def _kernel(a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n: int, k: int, batch: int):
     m_tiles, n_tiles, k_steps = pl.cdiv(m, cfg.tile_m), pl.cdiv(n, cfg.tile_n), pl.cdiv(k, cfg.tile_k)
+    # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
+    # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
+    # barriers the consumers have not waited on (an unspecified launch failure on the H100 and the H200 at
+    # K <= tile_k with more tiles than CTAs): there, each step's wgmma is waited for and its slot released at once.
+    cfg = cfg._replace(wgmma_in_flight=max(0, min(cfg.wgmma_in_flight, k_steps - 1)))
     a_spec = plgpu.BlockSpec((cfg.tile_m, cfg.tile_k), lambda kk: (0, kk), transforms=_mg.transforms(a_gmem.dtype, cfg.a_swizzle),
                              memory_space=plgpu.SMEM, delay_release=cfg.wgmma_in_flight)
     b_spec = plgpu.BlockSpec((cfg.tile_n, cfg.tile_k), lambda kk: (0, kk), transforms=_mg.transforms(b_gmem.dtype, cfg.b_swizzle),
