@@ -218,6 +218,11 @@ class DesignBase:
         where it does not): the design's `renders_training`, unless it differs by target."""
         return self.renders_training
 
+    def renders_companions_of(self, spec: LayeredSpec, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders `spec`'s companion kernels (a backward's GEMMs): resolve
+        resolves them only then (TRN001 says why not). A kind whose backward depends on the spec says so."""
+        return self.renders_training_on(target)
+
     def tune_space(self, spec: LayeredSpec, target: TargetInfo,
                    when: Bounds | None = None) -> dict[str, tuple[object, ...]] | None:
         """The knobs `specgen tune` sweeps on `target` and their ranges (check prunes what cannot fit) for a

@@ -13,7 +13,6 @@ from __future__ import annotations
 from specgen.design import DesignBase
 from specgen.registry import design_for
 from specgen.resolved import Resolved, TmaBox
-from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Bounds, LayeredSpec, Target
 from specgen.targets import TargetInfo, target_info
 
@@ -37,9 +36,7 @@ def resolve(spec: LayeredSpec, target: Target) -> Resolved:
                      for i, v in enumerate(spec.variants_on(target)))
     # where the target's design renders no companions (a backward, or a gated epilogue's), TRN001 says so and none
     # is resolved
-    design = design_of(default, target_info(target))
-    renders = design.renders_training_on(target_info(target)) and (
-        design.renders_gated_training or gated_op(getattr(default, "epilogue", [])) is None)
+    renders = design_of(default, target_info(target)).renders_companions_of(default, target_info(target))
     companions = tuple(_resolve(c, target, companion=(label, field))
                        for label, c, field in (default.companions() if renders else ()))
     return _resolve(default, target, variants=variants, companions=companions)

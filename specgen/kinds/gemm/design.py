@@ -65,6 +65,11 @@ class GemmDesign(DesignBase):
 
     max_auto_stages: ClassVar[int] = 4  # `auto` pipeline depth never goes past this
 
+    def renders_companions_of(self, spec: GemmSpec, target: TargetInfo) -> bool:
+        """A backward's GEMMs where the design renders training on `target`; a gated epilogue's only where it renders
+        that backward too (`renders_gated_training`)."""
+        return self.renders_training_on(target) and (self.renders_gated_training or gated_op(spec.epilogue) is None)
+
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module moves by TMA: one per tile where the target moves raw boxes, else none."""
         return tma_boxes(spec) if target.tma_boxes else ()

@@ -36,6 +36,8 @@ RESERVED: frozenset[str] = frozenset({
     "x_ptr", "y_ptr", "x_ptrs", "y_ptrs", "stride_xp", "stride_xr", "stride_yr", "stride_yq", "stride_dstp", "stride_dstq",
     "X_T", "Y_T", "r0", "y", "src", "src_ptr", "stride_srcm", "stride_srcn", "FORM_G", "HAS_DBIAS", "form", "has_dbias",
     "m0", "rows", "col_sum", "sums", "tensors", "strides", "sums_ptr", "rows_per", "stride_sums", "first", "bands", "cols", "kernel",
+    # a gated epilogue's backward: G's gate and up halves, Y's up tile, the host part's layout flag
+    "g_gate", "g_up", "y_up", "gated",
 })
 
 # How its templates derive names from an epilogue argument `x`.
