@@ -198,11 +198,14 @@ def test_gradcheck(save: str, load_kernel) -> None:
 def test_compiled_training_step_has_no_graph_break(load_kernel) -> None:
     """torch.compile(fullgraph=True) over forward and loss, backward through the compiled graph: the op and its
     backward are custom ops with fake implementations (no graph break), gradients equal eager's."""
-    from torch._dynamo.utils import counters
-
     spec = training_spec("bias_gelu_tanh", "preact")
-    fn = getattr(load_kernel(spec), spec["name"])
-    args = inputs(spec, ODD, seed=15)
+    assert_compiled_step_matches_eager(getattr(load_kernel(spec), spec["name"]), inputs(spec, ODD, seed=15))
+
+
+def assert_compiled_step_matches_eager(fn, args: dict[str, torch.Tensor]) -> None:
+    """A loss over fn(a, b, bias) compiled with fullgraph=True (aot_eager) and differentiated: no graph break, and
+    the gradients equal eager's."""
+    from torch._dynamo.utils import counters
 
     def step(a, b, bias):
         return (fn(a, b, bias) * 0.5).square().sum()

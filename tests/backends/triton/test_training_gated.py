@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.triton.test_training import close, forms_launched, run
+from backends.triton.test_training import assert_compiled_step_matches_eager, close, forms_launched, run
 from specgen.kinds.gemm.testing.reference import REFERENCES, TORCH_DTYPES
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning"),
@@ -162,3 +162,10 @@ def test_gradcheck(load_kernel) -> None:
     fn = getattr(load_kernel(spec), spec["name"])
     args = [t.detach().clone().requires_grad_() for t in gated_inputs(spec, (3, 2, 3), seed=9).values()]
     assert torch.autograd.gradcheck(fn, args, eps=1e-2, atol=2e-2, rtol=2e-2, nondet_tol=1e-6)
+
+
+def test_compiled_training_step_has_no_graph_break(load_kernel) -> None:
+    """torch.compile(fullgraph=True) over the gated forward and a loss, backward through the compiled graph (the
+    training step the issue asks for, as test_training.py's for the plain op): no graph break, eager's gradients."""
+    spec = gated_spec("halves", "silu", "preact")
+    assert_compiled_step_matches_eager(getattr(load_kernel(spec), spec["name"]), gated_inputs(spec, ODD, seed=10))
