@@ -38,6 +38,7 @@ from typing import Literal
 
 from specgen.kinds.gemm.sections import Operand, Output, Pipeline, Schedule, Stages, Tile
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Strict, bounded
 
 SAVE_MODES = ("preact", "recompute")
@@ -141,8 +142,9 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
         # with a gated op the GEMM that computes pre reads B's 2N columns as the forward does (a gate and an up
         # tile a stage, two accumulators): checked as that gated GEMM (SMEM, TMA boxes, registers, EPI002)
         label = "forward_pre" if t.save == "preact" else "recompute"
-        gated = [op for op in s.epilogue if op.op == "gated"]  # type: ignore[attr-defined]
-        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype, gated),  # type: ignore[attr-defined]
+        gated = gated_op(s.epilogue)  # type: ignore[attr-defined]
+        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype,  # type: ignore[attr-defined]
+                                    [gated] if gated is not None else []),
                     ("training", "pre")))
     # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
     # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from specgen.kinds.gemm.training import activation_fn
 from specgen.resolved import Resolved
+from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
 
@@ -95,7 +96,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if any(op.op == "gated" for op in spec.epilogue):  # type: ignore[attr-defined]
+    if gated_op(spec.epilogue) is not None:  # type: ignore[attr-defined]
         # check refuses it (TRN001, EPI001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward has no gated epilogue (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
