@@ -72,38 +72,3 @@ def needs_int64(*tensors: torch.Tensor) -> bool:
     and out, groups x group stride for B and a per-group bias), so that it must index in 64 bits. 32-bit
     indexing is cheaper, and kept where every offset fits."""
     return any(last_offset(t) >= INT32_SPAN for t in tensors)
-
-
-def sizes_from_offs(offs: torch.Tensor) -> torch.Tensor:
-    """Group sizes from cumulative ends (torch._grouped_mm's offs, group 0 from row 0), on the device."""
-    return torch.diff(offs, prepend=offs.new_zeros(1))
-
-
-def group_metadata(sizes: torch.Tensor, rows: int, block_m: int, visit_tail: bool,
-                   partial_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """runtime/grouped_jax.py's `group_metadata` in torch ops, value for value (the Mosaic GPU modules' direct
-    torch launch reads it): (offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), int32, on
-    the sizes' device, computed there without reading a value on the host (so a CUDA graph captures it, and its
-    replays take new sizes). G >= 1."""
-    groups, tiles = sizes.shape[0], -(-rows // block_m)
-    visits = tiles + groups - 1 + (1 if partial_tail else 0)
-    i32 = torch.int32
-    ends = torch.clamp(torch.cumsum(torch.clamp(sizes, min=0), 0, dtype=i32), max=rows)
-    offsets = torch.cat([ends.new_zeros(1), ends])
-    starts = offsets[:-1]
-    first = torch.div(starts, block_m, rounding_mode="floor")
-    span = torch.where(ends > starts, torch.div(ends - 1, block_m, rounding_mode="floor") - first + 1, 0).to(i32)
-    span_ends = torch.cumsum(span, 0, dtype=i32)
-    real = span_ends[-1]  # visits that belong to a group
-    v = torch.arange(visits, dtype=i32, device=sizes.device)
-    group = torch.searchsorted(span_ends, v, right=True).to(i32)
-    g = torch.clamp(group, max=groups - 1).long()
-    tile = first[g] + v - (span_ends[g] - span[g])
-    last = ends[-1]
-    used = -torch.div(-last, block_m, rounding_mode="floor")  # row tiles holding some group's rows
-    first_spare = torch.div(last, block_m, rounding_mode="floor") if partial_tail else used
-    spare = (torch.clamp(first_spare + v - real, max=tiles - 1) if visit_tail
-             else torch.clamp(used - 1, min=0).expand(visits))
-    tile = torch.where(v < real, tile, spare).to(i32)
-    group = torch.where(v < real, group, groups).to(i32)
-    return offsets, group, tile

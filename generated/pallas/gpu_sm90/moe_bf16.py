@@ -329,12 +329,12 @@ def _direct(a, b, offs, out):
     """The torch call without jax: the spec's dtypes, stored contiguous in its majors, 16-byte aligned, on the
     current CUDA device, at shapes TMA takes unpadded (`_extents`: N and K whole tiles of what TMA needs, N at
     least a tile), launched on torch's current stream with the tensors' addresses after the group metadata
-    (runtime/grouped.py, torch ops on the device); the result written into `out` where given (the kernel stores
+    (runtime/grouped_metadata.py, one Triton kernel on the device); the result written into `out` where given (the kernel stores
     the groups' rows only). None where the call needs the jitted path (padding, an empty problem, another
     device, a tensor it would copy) or fails a check (the jitted path raises)."""
     import torch
 
-    from specgen.runtime import grouped as _gt
+    from specgen.runtime import grouped_metadata as _gm
     from specgen.runtime import mgpu_torch as _mt
 
     try:
@@ -370,8 +370,8 @@ def _direct(a, b, offs, out):
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    sizes = _gt.sizes_from_offs(offs)
-    offsets, groups, tiles = _gt.group_metadata(sizes, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO)
+    offsets, groups, tiles = _gm.group_metadata(offs, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO,
+                                                from_offs=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     launch((offsets.data_ptr(), groups.data_ptr(), tiles.data_ptr(), a.data_ptr(), sb.data_ptr(),
             result.data_ptr()), _mt.stream(device))

@@ -281,23 +281,24 @@ def test_the_torch_entry_is_what_bench_calls_and_refuses_without_a_gpu(modules):
         design.torch_entry(mod, "gm_plain_untouched_mn")(a, b, torch.tensor([4, 8], dtype=torch.int32))
 
 
-def test_the_direct_launchs_torch_metadata_equals_the_jitted_programs():
-    """The torch entry's direct launch computes the group metadata with torch ops (runtime/grouped.py): value for
-    value runtime/grouped_jax.py's, over random sizes (negative, empty, past M), both tails, both tile heights."""
+def test_the_direct_launchs_metadata_kernel_equals_the_jitted_programs():
+    """The torch entry's direct launch computes the group metadata in one Triton kernel (runtime/grouped_metadata.py,
+    run here by the Triton interpreter) from the sizes or from offs: value for value runtime/grouped_jax.py's, over
+    random sizes (negative, empty, past M; up to 300 groups: more than one visit block), both tails, both tile
+    heights."""
     import torch
 
-    from specgen.runtime import grouped as gt
     from specgen.runtime import grouped_jax as gj
+    from specgen.runtime import grouped_metadata as gm
 
     rng = random.Random(22)
-    for _ in range(24):  # (each new shape compiles jax's eager ops anew: 80 draws took half a minute)
-        g, rows, block = rng.randint(1, 40), rng.randint(1, 900), rng.choice([64, 128])
+    for draw in range(24):  # (each new shape compiles jax's eager ops anew: 80 draws took half a minute)
+        g, rows, block = rng.randint(1, 300 if draw % 8 == 0 else 40), rng.randint(1, 900), rng.choice([64, 128])
         sizes = [rng.choice([0, 0, 1, 2, -3, rng.randint(0, 300)]) for _ in range(g)]
+        offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32)  # what a negative size does to offs: a step back
         for tail in (False, True):
             want = gj.group_metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail, partial_tail=tail)
-            got = gt.group_metadata(torch.tensor(sizes, dtype=torch.int32), rows, block, tail, partial_tail=tail)
-            for x, y in zip(want, got, strict=True):
-                assert y.dtype == torch.int32 and np.array_equal(np.asarray(x), y.numpy()), (sizes, rows, block, tail)
-        offs = np.cumsum(np.maximum(sizes, 0)).astype(np.int32)
-        assert np.array_equal(np.asarray(gj.sizes_from_offs(jnp.asarray(offs))),
-                              gt.sizes_from_offs(torch.from_numpy(offs)).numpy())
+            for got in (gm.group_metadata(torch.tensor(sizes, dtype=torch.int32), rows, block, tail, tail),
+                        gm.group_metadata(offs, rows, block, tail, tail, from_offs=True)):
+                for x, y in zip(want, got, strict=True):
+                    assert y.dtype == torch.int32 and np.array_equal(np.asarray(x), y.numpy()), (sizes, rows, block, tail)

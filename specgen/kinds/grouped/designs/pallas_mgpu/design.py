@@ -19,8 +19,8 @@ needs the group ends on the host (a sync) or built on the device, which Pallas d
 Size-selected variants (`renders_variants`): a `Config` row each, the jitted call picking the first whose bounds
 hold by the total rows M (and N, K) at trace time, as the dense Mosaic GPU module does; each variant is resolved
 and checked on its own. `<name>_torch` launches the compiled kernel directly on torch's current stream at shapes
-TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by torch ops
-(runtime/grouped.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
+TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by one Triton
+kernel (runtime/grouped_metadata.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
 
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
