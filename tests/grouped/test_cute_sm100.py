@@ -56,15 +56,16 @@ def check_compiled(r, spec) -> None:
     assert not r.error, r
     assert r.compiler_smem == r.plan_smem <= SMEM_PER_BLOCK, r  # the dense design's struct, to the byte
     assert r.resources["tmem_columns"] == r.resources["plan_tmem_columns"] > 0, r
-    assert r.sass["UTCHMMA"] > 0 and r.sass["UTCQMMA"] == 0, r.sass  # tcgen05 kind::f16
+    mma, other = ("UTCQMMA", "UTCHMMA") if spec.a.dtype.bytes == 1 else ("UTCHMMA", "UTCQMMA")
+    assert r.sass[mma] > 0 and r.sass[other] == 0, r.sass  # tcgen05 kind::f8f6f4 for fp8, kind::f16 else
     assert r.sass["UTMALDG"] >= 2 and r.sass["UTMASTG"] == 0, r.sass  # TMA loads; predicated stores
     if spec.b.major == "k":
         assert r.sass["UTMALDG"] == a_box_loads(spec), r.sass  # one load site per operand
     assert r.sass["LDL"] == 0 and r.sass["STL"] == 0 and r.resources["frame_bytes"] == 0, r
 
 
-def test_the_catalogue_renders_its_bf16_moe_kernels_on_cute_sm100():
-    assert set(catalogue_sm100()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16"}
+def test_the_catalogue_renders_its_moe_kernels_on_cute_sm100():
+    assert set(catalogue_sm100()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16", "moe_fp8_rowwise"}
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_SM100_FORMS))

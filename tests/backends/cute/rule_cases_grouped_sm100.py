@@ -8,11 +8,19 @@ from specgen.kinds.gemm.testing.rules import FP8, tile
 G = {"kind": "grouped", "targets": ["cute:sm100"]}  # MINIMAL_SPEC (bf16, 128x128x64) as a grouped cute spec
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # GRP401: ragged M, 16-bit operands, an f32 accumulator, 16- or 32-bit outputs
+    # GRP401: ragged M, 16-bit or fp8 operands (the formats may mix), an f32 accumulator, 16- or 32-bit outputs
     ("GRP401", "cute:sm100", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "mn"},
                               "out": {"dtype": "f32"}}, None),
     ("GRP401", "cute:sm100", {**G, **FP8, "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": tile(128, 128, 128)},
-     ("error", ["A is fp8_e4m3: the grouped cute:sm100 kernel renders bf16 and f16 operands"], ("a", "dtype"))),
+     None),
+    ("GRP401", "cute:sm100", {**G, "a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "mn"},
+                              "out": {"dtype": "f16"}, "tile": tile(128, 128, 128)}, None),
+    ("GRP401", "cute:sm100", {**G, "a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"},
+                              "out": {"dtype": "f32"}, "tile": tile(128, 128, 32)},
+     ("error", ["A is f32: the grouped cute:sm100 kernel renders bf16, f16 or fp8 (e4m3, e5m2) operands"],
+      ("a", "dtype"))),
+    ("GRP401", "cute:sm100", {**G, **FP8, "out": {"dtype": "fp8_e4m3"}, "tile": tile(128, 128, 128)},
+     ("error", ["out is fp8_e4m3: the grouped cute:sm100 kernel stores bf16, f16 or f32"], ("out", "dtype"))),
     ("GRP401", "cute:sm100", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                               "out": {"dtype": "f16"}, "accumulator": "f16"},
      ("error", ["accumulator = f16: the grouped cute:sm100 kernel accumulates in f32"], ("accumulator",))),

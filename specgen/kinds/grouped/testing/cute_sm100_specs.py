@@ -2,7 +2,8 @@
 spec per template branch on cute:sm100 (both index formats and tails, both B majors, every epilogue op it renders:
 a per-group bias and column scale, a router's per-row scale, scalars, activations, clamp, cast; bf16, f16 and f32
 outputs; 128- and 64-row tiles, a 256-column tile filling TMEM's 512 columns with two accumulator stages, 16-column
-epilogue subtiles with one SMEM buffer). Compiled for sm_100a on the CPU and read in SASS by
+epilogue subtiles with one SMEM buffer; fp8: e5m2 A beside an e4m3 N-major B, the rowwise scales then the chain).
+Compiled for sm_100a on the CPU and read in SASS by
 tests/grouped/test_cute_sm100.py (no Blackwell GPU runs them); the name-hardening tests tokenize them."""
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ CUTE_SM100_FORMS: dict[str, dict] = {s["name"]: s for s in (
     spec("gb_m64_narrow_mn", **{**CUTE_SM100, "b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "f16"}},
          groups={"index": "offs", "tail": "zero"}, tile={"m": 64, "n": 112, "k": 64},
          pipeline={"epilogue_stages": 1}, epilogue=[{"op": "activation", "fn": "relu"}]),
+    # fp8 (tcgen05 kind::f8f6f4: the formats mix, an 8-bit B either major): torch._scaled_grouped_mm's rowwise
+    # scales on the f32 accumulator, then a per-group bias and SiLU; 128 bytes of K a stage, a 64-row tile. The
+    # catalogue's moe_fp8_rowwise (e4m3, K-major, 128x256) compiles with the catalogue (tests/backends/cute/
+    # test_cute_sm100.py).
+    spec("gb_fp8_mixed_mn", **{**CUTE_SM100, "a": {"dtype": "fp8_e5m2", "major": "k"},
+                               "b": {"dtype": "fp8_e4m3", "major": "mn"}, "out": {"dtype": "f16"}},
+         groups={"index": "sizes", "tail": "zero"}, tile={"m": 64, "n": 128, "k": 128},
+         epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]),
 )}
 
 # The guard tests' kernel (specgen/kinds/grouped/testing/guards.py CASES: f16, offs, a per-group bias, a router

@@ -18,18 +18,20 @@ OWN = RuleSet()
 SERVED = target_of(DESIGN)
 option_findings = dense.option_findings  # OPT001: ping-pong, mma_warpgroups and swap_ab are the sm90 design's
 
-OPERANDS = (DType.bf16, DType.f16)
+OPERANDS = (DType.bf16, DType.f16, DType.fp8_e4m3, DType.fp8_e5m2)
 OUTPUTS = (DType.bf16, DType.f16, DType.f32)
 
 
 @OWN.rule("GRP401", "the grouped CuTe sm100 kernel's dtypes and grouping", SERVED)
 def cute_sm100_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     """The grouped sm100 kernel renders the MoE forward: ragged M, 16-bit A and B (bf16, f16: tcgen05
-    kind::f16, UTCHMMA, K 16 an instruction) into an f32 TMEM accumulator, stored as bf16, f16 or f32 through
-    16-byte vector stores (8 or 4 elements a thread). Not rendered (a design limit, not a hardware one): fp8
-    operands and their rowwise scales (the Triton design's `moe_fp8_rowwise`), 32-bit operands, an f16 accumulator,
-    8-bit outputs, and ragged K (the weight gradient), whose groups end anywhere along K, where a TMA box would read
-    the next group's rows. As on cute:sm90 (GRP301)."""
+    kind::f16, UTCHMMA, K 16 an instruction) or 8-bit ones (fp8 e4m3 and e5m2, which may mix: kind::f8f6f4, UTCQMMA,
+    K 32 an instruction, PTX ISA "tcgen05.mma" and CD `tcgen05/mma.py` MmaF8Op; either B major, as the dense sm100
+    design's fp8) into an f32 TMEM accumulator, stored as bf16, f16 or f32 through 16-byte vector stores (8 or 4
+    elements a thread). fp8's rowwise scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N))
+    on the f32 accumulator before the rest of the chain. Not rendered (a design limit, not a hardware one): 32-bit
+    operands, an f16 accumulator, 8-bit outputs, and ragged K (the weight gradient), whose groups end anywhere
+    along K, where a TMA box would read the next group's rows. As on cute:sm90 (GRP301)."""
     s = ctx.spec
     if s.groups.ragged != "m":
         yield Finding("GRP401", "error", "groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm100: its "
@@ -38,9 +40,9 @@ def cute_sm100_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     for side in ("a", "b"):
         dt = getattr(s, side).dtype
         if dt not in OPERANDS:
-            yield Finding("GRP401", "error", f"{side.upper()} is {dt}: the grouped cute:sm100 kernel renders bf16 and "
-                          "f16 operands (fp8 rowwise and 32-bit operands are the Triton design's)",
-                          "use bf16 or f16, or a triton target", (side, "dtype"))
+            yield Finding("GRP401", "error", f"{side.upper()} is {dt}: the grouped cute:sm100 kernel renders bf16, f16 "
+                          "or fp8 (e4m3, e5m2) operands (32-bit operands are the Triton design's)",
+                          "use bf16, f16 or fp8, or a triton target", (side, "dtype"))
     if s.accumulator != DType.f32:
         yield Finding("GRP401", "error", f"accumulator = {s.accumulator}: the grouped cute:sm100 kernel accumulates in "
                       "f32", 'use accumulator = "f32"', ("accumulator",))
