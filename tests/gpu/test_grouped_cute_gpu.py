@@ -117,6 +117,21 @@ def test_fused_catalogue_kernels_against_float64(case: str) -> None:
     assert_rows_match(out, _reference(a, b, offs, lambda y, i, r: y * router[r, None].double()), f"down {case}")
 
 
+@pytest.mark.parametrize("case", ["odd", "many_tiny", "skewed", "decode_variant"])
+def test_gated_catalogue_kernel_against_float64(case: str) -> None:
+    """moe_gate_up_swiglu_bf16 on cute:sm90: B (G, K, 2N) K-major with the gate and up columns interleaved (2j the
+    gate's, 2j + 1 the up's), out = silu(gate) * up (N = 200: no whole 128-column tile), into a NaN-poisoned out
+    whose rows past the last group keep the poison; the decode case runs the 64-row variant."""
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    a, b, offs = _data(SIZES[case], gen)
+    module = _module("moe_gate_up_swiglu_bf16")
+    out = torch.full((a.shape[0], N // 2), float("nan"), device="cuda", dtype=torch.bfloat16)
+    module.moe_gate_up_swiglu_bf16(a, b, offs, out=out)
+    _ran(module, a.shape[0])
+    y = _reference(a, b, offs)
+    assert_rows_match(out, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2], f"gated {case}")
+
+
 @pytest.mark.parametrize("dist", ["even", "skewed"])
 def test_decode_variant_at_the_benchmark_shape(dist: str) -> None:
     """The decode row of gpu/bench_grouped.py (32 experts, 2 rows each on average, N 4096, K 7168; skewed: the
