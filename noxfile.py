@@ -2,7 +2,8 @@
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
 `nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
 `nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels),
-`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_mgpu` (the grouped designs' compile grids)."""
+`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_cute_sm100` / `grid_grouped_mgpu` (the grouped designs'
+compile grids)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,14 @@ def grid_grouped_cute(session: nox.Session) -> None:
     N SEED [RECORD]; default the record's 80 of seed 37): compiles what the record's work file lacks (resumable) and
     rewrites tests/data/grid_grouped_cute_sm90.json; CI replays it (tests/grouped/test_grid_compilers.py)."""
     session.run("python", "tests/grids/grouped_cute_sm90.py", *(session.posargs or ["80", "37"]))
+
+
+@nox.session(python=False)
+def grid_grouped_cute_sm100(session: nox.Session) -> None:
+    """The grouped CuTe sm100 design vs `cute.compile` for sm_100a on its seeded grid (tests/grids/grouped_cute_sm100.py,
+    N SEED [RECORD]; default the record's 100 of seed 37), rewriting tests/data/grid_grouped_cute_sm100.json; CI
+    replays it (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_cute_sm100.py", *(session.posargs or ["100", "37"]))
 
 
 @nox.session(python=False)

@@ -1,8 +1,8 @@
 """Check agrees with the CuTe DSL compiler and the Mosaic GPU lowering on the grouped designs (issue 37's check:
 the compile grids extended to the grouped designs; the Triton design's is tests/grouped/test_grid.py).
-tests/grids/grouped_cute_sm90.py and grouped_mgpu.py drew seeded grids of borderline grouped configs and compiled
-them on a CPU machine (`cute.compile` for sm_90a, SASS spills; Mosaic GPU's lowering for CUDA); CI replays check
-over every recorded case (tests/grids/verdicts.py, no compiler): no false accept and at most 2% false rejects (of
+tests/grids/grouped_cute_sm90.py, grouped_cute_sm100.py and grouped_mgpu.py drew seeded grids of borderline grouped
+configs and compiled them on a CPU machine (`cute.compile` for sm_90a and sm_100a, SASS spills; Mosaic GPU's lowering
+for CUDA); CI replays check over every recorded case (tests/grids/verdicts.py, no compiler): no false accept and at most 2% false rejects (of
 the configs that run, beyond SCOPE's) with the compiler (a near verdict is the compiler's), no silent false accept by the model alone (each failing config it
 accepts is near the boundary: a warning); and the SMEM check computes equals the compiler's own figure. The fresh
 records: seed 38 drawn after the grid of seed 37 (which changed no rule), seed 39 of cute:sm90 after seed 38 moved
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "grids"))
 
 import grouped_cute_sm90  # noqa: E402  (tests/grids is no package)
+import grouped_cute_sm100  # noqa: E402
 import grouped_mgpu  # noqa: E402
 from verdicts import cases_of, check_now, summarize  # noqa: E402
 
@@ -30,17 +31,20 @@ RECORDS: dict[str, tuple[Callable[[int, int], list[dict]], int, int]] = {  # rec
     "fresh/fresh_grouped_cute_sm90_38.json": (grouped_cute_sm90.grid, 38, 60),
     # drawn after REG001's grouped margin moved (cute_sm90/rules.py): the held-out figure for that change
     "fresh/fresh_grouped_cute_sm90_39.json": (grouped_cute_sm90.grid, 39, 60),
+    # cute:sm100 (session 24, nvidia-cutlass-dsl 4.8.1, compiled for sm_100a on the CPU box: no Blackwell GPU)
+    "grid_grouped_cute_sm100.json": (grouped_cute_sm100.grid, 37, 100),
+    "fresh/fresh_grouped_cute_sm100_38.json": (grouped_cute_sm100.grid, 38, 60),
     "grid_grouped_mgpu.json": (grouped_mgpu.grid, 37, 100),  # jax 0.10.2, the CPU box
     "fresh/fresh_grouped_mgpu_38.json": (grouped_mgpu.grid, 38, 100),
 }
 
 # Refusals no compile can show: GRP302 refuses a ping-pong schedule and a cluster because the grouped cute:sm90
 # kernel does not render them (it runs cooperative warpgroups, one CTA a tile, whatever the spec asks), so what
-# compiles there is not the spec's kernel; likewise MGP003's cluster on pallas:gpu_sm90. GRP301 refuses fp8
-# operands, a path the kernel was never built or tested for (no rowwise scales): one such config compiled (seed
-# 39's gcute_39_019, 128x64 e4m3), another did not (seed 38's gcute_38_052, 256x64: an MLIR error), and a compile
-# says nothing of the numbers. Counted apart.
-SCOPE = {"GRP301", "GRP302", "MGP003"}
+# compiles there is not the spec's kernel; likewise GRP402's CTA pair and cluster on cute:sm100 and MGP003's
+# cluster on pallas:gpu_sm90. GRP301 refused fp8 operands when the cute:sm90 records were drawn (the kernel had no
+# rowwise scales then): one such config compiled (seed 39's gcute_39_019, 128x64 e4m3), another did not (seed 38's
+# gcute_38_052, 256x64: an MLIR error). Counted apart.
+SCOPE = {"GRP301", "GRP302", "GRP402", "MGP003"}
 
 
 @pytest.fixture(scope="module", params=sorted(RECORDS))
