@@ -68,6 +68,30 @@ def test_the_catalogue_renders_its_moe_kernels_on_cute_sm100():
     assert set(catalogue_sm100()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16", "moe_fp8_rowwise"}
 
 
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_fp8_rowwise"])
+def test_catalogue_modules_carry_a_decode_variant_with_its_own_plan(name):
+    """The catalogue's cute:sm100 kernels carry a decode variant (M <= 64: a 64-row 1-CTA MMA, 256 bytes of K a
+    stage): a Config row of its own (its stages, SMEM and TMEM as check resolved them), picked by M (the launcher's
+    comparison: tests/grouped/test_cute_sm90.py runs it on both designs) and listed in METADATA, which `specgen
+    compile` reads: every config compiles for sm_100a in tests/backends/cute/test_cute_sm100.py."""
+    from specgen.compile import load_rendered
+    from specgen.resolve import resolve
+
+    ls = catalogue_sm100()[name]
+    (t,) = [t for t in ls.spec.targets if str(t) == "cute:sm100"]
+    r = resolve(ls.spec, t)
+    (v,) = r.variants
+    module = load_rendered(ROOT / "generated" / "cute" / f"{name}_sm100.py", f"_specgen_test_cute100_variant_{name}")
+    (cfg,) = module.VARIANT_CONFIGS
+    assert (cfg.tile_m, cfg.tile_n, cfg.tile_k * ls.spec.a.dtype.bytes) == (64, 128, 256)
+    assert (cfg.ab_stages, cfg.acc_stages, cfg.smem_bytes) == (v.ab_stages, v.acc_stages, v.budget.total)
+    assert (module.CONFIG.tile_m, module.CONFIG.tmem_columns) == (128, 512) and module.config(0) is cfg
+    assert "    if M <= 64:\n        variant = 0\n    else:\n        variant = None\n" in Path(module.__file__).read_text()
+    (meta,) = module.METADATA["plan"][100]["variants"]
+    assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, cfg.tile_k] and meta["smem_bytes"] == v.budget.total
+    assert meta["tmem_columns"] == cfg.tmem_columns
+
+
 @pytest.mark.parametrize("name", sorted(CUTE_SM100_FORMS))
 def test_each_form_checks_clean_and_compiles_for_sm100a_with_the_plans_smem_and_tmem(name, tmp_path, monkeypatch):
     from specgen.compile import load_rendered

@@ -44,13 +44,14 @@ def catalogue_cute() -> list[str]:
     return list(catalogue_loaded())
 
 
-def render_cute(ls, tmp_path, prefix: str):
-    """The loaded spec's cute:sm90 module, rendered and imported."""
+def render_cute(ls, tmp_path, prefix: str, target: str = "cute:sm90"):
+    """The loaded spec's cute:sm90 (or cute:sm100) module, rendered and imported."""
     from specgen.compile import load_rendered
 
-    cute = [t for t in ls.spec.targets if str(t) == "cute:sm90"]
-    text = render_modules(ls, cute)[f"cute/{ls.name}.py"]
-    path = tmp_path / f"{ls.name}.py"
+    cute = [t for t in ls.spec.targets if str(t) == target]
+    rel = f"cute/{ls.name}{'_sm100' if target == 'cute:sm100' else ''}.py"
+    text = render_modules(ls, cute)[rel]
+    path = tmp_path / f"{ls.name}_{target.partition(':')[2]}.py"
     path.write_text(text)
     return load_rendered(path, f"{prefix}{ls.name}"), text
 
@@ -152,15 +153,18 @@ def test_catalogue_modules_carry_a_decode_variant_with_its_own_plan(name, tmp_pa
     assert meta["when"] == {"M": 64} and meta["tile"] == [64, 128, 128] and meta["smem_bytes"] == v.budget.total
 
 
-def test_the_launcher_picks_the_decode_variant_by_total_rows(tmp_path, monkeypatch):
+@pytest.mark.parametrize("target", ["cute:sm90", "cute:sm100"])
+def test_the_launcher_picks_the_decode_variant_by_total_rows(target, tmp_path, monkeypatch):
     """The launcher compares M, every group's rows (a's row count: the group sizes stay on the device, so no sync),
     with the variant's bound after the guards ran, and launches that config's compiled function: M <= 64 the
     decode variant whatever the groups hold, M = 65 the default. (The compiled function is replaced by a recorder:
-    the CPU box has no GPU; tests/gpu/test_grouped_cute_gpu.py runs both configs.)"""
+    the CPU box has no GPU; tests/gpu/test_grouped_cute_gpu.py runs both sm90 configs; no Blackwell GPU runs the
+    sm100 ones.)"""
     import torch
 
-    ls = load(spec("pick", targets=["cute:sm90"], tile={"m": 128, "n": 256, "k": 64}, variants=[DECODE]))
-    module, _ = render_cute(ls, tmp_path, "_specgen_test_cute_pick_")
+    decode = DECODE if target == "cute:sm90" else {k: v for k, v in DECODE.items() if k != "cute"}  # 1-CTA tcgen05
+    ls = load(spec("pick", targets=[target], tile={"m": 128, "n": 256, "k": 64}, variants=[decode]))
+    module, _ = render_cute(ls, tmp_path, f"_specgen_test_cute_pick_{target[-5:]}_", target)
     launched = []
 
     def entry(device, variant, cfg):
@@ -179,15 +183,13 @@ def test_the_launcher_picks_the_decode_variant_by_total_rows(tmp_path, monkeypat
     assert [cfg for v, cfg, _ in launched] == [module.VARIANT_CONFIGS[0]] * 3 + [module.CONFIG] * 2
 
 
-def test_cfg003_takes_cute_sm90_variants_and_still_refuses_one_config_designs():
-    """A size-selected variant on cute:sm90 (and on Mosaic GPU) is rendered (no CFG003); the CuTe sm100 grouped module
-    renders one config, so the same variant there is still refused, naming the designs that render them."""
+def test_cfg003_takes_variants_on_both_cute_designs_and_mosaic_gpu():
+    """A size-selected variant on cute:sm90, cute:sm100 (session 24) and Mosaic GPU is rendered: no CFG003 (the TPU
+    design's refusal: tests/grouped/test_kind.py)."""
     ls = load(spec("cfg3", a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"},
                    targets=["cute:sm90", "pallas:gpu_sm90", "cute:sm100"], tile={"m": 128, "n": 256, "k": 64},
-                   variants=[DECODE]))
-    refused = [d for d in check_all([ls]) if d.rule == "CFG003"]
-    assert [(d.target, d.severity) for d in refused] == [("cute:sm100", "error")]
-    assert "CuTe sm90 grouped" in refused[0].message and "has 1 (M <= 64)" in refused[0].message
+                   variants=[{"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 64}}]))
+    assert [d for d in check_all([ls]) if d.severity == "error"] == []
 
 
 @pytest.mark.parametrize(("variant", "rule", "words"), [

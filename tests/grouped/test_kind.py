@@ -183,13 +183,14 @@ def test_the_peer_computes_what_the_spec_means_on_the_cpu(s, name, tol):
 
 
 def test_size_variants_render_on_triton_and_are_refused_on_the_tpu():
-    """The Triton and CuTe sm90 designs' launchers (and the Mosaic GPU design's jitted call) pick a variant by M; the
-    TPU design renders one config a module (CFG003)."""
+    """The Triton and CuTe designs' launchers (and the Mosaic GPU design's jitted call) pick a variant by M; the TPU
+    design renders one config a module (CFG003)."""
     (ls,) = load(targets=["triton:sm90", "pallas:tpu_v5e"],
                  variants=[{"when": {"m_max": 16}, "tile": {"m": 16, "n": 32, "k": 16}, "triton": {"swap_ab": True}}])
     refused = [d for d in check_all([ls]) if d.rule == "CFG003"]
     assert [(d.target, d.severity) for d in refused] == [("pallas:tpu_v5e", "error")]
-    assert "rendered by the Triton grouped, CuTe sm90 grouped and Pallas Mosaic GPU grouped designs only" in refused[0].message
+    assert ("rendered by the Triton grouped, CuTe sm90 grouped, CuTe sm100 grouped and Pallas Mosaic GPU grouped designs "
+            "only") in refused[0].message
 
 
 def test_a_render_that_skipped_check_refuses_an_m_major_a():

@@ -63,7 +63,8 @@ STORE_BYTES = 16  # one predicated vector store of the epilogue: 16 bytes of a s
 
 
 class GroupedSm100Config(NamedTuple):
-    """The numbers of the module's one config (its `Config`)."""
+    """The numbers of one compiled config (the module's `Config`): the default's, or a size-selected variant's
+    with its index and bounds (`when`: the launcher compares them with M, every group's rows, N and K)."""
 
     tile_m: int
     tile_n: int
@@ -76,6 +77,22 @@ class GroupedSm100Config(NamedTuple):
     store_vector: int  # elements a thread stores at once (16 bytes)
     smem_bytes: int
     tmem_columns: int  # allocated (a power of two)
+    smem_breakdown: str = ""
+    index: int | None = None  # which variant (None: the default)
+    when: str = ""
+    bounds: tuple[tuple[str, int], ...] = ()
+
+
+def grouped_config(r: Resolved) -> GroupedSm100Config:
+    """The config a resolved (spec, target[, variant]) compiles to: each checked by every rule on its own
+    (SMEM001, TMEM001, MMA002, the CUTE10x widths)."""
+    spec: GroupedSpec = r.spec
+    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
+    return GroupedSm100Config(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, r.acc_stages, em, en,
+                              epilogue_stages(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total,  # type: ignore[arg-type]
+                              tmem_alloc_columns(r.tmem_columns, r.acc_stages), r.budget.breakdown(), r.variant,
+                              str(r.when) if r.when is not None else "",
+                              tuple(r.when.bounds().items()) if r.when is not None else ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +114,7 @@ class GroupedSm100Plan(GroupedHostOperands, ModuleHeader):
     tail_zero: bool
     threads: int
     config: GroupedSm100Config
+    variants: list[GroupedSm100Config]  # size-selected, in the launcher's order
     smem_breakdown: str
     epilogue: list[dict[str, object]]
     descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
@@ -117,6 +135,10 @@ class CuteSm100Grouped(GroupedDesign):
     shared_config = (("tile",), ("schedule",), ("groups",), ("epilogue",))
     # The struct is the dense kernel's (mbarriers, TMEM slot, A/B stages, epilogue subtiles; one CTA a tile:
     # GRP402), so its byte count is too.
+    # Size-selected variants (decode's few rows an expert): each its own compiled kernel, the launcher picking the
+    # first whose bounds hold by M (every group's rows), N and K; every config field is the variant's own (the
+    # kernel reads them all from its `Config` at trace time), the semantics (groups, epilogue) the kernel's.
+    renders_variants = True
     memory_of = CuteSm100Gemm.memory
     tmem_columns_of = CuteSm100Gemm.tmem_columns
     acc_stages_of = CuteSm100Gemm.acc_stages
@@ -166,11 +188,8 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedSm100Plan:
         raise ValueError(f"{spec.name}: the grouped CuTe sm100 kernel is ragged M with a K-major A (GRP001, GRP401)")
     if spec.cute.two_cta or spec.cluster.m * spec.cluster.n > 1:
         raise ValueError(f"{spec.name}: the grouped CuTe sm100 kernel runs one CTA a tile, no cluster (GRP402)")
-    em, en = epilogue_tile(spec)  # type: ignore[arg-type]
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
-    config = GroupedSm100Config(spec.tile.m, spec.tile.n, spec.tile.k, r.ab_stages, r.acc_stages, em, en,
-                                epilogue_stages(spec), STORE_BYTES // spec.out.dtype.bytes, r.budget.total,  # type: ignore[arg-type]
-                                tmem_alloc_columns(r.tmem_columns, r.acc_stages))
+    config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -187,14 +206,15 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedSm100Plan:
         out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
         args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major, b_major=spec.b.major, acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-        tail_zero=spec.groups.tail == "zero", threads=THREADS, config=config, smem_breakdown=r.budget.breakdown(),
+        tail_zero=spec.groups.tail == "zero", threads=THREADS, config=config, variants=variants,
+        smem_breakdown=r.budget.breakdown(),
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
     )
 
 
 def metadata(p: GroupedSm100Plan) -> dict[str, object]:
     """The module's one metadata dict: the grouped sm90 module's keys, with the plan the dense sm100 compile hook
-    reads (its SMEM, its TMEM columns and no variants)."""
+    reads (its SMEM and TMEM columns, and each variant's)."""
     c = p.config
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "kind": KIND,
@@ -202,9 +222,17 @@ def metadata(p: GroupedSm100Plan) -> dict[str, object]:
         "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "acc_stages": c.acc_stages,
                                         "smem_bytes": c.smem_bytes, "smem_breakdown": p.smem_breakdown,
                                         "tmem_columns": c.tmem_columns, "two_cta": False,
-                                        "arch_flag": p.arch_flag, "variants": []}},
+                                        "arch_flag": p.arch_flag,
+                                        "variants": [variant_metadata(v) for v in p.variants]}},
         "parameters": host_parameters(p),  # type: ignore[arg-type]
     }
+
+
+def variant_metadata(c: GroupedSm100Config) -> dict[str, object]:
+    """A variant as METADATA lists it (the dense sm100 design's keys: its bounds, tile, stages, SMEM, TMEM)."""
+    return {"when": dict(c.bounds), "tile": [c.tile_m, c.tile_n, c.tile_k], "cluster": [1, 1], "two_cta": False,
+            "ab_stages": c.ab_stages, "acc_stages": c.acc_stages, "smem_bytes": c.smem_bytes,
+            "tmem_columns": c.tmem_columns}
 
 
 DESIGN = CuteSm100Grouped()
