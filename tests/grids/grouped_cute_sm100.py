@@ -33,8 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cute_sm90 import dsl_version  # noqa: E402  (tests/grids is no package)
-from grouped_grid import ROOT, cli, common, drive, stages_near_fit, summary, write_record  # noqa: E402
+from grouped_grid import ROOT, cli, common, record_cute, stages_near_fit  # noqa: E402  (tests/grids is no package)
 
 TARGET = "cute:sm100"
 RECORD = ROOT / "tests" / "data" / "grid_grouped_cute_sm100.json"
@@ -88,13 +87,7 @@ def compile_case(spec: dict) -> dict:
 
 
 def main(n: int, seed: int, out: Path = RECORD) -> int:
-    specs = grid(n, seed)
-    work = out.with_suffix(".work.jsonl")
-    rows = drive(__file__, [str(n), str(seed), str(work)], specs, work,
-                 lambda message: {"verdict": "error", "error": message})
-    write_record(out, {"generator": f"tests/grids/grouped_cute_sm100.py {n} {seed}", "dsl": dsl_version(),
-                       "target": TARGET, "seed": seed}, rows)
-    return summary(out)
+    return record_cute(__file__, grid(n, seed), TARGET, n, seed, out)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,19 @@ def drive(script: str, args: list[str], specs: list[dict], work: Path, died: Cal
     return [have[s["name"]] for s in specs]
 
 
+def record_cute(script: str, specs: list[dict], target: str, n: int, seed: int, out: Path) -> int:
+    """A CuTe grid script's `main`: drive the workers over `specs`, write the record (its head names the DSL's
+    version, the target and the command that made it) and print its summary."""
+    from cute_sm90 import dsl_version
+
+    work = out.with_suffix(".work.jsonl")
+    rows = drive(script, [str(n), str(seed), str(work)], specs, work,
+                 lambda message: {"verdict": "error", "error": message})
+    write_record(out, {"generator": f"tests/grids/{Path(script).name} {n} {seed}", "dsl": dsl_version(),
+                       "target": target, "seed": seed}, rows)
+    return summary(out)
+
+
 def write_record(path: Path, head: dict, rows: list[dict]) -> None:
     """The record tests/grids/verdicts.py reads: a head (the compiler's version, the target, the generator) and
     one case a line."""
