@@ -7,7 +7,7 @@ from __future__ import annotations
 MODULE_NAMES: frozenset[str] = frozenset({
     "functools", "jax", "jnp", "lax", "pl", "plgpu", "_rt", "_gj", "_mg", "NAME", "WARPGROUPS", "TAIL_ZERO",
     "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_kernel", "_build", "_launch", "_call",
-    "_extents", "_DIRECT", "_direct", "_gt", "_mt", "min", "max", "bool",
+    "_extents", "_DIRECT", "_direct", "_gm", "_mt", "min", "max", "bool",
     "tuple",
 })
 
@@ -26,7 +26,7 @@ RESERVED: frozenset[str] = frozenset({
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
     "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
     # the torch entry's direct launch
-    "sb", "direct", "launch", "structs", "shape", "str",
+    "sb", "direct", "launch", "structs", "shape", "str", "from_offs", "grouped_metadata",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
