@@ -18,7 +18,7 @@ RULES = RuleSet()
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
-    render them say `renders_training` (the Triton design) or `renders_training_on` the target (the Pallas
+    render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
     design's TPU targets, a jax.custom_vjp; not Mosaic GPU); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
