@@ -42,12 +42,7 @@ from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
-from specgen.kinds.gemm.designs.cute_sm90.training import (
-    CuteTrainingPlan,
-    plan_cute_training,
-    training_metadata,
-    training_refusal,
-)
+from specgen.kinds.gemm.designs.cute_sm90 import training as trn
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -394,7 +389,7 @@ class CuteSm90Plan(CuteModulePlan):
     variants: list[CuteConfig]  # size-selected, in the launcher's order
     prefetch_vectors: bool  # vector operands gathered one subtile ahead (see prefetch_vectors)
     # the backward (spec: training; training.py in this package), None for a forward-only kernel
-    training: CuteTrainingPlan | None = None
+    training: trn.CuteTrainingPlan | None = None
 
     @property
     def any_pingpong(self) -> bool:
@@ -440,7 +435,7 @@ class CuteSm90Gemm(GemmDesign):
         return serves(info)
 
     def training_refusal(self, spec: GemmSpec) -> str:
-        return training_refusal(spec)
+        return trn.training_refusal(spec)
 
     def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
         """Ping-pong warpgroups each own a whole tile; cooperative ones share it."""
@@ -533,7 +528,7 @@ class CuteSm90Gemm(GemmDesign):
             config=config,
             variants=variants,
             prefetch_vectors=prefetch_vectors(spec, [config, *variants]),
-            training=plan_cute_training(spec, r, cute_config, lambda d: d.info.torch),
+            training=trn.plan_cute_training(spec, r, cute_config, lambda d: d.info.torch),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
@@ -580,7 +575,7 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
                                         "arch_flag": p.arch_flag,
                                         **({"split_k": p.config.split_k} if p.config.split_k > 1 else {}),
                                         "variants": [_variant_meta(v) for v in p.variants],
-                                        **({"training": training_metadata(p.training)} if p.training else {})}},
+                                        **({"training": trn.training_metadata(p.training)} if p.training else {})}},
         # the compiled host function's parameters: (name, kind) in call order
         "parameters": host_parameters(p),
     }
@@ -597,14 +592,8 @@ def _variant_meta(c: CuteConfig) -> dict[str, object]:
 def render_context(p: CuteSm90Plan) -> dict[str, object]:
     """The plan plus names the templates spell: argument order, the custom op's schema, and the
     cutlass spelling of each dtype (for the epilogue's cast op)."""
-    context = {"p": p, "metadata": metadata(p), **host_context(p)}
-    if p.training is not None:
-        # the backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and
-        # which gradients autograd needs (spec: training), as the Triton design's
-        args = (p.a, p.b, *p.args)
-        context["backward_schema"] = [["grad", "Tensor"], *([a.name, "Tensor"] for a in args), ["pre", "Tensor?"],
-                                      *([f"need_{a.name}", "bool"] for a in args)]
-    return context
+    training = {"backward_schema": trn.backward_schema([p.a, p.b, *p.args])} if p.training is not None else {}
+    return {"p": p, "metadata": metadata(p), **host_context(p), **training}
 
 
 DESIGN = CuteSm90Gemm()

@@ -136,3 +136,10 @@ def training_metadata(t: CuteTrainingPlan) -> dict[str, object]:
                "ab_stages": g.config.ab_stages, "smem_bytes": g.config.smem_bytes,  # type: ignore[attr-defined]
                "mma_warpgroups": g.config.mma_warpgroups, "transposed": g.transposed}  # type: ignore[attr-defined]
         for role, g in t.gemms.items()}}
+
+
+def backward_schema(args: list) -> list[list[str]]:
+    """The backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and which
+    gradients autograd needs (spec: training), as the Triton design's."""
+    return [["grad", "Tensor"], *([a.name, "Tensor"] for a in args), ["pre", "Tensor?"],
+            *([f"need_{a.name}", "bool"] for a in args)]
