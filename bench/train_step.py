@@ -2,7 +2,7 @@
 the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call once a round, rotating order,
 L2 flushed before each; all kernels of one call summed), with an A/A pair of eager for the noise.
 
-    python3 bench/train_step.py [--layer gelu|gated] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
+    python3 bench/train_step.py [--layer gelu|gelu_cute|gated] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
 
 --compile adds torch.compile (default mode) of the eager step's forward as a second peer.
 
@@ -12,7 +12,8 @@ mlp_up_swiglu_train_*): h = x @ w.T with w the (2N, K) gate_up weight, gate, up 
 (M x N), gradients of x and w: three GEMMs of 2 M 2N K flops; a third peer, `cublas_gemms`, runs those three GEMMs
 alone (torch.mm, eager's layouts) for the ceiling (eager's time over theirs), and the bytes each side keeps between
 forward and backward are measured (torch.cuda.memory_allocated after the forward, less the output). Also prints the
-bf16 gradients' distance from a float32 reference (eager's and ours).
+bf16 gradients' distance from a float32 reference (eager's and ours). --layer gelu_cute: the gelu layer on the CuTe sm90
+design (linear_gelu_train_cute_bf16, preact) beside eager and the Triton preact kernel.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="time torch.compile's step beside eager")
     ap.add_argument("--json", default="")
-    ap.add_argument("--layer", choices=("gelu", "gated"), default="gelu")
+    ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated"), default="gelu")
     args = ap.parse_args()
-    fn = measure_gated if args.layer == "gated" else measure
+    fn = {"gated": measure_gated, "gelu_cute": measure_cute}.get(args.layer, measure)
     reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
@@ -81,6 +82,47 @@ def measure(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
               "paired_ratio_peer_over": ratios, "kernels_us": {k: v["kernels"] for k, v in res.items()},
               "grad_rel_err_vs_f32 (dx, dw, dbias)": errors,
               "saved_bytes": {"preact": M * N * 2, "recompute": 0, "eager": M * N * 2}}
+    print(json.dumps(report, indent=1))
+    return report
+
+
+def measure_cute(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
+    """The gelu layer's step on the CuTe sm90 design (save = "preact") beside eager and the Triton preact kernel."""
+    from generated.cute.linear_gelu_train_cute_bf16 import linear_gelu_train_cute_bf16 as cute_preact
+    from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16 as triton_preact
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).bfloat16().requires_grad_()
+    bias = torch.randn(N, generator=gen, device="cuda").bfloat16().requires_grad_()
+    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+
+    def step(fn):
+        return lambda: torch.autograd.grad(fn(x, w, bias), (x, w, bias), grad)
+
+    def eager(x, w, bias):
+        return F.gelu(F.linear(x, w, bias), approximate="tanh")
+
+    calls = {"eager": step(eager), "eager_aa": step(eager), **({"compiled": step(torch.compile(eager))} if compiled else {}),
+             "specgen_cute_preact": step(lambda x, w, b: cute_preact(x, w.t(), b)),
+             "specgen_triton_preact": step(lambda x, w, b: triton_preact(x, w.t(), b))}
+    xr, wr, br = (t.detach().float().requires_grad_() for t in (x, w, bias))
+    want = torch.autograd.grad(F.gelu(F.linear(xr, wr, br), approximate="tanh"), (xr, wr, br), grad.float())
+    errors = {}
+    for name in ("eager", "specgen_cute_preact", "specgen_triton_preact"):
+        got = calls[name]()
+        errors[name] = [((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, want, strict=True)]
+    res = kernel_cycle(calls, rounds=rounds)
+    flops = 3 * 2 * M * N * K
+    med = {k: statistics.median(v["samples"]) for k, v in res.items()}
+    ratios = {peer: {k: statistics.median(e / s for e, s in zip(res[peer]["samples"], v["samples"], strict=True))
+                     for k, v in res.items()} for peer in ("eager", "compiled") if peer in res}
+    report = {"shape": [M, N, K], "rounds": rounds, "device": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": __import__("triton").__version__,
+              "cutlass_dsl": __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl"),
+              "median_us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
+              "paired_ratio_peer_over": ratios, "kernels_us": {k: v["kernels"] for k, v in res.items()},
+              "grad_rel_err_vs_f32 (dx, dw, dbias)": errors}
     print(json.dumps(report, indent=1))
     return report
 

@@ -436,14 +436,14 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("schedule", "split_k"))),
     ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
-    # TRN001: a training backward is the Triton design's and the Pallas design's on TPU (not Mosaic GPU)
-    ("TRN001", "cute:sm90", {}, None),
-    ("TRN001", "cute:sm90", {"training": {"save": "preact"}},
-     ("error", ["training: the CuTe sm90 design renders no backward for cute:sm90 (the Pallas TPU and Triton designs "
-                "do)"], ("training",))),
+    # TRN001: a training backward is the Triton, CuTe sm90 and Pallas TPU designs' (not Mosaic GPU, not CuTe sm100)
+    ("TRN001", "cute:sm100", {}, None),
+    ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
+     ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas TPU and "
+                "Triton designs do)"], ("training",))),
     ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}},
-     ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the Pallas TPU and Triton "
-                "designs do)"], ("training",))),
+     ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the CuTe sm90, Pallas TPU and "
+                "Triton designs do)"], ("training",))),
     # ... and a gated epilogue's backward is the Triton design's only (the Pallas TPU one renders the others)
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},

@@ -111,11 +111,18 @@ def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:
 
 
 def test_trn001_off_the_triton_design() -> None:
-    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm90"]))])
+    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm90", "cute:sm100"]))])
     trn = [d for d in report.diagnostics if d.rule == "TRN001"]
-    assert [d.target for d in trn] == ["cute:sm90"] and "renders no backward" in trn[0].message
-    # the CuTe target resolves no companions: no finding about a backward GEMM there
-    assert not [d for d in report.diagnostics if d.target == "cute:sm90" and d.variant.startswith("backward")]
+    assert [d.target for d in trn] == ["cute:sm100"] and "renders no backward" in trn[0].message
+    # the CuTe sm100 target resolves no companions: no finding about a backward GEMM there
+    assert not [d for d in report.diagnostics if d.target == "cute:sm100" and d.variant.startswith("backward")]
+
+
+def test_the_cute_sm90_backward_takes_16_bit_operands_with_an_output_of_their_dtype() -> None:
+    """TRN001 on cute:sm90 (designs/cute_sm90/training.py): an f32 output refused, naming the dtypes."""
+    report = check_specs([load(spec(targets=["cute:sm90"], out={"dtype": "f32"}))])
+    (trn,) = [d for d in report.diagnostics if d.rule == "TRN001"]
+    assert "out.dtype = f32" in trn.message and "f16 or bf16 operands" in trn.message
 
 
 @pytest.mark.parametrize("fn", list(ACTIVATIONS))

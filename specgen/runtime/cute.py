@@ -56,10 +56,12 @@ class CuteLauncher:
     the launch's cluster count; `ready` keeps both per device and config."""
 
     def __init__(self, name: str, source_file: str, arch: str, host_fn: Callable,
-                 fake_args: Callable[[int | None], tuple], variants: int = 0):
+                 fake_args: Callable[[int | None], tuple], variants: int = 0,
+                 configs: tuple[str, ...] | None = None):
         self.name, self.arch = name, arch
         self.host_fn, self.fake_args = host_fn, fake_args
-        self.configs: tuple[int | None, ...] = (None, *range(variants))  # every config, default first
+        # every config, default first; or named ones (a backward's roles: the host function's Constexpr `variant`)
+        self.configs: tuple[int | str | None, ...] = configs if configs is not None else (None, *range(variants))
         self._fns: dict[int | None, Any] = {}
         self._lock = threading.Lock()
         # (device, config) -> (the compiled function, the launch's cluster count): filled by `entry` on a
@@ -77,7 +79,7 @@ class CuteLauncher:
 
     @staticmethod
     def tag(variant: int | None) -> str:
-        return "default" if variant is None else f"variant{variant}"
+        return "default" if variant is None else variant if isinstance(variant, str) else f"variant{variant}"
 
     def symbol(self, variant: int | None = None) -> str:
         return f"specgen_{self.name}_{self.tag(variant)}"

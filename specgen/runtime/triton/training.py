@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from specgen.runtime.guards import INT32_SPAN, INTERPRET, refuse_interpreter_bf16
+from specgen.runtime.torch.training import backward_sizes, needs_grad, out_refused  # noqa: F401  (the modules call them as _tr.*)
 from specgen.runtime.triton.descriptors import descriptor
 
 _CAPABILITY: dict[int, int] = {}
@@ -139,32 +140,3 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
         grid = min(grid, sm_count(device))
     launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *c.stride(), *strides), bf16,
            X_T=xd[1], Y_T=yd[1], **stores)
-
-
-def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype,
-                   gated: bool = False) -> tuple[int, int, int]:
-    """(M, K, N) of a backward call, checking the output's gradient: a tensor of the output's dtype and shape on
-    A's device (autograd hands over such a one; a direct call of the backward op may not). With a gated epilogue
-    N is the output's columns, half of B's."""
-    M, K = a.shape
-    N = b.shape[1] // (2 if gated else 1)
-    if not isinstance(grad, torch.Tensor):
-        raise TypeError(f"{kernel}: the output's gradient must be a torch.Tensor, got {type(grad).__name__}")
-    if grad.dtype is not dtype:
-        raise TypeError(f"{kernel}: the output's gradient must have dtype {dtype} (the output's), got {grad.dtype}")
-    if tuple(grad.shape) != (M, N):
-        raise ValueError(f"{kernel}: the output's gradient must have shape {(M, N)} (the output's), got {tuple(grad.shape)}")
-    if grad.device != a.device:
-        raise ValueError(f"{kernel}: the output's gradient must be on {a.device} (where 'a' is), got {grad.device}")
-    return M, K, N
-
-
-def needs_grad(*tensors: object) -> bool:
-    """Whether grad mode is on and one of the arguments requires grad: the call then takes the differentiable op."""
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-
-
-def out_refused(kernel: str) -> TypeError:
-    """`out=` with inputs that require grad: autograd cannot record a write into a caller's tensor."""
-    return TypeError(f"{kernel}: out= is not supported when an argument requires grad (autograd records the op's own "
-                     "output); call it without out=, or under torch.no_grad()")

@@ -64,4 +64,17 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ['schedule.split_k = 2 with cute.schedule = "pingpong"'], ("schedule", "split_k"))),
     ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 2, "split_k_reduction": "atomic"}},
      ("warning", ['schedule.split_k_reduction = "atomic" is ignored on cute:sm90'], ("schedule", "split_k_reduction"))),
+    # TRN001 on the CuTe sm90 design: its backward (designs/cute_sm90/training.py) takes 16-bit operands and an
+    # output of their dtype (pre and G are stored in it), and no swap_ab or split-K forward
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "bias"}, {"op": "activation", "fn": "silu"}]},
+     None),
+    ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "out": {"dtype": "f32"}},
+     ("error", ["training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                "are stored in it); a.dtype = bf16, b.dtype = bf16, out.dtype = f32 (cute:sm90)"], ("training",))),
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "tile": tile(64, 64, 64),
+                             "cute": {"swap_ab": True, "mma_warpgroups": 1}},
+     ("error", ["training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true)"], ("training",))),
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["training with a gated epilogue (silu, halves): the CuTe sm90 design renders no gated backward for "
+                "cute:sm90 (the Triton design does)"], ("training",))),
 ]

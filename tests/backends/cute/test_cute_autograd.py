@@ -1,5 +1,6 @@
-"""The CuTe modules and autograd on this CPU machine (no backward yet; numerics run on the GPU:
-tests/gpu/test_autograd_gpu.py). The torch entry refuses a tensor that requires grad in grad mode before
+"""The CuTe modules and autograd on this CPU machine (forward-only kernels; a spec with a `training` section has a
+backward on cute:sm90, whose numerics run on the GPU: tests/gpu/test_training_cute_gpu.py). The torch entry of a
+forward-only kernel refuses a tensor that requires grad in grad mode before
 its device check (so on CPU tensors too), naming the op and the argument; its TVM-FFI fast path (`_lean`:
 the compiled function checks the rest, not requires_grad) declines such a call, and keeps a weight that
 requires grad under torch.no_grad(); the custom op's fake refuses it under torch.compile. The JAX entry
@@ -27,6 +28,8 @@ GENERATED = ROOT / "generated" / "cute"
 GROUPED = {ls.name for ls in load_paths([ROOT / "specs"]) if ls.spec.kind != "gemm"}
 NAMES = sorted(p.stem for p in GENERATED.glob("*.py")
                if p.stem != "__init__" and p.stem.removesuffix("_sm100") not in GROUPED)  # sm100 modules: <name>_sm100
+# kernels with a backward (spec: training): their torch entry takes grad (their JAX entry stays forward-only)
+TRAINING = {ls.name for ls in load_paths([ROOT / "specs"]) if getattr(ls.spec, "training", None) is not None}
 M, N, K = 64, 128, 64
 
 
@@ -55,7 +58,7 @@ def kernel(module) -> str:
     return module.METADATA["kernel"]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in TRAINING])
 def test_torch_entry_refuses_requires_grad(modules, name: str) -> None:
     """Each tensor argument in turn requires grad: refused, naming it, by the entry and the op's fake."""
     module = modules[name]

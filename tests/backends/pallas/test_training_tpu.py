@@ -252,8 +252,8 @@ def test_trn001_passes_the_tpu_targets_and_refuses_mosaic_gpu() -> None:
     diags = _trn001(["pallas:tpu_v5e", "pallas:tpu_v6e", "pallas:gpu_sm90"])
     trn = [d for d in diags if d.rule == "TRN001"]
     assert [d.target for d in trn] == ["pallas:gpu_sm90"]
-    assert trn[0].message == ("training: the Pallas design renders no backward for pallas:gpu_sm90 (the Pallas TPU "
-                              "and Triton designs do)")
+    assert trn[0].message == ("training: the Pallas design renders no backward for pallas:gpu_sm90 (the CuTe sm90, "
+                              "Pallas TPU and Triton designs do)")
     # the TPU targets resolve the backward's GEMMs (checked like the forward); Mosaic GPU resolves none
     assert not [d for d in diags if d.target == "pallas:gpu_sm90" and d.variant.startswith("backward")]
     assert not [d for d in diags if d.severity == "error" and d.target.startswith("pallas:tpu")]

@@ -63,8 +63,16 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
     smem = [plan["smem_bytes"]] + [v["smem_bytes"] for v in plan.get("variants", [])]
-    return [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
+    rows = [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
             for variant, plan_smem in zip(launcher.configs, smem, strict=True)]
+    training = plan.get("training")
+    if training:  # the backward's GEMMs (`<kernel>[dgrad]`), each beside its plan SMEM, then its columns kernel (no SMEM)
+        train = module._train_launcher
+        rows += [compile_config(train, meta["kernel"], role, target, training["kernels"][role]["smem_bytes"], sass, fill_cache)
+                 for role in train.configs]
+        cols = getattr(module, "_cols_launcher", None)
+        rows += [compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache) for v in (cols.configs if cols else ())]
+    return rows
 
 
 def compile_config(launcher, name: str, variant: int | None, target: TargetInfo, plan_smem: int, sass: bool,
@@ -74,7 +82,7 @@ def compile_config(launcher, name: str, variant: int | None, target: TargetInfo,
     counts of `ops` and the cubin's resources, plus what `more(compiled)` reads (the sm100 design: TMEM
     columns from the PTX `keep` keeps); the disk cache filled on the way. Its registers and spills are
     always read off the cubin: a config that spills is reported failed (and not cached)."""
-    label = name if variant is None else f"{name}[variant {variant}]"
+    label = name if variant is None else f"{name}[{variant}]" if isinstance(variant, str) else f"{name}[variant {variant}]"
     start, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="specgen-cute-") as dump:
         try:

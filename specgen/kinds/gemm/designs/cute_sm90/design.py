@@ -42,6 +42,7 @@ from specgen.design import DesignBase, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.designs.cute_sm90 import training as trn
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -387,6 +388,8 @@ class CuteSm90Plan(CuteModulePlan):
     config: CuteConfig  # the default config
     variants: list[CuteConfig]  # size-selected, in the launcher's order
     prefetch_vectors: bool  # vector operands gathered one subtile ahead (see prefetch_vectors)
+    # the backward (spec: training; training.py in this package), None for a forward-only kernel
+    training: trn.CuteTrainingPlan | None = None
 
     @property
     def any_pingpong(self) -> bool:
@@ -425,9 +428,14 @@ class CuteSm90Gemm(GemmDesign):
     # schedule.split_k: the K splits of a tile run as a cluster's third dim and meet in split 0's SMEM
     # (no workspace, no counters: the JAX and C entries launch it as the torch one does)
     renders_split_k = True
+    # a `training` backward (training.py in this package): its GEMMs are this kernel with the role's config
+    renders_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
+
+    def training_refusal(self, spec: GemmSpec) -> str:
+        return trn.training_refusal(spec)
 
     def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:
         """Ping-pong warpgroups each own a whole tile; cooperative ones share it."""
@@ -520,6 +528,7 @@ class CuteSm90Gemm(GemmDesign):
             config=config,
             variants=variants,
             prefetch_vectors=prefetch_vectors(spec, [config, *variants]),
+            training=trn.plan_cute_training(spec, r, cute_config, lambda d: d.info.torch),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
@@ -565,7 +574,8 @@ def metadata(p: CuteSm90Plan) -> dict[str, object]:
                                         "mma_warpgroups": p.mma_warpgroups, "pingpong": p.config.pingpong,
                                         "arch_flag": p.arch_flag,
                                         **({"split_k": p.config.split_k} if p.config.split_k > 1 else {}),
-                                        "variants": [_variant_meta(v) for v in p.variants]}},
+                                        "variants": [_variant_meta(v) for v in p.variants],
+                                        **({"training": trn.training_metadata(p.training)} if p.training else {})}},
         # the compiled host function's parameters: (name, kind) in call order
         "parameters": host_parameters(p),
     }
@@ -582,7 +592,8 @@ def _variant_meta(c: CuteConfig) -> dict[str, object]:
 def render_context(p: CuteSm90Plan) -> dict[str, object]:
     """The plan plus names the templates spell: argument order, the custom op's schema, and the
     cutlass spelling of each dtype (for the epilogue's cast op)."""
-    return {"p": p, "metadata": metadata(p), **host_context(p)}
+    training = {"backward_schema": trn.backward_schema([p.a, p.b, *p.args])} if p.training is not None else {}
+    return {"p": p, "metadata": metadata(p), **host_context(p), **training}
 
 
 DESIGN = CuteSm90Gemm()

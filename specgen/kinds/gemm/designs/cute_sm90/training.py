@@ -1,0 +1,145 @@
+"""The CuTe sm90 design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the plan of the
+kernels templates/gemm/cute/training.jinja renders into the CuTe module, behind `torch.library.register_autograd`
+on its torch op.
+
+Every backward GEMM is this design's own kernel (templates/gemm/cute/gemm_sm90.py.jinja: TMA loads, wgmma,
+the persistent schedule, the epilogue through SMEM and TMA stores) traced with the role's `Config` row: the
+companion's tile, stages and warpgroups as check resolved them, the role's operand majors (wgmma reads K- or
+MN-major 16-bit operands from SMEM, so the transposed operands of dgrad and wgrad are read as they are stored)
+and the role's epilogue: `forward_pre` stores pre = acc + bias beside out = act(pre) (predicated element stores
+of this thread's fragment, as a residual is read), `recompute` reads dOut as a matrix operand and stores
+G = dOut * act'(acc + bias), dgrad and wgrad store the plain product. Each gradient comes back in its operand's
+stored layout: where that is the transpose of the logical gradient (dA of an mn-major A, dB of a K-major B, the
+nn.Linear weight) the kernel computes the transposed product (dA^T = B G^T, dB^T = G^T A) with the companion's
+tile, as the Pallas TPU plan orients its GEMMs (designs/pallas/training.py). G's columns (G from dOut and the
+saved pre, and the bias gradient) are one small SIMT CuTe kernel (`grad_cols`), its row bands' f32 sums added
+in band order by a second kernel: no atomics, the same bits every run.
+
+The companions are resolved and ruled as GEMMs of their own (SMEM001 on "backward dgrad"); the transposed
+orientation has the same stage bytes (tile.m x tile.k + tile.n x tile.k of one dtype), epilogue subtile and
+accumulator registers as the companion it orients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.training import activation_fn
+from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
+
+# What this design's backward covers beyond the shared section's checks (TRN001 says so elsewhere): 16-bit operands
+# of one dtype (wgmma's MN-major operands are 16-bit only) and an output of that dtype (pre and G are stored in it).
+CUTE_TRAINING_DTYPES = (DType.f16, DType.bf16)
+FLIP = {"k": "mn", "mn": "k"}
+
+
+@dataclass(frozen=True)
+class CuteBackwardGemm:
+    """One backward GEMM: C (P, Q) = X (P, R) @ Y (R, Q), run by the module's kernel with `config`."""
+
+    role: str  # forward_pre, recompute, dgrad, wgrad
+    x: str  # what the backward passes as the kernel's A: "a", "b", "g", their transposes "a.t()", ...
+    y: str
+    a_major: str  # X's major in the kernel's terms ("k": R contiguous)
+    b_major: str  # Y's major ("k": R contiguous; Y is B's (K, N))
+    transposed: bool  # C is the transpose of the logical gradient (its operand's stored layout)
+    config: object  # design.CuteConfig: the companion's resolved tile, stages, warpgroups, SMEM
+
+
+@dataclass(frozen=True)
+class CuteTrainingPlan:
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    act_op: dict[str, object]  # the activation op (its params, for the formula macros); {} without one
+    bias: str  # the bias argument's name ("" without one)
+    bias_torch: str
+    operand_torch: str  # A's, B's and out's torch dtype (G and pre are stored in it)
+    out_torch: str
+    gemms: dict[str, CuteBackwardGemm]  # by role
+    gated: str = ""  # no gated backward here (TRN001); the shared autograd macro reads it
+
+    @property
+    def stores_pre(self) -> bool:
+        return bool(self.act) and self.save == "preact"
+
+    @property
+    def recomputes(self) -> bool:
+        return bool(self.act) and self.save == "recompute"
+
+    @property
+    def kernels(self) -> list[str]:
+        """The backward's kernels, as the module docstring lists them."""
+        return [*self.gemms, *(["grad_cols"] if self.stores_pre or self.bias else [])]
+
+
+def training_refusal(spec: object) -> str:
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm90."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a not in CUTE_TRAINING_DTYPES or out != a:
+        return (f"training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                f"are stored in it); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
+    if spec.cute.swap_ab:  # type: ignore[attr-defined]
+        return "training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true); drop it or `training`"
+    if spec.schedule.split_k > 1:  # type: ignore[attr-defined]
+        return (f"training: the CuTe sm90 backward has no split-K forward (schedule.split_k = "
+                f"{spec.schedule.split_k}); drop it or `training`")  # type: ignore[attr-defined]
+    return ""
+
+
+def oriented(role: str, spec: object) -> tuple[str, str, str, str, bool]:
+    """(X, Y, X's major, Y's major, transposed) of the role's GEMM in the orientation its output's stored layout
+    takes (the same choice as the Pallas TPU plan's `oriented`)."""
+    a, b = spec.a.major, spec.b.major  # type: ignore[attr-defined]
+    if role in ("forward_pre", "recompute"):  # pre (M, N) = A (M, K) @ B (K, N), as the forward
+        return "a", "b", a, b, False
+    if role == "dgrad":
+        if a == "k":  # dA (M, K) = G (M, N) @ B^T (N, K)
+            return "g", "b.t()", "k", FLIP[b], False
+        return "b", "g.t()", FLIP[b], "k", True  # dA^T (K, M) = B (K, N) @ G^T (N, M)
+    if b == "mn":  # dB (K, N) = A^T (K, M) @ G (M, N)
+        return "a.t()", "g", FLIP[a], "mn", False
+    return "g.t()", "a", "mn", FLIP[a], True  # dB^T (N, K) = G^T (N, M) @ A (M, K)
+
+
+def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> CuteTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the module's target (None without `training`)."""
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    why = training_refusal(spec)
+    if gated_op(spec.epilogue) is not None or why:  # type: ignore[attr-defined]
+        # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
+        raise ValueError(f"{spec.name}: {why or 'the CuTe sm90 backward has no gated epilogue'} (TRN001)")  # type: ignore[attr-defined]
+    gemms = {}
+    for c in r.companions:
+        x, y, am, bm, transposed = oriented(c.companion, spec)
+        # the forward's persistent schedule (the companion resets the schedule to its group_m; SMEM is the same)
+        cfg = dataclasses.replace(cute_config(c), index=None, when="", bounds=[], persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
+        gemms[c.companion] = CuteBackwardGemm(c.companion, x, y, am, bm, transposed, cfg)
+    act = activation_fn(spec.epilogue)  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    return CuteTrainingPlan(save=t.save, act=act, act_op=act_op, bias=bias.name if bias is not None else "",
+                            bias_torch=torch_name(bias.dtype) if bias is not None else "",
+                            operand_torch=torch_name(spec.a.dtype), out_torch=torch_name(spec.out.dtype),  # type: ignore[attr-defined]
+                            gemms=gemms)
+
+
+def training_metadata(t: CuteTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry: what the forward saves and each backward GEMM's config (the compile hook
+    reads each one's SMEM)."""
+    return {"save": t.save, "kernels": {
+        role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "x": g.x, "y": g.y,  # type: ignore[attr-defined]
+               "ab_stages": g.config.ab_stages, "smem_bytes": g.config.smem_bytes,  # type: ignore[attr-defined]
+               "mma_warpgroups": g.config.mma_warpgroups, "transposed": g.transposed}  # type: ignore[attr-defined]
+        for role, g in t.gemms.items()}}
+
+
+def backward_schema(args: list) -> list[list[str]]:
+    """The backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and which
+    gradients autograd needs (spec: training), as the Triton design's."""
+    return [["grad", "Tensor"], *([a.name, "Tensor"] for a in args), ["pre", "Tensor?"],
+            *([f"need_{a.name}", "bool"] for a in args)]

@@ -1,0 +1,59 @@
+"""What every generated module's backward (a spec's `training` section) calls at run time, whichever design renders
+its kernels: the checks of what autograd hands it, the choice of the differentiable op, and (for designs whose
+kernels read through TMA only, CuTe) operands and outputs laid out as TMA takes them. Imports torch only."""
+
+from __future__ import annotations
+
+import torch
+
+from specgen.runtime.guards import ALIGN, _needs_copy, aligned_copy
+
+
+def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype,
+                   gated: bool = False) -> tuple[int, int, int]:
+    """(M, K, N) of a backward call, checking the output's gradient: a tensor of the output's dtype and shape on
+    A's device (autograd hands over such a one; a direct call of the backward op may not). With a gated epilogue
+    N is the output's columns, half of B's."""
+    M, K = a.shape
+    N = b.shape[1] // (2 if gated else 1)
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"{kernel}: the output's gradient must be a torch.Tensor, got {type(grad).__name__}")
+    if grad.dtype is not dtype:
+        raise TypeError(f"{kernel}: the output's gradient must have dtype {dtype} (the output's), got {grad.dtype}")
+    if tuple(grad.shape) != (M, N):
+        raise ValueError(f"{kernel}: the output's gradient must have shape {(M, N)} (the output's), got {tuple(grad.shape)}")
+    if grad.device != a.device:
+        raise ValueError(f"{kernel}: the output's gradient must be on {a.device} (where 'a' is), got {grad.device}")
+    return M, K, N
+
+
+def needs_grad(*tensors: object) -> bool:
+    """Whether grad mode is on and one of the arguments requires grad: the call then takes the differentiable op."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def out_refused(kernel: str) -> TypeError:
+    """`out=` with inputs that require grad: autograd cannot record a write into a caller's tensor."""
+    return TypeError(f"{kernel}: out= is not supported when an argument requires grad (autograd records the op's own "
+                     "output); call it without out=, or under torch.no_grad()")
+
+
+def tma_ready(t: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
+    """A (rows, cols) matrix as a TMA kernel compiled for stride 1 along `contiguous_dim` reads it: in place where
+    it is laid out so (16-byte base and leading stride), else one aligned copy (a saved input viewed with an odd
+    pitch, autograd's expanded gradient of a sum)."""
+    if t.numel() and (t.stride(contiguous_dim) != 1 or _needs_copy(t, contiguous_dim, True)):
+        return aligned_copy(t, contiguous_dim)
+    return t
+
+
+def tma_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialized row-major (rows, cols) matrix a TMA store can write: its row pitch padded to 16 bytes."""
+    per = max(1, ALIGN // torch.empty((), dtype=dtype).element_size())
+    return torch.empty((rows, -(-max(cols, 1) // per) * per), dtype=dtype, device=device)[:, :cols]
+
+
+def writable(dst: torch.Tensor) -> bool:
+    """Whether a TMA store of a row-major matrix can write `dst` in place (else the kernel writes a padded buffer
+    and it is copied into `dst`)."""
+    return dst.stride(-1) == 1 and not _needs_copy(dst, 1, True)

@@ -1,0 +1,90 @@
+"""The CuTe sm90 backward's plan and rendering on this CPU machine (no compile: tests/backends/cute/test_cute_compile.py
+compiles the catalogue kernel's backward GEMMs and columns kernel for sm_90a; numerics run on the GPU:
+tests/gpu/test_training_cute_gpu.py): each role's orientation (the gradient in its operand's stored layout), the
+configs the module bakes (the companions' tile and SMEM, the forward's persistent schedule), the kernels each save
+mode renders, and a render that skipped check refusing what TRN001 refuses."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from kernels import MINIMAL_SPEC
+
+from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
+from specgen.render.catalogue import render_modules
+from specgen.resolve import resolve
+from specgen.spec.load import load_text
+from specgen.spec.models import parse_target
+
+TARGET = parse_target("cute:sm90")
+
+
+def loaded(save: str = "preact", act: str = "gelu_tanh", bias: bool = True, a: str = "k", b: str = "k", **more):
+    d = copy.deepcopy(MINIMAL_SPEC)
+    d.update({"a": {"dtype": "bf16", "major": a}, "b": {"dtype": "bf16", "major": b}, "targets": ["cute:sm90"],
+              "epilogue": ([{"op": "bias"}] if bias else []) + ([{"op": "activation", "fn": act}] if act else []),
+              "training": {"save": save, "dgrad": {"tile": {"m": 128, "n": 64, "k": 64}}},
+              "schedule": {"persistent": True}, **more})
+    (ls,) = load_text(json.dumps({"kernels": [d]}), "<test>", ".json")
+    return ls
+
+
+def plan(ls):
+    return DESIGN.plan(ls, [TARGET], {"cute:sm90": resolve(ls.spec, TARGET)}).training
+
+
+@pytest.mark.parametrize(("a", "b", "dgrad", "wgrad"), [
+    # (X, Y, X's major, Y's major, transposed) of dgrad and wgrad
+    ("k", "k", ("g", "b.t()", "k", "mn", False), ("g.t()", "a", "mn", "mn", True)),  # nn.Linear: x, w.t()
+    ("k", "mn", ("g", "b.t()", "k", "k", False), ("a.t()", "g", "mn", "mn", False)),
+    ("mn", "k", ("b", "g.t()", "mn", "k", True), ("g.t()", "a", "mn", "k", True)),
+    ("mn", "mn", ("b", "g.t()", "k", "k", True), ("a.t()", "g", "k", "mn", False)),
+])
+def test_each_gradient_comes_back_in_its_operands_layout(a: str, b: str, dgrad: tuple, wgrad: tuple) -> None:
+    t = plan(loaded(a=a, b=b))
+    for role, want in (("dgrad", dgrad), ("wgrad", wgrad)):
+        g = t.gemms[role]
+        assert (g.x, g.y, g.a_major, g.b_major, g.transposed) == want, role
+    assert (t.gemms["forward_pre"].a_major, t.gemms["forward_pre"].b_major) == (a, b)
+
+
+def test_the_configs_are_the_companions_with_the_forwards_schedule() -> None:
+    ls = loaded()
+    r = resolve(ls.spec, TARGET)
+    t = plan(ls)
+    by_role = {c.companion: c for c in r.companions}
+    assert list(t.gemms) == ["forward_pre", "dgrad", "wgrad"]
+    for role, g in t.gemms.items():
+        c = by_role[role]
+        assert (g.config.tile_m, g.config.tile_n, g.config.tile_k) == (c.spec.tile.m, c.spec.tile.n, c.spec.tile.k)
+        assert g.config.smem_bytes == c.budget.total and g.config.ab_stages == c.ab_stages
+        assert g.config.persistent and g.config.index is None
+    assert (t.gemms["dgrad"].config.tile_m, t.gemms["dgrad"].config.tile_n) == (128, 64)  # training.dgrad.tile
+
+
+@pytest.mark.parametrize(("save", "act", "bias", "roles", "cols"), [
+    ("preact", "silu", True, ["forward_pre", "dgrad", "wgrad"], ("grad_cols", "grad_cols_bands")),
+    ("recompute", "relu", True, ["recompute", "dgrad", "wgrad"], ("grad_cols_sum", "grad_cols_bands")),
+    ("recompute", "sigmoid", False, ["recompute", "dgrad", "wgrad"], ()),
+    ("preact", "", True, ["dgrad", "wgrad"], ("grad_cols_sum", "grad_cols_bands")),  # no activation: G = dOut
+    ("preact", "", False, ["dgrad", "wgrad"], ()),
+])
+def test_each_mode_renders_its_kernels(save: str, act: str, bias: bool, roles: list, cols: tuple) -> None:
+    ls = loaded(save, act, bias)
+    ((_, text),) = render_modules(ls, [TARGET]).items()
+    compile(text, "<rendered>", "exec")
+    assert list(plan(ls).gemms) == roles
+    configs = text[text.index("TRAIN_CONFIGS = {"):text.index("\n}\n", text.index("TRAIN_CONFIGS = {"))]
+    assert [line.split('"')[1] for line in configs.splitlines() if line.startswith('    "')] == roles
+    assert ("_cols_launcher = " in text) == bool(cols)
+    if cols:
+        assert f"configs=({', '.join(json.dumps(c) for c in cols)}{',' if len(cols) == 1 else ''}))" in text
+    assert "register_backward(" in text and ("_train_op = " in text) == (save == "preact" and bool(act))
+
+
+def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
+    ls = loaded(out={"dtype": "f32"})
+    with pytest.raises(ValueError, match="TRN001"):
+        plan(ls)
