@@ -48,6 +48,7 @@ from specgen.kinds.gemm.spec import GemmSpec
 from specgen.memo import per_spec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.formulas import FORMULAS
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
@@ -370,14 +371,20 @@ class PallasGemmDesign(GemmDesign):
         lay = mgpu_layout(spec)
         # The A buffer (all stages), the B buffer and the output's slots are each padded to whole KiB
         # (MGPU_SMEM_ALIGNMENT; measured 512 B over the unpadded sum for a 3-stage 128x48x16 bf16 tile).
+        # A gated epilogue (the grouped kernel's) loads a gate and an up tile a step, each tile.k x tile.n, as two
+        # inputs of the pipeline: a B buffer each (each padded to whole KiB), one full/empty barrier pair a step
+        # for all inputs (jax `pallas/mosaic_gpu/pipeline.py`: one barrier with an arrival per input).
+        b_buffers = 2 if gated_op(spec.epilogue) is not None else 1
         a_tile, b_tile = t.m * t.k * spec.a.dtype.bytes, t.k * t.n * spec.b.dtype.bytes
         out_tiles = MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes
-        pad = sum(-n % MGPU_SMEM_ALIGNMENT for n in (a_tile * ab_stages, b_tile * ab_stages, out_tiles))
+        pad = (-(a_tile * ab_stages) % MGPU_SMEM_ALIGNMENT + b_buffers * (-(b_tile * ab_stages) % MGPU_SMEM_ALIGNMENT)
+               + -out_tiles % MGPU_SMEM_ALIGNMENT)
         barriers = lay.residual_barriers * MGPU_BARRIER_BYTES
         label = ("KiB alignment" if not barriers else "residual barriers" if not pad
                  else f"residual barriers {barriers} + KiB alignment {pad} =")
-        return MemoryBudget("SMEM", gpu.smem_per_block, 0, a_tile + b_tile + 2 * MGPU_BARRIER_BYTES, ab_stages,
-                            out_tiles, epilogue_overlaps_ab=False, extra_bytes=barriers + pad, extra_label=label)
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, a_tile + b_buffers * b_tile + 2 * MGPU_BARRIER_BYTES,
+                            ab_stages, out_tiles, epilogue_overlaps_ab=False, extra_bytes=barriers + pad,
+                            extra_label=label)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output

@@ -235,7 +235,7 @@ def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("PAL009", "Mosaic GPU epilogue ops", MOSAIC_GPU)
 def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
     """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
-    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    the erf form of GELU (an activation, or a gated op's fn: GeGLU's erf form), for which layout inference has no rule ("No layout inference rule defined for
     math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
     chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
     direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
@@ -244,8 +244,8 @@ def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
     that refusal is the installed jax's to settle. The erf GELU still fails there (tests/gpu's xfail)."""
     chain = ctx.spec.epilogue
     for i, op in enumerate(chain):
-        if op.op == "activation" and op.fn == "gelu":
-            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+        if op.op in ("activation", "gated") and op.fn == "gelu":  # a gated op's fn: the same formula on gate
+            yield Finding("PAL009", "error", f"{op.op} gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
                           "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
     last = next((i for i in range(len(chain) - 1, -1, -1)
                  if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
