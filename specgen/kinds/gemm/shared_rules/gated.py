@@ -22,7 +22,8 @@ def gated_design(ctx: RuleContext) -> Iterator[Finding]:
     """A `gated` op (specgen/spec/epilogue.py) reads B with 2N columns and keeps gate and up accumulators: a
     design's kernel must load the doubled B tile, split the accumulator and apply fn(gate) * up before the rest
     of the chain, and its launcher must take B (K, 2N). Designs that do say `renders_gated` (the Triton designs
-    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301); any other would read N columns of B as if there were no gate, so the spec is refused for
+    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301; the grouped Mosaic GPU design: its
+    MGP003 and PAL009); any other would read N columns of B as if there were no gate, so the spec is refused for
     that target rather than rendered wrong."""
     op = gated_op(ctx.spec.epilogue)
     if op is not None and not ctx.design.renders_gated:
