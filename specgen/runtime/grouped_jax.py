@@ -24,14 +24,6 @@ def group_index(fn: str, name: str, x: Any, groups: int, what: str) -> jax.Array
     return x
 
 
-def halved(fn: str, what: str, value: int, symbol: str) -> int:
-    """Half of a gated B's extent (2N columns: gate and up), refusing an odd one (runtime/guards.py's, torch-free)."""
-    if value % 2:
-        raise ValueError(f"{fn}: {what} = {value} must be even: the gated epilogue reads gate and up columns, "
-                         f"2{symbol} of them for {symbol} outputs (a (G, K, 2N) weight)")
-    return value // 2
-
-
 def group_rows(fn: str, name: str, x: Any, dtype: Any, groups: int, n: int) -> jax.Array:
     """An operand indexed by group, (G, N) (row g serves group g), returned as (G, 1, N): its BlockSpec takes one
     group's (1, block_n) row, whose last two dims are then a full dim and a lane-aligned block."""

@@ -280,7 +280,7 @@ def _launch(a, b, offs, out=None, config: Config | None = None) -> jax.Array:
     g = b_shape[0]
     n2 = b_shape[1]
     _rt.expect_shape(NAME, "b", b_shape, (g, n2, k), "(G, 2N, K) bf16, stored k-major: one weight per group, column 2j gate j, 2j + 1 up j")
-    n = _gj.halved(NAME, "b.shape[1]", n2, "N")  # gate and up columns
+    n = _rt.halved(NAME, "b.shape[1]", n2, "N")  # gate and up columns
     offs = _gj.group_index(NAME, "offs", offs, g, "cumulative ends")
     if out is not None:
         _gj.output(NAME, out, jnp.bfloat16, (m, n))

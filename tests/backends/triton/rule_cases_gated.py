@@ -13,17 +13,16 @@ GEGLU_IL = {"op": "gated", "fn": "gelu", "layout": "interleaved"}
 GATED = {"epilogue": [SWIGLU]}
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # EPI001: only the Triton designs (dense and grouped) and the grouped CuTe sm90 and Mosaic GPU designs render a
-    # gated epilogue
+    # EPI001: only the Triton designs (dense and grouped), the grouped CuTe sm90 design and the Mosaic GPU kernels
+    # (dense and grouped) render a gated epilogue
     ("EPI001", "cute:sm90", {"epilogue": [{"op": "activation", "fn": "silu"}]}, None),
     ("EPI001", "cute:sm90", GATED,
      ("error", ["epilogue[0] is gated (silu, halves): the CuTe sm90 design renders no gated epilogue",
-                "(the Triton design does)"], ("epilogue",))),
+                "(the Pallas Mosaic GPU and Triton designs do)"], ("epilogue",))),
     ("EPI001", "cute:sm90", {**G, **GATED}, None),  # the grouped CuTe sm90 design renders it (limits: GRP301)
     ("EPI001", "cute:sm100", {"epilogue": [GEGLU_IL]},
      ("error", ["gated (gelu, interleaved): the CuTe sm100 design"], ("epilogue",))),
-    ("EPI001", "pallas:gpu_sm90", GATED, ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
-    ("EPI001", "pallas:gpu_sm90", {**G, **GATED}, None),  # the grouped Mosaic GPU design renders it (limits: MGP003)
+    # (pallas:gpu_sm90: both kinds' Mosaic GPU kernels render it, EPI001 no longer applies there; limits PAL012, MGP003)
     ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), **GATED},
      ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
     ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512)}, None),
