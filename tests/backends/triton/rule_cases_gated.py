@@ -52,6 +52,10 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "pallas:gpu_sm90", {**G, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}}, None),
     ("SMEM001", "pallas:gpu_sm90", {**G, **GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 278608 B of SMEM > 232448 B", "A/B 5 x 49168 = 245840"], ("pipeline", "ab_stages"))),
+    # ... and the dense Mosaic GPU kernel's (the same figure: the dense memory model serves both kinds)
+    ("SMEM001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 278608 B of SMEM > 232448 B", "A/B 5 x 49168 = 245840"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 4}}, None),
     # REG001 counts gate and up accumulators: 128x128 f32 over 4 warps is 128 registers a thread, gated 256
     ("REG001", "triton:sm90", {"tile": tile(128, 128, 64), "triton": {"num_warps": 4}}, None),
     ("REG001", "triton:sm90", {**GATED, "tile": tile(128, 128, 64), "triton": {"num_warps": 4}},
@@ -60,6 +64,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["accumulator needs 256 registers per thread (128 threads)"], ("triton", "num_warps"))),
     # on the grouped Mosaic GPU kernel two warpgroups split tile.n: 128x256 is 128 registers a thread, gated 256
     ("REG001", "pallas:gpu_sm90", {**G, "tile": tile(128, 256, 64)}, None),
+    ("REG001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 256, 64)},
+     ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),
     ("REG001", "pallas:gpu_sm90", {**G, **GATED, "tile": tile(128, 256, 64)},
      ("error", ["accumulator needs 256 registers per thread (256 threads) > 255"], ("tile",))),
 ]
