@@ -22,9 +22,16 @@ and checked on its own. `<name>_torch` launches the compiled kernel directly on 
 TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by torch ops
 (runtime/grouped.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
 
+A gated epilogue (SwiGLU, GeGLU-tanh; `renders_gated`): B (G, K, 2N) as stored is reshaped, without a copy, to a
+view with a gate / up axis ((G, 2, N, K) halves, (G, N, 2, K) interleaved, K-major; (G, K, 2, N) halves, N-major),
+and each K step loads a gate and an up tile through it, two inputs of the pipeline; each consumer warpgroup keeps a
+gate and an up accumulator and the epilogue forms fn(gate) * up before the rest of the chain. MGP003 refuses an
+interleaved N-major B (no TMA view holds its gate columns) and fp8 operands with it; PAL009 the erf GELU.
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
-slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
-allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py). Imports jax-free code only.
+slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
+staging slots take unchanged; lowering for CUDA allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py).
+Imports jax-free code only.
 """
 
 from __future__ import annotations
