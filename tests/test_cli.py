@@ -175,8 +175,10 @@ def test_notes_for_a_spec_that_lists_too_few_targets(tmp_path):
 # spills 40 bytes on sm_100 with triton 3.6.0 (torch 2.11's), and 128x128 costs sm_90 ~13% (bench on an H100,
 # 2026-11-27: 0.90-0.93x eager where 128x256 is 1.03-1.07x; bench/results/2026-11-27-h100-s17-bench-bias-gelu-tile.json).
 # specs/training.toml's two kernels run that forward too (its comment says so).
+# mlp_up_swiglu_bf16 on pallas:gpu_sm90: the dense Mosaic GPU kernel renders its gated epilogue since session 24
+# (forms checked on an H100), but this module's tiles were never timed there (its comment says so).
 OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "triton:sm100"),
-           ("linear_gelu_train_recompute_bf16", "triton:sm100")}
+           ("linear_gelu_train_recompute_bf16", "triton:sm100"), ("mlp_up_swiglu_bf16", "pallas:gpu_sm90")}
 
 
 def test_every_catalogue_spec_names_every_target_it_can_serve():
