@@ -2,8 +2,8 @@
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
 `nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
 `nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels),
-`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_cute_sm100` / `grid_grouped_mgpu` (the grouped designs'
-compile grids)."""
+`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_cute_sm100` / `grid_grouped_mgpu` /
+`grid_grouped_mgpu_gated` (the grouped designs' compile grids)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,13 @@ def grid_grouped_mgpu(session: nox.Session) -> None:
     [RECORD]; default 100 of seed 37), rewriting tests/data/grid_grouped_mgpu.json; CI replays it
     (tests/grouped/test_grid_compilers.py)."""
     session.run("python", "tests/grids/grouped_mgpu.py", *(session.posargs or ["100", "37"]))
+
+
+@nox.session(python=False)
+def grid_grouped_mgpu_gated(session: nox.Session) -> None:
+    """The grouped Mosaic GPU design's gated epilogue vs its lowering for CUDA (tests/grids/grouped_mgpu_gated.py,
+    N SEED [RECORD]; default 60 of seed 40), rewriting tests/data/fresh/fresh_grouped_mgpu_gated_40.json."""
+    session.run("python", "tests/grids/grouped_mgpu_gated.py", *(session.posargs or ["60", "40"]))
 
 
 @nox.session(python=False)

@@ -115,6 +115,8 @@ class DesignBase:
     variants_label: ClassVar[str] = ""
     renders_split_k: ClassVar[bool] = False  # schedule.split_k > 1 is rendered (SPK001 elsewhere)
     renders_gated: ClassVar[bool] = False  # a `gated` epilogue op (B of 2N columns) is rendered (EPI001 elsewhere)
+    # how EPI001's message names a design that renders it on some of its targets only (`renders_gated_on`)
+    gated_label: ClassVar[str] = ""
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
     # the backward of a gated epilogue (G of 2N columns: dgate, dup) too, where training is rendered (TRN001 elsewhere)
     renders_gated_training: ClassVar[bool] = False
@@ -212,6 +214,11 @@ class DesignBase:
         """Whether the module serving `target` renders size-selected variants (check's CFG003 refuses them
         where it does not): the design's `renders_variants`, unless it differs by target."""
         return self.renders_variants
+
+    def renders_gated_on(self, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders a gated epilogue (EPI001 refuses it where it does not): the
+        design's `renders_gated`, unless it differs by target."""
+        return self.renders_gated
 
     def renders_training_on(self, target: TargetInfo) -> bool:
         """Whether the module serving `target` renders a spec's `training` backward (TRN001 refuses the section

@@ -177,11 +177,14 @@ def test_notes_for_a_spec_that_lists_too_few_targets(tmp_path):
 # specs/training.toml's two kernels run that forward too (its comment says so).
 # The Triton training kernels and the CuTe sm90 one (linear_gelu_train_cute_bf16) are the same layer as separate specs:
 # one spec's modules share its torch ops (whichever imports first), and each side's backward tiles are its own
-# design's (specs/training.toml says so).
+# design's (specs/training.toml says so). mlp_up_swiglu_bf16 on pallas:gpu_sm90: the dense Mosaic GPU kernel renders
+# its gated epilogue since session 24 (forms checked on an H100), but this module's tiles were never timed there (its
+# comment says so).
 OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "triton:sm100"),
            ("linear_gelu_train_recompute_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "cute:sm90"),
            ("linear_gelu_train_recompute_bf16", "cute:sm90"), ("linear_bias_train_bf16", "cute:sm90"),
-           ("linear_gelu_train_cute_bf16", "triton:sm90"), ("linear_gelu_train_cute_bf16", "triton:sm100")}
+           ("linear_gelu_train_cute_bf16", "triton:sm90"), ("linear_gelu_train_cute_bf16", "triton:sm100"),
+           ("mlp_up_swiglu_bf16", "pallas:gpu_sm90")}
 
 
 def test_every_catalogue_spec_names_every_target_it_can_serve():

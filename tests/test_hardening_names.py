@@ -208,6 +208,12 @@ def pallas_variants():
                                                  "schedule": {"raster": "along_n" if b == "k" else "along_m"}}
         yield spec_of(f"p{i}", EVERY_OP, batch=batch, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b},
                       tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target], **gpu)
+    # Mosaic GPU's gated epilogue: both layouts (interleaved K-major), batched or not, the rest of the chain after it
+    for i, (layout, b, batch) in enumerate((("halves", "mn", False), ("interleaved", "k", True))):
+        yield spec_of(f"pg{i}", [{"op": "gated", "fn": "silu", "layout": layout}, *EVERY_OP[:6], *EVERY_OP[12:]],
+                      batch=batch, a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": b},
+                      tile={"m": 128, "n": 128, "k": 64}, targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1},
+                      per_target={}, variants=[])
     # a TPU backward (spec: training) in both save modes, each chain's form, either major
     for i, (save, chain, a) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8],
                                                                                   EVERY_OP[7:8], EVERY_OP[:1], []], ["k", "mn"])):

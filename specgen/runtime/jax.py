@@ -71,6 +71,14 @@ def operand(fn: str, name: str, x: Any, dtype: Any, rank: int, doc: str) -> tupl
     return tuple(x.shape)
 
 
+def halved(fn: str, what: str, value: int, symbol: str) -> int:
+    """Half of a gated B's extent (2N columns: gate and up), refusing an odd one (runtime/guards.py's, torch-free)."""
+    if value % 2:
+        raise ValueError(f"{fn}: {what} = {value} must be even: the gated epilogue reads gate and up columns, "
+                         f"2{symbol} of them for {symbol} outputs (a (K, 2N) weight)")
+    return value // 2
+
+
 def expect_shape(fn: str, name: str, got: tuple[int, ...], want: tuple[int, ...], doc: str) -> None:
     if tuple(got) != tuple(want):
         raise ValueError(f"{fn}: argument '{name}' has shape {tuple(got)}, expected {tuple(want)} from the other "

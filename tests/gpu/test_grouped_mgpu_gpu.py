@@ -15,6 +15,10 @@ catalogue's grouped Mosaic GPU modules:
   modules' decode variant (M <= 64) against the loop, moe_bf16's also against ragged_dot under jit;
 - the catalogue modules' torch entry at aligned shapes (decode's and a prefill one): a direct launch, bit for bit
   the jitted program's, captured in a CUDA graph whose replays take new group sizes;
+- gated epilogues (the gm_gated_* forms: halves on both B majors, interleaved, SiLU and GELU-tanh, with and without a
+  bias or router scale after them): every case above through the jax entry, and `<name>_torch` with B the gate_up
+  weight, at an aligned shape (the direct launch, a NaN-poisoned `out`) and an unaligned one (M, N and K off the
+  tile) into an `out` view with NaN guard rows and columns around it, against the float64 loop;
 - fp8 (e4m3 and e5m2 forms, the catalogue's moe_fp8_rowwise): the rowwise scales then the chain against the loop
   through the jax entry (the cases above), and moe_fp8_rowwise_torch, direct and through DLPack, against the loop
   and torch._scaled_grouped_mm with a NaN-poisoned out and empty groups.
@@ -138,9 +142,10 @@ def test_one_group_one_row_and_many_tiny_groups(modules, name):
 
 
 CATALOGUE = ["moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16", "moe_fp8_rowwise"]
+GATED_CATALOGUE = ["moe_gate_up_swiglu_bf16"]  # B (G, K, 2N), interleaved: the jax entry's tests below
 
 
-@pytest.mark.parametrize("name", CATALOGUE)
+@pytest.mark.parametrize("name", CATALOGUE + GATED_CATALOGUE)
 def test_catalogue_modules(name):
     """The rendered catalogue modules (generated/pallas/gpu_sm90/) against the loop, DeepSeek-like skew."""
     module = importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
@@ -194,7 +199,7 @@ def test_size_selected_variants_under_jit_against_the_float64_loop(modules, case
     assert np.isnan(got[~written]).all() and not np.isnan(got[written]).any()
 
 
-@pytest.mark.parametrize("name", CATALOGUE)
+@pytest.mark.parametrize("name", CATALOGUE + GATED_CATALOGUE)
 def test_catalogue_decode_variant(name):
     """The catalogue modules at decode sizes (M <= 64: their decode variant, a 64-row tile) against the loop:
     32 experts of 2 rows, and decode's uneven sizes over 64 rows (rows past the groups untouched); moe_bf16 under
@@ -333,3 +338,53 @@ def test_fp8_torch_entry_against_scaled_grouped_mm_and_the_loop(direct, monkeypa
         assert bool((err <= 2e-2 + 2e-2 * want[:rows].abs()).all()), f"{(m, n, k, g)}: {err.max():.4g}"
         torch.testing.assert_close(out[:rows].float(), peer[:rows].float(), atol=2e-2, rtol=2e-2)
     assert bool([v for v in module._DIRECT.values() if v is not None]) == direct
+
+
+GATED = [name for name, s in MGPU_FORMS.items() if s["epilogue"] and s["epilogue"][0]["op"] == "gated"]
+BAND = 3  # NaN rows above and below a banded `out` and columns beside it
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_gated_torch_entry_direct_and_into_a_guard_banded_out(modules, name):
+    """A gated form's `<name>_torch` with B the gate_up weight in torch._grouped_mm's layout ((G, 2N, K) passed
+    transposed where B is K-major; (G, K, 2N) as stored where N-major): at an aligned shape (N and K whole tiles) with
+    empty groups first, in the middle and last it launches the compiled kernel directly into a NaN-poisoned `out`; at
+    M, N and K off the tile it writes (DLPack, the jitted program) into an `out` view inside a NaN storage with guard
+    rows and columns. The groups' rows match the float64 loop (act(gate) * up, then the chain), rows past the groups
+    keep the NaN where the tail is untouched (zeros where it is zero), and no guard element is written."""
+    import torch
+
+    spec, module = MGPU_FORMS[name], modules[name]
+    fn = getattr(module, f"{name}_torch")
+    dtype = getattr(torch, JNP_DTYPES[DType(spec["a"]["dtype"])])
+    module._DIRECT.clear()
+    for (m, n, k), sizes, banded in (((512, 256, 128), (0, 100, 0, 37, 128, 64, 1, 0), False),
+                                     ((517, 300, 200), (3, 0, 250, 0, 1, 200), True)):
+        g = len(sizes)
+        gen = torch.Generator(device="cuda").manual_seed(m)
+        a = (torch.randn(m, k, generator=gen, device="cuda") / k ** 0.5).to(dtype)
+        w = torch.randn(g, 2 * n, k, generator=gen, device="cuda").to(dtype)  # gate_up_proj: (G, 2N, K)
+        b = w.transpose(-2, -1) if spec["b"]["major"] == "k" else w.transpose(-2, -1).contiguous()
+        args = {}
+        for arg in GroupedSpec.model_validate(spec).runtime_args():
+            args[arg.name] = (torch.randn(g, n, generator=gen, device="cuda").to(getattr(torch, JNP_DTYPES[arg.dtype]))
+                              if arg.shape == "group_n" else torch.rand(m, generator=gen, device="cuda") + 0.5)
+        index = torch.tensor(list(itertools.accumulate(sizes)) if spec["groups"]["index"] == "offs" else sizes,
+                             dtype=torch.int32, device="cuda")
+        out_dtype = getattr(torch, JNP_DTYPES[DType(spec["out"]["dtype"])])
+        storage = torch.full((m + 2 * BAND, n + BAND) if banded else (m, n), float("nan"), dtype=out_dtype, device="cuda")
+        out = storage[BAND:BAND + m, :n] if banded else storage
+        assert fn(a, b, index, *args.values(), out=out) is out
+        torch.cuda.synchronize()
+        want, written = grouped(spec, a.cpu().double(), b.cpu().double(), index.cpu(),
+                                {k_: v.double().cpu() for k_, v in args.items()})
+        got = out.cpu().double()
+        assert not got[written].isnan().any() and got[~written].isnan().all(), (name, m, sizes)
+        err = (got[written] - want[written]).abs()
+        tol = tolerance(spec)
+        assert bool((err <= tol["atol"] + tol["rtol"] * want[written].abs()).all()), f"{name} {m}: {err.max():.4g}"
+        if banded:  # the guard rows and columns around the view keep their NaN
+            guard = torch.ones_like(storage, dtype=torch.bool)
+            guard[BAND:BAND + m, :n] = False
+            assert storage[guard].isnan().all(), f"{name}: a store left the out view"
+    assert [v for v in module._DIRECT.values() if v is not None], f"{name}: the aligned call did not go direct"

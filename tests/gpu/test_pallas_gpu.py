@@ -217,6 +217,43 @@ def test_variant_torch_entry(two_variants) -> None:
         torch.testing.assert_close(out.double(), want, atol=3e-2, rtol=2e-2)
 
 
+@pytest.fixture(scope="module")
+def gated_modules(tmp_path_factory):
+    """The gated forms' modules, rendered for pallas:gpu_sm90 by the design itself, by name."""
+    import json
+
+    from backends.pallas.common import MGPU_GATED_FORMS
+
+    from specgen.compile import load_rendered
+    from specgen.registry import design_for
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+
+    folder, mods = tmp_path_factory.mktemp("mgpu_gated"), {}
+    for name, spec in MGPU_GATED_FORMS.items():
+        (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{name}>", ".json")
+        (target,) = loaded.spec.targets
+        files = design_for("gemm", target).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
+        (folder / f"{name}.py").write_text(files[f"pallas/gpu_sm90/{name}.py"])
+        mods[name] = load_rendered(folder / f"{name}.py", f"_gated_{name}")
+    return mods
+
+
+GATED_SHAPES = [(256, 512, 256), (1, 256, 512), (517, 264, 1040), (130, 100, 1000), (96, 320, 0)]
+
+
+@pytest.mark.parametrize("shape", GATED_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GATED_SHAPES])
+@pytest.mark.parametrize("name", ["mgpu_gated_halves_bias", "mgpu_gated_il_f16_batch", "mgpu_gated_halves_mn_residual"])
+def test_gated_numerics_against_float64(gated_modules, name: str, shape) -> None:
+    """The dense kernel's gated epilogue (both layouts, both B majors, a bias or residual after it, batched, f16):
+    fn(gate) * up then the chain, against float64 on NaN-poisoned memory, at aligned shapes, M = 1, tails on every
+    dim, N and K the launcher pads (each half of B on its own) and K = 0."""
+    from backends.pallas.common import MGPU_GATED_FORMS
+
+    spec = MGPU_GATED_FORMS[name]
+    check_numerics(spec, getattr(gated_modules[name], name), shape)
+
+
 def check_numerics(spec: dict, fn, shape) -> None:
     import numpy as np
     from backends.pallas.common import Data, f64, jnp_dtype, reference

@@ -292,13 +292,14 @@ def all_eqns(jaxpr) -> Iterator:
 
 def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
     """What the traced kernel itself does, read off its jaxpr: the wgmma accumulator's shape (registers a
-    thread holds for it) and how many epi-sized output subtiles it stores to GMEM, and whether those cover
+    thread holds for it, for every accumulator a warpgroup keeps) and how many epi-sized output subtiles it stores to GMEM, and whether those cover
     the accumulator (else part of each tile is never written: wrong results, no lowering error)."""
     found = list(all_eqns(jaxpr))
-    accs = [tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"]
+    # each accumulator ref the wgmmas write, once (a gated kernel's gate and up: two refs of one shape, both held)
+    refs = {id(eqn.invars[0]): tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"}
     stores = sum(eqn.primitive.name == "copy_smem_to_gmem" for eqn in found)
-    (acc,) = set(accs) or {(0, 0)}
-    return {"acc_shape": list(acc), "acc_registers": acc[0] * acc[1] // WG_THREADS, "stores": stores,
+    (acc,) = set(refs.values()) or {(0, 0)}
+    return {"acc_shape": list(acc), "acc_registers": len(refs) * acc[0] * acc[1] // WG_THREADS, "stores": stores,
             "covered": stores * epi[0] * epi[1] >= acc[0] * acc[1] > 0}
 
 

@@ -6,7 +6,7 @@ for CUDA); CI replays check over every recorded case (tests/grids/verdicts.py, n
 the configs that run, beyond SCOPE's) with the compiler (a near verdict is the compiler's), no silent false accept by the model alone (each failing config it
 accepts is near the boundary: a warning); and the SMEM check computes equals the compiler's own figure. The fresh
 records: seed 38 drawn after the grid of seed 37 (which changed no rule), seed 39 of cute:sm90 after seed 38 moved
-REG001's grouped margin."""
+REG001's grouped margin, seed 40 the Mosaic GPU design's gated epilogue (tests/grids/grouped_mgpu_gated.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "grids"))
 import grouped_cute_sm90  # noqa: E402  (tests/grids is no package)
 import grouped_cute_sm100  # noqa: E402
 import grouped_mgpu  # noqa: E402
+import grouped_mgpu_gated  # noqa: E402
 from verdicts import cases_of, check_now, summarize  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -36,6 +37,8 @@ RECORDS: dict[str, tuple[Callable[[int, int], list[dict]], int, int]] = {  # rec
     "fresh/fresh_grouped_cute_sm100_38.json": (grouped_cute_sm100.grid, 38, 60),
     "grid_grouped_mgpu.json": (grouped_mgpu.grid, 37, 100),  # jax 0.10.2, the CPU box
     "fresh/fresh_grouped_mgpu_38.json": (grouped_mgpu.grid, 38, 100),
+    # the gated epilogue (session 24): gate and up B tiles a stage, two accumulators (SMEM001, REG001 count both)
+    "fresh/fresh_grouped_mgpu_gated_40.json": (grouped_mgpu_gated.grid, 40, 60),
 }
 
 # Refusals no compile can show: GRP302 refuses a ping-pong schedule and a cluster because the grouped cute:sm90

@@ -29,6 +29,28 @@ TPU_CATALOGUE = {name: spec for name, spec in CATALOGUE.items()
                  if any(is_tpu_target(TARGETS[t]) for t in spec["targets"])}
 
 
+def _gated_form(name: str, **fields: object) -> dict:
+    return GemmSpec.model_validate({"name": name, "kind": "gemm", "targets": ["pallas:gpu_sm90"], **fields}).model_dump(
+        mode="json")
+
+
+# The dense Mosaic GPU kernel's gated epilogue (B (K, 2N): gate and up tiles a step, two accumulators; PAL012 its
+# limits): halves K-major with a bias after it, interleaved K-major with A stored (K, M), batched, f16, GELU-tanh,
+# and halves N-major with a residual after it on a 64-row tile. Lowered on the CPU (test_mgpu_module.py), run on the
+# GPU (tests/gpu/test_pallas_gpu.py).
+MGPU_GATED_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    _gated_form("mgpu_gated_halves_bias", a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"},
+                out={"dtype": "bf16"}, tile={"m": 128, "n": 128, "k": 64},
+                epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "bf16"}]),
+    _gated_form("mgpu_gated_il_f16_batch", a={"dtype": "f16", "major": "mn"}, b={"dtype": "f16", "major": "k"},
+                out={"dtype": "f16"}, batch=True, tile={"m": 128, "n": 128, "k": 64},
+                epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}]),
+    _gated_form("mgpu_gated_halves_mn_residual", a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "mn"},
+                out={"dtype": "bf16"}, tile={"m": 64, "n": 128, "k": 64},
+                epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "residual", "dtype": "bf16", "name": "res"}]),
+)}
+
+
 def catalogue_config(name: str, overrides: dict[str, object]) -> dict:
     """Catalogue spec `name` with one config: its per-target tables and size-selected variants dropped,
     `overrides` laid over its fields (a table merged key by key; a list such as the epilogue, or a plain
@@ -73,7 +95,8 @@ class Data:
     def operands(self) -> tuple[jax.Array, jax.Array]:
         s, M, N, K = self.spec, self.M, self.N, self.K
         a_shape = (*self.batch, M, K) if s["a"]["major"] == "k" else (*self.batch, K, M)
-        b_shape = (*self.batch, N, K) if s["b"]["major"] == "k" else (*self.batch, K, N)
+        bn = 2 * N if s["epilogue"] and s["epilogue"][0]["op"] == "gated" else N  # gate and up columns
+        b_shape = (*self.batch, bn, K) if s["b"]["major"] == "k" else (*self.batch, K, bn)
         a = self.values(a_shape, s["a"]["dtype"])
         if DType(s["a"]["dtype"]).is_float and DType(s["a"]["dtype"]).bytes > 1:  # A @ B of unit variance
             a = (a.astype(jnp.float32) / math.sqrt(K)).astype(a.dtype)

@@ -148,4 +148,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("OPT001", "pallas:tpu_v5e", {"tile": tile(128, 128, 128), "pallas": {"swap_ab": True}},
      ("error", ["pallas.swap_ab is a Mosaic GPU setting; pallas:tpu_v5e (Mosaic TPU) does not swap"],
       ("pallas", "swap_ab"))),
+    # PAL012: the dense Mosaic GPU kernel's gated epilogue, unswapped, unclustered, 16-bit, an interleaved B K-major
+    ("PAL012", "pallas:gpu_sm90", {"epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]}, None),
+    ("PAL012", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"},
+                                   "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
+    ("PAL012", "pallas:gpu_sm90", {"b": {"dtype": "bf16", "major": "mn"},
+                                   "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
+     ("error", ['a gated epilogue (interleaved) with b.major = "mn": gate column j is B\'s column 2j, 4 B from the next'],
+      ("epilogue", 0, "layout"))),
+    ("PAL012", "pallas:gpu_sm90", {"tile": tile(64, 128, 64), "pallas": {"swap_ab": True},
+                                   "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["pallas.swap_ab with a gated epilogue (silu)"], ("pallas", "swap_ab"))),
+    ("PAL012", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["cluster 2x1 with a gated epilogue"], ("cluster",))),
 ]

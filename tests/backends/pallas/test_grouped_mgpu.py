@@ -28,7 +28,7 @@ from specgen.runtime.grouped_jax import group_metadata, tiles_bound
 from specgen.spec.load import load_text
 from specgen.targets import TARGETS
 
-CATALOGUE = ("moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16")
+CATALOGUE = ("moe_bf16", "moe_down_router_bf16", "moe_up_bias_silu_bf16", "moe_gate_up_swiglu_bf16")
 
 
 def loaded(spec: dict):
@@ -58,7 +58,8 @@ def structs(spec: dict, m: int, n: int, k: int, g: int) -> list:
     s = GroupedSpec.model_validate(spec)
     dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16, "fp8_e4m3": jnp.float8_e4m3fn,
                     "fp8_e5m2": jnp.float8_e5m2}[s.a.dtype.value])
-    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, n, k) if s.b.major == "k" else (g, k, n), dt),
+    bn = 2 * n if s.epilogue and s.epilogue[0].op == "gated" else n  # gate and up columns
+    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, bn, k) if s.b.major == "k" else (g, k, bn), dt),
             jax.ShapeDtypeStruct((g,), jnp.int32)]
     for arg in s.runtime_args():
         shape = {"group_n": (g, n), "vec_m": (m,), "scalar": ()}[arg.shape]
@@ -198,11 +199,49 @@ def test_the_forms_check_clean():
     ({"tile": {"m": 128, "n": 128, "k": 24}}, "PAL008"),  # no swizzle divides 48 B of K
     ({"tile": {"m": 128, "n": 256, "k": 128}, "pipeline": {"ab_stages": 4}}, "SMEM001"),
     ({"epilogue": ({"op": "activation", "fn": "gelu"},)}, "PAL009"),  # erf: no layout rule
-    ({"epilogue": ({"op": "gated", "fn": "silu", "layout": "halves"},)}, "EPI001"),
+    ({"epilogue": ({"op": "gated", "fn": "gelu", "layout": "halves"},)}, "PAL009"),  # GeGLU's erf form too
+    # an interleaved gated B N-major: its gate columns are 2 elements apart along the contiguous dim (no TMA view)
+    ({"b": {"dtype": "bf16", "major": "mn"}, "epilogue": ({"op": "gated", "fn": "silu", "layout": "interleaved"},)},
+     "MGP003"),
 ])
 def test_rules_refuse_what_does_not_fit_or_lower(changes, rule):
     assert rule in errors(**changes)
     assert rule not in errors()
+
+
+def test_gated_checks_clean_on_both_layouts_and_its_limits_name_the_numbers():
+    """A gated epilogue renders here (no EPI001; the TPU design beside it still refuses it): halves on either B
+    major, interleaved K-major, SiLU and GELU-tanh, a bias after it. MGP003 names the interleaved N-major B's 4-byte
+    gate column step and fp8 operands; PAL009 the erf GeGLU."""
+    gated = ({"op": "gated", "fn": "silu", "layout": "interleaved"}, {"op": "bias", "dtype": "bf16"})
+    assert errors(epilogue=gated) == set()
+    assert errors(b={"dtype": "bf16", "major": "mn"}, epilogue=({"op": "gated", "fn": "gelu_tanh", "layout": "halves"},)) == set()
+    both = {**mgpu_form("gm_rule", epilogue=gated), "targets": ["pallas:gpu_sm90", "pallas:tpu_v5e"],
+            "per_target": {"pallas:tpu_v5e": {"tile": {"m": 128, "n": 256, "k": 256}}}}
+    got = {(d.rule, d.target) for d in check_all([loaded(both)]) if d.severity == "error"}
+    assert got == {("EPI001", "pallas:tpu_v5e")}, got
+    bad = mgpu_form("gm_rule", b="mn", epilogue=gated)
+    (d,) = [d for d in check_all([loaded(bad)]) if d.rule == "MGP003"]
+    assert "gate column j is B's column 2j, 4 B from the next" in d.message and 'b.major = "k"' in d.hint
+    fp8 = mgpu_form("gm_rule", dtype="fp8_e4m3", out="bf16", tile={"m": 128, "n": 128, "k": 128}, epilogue=gated[:1])
+    assert {d.rule for d in check_all([loaded(fp8)]) if d.severity == "error"} == {"MGP003"}
+
+
+def test_a_gated_launcher_lowers_off_the_tile_and_refuses_an_odd_b(modules):
+    """The gated forms at M, N and K off the tile (each half of B padded on its own), M = 1: the kernel lowers with at
+    most its plan's SMEM and returns (M, N) from B's 2N columns; B with an odd column count is refused, naming b."""
+    from specgen.kinds.gemm.designs.pallas.compile import mosaic_gpu_launch_smem
+
+    for name, (m, n, k, g) in (("gm_gated_il_f16_k", (517, 300, 200, 6)), ("gm_gated_halves_mn", (1, 136, 72, 3))):
+        mod, spec = modules[name], MGPU_FORMS[name]
+        xs = structs(spec, m, n, k, g)
+        lowered = jax.jit(lambda *xs, mod=mod: mod._launch(*xs)).trace(*xs).lower(lowering_platforms=("cuda",))
+        assert mosaic_gpu_launch_smem(lowered) <= mod.CONFIG.smem_bytes
+        assert jax.eval_shape(mod._call, *xs).shape == (m, n)
+    a, b, offs = structs(MGPU_FORMS["gm_gated_il_f16_k"], 40, 128, 64, 3)
+    odd = jax.ShapeDtypeStruct((3, 255, 64), b.dtype)
+    with pytest.raises(ValueError, match=r"b.shape\[1\] = 255 must be even: the gated epilogue reads gate and up"):
+        jax.eval_shape(modules["gm_gated_il_f16_k"]._call, a, odd, offs)
 
 
 def test_own_rules_refuse_what_is_not_rendered():

@@ -77,7 +77,7 @@ def render(spec: dict, folder: Path) -> object:
 
 
 class Problem:
-    """Seeded operands of one form and shape: A (M, K), B (G, K, N) logical and in the stored layout, the
+    """Seeded operands of one form and shape: A (M, K), B (G, K, N) (G, K, 2N gated) logical and in the stored layout, the
     epilogue's arguments (a per-group bias (G, N), a per-row scale (M,), scalars), all as jax arrays."""
 
     def __init__(self, spec: dict, m: int = M, n: int = N, k: int = K, g: int = G) -> None:
@@ -85,7 +85,8 @@ class Problem:
         dt = jnp.dtype(JNP_DTYPES[DType(spec["a"]["dtype"])])
         self.spec, self.m, self.n, self.dtype = spec, m, n, dt
         self.a = jnp.asarray(rng.standard_normal((m, k)) / np.sqrt(k), dt)
-        self.b_logical = jnp.asarray(rng.standard_normal((g, k, n)), dt)
+        bn = 2 * n if spec["epilogue"] and spec["epilogue"][0]["op"] == "gated" else n  # gate and up columns
+        self.b_logical = jnp.asarray(rng.standard_normal((g, k, bn)), dt)
         self.b = self.b_logical if spec["b"]["major"] == "mn" else jnp.swapaxes(self.b_logical, 1, 2)
         self.args: list[tuple[str, object]] = []
         for arg in GroupedSpec.model_validate(spec).runtime_args():

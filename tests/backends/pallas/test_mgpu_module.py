@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backends.pallas.common import CATALOGUE, catalogue_config, jnp_dtype
+from backends.pallas.common import CATALOGUE, MGPU_GATED_FORMS, catalogue_config, jnp_dtype
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.design import is_mgpu_target
 from specgen.kinds.gemm.spec import GemmSpec
@@ -53,8 +53,9 @@ def modules(tmp_path_factory):
 def structs(spec: dict, M: int, N: int, K: int, batch: int = 3) -> list:
     s = GemmSpec.model_validate(spec)
     lead = (batch,) if s.batch else ()
+    bn = 2 * N if s.epilogue and s.epilogue[0].op == "gated" else N  # gate and up columns
     args: list = [jax.ShapeDtypeStruct((*lead, M, K) if s.a.major == "k" else (*lead, K, M), jnp_dtype(s.a.dtype.value)),
-                  jax.ShapeDtypeStruct((*lead, N, K) if s.b.major == "k" else (*lead, K, N), jnp_dtype(s.b.dtype.value))]
+                  jax.ShapeDtypeStruct((*lead, bn, K) if s.b.major == "k" else (*lead, K, bn), jnp_dtype(s.b.dtype.value))]
     for arg in s.runtime_args():
         shape = {"vec_m": (M,), "vec_n": (N,), "matrix": (*lead, M, N), "scalar": ()}[arg.shape]
         args.append(jax.ShapeDtypeStruct(shape, jnp_dtype("f32" if arg.shape == "scalar" else arg.dtype.value)))
@@ -170,6 +171,29 @@ def test_swap_ab_renders_lowers_and_traces(tmp_path, name: str, over: dict) -> N
     for M, N, K in SHAPES:
         out = jax.eval_shape(mod._call, *structs(spec, M, N, K))
         assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
+
+
+@pytest.mark.parametrize("name", list(MGPU_GATED_FORMS))
+def test_gated_forms_render_lower_and_trace(tmp_path, name: str) -> None:
+    """A gated epilogue (B (K, 2N) viewed with a gate / up axis, a gate and an up tile a step, two accumulators):
+    lowered for CUDA on this CPU machine, Mosaic GPU allocates exactly the plan's SMEM (two B buffers a stage);
+    tracing covers tails, M = 1, K = 0 and an empty output; an odd column count of B is refused, naming b."""
+    from specgen.kinds.gemm.designs.pallas.compile import compile_module
+    from specgen.targets import TARGETS
+
+    spec = MGPU_GATED_FORMS[name]
+    mod, resolved = render(spec, tmp_path)
+    cfg = mod.CONFIG
+    (r,) = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert (r.compiler_smem, r.error) == (cfg.smem_bytes, "") and resolved.budget.total == cfg.smem_bytes
+    assert "plgpu.wgmma(up_ref, a_op" in Path(mod.__file__).read_text()
+    for M, N, K in SHAPES:
+        out = jax.eval_shape(mod._call, *structs(spec, M, N, K))
+        assert out.shape == ((3,) if spec["batch"] else ()) + (M, N)
+    a, b, *rest = structs(spec, 40, 128, 64)
+    odd = jax.ShapeDtypeStruct(b.shape[:-2] + ((255, 64) if spec["b"]["major"] == "k" else (64, 255)), b.dtype)
+    with pytest.raises(ValueError, match="= 255 must be even: the gated epilogue reads gate and up columns"):
+        jax.eval_shape(mod._call, a, odd, *rest)
 
 
 def test_swap_ab_sweeps_for_decode_slots_only() -> None:

@@ -17,16 +17,18 @@ GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIN
 
 
 @RULES.rule("EPI001", "a gated epilogue where a design renders it",
-            served_by(lambda d, info: not d.renders_gated, (KIND, GROUPED)))
+            served_by(lambda d, info: not d.renders_gated_on(info), (KIND, GROUPED)))
 def gated_design(ctx: RuleContext) -> Iterator[Finding]:
     """A `gated` op (specgen/spec/epilogue.py) reads B with 2N columns and keeps gate and up accumulators: a
     design's kernel must load the doubled B tile, split the accumulator and apply fn(gate) * up before the rest
     of the chain, and its launcher must take B (K, 2N). Designs that do say `renders_gated` (the Triton designs
-    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301); any other would read N columns of B as if there were no gate, so the spec is refused for
+    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301; the grouped Mosaic GPU design: its
+    MGP003 and PAL009; the dense Pallas design on its Mosaic GPU target: PAL012, PAL009); any other would read N columns of B as if there were no gate, so the spec is refused for
     that target rather than rendered wrong."""
     op = gated_op(ctx.spec.epilogue)
-    if op is not None and not ctx.design.renders_gated:
-        where = sorted({d.name for d in rendering(ctx.design.kind) if d.renders_gated})
+    if op is not None and not ctx.design.renders_gated_on(ctx.info):
+        where = sorted({d.name if d.renders_gated else d.gated_label for d in rendering(ctx.design.kind)
+                        if d.renders_gated or d.gated_label})
         does = f"the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'}" if where else "no design does"
         yield Finding("EPI001", "error", f"epilogue[0] is gated ({op.fn}, {op.layout}): the {ctx.design.name} design "
                       f"renders no gated epilogue ({does})", f"drop {ctx.target} from this kernel's targets (a gated kernel of its own for the "

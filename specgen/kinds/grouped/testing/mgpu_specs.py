@@ -1,6 +1,6 @@
 """Grouped spec forms for the Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu): `MGPU_FORMS`,
 one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16,
-f16 and fp8 (e4m3 and e5m2, with their rowwise scales), a 64-row and a 128-row tile, size-selected variants), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
+f16 and fp8 (e4m3 and e5m2, with their rowwise scales), a 64-row and a 128-row tile, size-selected variants, gated epilogues of both layouts), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
 tests/backends/pallas/test_grouped_mgpu.py, run on the GPU by tests/gpu/test_grouped_mgpu_gpu.py; the
 name-hardening tests tokenize them."""
 
@@ -49,4 +49,12 @@ MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
               variants=({"when": {"m_max": 64}, "tile": {"m": 64, "n": 128, "k": 256}},)),
     mgpu_form("gm_fp8_e5m2_rowcol_zero_k", dtype="fp8_e5m2", out="bf16", tile={"m": 64, "n": 128, "k": 128},
               epilogue=({"op": "scale", "by": "rowcol"},)),
+    # gated epilogues (SwiGLU, GeGLU): B (G, K, 2N), a gate and an up tile a step, two accumulators; halves on both B
+    # majors, interleaved on a K-major B (MGP003), with and without a following bias, bf16 and f16
+    mgpu_form("gm_gated_halves_bias_k", epilogue=({"op": "gated", "fn": "silu", "layout": "halves"},
+                                                  {"op": "bias", "dtype": "bf16"})),
+    mgpu_form("gm_gated_il_f16_k", dtype="f16", index="offs", tail="untouched", tile={"m": 64, "n": 128, "k": 64},
+              epilogue=({"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},)),
+    mgpu_form("gm_gated_halves_mn", b="mn", index="offs", tail="untouched",
+              epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "scale", "by": "row", "name": "router"})),
 )}

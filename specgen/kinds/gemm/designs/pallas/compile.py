@@ -23,6 +23,7 @@ from types import ModuleType
 
 from specgen.compile import CompileResult, compiler_message
 from specgen.kinds.gemm.spec import GemmSpec
+from specgen.spec.epilogue import b_columns
 from specgen.targets import TargetInfo
 
 BATCH = 2
@@ -91,8 +92,9 @@ def _lower_mgpu_config(module: ModuleType, target: TargetInfo, variant: int | No
     def struct(shape: tuple[int, ...], dtype: DType) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))
 
+    bn = n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
     args = [struct((*lead, m, k) if spec.a.major == "k" else (*lead, k, m), spec.a.dtype),
-            struct((*lead, n, k) if spec.b.major == "k" else (*lead, k, n), spec.b.dtype)]
+            struct((*lead, bn, k) if spec.b.major == "k" else (*lead, k, bn), spec.b.dtype)]
     for arg in spec.runtime_args():
         shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": ()}[arg.shape]
         args.append(struct(shape, DType.f32 if arg.shape == "scalar" else arg.dtype))

@@ -14,6 +14,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "OPERAND", "TRAIN_GEMMS", "_backward_gemm", "_dims", "_dot_step", "_train_gemm_kernel", "_grad_cols",
     "_train_cols_kernel", "_last_step", "_train_pre_kernel", "_train_recompute_kernel", "_train", "_train_bwd",
     "_train_fwd",
+    # Mosaic GPU's gated epilogue: B's view with a gate / up axis
+    "_gated_shape", "_gated_view",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -34,6 +36,8 @@ RESERVED: frozenset[str] = frozenset({
     "a_ext", "b_ext", "out_ext", "kernel", "launch", "mgpu_torch", "structs",
     # a swapped config's kernel (pallas.swap_ab): the accumulator's shape, the subtile cast for its transposed store
     "acc_shape", "y",
+    # a gated epilogue's (Mosaic GPU): B's 2N columns, the up tile, its accumulator and subtile
+    "n2", "dims", "up_smem", "accs", "up_ref", "up",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots",
     "residual_barriers", "a_swizzle", "b_swizzle", "out_swizzle", "group_m", "raster_dim", "persistent", "cluster_m",

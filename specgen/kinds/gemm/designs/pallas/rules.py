@@ -1,6 +1,6 @@
 """The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
 VMEM001, PAL001-PAL003, and PAL011 for a backward's transposed gradients), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
-and epilogue ops (PAL004-PAL009), its register verdict (REG001) and its options (OPT001)."""
+and epilogue ops (PAL004-PAL009), its gated epilogue's configurations (PAL012), its register verdict (REG001) and its options (OPT001)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from specgen.kinds.gemm.designs.pallas.training import oriented
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.rules.base import Finding, Near, RuleContext, RuleSet, is_tpu
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 
 RULES = RuleSet()
 MOSAIC_GPU = is_mgpu_target
@@ -235,7 +236,7 @@ def mgpu_swizzle(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("PAL009", "Mosaic GPU epilogue ops", MOSAIC_GPU)
 def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
     """Two epilogues do not lower on Mosaic GPU (jax 0.10.2, found by lowering for CUDA: tests/grids/mgpu.py):
-    the erf form of GELU, for which layout inference has no rule ("No layout inference rule defined for
+    the erf form of GELU (an activation, or a gated op's fn: GeGLU's erf form), for which layout inference has no rule ("No layout inference rule defined for
     math.erf", `mosaic/gpu/layout_inference.py`; tanh, exp and the rest lower); and an fp8 output whose
     chain ends in a cast to bf16 (only f32 casts after it): the bf16 -> f32 -> fp8 round trip becomes a
     direct bf16 -> fp8 conversion, which it refuses ("Hardware has no support for converting from bf16 to
@@ -244,8 +245,8 @@ def mgpu_epilogue_ops(ctx: RuleContext) -> Iterator[Finding]:
     that refusal is the installed jax's to settle. The erf GELU still fails there (tests/gpu's xfail)."""
     chain = ctx.spec.epilogue
     for i, op in enumerate(chain):
-        if op.op == "activation" and op.fn == "gelu":
-            yield Finding("PAL009", "error", f"activation gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
+        if op.op in ("activation", "gated") and op.fn == "gelu":  # a gated op's fn: the same formula on gate
+            yield Finding("PAL009", "error", f"{op.op} gelu (erf form) does not lower on {ctx.target}: Mosaic GPU "
                           "has no layout rule for math.erf", 'use fn = "gelu_tanh"', ("epilogue", i, "fn"))
     last = next((i for i in range(len(chain) - 1, -1, -1)
                  if not (chain[i].op == "cast" and chain[i].dtype == DType.f32)), None)
@@ -275,6 +276,35 @@ def mgpu_swap_ab(ctx: RuleContext) -> Iterator[Finding]:
             yield Finding("PAL010", "error", f"residual {op.name!r} with pallas.swap_ab and tile.m = {t.m}: the swapped "
                           f"{ctx.target} kernel reads a residual through a transposed SMEM view, which Mosaic GPU "
                           "lowers for tile.m <= 64 only", "use tile.m <= 64 (decode tiles are 8..64)", ("epilogue", i))
+
+
+@RULES.rule("PAL012", "Mosaic GPU gated epilogue configurations", MOSAIC_GPU)
+def mgpu_gated(ctx: RuleContext) -> Iterator[Finding]:
+    """A gated epilogue (templates/gemm/pallas/gemm_mgpu.py.jinja, the grouped kernel's loads: B (K, 2N) viewed with
+    a gate / up axis, a gate and an up tile a K step, two accumulators a consumer warpgroup) is rendered on the
+    unswapped, unclustered kernel: `pallas.swap_ab` would put both halves on wgmma's row side and a cluster would
+    multicast two B tiles, neither built. An interleaved N-major B has its gate columns 2 elements apart along its
+    contiguous dim, which no TMA box holds (cuTensorMapEncodeTiled: the first dim is contiguous); fp8 operands would
+    need their scales before the gated op, which the chain (gated first) cannot say. The grouped design's MGP003."""
+    s, op = ctx.spec, gated_op(ctx.spec.epilogue)
+    if op is None:
+        return
+    if s.pallas.swap_ab:
+        yield Finding("PAL012", "error", f"pallas.swap_ab with a gated epilogue ({op.fn}): the {ctx.target} kernel "
+                      "swaps one accumulator, not gate and up", "drop pallas.swap_ab", ("pallas", "swap_ab"))
+    if s.cluster.size > 1:
+        yield Finding("PAL012", "error", f"cluster {s.cluster.m}x{s.cluster.n} with a gated epilogue: the {ctx.target} "
+                      "kernel multicasts one B tile, not gate and up", "drop cluster (1x1)", ("cluster",))
+    if op.layout == "interleaved" and s.b.major != "k":
+        yield Finding("PAL012", "error", f"a gated epilogue (interleaved) with b.major = \"{s.b.major}\": gate column j is "
+                      f"B's column 2j, {2 * s.b.dtype.bytes} B from the next gate column along B's contiguous dim, and "
+                      f"TMA reads contiguous {s.b.dtype.bytes}-byte elements there",
+                      'use b.major = "k" or layout = "halves"', ("epilogue", 0, "layout"))
+    for side in ("a", "b"):
+        if getattr(s, side).dtype.is_fp8:
+            yield Finding("PAL012", "error", f"{side.upper()} is {getattr(s, side).dtype} with a gated epilogue: the "
+                          f"{ctx.target} kernel renders gated epilogues on bf16 and f16 operands",
+                          "use bf16 or f16 operands", (side, "dtype"))
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:

@@ -17,6 +17,7 @@ from typing import Any
 from specgen.compile import CompileResult, compiler_message
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import b_columns
 from specgen.targets import TargetInfo
 
 GROUPS = 3
@@ -24,7 +25,7 @@ GROUPS = 3
 
 def problem_structs(spec: GroupedSpec, m: int, n: int, k: int) -> tuple[Callable[..., Any], list[Any]]:
     """(struct(shape, dtype), the entry's arguments as jax.ShapeDtypeStructs): A (m, k), B over GROUPS groups in its
-    stored major, the index (GROUPS,) int32, the epilogue's arguments (a scalar as f32). The grouped Mosaic GPU
+    stored major (2n columns with a gated epilogue), the index (GROUPS,) int32, the epilogue's arguments (a scalar as f32). The grouped Mosaic GPU
     design's hook lowers the same problem."""
     import jax
     import jax.numpy as jnp
@@ -34,8 +35,9 @@ def problem_structs(spec: GroupedSpec, m: int, n: int, k: int) -> tuple[Callable
     def struct(shape: tuple[int, ...], dtype: DType) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))
 
+    bn = n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
     args = [struct((m, k), spec.a.dtype),
-            struct((GROUPS, n, k) if spec.b.major == "k" else (GROUPS, k, n), spec.b.dtype),
+            struct((GROUPS, bn, k) if spec.b.major == "k" else (GROUPS, k, bn), spec.b.dtype),
             struct((GROUPS,), DType.int32)]
     for arg in spec.runtime_args():
         shape = {"group_n": (GROUPS, n), "vec_m": (m,), "scalar": ()}[arg.shape]

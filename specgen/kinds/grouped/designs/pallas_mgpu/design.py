@@ -22,9 +22,16 @@ and checked on its own. `<name>_torch` launches the compiled kernel directly on 
 TMA takes unpadded (runtime/mgpu_torch.py, the dense module's path), the group metadata computed by one Triton
 kernel (runtime/grouped_metadata.py), so a CUDA graph captures it; other calls go through DLPack and the jitted program.
 
+A gated epilogue (SwiGLU, GeGLU-tanh; `renders_gated`): B (G, K, 2N) as stored is reshaped, without a copy, to a
+view with a gate / up axis ((G, 2, N, K) halves, (G, N, 2, K) interleaved, K-major; (G, K, 2, N) halves, N-major),
+and each K step loads a gate and an up tile through it, two inputs of the pipeline; each consumer warpgroup keeps a
+gate and an up accumulator and the epilogue forms fn(gate) * up before the rest of the chain. MGP003 refuses an
+interleaved N-major B (no TMA view holds its gate columns) and fp8 operands with it; PAL009 the erf GELU.
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
-slots, each buffer padded to whole KiB), which the unswizzled staging slots take unchanged; lowering for CUDA
-allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py). Imports jax-free code only.
+slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
+staging slots take unchanged; lowering for CUDA allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py).
+Imports jax-free code only.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.targets import Backend, TargetInfo, target_info
 
 if TYPE_CHECKING:
@@ -86,6 +94,10 @@ class PallasMgpuGrouped(GroupedDesign):
     # `<name>_torch`, waited for (the direct launch runs on torch's stream, the DLPack path on jax's): the dense
     # Mosaic GPU design's, what bench times
     torch_entry = PallasGemmDesign.torch_entry
+    # A gated epilogue (SwiGLU, GeGLU): B (G, K, 2N) viewed with a gate / up axis, a gate and an up tile a K step as
+    # two pipeline inputs, two wgmma accumulators a consumer warpgroup (MGP003 refuses an interleaved N-major B, whose
+    # gate columns are no TMA view; fp8; PAL009 the erf GELU)
+    renders_gated = True
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
         return MGPU_CONSUMER_WGS * 128  # two consumer warpgroups split tile.n
@@ -100,7 +112,9 @@ class PallasMgpuGrouped(GroupedDesign):
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """A's and B's tiles in TMA's tiled view (the dense kernel's), and the largest store box, one subtile of
         out, unswizzled."""
-        a, b, out = DENSE.tma_boxes(spec, target)  # type: ignore[arg-type]
+        # a gated B moves as a gate and an up box of tile.n columns each, whatever its layout (the strided view)
+        plain = spec.model_copy(update={"epilogue": []}) if gated_op(spec.epilogue) is not None else spec
+        a, b, out = DENSE.tma_boxes(plain, target)  # type: ignore[arg-type]
         from specgen.resolved import TmaBox
 
         return (a, b, TmaBox(out.operand, out.outer, out.inner, out.elem_bytes, out.field))
@@ -145,6 +159,8 @@ class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
     b_major: str
     tail_zero: bool
     ragged_k: bool = False  # groups of rows only (GRP203's meaning; MGP001 here)
+    gated: bool = False  # a gated epilogue: B (G, K, 2N), a gate and an up tile a step, N outputs
+    gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     warpgroups: int
     a_min: int  # elements in 16 bytes: a TMA'd array's contiguous extent is a multiple of this
     b_min: int
@@ -167,12 +183,19 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
     gpu = target_info(target).gpu
     assert gpu is not None
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
-    b_dims = "(G, N, K)" if spec.b.major == "k" else "(G, K, N)"
+    gated = gated_op(spec.epilogue)
+    if gated is not None and gated.layout == "interleaved" and spec.b.major != "k":  # check refuses it (MGP003)
+        raise ValueError(f"{spec.name}: the grouped Mosaic GPU kernel reads an interleaved gated B K-major (MGP003)")
+    b_dims = ("(G, 2N, K)" if spec.b.major == "k" else "(G, K, 2N)") if gated is not None else (
+        "(G, N, K)" if spec.b.major == "k" else "(G, K, N)")
+    b_doc = (f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group, "
+             + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
+             if gated is not None else f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group")
     return GroupedMgpuPlan(
         **plan_header(loaded),
         targets=[str(target)],
         a=_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, stored k-major: every group's rows, group by group"),
-        b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group"),
+        b=_arg("b", "b", spec.b.dtype, b_doc),
         index=_arg(index_name, "index", DType.int32, f"(G,) int32, {index_doc}"),
         index_kind=spec.groups.index,
         out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}"),
@@ -180,6 +203,8 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
+        gated=gated is not None,
+        gated_layout=gated.layout if gated is not None else "",
         warpgroups=MGPU_CONSUMER_WGS,
         a_min=TMA_MIN_BYTES // spec.a.dtype.bytes,
         b_min=TMA_MIN_BYTES // spec.b.dtype.bytes,
@@ -212,7 +237,8 @@ def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
             "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
-            "a_major": p.a_major, "b_major": p.b_major, "warpgroups": p.warpgroups,
+            "a_major": p.a_major, "b_major": p.b_major, **({"gated": p.gated_layout} if p.gated else {}),
+            "warpgroups": p.warpgroups,
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,
             "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
             "config": {k: v for k, v in config_meta(p.config).items() if k != "smem_breakdown"},

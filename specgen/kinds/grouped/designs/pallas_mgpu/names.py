@@ -9,6 +9,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "NamedTuple", "Config", "CONFIG", "VARIANT_CONFIGS", "_config_for", "_kernel", "_build", "_launch", "_call",
     "_extents", "_DIRECT", "_direct", "_gm", "_mt", "min", "max", "bool",
     "tuple",
+    # a gated epilogue's B view (gate / up axis)
+    "_gated_shape", "_gated_view",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -25,6 +27,8 @@ RESERVED: frozenset[str] = frozenset({
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
     "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
+    # a gated epilogue's: B's 2N columns, the up tile, its accumulator and subtile, the warpgroup's B half
+    "n2", "smem", "dims", "warpgroup_half", "up_smem", "accs", "up_ref", "up",
     # the torch entry's direct launch
     "sb", "direct", "launch", "structs", "shape", "str", "from_offs", "grouped_metadata",
     # the Config fields (attributes, but also the NamedTuple's class-body names)

@@ -13,6 +13,7 @@ from specgen.kinds.gemm.designs.pallas.design import mgpu_layout
 from specgen.kinds.gemm.shared_rules import mma
 from specgen.kinds.grouped.designs.pallas_mgpu.design import DESIGN, SMEM_ROW_ALIGN
 from specgen.rules.base import Finding, RuleContext, RuleSet, target_of
+from specgen.spec.epilogue import gated_op
 
 SHARED = ([r for r in dense.RULES if r.id in ("PAL004", "PAL006", "PAL008", "PAL009")]
           + [r for r in mma.RULES if r.id in ("MMA001", "MAJ001")])
@@ -52,12 +53,34 @@ def store_rows_aligned(ctx: RuleContext) -> Iterator[Finding]:
 def not_yet(ctx: RuleContext) -> Iterator[Finding]:
     """1x1 clusters only: the dense kernel's TMA multicast pairs neighbouring tiles, which here may belong to
     different groups (a different B). (fp8 operands with their rowwise `scale` by = "rowcol" are rendered: the
-    dense kernel's wgmma on 8-bit tiles, K-major by MAJ001, one dtype for both by PAL004.)"""
+    dense kernel's wgmma on 8-bit tiles, K-major by MAJ001, one dtype for both by PAL004.)
+
+    A gated epilogue loads its gate and up tiles through a view of B with a gate / up axis (templates/grouped/
+    pallas/grouped_mgpu.py.jinja `_gated_view`), each a TMA box of tile.n columns. An interleaved N-major B (G, K,
+    2N) has its gate columns 2 elements apart along its contiguous dim: TMA's innermost global stride is one
+    element (cuTensorMapEncodeTiled: the first dim is contiguous), so no box holds them; refused (K-major, or
+    `halves`, render). fp8 operands with a gated op are not rendered: their rowwise scales would have to scale gate
+    and up before the gated op, which the chain's order (gated first) cannot say."""
     s = ctx.spec
     if s.cluster.size > 1:
         yield Finding("MGP003", "error", f"cluster {s.cluster.m}x{s.cluster.n}: the {ctx.target} grouped kernel launches "
                       "one CTA per cluster (a pair's neighbouring tiles may read different groups' B)",
                       "drop cluster (1x1)", ("cluster",))
+    gated = gated_op(s.epilogue)
+    if gated is None:
+        return
+    if gated.layout == "interleaved" and s.b.major != "k":
+        step = 2 * s.b.dtype.bytes
+        yield Finding("MGP003", "error", f"a gated epilogue (interleaved) with b.major = \"{s.b.major}\": gate column j is "
+                      f"B's column 2j, {step} B from the next gate column along B's contiguous dim, and TMA reads "
+                      f"contiguous {s.b.dtype.bytes}-byte elements there", 'use b.major = "k" (the (G, 2N, K) weight) or '
+                      'layout = "halves"', ("epilogue", 0, "layout"))
+    for side in ("a", "b"):
+        dt = getattr(s, side).dtype
+        if dt.is_fp8:
+            yield Finding("MGP003", "error", f"{side.upper()} is {dt} with a gated epilogue ({gated.fn}): the {ctx.target} "
+                          "grouped kernel renders gated epilogues on bf16 and f16 operands", "use bf16 or f16 operands",
+                          (side, "dtype"))
 
 
 RULES = [*SHARED, *OWN]
