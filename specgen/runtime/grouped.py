@@ -107,3 +107,14 @@ def group_metadata(sizes: torch.Tensor, rows: int, block_m: int, visit_tail: boo
     tile = torch.where(v < real, tile, spare).to(i32)
     group = torch.where(v < real, group, groups).to(i32)
     return offsets, group, tile
+
+
+def output_grad(kernel: str, grad: object, dtype: torch.dtype, shape: tuple[int, int], device: int) -> torch.Tensor:
+    """The output's gradient a grouped backward reads (autograd hands over the output's dtype and shape; a direct
+    call of the backward op may not): checked, and row-major with unit column stride (a contiguous copy of an
+    expanded or strided one, such as the gradient of out.sum())."""
+    t = _tensor(kernel, "grad", grad, dtype)
+    if tuple(t.shape) != shape:
+        raise _fail(kernel, "grad", f"must have shape {shape} (the output's), got {tuple(t.shape)}")
+    _same_device(kernel, "grad", t, device)
+    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[-1] else t.contiguous()
