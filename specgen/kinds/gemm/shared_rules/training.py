@@ -28,7 +28,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
-    if ctx.design.renders_training_on(ctx.info) and op is not None:
+    if ctx.design.renders_training_on(ctx.info) and op is not None and not ctx.design.renders_gated_training:
         where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_gated_training)
         yield Finding("TRN001", "error", f"training with a gated epilogue ({op.fn}, {op.layout}): the "
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
