@@ -161,3 +161,21 @@ def test_a_grouped_spec_without_training_still_refuses_grad(load_kernel) -> None
     args["b"].requires_grad_()
     with pytest.raises(NotImplementedError, match="argument 'b' requires grad, and specgen's generated ops have no backward"):
         fn(*args.values())
+
+
+def test_the_shipped_kernel_with_f16_operands(load_kernel) -> None:
+    """moe_up_gelu_train_bf16 (specs/training.toml) as the interpreter runs it (bf16 -> f16), its own tiles (128,
+    wgrad's 128x128x32): empty experts first and in the middle, groups off the tile, rows past the last expert."""
+    from kernels import catalogue, interpreter_variant
+
+    spec = interpreter_variant(catalogue("grouped")["moe_up_gelu_train_bf16"])
+    fn = getattr(load_kernel(spec), spec["name"])
+    args = train_inputs(spec, [0, 70, 0, 140, 3], 5, 136, 72)
+    got = leaves(args)
+    out = fn(*got.values())
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(17)).half()
+    out.backward(grad)
+    want_out, _, want = reference_grads(spec, args, grad)
+    close(out, want_out, 4e-3, "out")
+    for name in ("a", "b", "bias"):
+        close(got[name].grad, want[name], 1e-2, f"d{name}")
