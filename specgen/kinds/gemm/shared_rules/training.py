@@ -15,7 +15,9 @@ GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIN
 
 
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training), (KIND, GROUPED)))
+            # (a grouped spec with a gated op has no `training` at all: its spec refuses it when it loads)
+            served_by(lambda d, info: not d.renders_training_on(info) or (d.kind == KIND and not d.renders_gated_training),
+                      (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
