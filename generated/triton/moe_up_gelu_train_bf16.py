@@ -409,13 +409,13 @@ def _moe_up_gelu_train_bf16_act_rows_kernel(pre_ptr, out_ptr, index_ptr, M, N, G
 # sum over the group, into dbias[g] (HAS_DBIAS; an empty group's is 0). f32 sums in row order, no atomics: the
 # same bits every run. Rows past the last group are not read (their dA is zeroed by dgrad; they have no dB).
 @triton.jit
-def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr, index_ptr, M, N, stride_sm, stride_pm, stride_gm,
+def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr, index_ptr, M, N, G, stride_sm, stride_pm, stride_gm,
                               FORM_G: tl.constexpr, HAS_DBIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, FAST_MATH: tl.constexpr):
     g = tl.program_id(1)
     start = tl.load(index_ptr + g - 1, mask=g > 0, other=0)
-    end = tl.load(index_ptr + g)
-    start = tl.minimum(tl.maximum(start, 0), M)  # a malformed index never moves an access outside the matrices
+    end = tl.load(index_ptr + g, mask=g < G, other=M)
+    start = tl.minimum(tl.maximum(start, 0), M)
     end = tl.minimum(tl.maximum(end, start), M)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = cols < N
@@ -654,7 +654,7 @@ def _grad_cols(src, pre, g, dbias, offs):
     form, has_dbias = pre is not None, dbias is not None
     grid = (-(-N // STREAM_TILES["BLOCK_N"]), G)
     _tr.launch("moe_up_gelu_train_bf16 (grad_cols)", _moe_up_gelu_train_bf16_grad_cols_kernel, {"num_warps": 4, "num_stages": 3}, STREAM_TILES, grid,
-               (src, pre if form else src, g if form else src, dbias if has_dbias else src, offs, M, N, src.stride(0),
+               (src, pre if form else src, g if form else src, dbias if has_dbias else src, offs, M, N, G, src.stride(0),
                 pre.stride(0) if form else 0, g.stride(0) if form else 0), False, FORM_G=form, HAS_DBIAS=has_dbias)
 
 
@@ -668,7 +668,7 @@ def _forward_train(a, b, offs, bias):
         grid = (-(-M // STREAM_TILES["BLOCK_M"]), -(-N // STREAM_TILES["BLOCK_N"]))
         _tr.launch("moe_up_gelu_train_bf16 (act_rows)", _moe_up_gelu_train_bf16_act_rows_kernel, {"num_warps": 4, "num_stages": 1}, STREAM_TILES, grid,
                    (pre, out, offs, M, N, G, pre.stride(0), out.stride(0)), False)
-    return out, pre
+    return (out if result is out else result.copy_(out)), pre
 
 
 def _backward(grad, a, b, offs, bias, pre, need_a=True, need_b=True, need_bias=True, *, da=None, db=None, dbias=None):

@@ -1,7 +1,8 @@
 """Grouped training (issue 38, the grouped kind) on the Triton design, under the CPU interpreter (f32 and f16): the
 op of a ragged-M spec with a `training` section is differentiable; its backward (forward_pre or recompute, the
 grad_cols pass, dgrad as a ragged-M grouped GEMM, wgrad as a ragged-K one) gives the gradients of A, B and the
-per-group bias that float64 autograd of the per-group loop reference gives: empty groups first, in the middle
+per-group bias that float64 autograd of the per-group loop reference gives (a gated op's too, SwiGLU halves and
+GeGLU interleaved with a bias after the gate): empty groups first, in the middle
 (consecutive), last, all of them; a group holding every row; sizes off the tile; a tile shared by 3+ groups; rows
 past the last group (dA = 0 there); M = 1; K tails; both B majors; both index formats. NaN-poisoned gradient
 buffers are written everywhere; torch.autograd.gradcheck; torch.compile(fullgraph=True) with no graph break; what
@@ -27,6 +28,8 @@ CASES = {
     "bias_f16_mn": ("bias", "preact", "f16", "mn", "offs", "zero", [9, 0, 18], 5, 16, 17),
     "m1": ("bias_sigmoid", "preact", "f32", "mn", "offs", "untouched", [0, 1], 0, 5, 3),
     "all_empty": ("bias_relu", "recompute", "f32", "k", "sizes", "zero", [0, 0, 0], 4, 6, 7),
+    "gated_halves": ("swiglu_halves", "preact", "f32", "k", "offs", "zero", [0, 6, 0, 19, 2], 3, 20, 19),
+    "gated_interleaved_bias_f16": ("geglu_il_bias", "recompute", "f16", "mn", "sizes", "untouched", [7, 0, 0, 12], 2, 18, 17),
 }
 TOL = {"f32": (1e-5, 1e-5), "f16": (4e-3, 1e-2)}  # (out, gradients) relative to the largest magnitude
 
@@ -62,10 +65,10 @@ def test_gradients_equal_float64_autograd(case: str, load_kernel) -> None:
         assert not got["b"].grad[i].any() and ("bias" not in got or not got["bias"].grad[i].any()), f"group {i}"
 
 
-@pytest.mark.parametrize("save", ["preact", "recompute"])
-def test_poisoned_gradient_buffers_are_written_everywhere(save: str, load_kernel) -> None:
+@pytest.mark.parametrize(("chain", "save"), [("bias_gelu_tanh", "preact"), ("geglu_il_bias", "recompute")])
+def test_poisoned_gradient_buffers_are_written_everywhere(chain: str, save: str, load_kernel) -> None:
     """dA (rows past the last group too), dB (an empty group's too) and dbias, buffers filled with NaN first."""
-    spec = train_spec("bias_gelu_tanh", save)
+    spec = train_spec(chain, save)
     mod = load_kernel(spec)
     args = train_inputs(spec, [0, 6, 0, 11], 3, 20, 19, seed=8)
     grad = torch.randn(args["a"].shape[0], 20, generator=torch.Generator().manual_seed(9))

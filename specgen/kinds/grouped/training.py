@@ -16,9 +16,11 @@ stores pre (save = "preact", the forward; "recompute", the backward) is the ragg
 and no activation, dgrad the ragged-M kernel with no epilogue and `groups.tail = "zero"`, wgrad the ragged-K
 kernel with no epilogue. They load through masked pointers (no TMA descriptors) in this first slice.
 
-Covered: the plain chain, [bias], [activation], [bias, activation] (the dense kind's covered chains, a bias per
-group); no gated op (its backward is the dense kind's only), no ragged-K forward (it is itself a gradient).
-"""
+Covered: the dense kind's chains, a bias per group: the plain GEMM, [bias], [activation], [bias, activation], and
+a gated op (SwiGLU, GeGLU; halves or interleaved) then at most a bias: pre = A @ B[g] has B's 2N columns, G (rows,
+2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's layout, dgrad and wgrad are the
+same grouped GEMMs over 2N, dbias[g] the column sum of dOut over group g's rows. No ragged-K forward (it is itself a
+weight gradient)."""
 
 from __future__ import annotations
 
@@ -32,20 +34,14 @@ FLIP = {"k": "mn", "mn": "k"}
 
 
 def check_grouped_training(training: Training | None, data: dict[str, object]) -> Training | None:
-    """The dense kind's checks (dtypes, accumulator, the chain: a grouped bias is along N, per group), then the
-    grouped kind's own: ragged M, no gated op (ValueError naming the field)."""
+    """The grouped kind's own check (ragged M), then the dense kind's (dtypes, accumulator, the chain: a grouped bias
+    is along N, per group); ValueError naming the field."""
     if training is None:
         return None
     groups = data.get("groups")
     if getattr(groups, "ragged", "m") == "k":
         raise ValueError("groups.ragged = 'k' with `training`: a ragged-K kernel is itself a weight gradient; "
                          "training has a backward for the ragged-M forward (groups of rows)")
-    chain = data.get("epilogue") or []
-    for i, op in enumerate(chain):
-        if op.op == "gated":  # type: ignore[attr-defined]
-            raise ValueError(f"epilogue[{i}] (gated): a grouped kernel's training has a backward for the plain GEMM, "
-                             "[bias], [activation] and [bias, activation] (the gated backward is the dense kind's "
-                             "only); drop `training` or the gated op")
     return check_training(training, data)
 
 
@@ -61,10 +57,12 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     if activation_fn(s.epilogue):  # type: ignore[attr-defined]
         # pre = A @ B[g] + bias[g]: the forward's GEMM with the chain's bias only, stored in the output's dtype
         # (preact: kept for the backward) or f32 (recompute: G formed from it at once, as the dense kind's
-        # recompute forms G from its f32 accumulator)
+        # recompute forms G from its f32 accumulator). With a gated op pre = A @ B[g] is the plain GEMM over B's 2N
+        # columns (gate and up in the forward's layout; the bias, after the gate, is on the N outputs).
         label = "forward_pre" if t.save == "preact" else "recompute"
         pre_dtype = s.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
-        bias = [op for op in s.epilogue if op.op == "bias"]  # type: ignore[attr-defined]
+        gated = any(op.op == "gated" for op in s.epilogue)  # type: ignore[attr-defined]
+        bias = [] if gated else [op for op in s.epilogue if op.op == "bias"]  # type: ignore[attr-defined]
         out.append((label, _derived(s, label, t.pre, a, b, pre_dtype, bias, "untouched", "m"), ("training", "pre")))
     # dgrad: dA (rows, K) = G (rows, N) @ B[g]^T (N, K), ragged M: G row-major (K-major in this GEMM's terms), B^T
     # the stored B read with its major flipped; rows past the last group zeroed.

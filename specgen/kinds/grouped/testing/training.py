@@ -18,6 +18,8 @@ CHAINS: dict[str, list[dict]] = {
     "bias_gelu_tanh": [{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}],
     "bias_relu": [{"op": "bias"}, {"op": "activation", "fn": "relu"}],
     "bias_sigmoid": [{"op": "bias"}, {"op": "activation", "fn": "sigmoid"}],
+    "swiglu_halves": [{"op": "gated", "fn": "silu", "layout": "halves"}],
+    "geglu_il_bias": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, {"op": "bias"}],
 }
 
 
@@ -37,14 +39,15 @@ def train_spec(chain: str, save: str = "preact", dtype: str = "f32", b_major: st
 def train_inputs(spec: dict, sizes: list[int], tail_rows: int, n: int, k: int, seed: int = 0,
                  device: str = "cpu") -> dict[str, torch.Tensor]:
     """a (rows, K) with `tail_rows` rows past the last group, b (G, K, N) in the spec's major (a K-major b is a (G,
-    N, K) weight viewed transposed), the group index (int32 ends or sizes), the bias (G, N) where the chain has
+    N, K) weight viewed transposed; (G, K, 2N) with a gated op), the group index (int32 ends or sizes), the bias (G, N) where the chain has
     one, in its dtype."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dt = TORCH_DTYPES[spec["a"]["dtype"]]
     rows, g = sum(sizes) + tail_rows, len(sizes)
+    nb = 2 * n if any(op["op"] == "gated" for op in spec["epilogue"]) else n  # a gated B's gate and up columns
     a = torch.randn(rows, k, generator=gen, device=device).to(dt)
-    b = (torch.randn(g, n, k, generator=gen, device=device).to(dt).transpose(1, 2) if spec["b"]["major"] == "k"
-         else torch.randn(g, k, n, generator=gen, device=device).to(dt))
+    b = (torch.randn(g, nb, k, generator=gen, device=device).to(dt).transpose(1, 2) if spec["b"]["major"] == "k"
+         else torch.randn(g, k, nb, generator=gen, device=device).to(dt))
     b = b / k**0.5
     ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0) if spec["groups"]["index"] == "offs" else torch.tensor(sizes)
     args = {"a": a, "b": b, "index": ends.to(torch.int32).to(device)}

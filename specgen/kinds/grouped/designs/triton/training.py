@@ -14,6 +14,10 @@ from the plan of its companion spec (the configs check resolved, per compute cap
   last group zeroed;
 - wgrad: dB[g] = A_g^T @ G_g, the ragged-K kernel (groups along its K; an empty group's dB[g] is 0), written in
   B's stored layout: (G, K, N) from A^T @ G for an N-major B, (G, N, K) from G^T @ A for a K-major one.
+With a gated epilogue (act(gate) * up, then at most a bias) pre and G have B's 2N columns in the forward's layout:
+the GEMM that computes pre is the plain ragged-M kernel over 2N (no epilogue), `act_rows` writes act(gate) * up +
+bias[g] walking each group's rows (the bias is per group), grad_cols forms dgate = dOut * up * act'(gate) and dup =
+dOut * act(gate), dbias[g] the column sum of dOut; dgrad and wgrad are the same GEMMs over 2N.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from specgen.kinds.gemm.designs.triton.design import TL_DTYPES
 from specgen.kinds.gemm.training import activation_fn
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 
@@ -45,6 +50,7 @@ class GroupedTrainingPlan:
     wgrad: object
     grad_cols_kernel: str
     act_rows_kernel: str
+    gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
 
     @property
     def stores_pre(self) -> bool:
@@ -74,6 +80,7 @@ def plan_training(loaded: LoadedSpec, targets: list[Target], resolved: dict[str,
         assert all(r.companion == c.companion for r in mine.values())
         plans[c.companion] = plan_grouped(loaded, targets, mine)
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     name = spec.name  # type: ignore[attr-defined]
     pre_dtype = spec.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
     return GroupedTrainingPlan(
@@ -83,4 +90,5 @@ def plan_training(loaded: LoadedSpec, targets: list[Target], resolved: dict[str,
         operand_torch=spec.a.dtype.info.torch, operand_triton=TL_DTYPES[spec.a.dtype],  # type: ignore[attr-defined]
         out_torch=spec.out.dtype.info.torch, pre_torch=pre_dtype.info.torch,  # type: ignore[attr-defined]
         pre=plans.get("forward_pre", plans.get("recompute")), dgrad=plans["dgrad"], wgrad=plans["wgrad"],
-        grad_cols_kernel=f"_{name}_grad_cols_kernel", act_rows_kernel=f"_{name}_act_rows_kernel")
+        grad_cols_kernel=f"_{name}_grad_cols_kernel", act_rows_kernel=f"_{name}_act_rows_kernel",
+        gated=gated.layout if gated is not None else "")
