@@ -64,7 +64,7 @@ class Training(Strict):
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton design: TRN001 elsewhere);
     f16, bf16, f32 operands; no batch, no fp8 (Triton and Pallas TPU targets: TRN001 elsewhere). A grouped spec
-    takes the same section for its ragged-M forward (no gated op; the grouped Triton design: docs/grouped.md)."""
+    takes the same section for its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
 
     save: Literal["preact", "recompute"]
     # the GEMM that computes the pre-activation for training: the forward that stores it (preact) or

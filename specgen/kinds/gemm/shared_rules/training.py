@@ -15,9 +15,7 @@ GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIN
 
 
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            # (a grouped spec with a gated op has no `training` at all: its spec refuses it when it loads)
-            served_by(lambda d, info: not d.renders_training_on(info) or (d.kind == KIND and not d.renders_gated_training),
-                      (KIND, GROUPED)))
+            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training), (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
@@ -26,11 +24,11 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
     design); the Pallas TPU backward has none (nor a gated forward: EPI001). The grouped kind's `training` (ragged M,
-    no gated op) is its Triton design's; its CuTe and Pallas designs render the forward only."""
+    a gated op's too) is its Triton design's; its CuTe and Pallas designs render the forward only."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
-    if ctx.design.renders_training_on(ctx.info) and op is not None and not ctx.design.renders_gated_training:
+    if ctx.design.renders_training_on(ctx.info) and op is not None:
         where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_gated_training)
         yield Finding("TRN001", "error", f"training with a gated epilogue ({op.fn}, {op.layout}): the "
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
