@@ -118,4 +118,3 @@ def group_metadata(sizes: torch.Tensor, rows: int, block_m: int, visit_tail: boo
     tile = torch.where(v < real, tile, spare).to(i32)
     group = torch.where(v < real, group, groups).to(i32)
     return offsets, group, tile
-
