@@ -62,6 +62,17 @@ def kept_output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, in
     return out, result
 
 
+def output_grad(kernel: str, grad: object, dtype: torch.dtype, shape: tuple[int, int], device: int) -> torch.Tensor:
+    """The output's gradient a grouped backward reads (autograd hands over the output's dtype and shape; a direct
+    call of the backward op may not): checked, and row-major with unit column stride (a contiguous copy of an
+    expanded or strided one, such as the gradient of out.sum())."""
+    t = _tensor(kernel, "grad", grad, dtype)
+    if tuple(t.shape) != shape:
+        raise _fail(kernel, "grad", f"must have shape {shape} (the output's), got {tuple(t.shape)}")
+    _same_device(kernel, "grad", t, device)
+    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[-1] else t.contiguous()
+
+
 def last_offset(t: torch.Tensor) -> int:
     """The largest element offset the kernel computes into `t` from its base (0 for an empty tensor)."""
     return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0

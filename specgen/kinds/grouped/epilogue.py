@@ -9,7 +9,7 @@ expert and column of B."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ class GroupBias(_Op):
     op: Literal["bias"]
     dtype: DType = DType.f32
     name: Identifier = "bias"
+    along: ClassVar[str] = "n"  # each group's row of N values: a bias along N, as the dense kind's checks read it
 
     def runtime_args(self) -> list[RuntimeArg]:
         return [RuntimeArg(self.name, GROUP_N, self.dtype, f"bias per group, (G, N) {self.dtype}")]  # type: ignore[arg-type]

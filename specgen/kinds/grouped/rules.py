@@ -1,6 +1,7 @@
 """The rules every grouped design shares (the kind's part `rules`): the GEMM kind's checks that read the same
 sections (dtypes DT001 / DT004 / DT005, the SMEM budget SMEM001, TMA boxes TMA001-2, clusters CLU001, the gated
-epilogue EPI001-EPI002: one rule each, concerning both kinds), and the grouped kind's own (GRP001-GRP003).
+epilogue EPI001-EPI002, a training backward TRN001: one rule each, concerning both kinds), and the grouped
+kind's own (GRP001-GRP003).
 
 What only a call can tell is guarded on the host at launch instead (specgen/runtime/grouped.py, named in each
 guard's error): the group index's dtype, shape and device (int32 (G,), as torch._grouped_mm's "Offsets have to
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specgen.kinds.gemm.shared_rules import cluster, dtypes, gated, memory, tma
+from specgen.kinds.gemm.shared_rules import cluster, dtypes, gated, memory, tma, training
 from specgen.kinds.grouped import KIND
 from specgen.rules.base import Finding, RuleContext, RuleSet
 from specgen.rules.hooks import served_by
 from specgen.spec.dtypes import DType
 
-SHARED = [r for r in dtypes.RULES if r.id in ("DT001", "DT004", "DT005")] + [*memory.RULES, *tma.RULES, *cluster.RULES, *gated.RULES]
+SHARED = [r for r in dtypes.RULES if r.id in ("DT001", "DT004", "DT005")] + [*memory.RULES, *tma.RULES, *cluster.RULES,
+                                                                                       *gated.RULES, *training.RULES]
 OWN = RuleSet()
 GROUPED = served_by(lambda design, info: True, (KIND,))  # the targets a grouped design serves
 

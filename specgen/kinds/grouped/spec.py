@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from specgen.kinds.gemm.sections import Cluster, Operand, Output, Pipeline, Schedule, Tile, When
 from specgen.kinds.grouped.designs.cute_sm90 import options as cute_options
@@ -38,6 +38,7 @@ from specgen.kinds.grouped.designs.pallas.options import GroupedPallasOptions
 from specgen.kinds.grouped.designs.triton import options as triton_options
 from specgen.kinds.grouped.designs.triton.options import GroupedTritonOptions
 from specgen.kinds.grouped.epilogue import GroupedEpilogueOp
+from specgen.kinds.grouped.training import Training, check_grouped_training, companions
 from specgen.memo import per_spec
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import RuntimeArg, check_gated
@@ -110,6 +111,7 @@ class GroupedSpec(LayeredSpec):
     BACKEND_SECTIONS: ClassVar[dict[str, Backend]] = BACKEND_SECTIONS
     WHOLE_SECTIONS: ClassVar[tuple[str, ...]] = ("tile",)
     SEMANTIC_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b", "out", "accumulator", "groups", "epilogue")
+    DROPPED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("per_target", "variants", "training")
 
     name: KernelName
     kind: Literal["grouped"]
@@ -120,6 +122,9 @@ class GroupedSpec(LayeredSpec):
     accumulator: DType = DType.f32
     groups: Groups = Groups()
     epilogue: list[GroupedEpilogueOp] = Field(default_factory=list)
+    # A backward generated from this spec (training.py: the dense kind's section, ragged M); absent: forward-only,
+    # the op refuses inputs that require grad.
+    training: Training | None = None
     tile: Tile
     cluster: Cluster = Cluster()
     pipeline: Pipeline = Pipeline()
@@ -136,6 +141,15 @@ class GroupedSpec(LayeredSpec):
     def _gated_first(cls, epilogue: list) -> list:
         check_gated(epilogue)  # the error points at the spec's `epilogue`
         return epilogue
+
+    @field_validator("training")
+    @classmethod
+    def _training(cls, training: Training | None, info: ValidationInfo) -> Training | None:
+        return check_grouped_training(training, info.data)  # the error points at the spec's `training`
+
+    def companions(self) -> tuple[tuple[str, LayeredSpec, tuple[str, ...]], ...]:
+        """The grouped GEMMs a `training` spec's backward runs, as specs resolve and the rules take (training.py)."""
+        return companions(self)  # type: ignore[return-value]
 
     @model_validator(mode="after")
     def _arguments(self) -> GroupedSpec:

@@ -11,10 +11,11 @@ from specgen.rules.hooks import served_by
 from specgen.spec.epilogue import gated_op
 
 RULES = RuleSet()
+GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIND: importing it here would cycle)
 
 
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training), (KIND,)))
+            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training), (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
@@ -23,12 +24,14 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
     design); the Pallas TPU backward has none (nor a gated forward: EPI001). A design whose backward covers less
-    than the section says why in `training_refusal` (the CuTe sm90 design: f16 / bf16 operands, out of their dtype)."""
+    than the section says why in `training_refusal` (the CuTe sm90 design: f16 / bf16 operands, out of their dtype).
+    The grouped kind's `training` (ragged M, a gated op's too) is its Triton design's; its CuTe and Pallas designs
+    render the forward only."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
     if ctx.design.renders_training_on(ctx.info) and op is not None:
-        where = sorted(d.name for d in rendering(KIND) if d.renders_gated_training)
+        where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_gated_training)
         yield Finding("TRN001", "error", f"training with a gated epilogue ({op.fn}, {op.layout}): the "
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
                       f"(the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'})",
@@ -38,7 +41,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("TRN001", "error", f"{why} ({ctx.target})", f"drop {ctx.target} from targets, or drop `training`",
                       ("training",))
     elif not ctx.design.renders_training_on(ctx.info):
-        where = sorted(d.training_label or d.name for d in rendering(KIND) if d.renders_training or d.training_label)
+        where = sorted(d.training_label or d.name for d in rendering(ctx.design.kind)
+                       if d.renders_training or d.training_label)
         yield Finding("TRN001", "error", f"training: the {ctx.design.name} design renders no backward for {ctx.target} (the "
                       f"{_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))

@@ -41,6 +41,7 @@ from specgen.kinds.gemm.designs.triton.design import (
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.designs.triton.training import GroupedTrainingPlan, plan_training
 from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
@@ -67,6 +68,8 @@ class TritonGrouped(GroupedDesign):
     # from shapes, never from the group index. Descriptors or pointers are the kernel's parameters: one for all.
     renders_variants = True
     renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
+    renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
+    renders_gated_training = True  # a gated epilogue's too (pre and G over B's 2N columns)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
     # `specgen tune`'s knobs: the dense Triton kernel's (block shape, warps, pipeline depth), which the grouped
@@ -109,8 +112,12 @@ class TritonGrouped(GroupedDesign):
         template = grouped_environment().get_template("triton/ragged_k.py.jinja" if p.ragged_k else "triton/grouped.py.jinja")
         schema = [[a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, p.index, *p.args)]
         text = template.render(p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
-                               op_schema=[*schema, ["out", "Tensor?"]],
-                               uses_tanh=uses_tanh(p.steps))
+                               op_schema=[*schema, ["out", "Tensor?"]], train_schema=schema,
+                               # the backward op's arguments: the output's gradient, the forward's, the saved pre (None:
+                               # not saved), and which gradients autograd needs (the index has none)
+                               backward_schema=[["grad", "Tensor"], *schema, ["pre", "Tensor?"],
+                                                *([f"need_{a.name}", "bool"] for a in (p.a, p.b, *p.args))],
+                               uses_tanh=uses_tanh(p.steps, p.training is not None))
         return {rel: text}
 
     def plan(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
@@ -151,6 +158,7 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     steps: list[EpilogueStep]
     gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up columns, into N outputs
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
+    training: GroupedTrainingPlan | None = None  # a `training` backward (training.py), rendered beside the forward
 
 
 
@@ -201,6 +209,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         docs = (f"(M, K) {a_dt}, {spec.a.major}-major: the rows of every group, group by group", b_doc,
                 f"(M, N) {spec.out.dtype}, row-major")
     return GroupedTritonPlan(
+        training=plan_training(loaded, targets, resolved, plan_grouped) if spec.training is not None else None,
         **plan_header(loaded),
         kernel_name=f"_{spec.name}_kernel",
         a=_arg("a", "a", a_dt, docs[0]),

@@ -1,0 +1,93 @@
+"""The grouped kind's `training` section: the dense kind's (specgen/kinds/gemm/training.py: the same keys, `save`,
+`pre`, `dgrad`, `wgrad`, and the same checks of dtypes, accumulator and chain), for a ragged-M grouped GEMM.
+
+    out[rows of g] = act(A[rows of g] @ B[g] + bias[g])      G = dOut * act'(pre), formed once
+
+- dgrad: dA[rows of g] = G[rows of g] @ B[g]^T, a ragged-M grouped GEMM (B read in its stored major); rows past
+  the last group get dA = 0;
+- wgrad: dB[g] = A[rows of g]^T @ G[rows of g] in B's stored layout, a ragged-K grouped GEMM (the groups run
+  along its K); an empty group's dB[g] is 0;
+- dbias[g] = the column sum of G over group g's rows ((G, N), an empty group's 0);
+- `offs` (or `group_sizes`) is an integer index: it has no gradient.
+
+Each backward GEMM is a grouped spec of its own (`companions`), resolved with the forward and run through the
+same rules (SMEM001 on "backward dgrad" points at `training.dgrad`), rendered by the same design: the GEMM that
+stores pre (save = "preact", the forward; "recompute", the backward) is the ragged-M kernel with the chain's bias
+and no activation, dgrad the ragged-M kernel with no epilogue and `groups.tail = "zero"`, wgrad the ragged-K
+kernel with no epilogue. They load through masked pointers (no TMA descriptors) in this first slice.
+
+Covered: the dense kind's chains, a bias per group: the plain GEMM, [bias], [activation], [bias, activation], and
+a gated op (SwiGLU, GeGLU; halves or interleaved) then at most a bias: pre = A @ B[g] has B's 2N columns, G (rows,
+2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's layout, dgrad and wgrad are the
+same grouped GEMMs over 2N, dbias[g] the column sum of dOut over group g's rows. No ragged-K forward (it is itself a
+weight gradient)."""
+
+from __future__ import annotations
+
+from specgen.kinds.gemm.sections import Operand, Output, Pipeline
+from specgen.kinds.gemm.training import BackwardGemm, Training, activation_fn, check_training
+from specgen.spec.dtypes import DType
+
+__all__ = ["Training", "check_grouped_training", "companions"]
+
+FLIP = {"k": "mn", "mn": "k"}
+
+
+def check_grouped_training(training: Training | None, data: dict[str, object]) -> Training | None:
+    """The grouped kind's own check (ragged M), then the dense kind's (dtypes, accumulator, the chain: a grouped bias
+    is along N, per group); ValueError naming the field."""
+    if training is None:
+        return None
+    groups = data.get("groups")
+    if getattr(groups, "ragged", "m") == "k":
+        raise ValueError("groups.ragged = 'k' with `training`: a ragged-K kernel is itself a weight gradient; "
+                         "training has a backward for the ragged-M forward (groups of rows)")
+    return check_training(training, data)
+
+
+def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
+    """The grouped GEMMs a training spec runs beside its forward, each a grouped spec of its own that resolve and
+    the rules take as they take the forward: (label, spec, the field a finding about it points at)."""
+    t: Training | None = getattr(spec, "training", None)
+    if t is None:
+        return ()
+    s = spec
+    a, b = s.a, s.b  # type: ignore[attr-defined]
+    out: list[tuple[str, object, tuple[str, ...]]] = []
+    if activation_fn(s.epilogue):  # type: ignore[attr-defined]
+        # pre = A @ B[g] + bias[g]: the forward's GEMM with the chain's bias only, stored in the output's dtype
+        # (preact: kept for the backward) or f32 (recompute: G formed from it at once, as the dense kind's
+        # recompute forms G from its f32 accumulator). With a gated op pre = A @ B[g] is the plain GEMM over B's 2N
+        # columns (gate and up in the forward's layout; the bias, after the gate, is on the N outputs).
+        label = "forward_pre" if t.save == "preact" else "recompute"
+        pre_dtype = s.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
+        gated = any(op.op == "gated" for op in s.epilogue)  # type: ignore[attr-defined]
+        bias = [] if gated else [op for op in s.epilogue if op.op == "bias"]  # type: ignore[attr-defined]
+        out.append((label, _derived(s, label, t.pre, a, b, pre_dtype, bias, "untouched", "m"), ("training", "pre")))
+    # dgrad: dA (rows, K) = G (rows, N) @ B[g]^T (N, K), ragged M: G row-major (K-major in this GEMM's terms), B^T
+    # the stored B read with its major flipped; rows past the last group zeroed.
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
+                                  Operand(dtype=b.dtype, major=FLIP[b.major]), a.dtype, [], "zero", "m"),
+                ("training", "dgrad")))
+    # wgrad: dB[g] = A_g^T @ G_g, ragged K (every group's rows are this GEMM's K): for an N-major B, A^T (K, rows)
+    # @ G (rows, N) into (G, K, N); for a K-major B, G^T (N, rows) @ A (rows, K) into (G, N, K), B's own layout.
+    # Either way both operands have their M (resp. N) dim contiguous: M-major and N-major in the ragged-K GEMM's terms.
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=a.dtype, major="mn"),
+                                  Operand(dtype=a.dtype, major="mn"), b.dtype, [], "untouched", "k"),
+                ("training", "wgrad")))
+    return tuple(out)
+
+
+def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType, epilogue: list,
+             tail: str, ragged: str) -> object:
+    """A grouped GEMM with the given operands, chain and grouping, loading through masked pointers, with the config
+    `cfg` gives over the forward's (tile, warps, stages)."""
+    cfg = cfg or BackwardGemm()
+    triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
+        "tma": False, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
+    pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
+    groups = s.groups.model_copy(update={"tail": tail, "ragged": ragged})  # type: ignore[attr-defined]
+    return s.model_copy(update={  # type: ignore[attr-defined]
+        "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue,  # type: ignore[attr-defined]
+        "groups": groups, "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]
+        "training": None, "per_target": {}, "variants": []})

@@ -1,0 +1,131 @@
+"""The grouped kind's `training` section (specgen/kinds/grouped/training.py, the dense kind's model and checks):
+absent by default (a grouped spec dumps and hashes as before), refused where the grouped kind has no backward (a
+ragged-K forward, a gated op, fp8, an op other than bias and activation), naming the field; its backward GEMMs are
+grouped specs (the ragged-M GEMM that stores pre, dgrad ragged M with the tail zeroed and B's major flipped, wgrad
+ragged K) resolved as companions the same rules check at `training.*`; TRN001 off the grouped Triton design."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from specgen.check import check_specs
+from specgen.kinds.grouped.spec import GroupedSpec
+from specgen.spec.load import SpecError, load_text
+
+BASE: dict = {
+    "name": "g", "kind": "grouped",
+    "a": {"dtype": "bf16"}, "b": {"dtype": "bf16", "major": "k"}, "out": {"dtype": "bf16"},
+    "epilogue": [{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}],
+    "training": {"save": "preact"},
+    "tile": {"m": 128, "n": 128, "k": 64}, "targets": ["triton:sm90"],
+}
+
+
+def spec(**changes: object) -> dict:
+    d = copy.deepcopy(BASE)
+    d.update(changes)
+    return d
+
+
+def load(d: dict, text: str | None = None):
+    (loaded,) = load_text(text or json.dumps({"kernels": [d]}), "<test>", ".json")
+    return loaded
+
+
+def refusal(d: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        load(d)
+    return str(info.value)
+
+
+def test_absent_training_dumps_as_before() -> None:
+    d = spec()
+    del d["training"]
+    assert "training" not in GroupedSpec.model_validate(d).model_dump(mode="json")
+    assert GroupedSpec.model_validate(d).companions() == ()
+
+
+@pytest.mark.parametrize(("changes", "fragments"), [
+    ({"groups": {"ragged": "k"}, "epilogue": []}, ["groups.ragged = 'k' with `training`", "ragged-M forward"]),
+    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
+     ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "k"}, "epilogue": []},
+     ["a.dtype = fp8_e4m3: training has a backward for f16, bf16 and f32 operands only"]),
+    ({"epilogue": [{"op": "scale", "by": "row"}]}, ["epilogue[0] (scale) has no backward yet"]),
+    ({"epilogue": [{"op": "activation", "fn": "relu"}, {"op": "bias"}]}, ["in that order"]),
+    ({"training": {"save": "later"}}, ["training.save", "preact", "recompute"]),
+])
+def test_what_has_no_backward_is_refused_naming_the_field(changes: dict, fragments: list[str]) -> None:
+    text = refusal(spec(**changes))
+    for f in fragments:
+        assert f in text, text
+    assert "<test>:" in text  # a position, not a traceback
+
+
+@pytest.mark.parametrize("chain", [[], [{"op": "bias"}], [{"op": "activation", "fn": "silu"}],
+                                   [{"op": "bias"}, {"op": "activation", "fn": "relu"}]])
+def test_the_covered_chains_load_with_either_index_and_tail(chain: list) -> None:
+    for groups in ({"index": "offs", "tail": "untouched"}, {"index": "sizes", "tail": "zero"}):
+        s = GroupedSpec.model_validate(spec(epilogue=chain, groups=groups))
+        assert s.training is not None and s.training.save == "preact"
+
+
+@pytest.mark.parametrize(("save", "b_major"), [("preact", "k"), ("recompute", "mn")])
+def test_companions_are_grouped_gemms(save: str, b_major: str) -> None:
+    s = GroupedSpec.model_validate(spec(b={"dtype": "bf16", "major": b_major}, groups={"index": "sizes"},
+                                        training={"save": save, "dgrad": {"tile": {"m": 64, "n": 64, "k": 32}}}))
+    comp = {label: c for label, c, _ in s.companions()}
+    pre = "forward_pre" if save == "preact" else "recompute"
+    assert list(comp) == [pre, "dgrad", "wgrad"]
+    # pre: the forward's GEMM with the bias and no activation, in out's dtype (preact) or f32 (recompute)
+    assert [op.op for op in comp[pre].epilogue] == ["bias"] and comp[pre].out.dtype.value == ("bf16" if save == "preact" else "f32")
+    # dgrad: G (rows, N) @ B[g]^T, ragged M, B's major flipped, rows past the last group zeroed
+    d = comp["dgrad"]
+    assert (d.groups.ragged, d.groups.tail, d.groups.index, d.a.major, d.b.major, d.tile.m) == (
+        "m", "zero", "sizes", "k", {"k": "mn", "mn": "k"}[b_major], 64)
+    # wgrad: ragged K, both operands with their own rows contiguous (A^T or G^T, A or G), no epilogue
+    w = comp["wgrad"]
+    assert (w.groups.ragged, w.a.major, w.b.major, w.tile.m, w.epilogue) == ("k", "mn", "mn", 128, [])
+    assert all(not c.triton.tma and c.training is None for c in comp.values())
+    plain = GroupedSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
+    assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_a_gated_forward_has_a_backward_over_2n(layout: str) -> None:
+    """[gated] and [gated, bias] load; the GEMM that computes pre is the plain ragged-M GEMM over B's 2N columns
+    (no epilogue: gate and up stored as they come, the bias being after the gate), dgrad and wgrad the plain ones;
+    check passes on the Triton target (TRN001 does not fire: the grouped Triton design renders the gated backward)."""
+    gated = {"op": "gated", "fn": "silu", "layout": layout}
+    for chain in ([gated], [gated, {"op": "bias", "dtype": "bf16"}]):
+        s = GroupedSpec.model_validate(spec(epilogue=chain, training={"save": "recompute"}))
+        comp = {label: c for label, c, _ in s.companions()}
+        assert list(comp) == ["recompute", "dgrad", "wgrad"] and not any(c.epilogue for c in comp.values())
+        report = check_specs([load(spec(epilogue=chain))])
+        assert not [d for d in report.diagnostics if d.severity == "error"], [str(d) for d in report.diagnostics]
+
+
+def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:
+    """A dgrad tile past SMEM is SMEM001 on the backward dgrad, at training.dgrad; the forward and the default
+    backward pass."""
+    assert not [d for d in check_specs([load(spec())]).diagnostics if d.severity == "error"]
+    d = spec(training={"save": "recompute", "dgrad": {"tile": {"m": 256, "n": 256, "k": 256}}})
+    report = check_specs([load(d, json.dumps({"kernels": [d]}).replace('"dgrad"', '\n"dgrad"'))])
+    errors = [x for x in report.diagnostics if x.severity == "error"]
+    assert errors and all(x.variant == "backward dgrad" for x in errors), [str(x) for x in errors]
+    assert {x.rule for x in errors} >= {"SMEM001"} and all(x.line == 2 for x in errors)
+
+
+def test_trn001_off_the_grouped_triton_design() -> None:
+    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm90"]))])
+    trn = [d for d in report.diagnostics if d.rule == "TRN001"]
+    assert [d.target for d in trn] == ["cute:sm90"], [str(d) for d in trn]
+    assert "the CuTe sm90 grouped design renders no backward" in trn[0].message
+    assert "the Triton grouped design does" in trn[0].message
+    assert not [d for d in report.diagnostics if d.target == "cute:sm90" and d.variant.startswith("backward")]
+    forward_only = spec(targets=["triton:sm90", "cute:sm90"])
+    del forward_only["training"]
+    assert not [d for d in check_specs([load(forward_only)]).diagnostics if d.rule == "TRN001"]
