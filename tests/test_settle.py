@@ -288,8 +288,9 @@ def test_check_of_the_catalogue_warm_or_analytic_imports_no_compiler(tmp_path, a
     # and decode configs); 28 specs/training.toml's (its three forwards' REG001 and SMEM001, and its backward GEMMs':
     # forward_pre or recompute, dgrad, wgrad, each REG001 and SMEM001; the plain Linear's dgrad and wgrad, on
     # triton:sm90 and on triton:sm100); 32 the two gated training kernels' (8 each on triton:sm90 and sm100: the
-    # forward's, forward_pre's or recompute's, dgrad's and wgrad's REG001 and SMEM001)
-    assert warm_catalogue_cache(tmp_path) == 229
+    # forward's, forward_pre's or recompute's, dgrad's and wgrad's REG001 and SMEM001); 1 linear_gelu_train_cute_bf16's
+    # (its forward's REG001 on cute:sm90: 176 registers, within 64 of 232)
+    assert warm_catalogue_cache(tmp_path) == 230
     env = {**{k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SPECGEN_NO_COMPILE")},
            "SPECGEN_SETTLE_CACHE": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", HYGIENE.format(args=args)], cwd=ROOT, env=env, capture_output=True,
