@@ -824,21 +824,21 @@ def _grad_cols_kernel(mSrc: cute.Tensor, mPre: cute.Tensor, mG: cute.Tensor, mSu
     bx, by, _ = cute.arch.block_idx()
     M, N = mSrc.shape[0], mSrc.shape[1]
     j = bx * GRAD_COLS_THREADS + tidx
-    r_d = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
-    r_p = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
-    r_g = cute.make_rmem_tensor(cute.make_layout(1), mG.element_type)
+    dout_frag = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
+    pre_frag = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
+    grad_frag = cute.make_rmem_tensor(cute.make_layout(1), mG.element_type)
     if j < N:
         first = by * rows
         last = cutlass.min(first + rows, M)
         total = cutlass.Float32(0.0)
         for i in range(first, last):
             if cutlass.const_expr(form):
-                r_d[0] = mSrc[i, j].to(cutlass.Float32)
-                r_p[0] = mPre[i, j].to(cutlass.Float32)
-                acc = r_p.load()
-                r_g.store((r_d.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))).to(mG.element_type))
-                mG[i, j] = r_g[0]
-                total = total + r_g[0].to(cutlass.Float32)
+                dout_frag[0] = mSrc[i, j].to(cutlass.Float32)
+                pre_frag[0] = mPre[i, j].to(cutlass.Float32)
+                acc = pre_frag.load()
+                grad_frag.store((dout_frag.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))).to(mG.element_type))
+                mG[i, j] = grad_frag[0]
+                total = total + grad_frag[0].to(cutlass.Float32)
             else:
                 total = total + mSrc[i, j].to(cutlass.Float32)
         mSums[by, j] = total.to(mSums.element_type)
@@ -901,10 +901,10 @@ def _product(role, x, y, dst):
     """dst = X @ Y (dst the gradient's stored layout, or its transpose's view), through a padded buffer where TMA
     cannot store dst in place."""
     x, y = _operands(role, x, y)
-    c = dst if _tr.writable(dst) else _tr.tma_empty(dst.shape[0], dst.shape[1], dst.dtype, dst.device)
-    _gemm(role, x, y, c)
-    if c is not dst:
-        dst.copy_(c)
+    buf = dst if _tr.writable(dst) else _tr.tma_empty(dst.shape[0], dst.shape[1], dst.dtype, dst.device)
+    _gemm(role, x, y, buf)
+    if buf is not dst:
+        dst.copy_(buf)
 
 
 def _forward_pre(a, b, bias):

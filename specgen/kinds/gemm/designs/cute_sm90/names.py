@@ -18,6 +18,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_export_host", "cuda",
     # split-K's DSMEM handoff (templates/gemm/cute/gemm_sm90.py.jinja)
     "_store_remote", "llvm", "nvvm",
+    # a `training` backward (templates/gemm/cute/training.jinja, host_sm90.jinja)
+    "GRAD_COLS_ROWS", "GRAD_COLS_THREADS", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -45,6 +47,8 @@ RESERVED: frozenset[str] = frozenset({
     "cluster_size", "launch_clusters", "first_work", "k_first", "k_count", "kpart", "k_per", "split_k", "split_full", "split_free",
     "split_phase", "partials", "cluster_ctas", "leader", "remote", "part", "i", "ptr", "value", "scope",
     "split_barriers", "sPartial", "unroll_full",
+    # a `training` backward: the role's config and epilogue, the columns kernel, the host's operands
+    "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "dout_frag", "grad_frag", "pre_frag", "r_pre", "stub", "sum_pending", "total",
 })
 
 # How its templates derive names from an epilogue argument `x`.
