@@ -172,3 +172,19 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]
         "schedule": Schedule(group_m=s.schedule.group_m), "training": None,  # type: ignore[attr-defined]
         "per_target": {}, "variants": []})
+
+
+class SaveModes:
+    """What a backward plan's `save` means for its kernels (a plan dataclass of each design that renders training
+    has `save` and `act`): pre stored by the forward, or recomputed by the backward; neither without an activation."""
+
+    save: str
+    act: str
+
+    @property
+    def stores_pre(self) -> bool:
+        return bool(self.act) and self.save == "preact"
+
+    @property
+    def recomputes(self) -> bool:
+        return bool(self.act) and self.save == "recompute"

@@ -25,7 +25,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.training import activation_fn
+from specgen.kinds.gemm.training import (
+    SaveModes,  # noqa: I001
+    activation_fn,
+)
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
@@ -50,7 +53,7 @@ class CuteBackwardGemm:
 
 
 @dataclass(frozen=True)
-class CuteTrainingPlan:
+class CuteTrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
     act_op: dict[str, object]  # the activation op (its params, for the formula macros); {} without one
@@ -60,14 +63,6 @@ class CuteTrainingPlan:
     out_torch: str
     gemms: dict[str, CuteBackwardGemm]  # by role
     gated: str = ""  # no gated backward here (TRN001); the shared autograd macro reads it
-
-    @property
-    def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
 
     @property
     def kernels(self) -> list[str]:

@@ -20,7 +20,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.training import activation_fn
+from specgen.kinds.gemm.training import (
+    SaveModes,  # noqa: I001
+    activation_fn,
+)
 from specgen.resolved import Resolved
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
@@ -49,21 +52,13 @@ class TpuBackwardGemm:
 
 
 @dataclass(frozen=True)
-class TpuTrainingPlan:
+class TpuTrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
     bias: str  # the bias argument's name ("" without one)
     bias_jnp: str
     operand_jnp: str  # A's and B's dtype: G is stored in it, and the dots multiply in it
     gemms: dict[str, TpuBackwardGemm]  # by role
-
-    @property
-    def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
 
     @property
     def grad_cols(self) -> bool:

@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.training import activation_fn
+from specgen.kinds.gemm.training import (
+    SaveModes,  # noqa: I001
+    activation_fn,
+)
 from specgen.resolved import Resolved
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
@@ -56,7 +59,7 @@ class BackwardKernel:
 
 
 @dataclass(frozen=True)
-class TrainingPlan:
+class TrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
     bias: str  # the bias argument's name ("" without one)
@@ -69,14 +72,6 @@ class TrainingPlan:
     kernels: dict[str, BackwardKernel]  # by role
     gated: str  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
     grad_cols_kernel: str  # G's columns: G formed from the saved pre, the bias gradient summed
-
-    @property
-    def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
 
 
 def plan_training(name: str, spec: object, targets: list[Target], resolved: dict[str, Resolved],

@@ -26,7 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specgen.kinds.gemm.designs.triton.design import TL_DTYPES
-from specgen.kinds.gemm.training import activation_fn
+from specgen.kinds.gemm.training import (
+    SaveModes,  # noqa: I001
+    activation_fn,
+)
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
@@ -35,7 +38,7 @@ from specgen.spec.models import Target
 
 
 @dataclass(frozen=True)
-class GroupedTrainingPlan:
+class GroupedTrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
     bias: str  # the bias argument's name ("" without one)
@@ -51,14 +54,6 @@ class GroupedTrainingPlan:
     grad_cols_kernel: str
     act_rows_kernel: str
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
-
-    @property
-    def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
 
     @property
     def kernels(self) -> dict[str, object]:
