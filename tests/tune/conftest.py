@@ -42,3 +42,40 @@ def run_tune(path: Path, cache: Path, *, kernel: int = 0, targets=("triton:sm90"
                 machine=None if from_cache else MACHINE, compiler=None if from_cache else inline(failing_compile),
                 measurer=None if from_cache else (measurer or local(fake_calls, FakeTimer())), rounds=9,
                 overrides=overrides, budget_s=budget_s, do_write=write, date="2026-11-25", **kwargs)
+
+
+# --- one local Ray cluster for the tests that need one ------------------------------------------------------
+# Starting a cluster costs seconds of CPU (GCS, raylet, workers importing specgen): the tests that take the
+# `ray_cluster` fixture share one (two CPUs, two fake GPUs), marked as one xdist group so they run back to back
+# on one worker; it shuts down after the last of them (pytest_runtest_teardown below), not at the session's end.
+RAY_TESTS = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if not ray.is_initialized():
+        return
+    # a test's actors hold the fake GPUs until their handles are collected: the next test starts from a
+    # cluster with both free, or from a new one
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get("GPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if ray.available_resources().get("GPU", 0) < 2:
+        ray.shutdown()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures tore down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if "ray_cluster" in getattr(item, "fixturenames", ()) and (
+            nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ())):
+        import ray
+
+        ray.shutdown()

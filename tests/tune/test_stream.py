@@ -17,7 +17,7 @@ from specgen.tune.cache import Cache
 from specgen.tune.compile_jobs import inline
 from specgen.tune.measure import local
 from specgen.tune.run import Timeline, tune_many
-from tests.tune.conftest import MACHINE, ROOT, SMALL
+from tests.tune.conftest import MACHINE, RAY_TESTS, ROOT, SMALL
 from tests.tune.fakes import FakeTimer, failing_compile, fake_calls
 from tests.tune.gate import gated_compile
 
@@ -83,7 +83,8 @@ def test_each_spec_of_a_stream_keeps_its_own_budget(tmp_path: Path) -> None:
 ray = pytest.importorskip("ray")
 
 
-def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> None:
+@RAY_TESTS
+def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path, ray_cluster) -> None:
     from specgen.tune.compile_jobs import ray_tasks
     from specgen.tune.measure import RayActors, TimingActor
 
@@ -109,17 +110,13 @@ def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> Non
                     compiler=inline(failing_compile), measurer=local(fake_calls, FakeTimer()), rounds=9,
                     overrides=SMALL, date="2026-11-27")
     cache = tmp_path / "ray" / "c.jsonl"
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        actors = RayActors(cache.parent / "modules", actor_class=FakeGpuActor)
-        timeline = Timeline()
-        got = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(cache), machine=MACHINE,
-                        compiler=ray_tasks(gated_compile, slots=1, warm=("json",)), measurer=actors, rounds=9,
-                        overrides=SMALL,
-                        date="2026-11-27", overlap=True, timeline=timeline)
-        busy = actors.busy()
-    finally:
-        ray.shutdown()
+    actors = RayActors(cache.parent / "modules", actor_class=FakeGpuActor)
+    timeline = Timeline()
+    got = tune_many(specs, parse_shapes(SHAPES, "gemm"), cache=Cache(cache), machine=MACHINE,
+                    compiler=ray_tasks(gated_compile, slots=1, warm=("json",)), measurer=actors, rounds=9,
+                    overrides=SMALL,
+                    date="2026-11-27", overlap=True, timeline=timeline)
+    busy = actors.busy()
     assert all(not e.startswith("gate") for r in got for s in r.slots for e in s.failed.values())
     assert timeline.first_timing_s is not None and timeline.last_compile_s is not None
     assert timeline.first_timing_s < timeline.last_compile_s
@@ -127,7 +124,8 @@ def test_ray_stream_times_on_both_gpus_while_ray_compiles(tmp_path: Path) -> Non
     assert sum(b.jobs for b in busy) == 92 and all(b.jobs > 0 and b.busy_s <= b.wall_s for b in busy), busy
 
 
-def test_a_job_that_kills_two_actors_is_its_candidates_failure(tmp_path: Path) -> None:
+@RAY_TESTS
+def test_a_job_that_kills_two_actors_is_its_candidates_failure(tmp_path: Path, ray_cluster) -> None:
     from specgen.tune.measure import RayActors, TimeJob, TimingActor
 
     class Crashes(TimingActor):
@@ -144,14 +142,10 @@ def test_a_job_that_kills_two_actors_is_its_candidates_failure(tmp_path: Path) -
                 os._exit(1)
             return {"ratio": float(shape[0]), "pid": os.getpid()}
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        actors = RayActors(tmp_path, actor_class=Crashes)
-        jobs = [TimeJob({"c": m}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (11, 12, 13, 14, 15, 16)]
-        got = dict((job.tag, m) for job, m in actors.imap(jobs))
-        busy = actors.busy()
-    finally:
-        ray.shutdown()
+    actors = RayActors(tmp_path, actor_class=Crashes)
+    jobs = [TimeJob({"c": m}, {}, "triton:sm90", (m, 64, 64), 3, tag=m) for m in (11, 12, 13, 14, 15, 16)]
+    got = dict((job.tag, m) for job, m in actors.imap(jobs))
+    busy = actors.busy()
     assert sorted(got) == [11, 12, 13, 14, 15, 16]
     assert isinstance(got[13], ray.exceptions.RayActorError)  # sent once more, to the other actor: the verdict
     assert all(got[m]["ratio"] == m for m in (11, 12, 14, 15, 16))
