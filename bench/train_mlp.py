@@ -1,14 +1,16 @@
 """A 200-step training run of a GPT-2-structure MLP stack with the generated kernels in forward and backward, against
 the same run in eager torch (issue 38's training run).
 
-    python3 bench/train_mlp.py [--steps 200] [--d 1024] [--rows 4096] [--layers 4] [--json out.json]
+    python3 bench/train_mlp.py [--steps 200] [--d 1024] [--rows 4096] [--layers 4] [--backend triton|cute] [--json out.json]
 
 Each block is GPT-2's MLP (transformers' GPT2MLP: c_fc d -> 4d, gelu_new (the tanh GELU), c_proj 4d -> d) behind a
 LayerNorm with a residual: x + c_proj(gelu(c_fc(ln(x)))). Weights are f32 masters cast to bf16 for the GEMMs (the
 casts are differentiable: gradients reach the f32 weights), AdamW over them, MSE against a fixed random teacher of
 the same structure. Three runs from one seed over one data stream: eager bf16 GEMMs (F.linear + F.gelu), specgen
 (linear_gelu_train_bf16 for c_fc + GELU, linear_bias_train_bf16 for c_proj), and eager in f32 (no bf16 casts) for
-the scale of bf16's own noise. Prints the loss curves side by side and the largest relative differences:
+the scale of bf16's own noise. `--backend cute`: the specgen run on the CuTe sm90 design (linear_gelu_train_cute_bf16
+for c_fc + GELU; c_proj's linear_bias_train_bf16 rendered here for cute:sm90 from the same spec, with the CuTe
+kernel's 128x256x64 tile, into a temporary folder). Prints the loss curves side by side and the largest relative differences:
 specgen's from eager bf16 beside eager bf16's from f32.
 """
 
@@ -30,10 +32,44 @@ def init(layers: int, d: int, gen: torch.Generator) -> list[dict[str, torch.Tens
              "proj_w": w(d, 4 * d) / (2 * layers) ** 0.5, "proj_b": torch.zeros(d, device="cuda")} for _ in range(layers)]
 
 
-def forward(blocks, x, mode: str):
-    from generated.triton.linear_bias_train_bf16 import linear_bias_train_bf16
-    from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16
+def layers(backend: str):
+    """(c_fc + GELU, c_proj) as generated ops of `backend`."""
+    if backend == "triton":
+        from generated.triton.linear_bias_train_bf16 import linear_bias_train_bf16
+        from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16
 
+        return linear_gelu_train_bf16, linear_bias_train_bf16
+    import tempfile
+    from pathlib import Path
+
+    from generated.cute.linear_gelu_train_cute_bf16 import linear_gelu_train_cute_bf16
+    from specgen.compile import load_rendered
+    from specgen.render.catalogue import render_module
+    from specgen.spec.load import load_text
+
+    (ls,) = load_text(LINEAR_BIAS_CUTE, "linear_bias_train_cute_bf16.toml", ".toml")
+    path = Path(tempfile.mkdtemp(prefix="specgen-train-mlp-")) / "linear_bias_train_cute_bf16.py"
+    path.write_text(render_module(ls, list(ls.spec.targets)))
+    return linear_gelu_train_cute_bf16, load_rendered(path).linear_bias_train_cute_bf16
+
+
+# c_proj on the CuTe sm90 design: specs/training.toml's linear_bias_train_bf16 with linear_gelu_train_cute_bf16's tile
+LINEAR_BIAS_CUTE = """
+[[kernels]]
+name = "linear_bias_train_cute_bf16"
+kind = "gemm"
+a = { dtype = "bf16", major = "k" }
+b = { dtype = "bf16", major = "k" }
+out = { dtype = "bf16" }
+epilogue = [{ op = "bias", along = "n", dtype = "bf16" }]
+training = { save = "preact" }
+tile = { m = 128, n = 256, k = 64 }
+schedule = { persistent = true, group_m = 8 }
+targets = ["cute:sm90"]
+"""
+
+
+def forward(blocks, x, mode: str, ops=None):
     for p in blocks:
         h = F.layer_norm(x, (x.shape[1],), p["ln_w"], p["ln_b"])
         if mode == "f32":
@@ -43,12 +79,13 @@ def forward(blocks, x, mode: str):
             if mode == "eager":
                 h = F.linear(F.gelu(F.linear(h, fc_w, fc_b), approximate="tanh"), proj_w, proj_b)
             else:
-                h = linear_bias_train_bf16(linear_gelu_train_bf16(h, fc_w.t(), fc_b), proj_w.t(), proj_b)
+                fc, proj = ops
+                h = proj(fc(h, fc_w.t(), fc_b), proj_w.t(), proj_b)
         x = x + h.float()
     return x
 
 
-def run(mode: str, steps: int, d: int, rows: int, layers: int) -> list[float]:
+def run(mode: str, steps: int, d: int, rows: int, layers: int, ops=None) -> list[float]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     blocks = init(layers, d, gen)
     teacher = init(layers, d, gen)
@@ -62,7 +99,7 @@ def run(mode: str, steps: int, d: int, rows: int, layers: int) -> list[float]:
         x = torch.randn(rows, d, generator=data, device="cuda")
         with torch.no_grad():
             target = forward(teacher, x, "f32")
-        loss = F.mse_loss(forward(blocks, x, mode), target)
+        loss = F.mse_loss(forward(blocks, x, mode, ops), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -76,14 +113,16 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--backend", choices=("triton", "cute"), default="triton")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    curves = {mode: run(mode, args.steps, args.d, args.rows, args.layers) for mode in ("eager", "specgen", "f32")}
+    ops = layers(args.backend)
+    curves = {mode: run(mode, args.steps, args.d, args.rows, args.layers, ops) for mode in ("eager", "specgen", "f32")}
 
     def rel(a: list[float], b: list[float]) -> float:
         return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
 
-    report = {"steps": args.steps, "d": args.d, "rows": args.rows, "layers": args.layers,
+    report = {"steps": args.steps, "d": args.d, "rows": args.rows, "layers": args.layers, "backend": args.backend,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": __import__("triton").__version__,
               "max_rel_diff_specgen_vs_eager_bf16": rel(curves["specgen"], curves["eager"]),
