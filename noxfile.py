@@ -17,7 +17,8 @@ nox.options.reuse_existing_virtualenvs = True
 def tests(session: nox.Session) -> None:
     """The CPU suite: unit, golden, fuzz, interpreter numerics, AOT compiles (deselects `gpu`)."""
     # success_codes=[0]: pytest's exit 5 (no tests collected) fails the session, never passes silently
-    # loadgroup: an xdist_group's tests run back to back on one worker (the Ray tests share one local cluster)
+    # loadgroup: an xdist_group's tests run back to back on one worker: the Ray tests share one local cluster, and each
+    # conformance (backend, spec) module is built by one worker (plain `load` built it in both)
     session.run("python", "-m", "pytest", "-m", "not gpu", "-n", "2", "--dist", "loadgroup", "-q", *session.posargs,
                 success_codes=[0])
 
