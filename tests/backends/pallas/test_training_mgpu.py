@@ -11,6 +11,7 @@ modes, and `specgen compile`'s hook lowers each role's kernel to exactly its pla
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,14 +19,21 @@ import pytest
 
 from backends.pallas.test_mgpu_module import render
 from specgen.check import check_specs
+from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.compile import compile_module
 from specgen.kinds.gemm.designs.pallas.design import mgpu_config
-from specgen.spec.load import load_text
+from specgen.kinds.gemm.spec import GemmSpec
+from specgen.resolve import resolve
+from specgen.spec.load import load_paths, load_text
 from specgen.targets import target_info
 
-# name: (activation, bias, save, a major, b major, tiles): every role in both orientations over three modules
+ROOT = Path(__file__).resolve().parents[3]
+
+# name: (activation, bias, save, a major, b major, tiles): every role in both orientations over three modules; the
+# first is the catalogue's (specs/training.toml), imported from generated/
+CATALOGUE = "linear_gelu_train_mgpu"
 FORMS = {
-    "mgt_gelu_pre": ("gelu_tanh", True, "preact", "k", "k", {}),
+    CATALOGUE: ("gelu_tanh", True, "preact", "k", "k", {}),
     "mgt_silu_rec": ("silu", True, "recompute", "mn", "k", {"pre": {"tile": {"m": 128, "n": 128, "k": 64}}}),
     "mgt_plain": ("", False, "preact", "mn", "mn", {"dgrad": {"tile": {"m": 64, "n": 128, "k": 64}, "ab_stages": 3}}),
 }
@@ -43,14 +51,26 @@ def form_spec(name: str) -> dict:
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("mgpu_train")
-    return {name: render(form_spec(name), tmp) for name in FORMS}
+    out = {name: render(form_spec(name), tmp) for name in FORMS if name != CATALOGUE}
+    (loaded,) = [ls for ls in load_paths([ROOT / "specs" / "training.toml"]) if ls.name == CATALOGUE]
+    mod = load_rendered(ROOT / "generated" / "pallas" / "gpu_sm90" / f"{CATALOGUE}.py", f"_mgpu_train_{CATALOGUE}")
+    return {CATALOGUE: (mod, resolve(loaded.spec, loaded.spec.targets[0])), **out}
+
+
+def test_the_catalogue_kernel_is_the_form_the_gpu_ran() -> None:
+    """linear_gelu_train_mgpu is the spec tests/gpu/test_training_mgpu_gpu.py's gelu_tanh preact case and
+    bench/train_step_jax.py render (the same config: what the H200 ran and timed)."""
+    (loaded,) = [ls for ls in load_paths([ROOT / "specs" / "training.toml"]) if ls.name == CATALOGUE]
+    want = GemmSpec.model_validate(form_spec(CATALOGUE)).model_dump(mode="json")
+    got = loaded.spec.model_dump(mode="json")
+    assert {k: v for k, v in got.items() if k != "description"} == {k: v for k, v in want.items() if k != "description"}
 
 
 def test_each_role_runs_the_config_check_resolved_in_its_orientation(modules) -> None:
     """TRAIN_GEMMS: each companion's resolved Config (tile, stages, swizzles, SMEM), the forward's schedule, the
     role's stored majors, and a transposed store exactly where the gradient's layout is its product's transpose."""
     want_orient = {  # (x_k, y_k, transposed) by form and role
-        "mgt_gelu_pre": {"forward_pre": (True, True, False), "dgrad": (True, False, False), "wgrad": (False, False, True)},
+        CATALOGUE: {"forward_pre": (True, True, False), "dgrad": (True, False, False), "wgrad": (False, False, True)},
         "mgt_silu_rec": {"recompute": (False, True, False), "dgrad": (True, False, True), "wgrad": (True, False, True)},
         "mgt_plain": {"dgrad": (True, True, True), "wgrad": (True, False, False)},
     }
@@ -86,10 +106,11 @@ def test_compile_lowers_each_role_to_its_plan_smem(modules) -> None:
 
 def test_grad_under_jit_lowers_with_every_role(modules) -> None:
     """jax.grad of the entry's call under jax.jit traces the custom_vjp (forward rule, then backward rule) and lowers
-    for CUDA over odd shapes (M, N, K off every tile, N under one), each role's kernel in the program."""
-    for name, (mod, _) in modules.items():
+    for CUDA over an odd shape each (M, N, K off every tile; M = 1 and N under one tile), each role's kernel in the
+    program."""
+    for (name, (mod, _)), shape in zip(modules.items(), ((300, 520, 200), (1, 48, 40), (37, 200, 72)), strict=True):
         spec = form_spec(name)
-        for M, N, K in ((300, 520, 200), (1, 48, 40)):
+        for M, N, K in (shape,):
             a = jax.ShapeDtypeStruct((M, K) if spec["a"]["major"] == "k" else (K, M), jnp.bfloat16)
             b = jax.ShapeDtypeStruct((N, K) if spec["b"]["major"] == "k" else (K, N), jnp.bfloat16)
             args = [a, b, *([jax.ShapeDtypeStruct((N,), jnp.bfloat16)] if spec["epilogue"] and spec["epilogue"][0]["op"] == "bias" else [])]
@@ -109,7 +130,7 @@ def _diagnostics(spec: dict) -> list:
 def test_a_backward_tile_is_checked_like_a_gemm() -> None:
     """A dgrad tile whose stages pass SMEM is SMEM001 (and its accumulator REG001) on "backward dgrad"; the forward's
     own config is clean."""
-    spec = form_spec("mgt_gelu_pre")
+    spec = form_spec(CATALOGUE)
     spec["training"]["dgrad"] = {"tile": {"m": 256, "n": 256, "k": 64}, "ab_stages": 4}
     errors = [d for d in _diagnostics(spec) if d.severity == "error"]
     assert {(d.rule, d.variant) for d in errors} == {("SMEM001", "backward dgrad"), ("REG001", "backward dgrad")}
@@ -120,7 +141,7 @@ def test_a_backward_tile_is_checked_like_a_gemm() -> None:
 def test_a_gated_backward_is_refused_and_a_render_past_check_raises(tmp_path) -> None:
     """TRN001 refuses a gated epilogue's backward on Mosaic GPU (the Triton design renders it); the plan refuses what
     check would, so a render that skipped check emits no wrong backward."""
-    spec = form_spec("mgt_gelu_pre") | {"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
+    spec = form_spec(CATALOGUE) | {"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
                                         "tile": {"m": 128, "n": 128, "k": 64}}
     (trn,) = [d for d in _diagnostics(spec) if d.rule == "TRN001"]
     assert "renders no gated backward for pallas:gpu_sm90 (the Triton design does)" in trn.message
