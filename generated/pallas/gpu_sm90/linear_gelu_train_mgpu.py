@@ -32,8 +32,9 @@ by TMA while the next tile's loads are already running. SMEM: 229440 B = A/B 4 x
 Differentiable (spec: training, save = "preact"; docs/training.md): a jax.custom_vjp whose backward runs
 this kernel traced per role (TRAIN_GEMMS: forward_pre, dgrad, wgrad; each its companion's checked tile and
 stages, its operands read by TMA in their stored majors): the forward also stores pre = A @ B + bias
-(saved), G = dOut * gelu_tanh'(pre) (one XLA fusion, beside dbias), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32),
+(saved), G = dOut * gelu_tanh'(pre) (jnp: XLA's kernels), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32, jnp),
 each gradient in its operand's stored layout (a transposed one stored through the slots' transposed view).
+
 M / N / K tails: TMA reads past an edge as zeros and clips stores; an operand whose extent TMA's tiled
 view cannot take (neither within one tile nor a whole number of them, or not 16 bytes) is zero-padded
 first (a copy), and the result sliced back.
@@ -252,8 +253,6 @@ def _launch(a, b, bias, config: Config | None = None) -> jax.Array:
     return out
 
 
-
-
 # --- Training (spec: training, save = "preact"): the backward, behind a jax.custom_vjp on the entry ---
 # A's, B's and out's dtype: pre and G are stored in it, and every backward wgmma multiplies in it (f32 sums).
 OPERAND = jnp.bfloat16
@@ -441,8 +440,8 @@ def _gemm(role: str, m: int, n: int, k: int, x, y, *extra):
 
 
 def _grad_cols(grad, pre):
-    """G = dOut * gelu_tanh'(pre) in the operands' dtype, and G's column sum (the bias gradient) in f32: one XLA fusion
-    (not a Mosaic GPU kernel), GELU's derivative, tanh form in f32."""
+    """G = dOut * gelu_tanh'(pre) in the operands' dtype, and G's column sum (the bias gradient) in f32: jnp, XLA's
+    kernels (not Mosaic GPU's), GELU's derivative, tanh form in f32."""
     acc = pre.astype(jnp.float32)
     g = grad.astype(jnp.float32) * (0.5 * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) + 0.5 * acc * ((1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) * (1.0 + -1.0 * jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
     return g.astype(OPERAND), jnp.sum(g, axis=0)

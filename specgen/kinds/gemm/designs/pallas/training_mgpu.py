@@ -14,8 +14,8 @@ majors, exactly what was checked); where the gradient's stored layout is C's tra
 dB of a K-major B: the nn.Linear weight) the epilogue writes each subtile through the slot's transposed view
 (as a `pallas.swap_ab` kernel stores out^T's subtiles), so the TMA store lays down C^T's: the same SMEM, which
 needs square epilogue subtiles (tile.m >= 64 and tile.n >= 128: TRN001 says so otherwise).
-G and the bias gradient (grad_cols) are not a Mosaic GPU kernel: one XLA fusion of jnp (G = dOut * act'(pre)
-and G's column sum in f32).
+G and the bias gradient (grad_cols) are not a Mosaic GPU kernel: jnp under the step's jit (G = dOut * act'(pre) and
+G's column sum in f32; XLA ran them as two kernels on the H200).
 """
 
 from __future__ import annotations
