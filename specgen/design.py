@@ -225,9 +225,9 @@ class DesignBase:
         where it does not): the design's `renders_training`, unless it differs by target."""
         return self.renders_training
 
-    def training_refusal(self, spec: LayeredSpec) -> str:
-        """Why this design renders no backward for `spec` where it renders `training` ("" where it does): TRN001's
-        message for a section its backward does not cover (dtypes, schedules)."""
+    def training_refusal(self, spec: LayeredSpec, target: TargetInfo | None = None) -> str:
+        """Why this design renders no backward for `spec` on `target` where it renders `training` ("" where it does):
+        TRN001's message for a section its backward does not cover (dtypes, schedules)."""
         return ""
 
     def renders_companions_of(self, spec: LayeredSpec, target: TargetInfo) -> bool:

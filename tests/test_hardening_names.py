@@ -219,6 +219,12 @@ def pallas_variants():
                                                                                   EVERY_OP[7:8], EVERY_OP[:1], []], ["k", "mn"])):
         yield spec_of(f"t{i}", chain, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": "mn" if i % 3 else "k"},
                       tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"], training={"save": save})
+    # a Mosaic GPU backward (spec: training): the same forms, every major pair (the transposed stores)
+    for i, (save, chain, a) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8],
+                                                                                  EVERY_OP[7:8], EVERY_OP[:1], []], ["k", "mn"])):
+        yield spec_of(f"tg{i}", chain, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": "mn" if i % 3 else "k"},
+                      tile={"m": 128, "n": 128, "k": 64}, targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1},
+                      per_target={}, variants=[], training={"save": save})
 
 
 def render_pallas_module(ls) -> str:

@@ -436,19 +436,16 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("schedule", "split_k"))),
     ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
-    # TRN001: a training backward is the Triton, CuTe sm90 and Pallas TPU designs' (not Mosaic GPU, not CuTe sm100)
+    # TRN001: a training backward is the Triton, CuTe sm90 and Pallas (TPU, Mosaic GPU) designs' (not CuTe sm100)
     ("TRN001", "cute:sm100", {}, None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
-     ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas TPU and "
-                "Triton designs do)"], ("training",))),
-    ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}},
-     ("error", ["training: the Pallas design renders no backward for pallas:gpu_sm90 (the CuTe sm90, Pallas TPU and "
-                "Triton designs do)"], ("training",))),
-    # ... and a gated epilogue's backward is the Triton design's only (the Pallas TPU one renders the others)
+     ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas (TPU, Mosaic "
+                "GPU) and Triton designs do)"], ("training",))),
+    # ... and a gated epilogue's backward is the Triton design's only (the Pallas one renders the others)
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU design renders no gated backward for "
-                "pallas:tpu_v6e (the Triton design does)"], ("training",))),
+     ("error", ["training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no gated "
+                "backward for pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 

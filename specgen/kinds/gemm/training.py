@@ -63,8 +63,8 @@ class Training(Strict):
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton design: TRN001 elsewhere);
-    f16, bf16, f32 operands; no batch, no fp8 (Triton, CuTe sm90 and Pallas TPU targets: TRN001 elsewhere; the CuTe
-    sm90 backward takes f16 / bf16 operands and an output of their dtype). A grouped spec takes the same section for
+    f16, bf16, f32 operands; no batch, no fp8 (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001
+    elsewhere; the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
 
     save: Literal["preact", "recompute"]

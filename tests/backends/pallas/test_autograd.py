@@ -19,9 +19,9 @@ from backends.pallas.common import CATALOGUE, TPU_CATALOGUE, Data, reference, to
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.kinds.gemm.testing.autograd import FakeCuda, derivative_message, grad_message
 
-# (a spec with `training` is differentiable: backends/pallas/test_training_tpu.py)
+# (a spec with `training` is differentiable: backends/pallas/test_training_tpu.py, test_training_mgpu.py)
 TPU = sorted(name for name, spec in TPU_CATALOGUE.items() if not spec.get("training"))
-MGPU = sorted(name for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"])
+MGPU = sorted(name for name, spec in CATALOGUE.items() if "pallas:gpu_sm90" in spec["targets"] and not spec.get("training"))
 
 
 def tpu(name: str):

@@ -64,7 +64,7 @@ def structs(spec: dict, M: int, N: int, K: int, batch: int = 3) -> list:
 
 def test_the_catalogue_has_mosaic_gpu_specs() -> None:
     assert set(MGPU) == {"gemm_bf16", "gemm_small_bf16", "gemm_bias_gelu_bf16", "gemm_relu_f16", "bmm_bf16",
-                         "gemm_fp8_rowwise", "gemm_residual_bf16"}
+                         "gemm_fp8_rowwise", "gemm_residual_bf16", "linear_gelu_train_mgpu"}
 
 
 @pytest.mark.parametrize("name", sorted(MGPU))
@@ -86,7 +86,8 @@ def test_plan_smem_is_what_mosaic_gpu_allocated_when_lowered() -> None:
     """The record: each catalogue module lowered for CUDA (Mosaic GPU's own figure, from its SMEM-limit
     error at a 1-byte limit) by the SMEM probe (bench/mgpu_smem_probe.py until issue 21, in git history) --catalogue; the H200 test does it live."""
     rows = [json.loads(line) for line in RECORD.read_text().splitlines() if line.startswith('{"kernel"')]
-    assert {r["kernel"] for r in rows} == set(MGPU)
+    # (the training kernel, later than the record, is lowered live: tests/backends/pallas/test_training_mgpu.py)
+    assert {r["kernel"] for r in rows} == set(MGPU) - {"linear_gelu_train_mgpu"}
     for row in rows:
         assert row["lowered"] == row["plan"] == load_rendered(
             ROOT / "generated" / "pallas" / "gpu_sm90" / f"{row['kernel']}.py", f"_mgpu_rec_{row['kernel']}").CONFIG.smem_bytes

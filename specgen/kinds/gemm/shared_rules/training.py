@@ -20,11 +20,12 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
     render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
-    design's TPU targets, a jax.custom_vjp; not Mosaic GPU); the others render the forward only, whose op would
+    design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
     design); the Pallas TPU backward has none (nor a gated forward: EPI001). A design whose backward covers less
-    than the section says why in `training_refusal` (the CuTe sm90 design: f16 / bf16 operands, out of their dtype).
+    than the section says why in `training_refusal` (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 /
+    bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too) is its Triton design's; its CuTe and Pallas designs
     render the forward only."""
     if getattr(ctx.spec, "training", None) is None:
@@ -36,7 +37,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
                       f"(the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
-    elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec)):
+    elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec, ctx.info)):
         # a design whose backward covers less than the section (the CuTe sm90 design: 16-bit operands, out of their dtype)
         yield Finding("TRN001", "error", f"{why} ({ctx.target})", f"drop {ctx.target} from targets, or drop `training`",
                       ("training",))

@@ -434,7 +434,7 @@ class CuteSm90Gemm(GemmDesign):
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
 
-    def training_refusal(self, spec: GemmSpec) -> str:
+    def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return trn.training_refusal(spec)
 
     def accumulator_threads(self, spec: GemmSpec, target: TargetInfo) -> int:

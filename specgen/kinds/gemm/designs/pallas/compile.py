@@ -5,7 +5,7 @@ A Mosaic GPU module (pallas:gpu_sm90) is lowered for CUDA instead, one result pe
 then each size-selected variant, its `variant` set): the whole lowering jax runs in Python on a CPU
 (jax 0.10.2: the SMEM allocation and its 232448 B limit, the kernel body (TMA, wgmma, the epilogue),
 layout inference and the Mosaic GPU dialect lowering), so a body Mosaic GPU cannot lower fails the
-config. `compiler_smem` is the dynamic shared memory of the kernel's `gpu.launch` in the module the
+config, then each backward GEMM of a `training` spec (`<kernel>[dgrad]`: its role's kernel). `compiler_smem` is the dynamic shared memory of the kernel's `gpu.launch` in the module the
 lowering emitted (the `mosaic_gpu_v2` custom call's MLIR, deserialized), beside the plan's. What is
 left (NVVM, ptxas: no registers or spills) runs in C++ only where a GPU is.
 
@@ -68,7 +68,34 @@ def _lower_mgpu(module: ModuleType, target: TargetInfo) -> list[CompileResult]:
     """Each config of the module (the default, then every size-selected variant, its result's `variant`
     set: the CLI shows `<kernel>[i]`) lowered for CUDA with that config forced, each beside its plan SMEM."""
     configs = [(None, module.CONFIG), *enumerate(module.VARIANT_CONFIGS)]
-    return [_lower_mgpu_config(module, target, variant, cfg) for variant, cfg in configs]
+    rows = [_lower_mgpu_config(module, target, variant, cfg) for variant, cfg in configs]
+    # the backward's GEMMs (spec: training; `<kernel>[dgrad]`), each its role's kernel beside its plan SMEM
+    return rows + [_lower_mgpu_role(module, target, role) for role in getattr(module, "TRAIN_GEMMS", {})]
+
+
+def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:
+    """One backward GEMM of a Mosaic GPU module (`_gemm(role, ...)`) lowered for CUDA over a problem ragged against
+    its tile (K long enough for every stage), with its operands in the role's stored majors."""
+    import jax
+
+    cfg, x_k, y_k, _, dtype = module.TRAIN_GEMMS[role]
+    plan_smem = module.METADATA["training"]["gemms"][role]["smem_bytes"]
+    p, q, r = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
+    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), dtype), jax.ShapeDtypeStruct((q, r) if y_k else (r, q), dtype)]
+    spec = GemmSpec.model_validate(module.SPEC)
+    if role in ("forward_pre", "recompute"):  # the bias, then dOut (recompute)
+        args += [jax.ShapeDtypeStruct((q,), dtype) for a in spec.runtime_args() if a.shape == "vec_n"]
+        args += [jax.ShapeDtypeStruct((p, q), dtype)] if role == "recompute" else []
+    start = time.perf_counter()
+    name = f"{module.METADATA['kernel']}[{role}]"
+    try:
+        lowered = jax.jit(lambda *xs: module._gemm(role, p, q, r, *xs)).trace(*args).lower(lowering_platforms=("cuda",))
+        smem = mosaic_gpu_launch_smem(lowered)
+        if smem is None:
+            raise RuntimeError("the lowered module holds no Mosaic GPU kernel launch (no mosaic_gpu_v2 gpu.launch)")
+    except Exception as e:  # the lowering's own message is the useful part
+        return CompileResult(name, target.name, plan_smem, None, time.perf_counter() - start, compiler_message(e))
+    return CompileResult(name, target.name, plan_smem, smem, time.perf_counter() - start)
 
 
 def _lower_mgpu_config(module: ModuleType, target: TargetInfo, variant: int | None, cfg: object) -> CompileResult:

@@ -38,7 +38,8 @@ from specgen.design import plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
-from specgen.kinds.gemm.designs.pallas.training import TpuTrainingPlan, plan_tpu_training
+from specgen.kinds.gemm.designs.pallas import training_mgpu as mgt
+from specgen.kinds.gemm.designs.pallas.training import TpuTrainingPlan, plan_tpu_training, training_metadata
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -243,6 +244,7 @@ class PallasMgpuPlan(PallasModule):
     spec_json: dict[str, object] = field(default_factory=dict)
     gated: bool = field(default=False, kw_only=True)  # B (K, 2N): a gate and an up tile a step, N outputs
     gated_layout: str = field(default="", kw_only=True)  # "halves" or "interleaved"
+    training: mgt.MgpuTrainingPlan | None = field(default=None, kw_only=True)  # the backward (training_mgpu.py)
 
     @property
     def configs(self) -> list[MgpuConfig]:
@@ -292,12 +294,15 @@ class PallasGemmDesign(GemmDesign):
     def renders_variants_on(self, target: TargetInfo) -> bool:
         return is_mgpu_target(target)
 
-    # A `training` backward (training.py in this package: a jax.custom_vjp on the TPU module's entry) on the TPU
-    # targets; the Mosaic GPU module renders none (TRN001 there).
-    training_label = "Pallas TPU"
+    # A `training` backward, a jax.custom_vjp on the module's JAX entry: TPU (training.py in this package) and
+    # Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster; TRN001 says why elsewhere)
+    training_label = "Pallas (TPU, Mosaic GPU)"
 
     def renders_training_on(self, target: TargetInfo) -> bool:
-        return is_tpu_target(target)
+        return is_tpu_target(target) or is_mgpu_target(target)
+
+    def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
+        return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
 
     # a gated epilogue on the Mosaic GPU target (PAL012 its limits); the TPU kernel renders none (EPI001 there)
     gated_label = "Pallas Mosaic GPU"
@@ -509,6 +514,7 @@ class PallasGemmDesign(GemmDesign):
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             spec_json=loaded.spec.model_dump(mode="json"),
+            training=mgt.plan_mgpu_training(spec, ctx, mgpu_config, JNP_DTYPES, MGPU_BARRIER_BYTES),
         )
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:
@@ -538,14 +544,6 @@ def _identity_first(fields: dict[str, object]) -> dict[str, object]:
     return {**{k: fields[k] for k in first},
             **{TPU_METADATA_KEYS.get(k, k): v for k, v in fields.items()
                if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue", "training")}}
-
-
-def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
-    """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
-    return {"save": t.save, "activation": t.act,
-            "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
-                             "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}
-                      for role, g in t.gemms.items()}}
 
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
@@ -584,7 +582,8 @@ def mgpu_metadata(p: PallasMgpuPlan) -> dict[str, object]:
             "a_major": p.a_major, "b_major": p.b_major, "batch": p.batch, "warpgroups": p.warpgroups,
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,
             "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
-            "config": _config_meta(p.config), "variants": [_config_meta(v) for v in p.variants]}
+            "config": _config_meta(p.config), "variants": [_config_meta(v) for v in p.variants],
+            **({"training": mgt.mgpu_training_metadata(p.training)} if p.training is not None else {})}
 
 
 def mgpu_context(p: PallasMgpuPlan) -> dict[str, object]:

@@ -16,6 +16,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_train_fwd",
     # Mosaic GPU's gated epilogue: B's view with a gate / up axis
     "_gated_shape", "_gated_view",
+    # a Mosaic GPU backward (training): the roles' kernel, its builder and TMA's extents (and `_gemm`, the call)
+    "_train_kernel", "_train_build", "_train_extents", "_gemm",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -46,7 +48,11 @@ RESERVED: frozenset[str] = frozenset({
     "accumulate", "masked", "last", "block_r", "bp", "bq", "br", "c_dtype", "dbias_ref", "dot",
     "dout_ref", "g_ref", "keepdims", "m_total", "nondiff_argnums", "p_dim", "q_dim", "r_dim", "c_block", "pre_ref", "r_total", "saved",
     "scratch", "src_ref", "step", "sum_ref", "vmem_limit", "x_axis", "x_major", "x_ref", "y_axis", "y_major",
-    "y_ref", "block", "block_m", "da", "db", "g", "grad", "pre", "role", "a", "b"
+    "y_ref", "block", "block_m", "da", "db", "g", "grad", "pre", "role", "a", "b",
+    # a Mosaic GPU backward's kernel (training): its operands, majors, staging and stores, and its call's padding
+    "acc_x", "args", "aux_barrier", "c_ext", "dout_gmem", "ext", "extra", "m_pad", "outs", "part", "ref", "slot_shape",
+    "stores", "transposed", "view", "x_ext", "x_gmem", "x_k", "x_op", "x_smem", "x_spec", "x_tile", "y_ext", "y_gmem",
+    "y_k", "y_op", "y_smem", "y_spec", "y_tile", "zeros",
 })
 
 # How its templates derive names from an epilogue argument `x`.

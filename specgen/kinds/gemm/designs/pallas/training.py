@@ -109,3 +109,11 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
                            bias=bias.name if bias is not None else "",
                            bias_jnp=jnp[bias.dtype] if bias is not None else "",
                            operand_jnp=jnp[spec.a.dtype], gemms=gemms)  # type: ignore[attr-defined]
+
+
+def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
+    return {"save": t.save, "activation": t.act,
+            "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
+                             "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}
+                      for role, g in t.gemms.items()}}

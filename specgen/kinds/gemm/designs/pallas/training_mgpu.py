@@ -1,0 +1,159 @@
+"""The Mosaic GPU (pallas:gpu_sm90) module's backward (a spec's `training` section, specgen/kinds/gemm/training.py):
+the plan of the kernels templates/gemm/pallas/backward_mgpu.jinja renders into the module, behind a `jax.custom_vjp`
+on its JAX entry, as the TPU module's (training.py in this package).
+
+Every backward GEMM is the module's own warp-specialized wgmma kernel (a memory warpgroup's TMA pipeline into
+swizzled SMEM, two consumer warpgroups, the epilogue staged in SMEM and stored by TMA) traced with the role's
+`Config` row: the companion's tile, stages and swizzles as check resolved them (SMEM001, PAL004-PAL009 on
+"backward <role>"), its operand majors (wgmma reads K- or MN-major 16-bit operands from SMEM, so B^T, A^T and G
+are read as they are stored) and the role, which picks the epilogue at trace time: `forward_pre` stores
+pre = acc + bias (the output's dtype) and out = act(pre) through the same staging slots in turn, `recompute`
+TMA-loads dOut into the staging slot (as a residual is read) and stores G = dOut * act'(acc + bias), dgrad and
+wgrad store the product. Each GEMM computes the companion's logical product C = X @ Y (its tile, operands and
+majors, exactly what was checked); where the gradient's stored layout is C's transpose (dA of an mn-major A,
+dB of a K-major B: the nn.Linear weight) the epilogue writes each subtile through the slot's transposed view
+(as a `pallas.swap_ab` kernel stores out^T's subtiles), so the TMA store lays down C^T's: the same SMEM, which
+needs square epilogue subtiles (tile.m >= 64 and tile.n >= 128: TRN001 says so otherwise).
+G and the bias gradient (grad_cols) are not a Mosaic GPU kernel: jnp under the step's jit (G = dOut * act'(pre) and
+G's column sum in f32; XLA ran them as two kernels on the H200).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.training import SaveModes, activation_fn
+from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
+
+# What the Mosaic GPU backward covers beyond the section's checks: 16-bit operands (wgmma reads MN-major operands of
+# 16-bit types only, and dgrad and wgrad read B^T and A^T as stored) with an output of their dtype (pre and G are
+# staged in the output's SMEM slots and stored in it)
+MGPU_TRAINING_DTYPES = (DType.f16, DType.bf16)
+FLIP = {"k": "mn", "mn": "k"}
+EPI_TILE = 64  # the epilogue subtile's edge (design.MGPU_EPI_TILE): a transposed store needs a square one
+
+
+@dataclass(frozen=True)
+class MgpuBackwardGemm:
+    """One backward GEMM: C (P, Q) = X @ Y by the module's kernel with `config`; X stored (P, R) (`x_major` "k")
+    or (R, P), Y stored (Q, R) (`y_major` "k") or (R, Q); C stored as its transpose where `transposed`."""
+
+    role: str  # forward_pre, recompute, dgrad, wgrad
+    x: str  # the backward's arrays read as X and Y ("a", "b", "g")
+    y: str
+    x_major: str
+    y_major: str
+    p: str  # the problem symbols P, Q, R ("m", "n", "k")
+    q: str
+    r: str
+    transposed: bool  # C^T is stored (the gradient's stored layout)
+    out_jnp: str  # C's dtype
+    config: object  # design.MgpuConfig: the companion's tile, stages, swizzles, SMEM (figure below)
+    smem_bytes: int  # the kernel's SMEM: the companion's figure, and recompute's dOut barriers
+
+
+@dataclass(frozen=True)
+class MgpuTrainingPlan(SaveModes):
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    act_op: dict[str, object]  # the activation op (its params for the formula macros); {} without one
+    bias: str  # the bias argument's name ("" without one)
+    bias_jnp: str
+    operand_jnp: str  # A's, B's and out's dtype: pre and G are stored in it
+    gemms: dict[str, MgpuBackwardGemm]  # by role
+
+    @property
+    def grad_cols(self) -> bool:
+        """Whether the backward runs the columns pass (G from the saved pre, and / or the bias gradient)."""
+        return self.stores_pre or bool(self.bias)
+
+
+def _role_tile(spec: object, role: str) -> object:
+    t = spec.training  # type: ignore[attr-defined]
+    cfg = {"forward_pre": t.pre, "recompute": t.pre, "dgrad": t.dgrad, "wgrad": t.wgrad}[role]
+    return cfg.tile or spec.tile  # type: ignore[attr-defined]
+
+
+def transposed_roles(spec: object) -> tuple[str, ...]:
+    """The GEMMs that store their product's transpose: dgrad for an mn-major A, wgrad for a K-major B."""
+    return (*(("dgrad",) if spec.a.major == "mn" else ()), *(("wgrad",) if spec.b.major == "k" else ()))  # type: ignore[attr-defined]
+
+
+def training_refusal(spec: object) -> str:
+    """Why the Mosaic GPU module renders no backward for `spec` ("" where it does): TRN001's message there."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a not in MGPU_TRAINING_DTYPES or out != a:
+        return (f"training: the Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype (pre and "
+                f"G are stored in it; wgmma reads the transposed operands MN-major, 16-bit only); a.dtype = {a.value}, "
+                f"b.dtype = {b.value}, out.dtype = {out.value}")
+    if spec.pallas.swap_ab:  # type: ignore[attr-defined]
+        return "training: the Mosaic GPU backward has no swap_ab forward (pallas.swap_ab = true); drop it or `training`"
+    if spec.cluster.m * spec.cluster.n > 1:  # type: ignore[attr-defined]
+        return (f"training: the Mosaic GPU backward runs no cluster (cluster = {spec.cluster.m}x{spec.cluster.n}); "  # type: ignore[attr-defined]
+                "drop it or `training`")
+    for role in transposed_roles(spec):
+        tile = _role_tile(spec, role)
+        if tile.m < EPI_TILE or tile.n < 2 * EPI_TILE:  # type: ignore[attr-defined]
+            return (f"training: the Mosaic GPU {role} stores its product's transpose (the gradient's stored layout) "
+                    f"through square {EPI_TILE}x{EPI_TILE} epilogue subtiles, which its {tile.m}x{tile.n} tile does not "  # type: ignore[attr-defined]
+                    f"give (tile.m >= {EPI_TILE}, tile.n >= {2 * EPI_TILE}: two warpgroups' halves); set "
+                    f"training.{role}.tile")
+    return ""
+
+
+def oriented(role: str, spec: object) -> tuple[str, str, str, str, str, str, str, bool]:
+    """(X, Y, X's major, Y's major, P, Q, R, transposed) of the role's GEMM: the companion's product (operands and
+    majors as `companions` derives them), stored transposed where the gradient's layout is C's transpose."""
+    a, b = spec.a.major, spec.b.major  # type: ignore[attr-defined]
+    if role in ("forward_pre", "recompute"):  # pre (M, N) = A @ B, as the forward
+        return "a", "b", a, b, "m", "n", "k", False
+    if role == "dgrad":  # dA (M, K) = G (M, N) @ B^T: B (N, K) k-major is (R, Q), (K, N) mn-major is (Q, R)
+        return "g", "b", "k", FLIP[b], "m", "k", "n", a == "mn"
+    # wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A (M, K) k-major is (R, P), (K, M) mn-major (P, R); G is (R, Q)
+    return "a", "g", FLIP[a], "mn", "k", "n", "m", b == "k"
+
+
+def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolved], object], jnp: dict,
+                       barrier_bytes: int) -> MgpuTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the Mosaic GPU target (None without `training`)."""
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    why = training_refusal(spec)
+    if gated_op(spec.epilogue) is not None or why:  # type: ignore[attr-defined]
+        # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
+        raise ValueError(f"{spec.name}: {why or 'the Mosaic GPU backward has no gated epilogue'} (TRN001)")  # type: ignore[attr-defined]
+    gemms = {}
+    for c in r.companions:
+        x, y, xm, ym, p, q, rr, transposed = oriented(c.companion, spec)
+        # the forward's schedule (the companion keeps only its group_m); SMEM is the same
+        cfg = dataclasses.replace(mgpu_config(c), index=None, when="", bounds=[],  # type: ignore[type-var]
+                                  persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
+        # recompute TMA-loads dOut into each staging slot (one mbarrier a slot, as a residual's): beyond the companion
+        extra = cfg.out_slots * 2 * barrier_bytes if c.companion == "recompute" else 0  # type: ignore[attr-defined]
+        dtype = {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype, "dgrad": spec.a.dtype,  # type: ignore[attr-defined]
+                 "wgrad": spec.b.dtype}[c.companion]  # type: ignore[attr-defined]
+        gemms[c.companion] = MgpuBackwardGemm(c.companion, x, y, xm, ym, p, q, rr, transposed, jnp[dtype], cfg,
+                                              cfg.smem_bytes + extra)  # type: ignore[attr-defined]
+        if gemms[c.companion].smem_bytes > c.budget.capacity:
+            raise ValueError(f"{spec.name}: the Mosaic GPU {c.companion} needs {gemms[c.companion].smem_bytes} B of SMEM "  # type: ignore[attr-defined]
+                             f"(its dOut barriers), past {c.budget.capacity}: set training.pre")
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    return MgpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
+                            bias=bias.name if bias is not None else "",
+                            bias_jnp=jnp[bias.dtype] if bias is not None else "",
+                            operand_jnp=jnp[spec.a.dtype], gemms=gemms)  # type: ignore[attr-defined]
+
+
+def mgpu_training_metadata(t: MgpuTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry: the save mode and each GEMM's tile, majors, orientation and SMEM."""
+    return {"save": t.save, "activation": t.act, "gemms": {
+        role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "stages": g.config.ab_stages,  # type: ignore[attr-defined]
+               "x": g.x, "y": g.y, "x_major": g.x_major, "y_major": g.y_major, "transposed": g.transposed,
+               "smem_bytes": g.smem_bytes}
+        for role, g in t.gemms.items()}}
