@@ -110,8 +110,14 @@ def close(got: torch.Tensor, want: torch.Tensor, rel: float, what: str) -> None:
     assert err <= rel * scale, f"{what}: max error {err:.3g} > {rel:.1g} x {scale:.3g}"
 
 
-@pytest.mark.parametrize("save", SAVES)
-@pytest.mark.parametrize("chain", list(CHAINS))
+# every chain with save = "preact"; with "recompute" those that read a value (their pre is recomputed in f32; the
+# others run the same kernels in both modes)
+CASES = [(c, "preact") for c in CHAINS] + [(c, "recompute") for c in
+                                           ("scale_alpha_relu", "clamp", "residual_silu_clamp", "col_tanh_row",
+                                            "biasm_rowcol_sigmoid_cast", "clamp_min_relu_bias")]
+
+
+@pytest.mark.parametrize(("chain", "save"), CASES)
 def test_gradients_equal_float64_autograd(chain: str, save: str, load_kernel) -> None:
     spec = chain_spec(chain, save)
     mod = load_kernel(spec)
@@ -123,3 +129,120 @@ def test_gradients_equal_float64_autograd(chain: str, save: str, load_kernel) ->
     for name in want:
         close(grads[name], want[name], 1e-5, f"d{name}")
         assert grads[name].dtype == args[name].dtype and grads[name].shape == args[name].shape, name
+
+
+LONG = "biasm_rowcol_sigmoid_cast"  # every kind of gradient: a row bias, a row and a column scale, G through a cast
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_poisoned_buffers_and_odd_shapes(save: str, load_kernel) -> None:
+    """NaN-filled dA, dB and argument-gradient buffers are written everywhere, at M = 1, N = 1, K = 1, 1x1x1 and a
+    shape with every dimension off the tiles and past one column block and row band."""
+    spec = chain_spec("residual_silu_clamp" if save == "recompute" else LONG, save)
+    mod = load_kernel(spec)
+    for shape in ((1, 45, 29), (37, 1, 29), (37, 45, 1), (1, 1, 1), (70, 66, 20)):
+        args = inputs(spec, shape, seed=sum(shape))
+        grad = torch.randn(shape[0], shape[1], generator=torch.Generator().manual_seed(3))
+        pre = mod._forward_pre(*args.values())[1] if save == "preact" else None
+        poisoned = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items() if isinstance(t, torch.Tensor)}
+        got = mod._backward(grad, *args.values(), pre, **poisoned)
+        _, want = reference(spec, args, grad)
+        for name, g in zip(args, got, strict=True):
+            if name in want:
+                assert g is poisoned[f"d{name}"], name
+                close(g, want[name], 1e-5, f"d{name} at {shape}")
+
+
+def test_nan_in_the_output_gradient_and_at_a_clamp(load_kernel) -> None:
+    """A NaN in dOut reaches float64's elements (a clamp's 0 derivative stops it, as torch's clamp backward selects 0);
+    a NaN value at a clamp selects a 0 gradient there, as torch's (times silu's NaN derivative: NaN, as float64's)."""
+    spec = chain_spec("residual_silu_clamp", "preact")
+    mod = load_kernel(spec)
+    args = inputs(spec, ODD, seed=5)
+    args["c"][2, 3] = float("nan")  # before silu and the clamp
+    grad = torch.randn(ODD[0], ODD[1], generator=torch.Generator().manual_seed(6))
+    grad[5, 7] = grad[9, 1] = float("nan")
+    _, grads = run(getattr(mod, spec["name"]), args, grad)
+    _, want = reference(spec, args, grad)
+    for name in want:
+        close(grads[name], want[name], 1e-5, f"d{name}")
+    assert want["c"].isnan().any() and want["c"].isnan().sum() < want["c"].numel() // 10
+
+
+def test_only_the_gradients_asked_for_and_gradcheck(load_kernel) -> None:
+    """A frozen argument gets no gradient; torch.autograd.gradcheck's finite differences (f32: the spec dtypes have no
+    float64) pass over every
+    tensor argument of a chain with a column scale, an activation and a row scale."""
+    spec = chain_spec("col_tanh_row", "preact")
+    fn = getattr(load_kernel(spec), spec["name"])
+    args = inputs(spec, ODD, seed=7)
+    leaves = {n: t.detach().clone().requires_grad_(n in ("b", "row_scale")) for n, t in args.items()}
+    grad = torch.randn(ODD[0], ODD[1], generator=torch.Generator().manual_seed(8))
+    fn(*leaves.values()).backward(grad)
+    _, want = reference(spec, args, grad)
+    for n, t in leaves.items():
+        if n in ("b", "row_scale"):
+            close(t.grad, want[n], 1e-5, f"d{n}")
+        else:
+            assert t.grad is None, n
+    small = [t.detach().clone().requires_grad_() for t in inputs(spec, (4, 5, 3), seed=9).values()]
+    # fast mode: the Jacobian's projection on random vectors (a full one is ~60 calls of the interpreted kernels)
+    assert torch.autograd.gradcheck(fn, small, eps=1e-2, atol=2e-2, rtol=2e-2, nondet_tol=1e-6, fast_mode=True)
+
+
+def test_f16_chain(load_kernel) -> None:
+    """f16 operands: G rounds to f16 for the dots, every sum in f32."""
+    spec = chain_spec("bias_gelu_residual", "recompute", "f16")
+    mod = load_kernel(spec)
+    args = inputs(spec, ODD, seed=10)
+    grad = torch.randn(ODD[0], ODD[1], generator=torch.Generator().manual_seed(11)).half()
+    out, grads = run(getattr(mod, spec["name"]), args, grad)
+    want_out, want = reference(spec, args, grad)
+    close(out, want_out, 4e-3, "out")
+    for name in want:
+        close(grads[name], want[name], 1e-2, f"d{name}")
+
+
+def fp8_spec(save: str) -> dict:
+    """An fp8 e4m3 forward with rowwise scales (torch._scaled_mm's), then a bias and GELU; f16 output and backward
+    here (the interpreter's bf16 dots are wrong: the GPU test runs bf16)."""
+    return {"name": f"trc_fp8_{save}", "kind": "gemm", "a": {"dtype": "fp8_e4m3", "major": "k"},
+            "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "f16"},
+            "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "gelu"}],
+            "training": {"save": save}, "tile": {"m": 32, "n": 32, "k": 32}, "triton": {"num_warps": 4},
+            "targets": ["triton:sm90"]}
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, load_kernel) -> None:
+    """dA and dB (f16) are the gradients of the dequantized operands A scale_a and B scale_b: float64 autograd of
+    gelu((A scale_a) @ (B scale_b) + bias) w.r.t. those; the bias gets its gradient through autograd, the scales none
+    (a clear error where one requires grad), and an fp8 operand that requires grad is refused with how to get it."""
+    spec = fp8_spec(save)
+    mod = load_kernel(spec)
+    M, N, K = 37, 45, 40
+    gen = torch.Generator().manual_seed(12)
+    a, b = torch.randn(M, K, generator=gen).to(torch.float8_e4m3fn), torch.randn(N, K, generator=gen).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(M, generator=gen) + 0.5, torch.rand(N, generator=gen) + 0.5
+    bias = torch.randn(N, generator=gen).half()
+    grad = torch.randn(M, N, generator=gen).half()
+    fn = getattr(mod, spec["name"])
+    deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
+    deq_b = (b.double() * sb.double()[None, :]).requires_grad_()
+    bias64 = bias.double().requires_grad_()
+    torch.nn.functional.gelu(deq_a @ deq_b + bias64).backward(grad.double())
+    pre = mod._forward_pre(a, b, sa, sb, bias)[1] if save == "preact" else None
+    poisoned = {"da": torch.full((M, K), float("nan"), dtype=torch.half), "db": torch.full((N, K), float("nan"), dtype=torch.half).t(),
+                "dbias": torch.full((N,), float("nan"), dtype=torch.half)}
+    da, db, dsa, dsb, dbias = mod._backward(grad, a, b, sa, sb, bias, pre, **poisoned)
+    assert da.dtype == db.dtype == torch.half and dsa.numel() == dsb.numel() == 0
+    close(da, deq_a.grad, 1e-2, "dA (dequantized)")
+    close(db, deq_b.grad, 1e-2, "dB (dequantized)")
+    close(dbias, bias64.grad, 1e-2, "dbias")
+    leaf = bias.clone().requires_grad_()
+    fn(a, b, sa, sb, leaf).backward(grad)
+    close(leaf.grad, bias64.grad, 1e-2, "dbias (autograd)")
+    with pytest.raises(RuntimeError, match="scale_a requires grad, but an fp8 forward's dequantization scales are inputs without grad"):
+        fn(a, b, sa.clone().requires_grad_(), sb, bias)
+    with pytest.raises(RuntimeError, match=r"a \(fp8_e4m3\) requires grad.*_backward\(grad, \.\.\.\)"):
+        fn(a.clone().requires_grad_(), b, sa, sb, bias)
