@@ -28,8 +28,12 @@ plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, s
 `gated` op (SwiGLU, GeGLU: either layout) optionally followed by `bias` along N, where pre = A @ B has B's 2N
 columns and G (M x 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's
 layout (the bias, after the gate, has dOut's column sum for gradient); f16, bf16 or f32 operands (A and B of
-one dtype) with an f32 accumulator; no batch. fp8 and int8 forwards have
-no backward (their scales would be inputs without grad; the bf16 backward of an fp8 forward is not built).
+one dtype) with an f32 accumulator; no batch. Every design that renders training renders those (`legacy_chain`);
+the dense Triton design also the other chains (`scale`, `residual`, `clamp`, `cast`, `bias` along M, in any order:
+pre is then the value before the first op whose backward reads a value, `value_index`) and an fp8_e4m3 forward with
+rowwise scales first, whose backward runs in the output's 16-bit dtype and gives the gradients of the dequantized
+operands, the scales none (`chain_refusal` says what TRN001 refuses elsewhere). fp8_e5m2 and int8 forwards have
+no backward.
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ class Training(Strict):
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton design: TRN001 elsewhere);
-    f16, bf16, f32 operands; no batch, no fp8 (Triton, CuTe sm90 and Pallas TPU targets: TRN001 elsewhere; the CuTe
-    sm90 backward takes f16 / bf16 operands and an output of their dtype). A grouped spec takes the same section for
+    f16, bf16, f32 operands; no batch (Triton, CuTe sm90 and Pallas TPU targets: TRN001 elsewhere; the CuTe
+    sm90 backward takes f16 / bf16 operands and an output of their dtype). The dense Triton design also: scale,
+    residual, clamp, cast, bias along m, in any order, and an fp8_e4m3 forward with rowwise scales first (its
+    backward in the output's dtype, the dequantized operands' gradients; the scales get none). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
 
     save: Literal["preact", "recompute"]
@@ -133,6 +139,28 @@ def legacy_chain(epilogue: list) -> bool:
     if any(op.op == "bias" and op.along != "n" for op in epilogue):
         return False
     return ops in ([], ["bias"], ["activation"], ["bias", "activation"], ["gated"], ["gated", "bias"])
+
+
+def legacy_refusal(data: dict[str, object]) -> str:
+    """Why a chain (or an fp8 forward) is not one every design renders ("" where it is), for a kind whose designs
+    render only those (the grouped kind refuses the rest at load, naming the op)."""
+    a = data.get("a")
+    if isinstance(a, Operand) and a.dtype == DType.fp8_e4m3:
+        return (f"a.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands only (an fp8 "
+                "forward's backward is the dense Triton design's); drop `training`")
+    chain = data.get("epilogue") or []
+    if chain and chain[0].op == "gated":  # type: ignore[attr-defined]
+        return ""  # check_training's own messages
+    for i, op in enumerate(chain):
+        if op.op == "bias" and op.along != "n":  # type: ignore[attr-defined]
+            return f"epilogue[{i}] (bias along m) has no backward yet: training has one for bias along n"
+        if op.op not in ("bias", "activation", "gated"):  # type: ignore[attr-defined]
+            return (f"epilogue[{i}] ({op.op}) has no backward yet here: training has one for the plain GEMM, bias (along "  # type: ignore[attr-defined]
+                    "n) and an activation after it, or a gated op first (then a bias); drop `training` or the op")
+    if not legacy_chain(chain):
+        return (f"epilogue {[op.op for op in chain]}: training has a backward for [bias, activation], [bias], "  # type: ignore[attr-defined]
+                "[activation] or none, in that order (one op of each)")
+    return ""
 
 
 def chain_refusal(spec: object) -> str:

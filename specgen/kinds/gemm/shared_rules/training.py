@@ -40,11 +40,11 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec)):
-        # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only
-        where = "the dense GEMM's Triton design does" if ctx.design.kind == GROUPED else "the triton design does"
+        # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
+        # grouped kind refuses them at load)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
-                      f"no backward for it on {ctx.target} ({where})", f"drop {ctx.target} from targets, or drop "
-                      "`training` or the ops", ("training",))
+                      f"no backward for it on {ctx.target} (the triton design does)", f"drop {ctx.target} from targets, "
+                      "or drop `training` or the ops", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec)):
         # a design whose backward covers less than the section (the CuTe sm90 design: 16-bit operands, out of their dtype)
         yield Finding("TRN001", "error", f"{why} ({ctx.target})", f"drop {ctx.target} from targets, or drop `training`",
