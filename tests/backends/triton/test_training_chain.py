@@ -155,7 +155,8 @@ def test_poisoned_buffers_and_odd_shapes(save: str, load_kernel) -> None:
 
 def test_nan_in_the_output_gradient_and_at_a_clamp(load_kernel) -> None:
     """A NaN in dOut reaches float64's elements (a clamp's 0 derivative stops it, as torch's clamp backward selects 0);
-    a NaN value at a clamp selects a 0 gradient there, as torch's (times silu's NaN derivative: NaN, as float64's)."""
+    a NaN value at a clamp selects a 0 gradient there, as torch's (times silu's NaN derivative: NaN, as float64's); relu
+    selects too."""
     spec = chain_spec("residual_silu_clamp", "preact")
     mod = load_kernel(spec)
     args = inputs(spec, ODD, seed=5)
@@ -167,6 +168,15 @@ def test_nan_in_the_output_gradient_and_at_a_clamp(load_kernel) -> None:
     for name in want:
         close(grads[name], want[name], 1e-5, f"d{name}")
     assert want["c"].isnan().any() and want["c"].isnan().sum() < want["c"].numel() // 10
+    # relu selects (torch's threshold_backward): a NaN dOut where the input is <= 0 gives 0, not 0 x NaN
+    spec = chain_spec("scale_alpha_relu", "preact")
+    args = inputs(spec, ODD, seed=5)
+    negative = ((args["a"].double() @ args["b"].double()) < 0).nonzero()[0]
+    grad[negative[0], negative[1]] = float("nan")
+    _, grads = run(getattr(load_kernel(spec), spec["name"]), args, grad)
+    _, want = reference(spec, args, grad)
+    for name in want:
+        close(grads[name], want[name], 1e-5, f"d{name}")
 
 
 def test_only_the_gradients_asked_for_and_gradcheck(load_kernel) -> None:
