@@ -18,6 +18,13 @@ With a gated epilogue (act(gate) * up, then at most a bias) pre and G have B's 2
 does, and store pre's (or G's: dgate = dOut * up * act'(gate), dup = dOut * act(gate)) two tiles; grad_cols forms
 G from dOut and the saved gate and up, the bias gradient being dOut's column sum; dgrad and wgrad are the same
 GEMMs over 2N.
+The other chains (`chain`: scale, residual, clamp, cast, bias along m, any order; an fp8 forward's, its rowwise
+dequantization first) keep dgrad and wgrad and replace grad_cols by the chain pass (templates/gemm/triton/
+backward_chain.jinja): forward_pre stores (recompute stores in f32) pre, the value before the first op whose backward
+reads a value (`start`), and one streaming kernel replays the chain from pre, walks it backward and forms G and every
+argument's gradient (a residual's matrix; a vector's column or row sums as f32 partials added in order by the sums
+kernel). An fp8 forward's G is two (G scale_b for dgrad, scale_a G for wgrad) in the output's dtype; dgrad and wgrad
+convert the fp8 operand's tiles to it in registers.
 Their configs are the companions' that check resolved (tile, warps, stages per compute capability), so the
 numbers the launcher uses are the ones the rules passed.
 """
