@@ -41,7 +41,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
-        # grouped kind refuses them at load)
+        # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
                       f"no backward for it on {ctx.target} (the triton design does)", f"drop {ctx.target} from targets, "
                       "or drop `training` or the ops", ("training",))
