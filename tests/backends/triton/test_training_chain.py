@@ -213,6 +213,32 @@ def test_f16_chain(load_kernel) -> None:
         close(grads[name], want[name], 1e-2, f"d{name}")
 
 
+def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rowwise e4m3 quantization: (t / s) in fp8 and s = amax / 448 per row."""
+    s = t.float().abs().amax(1).clamp(min=1e-12) / 448
+    return (t.float() / s[:, None]).to(torch.float8_e4m3fn), s
+
+
+class Fp8Linear(torch.autograd.Function):
+    """What a user of an fp8 forward writes (docs/training.md): quantize x (M, K) and w (N, K) rowwise to e4m3, call
+    the op, and hand the bf16 backward's dA and dB, the dequantized operands' gradients, to x and w (the
+    quantization's straight-through step)."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, mod, name):
+        (a, sx), (w8, sw) = quantize(x), quantize(w)
+        b = w8.t()
+        out, pre = mod._forward_pre(a, b, sx, sw, bias) if hasattr(mod, "_forward_pre") else (getattr(mod, name)(a, b, sx, sw, bias), None)
+        ctx.save_for_backward(a, b, sx, sw, bias, pre)
+        ctx.mod = mod
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        da, db, _, _, dbias = ctx.mod._backward(grad, *ctx.saved_tensors)
+        return da, db.t(), dbias, None, None
+
+
 def fp8_spec(save: str) -> dict:
     """An fp8 e4m3 forward with rowwise scales (torch._scaled_mm's), then a bias and GELU; f16 output and backward
     here (the interpreter's bf16 dots are wrong: the GPU test runs bf16)."""
@@ -253,6 +279,15 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, lo
     leaf = bias.clone().requires_grad_()
     fn(a, b, sa, sb, leaf).backward(grad)
     close(leaf.grad, bias64.grad, 1e-2, "dbias (autograd)")
+    # the straight-through use: bf16 / f16 leaves quantized outside the op, their gradients the dequantized operands'
+    x, w = torch.randn(M, K, generator=gen).half().requires_grad_(), torch.randn(N, K, generator=gen).half().requires_grad_()
+    Fp8Linear.apply(x, w, bias, mod, spec["name"]).backward(grad)
+    (qx, sx), (qw, sw) = quantize(x.detach()), quantize(w.detach())
+    deq_x = (qx.double() * sx.double()[:, None]).requires_grad_()
+    deq_w = (qw.double() * sw.double()[:, None]).requires_grad_()
+    torch.nn.functional.gelu(deq_x @ deq_w.t() + bias.double()).backward(grad.double())
+    close(x.grad, deq_x.grad, 1e-2, "x.grad (straight-through)")
+    close(w.grad, deq_w.grad, 1e-2, "w.grad (straight-through)")
     with pytest.raises(RuntimeError, match="scale_a requires grad, but an fp8 forward's dequantization scales are inputs without grad"):
         fn(a, b, sa.clone().requires_grad_(), sb, bias)
     with pytest.raises(RuntimeError, match=r"a \(fp8_e4m3\) requires grad.*_backward\(grad, \.\.\.\)"):
