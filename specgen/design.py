@@ -120,6 +120,9 @@ class DesignBase:
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
     # the backward of a gated epilogue (G of 2N columns: dgate, dup) too, where training is rendered (TRN001 elsewhere)
     renders_gated_training: ClassVar[bool] = False
+    # the backward of the other chains (scale, residual, clamp, cast, bias along m, any order) and of an fp8
+    # forward (rowwise scales) too, where training is rendered (TRN001 elsewhere)
+    renders_chain_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

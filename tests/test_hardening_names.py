@@ -120,6 +120,15 @@ def variants():
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules
     yield from GROUPED_CUTE_SM100_FORMS.values()  # and its CuTe sm100 modules
+    # a backward of the other chains (spec: training; the dense Triton design's chain pass) in both save modes, every
+    # op, and an fp8 forward's (rowwise scales, the dequantized operands' gradients)
+    chain = [op for op in EVERY_OP if op["op"] != "activation"][:-1] + [{"op": "activation", "fn": "gelu_tanh"},
+                                                                      {"op": "cast", "dtype": "f16"}]
+    for save in ("preact", "recompute"):
+        yield spec_of(f"v_train_{save}", chain, training={"save": save})
+    yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
+                  a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
+                  tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},

@@ -446,6 +446,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no gated "
                 "backward for pallas:tpu_v6e (the Triton design does)"], ("training",))),
+    # ... as are the other chains' (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
+                                  "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},
+     ("error", ["training with epilogue ['residual', 'clamp']: the Pallas (TPU, Mosaic GPU) design renders no backward "
+                "for it on pallas:tpu_v6e (the triton design does)"], ("training",))),
 ]
 
 

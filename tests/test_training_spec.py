@@ -46,15 +46,17 @@ def test_absent_training_dumps_as_before() -> None:
 @pytest.mark.parametrize(("changes", "fragments"), [
     ({"training": {"save": "later"}}, ["training.save", "preact", "recompute"]),
     ({"training": {}}, ["training.save", "Field required"]),
-    ({"epilogue": [{"op": "residual", "dtype": "bf16"}]}, ["training", "epilogue[0] (residual) has no backward yet"]),
-    ({"epilogue": [{"op": "bias", "along": "m"}]}, ["epilogue[0] (bias along m) has no backward yet"]),
-    ({"epilogue": [{"op": "activation", "fn": "relu"}, {"op": "bias"}]}, ["in that order"]),
-    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}}, ["a.dtype = fp8_e4m3", "no backward yet"]),
+    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}}, ["a.dtype = fp8_e5m2", "fp8_e5m2 or int8 forward has no backward"]),
+    ({"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "i32"}, ["a.dtype = int8", "no backward"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}},
+     ["a.dtype = fp8_e4m3 with epilogue ['bias', 'activation']", "epilogue[0] = { op = \"scale\", by = \"rowcol\" }"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}, "out": {"dtype": "f32"},
+      "epilogue": [{"op": "scale", "by": "rowcol"}]}, ["out.dtype = f32 with fp8_e4m3 operands"]),
     ({"batch": True}, ["batch = true: a batched GEMM has no backward yet"]),
     ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
      ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
     ({"epilogue": [{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "bias", "along": "m"}]},
-     ["epilogue[1] (bias along m) has no backward yet"]),
+     ["epilogue[1] (bias along m) has no backward after a gated op"]),
     ({"training": {"save": "preact", "dgrad": {"num_warps": 0}}}, ["training.dgrad.num_warps"]),
 ])
 def test_what_has_no_backward_is_refused_naming_the_field(changes: dict, fragments: list[str]) -> None:
@@ -108,6 +110,47 @@ def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:
     assert errors and all(d.variant == "backward dgrad" for d in errors), [str(d) for d in errors]
     assert {d.rule for d in errors} >= {"SMEM001"} and all(d.line == 2 for d in errors)
     assert "backward dgrad" in str(errors[0])
+
+
+CHAINS = [
+    [{"op": "residual", "dtype": "bf16"}], [{"op": "bias", "along": "m"}], [{"op": "activation", "fn": "relu"}, {"op": "bias"}],
+    [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "min": 0.0}, {"op": "cast", "dtype": "f16"}],
+    [{"op": "scale", "by": "scalar"}, {"op": "activation", "fn": "gelu"}, {"op": "scale", "by": "col"}],
+]
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=["residual", "bias_m", "relu_bias", "rowcol_clamp_cast", "alpha_gelu_col"])
+def test_the_other_chains_load_and_pass_on_the_triton_design_only(chain: list) -> None:
+    """scale, residual, clamp, cast, bias along m, in any order: the section accepts them; the Triton target renders
+    their backward (its companions: the pre GEMM where an op reads a value); TRN001 on CuTe sm90 and Pallas TPU names
+    the chain."""
+    d = spec(epilogue=chain, targets=["triton:sm90", "cute:sm90", "pallas:tpu_v6e"], out={"dtype": "bf16"},
+             tile={"m": 128, "n": 128, "k": 64})
+    report = check_specs([load(d)])
+    trn = [x for x in report.diagnostics if x.rule == "TRN001"]
+    assert sorted(x.target for x in trn) == ["cute:sm90", "pallas:tpu_v6e"], [str(x) for x in trn]
+    for x in trn:
+        assert x.message.startswith("training with epilogue [") and "the triton design does" in x.message, x.message
+    assert not [x for x in report.diagnostics if x.severity == "error" and x.target == "triton:sm90"]
+    labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
+    reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)
+    assert labels == (["forward_pre"] if reads else []) + ["dgrad", "wgrad"]
+
+
+def test_an_fp8_forward_has_a_16_bit_backward() -> None:
+    """fp8_e4m3 A and B with rowwise scales first: loads; dgrad and wgrad are checked as GEMMs of the output's dtype
+    (G times the fp8 operand converted exactly); TRN001 off the Triton design."""
+    d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
+             tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
+    comp = {label: c for label, c, _ in GemmSpec.model_validate(d).companions()}
+    assert list(comp) == ["dgrad", "wgrad"]  # the dequantization reads no value: no pre
+    assert {c.a.dtype.value for c in comp.values()} == {"bf16"}
+    trn = [x for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
+    assert [x.target for x in trn] == ["cute:sm90"] and "fp8_e4m3" in trn[0].message, [str(x) for x in trn]
+    with pytest.raises(SpecError, match=r"epilogue\[1\] \(scale by rowcol\)"):
+        load(spec(a={"dtype": "fp8_e4m3"}, b={"dtype": "fp8_e4m3"}, out={"dtype": "bf16"},
+                  epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]))
 
 
 def test_trn001_off_the_triton_design() -> None:

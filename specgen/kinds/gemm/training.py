@@ -28,8 +28,12 @@ plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, s
 `gated` op (SwiGLU, GeGLU: either layout) optionally followed by `bias` along N, where pre = A @ B has B's 2N
 columns and G (M x 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's
 layout (the bias, after the gate, has dOut's column sum for gradient); f16, bf16 or f32 operands (A and B of
-one dtype) with an f32 accumulator; no batch. fp8 and int8 forwards have
-no backward (their scales would be inputs without grad; the bf16 backward of an fp8 forward is not built).
+one dtype) with an f32 accumulator; no batch. Every design that renders training renders those (`legacy_chain`);
+the dense Triton design also the other chains (`scale`, `residual`, `clamp`, `cast`, `bias` along M, in any order:
+pre is then the value before the first op whose backward reads a value, `value_index`) and an fp8_e4m3 forward with
+rowwise scales first, whose backward runs in the output's 16-bit dtype and gives the gradients of the dequantized
+operands, the scales none (`chain_refusal` says what TRN001 refuses elsewhere). fp8_e5m2 and int8 forwards have
+no backward.
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ class Training(Strict):
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton design: TRN001 elsewhere);
-    f16, bf16, f32 operands; no batch, no fp8 (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001
-    elsewhere; the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). A grouped spec takes the same section for
+    f16, bf16, f32 operands; no batch (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
+    the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
+    design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8_e4m3 forward with rowwise scales
+    first (its backward in the output's dtype, the dequantized operands' gradients; the scales get none). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
 
     save: Literal["preact", "recompute"]
@@ -82,10 +88,14 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
     a, b, acc = data.get("a"), data.get("b"), data.get("accumulator")
     if not isinstance(a, Operand) or not isinstance(b, Operand):
         return training  # the operands' own errors are reported
+    chain = data.get("epilogue") or []
+    ops = [op.op for op in chain]  # type: ignore[attr-defined]
+    fp8 = a.dtype == DType.fp8_e4m3 and b.dtype == DType.fp8_e4m3
     for side, op in (("a", a), ("b", b)):
-        if op.dtype not in BACKWARD_DTYPES:
-            raise ValueError(f"{side}.dtype = {op.dtype.value}: training has a backward for f16, bf16 and f32 "
-                             f"operands only (an fp8 or int8 forward has no backward yet); drop `training`")
+        if op.dtype not in BACKWARD_DTYPES and not fp8:
+            raise ValueError(f"{side}.dtype = {op.dtype.value}: training has a backward for f16, bf16 and f32 operands, "
+                             "or fp8_e4m3 A and B with rowwise scales (an fp8_e5m2 or int8 forward has no backward "
+                             "yet); drop `training`")
     if a.dtype != b.dtype:
         raise ValueError(f"a.dtype = {a.dtype.value} and b.dtype = {b.dtype.value}: training needs one operand "
                          "dtype (the backward GEMMs multiply the gradient in it)")
@@ -94,33 +104,86 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
     out = data.get("out")
     if isinstance(out, Output) and out.dtype not in BACKWARD_DTYPES:
         raise ValueError(f"out.dtype = {out.dtype.value}: training has a backward for f16, bf16 and f32 outputs only")
+    if fp8 and (not chain or ops[0] != "scale" or chain[0].by != "rowcol"):  # type: ignore[attr-defined]
+        raise ValueError(f"a.dtype = fp8_e4m3 with epilogue {ops}: an fp8 forward's backward (bf16, w.r.t. the "
+                         "dequantized operands) needs the rowwise scales first: epilogue[0] = "
+                         "{ op = \"scale\", by = \"rowcol\" } (scale_a (M,), scale_b (N,), torch._scaled_mm's)")
+    if fp8 and isinstance(out, Output) and out.dtype == DType.f32:
+        raise ValueError("out.dtype = f32 with fp8_e4m3 operands: the fp8 forward's backward runs in the output's "
+                         "16-bit dtype (bf16 or f16); pick one")
     if data.get("batch"):
         raise ValueError("batch = true: a batched GEMM has no backward yet; drop `training`")
-    chain = data.get("epilogue") or []
-    ops = [op.op for op in chain]  # type: ignore[attr-defined]
     if ops[:1] == ["gated"]:
         # gated (first: check_gated), then at most a bias on its N outputs: pre = A @ B (2N columns) has G
         if ops not in (["gated"], ["gated", "bias"]):
             raise ValueError(f"epilogue {ops}: training with a gated op has a backward for [gated] and [gated, bias] "
                              "(bias along n, on the N outputs); drop `training` or the later ops")
         if len(chain) > 1 and chain[1].along != "n":  # type: ignore[attr-defined]
-            raise ValueError("epilogue[1] (bias along m) has no backward yet: training has one for bias along n")
+            raise ValueError("epilogue[1] (bias along m) has no backward after a gated op: training has one for bias "
+                             "along n there")
         return training
-    allowed = (["bias", "activation"], ["bias"], ["activation"], [])
     for i, op in enumerate(chain):
-        name = ops[i]
-        if name == "bias" and op.along != "n":  # type: ignore[attr-defined]
-            raise ValueError(f"epilogue[{i}] (bias along m) has no backward yet: training has one for bias along n")
-        if name == "activation" and op.fn not in BACKWARD_ACTIVATIONS:  # type: ignore[attr-defined]
+        if ops[i] == "activation" and op.fn not in BACKWARD_ACTIVATIONS:  # type: ignore[attr-defined]
             raise ValueError(f"epilogue[{i}] (activation {op.fn}) has no backward yet")  # type: ignore[attr-defined]
-        if name not in ("bias", "activation"):
-            raise ValueError(f"epilogue[{i}] ({name}) has no backward yet: training has one for the plain GEMM, "
-                             "bias (along n) and an activation (relu, gelu, gelu_tanh, silu, sigmoid) after it, "
-                             "or a gated op first (then a bias); drop `training` or the op")
-    if ops not in allowed:
-        raise ValueError(f"epilogue {ops}: training has a backward for [bias, activation], [bias], [activation] "
-                         "or none, in that order (one op of each)")
+        if ops[i] == "scale" and op.by == "rowcol" and fp8 and i:  # type: ignore[attr-defined]
+            raise ValueError(f"epilogue[{i}] (scale by rowcol): an fp8 forward's dequantization scales come first, "
+                             "once")
     return training
+
+
+def legacy_chain(epilogue: list) -> bool:
+    """Whether a chain is one every design that renders training renders ([], [bias], [activation],
+    [bias, activation], bias along n; a gated op then at most a bias): the others (scale, residual, clamp, cast, bias
+    along m, more than one op of a kind, other orders) are the Triton dense design's only."""
+    ops = [op.op for op in epilogue]
+    if any(op.op == "bias" and op.along != "n" for op in epilogue):
+        return False
+    return ops in ([], ["bias"], ["activation"], ["bias", "activation"], ["gated"], ["gated", "bias"])
+
+
+def legacy_refusal(data: dict[str, object]) -> str:
+    """Why a chain (or an fp8 forward) is not one every design renders ("" where it is), for a kind whose designs
+    render only those (the grouped kind refuses the rest at load, naming the op)."""
+    a = data.get("a")
+    if isinstance(a, Operand) and a.dtype == DType.fp8_e4m3:
+        return (f"a.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands only (an fp8 "
+                "forward's backward is the dense Triton design's); drop `training`")
+    chain = data.get("epilogue") or []
+    if chain and chain[0].op == "gated":  # type: ignore[attr-defined]
+        return ""  # check_training's own messages
+    for i, op in enumerate(chain):
+        if op.op == "bias" and op.along != "n":  # type: ignore[attr-defined]
+            return f"epilogue[{i}] (bias along m) has no backward yet: training has one for bias along n"
+        if op.op not in ("bias", "activation", "gated"):  # type: ignore[attr-defined]
+            return (f"epilogue[{i}] ({op.op}) has no backward yet here: training has one for the plain GEMM, bias (along "  # type: ignore[attr-defined]
+                    "n) and an activation after it, or a gated op first (then a bias); drop `training` or the op")
+    if not legacy_chain(chain):
+        return (f"epilogue {[op.op for op in chain]}: training has a backward for [bias, activation], [bias], "  # type: ignore[attr-defined]
+                "[activation] or none, in that order (one op of each)")
+    return ""
+
+
+def chain_refusal(spec: object) -> str:
+    """What in a training spec only the Triton dense design's backward renders ("" where every design that renders
+    training does): TRN001's message elsewhere."""
+    if spec.a.dtype == DType.fp8_e4m3:  # type: ignore[attr-defined]
+        return "training with fp8_e4m3 operands (a bf16 backward w.r.t. the dequantized operands)"
+    epilogue = spec.epilogue  # type: ignore[attr-defined]
+    if legacy_chain(epilogue):
+        return ""
+    names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]
+    return f"training with epilogue {names}"
+
+
+# The ops whose backward reads the value they act on (an activation's or clamp's derivative, a scale vector's
+# gradient): the forward's value before the first of them (pre) is what the backward starts from.
+def value_index(epilogue: list, fp8: bool = False) -> int:
+    """The index of the chain's first op whose backward reads its input value (-1 where none does). An fp8
+    forward's dequantization (its first op, scale by rowcol) is not one: its scales get no gradient."""
+    for i, op in enumerate(epilogue):
+        if op.op in ("activation", "clamp", "gated") or (op.op == "scale" and op.by != "scalar" and not (fp8 and i == 0)):
+            return i
+    return -1
 
 
 def activation_fn(epilogue: list) -> str:
@@ -140,21 +203,25 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     flip = {"k": "mn", "mn": "k"}
     act = activation_fn(s.epilogue)  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
-    if act:
+    # the backward's operand dtype: the operands', or an fp8 forward's output dtype (bf16: the dequantized operands)
+    g = s.out.dtype if a.dtype == DType.fp8_e4m3 else b.dtype  # type: ignore[attr-defined]
+    if act or value_index(s.epilogue, a.dtype == DType.fp8_e4m3) >= 0:  # type: ignore[attr-defined]
         # with a gated op the GEMM that computes pre reads B's 2N columns as the forward does (a gate and an up
         # tile a stage, two accumulators): checked as that gated GEMM (SMEM, TMA boxes, registers, EPI002)
         label = "forward_pre" if t.save == "preact" else "recompute"
         gated = gated_op(s.epilogue)  # type: ignore[attr-defined]
-        out.append((label, _derived(s, label, t.pre, a, b, s.out.dtype if t.save == "preact" else b.dtype,  # type: ignore[attr-defined]
+        kept = s.out.dtype if t.save == "preact" else (b.dtype if legacy_chain(s.epilogue) else DType.f32)  # type: ignore[attr-defined]
+        out.append((label, _derived(s, label, t.pre, a, b, kept,
                                     [gated] if gated is not None else []),
                     ("training", "pre")))
     # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
     # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a
     # gated op N is B's 2N columns (G holds dgate and dup): the same plain GEMMs over a longer N.
-    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
-                                  Operand(dtype=b.dtype, major=flip[b.major]), a.dtype), ("training", "dgrad")))
-    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=a.dtype, major=flip[a.major]),
-                                  Operand(dtype=b.dtype, major="mn"), b.dtype), ("training", "wgrad")))
+    # (fp8: G in the output's dtype times the fp8 operand, converted to it in registers: checked as that dtype's GEMM)
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=g, major="k"),
+                                  Operand(dtype=g, major=flip[b.major]), g), ("training", "dgrad")))
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g, major=flip[a.major]),
+                                  Operand(dtype=g, major="mn"), g), ("training", "wgrad")))
     return tuple(out)
 
 

@@ -25,7 +25,7 @@ weight gradient)."""
 from __future__ import annotations
 
 from specgen.kinds.gemm.sections import Operand, Output, Pipeline
-from specgen.kinds.gemm.training import BackwardGemm, Training, activation_fn, check_training
+from specgen.kinds.gemm.training import BackwardGemm, Training, activation_fn, check_training, legacy_refusal
 from specgen.spec.dtypes import DType
 
 __all__ = ["Training", "check_grouped_training", "companions"]
@@ -42,6 +42,8 @@ def check_grouped_training(training: Training | None, data: dict[str, object]) -
     if getattr(groups, "ragged", "m") == "k":
         raise ValueError("groups.ragged = 'k' with `training`: a ragged-K kernel is itself a weight gradient; "
                          "training has a backward for the ragged-M forward (groups of rows)")
+    if why := legacy_refusal(data):  # the other chains and an fp8 forward: the dense Triton design's only
+        raise ValueError(why)
     return check_training(training, data)
 
 

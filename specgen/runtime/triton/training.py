@@ -140,3 +140,60 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
         grid = min(grid, sm_count(device))
     launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *c.stride(), *strides), bf16,
            X_T=xd[1], Y_T=yd[1], **stores)
+
+
+def flat(v: torch.Tensor) -> torch.Tensor:
+    """A vector argument ((M,), (M, 1), (1, N), any strides) as the chain's kernels read it: flat and contiguous."""
+    return v.reshape(-1) if v.is_contiguous() else v.contiguous().reshape(-1)
+
+
+def refuse_fp8_grad(kernel: str, inputs: tuple) -> None:
+    """An fp8 forward's backward gives no gradient to its fp8 operands through autograd (torch would round the
+    gradient of an fp8 tensor to fp8) nor to its dequantization scales (inputs without grad, as torch._scaled_mm's):
+    a clear error where one of them requires grad."""
+    for name, t in zip(("a", "b", "scale_a", "scale_b"), inputs, strict=False):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            if name in ("scale_a", "scale_b"):
+                raise RuntimeError(f"{kernel}: {name} requires grad, but an fp8 forward's dequantization scales are inputs "
+                                   "without grad (as torch._scaled_mm's): detach it")
+            raise RuntimeError(f"{kernel}: {name} (fp8_e4m3) requires grad, but autograd would round its gradient to "
+                               "fp8; the bf16 backward's gradients are those of the dequantized operands (a scale_a, "
+                               f"b scale_b): call the module's _backward(grad, ...) from your own autograd.Function "
+                               "(the straight-through step of your quantization), or detach it")
+
+
+def chain_pass(kernel: str, jit: object, sums: object, config: dict[str, int], tiles: dict[str, int], device: int,
+               grad: torch.Tensor, pre: torch.Tensor | None, g: torch.Tensor | None, g2: torch.Tensor | None,
+               inputs: tuple, strides: tuple, outputs: tuple, bf16: bool) -> None:
+    """The chain pass over grad (M x N): G into g (and g2: an fp8 forward's second) where given, and each argument's
+    gradient in `outputs` ((name, kind, tensor or None): "matrix" written in place, "cols" / "rows" summed as f32
+    partials (a row a band / a row a column block) that the sums kernel adds in order into the tensor)."""
+    M, N = grad.shape
+    BM, BN = tiles["BLOCK_M"], tiles["BLOCK_N"]
+    cols = -(-N // BN)
+    bands, rows_per = row_bands(M, cols, BM, device)
+    ptrs: list = []
+    out_strides: list = []
+    needs: dict[str, bool] = {}
+    partials: list = []
+    for name, kind, dst in outputs:
+        needs[f"need_{name}"] = dst is not None
+        if dst is None:
+            ptrs.append(grad)
+            out_strides += [0, 0] if kind == "matrix" else [0]
+        elif kind == "matrix":
+            ptrs.append(dst)
+            out_strides += list(dst.stride())
+        else:
+            part = torch.empty((bands, N) if kind == "cols" else (cols, M), device=grad.device, dtype=torch.float32)
+            ptrs.append(part)
+            out_strides.append(part.stride(0))
+            partials.append((part, dst.view(-1)))
+    launch(kernel, jit, config, tiles, (cols, bands),
+           (grad, grad if pre is None else pre, grad if g is None else g, grad if g2 is None else g2, *inputs, *ptrs, M, N,
+            rows_per, *grad.stride(), *(pre.stride() if pre is not None else (0, 0)),
+            *(g.stride() if g is not None else (0, 0)), *strides, *out_strides),
+           bf16, FORM_G=g is not None, **needs)
+    for part, dst in partials:  # the partials' sums, in order
+        launch(kernel, sums, config, {"BLOCK_N": BN}, (-(-part.shape[1] // BN),), (part, dst, part.shape[0], part.shape[1],
+                                                                                  part.stride(0)), False)

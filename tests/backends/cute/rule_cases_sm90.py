@@ -77,4 +77,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["training with a gated epilogue (silu, halves): the CuTe sm90 design renders no gated backward for "
                 "cute:sm90 (the Triton design does)"], ("training",))),
+    ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "epilogue": [{"op": "bias", "along": "m"}]},
+     ("error", ["training with epilogue ['bias along m']: the CuTe sm90 design renders no backward for it on cute:sm90 "
+                "(the triton design does)"], ("training",))),
 ]

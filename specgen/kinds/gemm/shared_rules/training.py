@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.kinds.gemm import KIND
+from specgen.kinds.gemm.training import chain_refusal
 from specgen.registry import rendering
 from specgen.rules.base import Finding, RuleContext, RuleSet
 from specgen.rules.hooks import served_by
@@ -23,9 +24,10 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
-    design); the Pallas TPU backward has none (nor a gated forward: EPI001). A design whose backward covers less
-    than the section says why in `training_refusal` (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 /
-    bf16 operands, out of their dtype).
+    design); the Pallas TPU backward has none (nor a gated forward: EPI001). The other chains (scale, residual, clamp,
+    cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
+    (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
+    (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too) is its Triton design's; its CuTe and Pallas designs
     render the forward only."""
     if getattr(ctx.spec, "training", None) is None:
@@ -37,6 +39,13 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
                       f"(the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
+    elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
+            what := chain_refusal(ctx.spec)):
+        # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
+        # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
+        yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
+                      f"no backward for it on {ctx.target} (the triton design does)", f"drop {ctx.target} from targets, "
+                      "or drop `training` or the ops", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec, ctx.info)):
         # a design whose backward covers less than the section (the CuTe sm90 design: 16-bit operands, out of their dtype)
         yield Finding("TRN001", "error", f"{why} ({ctx.target})", f"drop {ctx.target} from targets, or drop `training`",

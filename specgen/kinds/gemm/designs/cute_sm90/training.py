@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
+    chain_refusal,
 )
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
@@ -104,7 +105,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> Cu
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = training_refusal(spec)
+    why = training_refusal(spec) or chain_refusal(spec)
     if gated_op(spec.epilogue) is not None or why:  # type: ignore[attr-defined]
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why or 'the CuTe sm90 backward has no gated epilogue'} (TRN001)")  # type: ignore[attr-defined]

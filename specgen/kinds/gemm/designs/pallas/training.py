@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
+    chain_refusal,
 )
 from specgen.resolved import Resolved
 from specgen.spec.epilogue import gated_op
@@ -94,6 +95,8 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated_op(spec.epilogue) is not None:  # type: ignore[attr-defined]
         # check refuses it (TRN001, EPI001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward has no gated epilogue (TRN001)")  # type: ignore[attr-defined]
+    if why := chain_refusal(spec):  # scale, residual, clamp, cast, bias along m, fp8: the Triton design's (TRN001)
+        raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}
     for i, c in enumerate(first.companions):

@@ -172,6 +172,7 @@ class TritonGemm(GemmDesign):
     renders_gated = True  # a gated epilogue: B's 2N columns into N outputs (EPI001 elsewhere, EPI002 its limits)
     renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
     renders_gated_training = True  # a gated epilogue's too (G = [dgate, dup] in the forward's layout)
+    renders_chain_training = True  # scale, residual, clamp, cast, bias along m, an fp8 forward's (training.py)
     variant_shared_config: tuple[tuple[str, ...], ...] = (
         ("schedule", "persistent"), ("schedule", "raster"), ("triton", "tma"), ("triton", "epilogue_subtile"),
         ("triton", "flatten"))
@@ -581,7 +582,7 @@ def triton_context(p: TritonPlan) -> dict[str, object]:
         "uses_tanh": uses_tanh(p.steps, p.training is not None),
         # the backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and
         # which gradients autograd needs (spec: training)
-        "backward_schema": [["grad", "Tensor"], *([a.name, "Tensor"] for a in (p.a, p.b, *p.args)), ["pre", "Tensor?"],
+        "backward_schema": [["grad", "Tensor"], *([a.name, "float" if a.role == "scalar" else "Tensor"] for a in (p.a, p.b, *p.args)), ["pre", "Tensor?"],
                             *([f"need_{a.name}", "bool"] for a in (p.a, p.b, *p.args))] if p.training else [],
     }
 

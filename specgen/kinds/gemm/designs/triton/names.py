@@ -11,6 +11,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "BACKWARD_CONFIGS", "BACKWARD_TILES", "_BACKWARD_KERNELS", "_autograd_backward", "_backward", "_backward_fake",
     "_backward_op", "_forward_pre", "_setup_context", "_tr", "_train", "_train_fake", "_train_op", "register_backward",
     "GRAD_COLS", "_gemm", "_grad_cols",
+    # the other chains' backward (scale, residual, clamp, cast, bias along m; an fp8 forward's): the chain pass's
+    "CHAIN_COLS", "_CHAIN", "_inputs", "any", "list",
     "zip",
 })
 
@@ -38,13 +40,18 @@ RESERVED: frozenset[str] = frozenset({
     "m0", "rows", "col_sum", "sums", "tensors", "strides", "sums_ptr", "rows_per", "stride_sums", "first", "bands", "cols", "kernel",
     # a gated epilogue's backward: G's gate and up halves, Y's up tile, the host part's layout flag
     "g_gate", "g_up", "y_up", "gated",
+    # the other chains' backward: the gradient u walked back through the ops, an fp8 forward's second G, the sums
+    # kernel's partials (R x C), the host part's arguments and outputs
+    "u", "g2", "g2_ptr", "stride_src", "C", "ins", "outputs", "dt", "memory_format", "saved", "scalars",
 })
 
 # How its templates derive names from an epilogue argument `x`.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
-                                 "d{}", "need_{}")  # a backward's: the argument's gradient, whether it is asked for
+                                 "d{}", "need_{}",  # a backward's: the argument's gradient, whether it is asked for
+                                 # the chain pass's: a residual's column stride, the gradient's pointer and strides
+                                 "stride_{}n", "d{}_ptr", "stride_d{}", "stride_d{}m", "stride_d{}n")
 
 # A backward's kernels, named from the kernel's name (templates/gemm/triton/backward.jinja).
 KERNEL_DERIVED: tuple[str, ...] = ("_{}_forward_pre_kernel", "_{}_recompute_kernel", "_{}_dgrad_kernel", "_{}_wgrad_kernel",
                                     "_{}_forward_pre_kernel_tma", "_{}_recompute_kernel_tma", "_{}_dgrad_kernel_tma",
-                                    "_{}_wgrad_kernel_tma", "_{}_grad_cols_kernel")
+                                    "_{}_wgrad_kernel_tma", "_{}_grad_cols_kernel", "_{}_chain_kernel", "_{}_sums_kernel")

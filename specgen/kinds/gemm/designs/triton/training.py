@@ -18,6 +18,13 @@ With a gated epilogue (act(gate) * up, then at most a bias) pre and G have B's 2
 does, and store pre's (or G's: dgate = dOut * up * act'(gate), dup = dOut * act(gate)) two tiles; grad_cols forms
 G from dOut and the saved gate and up, the bias gradient being dOut's column sum; dgrad and wgrad are the same
 GEMMs over 2N.
+The other chains (`chain`: scale, residual, clamp, cast, bias along m, any order; an fp8 forward's, its rowwise
+dequantization first) keep dgrad and wgrad and replace grad_cols by the chain pass (templates/gemm/triton/
+backward_chain.jinja): forward_pre stores (recompute stores in f32) pre, the value before the first op whose backward
+reads a value (`start`), and one streaming kernel replays the chain from pre, walks it backward and forms G and every
+argument's gradient (a residual's matrix; a vector's column or row sums as f32 partials added in order by the sums
+kernel). An fp8 forward's G is two (G scale_b for dgrad, scale_a G for wgrad) in the output's dtype; dgrad and wgrad
+convert the fp8 operand's tiles to it in registers.
 Their configs are the companions' that check resolved (tile, warps, stages per compute capability), so the
 numbers the launcher uses are the ones the rules passed.
 """
@@ -29,8 +36,11 @@ from dataclasses import dataclass
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
+    legacy_chain,
+    value_index,
 )
 from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
@@ -59,6 +69,23 @@ class BackwardKernel:
 
 
 @dataclass(frozen=True)
+class ChainOp:
+    """One op of a chain the backward replays and differentiates (`TrainingPlan.chain`), its runtime arguments'
+    names and its constants."""
+
+    op: str  # bias, scale, activation, residual, clamp, cast
+    axis: str = ""  # bias: "m" or "n"; scale: "" (scalar), "m" (row), "n" (col), "mn" (rowcol)
+    names: tuple[str, ...] = ()  # its runtime arguments (rowcol: scale_a, scale_b)
+    value: float | None = None  # a scale's constant
+    beta: float = 1.0  # a residual's
+    lo: float | None = None  # a clamp's bounds
+    hi: float | None = None
+    fn: str = ""  # an activation's formula name
+    dtype: str = ""  # a cast's (triton) or a residual's (torch) dtype
+    grad: bool = True  # its arguments get gradients (false: an fp8 forward's dequantization scales)
+
+
+@dataclass(frozen=True)
 class TrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
@@ -72,6 +99,75 @@ class TrainingPlan(SaveModes):
     kernels: dict[str, BackwardKernel]  # by role
     gated: str  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
     grad_cols_kernel: str  # G's columns: G formed from the saved pre, the bias gradient summed
+    # The other chains (scale, residual, clamp, cast, bias along m, any order; an fp8 forward's), empty for the
+    # ones above: the backward replays the chain from pre (the value before op `start`, the first whose backward
+    # reads a value; -1: none) in one pass (`chain_kernel`) that forms G and every argument's gradient.
+    chain: tuple[ChainOp, ...] = ()
+    start: int = -1
+    chain_kernel: str = ""
+    fp8: bool = False  # fp8 operands: G * scale_b (dgrad) and scale_a * G (wgrad), in the output's dtype
+
+    @property
+    def ext(self) -> bool:
+        return bool(self.chain)
+
+    @property
+    def stores_pre(self) -> bool:
+        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "preact"
+
+    @property
+    def recomputes(self) -> bool:
+        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "recompute"
+
+    @property
+    def forms_g(self) -> bool:
+        """Whether G differs from dOut (a scale, an activation, a clamp or a cast, which rounds it; fp8's two G's)."""
+        return self.fp8 or any(op.op in ("scale", "activation", "clamp", "cast") for op in self.chain)
+
+    @staticmethod
+    def in_args(ops: tuple[ChainOp, ...]) -> list[str]:
+        """The runtime arguments `ops` read, in order."""
+        return [n for op in ops for n in op.names]
+
+    @staticmethod
+    def in_params(ops: tuple[ChainOp, ...]) -> list[str]:
+        """The kernel parameters `ops` read: vectors and matrices as `<name>_ptr`, a runtime scalar as itself."""
+        return [n if op.op == "scale" and not op.axis else f"{n}_ptr" for op in ops for n in op.names]
+
+    @staticmethod
+    def in_strides(ops: tuple[ChainOp, ...]) -> list[str]:
+        """A residual's row and column strides, each (after the kernel's own strides)."""
+        return [f"stride_{op.names[0]}{d}" for op in ops if op.op == "residual" for d in "mn"]
+
+    @property
+    def out_params(self) -> list[str]:
+        """The chain kernel's gradient outputs (`d<name>_ptr`), then their strides (a partial's row stride; a
+        residual's two)."""
+        kinds = self.grad_kinds
+        return [f"d{n}_ptr" for n, _ in kinds] + [f"stride_d{n}{d}" for n, kind in kinds
+                                                  for d in (("m", "n") if kind == "matrix" else ("",))]
+
+    @property
+    def need_flags(self) -> tuple[str, ...]:
+        return tuple(f"need_{n}" for n in self.grad_args)
+
+    @property
+    def grad_kinds(self) -> tuple[tuple[str, str], ...]:
+        """(argument, how the chain pass writes its gradient): "cols" (an (N,) vector: column sums), "rows" (an (M,)
+        one: row sums) or "matrix" (a residual's)."""
+        out = []
+        for op in self.chain:
+            for n in op.names:
+                if n in self.grad_args:
+                    along_m = op.axis == "m" or (op.axis == "mn" and n == op.names[0])
+                    out.append((n, "matrix" if op.op == "residual" else "rows" if along_m else "cols"))
+        return tuple(out)
+
+    @property
+    def grad_args(self) -> tuple[str, ...]:
+        """The chain's arguments that get a gradient (tensors), in the op's order."""
+        return tuple(n for op in self.chain if op.grad and op.op in ("bias", "residual", "scale") for n in op.names
+                     if not (op.op == "scale" and op.axis == ""))
 
 
 def plan_training(name: str, spec: object, targets: list[Target], resolved: dict[str, Resolved],
@@ -81,6 +177,8 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
     if t is None:
         return None
     kernels: dict[str, BackwardKernel] = {}
+    # the backward's operand dtype (G's, the dots'): the operands', or an fp8 forward's output dtype
+    g_dtype = spec.out.dtype if spec.a.dtype == DType.fp8_e4m3 else spec.a.dtype  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     for i, c in enumerate(first.companions):
         cs = c.spec
@@ -94,10 +192,38 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
                                               cs.tile.k, cs.schedule.group_m, configs)  # type: ignore[attr-defined]
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype == DType.fp8_e4m3  # type: ignore[attr-defined]
+    chain = () if legacy_chain(spec.epilogue) and not fp8 else _chain(spec, tl_dtypes, torch_name)  # type: ignore[attr-defined]
+    if chain:
+        bias = None  # the chain's arguments: chain_kernel's
     return TrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=torch_name(bias.dtype) if bias is not None else "",
         bias_triton=tl_dtypes[bias.dtype] if bias is not None else "",
-        operand_torch=torch_name(spec.a.dtype), operand_triton=tl_dtypes[spec.a.dtype],  # type: ignore[attr-defined]
+        operand_torch=torch_name(g_dtype), operand_triton=tl_dtypes[g_dtype],
         out_torch=torch_name(spec.out.dtype), out_triton=tl_dtypes[spec.out.dtype],  # type: ignore[attr-defined]
-        kernels=kernels, gated=gated.layout if gated is not None else "", grad_cols_kernel=f"_{name}_grad_cols_kernel")
+        kernels=kernels, gated=gated.layout if gated is not None else "", grad_cols_kernel=f"_{name}_grad_cols_kernel",
+        chain=chain, start=value_index(spec.epilogue, fp8) if chain else -1,  # type: ignore[attr-defined]
+        chain_kernel=f"_{name}_chain_kernel" if chain else "", fp8=fp8)
+
+
+def _chain(spec: object, tl_dtypes: dict, torch_name) -> tuple[ChainOp, ...]:
+    """The spec's epilogue as ChainOps (an fp8 forward's first op, its dequantization, with no gradient)."""
+    out = []
+    fp8 = spec.a.dtype == DType.fp8_e4m3  # type: ignore[attr-defined]
+    for i, op in enumerate(spec.epilogue):  # type: ignore[attr-defined]
+        names = tuple(a.name for a in op.runtime_args())
+        if op.op == "bias":
+            out.append(ChainOp("bias", op.along, names))
+        elif op.op == "scale":
+            axis = {"scalar": "", "row": "m", "col": "n", "rowcol": "mn"}[op.by]
+            out.append(ChainOp("scale", axis, names, value=op.value, grad=not (fp8 and i == 0)))
+        elif op.op == "activation":
+            out.append(ChainOp("activation", fn=op.fn))
+        elif op.op == "residual":
+            out.append(ChainOp("residual", names=names, beta=op.beta, dtype=torch_name(op.dtype)))
+        elif op.op == "clamp":
+            out.append(ChainOp("clamp", lo=op.min, hi=op.max))
+        else:
+            out.append(ChainOp("cast", dtype=tl_dtypes[op.dtype]))
+    return tuple(out)
