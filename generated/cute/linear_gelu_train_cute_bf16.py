@@ -90,6 +90,11 @@ class Config(NamedTuple):
     b_k: bool = True  # B's K contiguous (else N)
 
     @property
+    def epi_per_subtile(self) -> int:
+        """SMEM buffers a subtile takes: forward_pre stores pre's beside out's (its epi_stages count both)."""
+        return 2 if self.role == "forward_pre" else 1
+
+    @property
     def fused(self) -> bool:
         """The epilogue reads the chain's operands (the forward, and the GEMM that stores or recomputes pre)."""
         return self.role in ("forward", "forward_pre", "recompute")
@@ -283,7 +288,7 @@ def gemm_host(
     gemm_kernel(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
-        mOut,
+        mOut, tma_out, tOut,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -327,6 +332,11 @@ def train_host(
         cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
     )
 
+    tma_pre, tPre = tma_out, tOut  # forward_pre: pre's subtiles stored by TMA beside out's (other roles read none)
+    if cutlass.const_expr(cfg.role == "forward_pre"):
+        tma_pre, tPre = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), _mkl(aux), cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
+        )
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
     raster = make_raster(cfg, tiles)
     # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
@@ -334,7 +344,7 @@ def train_host(
     gemm_kernel(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
-        _mkl(aux),
+        _mkl(aux), tma_pre, tPre,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -349,6 +359,8 @@ def gemm_kernel(
     mOut: cute.Tensor,
     mbias: cute.Tensor,
     maux: cute.Tensor,  # the backward's pre (stored by forward_pre) or dOut (read by recompute)
+    tma_pre: cute.CopyAtom,  # forward_pre: pre's subtiles stored by TMA (other roles: out's atom, unused)
+    mPreT: cute.Tensor,
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -363,6 +375,7 @@ def gemm_kernel(
         cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
         cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         cute.nvgpu.cpasync.prefetch_descriptor(tma_out)
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_pre)  # forward_pre's (out's elsewhere)
 
     # --- cluster position and multicast masks -------------------------------------------------------
     cta_layout = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
@@ -468,7 +481,7 @@ def gemm_kernel(
         r_aux = cute.make_rmem_tensor(sub_shape, cutlass.Float32)  # recompute: dOut at this subtile
         r_pre = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # forward_pre: pre as stored
         store_pipe = pipeline.PipelineTmaStore.create(
-            num_stages=cfg.epi_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
+            num_stages=cfg.epi_stages // cfg.epi_per_subtile, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
         )
         epi_barrier = pipeline.NamedBarrier(barrier_id=1 + turn, num_threads=cfg.tile_threads)
         store_warp = 4 + 4 * turn  # the tile's first warp issues its TMA stores
@@ -514,6 +527,9 @@ def gemm_kernel(
             bSG_s, bSG_g = cute.nvgpu.cpasync.tma_partition(
                 tma_out, 0, cute.make_layout(1), cute.group_modes(sOut, 0, 2), gOut_sub
             )
+            if cutlass.const_expr(cfg.role == "forward_pre"):
+                gPre_sub = cute.zipped_divide(cute.local_tile(mPreT, (cfg.tile_m, cfg.tile_n), (None, None, None))[(None, None, tm, tn, tl)], (cfg.epi_m, cfg.epi_n))
+                bPre_s, bPre_g = cute.nvgpu.cpasync.tma_partition(tma_pre, 0, cute.make_layout(1), cute.group_modes(sOut, 0, 2), gPre_sub)
             subs = cute.size(gOut_sub, mode=[1])
             sub_grid = cute.make_layout(gOut_sub.shape[1], stride=(gOut_sub.shape[1][1], 1))
             for si in cutlass.range_constexpr(subs):
@@ -529,17 +545,15 @@ def gemm_kernel(
                 if cutlass.const_expr(cfg.role in ("forward_pre", "recompute")):
                     # 0. bias: + bias (N,) bf16, per column
                     acc = acc + r_bias.load()  # bias along n
-                    # this thread's view of the subtile in aux (pre, or dOut), each element predicated on the bounds
-                    sub_tm, sub_tn = tm * (cfg.tile_m // cfg.epi_m) + sub_crd[0], tn * (cfg.tile_n // cfg.epi_n) + sub_crd[1]
-                    rows_left, cols_left = M - sub_tm * cfg.epi_m, N - sub_tn * cfg.epi_n
-                    g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (sub_tm, sub_tn)))
                     if cutlass.const_expr(cfg.role == "forward_pre"):
-                        r_pre.store(acc.to(OUT_DTYPE))  # pre, rounded to the output's dtype as eager keeps F.linear's output
-                        for ei in cutlass.range_constexpr(sub_size):
-                            if cute.elem_less(crd[ei], (rows_left, cols_left)):
-                                g_aux[ei] = r_pre[ei]
+                        # pre, rounded to the output's dtype as eager keeps F.linear's output: stored through SMEM by TMA beside out
+                        r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
+                        # this thread's view of dOut's subtile, each element predicated on the bounds
+                        sub_tm, sub_tn = tm * (cfg.tile_m // cfg.epi_m) + sub_crd[0], tn * (cfg.tile_n // cfg.epi_n) + sub_crd[1]
+                        rows_left, cols_left = M - sub_tm * cfg.epi_m, N - sub_tn * cfg.epi_n
+                        g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (sub_tm, sub_tn)))
                         for ei in cutlass.range_constexpr(sub_size):
                             if cute.elem_less(crd[ei], (rows_left, cols_left)):
                                 r_aux[ei] = g_aux[ei].to(cutlass.Float32)
@@ -553,12 +567,17 @@ def gemm_kernel(
                     n0 = tn * cfg.tile_n + sub_grid.get_hier_coord(si + 1)[1] * cfg.epi_n
                     for ei in cutlass.range_constexpr(sub_size):
                         r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
-                buf = epi_base + (stored + si) % cfg.epi_stages
+                # forward_pre: a pair of buffers a subtile, out's then pre's
+                buf = epi_base + cfg.epi_per_subtile * ((stored + si) % (cfg.epi_stages // cfg.epi_per_subtile))
                 cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
+                if cutlass.const_expr(cfg.role == "forward_pre"):
+                    cute.copy(r2s, r_pre, tRS_sOut[(None, None, None, buf + 1)])
                 cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA
                 epi_barrier.arrive_and_wait()
                 if warp == store_warp:
                     cute.copy(tma_out, bSG_s[(None, buf)], bSG_g[(None, sub_crd)])
+                    if cutlass.const_expr(cfg.role == "forward_pre"):
+                        cute.copy(tma_pre, bPre_s[(None, buf + 1)], bPre_g[(None, sub_crd)])
                     store_pipe.producer_commit()
                     store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
                 epi_barrier.arrive_and_wait()
@@ -575,8 +594,8 @@ VARIANT_CONFIGS = ()
 # the role's config, C (P, Q) = X @ Y, X and Y read in their stored majors (a_k: X's reduction dim contiguous,
 # b_k: Y's); "transposed" ones compute the gradient's transpose, its operand's stored layout.
 TRAIN_CONFIGS = {
-    # forward_pre: C = a @ b; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
-    "forward_pre": Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, role="forward_pre", a_k=True, b_k=True),
+    # forward_pre: C = a @ b; SMEM A/B 4 x 49152 = 196608 + epilogue 32768 + barriers 2048
+    "forward_pre": Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=4, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=231424, role="forward_pre", a_k=True, b_k=True),
     # dgrad: C = g @ b.t(); SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
     "dgrad": Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, ab_stages=4, epi_m=128, epi_n=32, epi_stages=2, mma_warpgroups=2, pingpong=False, group_m=8, group_rows=True, persistent=True, smem_bytes=215040, role="dgrad", a_k=True, b_k=False),
     # wgrad: C^T = g.t() @ a; SMEM A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
@@ -775,7 +794,7 @@ def _train_fake_args(role: str) -> tuple:
         matrix(A_DTYPE, M, K, major_rows=not cfg.a_k),
         matrix(B_DTYPE, K, N, major_rows=cfg.b_k),
         make_fake_tensor(cutlass.BFloat16, (N if cfg.fused else cute.sym_int32(),), (1,), assumed_align=16),
-        matrix(OUT_DTYPE, M, N, major_rows=False, tma=False),
+        matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role == "forward_pre"),  # forward_pre stores pre by TMA
         matrix(OUT_DTYPE, M, N, major_rows=False),
         cutlass.Int32(1),
         role,
@@ -812,63 +831,94 @@ def _vector(v: torch.Tensor) -> torch.Tensor:
     return v if v.stride(0) == 1 and v.data_ptr() % 16 == 0 else _g.aligned_copy(v, 0)
 
 
-GRAD_COLS_THREADS, GRAD_COLS_ROWS = 128, 256  # one column a thread; rows a band (bands x N f32 partial sums)
+# The columns pass: GRAD_COLS_VEC columns a thread (one 16-byte load or store of a 16-bit row), GRAD_COLS_THREADS
+# threads a CTA, row bands of max(GRAD_COLS_MIN_ROWS, ceil(M / GRAD_COLS_BANDS)) rows (bands x N f32 partial sums,
+# added in band order by the second launch, one column a thread), GRAD_COLS_UNROLL rows loaded at a time
+GRAD_COLS_THREADS, GRAD_COLS_VEC, GRAD_COLS_BANDS, GRAD_COLS_MIN_ROWS, GRAD_COLS_UNROLL = 128, 8, 64, 32, 4
 
 
 @cute.kernel
 def _grad_cols_kernel(mSrc: cute.Tensor, mPre: cute.Tensor, mG: cute.Tensor, mSums: cute.Tensor, rows: cutlass.Int32,
-                      form: cutlass.Constexpr):
-    """G's columns over one band of rows: with `form`, G = src * act'(pre) stored (rounded to G's dtype) and summed;
-    else src summed. Each thread walks one column's rows in order (f32 sums, no atomics: the same bits every run)."""
+                      form: cutlass.Constexpr, vec: cutlass.Constexpr):
+    """G's columns over one band of rows, `vec` columns a thread (one vector load / store each): with `form`,
+    G = src * act'(pre) stored (rounded to G's dtype) and summed; else src summed. Each thread walks its columns'
+    rows in order (f32 sums, no atomics: the same bits every run). With vec > 1 every matrix's row pitch is a
+    multiple of vec and readable up to it (a thread's last vector may pass N: those lanes are never summed into
+    a column < N)."""
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     M, N = mSrc.shape[0], mSrc.shape[1]
-    j = bx * GRAD_COLS_THREADS + tidx
-    dout_frag = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
-    pre_frag = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Float32)
-    grad_frag = cute.make_rmem_tensor(cute.make_layout(1), mG.element_type)
-    if j < N:
+    jv = bx * GRAD_COLS_THREADS + tidx  # this thread's columns: [jv * vec, jv * vec + vec)
+    total = cute.make_rmem_tensor(cute.make_layout((1, vec)), cutlass.Float32)
+    sums_frag = cute.make_rmem_tensor(cute.make_layout((1, vec)), mSums.element_type)
+    # a batch of GRAD_COLS_UNROLL rows: every load issued before the first store (a G store may alias them)
+    srcs = [cute.make_rmem_tensor(cute.make_layout((1, vec)), mSrc.element_type) for _ in range(GRAD_COLS_UNROLL)]
+    pres = [cute.make_rmem_tensor(cute.make_layout((1, vec)), mPre.element_type) for _ in range(GRAD_COLS_UNROLL)]
+    grad_frag = cute.make_rmem_tensor(cute.make_layout((1, vec)), mG.element_type)
+    total.fill(0.0)
+    if jv * vec < N:
         first = by * rows
         last = cutlass.min(first + rows, M)
-        total = cutlass.Float32(0.0)
-        for i in range(first, last):
-            if cutlass.const_expr(form):
-                dout_frag[0] = mSrc[i, j].to(cutlass.Float32)
-                pre_frag[0] = mPre[i, j].to(cutlass.Float32)
-                acc = pre_frag.load()
-                grad_frag.store((dout_frag.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))).to(mG.element_type))
-                mG[i, j] = grad_frag[0]
-                total = total + grad_frag[0].to(cutlass.Float32)
-            else:
-                total = total + mSrc[i, j].to(cutlass.Float32)
-        mSums[by, j] = total.to(mSums.element_type)
+        batched = first + (last - first) // GRAD_COLS_UNROLL * GRAD_COLS_UNROLL
+        for i0 in range(first, batched, GRAD_COLS_UNROLL):
+            for ri in cutlass.range_constexpr(GRAD_COLS_UNROLL):
+                cute.autovec_copy(cute.local_tile(mSrc, (1, vec), (i0 + ri, jv)), srcs[ri])
+                if cutlass.const_expr(form):
+                    cute.autovec_copy(cute.local_tile(mPre, (1, vec), (i0 + ri, jv)), pres[ri])
+            for ri in cutlass.range_constexpr(GRAD_COLS_UNROLL):
+                if cutlass.const_expr(form):
+                    acc = pres[ri].load().to(cutlass.Float32)
+                    grad_frag.store((srcs[ri].load().to(cutlass.Float32) * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))).to(mG.element_type))
+                    cute.autovec_copy(grad_frag, cute.local_tile(mG, (1, vec), (i0 + ri, jv)))
+                    total.store(total.load() + grad_frag.load().to(cutlass.Float32))  # G as stored
+                else:
+                    total.store(total.load() + srcs[ri].load().to(cutlass.Float32))
+        for i0 in range(batched, last):  # the band's last rows, one at a time
+            for ri in cutlass.range_constexpr(1):
+                cute.autovec_copy(cute.local_tile(mSrc, (1, vec), (i0 + ri, jv)), srcs[ri])
+                if cutlass.const_expr(form):
+                    cute.autovec_copy(cute.local_tile(mPre, (1, vec), (i0 + ri, jv)), pres[ri])
+            for ri in cutlass.range_constexpr(1):
+                if cutlass.const_expr(form):
+                    acc = pres[ri].load().to(cutlass.Float32)
+                    grad_frag.store((srcs[ri].load().to(cutlass.Float32) * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))).to(mG.element_type))
+                    cute.autovec_copy(grad_frag, cute.local_tile(mG, (1, vec), (i0 + ri, jv)))
+                    total.store(total.load() + grad_frag.load().to(cutlass.Float32))  # G as stored
+                else:
+                    total.store(total.load() + srcs[ri].load().to(cutlass.Float32))
+        sums_frag.store(total.load().to(mSums.element_type))
+        cute.autovec_copy(sums_frag, cute.local_tile(mSums, (1, vec), (by, jv)))
 
 
 @cute.jit
 def _grad_cols_host(src: cute.Tensor, pre: cute.Tensor, g: cute.Tensor, sums: cute.Tensor, rows: cutlass.Int32,
                     variant: cutlass.Constexpr, stream):
-    """One launch: a CTA per 128 columns and band of `rows` rows."""
+    """One launch: a CTA per GRAD_COLS_THREADS x vec columns and band of `rows` rows (the bands' pass: one column a
+    thread, one band of every row)."""
     M, N = src.shape[0], src.shape[1]
-    _grad_cols_kernel(src, pre, g, sums, rows, variant == "grad_cols").launch(
-        grid=[(N + GRAD_COLS_THREADS - 1) // GRAD_COLS_THREADS, (M + rows - 1) // rows, 1], block=[GRAD_COLS_THREADS, 1, 1],
-        stream=stream,
+    vec = 1 if variant == "grad_cols_bands" else GRAD_COLS_VEC
+    per_cta = GRAD_COLS_THREADS * vec
+    _grad_cols_kernel(src, pre, g, sums, rows, variant == "grad_cols", vec).launch(
+        grid=[(N + per_cta - 1) // per_cta, (M + rows - 1) // rows, 1], block=[GRAD_COLS_THREADS, 1, 1], stream=stream,
     )
 
 
 def _grad_cols_fake_args(variant: str) -> tuple:
-    """"grad_cols": dOut, pre and G (M, N) in the operands' dtype, f32 partial sums; "grad_cols_sum": the column sums of dOut or G;
-    "grad_cols_bands": the bands' partial sums (f32) added into the bias gradient (1, N)."""
+    """"grad_cols": dOut, pre and G (M, N) in the operands' dtype, f32 partial sums; "grad_cols_sum": the column sums of
+    dOut or G; each row pitch a multiple of GRAD_COLS_VEC (16 bytes); "grad_cols_bands": the bands' partial sums (f32)
+    added into the bias gradient (1, N)."""
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     rows, bands, N = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
+    pitch = 1 if variant == "grad_cols_bands" else GRAD_COLS_VEC
 
-    def matrix(dtype, m):
-        return make_fake_tensor(dtype, (m, N), (cute.sym_int64(), 1), assumed_align=16)
+    def matrix(dtype, m, divisibility=pitch):
+        return make_fake_tensor(dtype, (m, N), (cute.sym_int64(divisibility=divisibility), 1), assumed_align=16)
 
     src = cutlass.Float32 if variant == "grad_cols_bands" else OUT_DTYPE
     sums = cutlass.BFloat16 if variant == "grad_cols_bands" else cutlass.Float32
-    return (matrix(src, rows), matrix(src, rows), matrix(src, rows), matrix(sums, bands), cutlass.Int32(1), variant,
-            make_fake_stream(use_tvm_ffi_env_stream=True))
+    return (matrix(src, rows), matrix(src, rows), matrix(src, rows), matrix(sums, bands, 1 if variant == "grad_cols_bands" else pitch), cutlass.Int32(1),
+            variant, make_fake_stream(use_tvm_ffi_env_stream=True))
 
 
 _cols_launcher = CuteLauncher("linear_gelu_train_cute_bf16_grad_cols", __file__, ARCH, _grad_cols_host, _grad_cols_fake_args,
@@ -882,11 +932,18 @@ def _cols(variant, src, pre, g, sums, rows):
 
 
 def _grad_cols(src, pre, g, dbias):
-    # G = src * act'(pre) into g where pre is given, and the column sum of G into dbias where given.
+    # G = src * act'(pre) into g where pre is given, and the column sum of G into dbias where given. src and pre read
+    # GRAD_COLS_VEC columns at a time: in place where their rows are so laid out, else copied once (g is the backward's own)
     M, N = src.shape
-    bands = -(-M // GRAD_COLS_ROWS)
-    partial = torch.empty((bands, N), device=src.device, dtype=torch.float32)
-    _cols("grad_cols" if pre is not None else "grad_cols_sum", src, src if pre is None else pre, src if g is None else g, partial, GRAD_COLS_ROWS)
+    rows = max(GRAD_COLS_MIN_ROWS, -(-M // GRAD_COLS_BANDS))
+    bands = -(-M // rows)
+    padded = -(-N // GRAD_COLS_VEC) * GRAD_COLS_VEC
+    partial = torch.empty((bands, padded), device=src.device, dtype=torch.float32)[:, :N]
+    src = _tr.vector_rows(src, GRAD_COLS_VEC)
+    if pre is not None:
+        _cols("grad_cols", src, _tr.vector_rows(pre, GRAD_COLS_VEC), g, partial, rows)
+    else:
+        _cols("grad_cols_sum", src, src, src, partial, rows)
     if dbias is not None:  # the bands' sums, added in band order
         _cols("grad_cols_bands", partial, partial, partial, dbias.view(1, N), bands)
 
@@ -916,7 +973,10 @@ def _forward_pre(a, b, bias):
         if K == 0:  # TMA cannot describe an empty K: multiply zeros of K = 16 instead
             a = zero_operand(a, (), M, k_major=True, torch_rows_first=True)
             b = zero_operand(b, (), N, k_major=True, torch_rows_first=False)
-        _gemm("forward_pre", a, b, out, pre, _vector(bias))
+        staged = pre if _tr.writable(pre) else _tr.tma_empty(M, N, pre.dtype, pre.device)  # TMA stores pre: 16-byte rows
+        _gemm("forward_pre", a, b, out, staged, _vector(bias))
+        if staged is not pre:
+            pre.copy_(staged)
     return (out if result is out else result.copy_(out)), pre  # staged by _validate: copied into a new tensor
 
 
@@ -1091,7 +1151,7 @@ METADATA = {
                         'x': 'a',
                         'y': 'b',
                         'ab_stages': 4,
-                        'smem_bytes': 215040,
+                        'smem_bytes': 231424,
                         'mma_warpgroups': 2,
                         'transposed': False,
                     },

@@ -88,3 +88,39 @@ def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
     ls = loaded(out={"dtype": "f32"})
     with pytest.raises(ValueError, match="TRN001"):
         plan(ls)
+
+
+def test_forward_pre_stages_pre_beside_out_in_smem_and_the_plan_counts_it() -> None:
+    """forward_pre stores pre's subtiles by TMA beside out's: its companion (resolved, ruled by SMEM001) has twice the
+    forward's epilogue stages (a pair of subtiles in flight per stage of the forward's), and its SMEM one more set of
+    subtiles than the same GEMM without pre; recompute, dgrad and wgrad keep the forward's epilogue."""
+    for save, role in (("preact", "forward_pre"), ("recompute", "recompute")):
+        ls = loaded(save)
+        r = resolve(ls.spec, TARGET)
+        t = plan(ls)
+        fwd, c = DESIGN.plan(ls, [TARGET], {"cute:sm90": r}).config, t.gemms[role].config
+        subtile = c.epi_m * c.epi_n * 2  # bf16
+        assert c.epi_stages == fwd.epi_stages * (2 if role == "forward_pre" else 1), role
+        assert c.smem_bytes - fwd.smem_bytes == (fwd.epi_stages * subtile if role == "forward_pre" else 0), role
+        by_role = {x.companion: x for x in r.companions}
+        assert c.smem_bytes == by_role[role].budget.total  # what SMEM001 checks
+        assert all(t.gemms[x].config.epi_stages == fwd.epi_stages for x in ("dgrad", "wgrad"))
+
+
+def test_the_columns_pass_reads_rows_in_place_only_where_whole_vectors_are_readable() -> None:
+    """vector_rows: the columns kernel reads 8 bf16 (16 bytes) at a time along a row, so a matrix is read in place
+    where its base and row pitch are 16-byte aligned and its last row's last vector stays inside its storage; else
+    it is copied once into padded rows (values kept)."""
+    import torch
+
+    from specgen.runtime.torch.training import vector_rows
+
+    whole = torch.randn(5, 16).bfloat16()
+    assert vector_rows(whole, 8) is whole
+    padded = torch.randn(5, 16).bfloat16()[:, :13]  # 16-byte pitch, storage past column 13 on every row
+    assert vector_rows(padded, 8) is padded
+    short = torch.randn(4 * 16 + 13).bfloat16().as_strided((5, 13), (16, 1))  # the last row ends at the storage
+    odd = torch.randn(5, 13).bfloat16()  # a 26-byte pitch
+    for t in (short, odd):
+        got = vector_rows(t, 8)
+        assert got is not t and torch.equal(got, t) and got.stride() == (16, 1), t.stride()
