@@ -4,7 +4,7 @@ every call once a round, rotating order, L2 flushed before each), each candidate
 
     python3 bench/cute_train_tiles.py [--shape 4096x14336x4096] [--rounds 20] [--compile-only] [--step] [--json out.json]
 
-A candidate is the role's TRAIN_CONFIGS row with fields replaced (CANDIDATES: tile, stages, cluster, warpgroups),
+A candidate is the role's TRAIN_CONFIGS row with fields replaced (CANDIDATES: tile, stages, cluster),
 traced by the module's own kernel under the key "<role>@<name>" (so the CuTe disk cache keeps each apart):
 `--compile-only` compiles them all into the disk cache on a machine without a GPU (SPECGEN_CUTE_CACHE), for a GPU
 call to load. `--step` then times the whole training step (bench/train_step.py's --layer gelu_cute) twice: with the
@@ -23,15 +23,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROLES = ("forward_pre", "dgrad", "wgrad")
-# name: the fields replaced over the role's config (the module's own first: 128x256x64, 4 stages, 2 warpgroups)
+# name: the fields set over the role's config (tile k 64, 2 consumer warpgroups, 1x1 clusters unless named)
+ONE = {"cluster_m": 1, "cluster_n": 1}
 CANDIDATES: dict[str, dict[str, int]] = {
-    "128x256x64s4": {},
-    "128x256x64s4c2x1": {"cluster_m": 2},
-    "128x256x64s4c1x2": {"cluster_n": 2},
-    "256x128x64s4": {"tile_m": 256, "tile_n": 128},
-    "256x128x64s4c2x1": {"tile_m": 256, "tile_n": 128, "cluster_m": 2},
-    "256x128x64s4c1x2": {"tile_m": 256, "tile_n": 128, "cluster_n": 2},
-    "128x256x64s3": {"ab_stages": 3},
+    "128x256x64s4": {"tile_m": 128, "tile_n": 256, "ab_stages": 4, **ONE},
+    "128x256x64s4c2x1": {"tile_m": 128, "tile_n": 256, "ab_stages": 4, **ONE, "cluster_m": 2},
+    "128x256x64s4c1x2": {"tile_m": 128, "tile_n": 256, "ab_stages": 4, **ONE, "cluster_n": 2},
+    "256x128x64s4": {"tile_m": 256, "tile_n": 128, "ab_stages": 4, **ONE},
+    "256x128x64s4c2x1": {"tile_m": 256, "tile_n": 128, "ab_stages": 4, **ONE, "cluster_m": 2},
+    "256x128x64s4c1x2": {"tile_m": 256, "tile_n": 128, "ab_stages": 4, **ONE, "cluster_n": 2},
+    "128x256x64s3": {"tile_m": 128, "tile_n": 256, "ab_stages": 3, **ONE},
 }
 FORWARD_CANDIDATES = ("128x256x64s4", "128x256x64s4c2x1", "128x256x64s4c1x2")  # forward_pre's SMEM: 4 stages of 128x256 only
 
