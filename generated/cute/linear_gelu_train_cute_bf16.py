@@ -1071,6 +1071,57 @@ register_backward("linear_gelu_train_cute_bf16_train", "760166541c159701", _auto
 def _train(a, b, bias):
     """The differentiable call: the op that stores pre beside out."""
     return _train_op(a, b, bias)[0]
+@cute.jit
+def _jax_train_gemm(stream, x: cute.Tensor, y: cute.Tensor, bias: cute.Tensor, dst: cute.Tensor, *, variant: cutlass.Constexpr,
+                    max_clusters: cutlass.Constexpr):
+    """dgrad or wgrad for the JAX entry's backward: dst = x @ y by the role's config."""
+    train_host(x, y, bias, dst, dst, cutlass.Int32(max_clusters), variant, stream)
+
+
+@cute.jit
+def _jax_train_fused(stream, a: cute.Tensor, b: cute.Tensor, bias: cute.Tensor, aux: cute.Tensor, out: cute.Tensor, *,
+                     variant: cutlass.Constexpr, max_clusters: cutlass.Constexpr):
+    """The GEMM whose epilogue runs the chain for the JAX entry: forward_pre (outputs pre as aux, then out) or
+    recompute (aux dOut in, G out)."""
+    train_host(a, b, bias, aux, out, cutlass.Int32(max_clusters), variant, stream)
+
+
+@cute.jit
+def _jax_train_cols(stream, src: cute.Tensor, pre: cute.Tensor, g: cute.Tensor, partial: cute.Tensor, *,
+                    variant: cutlass.Constexpr):
+    """G = dOut * act'(pre) and its bands' column sums (the bands as _grad_cols sizes them)."""
+    rows = cutlass.max((src.shape[0] + GRAD_COLS_BANDS - 1) // GRAD_COLS_BANDS, GRAD_COLS_MIN_ROWS)
+    _grad_cols_host(src, pre, g, partial, rows, variant, stream)
+
+
+@cute.jit
+def _jax_train_cols_sum(stream, src: cute.Tensor, partial: cute.Tensor, *, variant: cutlass.Constexpr):
+    """The bands' column sums of G (dOut without an activation)."""
+    rows = cutlass.max((src.shape[0] + GRAD_COLS_BANDS - 1) // GRAD_COLS_BANDS, GRAD_COLS_MIN_ROWS)
+    _grad_cols_host(src, src, src, partial, rows, variant, stream)
+
+
+@cute.jit
+def _jax_train_bands(stream, partial: cute.Tensor, dbias: cute.Tensor, *, variant: cutlass.Constexpr):
+    """The bands' sums added in band order into the bias gradient (1, N)."""
+    _grad_cols_host(partial, partial, partial, dbias, partial.shape[0], variant, stream)
+
+
+_JAX_TRAIN: dict = {}  # the differentiable JAX entry, built on its first call
+
+
+def _jax_differentiable():
+    """`linear_gelu_train_cute_bf16_jax` as a jax.custom_vjp whose backward runs this module's kernels (specgen/runtime/cute_jax_train.py)."""
+    from specgen.runtime import cute_jax_train as _jt
+
+    if not _JAX_TRAIN:
+        _JAX_TRAIN["fn"] = _jt.differentiable(_jax_entry(), _jt.Backward(
+            "linear_gelu_train_cute_bf16", "preact", True, True, "k", "k",
+            "BFloat16", "BFloat16",
+            {"dgrad": ("g", "b.t()", False), "wgrad": ("g.t()", "a", True)},
+            {"gemm": _jax_train_gemm, "fused": _jax_train_fused, "cols": _jax_train_cols, "cols_sum": _jax_train_cols_sum, "bands": _jax_train_bands},
+            _train_launcher, _cols_launcher, TRAIN_CONFIGS, GRAD_COLS_BANDS, GRAD_COLS_MIN_ROWS))
+    return _JAX_TRAIN["fn"]
 
 @cute.jit
 def _jax_host(stream, a: cute.Tensor, b: cute.Tensor, bias: cute.Tensor, out: cute.Tensor, *,
@@ -1099,7 +1150,7 @@ def linear_gelu_train_cute_bf16_jax(a, b, bias):
     """out = epilogue(A @ B) on jax.Arrays, under jax.jit or not: the stored layouts are
     a (M, K), b (N, K), vectors 1-D; returns (M, N) bf16.
     One device per call (or per shard under jax.shard_map); see specgen/runtime/cute_jax.py."""
-    return _jax_entry()(a, b, bias)
+    return _jax_differentiable()(a, b, bias)
 
 
 def linear_gelu_train_cute_bf16_jax_torch(a, b, bias):

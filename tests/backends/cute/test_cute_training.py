@@ -124,3 +124,42 @@ def test_the_columns_pass_reads_rows_in_place_only_where_whole_vectors_are_reada
     for t in (short, odd):
         got = vector_rows(t, 8)
         assert got is not t and torch.equal(got, t) and got.stride() == (16, 1), t.stride()
+
+
+@pytest.mark.parametrize(("save", "act", "bias", "a", "b", "calls"), [
+    ("preact", "gelu_tanh", True, "k", "k", ["forward_pre", "grad_cols", "dgrad", "wgrad", "grad_cols_bands"]),
+    ("recompute", "relu", False, "k", "mn", ["recompute", "dgrad", "wgrad"]),
+    ("preact", "", True, "mn", "mn", ["dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]),
+])
+def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(save, act, bias, a, b, calls, tmp_path):
+    """jax.grad under jax.jit of `<name>_jax` traces on any machine (the calls' abstract values; their CUDA lowering
+    compiles): one XLA call per backward kernel the torch side runs, each gradient in its operand's stored layout
+    and dtype; an odd M, N and K (the calls run on arrays padded to 16-byte rows, the gradients sliced back)."""
+    import jax
+    import jax.numpy as jnp
+    from kernels import load_target_module
+
+    from specgen.runtime.cute_jax_train import cute_train_p
+
+    spec = json.loads(json.dumps(loaded(save, act, bias, a, b).spec.model_dump(mode="json", exclude_defaults=True)))
+    mod, _ = load_target_module({**spec, "name": f"jaxvjp_{save}_{act or 'none'}"}, "cute:sm90", tmp_path)
+    fn = getattr(mod, f"jaxvjp_{save}_{act or 'none'}_jax")
+    M, N, K = 37, 100, 75
+    args = [jax.ShapeDtypeStruct((M, K) if a == "k" else (K, M), jnp.bfloat16),
+            jax.ShapeDtypeStruct((N, K) if b == "k" else (K, N), jnp.bfloat16)] + ([jax.ShapeDtypeStruct((N,), jnp.float32)] if bias else [])  # bias: f32 (the spec's default)
+    grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
+    jaxpr = jax.make_jaxpr(grad)(*args)
+    assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
+    found = []
+
+    def walk(j):
+        for e in j.eqns:
+            if e.primitive is cute_train_p:
+                found.append(e.params["kernel"].variant)
+            for p in e.params.values():
+                inner = getattr(p, "jaxpr", None)
+                if inner is not None:
+                    walk(getattr(inner, "jaxpr", inner))
+
+    walk(jaxpr.jaxpr)
+    assert found == calls
