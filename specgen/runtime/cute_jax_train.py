@@ -109,7 +109,7 @@ cute_train_p.multiple_results = True
 
 @cute_train_p.def_abstract_eval
 def _abstract(*avals: Any, kernel: Kernel, outs: tuple[tuple[tuple[int, ...], Any], ...]) -> Any:
-    return [jax.core.ShapedArray(shape, dtype) for shape, dtype in outs]
+    return [avals[0].update(shape=shape, dtype=dtype) for shape, dtype in outs]  # every call has inputs
 
 
 def _cuda_lowering(ctx: Any, *operands: Any, kernel: Kernel, outs: tuple) -> Any:
