@@ -3,7 +3,7 @@ specs rendered here (recompute; relu, gelu, silu, sigmoid; no activation; f16; m
 come back from the transposed GEMMs) give gradients within bf16 / f16 rounding of float64 autograd of the reference
 and no worse than twice eager's error, in their operands' layouts; odd shapes (M, N, K off the tiles, M = 1, a K
 whose row pitch TMA cannot read in place), NaN-poisoned gradient buffers written everywhere, and a CUDA graph over
-forward and backward replaying to the gradients of fresh inputs.
+forward and backward replaying to the gradients of fresh inputs; jax.grad under jax.jit of the JAX entry.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -177,3 +177,45 @@ def test_cuda_graph_over_forward_and_backward(tmp_path_factory) -> None:
     torch.cuda.synchronize()
     want = reference(CATALOGUE, a2, b2, bias2, grad2)
     check(CATALOGUE, {"a": sx.grad, "b": sw.grad.t(), "bias": sb.grad}, want, None, "replayed")
+
+
+
+JAX_CASES = [(CATALOGUE, s) for s in (SHAPES[1], SHAPES[2], SHAPES[4], SHAPES[3])] + [
+    (n, s) for n in ("cute_train_silu_f16_mn", "cute_train_recompute_relu_f16") for s in (SHAPES[1], SHAPES[4])]
+
+
+@pytest.mark.parametrize(("name", "shape"), JAX_CASES, ids=[f"{n}-{'x'.join(map(str, s))}" for n, s in JAX_CASES])
+def test_jax_grad_under_jit_runs_the_modules_backward(name: str, shape: tuple[int, int, int], tmp_path_factory) -> None:
+    """The JAX entry is a jax.custom_vjp (specgen/runtime/cute_jax_train.py): jax.grad under jax.jit runs the module's
+    forward_pre (or forward), columns kernel (or recompute GEMM), dgrad and wgrad through XLA custom calls and gives
+    gradients within rounding of float64 autograd and no worse than twice torch eager's error, each in its operand's
+    stored layout; shapes off the tiles, M = 1, a K whose rows are padded; mn-major A and B (the transposed GEMMs)."""
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    mod = module(name, tmp_path_factory)
+    fn = getattr(mod, f"{name}_jax")
+    act, has_bias, am, bm, dtype = layout(name)
+    jdtype = jnp.bfloat16 if dtype is torch.bfloat16 else jnp.float16
+
+    def to_jax(t: torch.Tensor):
+        return jnp.asarray(t.float().cpu().numpy()).astype(jdtype)
+
+    def back(x) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(x.astype(jnp.float32))).cuda().to(dtype)
+
+    def loss(*xs):
+        return (fn(*xs[:-1]).astype(jnp.float32) * xs[-1].astype(jnp.float32)).sum()
+
+    a, b, bias, grad = data(name, shape)
+    stored = [to_jax(a if am == "k" else a.t()), to_jax(b.t() if bm == "k" else b)]  # the JAX entry's layouts
+    args = (*stored, *([to_jax(bias)] if has_bias else []), to_jax(grad))
+    grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(args) - 1))))(*args)
+    for g, x in zip(grads, args, strict=False):
+        assert g.shape == x.shape and g.dtype == x.dtype, (name, shape)
+    got = {"a": back(grads[0]) if am == "k" else back(grads[0]).t(), "b": back(grads[1]).t() if bm == "k" else back(grads[1])}
+    if has_bias:
+        got["bias"] = back(grads[2])
+    check(name, got, reference(name, a, b, bias, grad), eager_grads(name, a, b, bias, grad), f"jax {name} {shape}")

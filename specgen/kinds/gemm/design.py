@@ -11,13 +11,12 @@ from typing import ClassVar
 
 from specgen.design import DesignBase
 from specgen.envelope.budget import MIN_STAGES
-from specgen.kinds.gemm.sections import When
+from specgen.kinds.gemm.sections import DEFAULT_EPILOGUE_STAGES, When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.resolved import TmaBox
 from specgen.spec.epilogue import gated_op
 from specgen.targets import TargetInfo
 
-DEFAULT_EPILOGUE_STAGES = 2
 WARPGROUP_THREADS = 128
 
 

@@ -48,6 +48,9 @@ class Cluster(Strict):
         return self.m * self.n
 
 
+DEFAULT_EPILOGUE_STAGES = 2  # `epilogue_stages = "auto"`: subtiles of the output in flight
+
+
 class Pipeline(Strict):
     """Pipeline depths; `auto` is resolved by the planner from the same budget the SMEM rule checks."""
 

@@ -40,7 +40,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.kinds.gemm.sections import Operand, Output, Pipeline, Schedule, Stages, Tile
+from specgen.kinds.gemm.sections import (
+    DEFAULT_EPILOGUE_STAGES,
+    Operand,
+    Output,
+    Pipeline,
+    Schedule,
+    Stages,
+    Tile,
+)
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Strict, bounded
@@ -234,6 +242,9 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
         **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
+    if label == "forward_pre":  # pre's epilogue subtiles beside out's (a TMA-storing design stages both in SMEM)
+        stages = s.pipeline.epilogue_stages  # type: ignore[attr-defined]
+        pipeline = pipeline.model_copy(update={"epilogue_stages": 2 * (DEFAULT_EPILOGUE_STAGES if stages == "auto" else stages)})
     return s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]

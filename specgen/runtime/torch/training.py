@@ -57,3 +57,16 @@ def writable(dst: torch.Tensor) -> bool:
     """Whether a TMA store of a row-major matrix can write `dst` in place (else the kernel writes a padded buffer
     and it is copied into `dst`)."""
     return dst.stride(-1) == 1 and not _needs_copy(dst, 1, True)
+
+
+def vector_rows(t: torch.Tensor, per: int) -> torch.Tensor:
+    """A row-major (rows, cols) matrix a kernel reads `per` elements (16 bytes) at a time along its rows: in place
+    where its base and row pitch are 16-byte aligned and its last row is readable up to cols rounded up to `per`
+    (a thread's last vector may pass cols), else one aligned copy (padded rows)."""
+    t = tma_ready(t, 1)
+    if t.numel():
+        rows, cols = t.shape
+        end = t.storage_offset() + (rows - 1) * t.stride(0) + -(-cols // per) * per
+        if end * t.element_size() > t.untyped_storage().nbytes():
+            return aligned_copy(t, 1)
+    return t

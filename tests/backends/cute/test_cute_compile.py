@@ -55,6 +55,9 @@ def test_sass_has_tma_and_wgmma_and_no_spills(compiled):
     rows, _ = compiled
     # a training kernel's backward GEMMs compile beside its forward (`<kernel>[dgrad]`), as TMA + wgmma kernels too
     assert {r["kernel"] for r in rows} >= {f"linear_gelu_train_cute_bf16[{role}]" for role in ("forward_pre", "dgrad", "wgrad")}
+    by_kernel = {r["kernel"]: r["sass"] for r in rows}
+    # forward_pre stores pre's subtiles by TMA beside out's: twice the forward's TMA stores
+    assert by_kernel["linear_gelu_train_cute_bf16[forward_pre]"]["UTMASTG"] == 2 * by_kernel["linear_gelu_train_cute_bf16"]["UTMASTG"]
     for r in rows:
         sass = r["sass"]
         if "[grad_cols" in r["kernel"]:  # the backward's columns pass: a SIMT kernel (no TMA, no MMA), no spills either

@@ -88,3 +88,78 @@ def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
     ls = loaded(out={"dtype": "f32"})
     with pytest.raises(ValueError, match="TRN001"):
         plan(ls)
+
+
+def test_forward_pre_stages_pre_beside_out_in_smem_and_the_plan_counts_it() -> None:
+    """forward_pre stores pre's subtiles by TMA beside out's: its companion (resolved, ruled by SMEM001) has twice the
+    forward's epilogue stages (a pair of subtiles in flight per stage of the forward's), and its SMEM one more set of
+    subtiles than the same GEMM without pre; recompute, dgrad and wgrad keep the forward's epilogue."""
+    for save, role in (("preact", "forward_pre"), ("recompute", "recompute")):
+        ls = loaded(save)
+        r = resolve(ls.spec, TARGET)
+        t = plan(ls)
+        fwd, c = DESIGN.plan(ls, [TARGET], {"cute:sm90": r}).config, t.gemms[role].config
+        subtile = c.epi_m * c.epi_n * 2  # bf16
+        assert c.epi_stages == fwd.epi_stages * (2 if role == "forward_pre" else 1), role
+        assert c.smem_bytes - fwd.smem_bytes == (fwd.epi_stages * subtile if role == "forward_pre" else 0), role
+        by_role = {x.companion: x for x in r.companions}
+        assert c.smem_bytes == by_role[role].budget.total  # what SMEM001 checks
+        assert all(t.gemms[x].config.epi_stages == fwd.epi_stages for x in ("dgrad", "wgrad"))
+
+
+def test_the_columns_pass_reads_rows_in_place_only_where_whole_vectors_are_readable() -> None:
+    """vector_rows: the columns kernel reads 8 bf16 (16 bytes) at a time along a row, so a matrix is read in place
+    where its base and row pitch are 16-byte aligned and its last row's last vector stays inside its storage; else
+    it is copied once into padded rows (values kept)."""
+    import torch
+
+    from specgen.runtime.torch.training import vector_rows
+
+    whole = torch.randn(5, 16).bfloat16()
+    assert vector_rows(whole, 8) is whole
+    padded = torch.randn(5, 16).bfloat16()[:, :13]  # 16-byte pitch, storage past column 13 on every row
+    assert vector_rows(padded, 8) is padded
+    short = torch.randn(4 * 16 + 13).bfloat16().as_strided((5, 13), (16, 1))  # the last row ends at the storage
+    odd = torch.randn(5, 13).bfloat16()  # a 26-byte pitch
+    for t in (short, odd):
+        got = vector_rows(t, 8)
+        assert got is not t and torch.equal(got, t) and got.stride() == (16, 1), t.stride()
+
+
+@pytest.mark.parametrize(("save", "act", "bias", "a", "b", "calls"), [
+    ("preact", "gelu_tanh", True, "k", "k", ["forward_pre", "grad_cols", "dgrad", "wgrad", "grad_cols_bands"]),
+    ("recompute", "relu", False, "k", "mn", ["recompute", "dgrad", "wgrad"]),
+    ("preact", "", True, "mn", "mn", ["dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]),
+])
+def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(save, act, bias, a, b, calls, tmp_path):
+    """jax.grad under jax.jit of `<name>_jax` traces on any machine (the calls' abstract values; their CUDA lowering
+    compiles): one XLA call per backward kernel the torch side runs, each gradient in its operand's stored layout
+    and dtype; an odd M, N and K (the calls run on arrays padded to 16-byte rows, the gradients sliced back)."""
+    import jax
+    import jax.numpy as jnp
+    from kernels import load_target_module
+
+    from specgen.runtime.cute_jax_train import cute_train_p
+
+    spec = json.loads(json.dumps(loaded(save, act, bias, a, b).spec.model_dump(mode="json", exclude_defaults=True)))
+    mod, _ = load_target_module({**spec, "name": f"jaxvjp_{save}_{act or 'none'}"}, "cute:sm90", tmp_path)
+    fn = getattr(mod, f"jaxvjp_{save}_{act or 'none'}_jax")
+    M, N, K = 37, 100, 75
+    args = [jax.ShapeDtypeStruct((M, K) if a == "k" else (K, M), jnp.bfloat16),
+            jax.ShapeDtypeStruct((N, K) if b == "k" else (K, N), jnp.bfloat16)] + ([jax.ShapeDtypeStruct((N,), jnp.float32)] if bias else [])  # bias: f32 (the spec's default)
+    grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
+    jaxpr = jax.make_jaxpr(grad)(*args)
+    assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
+    found = []
+
+    def walk(j):
+        for e in j.eqns:
+            if e.primitive is cute_train_p:
+                found.append(e.params["kernel"].variant)
+            for p in e.params.values():
+                inner = getattr(p, "jaxpr", None)
+                if inner is not None:
+                    walk(getattr(inner, "jaxpr", inner))
+
+    walk(jaxpr.jaxpr)
+    assert found == calls

@@ -19,7 +19,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # split-K's DSMEM handoff (templates/gemm/cute/gemm_sm90.py.jinja)
     "_store_remote", "llvm", "nvvm",
     # a `training` backward (templates/gemm/cute/training.jinja, host_sm90.jinja)
-    "GRAD_COLS_ROWS", "GRAD_COLS_THREADS", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
+    "GRAD_COLS_BANDS", "GRAD_COLS_MIN_ROWS", "GRAD_COLS_THREADS", "GRAD_COLS_UNROLL", "GRAD_COLS_VEC", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
+    # the JAX entry's backward (specgen/runtime/cute_jax_train.py)
+    "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -48,7 +50,10 @@ RESERVED: frozenset[str] = frozenset({
     "split_phase", "partials", "cluster_ctas", "leader", "remote", "part", "i", "ptr", "value", "scope",
     "split_barriers", "sPartial", "unroll_full",
     # a `training` backward: the role's config and epilogue, the columns kernel, the host's operands
-    "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "dout_frag", "grad_frag", "pre_frag", "r_pre", "stub", "sum_pending", "total",
+    "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "grad_frag", "r_pre", "stub", "sum_pending", "total",
+    # the columns kernel's vectors and batches of rows, forward_pre's TMA store of pre
+    "batched", "i0", "jv", "padded", "per_cta", "pitch", "pres", "ri", "srcs", "sums_frag", "vec",
+    "bPre_g", "bPre_s", "epi_per_subtile", "gPre_sub", "mPreT", "tPre", "tma_pre", "cute_jax_train", "dout",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,0 +1,287 @@
+"""The JAX entry's backward for CuTe sm90 modules with a `training` section: `<name>_jax` as a `jax.custom_vjp`
+whose forward and backward run the module's own kernels (the torch side's: forward_pre or the plain forward, the
+columns kernel, dgrad and wgrad with their TRAIN_CONFIGS roles), each one XLA custom call into the CuTe DSL's JAX
+runtime as the forward entry's is (specgen/runtime/cute_jax.py: compiled once per kernel and config, shape-generic,
+kept in memory and beside the torch launcher's objects on disk).
+
+What differs from the forward entry: a call may have several outputs (forward_pre: out and pre; the columns pass:
+G and its bands' f32 sums), and the arrays it runs on are zero-padded once to whole 16-byte rows in every dim
+(M, N and K up to a multiple of 8 16-bit elements, an empty K to 16 zeros), so every GEMM's TMA reads and stores
+them in place whatever the majors; the gradients are sliced back. Zero rows and columns add nothing to a product,
+G is zero where dOut is, and the bias gradient's padded columns are dropped. Empty M or N: zeros, no kernel.
+
+The differentiable function is built once per module (`differentiable`): jax.grad, jax.vjp and jax.value_and_grad
+work under jax.jit (not under jax.shard_map: the calls carry no varying mesh axes). The primal call (no derivative
+asked) is the forward entry itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+from jax._src import dispatch as _dispatch
+from jax.interpreters import mlir
+
+from specgen.runtime.cute import cache_dir, compile_options, dsl_arch, grid_clusters
+from specgen.runtime.cute_jax import EMPTY_K, _write_atomic, gpu_devices, jit_wrapper, pad_to, round_up
+
+ROW_BYTES = 16  # every padded dim: whole 16-byte rows of a 16-bit dtype (TMA's strides, the columns pass's vectors)
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """One of the backward's kernels as XLA calls it: the module's @cute.jit wrapper (stream, inputs, outputs,
+    then its compile-time keywords), the launcher whose cache key names its objects, the config (the persistent
+    grid's cap: None for the SIMT columns kernel) and each array's TensorSpec pieces: inputs then outputs, each
+    (mode: the stored dims' order in the logical view, the stored contiguous extent's divisibility)."""
+
+    name: str  # errors and the object's file name
+    host: Any
+    launcher: Any
+    variant: str  # the wrapper's `variant` keyword (the role or the columns kernel's variant)
+    config: Any  # the module's Config for the GEMMs (grid_clusters), None for the columns kernel
+    layouts: tuple[tuple[tuple[int, ...], int], ...]
+    _compiled: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def specs(self, dtypes: tuple[Any, ...]) -> list:
+        from cutlass.jax import TensorSpec
+        from cutlass.jax.compile import Arg
+
+        out = []
+        for i, ((mode, div), dtype) in enumerate(zip(self.layouts, dtypes, strict=True)):
+            shape = (1,) * (len(mode) - 1) + (div,)
+            out.append(Arg(i, shape, jnp.dtype(dtype), TensorSpec(mode=mode, static=False, ptr_assumed_align=16,
+                                                                    divisibility=shape)))
+        return out
+
+    def module(self, dtypes: tuple[Any, ...], n_in: int, max_clusters: int) -> tuple[bytes, bytes]:
+        """(object, fingerprint) for these dtypes: from this process, the disk cache, else compiled."""
+        key = (dtypes, max_clusters)
+        hit = self._compiled.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            if key not in self._compiled:
+                extra = hashlib.sha256(repr((self.name, [str(d) for d in dtypes], max_clusters)).encode()).hexdigest()[:12]
+                path = cache_dir() / f"{self.launcher.key(self.variant)}-jaxtrain-{extra}.o"
+                try:
+                    module = path.read_bytes()
+                except OSError:
+                    module = self.compile(dtypes, n_in, max_clusters)
+                    _write_atomic(path, module)
+                self._compiled[key] = (module, hashlib.sha256(module).digest())
+        return self._compiled[key]
+
+    def compile(self, dtypes: tuple[Any, ...], n_in: int, max_clusters: int, extra: str = "") -> bytes:
+        """The wrapper compiled for the module's arch (no GPU needed), as cutlass.jax's runtime loads it."""
+        import cuda.bindings.driver as cuda
+        import cutlass.cute as cute
+        from cutlass.jax import compile as cj
+        from cutlass.jax.compile import _EXPORT_PREFIX
+
+        args = self.specs(dtypes)
+        ins, outs = args[:n_in], [cj.Arg(i, a.shape, a.dtype, a.spec) for i, a in enumerate(args[n_in:])]
+        kwargs = (("variant", self.variant),) + ((("max_clusters", max_clusters),) if self.config is not None else ())
+        spec = cj.FunctionSpec(
+            in_args=tuple(ins), input_tree=jax.tree.structure(tuple(range(len(ins)))),
+            out_args=tuple(outs), output_tree=jax.tree.structure(tuple(range(len(outs)))),
+            input_output_aliases=(), input_spec=tuple(a.spec for a in ins), output_spec=tuple(a.spec for a in outs),
+            compile_options=compile_options(self.launcher.arch, False, extra), use_static_tensors=False, kwargs=kwargs,
+        )
+        with dsl_arch(self.launcher.arch):
+            compiled = cute.compile(jit_wrapper(), cuda.CUstream(0), *spec.get_compile_args(), wrapped_fn=self.host,
+                                    spec=spec, options=spec.compile_options)
+        return bytes(compiled.dump_to_object(_EXPORT_PREFIX))
+
+
+# ---- the primitive: several outputs, a CUDA lowering, a clear refusal elsewhere ---------------------
+cute_train_p = jax.extend.core.Primitive("specgen_cute_train_call")
+cute_train_p.multiple_results = True
+
+
+@cute_train_p.def_abstract_eval
+def _abstract(*avals: Any, kernel: Kernel, outs: tuple[tuple[tuple[int, ...], Any], ...]) -> Any:
+    return [avals[0].update(shape=shape, dtype=dtype) for shape, dtype in outs]  # every call has inputs
+
+
+def _cuda_lowering(ctx: Any, *operands: Any, kernel: Kernel, outs: tuple) -> Any:
+    from cutlass.jax import get_cutlass_call_ffi_name, get_cutlass_call_ffi_version, register_ffi
+
+    devices = gpu_devices()
+    sms = min((int(getattr(d, "core_count", 0) or 0) for d in devices), default=0) or 132
+    max_clusters = grid_clusters(kernel.config, sms) if kernel.config is not None else 0
+    dtypes = tuple(jnp.dtype(a.dtype) for a in ctx.avals_in) + tuple(jnp.dtype(d) for _, d in outs)
+    module, key = kernel.module(dtypes, len(operands), max_clusters)
+    version = get_cutlass_call_ffi_version()
+    register_ffi(version)
+    call = jax.ffi.ffi_call(get_cutlass_call_ffi_name(True, version), [jax.ShapeDtypeStruct(s, d) for s, d in outs])
+    return mlir.lower_fun(lambda *xs: list(call(*xs, module=module, key=key)), multiple_results=True)(ctx, *operands)
+
+
+def _refuse(ctx: Any, *_: Any, kernel: Kernel, **__: Any) -> Any:
+    platforms = getattr(ctx.module_context, "platforms", ["this platform"])
+    raise RuntimeError(f"{kernel.name}: CuTe kernels run on a CUDA {kernel.launcher.arch} device; this computation "
+                       f"is being compiled for {', '.join(platforms)} (jax.eval_shape and jax.make_jaxpr work anywhere)")
+
+
+cute_train_p.def_impl(functools.partial(_dispatch.apply_primitive, cute_train_p))
+mlir.register_lowering(cute_train_p, _cuda_lowering, platform="cuda")
+for _platform in ("cpu", "tpu", "rocm"):
+    mlir.register_lowering(cute_train_p, _refuse, platform=_platform)
+
+
+def call(kernel: Kernel, ins: tuple[jax.Array, ...], outs: tuple[tuple[tuple[int, ...], Any], ...]) -> list[jax.Array]:
+    return cute_train_p.bind(*ins, kernel=kernel, outs=tuple((tuple(s), jnp.dtype(d)) for s, d in outs))
+
+
+# ---- the differentiable entry -----------------------------------------------------------------------
+SWAP, SAME = (1, 0), (0, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Backward:
+    """What the generated module tells this one: its save mode, activation and bias, majors, dtypes, each role's
+    GEMM (X and Y as the torch side names them: "a", "b.t()", "g", ...; whether it computes the gradient's
+    transpose), and the @cute.jit wrappers (GEMMs: `gemm` for dgrad and wgrad, `fused` for forward_pre (out and pre) or
+    recompute (G from dOut); the columns kernel: `cols`, `cols_sum`, `bands`)."""
+
+    name: str
+    save: str
+    act: bool
+    bias: bool
+    a_major: str
+    b_major: str
+    dtype: str  # the operands' (and pre's, G's, out's) cutlass dtype name
+    bias_dtype: str
+    gemms: dict[str, tuple[str, str, bool]]
+    hosts: dict[str, Any]
+    train_launcher: Any
+    cols_launcher: Any
+    configs: dict[str, Any]  # TRAIN_CONFIGS
+    bands: int  # GRAD_COLS_BANDS
+    min_rows: int  # GRAD_COLS_MIN_ROWS
+
+
+def _jnp(name: str) -> Any:
+    import cutlass
+    from cutlass.jax import cutlass_to_jax_dtype
+
+    return jnp.dtype(cutlass_to_jax_dtype(getattr(cutlass, name)))
+
+
+@functools.cache
+def kernels(bw: Backward) -> dict[str, Kernel]:
+    """The backward's kernels by role or columns variant, with each array's layout as XLA passes it."""
+    u = ROW_BYTES // _jnp(bw.dtype).itemsize
+    vec = ((0,), 1)  # a vector (the bias, or the stub dgrad and wgrad pass for it): any extent
+
+    def matrix(mode: tuple[int, int]) -> tuple[tuple[int, int], int]:
+        return (mode, u)
+
+    def gemm(role: str, host: str, layouts: tuple) -> Kernel:
+        return Kernel(f"{bw.name}[{role}]", bw.hosts[host], bw.train_launcher, role, bw.configs[role], layouts)
+
+    def cols(variant: str, host: str, layouts: tuple) -> Kernel:
+        return Kernel(f"{bw.name}[{variant}]", bw.hosts[host], bw.cols_launcher, variant, None, layouts)
+
+    # stored layouts: a (M, K) when K-major, else (K, M); b (N, K) when K-major, else (K, N); g, pre, out (M, N)
+    a_mode, b_mode = (SAME if bw.a_major == "k" else SWAP), (SWAP if bw.b_major == "k" else SAME)
+    stored_t = {"a": bw.a_major != "k", "b": bw.b_major == "k", "g": False}  # stored = the torch shape's transpose
+    out: dict[str, Kernel] = {}
+    bias_in = (vec,) if bw.bias else ()
+    if bw.act and bw.save == "preact":
+        out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(SAME), matrix(SAME)))
+        out["grad_cols"] = cols("grad_cols", "cols", (matrix(SAME),) * 3 + ((SAME, u),))
+    if bw.act and bw.save == "recompute":
+        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, (SAME, 1), matrix(SAME)))
+    if bw.bias:
+        out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
+        out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
+    for role in ("dgrad", "wgrad"):
+        x, y, _ = bw.gemms[role]
+        mode = [SWAP if (s.endswith(".t()") != stored_t[s[0]]) else SAME for s in (x, y)]
+        out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *bias_in, matrix(SAME)))
+    return out
+
+
+@functools.cache
+def differentiable(entry: Any, bw: Backward) -> Any:
+    """The module's forward entry as a jax.custom_vjp (built once per module)."""
+    dtype = _jnp(bw.dtype)
+    u = ROW_BYTES // dtype.itemsize
+    kern = kernels(bw)
+
+    def sizes(args: tuple) -> tuple[Any, dict[str, jax.Array]]:
+        names = ("a", "b", "bias") if bw.bias else ("a", "b")
+        if len(args) != len(names):
+            raise TypeError(f"{bw.name}: takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        return entry.problem(dict(zip(names, args, strict=True)))
+
+    def padded(p: Any, named: dict[str, jax.Array]) -> tuple[tuple[int, int, int], dict[str, jax.Array]]:
+        mp, np_, kp = round_up(p.m, u), round_up(p.n, u), round_up(p.k, u) if p.k else EMPTY_K
+        a = named["a"] if p.k else jnp.zeros(named["a"].shape, dtype)  # an empty K: zeros (the kernels see 16)
+        b = named["b"] if p.k else jnp.zeros(named["b"].shape, dtype)
+        out = {"a": pad_to(a, (mp, kp) if bw.a_major == "k" else (kp, mp)),
+               "b": pad_to(b, (np_, kp) if bw.b_major == "k" else (kp, np_))}
+        if bw.bias:
+            out["bias"] = pad_to(named["bias"], (np_,))
+        return (mp, np_, kp), out
+
+    def forward(*args: jax.Array) -> Any:
+        p, named = sizes(args)
+        if not (bw.act and bw.save == "preact") or p.m == 0 or p.n == 0:
+            return entry(*args), (args, None)
+        (mp, np_, _), x = padded(p, named)
+        ins = (x["a"], x["b"], *((x["bias"],) if bw.bias else ()))
+        pre, out = call(kern["forward_pre"], ins, (((mp, np_), dtype), ((mp, np_), dtype)))
+        return out[: p.m, : p.n], (args, pre)
+
+    def backward(res: Any, dout: jax.Array) -> tuple:
+        args, pre = res
+        p, named = sizes(args)
+        zeros = tuple(jnp.zeros(x.shape, x.dtype) for x in args)
+        if p.m == 0 or p.n == 0:
+            return zeros
+        (mp, np_, kp), x = padded(p, named)
+        dout = pad_to(dout.astype(dtype), (mp, np_))
+        bias_in = (x["bias"],) if bw.bias else ()
+        rows = max(bw.min_rows, -(-mp // bw.bands))
+        sums = ((-(-mp // rows), np_), jnp.float32)
+        partial = None
+        if bw.act and bw.save == "preact":
+            g, partial = call(kern["grad_cols"], (dout, pre), (((mp, np_), dtype), sums))
+        elif bw.act:
+            (g,) = call(kern["recompute"], (x["a"], x["b"], *bias_in, dout), (((mp, np_), dtype),))
+        else:
+            g = dout
+        grads = []
+        stub = (jnp.zeros((u,), _jnp(bw.bias_dtype)),) if bw.bias else ()
+        ops = {"a": x["a"], "b": x["b"], "g": g}
+        for role, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, np_))):
+            xs, ys, transposed = bw.gemms[role]
+            shape = (q_, m_) if transposed else (m_, q_)
+            (c,) = call(kern[role], (ops[xs[0]], ops[ys[0]], *stub), ((shape, dtype),))
+            grads.append(c)
+        da = grads[0][: p.m, : p.k] if bw.a_major == "k" else grads[0][: p.k, : p.m]
+        db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]
+        if not bw.bias:
+            return da.astype(args[0].dtype), db.astype(args[1].dtype)
+        if partial is None:
+            (partial,) = call(kern["grad_cols_sum"], (g,), (sums,))
+        (dbias,) = call(kern["grad_cols_bands"], (partial,), (((1, np_), _jnp(bw.bias_dtype)),))
+        return da, db, dbias[0, : p.n].reshape(args[2].shape).astype(args[2].dtype)
+
+    @jax.custom_vjp
+    def f(*args: jax.Array) -> jax.Array:
+        return entry(*args)
+
+    f.defvjp(forward, backward)
+    return f
