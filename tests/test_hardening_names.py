@@ -18,6 +18,8 @@ import tokenize
 
 import pytest
 import torch
+from backends.cute.gated_forms import dense_sm90
+from backends.cute.gated_forms import sm100 as cute_sm100_gated
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
@@ -120,6 +122,7 @@ def variants():
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules
     yield from GROUPED_CUTE_SM100_FORMS.values()  # and its CuTe sm100 modules
+    yield from {**dense_sm90(), **cute_sm100_gated()}.values()  # the CuTe designs' gated epilogues (both kinds)
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},

@@ -49,6 +49,9 @@ RESERVED: frozenset[str] = frozenset({
     "split_barriers", "sPartial", "unroll_full",
     # a `training` backward: the role's config and epilogue, the columns kernel, the host's operands
     "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "dout_frag", "grad_frag", "pre_frag", "r_pre", "stub", "sum_pending", "total",
+    # a gated epilogue (templates/gemm/cute/gated.jinja's view of B, the up tiles the producer loads; the rest of its
+    # names, sU, tCrU, acc_up, r_up, are the grouped CuTe sm90 design's too)
+    "sk", "sl", "sn", "u_tiles",
 })
 
 # How its templates derive names from an epilogue argument `x`.
