@@ -64,5 +64,5 @@ def gated_cute_config(ctx: RuleContext) -> Iterator[Finding]:
     apart, a TMA stride that must be a multiple of 16 bytes, a shape unknown at check). The dense sm90 kernel's
     `cute.swap_ab` and split-K each handle one accumulator, and the dense sm100 kernel's 2-CTA MMA splits B's
     columns between the pair: each is refused with a gated op rather than rendered wrong."""
-    for message, fix, path in gated_limits(ctx.spec, ctx.info.mma == "tcgen05"):
+    for message, fix, path in gated_limits(ctx.spec, bool(ctx.gpu and ctx.gpu.tmem_columns)):
         yield Finding("EPI003", "error", message, fix, path)

@@ -255,7 +255,7 @@ def cute_module_fields(loaded: LoadedSpec, r: Resolved) -> dict[str, object]:
     in chain order), both majors, the accumulator's cutlass dtype."""
     spec = r.spec
     batch_dims, n2 = "(batch, M, K)" if spec.batch else "(M, K)", "2N" if gated_op(spec.epilogue) else "N"
-    refuse_unrendered(spec, r.info.mma == "tcgen05")  # check refuses these (EPI003)
+    refuse_unrendered(spec, bool(r.info.gpu and r.info.gpu.tmem_columns))  # check refuses these (EPI003)
     return dict(
         **plan_header(loaded),
         arch=r.info.arch,

@@ -17,14 +17,15 @@ from collections.abc import Iterator
 from specgen.spec.epilogue import gated_op
 
 
-def gated_limits(spec: object, tcgen05: bool) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+def gated_limits(spec: object, tmem: bool) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """(message, fix, field) for each configuration a CuTe kernel's gated epilogue does not render (none without a
     gated op). B K-major only: an N-major B's interleaved gate and up columns are every other element of a row (a
     TMA box has a unit innermost stride), and its halves put the up tile N elements after the gate's, a TMA stride
     that must be a multiple of 16 bytes (N a multiple of 8 for 16-bit B: a shape, unknown at check). The dense sm90
     kernel's `cute.swap_ab` transposes one accumulator back, not two, and its split-K sums one accumulator's
     partials through SMEM, not gate and up; the dense sm100 kernel's 2-CTA MMA splits B's columns between the pair
-    (its up tile would be the partner's half): these are refused rather than rendered wrong."""
+    (its up tile would be the partner's half; `tmem`: the target has tensor memory, so the spec's MMA is tcgen05):
+    these are refused rather than rendered wrong."""
     op = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     if op is None:
         return
@@ -40,14 +41,14 @@ def gated_limits(spec: object, tcgen05: bool) -> Iterator[tuple[str, str, tuple[
     if split > 1:
         yield (f"schedule.split_k = {split} with a gated epilogue: the split-K reduction sums one accumulator's "
                "partials, not gate and up", "set schedule.split_k = 1", ("schedule", "split_k"))
-    if tcgen05 and spec.cute.two_cta:  # type: ignore[attr-defined]
+    if tmem and spec.cute.two_cta:  # type: ignore[attr-defined]
         yield ("cute.two_cta = true with a gated epilogue: a 2-CTA MMA splits B's columns between the pair, and the "
                "gated kernel's up tile is its own CTA's", "set cute.two_cta = false", ("cute", "two_cta"))
 
 
-def refuse_unrendered(spec: object, tcgen05: bool) -> None:
+def refuse_unrendered(spec: object, tmem: bool) -> None:
     """Raise where check would have refused the spec (EPI003): a render that skipped check emits no wrong kernel."""
-    for message, _, _ in gated_limits(spec, tcgen05):
+    for message, _, _ in gated_limits(spec, tmem):
         raise ValueError(f"{spec.name}: {message} (EPI003)")  # type: ignore[attr-defined]
 
 
