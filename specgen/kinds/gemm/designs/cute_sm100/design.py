@@ -26,6 +26,10 @@ then A stages, B stages and the epilogue staging, each aligned to 1024 bytes. Th
 is `tmem_alloc_columns`: columns per accumulator stage x stages, rounded up to a power of two >= 32.
 `specgen compile` reads both from the compiled kernel and the tests compare them with the plan.
 
+A gated epilogue (SwiGLU, GeGLU; cute_sm90/gated.py) keeps a gate and an up TMEM accumulator a stage side by
+side (`tmem_columns`: 2 tile.n), read by the same tcgen05.ld at each subtile; its up tiles take their own SMEM
+buffer (`memory`). Compiled and read in SASS only, as the rest of this design.
+
 Verification: there is no Blackwell GPU here. The kernel is verified by compiling it for sm_100a
 (nvidia-cutlass-dsl, on a CPU) and reading its SASS (one UTMALDG site per operand, UTCHMMA /
 UTCQMMA, UTMASTG, no local-memory spills); no numerics and no speed are claimed.
