@@ -104,6 +104,9 @@ def test_guards_refuse_an_odd_b_width_or_an_out_of_another_n(loaded) -> None:
     with pytest.raises(ValueError, match=r"b.shape\[1\] = 257 must be even"):
         fn(x, w.t())
     w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+    wrong = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    assert mod._lean(x, w.t(), wrong) is None  # the TVM-FFI path's guard hands it to the full check
+    assert mod._lean(x, w.t(), None) is not None  # ... and takes a good call itself
     with pytest.raises(ValueError, match="out"):
         fn(x, w.t(), out=torch.empty(64, 256, device="cuda", dtype=torch.bfloat16))  # N is 128, not 256
     assert fn(x, w.t()).shape == (64, 128)

@@ -9,7 +9,8 @@
 - a render that skipped check refuses what EPI003 refuses;
 - the JAX entry traces a gated call to one custom call over B's padded gate and up halves, and the padding keeps
   each half's columns where the kernel reads them;
-- the C export reads B as (K, 2N).
+- the C export reads B as (K, 2N); the torch.compile fake gives (M, N). (The launcher's guards need CUDA tensors:
+  tests/gpu/test_gated_cute_gpu.py.)
 
 The dense sm90 forms' numerics run on the GPU: tests/gpu/test_gated_cute_gpu.py. The sm100 designs are compiled
 only: no Blackwell GPU has run them."""
@@ -162,6 +163,14 @@ def test_the_jax_entry_traces_a_gated_call_over_b_halves_padded_to_the_outputs(m
     assert call.params["shape"] == (m, padded_n)
     with pytest.raises(ValueError, match=r"b.shape\[0\] = 201 must be even: the gated epilogue reads gate and up"):
         jax.eval_shape(fn, a, jax.ShapeDtypeStruct((201, k), jnp.bfloat16))
+
+
+def test_the_fake_gives_n_columns(mlp_sm90):
+    """The torch.compile fake (meta) implementation: out (M, N) from B's 2N columns."""
+    import torch
+
+    a, b = torch.empty(5, 64, device="meta", dtype=torch.bfloat16), torch.empty(64, 80, device="meta", dtype=torch.bfloat16)
+    assert mlp_sm90._fake(a, b).shape == (5, 40)
 
 
 @pytest.mark.parametrize("layout", ["halves", "interleaved"])
