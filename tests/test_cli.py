@@ -189,7 +189,10 @@ OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "
            ("linear_gelu_train_bf16", "pallas:gpu_sm90"), ("linear_gelu_train_recompute_bf16", "pallas:gpu_sm90"),
            ("linear_bias_train_bf16", "pallas:gpu_sm90"), ("linear_gelu_train_cute_bf16", "pallas:gpu_sm90"),
            ("linear_gelu_train_mgpu", "triton:sm90"), ("linear_gelu_train_mgpu", "triton:sm100"),
-           ("linear_gelu_train_mgpu", "cute:sm90")}
+           ("linear_gelu_train_mgpu", "cute:sm90"),
+           # the CuTe sm100 gated kernels compile (tests/backends/cute/test_cute_gated.py renders these two there) but
+           # never ran; as catalogue targets each config would compile in every whole-catalogue CuTe and export test
+           ("mlp_up_swiglu_bf16", "cute:sm100"), ("moe_gate_up_swiglu_bf16", "cute:sm100")}
 
 
 def test_every_catalogue_spec_names_every_target_it_can_serve():

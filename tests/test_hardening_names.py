@@ -18,6 +18,8 @@ import tokenize
 
 import pytest
 import torch
+from backends.cute.gated_forms import dense_sm90
+from backends.cute.gated_forms import sm100 as cute_sm100_gated
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kernels import catalogue, interpreter_variant, load_module, triton_only
@@ -129,6 +131,7 @@ def variants():
     yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
+    yield from {**dense_sm90(), **cute_sm100_gated()}.values()  # the CuTe designs' gated epilogues (both kinds)
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},

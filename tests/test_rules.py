@@ -69,7 +69,7 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "CUTE005": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"},
-    "EPI001": (GPU - TRITON - {"pallas:gpu_sm90"}) | TPU, "EPI002": TRITON,
+    "EPI001": TPU, "EPI002": TRITON, "EPI003": {"cute:sm90", "cute:sm100"},
     "GRP001": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP002": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP003": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"}, "GRP101": TRITON, "GRP102": TRITON,

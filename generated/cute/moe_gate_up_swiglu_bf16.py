@@ -174,6 +174,13 @@ def _g2s(multicast: bool):
     return cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if multicast else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
+def _gated_view(b: cute.Tensor, n) -> cute.Tensor:
+    """B, torch's (L, K, 2N), as (N, K, 2, L) for `n` = N outputs: mode 2 picks the gate (0) or up (1)
+    columns (interleaved: gate j at column 2j, up j at 2j + 1), so one TMA descriptor loads both tiles."""
+    k, sk, sn, lb, sl = b.shape[1], b.stride[1], b.stride[2], b.shape[0], b.stride[0]
+    return cute.make_tensor(b.iterator, cute.make_layout((n, k, 2, lb), stride=(2 * sn, sk, sn, sl)))
+
+
 @cute.jit
 def grouped_host(
     a: cute.Tensor,
@@ -189,10 +196,7 @@ def grouped_host(
     cfg = config(variant)
     # A (M, K) as (M, K, 1); B, torch's (G, K, N), as (N, K, G): the group is TMA's third coordinate
     mA = cute.make_tensor(a.iterator, cute.make_layout((a.shape[0], a.shape[1], 1), stride=(a.stride[0], a.stride[1], 0)))
-    # B, torch's (G, K, 2N), as (N, K, 2, G): the third coordinate picks the gate (0) or up (1) columns
-    # (interleaved: gate 2j, up 2j + 1), so TMA zero-fills past N for both
-    Nout = out.shape[1]
-    mB = cute.make_tensor(b.iterator, cute.make_layout((Nout, b.shape[1], 2, b.shape[0]), stride=(2 * b.stride[2], b.stride[1], b.stride[2], b.stride[0])))
+    mB = _gated_view(b, out.shape[1])  # (N, K, 2, G): the third coordinate picks the gate (0) or up (1) columns
     tiled_mma = make_tiled_mma(cfg)
     sA_layout = _smem_layout(cfg, A_LAYOUT, A_DTYPE, cfg.tile_m)
     sB_layout = _smem_layout(cfg, B_LAYOUT, B_DTYPE, cfg.tile_n)
@@ -389,10 +393,11 @@ def grouped_kernel(
                 acc_up.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
-                for k in range(k_count):  # each stage: the gate's and the up's wgmma over the same A tile
+                for k in range(k_count):
                     ab_pipe.consumer_wait(read)
                     for kb in cutlass.range_constexpr(k_blocks):
                         cute.gemm(tiled_mma, acc_regs, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc_regs)
+                        # the up tile's wgmma over the same A tile
                         cute.gemm(tiled_mma, acc_up, tCrA[(None, None, kb, read.index)], tCrU[(None, None, kb, read.index)], acc_up)
                     cute.nvgpu.warpgroup.commit_group()
                     cute.nvgpu.warpgroup.wait_group(1)

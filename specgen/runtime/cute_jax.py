@@ -111,8 +111,9 @@ class CuteJaxEntry:
 
     def __init__(self, launcher: CuteLauncher, host: Any, configs: tuple[Any, ...], operands: tuple[Operand, ...],
                  a_major: str, b_major: str, batch: bool, out_dtype: str,
-                 variants: tuple[tuple[tuple[str, int], ...], ...]):
+                 variants: tuple[tuple[tuple[str, int], ...], ...], gated: str = ""):
         self.launcher, self.host = launcher, host
+        self.gated = gated  # a gated epilogue's layout ("halves", "interleaved"): B (2N, K) stored, K-major (EPI003)
         self.configs = configs  # the module's CONFIG, then its VARIANT_CONFIGS
         self.name = launcher.name  # errors start with the kernel's name, as the launchers' do
         self.operands, self.a_major, self.b_major, self.batch = operands, a_major, b_major, batch
@@ -135,7 +136,8 @@ class CuteJaxEntry:
     def stored_doc(self, o: Operand) -> str:
         """The stored layout the entry takes for an operand (a jax.Array has no strides)."""
         lead = "batch, " if self.batch else ""
-        dims = {"a": "M, K" if self.a_major == "k" else "K, M", "b": "N, K" if self.b_major == "k" else "K, N",
+        n = "2N" if self.gated else "N"
+        dims = {"a": "M, K" if self.a_major == "k" else "K, M", "b": f"{n}, K" if self.b_major == "k" else f"K, {n}",
                 "matrix": "M, N", "vec_m": "M", "vec_n": "N"}[o.role]
         return f"({'' if o.role.startswith('vec') else lead}{dims}) {o.jnp_dtype}"
 
@@ -147,8 +149,9 @@ class CuteJaxEntry:
         lead = tuple(a_shape[:-2])
         m, k = (a_shape[-2], a_shape[-1]) if self.a_major == "k" else (a_shape[-1], a_shape[-2])
         b_shape = _rt.operand(fn, "b", arrays["b"], b_op.jnp_dtype, rank, self.stored_doc(b_op))
-        n = b_shape[-2] if self.b_major == "k" else b_shape[-1]
-        _rt.expect_shape(fn, "b", b_shape, lead + ((n, k) if self.b_major == "k" else (k, n)), self.stored_doc(b_op))
+        nb = b_shape[-2] if self.b_major == "k" else b_shape[-1]
+        _rt.expect_shape(fn, "b", b_shape, lead + ((nb, k) if self.b_major == "k" else (k, nb)), self.stored_doc(b_op))
+        n = _rt.halved(fn, f"b.shape[{len(b_shape) - (2 if self.b_major == 'k' else 1)}]", nb, "N") if self.gated else nb
         out = dict(arrays)
         for o in self.operands[2:]:
             if o.role in ("vec_m", "vec_n"):
@@ -174,10 +177,13 @@ class CuteJaxEntry:
         if p.m == 0 or p.n == 0 or 0 in p.batch:
             return jnp.zeros(p.batch + (p.m, p.n), out_dtype)
         mk = (p.mp, p.kp) if self.a_major == "k" else (p.kp, p.mp)
-        nk = (p.np_, p.kp) if self.b_major == "k" else (p.kp, p.np_)
+        bn = p.np_ * (2 if self.gated else 1)  # a gated B's gate and up columns, each half padded to np_
+        nk = (bn, p.kp) if self.b_major == "k" else (p.kp, bn)
         if p.k == 0:  # an empty sum: zeros of K = EMPTY_K (the epilogue still runs on the zero accumulator)
             named["a"] = jnp.zeros(p.batch + mk, named["a"].dtype)
             named["b"] = jnp.zeros(p.batch + nk, named["b"].dtype)
+        elif self.gated and p.np_ != p.n:
+            named["b"] = self.pad_gated(named["b"], p)
         padded = {"a": p.batch + mk, "b": p.batch + nk, "vec_m": (p.mp,), "vec_n": (p.np_,), "matrix": p.batch + (p.mp, p.np_)}
         ins = [pad_to(named[o.name], padded[o.role]) for o in self.operands if o.role != "scalar"]
         axes = _rt.varying_axes(*ins)  # under jax.shard_map: every input varies over the same mesh axes
@@ -186,6 +192,15 @@ class CuteJaxEntry:
         out = cute_call_p.bind(*ins, entry=self, variant=p.variant, scalars=scalars,
                                shape=p.batch + (p.mp, p.np_), dtype=out_dtype)
         return out if (p.mp, p.np_) == (p.m, p.n) else out[..., : p.m, : p.n]
+
+    def pad_gated(self, b: jax.Array, p: Problem) -> jax.Array:
+        """A gated B (..., 2N, K), K-major, zero-padded to (..., 2 np_, K) half by half: the kernel finds the up
+        columns N = out's np_ columns after the gate's (halves) or beside each (interleaved), so each half pads
+        to np_ on its own (the padded outputs, act(0) * 0, are sliced off)."""
+        lead, kk = tuple(b.shape[:-2]), b.shape[-1]
+        split = (2, p.n) if self.gated == "halves" else (p.n, 2)
+        padded = (2, p.np_) if self.gated == "halves" else (p.np_, 2)
+        return pad_to(b.reshape(lead + split + (kk,)), lead + padded + (kk,)).reshape(lead + (2 * p.np_, kk))
 
     # ---- compile (at lowering) ----------------------------------------------------------------------
     def tensor_specs(self) -> list[tuple[Any, Any, tuple[int, ...]]]:
@@ -272,10 +287,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 @functools.cache
 def entry(launcher: CuteLauncher, host: Any, configs: tuple[Any, ...], operands: tuple[tuple[str, str, str], ...],
           a_major: str, b_major: str, batch: bool, out_dtype: str,
-          variants: tuple[tuple[tuple[str, int], ...], ...]) -> CuteJaxEntry:
-    """The module's entry, built on its first call (the generated `<name>_jax` passes its spec's data)."""
+          variants: tuple[tuple[tuple[str, int], ...], ...], gated: str = "") -> CuteJaxEntry:
+    """The module's entry, built on its first call (the generated `<name>_jax` passes its spec's data; `gated`: a
+    gated epilogue's layout)."""
     return CuteJaxEntry(launcher, host, configs, tuple(Operand(*o) for o in operands), a_major, b_major, batch,
-                        out_dtype, variants)
+                        out_dtype, variants, gated)
 
 
 def jit_wrapper() -> Any:

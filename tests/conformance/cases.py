@@ -67,8 +67,8 @@ OPS: dict[str, dict] = {
     "clamp_max": {"op": "clamp", "max": 0.5},
     "clamp_both": {"op": "clamp", "min": -1.0, "max": 1.0},
     "cast_f16": {"op": "cast", "dtype": "f16"},
-    # a gated epilogue: B (K, 2N) into N outputs (the Triton designs and Mosaic GPU render it, Mosaic GPU not the erf
-    # GELU: PAL009; the others refuse it, EPI001)
+    # a gated epilogue: B (K, 2N) into N outputs (the Triton designs, CuTe sm90 and Mosaic GPU render it, Mosaic GPU
+    # not the erf GELU: PAL009; the TPU refuses it, EPI001)
     "gated_silu_halves": {"op": "gated", "fn": "silu", "layout": "halves"},
     "gated_gelu_interleaved": {"op": "gated", "fn": "gelu", "layout": "interleaved"},
 }
@@ -100,6 +100,8 @@ def _specs() -> dict[str, dict]:
     specs = {f"cat_{name}": _with_targets(spec) for name, spec in catalogue().items()}
     for op, chain in OPS.items():
         specs[f"op_{op}"] = _plain(f"op_{op}", epilogue=[chain])
+        if chain["op"] == "gated":  # gate and up accumulators of a 128x128 tile: two warpgroups on cute:sm90 (REG001)
+            specs[f"op_{op}"]["per_target"]["cute:sm90"].setdefault("cute", {})["mma_warpgroups"] = 2
     fp8 = {"op": "scale", "by": "rowcol"}
     for dt in ("fp8_e4m3", "fp8_e5m2"):
         specs[f"fp8_{dt[4:]}"] = _plain(f"fp8_{dt[4:]}", a={"dtype": dt, "major": "k"}, b={"dtype": dt, "major": "k"},

@@ -211,7 +211,8 @@ def test_each_variant_is_checked_by_every_rule(variant, rule, words):
 def test_a_gated_epilogue_renders_on_cute_sm90_with_a_k_major_b_only():
     """A gated epilogue is rendered here (no EPI001): B (G, K, 2N) documented as the spec lays it out, a gate and an
     up tile a stage (the SMEM plan counts both: the compile tests compare it with the compiler's), two accumulators
-    (REG001 counts both); an N-major B is refused (GRP301), and a render that skipped check refuses it too."""
+    (REG001 counts both); an N-major B is refused (EPI003, the CuTe kernels' gated limits), and a render that skipped
+    check refuses it too."""
     from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN
 
     for name, words in (("cg_gated_halves", "gate columns [0, N), up columns [N, 2N)"),
@@ -228,7 +229,7 @@ def test_a_gated_epilogue_renders_on_cute_sm90_with_a_k_major_b_only():
     nmajor = {**CUTE_FORMS["cg_gated_halves"], "name": "gated_nmaj", "b": {"dtype": "bf16", "major": "mn"}}
     ls = load(nmajor)
     found = [d for d in check_all([ls]) if d.severity == "error"]
-    assert [d.rule for d in found] == ["GRP301"] and 'b.major = "mn"' in found[0].message, found
+    assert [d.rule for d in found] == ["EPI003"] and 'b.major = "mn"' in found[0].message, found
     (t,) = ls.spec.targets
     with pytest.raises(ValueError, match="K-major B"):
         DESIGN.render(ls, [t], {str(t): resolve(ls.spec, t)})

@@ -1,7 +1,7 @@
 """Boundary cases of the gated epilogue's rules (specgen/kinds/gemm/shared_rules/gated.py: EPI001 where a design
-renders no gated epilogue, EPI002 the Triton kernels' configurations with one), on both kinds, and of the budget
-rules that must count a gated tile's doubled B tile and accumulator (SMEM001, REG001), in tests/test_rules.py's
-form (rule, target, spec overrides, expected), which that file collects."""
+renders no gated epilogue, EPI002 the Triton kernels' configurations with one, EPI003 the CuTe kernels'), on both
+kinds, and of the budget rules that must count a gated tile's doubled B tile and accumulator (SMEM001, REG001,
+TMEM001), in tests/test_rules.py's form (rule, target, spec overrides, expected), which that file collects."""
 
 from __future__ import annotations
 
@@ -13,23 +13,17 @@ GEGLU_IL = {"op": "gated", "fn": "gelu", "layout": "interleaved"}
 GATED = {"epilogue": [SWIGLU]}
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # EPI001: only the Triton designs (dense and grouped), the grouped CuTe sm90 design and the Mosaic GPU kernels
-    # (dense and grouped) render a gated epilogue
-    ("EPI001", "cute:sm90", {"epilogue": [{"op": "activation", "fn": "silu"}]}, None),
-    ("EPI001", "cute:sm90", GATED,
-     ("error", ["epilogue[0] is gated (silu, halves): the CuTe sm90 design renders no gated epilogue",
-                "(the Pallas Mosaic GPU and Triton designs do)"], ("epilogue",))),
-    ("EPI001", "cute:sm90", {**G, **GATED}, None),  # the grouped CuTe sm90 design renders it (limits: GRP301)
-    ("EPI001", "cute:sm100", {"epilogue": [GEGLU_IL]},
-     ("error", ["gated (gelu, interleaved): the CuTe sm100 design"], ("epilogue",))),
+    # EPI001: every GPU design renders a gated epilogue (the CuTe ones since session 25); the TPU designs do not
+    ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), "epilogue": [{"op": "activation", "fn": "silu"}]}, None),
     # (pallas:gpu_sm90: both kinds' Mosaic GPU kernels render it, EPI001 no longer applies there; limits PAL012, MGP003)
     ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), **GATED},
-     ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
+     ("error", ["the Pallas design renders no gated epilogue",
+                "(the CuTe sm100 and CuTe sm90 and Pallas Mosaic GPU and Triton designs do)"], ("epilogue",))),
     ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512)}, None),
     ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512), **GATED},
      ("error", ["the Pallas TPU grouped design renders no gated epilogue",
-                "(the CuTe sm90 grouped and Pallas Mosaic GPU grouped and Triton grouped designs do)"],
-      ("epilogue",))),
+                "(the CuTe sm100 grouped and CuTe sm90 grouped and Pallas Mosaic GPU grouped and Triton grouped "
+                "designs do)"], ("epilogue",))),
     # EPI002: a gated Triton kernel takes no split-K (dense) and no swap_ab (both kinds)
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"persistent": True}}, None),
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"split_k": 2}},
@@ -40,6 +34,22 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("EPI002", "triton:sm90", {**G, **GATED}, None),
     ("EPI002", "triton:sm90", {**G, "epilogue": [GEGLU_IL], "tile": tile(16, 64, 64), "triton": {"swap_ab": True}},
      ("error", ["triton.swap_ab = true with a gated epilogue"], ("triton", "swap_ab"))),
+    # EPI003: the CuTe kernels (both kinds, sm90 and sm100) load a gated B K-major; the dense sm90 kernel's swap_ab
+    # and split-K and the dense sm100 kernel's 2-CTA MMA handle one accumulator
+    ("EPI003", "cute:sm90", {**GATED, "cute": {"mma_warpgroups": 2}}, None),
+    ("EPI003", "cute:sm90", {**GATED, "b": {"dtype": "bf16", "major": "mn"}},
+     ("error", ['a gated epilogue (halves) with b.major = "mn"', "K-major B"], ("b", "major"))),
+    ("EPI003", "cute:sm100", {**G, "epilogue": [GEGLU_IL], "b": {"dtype": "bf16", "major": "mn"}},
+     ("error", ['a gated epilogue (interleaved) with b.major = "mn"'], ("b", "major"))),
+    ("EPI003", "cute:sm90", {"b": {"dtype": "bf16", "major": "mn"}}, None),  # no gated op
+    ("EPI003", "cute:sm90", {**GATED, "tile": tile(128, 64, 64), "cute": {"swap_ab": True}},
+     ("error", ["cute.swap_ab = true with a gated epilogue"], ("cute", "swap_ab"))),
+    ("EPI003", "cute:sm90", {**GATED, "tile": tile(64, 128, 64), "schedule": {"split_k": 2}},
+     ("error", ["schedule.split_k = 2 with a gated epilogue"], ("schedule", "split_k"))),
+    ("EPI003", "cute:sm100", {**GATED, "tile": tile(128, 64, 64), "cluster": {"m": 2, "n": 1},
+                              "cute": {"two_cta": True}},
+     ("error", ["cute.two_cta = true with a gated epilogue"], ("cute", "two_cta"))),
+    ("EPI003", "cute:sm100", {**GATED, "tile": tile(128, 64, 64), "cluster": {"m": 2, "n": 1}}, None),
     # SMEM001 counts a gated tile's 2 tile.n B columns: 128x256x64 bf16 at 3 stages fits (near: the model accepts)
     # as a plain GEMM, but its gated stages hold 16 KiB of A and 64 KiB of B each
     ("SMEM001", "triton:sm90", {"tile": tile(128, 256, 64), "pipeline": {"ab_stages": 3}}, None),
@@ -56,12 +66,38 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("SMEM001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}},
      ("error", ["needs 278608 B of SMEM > 232448 B", "A/B 5 x 49168 = 245840"], ("pipeline", "ab_stages"))),
     ("SMEM001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 4}}, None),
+    # ... and the CuTe kernels' up tile (its own buffer, sU): 128x128x64 bf16 at 5 stages fits plainly (5 x 32768 B),
+    # gated each stage is 16 KiB of A and two 16 KiB B tiles, on sm90 and sm100, dense and grouped
+    ("SMEM001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"mma_warpgroups": 2}, "pipeline": {"ab_stages": 5}},
+     None),
+    ("SMEM001", "cute:sm90", {**GATED, "tile": tile(128, 128, 64), "cute": {"mma_warpgroups": 2},
+                              "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 264192 B of SMEM > 232448 B", "A/B 5 x 49152 = 245760"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "cute:sm100", {"tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}}, None),
+    ("SMEM001", "cute:sm100", {**GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["needs 264192 B of SMEM > 232448 B", "A/B 5 x 49152 = 245760"], ("pipeline", "ab_stages"))),
+    ("SMEM001", "cute:sm100", {**G, **GATED, "tile": tile(128, 128, 64), "pipeline": {"ab_stages": 5}},
+     ("error", ["A/B 5 x 49152 = 245760"], ("pipeline", "ab_stages"))),
+    # TMEM001 counts the CuTe sm100 kernels' gate and up TMEM accumulators side by side: a 128x256 tile's two
+    # stages fill the 512 columns plainly, gated one stage does (auto takes one)
+    ("TMEM001", "cute:sm100", {"tile": tile(128, 256, 64), "pipeline": {"acc_stages": 2}}, None),
+    ("TMEM001", "cute:sm100", {**GATED, "tile": tile(128, 256, 64), "pipeline": {"acc_stages": 2}},
+     ("error", ["accumulator needs 512 columns x 2 stages = 1024 (allocated 1024) > 512"], ("pipeline", "acc_stages"))),
+    ("TMEM001", "cute:sm100", {**GATED, "tile": tile(128, 256, 64)}, None),
+    ("TMEM001", "cute:sm100", {**G, "epilogue": [GEGLU_IL], "tile": tile(128, 256, 64), "pipeline": {"acc_stages": 2}},
+     ("error", ["accumulator needs 512 columns x 2 stages"], ("pipeline", "acc_stages"))),
     # REG001 counts gate and up accumulators: 128x128 f32 over 4 warps is 128 registers a thread, gated 256
     ("REG001", "triton:sm90", {"tile": tile(128, 128, 64), "triton": {"num_warps": 4}}, None),
     ("REG001", "triton:sm90", {**GATED, "tile": tile(128, 128, 64), "triton": {"num_warps": 4}},
      ("error", ["accumulator needs 256 registers per thread (128 threads)"], ("triton", "num_warps"))),
     ("REG001", "triton:sm100", {**G, "epilogue": [GEGLU_IL], "tile": tile(128, 128, 64), "triton": {"num_warps": 4}},
      ("error", ["accumulator needs 256 registers per thread (128 threads)"], ("triton", "num_warps"))),
+    # on the dense CuTe sm90 kernel: a 128x128 tile on one warpgroup is 128 accumulator registers a thread, gated
+    # 256 (over the 232 setmaxnreg gives); on two warpgroups 128
+    ("REG001", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"mma_warpgroups": 1}}, None),
+    ("REG001", "cute:sm90", {**GATED, "tile": tile(128, 128, 64), "cute": {"mma_warpgroups": 1}},
+     ("error", ["256 accumulator", "> the 232 setmaxnreg gives it"], ("tile",))),
+    ("REG001", "cute:sm90", {**GATED, "tile": tile(128, 128, 64), "cute": {"mma_warpgroups": 2}}, None),
     # on the grouped Mosaic GPU kernel two warpgroups split tile.n: 128x256 is 128 registers a thread, gated 256
     ("REG001", "pallas:gpu_sm90", {**G, "tile": tile(128, 256, 64)}, None),
     ("REG001", "pallas:gpu_sm90", {**GATED, "tile": tile(128, 256, 64)},

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specgen.kinds.gemm import KIND
+from specgen.kinds.gemm.designs.cute_sm90.gated import gated_limits
 from specgen.registry import rendering
 from specgen.rules.base import Finding, RuleContext, RuleSet
 from specgen.rules.hooks import served_by
@@ -22,8 +23,8 @@ def gated_design(ctx: RuleContext) -> Iterator[Finding]:
     """A `gated` op (specgen/spec/epilogue.py) reads B with 2N columns and keeps gate and up accumulators: a
     design's kernel must load the doubled B tile, split the accumulator and apply fn(gate) * up before the rest
     of the chain, and its launcher must take B (K, 2N). Designs that do say `renders_gated` (the Triton designs
-    of both kinds, the grouped CuTe sm90 design: its limits are its GRP301; the grouped Mosaic GPU design: its
-    MGP003 and PAL009; the dense Pallas design on its Mosaic GPU target: PAL012, PAL009); any other would read N columns of B as if there were no gate, so the spec is refused for
+    of both kinds; the CuTe designs of both kinds, sm90 and sm100: their limits are EPI003; the grouped Mosaic GPU
+    design: its MGP003 and PAL009; the dense Pallas design on its Mosaic GPU target: PAL012, PAL009); any other would read N columns of B as if there were no gate, so the spec is refused for
     that target rather than rendered wrong."""
     op = gated_op(ctx.spec.epilogue)
     if op is not None and not ctx.design.renders_gated_on(ctx.info):
@@ -52,3 +53,16 @@ def gated_config(ctx: RuleContext) -> Iterator[Finding]:
     if ctx.spec.triton.swap_ab:
         yield Finding("EPI002", "error", "triton.swap_ab = true with a gated epilogue: the swapped kernel transposes "
                       "one accumulator back, not gate and up", "set triton.swap_ab = false", ("triton", "swap_ab"))
+
+
+@RULES.rule("EPI003", "a gated epilogue in the CuTe kernels' configurations",
+            served_by(lambda d, info: d.renders_gated and info.backend is Backend.cute, (KIND, GROUPED)))
+def gated_cute_config(ctx: RuleContext) -> Iterator[Finding]:
+    """The CuTe kernels (dense and grouped, sm90 and sm100) load a gated B through one (N, K, 2, L) view, a gate
+    and an up TMA box of tile.n columns a stage (specgen/kinds/gemm/designs/cute_sm90/gated.py): B must be K-major
+    (an N-major B's interleaved gate and up columns are every other element of a row; its halves sit N elements
+    apart, a TMA stride that must be a multiple of 16 bytes, a shape unknown at check). The dense sm90 kernel's
+    `cute.swap_ab` and split-K each handle one accumulator, and the dense sm100 kernel's 2-CTA MMA splits B's
+    columns between the pair: each is refused with a gated op rather than rendered wrong."""
+    for message, fix, path in gated_limits(ctx.spec, bool(ctx.gpu and ctx.gpu.tmem_columns)):
+        yield Finding("EPI003", "error", message, fix, path)

@@ -116,6 +116,7 @@ class CKernel:
     epilogue: str
     arch: str  # what the DSL compiled for (sm_90a, sm_100a)
     target_arch: str  # the target's arch (sm90, sm100): the export's folder where several are exported at once
+    b_columns: int = 1  # B's columns per output column: 2 with a gated epilogue (B (K, 2N): gate and up)
 
     @property
     def dispatch(self) -> list[tuple[str, CuteConfig]]:
@@ -164,7 +165,8 @@ def _operand(arg: CuteArg, p: CutePlan) -> COperand:
     if arg.role == "a":
         return COperand("a", "a", str(arg.dtype), b, "M", "K", p.a_major != "k", True, arg.doc)
     if arg.role == "b":
-        return COperand("b", "b", str(arg.dtype), b, "K", "N", p.b_major == "k", True, arg.doc)
+        cols = "2 * N" if getattr(p, "gated", False) else "N"  # a gated B: gate and up columns
+        return COperand("b", "b", str(arg.dtype), b, "K", cols, p.b_major == "k", True, arg.doc)
     if arg.role in ("out", "matrix"):  # a residual is read element-wise: any stride
         return COperand(arg.name, arg.role, str(arg.dtype), b, "M", "N", False, arg.role == "out", arg.doc)
     return COperand(arg.name, arg.role, str(arg.dtype), b, "", "", False, False, arg.doc)
@@ -177,7 +179,7 @@ def c_kernel(p: CutePlan) -> CKernel:
         name=p.name, description=" ".join(p.description.split()), batch=p.batch,
         operands=[_operand(a, p) for a in (p.a, p.b, *p.args, p.out)],
         configs=[(config_tag(c), c) for c in configs], variants=[(config_tag(c), c) for c in p.variants],
-        epilogue=epilogue, arch=p.arch_flag, target_arch=p.arch,
+        epilogue=epilogue, arch=p.arch_flag, target_arch=p.arch, b_columns=2 if getattr(p, "gated", False) else 1,
     )
 
 

@@ -26,6 +26,10 @@ then A stages, B stages and the epilogue staging, each aligned to 1024 bytes. Th
 is `tmem_alloc_columns`: columns per accumulator stage x stages, rounded up to a power of two >= 32.
 `specgen compile` reads both from the compiled kernel and the tests compare them with the plan.
 
+A gated epilogue (SwiGLU, GeGLU; cute_sm90/gated.py) keeps a gate and an up TMEM accumulator a stage side by
+side (`tmem_columns`: 2 tile.n), read by the same tcgen05.ld at each subtile; its up tiles take their own SMEM
+buffer (`memory`). Compiled and read in SASS only, as the rest of this design.
+
 Verification: there is no Blackwell GPU here. The kernel is verified by compiling it for sm_100a
 (nvidia-cutlass-dsl, on a CPU) and reading its SASS (one UTMALDG site per operand, UTCHMMA /
 UTCQMMA, UTMASTG, no local-memory spills); no numerics and no speed are claimed.
@@ -57,6 +61,7 @@ from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.memo import per_spec
 from specgen.resolved import Resolved, TmaBox
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
@@ -80,8 +85,10 @@ def mma_m(spec: GemmSpec) -> int:
 def tmem_columns(spec: GemmSpec) -> int:
     """Accumulator TMEM columns per CTA per stage: tile.n, except a 2-CTA pair of 64-row CTAs packs two
     column halves into each CTA's 128 lanes (tile.n / 2). fp16 accumulators are not packed. Sources:
-    cutlass `mma_traits_sm100_frag.hpp`; CD `utils/blackwell_helpers.py` `compute_acc_tmem_cols_per_stage`."""
-    n = spec.tile.n
+    cutlass `mma_traits_sm100_frag.hpp`; CD `utils/blackwell_helpers.py` `compute_acc_tmem_cols_per_stage`.
+    A gated epilogue keeps a gate and an up accumulator a stage, side by side: 2 tile.n columns (a 128x128 tile's
+    two stages fill the 512; a 128x256 tile takes one)."""
+    n = spec.tile.n * (2 if gated_op(spec.epilogue) is not None else 1)
     return n // 2 if two_cta(spec) and spec.tile.m == 64 else n
 
 
@@ -113,8 +120,9 @@ def held_fragments(spec: GemmSpec) -> int:
     """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand (a grouped
     kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), and an erf GELU's working set."""
     operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix", "group_n"))
-    gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)
-    return 2 + operands + GELU_ERF_FRAGMENTS * gelu
+    gelu = any(op.op in ("activation", "gated") and op.fn == "gelu" for op in spec.epilogue)  # GeGLU's erf too
+    up = gated_op(spec.epilogue) is not None  # a gated epilogue's up accumulator subtile
+    return 2 + up + operands + GELU_ERF_FRAGMENTS * gelu
 
 
 @per_spec
@@ -147,7 +155,8 @@ def a_stage_bytes(spec: GemmSpec) -> int:
 
 
 def b_stage_bytes(spec: GemmSpec) -> int:
-    """A 2-CTA pair splits B's tile.n columns between its CTAs (each loads half; the MMA reads both)."""
+    """A 2-CTA pair splits B's tile.n columns between its CTAs (each loads half; the MMA reads both). One buffer's:
+    a gated epilogue's up tiles take a second (sU, `memory`)."""
     t = spec.tile
     return (t.n // 2 if two_cta(spec) else t.n) * t.k * spec.b.dtype.bytes
 
@@ -249,6 +258,9 @@ class CuteSm100Gemm(GemmDesign):
     compile_hook = "specgen.kinds.gemm.designs.cute_sm100.compile:compile_module"
     compiler_modules = ("torch", "cutlass")
     extra = "cute"
+    # a gated epilogue (kinds/gemm/designs/cute_sm90/gated.py: B viewed (N, K, 2, L), a gate and an up TMEM
+    # accumulator a stage; EPI003 its limits): compiled for sm_100a and read in SASS, never run
+    renders_gated = True
     # the C++ export the CuTe designs share (specgen/kinds/gemm/designs/cute_export/: compiled for sm_100a)
     export_hook = "specgen.kinds.gemm.designs.cute_export.export:export"
     # `auto` takes as many A/B stages as SMEM holds (fp8 256x128x128 over a pair: 8): no bf16-tuned cap
@@ -283,9 +295,10 @@ class CuteSm100Gemm(GemmDesign):
         epi = align_up(epilogue_stages(spec) * em * en * spec.out.dtype.bytes)  # always stored by TMA (CUTE103)
         reserve = BASE_ALIGN_PAD + align_up(barrier_bytes(ab_stages, acc_stages_for(spec, target)))
         a, b = a_stage_bytes(spec) * ab_stages, b_stage_bytes(spec) * ab_stages
-        pad = align_up(a) - a + align_up(b) - b  # the A and B regions each start 1024-aligned (e.g. 104-row B stages)
-        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, a_stage_bytes(spec) + b_stage_bytes(spec), ab_stages,
-                            epi, epilogue_overlaps_ab=False, extra_bytes=pad, extra_label="alignment")
+        bufs = 2 if gated_op(spec.epilogue) is not None else 1  # a gated B: the gate's stages, then the up's (sU)
+        pad = align_up(a) - a + bufs * (align_up(b) - b)  # each region starts 1024-aligned (e.g. 104-row B stages)
+        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, a_stage_bytes(spec) + bufs * b_stage_bytes(spec),
+                            ab_stages, epi, epilogue_overlaps_ab=False, extra_bytes=pad, extra_label="alignment")
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """A's tile, B's share of the tile (half its columns per CTA of a 2-CTA pair), the epilogue subtile."""

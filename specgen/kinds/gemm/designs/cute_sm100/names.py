@@ -23,7 +23,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
 RESERVED: frozenset[str] = frozenset({
     "_k", "a", "a_casts", "a_mask", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc", "acc_barriers",
-    "acc_base", "acc_epi", "acc_layout", "acc_pipe", "acc_stages", "acc_state", "acc_tile", "allocator_warp_id",
+    "acc_base", "acc_epi", "acc_layout", "up_tile", "acc_pipe", "acc_stages", "acc_state", "acc_tile", "allocator_warp_id",
     "assumed_align", "b", "b_casts", "b_mask", "b_tiles", "band_first", "barrier_for_retrieve", "barrier_id",
     "barrier_storage", "batch", "bidx", "bidy", "bidz", "bool", "bSG_g", "bSG_s", "buf", "cfg", "clusters", "fn",
     "cluster_crd", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn", "cluster_vmnk", "cm", "cn", "cols",

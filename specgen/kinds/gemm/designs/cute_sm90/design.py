@@ -24,17 +24,15 @@ cache) each config once. `specgen compile` compiles every config and reports eac
 The SMEM it allocates is one struct (see `memory`): the pipeline's mbarriers (8 bytes each, full and
 empty per stage), then A stages, B stages and the epilogue staging, each aligned to 1024 bytes (the
 128-byte swizzle atoms need it). `memory` is that struct's size to the byte; the tests compare it with
-what the compiled kernel reserves.
-
-Blackwell (sm100, tcgen05) will be a sibling module (gemm_cute_sm100.py) sharing the epilogue macros
-(templates/gemm/cute/epilogue.jinja), the host part (templates/gemm/cute/host.jinja) and runtime/cute.py.
+what the compiled kernel reserves. A gated epilogue (gated.py in this package) adds an up tile per stage and an up
+accumulator (`memory`, `register_estimate`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.abi import Arg, make_arg
@@ -43,12 +41,14 @@ from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.designs.cute_sm90 import training as trn
+from specgen.kinds.gemm.designs.cute_sm90.gated import b_columns_doc, gated_fields, refuse_unrendered
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.memo import per_spec
 from specgen.resolved import Resolved, TmaBox
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.load import LoadedSpec
 from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
@@ -222,11 +222,12 @@ def register_estimate(spec: GemmSpec) -> RegisterEstimate:
         operands = spanned * GATHERED_PER_ROW_OR_COLUMN + matrices * fragment * MATRIX_FRAGMENTS
     shared_sm = pingpong(spec)
     operands += matrices * fragment * PING_PONG_MATRIX_FRAGMENTS * shared_sm
-    gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)
+    gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)  # (not GeGLU's: docs/grouped.md)
     f16 = spec.accumulator.bytes == 2
     temporaries = fragment * (GELU_ERF_FRAGMENTS + F16_GELU_ERF_FRAGMENTS * f16) * gelu
     base = BASE_REGISTERS["ping-pong" if shared_sm else "two warpgroups" if wgs == 2 else "one warpgroup"]
-    return RegisterEstimate(accumulator, base, operands, temporaries)
+    up = gated_op(spec.epilogue) is not None  # a gated epilogue: the up accumulator, and its subtile fragment
+    return RegisterEstimate(accumulator * (1 + up), base, operands + fragment * up, temporaries)
 
 
 def arch_flag(info: TargetInfo) -> str:
@@ -253,22 +254,23 @@ def cute_module_fields(loaded: LoadedSpec, r: Resolved) -> dict[str, object]:
     function's operands (a, b, out in the torch launcher's logical shapes, the epilogue's runtime arguments
     in chain order), both majors, the accumulator's cutlass dtype."""
     spec = r.spec
-    batch_dims = "(batch, M, K)" if spec.batch else "(M, K)"
+    batch_dims, n2 = "(batch, M, K)" if spec.batch else "(M, K)", "2N" if gated_op(spec.epilogue) else "N"
+    refuse_unrendered(spec, bool(r.info.gpu and r.info.gpu.tmem_columns))  # check refuses these (EPI003)
     return dict(
         **plan_header(loaded),
         arch=r.info.arch,
         arch_flag=arch_flag(r.info),
         compute_capability=r.info.compute_capability or 0,
         a=cute_arg("a", "a", spec.a.dtype, f"{batch_dims} {spec.a.dtype}, {spec.a.major}-major"),
-        b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, N)' if spec.batch else '(K, N)'} {spec.b.dtype}, "
-                   f"{spec.b.major}-major"),
+        b=cute_arg("b", "b", spec.b.dtype, f"{'(batch, K, ' if spec.batch else '(K, '}{n2}) {spec.b.dtype}, "
+                   f"{spec.b.major}-major{b_columns_doc(spec)}"),
         out=cute_arg("out", "out", spec.out.dtype,
                      f"{'(batch, M, N)' if spec.batch else '(M, N)'} {spec.out.dtype}, row-major"),
         args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major,
         b_major=spec.b.major,
         acc_dtype=CUTLASS_DTYPES[spec.accumulator],
-        batch=spec.batch,
+        batch=spec.batch, **gated_fields(spec),
     )
 
 
@@ -354,6 +356,8 @@ class CuteModulePlan(GemmModule):
     arch_flag: str
     compute_capability: int
     acc_dtype: str  # cutlass name
+    gated: bool = field(default=False, kw_only=True)  # a gated epilogue: B (K, 2N), a gate and an up tile a stage
+    gated_layout: str = field(default="", kw_only=True)  # where its gate and up columns sit: "halves", "interleaved"
 
 
 @dataclass(frozen=True)
@@ -430,6 +434,8 @@ class CuteSm90Gemm(GemmDesign):
     renders_split_k = True
     # a `training` backward (training.py in this package): its GEMMs are this kernel with the role's config
     renders_training = True
+    # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
+    renders_gated = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -450,7 +456,6 @@ class CuteSm90Gemm(GemmDesign):
     def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
         """With `cute.swap_ab` wgmma's rows are tile.n and its columns tile.m (`kernel_tile`)."""
         return ((spec.tile.n, "n"), (spec.tile.m, "m")) if swap_ab(spec) else super().mma_tile(spec)
-
 
     # the module bakes every size-selected variant's config and the launcher picks one by integer
     # compares; each compiles on its own, so a variant may change any config field (no shared_config)
@@ -473,7 +478,8 @@ class CuteSm90Gemm(GemmDesign):
         split = spec.schedule.split_k
         handoff = 2 * MBARRIER_BYTES if split > 1 else 0  # split-K: partials landed / read
         reserve = BASE_ALIGN_PAD + align_up(2 * ab_stages * MBARRIER_BYTES + order + handoff)
-        stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes
+        # A and B tiles, and a gated B's up tile (its own 1024-aligned buffer, sU: tile.n x tile.k, a multiple of 1024)
+        stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes * (2 if gated_op(spec.epilogue) else 1)
         # split-K: split 0 receives the other splits' f32 partials of a whole tile
         partials = align_up((split - 1) * t.m * t.n * spec.accumulator.bytes)
         return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False,
@@ -483,7 +489,7 @@ class CuteSm90Gemm(GemmDesign):
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for
         the store (the out tile is stored EPI_M x EPI_N at a time; with swap_ab that subtile is out^T's,
         so its contiguous extent in memory is EPI_M)."""
-        a, b, out = tma_boxes(spec)
+        a, b, out = tma_boxes(spec.model_copy(update={"epilogue": []}) if gated_op(spec.epilogue) else spec)  # gate, up: tile.n
         em, en = epilogue_tile(spec)
         outer, inner = (en, em) if swap_ab(spec) else (em, en)
         return (a, b, TmaBox("out", outer, inner, out.elem_bytes, out.field))
@@ -497,10 +503,8 @@ class CuteSm90Gemm(GemmDesign):
         field comes from the target's effective spec (its per_target keys applied); SPEC keeps the file's."""
         (target,) = targets  # one arch per module
         r = resolved[str(target)]
-        spec = r.spec
-        budget = r.budget
-        t = spec.tile
-        wgs = mma_warpgroups(spec)
+        spec, budget = r.spec, r.budget
+        t, wgs = spec.tile, mma_warpgroups(spec)
         em, en = epilogue_tile(spec)
         config, variants = cute_config(r), [cute_config(v) for v in r.variants]
         return CuteSm90Plan(
@@ -509,15 +513,11 @@ class CuteSm90Gemm(GemmDesign):
             cluster_m=spec.cluster.m, cluster_n=spec.cluster.n,
             mma_warpgroups=wgs,
             threads=(1 + consumer_warpgroups(spec)) * WARPGROUP_THREADS,
-            load_registers=LOAD_REGISTERS,
-            mma_registers=MMA_REGISTERS,
-            acc_registers=r.acc_registers,
+            load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS, acc_registers=r.acc_registers,
             ab_stages=r.ab_stages,
             epi_m=em, epi_n=en, epi_stages=epilogue_stages(spec),
-            group_m=spec.schedule.group_m,
-            group_rows=spec.schedule.raster == "along_m",
-            persistent=spec.schedule.persistent,
-            smem_bytes=budget.total,
+            group_m=spec.schedule.group_m, group_rows=spec.schedule.raster == "along_m",
+            persistent=spec.schedule.persistent, smem_bytes=budget.total,
             smem_breakdown=budget.breakdown(),
             barrier_bytes=budget.reserve - BASE_ALIGN_PAD,
             a_stage_bytes=t.m * t.k * spec.a.dtype.bytes,

@@ -39,6 +39,7 @@ from specgen.design import ModuleHeader, compiles_as, module_identity, plan_head
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import epilogue_stages
 from specgen.kinds.gemm.designs.cute_sm90.design import CUTLASS_DTYPES, arch_flag, cute_arg
+from specgen.kinds.gemm.designs.cute_sm90.gated import b_columns_doc, gated_fields, refuse_unrendered
 from specgen.kinds.gemm.designs.cute_sm100.design import (
     EPILOGUE_THREADS,
     THREADS,
@@ -120,7 +121,8 @@ class GroupedSm100Plan(GroupedHostOperands, ModuleHeader):
     descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
     spec_json: dict[str, object]
     ragged_k: bool = False
-    gated: bool = False
+    gated: bool = False  # a gated epilogue: B (G, K, 2N), a gate and an up TMEM accumulator a stage, N outputs
+    gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
     aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
 
@@ -139,6 +141,8 @@ class CuteSm100Grouped(GroupedDesign):
     # first whose bounds hold by M (every group's rows), N and K; every config field is the variant's own (the
     # kernel reads them all from its `Config` at trace time), the semantics (groups, epilogue) the kernel's.
     renders_variants = True
+    # a gated epilogue, as the dense sm100 kernel's (B viewed (N, K, 2, G); EPI003 its limits): compile-verified only
+    renders_gated = True
     memory_of = CuteSm100Gemm.memory
     tmem_columns_of = CuteSm100Gemm.tmem_columns
     acc_stages_of = CuteSm100Gemm.acc_stages
@@ -188,8 +192,10 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedSm100Plan:
         raise ValueError(f"{spec.name}: the grouped CuTe sm100 kernel is ragged M with a K-major A (GRP001, GRP401)")
     if spec.cute.two_cta or spec.cluster.m * spec.cluster.n > 1:
         raise ValueError(f"{spec.name}: the grouped CuTe sm100 kernel runs one CTA a tile, no cluster (GRP402)")
+    refuse_unrendered(spec, True)  # a gated epilogue's limits (EPI003)
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
+    n2 = "2N" if gated_fields(spec)["gated"] else "N"
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -200,7 +206,8 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedSm100Plan:
         **plan_header(loaded),
         arch=r.info.arch, arch_flag=arch_flag(r.info), compute_capability=r.info.compute_capability or 0,
         a=cute_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"),
-        b=cute_arg("b", "b", spec.b.dtype, f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group"),
+        b=cute_arg("b", "b", spec.b.dtype, f"(G, K, {n2}) {spec.b.dtype}, {spec.b.major}-major: one weight per group"
+                   + b_columns_doc(spec).replace(":", ",", 1)),
         index=cute_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
         index_kind=spec.groups.index,
         out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
@@ -209,6 +216,7 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedSm100Plan:
         tail_zero=spec.groups.tail == "zero", threads=THREADS, config=config, variants=variants,
         smem_breakdown=r.budget.breakdown(),
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
+        **gated_fields(spec),  # type: ignore[arg-type]
     )
 
 

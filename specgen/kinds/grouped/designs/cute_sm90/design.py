@@ -44,7 +44,7 @@ from typing import NamedTuple
 from specgen.abi import Arg
 from specgen.design import ModuleHeader, compiles_as, module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
-from specgen.kinds.gemm.design import WARPGROUP_THREADS, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.design import WARPGROUP_THREADS, epilogue_stages
 from specgen.kinds.gemm.designs.cute_sm90.design import (
     CUTLASS_DTYPES,
     GATHERED_PER_ROW_OR_COLUMN,
@@ -59,6 +59,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     register_estimate,
     serves,
 )
+from specgen.kinds.gemm.designs.cute_sm90.gated import refuse_unrendered
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
 from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
@@ -80,13 +81,9 @@ def group_registers(spec: GroupedSpec) -> RegisterEstimate:
     """REG001's estimate: the dense design's model (its accumulator, base and epilogue terms) with each per-group
     (G, N) operand counted as the per-column vector it is inside a tile (gathered at its subtile: epi_n / 4
     distinct columns a thread)."""
-    est = register_estimate(spec)  # type: ignore[arg-type]
+    est = register_estimate(spec)  # type: ignore[arg-type]  # a gated epilogue's up accumulator counted there
     per_group = sum(1 for a in spec.runtime_args() if a.shape == GROUP_N)
     extra = per_group * (epilogue_tile(spec)[1] // 4) * GATHERED_PER_ROW_OR_COLUMN  # type: ignore[arg-type]
-    if gated_op(spec.epilogue) is not None:  # the up accumulator beside the gate's, and its subtile fragment
-        em, en = epilogue_tile(spec)  # type: ignore[arg-type]
-        fragment = em * en // (WARPGROUP_THREADS * mma_warpgroups(spec))  # type: ignore[arg-type]
-        return dataclasses.replace(est, accumulator=2 * est.accumulator, operands=est.operands + extra + fragment)
     return dataclasses.replace(est, operands=est.operands + extra)
 
 
@@ -176,7 +173,7 @@ class CuteSm90Grouped(GroupedDesign):
     # semantics (groups, epilogue) are the kernel's, which a variant cannot change.
     renders_variants = True
     # a gated epilogue: B (G, K, 2N), K-major, its gate and up tiles loaded through one (N, K, 2, G) view (EPI001
-    # elsewhere; GRP301 its limits here)
+    # elsewhere; EPI003 its limits)
     renders_gated = True
 
     def serves(self, info: TargetInfo) -> bool:
@@ -189,21 +186,13 @@ class CuteSm90Grouped(GroupedDesign):
         return True
 
     def memory(self, spec: GroupedSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The dense struct's; with a gated epilogue a stage also holds the up tile (its own 1024-aligned buffer,
-        tile.n x tile.k: a multiple of 1024 bytes for every tile wgmma takes)."""
-        budget = self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
-        if gated_op(spec.epilogue) is None:
-            return budget
-        return dataclasses.replace(budget, ab_stage_bytes=budget.ab_stage_bytes + spec.tile.n * spec.tile.k * spec.b.dtype.bytes)
+        """The dense struct's (with a gated epilogue a stage also holds the up tile: the dense `memory` counts it)."""
+        return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """A's and B's boxes (the output is stored through predicated vector stores); a gated B loads a gate and
-        an up box of tile.n columns each."""
-        a, b = tma_boxes(spec)[:2]
-        if gated_op(spec.epilogue) is not None:
-            t = spec.tile
-            b = TmaBox("B", *((t.n, t.k) if spec.b.major == "k" else (t.k, t.n)), spec.b.dtype.bytes, ("b",))
-        return a, b
+        """The dense design's A and B boxes (a gated B: a gate and an up box of tile.n columns each); the output is
+        stored through predicated vector stores."""
+        return CuteSm90Gemm.tma_boxes(self, spec, target)[:2]  # type: ignore[arg-type]
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]
@@ -226,12 +215,11 @@ class CuteSm90Grouped(GroupedDesign):
 
 def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     spec: GroupedSpec = r.spec
-    # check refuses these (GRP001, GRP301, GRP302, EPI001); a render that skipped check must not emit a wrong kernel
+    # check refuses these (GRP001, GRP301, GRP302, EPI003); a render that skipped check must not emit a wrong kernel
     if spec.a.major != "k" or spec.groups.ragged != "m":
         raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
+    refuse_unrendered(spec, False)  # a gated epilogue's limits (EPI003)
     gated = gated_op(spec.epilogue)
-    if gated is not None and spec.b.major != "k":
-        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel's gated epilogue reads a K-major B (GRP301)")
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     config, variants = grouped_config(r), [grouped_config(v) for v in r.variants]
     b_doc = (f"(G, K, 2N) {spec.b.dtype}, K-major: one weight per group, "

@@ -9,7 +9,7 @@ MODULE_NAMES: frozenset[str] = frozenset({"grouped_host", "grouped_kernel", "VAR
 # names must avoid them): the group cursor, the predicated store's copy and coordinates, the persistent grid's bound;
 # a gated epilogue's up tile, its SMEM, fragments and accumulator, and the output's width (B holds 2N columns).
 RESERVED: frozenset[str] = frozenset({
-    "N2", "Nout", "acc_up", "bound", "ctas", "e", "gU", "gi", "live", "mIndex", "max_ctas", "mt", "nt",
+    "N2", "acc_up", "bound", "ctas", "e", "gU", "gi", "live", "mIndex", "max_ctas", "mt", "nt",
     "num_bits_per_copy", "per_row", "r_up", "rc", "rows_m", "s2g", "sU", "st_crd", "store_vector", "subs_n", "tCrU",
     "tG", "tRS_up", "tS", "tUgU", "tUsU", "thr_s2g", "tiles_n",
 })

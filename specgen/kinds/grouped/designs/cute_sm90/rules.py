@@ -13,7 +13,6 @@ from specgen.kinds.gemm.shared_rules import mma
 from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN, group_registers
 from specgen.rules.base import Finding, Margin, RuleContext, RuleSet, target_of
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import gated_op
 
 OWN = RuleSet()
 SERVED = target_of(DESIGN)
@@ -39,17 +38,8 @@ def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     thread). fp8's rowwise scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N)), applied
     to the f32 accumulator before the rest of the chain. Not rendered: 32-bit operands, an f16 accumulator, 8-bit
     outputs, and ragged K (the weight gradient), whose groups end anywhere along K, where a TMA box would read the
-    next group's rows. A gated epilogue reads a K-major B: its gate and up columns are two (N, K) views of B's 2N
-    columns, which an N-major B's interleaved layout makes every other element of a row (no TMA box) and its
-    halves a view whose column offset N must be a multiple of 8 (a shape, not known at check)."""
+    next group's rows. A gated epilogue's limits (a K-major B) are EPI003's."""
     s = ctx.spec
-    gated = gated_op(s.epilogue)
-    if gated is not None and s.b.major != "k":
-        yield Finding("GRP301", "error", f"a gated epilogue ({gated.layout}) with b.major = \"{s.b.major}\": the grouped "
-                      "cute:sm90 kernel loads the gate and up tiles of a K-major B (an N-major B's gate and up "
-                      "columns are no TMA box of its own: every other element of a row, or at an offset of N columns)",
-                      'use b = { major = "k" } (torch._grouped_mm\'s w.transpose(-2, -1)), or a triton target',
-                      ("b", "major"))
     if s.groups.ragged != "m":
         yield Finding("GRP301", "error", "groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm90: its "
                       "groups end anywhere along K, where a TMA box would read the next group's rows",
