@@ -69,7 +69,7 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "CUTE005": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"},
-    "EPI001": (GPU - TRITON - {"pallas:gpu_sm90"}) | TPU, "EPI002": TRITON,
+    "EPI001": GPU - TRITON - {"pallas:gpu_sm90"}, "EPI002": TRITON,
     "GRP001": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP002": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP003": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"}, "GRP101": TRITON, "GRP102": TRITON,
@@ -79,7 +79,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "TRN001": (GPU - TRITON) | TPU,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 

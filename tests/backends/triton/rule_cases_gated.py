@@ -14,20 +14,16 @@ GATED = {"epilogue": [SWIGLU]}
 
 CASES: list[tuple[str, str, dict, object]] = [
     # EPI001: only the Triton designs (dense and grouped), the grouped CuTe sm90 design, the Mosaic GPU kernels
-    # (dense and grouped) and the grouped Pallas TPU kernel render a gated epilogue
+    # (dense and grouped) and the Pallas TPU kernels (dense and grouped) render a gated epilogue
     ("EPI001", "cute:sm90", {"epilogue": [{"op": "activation", "fn": "silu"}]}, None),
     ("EPI001", "cute:sm90", GATED,
      ("error", ["epilogue[0] is gated (silu, halves): the CuTe sm90 design renders no gated epilogue",
-                "(the Pallas Mosaic GPU and Triton designs do)"], ("epilogue",))),
+                "(the Pallas and Triton designs do)"], ("epilogue",))),
     ("EPI001", "cute:sm90", {**G, **GATED}, None),  # the grouped CuTe sm90 design renders it (limits: GRP301)
     ("EPI001", "cute:sm100", {"epilogue": [GEGLU_IL]},
      ("error", ["gated (gelu, interleaved): the CuTe sm100 design"], ("epilogue",))),
     # (pallas:gpu_sm90: both kinds' Mosaic GPU kernels render it, EPI001 no longer applies there; limits PAL012, MGP003)
-    ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), **GATED},
-     ("error", ["the Pallas design renders no gated epilogue"], ("epilogue",))),
-    ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512)}, None),
-    ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512), **GATED}, None),  # the grouped TPU design
-    # renders it (limits: GRP204)
+    # (pallas:tpu_*: both Pallas TPU kernels render it too, EPI001 no longer applies there; limits PAL013, GRP204)
     # EPI002: a gated Triton kernel takes no split-K (dense) and no swap_ab (both kinds)
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"persistent": True}}, None),
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"split_k": 2}},
