@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from backends.pallas.common import Data, reference, render_module
 from specgen.kinds.gemm.spec import GemmSpec
@@ -47,6 +48,12 @@ def test_gated_forms_match_float64(modules, name):
         want = reference(s, a, b, args).numpy()
         assert got.shape == want.shape == (*data.batch, m, 130) and not np.isnan(got).any()
         np.testing.assert_allclose(got, want, err_msg=f"M = {m}", **tol)
+    if not s["batch"]:  # the torch entry: B (K, 2N) as torch lays out the gate_up weight's transpose, the same kernel
+        b_torch = torch.from_numpy(np.array(b)).T
+        got_torch = getattr(modules[name], f"{name}_torch")(torch.from_numpy(np.array(a)), b_torch,
+                                                            *(torch.from_numpy(np.array(v)) for _, v in args))
+        np.testing.assert_array_equal(got_torch.numpy(), got)
+        assert modules[name]._build.cache_info().currsize == 2  # M = 21 and M = 1: no third kernel
 
 
 @pytest.mark.parametrize("name", list(FORMS))
