@@ -29,6 +29,7 @@ from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS as GROUPED_MGPU_
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS as GROUPED_CUTE_FORMS
 from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS as GROUPED_TPU_FORMS
+from specgen.kinds.grouped.testing.tpu_specs import TPU_GATED_FORMS as GROUPED_TPU_GATED_FORMS
 from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
@@ -119,6 +120,7 @@ def variants():
     # the grouped kind's Triton modules: every template branch (index formats, tails, B majors, epilogue ops)
     yield from GROUPED_FORMS.values()
     yield from GROUPED_TPU_FORMS.values()  # and its Pallas TPU modules
+    yield from GROUPED_TPU_GATED_FORMS.values()  # (their gated epilogue)
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules
     yield from GROUPED_CUTE_SM100_FORMS.values()  # and its CuTe sm100 modules

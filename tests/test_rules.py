@@ -69,17 +69,17 @@ APPLIES = {
     "CUTE001": {"cute:sm90"}, "CUTE002": {"cute:sm90"}, "CUTE003": {"cute:sm90"},
     "CUTE004": {"cute:sm90"}, "CUTE005": {"cute:sm90"}, "CUTE101": {"cute:sm100"}, "CUTE102": {"cute:sm100"}, "CUTE103": {"cute:sm100"},
     "CUTE104": {"cute:sm100"}, "CUTE105": {"cute:sm100"}, "CUTE106": {"cute:sm100"},
-    "EPI001": TPU, "EPI002": TRITON, "EPI003": {"cute:sm90", "cute:sm100"},
+    "EPI001": set(), "EPI002": TRITON, "EPI003": {"cute:sm90", "cute:sm100"},  # EPI001: every design renders it
     "GRP001": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP002": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP003": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"}, "GRP101": TRITON, "GRP102": TRITON,
-    "GRP103": TRITON, "GRP201": TPU, "GRP202": TPU, "GRP203": TPU,
+    "GRP103": TRITON, "GRP201": TPU, "GRP202": TPU, "GRP203": TPU, "GRP204": TPU,
     "GRP301": {"cute:sm90"}, "GRP302": {"cute:sm90"}, "GRP401": {"cute:sm100"}, "GRP402": {"cute:sm100"},
     "MGP001": {"pallas:gpu_sm90"}, "MGP002": {"pallas:gpu_sm90"}, "MGP003": {"pallas:gpu_sm90"},
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "TRN001": (GPU - TRITON) | TPU,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -511,7 +511,21 @@ def test_spk003_is_quiet_for_a_variant_bounded_by_m():
 def test_every_rule_has_a_passing_and_a_failing_case():
     passing = {c[0] for c in CASES if c[3] is None}
     failing = {c[0] for c in CASES if c[3] is not None}
-    assert passing | {"DT002"} == failing | {"DT002"} == set(RULE)  # DT002: below, on a made-up device
+    # DT002: below, on a made-up device; EPI001: below, on a made-up design (every shipped design renders a gated op)
+    assert passing | {"DT002"} == failing | {"DT002", "EPI001"} == set(RULE)
+
+
+def test_epi001_refuses_a_design_without_a_gated_epilogue(monkeypatch):
+    from specgen.kinds.gemm.designs.pallas.design import PallasGemmDesign
+
+    monkeypatch.setattr(PallasGemmDesign, "renders_gated_on", lambda self, target: False)
+    ctx = ctx_for("pallas:tpu_v6e", tile={"m": 512, "n": 512, "k": 512},
+                  epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}])
+    assert RULE["EPI001"].applies(parse_target("pallas:tpu_v6e"))
+    (f,) = findings("EPI001", ctx)
+    assert (f.severity, f.field) == ("error", ("epilogue",))
+    assert "epilogue[0] is gated (silu, halves): the Pallas design renders no gated epilogue (the " in f.message
+    assert findings("EPI001", ctx_for("pallas:tpu_v6e", tile={"m": 512, "n": 512, "k": 512})) == []
 
 
 def _with_gpu(ctx: RuleContext, cc: int) -> RuleContext:

@@ -67,8 +67,8 @@ OPS: dict[str, dict] = {
     "clamp_max": {"op": "clamp", "max": 0.5},
     "clamp_both": {"op": "clamp", "min": -1.0, "max": 1.0},
     "cast_f16": {"op": "cast", "dtype": "f16"},
-    # a gated epilogue: B (K, 2N) into N outputs (the Triton designs, CuTe sm90 and Mosaic GPU render it, Mosaic GPU
-    # not the erf GELU: PAL009; the TPU refuses it, EPI001)
+    # a gated epilogue: B (K, 2N) into N outputs (the Triton designs, CuTe and Mosaic GPU render it, Mosaic GPU not
+    # the erf GELU: PAL009; the Pallas TPU kernel halves K-major only, PAL013)
     "gated_silu_halves": {"op": "gated", "fn": "silu", "layout": "halves"},
     "gated_gelu_interleaved": {"op": "gated", "fn": "gelu", "layout": "interleaved"},
 }

@@ -185,4 +185,16 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["pallas.swap_ab with a gated epilogue (silu)"], ("pallas", "swap_ab"))),
     ("PAL012", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["cluster 2x1 with a gated epilogue"], ("cluster",))),
+    # PAL013: the TPU kernel's gated B is halves, K-major, 16- or 32-bit
+    ("PAL013", "pallas:tpu_v6e", {"b": {"dtype": "bf16", "major": "k"},
+                                  "epilogue": [{"op": "gated", "fn": "gelu", "layout": "halves"}, {"op": "bias"}]}, None),
+    ("PAL013", "pallas:tpu_v6e", {"b": {"dtype": "bf16", "major": "k"},
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
+     ("error", ["a gated epilogue (silu, interleaved): gate column j is B's row 2j"], ("epilogue", 0, "layout"))),
+    ("PAL013", "pallas:tpu_v5e", {"b": {"dtype": "bf16", "major": "mn"},
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ['a gated epilogue (halves) with b.major = "mn"'], ("b", "major"))),
+    ("PAL013", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8", "major": "k"}, "out": {"dtype": "bf16"},
+                                  "accumulator": "int32", "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["A is int8 with a gated epilogue"], ("a", "dtype"))),
 ]

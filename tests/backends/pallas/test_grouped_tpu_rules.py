@@ -1,4 +1,4 @@
-"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP202, GRP203) and the dense Pallas TPU
+"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP202, GRP203, GRP204) and the dense Pallas TPU
 design's that it lists (DT003, VMEM001 over the grouped VMEM model, PAL001-PAL003: the same rules, concerning both
 kinds), in tests/test_rules.py's case form (rule, target, spec overrides, expected) over a grouped TPU spec; and
 the VMEM model's figures, the options section, the design's place in the registry and the rule table."""
@@ -27,6 +27,7 @@ BASE: dict = {
 UNTOUCHED = {"groups": {"index": "sizes", "tail": "untouched"}}
 ZERO = {"groups": {"index": "sizes", "tail": "zero"}}
 GROUP_BIAS = {"epilogue": [{"op": "bias", "dtype": "bf16"}]}
+SWIGLU = {"op": "gated", "fn": "silu", "layout": "halves"}
 RULE = {r.id: r for r in RULES}
 
 # VMEM001 at v5p's 64 MiB: 2 x (2048x1024 + 1024x2048) bf16 A/B = 16 MiB, the f32 accumulator 16 MiB, the output
@@ -59,6 +60,18 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("VMEM001", "pallas:tpu_v5e", {"pallas": {"vmem_limit_bytes": 786432}}, None),
     ("VMEM001", "pallas:tpu_v5e", {"pallas": {"vmem_limit_bytes": 786431}},
      ("error", ["pallas.vmem_limit_bytes = 786431 < 786432 B the plan needs"], ("pallas", "vmem_limit_bytes"))),
+    # gated: the up block and accumulator too, 2 x (128x256 + 2 x 256x256) bf16 + 4 x 128x256 bf16 + 2 x 128x256 f32
+    ("VMEM001", "pallas:tpu_v5e", {"epilogue": [SWIGLU], "pallas": {"vmem_limit_bytes": 1179648}}, None),
+    ("VMEM001", "pallas:tpu_v5e", {"epilogue": [SWIGLU], "pallas": {"vmem_limit_bytes": 1179647}},
+     ("error", ["pallas.vmem_limit_bytes = 1179647 < 1179648 B the plan needs"], ("pallas", "vmem_limit_bytes"))),
+    # GRP204: a gated B as halves, K-major
+    ("GRP204", "pallas:tpu_v6e", {"epilogue": [{**SWIGLU, "fn": "gelu_tanh"}, {"op": "bias", "dtype": "bf16"}]}, None),
+    ("GRP204", "pallas:tpu_v6e", {"epilogue": [{**SWIGLU, "layout": "interleaved"}]},
+     ("error", ["a gated epilogue (silu, interleaved)", "which TPU blocks (8 x 128 tiles) do not take"],
+      ("epilogue", 0, "layout"))),
+    ("GRP204", "pallas:tpu_v5e", {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "mn"},
+                                  "out": {"dtype": "f32"}, "epilogue": [SWIGLU]},
+     ("error", ['b.major = "mn"', "padded from 2 rows to 8 (f32)"], ("b", "major"))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(128, 256, 64)},
      ("error", ["A block 128x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
@@ -105,8 +118,8 @@ def test_every_rule_of_the_design_has_both_sides():
     ids = {r.id for r in rules.RULES}
     assert {c[0] for c in CASES if c[3] is None} == {c[0] for c in CASES if c[3] is not None} == ids
     # the dense rules are the same Rule objects, now concerning both kinds
-    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP202", "GRP203"})
-    assert RULE["GRP201"].kinds == RULE["GRP202"].kinds == RULE["GRP203"].kinds == ("grouped",)
+    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP202", "GRP203", "GRP204"})
+    assert RULE["GRP201"].kinds == RULE["GRP202"].kinds == RULE["GRP203"].kinds == RULE["GRP204"].kinds == ("grouped",)
 
 
 def test_the_design_serves_the_tpu_targets_only():
@@ -132,6 +145,11 @@ def test_vmem_model_counts_the_untouched_base_block_and_the_vectors():
         {"op": "bias", "dtype": "f32"}, {"op": "scale", "by": "row"}, {"op": "scale", "by": "scalar", "name": "alpha"}]),
         1 << 27, 2)
     assert vectors.total - zero.total == 2 * (32 * 256) + 2 * (128 * 128 * 4)  # the scalar sits in SMEM
+    # gated: the up block beside the gate block (each double-buffered) and the up accumulator beside the gate's
+    for stages in (1, 2):
+        gated = tpu_memory(grouped("pallas:tpu_v5e", tile=t, **ZERO, epilogue=[SWIGLU]), 1 << 27, stages)
+        plain = tpu_memory(grouped("pallas:tpu_v5e", tile=t, **ZERO), 1 << 27, stages)
+        assert gated.total - plain.total == stages * 256 * 256 * 2 + 128 * 256 * 4
 
 
 def test_the_options_section_takes_the_vmem_limit_only():

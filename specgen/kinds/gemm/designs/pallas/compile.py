@@ -41,13 +41,14 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult | li
     spec = GemmSpec.model_validate(module.SPEC)
     m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
     lead = (BATCH,) if spec.batch else ()
+    bn = n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
 
     def struct(shape: tuple[int, ...], dtype: object) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, jnp.dtype(JNP_DTYPES[dtype]))  # type: ignore[index]
 
     args = [
         struct((*lead, m, k) if spec.a.major == "k" else (*lead, k, m), spec.a.dtype),
-        struct((*lead, n, k) if spec.b.major == "k" else (*lead, k, n), spec.b.dtype),
+        struct((*lead, bn, k) if spec.b.major == "k" else (*lead, k, bn), spec.b.dtype),
     ]
     for arg in spec.runtime_args():
         shape = {"vec_m": (m,), "vec_n": (n,), "matrix": (*lead, m, n), "scalar": ()}[arg.shape]

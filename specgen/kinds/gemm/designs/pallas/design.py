@@ -39,6 +39,7 @@ from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
 from specgen.kinds.gemm.designs.pallas import training_mgpu as mgt
+from specgen.kinds.gemm.designs.pallas.tpu_gated import b_halves, tpu_gated_fields
 from specgen.kinds.gemm.designs.pallas.training import TpuTrainingPlan, plan_tpu_training, training_metadata
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
@@ -182,6 +183,7 @@ class PallasTpuPlan(PallasModule):
     spec_json: dict[str, object] = field(default_factory=dict)
     # the backward (spec: training; training.py in this package), None for a forward-only kernel
     training: TpuTrainingPlan | None = field(default=None, kw_only=True)
+    gated: bool = field(default=False, kw_only=True)  # halves, B K-major (tpu_gated.py): a gate and an up block a step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,11 +306,7 @@ class PallasGemmDesign(GemmDesign):
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
 
-    # a gated epilogue on the Mosaic GPU target (PAL012 its limits); the TPU kernel renders none (EPI001 there)
-    gated_label = "Pallas Mosaic GPU"
-
-    def renders_gated_on(self, target: TargetInfo) -> bool:
-        return is_mgpu_target(target)
+    renders_gated = True  # a gated epilogue on both: Mosaic GPU (PAL012 its limits), TPU (tpu_gated.py, PAL013)
 
     def auto_stages(self, spec: GemmSpec, target: TargetInfo) -> int | None:
         """Pallas TPU pipelines double-buffer each BlockSpec by default."""
@@ -361,9 +359,9 @@ class PallasGemmDesign(GemmDesign):
             residual = sum(t.m * t.n * a.dtype.bytes * buf for a in spec.runtime_args() if a.shape == "matrix")
             acc_bytes = 4  # f32 or int32 accumulator scratch
             return MemoryBudget(
-                "VMEM", tpu.vmem_bytes, 0, t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes, ab_stages,
-                epilogue_bytes=buf * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
-                extra_bytes=t.m * t.n * acc_bytes + vectors,
+                "VMEM", tpu.vmem_bytes, 0, t.m * t.k * spec.a.dtype.bytes + b_halves(spec) * t.k * t.n * spec.b.dtype.bytes,
+                ab_stages, epilogue_bytes=buf * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
+                extra_bytes=b_halves(spec) * t.m * t.n * acc_bytes + vectors,  # gated: the up block and accumulator
             )
         # pallas:gpu_sm90 (Mosaic GPU), the structure of JAX's warp-specialized Hopper matmul
         # (`pallas/ops/gpu/hopper_matmul_mgpu.py`): the CTA tile split along N between two consumer
@@ -453,7 +451,7 @@ class PallasGemmDesign(GemmDesign):
         limit = spec.pallas.vmem_limit_bytes or min(cap, math.ceil(need * VMEM_HEADROOM))
         acc = "int32" if spec.accumulator == DType.int32 else "float32"
         return PallasTpuPlan(
-            **_module_fields(loaded, spec, targets),
+            **tpu_gated_fields(spec, _module_fields(loaded, spec, targets), _arg),
             acc_jnp_dtype=acc,
             tile_m=spec.tile.m,
             tile_n=spec.tile.n,
@@ -543,18 +541,19 @@ def _identity_first(fields: dict[str, object]) -> dict[str, object]:
     first = ("spec_file", "spec_hash", "specgen_version", "description", "targets")
     return {**{k: fields[k] for k in first},
             **{TPU_METADATA_KEYS.get(k, k): v for k, v in fields.items()
-               if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue", "training")}}
+               if k not in (*first, "name", "spec_json", "a", "b", "out", "args", "epilogue", "training", "gated")}}
 
 
 def tpu_context(p: PallasTpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA dict, and the numbers the cost estimate uses."""
     meta = {"runtime_abi": RUNTIME_ABI, "kernel": p.name, **_identity_first(asdict(p)),
-            **({"training": training_metadata(p.training)} if p.training is not None else {})}
+            **({"training": training_metadata(p.training)} if p.training is not None else {}),
+            **({"gated": "halves"} if p.gated else {})}
     return {
         "p": p,
         "plan_meta": meta,
         "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
-        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and FORMULAS[op["fn"]].transcendental),
+        "transcendentals": sum(1 for op in p.epilogue if op["op"] in ("activation", "gated") and FORMULAS[op["fn"]].transcendental),
         "a_bytes": DType(p.a.dtype).bytes,
         "b_bytes": DType(p.b.dtype).bytes,
         "out_bytes": DType(p.out.dtype).bytes,

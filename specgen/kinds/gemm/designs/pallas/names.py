@@ -22,6 +22,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
 RESERVED: frozenset[str] = frozenset({
+    "up_acc_ref", "call", "gated",  # the TPU kernel's gated epilogue (up_ref, up: below)
     "a_ref", "b_ref", "out_ref", "acc_ref", "_init", "_epilogue", "valid", "k_total", "block_k", "m", "n", "blk_m",
     "blk_n", "blk_k", "grid", "in_specs", "out_shape", "out_specs", "bb", "i", "j", "b_shape", "varying", "mode",
     "interpret", "transpose", "int", "object", "frozenset", "name", "pallas", "tpu", "memory_space",

@@ -333,6 +333,34 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
                       ("pallas", "vmem_limit_bytes"))
 
 
+@RULES.rule("PAL013", "TPU gated epilogue: halves, B K-major", is_tpu)
+def tpu_gated(ctx: RuleContext) -> Iterator[Finding]:
+    """The TPU kernel reads a gated B (tpu_gated.py) as two blocks of its ([batch,] 2, N, K) view, the half a
+    leading (squeezed) block dim, so each is a plain (tile.n, tile.k) block. Pallas TPU takes a block's last two
+    dims only as whole (8, 128) tiles or the array's full extent (jax `pallas/mosaic/lowering.py`; checked by
+    lowering for TPU on the CPU, jax 0.10.2): halves N-major, (K, 2, N), and interleaved K-major, (N, 2, K), put the
+    half on the sublane dim (a one-half block of 1 row is refused; a block of both sits in VMEM padded from 2 rows
+    to a sublane tile, 4x to 8x, and is split by a sublane gather), interleaved N-major strides the lanes. The
+    grouped TPU design's GRP204. 8-bit operands (int8's int32 accumulator, fp8) with a gated op are not rendered."""
+    s, op = ctx.spec, gated_op(ctx.spec.epilogue)
+    if op is None:
+        return
+    if op.layout != "halves":
+        yield Finding("PAL013", "error", f"a gated epilogue ({op.fn}, interleaved): gate column j is B's row 2j, a block "
+                      f"of 1 row on the sublane dim of the {ctx.target} kernel's (N, 2, K) view, which TPU blocks (8 x "
+                      "128 tiles) do not take", 'set layout = "halves" with b.major = "k"', ("epilogue", 0, "layout"))
+    elif s.b.major != "k":
+        yield Finding("PAL013", "error", f"a gated epilogue (halves) with b.major = \"{s.b.major}\": B (K, 2N) viewed as "
+                      f"(K, 2, N) puts gate / up on the sublane dim, where a one-half block of the {ctx.target} kernel is "
+                      "1 row (TPU blocks take 8 x 128 tiles)", 'set b.major = "k": B (2N, K), as nn.Linear stores it',
+                      ("b", "major"))
+    for side in ("a", "b"):
+        if getattr(s, side).dtype.bytes == 1:
+            yield Finding("PAL013", "error", f"{side.upper()} is {getattr(s, side).dtype} with a gated epilogue: the "
+                          f"{ctx.target} kernel renders gated epilogues on bf16 and f32 operands", "use bf16 or f32",
+                          (side, "dtype"))
+
+
 @RULES.rule("PAL011", "TPU backward: a gradient's blocks in its stored layout", is_tpu)
 def tpu_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
     """A `training` backward writes each gradient in its operand's stored layout. Where that is the transpose of

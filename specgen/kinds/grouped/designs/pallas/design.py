@@ -10,10 +10,17 @@ host. A tile shared by several groups is visited once per group, in a row: each 
 rows only. The f32 accumulator is a VMEM scratch; the dense kind's epilogue ops (and the group's bias row) run at
 the last K step.
 
+A gated epilogue (SwiGLU, GeGLU; `renders_gated`): `halves` with a K-major B only (GRP204). B (G, 2N, K) as stored
+is viewed, without a copy, as (G, 2, N, K) and passed twice, a gate block (half 0) and an up block (half 1) of
+tile.n x tile.k each a K step: two plain 2-D blocks in VMEM, two MXU dots over the same A block into a gate and an
+up f32 scratch, fn(gate) * up at the last K step before the rest of the chain. The other forms put the gate / up
+axis on the second-minor (sublane) dim or interleave it with N along sublanes or lanes, which the TPU's block
+tiling refuses or pads (rules.py GRP204 says how).
+
 VMEM (`memory`): double-buffered A and B blocks, the output block (and, for `groups.tail = "untouched"`, the
 caller's `out` block read as the base of a tile's first visit), the accumulator, the per-row and per-group
-vectors padded to whole (sublane, 128-lane) tiles as the dense design counts them. The group metadata lives in
-SMEM (scalar prefetch). Imports jax-free code only: `specgen check` / `render` stay light.
+vectors padded to whole (sublane, 128-lane) tiles as the dense design counts them; a gated epilogue's up block and
+up accumulator beside the gate's. The group metadata lives in SMEM (scalar prefetch). Imports jax-free code only: `specgen check` / `render` stay light.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.render.env import describe_op
 from specgen.runtime import RUNTIME_ABI
 from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
 from specgen.spec.formulas import FORMULAS
 from specgen.targets import Backend, TargetInfo
 
@@ -55,15 +63,17 @@ def tpu_memory(spec: GroupedSpec, tpu_vmem: int, ab_stages: int) -> MemoryBudget
     """The kernel's VMEM: A/B blocks by `ab_stages` buffers; the output block double-buffered, and for an
     untouched tail the caller's `out` block beside it (the base of a tile's first visit, double-buffered as an
     input); the f32 accumulator; per-row vectors ((block_m, 1): block_m x 128 lanes) and per-group rows ((1,
-    block_n): one (sublane, 128) tile of 32 B rows), double-buffered."""
+    block_n): one (sublane, 128) tile of 32 B rows), double-buffered. A gated epilogue reads two B blocks a step
+    (gate and up, tile.n x tile.k each) and keeps two f32 accumulators."""
     t, buf = spec.tile, TPU_ARGS_DOUBLE_BUFFERED
+    halves = 2 if gated_op(spec.epilogue) is not None else 1
     out_block = t.m * t.n * spec.out.dtype.bytes
     outputs = buf * out_block * (1 if spec.groups.tail == "zero" else 2)
     vectors = sum((t.m * TPU_LANES * a.dtype.bytes if a.shape == "vec_m" else TPU_TILE_ROW_BYTES * t.n) * buf
                   for a in spec.runtime_args() if a.shape in ("vec_m", GROUP_N))
-    return MemoryBudget("VMEM", tpu_vmem, 0, t.m * t.k * spec.a.dtype.bytes + t.k * t.n * spec.b.dtype.bytes,
+    return MemoryBudget("VMEM", tpu_vmem, 0, t.m * t.k * spec.a.dtype.bytes + halves * t.k * t.n * spec.b.dtype.bytes,
                         ab_stages, epilogue_bytes=outputs, epilogue_overlaps_ab=False,
-                        extra_bytes=t.m * t.n * ACC_BYTES + vectors)
+                        extra_bytes=halves * t.m * t.n * ACC_BYTES + vectors)
 
 
 class PallasTpuGrouped(GroupedDesign):
@@ -75,6 +85,8 @@ class PallasTpuGrouped(GroupedDesign):
     libraries = ("jax", "jaxlib")
     extra = "pallas"
     max_auto_stages = TPU_ARGS_DOUBLE_BUFFERED
+    # A gated epilogue: halves, B K-major (GRP204), a gate and an up block of B's (G, 2, N, K) view a step.
+    renders_gated = True
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.grouped.designs.pallas.compile:compile_module"
     # One module serves every TPU target: their effective configs agree on what shapes it (CFG001).
@@ -128,6 +140,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     b_major: str
     tail_zero: bool  # groups.tail = "zero": a tile's first visit starts from zeros
     ragged_k: bool = False  # groups of rows only (GRP203)
+    gated: bool = False  # a gated epilogue (halves, B K-major: GRP204): B (G, 2N, K), a gate and an up block a step
     tile_m: int  # the blocks (the module's BLOCK_M, BLOCK_N, BLOCK_K)
     tile_n: int
     tile_k: int
@@ -154,13 +167,18 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
     cap = min(c.budget.capacity for c in contexts)
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     a_dims = "(M, K)" if spec.a.major == "k" else "(K, M)"
-    b_dims = "(G, N, K)" if spec.b.major == "k" else "(G, K, N)"
+    gated = gated_op(spec.epilogue)
+    if gated is not None and (gated.layout != "halves" or spec.b.major != "k"):  # check refuses it (GRP204)
+        raise ValueError(f"{spec.name}: the grouped TPU kernel reads a gated B as halves, K-major (GRP204)")
+    b_dims = ("(G, 2N, K)" if gated is not None else "(G, N, K)") if spec.b.major == "k" else "(G, K, N)"
+    b_doc = f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group" + (
+        ", gate rows [0, N), up rows [N, 2N) (the per-group torch.cat([w_gate, w_up]))" if gated is not None else "")
     return GroupedTpuPlan(
         **plan_header(loaded),
         targets=[str(t) for t in targets],
         a=_arg("a", "a", spec.a.dtype, f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major: every group's rows, "
                "group by group"),
-        b=_arg("b", "b", spec.b.dtype, f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group"),
+        b=_arg("b", "b", spec.b.dtype, b_doc),
         index=_arg(index_name, "index", DType.int32, f"(G,) int32, {index_doc}"),
         index_kind=spec.groups.index,
         out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}"),
@@ -168,6 +186,7 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
+        gated=gated is not None,
         tile_m=spec.tile.m,
         tile_n=spec.tile.n,
         tile_k=spec.tile.k,
@@ -191,7 +210,7 @@ def metadata(p: GroupedTpuPlan) -> dict[str, object]:
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
             "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
-            "a_major": p.a_major, "b_major": p.b_major, "block_m": p.tile_m, "block_n": p.tile_n,
+            "a_major": p.a_major, "b_major": p.b_major, **({"gated": "halves"} if p.gated else {}), "block_m": p.tile_m, "block_n": p.tile_n,
             "block_k": p.tile_k, "ab_buffers": p.ab_stages, "vmem_bytes": p.vmem_bytes,
             "vmem_breakdown": p.vmem_breakdown, "vmem_limit_bytes": p.vmem_limit_bytes}
 
@@ -203,7 +222,8 @@ def tpu_context(p: GroupedTpuPlan) -> dict[str, object]:
         "plan_meta": metadata(p),
         "describe": [describe(op) for op in p.epilogue],
         "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType},
-        "transcendentals": sum(1 for op in p.epilogue if op["op"] == "activation" and FORMULAS[op["fn"]].transcendental),
+        "transcendentals": sum(1 for op in p.epilogue if op["op"] in ("activation", "gated")
+                               and FORMULAS[op["fn"]].transcendental),
         "a_bytes": p.a.dtype.bytes,
         "b_bytes": p.b.dtype.bytes,
         "out_bytes": p.out.dtype.bytes,

@@ -17,6 +17,8 @@ RESERVED: frozenset[str] = frozenset({
     "has_base", "g_total", "blk_m", "blk_n", "blk_k", "k_total", "block_k", "v", "kk", "j", "group", "real",
     "_init", "_accumulate", "_store", "a", "b", "valid", "row_tile", "first_visit", "g", "rows", "mine", "acc",
     "kept",
+    # a gated epilogue's: the up block and accumulator, the call that passes B's (G, 2, N, K) view twice
+    "up_ref", "up_acc_ref", "up", "call", "gated",
     "m", "n", "k", "in_specs", "out_spec", "visits", "offsets", "groups", "tiles", "sizes", "varying",
     "mode", "kernel", "base", "out", "interpret", "offs", "group_sizes", "b_shape", "name", "pallas",
     "tpu", "memory_space", "grid", "grid_spec", "num_scalar_prefetch", "out_shape", "out_specs", "scratch_shapes",
