@@ -113,10 +113,13 @@ def test_chain_poisoned_buffers(tmp_path_factory) -> None:
     pre = mod._forward_pre(*args.values())[1]
     bufs = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items()}
     got = mod._backward(grad, *args.values(), pre, **bufs)
-    want = reference(s, args, grad)
+    want, theirs = reference(s, args, grad), eager(s, args, grad)
     for (n, w), g in zip(want.items(), got, strict=True):
         assert not g.isnan().any(), n
-        assert (g.double() - w).abs().max().item() <= 3e-2 * w.abs().max().item(), n
+        # as test_chain_gradients_against_float64 bounds it: the clamp's derivative steps at its bounds, where a
+        # bf16 pre-activation and float64's can fall on either side (eager's error has the same source)
+        e_ours, e_eager = (g.double() - w).abs().max().item(), (theirs[n].double() - w).abs().max().item()
+        assert e_ours <= 2 * e_eager + 2e-2 * w.abs().max().item(), f"d{n}: {e_ours:.4g} vs eager {e_eager:.4g}"
 
 
 def test_fp8_forward_bf16_backward(tmp_path_factory) -> None:
