@@ -512,7 +512,7 @@ def test_every_rule_has_a_passing_and_a_failing_case():
     passing = {c[0] for c in CASES if c[3] is None}
     failing = {c[0] for c in CASES if c[3] is not None}
     # DT002: below, on a made-up device; EPI001: below, on a made-up design (every shipped design renders a gated op)
-    assert passing | {"DT002"} == failing | {"DT002", "EPI001"} == set(RULE)
+    assert passing | {"DT002", "EPI001"} == failing | {"DT002", "EPI001"} == set(RULE)
 
 
 def test_epi001_refuses_a_design_without_a_gated_epilogue(monkeypatch):

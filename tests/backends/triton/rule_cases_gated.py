@@ -14,13 +14,9 @@ GATED = {"epilogue": [SWIGLU]}
 
 CASES: list[tuple[str, str, dict, object]] = [
     # EPI001: every shipped design renders a gated epilogue (the CuTe ones and the Pallas TPU kernels since session 25),
-    # so no shipped target refuses it (tests/test_rules.py's test_epi001_refuses_a_design_without_a_gated_epilogue
-    # shows its refusal on a made-up design); the limits are EPI002 (Triton), EPI003 (CuTe), PAL012 / MGP003 (Mosaic
+    # so it applies to no shipped target: tests/test_rules.py's test_epi001_refuses_a_design_without_a_gated_epilogue
+    # shows both sides on a made-up design; the limits are EPI002 (Triton), EPI003 (CuTe), PAL012 / MGP003 (Mosaic
     # GPU), PAL013 / GRP204 (TPU)
-    ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), "epilogue": [{"op": "activation", "fn": "silu"}]}, None),
-    ("EPI001", "pallas:tpu_v6e", {"tile": tile(512, 512, 512), **GATED}, None),
-    ("EPI001", "pallas:tpu_v5e", {**G, "tile": tile(512, 512, 512), **GATED}, None),
-    ("EPI001", "cute:sm100", {"epilogue": [SWIGLU]}, None),
     # EPI002: a gated Triton kernel takes no split-K (dense) and no swap_ab (both kinds)
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"persistent": True}}, None),
     ("EPI002", "triton:sm90", {**GATED, "tile": tile(64, 64, 64), "schedule": {"split_k": 2}},
