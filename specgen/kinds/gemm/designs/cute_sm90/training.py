@@ -18,6 +18,13 @@ in band order by a second kernel: no atomics, the same bits every run.
 The companions are resolved and ruled as GEMMs of their own (SMEM001 on "backward dgrad"); the transposed
 orientation has the same stage bytes (tile.m x tile.k + tile.n x tile.k of one dtype), epilogue subtile and
 accumulator registers as the companion it orients.
+
+A gated epilogue (act(gate) * up, then at most a bias; `gated` the layout): pre and G have B's 2N columns in the
+forward's layout. forward_pre and recompute are the gated kernel (a gate and an up accumulator; their companions keep
+the gated op, so SMEM counts the up tiles) storing pre's, or G's dgate = (dOut * up) * act'(gate) and dup = dOut *
+act(gate), element by element into their (M, N, 2) pairs (a TMA box cannot reach a halves up column N elements on,
+nor every other element); dgrad and wgrad run the kernel ungated (`Config.gated`), plain GEMMs over 2N; the columns
+pass forms G from pre with dOut's column sums (the bias after the gate).
 """
 
 from __future__ import annotations
