@@ -2,7 +2,7 @@
 the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call once a round, rotating order,
 L2 flushed before each; all kernels of one call summed), with an A/A pair of eager for the noise.
 
-    python3 bench/train_step.py [--layer gelu|gelu_cute|gated] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
+    python3 bench/train_step.py [--layer gelu|gelu_cute|gated|gated_cute] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
 
 --compile adds torch.compile (default mode) of the eager step's forward as a second peer.
 
@@ -13,7 +13,9 @@ mlp_up_swiglu_train_*): h = x @ w.T with w the (2N, K) gate_up weight, gate, up 
 alone (torch.mm, eager's layouts) for the ceiling (eager's time over theirs), and the bytes each side keeps between
 forward and backward are measured (torch.cuda.memory_allocated after the forward, less the output). Also prints the
 bf16 gradients' distance from a float32 reference (eager's and ours). --layer gelu_cute: the gelu layer on the CuTe sm90
-design (linear_gelu_train_cute_bf16, preact) beside eager and the Triton preact kernel.
+design (linear_gelu_train_cute_bf16, preact) beside eager and the Triton preact kernel. --layer gated_cute: the gated
+layer on the CuTe sm90 design (GATED_CUTE, rendered here for cute:sm90 in both save modes: no catalogue kernel)
+beside eager, the three cuBLAS GEMMs alone and the Triton gated preact kernel.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +38,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="time torch.compile's step beside eager")
     ap.add_argument("--json", default="")
-    ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated"), default="gelu")
+    ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated", "gated_cute"), default="gelu")
     args = ap.parse_args()
-    fn = {"gated": measure_gated, "gelu_cute": measure_cute}.get(args.layer, measure)
+    fn = {"gated": measure_gated, "gelu_cute": measure_cute, "gated_cute": measure_gated_cute}.get(args.layer, measure)
     reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
@@ -127,12 +131,53 @@ def measure_cute(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
     return report
 
 
-def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
-    """The gated up-projection's step (N: the output's columns; w is (2N, K))."""
-    from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as preact
-    from generated.triton.mlp_up_swiglu_train_recompute_bf16 import (
-        mlp_up_swiglu_train_recompute_bf16 as recompute,
-    )
+# The gated up-projection on CuTe sm90 (SwiGLU, halves, B the (2N, K) gate_up weight as w.t()): the forward's
+# 128x128x64 gated tile over two warpgroups (a gate and an up accumulator: 128 x 256 outputs' worth), dgrad and wgrad
+# the plain 128x256x64 GEMMs over 2N, 2x1 clusters; rendered at run time (`save` set per module).
+GATED_CUTE = {"kind": "gemm", "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
+              "out": {"dtype": "bf16"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
+              "tile": {"m": 128, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 2}, "cluster": {"m": 2, "n": 1},
+              "schedule": {"persistent": True, "group_m": 8}, "targets": ["cute:sm90"],
+              "training": {"dgrad": {"tile": {"m": 128, "n": 256, "k": 64}, "ab_stages": 4},
+                           "wgrad": {"tile": {"m": 128, "n": 256, "k": 64}, "ab_stages": 4}}}
+
+
+def render_cute(name: str, save: str):
+    """GATED_CUTE with `save`, rendered for cute:sm90 into a temporary file and imported: its torch entry."""
+    from specgen.compile import load_rendered
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
+
+    spec = {**GATED_CUTE, "name": name, "training": {**GATED_CUTE["training"], "save": save}}
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<bench:{name}>", ".json")
+    ((rel, text),) = render_modules(ls, ls.spec.targets).items()
+    path = Path(tempfile.mkdtemp(prefix="specgen-bench-")) / Path(rel).name
+    path.write_text(text)
+    return getattr(load_rendered(path), name)
+
+
+def measure_gated_cute(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
+    """The gated up-projection's step on CuTe sm90, both save modes, beside the Triton gated preact kernel."""
+    from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as triton_preact
+
+    ours = {"specgen_cute_preact": render_cute("mlp_up_swiglu_train_cute_bench", "preact"),
+            "specgen_cute_recompute": render_cute("mlp_up_swiglu_train_recompute_cute_bench", "recompute"),
+            "specgen_triton_preact": triton_preact}
+    report = measure_gated(M, N, K, rounds, compiled, ours)
+    return {**report, "layer": "gated (SwiGLU, halves) on CuTe sm90",
+            "cutlass_dsl": __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl")}
+
+
+def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool, modules: dict | None = None) -> dict:
+    """The gated up-projection's step (N: the output's columns; w is (2N, K)); `modules`: the torch entries timed
+    (name: fn(a, b) with b = w.t()), the Triton preact and recompute kernels where not given."""
+    if modules is None:
+        from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as preact
+        from generated.triton.mlp_up_swiglu_train_recompute_bf16 import (
+            mlp_up_swiglu_train_recompute_bf16 as recompute,
+        )
+
+        modules = {"specgen_preact": preact, "specgen_recompute": recompute}
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
@@ -151,14 +196,14 @@ def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
         with torch.no_grad():
             return x @ w.t(), g2 @ w, g2.t() @ x
 
-    ours = {"specgen_preact": lambda x, w: preact(x, w.t()), "specgen_recompute": lambda x, w: recompute(x, w.t())}
+    ours = {k: (lambda f: lambda x, w: f(x, w.t()))(f) for k, f in modules.items()}
     peers = {"eager": eager, **({"compiled": torch.compile(eager)} if compiled else {})}
     calls = {"eager": step(eager), "eager_aa": step(eager), **({"compiled": step(peers["compiled"])} if compiled else {}),
              "cublas_gemms": cublas_gemms, **{k: step(f) for k, f in ours.items()}}
     xr, wr = (t.detach().float().requires_grad_() for t in (x, w))
     want = torch.autograd.grad(eager(xr, wr), (xr, wr), grad.float())
     errors = {}
-    for name in ("eager", "specgen_preact", "specgen_recompute"):
+    for name in ("eager", *ours):
         got = calls[name]()
         errors[name] = [((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, want, strict=True)]
     saved = {}
@@ -182,7 +227,7 @@ def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
               "ceiling_eager_over_cublas_gemms": ratios["eager"]["cublas_gemms"],
               "fraction_of_ceiling": {k: ratios["cublas_gemms"][k] for k in ours},
               "grad_rel_err_vs_f32 (dx, dw)": errors, "saved_bytes_measured": saved,
-              "saved_bytes_expected": {"specgen_preact": M * 2 * N * 2, "specgen_recompute": 0,
+              "saved_bytes_expected": {**{k: 0 if "recompute" in k else M * 2 * N * 2 for k in ours},
                                        "eager": M * 3 * N * 2}}
     print(json.dumps(report, indent=1))
     return report

@@ -134,6 +134,12 @@ def variants():
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
     yield from {**dense_sm90(), **cute_sm100_gated()}.values()  # the CuTe designs' gated epilogues (both kinds)
+    # the CuTe sm90 gated backward (spec: training after a gated op): both save modes, both layouts, a bias after it
+    for save, layout in (("preact", "halves"), ("recompute", "interleaved")):
+        yield spec_of(f"c_gtrain_{save}", [{"op": "gated", "fn": "silu", "layout": layout}, {"op": "bias"}],
+                      a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"},
+                      targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64}, per_target={}, variants=[],
+                      training={"save": save})
     # split-K (its workspace, counters and reduction), both reductions, batched and not, both schedules
     for tma, batch in ((False, False), (True, True)):
         yield spec_of(f"v_split_{tma}", EVERY_OP[:3], batch=batch, schedule={"persistent": tma, "split_k": 2},

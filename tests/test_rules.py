@@ -441,11 +441,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
      ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas (TPU, Mosaic "
                 "GPU) and Triton designs do)"], ("training",))),
-    # ... and a gated epilogue's backward is the Triton design's only (the Pallas one renders the others)
+    # ... and a gated epilogue's backward is the Triton and CuTe sm90 designs' only (the Pallas one renders the others)
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no gated "
-                "backward for pallas:tpu_v6e (the Triton design does)"], ("training",))),
+                "backward for pallas:tpu_v6e (the CuTe sm90 and Triton designs do)"], ("training",))),
     # ... as are the other chains' (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},

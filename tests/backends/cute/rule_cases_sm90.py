@@ -74,9 +74,16 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "tile": tile(64, 64, 64),
                              "cute": {"swap_ab": True, "mma_warpgroups": 1}},
      ("error", ["training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true)"], ("training",))),
+    # a gated epilogue's backward (pre and G of B's 2N columns), either layout and save mode, a bias after the gate; its
+    # output of the operands' dtype as every CuTe sm90 backward's
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ["training with a gated epilogue (silu, halves): the CuTe sm90 design renders no gated backward for "
-                "cute:sm90 (the Triton design does)"], ("training",))),
+     None),
+    ("TRN001", "cute:sm90", {"training": {"save": "recompute"},
+                             "epilogue": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, {"op": "bias"}]}, None),
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "out": {"dtype": "f32"},
+                             "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}]},
+     ("error", ["training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                "are stored in it); a.dtype = bf16, b.dtype = bf16, out.dtype = f32 (cute:sm90)"], ("training",))),
     ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "epilogue": [{"op": "bias", "along": "m"}]},
      ("error", ["training with epilogue ['bias along m']: the CuTe sm90 design renders no backward for it on cute:sm90 "
                 "(the triton design does)"], ("training",))),

@@ -144,7 +144,7 @@ def test_a_gated_backward_is_refused_and_a_render_past_check_raises(tmp_path) ->
     spec = form_spec(CATALOGUE) | {"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
                                         "tile": {"m": 128, "n": 128, "k": 64}}
     (trn,) = [d for d in _diagnostics(spec) if d.rule == "TRN001"]
-    assert "renders no gated backward for pallas:gpu_sm90 (the Triton design does)" in trn.message
+    assert "renders no gated backward for pallas:gpu_sm90 (the CuTe sm90 and Triton designs do)" in trn.message
     with pytest.raises(ValueError, match="no gated epilogue"):
         render(spec, tmp_path)
     f32 = form_spec("mgt_plain") | {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"},

@@ -23,8 +23,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
-    and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton
-    design); the Pallas TPU backward has none (nor a gated forward: EPI001). The other chains (scale, residual, clamp,
+    and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton and
+    dense CuTe sm90 designs); the Pallas TPU backward has none (nor a gated forward: EPI001). The other chains (scale, residual, clamp,
     cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
     (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
@@ -33,7 +33,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
-    if ctx.design.renders_training_on(ctx.info) and op is not None:
+    if ctx.design.renders_training_on(ctx.info) and op is not None and not ctx.design.renders_gated_training:
         where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_gated_training)
         yield Finding("TRN001", "error", f"training with a gated epilogue ({op.fn}, {op.layout}): the "
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "

@@ -18,6 +18,13 @@ in band order by a second kernel: no atomics, the same bits every run.
 The companions are resolved and ruled as GEMMs of their own (SMEM001 on "backward dgrad"); the transposed
 orientation has the same stage bytes (tile.m x tile.k + tile.n x tile.k of one dtype), epilogue subtile and
 accumulator registers as the companion it orients.
+
+A gated epilogue (act(gate) * up, then at most a bias; `gated` the layout): pre and G have B's 2N columns in the
+forward's layout. forward_pre and recompute are the gated kernel (a gate and an up accumulator; their companions keep
+the gated op, so SMEM counts the up tiles) storing pre's, or G's dgate = (dOut * up) * act'(gate) and dup = dOut *
+act(gate), element by element into their (M, N, 2) pairs (a TMA box cannot reach a halves up column N elements on,
+nor every other element); dgrad and wgrad run the kernel ungated (`Config.gated`), plain GEMMs over 2N; the columns
+pass forms G from pre with dOut's column sums (the bias after the gate).
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ class CuteTrainingPlan(SaveModes):
     operand_torch: str  # A's, B's and out's torch dtype (G and pre are stored in it)
     out_torch: str
     gemms: dict[str, CuteBackwardGemm]  # by role
-    gated: str = ""  # no gated backward here (TRN001); the shared autograd macro reads it
+    gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
 
     @property
     def kernels(self) -> list[str]:
@@ -106,9 +113,9 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> Cu
     if t is None:
         return None
     why = training_refusal(spec) or chain_refusal(spec)
-    if gated_op(spec.epilogue) is not None or why:  # type: ignore[attr-defined]
+    if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
-        raise ValueError(f"{spec.name}: {why or 'the CuTe sm90 backward has no gated epilogue'} (TRN001)")  # type: ignore[attr-defined]
+        raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, am, bm, transposed = oriented(c.companion, spec)
@@ -116,12 +123,13 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> Cu
         cfg = dataclasses.replace(cute_config(c), index=None, when="", bounds=[], persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
         gemms[c.companion] = CuteBackwardGemm(c.companion, x, y, am, bm, transposed, cfg)
     act = activation_fn(spec.epilogue)  # type: ignore[attr-defined]
-    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     return CuteTrainingPlan(save=t.save, act=act, act_op=act_op, bias=bias.name if bias is not None else "",
                             bias_torch=torch_name(bias.dtype) if bias is not None else "",
                             operand_torch=torch_name(spec.a.dtype), out_torch=torch_name(spec.out.dtype),  # type: ignore[attr-defined]
-                            gemms=gemms)
+                            gemms=gemms, gated=gated.layout if gated is not None else "")
 
 
 def training_metadata(t: CuteTrainingPlan) -> dict[str, object]:
