@@ -47,7 +47,7 @@ def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True
     if backward and hasattr(module, "BACKWARD_TILES"):  # a training module's backward kernels, `<kernel>[role]`
         from specgen.kinds.gemm.designs.triton.compile_backward import compile_backward
 
-        rows += compile_backward(module, target)
+        rows += compile_backward(module, target, timed_cubin)
     return rows
 
 

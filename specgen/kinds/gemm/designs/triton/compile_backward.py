@@ -16,6 +16,7 @@ Imports torch and triton: only `specgen compile` imports this module.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -103,9 +104,10 @@ def record(module: ModuleType, cc: int) -> list[tuple[str, Any, dict, tuple, dic
     return launches
 
 
-def compile_backward(module: ModuleType, target: TargetInfo) -> list:
+def compile_backward(module: ModuleType, target: TargetInfo, timed_cubin: Callable) -> list:
     """One result per backward kernel (`<kernel>[role]`; a kernel launched twice, with other constexprs, compiles
-    once: the first launch's)."""
+    once: the first launch's), each compiled through `timed_cubin` (compile.py's: the forward's timing and cubin
+    reading)."""
     cc = target.compute_capability
     assert cc is not None
     meta = module.METADATA
@@ -116,18 +118,18 @@ def compile_backward(module: ModuleType, target: TargetInfo) -> list:
             continue
         seen.add(role)
         plan = plans.get(role, {}).get("plan", {}).get(cc, {}).get("smem_bytes", 0)
-        rows.append(_compile(f"{meta['kernel']}[{role}]", jit, config, args, constexprs, target, plan))
+        rows.append(_compile(f"{meta['kernel']}[{role}]", jit, config, args, constexprs, target, plan, timed_cubin))
     return rows
 
 
-def _compile(label: str, jit: Any, config: dict, args: tuple, constexprs: dict, target: TargetInfo, plan_smem: int):
+def _compile(label: str, jit: Any, config: dict, args: tuple, constexprs: dict, target: TargetInfo, plan_smem: int,
+             timed_cubin: Callable):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
     from specgen.compile import CompileResult, compiler_message
-    from specgen.kinds.gemm.designs.triton.compile import timed_cubin
 
     gpu = GPUTarget("cuda", target.compute_capability, 32)
     backend = make_backend(gpu)
