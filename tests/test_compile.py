@@ -1,6 +1,7 @@
 """`specgen compile` on this CPU machine: every catalogue Triton kernel (and each of its size-selected
 variants) compiles for each of its targets (triton.compile for a GPUTarget), and the plan's SMEM estimate stays within 10% of what the
-compiler allocated; every Pallas TPU module lowers for each of its TPU targets (Mosaic lowering). Runs the real CLI in a subprocess: compiling needs the interpreter off, which
+compiler allocated; every training module's backward kernels (`<kernel>[role]`) compile for sm_90, one training
+spec's for sm_100; every Pallas TPU module lowers for each of its TPU targets (Mosaic lowering). Runs the real CLI in a subprocess: compiling needs the interpreter off, which
 the rest of the CPU suite keeps on."""
 
 from __future__ import annotations
