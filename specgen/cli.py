@@ -183,6 +183,8 @@ def compile_cmd(
     target: list[str] | None = typer.Option(None, "--target", help="Only these backend:arch targets (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per kernel and target."),
     sass: bool = typer.Option(False, "--sass", help="Where the compile hook reads SASS: count TMA, MMA and local-memory (LDL/STL) opcodes."),
+    forward_only: bool = typer.Option(False, "--forward-only", help="A training spec's forward kernels only, not its "
+                                      "backward's (the `<kernel>[role]` rows)."),
     export_dir: str | None = typer.Option(None, "--export", help="Where the design exports: write objects, a C "
                                           "header, launchers and a CMake file for C++ programs into DIR (a folder "
                                           "of its own: files specgen did not write are never replaced; the export "
@@ -218,7 +220,7 @@ def compile_cmd(
     failed = 0
     rows = []
     try:
-        for r in (r for ls in specs for r in compile_spec(ls, out_dir, wanted, sass=sass)):
+        for r in (r for ls in specs for r in compile_spec(ls, out_dir, wanted, sass=sass, backward=not forward_only)):
             failed += bool(r.error)
             rows.append(r)
             if as_json:
@@ -236,10 +238,11 @@ def compile_cmd(
             elif r.compiler_smem is None:  # lowered only (a hook whose compiler needs the device)
                 out.print(f"{r.kernel:28} {r.target:14} lowered; plan {r.plan_smem:7d} B   {r.seconds:.1f} s", markup=False)
             else:
-                delta = (r.plan_smem - r.compiler_smem) / r.compiler_smem * 100
+                # a backward's streaming kernel plans no SMEM (0), and may use none
+                delta = f"({(r.plan_smem - r.compiler_smem) / r.compiler_smem * 100:+.1f}%)" if r.compiler_smem and r.plan_smem else "(none planned)"
                 kernel = r.kernel if r.variant is None else f"{r.kernel}[{r.variant}]"
                 line = (f"{kernel:28} {r.target:14} compiler SMEM {r.compiler_smem:7d} B   plan {r.plan_smem:7d} B "
-                        f"({delta:+.1f}%)   {r.seconds:.1f} s")
+                        f"{delta}   {r.seconds:.1f} s")
                 if r.registers is not None:  # read off the cubin, with no spills (a spill is a failure above)
                     line += f"   {r.registers} registers, no spills"
                 if r.sass:

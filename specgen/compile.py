@@ -147,14 +147,17 @@ def compile_targets(ls: LoadedSpec, wanted: set[str]) -> list[Target]:
     return found
 
 
-def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = False) -> Iterator[CompileResult]:
+def compile_spec(ls: LoadedSpec, out_dir: Path, wanted: set[str], sass: bool = False,
+                 backward: bool = True) -> Iterator[CompileResult]:
     """Compile each rendered module of a spec for each of its targets (only `wanted` ones, when given).
-    `sass`: hooks that take a `sass` keyword count SASS opcodes too (the others ignore it)."""
+    `sass`: hooks that take a `sass` keyword count SASS opcodes too (the others ignore it). `backward` False: hooks
+    that take a `backward` keyword compile a training module's forward only (no `<kernel>[role]` rows)."""
     for t in compile_targets(ls, wanted):
         design = design_for(ls.spec.kind, t)
         assert design is not None
         hook = _hook(design.compile_hook)
-        options = {"sass": True} if sass and "sass" in inspect.signature(hook).parameters else {}
+        takes = inspect.signature(hook).parameters
+        options = ({"sass": True} if sass and "sass" in takes else {}) | ({"backward": False} if not backward and "backward" in takes else {})
         for rel in design.modules(ls.spec, [t]):
             path = out_dir / rel
             if not path.is_file():

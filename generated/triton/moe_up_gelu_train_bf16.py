@@ -801,4 +801,54 @@ METADATA = {
         ['INDEX_64', 'constexpr', 'constexpr'],
         ['FAST_MATH', 'constexpr', 'constexpr'],
     ],
+    'training': {
+        'save': 'preact',
+        'kernels': {
+            'forward_pre': {
+                'tile': [128, 128, 64],
+                'plan': {
+                    90: {
+                        'num_warps': 8,
+                        'num_stages': 4,
+                        'smem_bytes': 131072,
+                    },
+                    100: {
+                        'num_warps': 8,
+                        'num_stages': 4,
+                        'smem_bytes': 131072,
+                    },
+                },
+            },
+            'dgrad': {
+                'tile': [128, 128, 64],
+                'plan': {
+                    90: {
+                        'num_warps': 8,
+                        'num_stages': 4,
+                        'smem_bytes': 131072,
+                    },
+                    100: {
+                        'num_warps': 8,
+                        'num_stages': 4,
+                        'smem_bytes': 131072,
+                    },
+                },
+            },
+            'wgrad': {
+                'tile': [128, 128, 32],
+                'plan': {
+                    90: {
+                        'num_warps': 8,
+                        'num_stages': 2,
+                        'smem_bytes': 32768,
+                    },
+                    100: {
+                        'num_warps': 8,
+                        'num_stages': 2,
+                        'smem_bytes': 32768,
+                    },
+                },
+            },
+        },
+    },
 }

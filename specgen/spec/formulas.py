@@ -203,7 +203,9 @@ ARITHMETIC: dict[str, str] = {
 # multiplied into the output's gradient (dOut * act'(pre)). Each is the derivative of the float64 reference
 # (torch.relu, F.gelu, F.gelu(approximate="tanh"), F.silu, torch.sigmoid), so the gradients match float64
 # autograd of the reference (tests/test_formulas.py: test_derivative_equals_torch_autograd_in_float64).
-# relu's is torch's threshold_backward: 0 where x <= 0 (x = 0 included), 1 elsewhere (NaN included).
+# relu's is torch's threshold_backward: 0 where x <= 0 (x = 0 included), 1 elsewhere (NaN included). A step
+# derivative is not multiplied in but selected (each backend's `times_derivative` template macro: where(x <= 0,
+# 0, dOut)): threshold_backward gives 0 at x <= 0 whatever dOut is, a NaN or inf dOut included (0 x NaN is NaN).
 # The sigmoid-based ones use s = 0.5 + 0.5 t and 1 - s = 0.5 - 0.5 t with t = tanh(x / 2), the forward's one-tanh
 # form (1 - s written so keeps its precision where s is near 1); a backend CSEs the repeated tanh.
 _T_HALF = tanh(mul(HALF, X))

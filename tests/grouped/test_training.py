@@ -83,6 +83,27 @@ def test_poisoned_gradient_buffers_are_written_everywhere(chain: str, save: str,
         close(got, want[name], 1e-5, f"d{name}")
 
 
+@pytest.mark.parametrize("save", ["preact", "recompute"])
+def test_relu_selects_on_a_nan_output_gradient(save: str, load_kernel) -> None:
+    """relu's backward is torch's threshold_backward, a select: a NaN dOut where the pre-activation is <= 0 gives 0
+    (dOut times the step, 0 x NaN, would be NaN), as float64 autograd's."""
+    spec = train_spec("bias_relu", save)
+    mod = load_kernel(spec)
+    args = train_inputs(spec, [5, 0, 9], 0, 20, 19, seed=21)
+    values = list(args.values())
+    pre = mod._forward_train(*values)[1] if save == "preact" else None
+    a, b, bias = (args[n].double() for n in ("a", "b", "bias"))
+    ref_pre = torch.cat([a[:5] @ b[0] + bias[0], a[5:] @ b[2] + bias[2]])  # groups of 5, 0 and 9 rows
+    neg = (ref_pre < 0).nonzero()[0]
+    grad = torch.randn(14, 20, generator=torch.Generator().manual_seed(22))
+    grad[neg[0], neg[1]] = float("nan")
+    got = mod._backward(grad, *values, pre)
+    _, _, want = reference_grads(spec, args, grad)
+    for name, g in zip(("a", "b", "bias"), got, strict=True):
+        assert not want[name].isnan().any() and not g.isnan().any(), f"d{name}: NaN from a NaN dOut at a negative input"
+        close(g, want[name], 1e-5, f"d{name}")
+
+
 def test_only_the_gradients_asked_for_and_none_for_the_index(load_kernel) -> None:
     spec = train_spec("bias_relu", "preact")
     fn = getattr(load_kernel(spec), spec["name"])

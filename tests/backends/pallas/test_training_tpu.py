@@ -170,6 +170,28 @@ def test_nan_in_the_output_gradient_propagates_as_float64s(save: str, tmp_path_f
         close(got.nan_to_num(0).numpy(), w.nan_to_num(0), 1e-5, f"d{name}")
 
 
+@pytest.mark.parametrize("save", SAVES)
+def test_relu_selects_on_a_nan_output_gradient(save: str, tmp_path_factory) -> None:
+    """relu's backward is torch's threshold_backward, a select: a NaN dOut where the pre-activation is <= 0 gives 0
+    (dOut times the step, 0 x NaN, would be NaN), one where it is > 0 passes; G formed by the column pass
+    (preact) or the recompute GEMM's epilogue (recompute)."""
+    spec = training_spec("bias_relu", save)
+    mod = module(spec, tmp_path_factory)
+    args, grad = inputs(spec, ODD, seed=10)
+    a, b, bias = (np.asarray(x, np.float64) for x in args)
+    pre = a @ b.T + bias
+    neg = np.argwhere(pre < 0)[0]
+    pos = next(p for p in np.argwhere(pre > 0) if p[0] != neg[0] and p[1] != neg[1])
+    grad = grad.at[neg[0], neg[1]].set(jnp.nan).at[pos[0], pos[1]].set(jnp.nan)
+    _, grads = run(getattr(mod, spec["name"]), args, grad)
+    _, want = reference(spec, args, grad)
+    assert not want[0][neg[0]].isnan().any() and want[0][pos[0]].isnan().all()
+    for name, g, w in zip(("a", "b", "bias"), grads, want, strict=True):
+        got = torch.from_numpy(np.asarray(g, np.float64))
+        assert torch.equal(got.isnan(), w.isnan()), f"d{name}: NaN where float64 has none (or not)"
+        close(got.nan_to_num(0).numpy(), w.nan_to_num(0), 1e-5, f"d{name}")
+
+
 def test_gradient_of_one_argument_and_vjp(tmp_path_factory) -> None:
     """jax.grad of one argument, and jax.vjp's pullback (the custom_vjp's rules) under jax.jit."""
     spec = training_spec("bias_silu", "recompute")

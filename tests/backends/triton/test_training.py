@@ -169,6 +169,27 @@ def test_nan_in_the_output_gradient_propagates_as_float64s(save: str, load_kerne
         close(grads[name].nan_to_num(0), want[name].nan_to_num(0), 1e-5, f"d{name}")
 
 
+@pytest.mark.parametrize("save", SAVES)
+def test_relu_selects_on_a_nan_output_gradient(save: str, load_kernel) -> None:
+    """relu's backward is torch's threshold_backward, a select: a NaN dOut where the pre-activation is <= 0 gives 0
+    (dOut times the step, 0 x NaN, would give NaN), one where it is > 0 passes. G formed by grad_cols (preact) or the
+    recompute GEMM's epilogue (recompute)."""
+    spec = training_spec("bias_relu", save)
+    mod = load_kernel(spec)
+    args = inputs(spec, ODD, seed=12)
+    pre = args["a"].double() @ args["b"].double() + args["bias"].double()
+    neg = (pre < 0).nonzero()[0]
+    pos = ((pre > 0) & (torch.arange(ODD[0])[:, None] != neg[0]) & (torch.arange(ODD[1])[None, :] != neg[1])).nonzero()[0]
+    grad = torch.randn(ODD[0], ODD[1], generator=torch.Generator().manual_seed(13))
+    grad[neg[0], neg[1]] = grad[pos[0], pos[1]] = float("nan")
+    _, grads = run(getattr(mod, spec["name"]), args, grad)
+    _, want = reference(spec, args, grad)
+    assert not want["a"][neg[0]].isnan().any() and want["a"][pos[0]].isnan().all()
+    for name in args:
+        assert torch.equal(grads[name].isnan(), want[name].isnan()), f"d{name}: NaN where float64 has none (or not)"
+        close(grads[name].nan_to_num(0), want[name].nan_to_num(0), 1e-5, f"d{name}")
+
+
 @pytest.mark.parametrize("needs", [("a",), ("b",), ("bias",), ("a", "bias")])
 def test_only_the_gradients_asked_for(needs: tuple[str, ...], load_kernel) -> None:
     """A frozen weight (or an input that needs no gradient) gets none; the others are right."""

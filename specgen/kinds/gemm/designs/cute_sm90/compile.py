@@ -55,7 +55,7 @@ def launch_smem(ir_text: str) -> int | None:
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
-                   fill_cache: bool = True) -> list[CompileResult]:
+                   fill_cache: bool = True, backward: bool = True) -> list[CompileResult]:
     """Compile one rendered CuTe module for its target (the `compile_hook` of kinds/gemm/designs/cute_sm90/design.py):
     every config, the default first, then each size-selected variant (reported as `<kernel>[variant i]`),
     each beside its own plan SMEM; optionally count SASS opcodes; fill the disk cache the launcher reads."""
@@ -66,7 +66,7 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
     rows = [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
             for variant, plan_smem in zip(launcher.configs, smem, strict=True)]
     training = plan.get("training")
-    if training:  # the backward's GEMMs (`<kernel>[dgrad]`), each beside its plan SMEM, then its columns kernel (no SMEM)
+    if training and backward:  # the backward's GEMMs (`<kernel>[dgrad]`), each beside its plan SMEM, then its columns kernel (no SMEM)
         train = module._train_launcher
         rows += [compile_config(train, meta["kernel"], role, target, training["kernels"][role]["smem_bytes"], sass, fill_cache)
                  for role in train.configs]

@@ -29,9 +29,9 @@ from specgen.targets import TargetInfo
 BATCH = 2
 
 
-def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult | list[CompileResult]:
+def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True) -> CompileResult | list[CompileResult]:
     if target.memory == "smem":
-        return _lower_mgpu(module, target)
+        return _lower_mgpu(module, target, backward)
     import jax
     import jax.numpy as jnp
 
@@ -65,13 +65,13 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult | li
     return CompileResult(meta["kernel"], target.name, meta["vmem_bytes"], None, time.perf_counter() - start)
 
 
-def _lower_mgpu(module: ModuleType, target: TargetInfo) -> list[CompileResult]:
+def _lower_mgpu(module: ModuleType, target: TargetInfo, backward: bool = True) -> list[CompileResult]:
     """Each config of the module (the default, then every size-selected variant, its result's `variant`
     set: the CLI shows `<kernel>[i]`) lowered for CUDA with that config forced, each beside its plan SMEM."""
     configs = [(None, module.CONFIG), *enumerate(module.VARIANT_CONFIGS)]
     rows = [_lower_mgpu_config(module, target, variant, cfg) for variant, cfg in configs]
     # the backward's GEMMs (spec: training; `<kernel>[dgrad]`), each its role's kernel beside its plan SMEM
-    return rows + [_lower_mgpu_role(module, target, role) for role in getattr(module, "TRAIN_GEMMS", {})]
+    return rows + [_lower_mgpu_role(module, target, role) for role in (getattr(module, "TRAIN_GEMMS", {}) if backward else {})]
 
 
 def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:

@@ -1,6 +1,7 @@
 """The Triton GEMM design's compile hook: `triton.compile` of a rendered module's kernel for one target,
 on a CPU machine, with the compiler's shared-memory figure beside the plan's, for the default config
-and for each size-selected variant (each compiles a kernel of its own).
+and for each size-selected variant (each compiles a kernel of its own), then each kernel of a training
+module's backward (`<kernel>[role]`, compile_backward.py; the grouped Triton design's modules too).
 
 The kernel is specialized the way the JIT specializes the common case (16-byte aligned pointers, sizes
 and strides multiples of 16); that fills Triton's on-disk cache, which the launcher's first call for
@@ -31,9 +32,10 @@ def _attrs(params: list[list[str]]) -> dict[tuple[int], list[list[object]]]:
             if spec == "aligned" and (ty.startswith("*") or ty in ("i32", "i64"))}
 
 
-def compile_module(module: ModuleType, target: TargetInfo) -> list[CompileResult]:
+def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True) -> list[CompileResult]:
     """The default config and every size-selected variant (split-K ones included), each its own
-    kernel (its constexprs, warps and stages): one result per config, the variants' labelled."""
+    kernel (its constexprs, warps and stages): one result per config, the variants' labelled; then, with
+    `backward`, each kernel of a training module's backward (`<kernel>[role]`: compile_backward.py)."""
     cc = target.compute_capability
     assert cc is not None
     meta = module.METADATA
@@ -41,7 +43,12 @@ def compile_module(module: ModuleType, target: TargetInfo) -> list[CompileResult
     for i, v in enumerate(meta.get("variants", ())):
         configs.append((i, module._VARIANT_CONSTEXPRS[i], module.VARIANT_CONFIGS[i][cc], v["plan"][cc]["smem_bytes"],
                         v.get("descriptors", {})))
-    return [_compile(module, target, *c) for c in configs]
+    rows = [_compile(module, target, *c) for c in configs]
+    if backward and hasattr(module, "BACKWARD_TILES"):  # a training module's backward kernels, `<kernel>[role]`
+        from specgen.kinds.gemm.designs.triton.compile_backward import compile_backward
+
+        rows += compile_backward(module, target, timed_cubin)
+    return rows
 
 
 def _compile(module: ModuleType, target: TargetInfo, variant: int | None, constexprs: dict, options: dict,
@@ -57,9 +64,15 @@ def _compile(module: ModuleType, target: TargetInfo, variant: int | None, conste
     constexprs = {**constexprs, "FAST_MATH": True}
     signature = {n: descriptors.get(n, ty) for n, ty, _ in params}  # a variant's descriptors have its boxes
     src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=_attrs(params))
+    return timed_cubin(name, target, plan_smem, variant,
+                       lambda: triton.compile(src, target=GPUTarget("cuda", target.compute_capability, 32), options=dict(options)))
+
+
+def timed_cubin(name: str, target: TargetInfo, plan_smem: int, variant: int | None, build) -> CompileResult:
+    """`build()` (a triton.compile) timed, its SMEM beside the plan's, registers and spills read off its cubin."""
     start = time.perf_counter()
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", target.compute_capability, 32), options=dict(options))
+        compiled = build()
     except Exception as e:  # the compiler's own message is the useful part
         return CompileResult(name, target.name, plan_smem, None, time.perf_counter() - start,
                              compiler_message(e), variant=variant)

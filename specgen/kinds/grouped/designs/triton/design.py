@@ -347,7 +347,18 @@ def metadata(p: GroupedTritonPlan) -> dict[str, object]:
                  for c in p.configs},
         "parameters": [[q.name, q.type, q.specialization] for q in p.params],
     } | ({"swap_ab": True} if p.swap_ab else {}) | ({"variants": [variant_metadata(v) for v in p.variants]}
-                                                    if p.variants else {})
+                                                    if p.variants else {}) | (
+        {"training": training_metadata(p.training)} if p.training is not None else {})
+
+
+def training_metadata(t: GroupedTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry, as the dense design's: what the forward saves and each backward GEMM's tile and
+    launch config (the compile hook's plan SMEM beside the compiler's)."""
+    return {"save": t.save, "kernels": {
+        role: {"tile": [k.tile_m, k.tile_n, k.tile_k],  # type: ignore[attr-defined]
+               "plan": {c.compute_capability: {"num_warps": c.num_warps, "num_stages": c.ab_stages, "smem_bytes": c.smem_bytes}
+                        for c in k.configs}}  # type: ignore[attr-defined]
+        for role, k in t.kernels.items()}}
 
 
 DESIGN = TritonGrouped()
