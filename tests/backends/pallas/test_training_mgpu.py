@@ -138,14 +138,13 @@ def test_a_backward_tile_is_checked_like_a_gemm() -> None:
     assert "needs 294976 B of SMEM > 232448 B" in smem.message
 
 
-def test_a_gated_backward_is_refused_and_a_render_past_check_raises(tmp_path) -> None:
-    """TRN001 refuses a gated epilogue's backward on Mosaic GPU (the Triton design renders it); the plan refuses what
-    check would, so a render that skipped check emits no wrong backward."""
-    spec = form_spec(CATALOGUE) | {"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
-                                        "tile": {"m": 128, "n": 128, "k": 64}}
+def test_a_render_past_check_raises_what_trn001_refuses(tmp_path) -> None:
+    """TRN001 refuses a swap_ab forward's backward on Mosaic GPU; the plan refuses what check would, so a render that
+    skipped check emits no wrong backward (a gated epilogue's backward is rendered: test_training_mgpu_gated.py)."""
+    spec = form_spec(CATALOGUE) | {"pallas": {"swap_ab": True}, "tile": {"m": 64, "n": 128, "k": 64}}
     (trn,) = [d for d in _diagnostics(spec) if d.rule == "TRN001"]
-    assert "renders no gated backward for pallas:gpu_sm90 (the CuTe sm90 and Triton designs do)" in trn.message
-    with pytest.raises(ValueError, match="no gated epilogue"):
+    assert "the Mosaic GPU backward has no swap_ab forward" in trn.message
+    with pytest.raises(ValueError, match=r"no swap_ab forward .*\(TRN001\)"):
         render(spec, tmp_path)
     f32 = form_spec("mgt_plain") | {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"},
                                    "out": {"dtype": "f32"}}
