@@ -9,6 +9,8 @@ kernels themselves run on a Hopper GPU: tests/gpu/test_training_mgpu_gated_gpu.p
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -89,6 +91,7 @@ def test_grad_under_jit_lowers_with_every_role(modules) -> None:
         text = grads.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
         for role in mod.TRAIN_GEMMS:
             assert f"{name}_{role}" in text, (name, role)
+        assert (f"{name}_grad_cols" in text) == ("forward_pre" in mod.TRAIN_GEMMS)  # preact's G / dbias kernel
         assert [s.shape for s in jax.eval_shape(grads, *args)] == [x.shape for x in args]
 
 
@@ -141,6 +144,8 @@ def test_the_vjp_glue_against_float64_autograd(modules, name: str, monkeypatch) 
     gemm, launch = kernel_model(mod, name)
     monkeypatch.setattr(mod, "_gemm", gemm)
     monkeypatch.setattr(mod, "_launch", launch)
+    if hasattr(mod, "_grad_cols"):  # preact's G and dbias kernel (Pallas' Triton lowering) under Pallas' interpreter
+        monkeypatch.setattr(mod, "_grad_cols", functools.partial(mod._grad_cols, interpret=True))
     spec = form_spec(name)
     args, grad = inputs(spec, (37, 72, 40))
     loss = lambda *xs: jnp.sum(mod._train(*xs).astype(jnp.float32) * grad.astype(jnp.float32))  # noqa: E731

@@ -57,7 +57,7 @@ RESERVED: frozenset[str] = frozenset({
     "stores", "transposed", "view", "x_ext", "x_gmem", "x_k", "x_op", "x_smem", "x_spec", "x_tile", "y_ext", "y_gmem",
     "y_k", "y_op", "y_smem", "y_spec", "y_tile", "zeros",
     # ... a gated epilogue's (pre / G halves, the gate and up tiles) and the G / bias-gradient kernel's
-    "dgate", "dout", "dup", "full", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
+    "dgate", "dout", "dup", "full", "gate_ref", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
 })
 
 # How its templates derive names from an epilogue argument `x`.
