@@ -32,7 +32,7 @@ by TMA while the next tile's loads are already running. SMEM: 229440 B = A/B 4 x
 Differentiable (spec: training, save = "preact"; docs/training.md): a jax.custom_vjp whose backward runs
 this kernel traced per role (TRAIN_GEMMS: forward_pre, dgrad, wgrad; each its companion's checked tile and
 stages, its operands read by TMA in their stored majors): the forward also stores pre = A @ B + bias
-(saved), G = dOut * gelu_tanh'(pre) (jnp: XLA's kernels), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32, jnp),
+(saved), G = dOut * gelu_tanh'(pre) (one pallas_call, Pallas' Triton lowering), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32, with G),
 each gradient in its operand's stored layout (a transposed one stored through the slots' transposed view).
 
 M / N / K tails: TMA reads past an edge as zeros and clips stores; an operand whose extent TMA's tiled

@@ -14,12 +14,14 @@ majors, exactly what was checked); where the gradient's stored layout is C's tra
 dB of a K-major B: the nn.Linear weight) the epilogue writes each subtile through the slot's transposed view
 (as a `pallas.swap_ab` kernel stores out^T's subtiles), so the TMA store lays down C^T's: the same SMEM, which
 needs square epilogue subtiles (tile.m >= 64 and tile.n >= 128: TRN001 says so otherwise).
-G and the bias gradient (grad_cols) are not a Mosaic GPU kernel: jnp under the step's jit (G = dOut * act'(pre) and
-G's column sum in f32; XLA ran them as two kernels on the H200).
+G and the bias gradient from the saved pre (grad_cols) are one `pl.pallas_call` through Pallas' Triton lowering, not
+Mosaic GPU (G = dOut * act'(pre) and its column sums by band in f32); with recompute or no activation the bias
+gradient is jnp's column sum.
 A gated epilogue (`gated`: its layout): forward_pre and recompute read a gate and an up tile of B's gated view (two
 accumulators, as the gated forward) and store pre / G as an (M, 2, N) array, gate at [:, 0], up at [:, 1] (a TMA
-store through a squeezed middle index); G in B's layout (halves: that array's (M, 2N) reshape, no copy;
-interleaved: its transpose, an XLA copy) feeds dgrad and wgrad, the plain GEMMs over 2N; dbias = dOut's column sum.
+store through a squeezed middle index); G in B's layout (preact: grad_cols writes it so; recompute: halves the
+array's (M, 2N) reshape, no copy, interleaved its transpose, an XLA copy) feeds dgrad and wgrad, the plain GEMMs over
+2N; dbias = dOut's column sum.
 """
 
 from __future__ import annotations
