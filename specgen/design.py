@@ -120,6 +120,9 @@ class DesignBase:
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
     # the backward of a gated epilogue (G of 2N columns: dgate, dup) too, where training is rendered (TRN001 elsewhere)
     renders_gated_training: ClassVar[bool] = False
+    # how TRN001's message names a design that renders that backward on some of its targets only
+    # (`renders_gated_training_on`)
+    gated_training_label: ClassVar[str] = ""
     # the backward of the other chains (scale, residual, clamp, cast, bias along m, any order) and of an fp8
     # forward (rowwise scales) too, where training is rendered (TRN001 elsewhere)
     renders_chain_training: ClassVar[bool] = False
@@ -227,6 +230,11 @@ class DesignBase:
         """Whether the module serving `target` renders a spec's `training` backward (TRN001 refuses the section
         where it does not): the design's `renders_training`, unless it differs by target."""
         return self.renders_training
+
+    def renders_gated_training_on(self, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders a gated epilogue's backward where it renders `training`
+        (TRN001 refuses it where it does not): the design's `renders_gated_training`, unless it differs by target."""
+        return self.renders_gated_training
 
     def training_refusal(self, spec: LayeredSpec, target: TargetInfo | None = None) -> str:
         """Why this design renders no backward for `spec` on `target` where it renders `training` ("" where it does):

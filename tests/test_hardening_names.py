@@ -245,6 +245,12 @@ def pallas_variants():
         yield spec_of(f"tg{i}", chain, a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": "mn" if i % 3 else "k"},
                       tile={"m": 128, "n": 128, "k": 64}, targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1},
                       per_target={}, variants=[], training={"save": save})
+    # a Mosaic GPU gated backward: both layouts in both save modes, with the bias after the gate and without
+    for i, (save, layout) in enumerate(itertools.product(["preact", "recompute"], ["halves", "interleaved"])):
+        yield spec_of(f"tgg{i}", [{"op": "gated", "fn": "silu", "layout": layout}, *(EVERY_OP[:1] if i % 2 else [])],
+                      a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "k"}, tile={"m": 128, "n": 128, "k": 64},
+                      targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
+                      training={"save": save})
 
 
 def render_pallas_module(ls) -> str:

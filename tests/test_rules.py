@@ -441,11 +441,11 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
      ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas (TPU, Mosaic "
                 "GPU) and Triton designs do)"], ("training",))),
-    # ... and a gated epilogue's backward is the Triton and CuTe sm90 designs' only (the Pallas one renders the others)
+    # ... and a gated epilogue's backward is the Triton, CuTe sm90 and Pallas (Mosaic GPU, not TPU) designs'
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no gated "
-                "backward for pallas:tpu_v6e (the CuTe sm90 and Triton designs do)"], ("training",))),
+                "backward for pallas:tpu_v6e (the CuTe sm90, Pallas (Mosaic GPU) and Triton designs do)"], ("training",))),
     # ... as are the other chains' (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},
@@ -800,7 +800,7 @@ def test_check_and_render_resolve_each_spec_target_pair_once(monkeypatch, tmp_pa
         design = design_for(ls.spec.kind, t)
         renders = design is not None and design.renders_training_on(target_info(t))  # per target (Pallas: TPU only)
         # ... and a gated epilogue's backward only where the design renders it (the Triton design's)
-        renders = renders and (design.renders_gated_training or gated_op(getattr(ls.spec, "epilogue", [])) is None)
+        renders = renders and (design.renders_gated_training_on(target_info(t)) or gated_op(getattr(ls.spec, "epilogue", [])) is None)
         companions = ls.spec.for_target(t).companions() if renders else ()
         return [f"{ls.name} @ {t}", *(f"{ls.name} @ {t} #{i}" for i in range(len(ls.spec.variants_on(t)))),
                 *(f"{c.name} @ {t}" for _, c, _ in companions)]

@@ -32,7 +32,7 @@ by TMA while the next tile's loads are already running. SMEM: 229440 B = A/B 4 x
 Differentiable (spec: training, save = "preact"; docs/training.md): a jax.custom_vjp whose backward runs
 this kernel traced per role (TRAIN_GEMMS: forward_pre, dgrad, wgrad; each its companion's checked tile and
 stages, its operands read by TMA in their stored majors): the forward also stores pre = A @ B + bias
-(saved), G = dOut * gelu_tanh'(pre) (jnp: XLA's kernels), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32, jnp),
+(saved), G = dOut * gelu_tanh'(pre) (one pallas_call, Pallas' Triton lowering), dA = G @ B^T, dB = A^T @ G, dbias = G's column sum (f32, with G),
 each gradient in its operand's stored layout (a transposed one stored through the slots' transposed view).
 
 M / N / K tails: TMA reads past an edge as zeros and clips stores; an operand whose extent TMA's tiled
@@ -50,6 +50,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from jax.experimental.pallas import triton as pltriton
 
 from specgen.runtime import RUNTIME_ABI
 from specgen.runtime import jax as _rt
@@ -439,12 +440,47 @@ def _gemm(role: str, m: int, n: int, k: int, x, y, *extra):
     return outs if role == "forward_pre" else outs[0]
 
 
-def _grad_cols(grad, pre):
-    """G = dOut * gelu_tanh'(pre) in the operands' dtype, and G's column sum (the bias gradient) in f32: jnp, XLA's
-    kernels (not Mosaic GPU's), GELU's derivative, tanh form in f32."""
-    acc = pre.astype(jnp.float32)
-    g = grad.astype(jnp.float32) * (0.5 * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) + 0.5 * acc * ((1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) * (1.0 + -1.0 * jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
-    return g.astype(OPERAND), jnp.sum(g, axis=0)
+# grad_cols's block (rows of a band x columns): one pallas_call (Triton) forms G and its column sums by band
+COLS_BLOCK = (64, 128)
+
+
+def _grad_cols_kernel(dout_ref, pre_ref, g_ref, sums_ref, *, m: int, n: int):
+    """One block: G = dOut * gelu_tanh'(pre) in f32 (GELU's derivative, tanh form), stored in the operands' dtype, and its
+    column sum over the block's rows (f32). Pallas' Triton lowering addresses a block past M or N
+    unmasked, so every load and store is masked to the array (the tail reads zeros)."""
+    blk_m, blk_n = COLS_BLOCK
+    rows = pl.program_id(1) * blk_m + lax.broadcasted_iota(jnp.int32, (blk_m, blk_n), 0)
+    cols = pl.program_id(0) * blk_n + lax.broadcasted_iota(jnp.int32, (blk_m, blk_n), 1)
+    inside = (rows < m) & (cols < n)
+    acc = pltriton.load(pre_ref, mask=inside, other=0.0).astype(jnp.float32)
+    g = pltriton.load(dout_ref, mask=inside, other=0.0).astype(jnp.float32) * (0.5 * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) + 0.5 * acc * ((1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) * (1.0 + -1.0 * jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
+    pltriton.store(g_ref, g.astype(g_ref.dtype), mask=inside)
+    sums = jnp.sum(jnp.where(inside, g, 0.0), axis=0, keepdims=True)
+    pltriton.store(sums_ref, sums, mask=pl.program_id(0) * blk_n + lax.broadcasted_iota(jnp.int32, (1, blk_n), 1) < n)
+
+
+def _grad_cols(grad, pre, interpret: bool = False):
+    """G = dOut * gelu_tanh'(pre) in the operands' dtype, and G's column sum (the bias gradient) in f32: one
+    pallas_call over (64, 128) blocks (Pallas' Triton lowering, not Mosaic GPU: an elementwise pass and its sums by
+    band, which XLA ran as two kernels), the bands' sums added by jnp (cdiv(M, 64) x N f32). `interpret`: Pallas'
+    interpreter (the CPU tests)."""
+    m, n = grad.shape
+    if m == 0 or n == 0:
+        return jnp.zeros((m, n), OPERAND), jnp.zeros((n,), jnp.float32)
+    blk_m, blk_n = COLS_BLOCK
+    bands = pl.cdiv(m, blk_m)
+    block = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
+    outs = pl.pallas_call(
+        functools.partial(_grad_cols_kernel, m=m, n=n),
+        grid=(pl.cdiv(n, blk_n), bands),
+        in_specs=[block, block],
+        out_specs=[block, pl.BlockSpec((1, blk_n), lambda j, i: (i, j))],
+        out_shape=[jax.ShapeDtypeStruct((m, n), OPERAND), jax.ShapeDtypeStruct((bands, n), jnp.float32)],
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name=f"{NAME}_grad_cols",
+    )(grad, pre)
+    return outs[0], jnp.sum(outs[1], axis=0)
 
 
 def _dims(a, b, bias) -> tuple[int, int, int]:

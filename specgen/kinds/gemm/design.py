@@ -66,8 +66,8 @@ class GemmDesign(DesignBase):
 
     def renders_companions_of(self, spec: GemmSpec, target: TargetInfo) -> bool:
         """A backward's GEMMs where the design renders training on `target`; a gated epilogue's only where it renders
-        that backward too (`renders_gated_training`)."""
-        return self.renders_training_on(target) and (self.renders_gated_training or gated_op(spec.epilogue) is None)
+        that backward too (`renders_gated_training_on`)."""
+        return self.renders_training_on(target) and (self.renders_gated_training_on(target) or gated_op(spec.epilogue) is None)
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module moves by TMA: one per tile where the target moves raw boxes, else none."""

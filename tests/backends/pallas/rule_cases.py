@@ -168,6 +168,13 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:gpu_sm90", {"a": {"dtype": "bf16", "major": "mn"},
                                    "training": {"save": "preact", "dgrad": {"tile": tile(128, 64, 64)}}},
      ("error", ["the Mosaic GPU dgrad stores its product's transpose"], ("training",))),
+    # TRN001 and a gated epilogue: Mosaic GPU renders its backward (halves or interleaved, a bias after it, both
+    # modes: training_mgpu.py); the TPU module does not (tests/test_rules.py)
+    ("TRN001", "pallas:gpu_sm90", {"tile": tile(128, 128, 64), "training": {"save": "preact"},
+                                   "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
+    ("TRN001", "pallas:gpu_sm90", {"tile": tile(128, 128, 64), "training": {"save": "recompute"},
+                                   "epilogue": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},
+                                                {"op": "bias", "along": "n"}]}, None),
     ("OPT001", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True}}, None),
     ("OPT001", "pallas:tpu_v5e", {"tile": tile(128, 128, 128), "pallas": {"swap_ab": True}},
      ("error", ["pallas.swap_ab is a Mosaic GPU setting; pallas:tpu_v5e (Mosaic TPU) does not swap"],

@@ -119,6 +119,7 @@ def test_grad_under_jit_lowers_with_every_role(modules) -> None:
             text = grads.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
             for role in mod.TRAIN_GEMMS:
                 assert f"{name}_{role}" in text, (name, role)
+            assert (f"{name}_grad_cols" in text) == ("forward_pre" in mod.TRAIN_GEMMS and bool(spec["epilogue"]))
             assert [s.shape for s in jax.eval_shape(grads, *args)] == [x.shape for x in args]
 
 
@@ -138,16 +139,43 @@ def test_a_backward_tile_is_checked_like_a_gemm() -> None:
     assert "needs 294976 B of SMEM > 232448 B" in smem.message
 
 
-def test_a_gated_backward_is_refused_and_a_render_past_check_raises(tmp_path) -> None:
-    """TRN001 refuses a gated epilogue's backward on Mosaic GPU (the Triton design renders it); the plan refuses what
-    check would, so a render that skipped check emits no wrong backward."""
-    spec = form_spec(CATALOGUE) | {"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
-                                        "tile": {"m": 128, "n": 128, "k": 64}}
+def test_a_render_past_check_raises_what_trn001_refuses(tmp_path) -> None:
+    """TRN001 refuses a swap_ab forward's backward on Mosaic GPU; the plan refuses what check would, so a render that
+    skipped check emits no wrong backward (a gated epilogue's backward is rendered: test_training_mgpu_gated.py)."""
+    spec = form_spec(CATALOGUE) | {"pallas": {"swap_ab": True}, "tile": {"m": 64, "n": 128, "k": 64}}
     (trn,) = [d for d in _diagnostics(spec) if d.rule == "TRN001"]
-    assert "renders no gated backward for pallas:gpu_sm90 (the CuTe sm90 and Triton designs do)" in trn.message
-    with pytest.raises(ValueError, match="no gated epilogue"):
+    assert "the Mosaic GPU backward has no swap_ab forward" in trn.message
+    with pytest.raises(ValueError, match=r"no swap_ab forward .*\(TRN001\)"):
         render(spec, tmp_path)
     f32 = form_spec("mgt_plain") | {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"},
                                    "out": {"dtype": "f32"}}
     with pytest.raises(ValueError, match=r"takes f16 or bf16 operands .*\(TRN001\)"):
         render(f32, tmp_path)
+
+
+def test_grad_cols_kernel_matches_the_jnp_pass_and_float64(modules) -> None:
+    """preact's G and dbias are one pallas_call (Pallas' Triton lowering; no GPU here: Pallas' interpreter runs it):
+    G and the bias gradient equal the jnp pass they replaced (the XLA kernels the H200 ran: G in f32 rounded to bf16,
+    its f32 column sum) and float64 autograd of gelu_tanh, at M and N off its (64, 128) blocks, M = 1 and N under one
+    block (the gradient program of test_grad_under_jit_lowers_with_every_role holds it, lowered for CUDA)."""
+    import numpy as np
+    import torch
+
+    mod = modules[CATALOGUE][0]
+    rng = np.random.default_rng(3)
+    for m, n in ((130, 136), (1, 72)):
+        grad = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+        pre = jnp.asarray(3 * rng.standard_normal((m, n)), jnp.bfloat16)
+        g, dbias = mod._grad_cols(grad, pre, interpret=True)
+        # the jnp pass the kernel replaced, verbatim: G = dOut * gelu_tanh'(pre) in f32 (jax's own derivative here)
+        want_g = grad.astype(jnp.float32) * jax.vmap(jax.grad(lambda v: jax.nn.gelu(v, approximate=True)))(
+            pre.astype(jnp.float32).reshape(-1)).reshape(m, n)
+        assert g.dtype == jnp.bfloat16 and dbias.dtype == jnp.float32 and dbias.shape == (n,)
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(want_g.astype(jnp.bfloat16), np.float32),
+                                   rtol=2e-2, atol=2e-2)
+        np.testing.assert_allclose(np.asarray(dbias), np.asarray(jnp.sum(want_g, axis=0)), rtol=1e-4, atol=1e-3)
+        x = torch.from_numpy(np.asarray(pre, np.float64)).requires_grad_()
+        torch.nn.functional.gelu(x, approximate="tanh").backward(torch.from_numpy(np.asarray(grad, np.float64)))
+        scale = float(x.grad.abs().sum(0).max())  # dbias from f32 G of the same bf16 inputs: f32 rounding only
+        assert float(np.abs(np.asarray(dbias, np.float64) - x.grad.sum(0).numpy()).max()) <= 1e-4 * max(scale, 1.0)
+    assert mod._grad_cols(jnp.zeros((0, 8), jnp.bfloat16), jnp.zeros((0, 8), jnp.bfloat16))[1].shape == (8,)

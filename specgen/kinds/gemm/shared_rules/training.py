@@ -16,16 +16,16 @@ GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIN
 
 
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training), (KIND, GROUPED)))
+            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training_on(info)), (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
     render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
-    and dup in the forward's layout) is a design's where it says `renders_gated_training` too (the Triton and
-    dense CuTe sm90 designs); the Pallas TPU backward has none (nor a gated forward: EPI001). The other chains (scale, residual, clamp,
-    cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
+    and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton and dense CuTe
+    sm90 designs) or `renders_gated_training_on` the target (the Pallas design's Mosaic GPU target); the Pallas TPU
+    backward has none. The other chains (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
     (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too) is its Triton design's; its CuTe and Pallas designs
@@ -33,11 +33,12 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
-    if ctx.design.renders_training_on(ctx.info) and op is not None and not ctx.design.renders_gated_training:
-        where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_gated_training)
+    if ctx.design.renders_training_on(ctx.info) and op is not None and not ctx.design.renders_gated_training_on(ctx.info):
+        where = sorted(d.gated_training_label or d.name for d in rendering(ctx.design.kind)
+                       if d.renders_gated_training or d.gated_training_label)
         yield Finding("TRN001", "error", f"training with a gated epilogue ({op.fn}, {op.layout}): the "
                       f"{ctx.design.training_label or ctx.design.name} design renders no gated backward for {ctx.target} "
-                      f"(the {' and '.join(where)} design{'s do' if len(where) > 1 else ' does'})",
+                      f"(the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec)):

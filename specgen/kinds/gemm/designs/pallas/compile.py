@@ -82,11 +82,15 @@ def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> Compi
     cfg, x_k, y_k, _, dtype = module.TRAIN_GEMMS[role]
     plan_smem = module.METADATA["training"]["gemms"][role]["smem_bytes"]
     p, q, r = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
-    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), dtype), jax.ShapeDtypeStruct((q, r) if y_k else (r, q), dtype)]
+    # a gated backward's forward_pre and recompute read B's 2N columns (gate and up); its recompute takes no bias
+    gated = bool(module.METADATA["training"].get("gated")) and role in ("forward_pre", "recompute")
+    qb = 2 * q if gated else q
+    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), dtype), jax.ShapeDtypeStruct((qb, r) if y_k else (r, qb), dtype)]
     spec = GemmSpec.model_validate(module.SPEC)
-    if role in ("forward_pre", "recompute"):  # the bias, then dOut (recompute)
+    if role == "forward_pre" or (role == "recompute" and not gated):  # the bias, then dOut (recompute)
         args += [jax.ShapeDtypeStruct((q,), dtype) for a in spec.runtime_args() if a.shape == "vec_n"]
-        args += [jax.ShapeDtypeStruct((p, q), dtype)] if role == "recompute" else []
+    if role == "recompute":
+        args += [jax.ShapeDtypeStruct((p, q), dtype)]
     start = time.perf_counter()
     name = f"{module.METADATA['kernel']}[{role}]"
     try:

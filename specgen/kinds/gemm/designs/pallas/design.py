@@ -297,12 +297,14 @@ class PallasGemmDesign(GemmDesign):
         return is_mgpu_target(target)
 
     # A `training` backward, a jax.custom_vjp on the module's JAX entry: TPU (training.py in this package) and
-    # Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster; TRN001 says why elsewhere)
-    training_label = "Pallas (TPU, Mosaic GPU)"
+    # Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster, a gated op's too; TRN001 elsewhere)
+    training_label, gated_training_label = "Pallas (TPU, Mosaic GPU)", "Pallas (Mosaic GPU)"
 
     def renders_training_on(self, target: TargetInfo) -> bool:
         return is_tpu_target(target) or is_mgpu_target(target)
 
+    def renders_gated_training_on(self, target: TargetInfo) -> bool:
+        return is_mgpu_target(target)
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
 

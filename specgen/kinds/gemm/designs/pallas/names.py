@@ -18,6 +18,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_gated_shape", "_gated_view",
     # a Mosaic GPU backward (training): the roles' kernel, its builder and TMA's extents (and `_gemm`, the call)
     "_train_kernel", "_train_build", "_train_extents", "_gemm",
+    # ... its preact G and bias gradient (one Pallas Triton kernel) and the gated roles' slicing
+    "COLS_BLOCK", "_grad_cols_kernel", "pltriton", "slice",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -54,6 +56,8 @@ RESERVED: frozenset[str] = frozenset({
     "acc_x", "args", "aux_barrier", "c_ext", "dout_gmem", "ext", "extra", "m_pad", "outs", "part", "ref", "slot_shape",
     "stores", "transposed", "view", "x_ext", "x_gmem", "x_k", "x_op", "x_smem", "x_spec", "x_tile", "y_ext", "y_gmem",
     "y_k", "y_op", "y_smem", "y_spec", "y_tile", "zeros",
+    # ... a gated epilogue's (pre / G halves, the gate and up tiles) and the G / bias-gradient kernel's
+    "dgate", "dout", "dup", "full", "gate_ref", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -14,8 +14,14 @@ majors, exactly what was checked); where the gradient's stored layout is C's tra
 dB of a K-major B: the nn.Linear weight) the epilogue writes each subtile through the slot's transposed view
 (as a `pallas.swap_ab` kernel stores out^T's subtiles), so the TMA store lays down C^T's: the same SMEM, which
 needs square epilogue subtiles (tile.m >= 64 and tile.n >= 128: TRN001 says so otherwise).
-G and the bias gradient (grad_cols) are not a Mosaic GPU kernel: jnp under the step's jit (G = dOut * act'(pre) and
-G's column sum in f32; XLA ran them as two kernels on the H200).
+G and the bias gradient from the saved pre (grad_cols) are one `pl.pallas_call` through Pallas' Triton lowering, not
+Mosaic GPU (G = dOut * act'(pre) and its column sums by band in f32); with recompute or no activation the bias
+gradient is jnp's column sum.
+A gated epilogue (`gated`: its layout): forward_pre and recompute read a gate and an up tile of B's gated view (two
+accumulators, as the gated forward) and store pre / G as an (M, 2, N) array, gate at [:, 0], up at [:, 1] (a TMA
+store through a squeezed middle index); G in B's layout (preact: grad_cols writes it so; recompute: halves the
+array's (M, 2N) reshape, no copy, interleaved its transpose, an XLA copy) feeds dgrad and wgrad, the plain GEMMs over
+2N; dbias = dOut's column sum.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class MgpuTrainingPlan(SaveModes):
     bias_jnp: str
     operand_jnp: str  # A's, B's and out's dtype: pre and G are stored in it
     gemms: dict[str, MgpuBackwardGemm]  # by role
+    gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"); "" without one
 
     @property
     def grad_cols(self) -> bool:
@@ -123,10 +130,10 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = training_refusal(spec)
-    if gated_op(spec.epilogue) is not None or why:  # type: ignore[attr-defined]
+    if why := training_refusal(spec):
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
-        raise ValueError(f"{spec.name}: {why or 'the Mosaic GPU backward has no gated epilogue'} (TRN001)")  # type: ignore[attr-defined]
+        raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, xm, ym, p, q, rr, transposed = oriented(c.companion, spec)
@@ -143,16 +150,17 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
             raise ValueError(f"{spec.name}: the Mosaic GPU {c.companion} needs {gemms[c.companion].smem_bytes} B of SMEM "  # type: ignore[attr-defined]
                              f"(its dOut barriers), past {c.budget.capacity}: set training.pre")
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
-    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     return MgpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
                             bias=bias.name if bias is not None else "",
                             bias_jnp=jnp[bias.dtype] if bias is not None else "",
-                            operand_jnp=jnp[spec.a.dtype], gemms=gemms)  # type: ignore[attr-defined]
+                            operand_jnp=jnp[spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
+                            gated=gated.layout if gated is not None else "")
 
 
 def mgpu_training_metadata(t: MgpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: the save mode and each GEMM's tile, majors, orientation and SMEM."""
-    return {"save": t.save, "activation": t.act, "gemms": {
+    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}), "gemms": {
         role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "stages": g.config.ab_stages,  # type: ignore[attr-defined]
                "x": g.x, "y": g.y, "x_major": g.x_major, "y_major": g.y_major, "transposed": g.transposed,
                "smem_bytes": g.smem_bytes}
