@@ -191,6 +191,9 @@ OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "
            ("linear_bias_train_bf16", "pallas:gpu_sm90"),
            ("linear_gelu_train_mgpu", "triton:sm90"), ("linear_gelu_train_mgpu", "triton:sm100"),
            ("linear_gelu_train_mgpu", "cute:sm90"),
+           # the gated training specs on pallas:gpu_sm90 (its gated backward since session 25: a JAX custom_vjp, never
+           # timed there; these modules' backward is a torch op with the Triton design's tiles)
+           ("mlp_up_swiglu_train_bf16", "pallas:gpu_sm90"), ("mlp_up_swiglu_train_recompute_bf16", "pallas:gpu_sm90"),
            # the CuTe sm100 gated kernels compile (tests/backends/cute/test_cute_gated.py renders these two there) but
            # never ran; as catalogue targets each config would compile in every whole-catalogue CuTe and export test
            ("mlp_up_swiglu_bf16", "cute:sm100"), ("moe_gate_up_swiglu_bf16", "cute:sm100")}
