@@ -450,7 +450,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},
      ("error", ["training with epilogue ['residual', 'clamp']: the Pallas (TPU, Mosaic GPU) design renders no backward "
-                "for it on pallas:tpu_v6e (the triton design does)"], ("training",))),
+                "for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 

@@ -130,7 +130,7 @@ def test_the_other_chains_load_and_pass_on_the_triton_design_only(chain: list) -
     trn = [x for x in report.diagnostics if x.rule == "TRN001"]
     assert sorted(x.target for x in trn) == ["cute:sm90", "pallas:tpu_v6e"], [str(x) for x in trn]
     for x in trn:
-        assert x.message.startswith("training with epilogue [") and "the triton design does" in x.message, x.message
+        assert x.message.startswith("training with epilogue [") and "the Triton design does" in x.message, x.message
     assert not [x for x in report.diagnostics if x.severity == "error" and x.target == "triton:sm90"]
     labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
     reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)

@@ -86,5 +86,5 @@ CASES: list[tuple[str, str, dict, object]] = [
                 "are stored in it); a.dtype = bf16, b.dtype = bf16, out.dtype = f32 (cute:sm90)"], ("training",))),
     ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "epilogue": [{"op": "bias", "along": "m"}]},
      ("error", ["training with epilogue ['bias along m']: the CuTe sm90 design renders no backward for it on cute:sm90 "
-                "(the triton design does)"], ("training",))),
+                "(the Triton design does)"], ("training",))),
 ]

@@ -45,7 +45,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
         # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
-                      f"no backward for it on {ctx.target} (the triton design does)", f"drop {ctx.target} from targets, "
+                      f"no backward for it on {ctx.target} (the Triton design does)", f"drop {ctx.target} from targets, "
                       "or drop `training` or the ops", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec, ctx.info)):
         # a design whose backward covers less than the section (the CuTe sm90 design: 16-bit operands, out of their dtype)
