@@ -83,15 +83,10 @@ def call(name: str, mod, a, b, bias):
 
 
 def check(got: dict, want: dict, eager: dict | None, what: str) -> None:
-    for n, w in want.items():
-        g = got[n]
-        assert g.shape == w.shape and g.dtype is torch.bfloat16, f"{what} d{n}"
-        assert not g.isnan().any(), f"{what} d{n}: NaN (an element not written?)"
-        err, scale = (g.double() - w).abs().max().item(), w.abs().max().item()
-        assert err <= 2e-2 * scale, f"{what} d{n}: {err:.4g} > 2e-2 x {scale:.4g}"
-        if eager is not None:  # eager autograd's own distance from float64, for scale
-            e_eager = (eager[n].double() - w).abs().max().item()
-            assert err <= 2 * e_eager + 1e-3 * scale, f"{what} d{n}: {err:.4g} vs eager {e_eager:.4g}"
+    from gpu.test_training_cute_gpu import check_grads
+
+    check_grads(got, want, eager, what, torch.bfloat16)
+
 
 
 CASES = [(n, s) for n in FORMS for s in SHAPES]

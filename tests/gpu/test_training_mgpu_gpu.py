@@ -146,11 +146,18 @@ def test_gradients_against_float64(name: str, shape, tmp_path_factory) -> None:
     out, grads = grads_of(getattr(mod, name), args, grad)
     want_out, want = reference(spec, args, grad)
     ref_out, ref_grads = grads_of(plain_jnp(spec), args, grad)
-    rel = 2e-2 if spec["a"]["dtype"] == "bf16" else 4e-3
+    compare(f"{name} {shape}", (out, grads), (want_out, want), (ref_out, ref_grads), args,
+            2e-2 if spec["a"]["dtype"] == "bf16" else 4e-3)
+
+
+def compare(label: str, ours, want, jnp_side, args, rel: float) -> None:
+    """out and each gradient (da, db, dbias) within `rel` of float64's scale or twice plain jnp's error; the gradients
+    in their arguments' shapes and dtypes (tests/gpu/test_training_mgpu_gated_gpu.py compares with it too)."""
+    (out, grads), (want_out, want), (ref_out, ref_grads) = ours, want, jnp_side
     for what, got, w, mine in [("out", out, want_out, ref_out), *zip(("da", "db", "dbias"), grads, want, ref_grads, strict=False)]:
         e, scale = err(got, w)
         e_jnp, _ = err(mine, w)
-        assert e <= max(rel * scale, 2 * e_jnp), f"{name} {shape} {what}: error {e:.3g} (plain jnp's {e_jnp:.3g}, scale {scale:.3g})"
+        assert e <= max(rel * scale, 2 * e_jnp), f"{label} {what}: error {e:.3g} (plain jnp's {e_jnp:.3g}, scale {scale:.3g})"
     for g, x in zip(grads, args, strict=True):
         assert g.shape == x.shape and g.dtype == x.dtype
 
