@@ -138,7 +138,8 @@ def test_the_vjp_glue_against_float64_autograd(modules, name: str, monkeypatch) 
     """With each kernel replaced by its jnp model, jax.grad under jax.jit of the entry (pre's halves into G in B's
     layout, halves or interleaved; dbias = dOut's column sum; dA and dB in their operands' stored layouts) matches
     float64 torch autograd of the reference (tests/gpu/test_training_mgpu_gated_gpu.py's, at M, N, K off the tiles)."""
-    from gpu.test_training_mgpu_gated_gpu import err, inputs, reference
+    from gpu.test_training_mgpu_gated_gpu import inputs, reference
+    from gpu.test_training_mgpu_gpu import err
 
     mod = modules[name][0]
     gemm, launch = kernel_model(mod, name)
