@@ -120,6 +120,10 @@ class DesignBase:
     renders_training: ClassVar[bool] = False  # a spec's `training` backward is rendered (TRN001 elsewhere)
     # the backward of a gated epilogue (G of 2N columns: dgate, dup) too, where training is rendered (TRN001 elsewhere)
     renders_gated_training: ClassVar[bool] = False
+    # whether a companion (a backward GEMM) runs a kernel of the module's own for its role rather than the forward
+    # kernel at the companion's config: check then settles its near verdicts by compiling that kernel (the training
+    # spec's module, the role's row of the compile hook: specgen/settle.py), not a forward of the companion's config
+    backward_kernels: ClassVar[bool] = False
     # how TRN001's message names a design that renders that backward on some of its targets only
     # (`renders_gated_training_on`)
     gated_training_label: ClassVar[str] = ""

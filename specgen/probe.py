@@ -1,7 +1,7 @@
 """The worker that compiles one config for check's settle step (specgen/settle.py): `python -m specgen.probe`
-reads a job (a one-target spec, its target, the design's compile hook) as JSON on stdin, renders the
-config's module into a temporary folder, compiles it through the hook and prints what the compiler
-reported as one JSON line: `error` (a refusal's message, "" where it built), `smem` (bytes), `registers`
+reads a job (a one-target spec, its target, the design's compile hook; `role`: a backward role whose own kernel
+it compiles, the module's forward kernel where "") as JSON on stdin, renders the config's module into a temporary
+folder, compiles it through the hook and prints what the compiler reported as one JSON line: `error` (a refusal's message, "" where it built), `smem` (bytes), `registers`
 (per thread), `spill_bytes` (local-memory spill stores), `frame_bytes` (the stack frame spills live in).
 A key the hook does not report is absent: the rule deciding from it leaves the verdict to its model, as
 it does where the probe itself failed (`probe_failed`: a render or a tool missing, never cached).
@@ -50,13 +50,22 @@ def probe(job: dict) -> ProbeResult:
         return {"probe_failed": f"render: {type(e).__name__}: {e}".splitlines()[0][:300]}
     hook = _hook(job["hook"])
     params = inspect.signature(hook).parameters
-    options = {k: v for k, v in (("sass", True), ("fill_cache", False)) if k in params}
+    role = job.get("role") or ""
+    if role and "role" not in params:
+        return {"probe_failed": f"{job['hook']} compiles no backward role ({role})"}
+    # a forward's probe compiles the forward kernel only (a training module's backward kernels are not its verdict)
+    options = {k: v for k, v in (("sass", True), ("fill_cache", False), ("role", role), ("backward", False))
+               if k in params and not (k == "role" and not role) and not (k == "backward" and role)}
     with tempfile.TemporaryDirectory(prefix="specgen-settle-") as folder:
         path = Path(folder) / "settle_probe.py"
         path.write_text(text)
         result = hook(load_rendered(path), target_info(target), **options)
-    first = result[0] if isinstance(result, list) else result  # one config: one result
-    return adapt(first)
+    rows = result if isinstance(result, list) else [result]
+    if role:
+        rows = [r for r in rows if r.kernel.endswith(f"[{role}]")]
+        if not rows:
+            return {"probe_failed": f"the module launched no {role} kernel"}
+    return adapt(rows[0])  # one config: one result
 
 
 def main() -> int:

@@ -37,14 +37,14 @@ def resolve(spec: LayeredSpec, target: Target) -> Resolved:
     # where the target's design renders no companions (a backward, or a gated epilogue's), TRN001 says so and none
     # is resolved
     renders = design_of(default, target_info(target)).renders_companions_of(default, target_info(target))
-    companions = tuple(_resolve(c, target, companion=(label, field))
+    companions = tuple(_resolve(c, target, companion=(label, field), parent=default)
                        for label, c, field in (default.companions() if renders else ()))
     return _resolve(default, target, variants=variants, companions=companions)
 
 
 def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when: Bounds | None = None,
              variants: tuple[Resolved, ...] = (), companions: tuple[Resolved, ...] = (),
-             companion: tuple[str, tuple[str | int, ...]] = ("", ())) -> Resolved:
+             companion: tuple[str, tuple[str | int, ...]] = ("", ()), parent: LayeredSpec | None = None) -> Resolved:
     info = target_info(target)
     design = design_of(spec, info)
     stages, acc_stages = design.stages(spec, info)
@@ -58,5 +58,5 @@ def _resolve(spec: LayeredSpec, target: Target, variant: int | None = None, when
         tma_boxes=design.tma_boxes(spec, info),
         design=design,
         variant=variant, when=when, variants=variants,
-        companions=companions, companion=companion[0], companion_field=companion[1],
+        companions=companions, companion=companion[0], companion_field=companion[1], parent=parent,
     )

@@ -63,6 +63,7 @@ class Resolved:
     # a companion's label ("dgrad") and the spec field its findings point at ("" and () elsewhere)
     companion: str = ""
     companion_field: tuple[str | int, ...] = ()
+    parent: LayeredSpec | None = None  # a companion's: the effective spec whose backward runs it
 
     @property
     def backend(self) -> Backend:

@@ -68,11 +68,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECGEN_SETTLE_CACHE", Path.home() / ".cache" / "specgen" / "settle"))
 
 
+def backward_role(r: Resolved) -> str:
+    """The backward role whose own kernel settles a companion's verdict, on a design whose backward GEMMs are
+    kernels of their own (`backward_kernels`: Triton's backward.jinja); "" where the config's forward kernel does."""
+    return r.companion if r.companion and r.parent is not None and r.design.backward_kernels else ""
+
+
 def standalone(r: Resolved) -> dict[str, object]:
     """The config `r` resolved (its target's keys and its variant applied) as a one-target spec of its own:
     what the probe renders and compiles, and (canonical JSON) what the cache is keyed by. Its name is fixed,
-    so that one config in two kernels is compiled once."""
-    config = r.spec.model_dump(mode="json")
+    so that one config in two kernels is compiled once. A companion settled by its role's own kernel
+    (`backward_role`) is its training spec's config: the probe compiles that module's kernel for the role."""
+    config = (r.parent if backward_role(r) and r.parent is not None else r.spec).model_dump(mode="json")
     for key in ("per_target", "variants"):
         config.pop(key, None)
     config.update(name="settle_probe", description="", targets=[str(r.target)])
@@ -110,9 +117,9 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def cache_key(config: dict[str, object], versions: dict[str, str]) -> str:
-    text = json.dumps({"config": config, "compiler": versions, "specgen": __version__, "code": code_digest()},
-                      sort_keys=True)
+def cache_key(config: dict[str, object], versions: dict[str, str], role: str = "") -> str:
+    keyed = {"config": config, "compiler": versions, "specgen": __version__, "code": code_digest()}
+    text = json.dumps({**keyed, "role": role} if role else keyed, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -122,9 +129,10 @@ def remember(r: Resolved, result: ProbeResult) -> None:
     probe = r.design.compile_probe()
     versions = compiler_versions(probe) if probe is not None else None
     if versions is not None:
-        config = standalone(r)
-        _write_cache(cache_key(config, versions), {"spec": config, "target": str(r.target), "hook": probe.hook,
-                                                   "compiler": versions, "probe": dict(result), "specgen": __version__})
+        config, role = standalone(r), backward_role(r)
+        _write_cache(cache_key(config, versions, role), {"spec": config, "role": role, "target": str(r.target),
+                                                         "hook": probe.hook, "compiler": versions, "probe": dict(result),
+                                                         "specgen": __version__})
 
 
 def _read_cache(key: str) -> ProbeResult | None:
@@ -229,8 +237,8 @@ def _plan(items: Sequence[tuple[Resolved, Finding]], compiling: bool,
         if versions is None:
             plan.out[i] = _unsettled(f, _how_to_settle(probe, compiling))
             continue
-        config = standalone(r)
-        key = cache_key(config, versions)
+        config, role = standalone(r), backward_role(r)
+        key = cache_key(config, versions, role)
         plan.keyed[i] = (key, probe)
         if key in plan.results or key in plan.jobs:
             continue
@@ -239,8 +247,8 @@ def _plan(items: Sequence[tuple[Resolved, Finding]], compiling: bool,
             plan.results[key] = hit
             plan.hits.add(key)
         else:
-            plan.jobs[key] = {"spec": config, "target": str(r.target), "hook": probe.hook, "compiler": versions,
-                              "environment": dict(probe.environment)}
+            plan.jobs[key] = {"spec": config, "role": role, "target": str(r.target), "hook": probe.hook,
+                              "compiler": versions, "environment": dict(probe.environment)}
     return plan
 
 

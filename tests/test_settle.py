@@ -274,7 +274,8 @@ def warm_catalogue_cache(folder: Path) -> int:
             probe = one.design.compile_probe()
             versions = settle.compiler_versions(probe) or pytest.skip(f"{probe.extra}'s compiler is not installed")
             config = settle.standalone(one)
-            settle._write_cache(settle.cache_key(config, versions), {"probe": {"error": "", "spill_bytes": 0}})
+            settle._write_cache(settle.cache_key(config, versions, settle.backward_role(one)),
+                                {"probe": {"error": "", "spill_bytes": 0}})
     finally:
         del os.environ["SPECGEN_SETTLE_CACHE"]
     return len(near)
@@ -321,6 +322,29 @@ def test_the_cute_dsl_settles_a_near_reg001_verdict(monkeypatch, tmp_path):
     assert len(entries) == 2 and all(e["probe"]["error"] == "" and e["probe"]["spill_bytes"] == 0 for e in entries)
     assert max(e["probe"]["registers"] for e in entries) > 200
     assert not reg001(check_specs([ls], settle="compile")) and len(calls) == 2  # the second check: from the cache
+
+
+# --- one real compile: a Triton backward GEMM's verdict is settled by its own kernel -----------------------
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_a_triton_backward_gemms_near_verdict_compiles_its_own_kernel(monkeypatch, tmp_path):
+    """The Triton design's backward GEMMs are backward.jinja's kernels (persistent; dgrad's output tile staged for
+    its TMA store beside the pipeline), not the forward kernel at their config: linear_bias_train_bf16's dgrad
+    (near: 212,992 B planned of 232,448) is settled by compiling the training module's dgrad kernel, whose SMEM
+    the plan matches (triton 3.9: 213,016 B; the forward kernel at that config takes 147,456 + barriers)."""
+    monkeypatch.setenv("SPECGEN_SETTLE_CACHE", str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (ls,) = [ls for ls in load_paths([ROOT / "specs" / "training.toml"]) if ls.name == "linear_bias_train_bf16"]
+    (dgrad,) = [c for c in resolve(ls.spec, ls.spec.targets[0]).companions if c.companion == "dgrad"]
+    (near,) = [f for f in run_rules(dgrad, near=True) if f.rule == "SMEM001" and f.near]
+    assert settle.backward_role(dgrad) == "dgrad" and settle.standalone(dgrad)["training"]  # the training spec's
+    jobs = []
+    real = settle._run_probe
+    monkeypatch.setattr(settle, "_run_probe", lambda job: (jobs.append(job), real(job))[1])
+    (verdict,), stats = settle.settle([(dgrad, near)])
+    assert verdict.finding is None and verdict.source == "compiler" and stats.compiled == 1
+    assert [job["role"] for job in jobs] == ["dgrad"]
+    (entry,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert entry["role"] == "dgrad" and 0 <= entry["probe"]["smem"] - dgrad.budget.total <= 256, entry["probe"]
 
 
 TRITON_RECORDS = ("grid_triton.jsonl", "grid_triton_3.6.jsonl")  # triton 3.9.0 and 3.6.0, seed 17

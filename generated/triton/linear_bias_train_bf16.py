@@ -485,15 +485,15 @@ BACKWARD_TILES = {
 }
 BACKWARD_CONFIGS = {
     "dgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
-        # sm100: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         100: {"num_warps": 8, "num_stages": 3},
     },
     "wgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
-        # sm100: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         100: {"num_warps": 8, "num_stages": 3},
     },
 }
@@ -646,12 +646,12 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                     100: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },
@@ -662,12 +662,12 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                     100: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },

@@ -597,15 +597,15 @@ BACKWARD_TILES = {
 }
 BACKWARD_CONFIGS = {
     "forward_pre": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 180224 B = A/B 3 x 49152 = 147456 + layout scratch 32768
         90: {"num_warps": 8, "num_stages": 3},
     },
     "dgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
     },
     "wgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
     },
 }
@@ -780,7 +780,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 180224,
                     },
                 },
             },
@@ -791,7 +791,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },
@@ -802,7 +802,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },

@@ -591,15 +591,15 @@ BACKWARD_TILES = {
 }
 BACKWARD_CONFIGS = {
     "recompute": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 180224 B = A/B 3 x 49152 = 147456 + layout scratch 32768
         90: {"num_warps": 8, "num_stages": 3},
     },
     "dgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
     },
     "wgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
     },
 }
@@ -749,7 +749,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 180224,
                     },
                 },
             },
@@ -760,7 +760,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },
@@ -771,7 +771,7 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },

@@ -615,21 +615,21 @@ BACKWARD_TILES = {
 }
 BACKWARD_CONFIGS = {
     "forward_pre": {
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 32768 (reuses A/B)
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608
         90: {"num_warps": 8, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 32768 (reuses A/B)
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608
         100: {"num_warps": 8, "num_stages": 4},
     },
     "dgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
-        # sm100: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         100: {"num_warps": 8, "num_stages": 3},
     },
     "wgrad": {
-        # sm90: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm90: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         90: {"num_warps": 8, "num_stages": 3},
-        # sm100: SMEM 147456 B = A/B 3 x 49152 = 147456 + epilogue 65536 (reuses A/B)
+        # sm100: SMEM 212992 B = A/B 3 x 49152 = 147456 + epilogue 65536
         100: {"num_warps": 8, "num_stages": 3},
     },
 }
@@ -824,12 +824,12 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                     100: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },
@@ -840,12 +840,12 @@ METADATA = {
                     90: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                     100: {
                         'num_warps': 8,
                         'num_stages': 3,
-                        'smem_bytes': 147456,
+                        'smem_bytes': 212992,
                     },
                 },
             },

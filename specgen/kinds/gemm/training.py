@@ -236,11 +236,13 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
 def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType,
              epilogue: list | None = None) -> object:
     """A GEMM read through TMA (its kernel's pointer form, for layouts TMA cannot read, needs no more SMEM: one
-    program per tile, no split-K) with the given operands and the config `cfg` gives over the forward's."""
+    program per tile, no split-K) with the given operands and the config `cfg` gives over the forward's. Its
+    Triton options carry the role: the Triton design plans backward.jinja's kernel for it (persistent, its own
+    stores), not its forward kernel."""
     cfg = cfg or BackwardGemm()
     triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
         "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
-        **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
+        **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})}).for_backward(label)
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
     if label == "forward_pre":  # pre's epilogue subtiles beside out's (a TMA-storing design stages both in SMEM)
         stages = s.pipeline.epilogue_stages  # type: ignore[attr-defined]

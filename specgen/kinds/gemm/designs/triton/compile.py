@@ -32,12 +32,17 @@ def _attrs(params: list[list[str]]) -> dict[tuple[int], list[list[object]]]:
             if spec == "aligned" and (ty.startswith("*") or ty in ("i32", "i64"))}
 
 
-def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True) -> list[CompileResult]:
+def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True, role: str = "") -> list[CompileResult]:
     """The default config and every size-selected variant (split-K ones included), each its own
     kernel (its constexprs, warps and stages): one result per config, the variants' labelled; then, with
-    `backward`, each kernel of a training module's backward (`<kernel>[role]`: compile_backward.py)."""
+    `backward`, each kernel of a training module's backward (`<kernel>[role]`: compile_backward.py). `role`:
+    only that backward kernel (check's settle step of a companion's verdict)."""
     cc = target.compute_capability
     assert cc is not None
+    if role:
+        from specgen.kinds.gemm.designs.triton.compile_backward import compile_backward
+
+        return compile_backward(module, target, timed_cubin, roles=(role,))
     meta = module.METADATA
     configs = [(None, module._CONSTEXPRS, module.CONFIGS[cc], meta["plan"][cc]["smem_bytes"], {})]
     for i, v in enumerate(meta.get("variants", ())):

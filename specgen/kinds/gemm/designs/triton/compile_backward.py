@@ -104,17 +104,17 @@ def record(module: ModuleType, cc: int) -> list[tuple[str, Any, dict, tuple, dic
     return launches
 
 
-def compile_backward(module: ModuleType, target: TargetInfo, timed_cubin: Callable) -> list:
+def compile_backward(module: ModuleType, target: TargetInfo, timed_cubin: Callable, roles: tuple[str, ...] = ()) -> list:
     """One result per backward kernel (`<kernel>[role]`; a kernel launched twice, with other constexprs, compiles
     once: the first launch's), each compiled through `timed_cubin` (compile.py's: the forward's timing and cubin
-    reading)."""
+    reading); `roles`: those only (every role where empty)."""
     cc = target.compute_capability
     assert cc is not None
     meta = module.METADATA
     plans = meta.get("training", {}).get("kernels", {})
     rows, seen = [], set()
     for role, jit, config, args, constexprs in record(module, cc):
-        if role in seen:
+        if role in seen or (roles and role not in roles):
             continue
         seen.add(role)
         plan = plans.get(role, {}).get("plan", {}).get(cc, {}).get("smem_bytes", 0)

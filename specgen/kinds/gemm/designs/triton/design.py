@@ -57,6 +57,7 @@ class TritonGemm(GemmDesign):
     # tl.dot picks its instructions from the block: one design for every MMA family Triton lowers to
     keys = (("gemm", Backend.triton, "wgmma"), ("gemm", Backend.triton, "tcgen05"))
     compile_hook = "specgen.kinds.gemm.designs.triton.compile:compile_module"
+    backward_kernels = True  # templates/gemm/triton/backward.jinja's, one per role
     compiler_modules = ("torch", "triton")
     compile_environment = {"TRITON_INTERPRET": "0"}  # an AOT compile is for the GPU, never the CPU interpreter
     libraries = ("torch", "triton")
@@ -89,17 +90,23 @@ class TritonGemm(GemmDesign):
         assert gpu is not None
         t, out_bytes, opt = spec.tile, spec.out.dtype.bytes, spec.triton
         tile_bytes = t.m * t.n * out_bytes
-        persistent_tma = opt.tma and spec.schedule.persistent
+        persistent, flatten, tma_store = spec.schedule.persistent, opt.flatten, opt.tma
+        if opt.backward_role:  # a training backward's GEMM: backward.jinja's TMA kernel for that role (persistent;
+            # dgrad and wgrad store by TMA, forward_pre and recompute by pointers; a gated pre kernel not flattened)
+            prestore = opt.backward_role in ("forward_pre", "recompute")
+            persistent, tma_store = True, not prestore
+            flatten = not (prestore and gated_op(spec.epilogue) is not None)
+        persistent_tma = opt.tma and persistent
         split = spec.schedule.split_k > 1
         # flatten pipelines a persistent kernel's whole tile loop, epilogue included: its buffers stay
         # live beside the next tile's loads (a split-K kernel reduces outside that loop: measured)
-        flat = spec.schedule.persistent and opt.flatten and not split
+        flat = persistent and flatten and not split
         residuals = [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
         # The TMA store stages the output tile (half of it with epilogue_subtile). A persistent kernel
         # keeps it beside the next tile's pipeline; one program per tile, or a split-K kernel's last
         # program, reuses the drained pipeline buffers.
-        epi = (tile_bytes // 2 if opt.epilogue_subtile else tile_bytes) if opt.tma else 0
-        overlaps = not persistent_tma or split
+        epi = (tile_bytes // 2 if opt.epilogue_subtile else tile_bytes) if tma_store else 0
+        overlaps = not (tma_store and persistent) or split
         # FMA dots (f32 ieee operands) read their operands through registers: the pipeliner keeps
         # num_stages - 1 A/B buffers, not num_stages (measured).
         delta = -1 if spec.a.dtype == DType.f32 else 0
@@ -124,9 +131,9 @@ class TritonGemm(GemmDesign):
         if spec.a.dtype == DType.f32 and opt.tma:
             scratch = max(t.m * t.k * 4 if spec.a.major == "mn" else 0,
                           t.k * b_box_columns(spec) * 4 if spec.b.major == "k" else 0)
-        if flat and opt.tma and opt.epilogue_subtile:
+        if flat and tma_store and opt.epilogue_subtile:
             scratch = max(scratch, tile_bytes)
-        if flat and not opt.tma:
+        if flat and not tma_store:
             scratch = max(scratch, min(FLAT_STORE_SCRATCH, tile_bytes))
         # Conversions after the K loop go through scratch over the drained pipeline buffers (measured: a
         # conversion of more than 128 KB goes in pieces of 128 KB):
@@ -441,7 +448,8 @@ def _box_layout(spec: GemmSpec) -> dict[str, BoxLayout]:
         (b.dtype, ("N", "K"), ("BLOCK_N", "BLOCK_K"), (t.n, t.k), ("off_n", "off_k"), -1, True)
         if b.major == "k" else
         (b.dtype, ("K", "N"), ("BLOCK_K", "BLOCK_N"), (t.k, t.n), ("off_k", "off_n"), -2, False),
-        "out": (spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2, False),
+        **({} if spec.triton.backward_role in ("forward_pre", "recompute") else {  # those store by pointers
+            "out": (spec.out.dtype, ("M", "N"), ("BLOCK_M", "BLOCK_N"), (t.m, out_n), ("off_m", "off_n"), -2, False)}),
     }
 
 

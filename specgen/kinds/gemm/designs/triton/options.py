@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import StrictBool
+from pydantic import PrivateAttr, StrictBool
 
 from specgen.spec.models import KeysAddedLater, bounded
 from specgen.spec.targets import Backend
@@ -33,6 +33,20 @@ class TritonOptions(KeysAddedLater):
     swap_ab: StrictBool = False
 
     ADDED_LATER: ClassVar[dict[str, object]] = {"swap_ab": False}
+    # Not a spec key: the role of a training spec's backward GEMM these options configure (kinds/gemm/training.py's
+    # companions), whose kernel is templates/gemm/triton/backward.jinja's for that role, not the forward's: the
+    # design's SMEM plan and TMA boxes follow that kernel's form ("" for a spec's own kernel).
+    _backward_role: str = PrivateAttr(default="")
+
+    @property
+    def backward_role(self) -> str:
+        return self._backward_role
+
+    def for_backward(self, role: str) -> TritonOptions:
+        """These options as the backward's `role` kernel reads them (its plan and boxes: design.py's `memory`)."""
+        copy = self.model_copy()
+        copy._backward_role = role
+        return copy
 
 
 OPTIONS = TritonOptions
