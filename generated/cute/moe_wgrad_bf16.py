@@ -170,9 +170,9 @@ def grouped_host(
     """Host side for one config (`variant`: an index into VARIANT_CONFIGS, None for CONFIG): views, TMA
     descriptors, the persistent grid, then the launch."""
     cfg = config(variant)
-    # A (M, K) as (M, K, 1); B, torch's (G, K, N), as (N, K, G): the group is TMA's third coordinate
+    # A (M, K) as (M, K, 1); B (K, N) as (N, K, 1): each group's K rows are a coordinate offset
     mA = cute.make_tensor(a.iterator, cute.make_layout((a.shape[0], a.shape[1], 1), stride=(a.stride[0], a.stride[1], 0)))
-    mB = cute.make_tensor(b.iterator, cute.make_layout((b.shape[1], b.shape[0], 1), stride=(b.stride[1], b.stride[0], 0)))  # (K, N) as (N, K, 1)
+    mB = cute.make_tensor(b.iterator, cute.make_layout((b.shape[1], b.shape[0], 1), stride=(b.stride[1], b.stride[0], 0)))
     tiled_mma = make_tiled_mma(cfg)
     sA_layout = _smem_layout(cfg, A_LAYOUT, A_DTYPE, cfg.tile_m)
     sB_layout = _smem_layout(cfg, B_LAYOUT, B_DTYPE, cfg.tile_n)
@@ -186,10 +186,9 @@ def grouped_host(
     tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
         _g2s(False), mB, cute.slice_(sB_layout, (None, None, 0)), (cfg.tile_n, cfg.tile_k)
     )
-    # A static bound on the tiles from shapes alone (the group sizes stay on the device): each group, and the
-    # rows past the last one, add at most one partial row tile to cdiv(M, tile_m).
+    # The tile count from shapes alone (the group sizes stay on the device): every (group, M tile, N tile) of out.
     M, N, G = out.shape[1], out.shape[2], offs.shape[0]
-    bound = G * ((M + cfg.tile_m - 1) // cfg.tile_m) * ((N + cfg.tile_n - 1) // cfg.tile_n)  # ragged K: every (g, M, N) tile
+    bound = G * ((M + cfg.tile_m - 1) // cfg.tile_m) * ((N + cfg.tile_n - 1) // cfg.tile_n)
     grouped_kernel(
         tma_a, tA, tma_b, tB, offs,
         out, tiled_mma, sA_layout, sB_layout, sOut_layout, bound, cfg,
