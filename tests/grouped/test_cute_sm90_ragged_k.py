@@ -45,21 +45,16 @@ def rendered(tmp_path_factory) -> dict[str, tuple[object, str]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def compiled(rendered, tmp_path_factory) -> dict[str, list]:
-    """Each form's configs compiled for sm_90a with SASS (a few seconds each)."""
+@pytest.mark.parametrize("name", sorted(CUTE_RAGGED_K_FORMS))
+def test_each_form_checks_clean_and_compiles_with_tma_loads_and_the_plans_smem(name, rendered, monkeypatch, tmp_path):
+    """(The catalogue's moe_wgrad_bf16, M- and N-major with no epilogue, compiles in tests/backends/cute/
+    test_cute_compile.py's whole-catalogue test too.)"""
     from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
 
-    os.environ["SPECGEN_CUTE_CACHE"] = str(tmp_path_factory.mktemp("cute_k_cache"))
-    return {name: compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
-            for name, (module, _) in rendered.items()}
-
-
-@pytest.mark.parametrize("name", sorted(CUTE_RAGGED_K_FORMS))
-def test_each_form_checks_clean_and_compiles_with_tma_loads_and_the_plans_smem(name, compiled):
+    monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     ls = _load(name)
     assert [d for d in check_all([ls]) if d.severity in ("error", "warning")] == []
-    (r,) = compiled[name]
+    (r,) = compile_module(rendered[name][0], target_info("cute:sm90"), sass=True, fill_cache=False)
     assert not r.error, r
     assert r.compiler_smem == r.plan_smem == resolve(ls.spec, ls.spec.targets[0]).budget.total <= 232448, r
     assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] == 0, r.sass
@@ -82,40 +77,44 @@ def test_the_module_renders_its_majors_groups_and_the_boundary_tiles_zeroing(ren
     assert "end = start + mIndex[g]" in text_k  # the sizes index: the cursor sums them
 
 
-def test_the_launcher_skips_g_0_and_multiplies_zeros_for_k_0(rendered, monkeypatch):
+M_OUT, N_OUT = 24, 40
+
+
+def _operands(spec: dict, k: int):
     import torch
 
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}[spec["a"]["dtype"]]
+    a = torch.zeros(M_OUT, k, dtype=dt) if spec["a"]["major"] == "k" else torch.zeros(k, M_OUT, dtype=dt).t()
+    b = torch.zeros(k, N_OUT, dtype=dt) if spec["b"]["major"] == "mn" else torch.zeros(N_OUT, k, dtype=dt).t()
+    return a, b
+
+
+@pytest.mark.parametrize("name", sorted(CUTE_RAGGED_K_FORMS))
+def test_the_launcher_skips_g_0_and_multiplies_zeros_for_k_0(name, rendered, monkeypatch):
+    import torch
+
+    module, _ = rendered[name]
+    spec = CUTE_RAGGED_K_FORMS[name]
     launched = []
-    for name in CUTE_RAGGED_K_FORMS:
-        module, _ = rendered[name]
-        spec = CUTE_RAGGED_K_FORMS[name]
-        dt = {"bf16": torch.bfloat16, "f16": torch.float16}[spec["a"]["dtype"]]
 
-        def entry(device, variant, cfg, name=name):
-            def fn(*args):
-                launched.append((name, args))
-            return fn, 132
+    def entry(device, variant, cfg):
+        return (lambda *args: launched.append(args)), 132
 
-        monkeypatch.setattr(module._launcher, "entry", entry)
-        fn = getattr(module, name)
-        args = [0.5] if spec["epilogue"] else []
-        m, n = 24, 40
+    monkeypatch.setattr(module._launcher, "entry", entry)
+    fn = getattr(module, name)
+    scalars = [0.5] if spec["epilogue"] else []
 
-        def operands(k: int, spec=spec, dt=dt):
-            a = torch.zeros(m, k, dtype=dt) if spec["a"]["major"] == "k" else torch.zeros(k, m, dtype=dt).t()
-            b = torch.zeros(k, n, dtype=dt) if spec["b"]["major"] == "mn" else torch.zeros(n, k, dtype=dt).t()
-            return a, b
+    def bias(g: int) -> list:
+        return [torch.zeros(g, N_OUT, dtype=torch.bfloat16)] if spec["epilogue"] else []
 
-        bias = [torch.zeros(3, n, dtype=torch.bfloat16)] if spec["epilogue"] else []
-        none = fn(*operands(16), torch.zeros(0, dtype=torch.int32), *([torch.zeros(0, n, dtype=torch.bfloat16)] if bias
-                                                                       else []), *args)
-        assert none.shape == (0, m, n) and [x for x in launched if x[0] == name] == []
-        fn(*operands(0), torch.zeros(3, dtype=torch.int32), *bias, *args)
-        ((_, call),) = [x for x in launched if x[0] == name]
-        a0, b0 = call[0], call[1]
-        assert a0.shape == (m, 16) and b0.shape == (16, n) and not a0.any() and not b0.any()
-        assert (a0.stride(1) == 1) == (spec["a"]["major"] == "k") and (b0.stride(0) == 1) == (spec["b"]["major"] == "k")
-        assert call[-2].shape == (3, m, n)  # out, then max_ctas
-        with pytest.raises(ValueError, match=r"must have shape \(3, 24, 40\)"):
-            fn(*operands(16), torch.tensor([4, 8, 16], dtype=torch.int32), *bias, *args,
-               out=torch.empty(3, n, m, dtype=torch.float32 if spec["out"]["dtype"] == "f32" else torch.bfloat16))
+    none = fn(*_operands(spec, 16), torch.zeros(0, dtype=torch.int32), *bias(0), *scalars)
+    assert none.shape == (0, M_OUT, N_OUT) and launched == []  # G = 0: nothing to write, no launch
+    fn(*_operands(spec, 0), torch.zeros(3, dtype=torch.int32), *bias(3), *scalars)
+    ((a0, b0, *rest),) = launched
+    assert a0.shape == (M_OUT, 16) and b0.shape == (16, N_OUT) and not a0.any() and not b0.any()
+    assert (a0.stride(1) == 1) == (spec["a"]["major"] == "k") and (b0.stride(0) == 1) == (spec["b"]["major"] == "k")
+    assert rest[-2].shape == (3, M_OUT, N_OUT)  # out, then the CTA count
+    dt = torch.float32 if spec["out"]["dtype"] == "f32" else torch.bfloat16
+    with pytest.raises(ValueError, match=r"must have shape \(3, 24, 40\)"):
+        fn(*_operands(spec, 16), torch.tensor([4, 8, 16], dtype=torch.int32), *bias(3), *scalars,
+           out=torch.empty(3, N_OUT, M_OUT, dtype=dt))
