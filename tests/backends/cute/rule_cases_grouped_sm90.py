@@ -49,4 +49,7 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["cute.swap_ab is not rendered by the grouped cute:sm90 kernel"], ("cute", "swap_ab"))),
     ("GRP302", "cute:sm90", {**G, "cute": {"tma_store": False}},
      ("note", ["always stores through predicated vector stores"], ("cute", "tma_store"))),
+    ("GRP302", "cute:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                             "groups": {"ragged": "k"}, "cute": {"tma_store": False}},
+     ("note", ["always stores through predicated vector stores (out[g] is written whole"], ("cute", "tma_store"))),
 ]

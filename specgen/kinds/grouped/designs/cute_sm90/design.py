@@ -1,4 +1,7 @@
-"""The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]).
+"""The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]),
+and ragged K (the weight gradient), out[g] = epilogue(A[:, K of g] @ B[K of g]) (templates/grouped/cute/
+ragged_k_sm90.jinja says how: a work item per (group, M tile, N tile), TMA boxes from each group's first K row, the
+last partial K tile zeroed in SMEM past the group's rows before wgmma reads it).
 
 The kernel (templates/grouped/cute/grouped_sm90.py.jinja) is the dense sm90 design's warp-specialized pipeline
 (kinds/gemm/designs/cute_sm90/design.py; its SMEM stage layouts, tiled wgmma, register -> SMEM epilogue copy and
