@@ -52,7 +52,7 @@ ARCH = "sm_90a"
 # Element types (spec: a, b, out, accumulator).
 A_DTYPE, B_DTYPE, OUT_DTYPE = cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16
 ACC_DTYPE = cutlass.Float32
-# Major modes in CuTe's terms: A is viewed (M, K, 1), B (N, K, G), out (M, N); ROW_MAJOR = K (or N) contiguous.
+# Major modes in CuTe's terms: A is viewed (M, K, 1), B (N, K, 1), out (G, M, N); ROW_MAJOR = K (or N) contiguous.
 A_LAYOUT = LayoutEnum.COL_MAJOR  # spec: a.major = "mn"
 B_LAYOUT = LayoutEnum.COL_MAJOR  # spec: b.major = "mn"
 OUT_LAYOUT = LayoutEnum.ROW_MAJOR
