@@ -386,13 +386,13 @@ def grouped_kernel(
                     release.advance()
 
                 # ---- epilogue: subtile by subtile, registers -> fused ops -> SMEM -> predicated stores
-                row0 = start + mt * cfg.tile_m  # the tile's first row: its group's rows end at `end`
+                row0, row_end = start + mt * cfg.tile_m, end  # the tile's first row; its group's rows end at `end`
                 gOut = cute.local_tile(cute.domain_offset((row0, 0), mOut), (cfg.tile_m, cfg.tile_n), (0, nt))
                 subs_n = cfg.tile_n // cfg.epi_n
                 subs = cfg.tile_m // cfg.epi_m * subs_n
                 for si in cutlass.range_constexpr(subs):
                     sub_crd = (si // subs_n, si % subs_n)  # the order the accumulator's subtiles are retiled in
-                    rows_left = end - (row0 + sub_crd[0] * cfg.epi_m)
+                    rows_left = row_end - (row0 + sub_crd[0] * cfg.epi_m)
                     cols_left = N - (nt * cfg.tile_n + sub_crd[1] * cfg.epi_n)
                     for ei in cutlass.range_constexpr(sub_size):
                         r_acc[ei] = tRS_acc[si * sub_size + ei]

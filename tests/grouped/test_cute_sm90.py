@@ -58,7 +58,7 @@ def render_cute(ls, tmp_path, prefix: str, target: str = "cute:sm90"):
 
 def test_the_catalogue_renders_grouped_kernels_on_cute_sm90():
     assert set(catalogue_cute()) == {"moe_bf16", "moe_up_bias_silu_bf16", "moe_down_router_bf16", "moe_fp8_rowwise",
-                                     "moe_gate_up_swiglu_bf16"}
+                                     "moe_gate_up_swiglu_bf16", "moe_wgrad_bf16"}
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_FP8_FORMS))

@@ -9,7 +9,7 @@ from specgen.kinds.gemm.testing.rules import FP8, tile
 G = {"kind": "grouped", "targets": ["cute:sm90"]}  # MINIMAL_SPEC (bf16, 128x128x64) as a grouped cute spec
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # GRP301: ragged M, 16-bit or fp8 operands (e4m3 and e5m2 may mix), an f32 accumulator, 16- or 32-bit outputs
+    # GRP301: 16-bit or fp8 operands (e4m3 and e5m2 may mix), an f32 accumulator, 16- or 32-bit outputs
     ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "mn"},
                              "out": {"dtype": "f32"}}, None),
     ("GRP301", "cute:sm90", {**G, **FP8, "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": tile(128, 128, 128)}, None),
@@ -29,9 +29,16 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                              "out": {"dtype": "f16"}, "accumulator": "f16"},
      ("error", ["accumulator = f16: the grouped cute:sm90 kernel accumulates in f32"], ("accumulator",))),
+    # ragged K (the weight gradient, since session 26): 16-bit operands in either major render; 32-bit ones are the
+    # Triton design's there too
     ("GRP301", "cute:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
-                             "groups": {"ragged": "k"}},
-     ("error", ["groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm90"], ("groups", "ragged"))),
+                             "groups": {"ragged": "k"}}, None),
+    ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                             "out": {"dtype": "f32"}, "groups": {"index": "sizes", "ragged": "k"}}, None),
+    ("GRP301", "cute:sm90", {**G, "a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32", "major": "mn"},
+                             "out": {"dtype": "f32"}, "groups": {"ragged": "k"}, "tile": tile(128, 128, 32)},
+     ("error", ["A is f32: the grouped cute:sm90 kernel renders bf16, f16 or fp8", "here the weight gradient "
+                "(groups.ragged = 'k')"], ("a", "dtype"))),
     # GRP302: one CTA a tile, cooperative warpgroups, the tile unswapped
     ("GRP302", "cute:sm90", {**G, "tile": tile(128, 256, 64), "cute": {"mma_warpgroups": 2}}, None),
     ("GRP302", "cute:sm90", {**G, "cluster": {"m": 2, "n": 1}},
@@ -42,4 +49,7 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["cute.swap_ab is not rendered by the grouped cute:sm90 kernel"], ("cute", "swap_ab"))),
     ("GRP302", "cute:sm90", {**G, "cute": {"tma_store": False}},
      ("note", ["always stores through predicated vector stores"], ("cute", "tma_store"))),
+    ("GRP302", "cute:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+                             "groups": {"ragged": "k"}, "cute": {"tma_store": False}},
+     ("note", ["always stores through predicated vector stores (out[g] is written whole"], ("cute", "tma_store"))),
 ]

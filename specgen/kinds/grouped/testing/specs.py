@@ -3,7 +3,8 @@
 branch (both index formats, both tails, both B majors, every epilogue op the kind takes, f32 and an f16
 accumulator, TMA and pointer loads, a swapped size-selected variant, fp8 operands with per-row and per-group column
 scales, gated epilogues of both layouts), which the name-hardening tests tokenize and the numerics run; and
-`RAGGED_K_FORMS`, the ragged-K kernel's (tests/grouped/test_ragged_k.py)."""
+`RAGGED_K_FORMS`, the ragged-K kernel's (tests/grouped/test_ragged_k.py); the CuTe sm90 design's (`CUTE_FORMS`,
+`CUTE_FP8_FORMS`, `CUTE_RAGGED_K_FORMS`)."""
 
 from __future__ import annotations
 
@@ -143,6 +144,22 @@ CUTE_FORMS: dict[str, dict] = {s["name"]: s for s in (
     spec("cg_gated_il_f16", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                                "out": {"dtype": "f16"}}, tile={"m": 64, "n": 128, "k": 64},
          epilogue=[{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "scale", "by": "row", "name": "router"}]),
+)}
+
+# The grouped CuTe sm90 design's ragged-K forms (the weight gradient: groups along K, out (G, M, N);
+# templates/grouped/cute/ragged_k_sm90.jinja): the training wgrad's layout (A M-major: x passed as x.T, B N-major: dy
+# as it is) on two warpgroups, with a per-group bias and a chain after it; and K-major A and B (each group's first K
+# row an arbitrary element of the contiguous dim), the sizes index, f32 out on one warpgroup and a 64-row tile.
+# Compiled for sm_90a on the CPU (tests/grouped/test_cute_sm90_ragged_k.py) and run on the GPU
+# (tests/gpu/test_grouped_cute_ragged_k_gpu.py) on RaggedKNumericsTests' cases.
+CUTE_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("cgk_offs_mn_mn", **{**CUTE, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"}},
+         groups={"index": "offs", "ragged": "k"}, tile={"m": 128, "n": 128, "k": 64}, cute={"mma_warpgroups": 2},
+         epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"},
+                   {"op": "scale", "by": "scalar", "name": "alpha"}]),
+    spec("cgk_sizes_k_k", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                             "out": {"dtype": "f32"}}, groups={"index": "sizes", "ragged": "k"},
+         tile={"m": 64, "n": 128, "k": 64}, cute={"mma_warpgroups": 1}),
 )}
 
 # The grouped CuTe sm90 design's fp8 forms (wgmma m64nNk32, K-major A and B, MAJ001): torch._scaled_grouped_mm's

@@ -1,4 +1,7 @@
-"""The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]).
+"""The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]),
+and ragged K (the weight gradient), out[g] = epilogue(A[:, K of g] @ B[K of g]) (templates/grouped/cute/
+ragged_k_sm90.jinja says how: a work item per (group, M tile, N tile), TMA boxes from each group's first K row, the
+last partial K tile zeroed in SMEM past the group's rows before wgmma reads it).
 
 The kernel (templates/grouped/cute/grouped_sm90.py.jinja) is the dense sm90 design's warp-specialized pipeline
 (kinds/gemm/designs/cute_sm90/design.py; its SMEM stage layouts, tiled wgmma, register -> SMEM epilogue copy and
@@ -216,8 +219,9 @@ class CuteSm90Grouped(GroupedDesign):
 def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     spec: GroupedSpec = r.spec
     # check refuses these (GRP001, GRP301, GRP302, EPI003); a render that skipped check must not emit a wrong kernel
-    if spec.a.major != "k" or spec.groups.ragged != "m":
-        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel is ragged M with a K-major A (GRP001, GRP301)")
+    ragged_k = spec.groups.ragged == "k"
+    if spec.a.major != "k" and not ragged_k:
+        raise ValueError(f"{spec.name}: the grouped CuTe sm90 kernel's ragged M wants a K-major A (GRP001)")
     refuse_unrendered(spec, False)  # a gated epilogue's limits (EPI003)
     gated = gated_op(spec.epilogue)
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
@@ -225,6 +229,12 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     b_doc = (f"(G, K, 2N) {spec.b.dtype}, K-major: one weight per group, "
              + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
              if gated is not None else f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group")
+    a_doc = f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"
+    out_doc = f"(M, N) {spec.out.dtype}, row-major"
+    if ragged_k:  # the weight gradient: groups along K (ragged_k_sm90.jinja)
+        a_doc = f"(M, K) {spec.a.dtype}, {spec.a.major}-major: columns [start_g, end_g) are group g's K (x.T of a (K, M) x)"
+        b_doc = f"(K, N) {spec.b.dtype}, {spec.b.major}-major: rows [start_g, end_g) are group g's K (the output gradient)"
+        out_doc = f"(G, M, N) {spec.out.dtype}, row-major: out[g] group g's product, every one written"
     epilogue = []
     for op in spec.epilogue:
         data = op.model_dump(mode="json")
@@ -234,17 +244,17 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
     return GroupedCutePlan(
         **plan_header(loaded),
         arch=r.info.arch, arch_flag=arch_flag(r.info), compute_capability=r.info.compute_capability or 0,
-        a=cute_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, K-major: the rows of every group, group by group"),
+        a=cute_arg("a", "a", spec.a.dtype, a_doc),
         b=cute_arg("b", "b", spec.b.dtype, b_doc),
         index=cute_arg(index_name, "index", DType.int32, f"(G,) int32 on the device, {index_doc}"),
         index_kind=spec.groups.index,
-        out=cute_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}, row-major"),
+        out=cute_arg("out", "out", spec.out.dtype, out_doc),
         args=[cute_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major, b_major=spec.b.major, acc_dtype=CUTLASS_DTYPES[spec.accumulator],
         tail_zero=spec.groups.tail == "zero", config=config, variants=variants, smem_breakdown=r.budget.breakdown(),
         acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
-        gated=gated is not None, gated_layout=gated.layout if gated is not None else "",
+        gated=gated is not None, gated_layout=gated.layout if gated is not None else "", ragged_k=ragged_k,
     )
 
 
@@ -277,7 +287,7 @@ def metadata(p: GroupedCutePlan) -> dict[str, object]:
     c = p.config
     return module_identity(p.name, p.spec_file, p.spec_hash, p.specgen_version, [f"cute:{p.arch}"]) | {
         "kind": KIND,
-        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+        "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"} | ({"ragged": "k"} if p.ragged_k else {}),
         "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
                                         "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag,

@@ -31,24 +31,22 @@ OUTPUTS = (DType.bf16, DType.f16, DType.f32)
 
 @OWN.rule("GRP301", "the grouped CuTe sm90 kernel's dtypes and grouping", SERVED)
 def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
-    """The grouped sm90 kernel renders the MoE forward: ragged M, 16-bit A and B (bf16, f16; wgmma
-    m64nNk16) or 8-bit ones (fp8 e4m3 and e5m2, which may mix: wgmma m64nNk32's .e4m3 / .e5m2 atype and btype,
-    PTX ISA "wgmma.mma_async" and CD `warpgroup/mma.py` MmaF8Op; K-major only, MAJ001; tile.k a multiple of 32,
-    MMA001) into an f32 accumulator, stored as bf16, f16 or f32 through 16-byte vector stores (8 or 4 elements a
-    thread). fp8's rowwise scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N)), applied
-    to the f32 accumulator before the rest of the chain. Not rendered: 32-bit operands, an f16 accumulator, 8-bit
-    outputs, and ragged K (the weight gradient), whose groups end anywhere along K, where a TMA box would read the
-    next group's rows. A gated epilogue's limits (a K-major B) are EPI003's."""
+    """The grouped sm90 kernel renders the MoE forward (ragged M) and its weight gradient (ragged K: groups along
+    K, out (G, M, N), A and B in either major, ragged_k_sm90.jinja), with 16-bit A and B (bf16, f16; wgmma
+    m64nNk16) or, ragged M only (the spec refuses fp8 ragged K), 8-bit ones (fp8 e4m3 and e5m2, which may mix:
+    wgmma m64nNk32's .e4m3 / .e5m2 atype and btype, PTX ISA "wgmma.mma_async" and CD `warpgroup/mma.py` MmaF8Op;
+    K-major only, MAJ001; tile.k a multiple of 32, MMA001) into an f32 accumulator, stored as bf16, f16 or f32
+    through 16-byte vector stores (8 or 4 elements a thread). fp8's rowwise scales are the epilogue's `scale` by =
+    "rowcol" (scale_a (M,), scale_b (G, N)), applied to the f32 accumulator before the rest of the chain. Not
+    rendered: 32-bit operands (for either grouping: the Triton design's), an f16 accumulator, 8-bit outputs. A
+    gated epilogue's limits (a K-major B) are EPI003's."""
     s = ctx.spec
-    if s.groups.ragged != "m":
-        yield Finding("GRP301", "error", "groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm90: its "
-                      "groups end anywhere along K, where a TMA box would read the next group's rows",
-                      "use a triton target for the weight gradient", ("groups", "ragged"))
+    which = "weight gradient (groups.ragged = 'k')" if s.groups.ragged == "k" else "MoE forward"
     for side in ("a", "b"):
         dt = getattr(s, side).dtype
         if dt not in OPERANDS:
             yield Finding("GRP301", "error", f"{side.upper()} is {dt}: the grouped cute:sm90 kernel renders bf16, f16 "
-                          "or fp8 (e4m3, e5m2) operands (32-bit operands are the Triton design's)",
+                          f"or fp8 (e4m3, e5m2) operands (32-bit operands are the Triton design's; here the {which})",
                           "use bf16, f16 or fp8, or a triton target", (side, "dtype"))
     if s.accumulator != DType.f32:
         yield Finding("GRP301", "error", f"accumulator = {s.accumulator}: the grouped cute:sm90 kernel accumulates in f32",
@@ -66,7 +64,8 @@ def cute_grouped_config(ctx: RuleContext) -> Iterator[Finding]:
     tile) and clusters are the dense kernel's and not rendered here (errors: the kernel would run another
     schedule than the spec says). `cute.tma_store` does not apply: a tile's rows end at its group's end on the
     device, which a host-built TMA store descriptor cannot follow, so the kernel always stores through
-    predicated vector stores (a note where the spec asks for TMA stores explicitly off, which is what runs)."""
+    predicated vector stores (a note where the spec asks for TMA stores explicitly off, which is what runs); the
+    ragged-K kernel (out (G, M, N), a fixed shape) stores through the same epilogue."""
     s = ctx.spec
     if s.cluster.m * s.cluster.n > 1:
         yield Finding("GRP302", "error", f"cluster = {s.cluster.m}x{s.cluster.n}: the grouped cute:sm90 kernel runs one "
@@ -78,9 +77,10 @@ def cute_grouped_config(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("GRP302", "error", "cute.swap_ab is not rendered by the grouped cute:sm90 kernel (the tile is "
                       "computed as out = A B, tile.m on wgmma's rows)", "set cute.swap_ab = false", ("cute", "swap_ab"))
     if not s.cute.tma_store:
+        why = ("(out[g] is written whole, through the ragged-M kernel's epilogue)" if s.groups.ragged == "k"
+               else "(group ends live on the device)")
         yield Finding("GRP302", "note", "cute.tma_store = false: the grouped cute:sm90 kernel always stores through "
-                      "predicated vector stores (group ends live on the device)", "drop cute.tma_store",
-                      ("cute", "tma_store"))
+                      f"predicated vector stores {why}", "drop cute.tma_store", ("cute", "tma_store"))
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
