@@ -17,6 +17,7 @@ by their models and the gradients computed; OUT gets them (f32, npz) and the tra
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -234,19 +235,22 @@ def install_mgpu_model(mod, spec: dict) -> None:
 
 
 # ---- the subprocess ----------------------------------------------------------------------------------------------
-def _traced(case: dict, mod, fn, args, dout, mesh) -> list[list[str]]:
+def _traced(case: dict, mod, fn, args, dout, mesh) -> list:
     """The real entry's gradient program under shard_map in each of the case's vma modes: the kernels it calls (Mosaic
-    GPU: lowered for CUDA, each role kernel's name in the text; CuTe: traced, each XLA call's kernel name)."""
+    GPU: lowered for CUDA, each role kernel's name in the text; CuTe: traced, each XLA call's kernel name), and its
+    number of psums (the loss's with check_vma, one per replicated argument: a kernel output typed as not varying
+    adds one, its cotangent summed over the mesh)."""
     found = []
     for check_vma in case["modes"]:
         f, placed = sharded_grads(fn, args, dout, case["spec"], mesh, check_vma)
         traced = f.trace(*placed)
+        jaxpr = str(traced.jaxpr)
+        psums = len(re.findall(r"\bpsum\w*\[", jaxpr))
         if case["kind"] == "mgpu":
             text = traced.lower(lowering_platforms=("cuda",)).as_text()
-            found.append(sorted(r for r in [*mod.TRAIN_GEMMS, "grad_cols"] if f"{case['spec']['name']}_{r}" in text))
+            found.append([sorted(r for r in [*mod.TRAIN_GEMMS, "grad_cols"] if f"{case['spec']['name']}_{r}" in text), psums])
         else:
-            text = str(traced.jaxpr)
-            found.append(sorted({e.split("]")[0] for e in text.split(f"{case['spec']['name']}[")[1:]}))
+            found.append([sorted({e.split("]")[0] for e in jaxpr.split(f"{case['spec']['name']}[")[1:]}), psums])
     return found
 
 

@@ -4,10 +4,10 @@ count is fixed when jax starts): A's rows and dOut's sharded, B and the bias rep
 step; the Pallas TPU entry's: tests/backends/pallas/test_training_tpu.py). The kernels run on a Hopper GPU only, so:
 
 - the real entry's gradient program traces under shard_map with check_vma=True (and False for the catalogue kernels),
-  every backward kernel in it (Mosaic GPU: lowered for CUDA): the arguments cast to vary over the mesh, each kernel's
-  outputs typed as its inputs vary, the custom_vjp's cotangents typed as their primals (before, check_vma=True
-  refused a replicated B's gradient, and jax 0.10's plgpu.kernel typed its outputs as not varying: jax would have
-  summed their cotangents over the mesh);
+  every backward kernel in it (Mosaic GPU: lowered for CUDA), with no psum but the loss's and the replicated
+  arguments' gradients': the arguments cast to vary over the mesh, each kernel's outputs typed as its inputs vary,
+  the custom_vjp's cotangents typed as their primals (before, check_vma=True refused a replicated B's gradient, and
+  jax 0.10's plgpu.kernel typed its outputs as not varying: jax would have summed their cotangents over the mesh);
 - with each kernel replaced by a jnp model of its contract (as test_training_mgpu_gated.py's glue test does), the
   gradients match float64 torch autograd of the reference over the whole problem: A's per shard, B's and the bias's
   summed over the mesh (check_vma=True: by the casts' transpose, as jax's own autodiff; False: by the step's psum).
@@ -104,9 +104,12 @@ def sharded(tmp_path_factory) -> tuple[dict, dict, dict]:
 
 
 def test_the_real_kernels_trace_under_shard_map(sharded) -> None:
+    """Every backward kernel in the program; one psum per replicated argument (with check_vma: the casts' transposes;
+    without: the step's), and the loss's with check_vma: no cotangent summed over the mesh."""
     specs, _, found = sharded
     for name, (kind, spec, _, modes) in specs.items():
-        assert found[name] == [kernels_of(kind, spec)] * len(modes), name
+        replicated = 2 if _form(spec)[2] else 1  # B and the bias
+        assert found[name] == [[kernels_of(kind, spec), replicated + check_vma] for check_vma in modes], name
 
 
 def test_gradients_inside_shard_map_against_float64_autograd(sharded) -> None:
