@@ -28,7 +28,7 @@ from specgen.spec.load import load_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-SHAPE, GATED_SHAPE = (148, 72, 40), (148, 36, 40)  # 4 shards of 37 rows; N and K off every tile
+SHAPE, GATED_SHAPE = (148, 72, 42), (148, 36, 42)  # 4 shards of 37 rows; N and K off every tile and 16 bytes (K)
 
 
 def dense(name: str, act: str, save: str, a: str, b: str, target: str, tile: dict) -> dict:
