@@ -10,9 +10,18 @@ G and its bands' f32 sums), and the arrays it runs on are zero-padded once to wh
 them in place whatever the majors; the gradients are sliced back. Zero rows and columns add nothing to a product,
 G is zero where dOut is, and the bias gradient's padded columns are dropped. Empty M or N: zeros, no kernel.
 
+A gated epilogue (act(gate) * up, then at most a bias; B (2N, K) K-major): pre and G have B's 2N columns in the
+forward's layout (halves or interleaved), each half padded on its own to the padded N (as the forward entry pads B),
+the gated columns kernel forms G from the saved pre, dgrad and wgrad are the plain GEMMs over 2N, and the bias
+gradient is dOut's column sum.
+
 The differentiable function is built once per module (`differentiable`): jax.grad, jax.vjp and jax.value_and_grad
-work under jax.jit (not under jax.shard_map: the calls carry no varying mesh axes). The primal call (no derivative
-asked) is the forward entry itself.
+work under jax.jit and inside jax.shard_map, as the Pallas modules' do: every argument is cast to vary over the mesh
+axes any one varies over (`specgen.runtime.jax.vary`), every call's inputs too (its outputs vary as they do), so the
+backward's gradients have their primals' types and a replicated argument's gradient (B, the bias, with A's rows
+sharded) is summed over the mesh by the cast's transpose, as jax's own autodiff of a replicated weight is; with
+check_vma=False nothing varies and each shard gets its own gradients (docs/training.md). The primal call (no
+derivative asked) is the forward entry itself.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import jax.numpy as jnp
 from jax._src import dispatch as _dispatch
 from jax.interpreters import mlir
 
+from specgen.runtime import jax as _rt
 from specgen.runtime.cute import cache_dir, compile_options, dsl_arch, grid_clusters
 from specgen.runtime.cute_jax import EMPTY_K, _write_atomic, gpu_devices, jit_wrapper, pad_to, round_up
 
@@ -139,6 +149,9 @@ for _platform in ("cpu", "tpu", "rocm"):
 
 
 def call(kernel: Kernel, ins: tuple[jax.Array, ...], outs: tuple[tuple[tuple[int, ...], Any], ...]) -> list[jax.Array]:
+    """The kernel's outputs (shapes, dtypes) for these inputs, each cast to vary over the mesh axes any input varies
+    over (under jax.shard_map; the abstract value takes the first input's)."""
+    ins = _rt.vary(_rt.varying_axes(*ins), *ins)
     return cute_train_p.bind(*ins, kernel=kernel, outs=tuple((tuple(s), jnp.dtype(d)) for s, d in outs))
 
 
@@ -168,6 +181,7 @@ class Backward:
     configs: dict[str, Any]  # TRAIN_CONFIGS
     bands: int  # GRAD_COLS_BANDS
     min_rows: int  # GRAD_COLS_MIN_ROWS
+    gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"): pre and G have B's 2N columns in it
 
 
 def _jnp(name: str) -> Any:
@@ -199,9 +213,11 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
     bias_in = (vec,) if bw.bias else ()
     if bw.act and bw.save == "preact":
         out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(SAME), matrix(SAME)))
-        out["grad_cols"] = cols("grad_cols", "cols", (matrix(SAME),) * 3 + ((SAME, u),))
-    if bw.act and bw.save == "recompute":
-        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, (SAME, 1), matrix(SAME)))
+        variant = "grad_cols_gated" if bw.gated else "grad_cols"  # gated: G's gate and up from dOut and pre's
+        out["grad_cols"] = cols(variant, "cols", (matrix(SAME),) * 3 + ((SAME, u),))
+    if bw.act and bw.save == "recompute":  # dOut: read element-wise (gated: through the tiles' TMA view)
+        dout = matrix(SAME) if bw.gated else (SAME, 1)
+        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(SAME)))
     if bw.bias:
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
@@ -229,11 +245,17 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         mp, np_, kp = round_up(p.m, u), round_up(p.n, u), round_up(p.k, u) if p.k else EMPTY_K
         a = named["a"] if p.k else jnp.zeros(named["a"].shape, dtype)  # an empty K: zeros (the kernels see 16)
         b = named["b"] if p.k else jnp.zeros(named["b"].shape, dtype)
+        if bw.gated:  # B (2N, K): each half padded on its own, to np_ rows (the forward entry's `pad_gated`)
+            b = pad_to(b.reshape(halves(p.n) + (p.k,)), halves(np_) + (kp,)).reshape(2 * np_, kp)
         out = {"a": pad_to(a, (mp, kp) if bw.a_major == "k" else (kp, mp)),
-               "b": pad_to(b, (np_, kp) if bw.b_major == "k" else (kp, np_))}
+               "b": b if bw.gated else pad_to(b, (np_, kp) if bw.b_major == "k" else (kp, np_))}
         if bw.bias:
             out["bias"] = pad_to(named["bias"], (np_,))
         return (mp, np_, kp), out
+
+    def halves(n: int) -> tuple[int, int]:
+        """A gated B's 2N rows (or pre's and G's columns) as (2, N) halves or (N, 2) interleaved pairs."""
+        return (2, n) if bw.gated == "halves" else (n, 2)
 
     def forward(*args: jax.Array) -> Any:
         p, named = sizes(args)
@@ -241,11 +263,15 @@ def differentiable(entry: Any, bw: Backward) -> Any:
             return entry(*args), (args, None)
         (mp, np_, _), x = padded(p, named)
         ins = (x["a"], x["b"], *((x["bias"],) if bw.bias else ()))
-        pre, out = call(kern["forward_pre"], ins, (((mp, np_), dtype), ((mp, np_), dtype)))
+        pre, out = call(kern["forward_pre"], ins, (((mp, np_ * (2 if bw.gated else 1)), dtype), ((mp, np_), dtype)))
         return out[: p.m, : p.n], (args, pre)
 
     def backward(res: Any, dout: jax.Array) -> tuple:
         args, pre = res
+        # each gradient varies as its primal does (under jax.shard_map: zeros of an empty shard are cast too)
+        return _rt.vary(_rt.varying_axes(*args), *gradients(args, pre, dout))
+
+    def gradients(args: tuple, pre: Any, dout: jax.Array) -> tuple:
         p, named = sizes(args)
         zeros = tuple(jnp.zeros(x.shape, x.dtype) for x in args)
         if p.m == 0 or p.n == 0:
@@ -256,26 +282,31 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         rows = max(bw.min_rows, -(-mp // bw.bands))
         sums = ((-(-mp // rows), np_), jnp.float32)
         partial = None
-        if bw.act and bw.save == "preact":
-            g, partial = call(kern["grad_cols"], (dout, pre), (((mp, np_), dtype), sums))
+        n2 = np_ * (2 if bw.gated else 1)  # G's columns: B's (gated: gate and up, in the forward's layout)
+        if bw.act and bw.save == "preact":  # gated: partial is dOut's column sums (the bias after the gate)
+            g, partial = call(kern["grad_cols"], (dout, pre), (((mp, n2), dtype), sums))
         elif bw.act:
-            (g,) = call(kern["recompute"], (x["a"], x["b"], *bias_in, dout), (((mp, np_), dtype),))
+            (g,) = call(kern["recompute"], (x["a"], x["b"], *bias_in, dout), (((mp, n2), dtype),))
         else:
             g = dout
         grads = []
         stub = (jnp.zeros((u,), _jnp(bw.bias_dtype)),) if bw.bias else ()
         ops = {"a": x["a"], "b": x["b"], "g": g}
-        for role, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, np_))):
+        for role, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, n2))):
             xs, ys, transposed = bw.gemms[role]
             shape = (q_, m_) if transposed else (m_, q_)
             (c,) = call(kern[role], (ops[xs[0]], ops[ys[0]], *stub), ((shape, dtype),))
             grads.append(c)
         da = grads[0][: p.m, : p.k] if bw.a_major == "k" else grads[0][: p.k, : p.m]
-        db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]
+        if bw.gated:  # dB (2 np_, kp) in B's layout: each half sliced back to N rows
+            db = grads[1].reshape(halves(np_) + (kp,))[(slice(None), slice(p.n)) if bw.gated == "halves" else (slice(p.n),)]
+            db = db[..., : p.k].reshape(2 * p.n, p.k)
+        else:
+            db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]
         if not bw.bias:
             return da.astype(args[0].dtype), db.astype(args[1].dtype)
-        if partial is None:
-            (partial,) = call(kern["grad_cols_sum"], (g,), (sums,))
+        if partial is None:  # G's column sums (gated: dOut's, the bias after the gate)
+            (partial,) = call(kern["grad_cols_sum"], (dout if bw.gated else g,), (sums,))
         (dbias,) = call(kern["grad_cols_bands"], (partial,), (((1, np_), _jnp(bw.bias_dtype)),))
         return da, db, dbias[0, : p.n].reshape(args[2].shape).astype(args[2].dtype)
 
@@ -284,4 +315,9 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         return entry(*args)
 
     f.defvjp(forward, backward)
-    return f
+
+    def varying(*args: jax.Array) -> jax.Array:
+        """Under jax.shard_map: every argument cast to vary over the mesh axes any one does (the module docstring)."""
+        return f(*_rt.vary(_rt.varying_axes(*args), *args))
+
+    return varying

@@ -295,6 +295,9 @@ def _launch(a, b, config: Config | None = None) -> jax.Array:
     kernel = _build(cfg, m, n, k, out_rows, out_cols, _mg.num_sms(132), varying)
     # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
     out = _rt.no_derivative(NAME, ("a", "b"), kernel)(a, b)
+    # under jax.shard_map: jax 0.10's plgpu.kernel types its output as not varying over the mesh (it traces with
+    # check_vma off), which would make jax sum its cotangent over the mesh: typed as the arguments vary instead
+    (out,) = _rt.vary(varying, out)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
     return out

@@ -249,6 +249,9 @@ def _launch(a, b, bias, config: Config | None = None) -> jax.Array:
     # The primal of `_train` (spec: training), whose custom_vjp jax.grad and jax.vjp take: this kernel is not
     # differentiated itself (jax.jvp through it raises, naming it).
     out = _rt.no_derivative(NAME, ("a", "b", "bias"), kernel)(a, b, bias)
+    # under jax.shard_map: jax 0.10's plgpu.kernel types its output as not varying over the mesh (it traces with
+    # check_vma off), which would make jax sum its cotangent over the mesh: typed as the arguments vary instead
+    (out,) = _rt.vary(varying, out)
     if (out_rows, out_cols) != (m, n):
         out = out[..., :m, :n]
     return out
@@ -436,7 +439,8 @@ def _gemm(role: str, m: int, n: int, k: int, x, y, *extra):
     if role == "recompute":  # dOut, TMA-loaded as C's subtiles
         args[-1] = _mg.pad(args[-1], c_ext)
     outs = _train_build(role, m, n, max(k, 1), *c_ext, _mg.num_sms(132), varying)(*args)
-    outs = tuple(part if part.shape == shape else part[:shape[0], :shape[1]] for part in (outs if role == "forward_pre" else (outs,)))
+    outs = _rt.vary(varying, *(outs if role == "forward_pre" else (outs,)))  # typed as their inputs vary (`_launch`)
+    outs = tuple(part if part.shape == shape else part[:shape[0], :shape[1]] for part in outs)
     return outs if role == "forward_pre" else outs[0]
 
 
@@ -469,13 +473,14 @@ def _grad_cols(grad, pre, interpret: bool = False):
         return jnp.zeros((m, n), OPERAND), jnp.zeros((n,), jnp.float32)
     blk_m, blk_n = COLS_BLOCK
     bands = pl.cdiv(m, blk_m)
+    varying = _rt.varying_axes(grad, pre)  # mesh axes, under jax.shard_map
     block = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
     outs = pl.pallas_call(
         functools.partial(_grad_cols_kernel, m=m, n=n),
         grid=(pl.cdiv(n, blk_n), bands),
         in_specs=[block, block],
         out_specs=[block, pl.BlockSpec((1, blk_n), lambda j, i: (i, j))],
-        out_shape=[jax.ShapeDtypeStruct((m, n), OPERAND), jax.ShapeDtypeStruct((bands, n), jnp.float32)],
+        out_shape=[_rt.out_struct((m, n), OPERAND, varying), _rt.out_struct((bands, n), jnp.float32, varying)],
         compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
         interpret=interpret,
         name=f"{NAME}_grad_cols",
@@ -515,15 +520,18 @@ def _train_bwd(saved: tuple, grad):
     g, dbias = _grad_cols(grad, pre)
     da = _gemm("dgrad", m, k, n, g, b)
     db = _gemm("wgrad", k, n, m, a, g)
-    return (da, db, dbias.astype(bias.dtype).reshape(bias.shape))
+    # each gradient varies as its primal does (under jax.shard_map: an empty shard's zeros are cast too)
+    return _rt.vary(_rt.varying_axes(a, b, bias), da, db, dbias.astype(bias.dtype).reshape(bias.shape))
 
 
 _train.defvjp(_train_fwd, _train_bwd)
 
 
-# The jitted call both entries make: one trace (config choice, padding, kernel) per shape and dtype; differentiable
-# (spec: training): jax.grad and jax.vjp run the backward's kernels (_train_bwd).
-_call = jax.jit(_train)
+@jax.jit
+def _call(a, b, bias) -> jax.Array:
+    """Both entries' jitted call (one trace per shape and dtype), differentiable (spec: training): under jax.shard_map
+    each argument is cast to vary over the mesh axes any one does (_rt.vary; docs/training.md, JAX under shard_map)."""
+    return _train(*_rt.vary(_rt.varying_axes(a, b, bias), a, b, bias))
 
 
 def linear_gelu_train_mgpu(a, b, bias) -> jax.Array:
