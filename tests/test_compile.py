@@ -70,11 +70,10 @@ def test_every_catalogue_kernel_compiles_with_plan_smem_within_10_percent() -> N
         assert r["compiler_smem"] is not None and r["compiler_smem"] <= 232448, r
         assert r["registers"] and (r["plan_smem"] > 0) == (role in ("forward_pre", "recompute", "dgrad", "wgrad")), r
         assert 0 <= r["compiler_smem"] - r["plan_smem"] <= 256, r  # the plan, barriers aside
-        # a spill is a verdict, not a compile error, reported failed with its bytes: with triton 3.9 on sm_90
-        # mlp_up_swiglu_train_recompute_bf16[recompute] (the gated 128 x 128 tile's two accumulators and dOut's tile)
-        # spills 140 B at 255 registers; every other backward kernel compiles clean
-        assert not r["error"] or (r["kernel"] == "mlp_up_swiglu_train_recompute_bf16[recompute]" and r["target"] ==
-                                  "triton:sm90" and r["error"].startswith("spills ") and r["spills"]["store_bytes"]), r
+        # a spill is a verdict, reported failed with its bytes: none here (check settles each backward GEMM's near
+        # verdict with this kernel's compile: specs/training.toml's gated recompute GEMM runs a 128 x 64 tile, as
+        # 128 x 128 spilled 140 B with triton 3.9)
+        assert not r["error"], r
     trains = {(ls.name, str(t)): ls.spec for ls in specs if ls.spec.training is not None for t in ls.spec.targets
               if str(t) == "triton:sm90"}
     assert set(roles) == set(trains)
