@@ -80,7 +80,8 @@ class Training(Strict):
     design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none). A grouped spec takes the same section for
-    its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
+    its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
+    and an activation)."""
 
     save: Literal["preact", "recompute"]
     # the GEMM that computes the pre-activation for training: the forward that stores it (preact) or
@@ -151,13 +152,14 @@ def legacy_chain(epilogue: list) -> bool:
 
 
 def legacy_refusal(data: dict[str, object]) -> str:
-    """Why a chain (or an fp8 forward) is not one every design renders ("" where it is), for a kind whose designs
-    render only those (the grouped kind refuses the rest at load, naming the op)."""
+    """Why a chain (or an fp8 operand: the grouped kind takes an fp8 forward, A and B fp8, in its own check, its
+    rowwise scales first) is not one every design renders ("" where it is), for a kind whose designs render only
+    those (the grouped kind refuses the rest at load, naming the op)."""
     fp8 = next(((side, op) for side in ("a", "b") if isinstance(op := data.get(side), Operand) and op.dtype.is_fp8), None)
     if fp8 is not None:
         side, a = fp8
-        return (f"{side}.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands only (an fp8 "
-                "forward's backward is the dense Triton design's); drop `training`")
+        return (f"{side}.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands, or fp8 A and "
+                "B with rowwise scales first (fp8 beside a 16- or 32-bit operand has none); drop `training`")
     chain = data.get("epilogue") or []
     if chain and chain[0].op == "gated":  # type: ignore[attr-defined]
         return ""  # check_training's own messages
@@ -173,13 +175,16 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object) -> str:
+def chain_refusal(spec: object, fp8: bool = False) -> str:
     """What in a training spec only the Triton dense design's backward renders ("" where every design that renders
-    training does): TRN001's message elsewhere."""
-    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    training does): TRN001's message elsewhere. `fp8`: the design renders an fp8 forward's backward (its rowwise
+    scales first, then a chain it renders)."""
+    epilogue = spec.epilogue  # type: ignore[attr-defined]
+    if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    epilogue = spec.epilogue  # type: ignore[attr-defined]
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+        epilogue = epilogue[1:]  # the dequantization (check_training: the rowwise scales first)
     if legacy_chain(epilogue):
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]

@@ -69,6 +69,7 @@ class TritonGrouped(GroupedDesign):
     renders_variants = True
     renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
+    renders_fp8_training = True  # an fp8 forward's (rowwise scales, then [bias], [activation]): training.py
     renders_gated_training = True  # a gated epilogue's too (pre and G over B's 2N columns)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
@@ -159,6 +160,10 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up columns, into N outputs
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     training: GroupedTrainingPlan | None = None  # a `training` backward (training.py), rendered beside the forward
+    # an fp8 forward's backward GEMM (training.py): this operand's tiles are fp8 in memory, converted exactly to its
+    # planned (16-bit) dtype in registers before the dot
+    convert_a: bool = False
+    convert_b: bool = False
 
 
 
