@@ -126,9 +126,6 @@ class DesignBase:
     # the backward of the other chains (scale, residual, clamp, cast, bias along m, any order) and of an fp8
     # forward (rowwise scales) too, where training is rendered (TRN001 elsewhere)
     renders_chain_training: ClassVar[bool] = False
-    # an fp8 forward's backward (its rowwise scales first, then the chains it renders) where it renders no other
-    # chain (the grouped Triton design); renders_chain_training implies it
-    renders_fp8_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

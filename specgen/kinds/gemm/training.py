@@ -175,16 +175,14 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False) -> str:
-    """What in a training spec only the Triton dense design's backward renders ("" where every design that renders
-    training does): TRN001's message elsewhere. `fp8`: the design renders an fp8 forward's backward (its rowwise
-    scales first, then a chain it renders)."""
-    epilogue = spec.epilogue  # type: ignore[attr-defined]
-    if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
+def chain_refusal(spec: object) -> str:
+    """What in a training spec only the Triton designs' backward renders ("" where every design that renders
+    training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
+    not concern them)."""
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
-        epilogue = epilogue[1:]  # the dequantization (check_training: the rowwise scales first)
+    epilogue = spec.epilogue  # type: ignore[attr-defined]
     if legacy_chain(epilogue):
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]

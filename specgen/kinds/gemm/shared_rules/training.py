@@ -28,8 +28,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     backward has none. The other chains (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
     (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
-    The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's: `renders_fp8_training`) is its
-    Triton design's; its CuTe and Pallas designs render the forward only."""
+    The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's; its
+    CuTe and Pallas designs render the forward only."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
@@ -41,7 +41,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"(the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
-            what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training)):
+            what := chain_refusal(ctx.spec)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
         # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "

@@ -69,7 +69,6 @@ class TritonGrouped(GroupedDesign):
     renders_variants = True
     renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
-    renders_fp8_training = True  # an fp8 forward's (rowwise scales, then [bias], [activation]): training.py
     renders_gated_training = True  # a gated epilogue's too (pre and G over B's 2N columns)
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
