@@ -135,6 +135,13 @@ def variants():
     yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
+    # the grouped Triton design's fp8 forward's backward (its rowwise scales, G twice), both save modes
+    for save in ("preact", "recompute"):
+        yield {"name": f"g_train_fp8_{save}", "kind": "grouped", "a": {"dtype": "fp8_e5m2", "major": "k"},
+               "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"}, "groups": {"index": "offs"},
+               "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
+                            {"op": "activation", "fn": "gelu"}], "tile": {"m": 64, "n": 64, "k": 64},
+               "targets": ["triton:sm90"], "training": {"save": save}}
     yield from {**dense_sm90(), **cute_sm100_gated()}.values()  # the CuTe designs' gated epilogues (both kinds)
     # the CuTe sm90 gated backward (spec: training after a gated op): both save modes, both layouts, a bias after it
     for save, layout in (("preact", "halves"), ("recompute", "interleaved"), ("preact", "interleaved")):

@@ -46,12 +46,16 @@ def test_absent_training_dumps_as_before() -> None:
 @pytest.mark.parametrize(("changes", "fragments"), [
     ({"training": {"save": "later"}}, ["training.save", "preact", "recompute"]),
     ({"training": {}}, ["training.save", "Field required"]),
-    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}}, ["a.dtype = fp8_e5m2", "fp8_e5m2 or int8 forward has no backward"]),
+    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "bf16"}}, ["a.dtype = fp8_e5m2", "or fp8 beside a 16- or 32-bit operand"]),
+    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}},
+     ["a.dtype = fp8_e5m2 with epilogue ['bias', 'activation']", "epilogue[0] = { op = \"scale\", by = \"rowcol\" }"]),
     ({"a": {"dtype": "int8"}, "b": {"dtype": "int8"}, "accumulator": "i32"}, ["a.dtype = int8", "no backward"]),
     ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}},
      ["a.dtype = fp8_e4m3 with epilogue ['bias', 'activation']", "epilogue[0] = { op = \"scale\", by = \"rowcol\" }"]),
     ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3"}, "out": {"dtype": "f32"},
       "epilogue": [{"op": "scale", "by": "rowcol"}]}, ["out.dtype = f32 with fp8_e4m3 operands"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}, "out": {"dtype": "f32"},
+      "epilogue": [{"op": "scale", "by": "rowcol"}]}, ["out.dtype = f32 with fp8_e4m3 x fp8_e5m2 operands"]),
     ({"batch": True}, ["batch = true: a batched GEMM has no backward yet"]),
     ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
      ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
@@ -137,17 +141,22 @@ def test_the_other_chains_load_and_pass_on_the_triton_design_only(chain: list) -
     assert labels == (["forward_pre"] if reads else []) + ["dgrad", "wgrad"]
 
 
-def test_an_fp8_forward_has_a_16_bit_backward() -> None:
-    """fp8_e4m3 A and B with rowwise scales first: loads; dgrad and wgrad are checked as GEMMs of the output's dtype
-    (G times the fp8 operand converted exactly); TRN001 off the Triton design."""
-    d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "named"), [("fp8_e4m3", "fp8_e4m3", "fp8_e4m3"),
+                                                           ("fp8_e5m2", "fp8_e5m2", "fp8_e5m2"),
+                                                           ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3 x fp8_e5m2")])
+def test_an_fp8_forward_has_a_16_bit_backward(a_dtype: str, b_dtype: str, named: str) -> None:
+    """fp8 A and B (e4m3, e5m2 or one of each) with rowwise scales first: loads; dgrad and wgrad are checked as GEMMs
+    of the output's dtype (G times the fp8 operand converted exactly), both operands bf16; TRN001 off the Triton design,
+    naming the fp8 dtypes."""
+    d = spec(a={"dtype": a_dtype, "major": "k"}, b={"dtype": b_dtype, "major": "k"}, out={"dtype": "bf16"},
              epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
              tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
     comp = {label: c for label, c, _ in GemmSpec.model_validate(d).companions()}
     assert list(comp) == ["dgrad", "wgrad"]  # the dequantization reads no value: no pre
-    assert {c.a.dtype.value for c in comp.values()} == {"bf16"}
+    assert {c.a.dtype.value for c in comp.values()} == {c.b.dtype.value for c in comp.values()} == {"bf16"}
     trn = [x for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
-    assert [x.target for x in trn] == ["cute:sm90"] and "fp8_e4m3" in trn[0].message, [str(x) for x in trn]
+    assert [x.target for x in trn] == ["cute:sm90"] and f"training with {named} operands" in trn[0].message, \
+        [str(x) for x in trn]
     with pytest.raises(SpecError, match=r"epilogue\[1\] \(scale by rowcol\)"):
         load(spec(a={"dtype": "fp8_e4m3"}, b={"dtype": "fp8_e4m3"}, out={"dtype": "bf16"},
                   epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]))

@@ -1,7 +1,7 @@
 """The grouped kind's Triton module on the GPU (issue 37): bf16 on real hardware (the CPU interpreter is
 wrong for bf16), against a float64 per-group loop and torch._grouped_mm, on ragged group sizes with the output
 NaN-poisoned first (rows past the last group must stay untouched); the fp8 kernel (e4m3, rowwise scales) the
-same way against torch._scaled_grouped_mm; and a CUDA graph captured once and replayed with new group sizes
+same way against torch._scaled_grouped_mm, and its spec with e5m2 and e4m3 x e5m2 operands against float64; and a CUDA graph captured once and replayed with new group sizes
 (the group index is read on the device only).
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
@@ -96,11 +96,12 @@ FP8 = "moe_fp8_rowwise"
 K8 = 336  # torch._scaled_grouped_mm wants K (and N) multiples of 16; past whole 128-deep K tiles all the same
 
 
-def _fp8_data(sizes: list[int], gen: torch.Generator):
-    """e4m3 A (M, K) and the (G, N, K) weight passed transposed, scale_a (M,), scale_b (G, N), offs."""
+def _fp8_data(sizes: list[int], gen: torch.Generator, a_dtype=torch.float8_e4m3fn, b_dtype=torch.float8_e4m3fn):
+    """e4m3 (or the given fp8 formats) A (M, K) and the (G, N, K) weight passed transposed, scale_a (M,), scale_b
+    (G, N), offs."""
     g, m = len(sizes), sum(sizes) + TAIL
-    a = torch.randn(m, K8, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-    w = torch.randn(g, N, K8, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    a = torch.randn(m, K8, device="cuda", generator=gen).to(a_dtype)
+    w = torch.randn(g, N, K8, device="cuda", generator=gen).to(b_dtype)
     scale_a = torch.rand(m, device="cuda", generator=gen) * 0.5 + 0.5
     scale_b = (torch.rand(g, N, device="cuda", generator=gen) * 0.5 + 0.5) / K8**0.5
     offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
@@ -196,3 +197,24 @@ def test_ragged_k_cuda_graph_replays_new_group_sizes() -> None:
         offs.copy_(torch.tensor(ends, device="cuda", dtype=torch.int32))
         graph.replay()
         torch.testing.assert_close(out.float(), torch._grouped_mm(x.t(), dy, offs=offs).float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype"), [("fp8_e5m2", "fp8_e5m2"), ("fp8_e4m3", "fp8_e5m2")])
+def test_fp8_e5m2_forms_against_float64(a_dtype: str, b_dtype: str, tmp_path) -> None:
+    """moe_fp8_rowwise's spec on triton:sm90 with e5m2 (torch._scaled_grouped_mm takes e4m3 only: float64 is the
+    reference) and e4m3 A x e5m2 B (tl.dot takes the mix), every group-size case, NaN-poisoned tails kept."""
+    from kernels import load_module
+
+    fp8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+    name = f"gpu_moe_{a_dtype[4:]}_{b_dtype[4:]}"
+    spec = {"name": name, "kind": "grouped", "a": {"dtype": a_dtype, "major": "k"}, "b": {"dtype": b_dtype, "major": "k"},
+            "out": {"dtype": "bf16"}, "groups": {"index": "offs", "tail": "untouched"},
+            "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": {"m": 128, "n": 256, "k": 128},
+            "triton": {"num_warps": 8}, "targets": ["triton:sm90"]}
+    fn = getattr(load_module(spec, tmp_path), name)
+    gen = torch.Generator(device="cuda").manual_seed(40)
+    for case, sizes in SIZES.items():
+        a, b, offs, scale_a, scale_b = _fp8_data(sizes, gen, fp8[a_dtype], fp8[b_dtype])
+        out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        assert fn(a, b, offs, scale_a, scale_b, out=out) is out
+        assert_rows_match(out, _fp8_reference(a, b, offs, scale_a, scale_b), f"{name} {case}")

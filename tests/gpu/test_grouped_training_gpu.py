@@ -4,7 +4,8 @@ expert zeroed) gives bf16 gradients of a, b and the bias within bf16 rounding of
 loop (and no worse than twice eager bf16 autograd's error) on ragged group sizes (empty experts anywhere, every
 row in one, sizes off the tiles, 256 experts of 0-2 rows, all empty), N and K past whole tiles; NaN-poisoned
 gradient buffers are written everywhere; a CUDA graph over forward and backward replays with new group sizes
-(the group index is read on the device only) to the new sizes' gradients.
+(the group index is read on the device only) to the new sizes' gradients. And (session 26, not yet run) an fp8
+forward's bf16 backward, e4m3, e5m2 and e4m3 x e5m2, against float64 of the dequantized operands.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -170,3 +171,57 @@ def test_rendered_gated_kernel_bf16(save: str, tmp_path) -> None:
         for n in ("a", "b", "bias"):
             within(leaves[n].grad, want[n], f"{save} {case} d{n}")
         assert not leaves["a"].grad[sum(sizes):].any(), f"{save} {case}: dA past the last expert"
+
+
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "save", "act"), [("fp8_e4m3", "fp8_e4m3", "preact", "gelu"),
+                                                                  ("fp8_e5m2", "fp8_e5m2", "recompute", "silu"),
+                                                                  ("fp8_e4m3", "fp8_e5m2", "preact", "")])
+def test_rendered_fp8_forward_bf16_backward(a_dtype: str, b_dtype: str, save: str, act: str, tmp_path) -> None:
+    """An fp8 forward (e4m3, e5m2, e4m3 x e5m2; torch._scaled_grouped_mm's rowwise scales, a per-group bias, an
+    activation or none): bf16 dA and dB, the gradients of the dequantized operands (a scale_a, b[g] scale_b[g]), and
+    dbias within bf16 rounding of float64 autograd of the per-group loop, on ragged sizes, into NaN-poisoned buffers."""
+    from kernels import load_module
+
+    name = f"gpu_gtrain_fp8_{a_dtype[4:]}_{b_dtype[4:]}_{save}_{act or 'none'}"
+    spec = {"name": name, "kind": "grouped", "a": {"dtype": a_dtype, "major": "k"}, "b": {"dtype": b_dtype, "major": "k"},
+            "out": {"dtype": "bf16"}, "groups": {"index": "offs", "tail": "untouched"},
+            "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}]
+            + ([{"op": "activation", "fn": act}] if act else []),
+            "training": {"save": save}, "tile": {"m": 128, "n": 128, "k": 128}, "triton": {"num_warps": 8},
+            "targets": ["triton:sm90"]}
+    mod = load_module(spec, tmp_path)
+    for case in ("first_middle_last_empty", "all_empty"):
+        sizes = RAGGED_SIZES[case]
+        gen = torch.Generator(device="cuda").manual_seed(len(sizes))
+        rows, g = sum(sizes) + TAIL, len(sizes)
+        a = torch.randn(rows, K, generator=gen, device="cuda").to(FP8[a_dtype])
+        b = torch.randn(g, N, K, generator=gen, device="cuda").to(FP8[b_dtype]).transpose(1, 2)
+        sa = torch.rand(rows, generator=gen, device="cuda") + 0.5
+        sb = (torch.rand(g, N, generator=gen, device="cuda") + 0.5) / K**0.5
+        bias = torch.randn(g, N, generator=gen, device="cuda").bfloat16()
+        offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+        grad = torch.randn(rows, N, generator=gen, device="cuda").bfloat16()
+        deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
+        deq_b = (b.double() * sb.double()[:, None, :]).requires_grad_()
+        bias64 = bias.double().requires_grad_()
+        outs, start = [], 0
+        for i, size in enumerate(sizes):
+            y = deq_a[start:start + size] @ deq_b[i] + bias64[i]
+            outs.append({"gelu": F.gelu, "silu": F.silu}[act](y) if act else y)
+            start += size
+        if start:
+            (torch.cat(outs) * grad[:start].double()).sum().backward()
+        pre = mod._forward_train(a, b, offs, sa, sb, bias)[1] if save == "preact" and act else None
+        poisoned = {"da": torch.full((rows, K), float("nan"), device="cuda", dtype=torch.bfloat16),
+                    "db": torch.full_like(b, float("nan"), dtype=torch.bfloat16),
+                    "dbias": torch.full((g, N), float("nan"), device="cuda", dtype=torch.bfloat16)}
+        da, db, _, _, dbias = mod._backward(grad, a, b, offs, sa, sb, bias, pre, **poisoned)
+        zeros = torch.zeros_like
+        want = {n: (t.grad if t.grad is not None else zeros(t)).cpu()  # within() compares on the host
+                for n, t in (("dA", deq_a), ("dB", deq_b), ("dbias", bias64))}
+        for got, n in ((da, "dA"), (db, "dB"), (dbias, "dbias")):
+            assert got.dtype is torch.bfloat16 and not got.isnan().any(), f"{case} {n}"
+            within(got, want[n], f"{case} {n}")

@@ -1,8 +1,9 @@
 """Training on a Hopper GPU for the other chains (issue 38; the dense Triton design's chain pass): specs rendered in the
 test (no catalogue kernel), bf16. Gradients of A, B and every tensor argument (a residual's, a row bias's, row / column
 / rowcol scales') within bf16 rounding of float64 autograd of the reference and no worse than twice eager bf16
-autograd's error, both save modes, aligned (the TMA forms) and odd shapes, NaN-poisoned buffers; and an fp8 e4m3
-forward (rowwise scales) whose bf16 backward gives the gradients of the dequantized operands.
+autograd's error, both save modes, aligned (the TMA forms) and odd shapes, NaN-poisoned buffers; and an fp8 forward
+(e4m3, e5m2, e4m3 x e5m2 and e5m2 x e4m3; rowwise scales) whose bf16 backward gives the gradients of the dequantized
+operands.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -122,28 +123,44 @@ def test_chain_poisoned_buffers(tmp_path_factory) -> None:
         assert e_ours <= 2 * e_eager + 2e-2 * w.abs().max().item(), f"d{n}: {e_ours:.4g} vs eager {e_eager:.4g}"
 
 
-def test_fp8_forward_bf16_backward(tmp_path_factory) -> None:
-    """An fp8 e4m3 forward with rowwise scales and a bias: the bf16 backward's dA and dB are the gradients of the
-    dequantized operands (a scale_a, b scale_b), within bf16 rounding of float64's; the bias's through autograd."""
-    s = {"name": "gpu_trc_fp8", "kind": "gemm", "a": {"dtype": "fp8_e4m3", "major": "k"},
-         "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"},
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "save"), [
+    ("fp8_e4m3", "fp8_e4m3", "preact"), ("fp8_e5m2", "fp8_e5m2", "preact"), ("fp8_e5m2", "fp8_e5m2", "recompute"),
+    ("fp8_e4m3", "fp8_e5m2", "preact"), ("fp8_e5m2", "fp8_e4m3", "recompute")])
+def test_fp8_forward_bf16_backward(a_dtype: str, b_dtype: str, save: str, tmp_path_factory) -> None:
+    """An fp8 forward (e4m3, e5m2, or one of each: wgmma and tl.dot take the mix) with rowwise scales and a bias: the
+    forward within bf16 rounding of float64's; the bf16 backward's dA and dB, into NaN-poisoned buffers, are the
+    gradients of the dequantized operands (a scale_a, b scale_b), within bf16 rounding of float64's; the bias's too."""
+    tag = "" if a_dtype == b_dtype == "fp8_e4m3" and save == "preact" else f"_{a_dtype[4:]}_{b_dtype[4:]}_{save}"
+    s = {"name": f"gpu_trc_fp8{tag}", "kind": "gemm", "a": {"dtype": a_dtype, "major": "k"},
+         "b": {"dtype": b_dtype, "major": "k"}, "out": {"dtype": "bf16"},
          "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu"}],
-         "training": {"save": "preact"}, "tile": {"m": 128, "n": 128, "k": 128}, "triton": {"num_warps": 8},
+         "training": {"save": save}, "tile": {"m": 128, "n": 128, "k": 128}, "triton": {"num_warps": 8},
          "targets": ["triton:sm90"]}
     mod = module(s, tmp_path_factory)
-    for M, N, K in ((256, 512, 384), (200, 144, 96)):
+    fa, fb = FP8[a_dtype], FP8[b_dtype]
+    for M, N, K in ((256, 512, 384), (200, 144, 96), (1, 136, 160)):
         gen = torch.Generator(device="cuda").manual_seed(M)
-        a = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-        b = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn).t()
+        a = torch.randn(M, K, generator=gen, device="cuda").to(fa)
+        b = torch.randn(N, K, generator=gen, device="cuda").to(fb).t()
         sa, sb = torch.rand(M, device="cuda") / 10 + 0.05, torch.rand(N, device="cuda") / 10 + 0.05
         bias = torch.randn(N, device="cuda").bfloat16()
         grad = torch.randn(M, N, device="cuda").bfloat16()
         deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
         deq_b = (b.double() * sb.double()[None, :]).requires_grad_()
         bias64 = bias.double().requires_grad_()
-        torch.nn.functional.gelu(deq_a @ deq_b + bias64).backward(grad.double())
-        pre = mod._forward_pre(a, b, sa, sb, bias)[1]
-        da, db, _, _, dbias = mod._backward(grad, a, b, sa, sb, bias, pre)
+        want_out = torch.nn.functional.gelu(deq_a @ deq_b + bias64)
+        want_out.backward(grad.double())
+        out = getattr(mod, s["name"])(a, b, sa, sb, bias)
+        assert (out.double() - want_out.detach()).abs().max().item() <= 2e-2 * want_out.detach().abs().max().item()
+        pre = mod._forward_pre(a, b, sa, sb, bias)[1] if save == "preact" else None
+        poisoned = {"da": torch.full((M, K), float("nan"), device="cuda", dtype=torch.bfloat16),
+                    "db": torch.full((N, K), float("nan"), device="cuda", dtype=torch.bfloat16).t(),
+                    "dbias": torch.full((N,), float("nan"), device="cuda", dtype=torch.bfloat16)}
+        da, db, _, _, dbias = mod._backward(grad, a, b, sa, sb, bias, pre, **poisoned)
         for got, want, n in ((da, deq_a.grad, "dA"), (db, deq_b.grad, "dB"), (dbias, bias64.grad, "dbias")):
             assert got.dtype is torch.bfloat16 and got.shape == want.shape, n
+            assert not got.isnan().any(), n
             assert (got.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item(), n

@@ -52,8 +52,19 @@ def test_absent_training_dumps_as_before() -> None:
     ({"groups": {"ragged": "k"}, "epilogue": []}, ["groups.ragged = 'k' with `training`", "ragged-M forward"]),
     ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
      ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
+    # an fp8 forward: its rowwise scales first, then [bias], [activation] or [bias, activation]; fp8 beside bf16: none
     ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "k"}, "epilogue": []},
-     ["a.dtype = fp8_e4m3: training has a backward for f16, bf16 and f32 operands only"]),
+     ["a.dtype = fp8_e4m3 with epilogue []", "needs the rowwise scales first"]),
+    ({"a": {"dtype": "bf16"}, "b": {"dtype": "fp8_e5m2", "major": "k"}, "epilogue": []},
+     ["b.dtype = fp8_e5m2: training has a backward for f16, bf16 and f32 operands, or fp8 A and B",
+      "fp8 beside a 16- or 32-bit operand has none"]),
+    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2", "major": "k"},
+      "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "max": 1.0}]}, ["epilogue[1] (clamp) has no backward"]),
+    ({"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
+      "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "relu"}, {"op": "bias"}]},
+     ["epilogue[1:] ['activation', 'bias']", "in that order"]),
+    ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
+      "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, ["a gated epilogue with fp8 operands"]),
     ({"epilogue": [{"op": "scale", "by": "row"}]}, ["epilogue[0] (scale) has no backward yet"]),
     ({"epilogue": [{"op": "activation", "fn": "relu"}, {"op": "bias"}]}, ["in that order"]),
     ({"training": {"save": "later"}}, ["training.save", "preact", "recompute"]),
@@ -63,6 +74,20 @@ def test_what_has_no_backward_is_refused_naming_the_field(changes: dict, fragmen
     for f in fragments:
         assert f in text, text
     assert "<test>:" in text  # a position, not a traceback
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype"), [("fp8_e4m3", "fp8_e4m3"), ("fp8_e5m2", "fp8_e5m2"), ("fp8_e4m3", "fp8_e5m2")])
+def test_an_fp8_forward_loads_with_a_16_bit_backward(a_dtype: str, b_dtype: str) -> None:
+    """fp8 A and B (e4m3, e5m2, one of each) with the rowwise scales first: loads; pre's GEMM keeps the scales and
+    the bias, dgrad and wgrad are grouped GEMMs of the output's dtype (the fp8 operand converted in registers)."""
+    s = GroupedSpec.model_validate(spec(a={"dtype": a_dtype, "major": "k"}, b={"dtype": b_dtype, "major": "k"},
+                                        out={"dtype": "bf16"}, tile={"m": 64, "n": 64, "k": 64},
+                                        epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias"},
+                                                  {"op": "activation", "fn": "gelu"}]))
+    comp = {label: c for label, c, _ in s.companions()}
+    assert [op.op for op in comp["forward_pre"].epilogue] == ["scale", "bias"]
+    for label in ("dgrad", "wgrad"):
+        assert (comp[label].a.dtype.value, comp[label].b.dtype.value, comp[label].out.dtype.value) == ("bf16",) * 3
 
 
 @pytest.mark.parametrize("chain", [[], [{"op": "bias"}], [{"op": "activation", "fn": "silu"}],

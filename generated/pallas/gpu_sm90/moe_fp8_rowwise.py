@@ -30,7 +30,7 @@ sizes of the same shapes reuse the compiled kernel. `moe_fp8_rowwise_torch(...)`
 torch._grouped_mm's layout (through DLPack, no copies).
 
 Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by subtile:
-    0. scale: * scale_a[m] * scale_b[n]
+    0. scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)
 
 The kernel (the dense Mosaic GPU kernel's warp-specialized pipeline over grouped tile visits): a persistent grid
 of one CTA per SM walks (row-tile visit, N tile) pairs in bands of 8 visits: cdiv(M, 128) + G - 1

@@ -30,10 +30,10 @@ columns and G (M x 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act
 layout (the bias, after the gate, has dOut's column sum for gradient); f16, bf16 or f32 operands (A and B of
 one dtype) with an f32 accumulator; no batch. Every design that renders training renders those (`legacy_chain`);
 the dense Triton design also the other chains (`scale`, `residual`, `clamp`, `cast`, `bias` along M, in any order:
-pre is then the value before the first op whose backward reads a value, `value_index`) and an fp8_e4m3 forward with
-rowwise scales first, whose backward runs in the output's 16-bit dtype and gives the gradients of the dequantized
-operands, the scales none (`chain_refusal` says what TRN001 refuses elsewhere). fp8_e5m2 and int8 forwards have
-no backward.
+pre is then the value before the first op whose backward reads a value, `value_index`) and an fp8 forward (e4m3,
+e5m2 or a mix of the two: A and B each either) with rowwise scales first, whose backward runs in the output's 16-bit
+dtype and gives the gradients of the dequantized operands, the scales none (`chain_refusal` says what TRN001 refuses
+elsewhere). An int8 forward has no backward.
 """
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ class Training(Strict):
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton and dense CuTe sm90 designs and Mosaic GPU: TRN001 elsewhere);
     f16, bf16, f32 operands; no batch (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8_e4m3 forward with rowwise scales
-    first (its backward in the output's dtype, the dequantized operands' gradients; the scales get none). A grouped spec takes the same section for
-    its ragged-M forward (the grouped Triton design: docs/grouped.md)."""
+    design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
+    the scales get none). A grouped spec takes the same section for
+    its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
+    and an activation)."""
 
     save: Literal["preact", "recompute"]
     # the GEMM that computes the pre-activation for training: the forward that stores it (preact) or
@@ -98,13 +100,13 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
         return training  # the operands' own errors are reported
     chain = data.get("epilogue") or []
     ops = [op.op for op in chain]  # type: ignore[attr-defined]
-    fp8 = a.dtype == DType.fp8_e4m3 and b.dtype == DType.fp8_e4m3
+    fp8 = a.dtype.is_fp8 and b.dtype.is_fp8  # e4m3, e5m2 or one of each (the forward's DT001 lets them mix)
     for side, op in (("a", a), ("b", b)):
         if op.dtype not in BACKWARD_DTYPES and not fp8:
             raise ValueError(f"{side}.dtype = {op.dtype.value}: training has a backward for f16, bf16 and f32 operands, "
-                             "or fp8_e4m3 A and B with rowwise scales (an fp8_e5m2 or int8 forward has no backward "
-                             "yet); drop `training`")
-    if a.dtype != b.dtype:
+                             "or fp8 A and B (fp8_e4m3, fp8_e5m2 or one of each) with rowwise scales (an int8 forward, "
+                             "or fp8 beside a 16- or 32-bit operand, has no backward); drop `training`")
+    if a.dtype != b.dtype and not fp8:
         raise ValueError(f"a.dtype = {a.dtype.value} and b.dtype = {b.dtype.value}: training needs one operand "
                          "dtype (the backward GEMMs multiply the gradient in it)")
     if acc is not None and acc != DType.f32:
@@ -113,12 +115,12 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
     if isinstance(out, Output) and out.dtype not in BACKWARD_DTYPES:
         raise ValueError(f"out.dtype = {out.dtype.value}: training has a backward for f16, bf16 and f32 outputs only")
     if fp8 and (not chain or ops[0] != "scale" or chain[0].by != "rowcol"):  # type: ignore[attr-defined]
-        raise ValueError(f"a.dtype = fp8_e4m3 with epilogue {ops}: an fp8 forward's backward (bf16, w.r.t. the "
+        raise ValueError(f"a.dtype = {a.dtype.value} with epilogue {ops}: an fp8 forward's backward (bf16, w.r.t. the "
                          "dequantized operands) needs the rowwise scales first: epilogue[0] = "
                          "{ op = \"scale\", by = \"rowcol\" } (scale_a (M,), scale_b (N,), torch._scaled_mm's)")
     if fp8 and isinstance(out, Output) and out.dtype == DType.f32:
-        raise ValueError("out.dtype = f32 with fp8_e4m3 operands: the fp8 forward's backward runs in the output's "
-                         "16-bit dtype (bf16 or f16); pick one")
+        raise ValueError(f"out.dtype = f32 with {fp8_names(a.dtype, b.dtype)} operands: the fp8 forward's backward runs "
+                         "in the output's 16-bit dtype (bf16 or f16); pick one")
     if data.get("batch"):
         raise ValueError("batch = true: a batched GEMM has no backward yet; drop `training`")
     if ops[:1] == ["gated"]:
@@ -150,12 +152,14 @@ def legacy_chain(epilogue: list) -> bool:
 
 
 def legacy_refusal(data: dict[str, object]) -> str:
-    """Why a chain (or an fp8 forward) is not one every design renders ("" where it is), for a kind whose designs
-    render only those (the grouped kind refuses the rest at load, naming the op)."""
-    a = data.get("a")
-    if isinstance(a, Operand) and a.dtype == DType.fp8_e4m3:
-        return (f"a.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands only (an fp8 "
-                "forward's backward is the dense Triton design's); drop `training`")
+    """Why a chain (or an fp8 operand: the grouped kind takes an fp8 forward, A and B fp8, in its own check, its
+    rowwise scales first) is not one every design renders ("" where it is), for a kind whose designs render only
+    those (the grouped kind refuses the rest at load, naming the op)."""
+    fp8 = next(((side, op) for side in ("a", "b") if isinstance(op := data.get(side), Operand) and op.dtype.is_fp8), None)
+    if fp8 is not None:
+        side, a = fp8
+        return (f"{side}.dtype = {a.dtype.value}: training has a backward for f16, bf16 and f32 operands, or fp8 A and "
+                "B with rowwise scales first (fp8 beside a 16- or 32-bit operand has none); drop `training`")
     chain = data.get("epilogue") or []
     if chain and chain[0].op == "gated":  # type: ignore[attr-defined]
         return ""  # check_training's own messages
@@ -172,15 +176,22 @@ def legacy_refusal(data: dict[str, object]) -> str:
 
 
 def chain_refusal(spec: object) -> str:
-    """What in a training spec only the Triton dense design's backward renders ("" where every design that renders
-    training does): TRN001's message elsewhere."""
-    if spec.a.dtype == DType.fp8_e4m3:  # type: ignore[attr-defined]
-        return "training with fp8_e4m3 operands (a bf16 backward w.r.t. the dequantized operands)"
+    """What in a training spec only the Triton designs' backward renders ("" where every design that renders
+    training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
+    not concern them)."""
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+        return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
+                "dequantized operands)")
     epilogue = spec.epilogue  # type: ignore[attr-defined]
     if legacy_chain(epilogue):
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]
     return f"training with epilogue {names}"
+
+
+def fp8_names(a: DType, b: DType) -> str:
+    """An fp8 forward's operand dtypes in a message: "fp8_e5m2", or "fp8_e4m3 x fp8_e5m2" where they mix."""
+    return a.value if a == b else f"{a.value} x {b.value}"
 
 
 # The ops whose backward reads the value they act on (an activation's or clamp's derivative, a scale vector's
@@ -212,8 +223,8 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     act = activation_fn(s.epilogue)  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
     # the backward's operand dtype: the operands', or an fp8 forward's output dtype (bf16: the dequantized operands)
-    g = s.out.dtype if a.dtype == DType.fp8_e4m3 else b.dtype  # type: ignore[attr-defined]
-    if act or value_index(s.epilogue, a.dtype == DType.fp8_e4m3) >= 0:  # type: ignore[attr-defined]
+    g = s.out.dtype if a.dtype.is_fp8 else b.dtype  # type: ignore[attr-defined]
+    if act or value_index(s.epilogue, a.dtype.is_fp8) >= 0:  # type: ignore[attr-defined]
         # with a gated op the GEMM that computes pre reads B's 2N columns as the forward does (a gate and an up
         # tile a stage, two accumulators): checked as that gated GEMM (SMEM, TMA boxes, registers, EPI002)
         label = "forward_pre" if t.save == "preact" else "recompute"

@@ -19,10 +19,15 @@ kernel with no epilogue. They load through masked pointers (no TMA descriptors) 
 Covered: the dense kind's chains, a bias per group: the plain GEMM, [bias], [activation], [bias, activation], and
 a gated op (SwiGLU, GeGLU; halves or interleaved) then at most a bias: pre = A @ B[g] has B's 2N columns, G (rows,
 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's layout, dgrad and wgrad are the
-same grouped GEMMs over 2N, dbias[g] the column sum of dOut over group g's rows. No ragged-K forward (it is itself a
-weight gradient)."""
+same grouped GEMMs over 2N, dbias[g] the column sum of dOut over group g's rows. And an fp8 forward (A and B e4m3,
+e5m2 or one of each) with torch._scaled_grouped_mm's rowwise scales first (scale_a (M,), scale_b (G, N)), then [bias],
+[activation] or [bias, activation]: its backward runs in the output's 16-bit dtype and gives the gradients of the
+dequantized operands A scale_a and B[g] scale_b[g] (dgrad and wgrad checked as GEMMs of that dtype; the fp8 operand
+is converted in their registers), the scales none. No ragged-K forward (it is itself a weight gradient)."""
 
 from __future__ import annotations
+
+import re
 
 from specgen.kinds.gemm.sections import Operand, Output, Pipeline
 from specgen.kinds.gemm.training import BackwardGemm, Training, activation_fn, check_training, legacy_refusal
@@ -42,7 +47,19 @@ def check_grouped_training(training: Training | None, data: dict[str, object]) -
     if getattr(groups, "ragged", "m") == "k":
         raise ValueError("groups.ragged = 'k' with `training`: a ragged-K kernel is itself a weight gradient; "
                          "training has a backward for the ragged-M forward (groups of rows)")
-    if why := legacy_refusal(data):  # the other chains and an fp8 forward: the dense Triton design's only
+    a, b = data.get("a"), data.get("b")
+    if isinstance(a, Operand) and isinstance(b, Operand) and a.dtype.is_fp8 and b.dtype.is_fp8:
+        # an fp8 forward: torch._scaled_grouped_mm's rowwise scales first (check_training), then a legacy chain
+        chain = data.get("epilogue") or []
+        rest = {**data, "epilogue": chain[1:], "a": Operand(dtype=DType.bf16), "b": Operand(dtype=DType.bf16)}
+        if chain and (chain[0].op == "gated" or any(op.op == "gated" for op in chain)):  # type: ignore[attr-defined]
+            raise ValueError("a gated epilogue with fp8 operands: training has a backward for an fp8 forward's "
+                             "[scale rowcol], then [bias], [activation] or [bias, activation]; drop `training`")
+        if chain and chain[0].op == "scale" and (why := legacy_refusal(rest)):  # type: ignore[attr-defined]
+            raise ValueError(re.sub(r"epilogue\[(\d+)\]", lambda m: f"epilogue[{int(m[1]) + 1}]", why)
+                             .replace("epilogue [", "epilogue[1:] ["))
+        return check_training(training, data)
+    if why := legacy_refusal(data):  # the other chains, fp8 beside a 16-bit operand: the dense Triton design's only
         raise ValueError(why)
     return check_training(training, data)
 
@@ -56,6 +73,10 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     s = spec
     a, b = s.a, s.b  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
+    # an fp8 forward's backward runs in the output's dtype (G, and the fp8 operand converted exactly in registers):
+    # its dgrad and wgrad are checked as GEMMs of that dtype, their outputs (dA, dB) in it
+    fp8 = a.dtype.is_fp8
+    g_dtype = s.out.dtype if fp8 else None  # type: ignore[attr-defined]
     if activation_fn(s.epilogue):  # type: ignore[attr-defined]
         # pre = A @ B[g] + bias[g]: the forward's GEMM with the chain's bias only, stored in the output's dtype
         # (preact: kept for the backward) or f32 (recompute: G formed from it at once, as the dense kind's
@@ -64,18 +85,18 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
         label = "forward_pre" if t.save == "preact" else "recompute"
         pre_dtype = s.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
         gated = any(op.op == "gated" for op in s.epilogue)  # type: ignore[attr-defined]
-        bias = [] if gated else [op for op in s.epilogue if op.op == "bias"]  # type: ignore[attr-defined]
+        bias = [] if gated else [op for op in s.epilogue if op.op in ("bias", "scale")]  # type: ignore[attr-defined]
         out.append((label, _derived(s, label, t.pre, a, b, pre_dtype, bias, "untouched", "m"), ("training", "pre")))
     # dgrad: dA (rows, K) = G (rows, N) @ B[g]^T (N, K), ragged M: G row-major (K-major in this GEMM's terms), B^T
     # the stored B read with its major flipped; rows past the last group zeroed.
-    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=b.dtype, major="k"),
-                                  Operand(dtype=b.dtype, major=FLIP[b.major]), a.dtype, [], "zero", "m"),
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=g_dtype or b.dtype, major="k"),
+                                  Operand(dtype=g_dtype or b.dtype, major=FLIP[b.major]), g_dtype or a.dtype, [], "zero", "m"),
                 ("training", "dgrad")))
     # wgrad: dB[g] = A_g^T @ G_g, ragged K (every group's rows are this GEMM's K): for an N-major B, A^T (K, rows)
     # @ G (rows, N) into (G, K, N); for a K-major B, G^T (N, rows) @ A (rows, K) into (G, N, K), B's own layout.
     # Either way both operands have their M (resp. N) dim contiguous: M-major and N-major in the ragged-K GEMM's terms.
-    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=a.dtype, major="mn"),
-                                  Operand(dtype=a.dtype, major="mn"), b.dtype, [], "untouched", "k"),
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g_dtype or a.dtype, major="mn"),
+                                  Operand(dtype=g_dtype or a.dtype, major="mn"), g_dtype or b.dtype, [], "untouched", "k"),
                 ("training", "wgrad")))
     return tuple(out)
 

@@ -156,7 +156,8 @@ def refuse_fp8_grad(kernel: str, inputs: tuple) -> None:
             if name in ("scale_a", "scale_b"):
                 raise RuntimeError(f"{kernel}: {name} requires grad, but an fp8 forward's dequantization scales are inputs "
                                    "without grad (as torch._scaled_mm's): detach it")
-            raise RuntimeError(f"{kernel}: {name} (fp8_e4m3) requires grad, but autograd would round its gradient to "
+            spelled = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(t.dtype, str(t.dtype))
+            raise RuntimeError(f"{kernel}: {name} ({spelled}) requires grad, but autograd would round its gradient to "
                                "fp8; the bf16 backward's gradients are those of the dequantized operands (a scale_a, "
                                f"b scale_b): call the module's _backward(grad, ...) from your own autograd.Function "
                                "(the straight-through step of your quantization), or detach it")

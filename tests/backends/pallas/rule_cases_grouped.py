@@ -1,4 +1,4 @@
-"""Boundary cases of the grouped Pallas TPU design's own rules (designs/pallas/rules.py: GRP201, GRP202, GRP203, GRP204) in tests/test_rules.py's
+"""Boundary cases of the grouped Pallas TPU design's own rules (designs/pallas/rules.py: GRP201, GRP203, GRP204; GRP202 retired) in tests/test_rules.py's
 form (rule, target, spec overrides, expected), which that file collects; the dense rules it shares are tested over
 a grouped TPU spec in test_grouped_tpu_rules.py."""
 
@@ -16,10 +16,6 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "out": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch"],
       ("accumulator",))),
-    # GRP202: no fp8 and no per-group column scales on the TPU yet (the Triton design's slice)
-    ("GRP202", "pallas:tpu_v5e", {**G, "epilogue": [{"op": "scale", "by": "row"}]}, None),
-    ("GRP202", "pallas:tpu_v6e", {**G, "epilogue": [{"op": "scale", "by": "rowcol"}]},
-     ("error", ["epilogue[0]: scale by = 'rowcol' takes per-group column scales (G, N)"], ("epilogue", 0, "by"))),
     # GRP203: the TPU kernel groups rows (ragged M) only
     ("GRP203", "pallas:tpu_v5e", {**G, "groups": {"ragged": "m"}}, None),
     ("GRP203", "pallas:tpu_v6e", {**G, "groups": {"ragged": "k"}},

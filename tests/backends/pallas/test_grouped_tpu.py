@@ -8,7 +8,9 @@ tail) serves every group-size case, so the cases reuse one compiled kernel: empt
 (several in a row), last and everywhere, a group holding every row, a row tile shared by three and by four
 groups, no tail, sizes summing past M (clamped, as ragged_dot drops those rows). Then M = 1 with K below one
 block, both B majors, both index formats, tail zero and untouched (with a NaN-poisoned `out` whose tail must stay
-bit-equal, and without), f32 and bf16, and jit with new group sizes reusing the compiled kernel."""
+bit-equal, and without), f32 and bf16, and jit with new group sizes reusing the compiled kernel. fp8 (e5m2, and
+e4m3 A x e5m2 B as v7x's MXU takes them) with torch._scaled_grouped_mm's rowwise scales (scale_b (G, N) per group) or
+a per-group column scale, both B majors, on 32-row blocks (8-bit operands' sublane tile), lowered for TPU too."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from specgen.compile import load_rendered
 from specgen.kinds.grouped.designs.pallas.design import JNP_DTYPES
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.kinds.grouped.testing.reference import grouped
-from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS, TPU_TILE
+from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS, TPU_FP8_FORMS, TPU_TILE
 from specgen.registry import design_for
 from specgen.resolve import resolve
 from specgen.runtime.grouped_jax import group_metadata
@@ -86,7 +88,7 @@ class Problem:
         self.spec, self.m, self.n, self.dtype = spec, m, n, dt
         self.a = jnp.asarray(rng.standard_normal((m, k)) / np.sqrt(k), dt)
         bn = 2 * n if spec["epilogue"] and spec["epilogue"][0]["op"] == "gated" else n  # gate and up columns
-        self.b_logical = jnp.asarray(rng.standard_normal((g, k, bn)), dt)
+        self.b_logical = jnp.asarray(rng.standard_normal((g, k, bn)), JNP_DTYPES[DType(spec["b"]["dtype"])])
         self.b = self.b_logical if spec["b"]["major"] == "mn" else jnp.swapaxes(self.b_logical, 1, 2)
         self.args: list[tuple[str, object]] = []
         for arg in GroupedSpec.model_validate(spec).runtime_args():
@@ -167,6 +169,47 @@ def test_one_row_with_k_below_one_block(tmp_path, name):
     for sizes in ((1, 0, 0), (0, 0, 1), (0, 0, 0)):
         want, written = problem.reference(sizes)
         np.testing.assert_allclose(problem.call(module, sizes)[written], want[written], **tolerance(FORMS[name]))
+
+
+# --- fp8 ------------------------------------------------------------------------------------------------------
+# Over M = 70 rows and 32-row tiles (0-31, 32-63, 64-69): groups sharing tiles with empty ones between them and a
+# tail, one group holding every row, six one-row groups in one tile (then a tail of 64 rows); then M = 1 with K = 40
+# below one block, in a middle group and in none.
+FP8_SIZES = ((20, 0, 33, 10, 0, 7), (0, 0, 70, 0, 0, 0), (1, 1, 1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("name", list(TPU_FP8_FORMS))
+def test_fp8_forms_against_the_float64_loop_and_lowered_for_tpu(tmp_path, name):
+    """fp8 operands as the MXU takes them (DT003): the loop over the fp8 values in float64 with the scales (rowwise
+    scale_a (M,) and per-group scale_b (G, N); a per-group column scale), the groups' rows within the output's
+    rounding; an untouched tail keeps a NaN-poisoned out bit for bit and no NaN leaks into the groups' rows; a zero
+    tail is zero; the module lowers to Mosaic for its TPU target."""
+    from specgen.kinds.grouped.designs.pallas.compile import compile_module
+    from specgen.targets import TARGETS
+
+    spec = TPU_FP8_FORMS[name]
+    module = render(spec, tmp_path)
+    untouched = spec["groups"]["tail"] == "untouched"
+    out_dt = jnp.dtype(JNP_DTYPES[DType(spec["out"]["dtype"])])
+    tol = tolerance(spec) if spec["out"]["dtype"] == "bf16" else {"atol": 1e-4, "rtol": 1e-4}
+    for m, k, all_sizes in ((70, 200, FP8_SIZES), (1, 40, ((0, 0, 1, 0, 0, 0), (0,) * 6))):
+        problem = Problem(spec, m=m, k=k)
+        assert problem.a.dtype == jnp.dtype(JNP_DTYPES[DType(spec["a"]["dtype"])])
+        assert problem.b.dtype == jnp.dtype(JNP_DTYPES[DType(spec["b"]["dtype"])])
+        poison = jnp.full((m, N), jnp.nan, out_dt)
+        for sizes in all_sizes:
+            got = problem.call(module, sizes, **({"out": poison} if untouched else {}))
+            want, written = problem.reference(sizes)
+            assert written.sum() == (min(sum(sizes), m) if untouched else m)
+            assert not np.isnan(got[written]).any(), sizes
+            np.testing.assert_allclose(got[written], want[written], err_msg=str(sizes), **tol)
+            if untouched:
+                assert np.isnan(got[~written]).all(), sizes
+            else:
+                assert not got[min(sum(sizes), m):].any(), sizes
+    target = spec["targets"][-1]
+    result = compile_module(module, TARGETS[target])
+    assert result.error == "", (target, result.error)
 
 
 # --- against jax.lax.ragged_dot --------------------------------------------------------------------------------

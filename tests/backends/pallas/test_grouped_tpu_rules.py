@@ -1,4 +1,4 @@
-"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP202, GRP203, GRP204) and the dense Pallas TPU
+"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP203, GRP204) and the dense Pallas TPU
 design's that it lists (DT003, VMEM001 over the grouped VMEM model, PAL001-PAL003: the same rules, concerning both
 kinds), in tests/test_rules.py's case form (rule, target, spec overrides, expected) over a grouped TPU spec; and
 the VMEM model's figures, the options section, the design's place in the registry and the rule table."""
@@ -42,15 +42,15 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("GRP201", "pallas:tpu_v6e", {"accumulator": "f16", "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch "
                 "(128x256 x 4 B = 131072 B)"], ("accumulator",))),
-    # GRP202: no fp8 and no per-group column scales on the TPU yet (the Triton design's slice)
-    ("GRP202", "pallas:tpu_v5e", {"epilogue": [{"op": "scale", "by": "row"}]}, None),
-    ("GRP202", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2"}},
-     ("error", ["A is fp8_e5m2: the pallas:tpu_v5e grouped kernel renders 16- and 32-bit operands only"],
-      ("a", "dtype"))),
-    ("GRP202", "pallas:tpu_v6e", {"epilogue": [{"op": "bias"}, {"op": "scale", "by": "rowcol"}]},
-     ("error", ["epilogue[1]: scale by = 'rowcol' takes per-group column scales (G, N)"], ("epilogue", 1, "by"))),
-    ("GRP202", "pallas:tpu_v6e", {"epilogue": [{"op": "scale", "by": "col"}]},
-     ("error", ["epilogue[0]: scale by = 'col'"], ("epilogue", 0, "by"))),
+    # fp8 operands on the grouped TPU kernel: the MXU's formats decide (DT003, the dense rule: e5m2 before v7x, e4m3
+    # and e5m2 on v7x, one of each too); GRP202, which refused every fp8 operand and (G, N) column scale, is retired
+    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2"},
+                                 "tile": tile(32, 128, 128), "epilogue": [{"op": "scale", "by": "rowcol"}]}, None),
+    ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2"},
+                                 "tile": tile(32, 128, 128)},
+     ("error", ["A is fp8_e4m3: tpu_v5e MXU takes fp8 as fp8_e5m2 only"], ("a", "dtype"))),
+    ("DT003", "pallas:tpu_v7x", {"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2"},
+                                 "tile": tile(32, 256, 256), "epilogue": [{"op": "scale", "by": "col"}]}, None),
     ("VMEM001", "pallas:tpu_v5p", {"tile": BIG, **UNTOUCHED}, None),
     ("VMEM001", "pallas:tpu_v5p", {"tile": BIG, **ZERO, **GROUP_BIAS}, None),
     ("VMEM001", "pallas:tpu_v5p", {"tile": BIG, **UNTOUCHED, **GROUP_BIAS},
@@ -118,8 +118,8 @@ def test_every_rule_of_the_design_has_both_sides():
     ids = {r.id for r in rules.RULES}
     assert {c[0] for c in CASES if c[3] is None} == {c[0] for c in CASES if c[3] is not None} == ids
     # the dense rules are the same Rule objects, now concerning both kinds
-    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP202", "GRP203", "GRP204"})
-    assert RULE["GRP201"].kinds == RULE["GRP202"].kinds == RULE["GRP203"].kinds == RULE["GRP204"].kinds == ("grouped",)
+    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP203", "GRP204"})
+    assert RULE["GRP201"].kinds == RULE["GRP203"].kinds == RULE["GRP204"].kinds == ("grouped",)
 
 
 def test_the_design_serves_the_tpu_targets_only():

@@ -3,8 +3,8 @@ scalar, a row, a column or a rowcol vector pair), `clamp`, `cast` and bias along
 them, under the CPU interpreter (f32, f16). Gradients of A, B and of every tensor argument against float64 autograd
 of the reference (specgen/kinds/gemm/testing/reference.py), NaN-poisoned gradient buffers, odd shapes, a NaN in the
 output's gradient and at a clamp, `torch.autograd.gradcheck`; and an fp8 e4m3 forward's backward (f16 here: the
-interpreter's bf16 dots are wrong), whose dA and dB are the gradients of the dequantized operands and whose scales get
-none."""
+interpreter's bf16 dots are wrong; e4m3, e5m2 and e4m3 A x e5m2 B), whose dA and dB are the gradients of the
+dequantized operands and whose scales get none."""
 
 from __future__ import annotations
 
@@ -213,20 +213,23 @@ def test_f16_chain(load_kernel) -> None:
         close(grads[name], want[name], 1e-2, f"d{name}")
 
 
-def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rowwise e4m3 quantization: (t / s) in fp8 and s = amax / 448 per row."""
-    s = t.float().abs().amax(1).clamp(min=1e-12) / 448
-    return (t.float() / s[:, None]).to(torch.float8_e4m3fn), s
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def quantize(t: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rowwise fp8 quantization: (t / s) in `dtype` and s = amax / its largest finite value (e4m3 448, e5m2 57344)."""
+    s = t.float().abs().amax(1).clamp(min=1e-12) / torch.finfo(dtype).max
+    return (t.float() / s[:, None]).to(dtype), s
 
 
 class Fp8Linear(torch.autograd.Function):
     """What a user of an fp8 forward writes (docs/training.md): quantize x (M, K) and w (N, K) rowwise to e4m3, call
     the op, and hand the bf16 backward's dA and dB, the dequantized operands' gradients, to x and w (the
-    quantization's straight-through step)."""
+    quantization's straight-through step). `dtypes`: x's and w's fp8 formats (e4m3 both by default)."""
 
     @staticmethod
-    def forward(ctx, x, w, bias, mod, name):
-        (a, sx), (w8, sw) = quantize(x), quantize(w)
+    def forward(ctx, x, w, bias, mod, name, dtypes=(torch.float8_e4m3fn, torch.float8_e4m3fn)):
+        (a, sx), (w8, sw) = quantize(x, dtypes[0]), quantize(w, dtypes[1])
         b = w8.t()
         out, pre = mod._forward_pre(a, b, sx, sw, bias) if hasattr(mod, "_forward_pre") else (getattr(mod, name)(a, b, sx, sw, bias), None)
         ctx.save_for_backward(a, b, sx, sw, bias, pre)
@@ -236,30 +239,38 @@ class Fp8Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         da, db, _, _, dbias = ctx.mod._backward(grad, *ctx.saved_tensors)
-        return da, db.t(), dbias, None, None
+        return da, db.t(), dbias, None, None, None
 
 
-def fp8_spec(save: str) -> dict:
-    """An fp8 e4m3 forward with rowwise scales (torch._scaled_mm's), then a bias and GELU; f16 output and backward
-    here (the interpreter's bf16 dots are wrong: the GPU test runs bf16)."""
-    return {"name": f"trc_fp8_{save}", "kind": "gemm", "a": {"dtype": "fp8_e4m3", "major": "k"},
-            "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "f16"},
+def fp8_spec(save: str, a: str = "fp8_e4m3", b: str = "fp8_e4m3") -> dict:
+    """An fp8 forward (A and B each e4m3 or e5m2) with rowwise scales (torch._scaled_mm's), then a bias and GELU; f16
+    output and backward here (the interpreter's bf16 dots are wrong: the GPU test runs bf16)."""
+    tag = "" if a == b == "fp8_e4m3" else f"_{a[4:]}_{b[4:]}"
+    return {"name": f"trc_fp8{tag}_{save}", "kind": "gemm", "a": {"dtype": a, "major": "k"},
+            "b": {"dtype": b, "major": "k"}, "out": {"dtype": "f16"},
             "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "gelu"}],
             "training": {"save": save}, "tile": {"m": 32, "n": 32, "k": 32}, "triton": {"num_warps": 4},
             "targets": ["triton:sm90"]}
 
 
-@pytest.mark.parametrize("save", SAVES)
-def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, load_kernel) -> None:
+# e4m3 in both modes; e5m2 (preact: TMA forms) and e4m3 A x e5m2 B (recompute: pointer forms), tl.dot taking the mix
+FP8_CASES = [("preact", "fp8_e4m3", "fp8_e4m3"), ("recompute", "fp8_e4m3", "fp8_e4m3"),
+             ("preact", "fp8_e5m2", "fp8_e5m2"), ("recompute", "fp8_e4m3", "fp8_e5m2")]
+
+
+@pytest.mark.parametrize(("save", "a_dtype", "b_dtype"), FP8_CASES)
+def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, a_dtype: str, b_dtype: str,
+                                                                   load_kernel) -> None:
     """dA and dB (f16) are the gradients of the dequantized operands A scale_a and B scale_b: float64 autograd of
     gelu((A scale_a) @ (B scale_b) + bias) w.r.t. those; the bias gets its gradient through autograd, the scales none
     (a clear error where one requires grad), and an fp8 operand that requires grad is refused with how to get it."""
-    spec = fp8_spec(save)
+    spec = fp8_spec(save, a_dtype, b_dtype)
+    fa, fb = FP8[a_dtype], FP8[b_dtype]
     mod = load_kernel(spec)
     # preact: rows 16-byte aligned (the GEMMs' TMA forms, fp8 boxes converted in registers); recompute: odd (pointers)
     M, N, K = (40, 56, 48) if save == "preact" else (37, 45, 40)
     gen = torch.Generator().manual_seed(12)
-    a, b = torch.randn(M, K, generator=gen).to(torch.float8_e4m3fn), torch.randn(N, K, generator=gen).to(torch.float8_e4m3fn).t()
+    a, b = torch.randn(M, K, generator=gen).to(fa), torch.randn(N, K, generator=gen).to(fb).t()
     sa, sb = torch.rand(M, generator=gen) + 0.5, torch.rand(N, generator=gen) + 0.5
     bias = torch.randn(N, generator=gen).half()
     grad = torch.randn(M, N, generator=gen).half()
@@ -281,8 +292,8 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, lo
     close(leaf.grad, bias64.grad, 1e-2, "dbias (autograd)")
     # the straight-through use: bf16 / f16 leaves quantized outside the op, their gradients the dequantized operands'
     x, w = torch.randn(M, K, generator=gen).half().requires_grad_(), torch.randn(N, K, generator=gen).half().requires_grad_()
-    Fp8Linear.apply(x, w, bias, mod, spec["name"]).backward(grad)
-    (qx, sx), (qw, sw) = quantize(x.detach()), quantize(w.detach())
+    Fp8Linear.apply(x, w, bias, mod, spec["name"], (fa, fb)).backward(grad)
+    (qx, sx), (qw, sw) = quantize(x.detach(), fa), quantize(w.detach(), fb)
     deq_x = (qx.double() * sx.double()[:, None]).requires_grad_()
     deq_w = (qw.double() * sw.double()[:, None]).requires_grad_()
     torch.nn.functional.gelu(deq_x @ deq_w.t() + bias.double()).backward(grad.double())
@@ -290,6 +301,8 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, lo
     close(w.grad, deq_w.grad, 1e-2, "w.grad (straight-through)")
     with pytest.raises(RuntimeError, match="scale_a requires grad, but an fp8 forward's dequantization scales are inputs without grad"):
         fn(a, b, sa.clone().requires_grad_(), sb, bias)
-    with pytest.raises(RuntimeError, match=r"a \(fp8_e4m3\) requires grad.*_backward\(grad, \.\.\.\)"):
+    with pytest.raises(RuntimeError, match=rf"a \({a_dtype}\) requires grad.*_backward\(grad, \.\.\.\)"):
         fn(a.clone().requires_grad_(), b, sa, sb, bias)
+    with pytest.raises(RuntimeError, match=rf"b \({b_dtype}\) requires grad"):
+        fn(a, b.clone().requires_grad_(), sa, sb, bias)
 

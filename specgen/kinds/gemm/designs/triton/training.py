@@ -40,7 +40,6 @@ from specgen.kinds.gemm.training import (
     value_index,
 )
 from specgen.resolved import Resolved
-from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
@@ -178,7 +177,7 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
         return None
     kernels: dict[str, BackwardKernel] = {}
     # the backward's operand dtype (G's, the dots'): the operands', or an fp8 forward's output dtype
-    g_dtype = spec.out.dtype if spec.a.dtype == DType.fp8_e4m3 else spec.a.dtype  # type: ignore[attr-defined]
+    g_dtype = spec.out.dtype if spec.a.dtype.is_fp8 else spec.a.dtype  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     for i, c in enumerate(first.companions):
         cs = c.spec
@@ -192,7 +191,7 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
                                               cs.tile.k, cs.schedule.group_m, configs)  # type: ignore[attr-defined]
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    fp8 = spec.a.dtype == DType.fp8_e4m3  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     chain = () if legacy_chain(spec.epilogue) and not fp8 else _chain(spec, tl_dtypes, torch_name)  # type: ignore[attr-defined]
     if chain:
         bias = None  # the chain's arguments: chain_kernel's
@@ -210,7 +209,7 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
 def _chain(spec: object, tl_dtypes: dict, torch_name) -> tuple[ChainOp, ...]:
     """The spec's epilogue as ChainOps (an fp8 forward's first op, its dequantization, with no gradient)."""
     out = []
-    fp8 = spec.a.dtype == DType.fp8_e4m3  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     for i, op in enumerate(spec.epilogue):  # type: ignore[attr-defined]
         names = tuple(a.name for a in op.runtime_args())
         if op.op == "bias":

@@ -200,8 +200,13 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
 
 
 def describe(op: dict) -> str:
+    """An epilogue op as the module's docstring lists it (a per-group operand says so)."""
     if op["op"] == "bias":
         return f"bias: + {op['name']}[g] (G, N) {op['dtype']}, group g's row"
+    if op["op"] == "scale" and op["by"] == "col":
+        return f"scale: * {op['name'] or 'col_scale'}[g, n] (G, N) f32, group g's row"
+    if op["op"] == "scale" and op["by"] == "rowcol":
+        return "scale: * scale_a[m] * scale_b[g, n], per row and per group and column (rowwise fp8 scales)"
     return describe_op(op)
 
 

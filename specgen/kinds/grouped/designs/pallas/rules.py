@@ -2,8 +2,11 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator), GRP202 (fp8 and per-group column scales: not yet), GRP203
-(groups of rows only) and GRP204 (a gated epilogue's B: halves, K-major)."""
+PAL003; and its own, GRP201 (the f32 accumulator), GRP203 (groups of rows only) and GRP204 (a gated epilogue's B:
+halves, K-major). GRP202 (no fp8 operands and no per-group (G, N) column scales) is retired (session 26): the kernel's
+dot_general takes the 8-bit operands the MXU multiplies (DT003 says which: e5m2 before v7x, e4m3 and e5m2 on v7x,
+either B major) and reads a (G, N) column scale as it reads the per-group bias, a (1, block_n) row of group g;
+the interpreter's numerics and Mosaic's lowering for TPU of both are tests/backends/pallas/test_grouped_tpu.py's."""
 
 from __future__ import annotations
 
@@ -32,25 +35,6 @@ def tpu_accumulator(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("GRP201", "error", f"accumulator = {acc}: the {ctx.target} grouped kernel accumulates in an f32 "
                       f"VMEM scratch ({t.m}x{t.n} x {ACC_BYTES} B = {t.m * t.n * ACC_BYTES} B)", 'set accumulator = "f32"',
                       ("accumulator",))
-
-
-@OWN.rule("GRP202", "the grouped TPU kernel renders no fp8 and no (G, N) scales yet", target_of(DESIGN))
-def tpu_not_yet(ctx: RuleContext) -> Iterator[Finding]:
-    """The grouped kind's fp8 slice (8-bit operands, `scale` by = "col" / "rowcol" with per-group (G, N) column
-    scales, torch._scaled_grouped_mm's meaning) is rendered and tested by the Triton design only; the TPU
-    kernel's interpret-mode numerics cover neither yet (docs/grouped.md, "Not yet"), so a spec asking them of a
-    TPU target is refused rather than rendered untested."""
-    for side in ("a", "b"):
-        dt = getattr(ctx.spec, side).dtype
-        if dt.is_fp8:
-            yield Finding("GRP202", "error", f"{side.upper()} is {dt}: the {ctx.target} grouped kernel renders 16- and "
-                          "32-bit operands only (fp8 is the Triton design's)", "drop this target, or use bf16 or f32",
-                          (side, "dtype"))
-    for i, op in enumerate(ctx.spec.epilogue):
-        if op.op == "scale" and op.by in ("col", "rowcol"):
-            yield Finding("GRP202", "error", f"epilogue[{i}]: scale by = '{op.by}' takes per-group column scales (G, N), "
-                          f"which the {ctx.target} grouped kernel does not render yet", "drop this target",
-                          ("epilogue", i, "by"))
 
 
 @OWN.rule("GRP203", "the grouped TPU kernel's groups run along M", target_of(DESIGN))

@@ -159,6 +159,10 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up columns, into N outputs
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     training: GroupedTrainingPlan | None = None  # a `training` backward (training.py), rendered beside the forward
+    # an fp8 forward's backward GEMM (training.py): this operand's tiles are fp8 in memory, converted exactly to its
+    # planned (16-bit) dtype in registers before the dot
+    convert_a: bool = False
+    convert_b: bool = False
 
 
 

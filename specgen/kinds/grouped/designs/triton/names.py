@@ -6,6 +6,9 @@ from __future__ import annotations
 MODULE_NAMES: frozenset[str] = frozenset({
     "triton", "tl", "TritonLauncher", "BLOCK_M", "BLOCK_N", "BLOCK_K", "CONFIGS", "_g", "_gg", "_tanh", "_CONSTEXPRS",
     "_CONSTEXPRS_64", "_functional", "_descriptor", "SWAP_AB", "VARIANT_CONFIGS", "_VARIANT_CONSTEXPRS",
+    # a `training` backward's (templates/grouped/triton/backward.jinja): its launch helpers and tables, and the
+    # index's name where a lambda takes it at module level
+    "STREAM_TILES", "_BF16", "_dgrad", "_wgrad", "_forward_train", "_recompute", "offs",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's
@@ -20,7 +23,12 @@ RESERVED: frozenset[str] = frozenset({
     "constexprs",
     # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
     "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "bcols", "gate", "up",
+    # a `training` backward's: the ragged-K wgrad kernel's and the streaming kernels' parameters and locals
+    "d", "gg", "pid", "programs", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_og", "stride_sm",
 })
+
+# The module-level names its backward derives from a kernel's name beside `_<name>_kernel`.
+KERNEL_DERIVED: tuple[str, ...] = ("_{}_act_rows_kernel", "_{}_grad_cols_kernel")
 
 # How its templates derive names from an epilogue argument `x` (`x_g`: a per-group operand's row for group g).
 

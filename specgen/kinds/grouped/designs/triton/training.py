@@ -18,12 +18,17 @@ With a gated epilogue (act(gate) * up, then at most a bias) pre and G have B's 2
 the GEMM that computes pre is the plain ragged-M kernel over 2N (no epilogue), `act_rows` writes act(gate) * up +
 bias[g] walking each group's rows (the bias is per group), grad_cols forms dgate = dOut * up * act'(gate) and dup =
 dOut * act(gate), dbias[g] the column sum of dOut; dgrad and wgrad are the same GEMMs over 2N.
+An fp8 forward (`fp8`: rowwise scales scale_a (M,), scale_b (G, N) first, then the bias and activation): forward_pre /
+recompute keep the scales and the bias in their epilogue; grad_cols forms U = dOut * act'(pre) and stores G_b =
+U scale_b[g] (dgrad's) and G_a = scale_a U (wgrad's) in the output's dtype, the bias gradient U's column sum; dgrad
+(G_b @ B[g]^T) and wgrad (A_g^T @ G_a) convert the fp8 operand's tiles to that dtype in registers (`convert_a` /
+`convert_b` on their plans), so dA and dB are the dequantized operands' gradients, in that dtype.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specgen.kinds.gemm.designs.triton.design import TL_DTYPES
 from specgen.kinds.gemm.training import (
@@ -54,6 +59,10 @@ class GroupedTrainingPlan(SaveModes):
     grad_cols_kernel: str
     act_rows_kernel: str
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
+    # an fp8 forward (rowwise scales scale_a (M,), scale_b (G, N) first): the backward runs in the output's dtype, G
+    # twice (G scale_b[g] for dgrad, scale_a G for wgrad), the fp8 operand converted in dgrad's and wgrad's registers
+    fp8: bool = False
+    chain_args: tuple[str, ...] = ()  # the chain's tensor arguments in order (an fp8 forward's: scale_a, scale_b[, bias])
 
     @property
     def kernels(self) -> dict[str, object]:
@@ -78,12 +87,19 @@ def plan_training(loaded: LoadedSpec, targets: list[Target], resolved: dict[str,
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     name = spec.name  # type: ignore[attr-defined]
     pre_dtype = spec.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    g_dtype = spec.out.dtype if fp8 else spec.a.dtype  # type: ignore[attr-defined]
+    if fp8:  # dgrad: G_b (rows, N) @ B[g]^T, B fp8; wgrad: A^T @ G_a (B N-major) or G_a^T @ A (B K-major), A fp8
+        plans["dgrad"] = replace(plans["dgrad"], convert_b=True)
+        b_major = spec.b.major  # type: ignore[attr-defined]
+        plans["wgrad"] = replace(plans["wgrad"], convert_a=b_major == "mn", convert_b=b_major == "k")
     return GroupedTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
         bias_triton=TL_DTYPES[bias.dtype] if bias is not None else "",
-        operand_torch=spec.a.dtype.info.torch, operand_triton=TL_DTYPES[spec.a.dtype],  # type: ignore[attr-defined]
+        operand_torch=g_dtype.info.torch, operand_triton=TL_DTYPES[g_dtype],
         out_torch=spec.out.dtype.info.torch, pre_torch=pre_dtype.info.torch,  # type: ignore[attr-defined]
         pre=plans.get("forward_pre", plans.get("recompute")), dgrad=plans["dgrad"], wgrad=plans["wgrad"],
         grad_cols_kernel=f"_{name}_grad_cols_kernel", act_rows_kernel=f"_{name}_act_rows_kernel",
-        gated=gated.layout if gated is not None else "")
+        gated=gated.layout if gated is not None else "", fp8=fp8,
+        chain_args=tuple(a.name for op in spec.epilogue for a in op.runtime_args()))  # type: ignore[attr-defined]
