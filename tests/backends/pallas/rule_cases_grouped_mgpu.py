@@ -7,19 +7,32 @@ from __future__ import annotations
 G = {"kind": "grouped"}  # MINIMAL_SPEC as a grouped spec
 T = "pallas:gpu_sm90"
 BF16 = {"a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"}, "out": {"dtype": "bf16"}}
+RK_MN = {"a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"}}  # the weight gradient's x, dy
 FP8 = {"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"},
        "tile": {"m": 128, "n": 256, "k": 128}}
 
 CASES: list[tuple[str, str, dict, object]] = [
-    # MGP001: groups of rows only
-    ("MGP001", T, {**G, "groups": {"ragged": "m"}}, None),
-    ("MGP001", T, {**G, "groups": {"ragged": "k"}},
-     ("error", ["groups.ragged = 'k': the pallas:gpu_sm90 grouped kernel groups rows (ragged M) only"],
-      ("groups", "ragged"))),
+    # MGP001: the ragged-K kernel masks a group's edge K rows in the wgmma layout (rows in 64s): tile.k a multiple
+    # of 64 where A or B is stored with K along its rows (M- or N-major); K-major ones take any tile.k (MMA001's)
+    ("MGP001", T, {**G, "groups": {"ragged": "m"}, "tile": {"m": 128, "n": 128, "k": 32}}, None),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}}, None),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, **RK_MN, "tile": {"m": 128, "n": 128, "k": 128}}, None),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, "tile": {"m": 128, "n": 128, "k": 32}}, None),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, **RK_MN, "tile": {"m": 128, "n": 128, "k": 32}},
+     ("error", ["tile.k = 32 with A and B stored K-rows-first", "rows come in groups of 64"], ("tile", "k"))),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, "b": {"dtype": "bf16", "major": "mn"},
+                   "tile": {"m": 128, "n": 128, "k": 32}},
+     ("error", ["tile.k = 32 with B stored K-rows-first"], ("tile", "k"))),
+    # ... and a K-major B's warpgroup half has tile.n / 2 rows: 64 (tile.n 128) masks, 32 does not
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, **RK_MN, "tile": {"m": 128, "n": 64, "k": 64}}, None),
+    ("MGP001", T, {**G, "groups": {"ragged": "k"}, "tile": {"m": 64, "n": 64, "k": 64}},
+     ("error", ["tile.n = 64 with B stored K-major", "32 x 64 half"], ("tile", "n"))),
     # MGP002: a subtile row of out spans a multiple of 128 B (64 bf16 columns: tile.n >= 128)
     ("MGP002", T, {**G, **BF16, "tile": {"m": 128, "n": 128, "k": 64}}, None),
     ("MGP002", T, {**G, **BF16, "tile": {"m": 128, "n": 64, "k": 64}},
      ("error", ["an output subtile row is 32 x 2 B = 64 B"], ("tile", "n"))),
+    # ... not the ragged-K kernel's (whole subtiles from a slot's start: tile.n = 64 lowers there)
+    ("MGP002", T, {**G, **RK_MN, "groups": {"ragged": "k"}, "tile": {"m": 128, "n": 64, "k": 64}}, None),
     # MGP003: 1x1 clusters (fp8 with its rowwise scales renders: no finding)
     ("MGP003", T, {**G, **BF16}, None),
     ("MGP003", T, {**G, **FP8, "epilogue": [{"op": "scale", "by": "rowcol"}]}, None),

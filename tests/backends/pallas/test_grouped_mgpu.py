@@ -246,7 +246,8 @@ def test_a_gated_launcher_lowers_off_the_tile_and_refuses_an_odd_b(modules):
 
 def test_own_rules_refuse_what_is_not_rendered():
     base = mgpu_form("gm_rule")
-    for changes, rule in ((dict(groups={"index": "offs", "tail": "untouched", "ragged": "k"}), "MGP001"),
+    for changes, rule in ((dict(groups={"index": "offs", "tail": "untouched", "ragged": "k"}, b={"dtype": "bf16", "major": "mn"},
+                                tile={"m": 128, "n": 128, "k": 32}), "MGP001"),  # ragged K renders: its tile.k rule
                           (dict(cluster={"m": 2, "n": 1}), "MGP003"),
                           (dict(pallas={"vmem_limit_bytes": 1 << 20}), "OPT001")):
         spec = {**base, **changes}

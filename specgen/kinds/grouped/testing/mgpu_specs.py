@@ -1,6 +1,8 @@
 """Grouped spec forms for the Pallas Mosaic GPU design (specgen/kinds/grouped/designs/pallas_mgpu): `MGPU_FORMS`,
 one spec per template branch (both index formats, both tails, both B majors, every epilogue op it renders, bf16,
-f16 and fp8 (e4m3 and e5m2, with their rowwise scales), a 64-row and a 128-row tile, size-selected variants, gated epilogues of both layouts), on pallas:gpu_sm90. Lowered for CUDA on the CPU by
+f16 and fp8 (e4m3 and e5m2, with their rowwise scales), a 64-row and a 128-row tile, size-selected variants, gated epilogues of both layouts), on pallas:gpu_sm90; and `MGPU_RAGGED_K_FORMS`, the ragged-K kernel's (the weight gradient:
+both majors of A and B, both index formats, a per-group bias and the chain after it, a size-selected variant).
+Lowered for CUDA on the CPU by
 tests/backends/pallas/test_grouped_mgpu.py, run on the GPU by tests/gpu/test_grouped_mgpu_gpu.py; the
 name-hardening tests tokenize them."""
 
@@ -57,4 +59,29 @@ MGPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
               epilogue=({"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},)),
     mgpu_form("gm_gated_halves_mn", b="mn", index="offs", tail="untouched",
               epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "scale", "by": "row", "name": "router"})),
+)}
+
+
+def mgpu_ragged_k_form(name: str, *, dtype: str = "bf16", out: str | None = None, a: str = "mn", b: str = "mn",
+                       index: str = "sizes", tile: dict | None = None, epilogue: tuple = (), variants: tuple = ()) -> dict:
+    """A ragged-K grouped spec (groups along K, out (G, M, N)) on pallas:gpu_sm90, plain data."""
+    extra = {"variants": [dict(v) for v in variants]} if variants else {}
+    return spec(name, a={"dtype": dtype, "major": a}, b={"dtype": dtype, "major": b}, out={"dtype": out or dtype},
+                tile=tile or {"m": 128, "n": 256, "k": 64}, targets=["pallas:gpu_sm90"], triton={"num_warps": 4},
+                groups={"index": index, "ragged": "k"}, epilogue=[dict(op) for op in epilogue], **extra)
+
+
+# The weight gradient's layouts (x (K, M) and dy (K, N) as stored: M- and N-major) with the catalogue's 128x256x64
+# tile; K-major A and B with a 64-row tile, f16 into f32, and the per-group bias, an activation and a runtime scalar;
+# mixed majors with K tiles of 128 and a variant (K <= 256: every group's rows) of 2 stages, whose K loops of one step
+# run the pipeline with no delayed release.
+MGPU_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    mgpu_ragged_k_form("gkm_mn_mn"),
+    mgpu_ragged_k_form("gkm_k_k_bias_f16", dtype="f16", out="f32", a="k", b="k", index="offs",
+                       tile={"m": 64, "n": 128, "k": 64}, epilogue=(
+                           {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"},
+                           {"op": "scale", "by": "scalar", "name": "alpha"})),
+    mgpu_ragged_k_form("gkm_mn_k_variant", b="k", index="offs", tile={"m": 128, "n": 128, "k": 128},
+                       variants=({"when": {"k_max": 256}, "tile": {"m": 64, "n": 128, "k": 64},
+                                  "pipeline": {"ab_stages": 2}},)),
 )}

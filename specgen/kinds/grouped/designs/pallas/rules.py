@@ -44,7 +44,7 @@ def tpu_ragged_m(ctx: RuleContext) -> Iterator[Finding]:
     rather than given a kernel of the other meaning. The Triton design renders it."""
     if ctx.spec.groups.ragged == "k":
         yield Finding("GRP203", "error", f"groups.ragged = 'k': the {ctx.target} grouped kernel groups rows (ragged M) "
-                      "only", "drop this target for the ragged-K kernel (triton:sm90 and triton:sm100 render it)",
+                      "only", "drop this target for the ragged-K kernel (triton:sm90, triton:sm100 and pallas:gpu_sm90 render it)",
                       ("groups", "ragged"))
 
 

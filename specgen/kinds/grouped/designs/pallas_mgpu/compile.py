@@ -6,7 +6,8 @@ the plan's). What is left (NVVM, ptxas) runs only where a GPU is.
 
 The problem is ragged against every tile (two and a bit tiles per dim, K past the pipeline's depth, 3 groups), with
 and without the caller's `out` for an untouched tail, so the K and N tails, the store ladder and both tail paths
-lower. Imports jax: only `specgen compile` imports this module."""
+lower; a ragged-K kernel (the weight gradient) lowers the same sizes as A (M, K) and B (K, N) in their stored
+majors, K every group's rows. Imports jax: only `specgen compile` imports this module."""
 
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ def _lower_config(module: ModuleType, target: TargetInfo, variant: int | None, c
     spec = GroupedSpec.model_validate(module.SPEC)
     m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
     struct, args = problem_structs(spec, m, n, k)  # the TPU hook's problem: 3 groups
+    if spec.groups.ragged == "k":  # the weight gradient: A (M, K) and B (K, N) in their stored majors, out (G, M, N)
+        args = [struct((m, k) if spec.a.major == "k" else (k, m), spec.a.dtype),
+                struct((n, k) if spec.b.major == "k" else (k, n), spec.b.dtype), *args[2:]]
     start, smem = time.perf_counter(), None
     launch = functools.partial(module._launch, config=cfg)  # forced: the shape need not be one its bounds admit
     try:  # untouched: without the caller's `out`, then with it; a fresh jit each time (nothing cached stands in)
-        for base in ([None] if spec.groups.tail == "zero" else [None, struct((m, n), spec.out.dtype)]):
+        for base in ([None] if spec.groups.tail == "zero" or spec.groups.ragged == "k" else [None, struct((m, n), spec.out.dtype)]):
             def call(*xs: object, with_out: bool = base is not None) -> object:
                 return launch(*xs[:-1], out=xs[-1]) if with_out else launch(*xs)
 

@@ -28,6 +28,12 @@ and each K step loads a gate and an up tile through it, two inputs of the pipeli
 gate and an up accumulator and the epilogue forms fn(gate) * up before the rest of the chain. MGP003 refuses an
 interleaved N-major B (no TMA view holds its gate columns) and fp8 operands with it; PAL009 the erf GELU.
 
+Ragged K (`groups.ragged = "k"`, the weight gradient; templates/grouped/pallas/grouped_mgpu_k.py.jinja): the same
+pipeline over (group, M tile, N tile) work, each tile's K loop the K tiles its group touches (a dynamic grid, from
+the offsets on the device), loaded by TMA at whole-tile coordinates (the tiled GMEM view starts a box on a tile
+boundary only), the rows of another group in a shared edge tile zeroed in SMEM by the consumers before their wgmma
+(MGP001: a masked tile's rows in 64s); out (G, M, N) stored by whole subtile boxes.
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
 staging slots take unchanged; lowering for CUDA allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py).
@@ -134,7 +140,8 @@ class PallasMgpuGrouped(GroupedDesign):
         out: dict[str, str] = {}
         for rel, (target,) in self.modules(loaded.spec, targets).items():
             p = plan_mgpu(loaded, target, resolved[str(target)])
-            out[rel] = grouped_environment().get_template("pallas/grouped_mgpu.py.jinja").render(
+            template = "pallas/grouped_mgpu_k.py.jinja" if p.ragged_k else "pallas/grouped_mgpu.py.jinja"
+            out[rel] = grouped_environment().get_template(template).render(
                 mgpu_context(p), spec_import=spec_import(rel, p.name) if shared_spec else None)
             out[f"{rel.rsplit('/', 1)[0]}/__init__.py"] = MGPU_PACKAGE_INIT.format(arch=target.arch)
         return out
@@ -158,7 +165,7 @@ class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
     a_major: str
     b_major: str
     tail_zero: bool
-    ragged_k: bool = False  # groups of rows only (GRP203's meaning; MGP001 here)
+    ragged_k: bool = False  # groups along K (the weight gradient): templates/grouped/pallas/grouped_mgpu_k.py.jinja
     gated: bool = False  # a gated epilogue: B (G, K, 2N), a gate and an up tile a step, N outputs
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     warpgroups: int
@@ -191,18 +198,27 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
     b_doc = (f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group, "
              + ("gate columns [0, N), up columns [N, 2N)" if gated.layout == "halves" else "column 2j gate j, 2j + 1 up j")
              if gated is not None else f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group")
+    a_doc, out_doc = f"(M, K) {spec.a.dtype}, stored k-major: every group's rows, group by group", f"(M, N) {spec.out.dtype}"
+    ragged_k = spec.groups.ragged == "k"
+    if ragged_k:  # groups along K: A^T's and B's K rows group by group, one (M, N) product per group
+        a_doc = (f"{'(M, K)' if spec.a.major == 'k' else '(K, M)'} {spec.a.dtype}, stored {spec.a.major}-major: every "
+                 "group's K rows, group by group (A^T of the layer's (K, M) input)")
+        b_doc = (f"{'(N, K)' if spec.b.major == 'k' else '(K, N)'} {spec.b.dtype}, stored {spec.b.major}-major: every "
+                 "group's K rows, group by group")
+        out_doc = f"(G, M, N) {spec.out.dtype}: one (M, N) product per group"
     return GroupedMgpuPlan(
         **plan_header(loaded),
         targets=[str(target)],
-        a=_arg("a", "a", spec.a.dtype, f"(M, K) {spec.a.dtype}, stored k-major: every group's rows, group by group"),
+        a=_arg("a", "a", spec.a.dtype, a_doc),
         b=_arg("b", "b", spec.b.dtype, b_doc),
         index=_arg(index_name, "index", DType.int32, f"(G,) int32, {index_doc}"),
         index_kind=spec.groups.index,
-        out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}"),
+        out=_arg("out", "out", spec.out.dtype, out_doc),
         args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
+        ragged_k=ragged_k,
         gated=gated is not None,
         gated_layout=gated.layout if gated is not None else "",
         warpgroups=MGPU_CONSUMER_WGS,
@@ -236,7 +252,7 @@ def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
     """The module's METADATA: its identity, then its plan figures (`smem_bytes` first: `specgen compile`'s)."""
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
-            "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+            "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"} | ({"ragged": "k"} if p.ragged_k else {}),
             "a_major": p.a_major, "b_major": p.b_major, **({"gated": p.gated_layout} if p.gated else {}),
             "warpgroups": p.warpgroups,
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,

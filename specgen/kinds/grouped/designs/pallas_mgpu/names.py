@@ -11,6 +11,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "tuple",
     # a gated epilogue's B view (gate / up axis)
     "_gated_shape", "_gated_view",
+    # the ragged-K module's (groups along K): each group's K tiles, its offsets
+    "_k_tiles", "_offsets",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -29,6 +31,9 @@ RESERVED: frozenset[str] = frozenset({
     "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
     # a gated epilogue's: B's 2N columns, the up tile, its accumulator and subtile, the warpgroup's B half
     "n2", "smem", "dims", "warpgroup_half", "up_smem", "accs", "up_ref", "up",
+    # the ragged-K kernel's: its K loops (their BlockSpecs, delays, edge tiles' masking) and launcher
+    "_deep", "_edge", "_empty", "_shallow", "b_half", "delay", "edge", "ends", "idx", "in_flight", "index", "k0",
+    "k_axis", "k_pad", "kt0", "specs", "steps", "zero",
     # the torch entry's direct launch
     "sb", "direct", "launch", "structs", "shape", "str", "from_offs", "grouped_metadata",
     # the Config fields (attributes, but also the NamedTuple's class-body names)

@@ -22,15 +22,28 @@ register_findings = dense.register_findings  # REG001: the same accumulator spli
 option_findings = dense.option_findings  # OPT001: no VMEM on Mosaic GPU
 
 
-@OWN.rule("MGP001", "the grouped Mosaic GPU kernel's groups run along M", target_of(DESIGN))
-def ragged_m_only(ctx: RuleContext) -> Iterator[Finding]:
-    """The kernel walks each group's row tiles (ragged M: templates/grouped/pallas/grouped_mgpu.py.jinja); the
-    weight gradient's grouping along K (out (G, M, N)) is not rendered, so a spec asking it is refused rather than
-    given a kernel of the other meaning (the Triton design renders it)."""
-    if ctx.spec.groups.ragged == "k":
-        yield Finding("MGP001", "error", f"groups.ragged = 'k': the {ctx.target} grouped kernel groups rows (ragged M) "
-                      "only", "drop this target for the ragged-K kernel (triton:sm90 and triton:sm100 render it)",
-                      ("groups", "ragged"))
+@OWN.rule("MGP001", "what the grouped Mosaic GPU ragged-K kernel takes", target_of(DESIGN))
+def ragged_k_tiles(ctx: RuleContext) -> Iterator[Finding]:
+    """The ragged-K kernel (groups along K: templates/grouped/pallas/grouped_mgpu_k.py.jinja) zeroes the K rows
+    of another group in a staged A tile and in each consumer warpgroup's half of the B tile in SMEM, loading them
+    into registers in the wgmma accumulator's layout (Mosaic GPU's WGMMA layout: rows in groups of 64, columns in
+    groups of 8; lowered with jax 0.10.2, a (32, 128) or (32, 64) tile fails its layout cast). So a tile stored with
+    K along its rows (an M-major A (K, M), an N-major B (K, N)) needs tile.k a multiple of 64, and a K-major B's
+    half, whose rows are a warpgroup's tile.n / 2 columns of N, needs tile.n / 2 a multiple of 64. (A K-major A's
+    rows are tile.m: MMA001's 64 or more.)"""
+    s = ctx.spec
+    if s.groups.ragged != "k":
+        return
+    mn = [side.upper() for side in ("a", "b") if getattr(s, side).major == "mn"]
+    if mn and s.tile.k % 64:
+        yield Finding("MGP001", "error", f"tile.k = {s.tile.k} with {' and '.join(mn)} stored K-rows-first (major = "
+                      "\"mn\"): the ragged-K kernel masks a group's edge rows of each staged tile in the wgmma layout, "
+                      "whose rows come in groups of 64", "use tile.k = 64 or 128", ("tile", "k"))
+    wg_n = mgpu_layout(s).wg_n
+    if s.b.major == "k" and wg_n % 64:
+        yield Finding("MGP001", "error", f"tile.n = {s.tile.n} with B stored K-major: each consumer warpgroup masks its "
+                      f"{wg_n} x {s.tile.k} half of the B tile in the wgmma layout, whose rows come in groups of 64",
+                      "use tile.n = 128 or 256", ("tile", "n"))
 
 
 @OWN.rule("MGP002", "the store ladder's SMEM rows are 128-byte aligned", target_of(DESIGN))
@@ -39,7 +52,10 @@ def store_rows_aligned(ctx: RuleContext) -> Iterator[Finding]:
     slot (a group's rows begin anywhere), and TMA reads shared memory from 128-byte aligned addresses (PTX ISA,
     cp.async.bulk.tensor: the shared memory address must be 128-byte aligned; JAX's ragged_dot_mgpu.py stores
     128-column bf16 rows, 256 B). So a subtile row, epi_n = min(64, tile.n / 2) elements of out, spans a multiple
-    of 128 bytes."""
+    of 128 bytes. The ragged-K kernel stores whole subtiles from each slot's start (no ladder: out[g]'s rows are
+    its group's own), so this does not concern it (tile.n = 64 lowers there)."""
+    if ctx.spec.groups.ragged == "k":
+        return
     lay, out = mgpu_layout(ctx.spec), ctx.spec.out.dtype
     row = lay.epi_n * out.bytes
     if row % SMEM_ROW_ALIGN:
