@@ -95,3 +95,33 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
     tile = jnp.where(v < real, tile, spare).astype(jnp.int32)
     group = jnp.where(v < real, group, groups).astype(jnp.int32)
     return offsets, group, tile
+
+
+def k_group_metadata(sizes: jax.Array, k: int, block_k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The ragged-K kernel's metadata (groups along K, the weight gradient; megablox's `tgmm` with its empty groups
+    visited): (offsets (G + 1,), group of each visit (V,), K tile of each visit (V,)), V = `tiles_bound(k, G,
+    block_k)`, int32.
+
+    Group g holds K rows [offsets[g], offsets[g + 1]), the ends clamped to [0, k] as `group_metadata`'s. Visits walk
+    the groups in order, each the K tiles its rows touch, an empty group one visit (so that its out[g] is written:
+    the epilogue of zeros), so every group's visits follow each other and out[g]'s block is stored once, at its
+    last. They fit V: the non-empty groups touch at most cdiv(k, block_k) tiles plus one for each boundary inside a
+    tile (at most their count - 1), the empty ones one each, G - 1 more in all (G with none non-empty, and k >= 1).
+    The visits left over are marked with group G (no group: the kernel computes and stores nothing) and repeat the
+    last real visit's K tile (no new block fetched)."""
+    groups = sizes.shape[0]
+    visits = tiles_bound(k, groups, block_k)
+    ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), k).astype(jnp.int32)
+    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
+    starts = offsets[:-1]
+    first = jnp.minimum(starts // block_k, -(-k // block_k) - 1)  # an empty group at k: the last tile (unread)
+    span = jnp.where(ends > starts, (ends - 1) // block_k - starts // block_k + 1, 1)
+    span_ends = jnp.cumsum(span)
+    real = span_ends[-1]
+    v = jnp.arange(visits, dtype=jnp.int32)
+    group = jnp.searchsorted(span_ends, v, side="right", method="compare_all").astype(jnp.int32)
+    g = jnp.minimum(group, groups - 1)
+    tile = first[g] + v - (span_ends[g] - span[g])
+    tile = jnp.where(v < real, tile, tile[jnp.maximum(real - 1, 0)]).astype(jnp.int32)
+    group = jnp.where(v < real, group, groups).astype(jnp.int32)
+    return offsets, group, tile

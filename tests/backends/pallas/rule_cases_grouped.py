@@ -1,4 +1,4 @@
-"""Boundary cases of the grouped Pallas TPU design's own rules (designs/pallas/rules.py: GRP201, GRP203, GRP204; GRP202 retired) in tests/test_rules.py's
+"""Boundary cases of the grouped Pallas TPU design's own rules (designs/pallas/rules.py: GRP201, GRP204; GRP202 and GRP203 retired) in tests/test_rules.py's
 form (rule, target, spec overrides, expected), which that file collects; the dense rules it shares are tested over
 a grouped TPU spec in test_grouped_tpu_rules.py."""
 
@@ -16,10 +16,6 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "out": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch"],
       ("accumulator",))),
-    # GRP203: the TPU kernel groups rows (ragged M) only
-    ("GRP203", "pallas:tpu_v5e", {**G, "groups": {"ragged": "m"}}, None),
-    ("GRP203", "pallas:tpu_v6e", {**G, "groups": {"ragged": "k"}},
-     ("error", ["groups.ragged = 'k': the pallas:tpu_v6e grouped kernel groups rows (ragged M) only"], ("groups", "ragged"))),
     # GRP204: a gated B as halves, K-major (two (tile.n, tile.k) blocks of B's (G, 2, N, K) view); no gated op: nothing
     ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"}}, None),
     ("GRP204", "pallas:tpu_v5e", {**G, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"},

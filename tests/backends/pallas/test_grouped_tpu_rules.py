@@ -1,4 +1,4 @@
-"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP203, GRP204) and the dense Pallas TPU
+"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP204; GRP203, which refused groups along K, retired) and the dense Pallas TPU
 design's that it lists (DT003, VMEM001 over the grouped VMEM model, PAL001-PAL003: the same rules, concerning both
 kinds), in tests/test_rules.py's case form (rule, target, spec overrides, expected) over a grouped TPU spec; and
 the VMEM model's figures, the options section, the design's place in the registry and the rule table."""
@@ -35,9 +35,6 @@ RULE = {r.id: r for r in RULES}
 # bias row adds 2 x 32 B x 2048 lanes.
 BIG = tile(2048, 2048, 1024)
 CASES: list[tuple[str, str, dict, object]] = [
-    ("GRP203", "pallas:tpu_v5e", {}, None),
-    ("GRP203", "pallas:tpu_v5e", {"groups": {"ragged": "k"}},
-     ("error", ["groups.ragged = 'k': the pallas:tpu_v5e grouped kernel groups rows (ragged M) only"], ("groups", "ragged"))),
     ("GRP201", "pallas:tpu_v5e", {"accumulator": "f32"}, None),
     ("GRP201", "pallas:tpu_v6e", {"accumulator": "f16", "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch "
@@ -56,6 +53,13 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("VMEM001", "pallas:tpu_v5p", {"tile": BIG, **UNTOUCHED, **GROUP_BIAS},
      ("error", ["needs 67239936 B of VMEM > 67108864 B on tpu_v5p",
                 "A/B 2 x 8388608 = 16777216 + epilogue 33554432 + accumulator+vectors 16908288"], ("tile",))),
+    # ragged K (groups along K, out (G, M, N)): no base block (every out[g] is written), so 2048x2048x2048 fits v5p's
+    # 64 MiB exactly: 2 x (2048x2048 + 2048x2048) bf16 A/B = 32 MiB, the accumulator 16 MiB, the output block 2 x 8 MiB;
+    # the per-group bias row adds 2 x 32 B x 2048 lanes
+    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 2048), "groups": {"ragged": "k"}}, None),
+    ("VMEM001", "pallas:tpu_v5p", {"tile": tile(2048, 2048, 2048), "groups": {"ragged": "k"}, **GROUP_BIAS},
+     ("error", ["needs 67239936 B of VMEM > 67108864 B on tpu_v5p",
+                "A/B 2 x 16777216 = 33554432 + epilogue 16777216 + accumulator+vectors 16908288"], ("tile",))),
     # the base: 2 x (128x256 + 256x256) bf16 A/B + 4 x 128x256 bf16 output and base blocks + the f32 accumulator
     ("VMEM001", "pallas:tpu_v5e", {"pallas": {"vmem_limit_bytes": 786432}}, None),
     ("VMEM001", "pallas:tpu_v5e", {"pallas": {"vmem_limit_bytes": 786431}},
@@ -118,8 +122,9 @@ def test_every_rule_of_the_design_has_both_sides():
     ids = {r.id for r in rules.RULES}
     assert {c[0] for c in CASES if c[3] is None} == {c[0] for c in CASES if c[3] is not None} == ids
     # the dense rules are the same Rule objects, now concerning both kinds
-    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP203", "GRP204"})
-    assert RULE["GRP201"].kinds == RULE["GRP203"].kinds == RULE["GRP204"].kinds == ("grouped",)
+    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP204"})
+    assert RULE["GRP201"].kinds == RULE["GRP204"].kinds == ("grouped",)
+    assert "GRP203" not in RULE  # retired: the kernel renders groups along K (test_grouped_tpu_k.py)
 
 
 def test_the_design_serves_the_tpu_targets_only():

@@ -58,3 +58,24 @@ TPU_FP8_FORMS: dict[str, dict] = {s["name"]: s for s in (
          out={"dtype": "f32"}, tile=TPU_FP8_TILE, targets=["pallas:tpu_v7x"], groups={"index": "sizes", "tail": "zero"},
          epilogue=[{"op": "scale", "by": "col", "name": "expert_scale"}, {"op": "scale", "by": "row", "name": "router"}]),
 )}
+
+
+def tpu_ragged_k_form(name: str, *, dtype: str = "f32", out: str | None = None, a: str = "mn", b: str = "mn",
+                      index: str = "sizes", epilogue: tuple = ()) -> dict:
+    """A ragged-K grouped spec (groups along K, out (G, M, N)) on pallas:tpu_v5e and tpu_v6e, 8x128x128 blocks where
+    K is the sublane dim (M- or N-major operands: x (K, M) and dy (K, N) as stored); a K-major operand has K on the
+    lanes, so its forms take 128-row K blocks too."""
+    return spec(name, a={"dtype": dtype, "major": a}, b={"dtype": dtype, "major": b}, out={"dtype": out or dtype},
+                tile={"m": 128, "n": 128, "k": 8 if a == b == "mn" else 128}, targets=["pallas:tpu_v5e", "pallas:tpu_v6e"],
+                groups={"index": index, "ragged": "k"}, epilogue=[dict(op) for op in epilogue])
+
+
+# The weight gradient's layouts (x (K, M) and dy (K, N) as stored) over 8-row K blocks, so that a few K rows span
+# several K tiles and groups share them; K-major A and B (128-row K blocks: K on the lanes), offs, a per-group bias,
+# SiLU and a runtime scalar; bf16 into f32, mixed majors.
+TPU_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    tpu_ragged_k_form("gtk_mn_mn"),
+    tpu_ragged_k_form("gtk_k_k_bias", a="k", b="k", index="offs", epilogue=(
+        {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}, {"op": "scale", "by": "scalar", "name": "alpha"})),
+    tpu_ragged_k_form("gtk_bf16_mn_k", dtype="bf16", out="f32", a="mn", b="k"),
+)}

@@ -5,7 +5,8 @@ allocate, needs a TPU: `compiler_smem` stays None and the plan's VMEM figure is 
 
 The problem is ragged against every block (two and a bit blocks per dim, 3 groups), with and without the
 caller's `out` for an untouched tail (the base block is a second input then), so the K-tail masks, the edge blocks
-and both store paths lower. Imports jax: only `specgen compile` imports this module."""
+and both store paths lower; a ragged-K kernel lowers the same sizes as A (M, K) and B (K, N) in their stored majors
+over 3 groups of K rows. Imports jax: only `specgen compile` imports this module."""
 
 from __future__ import annotations
 
@@ -52,10 +53,13 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     spec = GroupedSpec.model_validate(module.SPEC)
     m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
     struct, args = problem_structs(spec, m, n, k)
+    if spec.groups.ragged == "k":  # the weight gradient: A (M, K) and B (K, N) in their stored majors, out (G, M, N)
+        args = [struct((m, k) if spec.a.major == "k" else (k, m), spec.a.dtype),
+                struct((n, k) if spec.b.major == "k" else (k, n), spec.b.dtype), *args[2:]]
     start = time.perf_counter()
     try:
         # untouched: without the caller's `out`, then with it (passed last: the base block is one more input)
-        for base in ([()] if spec.groups.tail == "zero" else [(), (struct((m, n), spec.out.dtype),)]):
+        for base in ([()] if spec.groups.tail == "zero" or spec.groups.ragged == "k" else [(), (struct((m, n), spec.out.dtype),)]):
             def call(*xs: object, with_out: bool = bool(base)) -> object:
                 return module._call(*xs[:-1], xs[-1], interpret=False) if with_out else module._call(
                     *xs, None, interpret=False)

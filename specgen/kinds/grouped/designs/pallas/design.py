@@ -62,13 +62,14 @@ ACC_BYTES = 4  # the accumulator scratch is f32 (GRP201 refuses another accumula
 def tpu_memory(spec: GroupedSpec, tpu_vmem: int, ab_stages: int) -> MemoryBudget:
     """The kernel's VMEM: A/B blocks by `ab_stages` buffers; the output block double-buffered, and for an
     untouched tail the caller's `out` block beside it (the base of a tile's first visit, double-buffered as an
-    input); the f32 accumulator; per-row vectors ((block_m, 1): block_m x 128 lanes) and per-group rows ((1,
+    input; ragged M only: a ragged-K kernel writes every block of out (G, M, N)); the f32 accumulator; per-row vectors ((block_m, 1): block_m x 128 lanes) and per-group rows ((1,
     block_n): one (sublane, 128) tile of 32 B rows), double-buffered. A gated epilogue reads two B blocks a step
     (gate and up, tile.n x tile.k each) and keeps two f32 accumulators."""
     t, buf = spec.tile, TPU_ARGS_DOUBLE_BUFFERED
     halves = 2 if gated_op(spec.epilogue) is not None else 1
     out_block = t.m * t.n * spec.out.dtype.bytes
-    outputs = buf * out_block * (1 if spec.groups.tail == "zero" else 2)
+    base = spec.groups.tail == "untouched" and spec.groups.ragged == "m"  # the caller's out read beside the output
+    outputs = buf * out_block * (2 if base else 1)
     vectors = sum((t.m * TPU_LANES * a.dtype.bytes if a.shape == "vec_m" else TPU_TILE_ROW_BYTES * t.n) * buf
                   for a in spec.runtime_args() if a.shape in ("vec_m", GROUP_N))
     return MemoryBudget("VMEM", tpu_vmem, 0, t.m * t.k * spec.a.dtype.bytes + halves * t.k * t.n * spec.b.dtype.bytes,
@@ -116,7 +117,8 @@ class PallasTpuGrouped(GroupedDesign):
 
         p = plan_tpu(loaded, targets, resolved)
         (rel,) = self.modules(loaded.spec, targets)
-        text = grouped_environment().get_template("pallas/grouped_tpu.py.jinja").render(
+        template = "pallas/grouped_tpu_k.py.jinja" if p.ragged_k else "pallas/grouped_tpu.py.jinja"
+        text = grouped_environment().get_template(template).render(
             tpu_context(p), spec_import=spec_import(rel, p.name) if shared_spec else None)
         return {rel: text}
 
@@ -139,7 +141,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     a_major: str
     b_major: str
     tail_zero: bool  # groups.tail = "zero": a tile's first visit starts from zeros
-    ragged_k: bool = False  # groups of rows only (GRP203)
+    ragged_k: bool = False  # groups along K (the weight gradient): templates/grouped/pallas/grouped_tpu_k.py.jinja
     gated: bool = False  # a gated epilogue (halves, B K-major: GRP204): B (G, 2N, K), a gate and an up block a step
     tile_m: int  # the blocks (the module's BLOCK_M, BLOCK_N, BLOCK_K)
     tile_n: int
@@ -173,19 +175,28 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
     b_dims = ("(G, 2N, K)" if gated is not None else "(G, N, K)") if spec.b.major == "k" else "(G, K, N)"
     b_doc = f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group" + (
         ", gate rows [0, N), up rows [N, 2N) (the per-group torch.cat([w_gate, w_up]))" if gated is not None else "")
+    a_doc = f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major: every group's rows, group by group"
+    out_doc = f"(M, N) {spec.out.dtype}"
+    ragged_k = spec.groups.ragged == "k"
+    if ragged_k:  # groups along K: A^T's and B's K rows group by group, one (M, N) product per group
+        a_doc = (f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major: every group's K rows, group by group (A^T of "
+                 "the layer's (K, M) input)")
+        b_doc = (f"{'(N, K)' if spec.b.major == 'k' else '(K, N)'} {spec.b.dtype}, stored {spec.b.major}-major: every "
+                 "group's K rows, group by group")
+        out_doc = f"(G, M, N) {spec.out.dtype}: one (M, N) product per group"
     return GroupedTpuPlan(
         **plan_header(loaded),
         targets=[str(t) for t in targets],
-        a=_arg("a", "a", spec.a.dtype, f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major: every group's rows, "
-               "group by group"),
+        a=_arg("a", "a", spec.a.dtype, a_doc),
         b=_arg("b", "b", spec.b.dtype, b_doc),
         index=_arg(index_name, "index", DType.int32, f"(G,) int32, {index_doc}"),
         index_kind=spec.groups.index,
-        out=_arg("out", "out", spec.out.dtype, f"(M, N) {spec.out.dtype}"),
+        out=_arg("out", "out", spec.out.dtype, out_doc),
         args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
         a_major=spec.a.major,
         b_major=spec.b.major,
         tail_zero=spec.groups.tail == "zero",
+        ragged_k=ragged_k,
         gated=gated is not None,
         tile_m=spec.tile.m,
         tile_n=spec.tile.n,
@@ -214,7 +225,7 @@ def metadata(p: GroupedTpuPlan) -> dict[str, object]:
     """The module's METADATA: its identity, then its plan figures."""
     return {"runtime_abi": RUNTIME_ABI, "kernel": p.name, "spec_file": p.spec_file, "spec_hash": p.spec_hash,
             "specgen_version": p.specgen_version, "description": p.description, "targets": p.targets, "kind": KIND,
-            "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"},
+            "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"} | ({"ragged": "k"} if p.ragged_k else {}),
             "a_major": p.a_major, "b_major": p.b_major, **({"gated": "halves"} if p.gated else {}), "block_m": p.tile_m, "block_n": p.tile_n,
             "block_k": p.tile_k, "ab_buffers": p.ab_stages, "vmem_bytes": p.vmem_bytes,
             "vmem_breakdown": p.vmem_breakdown, "vmem_limit_bytes": p.vmem_limit_bytes}

@@ -19,6 +19,8 @@ RESERVED: frozenset[str] = frozenset({
     "kept",
     # a gated epilogue's: the up block and accumulator, the call that passes B's (G, 2, N, K) view twice
     "up_ref", "up_acc_ref", "up", "call", "gated",
+    # the ragged-K kernel's (templates/grouped/pallas/tpu_k.jinja): its visits' K tiles and masks
+    "ktiles_ref", "ktiles", "last_visit", "start", "end", "k0", "a_rows", "b_rows",
     "m", "n", "k", "in_specs", "out_spec", "visits", "offsets", "groups", "tiles", "sizes", "varying",
     "mode", "kernel", "base", "out", "interpret", "offs", "group_sizes", "b_shape", "name", "pallas",
     "tpu", "memory_space", "grid", "grid_spec", "num_scalar_prefetch", "out_shape", "out_specs", "scratch_shapes",

@@ -2,8 +2,10 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator), GRP203 (groups of rows only) and GRP204 (a gated epilogue's B:
-halves, K-major). GRP202 (no fp8 operands and no per-group (G, N) column scales) is retired (session 26): the kernel's
+PAL003; and its own, GRP201 (the f32 accumulator) and GRP204 (a gated epilogue's B: halves, K-major). GRP203 (groups
+of rows only) is retired (session 26): the kernel renders groups along K too (megablox's `tgmm`, the weight gradient:
+templates/grouped/pallas/tpu_k.jinja), whose blocks are the dense kernel's A (M, K) / (K, M), B (N, K) / (K, N) and
+(tile.m, tile.n) out blocks, so PAL001 and VMEM001 (design.py `tpu_memory`: no base block) check it as they stand. GRP202 (no fp8 operands and no per-group (G, N) column scales) is retired (session 26): the kernel's
 dot_general takes the 8-bit operands the MXU multiplies (DT003 says which: e5m2 before v7x, e4m3 and e5m2 on v7x,
 either B major) and reads a (G, N) column scale as it reads the per-group bias, a (1, block_n) row of group g;
 the interpreter's numerics and Mosaic's lowering for TPU of both are tests/backends/pallas/test_grouped_tpu.py's."""
@@ -35,17 +37,6 @@ def tpu_accumulator(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("GRP201", "error", f"accumulator = {acc}: the {ctx.target} grouped kernel accumulates in an f32 "
                       f"VMEM scratch ({t.m}x{t.n} x {ACC_BYTES} B = {t.m * t.n * ACC_BYTES} B)", 'set accumulator = "f32"',
                       ("accumulator",))
-
-
-@OWN.rule("GRP203", "the grouped TPU kernel's groups run along M", target_of(DESIGN))
-def tpu_ragged_m(ctx: RuleContext) -> Iterator[Finding]:
-    """The TPU kernel is megablox's `gmm` (groups of rows: its grid visits each group's row tiles); the weight
-    gradient's grouping along K (megablox's `tgmm`, out (G, M, N)) is not rendered, so a spec asking it is refused
-    rather than given a kernel of the other meaning. The Triton design renders it."""
-    if ctx.spec.groups.ragged == "k":
-        yield Finding("GRP203", "error", f"groups.ragged = 'k': the {ctx.target} grouped kernel groups rows (ragged M) "
-                      "only", "drop this target for the ragged-K kernel (triton:sm90, triton:sm100 and pallas:gpu_sm90 render it)",
-                      ("groups", "ragged"))
 
 
 @OWN.rule("GRP204", "the grouped TPU kernel's gated B: halves, K-major", target_of(DESIGN))
