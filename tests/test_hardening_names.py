@@ -33,6 +33,7 @@ from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS as GROUPED_TPU_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_GATED_FORMS as GROUPED_TPU_GATED_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_RAGGED_K_FORMS as GROUPED_TPU_RAGGED_K_FORMS
+from specgen.kinds.grouped.testing.tpu_specs import TPU_TRAINING_FORMS as GROUPED_TPU_TRAINING_FORMS
 from specgen.registry import design_for
 from specgen.render.catalogue import render_module, render_modules
 from specgen.resolve import resolve
@@ -125,6 +126,7 @@ def variants():
     yield from GROUPED_TPU_FORMS.values()  # and its Pallas TPU modules
     yield from GROUPED_TPU_GATED_FORMS.values()  # (their gated epilogue)
     yield from GROUPED_TPU_RAGGED_K_FORMS.values()  # (the weight gradient's: groups along K)
+    yield from GROUPED_TPU_TRAINING_FORMS.values()  # (their backward: a custom_vjp and the companions' kernels)
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_CUTE_RAGGED_K_FORMS.values()  # (their ragged K: the weight gradient)
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules

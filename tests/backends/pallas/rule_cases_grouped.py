@@ -16,6 +16,13 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "out": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch"],
       ("accumulator",))),
+    # TRN001: the TPU grouped design renders a ragged-M spec's backward (session 26), but not a gated op's
+    ("TRN001", "pallas:tpu_v6e", {**G, "training": {"save": "preact"}, "epilogue": [
+        {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]}, None),
+    ("TRN001", "pallas:tpu_v5e", {**G, "training": {"save": "recompute"}, "epilogue": [
+        {"op": "gated", "fn": "silu", "layout": "halves"}]},
+     ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU grouped design renders no gated backward "
+                "for pallas:tpu_v5e (the Triton grouped design does)"], ("training",))),
     # GRP204: a gated B as halves, K-major (two (tile.n, tile.k) blocks of B's (G, 2, N, K) view); no gated op: nothing
     ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"}}, None),
     ("GRP204", "pallas:tpu_v5e", {**G, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"},

@@ -29,7 +29,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's; its
-    CuTe and Pallas designs render the forward only."""
+    Pallas TPU design renders it too (session 26: no gated op, no fp8 forward; a jax.custom_vjp), its CuTe and Mosaic
+    GPU designs the forward only."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)

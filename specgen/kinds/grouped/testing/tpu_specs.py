@@ -79,3 +79,24 @@ TPU_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}, {"op": "scale", "by": "scalar", "name": "alpha"})),
     tpu_ragged_k_form("gtk_bf16_mn_k", dtype="bf16", out="f32", a="mn", b="k"),
 )}
+
+
+def tpu_training_form(name: str, *, save: str, dtype: str = "f32", b: str = "k", index: str = "sizes",
+                      tail: str = "zero", epilogue: tuple = ()) -> dict:
+    """A ragged-M TPU spec with a `training` section: the forward's 8x128x128 blocks, wgrad's ragged-K GEMM on
+    (128, 128, sublane-tile) blocks (its M- and N-major operands put tile.m and tile.n on the lanes and tile.k on the
+    sublanes: PAL001)."""
+    s = tpu_form(name, dtype=dtype, b=b, index=index, tail=tail, epilogue=epilogue)
+    s["training"] = {"save": save, "wgrad": {"tile": {"m": 128, "n": 128, "k": 8 if dtype == "f32" else 16}}}
+    return s
+
+
+# The grouped TPU backward's forms: bias + GELU-tanh saved (preact), B K-major, tail zero; bias + SiLU recomputed,
+# B N-major, offs, an untouched tail; bf16 with a bias alone (G = dOut), B K-major.
+TPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    tpu_training_form("gtt_bias_gelu_tanh_preact", save="preact", epilogue=(
+        {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu_tanh"})),
+    tpu_training_form("gtt_bias_silu_recompute_mn", save="recompute", b="mn", index="offs", tail="untouched", epilogue=(
+        {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
+    tpu_training_form("gtt_bias_bf16", save="preact", dtype="bf16", epilogue=({"op": "bias", "dtype": "bf16"},)),
+)}

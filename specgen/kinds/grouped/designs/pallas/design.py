@@ -41,6 +41,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
 )
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.designs.pallas.training import plan_tpu_training, training_metadata
 from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
@@ -88,6 +89,9 @@ class PallasTpuGrouped(GroupedDesign):
     max_auto_stages = TPU_ARGS_DOUBLE_BUFFERED
     # A gated epilogue: halves, B K-major (GRP204), a gate and an up block of B's (G, 2, N, K) view a step.
     renders_gated = True
+    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp; a gated op's and an fp8 forward's are the
+    # grouped Triton design's: TRN001)
+    renders_training = True
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.grouped.designs.pallas.compile:compile_module"
     # One module serves every TPU target: their effective configs agree on what shapes it (CFG001).
@@ -152,6 +156,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     vmem_limit_bytes: int  # the scoped limit the kernel requests
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
+    training: object | None = None  # a `training` backward (training.py: GroupedTpuTrainingPlan), behind a custom_vjp
 
 
 
@@ -159,7 +164,8 @@ def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
     return make_arg(name, role, dtype, doc, lambda d: {"jnp": JNP_DTYPES[d]})
 
 
-def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTpuPlan:
+def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+             companion: bool = False) -> GroupedTpuPlan:
     """The module's plan from what check resolved for each TPU target (CFG001 keeps their shared config equal,
     so the first's spec serves; the VMEM figure is the same on every generation, the limit under the least
     VMEM)."""
@@ -207,6 +213,8 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
         vmem_limit_bytes=spec.pallas.vmem_limit_bytes or min(cap, math.ceil(need * VMEM_HEADROOM)),
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         spec_json=loaded.spec.model_dump(mode="json"),
+        training=None if companion or getattr(spec, "training", None) is None else plan_tpu_training(
+            loaded, targets, resolved, lambda ld, ts, rs: plan_tpu(ld, ts, rs, companion=True), JNP_DTYPES),
     )
 
 
@@ -228,7 +236,8 @@ def metadata(p: GroupedTpuPlan) -> dict[str, object]:
             "groups": {"index": p.index_kind, "tail": "zero" if p.tail_zero else "untouched"} | ({"ragged": "k"} if p.ragged_k else {}),
             "a_major": p.a_major, "b_major": p.b_major, **({"gated": "halves"} if p.gated else {}), "block_m": p.tile_m, "block_n": p.tile_n,
             "block_k": p.tile_k, "ab_buffers": p.ab_stages, "vmem_bytes": p.vmem_bytes,
-            "vmem_breakdown": p.vmem_breakdown, "vmem_limit_bytes": p.vmem_limit_bytes}
+            "vmem_breakdown": p.vmem_breakdown, "vmem_limit_bytes": p.vmem_limit_bytes} | (
+                {"training": training_metadata(p.training)} if p.training is not None else {})
 
 
 def tpu_context(p: GroupedTpuPlan) -> dict[str, object]:

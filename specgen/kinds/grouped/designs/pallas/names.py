@@ -7,6 +7,9 @@ from __future__ import annotations
 MODULE_NAMES: frozenset[str] = frozenset({
     "functools", "jax", "jnp", "lax", "pl", "pltpu", "_rt", "_gj", "NAME", "AB_BUFFERS", "VMEM_LIMIT_BYTES",
     "BLOCK_M", "BLOCK_N", "BLOCK_K", "TAIL_ZERO", "_kernel", "_build", "_call", "bool",
+    # a training module's (templates/grouped/pallas/backward_tpu.jinja): the companions' kernels and the custom_vjp
+    "OPERAND", "_pre_kernel", "_pre_build", "_dgrad_kernel", "_dgrad_build", "_wgrad_kernel", "_wgrad_build",
+    "_dbias_kernel", "_dbias_build", "_meta", "_inside", "_train", "_train_fwd", "_train_bwd",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -21,6 +24,8 @@ RESERVED: frozenset[str] = frozenset({
     "up_ref", "up_acc_ref", "up", "call", "gated",
     # the ragged-K kernel's (templates/grouped/pallas/tpu_k.jinja): its visits' K tiles and masks
     "ktiles_ref", "ktiles", "last_visit", "start", "end", "k0", "a_rows", "b_rows",
+    # the backward's: its rules' locals
+    "meta", "kmeta", "tail", "gr", "da", "db", "dbase", "saved", "grad", "pre", "inside", "visit_tail", "block_m",
     "m", "n", "k", "in_specs", "out_spec", "visits", "offsets", "groups", "tiles", "sizes", "varying",
     "mode", "kernel", "base", "out", "interpret", "offs", "group_sizes", "b_shape", "name", "pallas",
     "tpu", "memory_space", "grid", "grid_spec", "num_scalar_prefetch", "out_shape", "out_specs", "scratch_shapes",
@@ -29,4 +34,4 @@ RESERVED: frozenset[str] = frozenset({
 })
 
 # How its templates derive names from an epilogue argument `x`.
-ARG_DERIVED: tuple[str, ...] = ("{}_ref",)
+ARG_DERIVED: tuple[str, ...] = ("{}_ref", "d{}")  # d<bias>: a training module's bias gradient

@@ -1,0 +1,183 @@
+"""The grouped Pallas TPU module's backward (a ragged-M spec's `training` section: designs/pallas/training.py,
+templates/grouped/pallas/backward_tpu.jinja): jax.grad under jax.jit of the JAX entry's jax.custom_vjp in Pallas's
+strict TPU interpreter on the CPU (uninitialized VMEM, every fresh output buffer and reads past an array's end are
+NaN: a gradient element no kernel writes shows), against float64 torch autograd of the grouped kind's per-group loop
+(specgen/kinds/grouped/testing/reference.py), and against jax.grad of jax.lax.ragged_dot on the CPU. No TPU here:
+nothing ran natively; the backward's programs are lowered to Mosaic for TPU on the CPU.
+
+`TPU_TRAINING_FORMS` (tpu_specs.py): bias + GELU-tanh saved (preact, B K-major, tail zero), bias + SiLU recomputed
+(B N-major, offs, an untouched tail with the caller's `out`), bf16 with a bias alone (G = dOut). One
+shape (M = 21 rows over 8-row tiles, N = 130 and K = 200 off the 128 blocks, G = 6) and one jitted gradient a form,
+over two size cases: empty groups first and last with a row tile shared by four groups, and two empty groups in the
+middle; rows past the last group hold NaN in dOut where the tail is zero (they take no part in the backward)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from backends.pallas.test_grouped_tpu import render
+from specgen.check import check_all
+from specgen.kinds.grouped.testing.reference import grouped
+from specgen.kinds.grouped.testing.tpu_specs import TPU_TRAINING_FORMS
+from specgen.spec.load import load_text
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+M, N, K, G = 21, 130, 200, 6
+CASES = {"empty_first_last_tile_shared_by_4": (0, 3, 2, 2, 9, 0), "empty_middle": (5, 0, 0, 11, 0, 3)}
+JNP = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    folder = tmp_path_factory.mktemp("grouped_training_tpu")
+    return {name: render(s, folder) for name, s in TPU_TRAINING_FORMS.items()}
+
+
+def has_bias(spec: dict) -> bool:
+    return any(op["op"] == "bias" for op in spec["epilogue"])
+
+
+class Problem:
+    """Seeded A (M, K), B (G, K, N) logical and stored, a bias (G, N), dOut (M, N); the caller's `out` with an
+    untouched tail."""
+
+    def __init__(self, spec: dict) -> None:
+        rng = np.random.default_rng(len(spec["name"]))
+        dt = JNP[spec["a"]["dtype"]]
+        self.spec = spec
+        self.a = jnp.asarray(rng.standard_normal((M, K)) / np.sqrt(K), dt)
+        self.b_logical = jnp.asarray(rng.standard_normal((G, K, N)), dt)
+        self.b = self.b_logical if spec["b"]["major"] == "mn" else jnp.swapaxes(self.b_logical, 1, 2)
+        bias = [op for op in spec["epilogue"] if op["op"] == "bias"]
+        self.bias = jnp.asarray(rng.standard_normal((G, N)), JNP[bias[0]["dtype"]] if bias else jnp.float32)
+        self.dout = rng.standard_normal((M, N))
+        self.base = jnp.asarray(rng.standard_normal((M, N)), JNP[spec["out"]["dtype"]])
+        self.untouched = spec["groups"]["tail"] == "untouched"
+
+    def index(self, sizes: tuple[int, ...]) -> jax.Array:
+        values = np.cumsum(sizes) if self.spec["groups"]["index"] == "offs" else np.asarray(sizes)
+        return jnp.asarray(values, jnp.int32)
+
+    def dout_for(self, sizes: tuple[int, ...]) -> jax.Array:
+        """dOut; NaN in the rows past the last group where the tail is zero (no gradient may read them)."""
+        d = self.dout.copy()
+        if not self.untouched:
+            d[sum(sizes):] = np.nan
+        return jnp.asarray(d, jnp.float32)
+
+    def grad_fn(self, module: object):
+        """jax.jit(jax.grad) of sum(out * dOut) in a, b, the bias (where the chain has one) and the caller's out
+        (an untouched tail's)."""
+        fn = getattr(module, self.spec["name"])
+
+        def loss(a, b, bias, base, index, dout):
+            out = fn(a, b, index, *((bias,) if has_bias(self.spec) else ()), **({"out": base} if self.untouched else {}))
+            return (out.astype(jnp.float32) * dout).sum()
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+
+    def reference(self, sizes: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """float64 torch autograd of the per-group loop (the tail: zeros, or the caller's out)."""
+        def f64(x: object) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(jnp.asarray(x, jnp.float32), np.float64)).requires_grad_()
+
+        a, b, bias, base = f64(self.a), f64(self.b_logical), f64(self.bias), f64(self.base)
+        args = {op["name"]: bias for op in self.spec["epilogue"] if op["op"] == "bias"}
+        out, written = grouped(self.spec, a, b, torch.from_numpy(np.array(self.index(sizes))), args)
+        if self.untouched:
+            out = torch.where(written[:, None], out, base)
+        dout = torch.from_numpy(np.asarray(self.dout_for(sizes), np.float64)).nan_to_num()  # the tail: out is 0 there
+        (out * dout).sum().backward()
+        b_grad = b.grad if self.spec["b"]["major"] == "mn" else b.grad.transpose(1, 2)  # B's stored layout
+        return {"a": a.grad.numpy(), "b": b_grad.numpy(), **{name: x.grad.numpy() if x.grad is not None else None
+                                                             for name, x in (("bias", bias), ("base", base))}}
+
+
+def close(got: object, want: np.ndarray, spec: dict, what: str) -> None:
+    got = np.asarray(jnp.asarray(got, jnp.float32), np.float64)
+    assert not np.isnan(got).any(), f"{what}: {int(np.isnan(got).sum())} NaN (an element no kernel wrote, or NaN read)"
+    tol = 3e-2 if spec["a"]["dtype"] == "bf16" else 2e-4
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale, err_msg=f"{spec['name']} {what}")
+
+
+@pytest.mark.parametrize("name", list(TPU_TRAINING_FORMS))
+def test_gradients_match_float64_autograd_of_the_per_group_loop(modules, name):
+    """dA (rows past the last group exactly 0), dB in B's stored layout (an empty group's exactly 0), dbias (G, N)
+    (an empty group's exactly 0), and an untouched tail's `out` getting dOut in the rows past the groups; one jitted
+    gradient serves both size cases (new sizes, the same shapes)."""
+    spec = TPU_TRAINING_FORMS[name]
+    p = Problem(spec)
+    grad = p.grad_fn(modules[name])
+    for case, sizes in CASES.items():
+        da, db, dbias, dbase = grad(p.a, p.b, p.bias, p.base, p.index(sizes), p.dout_for(sizes))
+        want = p.reference(sizes)
+        close(da, want["a"], spec, f"{case} dA")
+        close(db, want["b"], spec, f"{case} dB")
+        assert (np.asarray(da[sum(sizes):]) == 0).all(), "dA past the last group"
+        empty = [g for g, s in enumerate(sizes) if s == 0]
+        assert (np.asarray(db)[empty] == 0).all(), "an empty group's dB"
+        if has_bias(spec):
+            close(dbias, want["bias"], spec, f"{case} dbias")
+            assert (np.asarray(dbias)[empty] == 0).all(), "an empty group's dbias"
+        if p.untouched:
+            close(dbase, want["base"], spec, f"{case} d out")
+        if name == "gtt_bias_gelu_tanh_preact":
+            ragged_dot_grads(p, sizes, (da, db, dbias))
+    assert grad._cache_size() == 1
+
+
+def ragged_dot_grads(p: Problem, sizes: tuple[int, ...], got: tuple) -> None:
+    """The same gradients as jax.grad of gelu_tanh(ragged_dot(A, B, sizes) + bias[g]) with ragged_dot's zero tail,
+    on the CPU (f32, B K-major viewed as ragged_dot's (G, K, N))."""
+    index, dout = p.index(sizes), jnp.nan_to_num(p.dout_for(sizes))
+    gid = jnp.repeat(jnp.arange(G), jnp.asarray(sizes), total_repeat_length=M)
+    inside = (jnp.arange(M) < sum(sizes))[:, None]
+
+    def ragged(a, b, bias):
+        out = jax.nn.gelu(jax.lax.ragged_dot(a, jnp.swapaxes(b, 1, 2), index) + bias[gid], approximate=True)
+        return (jnp.where(inside, out, 0.0) * dout).sum()
+
+    want = jax.jit(jax.grad(ragged, argnums=(0, 1, 2)))(p.a, p.b, p.bias)
+    for g, w, what in zip(got, want, ("dA", "dB", "dbias"), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4, err_msg=f"ragged_dot {what}")
+
+
+
+
+def test_the_backward_lowers_to_mosaic_for_tpu(modules):
+    """jax.grad of the entry, lowered for TPU on the CPU (interpret=False): every kernel of the forward rule and the
+    backward (pre, dgrad, wgrad, dbias) is a Mosaic tpu_custom_call."""
+    name = "gtt_bias_gelu_tanh_preact"
+    mod, p = modules[name], Problem(TPU_TRAINING_FORMS[name])
+
+    def loss(a, b, bias, index):
+        return mod._call(a, b, index, bias, None, interpret=False).astype(jnp.float32).sum()
+
+    lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(p.a, p.b, p.bias, p.index(CASES["empty_middle"]))
+    text = lowered.lower(lowering_platforms=("tpu",)).as_text()
+    assert text.count("tpu_custom_call") >= 4, text.count("tpu_custom_call")
+    assert set(mod.METADATA["training"]["gemms"]) == {"forward_pre", "dgrad", "wgrad", "dbias"}
+
+
+def test_the_forms_check_clean_and_trn001_refuses_the_rest():
+    """The forms pass check on both TPU targets (their companions through VMEM001 and PAL001 at training.*); a
+    gated op's backward and an fp8 forward's are the grouped Triton design's (TRN001 names it)."""
+    def errors(spec: dict) -> list:
+        (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
+        return [d for d in check_all([loaded]) if d.severity == "error"]
+
+    for spec in TPU_TRAINING_FORMS.values():
+        assert errors(spec) == []
+    gated = {**TPU_TRAINING_FORMS["gtt_bias_gelu_tanh_preact"],
+             "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}
+    (d, _) = [d for d in errors(gated) if d.rule == "TRN001"]
+    assert "the Pallas TPU grouped design renders no gated backward" in d.message and "Triton grouped" in d.message
+    narrow = {**TPU_TRAINING_FORMS["gtt_bias_gelu_tanh_preact"], "training": {"save": "preact"}}  # wgrad on the forward's 8x128x128
+    assert {(d.rule, d.variant) for d in errors(narrow)} == {("PAL001", "backward wgrad")}
