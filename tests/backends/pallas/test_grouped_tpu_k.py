@@ -3,7 +3,8 @@ templates/grouped/pallas/tpu_k.jinja) in Pallas's strict TPU interpreter on the 
 past an array's end are NaN, so an unmasked K tail or an out[g] left unwritten shows), against the grouped kind's
 float64 per-group loop (specgen/kinds/grouped/testing/ragged_k.py) and jax.lax.ragged_dot_general with the
 contracting dim ragged; lowered to Mosaic for TPU on the CPU (the design's compile hook). No TPU here: nothing ran
-natively. One shape per form serves every group case (one compile): M = 20 (one block), N = 100 (one block, 100 of its 128 lanes), K = 37
+natively. One shape per form serves every group case (one compile; the M-/N-major form's
+cases against ragged_dot_general too): M = 20 (one block), N = 100 (one block, 100 of its 128 lanes), K = 37
 over 8-row K blocks (5 K tiles, the last partial) for the M-/N-major forms, K = 200 over 128-lane ones (a K tail)
 for a K-major operand; K rows past the last group hold NaN in both operands."""
 
@@ -107,34 +108,29 @@ def ragged_dot_general(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Arra
 
 @pytest.mark.parametrize("name", list(TPU_RAGGED_K_FORMS))
 def test_every_group_case_against_the_float64_loop(modules, name):
-    spec = TPU_RAGGED_K_FORMS[name]
+    """Every case (the bf16 form: the first), one compile (the entry's jitted call takes new sizes of the same
+    shapes without retracing); the M-/N-major f32 form against jax.lax.ragged_dot_general too (its group_sizes
+    meaning; on NaN-free copies: it multiplies the rows past the groups by zero)."""
+    spec, mod = TPU_RAGGED_K_FORMS[name], modules[name]
     tol = tolerance(spec)
-    for case in CASES:
+    for case in list(CASES)[: 1 if spec["a"]["dtype"] == "bf16" else None]:
         p = Problem(spec, sizes_for(spec, case))
-        got = np.asarray(p.call(modules[name]).astype(jnp.float32), np.float64)
+        got = np.asarray(p.call(mod).astype(jnp.float32), np.float64)
         assert got.shape == (len(p.sizes), M, N) and not np.isnan(got).any(), f"{case}: an out[g] unwritten or NaN read"
         np.testing.assert_allclose(got, p.reference(), rtol=tol["rtol"], atol=tol["atol"], err_msg=f"{name} {case}")
-
-
-def test_plain_form_matches_ragged_dot_general_under_jit(modules):
-    """The sizes index means what ragged_dot_general's group_sizes mean (its NaN-free operands: it multiplies the
-    rows past the groups by zero); jit takes new sizes of the same shapes without recompiling."""
-    spec = TPU_RAGGED_K_FORMS["gtk_mn_mn"]
-    fn = jax.jit(getattr(modules["gtk_mn_mn"], spec["name"]))
-    for case in ("ragged_shared_by_3", "empty_first_middle_last"):
-        p = Problem(spec, sizes_for(spec, case))
-        a, b = jnp.nan_to_num(p.a), jnp.nan_to_num(p.b)  # (K, M), (K, N) as stored
-        np.testing.assert_allclose(np.asarray(fn(a, b, p.index())), np.asarray(ragged_dot_general(a, b, p.index())),
-                                   rtol=1e-5, atol=1e-5, err_msg=case)
-    assert fn._cache_size() == 1  # both cases: 6 groups, the same shapes
+        if name == "gtk_mn_mn":
+            a, b = jnp.nan_to_num(p.a), jnp.nan_to_num(p.b)  # (K, M), (K, N) as stored
+            np.testing.assert_allclose(np.asarray(mod.gtk_mn_mn(a, b, p.index())),
+                                       np.asarray(ragged_dot_general(a, b, p.index())), rtol=1e-5, atol=1e-5, err_msg=case)
+    assert mod._call._cache_size() == 1
 
 
 def test_edge_shapes(modules):
-    """M = 1, K = 0 (every out[g] the epilogue of zeros: the bias row through SiLU, times alpha), G = 1 holding every
-    K row, and the caller's `out` checked (its values never show: every element is written)."""
+    """M = 1 and K = 0 (every out[g] the epilogue of zeros: the bias row through SiLU, times alpha), and the caller's
+    `out` checked (its values never show: every element is written)."""
     name = "gtk_k_k_bias"
     spec, mod = TPU_RAGGED_K_FORMS[name], modules[name]
-    for m, k, sizes in ((1, 200, (70, 0, 130)), (M, 0, (0, 0)), (M, 200, (200,))):
+    for m, k, sizes in ((1, 200, (70, 0, 130)), (M, 0, (0, 0))):
         p = Problem(spec, sizes, m=m, k=k)
         got = np.asarray(p.call(mod, out=jnp.full((len(sizes), m, N), jnp.nan, jnp.float32)))
         assert got.shape == (len(sizes), m, N)
