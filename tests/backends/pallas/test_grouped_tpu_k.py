@@ -106,6 +106,8 @@ def ragged_dot_general(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Arra
     return jax.lax.ragged_dot_general(a, b, sizes, dims, preferred_element_type=jnp.float32)
 
 
+# The bf16 form (M-major A, K-major B) runs one case: its numerics cost a compile, and the training tests run the
+# same kernel in bf16 (wgrad and dbias over M- and N-major operands).
 @pytest.mark.parametrize("name", list(TPU_RAGGED_K_FORMS))
 def test_every_group_case_against_the_float64_loop(modules, name):
     """Every case (the bf16 form: the first), one compile (the entry's jitted call takes new sizes of the same
