@@ -46,6 +46,7 @@ RECORDS: dict[str, tuple[Callable[[int, int], list[dict]], int, int]] = {  # rec
     # ragged K, the weight gradient (session 26: templates/grouped/cute/ragged_k_sm90.jinja, grouped_mgpu_k.py.jinja):
     # seed 37 drawn first (it moved no rule), seed 38 drawn after, with the rules as they stand
     "grid_grouped_cute_sm90_k.json": (grouped_cute_sm90_k.grid, 37, 120),  # nvidia-cutlass-dsl 4.8.1, the CPU box
+    "fresh/fresh_grouped_cute_sm90_k_38.json": (grouped_cute_sm90_k.grid, 38, 120),
     "grid_grouped_mgpu_k.json": (grouped_mgpu_k.grid, 37, 120),  # jax 0.10.2, the CPU box
     "fresh/fresh_grouped_mgpu_k_38.json": (grouped_mgpu_k.grid, 38, 120),
 }
