@@ -252,6 +252,12 @@ def pallas_variants():
                       targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
                       training={"save": save})
 
+    # a TPU gated backward (halves, B K-major): both save modes, a bias after the gate or not, either major of A
+    for i, (save, a) in enumerate(itertools.product(["preact", "recompute"], ["k", "mn"])):
+        yield spec_of(f"tgt{i}", [{"op": "gated", "fn": "silu", "layout": "halves"}, *(EVERY_OP[:1] if i % 2 else [])],
+                      a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": "k"}, tile={"m": 128, "n": 128, "k": 128},
+                      targets=["pallas:tpu_v5e"], training={"save": save})
+
 
 def render_pallas_module(ls) -> str:
     """The one kernel module the Pallas design renders for the spec's targets (a Mosaic GPU module comes

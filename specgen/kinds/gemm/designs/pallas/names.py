@@ -58,6 +58,8 @@ RESERVED: frozenset[str] = frozenset({
     "y_k", "y_op", "y_smem", "y_spec", "y_tile", "zeros",
     # ... a gated epilogue's (pre / G halves, the gate and up tiles) and the G / bias-gradient kernel's
     "dgate", "dout", "dup", "full", "gate_ref", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
+    # a TPU gated backward's (training): B's and pre / G's halves as a leading block dim, dgrad's and wgrad's folded grids
+    "acc_refs", "half", "halved", "major", "outer", "ps", "qs", "rs", "squeezed", "tail", "x_plain", "y_plain", "y_refs",
 })
 
 # How its templates derive names from an epilogue argument `x`.

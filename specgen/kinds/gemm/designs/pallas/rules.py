@@ -1,5 +1,5 @@
 """The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
-VMEM001, PAL001-PAL003, and PAL011 for a backward's transposed gradients), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
+VMEM001, PAL001-PAL003, and PAL011 / PAL014 for a backward's transposed gradients and its kernels' VMEM), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
 and epilogue ops (PAL004-PAL009), its gated epilogue's configurations (PAL012), its register verdict (REG001) and its options (OPT001)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
     mgpu_swizzles,
     swaps,
 )
-from specgen.kinds.gemm.designs.pallas.training import oriented
+from specgen.kinds.gemm.designs.pallas.training import grad_cols_vmem, oriented, pre_role_vmem
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.rules.base import Finding, Near, RuleContext, RuleSet, is_tpu
 from specgen.spec.dtypes import DType
@@ -380,3 +380,31 @@ def tpu_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
                           f"{g.block_p}x{g.block_q} blocks (training.{c.companion}.tile n x m, {dt}), not divisible by "
                           f"({sub}, 128) on {ctx.tpu.name}",
                           f"make training.{c.companion}.tile.m a multiple of 128", ("training", c.companion))
+
+
+@RULES.rule("PAL014", "TPU backward: the VMEM of the blocks beyond each companion's", is_tpu)
+def tpu_backward_vmem(ctx: RuleContext) -> Iterator[Finding]:
+    """VMEM001 checks each backward GEMM as the GEMM its companion is (A, B, out and the accumulator; a gated op's up
+    block and accumulator). The pre GEMM's pallas_call (templates/gemm/pallas/backward_tpu.jinja) holds more: forward_pre
+    stores pre beside out (a gated op's gate and up planes), recompute reads dOut beside G (a gated op's G has two
+    planes), each double-buffered, with the bias block; and the columns pass (grad_cols) holds dOut, pre and G blocks
+    (or the one it sums) at the forward's tile, with the bias gradient's. Each pallas_call's figure must fit VMEM
+    (`pre_role_vmem`, `grad_cols_vmem` in training.py: the figures the plan's scoped limits are made from)."""
+    assert ctx.tpu is not None
+    for c in ctx.companions:
+        if c.companion not in ("forward_pre", "recompute") or not c.budget.fits:  # VMEM001 says it where it does not
+            continue
+        extra = pre_role_vmem(ctx.spec, c.companion, c.spec.tile)  # type: ignore[attr-defined]
+        gated = gated_op(ctx.spec.epilogue) is not None
+        bias = any(op.op == "bias" for op in ctx.spec.epilogue) and (c.companion == "forward_pre" or not gated)
+        what = ("pre's" + (" gate and up" if gated else "") if c.companion == "forward_pre"
+                else "dOut's" + (" and G's up" if gated else "")) + " blocks" + (" and the bias's" if bias else "")
+        if c.budget.total + extra > c.budget.capacity:
+            yield Finding("PAL014", "error", f"backward {c.companion}: needs {c.budget.total + extra} B of VMEM > "
+                          f"{c.budget.capacity} B on {ctx.tpu.name} (the GEMM's {c.budget.total} + {what}, "
+                          f"double-buffered: {extra})", "set a smaller training.pre.tile", ("training", "pre"))
+    cols = grad_cols_vmem(ctx.spec) if getattr(ctx.spec, "training", None) is not None else 0
+    if cols > ctx.tpu.vmem_bytes:
+        yield Finding("PAL014", "error", f"backward grad_cols: its {ctx.spec.tile.m}x{ctx.spec.tile.n} blocks (the "
+                      f"forward's tile: dOut, pre and G, or the one it sums, double-buffered) need {cols} B of VMEM > "
+                      f"{ctx.tpu.vmem_bytes} B on {ctx.tpu.name}", "shrink the tile", ("tile",))
