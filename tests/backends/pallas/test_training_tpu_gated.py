@@ -1,10 +1,12 @@
 """A gated epilogue's backward (SwiGLU, GeGLU; issue 38) on the Pallas TPU design, in Pallas's strict TPU interpreter
 on the CPU (no TPU here: uninitialized VMEM and block reads past an array's end are NaN, so an unmasked tail shows).
-B (2N, K) K-major halves (PAL013) is viewed (2, N, K); forward_pre stores pre (2, M, N) beside out, recompute stores G
-(2, M, N) from the gate and up accumulators with dOut read as a block, grad_cols forms G from pre (and dOut's column
-sum, the bias gradient); dgrad reduces over both halves, wgrad writes dB's (2, N, K) view. Here: jax.grad under
-jax.jit against float64 torch autograd of the reference (M, N, K off the blocks, M = 1 with K = 1, N = 1; f32 and bf16; both save
-modes; A either major; SiLU, GELU-tanh and erf GELU; with and without the bias after the gate), NaN and inf propagating
+B (2N, K) K-major halves is viewed (2, N, K) (B (K, 2N) N-major is read as blocks j and j + N / block); forward_pre
+stores pre (2, M, N) beside out, recompute stores G (2, M, N) from the gate and up accumulators with dOut read as a
+block, grad_cols forms G from pre (and dOut's column sum, the bias gradient); dgrad reduces over both halves, wgrad
+writes dB's (2, N, K) view (N-major: dB (K, 2N) itself). Here: jax.grad under
+jax.jit against float64 torch autograd of the reference (M, N, K off the blocks, 1x1x1; f32 and bf16; both save modes;
+A and B either major, B (K, 2N) N-major read as blocks j and j + N / block; SiLU, GELU-tanh and erf GELU; with and
+without the bias after the gate), NaN and inf propagating
 as the formula table says, jax.grad inside jax.shard_map over 4 CPU devices, the plan's VMEM figures (PAL014's), and
 every backward kernel lowering to Mosaic for TPU. JAX returns fresh arrays (no buffer to poison): every gradient
 element is compared with float64's on random data, so an element never written would show."""
@@ -31,24 +33,25 @@ from specgen.spec.load import load_text
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
-# name: (fn, save, dtype, A's major, a bias after the gate, the shape (M, N, K) its gradients are checked at): both
-# save modes, both majors of A, f32 and bf16, with and without the bias; M, N, K off the 16 (128 for an mn-major A) x
-# 128 x 128 forward blocks and the 128^3 backward ones (N's tail inside each half of 2N), M = 1 with K = 1 (one tailed
-# reduction step), N = 1 (each half one column). One shape a form: each is a compile of the interpreted program.
+# name: (fn, save, dtype, A's major, B's major, a bias after the gate, the shape (M, N, K) its gradients are checked
+# at): both save modes, both majors of A and of B, f32 and bf16, with and without the bias; M, N, K off the 16 (128
+# for an mn-major A) x 128 x 128 forward blocks and the 128^3 backward ones (N's tail inside each half of 2N), 1x1x1
+# (one tailed step everywhere; each half one column); B (K, 2N) N-major at N = 256 (its N a multiple of the blocks
+# along N). One shape a form: each is a compile of the interpreted program.
 FORMS = {
-    "tgg_swiglu_pre": ("silu", "preact", "f32", "k", True, (37, 200, 150)),
-    "tgg_geglu_rec_mn": ("gelu_tanh", "recompute", "f32", "mn", False, (300, 130, 29)),
-    "tgg_gelu_rec_bf16": ("gelu", "recompute", "bf16", "k", True, (1, 130, 1)),
-    "tgg_silu_pre_mn_bf16": ("silu", "preact", "bf16", "mn", False, (130, 1, 257)),
+    "tgg_swiglu_pre": ("silu", "preact", "f32", "k", "k", True, (37, 200, 150)),
+    "tgg_geglu_rec_mn": ("gelu_tanh", "recompute", "f32", "mn", "k", False, (300, 130, 29)),
+    "tgg_gelu_rec_bf16": ("gelu", "recompute", "bf16", "k", "k", True, (1, 1, 1)),
+    "tgg_silu_pre_mn_bmn_bf16": ("silu", "preact", "bf16", "mn", "mn", False, (130, 256, 257)),
 }
 BACKWARD = {"tile": {"m": 128, "n": 128, "k": 128}}  # dB^T's blocks have tile.m on their lanes (PAL011)
 
 
 def form_spec(name: str) -> dict:
-    fn, save, dtype, a, bias, _ = FORMS[name]
+    fn, save, dtype, a, b, bias, _ = FORMS[name]
     epilogue = [{"op": "gated", "fn": fn, "layout": "halves"}] + ([{"op": "bias", "along": "n", "dtype": dtype}] if bias else [])
     return GemmSpec.model_validate({
-        "name": name, "kind": "gemm", "a": {"dtype": dtype, "major": a}, "b": {"dtype": dtype, "major": "k"},
+        "name": name, "kind": "gemm", "a": {"dtype": dtype, "major": a}, "b": {"dtype": dtype, "major": b},
         "out": {"dtype": dtype}, "epilogue": epilogue, "training": {"save": save, "dgrad": BACKWARD, "wgrad": BACKWARD},
         "tile": {"m": 16 if a == "k" else 128, "n": 128, "k": 128}, "targets": ["pallas:tpu_v5e", "pallas:tpu_v6e"],
     }).model_dump(mode="json")
@@ -61,12 +64,14 @@ def modules(tmp_path_factory) -> dict:
 
 
 def inputs(spec: dict, shape: tuple[int, int, int], seed: int = 0) -> tuple[list[jax.Array], jax.Array]:
-    """a in its stored layout, b (2N, K) (gate rows, then up rows), the bias (N,) where the chain has one, dOut."""
+    """a and b in their stored layouts (b (2N, K): gate rows, then up rows; (K, 2N): columns), the bias (N,) where
+    the chain has one, dOut."""
     M, N, K = shape
     rng = np.random.default_rng(seed)
     dt = jnp.float32 if spec["a"]["dtype"] == "f32" else jnp.bfloat16
     a = rng.standard_normal((M, K) if spec["a"]["major"] == "k" else (K, M)) / np.sqrt(K)
-    args = [jnp.asarray(a, dt), jnp.asarray(rng.standard_normal((2 * N, K)), dt)]
+    b = rng.standard_normal((2 * N, K) if spec["b"]["major"] == "k" else (K, 2 * N))
+    args = [jnp.asarray(a, dt), jnp.asarray(b, dt)]
     if len(spec["epilogue"]) > 1:
         args.append(jnp.asarray(rng.standard_normal(N), dt))
     return args, jnp.asarray(rng.standard_normal((M, N)), dt)
@@ -142,11 +147,12 @@ def test_the_plan_counts_each_kernels_vmem(modules) -> None:
     from specgen.resolve import resolve
 
     for name, mod in modules.items():
-        fn, save, dtype, a, bias, _ = FORMS[name]
+        fn, save, dtype, a, b, bias, _ = FORMS[name]
         (loaded,) = load_text(json.dumps({"kernels": [form_spec(name)]}), "<test>", ".json")
         r = resolve(loaded.spec, loaded.spec.targets[0])
         meta = mod.METADATA["training"]
         assert meta["gated"] == "halves" and meta["activation"] == fn
+        assert getattr(mod, "N_BLOCKS", None) == ((128,) if b == "mn" else None)  # forward and backward blocks along N
         role = "forward_pre" if save == "preact" else "recompute"
         (c,) = [c for c in r.companions if c.companion == role]
         assert c.spec.epilogue and c.spec.epilogue[0].op == "gated"  # checked as the gated GEMM (up block, 2 accumulators)
@@ -168,7 +174,7 @@ def test_backward_lowers_to_mosaic_for_tpu(modules) -> None:
     """jax.grad through the entry lowers for TPU on this CPU machine (Pallas's Mosaic lowering of forward_pre /
     recompute's two B blocks and (2, bm, bn) stores, dgrad's reduction over both halves, wgrad's (2, N, K) blocks;
     the half indices by lax.div / lax.rem, which Mosaic lowers without asking for a TPU). libtpu's compile needs one."""
-    for name in ("tgg_gelu_rec_bf16", "tgg_silu_pre_mn_bf16"):
+    for name in ("tgg_gelu_rec_bf16", "tgg_silu_pre_mn_bmn_bf16"):
         mod, spec = modules[name], form_spec(name)
         args, grad = inputs(spec, (300, 384, 640))
         fn = lambda *xs, mod=mod: mod._call(*xs, interpret=False)  # noqa: E731

@@ -295,7 +295,7 @@ class PallasGemmDesign(GemmDesign):
         return is_mgpu_target(target)
 
     # A `training` backward, a jax.custom_vjp on the module's JAX entry, a gated op's too: TPU (training.py in this
-    # package; halves, B K-major: PAL013) and Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster)
+    # package; halves: PAL013) and Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster)
     training_label = gated_training_label = "Pallas (TPU, Mosaic GPU)"
     renders_gated_training = True
 

@@ -14,8 +14,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "OPERAND", "TRAIN_GEMMS", "_backward_gemm", "_dims", "_dot_step", "_train_gemm_kernel", "_grad_cols",
     "_train_cols_kernel", "_last_step", "_train_pre_kernel", "_train_recompute_kernel", "_train", "_train_bwd",
     "_train_fwd",
-    # Mosaic GPU's gated epilogue: B's view with a gate / up axis
-    "_gated_shape", "_gated_view",
+    # Mosaic GPU's gated epilogue: B's view with a gate / up axis; the TPU kernel's N-major gated B: its blocks along N
+    "_gated_shape", "_gated_view", "N_BLOCKS",
     # a Mosaic GPU backward (training): the roles' kernel, its builder and TMA's extents (and `_gemm`, the call)
     "_train_kernel", "_train_build", "_train_extents", "_gemm",
     # ... its preact G and bias gradient (one Pallas Triton kernel) and the gated roles' slicing

@@ -333,27 +333,24 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
                       ("pallas", "vmem_limit_bytes"))
 
 
-@RULES.rule("PAL013", "TPU gated epilogue: halves, B K-major", is_tpu)
+@RULES.rule("PAL013", "TPU gated epilogue: halves", is_tpu)
 def tpu_gated(ctx: RuleContext) -> Iterator[Finding]:
-    """The TPU kernel reads a gated B (tpu_gated.py) as two blocks of its ([batch,] 2, N, K) view, the half a
-    leading (squeezed) block dim, so each is a plain (tile.n, tile.k) block. Pallas TPU takes a block's last two
-    dims only as whole (8, 128) tiles or the array's full extent (jax `pallas/mosaic/lowering.py`; checked by
-    lowering for TPU on the CPU, jax 0.10.2): halves N-major, (K, 2, N), and interleaved K-major, (N, 2, K), put the
-    half on the sublane dim (a one-half block of 1 row is refused; a block of both sits in VMEM padded from 2 rows
-    to a sublane tile, 4x to 8x, and is split by a sublane gather), interleaved N-major strides the lanes. The
-    grouped TPU design's GRP204. 8-bit operands (int8's int32 accumulator, fp8) with a gated op are not rendered."""
+    """The TPU kernel reads a gated B (tpu_gated.py) as two plain blocks a step: B ([batch,] 2N, K) K-major through its
+    ([batch,] 2, N, K) view, the half a leading (squeezed) block dim; B ([batch,] K, 2N) N-major as stored, the gate
+    block j and the up block j + N / block, which needs N a multiple of the blocks along N (a shape: the entry checks
+    it when it traces). Pallas TPU takes a block's last two dims only as whole (8, 128) tiles or the array's full
+    extent (jax `pallas/mosaic/lowering.py`; checked by lowering for TPU on the CPU, jax 0.10.2): interleaved K-major,
+    (N, 2, K), puts the half on the sublane dim (a one-half block of 1 row is refused; a block of both sits in VMEM
+    padded from 2 rows to a sublane tile, 4x to 8x, and is split by a sublane gather), interleaved N-major strides
+    the lanes. The grouped TPU design's GRP204. 8-bit operands (int8's int32 accumulator, fp8) with a gated op are
+    not rendered."""
     s, op = ctx.spec, gated_op(ctx.spec.epilogue)
     if op is None:
         return
     if op.layout != "halves":
         yield Finding("PAL013", "error", f"a gated epilogue ({op.fn}, interleaved): gate column j is B's row 2j, a block "
                       f"of 1 row on the sublane dim of the {ctx.target} kernel's (N, 2, K) view, which TPU blocks (8 x "
-                      "128 tiles) do not take", 'set layout = "halves" with b.major = "k"', ("epilogue", 0, "layout"))
-    elif s.b.major != "k":
-        yield Finding("PAL013", "error", f"a gated epilogue (halves) with b.major = \"{s.b.major}\": B (K, 2N) viewed as "
-                      f"(K, 2, N) puts gate / up on the sublane dim, where a one-half block of the {ctx.target} kernel is "
-                      "1 row (TPU blocks take 8 x 128 tiles)", 'set b.major = "k": B (2N, K), as nn.Linear stores it',
-                      ("b", "major"))
+                      "128 tiles) do not take", 'set layout = "halves"', ("epilogue", 0, "layout"))
     for side in ("a", "b"):
         if getattr(s, side).dtype.bytes == 1:
             yield Finding("PAL013", "error", f"{side.upper()} is {getattr(s, side).dtype} with a gated epilogue: the "

@@ -13,13 +13,15 @@ pass over dOut and the saved pre (save = "preact"), which also sums the bias gra
 recompute it sums the stored G). The companions' configs are the ones check resolved (the first TPU target's:
 CFG001 keeps a module's TPU targets in step on what shapes it).
 
-A gated epilogue (halves, B (2N, K) K-major: PAL013): pre and G are (2, M, N) arrays, gate plane [0] and up plane
-[1] (a TPU block takes the half as a leading, squeezed dim; B's (2N, K) is viewed (2, N, K) without a copy).
-forward_pre and recompute read a gate and an up block of B a step into two accumulators (the gated forward's
-loads); dgrad reduces over both halves (its grid's reduction axis walks 2 x cdiv(N, block) steps, the half the step
-over the blocks of one), wgrad writes dB's (2, N, K) view (its P axis walks 2 x cdiv(N, block) blocks): the plain
-GEMMs over 2N, each half's N tail masked or dropped as one array's. G = [(dOut * up) * act'(gate), dOut * act(gate)];
-the bias (after the gate) has dOut's column sum.
+A gated epilogue (halves: PAL013): pre and G are (2, M, N) arrays, gate plane [0] and up plane [1] (a TPU block
+takes the half as a leading, squeezed dim). B (2N, K) K-major is viewed (2, N, K) without a copy: forward_pre and
+recompute read a gate and an up block of B a step into two accumulators (the gated forward's loads); dgrad reduces
+over both halves (its grid's reduction axis walks 2 x cdiv(N, block) steps, the half the step over the blocks of
+one), wgrad writes dB's (2, N, K) view (its P axis walks 2 x cdiv(N, block) blocks): the plain GEMMs over 2N, each
+half's N tail masked or dropped as one array's. B (K, 2N) N-major is read as stored, its up half at block
+j + N / block, which needs N a multiple of every block along N (`n_blocks`; the entry checks it): dgrad's B blocks
+along 2N are its folded steps, wgrad writes dB (K, 2N) over G's two planes. G = [(dOut * up) * act'(gate),
+dOut * act(gate)]; the bias (after the gate) has dOut's column sum.
 
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
 pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
@@ -82,6 +84,12 @@ class TpuTrainingPlan(SaveModes):
         """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias)."""
         return self.stores_pre or bool(self.bias)
 
+    @property
+    def n_blocks(self) -> list[int]:
+        """Each backward GEMM's block along N (a gated N-major B's up half is read at block j + N / block)."""
+        return [{"p": g.block_p, "q": g.block_q, "r": g.block_r}["pqr"[(g.p, g.q, g.r).index("n")]]
+                for g in self.gemms.values()]
+
 
 def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
     """The role's GEMM in the orientation its output's stored layout takes."""
@@ -140,9 +148,9 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if t is None:
         return None
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    if gated is not None and (gated.layout != "halves" or spec.b.major != "k"):  # type: ignore[attr-defined]
+    if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
-        raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves, K-major (PAL013)")  # type: ignore[attr-defined]
+        raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
     if why := chain_refusal(spec):  # scale, residual, clamp, cast, bias along m, fp8: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
