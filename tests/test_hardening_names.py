@@ -263,6 +263,16 @@ def pallas_variants():
                       targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
                       training={"save": save})
 
+    # a TPU gated backward (halves): both save modes, a bias after the gate or not, either major of A and of B
+    for i, (save, a, b) in enumerate(itertools.product(["preact", "recompute"], ["k", "mn"], ["k", "mn"])):
+        yield spec_of(f"tgt{i}", [{"op": "gated", "fn": "silu", "layout": "halves"}, *(EVERY_OP[:1] if i % 3 else [])],
+                      a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b}, tile={"m": 128, "n": 128, "k": 128},
+                      targets=["pallas:tpu_v5e"], training={"save": save})
+    # ... and the TPU gated forward alone with B N-major (its N check), batched
+    yield spec_of("tgf", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]], batch=True,
+                  a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"}, tile={"m": 128, "n": 128, "k": 128},
+                  targets=["pallas:tpu_v5e"])
+
 
 def render_pallas_module(ls) -> str:
     """The one kernel module the Pallas design renders for the spec's targets (a Mosaic GPU module comes

@@ -74,7 +74,7 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
-    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton and dense CuTe sm90 designs and Mosaic GPU: TRN001 elsewhere);
+    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU halves);
     f16, bf16, f32 operands; no batch (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
     design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8 forward (fp8_e4m3, fp8_e5m2, or

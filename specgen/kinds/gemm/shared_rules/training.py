@@ -23,9 +23,9 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
-    and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton and dense CuTe
-    sm90 designs) or `renders_gated_training_on` the target (the Pallas design's Mosaic GPU target); the Pallas TPU
-    backward has none. The other chains (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
+    and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton, dense CuTe
+    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013) or
+    `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
     (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's; its
