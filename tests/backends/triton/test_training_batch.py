@@ -24,6 +24,7 @@ CHAINS = {
     "chain": [{"op": "bias", "along": "m", "name": "bm"}, {"op": "residual", "dtype": "f32"},
               {"op": "scale", "by": "col", "name": "cs"}, {"op": "activation", "fn": "silu"}],
     "gated": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}],
+    "interleaved": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, {"op": "bias"}],
 }
 
 
@@ -131,14 +132,19 @@ def test_batched_chain_in_row_bands(load_kernel, monkeypatch) -> None:
     check(mod, spec, inputs(spec, SMALL, seed=15), grad)
 
 
-@pytest.mark.parametrize("save", ["preact", "recompute"])
-def test_batched_gated_f16(save: str, load_kernel) -> None:
-    """SwiGLU (halves) then a bias, f16: G (batch, M, 2N) per batch, dbias dOut's column sum over every batch."""
-    spec = batch_spec("gated", save, "f16")
+@pytest.mark.parametrize(("layout", "save"), [("gated", "preact"), ("interleaved", "recompute")])
+def test_batched_gated_f16(layout: str, save: str, load_kernel, monkeypatch) -> None:
+    """SwiGLU (halves) and GeGLU-tanh (interleaved) then a bias, f16: G (batch, M, 2N) per batch, dbias dOut's column
+    sum over every batch; aligned (the TMA forms: a gate and an up box of one batch, or one 2 BLOCK_Q wide) and odd."""
+    spec = batch_spec(layout, save, "f16")
     mod = load_kernel(spec)
-    for i, shape in enumerate([SMALL, (1, 1, 8, 16)]):
+    launched = forms_launched(mod, monkeypatch)
+    for i, shape in enumerate([ALIGNED, SMALL]):
         grad = torch.randn(*shape[:3], generator=torch.Generator().manual_seed(20 + i)).half()
         check(mod, spec, inputs(spec, shape, seed=22 + i), grad, rel=1e-2, poison=i == 0)
+        forms = {form for role, form in launched if role in ("dgrad", "wgrad") or (i == 0 and role != "grad_cols")}
+        assert forms == ({"tma"} if i == 0 else {"pointer"}), launched  # odd: B's rows of 17 f16 (34 bytes)
+        launched.clear()
 
 
 def test_batched_fp8_forward(load_kernel) -> None:

@@ -47,7 +47,7 @@ RESERVED: frozenset[str] = frozenset({
     "u", "g2", "g2_ptr", "stride_src", "C", "ins", "outputs", "dt", "memory_format", "saved", "scalars",
     # a batched backward's: its matrices' batch strides, the TMA form's pointers before a tile's batch rebases them
     "stride_xb", "stride_yb", "stride_dstb", "stride_pb", "stride_db", "stride_srcb", "stride_gb", "pre_base",
-    "dst_base", "dout_base",
+    "dst_base", "dout_base", "per_matrix",
 })
 
 # How its templates derive names from an epilogue argument `x`.
