@@ -134,6 +134,14 @@ def variants():
                                                                       {"op": "cast", "dtype": "f16"}]
     for save in ("preact", "recompute"):
         yield spec_of(f"v_train_{save}", chain, training={"save": save})
+    # the batched backward (batch = true): the GEMMs' batch strides and rebased pointers, the streaming passes' batch
+    # axis, for the chain pass, the columns pass and a gated epilogue's
+    for save in ("preact", "recompute"):
+        yield spec_of(f"v_train_batch_{save}", chain, batch=True, training={"save": save})
+        yield spec_of(f"v_train_batch_gelu_{save}", [{"op": "bias"}, {"op": "activation", "fn": "gelu"}], batch=True,
+                      training={"save": save})
+    yield spec_of("v_train_batch_gated", [{"op": "gated", "fn": "silu", "layout": "interleaved"}, {"op": "bias"}],
+                  batch=True, training={"save": "preact"}, per_target={}, variants=[])
     yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})

@@ -451,6 +451,11 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},
      ("error", ["training with epilogue ['residual', 'clamp']: the Pallas (TPU, Mosaic GPU) design renders no backward "
                 "for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
+    # ... and a batched GEMM's (batch = true: each backward GEMM per batch; the Triton side: tests/test_training_spec.py)
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "batch": True},
+     ("error", ["training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
+                "for each batch i, a bias's gradient summed over the batches and rows): the Pallas (TPU, Mosaic GPU) "
+                "design renders no backward for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 
