@@ -2,8 +2,8 @@
 `nox -s fresh` (the README's two commands in a fresh venv from a clean clone, what `.ci/run` does),
 `nox -s gpu` (GPU tests + benchmark, on a CUDA machine), `nox -s diff` (check vs triton.compile, full grid),
 `nox -s grid_mgpu` (check vs the Mosaic GPU lowering for CUDA; needs the jax-cuda12 plugin wheels),
-`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_cute_sm100` / `grid_grouped_mgpu` /
-`grid_grouped_mgpu_gated` (the grouped designs' compile grids)."""
+`nox -s grid_grouped` / `grid_grouped_cute` / `grid_grouped_cute_k` / `grid_grouped_cute_sm100` / `grid_grouped_mgpu` /
+`grid_grouped_mgpu_gated` / `grid_grouped_mgpu_k` (the grouped designs' compile grids)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,14 @@ def grid_grouped_cute(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+def grid_grouped_cute_k(session: nox.Session) -> None:
+    """The grouped CuTe sm90 design's ragged-K kernel vs `cute.compile` for sm_90a on its seeded grid
+    (tests/grids/grouped_cute_sm90_k.py, N SEED [RECORD]; default the record's 120 of seed 37), rewriting
+    tests/data/grid_grouped_cute_sm90_k.json; CI replays it (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_cute_sm90_k.py", *(session.posargs or ["120", "37"]))
+
+
+@nox.session(python=False)
 def grid_grouped_cute_sm100(session: nox.Session) -> None:
     """The grouped CuTe sm100 design vs `cute.compile` for sm_100a on its seeded grid (tests/grids/grouped_cute_sm100.py,
     N SEED [RECORD]; default the record's 100 of seed 37), rewriting tests/data/grid_grouped_cute_sm100.json; CI
@@ -96,6 +104,14 @@ def grid_grouped_mgpu_gated(session: nox.Session) -> None:
     """The grouped Mosaic GPU design's gated epilogue vs its lowering for CUDA (tests/grids/grouped_mgpu_gated.py,
     N SEED [RECORD]; default 60 of seed 40), rewriting tests/data/fresh/fresh_grouped_mgpu_gated_40.json."""
     session.run("python", "tests/grids/grouped_mgpu_gated.py", *(session.posargs or ["60", "40"]))
+
+
+@nox.session(python=False)
+def grid_grouped_mgpu_k(session: nox.Session) -> None:
+    """The grouped Mosaic GPU design's ragged-K kernel vs its lowering for CUDA (tests/grids/grouped_mgpu_k.py, N SEED
+    [RECORD]; default 120 of seed 37), rewriting tests/data/grid_grouped_mgpu_k.json; CI replays it
+    (tests/grouped/test_grid_compilers.py)."""
+    session.run("python", "tests/grids/grouped_mgpu_k.py", *(session.posargs or ["120", "37"]))
 
 
 @nox.session(python=False)

@@ -105,6 +105,43 @@ def test_a_training_backward_compiles_for_sm100(tmp_path: Path) -> None:
         assert r["plan_smem"] > 0 and r["compiler_smem"] <= 232448, r
 
 
+BATCHED_TRAINING = """[[kernels]]
+name = "bmm_chain_train_bf16"
+kind = "gemm"
+a = { dtype = "bf16", major = "k" }
+b = { dtype = "bf16", major = "k" }
+out = { dtype = "bf16" }
+batch = true
+epilogue = [{ op = "bias", along = "m", dtype = "bf16" }, { op = "residual", dtype = "bf16" },
+            { op = "activation", fn = "silu" }, { op = "scale", by = "col" }]
+training = { save = "preact" }
+tile = { m = 128, n = 128, k = 64 }
+schedule = { persistent = true }
+triton = { num_warps = 8 }
+targets = ["triton:sm90"]
+"""
+
+
+def test_a_batched_training_backward_compiles_for_sm90(tmp_path: Path) -> None:
+    """A batched spec's backward (batch = true; not in the catalogue) as an nn.Linear layer's batch of 2 launches it:
+    forward_pre with the batch's residual rebased per tile and its 3-D TMA descriptors, the chain pass and its sums
+    over the batch axis, dgrad and wgrad per batch (TMA loads and stores of one batch's boxes), each at its plan SMEM
+    (barriers aside) with no spill."""
+    (tmp_path / "bmm.toml").write_text(BATCHED_TRAINING)
+    env = {**os.environ, "SPECGEN_NO_COMPILE": "1"}
+    render = subprocess.run([sys.executable, "-m", "specgen", "render", "--no-compile", "--out", str(tmp_path / "gen"),
+                             str(tmp_path / "bmm.toml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert render.returncode == 0, render.stdout + render.stderr
+    proc = run_compile("--out", str(tmp_path / "gen"), "--target", "triton:sm90", str(tmp_path / "bmm.toml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["kernel"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    name = "bmm_chain_train_bf16"
+    assert set(rows) == {name, *(f"{name}[{role}]" for role in ("forward_pre", "chain", "sums", "dgrad", "wgrad"))}
+    for r in rows.values():
+        assert not r["error"] and r["registers"] and not r["spills"]["store_bytes"], r
+        assert 0 <= r["compiler_smem"] - r["plan_smem"] <= 256, r
+
+
 def test_compile_fails_cleanly_on_a_missing_module(tmp_path: Path) -> None:
     proc = run_compile("--out", str(tmp_path), "specs/gemm_bf16.toml")
     assert proc.returncode == 1

@@ -138,6 +138,14 @@ def variants():
                                                                       {"op": "cast", "dtype": "f16"}]
     for save in ("preact", "recompute"):
         yield spec_of(f"v_train_{save}", chain, training={"save": save})
+    # the batched backward (batch = true): the GEMMs' batch strides and rebased pointers, the streaming passes' batch
+    # axis, for the chain pass, the columns pass and a gated epilogue's
+    for save in ("preact", "recompute"):
+        yield spec_of(f"v_train_batch_{save}", chain, batch=True, training={"save": save})
+        yield spec_of(f"v_train_batch_gelu_{save}", [{"op": "bias"}, {"op": "activation", "fn": "gelu"}], batch=True,
+                      training={"save": save})
+    yield spec_of("v_train_batch_gated", [{"op": "gated", "fn": "silu", "layout": "interleaved"}, {"op": "bias"}],
+                  batch=True, training={"save": "preact"}, per_target={}, variants=[])
     yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
@@ -266,6 +274,16 @@ def pallas_variants():
                       a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "k"}, tile={"m": 128, "n": 128, "k": 64},
                       targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
                       training={"save": save})
+
+    # a TPU gated backward (halves): both save modes, a bias after the gate or not, either major of A and of B
+    for i, (save, a, b) in enumerate(itertools.product(["preact", "recompute"], ["k", "mn"], ["k", "mn"])):
+        yield spec_of(f"tgt{i}", [{"op": "gated", "fn": "silu", "layout": "halves"}, *(EVERY_OP[:1] if i % 3 else [])],
+                      a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b}, tile={"m": 128, "n": 128, "k": 128},
+                      targets=["pallas:tpu_v5e"], training={"save": save})
+    # ... and the TPU gated forward alone with B N-major (its N check), batched
+    yield spec_of("tgf", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]], batch=True,
+                  a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"}, tile={"m": 128, "n": 128, "k": 128},
+                  targets=["pallas:tpu_v5e"])
 
 
 def render_pallas_module(ls) -> str:

@@ -79,7 +79,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "TRN001": (GPU - TRITON) | TPU,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "PAL014": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 
@@ -441,16 +441,21 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
      ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas (TPU, Mosaic "
                 "GPU) and Triton designs do)"], ("training",))),
-    # ... and a gated epilogue's backward is the Triton, CuTe sm90 and Pallas (Mosaic GPU, not TPU) designs'
+    # ... and a gated epilogue's backward on every design that renders training (the Triton, CuTe sm90 and Pallas
+    # designs: TPU and Mosaic GPU); a design without one: test_trn001_refuses_a_gated_op_where_no_gated_backward_is_rendered
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ["training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no gated "
-                "backward for pallas:tpu_v6e (the CuTe sm90, Pallas (Mosaic GPU) and Triton designs do)"], ("training",))),
+     None),
     # ... as are the other chains' (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]},
      ("error", ["training with epilogue ['residual', 'clamp']: the Pallas (TPU, Mosaic GPU) design renders no backward "
                 "for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
+    # ... and a batched GEMM's (batch = true: each backward GEMM per batch; the Triton side: tests/test_training_spec.py)
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "batch": True},
+     ("error", ["training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
+                "for each batch i, a bias's gradient summed over the batches and rows): the Pallas (TPU, Mosaic GPU) "
+                "design renders no backward for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
 ]
 
 
@@ -526,6 +531,22 @@ def test_epi001_refuses_a_design_without_a_gated_epilogue(monkeypatch):
     assert (f.severity, f.field) == ("error", ("epilogue",))
     assert "epilogue[0] is gated (silu, halves): the Pallas design renders no gated epilogue (the " in f.message
     assert findings("EPI001", ctx_for("pallas:tpu_v6e", tile={"m": 512, "n": 512, "k": 512})) == []
+
+
+def test_trn001_refuses_a_gated_op_where_no_gated_backward_is_rendered(monkeypatch):
+    """Every shipped design that renders training renders a gated op's backward too: a made-up Pallas design
+    without one (on the TPU) is refused, naming the designs that have one."""
+    from specgen.kinds.gemm.designs.pallas.design import PallasGemmDesign
+
+    monkeypatch.setattr(PallasGemmDesign, "renders_gated_training_on", lambda self, target: False)
+    monkeypatch.setattr(PallasGemmDesign, "renders_gated_training", False)
+    monkeypatch.setattr(PallasGemmDesign, "gated_training_label", "")
+    ctx = ctx_for("pallas:tpu_v6e", training={"save": "preact"},
+                  epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}])
+    (f,) = findings("TRN001", ctx)
+    assert (f.severity, f.field) == ("error", ("training",))
+    assert f.message == ("training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no "
+                         "gated backward for pallas:tpu_v6e (the CuTe sm90 and Triton designs do)")
 
 
 def _with_gpu(ctx: RuleContext, cc: int) -> RuleContext:

@@ -56,7 +56,6 @@ def test_absent_training_dumps_as_before() -> None:
       "epilogue": [{"op": "scale", "by": "rowcol"}]}, ["out.dtype = f32 with fp8_e4m3 operands"]),
     ({"a": {"dtype": "fp8_e4m3"}, "b": {"dtype": "fp8_e5m2"}, "out": {"dtype": "f32"},
       "epilogue": [{"op": "scale", "by": "rowcol"}]}, ["out.dtype = f32 with fp8_e4m3 x fp8_e5m2 operands"]),
-    ({"batch": True}, ["batch = true: a batched GEMM has no backward yet"]),
     ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "activation", "fn": "relu"}]},
      ["epilogue ['gated', 'activation']: training with a gated op has a backward for [gated] and [gated, bias]"]),
     ({"epilogue": [{"op": "gated", "fn": "gelu", "layout": "interleaved"}, {"op": "bias", "along": "m"}]},
@@ -160,6 +159,25 @@ def test_an_fp8_forward_has_a_16_bit_backward(a_dtype: str, b_dtype: str, named:
     with pytest.raises(SpecError, match=r"epilogue\[1\] \(scale by rowcol\)"):
         load(spec(a={"dtype": "fp8_e4m3"}, b={"dtype": "fp8_e4m3"}, out={"dtype": "bf16"},
                   epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]))
+
+
+@pytest.mark.parametrize("epilogue", [[{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}],
+                                      [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}]],
+                         ids=["bias_gelu_tanh", "gated"])
+def test_a_batched_forward_has_a_backward_on_the_triton_design_only(epilogue: list) -> None:
+    """batch = true loads (it was refused: "batch = true: a batched GEMM has no backward yet"); the Triton targets
+    check its backward GEMMs as batched GEMMs of their own (the companions keep the batch); TRN001 on CuTe sm90 and
+    Pallas (Mosaic GPU) names the batch, with the hint to drop it."""
+    d = spec(epilogue=epilogue, batch=True, targets=["triton:sm90", "triton:sm100", "cute:sm90", "pallas:gpu_sm90"],
+             tile={"m": 128, "n": 128, "k": 64})
+    loaded = load(d)
+    assert all(c.batch for _, c, _ in loaded.spec.companions())
+    report = check_specs([loaded])
+    trn = [x for x in report.diagnostics if x.rule == "TRN001"]
+    assert sorted(x.target for x in trn) == ["cute:sm90", "pallas:gpu_sm90"], [str(x) for x in trn]
+    assert all("training with batch = true" in x.message and "drop `training` or `batch`" in x.hint for x in trn)
+    errors = [x for x in report.diagnostics if x.severity == "error" and x.target.startswith("triton")]
+    assert not errors, [str(x) for x in errors]
 
 
 def test_trn001_off_the_triton_design() -> None:

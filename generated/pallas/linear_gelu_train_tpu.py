@@ -137,7 +137,7 @@ OPERAND = jnp.bfloat16
 # X's and Y's stored majors ("k": the reduction last), the blocks (P, Q, R), C's dtype, the scoped VMEM limit.
 TRAIN_GEMMS = {
     # forward_pre: M x N = a (k-major) @ b (k-major), reducing K
-    "forward_pre": ("k", "k", (256, 256, 512), jnp.bfloat16, 2293760),
+    "forward_pre": ("k", "k", (256, 256, 512), jnp.bfloat16, 2314240),
     # dgrad: M x K = g (k-major) @ b (mn-major), reducing N
     "dgrad": ("k", "mn", (256, 256, 512), jnp.bfloat16, 1966080),
     # wgrad: N x K = g (mn-major) @ a (mn-major), reducing M; the gradient's transpose, its stored layout
@@ -145,28 +145,33 @@ TRAIN_GEMMS = {
 }
 
 
-def _dot_step(x_ref, y_ref, acc_ref, *, r_total: int, block_r: int, x_axis: int, y_axis: int):
-    """acc += X @ Y over one reduction block (zeroed at the first; in the last, the tail past R zeroed in both
-    operands). Each step's math sits in a pl.when: jax 0.10's HLO interpreter (the one shard_map runs) types a
-    kernel's top-level values as not varying over the mesh, a cond's branch as its operands."""
+def _dot_step(x_ref, y_refs, acc_refs, *, r_total: int, block_r: int, x_axis: int, y_axis: int):
+    """acc += X @ Y over one reduction block, for each (Y, acc) pair: zeroed at the first step; in the last step
+    of R the tail past R is zeroed in both operands. Each step's math sits in a pl.when: jax 0.10's HLO interpreter
+    (the one shard_map runs) types a kernel's top-level values as not varying over the mesh, a cond's branch as its
+    operands."""
     step = pl.program_id(2)
-    last = pl.num_programs(2) - 1
+    tail = pl.cdiv(r_total, block_r) - 1
+    within = step
 
     @pl.when(step == 0)
     def _init():
-        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+        for acc_ref in acc_refs:
+            acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
 
     def accumulate(masked: bool):
         x = x_ref[...].astype(OPERAND)
-        y = y_ref[...].astype(OPERAND)
         if masked:
-            valid = r_total - step * block_r
+            valid = r_total - tail * block_r
             x = jnp.where(lax.broadcasted_iota(jnp.int32, x.shape, x_axis) < valid, x, jnp.zeros_like(x))
-            y = jnp.where(lax.broadcasted_iota(jnp.int32, y.shape, y_axis) < valid, y, jnp.zeros_like(y))
-        acc_ref[...] += lax.dot_general(x, y, (((x_axis,), (y_axis,)), ((), ())), preferred_element_type=jnp.float32)
+        for y_ref, acc_ref in zip(y_refs, acc_refs, strict=True):
+            y = y_ref[...].astype(OPERAND)
+            if masked:
+                y = jnp.where(lax.broadcasted_iota(jnp.int32, y.shape, y_axis) < valid, y, jnp.zeros_like(y))
+            acc_ref[...] += lax.dot_general(x, y, (((x_axis,), (y_axis,)), ((), ())), preferred_element_type=jnp.float32)
 
-    pl.when(step < last)(lambda: accumulate(False))
-    pl.when(step == last)(lambda: accumulate(r_total % block_r != 0))
+    pl.when(within < tail)(lambda: accumulate(False))
+    pl.when(within == tail)(lambda: accumulate(r_total % block_r != 0))
 
 
 def _last_step():
@@ -175,7 +180,7 @@ def _last_step():
 
 def _train_gemm_kernel(x_ref, y_ref, out_ref, acc_ref, **dot):
     """dgrad / wgrad: C = X @ Y."""
-    _dot_step(x_ref, y_ref, acc_ref, **dot)
+    _dot_step(x_ref, (y_ref,), (acc_ref,), **dot)
 
     @pl.when(_last_step())
     def _store():
@@ -184,7 +189,7 @@ def _train_gemm_kernel(x_ref, y_ref, out_ref, acc_ref, **dot):
 
 def _train_pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
     """forward_pre: pre = A @ B + bias stored (the output's dtype) beside out = gelu_tanh(pre)."""
-    _dot_step(x_ref, y_ref, acc_ref, **dot)
+    _dot_step(x_ref, (y_ref,), (acc_ref,), **dot)
 
     @pl.when(_last_step())
     def _epilogue():
@@ -272,7 +277,7 @@ def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
         out_specs=out_specs,
         scratch_shapes=scratch,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
-                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+                                             vmem_limit_bytes=1013760),
         interpret=interpret,
         name=f"{NAME}_grad_cols",
     )
@@ -367,13 +372,14 @@ METADATA = {
     'training': {
         'save': 'preact',
         'activation': 'gelu_tanh',
+        'grad_cols_vmem_bytes': 811008,
         'gemms': {
             'forward_pre': {
                 'blocks': [256, 256, 512],
                 'x_major': 'k',
                 'y_major': 'k',
                 'transposed': False,
-                'vmem_bytes': 1835008,
+                'vmem_bytes': 1851392,
             },
             'dgrad': {
                 'blocks': [256, 256, 512],

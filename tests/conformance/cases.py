@@ -68,7 +68,7 @@ OPS: dict[str, dict] = {
     "clamp_both": {"op": "clamp", "min": -1.0, "max": 1.0},
     "cast_f16": {"op": "cast", "dtype": "f16"},
     # a gated epilogue: B (K, 2N) into N outputs (the Triton designs, CuTe and Mosaic GPU render it, Mosaic GPU not
-    # the erf GELU: PAL009; the Pallas TPU kernel halves K-major only, PAL013)
+    # the erf GELU: PAL009; the Pallas TPU kernel halves only, PAL013: an N-major B for N a multiple of the block)
     "gated_silu_halves": {"op": "gated", "fn": "silu", "layout": "halves"},
     "gated_gelu_interleaved": {"op": "gated", "fn": "gelu", "layout": "interleaved"},
 }

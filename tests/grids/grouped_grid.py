@@ -64,6 +64,42 @@ def common(rng: random.Random, name: str, target: str) -> dict:
             "targets": [target]}
 
 
+def ragged_k_epilogue(rng: random.Random, out: str) -> list[dict]:
+    """A ragged-K chain (the weight gradient's: what the spec takes there) from none to five ops: a per-group bias
+    (G, N), scalar scales, activations (the erf GELU among them), clamp, cast."""
+    chain: list[dict] = []
+    for i in range(rng.choice([0, 0, 0, 1, 1, 2, 2, 3, 4, 5])):
+        op = rng.choice(["bias", "bias", "scalar", "activation", "activation", "clamp", "cast"])
+        if op == "bias":
+            chain.append({"op": "bias", "dtype": rng.choice(["f32", "bf16"]), "name": f"bias{i}"})
+        elif op == "scalar":
+            chain.append(rng.choice([{"op": "scale", "by": "scalar", "value": 0.5},
+                                     {"op": "scale", "by": "scalar", "name": f"alpha{i}"}]))
+        elif op == "activation":
+            chain.append({"op": "activation", "fn": rng.choice(ACTIVATIONS)})
+        elif op == "clamp":
+            chain.append(rng.choice([{"op": "clamp", "min": -4.0, "max": 4.0}, {"op": "clamp", "max": 6.0}]))
+        else:
+            chain.append({"op": "cast", "dtype": rng.choice(["bf16", "f16"] if out != "f32" else ["bf16", "f32"])})
+    return chain
+
+
+def common_k(rng: random.Random, name: str, target: str) -> dict:
+    """The ragged-K grids' shared fields (groups.ragged = "k", the weight gradient; tests/grids/grouped_cute_sm90_k.py,
+    grouped_mgpu_k.py): bf16 mostly, f16, now and then f32 operands (the Triton design's) or fp8 ones (the spec
+    refuses fp8 for ragged K when it loads: recorded as that refusal); both majors of A and of B (M-major A and
+    N-major B, the training layout, twice as often); bf16 / f16 / f32 out; both index formats (the tail is ragged
+    M's); the ragged-K chain."""
+    dtype = rng.choice(["bf16", "bf16", "bf16", "f16"])
+    if rng.random() < 0.05:
+        dtype = rng.choice(["fp8_e4m3", "f32"])
+    out = rng.choice(["bf16", "bf16", "f32"] if dtype != "f16" else ["f16", "f16", "f32"])
+    return {"name": name, "kind": "grouped", "a": {"dtype": dtype, "major": rng.choice(["mn", "mn", "k"])},
+            "b": {"dtype": dtype, "major": rng.choice(["mn", "mn", "k"])}, "out": {"dtype": out},
+            "epilogue": ragged_k_epilogue(rng, out), "groups": {"index": rng.choice(["offs", "sizes"]), "ragged": "k"},
+            "targets": [target]}
+
+
 def load_work(path: Path) -> dict[str, dict]:
     """The work file's verdicts by spec name (the last line of a name wins)."""
     if not path.exists():

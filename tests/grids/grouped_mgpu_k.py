@@ -1,84 +1,127 @@
-"""The grouped Mosaic GPU design's ragged-K kernel (`groups.ragged = "k"`, templates/grouped/pallas/grouped_mgpu_k.py.jinja)
-against its lowering for CUDA on this CPU machine (the design's compile hook, jax 0.10.2): a seeded draw of ragged-K
-pallas:gpu_sm90 configs (both majors of A and B, bf16 / f16, bf16 / f16 / f32 out, tiles of 64-256 rows and columns,
-tile.k 32-128, 2-6 stages or `auto`, a bias and SiLU now and then), each checked by specgen (its error rules) and
-lowered. A false accept is a config check passes that does not lower; a false reject one refused that lowers and
-whose stores cover its accumulator (PAL006's uneven warpgroup subtiles lower but store fewer columns than the tile:
-a right refusal); SMEM001's figure is compared with Mosaic GPU's allocation where the lowering gets that far.
-Not recorded for CI replay (the ragged-M grid's records are: tests/grids/grouped_mgpu.py).
+"""The grouped Mosaic GPU design's ragged-K kernel (`groups.ragged = "k"`, the weight gradient: out (G, M, N);
+templates/grouped/pallas/grouped_mgpu_k.py.jinja) against the Mosaic GPU lowering (issue 37: the compile grids
+extended to the grouped designs): a seeded grid of borderline ragged-K `pallas:gpu_sm90` configs, each checked by
+specgen and lowered for CUDA on this CPU machine by the design's compile hook (specgen/kinds/grouped/designs/
+pallas_mgpu/compile.py: A (M, K) and B (K, N) in their stored majors, 3 groups over K past the pipeline's depth; the
+kernel body, layout inference, the SMEM allocation and its 232448 B limit), recorded in tests/grids/mgpu.py's
+layout, so its `runs` reads it (tests/grids/verdicts.py): lowered, the traced program's wgmma accumulator within
+255 registers a thread, its output subtiles covering each warpgroup's tile_m x wg_n slice (`ragged_k_facts`); and
+Mosaic GPU's own SMEM figure (`probe_smem` where the lowering failed) beside the plan's.
 
-    python tests/grids/grouped_mgpu_k.py N SEED [OUT.json]
+The draw (`grid`): the ragged-K fields (tests/grids/grouped_grid.py `common_k`: both majors of A and of B, bf16 / f16
+operands and now and then f32 or fp8 ones, bf16 / f16 / f32 out, both index formats, chains of a (G, N) bias,
+scalars, activations (the erf GELU PAL009 refuses among them), clamp and cast), tiles of 64-256 rows and 32-256
+columns (two consumer warpgroups split tile.n: PAL006, MGP001's K-major B half), tile.k 32-128 (MGP001's 64 with an
+operand stored K-rows-first), pipeline depths around the naive SMEM fit or `auto`, now and then a cluster (MGP003).
+
+    python tests/grids/grouped_mgpu_k.py N SEED [RECORD]   # lower what the work file lacks, write RECORD
+
+RECORD is tests/data/grid_grouped_mgpu_k.json by default (its work file beside it, `.work.jsonl`: resumable); CI
+replays it (tests/grouped/test_grid_compilers.py). Measured figures: docs/grouped.md, "Check against the compiler".
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from grouped_grid import ROOT, cli, common_k, drive, stages_near_fit, summary, write_record  # noqa: E402
+from grouped_mgpu import TARGET  # noqa: E402
+
+RECORD = ROOT / "tests" / "data" / "grid_grouped_mgpu_k.json"
+GRID_SEED = 37
 
 
-def grid(n: int, seed: int) -> list[dict]:
-    from specgen.kinds.grouped.testing.mgpu_specs import mgpu_ragged_k_form
-
-    rng = random.Random(f"ragged-k-mgpu:{seed}")
+def grid(n: int, seed: int = GRID_SEED) -> list[dict]:
+    """n seeded ragged-K pallas:gpu_sm90 specs near SMEM001's, REG001's, MGP001's and the warpgroup split's
+    boundaries (seeded by a string no model of specgen's enters)."""
+    rng = random.Random(f"grouped-mgpu-ragged-k:{seed}")
     specs = []
     for i in range(n):
-        dt = rng.choice(["bf16", "bf16", "f16"])
-        epilogue = rng.choice([(), (), ({"op": "bias", "dtype": "f32"},),
-                               ({"op": "bias", "dtype": dt}, {"op": "activation", "fn": "silu"})])
-        spec = mgpu_ragged_k_form(f"gkg_{seed}_{i:03d}", dtype=dt, out=rng.choice([dt, "f32"]),
-                                  a=rng.choice(["mn", "mn", "k"]), b=rng.choice(["mn", "mn", "k"]),
-                                  index=rng.choice(["sizes", "offs"]), epilogue=epilogue,
-                                  tile={"m": rng.choice([64, 128, 128, 192, 256]),
-                                        "n": rng.choice([64, 128, 128, 192, 256, 256]), "k": rng.choice([32, 64, 64, 128])})
-        spec["pipeline"] = {"ab_stages": rng.choice(["auto", 2, 3, 4, 5, 6])}
+        spec = common_k(rng, f"gmgpuk_{seed}_{i:03d}", TARGET)
+        tile = {"m": rng.choice([64, 64, 128, 128, 192, 256]), "n": rng.choice([32, 64, 96, 128, 128, 192, 256, 256]),
+                "k": rng.choice([32, 64, 64, 128])}
+        spec.update(tile=tile, pipeline={"ab_stages": stages_near_fit(rng, tile)})
+        if rng.random() < 0.04:
+            spec["cluster"] = {"m": 2, "n": 1}
         specs.append(spec)
     return specs
 
 
-def verdict(spec: dict, folder: Path) -> dict:
-    from backends.pallas.test_grouped_mgpu import loaded, render
+def ragged_k_facts(jaxpr, cfg) -> dict[str, object]:
+    """What the traced ragged-K kernel does: its wgmma accumulator (tile_m x wg_n f32 a consumer warpgroup; the deep
+    and the shallow K loop each scope one, in exclusive branches, so one is held at a time), how many epi_m x epi_n
+    subtiles one store of that accumulator writes (each accumulator's scope stores it once and an empty group's path
+    once more: the TMA stores over those paths), and whether they cover it (PAL006's 96-column slices of 64-column
+    subtiles leave 32 unwritten)."""
+    from mgpu import WG_THREADS, all_eqns
 
-    from specgen.check import check_all
+    found = list(all_eqns(jaxpr))
+    refs = {id(eqn.invars[0]): tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"}
+    (acc,) = set(refs.values()) or {(0, 0)}
+    stores = sum(eqn.primitive.name == "copy_smem_to_gmem" for eqn in found)
+    per_path = stores // (len(refs) + 1)
+    return {"acc_shape": list(acc), "acc_registers": acc[0] * acc[1] // WG_THREADS, "stores": per_path,
+            "covered": per_path * cfg.epi_m * cfg.epi_n >= acc[0] * acc[1] > 0}
+
+
+def compile_case(spec: dict) -> dict:
+    """The lowering's side: {plan_smem, stages, lowered: {ok, smem, error_class, error, acc_shape, acc_registers,
+    stores, covered}} (tests/grids/mgpu.py's `runs` reads `lowered`)."""
+    import jax
+    from mgpu import _last_lines, error_class, probe_smem
+
+    from specgen.compile import load_rendered
+    from specgen.kinds.grouped.designs.pallas.compile import problem_structs
     from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
+    from specgen.kinds.grouped.spec import GroupedSpec
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
     from specgen.targets import TARGETS
 
-    errors = sorted({d.rule for d in check_all([loaded(spec)]) if d.severity == "error"})
+    folder = Path(tempfile.mkdtemp(prefix="specgen-grouped-mgpu-k-grid-"))
     try:
-        mod = render(spec, folder)
-        r = compile_module(mod, TARGETS["pallas:gpu_sm90"])[0]
-        lowered, error, smem, plan = r.error == "", r.error[:120], r.compiler_smem, r.plan_smem
-        cfg = mod.CONFIG
-        covered = cfg.wg_n % cfg.epi_n == 0 and cfg.tile_m % cfg.epi_m == 0
-    except Exception as e:  # a render that check would have refused
-        lowered, error, smem, plan, covered = False, f"render: {str(e)[:120]}", None, None, False
-    return {"name": spec["name"], "spec": spec, "errors": errors, "lowered": lowered, "covered": covered,
-            "compiler_smem": smem, "plan_smem": plan, "error": error}
+        (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
+        (text,) = [t for rel, t in render_modules(ls, ls.spec.targets).items() if not rel.endswith("__init__.py")]
+        (folder / f"{spec['name']}.py").write_text(text)
+        mod = load_rendered(folder / f"{spec['name']}.py", f"_grid_grouped_mgpu_k_{spec['name']}")
+    except Exception as e:  # noqa: BLE001 - a spec the design cannot render does not run
+        return {"lowered": {"ok": False, "smem": None, "error_class": "render",
+                            "error": _last_lines(f"{type(e).__name__}: {e}")}}
+    cfg = mod.CONFIG
+    (r,) = compile_module(mod, TARGETS[TARGET])  # what `specgen compile` runs: the verdict (a grid spec: one config)
+    row: dict[str, object] = {"ok": not r.error, "smem": r.compiler_smem,
+                              "error_class": error_class(r.error) if r.error else "", "error": _last_lines(r.error)}
+    m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3  # the hook's problem
+    s = GroupedSpec.model_validate(mod.SPEC)
+    struct, args = problem_structs(s, m, n, k)
+    args = [struct((m, k) if s.a.major == "k" else (k, m), s.a.dtype),
+            struct((n, k) if s.b.major == "k" else (k, n), s.b.dtype), *args[2:]]
+    with contextlib.suppress(Exception):  # where it does not trace, the lowering failed above, with its message
+        row.update(ragged_k_facts(jax.jit(mod._launch).trace(*args).jaxpr.jaxpr, cfg))
+    if row["smem"] is None:
+        row["smem"] = probe_smem(mod._launch, args)
+    return {"plan_smem": cfg.smem_bytes, "stages": cfg.stages, "lowered": row}
 
 
-def main() -> None:
-    n, seed = int(sys.argv[1]), int(sys.argv[2])
-    folder = Path(tempfile.mkdtemp())
-    rows = []
-    for spec in grid(n, seed):
-        rows.append(verdict(spec, folder))
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "spec"}), flush=True)
-    runs = [r for r in rows if r["lowered"] and r["covered"]]
-    false_accepts = [r["name"] for r in rows if not r["errors"] and not (r["lowered"] and r["covered"])]
-    false_rejects = [r["name"] for r in runs if set(r["errors"]) - {"REG001"}]  # REG001: spills, not a lowering fact
-    summary = {"configs": len(rows), "accepted": sum(not r["errors"] for r in rows), "run": len(runs),
-               "false_accepts": false_accepts, "false_rejects": false_rejects,
-               "smem_equal": sum(r["compiler_smem"] == r["plan_smem"] for r in rows if r["lowered"]),
-               "lowered": sum(r["lowered"] for r in rows)}
-    print(json.dumps(summary))
-    if len(sys.argv) > 3:
-        Path(sys.argv[3]).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+def main(n: int, seed: int, out: Path = RECORD) -> int:
+    import jax
+
+    work = out.with_suffix(".work.jsonl")
+    rows = drive(__file__, [str(n), str(seed), str(work)], [*grid(n, seed)], work, lambda message: {
+        "lowered": {"ok": False, "smem": None, "error_class": "died", "error": message}})
+    cases = [{"spec": r["spec"], **r["compiler"]} for r in rows]  # tests/grids/mgpu.py's record layout
+    write_record(out, {"made_by": f"python tests/grids/grouped_mgpu_k.py {n} {seed}", "jax": jax.__version__,
+                       "target": TARGET, "seed": seed}, cases)
+    return summary(out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli(sys.argv[1:], grid, compile_case, main, RECORD))

@@ -28,11 +28,13 @@ plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, s
 `gated` op (SwiGLU, GeGLU: either layout) optionally followed by `bias` along N, where pre = A @ B has B's 2N
 columns and G (M x 2N) holds dgate = dOut * up * act'(gate) and dup = dOut * act(gate) in the forward's
 layout (the bias, after the gate, has dOut's column sum for gradient); f16, bf16 or f32 operands (A and B of
-one dtype) with an f32 accumulator; no batch. Every design that renders training renders those (`legacy_chain`);
+one dtype) with an f32 accumulator. Every design that renders training renders those (`legacy_chain`), unbatched;
 the dense Triton design also the other chains (`scale`, `residual`, `clamp`, `cast`, `bias` along M, in any order:
 pre is then the value before the first op whose backward reads a value, `value_index`) and an fp8 forward (e4m3,
 e5m2 or a mix of the two: A and B each either) with rowwise scales first, whose backward runs in the output's 16-bit
-dtype and gives the gradients of the dequantized operands, the scales none (`chain_refusal` says what TRN001 refuses
+dtype and gives the gradients of the dequantized operands, the scales none, and `batch = true` (A (batch, M, K), B
+(batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
+its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere). An int8 forward has no backward.
 """
 
@@ -74,12 +76,13 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
-    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton and dense CuTe sm90 designs and Mosaic GPU: TRN001 elsewhere);
-    f16, bf16, f32 operands; no batch (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
+    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU halves);
+    f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order, and an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
-    the scales get none). A grouped spec takes the same section for
+    the scales get none), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
+    gradient summed over the batches and rows). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation)."""
 
@@ -121,8 +124,6 @@ def check_training(training: Training | None, data: dict[str, object]) -> Traini
     if fp8 and isinstance(out, Output) and out.dtype == DType.f32:
         raise ValueError(f"out.dtype = f32 with {fp8_names(a.dtype, b.dtype)} operands: the fp8 forward's backward runs "
                          "in the output's 16-bit dtype (bf16 or f16); pick one")
-    if data.get("batch"):
-        raise ValueError("batch = true: a batched GEMM has no backward yet; drop `training`")
     if ops[:1] == ["gated"]:
         # gated (first: check_gated), then at most a bias on its N outputs: pre = A @ B (2N columns) has G
         if ops not in (["gated"], ["gated", "bias"]):
@@ -182,6 +183,9 @@ def chain_refusal(spec: object) -> str:
     if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
+    if getattr(spec, "batch", False):  # (a grouped spec has no `batch`)
+        return ("training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
+                "for each batch i, a bias's gradient summed over the batches and rows)")
     epilogue = spec.epilogue  # type: ignore[attr-defined]
     if legacy_chain(epilogue):
         return ""

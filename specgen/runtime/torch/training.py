@@ -10,18 +10,20 @@ from specgen.runtime.guards import ALIGN, _needs_copy, aligned_copy
 
 
 def backward_sizes(kernel: str, grad: object, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype,
-                   gated: bool = False) -> tuple[int, int, int]:
+                   gated: bool = False, batched: bool = False) -> tuple[int, int, int]:
     """(M, K, N) of a backward call, checking the output's gradient: a tensor of the output's dtype and shape on
     A's device (autograd hands over such a one; a direct call of the backward op may not). With a gated epilogue
-    N is the output's columns, half of B's."""
-    M, K = a.shape
-    N = b.shape[1] // (2 if gated else 1)
+    N is the output's columns, half of B's. `batched`: A (batch, M, K), B (batch, K, N) and the gradient (batch, M,
+    N)."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1] // (2 if gated else 1)
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"{kernel}: the output's gradient must be a torch.Tensor, got {type(grad).__name__}")
     if grad.dtype is not dtype:
         raise TypeError(f"{kernel}: the output's gradient must have dtype {dtype} (the output's), got {grad.dtype}")
-    if tuple(grad.shape) != (M, N):
-        raise ValueError(f"{kernel}: the output's gradient must have shape {(M, N)} (the output's), got {tuple(grad.shape)}")
+    want = (a.shape[0], M, N) if batched else (M, N)
+    if tuple(grad.shape) != want:
+        raise ValueError(f"{kernel}: the output's gradient must have shape {want} (the output's), got {tuple(grad.shape)}")
     if grad.device != a.device:
         raise ValueError(f"{kernel}: the output's gradient must be on {a.device} (where 'a' is), got {grad.device}")
     return M, K, N

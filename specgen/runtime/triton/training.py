@@ -39,18 +39,21 @@ def config_for(kernel: str, configs: dict[int, dict[str, int]], device: int) -> 
     return configs[cc]
 
 
-def _span(t: torch.Tensor) -> int:
-    """The largest element offset a kernel addresses in `t` (pointer kernels index in 32 bits)."""
-    return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n)
+def _span(t: torch.Tensor, per_matrix: bool = False) -> int:
+    """The largest element offset a kernel addresses in `t` (pointer kernels index in 32 bits); `per_matrix`: within
+    one matrix of a batch (a batched kernel steps its batches by int64 offsets)."""
+    dims = list(zip(t.shape, t.stride(), strict=True))
+    return sum((n - 1) * abs(s) for n, s in (dims[-2:] if per_matrix else dims) if n)
 
 
 def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, int], grid: int | tuple[int, ...],
-           args: tuple, bf16: bool, **constexprs: object) -> None:
-    """Launch one backward kernel over `grid` programs (the JIT specializes and caches it)."""
+           args: tuple, bf16: bool, per_matrix: bool = False, **constexprs: object) -> None:
+    """Launch one backward kernel over `grid` programs (the JIT specializes and caches it); `per_matrix`: a batched
+    kernel's, whose 32-bit indexing spans one matrix of each batch."""
     if bf16:
         refuse_interpreter_bf16(kernel)
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and _span(a) >= INT32_SPAN:
+        if isinstance(a, torch.Tensor) and _span(a, per_matrix) >= INT32_SPAN:
             raise ValueError(f"{kernel}: a backward operand (argument {i}, shape {tuple(a.shape)}, strides {a.stride()}) "
                              f"spans {_span(a)} elements; the backward kernels index within a matrix in 32 bits "
                              f"(< {INT32_SPAN}): split the call")
@@ -61,13 +64,21 @@ def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | 
     """A TMA descriptor reading matrix `v` in (rows, cols) boxes, and whether it is built over v's transpose (v
     stored column-major: the kernel reads boxes of the transpose and transposes them in SMEM); None where TMA
     cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, rows that
-    overlap, such as a broadcast row's stride 0: a descriptor's rows follow one another, an empty v)."""
+    overlap, such as a broadcast row's stride 0: a descriptor's rows follow one another, an empty v). A batch of
+    matrices (batch, r, c) gets a 3-D descriptor with boxes of one batch (1, rows, cols), where its batch stride
+    is a multiple of 16 bytes and its batches do not overlap (one batch: any batch stride, never stepped)."""
     if v.numel() == 0 or v.data_ptr() % 16:
         return None
     size = v.element_size()
-    for t, (r, c), flipped in ((v, (rows, cols), False), (v.t(), (cols, rows), True)):
-        if t.stride(1) == 1 and t.stride(0) >= t.shape[1] and (t.stride(0) * size) % 16 == 0:
-            return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
+    for t, (r, c), flipped in ((v, (rows, cols), False), (v.mT, (cols, rows), True)):
+        if t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] and (t.stride(-2) * size) % 16 == 0:
+            if t.dim() == 2:
+                return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
+            span = t.shape[1] * t.stride(1)  # a batch's rows, one after another
+            if t.shape[0] == 1:
+                return descriptor(t, list(t.shape), [span, t.stride(1), 1], [1, r, c]), flipped
+            if t.stride(0) >= span and (t.stride(0) * size) % 16 == 0:
+                return descriptor(t, list(t.shape), list(t.stride()), [1, r, c]), flipped
     return None
 
 
@@ -117,8 +128,12 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
     any strides. A TMA form with `tma_stores` stores C through TMA too where C's layout allows it (either major).
     `tensors`: the role's own (after C in the kernels' parameters), `strides`: those of its matrix among them
     (after C's). `gated` (a gated epilogue's layout, for the GEMM that computes pre): Y has 2 Q columns, gate and
-    up; an interleaved tile reads them as one box of 2 BLOCK_Q columns."""
-    (P, R), Q = x.shape, y.shape[1] // (2 if gated else 1)
+    up; an interleaved tile reads them as one box of 2 BLOCK_Q columns. Batched (x, y and c of 3 dims, the batch
+    first): C[i] = X[i] @ Y[i] for each batch i, the pointer form one program a tile and batch, the TMA form's
+    programs walking batch x tiles (its 3-D descriptors' boxes of one batch), each matrix's strides with its batch
+    stride first."""
+    (P, R), Q = x.shape[-2:], y.shape[-1] // (2 if gated else 1)
+    batch = x.shape[0] if x.dim() == 3 else 0  # 0: not batched
     BP, BQ, BR = tiles["BLOCK_P"], tiles["BLOCK_Q"], tiles["BLOCK_R"]
     grid = -(-P // BP) * -(-Q // BQ)
     config = config_for(kernel, configs, device)
@@ -127,8 +142,8 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
         xd = tma_operand(x, BP, BR)
         yd = tma_operand(y, BR, 2 * BQ if gated == "interleaved" else BQ) if xd else None
     if not (xd and yd):
-        launch(kernel, forms[1], config, tiles, grid, (x, y, c, *tensors, P, Q, R, *x.stride(), *y.stride(), *c.stride(), *strides),
-               bf16)
+        launch(kernel, forms[1], config, tiles, (grid, batch) if batch else grid,
+               (x, y, c, *tensors, P, Q, R, *x.stride(), *y.stride(), *c.stride(), *strides), bf16, per_matrix=bool(batch))
         return
     stores: dict[str, bool] = {}
     dst: object = c
@@ -137,9 +152,10 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
         stores = {"D_TMA": cd is not None, "D_T": bool(cd and cd[1])}
         dst = cd[0] if cd else c
     if PERSISTENT:
-        grid = min(grid, sm_count(device))
-    launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *c.stride(), *strides), bf16,
-           X_T=xd[1], Y_T=yd[1], **stores)
+        grid = min(grid * max(batch, 1), sm_count(device))
+    launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *((batch,) if batch else ()),
+                                                   *c.stride(), *strides), bf16, per_matrix=bool(batch), X_T=xd[1],
+           Y_T=yd[1], **stores)
 
 
 def flat(v: torch.Tensor) -> torch.Tensor:
@@ -169,32 +185,37 @@ def chain_pass(kernel: str, jit: object, sums: object, config: dict[str, int], t
     """The chain pass over grad (M x N): G into g (and g2: an fp8 forward's second) where given, and each argument's
     gradient in `outputs` ((name, kind, tensor or None): "matrix" written in place, "cols" / "rows" summed as f32
     partials (a row a band / a row a column block) that the sums kernel adds in order into the tensor)."""
-    M, N = grad.shape
+    *lead, M, N = grad.shape  # batched: (batch, M, N), every batch's rows (the grid's third axis)
+    batch = lead[0] if lead else 1
     BM, BN = tiles["BLOCK_M"], tiles["BLOCK_N"]
     cols = -(-N // BN)
-    bands, rows_per = row_bands(M, cols, BM, device)
+    bands, rows_per = row_bands(M, cols * batch, BM, device)
     ptrs: list = []
     out_strides: list = []
     needs: dict[str, bool] = {}
     partials: list = []
+    none = (0,) * grad.dim()  # an absent matrix's strides
     for name, kind, dst in outputs:
         needs[f"need_{name}"] = dst is not None
         if dst is None:
             ptrs.append(grad)
-            out_strides += [0, 0] if kind == "matrix" else [0]
+            out_strides += list(none) if kind == "matrix" else [0]
         elif kind == "matrix":
             ptrs.append(dst)
             out_strides += list(dst.stride())
         else:
-            part = torch.empty((bands, N) if kind == "cols" else (cols, M), device=grad.device, dtype=torch.float32)
+            # batched: a row per band and batch (batch-major), or a column per row and batch (b M + row): the sums
+            # kernel adds the partials of every batch into the vector's gradient
+            part = torch.empty((batch * bands, N) if kind == "cols" else (cols, batch * M), device=grad.device,
+                               dtype=torch.float32)
             ptrs.append(part)
             out_strides.append(part.stride(0))
-            partials.append((part, dst.view(-1)))
-    launch(kernel, jit, config, tiles, (cols, bands),
+            partials.append((part if kind == "cols" else part.view(cols * batch, M), dst.view(-1)))
+    launch(kernel, jit, config, tiles, (cols, bands, batch) if grad.dim() == 3 else (cols, bands),
            (grad, grad if pre is None else pre, grad if g is None else g, grad if g2 is None else g2, *inputs, *ptrs, M, N,
-            rows_per, *grad.stride(), *(pre.stride() if pre is not None else (0, 0)),
-            *(g.stride() if g is not None else (0, 0)), *strides, *out_strides),
-           bf16, FORM_G=g is not None, **needs)
+            rows_per, *grad.stride(), *(pre.stride() if pre is not None else none),
+            *(g.stride() if g is not None else none), *strides, *out_strides),
+           bf16, per_matrix=grad.dim() == 3, FORM_G=g is not None, **needs)
     for part, dst in partials:  # the partials' sums, in order
         launch(kernel, sums, config, {"BLOCK_N": BN}, (-(-part.shape[1] // BN),), (part, dst, part.shape[0], part.shape[1],
                                                                                   part.stride(0)), False)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from specgen.kinds.gemm.testing.rules import F16, FP8, tile
 
+F32 = {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "k"}, "out": {"dtype": "f32"}}
+GATED_BIAS = [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "along": "n", "dtype": "f32"}]
+BIAS_RELU = [{"op": "bias", "along": "n", "dtype": "f32"}, {"op": "activation", "fn": "relu"}]
+
 CASES: list[tuple[str, str, dict, object]] = [
     # DT003: TPU MXU dtypes per chip
     ("DT003", "pallas:tpu_v5e", {"a": {"dtype": "fp8_e5m2"}, "b": {"dtype": "fp8_e5m2"}}, None),
@@ -144,6 +148,32 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "training": {"save": "preact", "dgrad": {"tile": tile(64, 128, 128)}}},
      ("error", ["backward dgrad: dA is stored (K, M): a.major = mn, so its kernel writes 128x64 blocks"],
       ("training", "dgrad"))),
+    # PAL014: a TPU backward's pallas_calls hold blocks their companion's GEMM (VMEM001) does not: forward_pre's pre (a
+    # gated op's gate and up planes) and the bias, recompute's dOut (gated: and G's up plane), grad_cols's dOut, pre
+    # and G at the forward's tile; each side of v5p's 64 MiB
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS,
+                                  "training": {"save": "preact", "pre": {"tile": tile(1024, 1792, 128)}}}, None),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS,
+                                  "training": {"save": "preact", "pre": {"tile": tile(1024, 2048, 128)}}},
+     ("error", ["backward forward_pre: needs 72482816 B of VMEM > 67108864 B on tpu_v5p (the GEMM's 38797312 + pre's "
+                "gate and up blocks and the bias's, double-buffered: 33685504)"], ("training", "pre"))),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS[:1],
+                                  "training": {"save": "recompute", "pre": {"tile": tile(1024, 1792, 128)}}}, None),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS[:1],
+                                  "training": {"save": "recompute", "pre": {"tile": tile(1024, 2048, 128)}}},
+     ("error", ["backward recompute: needs 72351744 B", "+ dOut's and G's up blocks, double-buffered: 33554432)"],
+      ("training", "pre"))),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(1024, 1536, 128), "epilogue": GATED_BIAS,
+                                  "training": {"save": "preact", "pre": {"tile": tile(128, 128, 128)}}}, None),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(1024, 1664, 128), "epilogue": GATED_BIAS,
+                                  "training": {"save": "preact", "pre": {"tile": tile(128, 128, 128)}}},
+     ("error", ["backward grad_cols: its 1024x1664 blocks", "need 68317184 B of VMEM > 67108864 B on tpu_v5p"], ("tile",))),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": BIAS_RELU,
+                                  "training": {"save": "recompute", "pre": {"tile": tile(2048, 1536, 128)}}}, None),
+    ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": BIAS_RELU,
+                                  "training": {"save": "recompute", "pre": {"tile": tile(2048, 1664, 128)}}},
+     ("error", ["backward recompute: needs 72065024 B", "+ dOut's blocks and the bias's, double-buffered: 27369472)"],
+      ("training", "pre"))),
     # TRN001 on Mosaic GPU: its backward takes 16-bit operands with an output of their dtype, no swap_ab, no cluster,
     # and square epilogue subtiles (tile.m >= 64, tile.n >= 128) for a GEMM storing its product's transpose
     ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}}, None),
@@ -169,12 +199,15 @@ CASES: list[tuple[str, str, dict, object]] = [
                                    "training": {"save": "preact", "dgrad": {"tile": tile(128, 64, 64)}}},
      ("error", ["the Mosaic GPU dgrad stores its product's transpose"], ("training",))),
     # TRN001 and a gated epilogue: Mosaic GPU renders its backward (halves or interleaved, a bias after it, both
-    # modes: training_mgpu.py); the TPU module does not (tests/test_rules.py)
+    # modes: training_mgpu.py), and the TPU module (halves, B K-major: training.py; PAL013 refuses the rest)
     ("TRN001", "pallas:gpu_sm90", {"tile": tile(128, 128, 64), "training": {"save": "preact"},
                                    "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
     ("TRN001", "pallas:gpu_sm90", {"tile": tile(128, 128, 64), "training": {"save": "recompute"},
                                    "epilogue": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},
                                                 {"op": "bias", "along": "n"}]}, None),
+    ("TRN001", "pallas:tpu_v6e", {"tile": tile(128, 128, 128), "training": {"save": "recompute"},
+                                  "epilogue": [{"op": "gated", "fn": "gelu_tanh", "layout": "halves"},
+                                               {"op": "bias", "along": "n"}]}, None),
     ("OPT001", "pallas:gpu_sm90", {"tile": tile(16, 128, 128), "pallas": {"swap_ab": True}}, None),
     ("OPT001", "pallas:tpu_v5e", {"tile": tile(128, 128, 128), "pallas": {"swap_ab": True}},
      ("error", ["pallas.swap_ab is a Mosaic GPU setting; pallas:tpu_v5e (Mosaic TPU) does not swap"],
@@ -192,15 +225,17 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["pallas.swap_ab with a gated epilogue (silu)"], ("pallas", "swap_ab"))),
     ("PAL012", "pallas:gpu_sm90", {"cluster": {"m": 2, "n": 1}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["cluster 2x1 with a gated epilogue"], ("cluster",))),
-    # PAL013: the TPU kernel's gated B is halves, K-major, 16- or 32-bit
+    # PAL013: the TPU kernel's gated B is halves (either major: N-major's N checked by the entry), 16- or 32-bit
     ("PAL013", "pallas:tpu_v6e", {"b": {"dtype": "bf16", "major": "k"},
                                   "epilogue": [{"op": "gated", "fn": "gelu", "layout": "halves"}, {"op": "bias"}]}, None),
     ("PAL013", "pallas:tpu_v6e", {"b": {"dtype": "bf16", "major": "k"},
                                   "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
      ("error", ["a gated epilogue (silu, interleaved): gate column j is B's row 2j"], ("epilogue", 0, "layout"))),
     ("PAL013", "pallas:tpu_v5e", {"b": {"dtype": "bf16", "major": "mn"},
-                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ['a gated epilogue (halves) with b.major = "mn"'], ("b", "major"))),
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
+    ("PAL013", "pallas:tpu_v5e", {"b": {"dtype": "bf16", "major": "mn"},
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
+     ("error", ["a gated epilogue (silu, interleaved)"], ("epilogue", 0, "layout"))),
     ("PAL013", "pallas:tpu_v5e", {"a": {"dtype": "int8"}, "b": {"dtype": "int8", "major": "k"}, "out": {"dtype": "bf16"},
                                   "accumulator": "int32", "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["A is int8 with a gated epilogue"], ("a", "dtype"))),

@@ -23,7 +23,8 @@ CASES: list[tuple[str, str, dict, object]] = [
         {"op": "gated", "fn": "silu", "layout": "halves"}]},
      ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU grouped design renders no gated backward "
                 "for pallas:tpu_v5e (the Triton grouped design does)"], ("training",))),
-    # GRP204: a gated B as halves, K-major (two (tile.n, tile.k) blocks of B's (G, 2, N, K) view); no gated op: nothing
+    # GRP204: a gated B as halves (K-major: two (tile.n, tile.k) blocks of B's (G, 2, N, K) view; N-major: blocks j and
+    # j + N / tile.n of B (G, K, 2N), N checked by the launcher); interleaved refused; no gated op: nothing
     ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"}}, None),
     ("GRP204", "pallas:tpu_v5e", {**G, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"},
                                                     {"op": "bias", "dtype": "f32"}]}, None),
@@ -31,6 +32,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["a gated epilogue (gelu, interleaved): gate column j is B's row 2j",
                 "a block of 1 row on the sublane dim of a (G, N, 2, K) view"], ("epilogue", 0, "layout"))),
     ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"},
-                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ['a gated epilogue (halves) with b.major = "mn"', "padded from 2 rows to 16 (bf16)"], ("b", "major"))),
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
+    ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"},
+                                  "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
+     ("error", ["a gated epilogue (silu, interleaved): gate column j is B's row 2j"], ("epilogue", 0, "layout"))),
 ]

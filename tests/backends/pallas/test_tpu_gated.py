@@ -1,8 +1,9 @@
-"""The dense Pallas TPU kernel's gated epilogue (halves, B ([batch,] 2N, K) K-major: PAL013) in Pallas's strict TPU
-interpreter on the CPU (no TPU here: uninitialized VMEM and reads past an array's end are NaN, so an unmasked tail
-shows), against float64, and lowered for TPU on the CPU by the design's compile hook (Mosaic MLIR in a
-tpu_custom_call; libtpu's compile needs a TPU). Two forms: SwiGLU with a bias after it (f32) and the erf GeGLU,
-batched, bf16; M, N and K off the 8x128x128 blocks, and M = 1."""
+"""The dense Pallas TPU kernel's gated epilogue (halves: PAL013) in Pallas's strict TPU interpreter on the CPU (no TPU
+here: uninitialized VMEM and reads past an array's end are NaN, so an unmasked tail shows), against float64, and
+lowered for TPU on the CPU by the design's compile hook (Mosaic MLIR in a tpu_custom_call; libtpu's compile needs a
+TPU). B ([batch,] 2N, K) K-major: SwiGLU with a bias after it (f32) and the erf GeGLU, batched, bf16; M, N and K off
+the 8x128x128 blocks, and M = 1. B ([batch,] K, 2N) N-major (gate block j, up block j + N / tile.n): GeGLU-tanh with
+a bias, batched, f32, N = 256, and N = 130 refused naming N and the block."""
 
 from __future__ import annotations
 
@@ -26,7 +27,12 @@ FORMS = {s["name"]: s for s in (
     spec("tg_geglu_bf16_batched", a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"},
          out={"dtype": "bf16"}, tile=TILE, targets=["pallas:tpu_v6e"], batch=True,
          epilogue=[{"op": "gated", "fn": "gelu", "layout": "halves"}]),
+    spec("tg_geglu_nmajor_batched", a={"dtype": "f32", "major": "k"}, b={"dtype": "f32", "major": "mn"},
+         out={"dtype": "f32"}, tile=TILE, targets=["pallas:tpu_v5e"], batch=True,
+         epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "halves"}, {"op": "bias", "along": "n", "dtype": "f32"}]),
 )}
+K_MAJOR = [name for name, s in FORMS.items() if s["b"]["major"] == "k"]
+N_MAJOR = "tg_geglu_nmajor_batched"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,7 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {name: render_module(s, folder) for name, s in FORMS.items()}
 
 
-@pytest.mark.parametrize("name", list(FORMS))
+@pytest.mark.parametrize("name", K_MAJOR)
 def test_gated_forms_match_float64(modules, name):
     """out = fn(A @ gate) * (A @ up) (+ bias) at M = 21, N = 130, K = 200 (every dim off its block) and M = 1."""
     s = FORMS[name]
@@ -56,6 +62,23 @@ def test_gated_forms_match_float64(modules, name):
         assert modules[name]._build.cache_info().currsize == 2  # M = 21 and M = 1: no third kernel
 
 
+def test_n_major_halves_read_blocks_j_and_j_plus_n_over_the_block(modules):
+    """B (batch, K, 2N) N-major as stored: the gate block j and the up block j + N / tile.n, N = 256 (two blocks a
+    half), M = 21 and K = 200 off their blocks (M = 1 is the K-major forms': the same row blocks); N = 130 is refused
+    when the call traces, naming N and the block (and the K-major layout that takes any N)."""
+    s, fn = FORMS[N_MAJOR], getattr(modules[N_MAJOR], N_MAJOR)
+    data = Data(s, 21, 256, 200, batch=2)
+    a, b = data.operands()
+    args = data.epilogue_args()
+    got = np.asarray(fn(a, b, *(v for _, v in args)))
+    want = reference(s, a, b, args).numpy()
+    assert got.shape == want.shape == (2, 21, 256) and not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    data = Data(s, 21, 130, 200, batch=2)
+    with pytest.raises(ValueError, match=r"N = 130 must be a multiple of the blocks along N \(128,\) \(store b K-major"):
+        fn(*data.operands(), *(v for _, v in data.epilogue_args()))
+
+
 @pytest.mark.parametrize("name", list(FORMS))
 def test_gated_forms_lower_to_mosaic_for_tpu(modules, name):
     from specgen.kinds.gemm.designs.pallas.compile import compile_module
@@ -63,5 +86,6 @@ def test_gated_forms_lower_to_mosaic_for_tpu(modules, name):
 
     module = modules[name]
     assert module.METADATA["gated"] == "halves" and "N2 = 2N" in module.__doc__
+    assert hasattr(module, "N_BLOCKS") == (FORMS[name]["b"]["major"] == "mn")  # the hook lowers N two blocks then
     result = compile_module(module, TARGETS["pallas:tpu_v6e"])
     assert result.error == "", result.error

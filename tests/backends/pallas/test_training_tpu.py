@@ -229,7 +229,7 @@ SHARDED = textwrap.dedent("""
     rng = np.random.default_rng(0)
     M, N, K = 4 * 37, 200, int(sys.argv[3])
     a = jnp.asarray(rng.standard_normal((M, K)) / np.sqrt(K), jnp.float32)
-    b = jnp.asarray(rng.standard_normal((N, K)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((int(sys.argv[4]) * N, K)), jnp.float32)  # B's rows per output column
     bias = jnp.asarray(rng.standard_normal(N), jnp.float32)
     dout = jnp.asarray(rng.standard_normal((M, N)), jnp.float32)
     mesh = jax.make_mesh((4,), ("x",))
@@ -255,7 +255,7 @@ def test_grad_inside_shard_map(save: str, k: int, tmp_path_factory) -> None:
     script = tmp_path_factory.mktemp("sharded") / "sharded.py"
     script.write_text(SHARDED)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(script), mod.__file__, spec["name"], str(k)], env=env,
+    proc = subprocess.run([sys.executable, str(script), mod.__file__, spec["name"], str(k), "1"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -23,10 +23,10 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
-    and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton and dense CuTe
-    sm90 designs) or `renders_gated_training_on` the target (the Pallas design's Mosaic GPU target); the Pallas TPU
-    backward has none. The other chains (scale, residual, clamp, cast, bias along m, any order) and an fp8 forward's backward are the dense Triton design's
-    (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
+    and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton, dense CuTe
+    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013) or
+    `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
+    and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's; its
     Pallas TPU design renders it too (session 26: no gated op, no fp8 forward; a jax.custom_vjp), its CuTe and Mosaic
@@ -47,7 +47,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
         # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
                       f"no backward for it on {ctx.target} (the Triton design does)", f"drop {ctx.target} from targets, "
-                      "or drop `training` or the ops", ("training",))
+                      f"or drop `training` or {'`batch`' if what.startswith('training with batch') else 'the ops'}",
+                      ("training",))
     elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec, ctx.info)):
         # a design whose backward covers less than the section (the CuTe sm90 design: 16-bit operands, out of their dtype)
         yield Finding("TRN001", "error", f"{why} ({ctx.target})", f"drop {ctx.target} from targets, or drop `training`",

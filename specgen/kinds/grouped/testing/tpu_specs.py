@@ -34,14 +34,17 @@ TPU_FORMS: dict[str, dict] = {s["name"]: s for s in (
     tpu_form("gt_bf16_plain_mn", dtype="bf16", b="mn"),
 )}
 
-# The gated epilogue's forms (halves, B (G, 2N, K) K-major: GRP204): SwiGLU with a bias after it and an untouched
-# tail over offs, f32; the erf GeGLU, bf16, tail zero; GeGLU-tanh with a router scale after it, f32.
+# The gated epilogue's forms (halves: GRP204): B (G, 2N, K) K-major, SwiGLU with a bias after it and an untouched
+# tail over offs, f32; the erf GeGLU, bf16, tail zero; GeGLU-tanh with a router scale after it, f32; and B (G, K, 2N)
+# N-major (its launcher takes N a multiple of the block), SwiGLU with a bias after it, f32.
 TPU_GATED_FORMS: dict[str, dict] = {s["name"]: s for s in (
     tpu_form("gt_swiglu_bias_offs", index="offs", tail="untouched", epilogue=(
         {"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
     tpu_form("gt_geglu_bf16", dtype="bf16", epilogue=({"op": "gated", "fn": "gelu", "layout": "halves"},)),
     tpu_form("gt_geglu_tanh_router", epilogue=(
         {"op": "gated", "fn": "gelu_tanh", "layout": "halves"}, {"op": "scale", "by": "row", "name": "router"})),
+    tpu_form("gt_swiglu_bias_nmajor", b="mn", epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
 )}
 
 # fp8 (DT003: e5m2 before v7x, e4m3 and e5m2 on v7x, one of each too): torch._scaled_grouped_mm's rowwise scales

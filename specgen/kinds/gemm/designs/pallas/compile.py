@@ -18,6 +18,7 @@ imports this module.
 
 from __future__ import annotations
 
+import math
 import time
 from types import ModuleType
 
@@ -40,6 +41,8 @@ def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True
     meta = module.METADATA
     spec = GemmSpec.model_validate(module.SPEC)
     m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
+    if hasattr(module, "N_BLOCKS"):  # a gated N-major B: N a multiple of the blocks along N
+        n = 2 * math.lcm(*module.N_BLOCKS)
     lead = (BATCH,) if spec.batch else ()
     bn = n * b_columns(spec)  # a gated epilogue's B holds gate and up columns
 

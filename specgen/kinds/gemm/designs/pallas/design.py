@@ -40,6 +40,7 @@ from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, tma_boxes
 from specgen.kinds.gemm.designs.pallas import training_mgpu as mgt
 from specgen.kinds.gemm.designs.pallas.tpu_gated import b_halves, tpu_gated_fields
+from specgen.kinds.gemm.designs.pallas.tpu_vmem import TPU_ARGS_DOUBLE_BUFFERED, TPU_LANES, TPU_TILE_ROW_BYTES
 from specgen.kinds.gemm.designs.pallas.training import TpuTrainingPlan, plan_tpu_training, training_metadata
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
@@ -97,9 +98,6 @@ JNP_DTYPES: dict[DType, str] = {
     DType.fp8_e5m2: "float8_e5m2", DType.int8: "int8", DType.int32: "int32", DType.tf32: "float32",
 }
 VMEM_HEADROOM = 1.25  # default scoped limit: the plan's bytes plus 25% (PallasOptions), capped at VMEM
-TPU_ARGS_DOUBLE_BUFFERED = 2  # every BlockSpec'd operand is double-buffered by the pipeline emitter
-TPU_LANES = 128  # VMEM tiles are (sublanes, 128 lanes) of 32-bit words: jax `_src/tpu_info.py`
-TPU_TILE_ROW_BYTES = 32  # bytes of one lane across a tile's sublanes (8 x 4 B; packed types keep 32 B)
 
 
 def swaps(spec: object) -> bool:
@@ -296,15 +294,14 @@ class PallasGemmDesign(GemmDesign):
     def renders_variants_on(self, target: TargetInfo) -> bool:
         return is_mgpu_target(target)
 
-    # A `training` backward, a jax.custom_vjp on the module's JAX entry: TPU (training.py in this package) and
-    # Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster, a gated op's too; TRN001 elsewhere)
-    training_label, gated_training_label = "Pallas (TPU, Mosaic GPU)", "Pallas (Mosaic GPU)"
+    # A `training` backward, a jax.custom_vjp on the module's JAX entry, a gated op's too: TPU (training.py in this
+    # package; halves: PAL013) and Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster)
+    training_label = gated_training_label = "Pallas (TPU, Mosaic GPU)"
+    renders_gated_training = True
 
     def renders_training_on(self, target: TargetInfo) -> bool:
         return is_tpu_target(target) or is_mgpu_target(target)
 
-    def renders_gated_training_on(self, target: TargetInfo) -> bool:
-        return is_mgpu_target(target)
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
 

@@ -14,8 +14,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "OPERAND", "TRAIN_GEMMS", "_backward_gemm", "_dims", "_dot_step", "_train_gemm_kernel", "_grad_cols",
     "_train_cols_kernel", "_last_step", "_train_pre_kernel", "_train_recompute_kernel", "_train", "_train_bwd",
     "_train_fwd",
-    # Mosaic GPU's gated epilogue: B's view with a gate / up axis
-    "_gated_shape", "_gated_view",
+    # Mosaic GPU's gated epilogue: B's view with a gate / up axis; the TPU kernel's N-major gated B: its blocks along N
+    "_gated_shape", "_gated_view", "N_BLOCKS",
     # a Mosaic GPU backward (training): the roles' kernel, its builder and TMA's extents (and `_gemm`, the call)
     "_train_kernel", "_train_build", "_train_extents", "_gemm",
     # ... its preact G and bias gradient (one Pallas Triton kernel) and the gated roles' slicing
@@ -58,6 +58,8 @@ RESERVED: frozenset[str] = frozenset({
     "y_k", "y_op", "y_smem", "y_spec", "y_tile", "zeros",
     # ... a gated epilogue's (pre / G halves, the gate and up tiles) and the G / bias-gradient kernel's
     "dgate", "dout", "dup", "full", "gate_ref", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
+    # a TPU gated backward's (training): B's and pre / G's halves as a leading block dim, dgrad's and wgrad's folded grids
+    "acc_refs", "half", "halved", "major", "outer", "ps", "qs", "rs", "squeezed", "tail", "x_plain", "y_plain", "y_refs",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,5 +1,5 @@
 """The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
-VMEM001, PAL001-PAL003, and PAL011 for a backward's transposed gradients), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
+VMEM001, PAL001-PAL003, and PAL011 / PAL014 for a backward's transposed gradients and its kernels' VMEM), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
 and epilogue ops (PAL004-PAL009), its gated epilogue's configurations (PAL012), its register verdict (REG001) and its options (OPT001)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from specgen.kinds.gemm.designs.pallas.design import (
     mgpu_swizzles,
     swaps,
 )
-from specgen.kinds.gemm.designs.pallas.training import oriented
+from specgen.kinds.gemm.designs.pallas.training import grad_cols_vmem, oriented, pre_role_vmem
 from specgen.kinds.gemm.shared_rules import compiled
 from specgen.rules.base import Finding, Near, RuleContext, RuleSet, is_tpu
 from specgen.spec.dtypes import DType
@@ -333,27 +333,24 @@ def option_findings(ctx: RuleContext) -> Iterator[Finding]:
                       ("pallas", "vmem_limit_bytes"))
 
 
-@RULES.rule("PAL013", "TPU gated epilogue: halves, B K-major", is_tpu)
+@RULES.rule("PAL013", "TPU gated epilogue: halves", is_tpu)
 def tpu_gated(ctx: RuleContext) -> Iterator[Finding]:
-    """The TPU kernel reads a gated B (tpu_gated.py) as two blocks of its ([batch,] 2, N, K) view, the half a
-    leading (squeezed) block dim, so each is a plain (tile.n, tile.k) block. Pallas TPU takes a block's last two
-    dims only as whole (8, 128) tiles or the array's full extent (jax `pallas/mosaic/lowering.py`; checked by
-    lowering for TPU on the CPU, jax 0.10.2): halves N-major, (K, 2, N), and interleaved K-major, (N, 2, K), put the
-    half on the sublane dim (a one-half block of 1 row is refused; a block of both sits in VMEM padded from 2 rows
-    to a sublane tile, 4x to 8x, and is split by a sublane gather), interleaved N-major strides the lanes. The
-    grouped TPU design's GRP204. 8-bit operands (int8's int32 accumulator, fp8) with a gated op are not rendered."""
+    """The TPU kernel reads a gated B (tpu_gated.py) as two plain blocks a step: B ([batch,] 2N, K) K-major through its
+    ([batch,] 2, N, K) view, the half a leading (squeezed) block dim; B ([batch,] K, 2N) N-major as stored, the gate
+    block j and the up block j + N / block, which needs N a multiple of the blocks along N (a shape: the entry checks
+    it when it traces). Pallas TPU takes a block's last two dims only as whole (8, 128) tiles or the array's full
+    extent (jax `pallas/mosaic/lowering.py`; checked by lowering for TPU on the CPU, jax 0.10.2): interleaved K-major,
+    (N, 2, K), puts the half on the sublane dim (a one-half block of 1 row is refused; a block of both sits in VMEM
+    padded from 2 rows to a sublane tile, 4x to 8x, and is split by a sublane gather), interleaved N-major strides
+    the lanes. The grouped TPU design's GRP204. 8-bit operands (int8's int32 accumulator, fp8) with a gated op are
+    not rendered."""
     s, op = ctx.spec, gated_op(ctx.spec.epilogue)
     if op is None:
         return
     if op.layout != "halves":
         yield Finding("PAL013", "error", f"a gated epilogue ({op.fn}, interleaved): gate column j is B's row 2j, a block "
                       f"of 1 row on the sublane dim of the {ctx.target} kernel's (N, 2, K) view, which TPU blocks (8 x "
-                      "128 tiles) do not take", 'set layout = "halves" with b.major = "k"', ("epilogue", 0, "layout"))
-    elif s.b.major != "k":
-        yield Finding("PAL013", "error", f"a gated epilogue (halves) with b.major = \"{s.b.major}\": B (K, 2N) viewed as "
-                      f"(K, 2, N) puts gate / up on the sublane dim, where a one-half block of the {ctx.target} kernel is "
-                      "1 row (TPU blocks take 8 x 128 tiles)", 'set b.major = "k": B (2N, K), as nn.Linear stores it',
-                      ("b", "major"))
+                      "128 tiles) do not take", 'set layout = "halves"', ("epilogue", 0, "layout"))
     for side in ("a", "b"):
         if getattr(s, side).dtype.bytes == 1:
             yield Finding("PAL013", "error", f"{side.upper()} is {getattr(s, side).dtype} with a gated epilogue: the "
@@ -380,3 +377,31 @@ def tpu_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
                           f"{g.block_p}x{g.block_q} blocks (training.{c.companion}.tile n x m, {dt}), not divisible by "
                           f"({sub}, 128) on {ctx.tpu.name}",
                           f"make training.{c.companion}.tile.m a multiple of 128", ("training", c.companion))
+
+
+@RULES.rule("PAL014", "TPU backward: the VMEM of the blocks beyond each companion's", is_tpu)
+def tpu_backward_vmem(ctx: RuleContext) -> Iterator[Finding]:
+    """VMEM001 checks each backward GEMM as the GEMM its companion is (A, B, out and the accumulator; a gated op's up
+    block and accumulator). The pre GEMM's pallas_call (templates/gemm/pallas/backward_tpu.jinja) holds more: forward_pre
+    stores pre beside out (a gated op's gate and up planes), recompute reads dOut beside G (a gated op's G has two
+    planes), each double-buffered, with the bias block; and the columns pass (grad_cols) holds dOut, pre and G blocks
+    (or the one it sums) at the forward's tile, with the bias gradient's. Each pallas_call's figure must fit VMEM
+    (`pre_role_vmem`, `grad_cols_vmem` in training.py: the figures the plan's scoped limits are made from)."""
+    assert ctx.tpu is not None
+    for c in ctx.companions:
+        if c.companion not in ("forward_pre", "recompute") or not c.budget.fits:  # VMEM001 says it where it does not
+            continue
+        extra = pre_role_vmem(ctx.spec, c.companion, c.spec.tile)  # type: ignore[attr-defined]
+        gated = gated_op(ctx.spec.epilogue) is not None
+        bias = any(op.op == "bias" for op in ctx.spec.epilogue) and (c.companion == "forward_pre" or not gated)
+        what = ("pre's" + (" gate and up" if gated else "") if c.companion == "forward_pre"
+                else "dOut's" + (" and G's up" if gated else "")) + " blocks" + (" and the bias's" if bias else "")
+        if c.budget.total + extra > c.budget.capacity:
+            yield Finding("PAL014", "error", f"backward {c.companion}: needs {c.budget.total + extra} B of VMEM > "
+                          f"{c.budget.capacity} B on {ctx.tpu.name} (the GEMM's {c.budget.total} + {what}, "
+                          f"double-buffered: {extra})", "set a smaller training.pre.tile", ("training", "pre"))
+    cols = grad_cols_vmem(ctx.spec) if getattr(ctx.spec, "training", None) is not None else 0
+    if cols > ctx.tpu.vmem_bytes:
+        yield Finding("PAL014", "error", f"backward grad_cols: its {ctx.spec.tile.m}x{ctx.spec.tile.n} blocks (the "
+                      f"forward's tile: dOut, pre and G, or the one it sums, double-buffered) need {cols} B of VMEM > "
+                      f"{ctx.tpu.vmem_bytes} B on {ctx.tpu.name}", "shrink the tile", ("tile",))

@@ -12,6 +12,20 @@ formed once: by the GEMM that recomputes pre (save = "recompute", its epilogue) 
 pass over dOut and the saved pre (save = "preact"), which also sums the bias gradient (G's column sum; with
 recompute it sums the stored G). The companions' configs are the ones check resolved (the first TPU target's:
 CFG001 keeps a module's TPU targets in step on what shapes it).
+
+A gated epilogue (halves: PAL013): pre and G are (2, M, N) arrays, gate plane [0] and up plane [1] (a TPU block
+takes the half as a leading, squeezed dim). B (2N, K) K-major is viewed (2, N, K) without a copy: forward_pre and
+recompute read a gate and an up block of B a step into two accumulators (the gated forward's loads); dgrad reduces
+over both halves (its grid's reduction axis walks 2 x cdiv(N, block) steps, the half the step over the blocks of
+one), wgrad writes dB's (2, N, K) view (its P axis walks 2 x cdiv(N, block) blocks): the plain GEMMs over 2N, each
+half's N tail masked or dropped as one array's. B (K, 2N) N-major is read as stored, its up half at block
+j + N / block, which needs N a multiple of every block along N (`n_blocks`; the entry checks it): dgrad's B blocks
+along 2N are its folded steps, wgrad writes dB (K, 2N) over G's two planes. G = [(dOut * up) * act'(gate),
+dOut * act(gate)]; the bias (after the gate) has dOut's column sum.
+
+VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
+pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
+block), and grad_cols has blocks of its own at the forward's tile.
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from specgen.kinds.gemm.designs.pallas.tpu_vmem import TPU_ARGS_DOUBLE_BUFFERED, TPU_TILE_ROW_BYTES
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
@@ -60,11 +75,20 @@ class TpuTrainingPlan(SaveModes):
     bias_jnp: str
     operand_jnp: str  # A's and B's dtype: G is stored in it, and the dots multiply in it
     gemms: dict[str, TpuBackwardGemm]  # by role
+    gated: bool = False  # a gated epilogue (halves): pre and G are (2, M, N), dgrad / wgrad over B's 2N rows
+    cols_vmem_bytes: int = 0  # grad_cols's VMEM figure at the forward's blocks (0: no columns pass)
+    cols_vmem_limit_bytes: int = 0  # the scoped limit its pallas_call requests (the figure + 25%, capped at VMEM)
 
     @property
     def grad_cols(self) -> bool:
         """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias)."""
         return self.stores_pre or bool(self.bias)
+
+    @property
+    def n_blocks(self) -> list[int]:
+        """Each backward GEMM's block along N (a gated N-major B's up half is read at block j + N / block)."""
+        return [{"p": g.block_p, "q": g.block_q, "r": g.block_r}["pqr"[(g.p, g.q, g.r).index("n")]]
+                for g in self.gemms.values()]
 
 
 def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
@@ -86,15 +110,47 @@ def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGem
     return TpuBackwardGemm(role, "g", "mn", "a", flip[a], "n", "k", "m", t[1], t[0], t[2], jnp[spec.b.dtype], True)  # type: ignore[attr-defined]
 
 
+def pre_role_vmem(spec: object, role: str, tile: object) -> int:
+    """VMEM the pre GEMM's pallas_call (forward_pre, recompute) holds beyond its companion's figure (VMEM001's, the
+    GEMM whose output is out or G): forward_pre's pre (gated: its gate and up planes) in the output's dtype, recompute's
+    dOut (the output's dtype) and, gated, G's up plane (the operands'), each double-buffered; and the bias's (1, tile.n)
+    block where the kernel reads it (forward_pre; recompute without a gated op), as the forward's vectors count."""
+    gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
+    block, out, g = tile.m * tile.n, spec.out.dtype.bytes, spec.a.dtype.bytes  # type: ignore[attr-defined]
+    blocks = (2 if gated else 1) * out if role == "forward_pre" else out + (g if gated else 0)
+    bias = any(op.op == "bias" for op in spec.epilogue) and (role == "forward_pre" or not gated)  # type: ignore[attr-defined]
+    return TPU_ARGS_DOUBLE_BUFFERED * (block * blocks + (TPU_TILE_ROW_BYTES * tile.n if bias else 0))  # type: ignore[attr-defined]
+
+
+def grad_cols_vmem(spec: object) -> int:
+    """grad_cols's VMEM at the forward's (tile.m, tile.n) blocks, 0 where the backward runs no columns pass: its
+    double-buffered inputs (preact: dOut and pre, gated its two planes; else the one it sums: G with recompute, dOut
+    without an activation or with a gated op) and G (preact; gated two planes), the bias gradient's (1, tile.n)
+    block and its f32 sum (one (8, 128) tile per 128 columns)."""
+    gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
+    act, save, t = activation_fn(spec.epilogue), spec.training.save, spec.tile  # type: ignore[attr-defined]
+    bias = any(op.op == "bias" for op in spec.epilogue)  # type: ignore[attr-defined]
+    out, g, halves = spec.out.dtype.bytes, spec.a.dtype.bytes, 2 if gated else 1  # type: ignore[attr-defined]
+    if act and save == "preact":
+        blocks = out + halves * (out + g)
+    elif bias:
+        blocks = g if act and not gated else out
+    else:
+        return 0
+    sums = (TPU_ARGS_DOUBLE_BUFFERED + 1) * TPU_TILE_ROW_BYTES * t.n if bias else 0
+    return TPU_ARGS_DOUBLE_BUFFERED * t.m * t.n * blocks + sums
+
+
 def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, Resolved],
                       jnp: dict, headroom: float) -> TpuTrainingPlan | None:
     """The backward's plan from the companions check resolved on the first TPU target (None without `training`)."""
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if gated_op(spec.epilogue) is not None:  # type: ignore[attr-defined]
-        # check refuses it (TRN001, EPI001); a render that skipped check must not emit a wrong backward
-        raise ValueError(f"{spec.name}: the Pallas TPU backward has no gated epilogue (TRN001)")  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    if gated is not None and gated.layout != "halves":
+        # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
+        raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
     if why := chain_refusal(spec):  # scale, residual, clamp, cast, bias along m, fp8: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
@@ -102,21 +158,24 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     for i, c in enumerate(first.companions):
         budgets = [resolved[str(target)].companions[i].budget for target in targets]
         need, cap = max(b.total for b in budgets), min(b.capacity for b in budgets)
-        if c.companion in ("forward_pre", "recompute"):  # a second M x N block the companion's GEMM has not:
-            # pre stored beside out, or dOut read beside G (each the output's dtype, double-buffered; not in VMEM001)
-            need += 2 * c.spec.tile.m * c.spec.tile.n * spec.out.dtype.bytes  # type: ignore[attr-defined]
+        if c.companion in ("forward_pre", "recompute"):  # the blocks the companion's GEMM has not (PAL014)
+            need += pre_role_vmem(spec, c.companion, c.spec.tile)  # type: ignore[attr-defined]
         gemms[c.companion] = dataclasses.replace(oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
                                                  vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    cols = grad_cols_vmem(spec)
+    cap = min(resolved[str(target)].budget.capacity for target in targets)
     return TpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
                            bias=bias.name if bias is not None else "",
                            bias_jnp=jnp[bias.dtype] if bias is not None else "",
-                           operand_jnp=jnp[spec.a.dtype], gemms=gemms)  # type: ignore[attr-defined]
+                           operand_jnp=jnp[spec.a.dtype], gemms=gemms, gated=gated is not None,  # type: ignore[attr-defined]
+                           cols_vmem_bytes=cols, cols_vmem_limit_bytes=min(cap, math.ceil(cols * headroom)))
 
 
 def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
-    return {"save": t.save, "activation": t.act,
+    return {"save": t.save, "activation": t.act, **({"gated": "halves"} if t.gated else {}),
+            **({"grad_cols_vmem_bytes": t.cols_vmem_bytes} if t.cols_vmem_bytes else {}),
             "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
                              "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}
                       for role, g in t.gemms.items()}}

@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.training import SaveModes, activation_fn
+from specgen.kinds.gemm.training import SaveModes, activation_fn, chain_refusal
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
@@ -130,8 +130,9 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec):
-        # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
+    if why := training_refusal(spec) or chain_refusal(spec):
+        # check refuses these (TRN001: a batched forward's among them); a render that skipped check must not emit a
+        # wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     gemms = {}

@@ -4,7 +4,8 @@ sums kernel; a grouped module's act_rows), each reported as `<kernel>[role]` bes
 kernels plan none: 0), with its registers and spills read off the cubin as the forward's are.
 
 What each kernel is compiled with is what the module's own host code launches: its forward_pre (where it saves
-pre) and its `_backward` run once on small CPU tensors (M = N = K = 256; a grouped module's 256 rows in 2 groups)
+pre) and its `_backward` run once on small CPU tensors (M = N = K = 256; a grouped module's 256 rows in 2 groups; a
+batched module's batch of 2)
 laid out as an nn.Linear layer calls them (A row-major, B = w.t(), so wgrad reads A^T and stores dB transposed),
 with the runtime's launch replaced by a recorder. Each recorded launch (its arguments, TMA descriptors with their
 boxes, constexprs, and the launch config of the target's compute capability) is specialized by Triton's own
@@ -24,6 +25,7 @@ from specgen.targets import TargetInfo
 
 SIZE = 256  # M, N and K of the recorded calls (multiples of 16: the JIT's aligned case)
 GROUPS = 2
+BATCH = 2  # a batched module's (batch = true)
 
 
 def _torch_dtype(name: str) -> Any:
@@ -47,11 +49,13 @@ def _inputs(spec: dict) -> tuple[Any, ...]:
     m = n = k = SIZE
     nb = n * b_columns(model)  # type: ignore[arg-type]
     lead = (GROUPS,) if grouped else ()
+    batch = (BATCH,) if getattr(model, "batch", False) else ()  # A, B, out and a matrix argument per batch
+    lead = lead or batch
 
     def zeros(*shape: int, dtype: object) -> Any:
         return torch.zeros(shape, dtype=_torch_dtype(dtype.value))  # type: ignore[attr-defined]
 
-    a = zeros(k, m, dtype=model.a.dtype).t() if model.a.major == "mn" else zeros(m, k, dtype=model.a.dtype)
+    a = zeros(*batch, k, m, dtype=model.a.dtype).transpose(-1, -2) if model.a.major == "mn" else zeros(*batch, m, k, dtype=model.a.dtype)
     b = zeros(*lead, nb, k, dtype=model.b.dtype).transpose(-1, -2) if model.b.major == "k" else zeros(*lead, k, nb, dtype=model.b.dtype)
     args: list[Any] = [a, b]
     if grouped:
@@ -61,7 +65,7 @@ def _inputs(spec: dict) -> tuple[Any, ...]:
         if arg.shape == "scalar":
             args.append(0.5)
         elif arg.shape == "matrix":
-            args.append(zeros(m, n, dtype=arg.dtype))
+            args.append(zeros(*batch, m, n, dtype=arg.dtype))
         elif arg.shape == "group_n":
             args.append(zeros(GROUPS, n, dtype=arg.dtype))
         else:
@@ -81,7 +85,8 @@ def record(module: ModuleType, cc: int) -> list[tuple[str, Any, dict, tuple, dic
     kernel = module.METADATA["kernel"]
     role_of = re.compile(rf"^_{re.escape(kernel)}_(\w+?)_kernel(_tma)?$")
 
-    def launch(name: str, jit: Any, config: dict, tiles: dict, grid: object, args: tuple, bf16: bool, **constexprs: object) -> None:
+    def launch(name: str, jit: Any, config: dict, tiles: dict, grid: object, args: tuple, bf16: bool,
+               per_matrix: bool = False, **constexprs: object) -> None:
         found = role_of.match(jit.__name__)
         launches.append((found.group(1) if found else jit.__name__, jit, config, args, {**tiles, **constexprs}))
 
@@ -97,7 +102,8 @@ def record(module: ModuleType, cc: int) -> list[tuple[str, Any, dict, tuple, dic
             forward = getattr(module, "_forward_train", None) or module._forward_pre
             out, pre = forward(*inputs)
         else:
-            out = torch.zeros((SIZE, SIZE), dtype=_torch_dtype(module.SPEC["out"]["dtype"]))
+            batch = (BATCH,) if module.SPEC.get("batch") else ()
+            out = torch.zeros((*batch, SIZE, SIZE), dtype=_torch_dtype(module.SPEC["out"]["dtype"]))
         module._backward(torch.zeros_like(out), *inputs, pre)
     finally:
         runtime.launch, runtime.config_for, guards.INTERPRET = saved

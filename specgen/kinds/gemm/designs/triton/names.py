@@ -40,16 +40,22 @@ RESERVED: frozenset[str] = frozenset({
     "m0", "rows", "col_sum", "sums", "tensors", "strides", "sums_ptr", "rows_per", "stride_sums", "first", "bands", "cols", "kernel",
     # a gated epilogue's backward: G's gate and up halves, Y's up tile, the host part's layout flag
     "g_gate", "g_up", "y_up", "gated",
+    # (interleaved: the gate and up column pairs' offsets and masks, never tokenized before a test rendered one)
+    "offs_q2", "mask_q2", "offs_n2", "mask2",
     # the other chains' backward: the gradient u walked back through the ops, an fp8 forward's second G, the sums
     # kernel's partials (R x C), the host part's arguments and outputs
     "u", "g2", "g2_ptr", "stride_src", "C", "ins", "outputs", "dt", "memory_format", "saved", "scalars",
+    # a batched backward's: its matrices' batch strides, the TMA form's pointers before a tile's batch rebases them
+    "stride_xb", "stride_yb", "stride_dstb", "stride_pb", "stride_db", "stride_srcb", "stride_gb", "pre_base",
+    "dst_base", "dout_base", "per_matrix",
 })
 
 # How its templates derive names from an epilogue argument `x`.
 ARG_DERIVED: tuple[str, ...] = ("{}_ptr", "{}_v", "{}_base", "{}_tile", "stride_{}m", "stride_{}b", "s_{}",
                                  "d{}", "need_{}",  # a backward's: the argument's gradient, whether it is asked for
                                  # the chain pass's: a residual's column stride, the gradient's pointer and strides
-                                 "stride_{}n", "d{}_ptr", "stride_d{}", "stride_d{}m", "stride_d{}n")
+                                 "stride_{}n", "d{}_ptr", "stride_d{}", "stride_d{}m", "stride_d{}n",
+                                 "stride_d{}b")  # (a batched residual's gradient's batch stride)
 
 # A backward's kernels, named from the kernel's name (templates/gemm/triton/backward.jinja).
 KERNEL_DERIVED: tuple[str, ...] = ("_{}_forward_pre_kernel", "_{}_recompute_kernel", "_{}_dgrad_kernel", "_{}_wgrad_kernel",

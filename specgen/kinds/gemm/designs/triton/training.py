@@ -105,6 +105,9 @@ class TrainingPlan(SaveModes):
     start: int = -1
     chain_kernel: str = ""
     fp8: bool = False  # fp8 operands: G * scale_b (dgrad) and scale_a * G (wgrad), in the output's dtype
+    # batch = true: A (batch, M, K), B (batch, K, N), out, pre, G and a residual (batch, M, N), vectors shared; each
+    # GEMM runs per batch (its matrices' strides lead with a batch stride), the streaming passes over batch x rows
+    batch: bool = False
 
     @property
     def ext(self) -> bool:
@@ -133,10 +136,15 @@ class TrainingPlan(SaveModes):
         """The kernel parameters `ops` read: vectors and matrices as `<name>_ptr`, a runtime scalar as itself."""
         return [n if op.op == "scale" and not op.axis else f"{n}_ptr" for op in ops for n in op.names]
 
-    @staticmethod
-    def in_strides(ops: tuple[ChainOp, ...]) -> list[str]:
-        """A residual's row and column strides, each (after the kernel's own strides)."""
-        return [f"stride_{op.names[0]}{d}" for op in ops if op.op == "residual" for d in "mn"]
+    def in_strides(self, ops: tuple[ChainOp, ...]) -> list[str]:
+        """A residual's row and column strides (batch, row and column where batched), each (after the kernel's own
+        strides)."""
+        return [f"stride_{op.names[0]}{d}" for op in ops if op.op == "residual" for d in self.dims]
+
+    @property
+    def dims(self) -> str:
+        """The suffixes of a matrix's strides in the kernels' parameters: batch (where batched), rows, columns."""
+        return "bmn" if self.batch else "mn"
 
     @property
     def out_params(self) -> list[str]:
@@ -144,7 +152,7 @@ class TrainingPlan(SaveModes):
         residual's two)."""
         kinds = self.grad_kinds
         return [f"d{n}_ptr" for n, _ in kinds] + [f"stride_d{n}{d}" for n, kind in kinds
-                                                  for d in (("m", "n") if kind == "matrix" else ("",))]
+                                                  for d in (tuple(self.dims) if kind == "matrix" else ("",))]
 
     @property
     def need_flags(self) -> tuple[str, ...]:
@@ -203,7 +211,7 @@ def plan_training(name: str, spec: object, targets: list[Target], resolved: dict
         out_torch=torch_name(spec.out.dtype), out_triton=tl_dtypes[spec.out.dtype],  # type: ignore[attr-defined]
         kernels=kernels, gated=gated.layout if gated is not None else "", grad_cols_kernel=f"_{name}_grad_cols_kernel",
         chain=chain, start=value_index(spec.epilogue, fp8) if chain else -1,  # type: ignore[attr-defined]
-        chain_kernel=f"_{name}_chain_kernel" if chain else "", fp8=fp8)
+        chain_kernel=f"_{name}_chain_kernel" if chain else "", fp8=fp8, batch=spec.batch)  # type: ignore[attr-defined]
 
 
 def _chain(spec: object, tl_dtypes: dict, torch_name) -> tuple[ChainOp, ...]:

@@ -3,7 +3,8 @@ machine (`jax.jit(...).lower(lowering_platforms=("tpu",))`: jaxpr -> Mosaic MLIR
 dense Pallas design's hook does for its TPU modules. libtpu's own compile, and with it the VMEM the chip would
 allocate, needs a TPU: `compiler_smem` stays None and the plan's VMEM figure is reported beside it.
 
-The problem is ragged against every block (two and a bit blocks per dim, 3 groups), with and without the
+The problem is ragged against every block (two and a bit blocks per dim, 3 groups; N two blocks for a gated
+N-major B, whose launcher takes N a multiple of the block), with and without the
 caller's `out` for an untouched tail (the base block is a second input then), so the K-tail masks, the edge blocks
 and both store paths lower; a ragged-K kernel lowers the same sizes as A (M, K) and B (K, N) in their stored majors
 over 3 groups of K rows. Imports jax: only `specgen compile` imports this module."""
@@ -52,6 +53,8 @@ def compile_module(module: ModuleType, target: TargetInfo) -> CompileResult:
     meta = module.METADATA
     spec = GroupedSpec.model_validate(module.SPEC)
     m, n, k = (2 * block + 3 for block in (module.BLOCK_M, module.BLOCK_N, module.BLOCK_K))
+    if meta.get("gated") and spec.b.major == "mn":  # the up half's blocks start at N: N a multiple of the block
+        n = 2 * module.BLOCK_N
     struct, args = problem_structs(spec, m, n, k)
     if spec.groups.ragged == "k":  # the weight gradient: A (M, K) and B (K, N) in their stored majors, out (G, M, N)
         args = [struct((m, k) if spec.a.major == "k" else (k, m), spec.a.dtype),

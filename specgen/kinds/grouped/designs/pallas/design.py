@@ -10,12 +10,14 @@ host. A tile shared by several groups is visited once per group, in a row: each 
 rows only. The f32 accumulator is a VMEM scratch; the dense kind's epilogue ops (and the group's bias row) run at
 the last K step.
 
-A gated epilogue (SwiGLU, GeGLU; `renders_gated`): `halves` with a K-major B only (GRP204). B (G, 2N, K) as stored
-is viewed, without a copy, as (G, 2, N, K) and passed twice, a gate block (half 0) and an up block (half 1) of
+A gated epilogue (SwiGLU, GeGLU; `renders_gated`): `halves` only (GRP204). B (G, 2N, K) K-major as stored is
+viewed, without a copy, as (G, 2, N, K) and passed twice, a gate block (half 0) and an up block (half 1) of
 tile.n x tile.k each a K step: two plain 2-D blocks in VMEM, two MXU dots over the same A block into a gate and an
-up f32 scratch, fn(gate) * up at the last K step before the rest of the chain. The other forms put the gate / up
-axis on the second-minor (sublane) dim or interleave it with N along sublanes or lanes, which the TPU's block
-tiling refuses or pads (rules.py GRP204 says how).
+up f32 scratch, fn(gate) * up at the last K step before the rest of the chain. B (G, K, 2N) N-major is passed twice
+as stored, its gate block j and its up block j + N / tile.n, (tile.k, tile.n) each: the up half starts on a block
+boundary only where N is a multiple of tile.n, a shape the check cannot see, so the launcher refuses other N when it
+traces (naming N and the block). Interleaved puts the gate / up axis on the sublane dim or strides the lanes, which
+the TPU's block tiling refuses or pads (rules.py GRP204 says how).
 
 VMEM (`memory`): double-buffered A and B blocks, the output block (and, for `groups.tail = "untouched"`, the
 caller's `out` block read as the base of a tile's first visit), the accumulator, the per-row and per-group
@@ -87,7 +89,8 @@ class PallasTpuGrouped(GroupedDesign):
     libraries = ("jax", "jaxlib")
     extra = "pallas"
     max_auto_stages = TPU_ARGS_DOUBLE_BUFFERED
-    # A gated epilogue: halves, B K-major (GRP204), a gate and an up block of B's (G, 2, N, K) view a step.
+    # A gated epilogue: halves (GRP204), a gate and an up block a step: of B's (G, 2, N, K) view (K-major), or of B
+    # (G, K, 2N) itself, blocks j and j + N / tile.n (N-major; N a multiple of tile.n, checked when the call traces).
     renders_gated = True
     # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp; a gated op's and an fp8 forward's are the
     # grouped Triton design's: TRN001)
@@ -146,7 +149,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     b_major: str
     tail_zero: bool  # groups.tail = "zero": a tile's first visit starts from zeros
     ragged_k: bool = False  # groups along K (the weight gradient): templates/grouped/pallas/grouped_tpu_k.py.jinja
-    gated: bool = False  # a gated epilogue (halves, B K-major: GRP204): B (G, 2N, K), a gate and an up block a step
+    gated: bool = False  # a gated epilogue (halves: GRP204): B (G, 2N, K) or (G, K, 2N), a gate and an up block a step
     tile_m: int  # the blocks (the module's BLOCK_M, BLOCK_N, BLOCK_K)
     tile_n: int
     tile_k: int
@@ -176,11 +179,13 @@ def plan_tpu(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Reso
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     a_dims = "(M, K)" if spec.a.major == "k" else "(K, M)"
     gated = gated_op(spec.epilogue)
-    if gated is not None and (gated.layout != "halves" or spec.b.major != "k"):  # check refuses it (GRP204)
-        raise ValueError(f"{spec.name}: the grouped TPU kernel reads a gated B as halves, K-major (GRP204)")
-    b_dims = ("(G, 2N, K)" if gated is not None else "(G, N, K)") if spec.b.major == "k" else "(G, K, N)"
-    b_doc = f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group" + (
-        ", gate rows [0, N), up rows [N, 2N) (the per-group torch.cat([w_gate, w_up]))" if gated is not None else "")
+    if gated is not None and gated.layout != "halves":  # check refuses it (GRP204)
+        raise ValueError(f"{spec.name}: the grouped TPU kernel reads a gated B as halves (GRP204)")
+    n_dim = "2N" if gated is not None else "N"
+    b_dims = f"(G, {n_dim}, K)" if spec.b.major == "k" else f"(G, K, {n_dim})"
+    b_doc = f"{b_dims} {spec.b.dtype}, stored {spec.b.major}-major: one weight per group" + ((
+        ", gate rows [0, N), up rows [N, 2N) (the per-group torch.cat([w_gate, w_up]))" if spec.b.major == "k" else
+        ", gate columns [0, N), up columns [N, 2N); N a multiple of the block") if gated is not None else "")
     a_doc = f"{a_dims} {spec.a.dtype}, stored {spec.a.major}-major: every group's rows, group by group"
     out_doc = f"(M, N) {spec.out.dtype}"
     ragged_k = spec.groups.ragged == "k"

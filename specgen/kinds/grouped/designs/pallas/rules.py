@@ -2,10 +2,11 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator) and GRP204 (a gated epilogue's B: halves, K-major). GRP203 (groups
-of rows only) is retired (session 26): the kernel renders groups along K too (megablox's `tgmm`, the weight gradient:
+PAL003; and its own, GRP201 (the f32 accumulator) and GRP204 (a gated epilogue's B: halves). GRP203 (groups of rows
+only) is retired (session 26): the kernel renders groups along K too (megablox's `tgmm`, the weight gradient:
 templates/grouped/pallas/tpu_k.jinja), whose blocks are the dense kernel's A (M, K) / (K, M), B (N, K) / (K, N) and
-(tile.m, tile.n) out blocks, so PAL001 and VMEM001 (design.py `tpu_memory`: no base block) check it as they stand. GRP202 (no fp8 operands and no per-group (G, N) column scales) is retired (session 26): the kernel's
+(tile.m, tile.n) out blocks, so PAL001 and VMEM001 (design.py `tpu_memory`: no base block) check it as they stand.
+GRP202 (no fp8 operands and no per-group (G, N) column scales) is retired (session 26): the kernel's
 dot_general takes the 8-bit operands the MXU multiplies (DT003 says which: e5m2 before v7x, e4m3 and e5m2 on v7x,
 either B major) and reads a (G, N) column scale as it reads the per-group bias, a (1, block_n) row of group g;
 the interpreter's numerics and Mosaic's lowering for TPU of both are tests/backends/pallas/test_grouped_tpu.py's."""
@@ -39,34 +40,26 @@ def tpu_accumulator(ctx: RuleContext) -> Iterator[Finding]:
                       ("accumulator",))
 
 
-@OWN.rule("GRP204", "the grouped TPU kernel's gated B: halves, K-major", target_of(DESIGN))
+@OWN.rule("GRP204", "the grouped TPU kernel's gated B: halves", target_of(DESIGN))
 def tpu_gated_b(ctx: RuleContext) -> Iterator[Finding]:
-    """The kernel reads a gated B through a view with a gate / up axis and two BlockSpecs on it (design.py): B (G,
-    2N, K) K-major as (G, 2, N, K), the half a leading (squeezed) block dim, so each block is a plain (tile.n,
-    tile.k) one. Pallas TPU's block rule (jax `pallas/mosaic/lowering.py`: a block's last two dims divisible by
-    (8, 128) or equal to the array's) refuses the other views' one-half blocks, checked by lowering for TPU on the
-    CPU (jax 0.10.2): halves N-major, (G, K, 2, N), puts the half on the second-minor dim (a block of 1 there;
-    a (tile.k, 2, tile.n) block holding both lowers, but sits in VMEM padded from 2 to a whole sublane tile, 8
-    rows of 32 bits, 4x to 8x the two blocks, and splitting it is a sublane gather); interleaved K-major, (G, N,
-    2, K), the same (splitting a (2 tile.n, tile.k) block by a stride-2 sublane load instead needs Mosaic's
-    `tpu.strided_load`, which takes a base of exactly 128 lanes: apply_vector_layout.cc); interleaved N-major
-    strides the lanes. Those are refused rather than rendered slow or untested: a K-major (2N, K) weight is
-    nn.Linear's own gate_up layout."""
+    """The kernel reads a gated B as two (tile.n, tile.k) / (tile.k, tile.n) blocks a step (design.py): B (G, 2N, K)
+    K-major through its (G, 2, N, K) view, the half a leading (squeezed) block dim; B (G, K, 2N) N-major as stored,
+    the gate block j and the up block j + N / tile.n, which needs N a multiple of tile.n: a shape, not a spec field,
+    so the launcher checks it when the call traces (a ValueError naming N and the block). Pallas TPU's block rule (jax
+    `pallas/mosaic/lowering.py`: a block's last two dims divisible by (8, 128) or equal to the array's) refuses the
+    interleaved views' one-half blocks, checked by lowering for TPU on the CPU (jax 0.10.2): interleaved K-major,
+    (G, N, 2, K), puts the half on the second-minor (sublane) dim, a block of 1 row there (splitting a (2 tile.n,
+    tile.k) block by a stride-2 sublane load instead needs Mosaic's `tpu.strided_load`, which takes a base of exactly
+    128 lanes: apply_vector_layout.cc); interleaved N-major strides the lanes. Those are refused rather than rendered
+    slow or untested."""
     op = gated_op(ctx.spec.epilogue)
     if op is None:
         return
-    b = ctx.spec.b
     if op.layout != "halves":
         yield Finding("GRP204", "error", f"a gated epilogue ({op.fn}, interleaved): gate column j is B's row 2j, so a "
                       f"gate block of the {ctx.target} grouped kernel is every other row of B, a block of 1 row on the "
                       "sublane dim of a (G, N, 2, K) view, which TPU blocks (8 x 128 tiles) do not take",
-                      'set layout = "halves" (gate rows [0, N), up rows [N, 2N)) with b.major = "k"', ("epilogue", 0, "layout"))
-    elif b.major != "k":
-        yield Finding("GRP204", "error", f"a gated epilogue (halves) with b.major = \"{b.major}\": B (G, K, 2N) viewed as "
-                      f"(G, K, 2, N) puts gate / up on the sublane dim, where a one-half block of the {ctx.target} grouped "
-                      "kernel is 1 row (TPU blocks take 8 x 128 tiles) and a block of both halves sits in VMEM padded "
-                      f"from 2 rows to {32 // b.dtype.bytes} ({b.dtype})",
-                      'set b.major = "k": B (G, 2N, K), the gate_up weight as nn.Linear stores it', ("b", "major"))
+                      'set layout = "halves" (gate rows [0, N), up rows [N, 2N))', ("epilogue", 0, "layout"))
 
 
 RULES = [*SHARED, *OWN]
