@@ -106,16 +106,16 @@ def ragged_dot_general(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Arra
     return jax.lax.ragged_dot_general(a, b, sizes, dims, preferred_element_type=jnp.float32)
 
 
-# The bf16 form (M-major A, K-major B) runs one case: its numerics cost a compile, and the training tests run the
-# same kernel in bf16 (wgrad and dbias over M- and N-major operands).
-@pytest.mark.parametrize("name", list(TPU_RAGGED_K_FORMS))
+# The f32 forms (each operand's K axis on sublanes and on lanes); the bf16 form is lowered below, and its kernel runs
+# in bf16 in the training tests (wgrad and dbias over M- and N-major operands): its numerics here would cost a compile.
+@pytest.mark.parametrize("name", [n for n, s in TPU_RAGGED_K_FORMS.items() if s["a"]["dtype"] == "f32"])
 def test_every_group_case_against_the_float64_loop(modules, name):
-    """Every case (the bf16 form: the first), one compile (the entry's jitted call takes new sizes of the same
-    shapes without retracing); the M-/N-major f32 form against jax.lax.ragged_dot_general too (its group_sizes
-    meaning; on NaN-free copies: it multiplies the rows past the groups by zero)."""
+    """Every case, one compile (the entry's jitted call takes new sizes of the same shapes without retracing); the
+    M-/N-major form against jax.lax.ragged_dot_general too (its group_sizes meaning; on NaN-free copies: it multiplies
+    the rows past the groups by zero)."""
     spec, mod = TPU_RAGGED_K_FORMS[name], modules[name]
     tol = tolerance(spec)
-    for case in list(CASES)[: 1 if spec["a"]["dtype"] == "bf16" else None]:
+    for case in CASES:
         p = Problem(spec, sizes_for(spec, case))
         got = np.asarray(p.call(mod).astype(jnp.float32), np.float64)
         assert got.shape == (len(p.sizes), M, N) and not np.isnan(got).any(), f"{case}: an out[g] unwritten or NaN read"
