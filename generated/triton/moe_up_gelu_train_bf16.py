@@ -409,7 +409,7 @@ def _moe_up_gelu_train_bf16_act_rows_kernel(pre_ptr, out_ptr, index_ptr, M, N, G
 # sum over the group, into dbias[g] (HAS_DBIAS; an empty group's is 0). f32 sums in row order, no atomics: the
 # same bits every run. Rows past the last group are not read (their dA is zeroed by dgrad; they have no dB).
 @triton.jit
-def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr, index_ptr, M, N, G, stride_sm, stride_pm, stride_gm,
+def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr, index_ptr, M, N, G, src_stride, stride_pm, stride_gm,
                               FORM_G: tl.constexpr, HAS_DBIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, FAST_MATH: tl.constexpr):
     g = tl.program_id(1)
@@ -423,7 +423,7 @@ def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr,
     for m0 in range(start, end, BLOCK_M):
         rows = m0 + tl.arange(0, BLOCK_M)
         mask = (rows < end)[:, None] & mask_n[None, :]
-        d = tl.load(src_ptr + rows[:, None] * stride_sm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        d = tl.load(src_ptr + rows[:, None] * src_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if FORM_G:
             x = tl.load(pre_ptr + rows[:, None] * stride_pm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             d = d * (0.5 * (1.0 + _tanh(x * (0.7978845608028654 + 0.0356774081363001 * x * x), FAST_MATH)) + 0.5 * x * ((1.0 + _tanh(x * (0.7978845608028654 + 0.0356774081363001 * x * x), FAST_MATH)) * (1.0 + -1.0 * _tanh(x * (0.7978845608028654 + 0.0356774081363001 * x * x), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * x * x))  # GELU's derivative, tanh form

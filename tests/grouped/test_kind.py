@@ -41,7 +41,7 @@ def test_a_grouped_spec_loads_with_the_gemm_sections_and_its_defaults():
 @pytest.mark.parametrize(("changes", "says"), [
     ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]},
      "two epilogue arguments are named 'scale_a'"),
-    ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "router"}]}, "by = 'rowcol' takes two arguments"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol", "name": "s"}]}, "by = 'rowcol' takes two arguments"),
     ({"epilogue": [{"op": "bias", "name": "scale_b"}, {"op": "scale", "by": "rowcol"}]},
      "two epilogue arguments are named 'scale_b'"),
     ({"epilogue": [{"op": "bias", "name": "offs"}]}, "'offs'"),

@@ -24,7 +24,7 @@ RESERVED: frozenset[str] = frozenset({
     # a gated epilogue's: B's 2N columns, the up tile and accumulator, the split gate and up values
     "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "bcols", "gate", "up",
     # a `training` backward's: the ragged-K wgrad kernel's and the streaming kernels' parameters and locals
-    "d", "gg", "pid", "programs", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_og", "stride_sm",
+    "d", "gg", "pid", "programs", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_og", "src_stride",
 })
 
 # The module-level names its backward derives from a kernel's name beside `_<name>_kernel`.
