@@ -16,7 +16,8 @@ from jax.custom_derivatives import SymbolicZero
 @functools.cache
 def strict_interpret() -> object:
     """The CPU interpreter, as strict as it gets: uninitialized VMEM (and block reads past an array's end)
-    read NaN, so an unmasked K tail or an unwritten output shows up in the numbers. Built on first use:
+    read NaN, so an unmasked K tail shows up in the numbers (an output block nobody writes reads 0, not NaN: tests
+    compare every element with a reference on random data to see one). Built on first use:
     importing Pallas TPU costs ~0.14 s that a Mosaic GPU module never needs."""
     from jax.experimental.pallas import tpu as pltpu
 

@@ -31,12 +31,15 @@ def cute_sm100_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     elements a thread). fp8's rowwise scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N))
     on the f32 accumulator before the rest of the chain. Not rendered (a design limit, not a hardware one): 32-bit
     operands, an f16 accumulator, 8-bit outputs, and ragged K (the weight gradient), whose groups end anywhere
-    along K, where a TMA box would read the next group's rows. As on cute:sm90 (GRP301)."""
+    along K, where a TMA box would read the next group's rows: the cute:sm90 kernel zeroes those rows of a boundary
+    tile in SMEM (GRP301 takes ragged K since 2026-11-28), this one does not yet."""
     s = ctx.spec
     if s.groups.ragged != "m":
         yield Finding("GRP401", "error", "groups.ragged = 'k' (the weight gradient) is not rendered on cute:sm100: its "
-                      "groups end anywhere along K, where a TMA box would read the next group's rows",
-                      "use a triton target for the weight gradient", ("groups", "ragged"))
+                      "groups end anywhere along K, where a TMA box would read the next group's rows (the cute:sm90 "
+                      "kernel zeroes them in SMEM; this one does not yet)",
+                      "use a triton, cute:sm90, pallas:gpu_sm90 or Pallas TPU target for the weight gradient",
+                      ("groups", "ragged"))
     for side in ("a", "b"):
         dt = getattr(s, side).dtype
         if dt not in OPERANDS:

@@ -1,6 +1,6 @@
 """The grouped CuTe sm90 design's rules: the dense sm90 design's that read the same tile (wgmma's shape and
 majors MMA001 / MAJ001, its consumer warpgroups CUTE001 and epilogue subtiles CUTE002: one rule each, concerning
-both kinds), what this kernel renders (GRP301: operand and output dtypes, ragged M; GRP302: the configurations
+both kinds), what this kernel renders (GRP301: operand and output dtypes, ragged M or K; GRP302: the configurations
 it runs), and REG001's verdict by the dense design's register model (`group_registers`)."""
 
 from __future__ import annotations
