@@ -1,10 +1,11 @@
 """The worker that compiles one config for check's settle step (specgen/settle.py): `python -m specgen.probe`
 reads a job (a one-target spec, its target, the design's compile hook; `role`: a backward role whose own kernel
 it compiles, the module's forward kernel where "") as JSON on stdin, renders the config's module into a temporary
-folder, compiles it through the hook and prints what the compiler reported as one JSON line: `error` (a refusal's message, "" where it built), `smem` (bytes), `registers`
-(per thread), `spill_bytes` (local-memory spill stores), `frame_bytes` (the stack frame spills live in).
-A key the hook does not report is absent: the rule deciding from it leaves the verdict to its model, as
-it does where the probe itself failed (`probe_failed`: a render or a tool missing, never cached).
+folder, compiles it through the hook and prints what the compiler reported as one JSON line: `error` (a refusal's
+message, "" where it built), `smem` (bytes), `registers` (per thread), `spill_bytes` (local-memory spill stores),
+`frame_bytes` (the stack frame spills live in). A key the hook does not report is absent: the rule deciding from it
+leaves the verdict to its model, as it does where the probe itself failed (`probe_failed`: a render or a tool
+missing, never cached).
 
 `adapt` is the one place that reads the hooks' CompileResult: change it where the hooks change.
 Imports the compiler (through the hook): only worker processes run this module.
@@ -53,9 +54,11 @@ def probe(job: dict) -> ProbeResult:
     role = job.get("role") or ""
     if role and "role" not in params:
         return {"probe_failed": f"{job['hook']} compiles no backward role ({role})"}
-    # a forward's probe compiles the forward kernel only (a training module's backward kernels are not its verdict)
-    options = {k: v for k, v in (("sass", True), ("fill_cache", False), ("role", role), ("backward", False))
-               if k in params and not (k == "role" and not role) and not (k == "backward" and role)}
+    options: dict[str, object] = {k: v for k, v in (("sass", True), ("fill_cache", False)) if k in params}
+    if role:
+        options["role"] = role
+    elif "backward" in params:  # a forward's verdict: a training module's backward kernels are not compiled for it
+        options["backward"] = False
     with tempfile.TemporaryDirectory(prefix="specgen-settle-") as folder:
         path = Path(folder) / "settle_probe.py"
         path.write_text(text)
