@@ -42,18 +42,20 @@ def grid(n: int, seed: int = GRID_SEED) -> list[dict]:
     """n seeded grouped cute:sm90 specs near SMEM001's and REG001's boundaries (a number no model of specgen's
     enters: the grid must not move when the model does)."""
     rng = random.Random(f"grouped-cute-sm90:{seed}")
-    specs = []
-    for i in range(n):
-        spec = common(rng, f"gcute_{seed}_{i:03d}", TARGET)
-        wgs = rng.choice([None, None, 1, 2])
-        tile = {"m": rng.choice([128, 256, 256] if wgs == 2 else [64, 128, 128, 192, 256]),
-                "n": rng.choice(TILE_N), "k": rng.choice([32, 64, 64, 64, 128])}
-        spec.update(tile=tile, pipeline={"ab_stages": stages_near_fit(rng, tile)}, cute={
-            "schedule": "pingpong" if rng.random() < 0.04 else "cooperative", **({"mma_warpgroups": wgs} if wgs else {})})
-        if rng.random() < 0.04:
-            spec["cluster"] = {"m": 2, "n": 1}
-        specs.append(spec)
-    return specs
+    return [with_config(rng, common(rng, f"gcute_{seed}_{i:03d}", TARGET)) for i in range(n)]
+
+
+def with_config(rng: random.Random, spec: dict) -> dict:
+    """`spec` with a drawn cute:sm90 config: warpgroups, a tile, stages near SMEM001's fit, now and then ping-pong or a
+    2x1 cluster (the ragged-K grid, grouped_cute_sm90_k.py, draws its configs so too)."""
+    wgs = rng.choice([None, None, 1, 2])
+    tile = {"m": rng.choice([128, 256, 256] if wgs == 2 else [64, 128, 128, 192, 256]),
+            "n": rng.choice(TILE_N), "k": rng.choice([32, 64, 64, 64, 128])}
+    spec.update(tile=tile, pipeline={"ab_stages": stages_near_fit(rng, tile)}, cute={
+        "schedule": "pingpong" if rng.random() < 0.04 else "cooperative", **({"mma_warpgroups": wgs} if wgs else {})})
+    if rng.random() < 0.04:
+        spec["cluster"] = {"m": 2, "n": 1}
+    return spec
 
 
 def compile_case(spec: dict) -> dict:

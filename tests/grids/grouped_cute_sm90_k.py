@@ -27,8 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from grouped_cute_sm90 import TARGET, TILE_N, compile_case  # noqa: E402  (tests/grids is no package)
-from grouped_grid import ROOT, cli, common_k, record_cute, stages_near_fit  # noqa: E402
+from grouped_cute_sm90 import TARGET, compile_case, with_config  # noqa: E402  (tests/grids is no package)
+from grouped_grid import ROOT, cli, common_k, record_cute  # noqa: E402
 
 RECORD = ROOT / "tests" / "data" / "grid_grouped_cute_sm90_k.json"
 GRID_SEED = 37
@@ -38,18 +38,7 @@ def grid(n: int, seed: int = GRID_SEED) -> list[dict]:
     """n seeded ragged-K cute:sm90 specs near SMEM001's and REG001's boundaries (seeded by a string no model of
     specgen's enters: the grid must not move when the model does)."""
     rng = random.Random(f"grouped-cute-sm90-ragged-k:{seed}")
-    specs = []
-    for i in range(n):
-        spec = common_k(rng, f"gcutek_{seed}_{i:03d}", TARGET)
-        wgs = rng.choice([None, None, 1, 2])
-        tile = {"m": rng.choice([128, 256, 256] if wgs == 2 else [64, 128, 128, 192, 256]),
-                "n": rng.choice(TILE_N), "k": rng.choice([32, 64, 64, 64, 128])}
-        spec.update(tile=tile, pipeline={"ab_stages": stages_near_fit(rng, tile)}, cute={
-            "schedule": "pingpong" if rng.random() < 0.04 else "cooperative", **({"mma_warpgroups": wgs} if wgs else {})})
-        if rng.random() < 0.04:
-            spec["cluster"] = {"m": 2, "n": 1}
-        specs.append(spec)
-    return specs
+    return [with_config(rng, common_k(rng, f"gcutek_{seed}_{i:03d}", TARGET)) for i in range(n)]
 
 
 def main(n: int, seed: int, out: Path = RECORD) -> int:

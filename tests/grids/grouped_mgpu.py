@@ -76,10 +76,24 @@ def ladder_facts(jaxpr, cfg, paths: int) -> dict[str, object]:
 
 
 def compile_case(spec: dict) -> dict:
-    """The lowering's side: {plan_smem, stages, lowered: {ok, smem, error_class, error, acc_shape, acc_registers,
-    stores, covered}} (tests/grids/mgpu.py's `runs` reads `lowered`)."""
+    """The lowering's side: {plan_smem, stages, lowered: {ok, smem, error_class, error, subtiles, covered,
+    ladder_row_bytes, ...}} (tests/grids/mgpu.py's `runs` reads `lowered`)."""
+    from mgpu import program_facts
+
+    def facts(jaxpr, cfg) -> dict[str, object]:
+        return {**program_facts(jaxpr, (cfg.epi_m, cfg.epi_n)),
+                **ladder_facts(jaxpr, cfg, paths=2 if spec["groups"]["tail"] == "zero" else 1)}
+
+    return lower_case(spec, "grouped_mgpu", lambda s, struct, args, m, n, k: args, facts)
+
+
+def lower_case(spec: dict, prefix: str, problem, facts) -> dict:
+    """One grid spec's verdict as `specgen compile` gives it (its module rendered, loaded, lowered by the design's
+    compile hook) and, where it traces, `facts(jaxpr, cfg)` of its program over `problem(spec, args, m, n, k)`'s
+    arguments (`struct` and `args` the hook's problem structs), SMEM probed where the hook reports none; a spec the design cannot
+    render does not run. Shared by the ragged-M grid and the ragged-K one (grouped_mgpu_k.py)."""
     import jax
-    from mgpu import _last_lines, error_class, probe_smem, program_facts
+    from mgpu import _last_lines, error_class, probe_smem
 
     from specgen.compile import load_rendered
     from specgen.kinds.grouped.designs.pallas.compile import problem_structs
@@ -89,12 +103,12 @@ def compile_case(spec: dict) -> dict:
     from specgen.spec.load import load_text
     from specgen.targets import TARGETS
 
-    folder = Path(tempfile.mkdtemp(prefix="specgen-grouped-mgpu-grid-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"specgen-{prefix.replace('_', '-')}-grid-"))
     try:
         (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
         (text,) = [t for rel, t in render_modules(ls, ls.spec.targets).items() if not rel.endswith("__init__.py")]
         (folder / f"{spec['name']}.py").write_text(text)
-        mod = load_rendered(folder / f"{spec['name']}.py", f"_grid_grouped_mgpu_{spec['name']}")
+        mod = load_rendered(folder / f"{spec['name']}.py", f"_grid_{prefix}_{spec['name']}")
     except Exception as e:  # noqa: BLE001 - a spec the design cannot render does not run
         return {"lowered": {"ok": False, "smem": None, "error_class": "render",
                             "error": _last_lines(f"{type(e).__name__}: {e}")}}
@@ -103,27 +117,32 @@ def compile_case(spec: dict) -> dict:
     row: dict[str, object] = {"ok": not r.error, "smem": r.compiler_smem,
                               "error_class": error_class(r.error) if r.error else "", "error": _last_lines(r.error)}
     m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3  # the hook's problem
-    _, args = problem_structs(GroupedSpec.model_validate(mod.SPEC), m, n, k)
+    s = GroupedSpec.model_validate(mod.SPEC)
+    struct, args = problem_structs(s, m, n, k)
+    args = problem(s, struct, args, m, n, k)
     with contextlib.suppress(Exception):  # where it does not trace, the lowering failed above, with its message
-        jaxpr = jax.jit(mod._launch).trace(*args).jaxpr.jaxpr
-        row.update(program_facts(jaxpr, (cfg.epi_m, cfg.epi_n)))
-        row.update(ladder_facts(jaxpr, cfg, paths=2 if spec["groups"]["tail"] == "zero" else 1))
+        row.update(facts(jax.jit(mod._launch).trace(*args).jaxpr.jaxpr, cfg))
     if row["smem"] is None:
         row["smem"] = probe_smem(mod._launch, args)
     return {"plan_smem": cfg.smem_bytes, "stages": cfg.stages, "lowered": row}
 
 
-def main(n: int, seed: int, out: Path = RECORD) -> int:
+def record(script: str, specs: list[dict], n: int, seed: int, out: Path) -> int:
+    """Lower `specs` (drive: one worker process a config, resumable) and write the record in tests/grids/mgpu.py's
+    layout, made by `script`."""
     import jax
 
     work = out.with_suffix(".work.jsonl")
-    rows = drive(__file__, [str(n), str(seed), str(work)], [*grid(n, seed)], work, lambda message: {
+    rows = drive(script, [str(n), str(seed), str(work)], specs, work, lambda message: {
         "lowered": {"ok": False, "smem": None, "error_class": "died", "error": message}})
     cases = [{"spec": r["spec"], **r["compiler"]} for r in rows]  # tests/grids/mgpu.py's record layout
-    write_record(out, {"made_by": f"python tests/grids/grouped_mgpu.py {n} {seed}", "jax": jax.__version__,
+    write_record(out, {"made_by": f"python tests/grids/{Path(script).name} {n} {seed}", "jax": jax.__version__,
                        "target": TARGET, "seed": seed}, cases)
     return summary(out)
 
+
+def main(n: int, seed: int, out: Path = RECORD) -> int:
+    return record(__file__, [*grid(n, seed)], n, seed, out)
 
 if __name__ == "__main__":
     sys.exit(cli(sys.argv[1:], grid, compile_case, main, RECORD))

@@ -22,18 +22,15 @@ replays it (tests/grouped/test_grid_compilers.py). Measured figures: docs/groupe
 
 from __future__ import annotations
 
-import contextlib
-import json
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from grouped_grid import ROOT, cli, common_k, drive, stages_near_fit, summary, write_record  # noqa: E402
-from grouped_mgpu import TARGET  # noqa: E402
+from grouped_grid import ROOT, cli, common_k, stages_near_fit  # noqa: E402
+from grouped_mgpu import TARGET, lower_case, record  # noqa: E402
 
 RECORD = ROOT / "tests" / "data" / "grid_grouped_mgpu_k.json"
 GRID_SEED = 37
@@ -74,54 +71,18 @@ def ragged_k_facts(jaxpr, cfg) -> dict[str, object]:
 
 def compile_case(spec: dict) -> dict:
     """The lowering's side: {plan_smem, stages, lowered: {ok, smem, error_class, error, acc_shape, acc_registers,
-    stores, covered}} (tests/grids/mgpu.py's `runs` reads `lowered`)."""
-    import jax
-    from mgpu import _last_lines, error_class, probe_smem
+    stores, covered}} (tests/grids/mgpu.py's `runs` reads `lowered`), as grouped_mgpu.py's `lower_case` gives it,
+    over A (K, M) or (M, K) and dY (K, N) or (N, K) as the ragged-K entry takes them."""
 
-    from specgen.compile import load_rendered
-    from specgen.kinds.grouped.designs.pallas.compile import problem_structs
-    from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
-    from specgen.kinds.grouped.spec import GroupedSpec
-    from specgen.render.catalogue import render_modules
-    from specgen.spec.load import load_text
-    from specgen.targets import TARGETS
+    def problem(s, struct, args, m, n, k):
+        return [struct((m, k) if s.a.major == "k" else (k, m), s.a.dtype),
+                struct((n, k) if s.b.major == "k" else (k, n), s.b.dtype), *args[2:]]
 
-    folder = Path(tempfile.mkdtemp(prefix="specgen-grouped-mgpu-k-grid-"))
-    try:
-        (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<grid:{spec['name']}>", ".json")
-        (text,) = [t for rel, t in render_modules(ls, ls.spec.targets).items() if not rel.endswith("__init__.py")]
-        (folder / f"{spec['name']}.py").write_text(text)
-        mod = load_rendered(folder / f"{spec['name']}.py", f"_grid_grouped_mgpu_k_{spec['name']}")
-    except Exception as e:  # noqa: BLE001 - a spec the design cannot render does not run
-        return {"lowered": {"ok": False, "smem": None, "error_class": "render",
-                            "error": _last_lines(f"{type(e).__name__}: {e}")}}
-    cfg = mod.CONFIG
-    (r,) = compile_module(mod, TARGETS[TARGET])  # what `specgen compile` runs: the verdict (a grid spec: one config)
-    row: dict[str, object] = {"ok": not r.error, "smem": r.compiler_smem,
-                              "error_class": error_class(r.error) if r.error else "", "error": _last_lines(r.error)}
-    m, n, k = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3  # the hook's problem
-    s = GroupedSpec.model_validate(mod.SPEC)
-    struct, args = problem_structs(s, m, n, k)
-    args = [struct((m, k) if s.a.major == "k" else (k, m), s.a.dtype),
-            struct((n, k) if s.b.major == "k" else (k, n), s.b.dtype), *args[2:]]
-    with contextlib.suppress(Exception):  # where it does not trace, the lowering failed above, with its message
-        row.update(ragged_k_facts(jax.jit(mod._launch).trace(*args).jaxpr.jaxpr, cfg))
-    if row["smem"] is None:
-        row["smem"] = probe_smem(mod._launch, args)
-    return {"plan_smem": cfg.smem_bytes, "stages": cfg.stages, "lowered": row}
+    return lower_case(spec, "grouped_mgpu_k", problem, ragged_k_facts)
 
 
 def main(n: int, seed: int, out: Path = RECORD) -> int:
-    import jax
-
-    work = out.with_suffix(".work.jsonl")
-    rows = drive(__file__, [str(n), str(seed), str(work)], [*grid(n, seed)], work, lambda message: {
-        "lowered": {"ok": False, "smem": None, "error_class": "died", "error": message}})
-    cases = [{"spec": r["spec"], **r["compiler"]} for r in rows]  # tests/grids/mgpu.py's record layout
-    write_record(out, {"made_by": f"python tests/grids/grouped_mgpu_k.py {n} {seed}", "jax": jax.__version__,
-                       "target": TARGET, "seed": seed}, cases)
-    return summary(out)
-
+    return record(__file__, [*grid(n, seed)], n, seed, out)
 
 if __name__ == "__main__":
     sys.exit(cli(sys.argv[1:], grid, compile_case, main, RECORD))
