@@ -68,13 +68,14 @@ def tolerance(spec: dict) -> dict[str, float]:
     return {"atol": 4e-3, "rtol": 4e-3} if spec["out"]["dtype"] == "f16" else tpu_tolerance(spec)
 
 
-def render(spec: dict, folder) -> object:
+def render(spec: dict, folder, prefix: str = "grouped_mgpu") -> object:
+    """The spec's pallas:gpu_sm90 module, rendered into `folder` and loaded (as `_specgen_<prefix>_<name>`)."""
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
     (target,) = loaded.spec.targets
     files = design_for("grouped", target).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
     path = folder / f"{spec['name']}.py"
     path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
-    return load_rendered(path, f"_specgen_grouped_mgpu_{spec['name']}")
+    return load_rendered(path, f"_specgen_{prefix}_{spec['name']}")
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,15 @@ Marked `gpu`: CI (CPU only) deselects them.
 
 from __future__ import annotations
 
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from specgen.compile import load_rendered
 from specgen.kinds.gemm.testing.data import tolerance as kit_tolerance
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_RAGGED_K_FORMS
 from specgen.kinds.grouped.testing.ragged_k import ragged_k
-from specgen.registry import design_for
-from specgen.resolve import resolve
-from specgen.spec.load import load_text
 
 pytestmark = pytest.mark.gpu
 
@@ -56,19 +50,12 @@ def tolerance(spec: dict) -> dict[str, float]:
     return kit_tolerance(spec)
 
 
-def render(spec: dict, folder) -> object:
-    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
-    (target,) = loaded.spec.targets
-    files = design_for("grouped", target).render(loaded, [target], {str(target): resolve(loaded.spec, target)})
-    path = folder / f"{spec['name']}.py"
-    path.write_text(files[f"pallas/gpu_sm90/{spec['name']}.py"])
-    return load_rendered(path, f"_specgen_grouped_mgpu_k_{spec['name']}")
-
-
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     folder = tmp_path_factory.mktemp("grouped_mgpu_k")
-    return {name: render(s, folder) for name, s in MGPU_RAGGED_K_FORMS.items()}
+    from gpu.test_grouped_mgpu_gpu import render
+
+    return {name: render(s, folder, "grouped_mgpu_k") for name, s in MGPU_RAGGED_K_FORMS.items()}
 
 
 class Problem:

@@ -183,6 +183,7 @@ def test_rendered_fp8_forward_bf16_backward(a_dtype: str, b_dtype: str, save: st
     """An fp8 forward (e4m3, e5m2, e4m3 x e5m2; torch._scaled_grouped_mm's rowwise scales, a per-group bias, an
     activation or none): bf16 dA and dB, the gradients of the dequantized operands (a scale_a, b[g] scale_b[g]), and
     dbias within bf16 rounding of float64 autograd of the per-group loop, on ragged sizes, into NaN-poisoned buffers."""
+    from grouped.test_training_fp8 import dequantized_reference
     from kernels import load_module
 
     name = f"gpu_gtrain_fp8_{a_dtype[4:]}_{b_dtype[4:]}_{save}_{act or 'none'}"
@@ -204,24 +205,13 @@ def test_rendered_fp8_forward_bf16_backward(a_dtype: str, b_dtype: str, save: st
         bias = torch.randn(g, N, generator=gen, device="cuda").bfloat16()
         offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
         grad = torch.randn(rows, N, generator=gen, device="cuda").bfloat16()
-        deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
-        deq_b = (b.double() * sb.double()[:, None, :]).requires_grad_()
-        bias64 = bias.double().requires_grad_()
-        outs, start = [], 0
-        for i, size in enumerate(sizes):
-            y = deq_a[start:start + size] @ deq_b[i] + bias64[i]
-            outs.append({"gelu": F.gelu, "silu": F.silu}[act](y) if act else y)
-            start += size
-        if start:
-            (torch.cat(outs) * grad[:start].double()).sum().backward()
+        _, grads = dequantized_reference(a, b, sa, sb, bias, sizes, act, grad)
         pre = mod._forward_train(a, b, offs, sa, sb, bias)[1] if save == "preact" and act else None
         poisoned = {"da": torch.full((rows, K), float("nan"), device="cuda", dtype=torch.bfloat16),
                     "db": torch.full_like(b, float("nan"), dtype=torch.bfloat16),
                     "dbias": torch.full((g, N), float("nan"), device="cuda", dtype=torch.bfloat16)}
         da, db, _, _, dbias = mod._backward(grad, a, b, offs, sa, sb, bias, pre, **poisoned)
-        zeros = torch.zeros_like
-        want = {n: (t.grad if t.grad is not None else zeros(t)).cpu()  # within() compares on the host
-                for n, t in (("dA", deq_a), ("dB", deq_b), ("dbias", bias64))}
+        want = {n: t.cpu() for n, t in zip(("dA", "dB", "dbias"), grads, strict=True)}  # within() compares on the host
         for got, n in ((da, "dA"), (db, "dB"), (dbias, "dbias")):
             assert got.dtype is torch.bfloat16 and not got.isnan().any(), f"{case} {n}"
             within(got, want[n], f"{case} {n}")

@@ -44,6 +44,24 @@ def close(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 1e-2) -
     assert err <= rel * scale, f"{what}: max error {err:.3g} > {rel:.1g} x {scale:.3g}"
 
 
+def dequantized_reference(a, b, sa, sb, bias, sizes, act: str, grad):
+    """float64: the per-group loop over the dequantized operands (a * scale_a rows, b[g] * scale_b[g] columns, then
+    bias[g] and `act`): the groups' rows of out, and torch autograd's dA, dB, dbias for dOut = `grad` (zeros where no
+    row reads an operand). tests/gpu/test_grouped_training_gpu.py's fp8 test checks against it too."""
+    deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
+    deq_b = (b.double() * sb.double()[:, None, :]).requires_grad_()
+    bias64 = bias.double().requires_grad_()
+    outs, start = [], 0
+    for i, size in enumerate(sizes):
+        y = deq_a[start:start + size] @ deq_b[i] + bias64[i]
+        outs.append({"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[act](y) if act else y)
+        start += size
+    want = torch.cat(outs) if outs else deq_a.new_zeros(0, bias.shape[1])
+    if start:
+        (want * grad[:start].double()).sum().backward()
+    return want.detach(), tuple(t.grad if t.grad is not None else torch.zeros_like(t) for t in (deq_a, deq_b, bias64))
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp8_forward_backward_is_the_dequantized_operands_gradient(case: str, load_kernel) -> None:
     save, a_dt, b_dt, b_major, index, tail, sizes, tail_rows, act = CASES[case]
@@ -62,18 +80,9 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(case: str, lo
     ends = torch.tensor(sizes).cumsum(0) if index == "offs" else torch.tensor(sizes)
     ix = ends.to(torch.int32)
     grad = torch.randn(rows, N, generator=gen).half()
-    # float64: the per-group loop over the dequantized operands
-    deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
-    deq_b = (b.double() * sb.double()[:, None, :]).requires_grad_()
-    bias64 = bias.double().requires_grad_()
-    outs, start = [], 0
-    for i, size in enumerate(sizes):
-        y = deq_a[start:start + size] @ deq_b[i] + bias64[i]
-        outs.append({"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[act](y) if act else y)
-        start += size
-    want = torch.cat(outs) if outs else deq_a.new_zeros(0, N)
-    (want * grad[:start].double()).sum().backward()
-    close(fn(a, b, ix, sa, sb, bias)[:start], want.detach(), "out", 4e-3)
+    want, (want_da, want_db, want_dbias) = dequantized_reference(a, b, sa, sb, bias, sizes, act, grad)
+    start = sum(sizes)
+    close(fn(a, b, ix, sa, sb, bias)[:start], want, "out", 4e-3)
     # the backward into NaN-poisoned buffers
     pre = mod._forward_train(a, b, ix, sa, sb, bias)[1] if save == "preact" and act else None
     poisoned = {"da": torch.full((rows, K), float("nan"), dtype=torch.half),
@@ -81,16 +90,16 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(case: str, lo
     da, db, dsa, dsb, dbias = mod._backward(grad, a, b, ix, sa, sb, bias, pre, **poisoned)
     assert da is poisoned["da"] and db is poisoned["db"] and dbias is poisoned["dbias"]
     assert da.dtype == db.dtype == torch.half and dsa.numel() == dsb.numel() == 0
-    close(da[:start], deq_a.grad[:start], "dA (dequantized)")
+    close(da[:start], want_da[:start], "dA (dequantized)")
     assert not da[start:].any(), "dA past the last group: zeros"
-    close(db, deq_b.grad, "dB (dequantized)")
-    close(dbias, bias64.grad, "dbias")
+    close(db, want_db, "dB (dequantized)")
+    close(dbias, want_dbias, "dbias")
     for i in (i for i, s in enumerate(sizes) if s == 0):  # an empty group: exact zeros
         assert not db[i].any() and not dbias[i].any(), f"group {i}"
     # through autograd: the bias's gradient; an fp8 operand or a scale that requires grad is refused, naming it
     leaf = bias.clone().requires_grad_()
     fn(a, b, ix, sa, sb, leaf).backward(grad)
-    close(leaf.grad, bias64.grad, "dbias (autograd)")
+    close(leaf.grad, want_dbias, "dbias (autograd)")
     with pytest.raises(RuntimeError, match=rf"a \({a_dt}\) requires grad.*_backward\(grad, \.\.\.\)"):
         fn(a.clone().requires_grad_(), b, ix, sa, sb, bias)
     with pytest.raises(RuntimeError, match="scale_b requires grad, but an fp8 forward's dequantization scales"):
