@@ -135,8 +135,8 @@ def variants():
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
     yield from {**dense_sm90(), **cute_sm100_gated()}.values()  # the CuTe designs' gated epilogues (both kinds)
     # the CuTe sm90 gated backward (spec: training after a gated op): both save modes, both layouts, a bias after it
-    for save, layout in (("preact", "halves"), ("recompute", "interleaved")):
-        yield spec_of(f"c_gtrain_{save}", [{"op": "gated", "fn": "silu", "layout": layout}, {"op": "bias"}],
+    for save, layout in (("preact", "halves"), ("recompute", "interleaved"), ("preact", "interleaved")):
+        yield spec_of(f"c_gtrain_{save}_{layout}", [{"op": "gated", "fn": "silu", "layout": layout}, {"op": "bias"}],
                       a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"},
                       targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64}, per_target={}, variants=[],
                       training={"save": save})

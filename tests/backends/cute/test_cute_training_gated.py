@@ -5,10 +5,10 @@ here (numerics: tests/gpu/test_training_cute_gated_gpu.py), so:
 - check accepts it (TRN001 both sides: tests/backends/cute/rule_cases_sm90.py) and the plan keeps the gated op's
   layout and fn, dgrad and wgrad as the plain GEMMs over B's 2N columns in the operands' stored layouts;
 - every new role kernel compiles for sm_90a in one module-scoped fixture (the forward is test_cute_gated.py's): a
-  halves SwiGLU with a bias in preact (forward_pre, dgrad, wgrad, the gated columns kernel and the bands' sum) and an
-  interleaved GeGLU-tanh with a bias in recompute (recompute, dOut's column sum), each with the plan's SMEM to the
-  byte, the gate's and up's wgmma chains where the role computes pre (one chain on dgrad and wgrad: no up tiles),
-  TMA loads, out's TMA store beside pre's element stores (forward_pre), no TMA store at all where G is stored
+  halves SwiGLU with a bias in preact (forward_pre, dgrad, wgrad, the gated columns kernel, its loads and stores
+  16-byte vectors, and the bands' sum) and an interleaved GeGLU-tanh with a bias in recompute (recompute, dOut's
+  column sum), each with the plan's SMEM to the byte, the gate's and up's wgmma chains where the role computes pre
+  (one chain on dgrad and wgrad: no up tiles), TMA loads, out's TMA store beside pre's element stores (forward_pre), no TMA store at all where G is stored
   element-wise (recompute: the tiles' view is dOut, never written), and no local-memory spills;
 - a render that skipped check refuses what TRN001 refuses."""
 
@@ -52,7 +52,7 @@ def load(s: dict):
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """{name: (module text, {role: CompileResult})}: each form rendered, imported and its new kernels compiled."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_config
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
 
     folder = tmp_path_factory.mktemp("cute_gated_train")
     out = {}
@@ -65,7 +65,8 @@ def compiled(tmp_path_factory):
             kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
             results = {role: compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True,
                                             False) for role in ROLES[name]}
-            results |= {v: compile_config(module._cols_launcher, name, v, info, 0, True, False) for v in COLS[name]}
+            results |= {v: compile_config(module._cols_launcher, name, v, info, 0, True, False, ops=(*SASS_OPS, "LDG", "STG"))
+                        for v in COLS[name]}
             out[name] = (text, results, module)
     return out
 
@@ -98,6 +99,9 @@ def test_every_new_kernel_compiles_with_the_plans_smem_and_no_spills(compiled) -
             assert not r.error, (name, role, r)
             assert r.compiler_smem == r.plan_smem, (name, role, r)
             assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, (name, role, r.sass)
+            if role == "grad_cols_gated":  # 16-byte vectors: a load of dOut, the gate's and the up's per row (4 rows a
+                # batch, then the band's last rows one at a time), a store of dgate's and dup's, then the f32 sums (2)
+                assert (r.sass["LDG"], r.sass["STG"]) == (3 * 5, 2 * 5 + 2), (name, role, r.sass)
             if role.startswith("grad_cols"):
                 continue
             cfg = module.TRAIN_CONFIGS[role]

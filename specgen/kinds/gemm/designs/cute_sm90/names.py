@@ -18,12 +18,12 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_export_host", "cuda",
     # split-K's DSMEM handoff (templates/gemm/cute/gemm_sm90.py.jinja)
     "_store_remote", "llvm", "nvvm",
-    # a `training` backward (templates/gemm/cute/training.jinja, host_sm90.jinja)
+    # a `training` backward (templates/gemm/cute/training.jinja, grad_cols.jinja, host_sm90.jinja)
     "GRAD_COLS_BANDS", "GRAD_COLS_MIN_ROWS", "GRAD_COLS_THREADS", "GRAD_COLS_UNROLL", "GRAD_COLS_VEC", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
     # the JAX entry's backward (specgen/runtime/cute_jax_train.py)
     "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
-    # a gated backward: pre's and G's (M, N, 2) pairs, the gated columns kernel
-    "_gated_pairs", "_grad_cols_gated_kernel",
+    # a gated backward: pre's and G's (M, N, 2) pairs, the gated columns kernel and its 16-byte checks and views
+    "_gated_pairs", "_gated_vectors", "_grad_cols_gated_kernel",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -59,8 +59,9 @@ RESERVED: frozenset[str] = frozenset({
     # a gated epilogue (templates/gemm/cute/gated.jinja's view of B, the up tiles the producer loads; the rest of its
     # names, sU, tCrU, acc_up, r_up, are the grouped CuTe sm90 design's too)
     "sk", "sl", "sn", "u_tiles",
-    # its backward (pre's and G's pairs stored element-wise, the gated columns kernel's rows)
-    "any_pitch", "dgates", "dups", "gates", "mPairs", "r_pre_up", "sc", "sr", "ups",
+    # its backward (pre's and G's pairs stored element-wise, the gated columns kernel's vectors, its padded copies)
+    "dgate_frag", "dgate_view", "dup_frag", "dup_view", "every_other", "g_v", "gates", "grad_pairs", "half", "mPairs",
+    "pairs", "pre_v", "r_pre_up", "sc", "sr", "ups", "vectors",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,6 +1,6 @@
 """The CuTe sm90 design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the plan of the
-kernels templates/gemm/cute/training.jinja renders into the CuTe module, behind `torch.library.register_autograd`
-on its torch op.
+kernels templates/gemm/cute/training.jinja (its columns pass: grad_cols.jinja) renders into the CuTe module, behind
+`torch.library.register_autograd` on its torch op.
 
 Every backward GEMM is this design's own kernel (templates/gemm/cute/gemm_sm90.py.jinja: TMA loads, wgmma,
 the persistent schedule, the epilogue through SMEM and TMA stores) traced with the role's `Config` row: the
@@ -24,7 +24,9 @@ forward's layout. forward_pre and recompute are the gated kernel (a gate and an 
 the gated op, so SMEM counts the up tiles) storing pre's, or G's dgate = (dOut * up) * act'(gate) and dup = dOut *
 act(gate), element by element into their (M, N, 2) pairs (a TMA box cannot reach a halves up column N elements on,
 nor every other element); dgrad and wgrad run the kernel ungated (`Config.gated`), plain GEMMs over 2N; the columns
-pass forms G from pre with dOut's column sums (the bias after the gate).
+pass forms G from pre with dOut's column sums (the bias after the gate), 8 output columns a thread in 16-byte loads and
+stores (the up vector N columns on with halves, a 16-element run split in registers with interleaved; an N off whole
+16 bytes through padded copies).
 """
 
 from __future__ import annotations
