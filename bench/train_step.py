@@ -3,6 +3,7 @@ the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call 
 L2 flushed before each; all kernels of one call summed), with an A/A pair of eager for the noise.
 
     python3 bench/train_step.py [--layer gelu|gelu_cute|gated|gated_cute] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
+                                [--cute-saves preact,recompute] [--module NAME=PATH ...]
 
 --compile adds torch.compile (default mode) of the eager step's forward as a second peer.
 
@@ -15,7 +16,9 @@ forward and backward are measured (torch.cuda.memory_allocated after the forward
 bf16 gradients' distance from a float32 reference (eager's and ours). --layer gelu_cute: the gelu layer on the CuTe sm90
 design (linear_gelu_train_cute_bf16, preact) beside eager and the Triton preact kernel. --layer gated_cute: the gated
 layer on the CuTe sm90 design (GATED_CUTE, rendered here for cute:sm90 in both save modes: no catalogue kernel)
-beside eager, the three cuBLAS GEMMs alone and the Triton gated preact kernel.
+beside eager, the three cuBLAS GEMMs alone and the Triton gated preact kernel; --cute-saves picks its save modes,
+--module adds rendered module files as peers (NAME the module's entry and peer name, PATH its file: another tree's
+render or another spec's, e.g. main's beside a branch's, timed in the same cycle).
 """
 
 from __future__ import annotations
@@ -39,9 +42,17 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="time torch.compile's step beside eager")
     ap.add_argument("--json", default="")
     ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated", "gated_cute"), default="gelu")
+    ap.add_argument("--cute-saves", default="preact,recompute", help="gated_cute: the CuTe save modes timed")
+    ap.add_argument("--module", action="append", default=[], metavar="NAME=PATH",
+                    help="gated_cute: a rendered module file timed beside (its entry NAME, a torch gated op)")
     args = ap.parse_args()
-    fn = {"gated": measure_gated, "gelu_cute": measure_cute, "gated_cute": measure_gated_cute}.get(args.layer, measure)
-    reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
+    if args.layer == "gated_cute":
+        extra = dict(m.split("=", 1) for m in args.module)
+        reports = [measure_gated_cute(*map(int, shape.split("x")), args.rounds, args.compile,
+                                      args.cute_saves.split(","), extra) for shape in args.shape]
+    else:
+        fn = {"gated": measure_gated, "gelu_cute": measure_cute}.get(args.layer, measure)
+        reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=1)
@@ -156,12 +167,16 @@ def render_cute(name: str, save: str):
     return getattr(load_rendered(path), name)
 
 
-def measure_gated_cute(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
-    """The gated up-projection's step on CuTe sm90, both save modes, beside the Triton gated preact kernel."""
+def measure_gated_cute(M: int, N: int, K: int, rounds: int, compiled: bool,
+                       saves: tuple[str, ...] = ("preact", "recompute"), extra: dict[str, str] | None = None) -> dict:
+    """The gated up-projection's step on CuTe sm90 in `saves`' modes, beside the Triton gated preact kernel and
+    `extra`'s modules ({entry name: rendered file})."""
     from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as triton_preact
+    from specgen.compile import load_rendered
 
-    ours = {"specgen_cute_preact": render_cute("mlp_up_swiglu_train_cute_bench", "preact"),
-            "specgen_cute_recompute": render_cute("mlp_up_swiglu_train_recompute_cute_bench", "recompute"),
+    names = {"preact": "mlp_up_swiglu_train_cute_bench", "recompute": "mlp_up_swiglu_train_recompute_cute_bench"}
+    ours = {**{f"specgen_cute_{save}": render_cute(names[save], save) for save in saves},
+            **{name: getattr(load_rendered(Path(path)), name) for name, path in (extra or {}).items()},
             "specgen_triton_preact": triton_preact}
     report = measure_gated(M, N, K, rounds, compiled, ours)
     return {**report, "layer": "gated (SwiGLU, halves) on CuTe sm90",

@@ -259,9 +259,11 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
         **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})}).for_backward(label)
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
-    if label == "forward_pre":  # pre's epilogue subtiles beside out's (a TMA-storing design stages both in SMEM)
+    if label == "forward_pre":  # pre's epilogue subtiles beside out's (a TMA-storing design stages them in SMEM: pre's
+        # one, or a gated pre's gate and up where they are halves, each a box of its own)
         stages = s.pipeline.epilogue_stages  # type: ignore[attr-defined]
-        pipeline = pipeline.model_copy(update={"epilogue_stages": 2 * (DEFAULT_EPILOGUE_STAGES if stages == "auto" else stages)})
+        per = 3 if any(getattr(op, "layout", "") == "halves" for op in epilogue or []) else 2
+        pipeline = pipeline.model_copy(update={"epilogue_stages": per * (DEFAULT_EPILOGUE_STAGES if stages == "auto" else stages)})
     return s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]

@@ -8,8 +8,10 @@ here (numerics: tests/gpu/test_training_cute_gated_gpu.py), so:
   halves SwiGLU with a bias in preact (forward_pre, dgrad, wgrad, the gated columns kernel, its loads and stores
   16-byte vectors, and the bands' sum) and an interleaved GeGLU-tanh with a bias in recompute (recompute, dOut's
   column sum), each with the plan's SMEM to the byte, the gate's and up's wgmma chains where the role computes pre
-  (one chain on dgrad and wgrad: no up tiles), TMA loads, out's TMA store beside pre's element stores (forward_pre), no TMA store at all where G is stored
-  element-wise (recompute: the tiles' view is dOut, never written), and no local-memory spills;
+  (one chain on dgrad and wgrad: no up tiles), TMA loads, out's TMA store beside pre's gate and up subtiles' and no
+  element store (forward_pre, halves: three SMEM buffers a subtile, the plan's epilogue stages three times the
+  forward's), no TMA store at all where G is stored element-wise (recompute: the tiles' view is dOut, never
+  written), and no local-memory spills;
 - a render that skipped check refuses what TRN001 refuses."""
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def compiled(tmp_path_factory):
             module, text = load_target_module(spec(name), "cute:sm90", folder, "_specgen_test_cute_gated_train_")
             kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
             results = {role: compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True,
-                                            False) for role in ROLES[name]}
+                                            False, ops=(*SASS_OPS, "STG")) for role in ROLES[name]}
             results |= {v: compile_config(module._cols_launcher, name, v, info, 0, True, False, ops=(*SASS_OPS, "LDG", "STG"))
                         for v in COLS[name]}
             out[name] = (text, results, module)
@@ -89,6 +91,9 @@ def test_check_accepts_it_and_the_plan_runs_the_plain_gemms_over_2n(name: str) -
     for role, gemm in g.items():  # the companions SMEM001 rules: pre's with the up tiles, dgrad's and wgrad's without
         assert gemm.config.smem_bytes == by_role[role].budget.total, role
     assert [op.op for op in by_role[pre_role].spec.epilogue] == ["gated"]
+    # forward_pre stores out's, pre's gate's and pre's up's subtiles through SMEM (halves): three buffers for each of
+    # the forward's epilogue stages (2); recompute stores G element-wise, out not at all: the forward's stages
+    assert g[pre_role].config.epi_stages == (3 * 2 if pre_role == "forward_pre" else 2), g[pre_role].config
     assert by_role["dgrad"].spec.epilogue == [] and by_role["wgrad"].spec.epilogue == []
 
 
@@ -109,14 +114,17 @@ def test_every_new_kernel_compiles_with_the_plans_smem_and_no_spills(compiled) -
             atoms = cfg.tile_m // (64 * cfg.mma_warpgroups)
             assert r.sass["HGMMA"] == chains * (cfg.tile_k // 16) * atoms, (name, role, r.sass)
             assert r.sass["UTMALDG"] > 0, (name, role, r.sass)
-            # recompute stores G element-wise and nothing by TMA (its tiles' view is dOut); the rest store out by TMA
-            assert (r.sass["UTMASTG"] == 0) is (role == "recompute"), (name, role, r.sass)
+            # recompute stores G element-wise and nothing by TMA (its tiles' view is dOut); the rest store out by TMA,
+            # forward_pre (halves) the gate's and up's subtiles of pre beside each of out's, no element store
+            subs = (cfg.tile_m // cfg.epi_m) * (cfg.tile_n // cfg.epi_n)
+            assert r.sass["UTMASTG"] == {"recompute": 0, "forward_pre": 3 * subs}.get(role, subs), (name, role, r.sass)
+            assert (r.sass["STG"] > 0) is (role == "recompute"), (name, role, r.sass)
 
 
 def test_the_module_views_pre_and_g_as_gate_and_up_pairs_and_runs_dgrad_and_wgrad_ungated(compiled) -> None:
     for name, (text, _, module) in compiled.items():
         layout = FORMS[name][1]
-        strides = "(sr, sc, n * sc, 0)" if layout == "halves" else "(sr, 2 * sc, sc, 0)"
+        strides = "(sr, sc, (n if half is None else half) * sc, 0)" if layout == "halves" else "(sr, 2 * sc, sc, 0)"
         assert f"cute.make_layout((rows, n, 2, 1), stride={strides})" in text, name
         assert "    if cutlass.const_expr(cfg.gated):\n        sU = storage.sU.get_tensor(" in text
         assert [module.TRAIN_CONFIGS[r].gated for r in module.TRAIN_CONFIGS] == [True, False, False]

@@ -55,7 +55,7 @@ RESERVED: frozenset[str] = frozenset({
     "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "grad_frag", "r_pre", "stub", "sum_pending", "total",
     # the columns kernel's vectors and batches of rows, forward_pre's TMA store of pre
     "batched", "i0", "jv", "padded", "per_cta", "pitch", "pres", "ri", "srcs", "sums_frag", "vec",
-    "bPre_g", "bPre_s", "epi_per_subtile", "gPre_sub", "mPreT", "tPre", "tma_pre", "cute_jax_train", "dout",
+    "bPre_g", "bPre_s", "bUp_g", "epi_per_subtile", "gPre_sub", "gUp_sub", "mPreT", "tPre", "tma_pre", "cute_jax_train", "dout",
     # a gated epilogue (templates/gemm/cute/gated.jinja's view of B, the up tiles the producer loads; the rest of its
     # names, sU, tCrU, acc_up, r_up, are the grouped CuTe sm90 design's too)
     "sk", "sl", "sn", "u_tiles",

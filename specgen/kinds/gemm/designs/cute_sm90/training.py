@@ -22,8 +22,10 @@ accumulator registers as the companion it orients.
 A gated epilogue (act(gate) * up, then at most a bias; `gated` the layout): pre and G have B's 2N columns in the
 forward's layout. forward_pre and recompute are the gated kernel (a gate and an up accumulator; their companions keep
 the gated op, so SMEM counts the up tiles) storing pre's, or G's dgate = (dOut * up) * act'(gate) and dup = dOut *
-act(gate), element by element into their (M, N, 2) pairs (a TMA box cannot reach a halves up column N elements on,
-nor every other element); dgrad and wgrad run the kernel ungated (`Config.gated`), plain GEMMs over 2N; the columns
+act(gate), into their (M, N, 2) pairs: forward_pre's halves pre through SMEM by TMA, two boxes a subtile beside out's
+(its companion keeps three times the forward's epilogue stages; pre staged with each half padded to 16 bytes where N
+is no multiple of 8), the rest element by element (a TMA box cannot hold every other element, nor start G's halves
+up column N elements on unless N is a multiple of 8); dgrad and wgrad run the kernel ungated (`Config.gated`), plain GEMMs over 2N; the columns
 pass forms G from pre with dOut's column sums (the bias after the gate), 8 output columns a thread in 16-byte loads and
 stores (the up vector N columns on with halves, a 16-element run split in registers with interleaved; an N off whole
 16 bytes through padded copies).
