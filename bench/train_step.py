@@ -44,25 +44,30 @@ def main() -> None:
     ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated", "gated_cute"), default="gelu")
     ap.add_argument("--cute-saves", default="preact,recompute", help="gated_cute: the CuTe save modes timed")
     ap.add_argument("--module", action="append", default=[], metavar="NAME=PATH",
-                    help="gated_cute: a rendered module file timed beside (its entry NAME, a torch gated op)")
+                    help="gelu, gated_cute: a rendered module file timed beside (its entry NAME, the layer's torch op)")
     args = ap.parse_args()
+    extra = dict(m.split("=", 1) for m in args.module)
     if args.layer == "gated_cute":
-        extra = dict(m.split("=", 1) for m in args.module)
         reports = [measure_gated_cute(*map(int, shape.split("x")), args.rounds, args.compile,
                                       args.cute_saves.split(","), extra) for shape in args.shape]
+    elif args.layer == "gelu":
+        reports = [measure(*map(int, shape.split("x")), args.rounds, args.compile, extra) for shape in args.shape]
     else:
-        fn = {"gated": measure_gated, "gelu_cute": measure_cute}.get(args.layer, measure)
+        fn = {"gated": measure_gated, "gelu_cute": measure_cute}[args.layer]
         reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=1)
 
 
-def measure(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
+def measure(M: int, N: int, K: int, rounds: int, compiled: bool, extra: dict[str, str] | None = None) -> dict:
+    """The gelu layer's step: eager, the Triton preact and recompute kernels, and `extra`'s modules ({entry name:
+    rendered file}, e.g. another config of the same spec) beside them."""
     from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16 as preact
     from generated.triton.linear_gelu_train_recompute_bf16 import (
         linear_gelu_train_recompute_bf16 as recompute,
     )
+    from specgen.compile import load_rendered
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
@@ -78,12 +83,14 @@ def measure(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
 
     calls = {"eager": step(eager), "eager_aa": step(eager), **({"compiled": step(torch.compile(eager))} if compiled else {}),
              "specgen_preact": step(lambda x, w, b: preact(x, w.t(), b)),
-             "specgen_recompute": step(lambda x, w, b: recompute(x, w.t(), b))}
+             "specgen_recompute": step(lambda x, w, b: recompute(x, w.t(), b)),
+             **{name: step(lambda x, w, b, fn=getattr(load_rendered(Path(path)), name): fn(x, w.t(), b))
+                for name, path in (extra or {}).items()}}
     # numerics first: each side's gradients against a float32 reference
     xr, wr, br = (t.detach().float().requires_grad_() for t in (x, w, bias))
     want = torch.autograd.grad(F.gelu(F.linear(xr, wr, br), approximate="tanh"), (xr, wr, br), grad.float())
     errors = {}
-    for name in ("eager", "specgen_preact", "specgen_recompute"):
+    for name in ("eager", "specgen_preact", "specgen_recompute", *(extra or {})):
         got = calls[name]()
         errors[name] = [((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, want, strict=True)]
     res = kernel_cycle(calls, rounds=rounds)

@@ -346,12 +346,12 @@ def grouped_kernel(
                 cute.nvgpu.warpgroup.fence()
                 for k in range(k_count):
                     ab_pipe.consumer_wait(read)
-                    valid = k_len - k * cfg.tile_k  # the group's K rows in this stage
-                    if valid < cfg.tile_k:  # its last tile runs into the next group's rows: zero them in A's and B's stage
-                        for i in range(tile_tidx, (cfg.tile_k - valid) * cfg.tile_m, cfg.tile_threads):
-                            sA[(i % cfg.tile_m, valid + i // cfg.tile_m, read.index)] = A_DTYPE(0.0)
-                        for i in range(tile_tidx, (cfg.tile_k - valid) * cfg.tile_n, cfg.tile_threads):
-                            sB[(i % cfg.tile_n, valid + i // cfg.tile_n, read.index)] = B_DTYPE(0.0)
+                    hi = cutlass.min(k_len - k * cfg.tile_k, cfg.tile_k)  # the group's rows of this stage end at row hi
+                    if hi < cfg.tile_k:  # its last tile runs into the next group's rows: zero them in A's and B's stage
+                        for i in range(tile_tidx, (cfg.tile_k - hi) * cfg.tile_m, cfg.tile_threads):
+                            sA[(i % cfg.tile_m, hi + i // cfg.tile_m, read.index)] = A_DTYPE(0.0)
+                        for i in range(tile_tidx, (cfg.tile_k - hi) * cfg.tile_n, cfg.tile_threads):
+                            sB[(i % cfg.tile_n, hi + i // cfg.tile_n, read.index)] = B_DTYPE(0.0)
                         cute.arch.fence_proxy("async.shared", space="cta")  # the zeros visible to wgmma (the async proxy)
                         zero_barrier.arrive_and_wait()  # every thread's zeros in before either warpgroup's wgmma reads the stage
                     for kb in cutlass.range_constexpr(k_blocks):

@@ -107,20 +107,22 @@ def test_chain_gradients_against_float64(chain: str, save: str, tmp_path_factory
 
 
 def test_chain_poisoned_buffers(tmp_path_factory) -> None:
+    """NaN-poisoned gradient buffers are written everywhere, with the bits of the backward into new tensors (the
+    kernels sum in a fixed order). Not against float64 here: the clamp's derivative steps at its bounds, so the error
+    bound of test_chain_gradients_against_float64 holds on most draws, not all (one bf16 pre-activation on the other
+    side of a bound moves a whole row of da; on an H200 on 2026-11-28 an unseeded draw gave 1.26 against eager's
+    0.42)."""
     s = spec("biasm_rowcol_silu_clamp", "preact")
     mod = module(s, tmp_path_factory)
     args = data(s, SHAPES[1], seed=1)
-    grad = torch.randn(SHAPES[1][0], SHAPES[1][1], device="cuda").bfloat16()
+    grad = torch.randn(SHAPES[1][0], SHAPES[1][1], device="cuda", generator=torch.Generator(device="cuda").manual_seed(2)).bfloat16()
     pre = mod._forward_pre(*args.values())[1]
-    bufs = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items()}
+    bufs = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items() if isinstance(t, torch.Tensor)}
     got = mod._backward(grad, *args.values(), pre, **bufs)
-    want, theirs = reference(s, args, grad), eager(s, args, grad)
-    for (n, w), g in zip(want.items(), got, strict=True):
-        assert not g.isnan().any(), n
-        # as test_chain_gradients_against_float64 bounds it: the clamp's derivative steps at its bounds, where a
-        # bf16 pre-activation and float64's can fall on either side (eager's error has the same source)
-        e_ours, e_eager = (g.double() - w).abs().max().item(), (theirs[n].double() - w).abs().max().item()
-        assert e_ours <= 2 * e_eager + 2e-2 * w.abs().max().item(), f"d{n}: {e_ours:.4g} vs eager {e_eager:.4g}"
+    fresh = mod._backward(grad, *args.values(), pre)
+    for n, g, f in zip(bufs, got, fresh, strict=True):
+        assert g.data_ptr() == bufs[n].data_ptr() and not g.isnan().any(), n
+        torch.testing.assert_close(g, f, rtol=0, atol=0, msg=lambda m, n=n: f"{n}: {m}")
 
 
 FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

@@ -67,14 +67,21 @@ def test_the_module_renders_its_majors_groups_and_the_boundary_tiles_zeroing(ren
     assert 'B_LAYOUT = LayoutEnum.COL_MAJOR  # spec: b.major = "mn"' in text
     assert "out[g] = epilogue(a[:, K of group g] @ b[K of g])" in text and "(G, M, N) bf16, row-major" in text
     assert "cute.domain_offset((0, start, 0), mA)" in text and "cute.domain_offset((0, start, 0), mB)" in text
-    body = text.split("valid = k_len - k * cfg.tile_k")[1].split("cute.gemm(")[0]
+    body = text.split("hi = cutlass.min(k_len - k * cfg.tile_k, cfg.tile_k)")[1].split("cute.gemm(")[0]
     assert body.index("= A_DTYPE(0.0)") < body.index("= B_DTYPE(0.0)") < body.index('fence_proxy("async.shared"') < \
         body.index("zero_barrier.arrive_and_wait()")
+    assert "K_ALIGN" not in text and "lead" not in body  # M- and N-major: boxes start at any row of K
     assert module.METADATA["groups"] == {"index": "offs", "tail": "untouched", "ragged": "k"}
     _, text_k = rendered["cgk_sizes_k_k"]
     assert 'A_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: a.major = "k"' in text_k
     assert 'B_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: b.major = "k"' in text_k
     assert "end = start + mIndex[g]" in text_k  # the sizes index: the cursor sums them
+    # K-major (f16): a group's K tiles start at the 16-byte boundary at or before its first row (a TMA box starting
+    # mid-16 bytes faulted on the GPU), the previous group's rows in the first tile zeroed as the next's in the last
+    assert "K_ALIGN = 8 " in text_k and "base = start - start % K_ALIGN" in text_k
+    assert "cute.domain_offset((0, base, 0), mA)" in text_k and "cute.domain_offset((0, base, 0), mB)" in text_k
+    body_k = text_k.split("hi = cutlass.min(k_len - k * cfg.tile_k, cfg.tile_k)")[1].split("cute.gemm(")[0]
+    assert "lo = lead" in body_k and body_k.count("= A_DTYPE(0.0)") == 2 and body_k.count("= B_DTYPE(0.0)") == 2
 
 
 M_OUT, N_OUT = 24, 40

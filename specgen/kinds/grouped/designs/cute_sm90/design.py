@@ -148,6 +148,9 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     descriptions: list[str]  # each epilogue op as the docstring and the kernel's comments say it
     spec_json: dict[str, object]
     ragged_k: bool = False
+    # ragged K: each group's K tiles start at a multiple of this many K rows (16 bytes of a K-major operand; 1 where
+    # A and B are both M- / N-major): a TMA box of a K-major operand starting mid-16 bytes is an illegal instruction
+    k_align: int = 1
     gated: bool = False  # a gated epilogue: B (G, K, 2N), gate and up tiles, N outputs
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
@@ -255,6 +258,7 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         acc_registers=r.acc_registers, load_registers=LOAD_REGISTERS, mma_registers=MMA_REGISTERS,
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
         gated=gated is not None, gated_layout=gated.layout if gated is not None else "", ragged_k=ragged_k,
+        k_align=max((16 // op.dtype.bytes for op in (spec.a, spec.b) if ragged_k and op.major == "k"), default=1),
     )
 
 
