@@ -23,7 +23,7 @@ Epilogue, applied in order to each group's f32 accumulator: none
 
 Kernel: tile 128x256x64, 4 TMA stages of A and B, one producer warp and 2 cooperative wgmma
 warpgroups, persistent (one CTA per SM walks the groups' tiles); epilogue in 128x32 subtiles through
-SMEM (2 buffers) and 8-element vector stores predicated on out's rows and columns; 215040 B of SMEM.
+SMEM (2 buffers) and TMA stores into out[g] (clipped at M and N), asynchronous; 215040 B of SMEM.
 The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal input that
 is not (or a strided vector or index) is copied once per call. Tensors sit on the current CUDA device; a wrong
 dtype, shape, major mode or device raises before the kernel launches, naming the argument.
@@ -186,12 +186,16 @@ def grouped_host(
     tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
         _g2s(False), mB, cute.slice_(sB_layout, (None, None, 0)), (cfg.tile_n, cfg.tile_k)
     )
+    mOut = cute.make_tensor(out.iterator, cute.make_layout((out.shape[1], out.shape[2], out.shape[0]), stride=(out.stride[1], out.stride[2], out.stride[0])))
+    tma_out, tOut = cute.nvgpu.cpasync.make_tiled_tma_atom(
+        cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n)
+    )
     # The tile count from shapes alone (the group sizes stay on the device): every (group, M tile, N tile) of out.
     M, N, G = out.shape[1], out.shape[2], offs.shape[0]
     bound = G * ((M + cfg.tile_m - 1) // cfg.tile_m) * ((N + cfg.tile_n - 1) // cfg.tile_n)
     grouped_kernel(
         tma_a, tA, tma_b, tB, offs,
-        out, tiled_mma, sA_layout, sB_layout, sOut_layout, bound, cfg,
+        tma_out, tOut, tiled_mma, sA_layout, sB_layout, sOut_layout, bound, cfg,
     ).launch(grid=(cutlass.min(bound, max_ctas), 1, 1), block=[cfg.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
 
@@ -202,7 +206,8 @@ def grouped_kernel(
     tma_b: cute.CopyAtom,
     mB: cute.Tensor,
     mIndex: cute.Tensor,
-    mOut: cute.Tensor,
+    tma_out: cute.CopyAtom,
+    mOut: cute.Tensor,  # out's (M, N, G) TMA view
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -216,6 +221,7 @@ def grouped_kernel(
     if warp == 0:
         cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
         cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_out)
 
     # --- SMEM and the A/B pipeline (full barrier: TMA bytes landed; empty: every consumer warp done) ------
     storage = cutlass.memory.SmemAllocator().allocate(shared_storage(cfg))
@@ -238,7 +244,7 @@ def grouped_kernel(
     pipeline.pipeline_init_wait(cluster_shape_mn=(1, 1))
 
     # --- the groups' tiles: every role walks work indices bid, bid + grid, ... with its own cursor -------
-    M, N = mOut.shape[1], mOut.shape[2]
+    M, N = mOut.shape[0], mOut.shape[1]
     G = mIndex.shape[0]
     tiles_n = (N + cfg.tile_n - 1) // cfg.tile_n
     K = mA.shape[1]
@@ -299,8 +305,7 @@ def grouped_kernel(
         acc_regs = cute.make_rmem_tensor(tiled_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), ACC_DTYPE)
         k_blocks = cute.size(tCrA, mode=[2])
 
-        # Epilogue copies: registers -> SMEM subtile (stmatrix), then SMEM -> global in 16-byte vectors, a row
-        # segment a thread, each predicated on the group's rows and on N.
+        # Epilogue copies: registers -> SMEM subtile (stmatrix), then SMEM -> out[g] by TMA (the dense kernel's).
         r2s = make_r2s_copy(cfg, tiled_mma)
         thr_r2s = r2s.get_slice(tile_tidx)
         tRS_sOut = thr_r2s.partition_D(sOut)
@@ -309,14 +314,10 @@ def grouped_kernel(
         sub_size = cute.size(sub_shape)
         r_acc = cute.make_rmem_tensor(sub_shape, ACC_DTYPE)
         r_out = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)
-        per_row = cfg.epi_n // cfg.store_vector  # threads along a subtile row
-        s2g = cute.make_tiled_copy_tv(
-            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), OUT_DTYPE, num_bits_per_copy=128),
-            cute.make_layout((cfg.tile_threads // per_row, per_row), stride=(per_row, 1)),
-            cute.make_layout((1, cfg.store_vector)),
+        store_pipe = pipeline.PipelineTmaStore.create(
+            num_stages=cfg.epi_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
         )
-        thr_s2g = s2g.get_slice(tile_tidx)
-        st_crd = thr_s2g.partition_S(cute.make_identity_tensor((cfg.epi_m, cfg.epi_n)))
+        store_warp = 4  # the tile's first warp issues its TMA stores
         epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=cfg.tile_threads)
         zero_barrier = pipeline.NamedBarrier(barrier_id=2, num_threads=cfg.tile_threads)  # a boundary stage zeroed
 
@@ -367,40 +368,34 @@ def grouped_kernel(
                     ab_pipe.consumer_release(release)
                     release.advance()
 
-                # ---- epilogue: subtile by subtile, registers -> fused ops -> SMEM -> predicated stores
-                row0, row_end = mt * cfg.tile_m, M  # out[g]'s rows: all M of them
-                gOut = cute.local_tile(cute.domain_offset((row0, 0), mOut[(g, None, None)]), (cfg.tile_m, cfg.tile_n), (0, nt))
+                # ---- epilogue: subtile by subtile, registers -> fused ops -> SMEM -> TMA store into out[g]
+                gOut = cute.local_tile(mOut, (cfg.tile_m, cfg.tile_n), (None, None, None))  # (tile_m, tile_n, tiles_m, tiles_n, G)
+                gOut_sub = cute.zipped_divide(gOut[(None, None, mt, nt, g)], (cfg.epi_m, cfg.epi_n))
+                bSG_s, bSG_g = cute.nvgpu.cpasync.tma_partition(
+                    tma_out, 0, cute.make_layout(1), cute.group_modes(sOut, 0, 2), gOut_sub
+                )
                 subs_n = cfg.tile_n // cfg.epi_n
                 subs = cfg.tile_m // cfg.epi_m * subs_n
                 for si in cutlass.range_constexpr(subs):
                     sub_crd = (si // subs_n, si % subs_n)  # the order the accumulator's subtiles are retiled in
-                    rows_left = row_end - (row0 + sub_crd[0] * cfg.epi_m)
-                    cols_left = N - (nt * cfg.tile_n + sub_crd[1] * cfg.epi_n)
                     for ei in cutlass.range_constexpr(sub_size):
                         r_acc[ei] = tRS_acc[si * sub_size + ei]
                     acc = r_acc.load()
                     r_out.store(acc.to(OUT_DTYPE))
                     buf = (stored + si) % cfg.epi_stages
                     cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
-                    epi_barrier.arrive_and_wait()  # the subtile is in SMEM
-                    tS = thr_s2g.partition_S(sOut[(None, None, buf)])
-                    tG = thr_s2g.partition_D(cute.local_tile(gOut, (cfg.epi_m, cfg.epi_n), sub_crd))
-                    for i in cutlass.range_constexpr(cute.size(tS, mode=[1])):
-                        for j in cutlass.range_constexpr(cute.size(tS, mode=[2])):
-                            rc = st_crd[(0, i, j)]
-                            if rc[0] < rows_left:  # a row of this group (never another group's)
-                                if rc[1] + cfg.store_vector <= cols_left:
-                                    cute.copy(s2g, tS[(None, i, j)], tG[(None, i, j)])
-                                else:  # the last columns of an N that is no multiple of the vector
-                                    for e in cutlass.range_constexpr(cfg.store_vector):
-                                        if rc[1] + e < cols_left:
-                                            tG[(e, i, j)] = tS[(e, i, j)]
-                    if cutlass.const_expr(cfg.epi_stages == 1):
-                        epi_barrier.arrive_and_wait()  # one buffer: every store has read it
+                    cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA
+                    epi_barrier.arrive_and_wait()
+                    if warp == store_warp:
+                        cute.copy(tma_out, bSG_s[(None, buf)], bSG_g[(None, sub_crd)])
+                        store_pipe.producer_commit()
+                        store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
+                    epi_barrier.arrive_and_wait()
                 stored += subs
                 work += work_stride
             else:
                 work = work_count  # past every tile: work indices only grow
+        store_pipe.producer_tail()  # every TMA store of out done before the CTA exits
 
 
 def _fake_args(variant: int | None) -> tuple:

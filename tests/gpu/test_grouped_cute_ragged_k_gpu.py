@@ -5,8 +5,9 @@ the sizes index, f32 out, on one) on every case of the ragged-K numerics (NaN-po
 band, empty groups first / middle / last / consecutive / all, a group of every K row, a K tile shared by four
 groups, groups of one row, K rows past the last group, strided operands, 256 tiny groups, G = 0) against the float64
 loop; bf16 at training-like sizes off the tile (several K tiles a group, a K tile shared by three groups, empty
-groups first, middle and last) against float64 and torch._grouped_mm's 2-D x 2-D form; and a CUDA graph captured
-once and replayed with new group sizes.
+groups first, middle and last) against float64 and torch._grouped_mm's 2-D x 2-D form; out stored in place by TMA
+(16-byte strides, not staged) inside a NaN band, M below the tile and N off it; and a CUDA graph captured once and
+replayed with new group sizes.
 
 Marked `gpu`: CI (CPU only) deselects them.
 """
@@ -97,6 +98,44 @@ def test_training_sizes_against_float64(name: str, case: str, kernel_dir) -> Non
     for g, size in enumerate(sizes):
         if size == 0 and not spec["epilogue"]:
             assert (got[g] == 0).all(), f"empty group {g} not zero"
+
+
+# (sizes, M, N) of out stored in place by TMA: M below the 64- and 128-row tiles and N off the tile, the vector and
+# the subtile (37 x 29), and M, N of several tiles with partial last ones (200 x 300); empty groups first and last.
+IN_PLACE_SIZES = {
+    "below_tile": ([0, 40, 7, 0], 37, 29),
+    "tiles_off_edge": ([0, 70, 0, 130, 0], 200, 300),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE_SIZES))
+@pytest.mark.parametrize("name", sorted(CUTE_RAGGED_K_FORMS))
+def test_tma_store_in_place_writes_only_out(name: str, case: str, kernel_dir) -> None:
+    """out's subtiles go out by TMA over its (M, N, G) view, clipped at M and N. The numerics cases' out (24-column
+    rows in a 3-column band: 54-byte strides) is staged by the guards; here each out[g] sits in a NaN storage with 16-byte
+    strides, so the kernel stores into the caller's out itself: rows past M (the next group's band, then its out) and
+    columns past N (the band beside each row) must stay NaN."""
+    spec = CUTE_RAGGED_K_FORMS[name]
+    fn = getattr(_load(spec, kernel_dir), name)
+    sizes, m, n = IN_PLACE_SIZES[case]
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    a, b, _, index = _operands(spec, sizes, m, n, gen)
+    args = _args(spec, len(sizes), n, gen)
+    dt = torch.float32 if spec["out"]["dtype"] == "f32" else torch.bfloat16
+    per = 16 // dt.itemsize
+    cols = -(-(n + 3) // per) * per  # at least 3 poisoned columns past each row, 16-byte rows
+    store = torch.full((len(sizes), m + 6, cols), float("nan"), device="cuda", dtype=dt)
+    out = store[:, 3: 3 + m, :n]
+    assert out.data_ptr() % 16 == 0 and all(st * dt.itemsize % 16 == 0 for st in out.stride()[:2])  # not staged
+    got = fn(a, b, index, *args.values(), out=out)
+    assert got is out and not out.isnan().any()
+    band = store.clone()
+    band[:, 3: 3 + m, :n] = float("nan")
+    assert band.isnan().all(), "the TMA store wrote outside out"
+    want = ragged_k(spec, a.double(), b.double(), index, {k: v.cpu() if isinstance(v, torch.Tensor) else v
+                                                         for k, v in args.items()})
+    err = (got.double().cpu() - want).abs().max().item()
+    assert err <= 2e-2 * max(1.0, want.abs().max().item()), (name, case, err)
 
 
 def test_cuda_graph_replays_new_group_sizes(kernel_dir) -> None:

@@ -2,10 +2,11 @@
 g], out (G, M, N); templates/grouped/cute/ragged_k_sm90.jinja) on the CPU: both CUTE_RAGGED_K_FORMS (M- and N-major
 operands on two warpgroups with a per-group bias and a chain; K-major ones, the sizes index, f32 out on one) check
 clean, render their layouts and the boundary tile's SMEM zeroing, and compile for sm_90a through `cute.compile` over
-fake tensors with exactly the plan's SMEM, TMA loads of A and B (UTMALDG), wgmma, no TMA store and no spills (one
-compile per form, shared by the assertions); the launcher (its compiled function replaced by a recorder: no GPU
-here) writes nothing for G = 0 and multiplies zeros of K = 16 for K = 0; the guards name out's (G, M, N) shape. The
-numerics run on the GPU: tests/gpu/test_grouped_cute_ragged_k_gpu.py."""
+fake tensors with exactly the plan's SMEM, TMA loads of A and B (UTMALDG), wgmma, out stored by TMA (UTMASTG, no
+STG: the dense kernel's store over out's (M, N, G) view, not the ragged-M kernel's predicated vector stores) and no
+spills (one compile per form, shared by the assertions); the launcher (its compiled function replaced by a recorder:
+no GPU here) writes nothing for G = 0 and multiplies zeros of K = 16 for K = 0; the guards name out's (G, M, N)
+shape. The numerics run on the GPU: tests/gpu/test_grouped_cute_ragged_k_gpu.py."""
 
 from __future__ import annotations
 
@@ -46,18 +47,22 @@ def rendered(tmp_path_factory) -> dict[str, tuple[object, str]]:
 
 
 @pytest.mark.parametrize("name", sorted(CUTE_RAGGED_K_FORMS))
-def test_each_form_checks_clean_and_compiles_with_tma_loads_and_the_plans_smem(name, rendered, monkeypatch, tmp_path):
+def test_each_form_checks_clean_and_compiles_with_tma_loads_and_stores_and_the_plans_smem(name, rendered, monkeypatch, tmp_path):
     """(The catalogue's moe_wgrad_bf16, M- and N-major with no epilogue, compiles in tests/backends/cute/
     test_cute_compile.py's whole-catalogue test too.)"""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     ls = _load(name)
     assert [d for d in check_all([ls]) if d.severity in ("error", "warning")] == []
-    (r,) = compile_module(rendered[name][0], target_info("cute:sm90"), sass=True, fill_cache=False)
+    module = rendered[name][0]
+    plan_smem = module.METADATA["plan"][90]["smem_bytes"]
+    r = compile_config(module._launcher, name, None, target_info("cute:sm90"), plan_smem, True, False, ops=(*SASS_OPS, "STG"))
     assert not r.error, r
     assert r.compiler_smem == r.plan_smem == resolve(ls.spec, ls.spec.targets[0]).budget.total <= 232448, r
-    assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] == 0, r.sass
+    # out's subtiles leave SMEM by TMA (UTMASTG), not by the ragged-M kernel's predicated vector stores: the kernel
+    # has no STG at all (nothing else it writes lives in global memory)
+    assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] > 0 and r.sass["STG"] == 0, r.sass
     assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
 
 
@@ -72,6 +77,9 @@ def test_the_module_renders_its_majors_groups_and_the_boundary_tiles_zeroing(ren
         body.index("zero_barrier.arrive_and_wait()")
     assert "K_ALIGN" not in text and "lead" not in body  # M- and N-major: boxes start at any row of K
     assert module.METADATA["groups"] == {"index": "offs", "tail": "untouched", "ragged": "k"}
+    # out's subtiles by TMA over its (M, N, G) view (the dense kernel's store macros), no predicated vector store
+    assert "CopyBulkTensorTileS2GOp(), mOut" in text and "(out.shape[1], out.shape[2], out.shape[0])" in text
+    assert "bSG_g[(None, sub_crd)]" in text and "store_pipe.producer_tail()" in text and "s2g" not in text
     _, text_k = rendered["cgk_sizes_k_k"]
     assert 'A_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: a.major = "k"' in text_k
     assert 'B_LAYOUT = LayoutEnum.ROW_MAJOR  # spec: b.major = "k"' in text_k

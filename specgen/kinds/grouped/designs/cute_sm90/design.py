@@ -1,7 +1,7 @@
 """The grouped GEMM in the CuTe DSL for Hopper (sm90, wgmma): ragged M, out[rows of g] = epilogue(A[rows of g] @ B[g]),
 and ragged K (the weight gradient), out[g] = epilogue(A[:, K of g] @ B[K of g]) (templates/grouped/cute/
 ragged_k_sm90.jinja says how: a work item per (group, M tile, N tile), TMA boxes from each group's first K row, the
-last partial K tile zeroed in SMEM past the group's rows before wgmma reads it).
+last partial K tile zeroed in SMEM past the group's rows before wgmma reads it, out[g]'s subtiles stored by TMA).
 
 The kernel (templates/grouped/cute/grouped_sm90.py.jinja) is the dense sm90 design's warp-specialized pipeline
 (kinds/gemm/designs/cute_sm90/design.py; its SMEM stage layouts, tiled wgmma, register -> SMEM epilogue copy and
@@ -20,7 +20,11 @@ epilogue op macros are imported from templates/gemm/cute/, not copied) under a g
   copy), then every tile thread stores 16-byte vectors of them to global memory, each predicated on the group's
   last row and on N. Not TMA: a host-built descriptor cannot follow group ends that live on the device, and
   per-group descriptors rewritten on the device need a global workspace and a descriptor fence per group
-  change; the predicated store needs neither, and writes no row of another group.
+  change; the predicated store needs neither, and writes no row of another group. Ragged K's out (G, M, N) is
+  dense (every out[g] written whole), so there the subtiles go out by TMA as the dense kernel's do (its store
+  pipeline, asynchronous: a tile's stores drain under the next work item's mainloop), through one descriptor over
+  out's (M, N, G) view whose bounds clip the rows past M and the columns past N (SMEM unchanged: the store
+  pipeline's bulk groups hold no barrier).
 - Rows past the last group: `groups.tail = "zero"` walks them as one more group whose tiles skip the mainloop
   and store zeros; "untouched" never visits them.
 
@@ -155,7 +159,7 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
-    aligned_out: bool = True  # the epilogue's 16-byte vector stores want 16-byte rows of out
+    aligned_out: bool = True  # the 16-byte vector stores (ragged M) and TMA stores (ragged K) want 16-byte strides of out
 
     @property
     def any_pingpong(self) -> bool:
@@ -196,9 +200,10 @@ class CuteSm90Grouped(GroupedDesign):
         return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """The dense design's A and B boxes (a gated B: a gate and an up box of tile.n columns each); the output is
-        stored through predicated vector stores."""
-        return CuteSm90Gemm.tma_boxes(self, spec, target)[:2]  # type: ignore[arg-type]
+        """The dense design's A and B boxes (a gated B: a gate and an up box of tile.n columns each); ragged M stores
+        the output through predicated vector stores, ragged K by TMA in the dense design's epilogue subtile box."""
+        boxes = CuteSm90Gemm.tma_boxes(self, spec, target)  # type: ignore[arg-type]
+        return boxes if spec.groups.ragged == "k" else boxes[:2]
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]

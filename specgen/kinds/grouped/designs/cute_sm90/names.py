@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-MODULE_NAMES: frozenset[str] = frozenset({"grouped_host", "grouped_kernel", "VARIANT_CONFIGS"})
+# (K_ALIGN: ragged K's 16-byte row count of a K-major operand)
+MODULE_NAMES: frozenset[str] = frozenset({"K_ALIGN", "grouped_host", "grouped_kernel", "VARIANT_CONFIGS"})
 
 # Every other identifier its code uses beyond the dense CuTe and grouped Triton designs' (an epilogue argument's
 # names must avoid them): the group cursor, the predicated store's copy and coordinates, the persistent grid's bound;
