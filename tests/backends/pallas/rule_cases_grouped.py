@@ -16,13 +16,20 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "out": {"dtype": "f16"}},
      ("error", ["accumulator = f16: the pallas:tpu_v6e grouped kernel accumulates in an f32 VMEM scratch"],
       ("accumulator",))),
-    # TRN001: the TPU grouped design renders a ragged-M spec's backward (session 26), but not a gated op's
+    # TRN001: the TPU grouped design renders a ragged-M spec's backward (session 26), a gated op's too (session 27:
+    # halves, B either major, a bias after the gate or not), but not an fp8 forward's
     ("TRN001", "pallas:tpu_v6e", {**G, "training": {"save": "preact"}, "epilogue": [
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]}, None),
     ("TRN001", "pallas:tpu_v5e", {**G, "training": {"save": "recompute"}, "epilogue": [
-        {"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ["training with a gated epilogue (silu, halves): the Pallas TPU grouped design renders no gated backward "
-                "for pallas:tpu_v5e (the Triton grouped design does)"], ("training",))),
+        {"op": "gated", "fn": "silu", "layout": "halves"}]}, None),
+    ("TRN001", "pallas:tpu_v6e", {**G, "training": {"save": "preact"}, "b": {"dtype": "bf16", "major": "mn"},
+                                  "epilogue": [{"op": "gated", "fn": "gelu_tanh", "layout": "halves"},
+                                               {"op": "bias", "dtype": "f32"}]}, None),
+    ("TRN001", "pallas:tpu_v7x", {**G, "training": {"save": "preact"}, "a": {"dtype": "fp8_e4m3", "major": "k"},
+                                  "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"},
+                                  "epilogue": [{"op": "scale", "by": "rowcol"}]},
+     ("error", ["training with fp8_e4m3 operands (a bf16 backward w.r.t. the dequantized operands): the Pallas TPU "
+                "grouped design renders no backward for it on pallas:tpu_v7x (the Triton design does)"], ("training",))),
     # GRP204: a gated B as halves (K-major: two (tile.n, tile.k) blocks of B's (G, 2, N, K) view; N-major: blocks j and
     # j + N / tile.n of B (G, K, 2N), N checked by the launcher); interleaved refused; no gated op: nothing
     ("GRP204", "pallas:tpu_v5e", {**G, "b": {"dtype": "bf16", "major": "mn"}}, None),

@@ -6,7 +6,9 @@ NaN: a gradient element no kernel writes shows), against float64 torch autograd 
 nothing ran natively; the backward's programs are lowered to Mosaic for TPU on the CPU.
 
 `TPU_TRAINING_FORMS` (tpu_specs.py): bias + GELU-tanh saved (preact, B K-major, tail zero), bias + SiLU recomputed
-(B N-major, offs, an untouched tail with the caller's `out`), bf16 with a bias alone (G = dOut). One
+(B N-major, offs, an untouched tail with the caller's `out`), bf16 with a bias alone (G = dOut); gated (halves: pre
+and G (rows, 2N), dgrad and wgrad over 2N): SwiGLU then a bias saved (B (G, 2N, K) K-major, N = 130), GeGLU-tanh
+recomputed (B (G, K, 2N) N-major, N = 128: the forward's up block j + N / tile.n, offs, an untouched tail). One
 shape (M = 21 rows over 8-row tiles, N = 130 and K = 200 off the 128 blocks, G = 6; and M = 1 for the bf16 form) and
 one jitted gradient a form, over two size cases: empty groups first and last with a row tile shared by four groups, and two empty groups in the
 middle; rows past the last group hold NaN in dOut where the tail is zero (they take no part in the backward)."""
@@ -29,6 +31,7 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 M, N, K, G = 21, 130, 200, 6
+N_GATED_MN = 128  # a gated N-major B's up half starts at block N / tile.n: N a multiple of the block (two N blocks: 2N)
 CASES = {"empty_first_last_tile_shared_by_4": (0, 3, 2, 2, 9, 0), "empty_middle": (5, 0, 0, 11, 0, 3)}
 JNP = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -43,6 +46,10 @@ def has_bias(spec: dict) -> bool:
     return any(op["op"] == "bias" for op in spec["epilogue"])
 
 
+def gated_form(spec: dict) -> bool:
+    return any(op["op"] == "gated" for op in spec["epilogue"])
+
+
 class Problem:
     """Seeded A (M, K), B (G, K, N) logical and stored, a bias (G, N), dOut (M, N); the caller's `out` with an
     untouched tail."""
@@ -51,13 +58,15 @@ class Problem:
         rng = np.random.default_rng(len(spec["name"]) + m)
         dt = JNP[spec["a"]["dtype"]]
         self.spec = spec
+        gated = gated_form(spec)  # B (G, K, 2N): gate columns [0, N), up [N, 2N); N-major: N a multiple of the block
+        n = N_GATED_MN if gated and spec["b"]["major"] == "mn" else N
         self.a = jnp.asarray(rng.standard_normal((m, K)) / np.sqrt(K), dt)
-        self.b_logical = jnp.asarray(rng.standard_normal((G, K, N)), dt)
+        self.b_logical = jnp.asarray(rng.standard_normal((G, K, 2 * n if gated else n)), dt)
         self.b = self.b_logical if spec["b"]["major"] == "mn" else jnp.swapaxes(self.b_logical, 1, 2)
         bias = [op for op in spec["epilogue"] if op["op"] == "bias"]
-        self.bias = jnp.asarray(rng.standard_normal((G, N)), JNP[bias[0]["dtype"]] if bias else jnp.float32)
-        self.dout = rng.standard_normal((m, N))
-        self.base = jnp.asarray(rng.standard_normal((m, N)), JNP[spec["out"]["dtype"]])
+        self.bias = jnp.asarray(rng.standard_normal((G, n)), JNP[bias[0]["dtype"]] if bias else jnp.float32)
+        self.dout = rng.standard_normal((m, n))
+        self.base = jnp.asarray(rng.standard_normal((m, n)), JNP[spec["out"]["dtype"]])
         self.untouched = spec["groups"]["tail"] == "untouched"
 
     def index(self, sizes: tuple[int, ...]) -> jax.Array:
@@ -163,33 +172,51 @@ def ragged_dot_grads(p: Problem, sizes: tuple[int, ...], got: tuple) -> None:
 
 
 
-def test_the_backward_lowers_to_mosaic_for_tpu(modules):
+@pytest.mark.parametrize("name", ["gtt_bias_gelu_tanh_preact", "gtt_swiglu_bias_preact", "gtt_geglu_tanh_recompute_mn"])
+def test_the_backward_lowers_to_mosaic_for_tpu(modules, name):
     """jax.grad of the entry, lowered for TPU on the CPU (interpret=False): every kernel of the forward rule and the
-    backward (pre, dgrad, wgrad, dbias) is a Mosaic tpu_custom_call."""
-    name = "gtt_bias_gelu_tanh_preact"
+    backward (pre, dgrad, wgrad, dbias; the gated forms' over B's 2N columns, recompute's beside the forward's) is a
+    Mosaic tpu_custom_call."""
     mod, p = modules[name], Problem(TPU_TRAINING_FORMS[name])
+    bias = has_bias(p.spec)
 
-    def loss(a, b, bias, index):
-        return mod._call(a, b, index, bias, None, interpret=False).astype(jnp.float32).sum()
+    def loss(a, b, bias_, index):
+        return mod._call(a, b, index, *((bias_,) if bias else ()), None, interpret=False).astype(jnp.float32).sum()
 
     lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(p.a, p.b, p.bias, p.index(CASES["empty_middle"]))
     text = lowered.lower(lowering_platforms=("tpu",)).as_text()
-    assert text.count("tpu_custom_call") >= 4, text.count("tpu_custom_call")
-    assert set(mod.METADATA["training"]["gemms"]) == {"forward_pre", "dgrad", "wgrad", "dbias"}
+    gemms = mod.METADATA["training"]["gemms"]
+    assert text.count("tpu_custom_call") >= len(gemms), text.count("tpu_custom_call")
+    for kernel in ("_pre", "_dgrad", "_wgrad", *(("_dbias",) if bias else ())):
+        assert f"{name}{kernel}" in text, kernel
+    assert set(gemms) == {"forward_pre" if p.spec["training"]["save"] == "preact" else "recompute", "dgrad", "wgrad",
+                          *(("dbias",) if bias else ())}
+    assert ("gated" in mod.METADATA["training"]) == gated_form(p.spec)
 
 
 def test_the_forms_check_clean_and_trn001_refuses_the_rest():
-    """The forms pass check on both TPU targets (their companions through VMEM001 and PAL001 at training.*); a
-    gated op's backward and an fp8 forward's are the grouped Triton design's (TRN001 names it)."""
+    """The forms pass check on both TPU targets (their companions through VMEM001 and PAL001 at training.*; the gated
+    forms' pre, dgrad and wgrad over B's 2N columns); an fp8 forward's backward is the grouped Triton design's
+    (TRN001 names it), an interleaved gated B is refused by the forward's GRP204."""
     def errors(spec: dict) -> list:
         (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<test:{spec['name']}>", ".json")
         return [d for d in check_all([loaded]) if d.severity == "error"]
 
     for spec in TPU_TRAINING_FORMS.values():
         assert errors(spec) == []
-    gated = {**TPU_TRAINING_FORMS["gtt_bias_gelu_tanh_preact"],
-             "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}
-    (d, _) = [d for d in errors(gated) if d.rule == "TRN001"]
-    assert "the Pallas TPU grouped design renders no gated backward" in d.message and "Triton grouped" in d.message
+    gated = TPU_TRAINING_FORMS["gtt_swiglu_bias_preact"]
+    interleaved = {**gated, "epilogue": [{**gated["epilogue"][0], "layout": "interleaved"}, gated["epilogue"][1]]}
+    assert {d.rule for d in errors(interleaved)} == {"GRP204"}
+    fp8 = {**TPU_TRAINING_FORMS["gtt_bias_gelu_tanh_preact"], "a": {"dtype": "fp8_e5m2", "major": "k"},
+           "b": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "bf16"}, "tile": {"m": 32, "n": 128, "k": 128},
+           "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}]}
+    (d, _) = [d for d in errors(fp8) if d.rule == "TRN001"]
+    assert "fp8_e5m2 operands" in d.message and "the Pallas TPU grouped design renders no backward" in d.message
+    # the gated pre GEMM (over 2N: one B block a step, out and the untouched tail's base beside it) through VMEM001,
+    # both sides of v5e's and v6e's 128 MiB
+    for tile, want in (({"m": 1024, "n": 2048, "k": 2048}, set()), ({"m": 2048, "n": 4096, "k": 2048}, {
+            ("VMEM001", "backward forward_pre", "needs 268435456 B of VMEM > 134217728 B")})):
+        big = {**gated, "training": {**gated["training"], "pre": {"tile": tile}}}
+        assert {(d.rule, d.variant, d.message.split(" on ")[0]) for d in errors(big)} == want
     narrow = {**TPU_TRAINING_FORMS["gtt_bias_gelu_tanh_preact"], "training": {"save": "preact"}}  # wgrad on the forward's 8x128x128
     assert {(d.rule, d.variant) for d in errors(narrow)} == {("PAL001", "backward wgrad")}

@@ -95,11 +95,17 @@ def tpu_training_form(name: str, *, save: str, dtype: str = "f32", b: str = "k",
 
 
 # The grouped TPU backward's forms: bias + GELU-tanh saved (preact), B K-major, tail zero; bias + SiLU recomputed,
-# B N-major, offs, an untouched tail; bf16 with a bias alone (G = dOut), B K-major.
+# B N-major, offs, an untouched tail; bf16 with a bias alone (G = dOut), B K-major; gated (halves: pre and G (rows,
+# 2N)): SwiGLU then a bias saved (preact), B (G, 2N, K) K-major, tail zero; GeGLU-tanh recomputed, B (G, K, 2N)
+# N-major (N a multiple of the block), offs, an untouched tail.
 TPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     tpu_training_form("gtt_bias_gelu_tanh_preact", save="preact", epilogue=(
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu_tanh"})),
     tpu_training_form("gtt_bias_silu_recompute_mn", save="recompute", b="mn", index="offs", tail="untouched", epilogue=(
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
     tpu_training_form("gtt_bias_bf16", save="preact", dtype="bf16", epilogue=({"op": "bias", "dtype": "bf16"},)),
+    tpu_training_form("gtt_swiglu_bias_preact", save="preact", epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
+    tpu_training_form("gtt_geglu_tanh_recompute_mn", save="recompute", b="mn", index="offs", tail="untouched", epilogue=(
+        {"op": "gated", "fn": "gelu_tanh", "layout": "halves"},)),
 )}

@@ -92,9 +92,10 @@ class PallasTpuGrouped(GroupedDesign):
     # A gated epilogue: halves (GRP204), a gate and an up block a step: of B's (G, 2, N, K) view (K-major), or of B
     # (G, K, 2N) itself, blocks j and j + N / tile.n (N-major; N a multiple of tile.n, checked when the call traces).
     renders_gated = True
-    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp; a gated op's and an fp8 forward's are the
-    # grouped Triton design's: TRN001)
+    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp), a gated op's too (halves: pre and G
+    # (rows, 2N), dgrad and wgrad over 2N); an fp8 forward's is the grouped Triton design's (TRN001)
     renders_training = True
+    renders_gated_training = True
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.grouped.designs.pallas.compile:compile_module"
     # One module serves every TPU target: their effective configs agree on what shapes it (CFG001).
