@@ -35,6 +35,8 @@ RESERVED: frozenset[str] = frozenset({
     "transcendentals", "bytes_accessed", "preferred_element_type", "static_argnames",
     # a gated backward's: B's 2N columns, pre's halves, dOut, the groups' ends
     "nb", "gate", "dout", "ends", "axis",
+    # an fp8 forward's backward: U and wgrad's scaled G
+    "u", "ga",
 })
 
 # How its templates derive names from an epilogue argument `x`.
