@@ -20,7 +20,9 @@ RECORDS = ["grid_cute_sm90.json", "grid_cute_sm100.json", "grid_mgpu.json", "gri
            "fresh/fresh_triton36_501.jsonl", "fresh/fresh_triton39_502.jsonl", "fresh/fresh_sm90_113_116.json", "fresh/fresh_sm100_103_104.json",
            "fresh/fresh_mgpu_301.json",
            # drawn after REG001's cute:sm90 margin was 24 over, then fitted: it moved the margin to 40
-           "fresh/fresh_sm90_109_112.json"]
+           "fresh/fresh_sm90_109_112.json",
+           # drawn after REG001 made a SiLU's / tanh GELU's hoisted tanh near (`hoist_near`, session 27)
+           "fresh/fresh_sm90_117.json"]
 
 
 @pytest.mark.parametrize("record", RECORDS)

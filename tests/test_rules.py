@@ -73,7 +73,7 @@ APPLIES = {
     "GRP001": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP002": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"},
     "GRP003": TRITON | TPU | {"cute:sm90", "cute:sm100", "pallas:gpu_sm90"}, "GRP101": TRITON, "GRP102": TRITON,
-    "GRP103": TRITON, "GRP201": TPU, "GRP204": TPU,
+    "GRP103": TRITON, "GRP201": TPU, "GRP204": TPU, "GRP205": TPU,
     "GRP301": {"cute:sm90"}, "GRP302": {"cute:sm90"}, "GRP401": {"cute:sm100"}, "GRP402": {"cute:sm100"},
     "MGP001": {"pallas:gpu_sm90"}, "MGP002": {"pallas:gpu_sm90"}, "MGP003": {"pallas:gpu_sm90"},
     "PAL001": TPU, "PAL002": TPU,

@@ -34,6 +34,10 @@ and 19 (140 specs) showed 1 false accept (a ping-pong 128x128 tile with five vec
 residual, 856 B of spills) and 1 false reject; refitted on 17-19, seed 20 (80) showed 1 false accept (an
 8 B spill) and 2 false rejects. The model is a fit to ptxas's scheduling, not a derivation: expect about
 1% false accepts on specs unlike the record's, each an error away once a grid finds it.
+
+2026-11-28 (session 27): a spec of no seed, a 128x224 SiLU tile on f32 out, spilled 4 B at an estimate of 135
+(ptxas hoists the tanh of the whole tile): REG001 makes such configs near (`hoist_near`), not fitted; seed 117
+(100 specs, tests/data/fresh/fresh_sm90_117.json, drawn after): 0 false accepts, 1 false reject with the compiler.
 """
 
 from __future__ import annotations

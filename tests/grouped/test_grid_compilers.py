@@ -47,6 +47,8 @@ RECORDS: dict[str, tuple[Callable[[int, int], list[dict]], int, int]] = {  # rec
     # seed 37 drawn first (it moved no rule), seed 38 drawn after, with the rules as they stand
     "grid_grouped_cute_sm90_k.json": (grouped_cute_sm90_k.grid, 37, 120),  # nvidia-cutlass-dsl 4.8.1, the CPU box
     "fresh/fresh_grouped_cute_sm90_k_38.json": (grouped_cute_sm90_k.grid, 38, 120),
+    # drawn after REG001 made a SiLU's / tanh GELU's hoisted tanh near (`hoist_near`, session 27)
+    "fresh/fresh_grouped_cute_sm90_k_39.json": (grouped_cute_sm90_k.grid, 39, 60),
     "grid_grouped_mgpu_k.json": (grouped_mgpu_k.grid, 37, 120),  # jax 0.10.2, the CPU box
     "fresh/fresh_grouped_mgpu_k_38.json": (grouped_mgpu_k.grid, 38, 120),
 }

@@ -56,6 +56,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE004", "cute:sm90", {"tile": tile(128, 128, 64), "cute": {"schedule": "pingpong", "mma_warpgroups": 2}},
      ("error", ['cute.schedule = "pingpong" gives each of its two consumer warpgroups a whole tile'],
       ("cute", "mma_warpgroups"))),
+    # REG001 (the register model's cases: tests/test_rules.py): a SiLU on an f32 output, 128x224 over two warpgroups,
+    # is an accept the model makes (135 of 232) and a near verdict (its tanh for the whole tile, 112 more registers,
+    # passes 232: `hoist_near`, tests/backends/cute/test_cute_tanh_hoist.py), which check compiles (4 B spilled);
+    # 256x224 is refused on the model's own count (247 > 232; cgrid_116_0007, that tile with a SiLU, a clamp and a
+    # column scale, spilled 8520 B)
+    ("REG001", "cute:sm90", {"tile": tile(128, 224, 64), "cute": {"mma_warpgroups": 2}, "out": {"dtype": "f32"},
+                             "epilogue": [{"op": "activation", "fn": "silu"}]}, None),
+    ("REG001", "cute:sm90", {"tile": tile(256, 224, 64), "out": {"dtype": "f32"},
+                             "epilogue": [{"op": "activation", "fn": "silu"}]},
+     ("error", ["about 247 registers (224 accumulator + 22.1 base; 256 threads share the 256x224 accumulator) > the "
+                "232 setmaxnreg gives it: ptxas spills"], ("tile",))),
     # CUTE005: split-K as the cluster's third dim: at most 8 CTAs, cooperative, always an ordered sum
     ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 4}, "cluster": {"m": 2, "n": 1}}, None),
     ("CUTE005", "cute:sm90", {"tile": tile(64, 64, 64), "schedule": {"split_k": 8}, "cluster": {"m": 2, "n": 1}},

@@ -1,4 +1,4 @@
-"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP204; GRP203, which refused groups along K, retired) and the dense Pallas TPU
+"""The grouped Pallas TPU design's rules on each side of their boundaries: its own (GRP201, GRP204, GRP205; GRP203, which refused groups along K, retired) and the dense Pallas TPU
 design's that it lists (DT003, VMEM001 over the grouped VMEM model, PAL001-PAL003: the same rules, concerning both
 kinds), in tests/test_rules.py's case form (rule, target, spec overrides, expected) over a grouped TPU spec; and
 the VMEM model's figures, the options section, the design's place in the registry and the rule table."""
@@ -29,6 +29,9 @@ ZERO = {"groups": {"index": "sizes", "tail": "zero"}}
 GROUP_BIAS = {"epilogue": [{"op": "bias", "dtype": "bf16"}]}
 SWIGLU = {"op": "gated", "fn": "silu", "layout": "halves"}
 RULE = {r.id: r for r in RULES}
+# an fp8 forward with the rowwise scales (e5m2: DT003 lets v5e multiply it)
+FP8 = {"a": {"dtype": "fp8_e5m2", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"},
+       "epilogue": [{"op": "scale", "by": "rowcol"}]}
 
 # VMEM001 at v5p's 64 MiB: 2 x (2048x1024 + 1024x2048) bf16 A/B = 16 MiB, the f32 accumulator 16 MiB, the output
 # block 2 x 8 MiB and, for an untouched tail, the caller's out block 2 x 8 MiB more: 64 MiB exactly; a per-group
@@ -75,6 +78,11 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("epilogue", 0, "layout"))),
     ("GRP204", "pallas:tpu_v5e", {"a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": "mn"},
                                   "out": {"dtype": "f32"}, "epilogue": [SWIGLU]}, None),
+    # GRP205: an fp8 forward's backward reads the 8-bit A in wgrad's blocks, tile.k rows of it on the sublanes
+    ("GRP205", "pallas:tpu_v5e", {**FP8, "training": {"save": "preact", "wgrad": {"tile": tile(128, 128, 32)}}}, None),
+    ("GRP205", "pallas:tpu_v5e", {**FP8, "training": {"save": "preact", "wgrad": {"tile": tile(128, 128, 16)}}},
+     ("error", ["training.wgrad: the backward reads A (fp8_e5m2) as stored in blocks of 16 rows (tile.k = 16)",
+                "32-row sublane tile"], ("training", "wgrad", "tile", "k"))),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(8, 128, 128)}, None),
     ("PAL001", "pallas:tpu_v5e", {"tile": tile(128, 256, 64)},
      ("error", ["A block 128x64 (bf16) is not divisible by (8, 128) on tpu_v5e"], ("tile",))),
@@ -121,8 +129,8 @@ def test_every_rule_of_the_design_has_both_sides():
     ids = {r.id for r in rules.RULES}
     assert {c[0] for c in CASES if c[3] is None} == {c[0] for c in CASES if c[3] is not None} == ids
     # the dense rules are the same Rule objects, now concerning both kinds
-    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP204"})
-    assert RULE["GRP201"].kinds == RULE["GRP204"].kinds == ("grouped",)
+    assert all(set(RULE[i].kinds) == {"gemm", "grouped"} for i in ids - {"GRP201", "GRP204", "GRP205"})
+    assert RULE["GRP201"].kinds == RULE["GRP204"].kinds == RULE["GRP205"].kinds == ("grouped",)
     assert "GRP203" not in RULE  # retired: the kernel renders groups along K (test_grouped_tpu_k.py)
 
 

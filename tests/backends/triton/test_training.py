@@ -412,3 +412,24 @@ def test_a_broadcast_output_gradient_takes_the_pointer_form(load_kernel, monkeyp
     _, want = reference(spec, args, grad.contiguous())
     for got, name in ((da, "a"), (db, "b"), (dbias, "bias")):
         close(got, want[name], 1e-5, f"d{name}")
+
+
+@pytest.mark.parametrize("n", [200, 300])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_forward_pre_over_two_column_halves(n: int, dtype: str, load_kernel) -> None:
+    """A forward_pre tile of 256 columns stores pre and act(pre) over the accumulator's two halves in turn (a whole
+    tile's stores spilled on the GPU): N = 200 ends inside a tile's second half, N = 300 inside the next tile's
+    first; pre as saved, out and every gradient against float64, both forms (aligned rows: TMA loads)."""
+    spec = training_spec("bias_gelu_tanh", "preact", dtype, pre={"tile": {"m": 32, "n": 256, "k": 16}})
+    mod = load_kernel(spec)
+    assert mod.METADATA["training"]["kernels"]["forward_pre"]["tile"] == [32, 256, 16]
+    args = inputs(spec, (40, n, 40), seed=5)
+    grad = torch.randn(40, n, generator=torch.Generator().manual_seed(6)).to(args["a"].dtype)
+    want_out, want = reference(spec, args, grad)
+    out, pre = mod._forward_pre(*args.values())
+    want_pre = args["a"].double() @ args["b"].double() + args["bias"].double()
+    close(pre, want_pre, 1e-5 if dtype == "f32" else 4e-3, "pre")
+    close(out, want_out, 1e-5 if dtype == "f32" else 4e-3, "out")
+    out, grads = run(getattr(mod, spec["name"]), args, grad)
+    for name in args:
+        close(grads[name], want[name], 1e-5 if dtype == "f32" else 1e-2, f"d{name}")

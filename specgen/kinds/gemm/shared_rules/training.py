@@ -16,7 +16,8 @@ GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIN
 
 
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training_on(info)), (KIND, GROUPED)))
+            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training_on(info)
+                                           and d.renders_chain_training), (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
@@ -28,9 +29,10 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
-    The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's; its
-    Pallas TPU design renders it too (session 26: no gated op, no fp8 forward; a jax.custom_vjp), its CuTe and Mosaic
-    GPU designs the forward only."""
+    The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
+    chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
+    op's since session 27, halves as its forward's GRP204; no fp8 forward), its CuTe and Mosaic GPU designs the forward
+    only. The rule concerns every target where a design serving it lacks one of the three."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)

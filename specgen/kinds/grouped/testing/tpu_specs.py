@@ -94,12 +94,37 @@ def tpu_training_form(name: str, *, save: str, dtype: str = "f32", b: str = "k",
     return s
 
 
+def fp8_training_form(name: str, *, a: str, b: str, b_major: str, save: str, targets: list[str], index: str = "sizes",
+                      tail: str = "zero", epilogue: tuple = ()) -> dict:
+    """An fp8 ragged-M TPU spec (rowwise scales first) with a `training` section: bf16 out, 32x128x128 blocks (an
+    8-bit block's sublane tile is 32 rows), wgrad on (128, 128, 32) blocks: it reads the 8-bit A as stored, the
+    groups' rows on its sublanes."""
+    s = spec(name, a={"dtype": a, "major": "k"}, b={"dtype": b, "major": b_major}, out={"dtype": "bf16"},
+             tile=TPU_FP8_TILE, targets=targets, groups={"index": index, "tail": tail}, epilogue=[dict(op) for op in epilogue])
+    s["training"] = {"save": save, "wgrad": {"tile": {"m": 128, "n": 128, "k": 32}}}
+    return s
+
+
 # The grouped TPU backward's forms: bias + GELU-tanh saved (preact), B K-major, tail zero; bias + SiLU recomputed,
-# B N-major, offs, an untouched tail; bf16 with a bias alone (G = dOut), B K-major.
+# B N-major, offs, an untouched tail; bf16 with a bias alone (G = dOut), B K-major; gated (halves: pre and G (rows,
+# 2N)): SwiGLU then a bias saved (preact), B (G, 2N, K) K-major, tail zero; GeGLU-tanh recomputed, B (G, K, 2N)
+# N-major (N a multiple of the block), offs, an untouched tail; fp8 forwards (a bf16 backward w.r.t. the dequantized
+# operands): e4m3 x e5m2 on v7x with a bias and GELU-tanh saved, B K-major; e5m2 on v5e / v6e with SiLU recomputed,
+# B N-major, offs, an untouched tail.
 TPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     tpu_training_form("gtt_bias_gelu_tanh_preact", save="preact", epilogue=(
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu_tanh"})),
     tpu_training_form("gtt_bias_silu_recompute_mn", save="recompute", b="mn", index="offs", tail="untouched", epilogue=(
         {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
     tpu_training_form("gtt_bias_bf16", save="preact", dtype="bf16", epilogue=({"op": "bias", "dtype": "bf16"},)),
+    tpu_training_form("gtt_swiglu_bias_preact", save="preact", epilogue=(
+        {"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
+    tpu_training_form("gtt_geglu_tanh_recompute_mn", save="recompute", b="mn", index="offs", tail="untouched", epilogue=(
+        {"op": "gated", "fn": "gelu_tanh", "layout": "halves"},)),
+    fp8_training_form("gtt_fp8_mix_bias_gelu_tanh_preact", a="fp8_e4m3", b="fp8_e5m2", b_major="k", save="preact",
+                      targets=["pallas:tpu_v7x"], epilogue=(
+                          {"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "gelu_tanh"})),
+    fp8_training_form("gtt_fp8_e5m2_silu_recompute_mn", a="fp8_e5m2", b="fp8_e5m2", b_major="mn", save="recompute",
+                      targets=["pallas:tpu_v5e", "pallas:tpu_v6e"], index="offs", tail="untouched", epilogue=(
+                          {"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "silu"})),
 )}

@@ -33,7 +33,7 @@ RESERVED: frozenset[str] = frozenset({
     "BLOCK_P", "BLOCK_Q", "BLOCK_R", "P", "Q", "R", "_pre_grad", "axis", "ctx", "dout", "da", "db",
     "dbias_flat", "dout_ptr", "g", "g_ptr", "grad", "grads", "inputs", "mask_p", "mask_q", "need",
     "need_a", "need_b", "offs_p", "offs_q", "offs_r", "output", "pid_p", "pid_q", "pre",
-    "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_dm", "stride_dn",
+    "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_dm", "stride_dn", "acc_lo", "acc_hi", "offs_h", "mask_h",
     "stride_gm", "stride_gn", "stride_pm", "stride_pn", "training", "strict", "x_desc", "y_desc", "dst_ptr", "dst", "D_TMA", "D_T",
     "x_ptr", "y_ptr", "x_ptrs", "y_ptrs", "stride_xp", "stride_xr", "stride_yr", "stride_yq", "stride_dstp", "stride_dstq",
     "X_T", "Y_T", "r0", "y", "src", "src_ptr", "stride_srcm", "stride_srcn", "FORM_G", "HAS_DBIAS", "form", "has_dbias",

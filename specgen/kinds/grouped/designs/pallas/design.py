@@ -92,9 +92,12 @@ class PallasTpuGrouped(GroupedDesign):
     # A gated epilogue: halves (GRP204), a gate and an up block a step: of B's (G, 2, N, K) view (K-major), or of B
     # (G, K, 2N) itself, blocks j and j + N / tile.n (N-major; N a multiple of tile.n, checked when the call traces).
     renders_gated = True
-    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp; a gated op's and an fp8 forward's are the
-    # grouped Triton design's: TRN001)
+    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp), a gated op's too (halves: pre and G
+    # (rows, 2N), dgrad and wgrad over 2N) and an fp8 forward's (in the output's dtype, w.r.t. the dequantized
+    # operands: GRP205 checks the 8-bit blocks its GEMMs read): every chain the grouped kind's `training` takes
     renders_training = True
+    renders_gated_training = True
+    renders_chain_training = True
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.grouped.designs.pallas.compile:compile_module"
     # One module serves every TPU target: their effective configs agree on what shapes it (CFG001).
@@ -160,6 +163,7 @@ class GroupedTpuPlan(GroupedHostOperands, ModuleHeader):
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
     training: object | None = None  # a `training` backward (training.py: GroupedTpuTrainingPlan), behind a custom_vjp
+    convert: bool = False  # a companion of an fp8 forward's backward: an operand may be 8-bit, converted in the kernel
 
 
 

@@ -9,7 +9,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "BLOCK_M", "BLOCK_N", "BLOCK_K", "TAIL_ZERO", "_kernel", "_build", "_call", "bool",
     # a training module's (templates/grouped/pallas/backward_tpu.jinja): the companions' kernels and the custom_vjp
     "OPERAND", "_pre_kernel", "_pre_build", "_dgrad_kernel", "_dgrad_build", "_wgrad_kernel", "_wgrad_build",
-    "_dbias_kernel", "_dbias_build", "_meta", "_inside", "_train", "_train_fwd", "_train_bwd",
+    "_dbias_kernel", "_dbias_build", "_meta", "_inside", "_train", "_train_fwd", "_train_bwd", "_dims",
+    # a gated backward's (saved pre, a bias after the gate): each row's group
+    "_row_groups",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -31,6 +33,10 @@ RESERVED: frozenset[str] = frozenset({
     "tpu", "memory_space", "grid", "grid_spec", "num_scalar_prefetch", "out_shape", "out_specs", "scratch_shapes",
     "compiler_params", "dimension_semantics", "vmem_limit_bytes", "cost_estimate", "flops",
     "transcendentals", "bytes_accessed", "preferred_element_type", "static_argnames",
+    # a gated backward's: B's 2N columns, pre's halves, dOut, the groups' ends
+    "nb", "gate", "dout", "ends", "axis",
+    # an fp8 forward's backward: U and wgrad's scaled G
+    "u", "ga",
 })
 
 # How its templates derive names from an epilogue argument `x`.

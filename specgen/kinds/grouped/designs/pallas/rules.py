@@ -2,7 +2,8 @@
 concerning both kinds: they read sections the grouped spec has, `tile`, `pipeline`, the operands' dtypes and
 majors, `pallas.vmem_limit_bytes`), on the grouped kernel's VMEM budget (design.py `tpu_memory`): the MXU's
 dtypes DT003, the VMEM budget VMEM001, block shapes PAL001, MXU alignment PAL002 (warning), buffering depth
-PAL003; and its own, GRP201 (the f32 accumulator) and GRP204 (a gated epilogue's B: halves). GRP203 (groups of rows
+PAL003; and its own, GRP201 (the f32 accumulator), GRP204 (a gated epilogue's B: halves) and GRP205 (an fp8
+forward's backward: wgrad's 8-bit A blocks). GRP203 (groups of rows
 only) is retired (session 26): the kernel renders groups along K too (megablox's `tgmm`, the weight gradient:
 templates/grouped/pallas/tpu_k.jinja), whose blocks are the dense kernel's A (M, K) / (K, M), B (N, K) / (K, N) and
 (tile.m, tile.n) out blocks, so PAL001 and VMEM001 (design.py `tpu_memory`: no base block) check it as they stand.
@@ -60,6 +61,25 @@ def tpu_gated_b(ctx: RuleContext) -> Iterator[Finding]:
                       f"gate block of the {ctx.target} grouped kernel is every other row of B, a block of 1 row on the "
                       "sublane dim of a (G, N, 2, K) view, which TPU blocks (8 x 128 tiles) do not take",
                       'set layout = "halves" (gate rows [0, N), up rows [N, 2N))', ("epilogue", 0, "layout"))
+
+
+@OWN.rule("GRP205", "an fp8 forward's TPU backward reads the 8-bit A in wgrad's blocks", target_of(DESIGN))
+def tpu_fp8_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
+    """An fp8 forward's backward (session 27; designs/pallas/training.py) runs its GEMMs in the output's dtype, so
+    check takes dgrad and wgrad as GEMMs of that dtype (VMEM001, PAL001 at `training.*`); but dgrad reads B and wgrad
+    A as stored, 8-bit, and converts each block in the kernel. wgrad's A block has the groups' rows on its sublanes,
+    `training.wgrad.tile.k` of them, which must be a multiple of the 8-bit sublane tile (32: PAL001's rule for the
+    dtype, jax `pallas/mosaic/lowering.py`), where PAL001 on the 16-bit companion asks 8 or 16. dgrad's B block needs
+    no rule of its own: its rows (tile.k for a K-major B, tile.n for an N-major one) are the lanes of G's or of dA's
+    block, which PAL001 makes multiples of 128."""
+    t, s = getattr(ctx.spec, "training", None), ctx.spec
+    if t is None or not s.a.dtype.is_fp8:
+        return
+    rows, sub = (t.wgrad.tile or s.tile).k, dense.tpu_sublanes(ctx, s.a.dtype)
+    if rows % sub:
+        yield Finding("GRP205", "error", f"training.wgrad: the backward reads A ({s.a.dtype}) as stored in blocks of "
+                      f"{rows} rows (tile.k = {rows}), not a multiple of the {sub}-row sublane tile of an 8-bit block "
+                      f"on {ctx.target}", f"set training.wgrad.tile.k to a multiple of {sub}", ("training", "wgrad", "tile", "k"))
 
 
 RULES = [*SHARED, *OWN]

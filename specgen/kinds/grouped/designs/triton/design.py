@@ -70,6 +70,9 @@ class TritonGrouped(GroupedDesign):
     renders_gated = True  # a gated epilogue: B (G, K, 2N) into N outputs (EPI001 elsewhere, EPI002 its limits)
     renders_training = True  # a `training` backward (training.py in this package; TRN001 elsewhere)
     renders_gated_training = True  # a gated epilogue's too (pre and G over B's 2N columns)
+    # and an fp8 forward's (rowwise scales): every chain the grouped kind's `training` takes (it refuses the rest at
+    # load), so TRN001 has nothing to refuse here
+    renders_chain_training = True
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
     # `specgen tune`'s knobs: the dense Triton kernel's (block shape, warps, pipeline depth), which the grouped
