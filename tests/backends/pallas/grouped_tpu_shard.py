@@ -11,10 +11,12 @@ replicated; an untouched tail's caller `out` is sharded with the rows. The step,
 - check_vma=False: jax.grad of each shard's loss; the step psums B's and the bias's gradients itself.
 OUT gets each mode's gradients (f32, npz) and OUT.json the number of psums in each mode's jaxpr (the loss's with
 check_vma=True, one per replicated argument: a kernel output typed as not varying would add one, its cotangent
-summed over the mesh)."""
+summed over the mesh) and the backward kernels named in the native entry's step (interpret=False, check_vma=True)
+lowered for TPU."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -58,7 +60,7 @@ def main(job: str, out: str) -> None:
 
     mesh = jax.make_mesh((len(jax.devices()),), ("x",))
     rows = P("x", None)
-    results, psums = {}, {}
+    results, psums, lowered = {}, {}, {}
     with open(job) as fh:
         cases = json.load(fh)
     for i, case in enumerate(cases):
@@ -83,9 +85,14 @@ def main(job: str, out: str) -> None:
             psums[case["name"]].append(len(re.findall(r"\bpsum\w*\[", str(f.trace(*placed).jaxpr))))
             for j, g in enumerate(f(*placed)):
                 results[f"{case['name']}/{check_vma}/{j}"] = np.asarray(jnp.asarray(g, jnp.float32))
+        # the native entry's step (check_vma=True) lowered for TPU: each backward kernel's Mosaic call, by name
+        native = jax.jit(jax.shard_map(step_fn(functools.partial(fn, interpret=False), case, True), mesh=mesh,
+                                       in_specs=tuple(specs), out_specs=tuple(specs[:-2])))
+        text = native.trace(*placed).lower(lowering_platforms=("tpu",)).as_text()
+        lowered[case["name"]] = sorted(k for k in ("_pre", "_dgrad", "_wgrad", "_dbias") if f"{case['name']}{k}" in text)
     np.savez(out, **results)
     with open(out + ".json", "w") as fh:
-        json.dump(psums, fh)
+        json.dump({"psums": psums, "lowered": lowered}, fh)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ untouched tail's caller `out` is sharded with the rows. jax.grad under jax.jit o
 in both vma modes (check_vma=True: B's and the bias's gradients come back summed over the mesh by the entry's casts;
 False: each shard's, which the step psums), against float64 torch autograd of the whole problem (every shard's
 per-group loop, B and the bias shared): dA and out's per shard, dB and dbias summed over the shards. The traced step
-has one psum per replicated argument plus the loss's (check_vma=True): no kernel output typed as not varying."""
+has one psum per replicated argument plus the loss's (check_vma=True): no kernel output typed as not varying. The
+native entry's step (interpret=False) lowers to Mosaic for TPU on the CPU."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def sharded(tmp_path_factory) -> tuple[dict, dict, dict]:
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("grouped_tpu_shard.py")), str(tmp / "job.json"),
-                           str(tmp / "out.npz")], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           str(tmp / "out.npz")], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return data, dict(np.load(tmp / "out.npz")), json.loads((tmp / "out.npz.json").read_text())
 
@@ -111,10 +112,21 @@ def sharded(tmp_path_factory) -> tuple[dict, dict, dict]:
 def test_the_step_has_no_psum_but_the_loss_and_the_replicated_weights(sharded) -> None:
     """check_vma=True: the loss's psum and one per replicated argument (the entry's casts' transposes: B, the bias);
     False: the step's own, one per replicated argument."""
-    _, _, psums = sharded
+    _, _, found = sharded
     for name in FORMS:
         replicated = 1 + form(TPU_TRAINING_FORMS[name])[1]
-        assert psums[name] == [replicated + 1, replicated], name
+        assert found["psums"][name] == [replicated + 1, replicated], name
+
+
+def test_the_native_step_lowers_to_mosaic_for_tpu(sharded) -> None:
+    """The native entry's step (interpret=False: no branches, the kernels as outside shard_map) under shard_map with
+    check_vma=True, lowered for TPU on the CPU: every backward kernel of the form a Mosaic call, named."""
+    _, _, found = sharded
+    for name in FORMS:
+        spec = TPU_TRAINING_FORMS[name]
+        pre = ["_pre"] if any(op["op"] in ("activation", "gated") for op in spec["epilogue"]) else []  # G = dOut else
+        want = sorted([*pre, "_dgrad", "_wgrad", *(["_dbias"] if form(spec)[1] else [])])
+        assert found["lowered"][name] == want, name
 
 
 @pytest.mark.parametrize("check_vma", [True, False])
