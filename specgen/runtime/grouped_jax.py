@@ -127,7 +127,6 @@ def k_group_metadata(sizes: jax.Array, k: int, block_k: int) -> tuple[jax.Array,
     return offsets, group, tile
 
 
-
 def interpreted_under_shard_map(varying: frozenset, interpret: object) -> bool:
     """Whether a grouped TPU pallas_call runs in Pallas's plain (HLO) interpreter under `jax.shard_map` with
     check_vma (`varying`: the mesh axes its arguments vary over): its kernel then runs a visit's math inside a
