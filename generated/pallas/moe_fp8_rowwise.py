@@ -75,45 +75,54 @@ TAIL_ZERO = False
 # Grid step (j, v, kk): N block j, tile visit v, K step kk. The scalar-prefetched group metadata
 # (specgen/runtime/grouped_jax.py, `group_metadata`) says which group visit v serves (`groups[v]`; G where none)
 # and which row tile (`tiles[v]`); group g holds rows [offsets[g], offsets[g + 1]).
-def _kernel(offsets_ref, groups_ref, tiles_ref, a_ref, b_ref, scale_a_ref, scale_b_ref, *refs, has_base: bool, g_total: int, blk_m: int, k_total: int, block_k: int):
+def _kernel(offsets_ref, groups_ref, tiles_ref, a_ref, b_ref, scale_a_ref, scale_b_ref, *refs, has_base: bool, g_total: int, blk_m: int, k_total: int, block_k: int, branch: bool):
     # The caller's `out`, where given, comes before the output and the scratch: its block holds the tile's values
     # before this call.
     base_ref, out_ref, acc_ref = refs if has_base else (None, *refs)
     v, kk = pl.program_id(1), pl.program_id(2)
-    group = groups_ref[v]
-    real = group < g_total  # a visit past the groups computes nothing and stores no result
+    last_k = pl.num_programs(2) - 1
+    # Pallas's plain interpreter under jax.shard_map (`branch`, static) runs the visit's math inside a pl.when: it
+    # types the grid indices as not varying, the group metadata as varying over the mesh, and refuses an op mixing
+    # them outside a branch (specgen/runtime/grouped_jax.py, `index_maps_in_branches`). The grid indices are read
+    # out here (program_id inside a branch has no lowering in that interpreter).
 
-    @pl.when(kk == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+    def _visit():
+        group = groups_ref[v]
+        real = group < g_total  # a visit past the groups computes nothing and stores no result
 
-    @pl.when(real)
-    def _accumulate():
-        a = a_ref[...]
-        b = b_ref[...]
-        if k_total % block_k:  # static: the last K block reads past K, so zero both operands there
-            valid = k_total - kk * block_k
-            a = jnp.where(lax.broadcasted_iota(jnp.int32, a.shape, 1) < valid, a, jnp.zeros_like(a))
-            b = jnp.where(lax.broadcasted_iota(jnp.int32, b.shape, 1) < valid, b, jnp.zeros_like(b))
-        # A is k-major (K on axis 1), B[g] k-major (K on axis 1).
-        acc_ref[...] += lax.dot_general(a, b, (((1,), (1,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+        @pl.when(kk == 0)
+        def _init():
+            acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
 
-    @pl.when(kk == pl.num_programs(2) - 1)
-    def _store():
-        # A row tile shared by several groups is visited once per group, in a row, and the output block stays in
-        # VMEM across those visits (its index does not change): each visit writes its own group's rows only and
-        # keeps the rest, so the tile leaves VMEM holding every group's rows. The rest of a tile's first visit
-        # starts from the caller's out where given (the tail keeps its values), else from what the buffer held.
-        row_tile = tiles_ref[v]
-        first_visit = (v == 0) | (row_tile != tiles_ref[jnp.maximum(v - 1, 0)])
-        g = jnp.minimum(group, g_total - 1)
-        rows = row_tile * blk_m + lax.broadcasted_iota(jnp.int32, out_ref.shape, 0)
-        mine = real & (rows >= offsets_ref[g]) & (rows < offsets_ref[g + 1])
-        acc = acc_ref[...]
-        acc = acc * scale_a_ref[...] * scale_b_ref[...]
-        kept = (jnp.where(first_visit, base_ref[...], out_ref[...]) if has_base else out_ref[...])
-        out_ref[...] = jnp.where(mine, acc.astype(out_ref.dtype), kept)
+        @pl.when(real)
+        def _accumulate():
+            a = a_ref[...]
+            b = b_ref[...]
+            if k_total % block_k:  # static: the last K block reads past K, so zero both operands there
+                valid = k_total - kk * block_k
+                a = jnp.where(lax.broadcasted_iota(jnp.int32, a.shape, 1) < valid, a, jnp.zeros_like(a))
+                b = jnp.where(lax.broadcasted_iota(jnp.int32, b.shape, 1) < valid, b, jnp.zeros_like(b))
+            # A is k-major (K on axis 1), B[g] k-major (K on axis 1).
+            acc_ref[...] += lax.dot_general(a, b, (((1,), (1,)), ((), ())),
+                                            preferred_element_type=jnp.float32)
+
+        @pl.when(kk == last_k)
+        def _store():
+            # A row tile shared by several groups is visited once per group, in a row, and the output block stays in
+            # VMEM across those visits (its index does not change): each visit writes its own group's rows only and
+            # keeps the rest, so the tile leaves VMEM holding every group's rows. The rest of a tile's first visit
+            # starts from the caller's out where given (the tail keeps its values), else from what the buffer held.
+            row_tile = tiles_ref[v]
+            first_visit = (v == 0) | (row_tile != tiles_ref[jnp.maximum(v - 1, 0)])
+            g = jnp.minimum(group, g_total - 1)
+            rows = row_tile * blk_m + lax.broadcasted_iota(jnp.int32, out_ref.shape, 0)
+            mine = real & (rows >= offsets_ref[g]) & (rows < offsets_ref[g + 1])
+            acc = acc_ref[...]
+            acc = acc * scale_a_ref[...] * scale_b_ref[...]
+            kept = (jnp.where(first_visit, base_ref[...], out_ref[...]) if has_base else out_ref[...])
+            out_ref[...] = jnp.where(mine, acc.astype(out_ref.dtype), kept)
+
+    pl.when(kk >= 0)(_visit) if branch else _visit()
 
 
 @functools.cache
@@ -134,8 +143,12 @@ def _build(m: int, n: int, k: int, g_total: int, has_base: bool, varying: frozen
     if has_base:  # the caller's out: its block is read at a row tile's first visit
         in_specs.append(out_spec)
     visits = _gj.tiles_bound(m, g_total, blk_m)
+    # Pallas's plain interpreter under jax.shard_map: the visit's math and the index maps inside a branch
+    branch = _gj.interpreted_under_shard_map(varying, interpret)
+    in_specs, out_spec = _gj.index_maps_in_branches(branch, in_specs, out_spec)
     return pl.pallas_call(
-        functools.partial(_kernel, has_base=has_base, g_total=g_total, blk_m=blk_m, k_total=k, block_k=blk_k),
+        functools.partial(_kernel, has_base=has_base, g_total=g_total, blk_m=blk_m, k_total=k, block_k=blk_k,
+                          branch=branch),
         out_shape=_rt.out_struct((m, n), jnp.bfloat16, varying),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=3,

@@ -125,3 +125,35 @@ def k_group_metadata(sizes: jax.Array, k: int, block_k: int) -> tuple[jax.Array,
     tile = jnp.where(v < real, tile, tile[jnp.maximum(real - 1, 0)]).astype(jnp.int32)
     group = jnp.where(v < real, group, groups).astype(jnp.int32)
     return offsets, group, tile
+
+
+def interpreted_under_shard_map(varying: frozenset, interpret: object) -> bool:
+    """Whether a grouped TPU pallas_call runs in Pallas's plain (HLO) interpreter under `jax.shard_map` with
+    check_vma (`varying`: the mesh axes its arguments vary over): its kernel then runs a visit's math inside a
+    pl.when and its index maps go through `index_maps_in_branches`."""
+    return bool(varying) and interpret is True
+
+
+def index_maps_in_branches(on: bool, in_specs: list, out_spec: Any) -> tuple[list, Any]:
+    """With `on` (`interpreted_under_shard_map`): every BlockSpec's index map computed inside a `lax.cond` on its
+    first grid index (always true); otherwise unchanged (a native TPU call, or no vma typing: check_vma=False).
+
+    Pallas traces index maps and kernels with check_vma off (every value typed as not varying), and jax 0.10's HLO
+    interpreter evaluates them primitive by primitive on values typed as the call's arguments vary: the
+    scalar-prefetched group metadata varies over the mesh (each shard's group sizes), the grid indices do not, so
+    `groups[v]`, a dynamic slice of one by the other, is refused ("Primitive dynamic_slice requires varying manual
+    axes to match"). A cond's branch is lowered as traced, its operands not checked against each other (as the dense
+    TPU kernels' pl.when steps): the same values, computed inside one."""
+    if not on:
+        return in_specs, out_spec
+    import dataclasses
+
+    def index_map(fn: Any) -> Any:
+        def branch(*ix: Any) -> Any:
+            return jax.lax.cond(ix[0] >= 0, lambda: fn(*ix), lambda: fn(*ix))
+        return branch
+
+    def spec(s: Any) -> Any:
+        return s if getattr(s, "index_map", None) is None else dataclasses.replace(s, index_map=index_map(s.index_map))
+
+    return [spec(s) for s in in_specs], spec(out_spec)

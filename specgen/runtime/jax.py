@@ -27,11 +27,12 @@ def strict_interpret() -> object:
 def interpret_mode(flag: object, varying: frozenset = frozenset()) -> object:
     """None: native on a TPU, else the strict interpreter (Pallas's plain one under `jax.shard_map`,
     where the strict one, simulating every device of the mesh together, stalls on jax 0.10 CPU
-    devices); True: Pallas's plain interpreter; False: native; an `InterpretParams` passes through."""
+    devices: `varying` non-empty with check_vma, the abstract mesh's manual axes without it);
+    True: Pallas's plain interpreter; False: native; an `InterpretParams` passes through."""
     if flag is None:
         if jax.default_backend() == "tpu":
             return False
-        return True if varying else strict_interpret()
+        return True if varying or jax.sharding.get_abstract_mesh().manual_axes else strict_interpret()
     return flag
 
 

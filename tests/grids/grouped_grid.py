@@ -24,23 +24,8 @@ ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
 def epilogue(rng: random.Random, out: str) -> list[dict]:
     """A grouped chain from none to six ops, each runtime argument named apart: (G, N) bias and column scales
     (gathered at the group's row), a router row scale (M,), scalar scales, activations, clamp, cast."""
-    chain: list[dict] = []
-    for i in range(rng.choice([0, 0, 1, 1, 2, 2, 3, 4, 5, 6])):
-        op = rng.choice(["bias", "bias", "col", "row", "scalar", "activation", "activation", "clamp", "cast"])
-        if op == "bias":
-            chain.append({"op": "bias", "dtype": rng.choice(["f32", "bf16"]), "name": f"bias{i}"})
-        elif op in ("col", "row"):
-            chain.append({"op": "scale", "by": op, "name": f"{op}_s{i}"})
-        elif op == "scalar":
-            chain.append(rng.choice([{"op": "scale", "by": "scalar", "value": 0.5},
-                                     {"op": "scale", "by": "scalar", "name": f"alpha{i}"}]))
-        elif op == "activation":
-            chain.append({"op": "activation", "fn": rng.choice(ACTIVATIONS)})
-        elif op == "clamp":
-            chain.append(rng.choice([{"op": "clamp", "min": -4.0, "max": 4.0}, {"op": "clamp", "max": 6.0}]))
-        else:
-            chain.append({"op": "cast", "dtype": rng.choice(["bf16", "f16"] if out != "f32" else ["bf16", "f32"])})
-    return chain
+    return draw_chain(rng, out, [0, 0, 1, 1, 2, 2, 3, 4, 5, 6],
+                      ["bias", "bias", "col", "row", "scalar", "activation", "activation", "clamp", "cast"])
 
 
 def stages_near_fit(rng: random.Random, tile: dict[str, int], elem_bytes: int = 2) -> int | str:
@@ -67,11 +52,20 @@ def common(rng: random.Random, name: str, target: str) -> dict:
 def ragged_k_epilogue(rng: random.Random, out: str) -> list[dict]:
     """A ragged-K chain (the weight gradient's: what the spec takes there) from none to five ops: a per-group bias
     (G, N), scalar scales, activations (the erf GELU among them), clamp, cast."""
+    return draw_chain(rng, out, [0, 0, 0, 1, 1, 2, 2, 3, 4, 5],
+                      ["bias", "bias", "scalar", "activation", "activation", "clamp", "cast"])
+
+
+def draw_chain(rng: random.Random, out: str, lengths: list[int], ops: list[str]) -> list[dict]:
+    """A chain of rng.choice(lengths) ops, each drawn from `ops` (both chains above: the same draws as when each
+    wrote this loop itself, so a seed's specs are unchanged)."""
     chain: list[dict] = []
-    for i in range(rng.choice([0, 0, 0, 1, 1, 2, 2, 3, 4, 5])):
-        op = rng.choice(["bias", "bias", "scalar", "activation", "activation", "clamp", "cast"])
+    for i in range(rng.choice(lengths)):
+        op = rng.choice(ops)
         if op == "bias":
             chain.append({"op": "bias", "dtype": rng.choice(["f32", "bf16"]), "name": f"bias{i}"})
+        elif op in ("col", "row"):
+            chain.append({"op": "scale", "by": op, "name": f"{op}_s{i}"})
         elif op == "scalar":
             chain.append(rng.choice([{"op": "scale", "by": "scalar", "value": 0.5},
                                      {"op": "scale", "by": "scalar", "name": f"alpha{i}"}]))

@@ -37,6 +37,8 @@ RESERVED: frozenset[str] = frozenset({
     "nb", "gate", "dout", "ends", "axis",
     # an fp8 forward's backward: U and wgrad's scaled G
     "u", "ga",
+    # the kernels' visit body (inside a pl.when under shard_map in Pallas's plain interpreter)
+    "branch", "_visit", "last_k",
 })
 
 # How its templates derive names from an epilogue argument `x`.
