@@ -133,3 +133,121 @@ def test_trn001_refuses_what_the_cute_backward_does_not_render(change, says):
     s = {**CUTE_TRAINING_FORMS["cgt_preact_bias_gelu"], **change}
     errors = [d for d in _errors(s) if d.rule == "TRN001"]
     assert errors and says in errors[0].message and "cute:sm90" in errors[0].message, errors
+
+
+# --- the host side on the CPU: each compiled function replaced by a torch stand-in of what its kernel computes,
+# reading its operands only in the layouts its fake arguments declare (so a wrong transpose, major or pitch fails)
+def _bounds(spec: dict, index, rows: int) -> list[tuple[int, int]]:
+    from specgen.kinds.grouped.testing.reference import group_bounds
+
+    return group_bounds(spec, index, rows)
+
+
+def _act(spec: dict, x):
+    import torch.nn.functional as F
+
+    fn = next(op["fn"] for op in spec["epilogue"] if op["op"] == "activation")
+    return {"gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "relu": F.relu}[fn](x)
+
+
+def _stand_ins(module, spec: dict):
+    """(train entry, cols entry): CuteLauncher.entry replacements whose functions compute each role in f32."""
+    import torch
+
+    def pitch_ok(t, dim):  # a TMA operand: unit stride along `dim`, 16-byte strides elsewhere
+        return t.stride(dim) == 1 and all(s * t.element_size() % 16 == 0 for i, s in enumerate(t.stride()) if i != dim)
+
+    def train(device, role, cfg):
+        assert cfg is module.TRAIN_CONFIGS[role]
+
+        def run(a, b, index, *rest):
+            out = rest[-2]
+            bias = rest[0] if len(rest) == 3 else None
+            if role == "wgrad":  # a (M', rows) M'-major, b (rows, N') N'-major, out (G, M', N')
+                assert pitch_ok(a, 0) and pitch_ok(b, 1) and pitch_ok(out, 2)
+                for g, (s, e) in enumerate(_bounds(spec, index, a.shape[1])):
+                    out[g] = (a[:, s:e].float() @ b[s:e].float()).to(out.dtype)
+                return
+            assert pitch_ok(a, 1) and pitch_ok(b, 1 if cfg.b_k else 2) and pitch_ok(out, 1)
+            bounds = _bounds(spec, index, a.shape[0])
+            for g, (s, e) in enumerate(bounds):
+                acc = a[s:e].float() @ b[g].float()
+                out[s:e] = (acc + bias[g].float() if role != "dgrad" and bias is not None else acc).to(out.dtype)
+            if role == "dgrad":
+                out[bounds[-1][1]:] = 0  # rows past the last group
+        return run, 1
+
+    def cols(device, mode, cfg):
+        def run(src, pre, dst, sums, index):
+            bounds = _bounds(spec, index, dst.shape[0])
+            for g, (s, e) in enumerate(bounds):
+                if mode == "act_rows":
+                    dst[s:e] = _act(spec, pre[s:e].float()).to(dst.dtype)
+                    continue
+                if mode == "grad_cols":
+                    with torch.enable_grad():  # (the backward op runs without grad mode)
+                        x = pre[s:e].float().requires_grad_()
+                        (grad,) = torch.autograd.grad(_act(spec, x), x, src[s:e].float())
+                    dst[s:e] = grad.to(dst.dtype)
+                else:
+                    grad = src[s:e].float()
+                if any(op["op"] == "bias" for op in spec["epilogue"]):
+                    sums[g] = grad.sum(0).to(sums.dtype)
+            if mode == "act_rows" and spec["groups"]["tail"] == "zero":
+                dst[bounds[-1][1]:] = 0
+        return run, 1
+
+    return train, cols
+
+
+CASES = {"first_middle_last_empty": [0, 37, 0, 0, 70, 1, 0], "one_holds_all": [0, 0, 101, 0], "m1": [0, 1]}
+
+
+@pytest.mark.parametrize("nk", [(40, 24), (21, 13)])  # N and K on and off 16 bytes (the padded-buffer paths)
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CUTE_TRAINING_FORMS))
+def test_the_host_side_gives_float64_gradients_through_autograd(name, case, nk, rendered, monkeypatch):
+    """Autograd through the op (the host code that lays out G, dgrad's B^T, wgrad's A^T / G^T and dB's layout, the
+    padded buffers, rows past the groups, empty groups), the kernels stood in for: float64 of the per-group loop."""
+    import torch
+
+    from specgen.kinds.grouped.testing.training import close, reference_grads, train_inputs
+    from specgen.runtime import guards
+
+    module, _ = rendered[name]
+    spec = CUTE_TRAINING_FORMS[name]
+    monkeypatch.setattr(guards, "INTERPRET", True)  # CPU tensors: device -1
+    train, cols = _stand_ins(module, spec)
+    monkeypatch.setattr(module._train_launcher, "entry", train)
+    monkeypatch.setattr(module._train_launcher, "ready", {})
+    monkeypatch.setattr(module._cols_launcher, "entry", cols)
+    monkeypatch.setattr(module._cols_launcher, "ready", {})
+    monkeypatch.setattr(module._launcher, "entry", lambda *_: (_ for _ in ()).throw(AssertionError("the forward's kernel")))
+    n, k = nk
+    args = train_inputs(spec, CASES[case], 5, n, k, seed=3)
+    grad = torch.randn(args["a"].shape[0], n, generator=torch.Generator().manual_seed(4)).to(args["a"].dtype)
+    leaves = {m: (t.clone().requires_grad_() if m != "index" else t) for m, t in args.items()}
+    acts = any(op["op"] == "activation" for op in spec["epilogue"])
+    if acts and spec["training"]["save"] == "preact":
+        out = getattr(module, name)(*leaves.values())
+    else:  # the forward's own kernel (recompute, no activation): stood in by the reference
+        monkeypatch.setattr(module, "_run", lambda *xs: reference_grads(spec, args, grad)[0].to(args["a"].dtype))
+        out = getattr(module, name)(*leaves.values())
+    out.backward(grad)
+    want_out, written, want = reference_grads(spec, args, grad)
+    close(out.float()[written], want_out[written], 2e-2, "out")
+    end = sum(CASES[case])
+    assert not leaves["a"].grad[end:].any()
+    for m in want:
+        got = leaves[m].grad
+        assert got.stride() == leaves[m].stride(), f"d{m}: the argument's layout"
+        close(got, want[m], 2e-2, f"d{m}")
+    for g in (g for g, s in enumerate(CASES[case]) if s == 0):
+        assert not leaves["b"].grad[g].any() and ("bias" not in leaves or not leaves["bias"].grad[g].any())
+    # NaN-poisoned buffers are written everywhere
+    pre = module._forward_train(*args.values())[1] if acts and spec["training"]["save"] == "preact" else None
+    bufs = {f"d{m}": torch.full_like(args[m], float("nan")) for m in args if m != "index"}
+    got = module._backward(grad, *args.values(), pre, **bufs)
+    for t, m in zip(got, [m for m in args if m != "index"], strict=True):
+        assert t is bufs[f"d{m}"] and not t.isnan().any(), f"d{m}"
+        close(t, want[m], 2e-2, f"poisoned d{m}")
