@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specgen.kinds.gemm.designs.cute_sm90.design import CUTLASS_DTYPES
 from specgen.kinds.gemm.designs.cute_sm90.training import CUTE_TRAINING_DTYPES
 from specgen.kinds.gemm.sections import Output
 from specgen.kinds.gemm.training import SaveModes, activation_fn
@@ -98,8 +99,6 @@ def plan_training(spec: object, r: Resolved, plan_role: Callable, memory: Callab
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
     out = spec.out.dtype  # type: ignore[attr-defined]
-    from specgen.kinds.gemm.designs.cute_sm90.design import CUTLASS_DTYPES
-
     return GroupedCuteTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
