@@ -149,7 +149,7 @@ def test_trn001_off_the_grouped_triton_design() -> None:
     trn = [d for d in report.diagnostics if d.rule == "TRN001"]
     assert [d.target for d in trn] == ["cute:sm90"], [str(d) for d in trn]
     assert "the CuTe sm90 grouped design renders no backward" in trn[0].message
-    assert "(the Pallas TPU grouped and Triton grouped designs do)" in trn[0].message
+    assert "(the Pallas Mosaic GPU grouped, Pallas TPU grouped and Triton grouped designs do)" in trn[0].message
     assert not [d for d in report.diagnostics if d.target == "cute:sm90" and d.variant.startswith("backward")]
     forward_only = spec(targets=["triton:sm90", "cute:sm90"])
     del forward_only["training"]
