@@ -46,7 +46,7 @@ RESERVED: frozenset[str] = frozenset({
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
     # the backward's locals and the keywords it passes (a training module's)
-    "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "x", "y", "x_ext", "y_ext",
+    "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "y", "x_ext", "y_ext",
     "out_rows", "num_segments", "indices_are_sorted", "side",
 })
 
