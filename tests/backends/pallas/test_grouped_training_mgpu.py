@@ -147,7 +147,6 @@ def _ragged_k(sizes, x, y, out_dtype):
 def _stand_ins(mod, spec: dict, monkeypatch) -> None:
     gemms = mod.METADATA["training"]["gemms"]
     dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]])
-    tail_zero = spec["groups"]["tail"] == "zero"
     chain = spec["epilogue"]
 
     def forward(cfg, varying, sizes, a, b, *rest):
@@ -289,3 +288,14 @@ def test_the_torch_entry_stays_forward_only(modules, monkeypatch) -> None:
     offs, bias = torch.tensor([3, 8], dtype=torch.int32), torch.zeros(2, 256, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match=r"moe_up_gelu_train_mgpu.*'a'.*requires grad"):
         getattr(mod, f"{CATALOGUE}_torch")(a, b, offs, bias)
+
+
+def test_the_compile_hook_lowers_the_catalogue_forward(modules) -> None:
+    """`specgen compile`'s hook lowers the catalogue module's forward (through the custom_vjp's primal) with the plan's
+    SMEM; its backward kernels lower in test_grad_under_jit_lowers_with_every_backward_kernel."""
+    from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
+    from specgen.targets import TARGETS
+
+    mod = modules[CATALOGUE][0]
+    (row,) = compile_module(mod, TARGETS[T])
+    assert not row.error and row.compiler_smem == row.plan_smem == mod.CONFIG.smem_bytes, row.error
