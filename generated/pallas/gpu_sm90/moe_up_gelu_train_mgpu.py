@@ -27,6 +27,12 @@ It is jax.jit-compatible: shapes come from the arguments, the group index stays 
 sizes of the same shapes reuse the compiled kernel. `moe_up_gelu_train_mgpu_torch(...)` takes CUDA torch tensors in
 torch._grouped_mm's layout (through DLPack, no copies).
 
+Differentiable (spec: training, save = "preact"): a jax.custom_vjp whose backward runs Mosaic GPU kernels
+rendered from the same spec: the forward stores pre = A @ B[g] + bias[g] (saved; out = gelu_tanh(pre)
+from it), G = dOut * gelu_tanh'(pre) over the groups' rows,
+dA = G @ B[g]^T (ragged M; rows past the last group 0), dB[g] = A_g^T @ G_g (ragged K; an empty group's 0), dbias[g] = G's column sum over group g's rows.
+The group index gets no gradient. The torch entry is forward-only (a tensor that requires grad is refused).
+
 Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by subtile:
     0. bias: + bias[g] (G, N) bf16, group g's row
     1. activation: gelu_tanh

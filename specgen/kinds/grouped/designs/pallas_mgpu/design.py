@@ -34,6 +34,10 @@ the offsets on the device), loaded by TMA at whole-tile coordinates (the tiled G
 boundary only), the rows of another group in a shared edge tile zeroed in SMEM by the consumers before their wgmma
 (MGP001: a masked tile's rows in 64s); out (G, M, N) stored by whole subtile boxes.
 
+Training (a ragged-M spec's `training`; training.py, templates/grouped/pallas/backward_mgpu.jinja): a jax.custom_vjp
+on the JAX entry whose backward GEMMs are copies of the two kernels above (mgpu_m.jinja, mgpu_k.jinja: macros with a
+name prefix) at each companion's checked config; f16 / bf16, no gated op or fp8 forward (TRN001).
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
 staging slots take unchanged; lowering for CUDA allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py).
