@@ -190,7 +190,7 @@ def _reference(spec: dict, a, b, sizes, bias, w, out):
         f64 = [jnp.asarray(np.asarray(x, np.float64)) if x is not None else None for x in (a, b, bias, out)]
         loss = lambda a, b, bias, out: jnp.sum(jnp.asarray(w, jnp.float64) * layer(a, b, bias, out))  # noqa: E731
         argnums = tuple(i for i, x in enumerate(f64) if x is not None)
-        return dict(zip(argnums, (np.asarray(x) for x in jax.grad(loss, argnums=argnums)(*f64)), strict=True))
+        return dict(zip(argnums, (np.asarray(x) for x in jax.jit(jax.grad(loss, argnums=argnums))(*f64)), strict=True))
 
 
 @pytest.mark.parametrize("name", list(MGPU_TRAINING_FORMS))
@@ -290,12 +290,17 @@ def test_the_torch_entry_stays_forward_only(modules, monkeypatch) -> None:
         getattr(mod, f"{CATALOGUE}_torch")(a, b, offs, bias)
 
 
-def test_the_compile_hook_lowers_the_catalogue_forward(modules) -> None:
-    """`specgen compile`'s hook lowers the catalogue module's forward (through the custom_vjp's primal) with the plan's
-    SMEM; its backward kernels lower in test_grad_under_jit_lowers_with_every_backward_kernel."""
+@pytest.mark.parametrize("name", [CATALOGUE])
+def test_the_compile_hook_lowers_the_forward_and_each_backward_gemm(modules, name) -> None:
+    """`specgen compile`'s hook lowers the module's forward (through the custom_vjp's primal), then each backward GEMM's
+    launcher alone (`<kernel>[role]`), each with exactly its plan's SMEM (the companion's figure check used);
+    `--forward-only` (backward=False) leaves the roles out."""
     from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
     from specgen.targets import TARGETS
 
-    mod = modules[CATALOGUE][0]
-    (row,) = compile_module(mod, TARGETS[T])
-    assert not row.error and row.compiler_smem == row.plan_smem == mod.CONFIG.smem_bytes, row.error
+    mod, _, r = modules[name]
+    rows = compile_module(mod, TARGETS[T])
+    assert [x.kernel for x in rows] == [name, *(f"{name}[{c.companion}]" for c in r.companions)]
+    for x, plan in zip(rows, [mod.CONFIG.smem_bytes, *(c.budget.total for c in r.companions)], strict=True):
+        assert not x.error and x.compiler_smem == x.plan_smem == plan, (x.kernel, x.error)
+    assert [x.kernel for x in compile_module(mod, TARGETS[T], backward=False)] == [name]
