@@ -1,7 +1,7 @@
 """On an H100/H200 with jax[cuda]: the grouped Mosaic GPU backward (a ragged-M spec's `training` on pallas:gpu_sm90,
 specgen/kinds/grouped/designs/pallas_mgpu/training.py), every MGPU_TRAINING_FORMS form and the catalogue's
-moe_up_gelu_train_mgpu: jax.grad under jax.jit of sum(W * entry(...)) against float64 autograd (jax on the CPU, x64)
-of the per-group loop, for dA, dB, dbias and (an untouched tail) the caller's `out`, and the forward's value against
+moe_up_gelu_train_mgpu (the first form's layer and config, so that form is left to it): jax.grad under jax.jit of
+sum(W * entry(...)) against float64 torch autograd on the CPU of the per-group loop, for dA, dB, dbias and (an untouched tail) the caller's `out`, and the forward's value against
 the loop; group sizes with empty groups first, in the middle and last, groups off the tile, rows past the last group
 (dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). Not run on a
 GPU until the lead reports it (session 28). Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
@@ -46,7 +46,7 @@ def modules(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("name", [CATALOGUE, *MGPU_TRAINING_FORMS])
+@pytest.mark.parametrize("name", [CATALOGUE, *(f for f in MGPU_TRAINING_FORMS if f != "gmt_bias_gelu_tanh_preact_k")])
 def test_grad_under_jit_against_float64_autograd(modules, name, case) -> None:
     mod, spec = modules[name]
     assert jax.default_backend() == "gpu"

@@ -169,28 +169,26 @@ def _stand_ins(mod, spec: dict, monkeypatch) -> None:
     monkeypatch.setattr(mod, "_wgrad_call", lambda varying, sizes, x, y: _ragged_k(sizes, x, y, dt))
 
 
-def _reference(spec: dict, a, b, sizes, bias, w, out):
-    """float64 autograd (jax on the CPU, x64) of the per-group loop: loss = sum(w * layer(a, b, bias))."""
-    with jax.enable_x64(True):
-        def layer(a, b, bias, out):
-            m, rows, start = a.shape[0], [], 0
-            for gi, s in enumerate(np.maximum(sizes, 0)):
-                end = min(start + int(s), m)
-                bg = b[gi].T if spec["b"]["major"] == "k" else b[gi]
-                y = a[start:end] @ bg + (bias[gi] if bias is not None else 0.0)
-                for op in spec["epilogue"]:
-                    if op["op"] == "activation":
-                        y = {"gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True), "silu": jax.nn.silu,
-                             "relu": jax.nn.relu}[op["fn"]](y)
-                rows.append(y)
-                start = end
-            rows.append(out[start:] if out is not None else jnp.zeros((m - start, w.shape[1])))
-            return jnp.concatenate(rows)
-
-        f64 = [jnp.asarray(np.asarray(x, np.float64)) if x is not None else None for x in (a, b, bias, out)]
-        loss = lambda a, b, bias, out: jnp.sum(jnp.asarray(w, jnp.float64) * layer(a, b, bias, out))  # noqa: E731
-        argnums = tuple(i for i, x in enumerate(f64) if x is not None)
-        return dict(zip(argnums, (np.asarray(x) for x in jax.jit(jax.grad(loss, argnums=argnums))(*f64)), strict=True))
+def _reference(spec: dict, a, b, sizes, bias, w, out) -> dict:
+    """float64 torch autograd on the CPU of the per-group loop: loss = sum(w * layer(a, b, bias, out)); the gradients by
+    argument position (0 a, 1 b, 2 bias, 3 out)."""
+    acts = {"gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "silu": torch.nn.functional.silu,
+            "relu": torch.relu}
+    xs = [None if x is None else torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (a, b, bias, out)]
+    ta, tb, tbias, tout = xs
+    m, rows, start = ta.shape[0], [], 0
+    for gi, size in enumerate(np.maximum(sizes, 0)):
+        end = min(start + int(size), m)
+        bg = tb[gi].T if spec["b"]["major"] == "k" else tb[gi]
+        y = ta[start:end] @ bg + (tbias[gi] if tbias is not None else 0.0)
+        for op in spec["epilogue"]:
+            if op["op"] == "activation":
+                y = acts[op["fn"]](y)
+        rows.append(y)
+        start = end
+    rows.append(tout[start:] if tout is not None else torch.zeros((m - start, w.shape[1]), dtype=torch.float64))
+    (torch.from_numpy(w.astype(np.float64)) * torch.cat(rows)).sum().backward()
+    return {i: x.grad.numpy() for i, x in enumerate(xs) if x is not None}
 
 
 @pytest.mark.parametrize("name", list(MGPU_TRAINING_FORMS))
