@@ -150,7 +150,8 @@ def test_trn001_off_the_designs_that_render_the_backward() -> None:
     trn = [d for d in report.diagnostics if d.rule == "TRN001"]
     assert [d.target for d in trn] == ["cute:sm100"], [str(d) for d in trn]
     assert "grouped design renders no backward for cute:sm100" in trn[0].message
-    assert "(the CuTe sm90 grouped, Pallas TPU grouped and Triton grouped designs do)" in trn[0].message
+    assert ("(the CuTe sm90 grouped, Pallas Mosaic GPU grouped, Pallas TPU grouped and Triton grouped designs do)"
+            in trn[0].message), trn[0].message
     assert not [d for d in report.diagnostics if d.target == "cute:sm100" and d.variant.startswith("backward")]
     forward_only = spec(targets=["triton:sm90", "cute:sm100"])
     del forward_only["training"]
