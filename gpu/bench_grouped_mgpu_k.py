@@ -7,9 +7,10 @@ The kernel is rendered here from one spec (no catalogue module): bf16, x (rows, 
 M-major, B N-major: the same arrays ragged_dot_general takes), the 128x256x64 tile of the catalogue's moe_bf16 (its
 stages from check's SMEM budget); --configs forces others through `_call(..., config=)`, each "TMxTNxTKxSTAGES".
 An A/A pair (the kernel against itself) shows the timer's spread; torch._grouped_mm's 2-D x 2-D form on the same
-tensors is printed beside it (the issue's peer), timed from torch. Group sizes: the kind's even distribution.
+tensors is printed beside it (the issue's peer), timed from torch. Group sizes: the kind's distributions (a row's
+:DIST, even by default; skewed is Dirichlet(0.3), seeded).
 
-    python gpu/bench_grouped_mgpu_k.py --out out/gpu [--rounds 10] [--rows deepseek_up,mixtral_up] [--configs ...]
+    python gpu/bench_grouped_mgpu_k.py --out out/gpu [--rounds 10] [--rows deepseek_up,qwen3_up:skewed] [--configs ...]
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ import torch  # noqa: E402
 
 from specgen.bench.stats import paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
-from specgen.kinds.grouped.problem import Shape, group_sizes  # noqa: E402
+from specgen.kinds.grouped.problem import DISTRIBUTIONS, Shape, group_sizes  # noqa: E402
 
 # The layer's shapes (G experts x rows each, N, the layer's K): the weight gradient's M is the layer's K, its K
 # every group's rows.
-ROWS = {"deepseek_up": Shape(32, 128, 4096, 7168), "mixtral_up": Shape(8, 1024, 14336, 4096)}
+ROWS = {"deepseek_up": Shape(32, 128, 4096, 7168), "mixtral_up": Shape(8, 1024, 14336, 4096),
+        "qwen3_up": Shape(128, 32, 3072, 4096)}
 SPEC = {"name": "wgrad_bench_bf16", "kind": "grouped", "a": {"dtype": "bf16", "major": "mn"},
         "b": {"dtype": "bf16", "major": "mn"}, "out": {"dtype": "bf16"}, "tile": {"m": 128, "n": 256, "k": 64},
         "groups": {"index": "sizes", "ragged": "k"}, "targets": ["pallas:gpu_sm90"]}
@@ -59,7 +61,9 @@ def main() -> None:
     parser.add_argument("--out", default="out/gpu")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES, ...")
-    parser.add_argument("--rows", default=",".join(ROWS), help="the rows to time, comma-separated")
+    parser.add_argument("--rows", default="deepseek_up,mixtral_up",
+                        help=f"the rows to time, comma-separated, each one of {sorted(ROWS)} with an optional :DIST "
+                             f"({', '.join(DISTRIBUTIONS)}; even by default)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     mod = render()
@@ -82,7 +86,8 @@ def main() -> None:
         return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
 
     for label in args.rows.split(","):
-        shape = ROWS[label]
+        name, _, dist = label.partition(":")
+        shape = ROWS[name]._replace(dist=DISTRIBUTIONS.index(dist or "even"))
         sizes = group_sizes(shape)
         key = jax.random.key(0)
         x = jax.random.normal(key, (shape.rows, shape.k), jnp.bfloat16)  # the layer's input: (K rows, M)

@@ -200,7 +200,15 @@ OMITTED = {("gemm_bias_gelu_bf16", "triton:sm100"), ("linear_gelu_train_bf16", "
            # the weight gradient on the TPU (its ragged-K kernel since session 26): run in the interpreter only, on the
            # test forms' 128-lane blocks (tests/backends/pallas/test_grouped_tpu_k.py); this spec's GPU tile never was
            ("moe_wgrad_bf16", "pallas:tpu_v5e"), ("moe_wgrad_bf16", "pallas:tpu_v5p"), ("moe_wgrad_bf16", "pallas:tpu_v6e"),
-           ("moe_wgrad_bf16", "pallas:tpu_v7x")}
+           ("moe_wgrad_bf16", "pallas:tpu_v7x"),
+           # the grouped backward on cute:sm90 (session 28): compiled on the CPU (tests/grouped/test_cute_sm90_training.py),
+           # never run on a GPU; one spec's modules share its torch op names, and as a catalogue target its module's six
+           # kernels (about 12 s) would compile in every whole-catalogue CuTe and export test
+           ("moe_up_gelu_train_bf16", "cute:sm90"),
+           # the grouped training layer twice (session 28): moe_up_gelu_train_bf16's backward is a torch op with the
+           # Triton design's tiles, moe_up_gelu_train_mgpu's a JAX custom_vjp with the Mosaic GPU design's
+           ("moe_up_gelu_train_bf16", "pallas:gpu_sm90"), ("moe_up_gelu_train_mgpu", "triton:sm90"),
+           ("moe_up_gelu_train_mgpu", "triton:sm100"), ("moe_up_gelu_train_mgpu", "cute:sm90")}
 
 
 def test_every_catalogue_spec_names_every_target_it_can_serve():

@@ -548,7 +548,7 @@ def _check(a, b, out):
         ok = (
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and device >= 0
-            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and K * 2 % 16 == 0 and N * 2 % 16 == 0
             # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
             and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr())) % 16 == 0
@@ -580,7 +580,10 @@ def _lean(a, b, out):
     try:
         M, K = a.shape
         N, device = b.shape[-1], a.get_device()
+        # each TMA row's extent 16-byte whole (a TMA store moves a row's last 16 bytes whole: the caller's columns
+        # past N of a wider buffer would be written); the compiled check sees strides only
         ok = (a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and device >= 0 and M and N and K
+              and K * 2 % 16 == 0 and N * 2 % 16 == 0
               and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled()))
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None

@@ -624,7 +624,7 @@ def _check(a, b, scale_a, scale_b, out):
         ok = (
             a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and device >= 0
-            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and K * 1 % 16 == 0 and N * 2 % 16 == 0
             and scale_a.dtype is torch.float32 and scale_a.shape == (M,)
             and scale_a.stride() == (1,) and scale_a.get_device() == device
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)
@@ -660,7 +660,10 @@ def _lean(a, b, scale_a, scale_b, out):
     try:
         M, K = a.shape
         N, device = b.shape[-1], a.get_device()
+        # each TMA row's extent 16-byte whole (a TMA store moves a row's last 16 bytes whole: the caller's columns
+        # past N of a wider buffer would be written); the compiled check sees strides only
         ok = (a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and device >= 0 and M and N and K
+              and K * 1 % 16 == 0 and N * 2 % 16 == 0
               and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled()))
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None

@@ -580,7 +580,7 @@ def _check(a, b, alpha, c, out):
         ok = (
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K
             and sa[-2] == 1 and sb[-2] == 1 and b.get_device() == device and device >= 0
-            and sa[-1] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-1] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and M * 2 % 16 == 0 and K * 2 % 16 == 0 and N * 2 % 16 == 0
             and type(alpha) is float
             and c.dtype is torch.bfloat16 and c.shape == (M, N) and c.stride()[-1] == 1 and c.get_device() == device
             # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
@@ -614,7 +614,10 @@ def _lean(a, b, alpha, c, out):
     try:
         M, K = a.shape
         N, device = b.shape[-1], a.get_device()
+        # each TMA row's extent 16-byte whole (a TMA store moves a row's last 16 bytes whole: the caller's columns
+        # past N of a wider buffer would be written); the compiled check sees strides only
         ok = (a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and device >= 0 and M and N and K
+              and M * 2 % 16 == 0 and K * 2 % 16 == 0 and N * 2 % 16 == 0
               and (not (a.requires_grad or b.requires_grad or c.requires_grad) or not torch.is_grad_enabled()) and type(alpha) is float)
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None

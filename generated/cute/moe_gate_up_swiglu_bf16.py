@@ -88,6 +88,8 @@ class Config(NamedTuple):
     smem_bytes: int  # what the plan allocates (SharedStorage below + the 1024-byte alignment pad)
     persistent: bool = True
     cluster_size: int = 1
+    a_k: bool = A_LAYOUT == LayoutEnum.ROW_MAJOR  # A's K contiguous, else its M (the spec's)
+    b_k: bool = B_LAYOUT == LayoutEnum.ROW_MAJOR  # B's K contiguous, else its N
 
     @property
     def threads(self) -> int:
@@ -101,7 +103,8 @@ class Config(NamedTuple):
     @property
     def operands(self) -> tuple:
         """wgmma's operands and the stored output: (A layout, A dtype, B layout, B dtype, out layout)."""
-        return A_LAYOUT, A_DTYPE, B_LAYOUT, B_DTYPE, OUT_LAYOUT
+        a_layout, b_layout = (LayoutEnum.ROW_MAJOR if k else LayoutEnum.COL_MAJOR for k in (self.a_k, self.b_k))
+        return a_layout, A_DTYPE, b_layout, B_DTYPE, OUT_LAYOUT
 
 
 # SMEM: A/B 4 x 49152 = 196608 + epilogue 16384 + barriers 2048
@@ -198,8 +201,8 @@ def grouped_host(
     mA = cute.make_tensor(a.iterator, cute.make_layout((a.shape[0], a.shape[1], 1), stride=(a.stride[0], a.stride[1], 0)))
     mB = _gated_view(b, out.shape[1])  # (N, K, 2, G): the third coordinate picks the gate (0) or up (1) columns
     tiled_mma = make_tiled_mma(cfg)
-    sA_layout = _smem_layout(cfg, A_LAYOUT, A_DTYPE, cfg.tile_m)
-    sB_layout = _smem_layout(cfg, B_LAYOUT, B_DTYPE, cfg.tile_n)
+    sA_layout = _smem_layout(cfg, cfg.operands[0], A_DTYPE, cfg.tile_m)
+    sB_layout = _smem_layout(cfg, cfg.operands[2], B_DTYPE, cfg.tile_n)
     out_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
         sm90_utils.get_smem_layout_atom(OUT_LAYOUT, OUT_DTYPE, cfg.epi_n), OUT_DTYPE
     )

@@ -182,7 +182,7 @@ def _check(a, b, scale_a, scale_b, out):
         ok = (
             a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
-            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and K * 1 % 16 == 0 and N * 2 % 16 == 0
             and scale_a.dtype is torch.float32 and scale_a.shape == (M,)
             and scale_a.stride() == (1,) and scale_a.get_device() == device
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)

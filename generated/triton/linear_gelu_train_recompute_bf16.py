@@ -474,7 +474,7 @@ def _check(a, b, bias, out):
         ok = (
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
-            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and K * 2 % 16 == 0 and N * 2 % 16 == 0
             and bias.dtype is torch.bfloat16 and bias.shape == (N,)
             and bias.stride() == (1,) and bias.get_device() == device
             # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)

@@ -499,7 +499,7 @@ def _check(a, b, out):
         ok = (
             a.dtype is torch.bfloat16 and b.dtype is torch.bfloat16 and K_b == K and N2 % 2 == 0
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and (device < 0) is _g.INTERPRET
-            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 2 % 16 == 0 and sb[-1] * 2 % 16 == 0 and K * 2 % 16 == 0 and N * 2 % 16 == 0
             # no backward yet: nothing requires grad in grad mode (read before data_ptr(), which torch.func's tensors refuse)
             and (not (a.requires_grad or b.requires_grad) or not torch.is_grad_enabled())
             and ((pa := a.data_ptr()) | (pb := b.data_ptr())) % 16 == 0

@@ -103,15 +103,19 @@ def aligned_copy(t: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
 
 
 def _needs_copy(t: torch.Tensor, contiguous_dim: int, tma: bool) -> bool:
-    """True where the kernel cannot read `t` in place: its base is not 16-byte aligned (the kernels are
+    """True where the kernel cannot use `t` in place: its base is not 16-byte aligned (the kernels are
     compiled for aligned pointers), or, for TMA, a stride other than the contiguous one is not a
-    multiple of 16 bytes (cuTensorMapEncodeTiled). An empty tensor is never addressed."""
+    multiple of 16 bytes (cuTensorMapEncodeTiled), or the contiguous extent is not: a TMA store moves a
+    row's last 16 bytes whole, so a view of a wider buffer (N = 29 bf16 columns in rows of 32) would get
+    the caller's columns past N written (seen on an H200, CuTe and Triton alike), and a load would read
+    them. An empty tensor is never addressed."""
     if not t.numel():
         return False
     if t.data_ptr() % ALIGN:
         return True
-    nbytes = t.element_size()
-    return tma and any((s * nbytes) % ALIGN for d, s in enumerate(t.stride()) if d != contiguous_dim % t.dim())
+    nbytes, inner = t.element_size(), contiguous_dim % t.dim()
+    return tma and ((t.shape[inner] * nbytes) % ALIGN != 0
+                    or any((s * nbytes) % ALIGN for d, s in enumerate(t.stride()) if d != inner))
 
 
 def _layout_hint(name: str, rank: int, contiguous_dim: int) -> str:

@@ -141,6 +141,33 @@ def test_catalogue_matches_float64_reference(name: str, shape: tuple[int, int, i
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("n", [29, 300])
+def test_out_in_a_wider_buffer_keeps_the_columns_past_n(name: str, n: int) -> None:
+    """out = the first N columns of a wider buffer whose rows are 16-byte multiples (nothing for the guards to
+    stage), N x 2 bytes not one: a TMA store box reaching past N must leave the caller's columns there alone."""
+    mod = module(name)
+    spec = mod.SPEC
+    M, K = 37, 64
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    args = build_args(spec, M, n, K, gen)
+    dt = TORCH[spec["out"]["dtype"]]
+    per = 16 // dt.itemsize
+    cols = -(-(n + 3) // per) * per  # at least 3 of the caller's columns past N in every row
+    buf = torch.full((*((3,) if spec["batch"] else ()), M + 2, cols), float("nan"), device="cuda", dtype=dt)
+    out = buf[..., 1:M + 1, :n]
+    got = getattr(mod, name)(*args, out=out)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == out.data_ptr() and not torch.isnan(out).any()
+    band = torch.ones_like(buf, dtype=torch.bool)
+    band[..., 1:M + 1, :n] = False
+    written = (~torch.isnan(buf) & band).nonzero()[:6].tolist()
+    assert not written, f"the kernel wrote outside `out` (N = {n}, rows of {cols}): at {written}"
+    ref = reference(spec, args)
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 2e-2 * (ref.abs().max().item() + 1.0), err
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_empty_k_gives_the_epilogue_of_zero(name: str) -> None:
     mod = module(name)
     check(mod, getattr(mod, name), mod.SPEC, 130, 136, 0, seed=1)

@@ -144,13 +144,15 @@ def test_a_backward_gemm_is_checked_by_the_same_rules_at_its_field() -> None:
     assert {x.rule for x in errors} >= {"SMEM001"} and all(x.line == 2 for x in errors)
 
 
-def test_trn001_off_the_grouped_triton_design() -> None:
-    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm90"]))])
+def test_trn001_off_the_designs_that_render_the_backward() -> None:
+    """(cute:sm90 renders it since session 28: tests/grouped/test_cute_sm90_training.py.)"""
+    report = check_specs([load(spec(targets=["triton:sm90", "cute:sm100"]))])
     trn = [d for d in report.diagnostics if d.rule == "TRN001"]
-    assert [d.target for d in trn] == ["cute:sm90"], [str(d) for d in trn]
-    assert "the CuTe sm90 grouped design renders no backward" in trn[0].message
-    assert "(the Pallas TPU grouped and Triton grouped designs do)" in trn[0].message
-    assert not [d for d in report.diagnostics if d.target == "cute:sm90" and d.variant.startswith("backward")]
-    forward_only = spec(targets=["triton:sm90", "cute:sm90"])
+    assert [d.target for d in trn] == ["cute:sm100"], [str(d) for d in trn]
+    assert "grouped design renders no backward for cute:sm100" in trn[0].message
+    assert ("(the CuTe sm90 grouped, Pallas Mosaic GPU grouped, Pallas TPU grouped and Triton grouped designs do)"
+            in trn[0].message), trn[0].message
+    assert not [d for d in report.diagnostics if d.target == "cute:sm100" and d.variant.startswith("backward")]
+    forward_only = spec(targets=["triton:sm90", "cute:sm100"])
     del forward_only["training"]
     assert not [d for d in check_specs([load(forward_only)]).diagnostics if d.rule == "TRN001"]

@@ -63,7 +63,7 @@ def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, in
 def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | None:
     """A TMA descriptor reading matrix `v` in (rows, cols) boxes, and whether it is built over v's transpose (v
     stored column-major: the kernel reads boxes of the transpose and transposes them in SMEM); None where TMA
-    cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, rows that
+    cannot read v as it lies (no unit stride, a base, leading stride or row not a multiple of 16 bytes, rows that
     overlap, such as a broadcast row's stride 0: a descriptor's rows follow one another, an empty v). A batch of
     matrices (batch, r, c) gets a 3-D descriptor with boxes of one batch (1, rows, cols), where its batch stride
     is a multiple of 16 bytes and its batches do not overlap (one batch: any batch stride, never stepped)."""
@@ -71,7 +71,8 @@ def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | 
         return None
     size = v.element_size()
     for t, (r, c), flipped in ((v, (rows, cols), False), (v.mT, (cols, rows), True)):
-        if t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] and (t.stride(-2) * size) % 16 == 0:
+        # the row's extent a multiple of 16 bytes too: TMA moves a row's last 16 bytes whole (guards._needs_copy)
+        if t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] and (t.stride(-2) * size) % 16 == 0 and (t.shape[-1] * size) % 16 == 0:
             if t.dim() == 2:
                 return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
             span = t.shape[1] * t.stride(1)  # a batch's rows, one after another

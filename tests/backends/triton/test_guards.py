@@ -58,3 +58,22 @@ class TestTritonGuards(GuardTests, StagingTests):
         with pytest.raises(ValueError, match=r"k: argument 'a' spans 65536 x 32768 = 2147483648 elements"):
             int32_span("k", "a", 2**16, 2**15)
         assert INT32_SPAN == 2**31
+
+
+def test_tma_rows_off_16_bytes_are_staged_not_written_in_place() -> None:
+    """A view of a wider buffer whose rows are 16-byte multiples but whose extent is not (N = 29 bf16 of 32): a
+    TMA store moves a row's last 16 bytes whole and wrote the caller's columns past N on an H200 (CuTe and Triton
+    alike), so the guards stage it (and copy an input so laid out); a pointer kernel keeps it in place."""
+    from specgen.runtime import guards
+    from specgen.runtime.triton.training import tma_operand
+
+    buf = torch.full((5, 32), float("nan"), dtype=torch.bfloat16)
+    view, whole = buf[:, :29], buf[:, :24]
+    assert guards._needs_copy(view, 1, True) and not guards._needs_copy(view, 1, False)
+    assert not guards._needs_copy(whole, 1, True)
+    assert guards._needs_copy(buf[:, :29].t(), 0, True)  # the same rows read as an M-major matrix
+    out, result = guards.output("k", view, torch.bfloat16, (5, 29), -1, view, tma=True)
+    assert result is view and out is not view and out.stride(0) * 2 % 16 == 0
+    out, result = guards.output("k", view, torch.bfloat16, (5, 29), -1, view, tma=False)
+    assert out is view
+    assert tma_operand(view, 16, 16) is None and tma_operand(whole, 16, 16) is not None

@@ -85,3 +85,26 @@ MGPU_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
                        variants=({"when": {"k_max": 256}, "tile": {"m": 64, "n": 128, "k": 64},
                                   "pipeline": {"ab_stages": 2}},)),
 )}
+
+
+def mgpu_training_form(name: str, *, save: str, dtype: str = "bf16", b: str = "k", index: str = "sizes",
+                       tail: str = "zero", tile: dict | None = None, epilogue: tuple = (), **training: object) -> dict:
+    """A ragged-M grouped spec with `training` on pallas:gpu_sm90 (the backward's companions at `training`'s configs)."""
+    s = mgpu_form(name, dtype=dtype, b=b, index=index, tail=tail, tile=tile, epilogue=epilogue)
+    return spec(name, **{k: v for k, v in s.items() if k != "name"}, training={"save": save, **training})
+
+
+# The grouped Mosaic GPU backward (designs/pallas_mgpu/training.py): both save modes, both B majors, both index formats
+# and tails, bf16 and f16, a bias of the operands' dtype and of f32, a tanh GELU, SiLU and ReLU (its step derivative),
+# no activation (G = dOut), and backward configs of their own (a 64-row dgrad tile, a 3-stage wgrad).
+MGPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    mgpu_training_form("gmt_bias_gelu_tanh_preact_k", save="preact", index="offs", tile={"m": 128, "n": 256, "k": 64},
+                       epilogue=({"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"})),
+    mgpu_training_form("gmt_bias_silu_recompute_mn", save="recompute", dtype="f16", b="mn", tail="untouched",
+                       epilogue=({"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"})),
+    mgpu_training_form("gmt_bias_untouched_mn", save="preact", b="mn", index="offs", tail="untouched",
+                       epilogue=({"op": "bias", "dtype": "bf16"},),
+                       dgrad={"tile": {"m": 64, "n": 128, "k": 64}, "ab_stages": 3}),
+    mgpu_training_form("gmt_relu_preact_k_f16", save="preact", dtype="f16", epilogue=({"op": "activation", "fn": "relu"},),
+                       wgrad={"ab_stages": 3}),
+)}

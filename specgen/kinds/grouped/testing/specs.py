@@ -176,3 +176,16 @@ CUTE_FP8_FORMS: dict[str, dict] = {s["name"]: s for s in (
          groups={"index": "sizes", "tail": "zero"}, tile={"m": 64, "n": 128, "k": 64},
          epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}, {"op": "activation", "fn": "silu"}]),
 )}
+
+# The grouped CuTe sm90 design's training (its backward: designs/cute_sm90/training.py): save = "preact" with a per-group
+# bias and GELU (tanh form), offs, B K-major, a zeroed tail; save = "recompute" with ReLU and no bias, the sizes index,
+# B N-major on a 64x128 one-warpgroup tile; the plain GEMM (G = dOut) with a bias only, f16.
+CUTE_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("cgt_preact_bias_gelu", **CUTE, groups={"index": "offs", "tail": "zero"}, tile={"m": 128, "n": 128, "k": 64},
+         epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}], training={"save": "preact"}),
+    spec("cgt_recompute_relu", **{**CUTE, "b": {"dtype": "bf16", "major": "mn"}}, groups={"index": "sizes"},
+         tile={"m": 64, "n": 128, "k": 64}, epilogue=[{"op": "activation", "fn": "relu"}], training={"save": "recompute"}),
+    spec("cgt_bias_only", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                             "out": {"dtype": "f16"}}, groups={"index": "offs"}, tile={"m": 128, "n": 128, "k": 64},
+         epilogue=[{"op": "bias", "dtype": "f16"}], training={"save": "preact"}),
+)}

@@ -69,6 +69,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
 from specgen.kinds.gemm.designs.cute_sm90.gated import refuse_unrendered
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
+from specgen.kinds.grouped.designs.cute_sm90 import training as trn
 from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.epilogue import GROUP_N
 from specgen.kinds.grouped.spec import GroupedSpec
@@ -160,6 +161,7 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
     aligned_out: bool = True  # the 16-byte vector stores (ragged M) and TMA stores (ragged K) want 16-byte strides of out
+    training: object | None = None  # a `training` backward (training.py: GroupedCuteTrainingPlan)
 
     @property
     def any_pingpong(self) -> bool:
@@ -185,6 +187,12 @@ class CuteSm90Grouped(GroupedDesign):
     # a gated epilogue: B (G, K, 2N), K-major, its gate and up tiles loaded through one (N, K, 2, G) view (EPI001
     # elsewhere; EPI003 its limits)
     renders_gated = True
+    # a `training` backward (training.py in this package: the companions' GEMMs are this kernel rendered again from
+    # their plans, beside a columns pass and autograd); plain chains of 16-bit operands (TRN001: gated, fp8 elsewhere)
+    renders_training = True
+
+    def training_refusal(self, spec: GroupedSpec, target: TargetInfo | None = None) -> str:
+        return trn.training_refusal(spec)
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
@@ -218,9 +226,14 @@ class CuteSm90Grouped(GroupedDesign):
         out = {}
         for rel, served in self.modules(loaded.spec, targets).items():
             p = self.plan(loaded, served, resolved)
+            schema = _op_schema(p)[:-1]
             out[rel] = grouped_environment().get_template(self.template).render(
                 p=p, metadata=metadata(p), spec_import=spec_import(rel, p.name) if shared_spec else "",
-                dtypes={d.value: n for d, n in CUTLASS_DTYPES.items()}, op_schema=_op_schema(p))
+                dtypes={d.value: n for d, n in CUTLASS_DTYPES.items()}, op_schema=_op_schema(p), train_schema=schema,
+                # the backward op's arguments (the grouped Triton design's): the output's gradient, the forward's, the
+                # saved pre (None: not saved), and which gradients autograd needs (the index has none)
+                backward_schema=[["grad", "Tensor"], *schema, ["pre", "Tensor?"],
+                                 *([f"need_{a.name}", "bool"] for a in (p.a, p.b, *p.args))])
         return out
 
 
@@ -264,6 +277,8 @@ def plan_grouped(loaded: LoadedSpec, r: Resolved) -> GroupedCutePlan:
         epilogue=epilogue, descriptions=[describe(op) for op in epilogue], spec_json=loaded.spec.model_dump(mode="json"),
         gated=gated is not None, gated_layout=gated.layout if gated is not None else "", ragged_k=ragged_k,
         k_align=max((16 // op.dtype.bytes for op in (spec.a, spec.b) if ragged_k and op.major == "k"), default=1),
+        training=trn.plan_training(spec, r, lambda c: plan_grouped(loaded, c),
+                                   lambda s, info, stages: DESIGN.memory(s, info, stages)),
     )
 
 
@@ -300,7 +315,8 @@ def metadata(p: GroupedCutePlan) -> dict[str, object]:
         "plan": {p.compute_capability: {"ab_stages": c.ab_stages, "smem_bytes": c.smem_bytes,
                                         "smem_breakdown": p.smem_breakdown, "acc_registers": p.acc_registers,
                                         "mma_warpgroups": c.mma_warpgroups, "arch_flag": p.arch_flag,
-                                        "variants": [variant_metadata(v) for v in p.variants]}},
+                                        "variants": [variant_metadata(v) for v in p.variants]}
+                                    | ({"training": trn.training_metadata(p.training)} if p.training else {})},
         "parameters": host_parameters(p),
     }
 

@@ -7,10 +7,14 @@ the plan's). What is left (NVVM, ptxas) runs only where a GPU is.
 The problem is ragged against every tile (two and a bit tiles per dim, K past the pipeline's depth, 3 groups), with
 and without the caller's `out` for an untouched tail, so the K and N tails, the store ladder and both tail paths
 lower; a ragged-K kernel (the weight gradient) lowers the same sizes as A (M, K) and B (K, N) in their stored
-majors, K every group's rows. Imports jax: only `specgen compile` imports this module."""
+majors, K every group's rows. A training module's backward GEMMs follow (`backward`), a row `<kernel>[role]` each:
+the role's launcher (`_pre_call`, `_dgrad_call`, `_wgrad_call`: the module's kernel copied at the companion's config)
+lowered alone over the same ragged sizes against its tile, beside the companion's plan SMEM. Imports jax: only
+`specgen compile` imports this module."""
 
 from __future__ import annotations
 
+import functools
 import time
 from types import ModuleType
 
@@ -21,16 +25,59 @@ from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.targets import TargetInfo
 
 
-def compile_module(module: ModuleType, target: TargetInfo) -> list[CompileResult]:
+def compile_module(module: ModuleType, target: TargetInfo, backward: bool = True) -> list[CompileResult]:
     """Each config of the module (the default, then every size-selected variant, its result's `variant` set: the
-    CLI shows `<kernel>[i]`) lowered for CUDA with that config forced, each beside its plan SMEM."""
+    CLI shows `<kernel>[i]`) lowered for CUDA with that config forced, each beside its plan SMEM; then, for a training
+    module (unless `backward` is False), each backward GEMM (`<kernel>[role]`)."""
     configs = [(None, module.CONFIG), *enumerate(getattr(module, "VARIANT_CONFIGS", ()))]
-    return [_lower_config(module, target, variant, cfg) for variant, cfg in configs]
+    roles = module.METADATA.get("training", {}).get("gemms", {}) if backward else {}
+    return [_lower_config(module, target, variant, cfg) for variant, cfg in configs] + [
+        _lower_role(module, target, role) for role in roles]
+
+
+ROLE_PREFIX = {"forward_pre": "_pre", "recompute": "_pre", "dgrad": "_dgrad", "wgrad": "_wgrad"}
+
+
+def _lower_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:
+    """One backward GEMM's launcher lowered alone for CUDA: (varying, sizes, x, y[, bias]) over 3 groups of ragged rows,
+    x and y in the shapes the backward passes them (pre: A and B as stored; dgrad: G (M, N) and B as stored; wgrad:
+    x (M, P) and y (M, Q), the groups' rows its K)."""
+    import jax
+    import jax.numpy as jnp
+
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
+    from specgen.kinds.grouped.designs.pallas.compile import GROUPS
+
+    meta, name = module.METADATA, f"{module.METADATA['kernel']}[{role}]"
+    gemm, prefix = meta["training"]["gemms"][role], ROLE_PREFIX[role]
+    cfg = getattr(module, f"{prefix.upper()}_CONFIG")
+    spec = GroupedSpec.model_validate(module.SPEC)
+    dt = jnp.dtype(module.OPERAND)
+    p, q, r = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3  # rows, columns, reduction
+
+    def struct(shape: tuple[int, ...], dtype: object = dt) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    if role == "wgrad":  # out[g] (P, Q) = x[rows of g]^T @ y[rows of g]: the groups' r rows are its K
+        args = [struct((r, p)), struct((r, q))]
+    else:  # ragged M over p rows: x (p, r) K-major, y (G, q, r) K-major or (G, r, q), the pre GEMM's bias (G, q)
+        y = (GROUPS, q, r) if gemm["b_major"] == "k" else (GROUPS, r, q)
+        bias = [struct((GROUPS, q), jnp.dtype(JNP_DTYPES[op.dtype])) for op in spec.epilogue if op.op == "bias"
+                ] if prefix == "_pre" else []
+        args = [struct((p, r)), struct(y), *bias]
+    start = time.perf_counter()
+    try:
+        launch = functools.partial(getattr(module, f"{prefix}_call"), frozenset())
+        lowered = jax.jit(launch).trace(struct((GROUPS,), jnp.int32), *args).lower(lowering_platforms=("cuda",))
+        smem = mosaic_gpu_launch_smem(lowered)
+        if smem is None:
+            raise RuntimeError("the lowered module holds no Mosaic GPU kernel launch (no mosaic_gpu_v2 gpu.launch)")
+    except Exception as e:  # the lowering's own message is the useful part
+        return CompileResult(name, target.name, gemm["smem_bytes"], None, time.perf_counter() - start, compiler_message(e))
+    return CompileResult(name, target.name, gemm["smem_bytes"], smem, time.perf_counter() - start)
 
 
 def _lower_config(module: ModuleType, target: TargetInfo, variant: int | None, cfg: object) -> CompileResult:
-    import functools
-
     import jax
 
     meta = module.METADATA

@@ -34,6 +34,10 @@ the offsets on the device), loaded by TMA at whole-tile coordinates (the tiled G
 boundary only), the rows of another group in a shared edge tile zeroed in SMEM by the consumers before their wgmma
 (MGP001: a masked tile's rows in 64s); out (G, M, N) stored by whole subtile boxes.
 
+Training (a ragged-M spec's `training`; training.py, templates/grouped/pallas/backward_mgpu.jinja): a jax.custom_vjp
+on the JAX entry whose backward GEMMs are copies of the two kernels above (mgpu_m.jinja, mgpu_k.jinja: macros with a
+name prefix) at each companion's checked config; f16 / bf16, no gated op or fp8 forward (TRN001).
+
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
 staging slots take unchanged; lowering for CUDA allocates exactly it (tests/backends/pallas/test_grouped_mgpu.py).
@@ -63,6 +67,11 @@ from specgen.kinds.gemm.designs.pallas.design import (
 from specgen.kinds.grouped import KIND
 from specgen.kinds.grouped.design import GroupedDesign
 from specgen.kinds.grouped.designs.pallas.design import describe
+from specgen.kinds.grouped.designs.pallas_mgpu.training import (
+    plan_mgpu_training,
+    training_metadata,
+    training_refusal,
+)
 from specgen.kinds.grouped.entry import INDEX_ARGS, GroupedHostOperands, grouped_environment
 from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.runtime import RUNTIME_ABI
@@ -104,6 +113,12 @@ class PallasMgpuGrouped(GroupedDesign):
     # two pipeline inputs, two wgmma accumulators a consumer warpgroup (MGP003 refuses an interleaved N-major B, whose
     # gate columns are no TMA view; fp8; PAL009 the erf GELU)
     renders_gated = True
+    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp on the JAX entry; the torch entry stays
+    # forward-only): f16 / bf16, the legacy chains; no gated op's or fp8 forward's (TRN001 names the designs that have one)
+    renders_training = True
+
+    def training_refusal(self, spec: GroupedSpec, target: TargetInfo | None = None) -> str:
+        return training_refusal(spec)
 
     def accumulator_threads(self, spec: GroupedSpec, target: TargetInfo) -> int:
         return MGPU_CONSUMER_WGS * 128  # two consumer warpgroups split tile.n
@@ -178,6 +193,7 @@ class GroupedMgpuPlan(GroupedHostOperands, ModuleHeader):
     variants: list[MgpuConfig]  # size-selected, in the order the jitted call tries them
     epilogue: list[dict[str, object]]
     spec_json: dict[str, object]
+    training: object | None = None  # a `training` backward (training.py: GroupedMgpuTrainingPlan), behind a custom_vjp
 
 
 def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
@@ -185,7 +201,8 @@ def _arg(name: str, role: str, dtype: DType, doc: str) -> Arg:
 
 
 def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuPlan:
-    """The module's plan from what check resolved for its one target (effective spec, stages, SMEM budget)."""
+    """The module's plan from what check resolved for its one target (effective spec, stages, SMEM budget); for a
+    companion (a backward GEMM, `ctx.companion` set) the plan of its kernel, named as the companion."""
     spec: GroupedSpec = ctx.spec
     gpu = target_info(target).gpu
     assert gpu is not None
@@ -207,7 +224,7 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
                  "group's K rows, group by group")
         out_doc = f"(G, M, N) {spec.out.dtype}: one (M, N) product per group"
     return GroupedMgpuPlan(
-        **plan_header(loaded),
+        **(plan_header(loaded) | ({"name": spec.name} if ctx.companion else {})),
         targets=[str(target)],
         a=_arg("a", "a", spec.a.dtype, a_doc),
         b=_arg("b", "b", spec.b.dtype, b_doc),
@@ -231,6 +248,7 @@ def plan_mgpu(loaded: LoadedSpec, target: Target, ctx: Resolved) -> GroupedMgpuP
         variants=[mgpu_config(v) for v in ctx.variants],
         epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
         spec_json=loaded.spec.model_dump(mode="json"),
+        training=None if ctx.companion else plan_mgpu_training(loaded, target, ctx, plan_mgpu),
     )
 
 
@@ -258,14 +276,17 @@ def metadata(p: GroupedMgpuPlan) -> dict[str, object]:
             "memory_registers": p.memory_registers, "num_sms": p.num_sms,
             "smem_bytes": p.config.smem_bytes, "smem_breakdown": p.config.smem_breakdown,
             "config": {k: v for k, v in config_meta(p.config).items() if k != "smem_breakdown"},
-            "variants": [config_meta(v) for v in p.variants]}
+            "variants": [config_meta(v) for v in p.variants]} | (
+                {"training": training_metadata(p.training)} if p.training is not None else {})
 
 
 def mgpu_context(p: GroupedMgpuPlan) -> dict[str, object]:
     """The template's variables: the plan, its METADATA, the Config table's fields, the epilogue's lines."""
+    from specgen.spec.formulas import DERIVATIVES, FORMULAS
+
     return {"p": p, "plan_meta": metadata(p), "config_fields": CONFIG_FIELDS,
             "describe": [describe(op) for op in p.epilogue],
-            "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}}
+            "jnp_dtypes": {d.value: JNP_DTYPES[d] for d in DType}, "formulas": FORMULAS, "derivatives": DERIVATIVES}
 
 
 DESIGN = PallasMgpuGrouped()

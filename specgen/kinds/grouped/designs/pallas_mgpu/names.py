@@ -13,6 +13,12 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_gated_shape", "_gated_view",
     # the ragged-K module's (groups along K): each group's K tiles, its offsets
     "_k_tiles", "_offsets",
+    # a training module's (templates/grouped/pallas/backward_mgpu.jinja): the companions' kernels, their configs and
+    # launchers, the custom_vjp and its primal
+    "OPERAND", "_PRE_CONFIG", "_DGRAD_CONFIG", "_WGRAD_CONFIG", "_pre_kernel", "_pre_build", "_pre_extents", "_pre_call",
+    "_dgrad_kernel", "_dgrad_build", "_dgrad_extents", "_dgrad_call", "_wgrad_kernel", "_wgrad_build",
+    "_wgrad_extents", "_wgrad_call", "_train", "_train_fwd", "_train_bwd", "_forward", "_dims", "_inside",
+    "_row_groups",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -39,7 +45,10 @@ RESERVED: frozenset[str] = frozenset({
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
+    # the backward's locals and the keywords it passes (a training module's)
+    "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "y", "x_ext", "y_ext",
+    "out_rows", "num_segments", "indices_are_sorted", "side",
 })
 
 # How its templates derive names from an epilogue argument `x`.
-ARG_DERIVED: tuple[str, ...] = ("{}_gmem",)
+ARG_DERIVED: tuple[str, ...] = ("{}_gmem", "d{}")  # d<bias>: a training module's bias gradient

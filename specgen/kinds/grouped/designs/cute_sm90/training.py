@@ -1,0 +1,118 @@
+"""The grouped CuTe sm90 design's backward (a spec's `training` section, specgen/kinds/grouped/training.py): the plan
+of what templates/grouped/cute/train_sm90.jinja renders into the CuTe module, behind `torch.library.register_autograd`
+on its torch op (the grouped Triton design's autograd layer, templates/grouped/torch/training.jinja).
+
+Each backward GEMM is this design's own kernel (templates/grouped/cute/kernel_sm90.jinja) rendered a second time from
+its companion's plan (`plan_grouped` over the companion check resolved and ruled: its tile, stages, warpgroups, SMEM,
+majors, chain and grouping), under its own names (`grouped_host_<kernel>`), its `Config` row in TRAIN_CONFIGS:
+- pre (role forward_pre, save = "preact"; recompute, save = "recompute"): the ragged-M kernel with the chain's bias
+  and no activation, pre = A @ B[g] + bias[g] stored in the output's dtype. forward_pre stores pre, then the module's
+  `act_rows` pass writes out = act(pre) over the groups' rows (zeros past them where `groups.tail = "zero"`): pre then
+  a pass, not pre beside out in one epilogue, so the GEMM is the forward's kernel unchanged (its predicated stores
+  follow group ends on the device; a second output there would double its SMEM subtiles); the pass reads pre once and
+  writes out once, 4 bytes an element against the GEMM's 2K flops. recompute runs the same kernel in the backward
+  and keeps pre in the output's dtype too (the Triton design keeps f32): the module's kernels share one output dtype
+  (the CuTe epilogue copies are built for OUT_DTYPE), so its G is the one save = "preact" gives. Its row's SMEM is
+  the design's `memory` of the companion with that output dtype (check ruled the f32 one: no smaller);
+- dgrad: dA = G @ B[g]^T, the ragged-M kernel over B's transpose read in its stored major (wgmma takes MN- or K-major
+  16-bit operands: b_k flipped), rows past the last group zeroed (`groups.tail = "zero"`);
+- wgrad: dB[g] = A_g^T @ G_g, the ragged-K kernel (templates/grouped/cute/ragged_k_sm90.jinja; both operands
+  M- / N-major in its terms, an empty group's dB[g] zero), written in B's stored layout: A^T @ G into (G, K, N) for an
+  N-major B, G^T @ A into (G, N, K) for a K-major one.
+G = dOut * act'(pre) and dbias[g] (the column sum of G over group g's rows, in row order, no atomics; an empty group's
+0) are the module's `grad_cols` pass, a SIMT kernel of one CTA per (column block, group), as the grouped Triton
+design's (templates/gemm/cute/grad_cols.jinja's dense pass sums row bands of one matrix instead).
+
+Covered: 16-bit A, B and out of one dtype (f16, bf16), the chains [bias], [activation], [bias, activation] and the
+plain GEMM, save = "preact" and "recompute", either B major, either group index. Refused (TRN001): a gated epilogue
+and an fp8 forward (the grouped Triton design's), other dtypes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.designs.cute_sm90.design import CUTLASS_DTYPES
+from specgen.kinds.gemm.designs.cute_sm90.training import CUTE_TRAINING_DTYPES
+from specgen.kinds.gemm.sections import Output
+from specgen.kinds.gemm.training import SaveModes, activation_fn
+from specgen.resolved import Resolved
+
+SUFFIX = {"forward_pre": "_pre", "recompute": "_pre", "dgrad": "_dgrad", "wgrad": "_wgrad"}
+
+
+@dataclass(frozen=True)
+class GroupedCuteTrainingPlan(SaveModes):
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    act_op: dict[str, object]  # the activation op (its params, for the formula macros); {} without one
+    bias: str  # the bias argument's name ("" without one)
+    bias_torch: str
+    bias_cutlass: str
+    operand_torch: str  # A's, B's and out's torch dtype (pre and G are stored in it)
+    out_torch: str
+    pre_torch: str  # pre's: the output's (both save modes)
+    roles: dict[str, object]  # the backward GEMMs' plans (GroupedCutePlan) by role, in the order they run
+    gated: str = ""  # the autograd layer's switches (templates/grouped/torch/training.jinja): never here
+    fp8: bool = False
+    chain_args: tuple[str, ...] = ()  # the chain's tensor arguments in order (the bias)
+
+    @property
+    def kernels(self) -> dict[str, str]:
+        """Each role's kernel suffix (grouped_host_<suffix>)."""
+        return {role: SUFFIX[role] for role in self.roles}
+
+    @property
+    def pre_role(self) -> str:
+        return next((r for r in ("forward_pre", "recompute") if r in self.roles), "")
+
+
+def training_refusal(spec: object) -> str:
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on grouped cute:sm90."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a not in CUTE_TRAINING_DTYPES or b != a or out != a:
+        return (f"training: the grouped CuTe sm90 backward takes f16 or bf16 A and B with an output of their dtype (pre "
+                f"and G are stored in it, and its GEMMs read them as A and B); a.dtype = {a.value}, b.dtype = "
+                f"{b.value}, out.dtype = {out.value}")
+    return ""
+
+
+def role_resolved(c: Resolved, forward: object, memory: Callable) -> Resolved:
+    """The companion as the module compiles it: recompute's pre in the output's dtype (see the docstring), its SMEM
+    the design's `memory` of that spec at the stages check resolved."""
+    if c.companion != "recompute":
+        return c
+    spec = c.spec.model_copy(update={"out": Output(dtype=forward.out.dtype)})  # type: ignore[attr-defined]
+    return dataclasses.replace(c, spec=spec, budget=memory(spec, c.info, c.ab_stages))
+
+
+def plan_training(spec: object, r: Resolved, plan_role: Callable, memory: Callable) -> GroupedCuteTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the module's target (None without `training`)."""
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    if why := training_refusal(spec):  # check refuses it (TRN001); a render that skipped check must not emit it
+        raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
+    roles = {c.companion: plan_role(role_resolved(c, spec, memory)) for c in r.companions}
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    out = spec.out.dtype  # type: ignore[attr-defined]
+    return GroupedCuteTrainingPlan(
+        save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
+        bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
+        bias_cutlass=CUTLASS_DTYPES[bias.dtype] if bias is not None else "",
+        operand_torch=spec.a.dtype.info.torch, out_torch=out.info.torch, pre_torch=out.info.torch,  # type: ignore[attr-defined]
+        roles=roles, chain_args=(bias.name,) if bias is not None else ())
+
+
+def training_metadata(t: GroupedCuteTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry: what the forward saves and each backward GEMM's config (the compile hook reads
+    each one's SMEM)."""
+    return {"save": t.save, "kernels": {
+        role: {"tile": [q.config.tile_m, q.config.tile_n, q.config.tile_k],  # type: ignore[attr-defined]
+               "ab_stages": q.config.ab_stages, "smem_bytes": q.config.smem_bytes,  # type: ignore[attr-defined]
+               "mma_warpgroups": q.config.mma_warpgroups, "a_major": q.a_major, "b_major": q.b_major,  # type: ignore[attr-defined]
+               "ragged": "k" if q.ragged_k else "m"}  # type: ignore[attr-defined]
+        for role, q in t.roles.items()}}

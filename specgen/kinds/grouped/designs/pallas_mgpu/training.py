@@ -1,0 +1,110 @@
+"""The grouped Pallas Mosaic GPU design's backward (a ragged-M spec's `training` section, specgen/kinds/grouped/
+training.py): the plan of what templates/grouped/pallas/backward_mgpu.jinja renders into the module, behind a
+`jax.custom_vjp` on its JAX entry, with the semantics of the grouped Pallas TPU backward (designs/pallas/training.py)
+and the grouped Triton one.
+
+Each backward GEMM is one of the design's own kernels, a second copy of it rendered into the module (mgpu_m.jinja,
+mgpu_k.jinja, with the role's prefix) from the plan of its companion spec, the config check resolved and ruled as a
+grouped GEMM of its own (SMEM001, REG001, PAL004-PAL009, MMA001 / MAJ001, MGP001-MGP003 on "backward <role>"):
+- pre (with an activation): the ragged-M kernel with the chain's bias and no activation (`_pre`), storing pre =
+  A[rows of g] @ B[g] + bias[g] in the output's dtype (save = "preact": the forward rule runs it and forms out =
+  act(pre) over the groups' rows in jnp; the kernel stores pre only) or f32 (save = "recompute": the backward runs it);
+- dgrad: dA = G @ B[g]^T, the ragged-M kernel over G (K-major) and B as stored (its major flipped in this GEMM's
+  terms: a K-major (G, N, K) B is the N-major (G, K', N') of dgrad's K' = N, N' = K), `groups.tail = "zero"`: the
+  rows past the last group get dA = 0 (`_dgrad`);
+- wgrad: dB[g] = A_g^T @ G_g, the ragged-K kernel (groups along its K; an empty group's dB[g] = 0), both operands
+  read M- / N-major as stored: A (rows, K) and G (rows, N) into (G, K, N) for an N-major B, G and A into B's
+  (G, N, K) for a K-major one (`_wgrad`).
+G = dOut * act'(pre) (the formula table's `DERIVATIVES`) over the groups' rows and dbias (G, N) = its per-group column
+sums (`jax.ops.segment_sum` over each row's group, f32, an empty group's exactly 0) are jnp under the entry's jit: XLA
+fuses the elementwise G with its read of pre, and the sums are one reduction over (rows, N), no GEMM (the dense Mosaic
+GPU design's grad_cols kernel exists because its forward_pre stores out too; here no kernel would save a pass).
+
+Covered: f16 / bf16 operands with an output of their dtype, [], [bias], [activation], [bias, activation] (the grouped
+kind's legacy chains), both B majors, both index formats, both tails. TRN001 refuses a gated op (no gated backward
+here: the Triton and Pallas TPU designs have one), an fp8 forward, other dtypes (`training_refusal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specgen.kinds.gemm.training import SaveModes, activation_fn, chain_refusal
+from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
+from specgen.spec.epilogue import gated_op
+from specgen.spec.load import LoadedSpec
+from specgen.spec.models import Target
+
+# wgmma reads MN-major operands of 16-bit types only (dgrad reads B in its flipped major, wgrad A and G M- / N-major),
+# and pre is stored in the output's dtype: 16-bit operands with an output of their dtype
+MGPU_TRAINING_DTYPES = (DType.f16, DType.bf16)
+
+
+def training_refusal(spec: object) -> str:
+    """Why the grouped Mosaic GPU module renders no backward for `spec` ("" where it does): TRN001's message."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a.is_fp8 or gated_op(spec.epilogue) is not None:  # type: ignore[attr-defined]
+        return ""  # TRN001's chain and gated branches say so, naming the designs that render them
+    if a not in MGPU_TRAINING_DTYPES or b != a or out != a:
+        return (f"training: the grouped Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype "
+                f"(dgrad and wgrad read B, A and G MN-major, 16-bit only for wgmma; pre is stored in the output's "
+                f"dtype); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
+    return ""
+
+
+@dataclass(frozen=True)
+class GroupedMgpuTrainingPlan(SaveModes):
+    save: str  # preact, recompute
+    act: str  # the activation's formula name ("" without one: G = dOut)
+    act_op: dict[str, object]  # the activation op (its params for the formula macros); {} without one
+    bias: str  # the bias argument's name ("" without one)
+    operand_jnp: str  # A's, B's and out's dtype: G is rounded to it for the dots
+    b_major: str  # the forward's B major: wgrad's operand order and dB's layout
+    pre: object | None  # the companion plans (GroupedMgpuPlan): the ragged-M GEMM that computes pre (with an activation)
+    dgrad: object
+    wgrad: object
+
+    @property
+    def kernels(self) -> dict[str, object]:
+        """The companion GEMMs by role, in the order they run."""
+        roles = {"forward_pre" if self.stores_pre else "recompute": self.pre} if self.pre is not None else {}
+        return roles | {"dgrad": self.dgrad, "wgrad": self.wgrad}
+
+    @property
+    def prefixes(self) -> dict[str, str]:
+        """Each role's prefix of its kernel's names in the module (`_pre_build`, `_dgrad_build`, `_wgrad_build`)."""
+        return {role: "_pre" if role in ("forward_pre", "recompute") else f"_{role}" for role in self.kernels}
+
+
+def plan_mgpu_training(loaded: LoadedSpec, target: Target, r: Resolved,
+                       plan_one: Callable[[LoadedSpec, Target, Resolved], object]) -> GroupedMgpuTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the target (None without `training`)."""
+    spec = r.spec
+    t = getattr(spec, "training", None)
+    if t is None:
+        return None
+    if why := training_refusal(spec) or chain_refusal(spec) or (
+            "a gated epilogue's backward" if gated_op(spec.epilogue) is not None else ""):  # type: ignore[attr-defined]
+        # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
+        raise ValueError(f"{spec.name}: the grouped Mosaic GPU design renders no backward for it: {why} (TRN001)")  # type: ignore[attr-defined]
+    plans = {c.companion: plan_one(loaded, target, c) for c in r.companions}
+    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
+
+    return GroupedMgpuTrainingPlan(
+        save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
+        bias=bias.name if bias is not None else "", operand_jnp=JNP_DTYPES[spec.a.dtype],  # type: ignore[attr-defined]
+        b_major=spec.b.major,  # type: ignore[attr-defined]
+        pre=plans.get("forward_pre", plans.get("recompute")), dgrad=plans["dgrad"], wgrad=plans["wgrad"])
+
+
+def training_metadata(t: GroupedMgpuTrainingPlan) -> dict[str, object]:
+    """The backward's METADATA entry: the save mode and each GEMM's tile, stages, majors, grouping and SMEM."""
+    return {"save": t.save, "activation": t.act, "gemms": {
+        role: {"tile": [p.config.tile_m, p.config.tile_n, p.config.tile_k], "stages": p.config.ab_stages,  # type: ignore[attr-defined]
+               "a_major": p.a_major, "b_major": p.b_major, "ragged": "k" if p.ragged_k else "m",  # type: ignore[attr-defined]
+               "tail": "zero" if p.tail_zero else "untouched", "smem_bytes": p.config.smem_bytes}  # type: ignore[attr-defined]
+        for role, p in t.kernels.items()}}

@@ -1,0 +1,108 @@
+"""On an H100/H200 with jax[cuda]: the grouped Mosaic GPU backward (a ragged-M spec's `training` on pallas:gpu_sm90,
+specgen/kinds/grouped/designs/pallas_mgpu/training.py), every MGPU_TRAINING_FORMS form and the catalogue's
+moe_up_gelu_train_mgpu (the first form's layer and config, so that form is left to it): jax.grad under jax.jit of
+sum(W * entry(...)) against float64 torch autograd on the CPU of the per-group loop, for dA, dB, dbias and (an untouched tail) the caller's `out`, and the forward's value against
+the loop; group sizes with empty groups first, in the middle and last, groups off the tile, rows past the last group
+(dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). Not run on a
+GPU until the lead reports it (session 28). Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
+python3 -m pytest -m gpu -q tests/gpu/test_grouped_training_mgpu_gpu.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from backends.pallas.test_grouped_mgpu import loaded, render
+from backends.pallas.test_grouped_training_mgpu import CATALOGUE, _reference
+
+from specgen.compile import load_rendered
+from specgen.kinds.grouped.testing.mgpu_specs import MGPU_TRAINING_FORMS
+from specgen.spec.load import load_paths
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+
+# (M, N, K, sizes): rows past the last group in each; M, N, K off every tile
+CASES = {
+    "empty_first_middle_last": (517, 300, 200, (0, 130, 0, 250, 77, 0)),
+    "off_the_tile_one_big": (300, 136, 72, (5, 290, 1)),
+    "m_1": (1, 48, 40, (0, 1, 0)),
+    "every_row": (192, 256, 128, (64, 0, 128)),
+}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("grouped_mgpu_train_gpu")
+    out = {name: (render(s, tmp), s) for name, s in MGPU_TRAINING_FORMS.items()}
+    (ls,) = [x for x in load_paths([ROOT / "specs" / "training.toml"]) if x.name == CATALOGUE]
+    mod = load_rendered(ROOT / "generated" / "pallas" / "gpu_sm90" / f"{CATALOGUE}.py", f"_gmt_gpu_{CATALOGUE}")
+    assert loaded(MGPU_TRAINING_FORMS["gmt_bias_gelu_tanh_preact_k"]).spec.tile == ls.spec.tile
+    return {CATALOGUE: (mod, ls.spec.model_dump(mode="json")), **out}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", [CATALOGUE, *(f for f in MGPU_TRAINING_FORMS if f != "gmt_bias_gelu_tanh_preact_k")])
+def test_grad_under_jit_against_float64_autograd(modules, name, case) -> None:
+    mod, spec = modules[name]
+    assert jax.default_backend() == "gpu"
+    m, n, k, sizes = CASES[case]
+    sizes = np.array(sizes, np.int32)
+    g, inside = len(sizes), int(min(sizes.sum(), m))
+    rng = np.random.default_rng(11)
+    dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]]
+    a = jnp.asarray(rng.standard_normal((m, k)) * 0.5, dt)
+    b = jnp.asarray(rng.standard_normal((g, n, k) if spec["b"]["major"] == "k" else (g, k, n)) * (1.0 / np.sqrt(k)), dt)
+    bias_op = next((op for op in spec["epilogue"] if op["op"] == "bias"), None)
+    bias = None if bias_op is None else jnp.asarray(rng.standard_normal((g, n)),
+                                                    {"bf16": jnp.bfloat16, "f32": jnp.float32}[bias_op["dtype"]])
+    out = jnp.asarray(rng.standard_normal((m, n)), dt) if spec["groups"]["tail"] == "untouched" else None
+    w = rng.standard_normal((m, n)).astype(np.float32)
+    index = jnp.asarray(np.cumsum(sizes).astype(np.int32) if spec["groups"]["index"] == "offs" else sizes)
+    xs = [a, b, index, *([bias] if bias is not None else [])]
+    n_in = len(xs)
+
+    def loss(*ys):
+        y = mod._call(*ys[:n_in], ys[n_in] if out is not None else None)
+        return jnp.sum(jnp.asarray(w) * y.astype(jnp.float32)), y
+
+    argnums = (0, 1, *((3,) if bias is not None else ()), *((n_in,) if out is not None else ()))
+    grads, y = jax.jit(jax.grad(loss, argnums=argnums, has_aux=True))(*xs, *([out] if out is not None else []))
+    want = _reference(spec, a, b, sizes, bias, w, out)
+    names = {0: 0, 1: 1, 3: 2, n_in: 3}
+    for i, got in zip(argnums, grads, strict=True):
+        got, ref = np.asarray(got, np.float64), want[names[i]]
+        assert got.shape == ref.shape and np.isfinite(got).all(), (name, case, i)
+        scale = max(1.0, float(np.abs(ref).max()))
+        np.testing.assert_allclose(got, ref, rtol=3e-2, atol=2e-2 * scale, err_msg=f"{name} {case} arg {i}")
+    da, db = np.asarray(grads[0], np.float64), np.asarray(grads[1], np.float64)
+    assert not da[inside:].any()  # rows past the last group: dA = 0
+    empty = [gi for gi, s in enumerate(sizes) if s == 0]
+    assert not db[empty].any()  # an empty group's dB[g] = 0
+    if bias is not None:
+        assert not np.asarray(grads[2], np.float64)[empty].any()  # and its dbias[g], exactly
+    # the forward's value (the custom_vjp's forward rule: pre by the kernel, then the activation) against the loop
+    y = np.asarray(y, np.float64)[:inside]
+    ref = _forward_reference(spec, a, b, sizes, bias)[:inside]
+    np.testing.assert_allclose(y, ref, rtol=2e-2, atol=2e-2 * max(1.0, float(np.abs(ref).max())))
+
+
+def _forward_reference(spec: dict, a, b, sizes, bias) -> np.ndarray:
+    """The per-group loop in float64 (numpy)."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    rows, start = [], 0
+    for gi, s in enumerate(np.maximum(sizes, 0)):
+        end = min(start + int(s), a64.shape[0])
+        bg = b64[gi].T if spec["b"]["major"] == "k" else b64[gi]
+        y = a64[start:end] @ bg + (np.asarray(bias, np.float64)[gi] if bias is not None else 0.0)
+        for op in spec["epilogue"]:
+            if op["op"] == "activation":
+                y = {"gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))),
+                     "silu": lambda v: v / (1 + np.exp(-v)), "relu": lambda v: np.maximum(v, 0.0)}[op["fn"]](y)
+        rows.append(y)
+        start = end
+    return np.concatenate(rows)
