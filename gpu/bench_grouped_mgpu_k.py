@@ -5,7 +5,8 @@ in a rotating order, L2 flushed before each; a JAX call waits for torch's stream
 
 The kernel is rendered here from one spec (no catalogue module): bf16, x (rows, H) and dy (rows, N) as stored (A
 M-major, B N-major: the same arrays ragged_dot_general takes), the 128x256x64 tile of the catalogue's moe_bf16 (its
-stages from check's SMEM budget); --configs forces others through `_call(..., config=)`, each "TMxTNxTKxSTAGES".
+stages from check's SMEM budget); --configs forces others through `_call(..., config=)`, each "TMxTNxTKxSTAGES" or
+"TMxTNxTKxSTAGESxOUT_SLOTS" (the epilogue's SMEM slots a warpgroup: out_slots - 1 TMA stores in flight).
 An A/A pair (the kernel against itself) shows the timer's spread; torch._grouped_mm's 2-D x 2-D form on the same
 tensors is printed beside it (the issue's peer), timed from torch. Group sizes: the kind's distributions (a row's
 :DIST, even by default; skewed is Dirichlet(0.3), seeded).
@@ -60,7 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES, ...")
+    parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES[xOUT_SLOTS], ...")
     parser.add_argument("--rows", default="deepseek_up,mixtral_up",
                         help=f"the rows to time, comma-separated, each one of {sorted(ROWS)} with an optional :DIST "
                              f"({', '.join(DISTRIBUTIONS)}; even by default)")
@@ -70,12 +71,14 @@ def main() -> None:
     base = mod.CONFIG
     configs = {}
     for item in filter(None, args.configs.split(",")):
-        tm, tn, tk, st = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)", item).groups())
+        tm, tn, tk, st, slots = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?", item).groups()
+        tm, tn, tk, st = int(tm), int(tn), int(tk), int(st)
         wg_n = tn // 2
         epi_m, epi_n = min(64, tm), min(64, wg_n)
+        slots = int(slots) if slots else max(1, min(2, tm * wg_n // (epi_m * epi_n)))
+        smem = st * (tm + tn) * tk * 2 + 2 * slots * epi_m * epi_n * 2 + (base.smem_bytes - base.stages * (base.tile_m + base.tile_n) * base.tile_k * 2 - 2 * base.out_slots * base.epi_m * base.epi_n * 2)
         configs[item] = base._replace(tile_m=tm, tile_n=tn, tile_k=tk, stages=st, wgmma_in_flight=min(1, st - 1),
-                                      wg_n=wg_n, epi_m=epi_m, epi_n=epi_n,
-                                      out_slots=max(1, min(2, tm * wg_n // (epi_m * epi_n))))
+                                      wg_n=wg_n, epi_m=epi_m, epi_n=epi_n, out_slots=slots, smem_bytes=smem)
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "config": base._asdict(), "rows": {}}
     numbers = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(((0,), (0,)), ((), ())),
