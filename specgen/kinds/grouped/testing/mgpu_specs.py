@@ -111,9 +111,9 @@ MGPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
 
 
 # The gated backward (act(gate) * up, then at most a bias; pre and G over B's 2N columns in the forward's layout): a
-# halves SwiGLU + bias preact (B K-major: the catalogue's moe_gate_up_swiglu_bf16 layer), an interleaved GeGLU-tanh
-# recompute (f16, B K-major, offs, an untouched tail, a 64-row tile), a halves SwiGLU preact with an f32 bias (B
-# N-major, offs, an untouched tail).
+# halves SwiGLU + bf16 bias preact (B K-major), an interleaved GeGLU-tanh recompute (f16, B K-major, offs, an untouched
+# tail, a 64-row tile: the layout, index and tail of the catalogue's moe_gate_up_swiglu_bf16), a halves SwiGLU preact
+# with an f32 bias (B N-major, offs, an untouched tail).
 MGPU_GATED_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     mgpu_training_form("gmt_swiglu_bias_preact_k", save="preact",
                        epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "bf16"})),
