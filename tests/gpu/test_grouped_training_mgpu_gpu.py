@@ -3,8 +3,10 @@ specgen/kinds/grouped/designs/pallas_mgpu/training.py), every MGPU_TRAINING_FORM
 moe_up_gelu_train_mgpu (the first form's layer and config, so that form is left to it): jax.grad under jax.jit of
 sum(W * entry(...)) against float64 torch autograd on the CPU of the per-group loop, for dA, dB, dbias and (an untouched tail) the caller's `out`, and the forward's value against
 the loop; group sizes with empty groups first, in the middle and last, groups off the tile, rows past the last group
-(dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). Not run on a
-GPU until the lead reports it (session 28). Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
+(dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). The plain
+forms PASSED on an H200 (session 28). The gated forms (MGPU_GATED_TRAINING_FORMS: a halves SwiGLU + bias preact on
+either B major, an interleaved GeGLU-tanh recompute; pre and G over B's 2N columns), two cases each, have not run on a
+GPU until the lead reports they have. Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
 python3 -m pytest -m gpu -q tests/gpu/test_grouped_training_mgpu_gpu.py
 """
 
@@ -16,11 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from backends.pallas.grouped_mgpu_shard import layout
 from backends.pallas.test_grouped_mgpu import loaded, render
 from backends.pallas.test_grouped_training_mgpu import CATALOGUE, _reference
 
 from specgen.compile import load_rendered
-from specgen.kinds.grouped.testing.mgpu_specs import MGPU_TRAINING_FORMS
+from specgen.kinds.grouped.testing.mgpu_specs import MGPU_GATED_TRAINING_FORMS, MGPU_TRAINING_FORMS
 from specgen.spec.load import load_paths
 
 pytestmark = pytest.mark.gpu
@@ -33,20 +36,23 @@ CASES = {
     "m_1": (1, 48, 40, (0, 1, 0)),
     "every_row": (192, 256, 128, (64, 0, 128)),
 }
+GATED_CASES = ("empty_first_middle_last", "m_1")  # the gated forms': B's 2N columns, N off the tile and M = 1
 
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("grouped_mgpu_train_gpu")
-    out = {name: (render(s, tmp), s) for name, s in MGPU_TRAINING_FORMS.items()}
+    out = {name: (render(s, tmp), s) for name, s in {**MGPU_TRAINING_FORMS, **MGPU_GATED_TRAINING_FORMS}.items()}
     (ls,) = [x for x in load_paths([ROOT / "specs" / "training.toml"]) if x.name == CATALOGUE]
     mod = load_rendered(ROOT / "generated" / "pallas" / "gpu_sm90" / f"{CATALOGUE}.py", f"_gmt_gpu_{CATALOGUE}")
     assert loaded(MGPU_TRAINING_FORMS["gmt_bias_gelu_tanh_preact_k"]).spec.tile == ls.spec.tile
     return {CATALOGUE: (mod, ls.spec.model_dump(mode="json")), **out}
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("name", [CATALOGUE, *(f for f in MGPU_TRAINING_FORMS if f != "gmt_bias_gelu_tanh_preact_k")])
+@pytest.mark.parametrize(("name", "case"), [
+    *((name, case) for name in [CATALOGUE, *(f for f in MGPU_TRAINING_FORMS if f != "gmt_bias_gelu_tanh_preact_k")]
+      for case in CASES),
+    *((name, case) for name in MGPU_GATED_TRAINING_FORMS for case in GATED_CASES)])
 def test_grad_under_jit_against_float64_autograd(modules, name, case) -> None:
     mod, spec = modules[name]
     assert jax.default_backend() == "gpu"
@@ -56,7 +62,8 @@ def test_grad_under_jit_against_float64_autograd(modules, name, case) -> None:
     rng = np.random.default_rng(11)
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]]
     a = jnp.asarray(rng.standard_normal((m, k)) * 0.5, dt)
-    b = jnp.asarray(rng.standard_normal((g, n, k) if spec["b"]["major"] == "k" else (g, k, n)) * (1.0 / np.sqrt(k)), dt)
+    nb = 2 * n if layout(spec) else n  # a gated op's gate and up columns
+    b = jnp.asarray(rng.standard_normal((g, nb, k) if spec["b"]["major"] == "k" else (g, k, nb)) * (1.0 / np.sqrt(k)), dt)
     bias_op = next((op for op in spec["epilogue"] if op["op"] == "bias"), None)
     bias = None if bias_op is None else jnp.asarray(rng.standard_normal((g, n)),
                                                     {"bf16": jnp.bfloat16, "f32": jnp.float32}[bias_op["dtype"]])
@@ -85,24 +92,34 @@ def test_grad_under_jit_against_float64_autograd(modules, name, case) -> None:
     assert not db[empty].any()  # an empty group's dB[g] = 0
     if bias is not None:
         assert not np.asarray(grads[2], np.float64)[empty].any()  # and its dbias[g], exactly
-    # the forward's value (the custom_vjp's forward rule: pre by the kernel, then the activation) against the loop
+    # the forward's value (the custom_vjp's forward rule: pre by the kernel, then the activation or gate; with
+    # recompute, the forward kernel) against the loop
     y = np.asarray(y, np.float64)[:inside]
     ref = _forward_reference(spec, a, b, sizes, bias)[:inside]
     np.testing.assert_allclose(y, ref, rtol=2e-2, atol=2e-2 * max(1.0, float(np.abs(ref).max())))
 
 
 def _forward_reference(spec: dict, a, b, sizes, bias) -> np.ndarray:
-    """The per-group loop in float64 (numpy)."""
+    """The per-group loop in float64 (numpy); a gated op: act(gate) * up over B's 2N columns (its layout), then the
+    bias."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     rows, start = [], 0
     for gi, s in enumerate(np.maximum(sizes, 0)):
         end = min(start + int(s), a64.shape[0])
         bg = b64[gi].T if spec["b"]["major"] == "k" else b64[gi]
-        y = a64[start:end] @ bg + (np.asarray(bias, np.float64)[gi] if bias is not None else 0.0)
-        for op in spec["epilogue"]:
-            if op["op"] == "activation":
-                y = {"gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))),
-                     "silu": lambda v: v / (1 + np.exp(-v)), "relu": lambda v: np.maximum(v, 0.0)}[op["fn"]](y)
+        acts = {"gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))),
+                "silu": lambda v: v / (1 + np.exp(-v)), "relu": lambda v: np.maximum(v, 0.0)}
+        add = np.asarray(bias, np.float64)[gi] if bias is not None else 0.0
+        y = a64[start:end] @ bg
+        if gated := layout(spec):
+            n = y.shape[1] // 2
+            gate, up = (y[:, :n], y[:, n:]) if gated == "halves" else (y[:, 0::2], y[:, 1::2])
+            y = acts[spec["epilogue"][0]["fn"]](gate) * up + add
+        else:
+            y = y + add
+            for op in spec["epilogue"]:
+                if op["op"] == "activation":
+                    y = acts[op["fn"]](y)
         rows.append(y)
         start = end
     return np.concatenate(rows)

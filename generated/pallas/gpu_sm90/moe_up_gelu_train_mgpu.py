@@ -31,6 +31,8 @@ Differentiable (spec: training, save = "preact"): a jax.custom_vjp whose backwar
 rendered from the same spec: the forward stores pre = A @ B[g] + bias[g] (saved; out = gelu_tanh(pre)
 from it), G = dOut * gelu_tanh'(pre) over the groups' rows,
 dA = G @ B[g]^T (ragged M; rows past the last group 0), dB[g] = A_g^T @ G_g (ragged K; an empty group's 0), dbias[g] = G's column sum over group g's rows.
+Under jax.shard_map (either check_vma mode) each shard runs its own ragged batch; a replicated B's and bias's
+gradients come back as jax's own autodiff gives them (summed over the mesh with check_vma=True).
 The group index gets no gradient. The torch entry is forward-only (a tensor that requires grad is refused).
 
 Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by subtile:
@@ -406,6 +408,7 @@ def _pre_call(varying: frozenset, sizes, x, y, bias):
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _pre_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     result = kernel(offsets, groups, tiles, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)), bias)
+    (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
 
@@ -559,6 +562,7 @@ def _dgrad_call(varying: frozenset, sizes, x, y):
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     kernel = _dgrad_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     result = kernel(offsets, groups, tiles, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)))
+    (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
 
@@ -726,11 +730,14 @@ def _wgrad_call(varying: frozenset, sizes, x, y):
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     kernel = _wgrad_build(cfg, m, n_pad, g, out_rows, out_cols, _mg.num_sms(132), varying)
     result = kernel(offsets, _mg.pad(x, x_ext), _mg.pad(y, y_ext))
+    (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if (out_rows, out_cols) == (m, n) else result[:, :m, :n]
+
+
 def _dims(a, b, sizes):
-    """M, N, K, G."""
-    (m, k), n, g = a.shape, b.shape[1], sizes.shape[0]
-    return m, n, k, g
+    """M, N, K, G and B's columns (N)."""
+    (m, k), nb, g = a.shape, b.shape[1], sizes.shape[0]
+    return m, nb, k, g, nb
 
 
 def _inside(sizes, m: int):
@@ -747,14 +754,15 @@ def _row_groups(sizes, m: int):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _train(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     """The entry's differentiable call: the forward kernel (`out`: the caller's, or None); jax.grad and jax.vjp take
-    _train_fwd and _train_bwd. `sizes` (int32) gets no gradient."""
+    _train_fwd and _train_bwd. `sizes` (int32) gets no gradient. `varying`: the mesh axes every array was cast to
+    vary over (under jax.shard_map; empty outside it)."""
     return _forward(cfg, varying, sizes, a, b, bias, out)
 
 
 def _train_fwd(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     """The forward rule (spec: training.save = "preact"): pre = A @ B[g] + bias[g] stored in the output's dtype by the pre
     kernel, out = gelu_tanh(pre) over the groups' rows in jnp (zeros past them); pre saved with the inputs."""
-    m, n, k, g = _dims(a, b, sizes)
+    m, n, k, g, _ = _dims(a, b, sizes)
     pre = _pre_call(varying, sizes, a, b, bias)
     acc = pre.astype(jnp.float32)
     acc = 0.5 * acc * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))  # GELU, tanh form
@@ -767,7 +775,7 @@ def _train_bwd(cfg: Config, varying: frozenset, saved: tuple, grad):
     """dA = G @ B[g]^T (rows past the last group 0), dB[g] = A_g^T @ G_g (an empty group's 0), dbias[g] = G's
     column sum over group g's rows (an empty group's 0); G = dOut * gelu_tanh'(pre) over the groups' rows, formed once."""
     sizes, a, b, bias, out, pre = saved
-    m, n, k, g = _dims(a, b, sizes)
+    m, n, k, g, _ = _dims(a, b, sizes)
     inside = _inside(sizes, m)
     # the caller's out shows in the rows past the groups (tail untouched): its gradient is dOut there
     dbase = None if out is None else jnp.where(inside, jnp.zeros_like(grad), grad).astype(out.dtype)
@@ -781,6 +789,10 @@ def _train_bwd(cfg: Config, varying: frozenset, saved: tuple, grad):
     gr = gr.astype(OPERAND)  # G, the operands' dtype
     da = _dgrad_call(varying, sizes, gr, b)  # (M, K); tail zero: rows past the last group get 0
     db = _wgrad_call(varying, sizes, gr, a)  # (G, N, K) = G_g^T @ A_g: B's layout
+    # each gradient varies as its primal does (under jax.shard_map: the entry cast every array to vary over `varying`)
+    da, db, dbias = _rt.vary(varying, da, db, dbias)
+    if dbase is not None:
+        (dbase,) = _rt.vary(varying, dbase)
     return (None, da, db, dbias, dbase)
 
 
@@ -808,13 +820,15 @@ def _launch(a, b, offs, bias, out=None, config: Config | None = None) -> jax.Arr
     sizes = _gj.sizes_from_offs(offs)
     varying = _rt.varying_axes(a, b, bias, offs)  # mesh axes, under jax.shard_map
     # Differentiable (spec: training): jax.grad and jax.vjp run the backward's kernels (_train_bwd); the group index
-    # gets no gradient.
-    return _train(cfg, varying, sizes, a, b, bias, None)
+    # gets no gradient. Under jax.shard_map
+    # every array is cast to vary over the mesh axes any argument does, so each cotangent has its primal's type and a
+    # replicated weight's gradient comes back summed over the mesh by the cast's transpose (docs/training.md).
+    return _train(cfg, varying, sizes, *_rt.vary(varying, a, b, bias), None)
 
 
 def _forward(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     """The forward kernel over checked arguments (the custom_vjp's primal): metadata, TMA padding, the kernel."""
-    m, n, k, g = _dims(a, b, sizes)
+    m, n, k, g, _ = _dims(a, b, sizes)
     # Which group and row tile each visit serves (with tail zero, the visits past the groups take the tail's tiles,
     # from the one holding the last group's end: a group's visit stores its own rows only).
     offsets, groups, tiles = _gj.group_metadata(sizes, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO)
@@ -825,6 +839,9 @@ def _forward(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     result = kernel(offsets, groups, tiles, a, b, bias)
+    # under jax.shard_map: jax 0.10's plgpu.kernel types its output as not varying over the mesh (it traces with
+    # check_vma off), which would make jax sum its cotangent over the mesh: typed as the arguments vary instead
+    (result,) = _rt.vary(varying, result)
     if out_cols != n:
         result = result[:, :n]
     return result

@@ -1,13 +1,14 @@
 """The grouped kind's training (a ragged-M spec's `training`, issue 38) on the Mosaic GPU target (pallas:gpu_sm90), on
 this CPU machine: the module's JAX entry is a jax.custom_vjp whose backward runs copies of the module's ragged-M kernel
 (forward_pre / recompute, dgrad) and ragged-K kernel (wgrad) at each companion's checked config, G and the bias
-gradient in jnp (specgen/kinds/grouped/designs/pallas_mgpu/training.py). Here: each role's Config is what check
+gradient in jnp (specgen/kinds/grouped/designs/pallas_mgpu/training.py); a gated op's too (MGPU_GATED_TRAINING_FORMS:
+pre and G over B's 2N columns in the forward's layout, halves and interleaved). Here: each role's Config is what check
 resolved; jax.grad under jax.jit of the entry lowers for CUDA (jax 0.10.2's Mosaic GPU lowering, which runs in Python:
 every backward kernel, its SMEM allocated) over shapes off every tile, M = 1 among them; the vjp glue (G, its masks,
 dbias, each GEMM's operands and orientation, the caller's `out`) against float64 autograd of the per-group loop, with
 the kernels replaced by jnp GEMMs of their contract (the kernels' numerics run on a Hopper GPU:
 tests/gpu/test_grouped_training_mgpu_gpu.py); check's side (TRN001 refusals, a backward config ruled as a GEMM of its
-own); a render that skipped check; the torch entry forward-only."""
+own); a render that skipped check; the torch entry forward-only. Inside jax.shard_map: test_grouped_training_mgpu_shard.py."""
 
 from __future__ import annotations
 
@@ -20,11 +21,16 @@ import numpy as np
 import pytest
 import torch
 
+from backends.pallas.grouped_mgpu_shard import layout, stand_ins
 from backends.pallas.test_grouped_mgpu import loaded, render
 from specgen.check import check_specs
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.design import mgpu_config
-from specgen.kinds.grouped.testing.mgpu_specs import MGPU_TRAINING_FORMS, mgpu_training_form
+from specgen.kinds.grouped.testing.mgpu_specs import (
+    MGPU_GATED_TRAINING_FORMS,
+    MGPU_TRAINING_FORMS,
+    mgpu_training_form,
+)
 from specgen.resolve import resolve
 from specgen.spec.load import load_paths, load_text
 
@@ -34,14 +40,15 @@ T = "pallas:gpu_sm90"
 ROLE_CONFIG = {"forward_pre": "_PRE_CONFIG", "recompute": "_PRE_CONFIG", "dgrad": "_DGRAD_CONFIG",
                "wgrad": "_WGRAD_CONFIG"}
 GELU_TANH = dict(op="bias", dtype="bf16"), dict(op="activation", fn="gelu_tanh")
+FORMS = {**MGPU_TRAINING_FORMS, **MGPU_GATED_TRAINING_FORMS}
 
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict:
-    """name: (module, spec dict, resolved) for every MGPU_TRAINING_FORMS form and the catalogue's module."""
+    """name: (module, spec dict, resolved) for every training form (plain and gated) and the catalogue's module."""
     tmp = tmp_path_factory.mktemp("grouped_mgpu_train")
     out = {name: (render(s, tmp), s, resolve(loaded(s).spec, loaded(s).spec.targets[0]))
-           for name, s in MGPU_TRAINING_FORMS.items()}
+           for name, s in FORMS.items()}
     (ls,) = [x for x in load_paths([ROOT / "specs" / "training.toml"]) if x.name == CATALOGUE]
     mod = load_rendered(ROOT / "generated" / "pallas" / "gpu_sm90" / f"{CATALOGUE}.py", f"_gmt_{CATALOGUE}")
     return {CATALOGUE: (mod, ls.spec.model_dump(mode="json"), resolve(ls.spec, ls.spec.targets[0])), **out}
@@ -64,7 +71,7 @@ def test_each_role_runs_the_config_check_resolved(modules) -> None:
     for name, (mod, spec, r) in modules.items():
         gemms = mod.METADATA["training"]["gemms"]
         assert list(gemms) == [c.companion for c in r.companions], name
-        act = any(op["op"] == "activation" for op in spec["epilogue"])
+        act = any(op["op"] in ("activation", "gated") for op in spec["epilogue"])
         assert ("forward_pre" in gemms or "recompute" in gemms) == act
         for c in r.companions:
             cfg, want = getattr(mod, ROLE_CONFIG[c.companion]), mgpu_config(c)
@@ -77,11 +84,15 @@ def test_each_role_runs_the_config_check_resolved(modules) -> None:
         assert (gemms["wgrad"]["a_major"], gemms["wgrad"]["b_major"], gemms["wgrad"]["ragged"]) == ("mn", "mn", "k")
     assert modules["gmt_bias_untouched_mn"][0]._DGRAD_CONFIG[:4] == (64, 128, 64, 3)
     assert modules["gmt_relu_preact_k_f16"][0]._WGRAD_CONFIG.stages == 3
+    for name in MGPU_GATED_TRAINING_FORMS:  # the gated forms' layout; pre is a plain GEMM (the bias after the gate)
+        mod, spec, _ = modules[name]
+        assert mod.METADATA["training"]["gated"] == spec["epilogue"][0]["layout"], name
 
 
 def _structs(spec: dict, m: int, n: int, k: int, g: int) -> list:
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]]
-    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, n, k) if spec["b"]["major"] == "k" else (g, k, n), dt),
+    nb = 2 * n if layout(spec) else n  # B's columns: a gated op's gate and up
+    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, nb, k) if spec["b"]["major"] == "k" else (g, k, nb), dt),
             jax.ShapeDtypeStruct((g,), jnp.int32)]
     for op in spec["epilogue"]:
         if op["op"] == "bias":
@@ -95,7 +106,8 @@ def test_grad_under_jit_lowers_with_every_backward_kernel(modules, name, shape) 
     """jax.grad of the entry's call under jax.jit traces the custom_vjp (forward rule, backward rule) and lowers for
     CUDA over a shape off every tile (M = 1 and N, K under one tile among them), each backward kernel in the program
     (a Mosaic GPU launch named as its companion), the gradients in the arguments' shapes; with the caller's `out` too
-    where the tail is untouched (its gradient is dOut past the groups)."""
+    where the tail is untouched (its gradient is dOut past the groups). The gated forms lower in
+    test_grouped_training_mgpu_shard.py (under jax.shard_map: the same program with its arrays typed over a mesh)."""
     mod, spec, r = modules[name]
     m, n, k, g = shape
     args = _structs(spec, m, n, k, g)
@@ -117,73 +129,29 @@ def test_grad_under_jit_lowers_with_every_backward_kernel(modules, name, shape) 
 
 
 # --- the vjp glue against float64 autograd: the kernels replaced by jnp GEMMs of their contract ------------------
-def _row_groups(sizes: np.ndarray, m: int) -> np.ndarray:
-    ends = np.minimum(np.cumsum(np.maximum(sizes, 0)), m)
-    return np.searchsorted(ends, np.arange(m), side="right")  # G past the last group
-
-
-def _ragged_m(sizes, x, y, y_major: str, out_dtype, tail_zero: bool, bias=None):
-    """The ragged-M kernel's contract: out[rows of g] = x[rows] @ B[g] (+ bias[g]), y as stored (G, N, K) K-major or
-    (G, K, N); rows past the last group 0 (tail zero) or NaN (untouched: unspecified, never to be read)."""
-    m = x.shape[0]
-    groups = jnp.searchsorted(jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), m), jnp.arange(m), side="right")
-    w = (jnp.swapaxes(y, 1, 2) if y_major == "k" else y).astype(jnp.float32)  # (G, K, N)
-    g = jnp.minimum(groups, y.shape[0] - 1)
-    acc = jnp.einsum("mk,mkn->mn", x.astype(jnp.float32), w[g])
-    if bias is not None:
-        acc = acc + bias.reshape(y.shape[0], -1)[g].astype(jnp.float32)
-    inside = (groups < y.shape[0])[:, None]
-    return jnp.where(inside, acc, 0.0 if tail_zero else jnp.nan).astype(out_dtype)
-
-
-def _ragged_k(sizes, x, y, out_dtype):
-    """The ragged-K kernel's contract: out[g] = x[rows of g]^T @ y[rows of g], x (M, P), y (M, Q); an empty group's 0."""
-    m, g = x.shape[0], sizes.shape[0]
-    groups = jnp.searchsorted(jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), m), jnp.arange(m), side="right")
-    onehot = (groups[None, :] == jnp.arange(g)[:, None]).astype(jnp.float32)  # (G, M)
-    return jnp.einsum("gm,mp,mq->gpq", onehot, x.astype(jnp.float32), y.astype(jnp.float32)).astype(out_dtype)
-
-
-def _stand_ins(mod, spec: dict, monkeypatch) -> None:
-    gemms = mod.METADATA["training"]["gemms"]
-    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]])
-    chain = spec["epilogue"]
-
-    def forward(cfg, varying, sizes, a, b, *rest):
-        *bias, out = rest
-        x = _ragged_m(sizes, a, b, spec["b"]["major"], jnp.float32, True, *bias)
-        for op in chain:
-            if op["op"] == "activation":
-                x = {"gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True), "silu": jax.nn.silu,
-                     "relu": jax.nn.relu}[op["fn"]](x)
-        rows = jnp.arange(a.shape[0])[:, None] < jnp.minimum(jnp.sum(jnp.maximum(sizes, 0)), a.shape[0])
-        return jnp.where(rows, x, 0.0 if out is None else out.astype(jnp.float32)).astype(dt)
-
-    pre_role = "forward_pre" if "forward_pre" in gemms else "recompute"
-    pre_dtype = dt if pre_role == "forward_pre" else jnp.float32
-    monkeypatch.setattr(mod, "_forward", forward)
-    monkeypatch.setattr(mod, "_pre_call", lambda varying, sizes, x, y, *bias: _ragged_m(
-        sizes, x, y, spec["b"]["major"], pre_dtype, False, *bias), raising=False)
-    monkeypatch.setattr(mod, "_dgrad_call", lambda varying, sizes, x, y: _ragged_m(
-        sizes, x, y, gemms["dgrad"]["b_major"], dt, True))
-    monkeypatch.setattr(mod, "_wgrad_call", lambda varying, sizes, x, y: _ragged_k(sizes, x, y, dt))
-
-
 def _reference(spec: dict, a, b, sizes, bias, w, out) -> dict:
     """float64 torch autograd on the CPU of the per-group loop: loss = sum(w * layer(a, b, bias, out)); the gradients by
-    argument position (0 a, 1 b, 2 bias, 3 out)."""
+    argument position (0 a, 1 b, 2 bias, 3 out). A gated op: act(gate) * up over B's 2N columns (its layout), then the
+    bias."""
     acts = {"gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "silu": torch.nn.functional.silu,
             "relu": torch.relu}
     xs = [None if x is None else torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (a, b, bias, out)]
     ta, tb, tbias, tout = xs
+    gated = layout(spec)
     m, rows, start = ta.shape[0], [], 0
     for gi, size in enumerate(np.maximum(sizes, 0)):
         end = min(start + int(size), m)
         bg = tb[gi].T if spec["b"]["major"] == "k" else tb[gi]
-        y = ta[start:end] @ bg + (tbias[gi] if tbias is not None else 0.0)
-        for op in spec["epilogue"]:
-            if op["op"] == "activation":
-                y = acts[op["fn"]](y)
+        y = ta[start:end] @ bg
+        if gated:
+            n = y.shape[1] // 2
+            gate, up = (y[:, :n], y[:, n:]) if gated == "halves" else (y[:, 0::2], y[:, 1::2])
+            y = acts[spec["epilogue"][0]["fn"]](gate) * up + (tbias[gi] if tbias is not None else 0.0)
+        else:
+            y = y + (tbias[gi] if tbias is not None else 0.0)
+            for op in spec["epilogue"]:
+                if op["op"] == "activation":
+                    y = acts[op["fn"]](y)
         rows.append(y)
         start = end
     rows.append(tout[start:] if tout is not None else torch.zeros((m - start, w.shape[1]), dtype=torch.float64))
@@ -191,20 +159,22 @@ def _reference(spec: dict, a, b, sizes, bias, w, out) -> dict:
     return {i: x.grad.numpy() for i, x in enumerate(xs) if x is not None}
 
 
-@pytest.mark.parametrize("name", list(MGPU_TRAINING_FORMS))
+@pytest.mark.parametrize("name", list(FORMS))
 def test_the_vjp_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
     """jax.grad under jax.jit of the entry, the kernels replaced by jnp GEMMs of their contract (rows past the groups of
     a pre the kernel leaves unspecified NaN), against float64 autograd of the per-group loop: empty groups first, in
     the middle and last, rows past the last group (dA 0 there; the caller's `out` gets dOut there where the tail is
-    untouched), M, N, K off every tile. dbias of an empty group is exactly 0; sizes get no gradient."""
+    untouched), M, N, K off every tile. dbias of an empty group is exactly 0; sizes get no gradient. A gated form: B
+(G, 2N, K) / (G, K, 2N) in its layout, pre and G over the 2N columns (halves or interleaved)."""
     mod, spec, _ = modules[name]
-    _stand_ins(mod, spec, monkeypatch)
+    stand_ins(mod, spec, monkeypatch.setattr)
     rng = np.random.default_rng(7)
     m, n, k, sizes = 45, 24, 40, np.array([0, 9, 0, 14, 11, 0], np.int32)  # 34 rows in groups, 11 past them
     g = len(sizes)
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]]
     a = jnp.asarray(rng.standard_normal((m, k)) * 0.5, dt)
-    b = jnp.asarray(rng.standard_normal((g, n, k) if spec["b"]["major"] == "k" else (g, k, n)) * 0.3, dt)
+    nb = 2 * n if layout(spec) else n
+    b = jnp.asarray(rng.standard_normal((g, nb, k) if spec["b"]["major"] == "k" else (g, k, nb)) * 0.3, dt)
     bias_op = next((op for op in spec["epilogue"] if op["op"] == "bias"), None)
     bias = None if bias_op is None else jnp.asarray(rng.standard_normal((g, n)), {"bf16": jnp.bfloat16, "f32": jnp.float32}[bias_op["dtype"]])
     out = jnp.asarray(rng.standard_normal((m, n)), dt) if spec["groups"]["tail"] == "untouched" else None
@@ -243,10 +213,10 @@ def _diagnostics(spec: dict) -> list:
 
 
 def test_the_forms_check_clean_and_a_backward_config_is_ruled_as_a_gemm() -> None:
-    """Every form checks clean. A dgrad tile whose stages pass SMEM is SMEM001 on "backward dgrad" at training.dgrad;
+    """Every form checks clean (the gated ones too: TRN001 refused them before session 28's gated backward). A dgrad tile whose stages pass SMEM is SMEM001 on "backward dgrad" at training.dgrad;
     a wgrad K tile of 32 is MGP001 on "backward wgrad" (the ragged-K kernel masks K rows in 64s: its operands are
     M- and N-major), at training.wgrad."""
-    for s in MGPU_TRAINING_FORMS.values():
+    for s in FORMS.values():
         assert not [d for d in _diagnostics(s) if d.severity == "error"], s["name"]
     big = mgpu_training_form("x", save="preact", epilogue=GELU_TANH, dgrad={"tile": {"m": 128, "n": 256, "k": 128},
                                                                            "ab_stages": 4})
@@ -259,16 +229,17 @@ def test_the_forms_check_clean_and_a_backward_config_is_ruled_as_a_gemm() -> Non
 
 
 @pytest.mark.parametrize("changes,words", [
-    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ["training with a gated epilogue (silu, halves)", "renders no gated backward"]),
+    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}], "out": {"dtype": "f32"}},
+     ["takes f16 or bf16 operands with an output of their dtype", "out.dtype = f32"]),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"},
       "tile": {"m": 128, "n": 256, "k": 128}, "epilogue": [{"op": "scale", "by": "rowcol"}]},
      ["training with fp8_e4m3 operands", "the Triton design does"]),
     ({"out": {"dtype": "f32"}}, ["takes f16 or bf16 operands with an output of their dtype", "out.dtype = f32"]),
 ])
 def test_trn001_refuses_what_the_backward_does_not_cover(changes, words, tmp_path) -> None:
-    """TRN001 on pallas:gpu_sm90 for a gated op, an fp8 forward, an output of another dtype, each naming why; the plan
-    refuses the same, so a render that skipped check emits no wrong backward."""
+    """TRN001 on pallas:gpu_sm90 for an fp8 forward, an output of another dtype (a gated op's too: the gated forms check
+    clean, test_the_forms_check_clean...), each naming why; the plan refuses the same, so a render that skipped check
+    emits no wrong backward."""
     s = {**mgpu_training_form("x", save="preact", epilogue=GELU_TANH), **changes}
     trn = [d for d in _diagnostics(s) if d.rule == "TRN001"]
     assert len(trn) == 1 and all(w in trn[0].message for w in words), [str(d) for d in trn]
@@ -288,11 +259,12 @@ def test_the_torch_entry_stays_forward_only(modules, monkeypatch) -> None:
         getattr(mod, f"{CATALOGUE}_torch")(a, b, offs, bias)
 
 
-@pytest.mark.parametrize("name", [CATALOGUE])
+@pytest.mark.parametrize("name", [CATALOGUE, "gmt_swiglu_bias_preact_k"])
 def test_the_compile_hook_lowers_the_forward_and_each_backward_gemm(modules, name) -> None:
     """`specgen compile`'s hook lowers the module's forward (through the custom_vjp's primal), then each backward GEMM's
     launcher alone (`<kernel>[role]`), each with exactly its plan's SMEM (the companion's figure check used);
-    `--forward-only` (backward=False) leaves the roles out."""
+    `--forward-only` (backward=False) leaves the roles out. A gated module's pre GEMM is the plain one over B's 2N
+    columns, without the bias (it comes after the gate)."""
     from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
     from specgen.targets import TARGETS
 

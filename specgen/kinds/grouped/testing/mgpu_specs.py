@@ -108,3 +108,18 @@ MGPU_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     mgpu_training_form("gmt_relu_preact_k_f16", save="preact", dtype="f16", epilogue=({"op": "activation", "fn": "relu"},),
                        wgrad={"ab_stages": 3}),
 )}
+
+
+# The gated backward (act(gate) * up, then at most a bias; pre and G over B's 2N columns in the forward's layout): a
+# halves SwiGLU + bf16 bias preact (B K-major), an interleaved GeGLU-tanh recompute (f16, B K-major, offs, an untouched
+# tail, a 64-row tile: the layout, index and tail of the catalogue's moe_gate_up_swiglu_bf16), a halves SwiGLU preact
+# with an f32 bias (B N-major, offs, an untouched tail).
+MGPU_GATED_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    mgpu_training_form("gmt_swiglu_bias_preact_k", save="preact",
+                       epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "bf16"})),
+    mgpu_training_form("gmt_geglu_il_recompute_k_f16", save="recompute", dtype="f16", index="offs", tail="untouched",
+                       tile={"m": 64, "n": 128, "k": 64},
+                       epilogue=({"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},)),
+    mgpu_training_form("gmt_swiglu_f32_bias_preact_mn", save="preact", b="mn", index="offs", tail="untouched",
+                       epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
+)}

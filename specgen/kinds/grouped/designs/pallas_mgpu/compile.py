@@ -40,7 +40,7 @@ ROLE_PREFIX = {"forward_pre": "_pre", "recompute": "_pre", "dgrad": "_dgrad", "w
 
 def _lower_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:
     """One backward GEMM's launcher lowered alone for CUDA: (varying, sizes, x, y[, bias]) over 3 groups of ragged rows,
-    x and y in the shapes the backward passes them (pre: A and B as stored; dgrad: G (M, N) and B as stored; wgrad:
+    x and y in the shapes the backward passes them (pre: A and B as stored, a gated B's 2N columns one plain GEMM's; dgrad: G (M, N) and B as stored; wgrad:
     x (M, P) and y (M, Q), the groups' rows its K)."""
     import jax
     import jax.numpy as jnp
@@ -62,8 +62,9 @@ def _lower_role(module: ModuleType, target: TargetInfo, role: str) -> CompileRes
         args = [struct((r, p)), struct((r, q))]
     else:  # ragged M over p rows: x (p, r) K-major, y (G, q, r) K-major or (G, r, q), the pre GEMM's bias (G, q)
         y = (GROUPS, q, r) if gemm["b_major"] == "k" else (GROUPS, r, q)
+        gated = any(op.op == "gated" for op in spec.epilogue)  # pre over B's 2N columns, the bias after the gate (jnp)
         bias = [struct((GROUPS, q), jnp.dtype(JNP_DTYPES[op.dtype])) for op in spec.epilogue if op.op == "bias"
-                ] if prefix == "_pre" else []
+                ] if prefix == "_pre" and not gated else []
         args = [struct((p, r)), struct(y), *bias]
     start = time.perf_counter()
     try:

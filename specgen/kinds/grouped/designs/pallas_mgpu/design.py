@@ -36,7 +36,8 @@ boundary only), the rows of another group in a shared edge tile zeroed in SMEM b
 
 Training (a ragged-M spec's `training`; training.py, templates/grouped/pallas/backward_mgpu.jinja): a jax.custom_vjp
 on the JAX entry whose backward GEMMs are copies of the two kernels above (mgpu_m.jinja, mgpu_k.jinja: macros with a
-name prefix) at each companion's checked config; f16 / bf16, no gated op or fp8 forward (TRN001).
+name prefix) at each companion's checked config; f16 / bf16, a gated op's too (pre and G over B's 2N columns in the
+forward's layout), no fp8 forward (TRN001); under jax.shard_map in both check_vma modes (`_rt.vary` casts).
 
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
@@ -114,8 +115,10 @@ class PallasMgpuGrouped(GroupedDesign):
     # gate columns are no TMA view; fp8; PAL009 the erf GELU)
     renders_gated = True
     # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp on the JAX entry; the torch entry stays
-    # forward-only): f16 / bf16, the legacy chains; no gated op's or fp8 forward's (TRN001 names the designs that have one)
+    # forward-only): f16 / bf16, the legacy chains and a gated op's (pre and G over B's 2N columns, the forward's layout);
+    # no fp8 forward's (TRN001 names the designs that have one)
     renders_training = True
+    renders_gated_training = True
 
     def training_refusal(self, spec: GroupedSpec, target: TargetInfo | None = None) -> str:
         return training_refusal(spec)

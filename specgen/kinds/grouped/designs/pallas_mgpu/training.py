@@ -20,9 +20,23 @@ sums (`jax.ops.segment_sum` over each row's group, f32, an empty group's exactly
 fuses the elementwise G with its read of pre, and the sums are one reduction over (rows, N), no GEMM (the dense Mosaic
 GPU design's grad_cols kernel exists because its forward_pre stores out too; here no kernel would save a pass).
 
+A gated epilogue (SwiGLU, GeGLU-tanh; act(gate) * up, then at most a bias; halves on either B major, interleaved on
+a K-major B: the forward's layouts, MGP003) has the grouped Triton and Pallas TPU designs' semantics: pre = A[rows of
+g] @ B[g] is the plain ragged-M companion over B's 2N columns (no epilogue: the bias comes after the gate), (rows, 2N)
+in the forward's layout (gate columns [0, N) and up [N, 2N), or gate 2j and up 2j + 1), B read as stored; the forward
+rule (preact) forms out = act(gate) * up (+ bias[g], each row's group's) from it in jnp; G = [dgate, dup] (rows, 2N)
+in pre's layout, dgate = (dOut * up) * act'(gate), dup = dOut * act(gate), in jnp; dgrad and wgrad are the plain
+companions over 2N (dA = G @ B[g]^T, dB[g] = A_g^T @ G_g in B's stored (G, 2N, K) / (G, K, 2N)); dbias (G, N) =
+dOut's column sums over group g's rows (the bias after the gate).
+
+Under jax.shard_map (both check_vma modes): the entry casts A, B, the bias and the caller's `out` to vary over the
+mesh axes any argument does (`_rt.vary`), and types every kernel's output likewise (jax 0.10's plgpu.kernel types its
+output as not varying), so the custom_vjp's cotangents have their primals' types and a replicated B's and bias's
+gradients come back summed over the mesh by the casts' transposes, as jax's own autodiff gives them.
+
 Covered: f16 / bf16 operands with an output of their dtype, [], [bias], [activation], [bias, activation] (the grouped
-kind's legacy chains), both B majors, both index formats, both tails. TRN001 refuses a gated op (no gated backward
-here: the Triton and Pallas TPU designs have one), an fp8 forward, other dtypes (`training_refusal`).
+kind's legacy chains), [gated] and [gated, bias], both B majors, both index formats, both tails. TRN001 refuses an
+fp8 forward (the Triton and Pallas TPU designs have its backward) and other dtypes (`training_refusal`).
 """
 
 from __future__ import annotations
@@ -45,8 +59,8 @@ MGPU_TRAINING_DTYPES = (DType.f16, DType.bf16)
 def training_refusal(spec: object) -> str:
     """Why the grouped Mosaic GPU module renders no backward for `spec` ("" where it does): TRN001's message."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if a.is_fp8 or gated_op(spec.epilogue) is not None:  # type: ignore[attr-defined]
-        return ""  # TRN001's chain and gated branches say so, naming the designs that render them
+    if a.is_fp8:
+        return ""  # TRN001's chain branch says so, naming the design that renders it
     if a not in MGPU_TRAINING_DTYPES or b != a or out != a:
         return (f"training: the grouped Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype "
                 f"(dgrad and wgrad read B, A and G MN-major, 16-bit only for wgmma; pre is stored in the output's "
@@ -58,10 +72,11 @@ def training_refusal(spec: object) -> str:
 class GroupedMgpuTrainingPlan(SaveModes):
     save: str  # preact, recompute
     act: str  # the activation's formula name ("" without one: G = dOut)
-    act_op: dict[str, object]  # the activation op (its params for the formula macros); {} without one
+    act_op: dict[str, object]  # the activation or gated op (its params for the formula macros); {} without one
     bias: str  # the bias argument's name ("" without one)
     operand_jnp: str  # A's, B's and out's dtype: G is rounded to it for the dots
     b_major: str  # the forward's B major: wgrad's operand order and dB's layout
+    gated: str  # a gated op's layout ("halves", "interleaved"; "" without one): pre and G (rows, 2N) in it
     pre: object | None  # the companion plans (GroupedMgpuPlan): the ragged-M GEMM that computes pre (with an activation)
     dgrad: object
     wgrad: object
@@ -85,25 +100,25 @@ def plan_mgpu_training(loaded: LoadedSpec, target: Target, r: Resolved,
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec) or (
-            "a gated epilogue's backward" if gated_op(spec.epilogue) is not None else ""):  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    if why := training_refusal(spec) or chain_refusal(spec):
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the grouped Mosaic GPU design renders no backward for it: {why} (TRN001)")  # type: ignore[attr-defined]
     plans = {c.companion: plan_one(loaded, target, c) for c in r.companions}
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
-    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
 
     return GroupedMgpuTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", operand_jnp=JNP_DTYPES[spec.a.dtype],  # type: ignore[attr-defined]
-        b_major=spec.b.major,  # type: ignore[attr-defined]
+        b_major=spec.b.major, gated=gated.layout if gated is not None else "",  # type: ignore[attr-defined]
         pre=plans.get("forward_pre", plans.get("recompute")), dgrad=plans["dgrad"], wgrad=plans["wgrad"])
 
 
 def training_metadata(t: GroupedMgpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: the save mode and each GEMM's tile, stages, majors, grouping and SMEM."""
-    return {"save": t.save, "activation": t.act, "gemms": {
+    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}), "gemms": {
         role: {"tile": [p.config.tile_m, p.config.tile_n, p.config.tile_k], "stages": p.config.ab_stages,  # type: ignore[attr-defined]
                "a_major": p.a_major, "b_major": p.b_major, "ragged": "k" if p.ragged_k else "m",  # type: ignore[attr-defined]
                "tail": "zero" if p.tail_zero else "untouched", "smem_bytes": p.config.smem_bytes}  # type: ignore[attr-defined]
