@@ -8,7 +8,7 @@ from __future__ import annotations
 # columns pass, the GEMMs' pre helper and the 3-D buffer checks of wgrad's output (and the autograd layer's `_run`
 # call, which reads the sizes index's name at the top level).
 MODULE_NAMES: frozenset[str] = frozenset({
-    "K_ALIGN", "grouped_host", "grouped_kernel", "VARIANT_CONFIGS", "COLS_THREADS", "COLS_UNROLL", "COLS_VEC", "_vectors",
+    "K_ALIGN", "grouped_host", "grouped_kernel", "VARIANT_CONFIGS", "COLS_THREADS", "COLS_UNROLL", "COLS_VEC", "COLS_VEC_THREADS", "_vectors",
     "_cols_fake_args", "_cols_host",
     "_cols_kernel", "_fake_args_dgrad", "_fake_args_pre", "_fake_args_wgrad", "_padded3", "_pre", "_writable3",
     "group_sizes", "grouped_host_dgrad", "grouped_host_pre", "grouped_host_wgrad", "grouped_kernel_dgrad",
