@@ -1,11 +1,12 @@
 """The grouped CuTe sm90 design's training (its backward: specgen/kinds/grouped/designs/cute_sm90/training.py,
 templates/grouped/cute/train_sm90.jinja) on the CPU: CUTE_TRAINING_FORMS (preact with a per-group bias and GELU, offs,
-B K-major, a zeroed tail; recompute with ReLU, sizes, B N-major; the plain GEMM with a bias only) pass check (TRN001
-among its rules) and render each backward GEMM from its companion's plan (its Config row: the companion's tile, stages,
-SMEM and majors); every kernel of their modules compiles for sm_90a through `cute.compile` over fake tensors with the
-plan's SMEM and no spills (one compile per module, shared by the assertions). TRN001 still refuses a gated epilogue,
-an fp8 forward and other dtypes on cute:sm90, naming them. The numerics run on the GPU:
-tests/gpu/test_grouped_training_cute_gpu.py."""
+B K-major, a zeroed tail; recompute with ReLU, sizes, B N-major; the plain GEMM with a bias only; SwiGLU halves + bias
+preact and GeGLU-tanh interleaved recompute, issue 38) pass check (TRN001 among its rules) and render each backward GEMM
+from its companion's plan (its Config row: the companion's tile, stages, SMEM and majors); every kernel of their
+modules compiles for sm_90a through `cute.compile` over fake tensors with the plan's SMEM and no spills (one compile
+per kernel, shared by the assertions), the columns pass's "_v" variants with 16-byte loads and stores. TRN001 refuses
+an fp8 forward and other dtypes on cute:sm90 (a gated op's too), and a gated backward on cute:sm100, naming them. The
+numerics run on the GPU: tests/gpu/test_grouped_training_cute_gpu.py."""
 
 from __future__ import annotations
 
@@ -55,19 +56,47 @@ def test_each_form_checks_without_errors(name):
     assert _errors(CUTE_TRAINING_FORMS[name]) == []
 
 
+def _wide_accesses(compiled) -> dict[str, int]:
+    """The 16-byte global loads and stores in a compiled kernel's SASS (compile_config's `more`)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from specgen.kinds.gemm.designs.cubin import nvdisasm
+
+    cubin = compiled.artifacts.CUBIN
+    with tempfile.TemporaryDirectory() as d:
+        if isinstance(cubin, bytes):
+            (Path(d) / "k.cubin").write_bytes(cubin)
+            cubin = Path(d) / "k.cubin"
+        text = subprocess.run([nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return {"ldg128": len(re.findall(r"\bLDG\.E\.128\b", text)), "stg128": len(re.findall(r"\bSTG\.E\.128\b", text))}
+
+
+# (form, its columns pass's modes, whether their element variants compile too (the "_v" ones always: the same kernel
+# at vec = 1 is compiled for the gated forms only, to keep the cost small), the backward GEMMs compiled: the gated
+# form's pre GEMM over 2N is the new one, its dgrad and wgrad the kernels the other forms compile at other tiles)
+COMPILED = (("cgt_preact_bias_gelu", ("act_rows", "grad_cols"), False, ("forward_pre", "dgrad", "wgrad")),
+            ("cgt_recompute_relu", ("grad_cols",), False, ("recompute", "dgrad", "wgrad")),
+            ("cgt_bias_only", ("grad_sums",), False, ()),
+            ("cgt_swiglu_halves_bias", ("act_rows", "grad_cols"), True, ("forward_pre",)),
+            ("cgt_geglu_il_recompute", ("grad_cols",), True, ()))
+
+
 def test_every_backward_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, monkeypatch, tmp_path):
-    """One test (one xdist worker compiles): each backward GEMM of the preact and recompute forms and every form's
-    columns pass (the forwards are the grouped kernel tests/grouped/test_cute_sm90.py compiles)."""
+    """One test (one xdist worker compiles): each backward GEMM of the preact and recompute forms, the gated preact
+    form's pre GEMM (B's 2N columns, two warpgroups) and every form's columns pass in 16-byte vectors (the gated forms'
+    an element at a time too; the forwards are the grouped kernel tests/grouped/test_cute_sm90.py compiles)."""
     from specgen.kinds.gemm.designs.cute_sm90.compile import compile_config
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     target = target_info("cute:sm90")
-    for name, cols in (("cgt_preact_bias_gelu", ("act_rows", "grad_cols")), ("cgt_recompute_relu", ("grad_cols",)),
-                       ("cgt_bias_only", ("grad_sums",))):
+    for name, modes, elements, roles in COMPILED:
         module = rendered[name][0]
         t = module.METADATA["plan"][90]["training"]
-        assert module._cols_launcher.configs == cols
-        roles = list(t["kernels"]) if name != "cgt_bias_only" else []
+        assert module._cols_launcher.configs == tuple(v for m in modes for v in (m, m + "_v"))
+        cols = [v for v in module._cols_launcher.configs if elements or v.endswith("_v")]
         for role in roles:  # the GEMMs: TMA loads, wgmma, the plan's SMEM; predicated vector stores (ragged M: no TMA
             # store) or TMA stores into dB[g] (wgrad, the ragged-K kernel)
             r = compile_config(module._train_launcher, name, role, target, t["kernels"][role]["smem_bytes"], True, False)
@@ -76,9 +105,11 @@ def test_every_backward_kernel_compiles_with_the_plans_smem_and_no_spills(render
             assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0, (role, r.sass)
             assert (r.sass["UTMASTG"] > 0) == (role == "wgrad"), (role, r.sass)
             assert r.spills.stores == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r
-        for c in cols:  # the columns pass: SIMT, no SMEM
-            r = compile_config(module._cols_launcher, name, c, target, 0, True, False)
+        for c in cols:  # the columns pass: SIMT, no SMEM; the "_v" variants load and store 16 bytes a thread and row
+            r = compile_config(module._cols_launcher, name, c, target, 0, True, False, more=_wide_accesses)
             assert not r.error and r.compiler_smem == 0 and r.sass["HGMMA"] == 0 and r.sass["STL"] == 0, r
+            wide = r.resources["ldg128"] > 0 and r.resources["stg128"] > 0  # (grad_sums stores only its 16-byte sums)
+            assert wide == c.endswith("_v"), (c, r.resources)
 
 
 def test_each_role_is_its_companions_plan(rendered):
@@ -103,9 +134,11 @@ def test_each_role_is_its_companions_plan(rendered):
             assert q.config.smem_bytes == c.budget.total if role != "recompute" else q.config.smem_bytes <= c.budget.total
             assert q.out.cutlass_dtype == {"bf16": "BFloat16", "f16": "Float16"}[s["out"]["dtype"]]
         pre = plan.roles.get("forward_pre") or plan.roles.get("recompute")
-        if pre is not None:
-            assert [op["op"] for op in pre.epilogue] == [op["op"] for op in s["epilogue"] if op["op"] == "bias"]
-            assert not pre.tail_zero
+        gated = s["epilogue"][0]["op"] == "gated"
+        assert plan.gated == (s["epilogue"][0]["layout"] if gated else "")
+        if pre is not None:  # a gated op's pre: the plain GEMM over B's 2N columns (the bias, after the gate, is act_rows')
+            assert [op["op"] for op in pre.epilogue] == [op["op"] for op in s["epilogue"] if op["op"] == "bias" and not gated]
+            assert not pre.tail_zero and not pre.gated and pre.b_major == "k" if gated else not pre.tail_zero
 
 
 def test_the_module_reads_as_the_companions_kernels_beside_the_forward(rendered):
@@ -116,16 +149,24 @@ def test_the_module_reads_as_the_companions_kernels_beside_the_forward(rendered)
     assert module.TRAIN_CONFIGS["dgrad"].b_k is False and module.TRAIN_CONFIGS["forward_pre"].b_k is True
     assert module.config("wgrad") is module.TRAIN_CONFIGS["wgrad"] and module.config(None) is module.CONFIG
     assert module._train_launcher.configs == ("forward_pre", "dgrad", "wgrad")
-    assert module._cols_launcher.configs == ("act_rows", "grad_cols")
+    assert module._cols_launcher.configs == ("act_rows", "act_rows_v", "grad_cols", "grad_cols_v")
     assert "register_autograd" not in text and 'register_backward("cgt_preact_bias_gelu_train"' in text
     assert "ctx.save_for_backward(*inputs, output[1])" in text  # save = "preact": pre saved
     _, rec = rendered["cgt_recompute_relu"]
     assert "ctx.save_for_backward(*inputs, None)" in rec and "pre = _pre(a, b, group_sizes, M, N, K, G)" in rec
     assert "for i in range(g):  # the groups before g: sizes, not ends" in rec
+    gated, text = rendered["cgt_swiglu_halves_bias"]
+    assert gated.METADATA["plan"][90]["training"]["gated"] == "halves"
+    assert "def train_host(a: cute.Tensor, b: cute.Tensor, offs: cute.Tensor, out: cute.Tensor" in text  # no GEMM reads the bias
+    assert "pre = _pre(a, b, offs, M, 2 * N, K, G)  # gate and up" in text and "N = _g.halved(kernel" in text
+    assert "half = N // vec" in text and "acc = acc + bias_frag.load()" in text
+    _, il = rendered["cgt_geglu_il_recompute"]
+    assert "every_other = cute.make_layout((1, vec), stride=(0, 2))" in il and "half = N // vec" not in il
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, "renders no gated backward"),
+    ({"out": {"dtype": "f32"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}], "cute": {"mma_warpgroups": 2}},
+     "a.dtype = bf16, b.dtype = bf16, out.dtype = f32"),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
       "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "gelu"}], "tile": {"m": 128, "n": 128, "k": 128}},
      "fp8"),
@@ -135,6 +176,15 @@ def test_trn001_refuses_what_the_cute_backward_does_not_render(change, says):
     s = {**CUTE_TRAINING_FORMS["cgt_preact_bias_gelu"], **change}
     errors = [d for d in _errors(s) if d.rule == "TRN001"]
     assert errors and says in errors[0].message and "cute:sm90" in errors[0].message, errors
+
+
+def test_trn001_passes_the_gated_backward_on_sm90_and_refuses_it_on_sm100():
+    """Both sides of the rule for a gated op: cute:sm90 renders its backward (both layouts, check clean: the forms
+    above), cute:sm100 renders no backward at all, naming the designs that do (CuTe sm90 among them)."""
+    s = CUTE_TRAINING_FORMS["cgt_swiglu_halves_bias"]
+    assert not [d for d in _errors(s) if d.rule == "TRN001"]
+    errors = [d for d in _errors({**s, "targets": ["cute:sm100"], "cute": {}}) if d.rule == "TRN001"]
+    assert errors and "cute:sm100" in errors[0].message and "CuTe sm90" in errors[0].message, errors
 
 
 # --- the host side on the CPU: each compiled function replaced by a torch stand-in of what its kernel computes,
@@ -148,8 +198,16 @@ def _bounds(spec: dict, index, rows: int) -> list[tuple[int, int]]:
 def _act(spec: dict, x):
     import torch.nn.functional as F
 
-    fn = next(op["fn"] for op in spec["epilogue"] if op["op"] == "activation")
-    return {"gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "relu": F.relu}[fn](x)
+    fn = next(op["fn"] for op in spec["epilogue"] if op["op"] in ("activation", "gated"))
+    return {"gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "relu": F.relu, "silu": F.silu}[fn](x)
+
+
+def _gate_up(spec: dict, n: int):
+    """The gate's and up's columns of a gated pre or G (2N columns) in the forward's layout (None without a gated op)."""
+    op = spec["epilogue"][0]
+    if op["op"] != "gated":
+        return None
+    return (slice(0, n), slice(n, 2 * n)) if op["layout"] == "halves" else (slice(0, 2 * n, 2), slice(1, 2 * n, 2))
 
 
 def _stand_ins(module, spec: dict):
@@ -179,15 +237,34 @@ def _stand_ins(module, spec: dict):
                 out[bounds[-1][1]:] = 0  # rows past the last group
         return run, 1
 
-    def cols(device, mode, cfg):
-        def run(src, pre, dst, sums, index):
-            bounds = _bounds(spec, index, dst.shape[0])
+    def cols(device, variant, cfg):
+        mode = variant.removesuffix("_v")
+
+        def run(src, pre, dst, sums, index, bias):
+            m, n = src.shape  # src (M, N) fixes N; a gated op's pre (and G in grad_cols) hold 2N columns
+            matrices = (src, pre, dst, sums, bias)
+            if variant.endswith("_v"):  # the variant's fake arguments: 16-byte pitches and bases, N whole vectors
+                assert n % module.COLS_VEC == 0 and all(module._vectors(t) for t in matrices), variant
+            assert all(t.stride(-1) == 1 for t in matrices)
+            variants.append(variant)
+            split = _gate_up(spec, n)
+            bounds = _bounds(spec, index, m)
             for g, (s, e) in enumerate(bounds):
                 if mode == "act_rows":
-                    dst[s:e] = _act(spec, pre[s:e].float()).to(dst.dtype)
+                    if split:
+                        y = _act(spec, pre[s:e, split[0]].float()) * pre[s:e, split[1]].float()
+                        dst[s:e] = (y + bias[g].float() if bias is not dst else y).to(dst.dtype)
+                    else:
+                        dst[s:e] = _act(spec, pre[s:e].float()).to(dst.dtype)
                     continue
-                if mode == "grad_cols":
+                if mode == "grad_cols" and split:
                     with torch.enable_grad():  # (the backward op runs without grad mode)
+                        gate, up = (pre[s:e, c].float().requires_grad_() for c in split)
+                        dgate, dup = torch.autograd.grad(_act(spec, gate) * up, (gate, up), src[s:e].float())
+                    dst[s:e, split[0]], dst[s:e, split[1]] = dgate.to(dst.dtype), dup.to(dst.dtype)
+                    grad = src[s:e].float()  # the bias (after the gate) sums dOut
+                elif mode == "grad_cols":
+                    with torch.enable_grad():
                         x = pre[s:e].float().requires_grad_()
                         (grad,) = torch.autograd.grad(_act(spec, x), x, src[s:e].float())
                     dst[s:e] = grad.to(dst.dtype)
@@ -199,7 +276,8 @@ def _stand_ins(module, spec: dict):
                 dst[bounds[-1][1]:] = 0
         return run, 1
 
-    return train, cols
+    variants: list[str] = []
+    return train, cols, variants
 
 
 CASES = {"first_middle_last_empty": [0, 37, 0, 0, 70, 1, 0], "one_holds_all": [0, 0, 101, 0], "m1": [0, 1]}
@@ -219,17 +297,19 @@ def test_the_host_side_gives_float64_gradients_through_autograd(name, case, nk, 
     module, _ = rendered[name]
     spec = CUTE_TRAINING_FORMS[name]
     monkeypatch.setattr(guards, "INTERPRET", True)  # CPU tensors: device -1
-    train, cols = _stand_ins(module, spec)
+    train, cols, variants = _stand_ins(module, spec)
     monkeypatch.setattr(module._train_launcher, "entry", train)
     monkeypatch.setattr(module._train_launcher, "ready", {})
     monkeypatch.setattr(module._cols_launcher, "entry", cols)
     monkeypatch.setattr(module._cols_launcher, "ready", {})
     monkeypatch.setattr(module._launcher, "entry", lambda *_: (_ for _ in ()).throw(AssertionError("the forward's kernel")))
     n, k = nk
+    if spec["epilogue"][0]["op"] == "gated" and n % 2:
+        n += 1  # (the gated forms: N = 40 and 22, 2N columns on and off 16 bytes)
     args = train_inputs(spec, CASES[case], 5, n, k, seed=3)
     grad = torch.randn(args["a"].shape[0], n, generator=torch.Generator().manual_seed(4)).to(args["a"].dtype)
     leaves = {m: (t.clone().requires_grad_() if m != "index" else t) for m, t in args.items()}
-    acts = any(op["op"] == "activation" for op in spec["epilogue"])
+    acts = any(op["op"] in ("activation", "gated") for op in spec["epilogue"])
     if acts and spec["training"]["save"] == "preact":
         out = getattr(module, name)(*leaves.values())
     else:  # the forward's own kernel (recompute, no activation): stood in by the reference
@@ -246,6 +326,8 @@ def test_the_host_side_gives_float64_gradients_through_autograd(name, case, nk, 
         close(got, want[m], 2e-2, f"d{m}")
     for g in (g for g, s in enumerate(CASES[case]) if s == 0):
         assert not leaves["b"].grad[g].any() and ("bias" not in leaves or not leaves["bias"].grad[g].any())
+    # the columns pass in 16-byte vectors where N is whole vectors (every buffer the backward makes is 16-byte aligned)
+    assert variants and all(v.endswith("_v") == (n % module.COLS_VEC == 0) for v in variants), variants
     # NaN-poisoned buffers are written everywhere
     pre = module._forward_train(*args.values())[1] if acts and spec["training"]["save"] == "preact" else None
     bufs = {f"d{m}": torch.full_like(args[m], float("nan")) for m in args if m != "index"}
@@ -253,3 +335,9 @@ def test_the_host_side_gives_float64_gradients_through_autograd(name, case, nk, 
     for t, m in zip(got, [m for m in args if m != "index"], strict=True):
         assert t is bufs[f"d{m}"] and not t.isnan().any(), f"d{m}"
         close(t, want[m], 2e-2, f"poisoned d{m}")
+    if acts and n % module.COLS_VEC == 0:  # dOut at an odd row pitch, read in place: the element variant, same gradients
+        variants.clear()
+        odd = torch.empty(grad.shape[0], n + 1, dtype=grad.dtype)[:, :n].copy_(grad)
+        for t, m in zip(module._backward(odd, *args.values(), pre), [m for m in args if m != "index"], strict=True):
+            close(t, want[m], 2e-2, f"odd-pitch d{m}")
+        assert variants and not any(v.endswith("_v") for v in variants), variants

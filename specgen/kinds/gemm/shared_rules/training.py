@@ -31,9 +31,9 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
-    op's since session 27, halves as its forward's GRP204; no fp8 forward), its CuTe sm90 design the plain chains of
-    16-bit operands (session 28; `training_refusal`: one dtype; no gated or fp8 form), and so does its Mosaic GPU design
-    (session 28: f16 / bf16, a gated op's too, no fp8 forward: `training_refusal` and this rule's chain branch); its
+    op's since session 27, halves as its forward's GRP204; no fp8 forward), its CuTe sm90 design the plain chains and
+    a gated op's of 16-bit operands (session 28; `training_refusal`: one dtype; no fp8 form), and so does its Mosaic GPU
+    design (session 28: f16 / bf16, a gated op's too, no fp8 forward: `training_refusal` and this rule's chain branch); its
     CuTe sm100 design the forward only. The rule concerns every target where a design serving it lacks one of the three."""
     if getattr(ctx.spec, "training", None) is None:
         return

@@ -179,7 +179,7 @@ CUTE_FP8_FORMS: dict[str, dict] = {s["name"]: s for s in (
 
 # The grouped CuTe sm90 design's training (its backward: designs/cute_sm90/training.py): save = "preact" with a per-group
 # bias and GELU (tanh form), offs, B K-major, a zeroed tail; save = "recompute" with ReLU and no bias, the sizes index,
-# B N-major on a 64x128 one-warpgroup tile; the plain GEMM (G = dOut) with a bias only, f16.
+# B N-major on a 64x128 one-warpgroup tile; the plain GEMM (G = dOut) with a bias only, f16; two gated forms (below).
 CUTE_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     spec("cgt_preact_bias_gelu", **CUTE, groups={"index": "offs", "tail": "zero"}, tile={"m": 128, "n": 128, "k": 64},
          epilogue=[{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}], training={"save": "preact"}),
@@ -188,4 +188,13 @@ CUTE_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
     spec("cgt_bias_only", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
                              "out": {"dtype": "f16"}}, groups={"index": "offs"}, tile={"m": 128, "n": 128, "k": 64},
          epilogue=[{"op": "bias", "dtype": "f16"}], training={"save": "preact"}),
+    # a gated op (issue 38): SwiGLU in halves with a bias after it, preact, offs, a zeroed tail; GeGLU (tanh) interleaved,
+    # recompute, the sizes index, f16, a 64-row tile (B K-major: the gated forward's EPI003; two accumulators: REG001)
+    spec("cgt_swiglu_halves_bias", **CUTE, groups={"index": "offs", "tail": "zero"}, tile={"m": 128, "n": 128, "k": 64},
+         cute={"mma_warpgroups": 2},
+         epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "bf16"}],
+         training={"save": "preact"}),
+    spec("cgt_geglu_il_recompute", **{**CUTE, "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
+                                      "out": {"dtype": "f16"}}, groups={"index": "sizes"}, tile={"m": 64, "n": 128, "k": 64},
+         epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}], training={"save": "recompute"}),
 )}

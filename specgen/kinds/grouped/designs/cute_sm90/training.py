@@ -21,11 +21,21 @@ majors, chain and grouping), under its own names (`grouped_host_<kernel>`), its 
   N-major B, G^T @ A into (G, N, K) for a K-major one.
 G = dOut * act'(pre) and dbias[g] (the column sum of G over group g's rows, in row order, no atomics; an empty group's
 0) are the module's `grad_cols` pass, a SIMT kernel of one CTA per (column block, group), as the grouped Triton
-design's (templates/gemm/cute/grad_cols.jinja's dense pass sums row bands of one matrix instead).
+design's (templates/gemm/cute/grad_cols.jinja's dense pass sums row bands of one matrix instead). The columns pass
+moves COLS_VEC columns a thread (16-byte loads and stores) where every matrix's rows are 16-byte runs and N is a
+multiple of COLS_VEC, one otherwise (each a compiled variant of its own); either way a column's rows are summed in
+order, so the bits do not depend on the variant.
 
-Covered: 16-bit A, B and out of one dtype (f16, bf16), the chains [bias], [activation], [bias, activation] and the
-plain GEMM, save = "preact" and "recompute", either B major, either group index. Refused (TRN001): a gated epilogue
-and an fp8 forward (the grouped Triton design's), other dtypes.
+A gated epilogue (act(gate) * up, then at most a bias; B (G, K, 2N) K-major as the forward's EPI003), with the grouped
+Triton design's semantics: pre (rows, 2N) = A @ B[g] is the plain ragged-M kernel over B's 2N columns (its companion
+has no epilogue: gate and up land in the forward's layout, halves or interleaved), `act_rows` writes out = act(gate)
+* up + bias[g], `grad_cols` forms G (rows, 2N, the same layout) of dgate = (dOut * up) * act'(gate) and dup = dOut *
+act(gate), and dbias[g] = the column sum of dOut over group g's rows; dgrad and wgrad are the same GEMMs over 2N.
+
+Covered: 16-bit A, B and out of one dtype (f16, bf16), the chains [bias], [activation], [bias, activation], the
+plain GEMM and a gated op (silu, gelu, gelu_tanh; halves or interleaved) with at most a bias after it, save =
+"preact" and "recompute", either B major (a gated op: K-major, EPI003), either group index. Refused (TRN001): an
+fp8 forward (the grouped Triton design's), other dtypes.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from specgen.kinds.gemm.designs.cute_sm90.training import CUTE_TRAINING_DTYPES
 from specgen.kinds.gemm.sections import Output
 from specgen.kinds.gemm.training import SaveModes, activation_fn
 from specgen.resolved import Resolved
+from specgen.spec.epilogue import gated_op
 
 SUFFIX = {"forward_pre": "_pre", "recompute": "_pre", "dgrad": "_dgrad", "wgrad": "_wgrad"}
 
@@ -55,14 +66,20 @@ class GroupedCuteTrainingPlan(SaveModes):
     out_torch: str
     pre_torch: str  # pre's: the output's (both save modes)
     roles: dict[str, object]  # the backward GEMMs' plans (GroupedCutePlan) by role, in the order they run
-    gated: str = ""  # the autograd layer's switches (templates/grouped/torch/training.jinja): never here
-    fp8: bool = False
+    gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
+    fp8: bool = False  # the autograd layer's switch (templates/grouped/torch/training.jinja): never here
     chain_args: tuple[str, ...] = ()  # the chain's tensor arguments in order (the bias)
 
     @property
     def kernels(self) -> dict[str, str]:
         """Each role's kernel suffix (grouped_host_<suffix>)."""
         return {role: SUFFIX[role] for role in self.roles}
+
+    @property
+    def gemm_bias(self) -> str:
+        """The bias argument the backward GEMMs' host function takes ("" where none reads it): the pre GEMM's; after a
+        gated op the bias is on the N outputs, added by act_rows."""
+        return "" if self.gated else self.bias
 
     @property
     def pre_role(self) -> str:
@@ -97,20 +114,21 @@ def plan_training(spec: object, r: Resolved, plan_role: Callable, memory: Callab
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     roles = {c.companion: plan_role(role_resolved(c, spec, memory)) for c in r.companions}
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
-    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op == "activation"), {})  # type: ignore[attr-defined]
+    act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     out = spec.out.dtype  # type: ignore[attr-defined]
     return GroupedCuteTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
         bias_cutlass=CUTLASS_DTYPES[bias.dtype] if bias is not None else "",
         operand_torch=spec.a.dtype.info.torch, out_torch=out.info.torch, pre_torch=out.info.torch,  # type: ignore[attr-defined]
-        roles=roles, chain_args=(bias.name,) if bias is not None else ())
+        roles=roles, gated=gated.layout if gated is not None else "", chain_args=(bias.name,) if bias is not None else ())
 
 
 def training_metadata(t: GroupedCuteTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: what the forward saves and each backward GEMM's config (the compile hook reads
     each one's SMEM)."""
-    return {"save": t.save, "kernels": {
+    return {"save": t.save, **({"gated": t.gated} if t.gated else {}), "kernels": {
         role: {"tile": [q.config.tile_m, q.config.tile_n, q.config.tile_k],  # type: ignore[attr-defined]
                "ab_stages": q.config.ab_stages, "smem_bytes": q.config.smem_bytes,  # type: ignore[attr-defined]
                "mma_warpgroups": q.config.mma_warpgroups, "a_major": q.a_major, "b_major": q.b_major,  # type: ignore[attr-defined]
