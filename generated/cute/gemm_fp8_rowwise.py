@@ -598,10 +598,13 @@ def _validate(a, b, scale_a, scale_b, out):
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     _g.refuse_grad("gemm_fp8_rowwise", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
     device = _g.cuda_device_of("gemm_fp8_rowwise", a)
-    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, tma=True)
-    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, tma=True)
+    a = _g.matrix("gemm_fp8_rowwise", "a", a, torch.float8_e4m3fn, 2, 1, device, stage=False)
+    b = _g.matrix("gemm_fp8_rowwise", "b", b, torch.float8_e4m3fn, 2, 0, device, stage=False)
     (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_fp8_rowwise", "b.shape[0] (K)", K_b, "a.shape[1]", K)
+    # copied only now, where they cannot be read in place: a call refused for its shapes copies nothing
+    a = _g.readable(a, 1, tma=True)
+    b = _g.readable(b, 0, tma=True)
     scale_a = _g.vector("gemm_fp8_rowwise", "scale_a", scale_a, torch.float32, M, "M", device)
     scale_b = _g.vector("gemm_fp8_rowwise", "scale_b", scale_b, torch.float32, N, "N", device)
     out, result = _g.output("gemm_fp8_rowwise", out, torch.bfloat16, (M, N), device, a, tma=True)
@@ -624,7 +627,7 @@ def _check(a, b, scale_a, scale_b, out):
         ok = (
             a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and K_b == K
             and sa[-1] == 1 and sb[-2] == 1 and b.get_device() == device and device >= 0
-            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and K * 1 % 16 == 0 and N * 2 % 16 == 0
+            and sa[-2] * 1 % 16 == 0 and sb[-1] * 1 % 16 == 0 and N * 2 % 16 == 0
             and scale_a.dtype is torch.float32 and scale_a.shape == (M,)
             and scale_a.stride() == (1,) and scale_a.get_device() == device
             and scale_b.dtype is torch.float32 and scale_b.shape == (N,)
@@ -660,10 +663,10 @@ def _lean(a, b, scale_a, scale_b, out):
     try:
         M, K = a.shape
         N, device = b.shape[-1], a.get_device()
-        # each TMA row's extent 16-byte whole (a TMA store moves a row's last 16 bytes whole: the caller's columns
-        # past N of a wider buffer would be written); the compiled check sees strides only
+        # out's rows 16-byte whole (a TMA store writes a row's last 16 bytes whole: the caller's columns past N of a
+        # wider buffer would be written); the compiled check sees strides only
         ok = (a.dtype is torch.float8_e4m3fn and b.dtype is torch.float8_e4m3fn and device >= 0 and M and N and K
-              and K * 1 % 16 == 0 and N * 2 % 16 == 0
+              and N * 2 % 16 == 0
               and (not (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad) or not torch.is_grad_enabled()))
     except (AttributeError, TypeError, ValueError):  # not tensors, or the wrong rank
         return None

@@ -174,10 +174,13 @@ def _validate(a, b, alpha, c, out):
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     _g.refuse_grad("gemm_residual_bf16", {"a": a, "b": b, "alpha": alpha, "c": c})
     device = _g.device_of("gemm_residual_bf16", a)
-    a = _g.matrix("gemm_residual_bf16", "a", a, torch.bfloat16, 2, 0, device)
-    b = _g.matrix("gemm_residual_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    a = _g.matrix("gemm_residual_bf16", "a", a, torch.bfloat16, 2, 0, device, stage=False)
+    b = _g.matrix("gemm_residual_bf16", "b", b, torch.bfloat16, 2, 0, device, stage=False)
     (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_residual_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
+    # copied only now, where they cannot be read in place: a call refused for its shapes copies nothing
+    a = _g.readable(a, 0)
+    b = _g.readable(b, 0)
     _g.scalar("gemm_residual_bf16", "alpha", alpha)
     c = _g.input_like("gemm_residual_bf16", "c", c, torch.bfloat16, (M, N), device)
     out, result = _g.output("gemm_residual_bf16", out, torch.bfloat16, (M, N), device, a)

@@ -114,10 +114,13 @@ def _validate(a, b, out):
     here (guards.py: `aligned_copy`, `output`), so every backend accepts the same inputs."""
     _g.refuse_grad("gemm_small_bf16", {"a": a, "b": b})
     device = _g.device_of("gemm_small_bf16", a)
-    a = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device)
-    b = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device)
+    a = _g.matrix("gemm_small_bf16", "a", a, torch.bfloat16, 2, 1, device, stage=False)
+    b = _g.matrix("gemm_small_bf16", "b", b, torch.bfloat16, 2, 0, device, stage=False)
     (M, K), (K_b, N) = a.shape, b.shape
     _g.same_extent("gemm_small_bf16", "b.shape[0] (K)", K_b, "a.shape[1]", K)
+    # copied only now, where they cannot be read in place: a call refused for its shapes copies nothing
+    a = _g.readable(a, 1)
+    b = _g.readable(b, 0)
     out, result = _g.output("gemm_small_bf16", out, torch.bfloat16, (M, N), device, a)
     # Pointer kernels index within one matrix in 32 bits.
     _g.int32_span("gemm_small_bf16", "a", M, a.stride(-2))

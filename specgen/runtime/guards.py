@@ -102,19 +102,20 @@ def aligned_copy(t: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
     return view
 
 
-def _needs_copy(t: torch.Tensor, contiguous_dim: int, tma: bool) -> bool:
+def _needs_copy(t: torch.Tensor, contiguous_dim: int, tma: bool, store: bool = False) -> bool:
     """True where the kernel cannot use `t` in place: its base is not 16-byte aligned (the kernels are
     compiled for aligned pointers), or, for TMA, a stride other than the contiguous one is not a
-    multiple of 16 bytes (cuTensorMapEncodeTiled), or the contiguous extent is not: a TMA store moves a
-    row's last 16 bytes whole, so a view of a wider buffer (N = 29 bf16 columns in rows of 32) would get
-    the caller's columns past N written (seen on an H200, CuTe and Triton alike), and a load would read
-    them. An empty tensor is never addressed."""
+    multiple of 16 bytes (cuTensorMapEncodeTiled), or, for a TMA `store`, the contiguous extent is not: a
+    TMA store writes a row's last 16 bytes whole, so into a view of a wider buffer (N = 29 bf16 columns in
+    rows of 32) it wrote the caller's columns past N (seen on an H200, CuTe and Triton alike). TMA loads
+    stop at the extent (the same views with NaN past it read in place gave no NaN), so inputs keep theirs.
+    An empty tensor is never addressed."""
     if not t.numel():
         return False
     if t.data_ptr() % ALIGN:
         return True
     nbytes, inner = t.element_size(), contiguous_dim % t.dim()
-    return tma and ((t.shape[inner] * nbytes) % ALIGN != 0
+    return tma and ((store and (t.shape[inner] * nbytes) % ALIGN != 0)
                     or any((s * nbytes) % ALIGN for d, s in enumerate(t.stride()) if d != inner))
 
 
@@ -147,11 +148,17 @@ def _checked(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, c
 
 
 def matrix(kernel: str, name: str, t: object, dtype: torch.dtype, rank: int, contiguous_dim: int, device: int,
-           tma: bool = False) -> torch.Tensor:
+           tma: bool = False, stage: bool = True) -> torch.Tensor:
     """An operand in the spec's major mode: returned as it is, or as an aligned copy (`aligned_copy`)
     where the kernel cannot read it in place, so that every backend accepts what torch.matmul accepts in
-    that major mode. A wrong dtype, rank, device or major mode raises, naming the argument."""
+    that major mode. A wrong dtype, rank, device or major mode raises, naming the argument. `stage` False:
+    checked only, `readable` copies it once the arguments' shapes agree (a call refused copies nothing)."""
     t = _checked(kernel, name, t, dtype, rank, contiguous_dim, device)
+    return readable(t, contiguous_dim, tma) if stage else t
+
+
+def readable(t: torch.Tensor, contiguous_dim: int, tma: bool = False) -> torch.Tensor:
+    """A checked operand as the kernel reads it: itself, or an aligned copy where it cannot be read in place."""
     return aligned_copy(t, contiguous_dim) if _needs_copy(t, contiguous_dim, tma) else t
 
 
@@ -176,7 +183,7 @@ def output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, ...], d
         result = _checked(kernel, "out", t, dtype, len(shape), len(shape) - 1, device)
         if tuple(result.shape) != shape:
             raise _fail(kernel, "out", f"must have shape {shape}, got {tuple(result.shape)}")
-    return (_aligned_empty(result) if _needs_copy(result, -1, tma) else result), result
+    return (_aligned_empty(result) if _needs_copy(result, -1, tma, store=True) else result), result
 
 
 def _aligned_empty(t: torch.Tensor) -> torch.Tensor:

@@ -60,19 +60,21 @@ def launch(kernel: str, jit: object, config: dict[str, int], tiles: dict[str, in
     jit[grid if isinstance(grid, tuple) else (grid,)](*args, **tiles, **constexprs, FAST_MATH=not INTERPRET, **config)  # type: ignore[index]
 
 
-def tma_operand(v: torch.Tensor, rows: int, cols: int) -> tuple[object, bool] | None:
+def tma_operand(v: torch.Tensor, rows: int, cols: int, store: bool = False) -> tuple[object, bool] | None:
     """A TMA descriptor reading matrix `v` in (rows, cols) boxes, and whether it is built over v's transpose (v
     stored column-major: the kernel reads boxes of the transpose and transposes them in SMEM); None where TMA
-    cannot read v as it lies (no unit stride, a base, leading stride or row not a multiple of 16 bytes, rows that
-    overlap, such as a broadcast row's stride 0: a descriptor's rows follow one another, an empty v). A batch of
+    cannot read v as it lies (no unit stride, a base or leading stride not a multiple of 16 bytes, for a `store` a
+    row's extent not one either, rows that overlap, such as a broadcast row's stride 0: a descriptor's rows follow
+    one another, an empty v). A batch of
     matrices (batch, r, c) gets a 3-D descriptor with boxes of one batch (1, rows, cols), where its batch stride
     is a multiple of 16 bytes and its batches do not overlap (one batch: any batch stride, never stepped)."""
     if v.numel() == 0 or v.data_ptr() % 16:
         return None
     size = v.element_size()
     for t, (r, c), flipped in ((v, (rows, cols), False), (v.mT, (cols, rows), True)):
-        # the row's extent a multiple of 16 bytes too: TMA moves a row's last 16 bytes whole (guards._needs_copy)
-        if t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] and (t.stride(-2) * size) % 16 == 0 and (t.shape[-1] * size) % 16 == 0:
+        # a store's row extent a multiple of 16 bytes too: it writes a row's last 16 bytes whole (guards._needs_copy)
+        if (t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] and (t.stride(-2) * size) % 16 == 0
+                and not (store and (t.shape[-1] * size) % 16)):
             if t.dim() == 2:
                 return descriptor(t, list(t.shape), list(t.stride()), [r, c]), flipped
             span = t.shape[1] * t.stride(1)  # a batch's rows, one after another
@@ -149,7 +151,7 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
     stores: dict[str, bool] = {}
     dst: object = c
     if tma_stores:
-        cd = tma_operand(c, BP, BQ) if TMA_STORES else None
+        cd = tma_operand(c, BP, BQ, store=True) if TMA_STORES else None
         stores = {"D_TMA": cd is not None, "D_T": bool(cd and cd[1])}
         dst = cd[0] if cd else c
     if PERSISTENT:

@@ -63,17 +63,20 @@ class TestTritonGuards(GuardTests, StagingTests):
 def test_tma_rows_off_16_bytes_are_staged_not_written_in_place() -> None:
     """A view of a wider buffer whose rows are 16-byte multiples but whose extent is not (N = 29 bf16 of 32): a
     TMA store moves a row's last 16 bytes whole and wrote the caller's columns past N on an H200 (CuTe and Triton
-    alike), so the guards stage it (and copy an input so laid out); a pointer kernel keeps it in place."""
+    alike), so the guards stage it; a pointer kernel keeps it in place, and so does a TMA load."""
     from specgen.runtime import guards
     from specgen.runtime.triton.training import tma_operand
 
     buf = torch.full((5, 32), float("nan"), dtype=torch.bfloat16)
     view, whole = buf[:, :29], buf[:, :24]
-    assert guards._needs_copy(view, 1, True) and not guards._needs_copy(view, 1, False)
-    assert not guards._needs_copy(whole, 1, True)
-    assert guards._needs_copy(buf[:, :29].t(), 0, True)  # the same rows read as an M-major matrix
+    assert guards._needs_copy(view, 1, True, store=True) and not guards._needs_copy(view, 1, False, store=True)
+    assert not guards._needs_copy(whole, 1, True, store=True)
+    assert guards._needs_copy(buf[:, :29].t(), 0, True, store=True)  # the same rows as an M-major matrix
+    # TMA loads stop at the extent (on an H200, NaN past it read in place gave none): an input stays in place
+    assert not guards._needs_copy(view, 1, True) and guards.readable(view, 1, tma=True) is view
     out, result = guards.output("k", view, torch.bfloat16, (5, 29), -1, view, tma=True)
     assert result is view and out is not view and out.stride(0) * 2 % 16 == 0
     out, result = guards.output("k", view, torch.bfloat16, (5, 29), -1, view, tma=False)
     assert out is view
-    assert tma_operand(view, 16, 16) is None and tma_operand(whole, 16, 16) is not None
+    assert tma_operand(view, 16, 16, store=True) is None and tma_operand(whole, 16, 16, store=True) is not None
+    assert tma_operand(view, 16, 16) is not None

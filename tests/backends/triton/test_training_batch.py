@@ -219,9 +219,9 @@ def test_tma_reads_a_batch_where_its_strides_allow() -> None:
     one = torch.zeros(1, 40, 56).as_strided((1, 40, 56), (7, 56, 1))  # a batch stride of 28 bytes
     assert tma_operand(one, 32, 16)[0].strides == [40 * 56, 56, 1]
     assert tma_operand(torch.zeros(1, 1, 1).expand(3, 40, 56), 32, 16) is None
-    assert tma_operand(torch.zeros(3, 40, 56)[:, :, :52], 32, 16) is not None  # rows of 208 bytes in 224-byte strides
-    # rows of 55 f32 (220 bytes, no 16-byte multiple): TMA moves a row's last 16 bytes whole, past the view's columns
-    assert tma_operand(torch.zeros(3, 40, 56)[:, :, :55], 32, 16) is None
+    assert tma_operand(torch.zeros(3, 40, 56)[:, :, :55], 32, 16) is not None
+    # a store into rows of 55 f32 (220 bytes) in wider strides: no (it would write the row's last 16 bytes whole)
+    assert tma_operand(torch.zeros(3, 40, 56)[:, :, :55], 32, 16, store=True) is None
     assert tma_operand(torch.zeros(3 * 40 * 56 + 1)[1:].view(3, 40, 56), 32, 16) is None  # a base off 16 bytes
 
 
