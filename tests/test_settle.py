@@ -60,15 +60,16 @@ def compiling(monkeypatch):
 
 # --- the margin, from the record ----------------------------------------------------------------------------
 def test_reg001_cute_sm90_margin_is_the_models_measured_error_over_the_grid_record():
-    """Estimate minus 232 where ptxas disagreed with the model: the one spilling kernel it accepts sits 15
-    under; the spill-free kernels it refuses sit 1..21 over (11 of them), then 37 and 40 (40 above, with the
+    """Estimate minus 232 where ptxas disagreed with the model: the spilling kernels it accepts sit 15 under and
+    at the limit (0: cprobe_pp128x192_rowcol_fp8, re-recorded in session 28: 16 B spilled over today's templates),
+    both near; the spill-free kernels it refuses sit 1..21 over (11 of them), then 37 and 40 (40 above, with the
     held-out 33 below), the rest far."""
     rows = [(excess(name), c["compiler"]["verdict"] == "spill") for name, c in CASES.items()
             if c["compiler"]["verdict"] != "error"]
     assert len(rows) == 557
     false_accepts = sorted(e for e, spilled in rows if spilled and e <= 0)
     false_rejects = sorted(e for e, spilled in rows if not spilled and e > 0)
-    assert false_accepts == [-15]
+    assert false_accepts == [-15, 0]
     assert false_rejects == [1, 1, 3, 3, 7, 8, 8, 10, 13, 19, 21, 37, 40, 48, 58, 93, 138]
     assert Margin(below=64, above=40, unit="registers") == REGISTER_MARGIN
     assert all(REGISTER_MARGIN.near(232 + e, 232) for e in false_accepts)  # no accept the compiler refuses is far

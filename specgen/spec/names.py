@@ -29,7 +29,8 @@ MAX_NAME = 64
 # The shared host code's own (templates/gemm/torch/, templates/gemm/jax/, the runtime imports and the builtins the
 # launchers call); each design adds its modules' names (specgen/kinds/<kind>/designs/<design>/names.py).
 _SHARED_MODULE_NAMES = frozenset({"annotations", "torch", "register_custom_op", "SPEC", "METADATA", "RUNTIME_ABI", "a", "b", "float", "range", "type", "AttributeError", "ImportError", "IndexError", "TypeError", "ValueError", "_validate", "_check", "_run", "_fake", "_op", "_launcher"})
-_SHARED_RESERVED = frozenset({"specgen", "guards", "out", "device", "batch", "dtype", "result", "ok", "_", "key"})
+_SHARED_RESERVED = frozenset({"specgen", "guards", "out", "device", "batch", "dtype", "result", "ok", "_", "key",
+                              "stage"})  # stage: the guards' keyword in _validate (`matrix(..., stage=False)`)
 
 
 def _design_names() -> list[ModuleType]:
