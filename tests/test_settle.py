@@ -62,18 +62,20 @@ def compiling(monkeypatch):
 def test_reg001_cute_sm90_margin_is_the_models_measured_error_over_the_grid_record():
     """Estimate minus 232 where ptxas disagreed with the model: the spilling kernels it accepts sit 15 under and
     at the limit (0: cprobe_pp128x192_rowcol_fp8, re-recorded in session 28: 16 B spilled over today's templates),
-    both near; the spill-free kernels it refuses sit 1..21 over (11 of them), then 37 and 40 (40 above, with the
-    held-out 33 below), the rest far."""
+    both near; the spill-free kernels it refuses sit 1..21 over (12 of them), then 37 and 40 (40 above, with the
+    held-out 33 below), the rest far. Session 28 recompiled the whole record over its templates: cgrid_17_0156 (21
+    over, 248 B) and cgrid_19_0065 (14 over, 16 B) now build spill-free at 230 registers, cgrid_17_0109 (21 over,
+    past the SMEM limit) now spills 328 B too: one 21 out, a 14 and a 21 in, both near."""
     rows = [(excess(name), c["compiler"]["verdict"] == "spill") for name, c in CASES.items()
             if c["compiler"]["verdict"] != "error"]
     assert len(rows) == 557
     false_accepts = sorted(e for e, spilled in rows if spilled and e <= 0)
     false_rejects = sorted(e for e, spilled in rows if not spilled and e > 0)
     assert false_accepts == [-15, 0]
-    assert false_rejects == [1, 1, 3, 3, 7, 8, 8, 10, 13, 19, 21, 37, 40, 48, 58, 93, 138]
+    assert false_rejects == [1, 1, 3, 3, 7, 8, 8, 10, 13, 14, 19, 21, 37, 40, 48, 58, 93, 138]
     assert Margin(below=64, above=40, unit="registers") == REGISTER_MARGIN
     assert all(REGISTER_MARGIN.near(232 + e, 232) for e in false_accepts)  # no accept the compiler refuses is far
-    assert sum(REGISTER_MARGIN.near(232 + e, 232) for e in false_rejects) == 13
+    assert sum(REGISTER_MARGIN.near(232 + e, 232) for e in false_rejects) == 14
 
 
 # Held out: seeds 101-104 of tests/grids/cute_sm90.py (35 random specs each), drawn after the register model
@@ -122,9 +124,9 @@ def test_margin_edges_on_both_sides():
 
 
 @pytest.mark.parametrize(("name", "accepted", "near"), [
-    ("cgrid_17_0191", True, True),  # 15 under: a near accept (ptxas spilled 1652 B; SMEM001 refuses it too)
+    ("cgrid_17_0191", True, True),  # 15 under: a near accept (ptxas spilled 1392 B; SMEM001 refuses it too)
     ("cgrid_17_0208", False, True),  # 1 over: a near refusal (spill-free)
-    ("cgrid_17_0109", False, True),  # 21 over
+    ("cgrid_17_0109", False, True),  # 21 over (past the SMEM limit; spills 328 B since session 28's recompile)
     ("cgrid_17_0042", False, True),  # 37 over
     ("cgrid_17_0064", False, False),  # 93 over: a far refusal, the model's
 ])

@@ -38,6 +38,11 @@ residual, 856 B of spills) and 1 false reject; refitted on 17-19, seed 20 (80) s
 2026-11-28 (session 27): a spec of no seed, a 128x224 SiLU tile on f32 out, spilled 4 B at an estimate of 135
 (ptxas hoists the tanh of the whole tile): REG001 makes such configs near (`hoist_near`), not fitted; seed 117
 (100 specs, tests/data/fresh/fresh_sm90_117.json, drawn after): 0 false accepts, 1 false reject with the compiler.
+
+2026-11-28 (session 28): the whole record recompiled over the day's templates and re-recorded: 3 verdicts moved
+(cgrid_17_0156 and cgrid_19_0065 spill-free now, both REG001-near refusals; cgrid_17_0109 past SMEM spills too),
+the model alone 13 false rejects (2.4%), with the compiler 0 / 2 as before
+(bench/results/2026-11-28-cpu-s28-dense-grid-rerecord.md).
 """
 
 from __future__ import annotations
