@@ -183,11 +183,12 @@ def output(kernel: str, t: object, dtype: torch.dtype, shape: tuple[int, ...], d
         result = _checked(kernel, "out", t, dtype, len(shape), len(shape) - 1, device)
         if tuple(result.shape) != shape:
             raise _fail(kernel, "out", f"must have shape {shape}, got {tuple(result.shape)}")
-    return (_aligned_empty(result) if _needs_copy(result, -1, tma, store=True) else result), result
+    return (aligned_empty(result) if _needs_copy(result, -1, tma, store=True) else result), result
 
 
-def _aligned_empty(t: torch.Tensor) -> torch.Tensor:
-    """An uninitialised row-major buffer shaped like `t` with 16-byte rows and base."""
+def aligned_empty(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised row-major buffer shaped like `t` (any rank) with 16-byte rows and base: what a TMA store
+    may write whole rows of (its padding is the buffer's own)."""
     per = max(1, ALIGN // t.element_size())
     cols = -(-max(t.shape[-1], 1) // per) * per
     return torch.empty((*t.shape[:-1], cols), dtype=t.dtype, device=t.device)[..., : t.shape[-1]]

@@ -56,9 +56,9 @@ def tma_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device) ->
 
 
 def writable(dst: torch.Tensor) -> bool:
-    """Whether a TMA store of a row-major matrix can write `dst` in place (else the kernel writes a padded buffer
-    and it is copied into `dst`)."""
-    return dst.stride(-1) == 1 and not _needs_copy(dst, 1, True, store=True)
+    """Whether a TMA store of a row-major matrix (or a batch of them) can write `dst` in place (else the kernel writes
+    a padded buffer, guards.aligned_empty, and it is copied into `dst`)."""
+    return dst.stride(-1) == 1 and not _needs_copy(dst, -1, True, store=True)
 
 
 def vector_rows(t: torch.Tensor, per: int) -> torch.Tensor:
