@@ -237,6 +237,8 @@ def _stand_ins(module, spec: dict):
                 out[bounds[-1][1]:] = 0  # rows past the last group
         return run, 1
 
+    from specgen.runtime.torch.training import vectors_in_place
+
     def cols(device, variant, cfg):
         mode = variant.removesuffix("_v")
 
@@ -244,7 +246,7 @@ def _stand_ins(module, spec: dict):
             m, n = src.shape  # src (M, N) fixes N; a gated op's pre (and G in grad_cols) hold 2N columns
             matrices = (src, pre, dst, sums, bias)
             if variant.endswith("_v"):  # the variant's fake arguments: 16-byte pitches and bases, N whole vectors
-                assert n % module.COLS_VEC == 0 and all(module._vectors(t) for t in matrices), variant
+                assert n % module.COLS_VEC == 0 and all(vectors_in_place(t, module.COLS_VEC) for t in matrices), variant
             assert all(t.stride(-1) == 1 for t in matrices)
             variants.append(variant)
             split = _gate_up(spec, n)

@@ -61,6 +61,12 @@ def writable(dst: torch.Tensor) -> bool:
     return dst.stride(-1) == 1 and not _needs_copy(dst, -1, True, store=True)
 
 
+def vectors_in_place(t: torch.Tensor, per: int) -> bool:
+    """Whether a SIMT kernel can read and write `t`'s rows `per` elements (16 bytes) at a time in place: unit
+    stride along the rows, a pitch of whole vectors, a 16-byte base."""
+    return t.stride(-1) == 1 and t.stride(0) % per == 0 and t.data_ptr() % 16 == 0
+
+
 def vector_rows(t: torch.Tensor, per: int) -> torch.Tensor:
     """A row-major (rows, cols) matrix a kernel reads `per` elements (16 bytes) at a time along its rows: in place
     where its base and row pitch are 16-byte aligned and its last row is readable up to cols rounded up to `per`

@@ -23,7 +23,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # the JAX entry's backward (specgen/runtime/cute_jax_train.py)
     "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
     # a gated backward: pre's and G's (M, N, 2) pairs, the gated columns kernel and its 16-byte checks and views
-    "_gated_pairs", "_gated_vectors", "_grad_cols_gated_kernel",
+    "_gated_pairs", "_grad_cols_gated_kernel",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).

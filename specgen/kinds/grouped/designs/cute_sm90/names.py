@@ -8,7 +8,7 @@ from __future__ import annotations
 # columns pass, the GEMMs' pre helper and the 3-D buffer checks of wgrad's output (and the autograd layer's `_run`
 # call, which reads the sizes index's name at the top level).
 MODULE_NAMES: frozenset[str] = frozenset({
-    "K_ALIGN", "grouped_host", "grouped_kernel", "VARIANT_CONFIGS", "COLS_THREADS", "COLS_UNROLL", "COLS_VEC", "COLS_VEC_THREADS", "_vectors",
+    "K_ALIGN", "grouped_host", "grouped_kernel", "VARIANT_CONFIGS", "COLS_THREADS", "COLS_UNROLL", "COLS_VEC", "COLS_VEC_THREADS",
     "_cols_fake_args", "_cols_host",
     "_cols_kernel", "_fake_args_dgrad", "_fake_args_pre", "_fake_args_wgrad", "_pre",
     "group_sizes", "grouped_host_dgrad", "grouped_host_pre", "grouped_host_wgrad", "grouped_kernel_dgrad",
@@ -22,7 +22,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # zeroed rows' end, a wgmma block's rows, a tile's last row; the columns pass's gated bias (act_rows), its fragment
 # and G's gate / up pairs, the fake arguments' 2N.
 RESERVED: frozenset[str] = frozenset({
-    "N2", "acc_up", "bias_frag", "g_pairs", "gbias", "mBias", "vectors", "wide", "fake", "mDst", "t", "bound", "ctas", "e", "gU", "gi", "gw", "k_len", "live", "mIndex", "max_ctas", "mt", "nt",
+    "N2", "acc_up", "bias_frag", "g_pairs", "gbias", "mBias", "vectors", "wide", "fake", "mDst", "bound", "ctas", "e", "gU", "gi", "gw", "k_len", "live", "mIndex", "max_ctas", "mt", "nt",
     "num_bits_per_copy", "per_row", "r_up", "rc", "row_end", "rows_m", "s2g", "sU", "st_crd", "store_vector", "subs_n",
     "tCrU", "tG", "tRS_up", "tS", "tUgU", "tUsU", "thr_s2g", "tiles_m", "tiles_mn", "tiles_n", "zero_barrier", "z_end",
 })
