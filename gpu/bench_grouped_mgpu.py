@@ -8,10 +8,11 @@ by --configs are forced through `_call(..., config=)`, each "TMxTNxTKxSTAGES", o
 dim>" and "g<group_m>", e.g. 128x256x64x4r1g16); ragged_dot takes its own
 (G, K, N) layout. An A/A pair (the module against itself) shows the timer's spread; torch._grouped_mm on the same
 sizes is printed beside it (the issue's peer), timed from torch, and the module's torch entry (`moe_bf16_torch`,
-its direct launch at these aligned shapes). Group sizes come from the kind's
-declared distributions (specgen/kinds/grouped/problem.py, seeded).
+its direct launch at these aligned shapes). The rows and their group sizes are gpu/bench_grouped.py's (the
+issue's workloads, even and Dirichlet(0.3) skewed sizes from the same seed), so every GPU backend is timed on the
+same sizes; a markdown table with the geomean closes the run.
 
-    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows decode,mixtral_up] [--configs ...]
+    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows "decode:even,Mixtral up:skewed"] [--configs ...]
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
-from specgen.bench.stats import paired  # noqa: E402
+from specgen.bench.stats import geomean, paired  # noqa: E402
 from specgen.bench.timing import kernel_cycle  # noqa: E402
-from specgen.kinds.grouped.problem import Shape, group_sizes  # noqa: E402
 
-ROWS = {"deepseek_up": Shape(32, 128, 4096, 7168), "deepseek_up_skewed": Shape(32, 128, 4096, 7168, 1),
-        "deepseek_down": Shape(32, 128, 7168, 2048), "mixtral_up": Shape(8, 1024, 14336, 4096),
-        "decode": Shape(32, 2, 4096, 7168)}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_grouped import WORKLOADS, group_sizes  # noqa: E402  (the bench's rows and distributions, not a copy)
+
+SHAPES = {name: (experts, rows, n, k) for name, experts, rows, n, k in WORKLOADS}
+ROWS = [f"{name}:{dist}" for name in SHAPES for dist in ("even", "skewed")]
 
 
 def main() -> None:
@@ -44,7 +46,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES[r<raster dim>][g<group_m>], ...")
     parser.add_argument("--hlo", action="store_true", help="write ragged_dot's optimized HLO per row to --out")
-    parser.add_argument("--rows", default=",".join(ROWS), help="the rows to time, comma-separated")
+    parser.add_argument("--rows", default=",".join(ROWS),
+                        help="the rows to time, comma-separated WORKLOAD:DIST pairs (gpu/bench_grouped.py's)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from generated.pallas.gpu_sm90 import moe_bf16 as mod
@@ -67,18 +70,21 @@ def main() -> None:
     def jax_call(f, *xs):  # XLA's stream is not torch's: order the call after the flush, and wait for it
         return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
 
+    table = []
     for label in args.rows.split(","):
-        shape = ROWS[label]
-        sizes = group_sizes(shape)
+        name, dist = label.split(":")
+        experts, per_expert, n, k = SHAPES[name]
+        sizes = group_sizes(dist, experts, per_expert)
+        rows = sum(sizes)
         key = jax.random.key(0)
-        a = jax.random.normal(key, (shape.rows, shape.k), jnp.bfloat16)
-        w = jax.random.normal(jax.random.fold_in(key, 1), (shape.g, shape.n, shape.k), jnp.bfloat16) * 0.02
+        a = jax.random.normal(key, (rows, k), jnp.bfloat16)
+        w = jax.random.normal(jax.random.fold_in(key, 1), (experts, n, k), jnp.bfloat16) * 0.02
         w_kn = jnp.swapaxes(w, 1, 2).copy()  # ragged_dot's own (G, K, N) layout, materialized
         offs = jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
         gs = jnp.asarray(sizes, jnp.int32)
         if args.hlo:  # what XLA runs for ragged_dot: its optimized HLO (fusions, custom calls)
             Path(args.out).mkdir(parents=True, exist_ok=True)
-            (Path(args.out) / f"ragged_dot-{label}.hlo.txt").write_text(ragged.lower(a, w_kn, gs).compile().as_text())
+            (Path(args.out) / f"ragged_dot-{re.sub(r'[^a-z0-9]+', '-', label.lower())}.hlo.txt").write_text(ragged.lower(a, w_kn, gs).compile().as_text())
         calls = {"ours": jax_call(mod._call, a, w, offs), "ragged_dot": jax_call(ragged, a, w_kn, gs)}
         for name, cfg in configs.items():
             calls[name] = jax_call(lambda a, w, o, cfg=cfg: mod._call(a, w, o, None, config=cfg), a, w, offs)
@@ -91,7 +97,7 @@ def main() -> None:
         calls["ours_torch_entry"] = lambda ta=ta, tw=tw, toffs=toffs: mod.moe_bf16_torch(ta, tw.transpose(-2, -1), toffs)
         cycle = kernel_cycle(calls, args.rounds)
         ours = cycle["ours"]["samples"]
-        row = {"sizes": sizes, "config": mod._config_for(shape.rows, shape.n, shape.k)._asdict(),
+        row = {"sizes": sizes, "config": mod._config_for(rows, n, k)._asdict(),
                "ours_us": paired(ours, ours).ours_us}
         for name in calls:
             if name != "ours":
@@ -103,8 +109,19 @@ def main() -> None:
         print("  kernels (median us):", json.dumps({n: {k: round(t, 1) for k, t in row["kernels"][n].items()}
                                                     for n in ("ours", "ragged_dot", "torch_grouped_mm",
                                                               "ours_torch_entry")}), flush=True)
+        table.append((label, row))
+    print("| workload | sizes | ours us | torch._grouped_mm / ours (interval) | ragged_dot / ours | torch entry / ours "
+          "| A/A |\n|---|---|---|---|---|---|---|")
+    for label, row in table:
+        peer, rd, te, aa = (row[f"{c}_over_ours"] for c in ("torch_grouped_mm", "ragged_dot", "ours_torch_entry",
+                                                            "ours_again"))
+        print(f"| {label.replace(':', ' | ')} | {row['ours_us']:.1f} | {peer['ratio']:.3f} ({peer['ratio_lo']:.3f}-"
+              f"{peer['ratio_hi']:.3f}) | {rd['ratio']:.3f} | {te['ratio']:.3f} | {aa['ratio']:.3f} |")
+    if table:
+        print(f"| geomean | | | {geomean([r['torch_grouped_mm_over_ours']['ratio'] for _, r in table]):.3f} "
+              f"| {geomean([r['ragged_dot_over_ours']['ratio'] for _, r in table]):.3f} | | |", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    tag = "" if args.rows == ",".join(ROWS) and not configs else "-" + re.sub(r"[^a-z0-9]+", "-", args.rows)
+    tag = "" if args.rows == ",".join(ROWS) and not configs else "-" + re.sub(r"[^a-z0-9]+", "-", args.rows.lower())
     (Path(args.out) / f"bench-grouped-mgpu{tag}.json").write_text(json.dumps(result, indent=1, default=str))
 
 
