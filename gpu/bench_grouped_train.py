@@ -49,7 +49,7 @@ import torch.nn.functional as F  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from bench_grouped import WORKLOADS, group_sizes  # noqa: E402
+from bench_grouped import DISTRIBUTIONS, WORKLOADS, group_sizes  # noqa: E402
 
 from specgen.bench.stats import geomean, paired  # noqa: E402
 
@@ -242,7 +242,14 @@ def torch_steps(chain: str, ours: dict, mm, a, b, offs, group, bias, grad, compi
     why = "not asked (--no-compile)"
     if compiled:
         # one compiled function a chain (its dynamo cache holds a graph per shape: the dists of a row share one)
-        fn = COMPILED.setdefault(chain, torch.compile(eager, fullgraph=True, dynamic=False))
+        if chain not in COMPILED:
+            # every chain's eager forward is one code object: its graphs (a chain and shape each) share dynamo's
+            # cache, past its default limit of 8 here (imported here: torch._dynamo imports triton)
+            config = torch._dynamo.config
+            limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, limit, max(getattr(config, limit), 64))
+            COMPILED[chain] = torch.compile(eager, fullgraph=True, dynamic=False)
+        fn = COMPILED[chain]
         try:
             torch.autograd.grad(fn(a, b, offs, group, *extra), leaves, grad)
             calls["compiled"] = step(lambda: fn(a, b, offs, group, *extra))
@@ -339,63 +346,64 @@ def run_torch_row(backend: str, workload: tuple, dist: str, chain: str, saves, r
 
 # ---- Mosaic GPU ----
 
-def jnp_peer(chain: str, sizes: list[int]):
-    """The JAX peer's layer over (a (rows, K), w (G, N or 2N, K)[, bias (G, N)]): jax.lax.ragged_dot_general over
-    the experts' weights as stored (a product of the operands' dtype), then the chain in f32 (the bias gathered to
-    the rows by each row's expert), rounded to the operands' dtype."""
+def jnp_peer(chain: str):
+    """The JAX peer's layer over (a (rows, K), w (G, N or 2N, K), offs, sizes (int32)[, bias (G, N)]):
+    jax.lax.ragged_dot_general over the experts' weights as stored (a product of the operands' dtype), then the chain
+    in f32 (the bias gathered to the rows by each row's expert), rounded to the operands' dtype."""
     import jax
     import jax.numpy as jnp
 
-    gs = jnp.asarray(sizes, jnp.int32)
     numbers = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(((1,), (2,)), ((), ())),
                                                 lhs_ragged_dimensions=[0], rhs_group_dimensions=[0])
-    row_group = jnp.repeat(jnp.arange(len(sizes)), gs, total_repeat_length=sum(sizes))
 
-    def layer(a, w, *bias):
+    def layer(a, w, offs, gs, *bias):
         y = jax.lax.ragged_dot_general(a, w, gs, numbers)
         if gated(chain):  # gate and up as the GEMM rounded them, as eager torch keeps them
             gate, up = jnp.split(y.astype(jnp.float32), 2, axis=1)
             return (jax.nn.silu(gate) * up).astype(a.dtype)
         if has_bias(chain):
+            row_group = jnp.repeat(jnp.arange(gs.shape[0]), gs, total_repeat_length=a.shape[0])
             return jax.nn.gelu(y.astype(jnp.float32) + bias[0][row_group].astype(jnp.float32),
                                approximate=True).astype(a.dtype)
         return y
     return layer
 
 
-def jnp_peer_gemms(sizes: list[int]):
-    """XLA's three ragged dots of the peer's step alone, jitted over (a (rows, K), w (G, C, K), gc (rows, C)): the
-    forward a @ w[g]^T, dgrad gc @ w[g] (rows, K), wgrad gc_g^T @ a_g (G, C, K) with the contracting dim ragged."""
+def jnp_peer_gemms():
+    """XLA's three ragged dots of the peer's step alone, jitted over (a (rows, K), w (G, C, K), gc (rows, C), sizes):
+    the forward a @ w[g]^T, dgrad gc @ w[g] (rows, K), wgrad gc_g^T @ a_g (G, C, K) with the contracting dim ragged."""
     import jax
-    import jax.numpy as jnp
-
-    gs = jnp.asarray(sizes, jnp.int32)
 
     def dims(lhs: int, rhs: int, group: list[int]):
         return jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(((lhs,), (rhs,)), ((), ())),
                                                  lhs_ragged_dimensions=[0], rhs_group_dimensions=group)
 
-    return jax.jit(lambda a, w, gc: (jax.lax.ragged_dot_general(a, w, gs, dims(1, 2, [0])),
-                                     jax.lax.ragged_dot_general(gc, w, gs, dims(1, 1, [0])),
-                                     jax.lax.ragged_dot_general(gc, a, gs, dims(0, 0, []))))
+    return jax.jit(lambda a, w, gc, gs: (jax.lax.ragged_dot_general(a, w, gs, dims(1, 2, [0])),
+                                         jax.lax.ragged_dot_general(gc, w, gs, dims(1, 1, [0])),
+                                         jax.lax.ragged_dot_general(gc, a, gs, dims(0, 0, []))))
 
 
-def mgpu_steps(chain: str, sizes: list[int], entries: dict, offs, dout, operands: int) -> dict:
+def mgpu_steps(chain: str, entries: dict, operands: int) -> dict:
     """jax.jit(jax.grad) of sum(layer(a, w[, bias]) * dOut) for each of our entries ({name: the module's `_call`})
-    and the jnp peer (`jnp`): the gradients of a, w and the bias where there is one."""
+    and the jnp peer (`jnp`), each called as step(a, w[, bias], offs, sizes, dOut): the gradients of a, w and the
+    bias where there is one. Built once a chain: jit's cache serves every row and distribution of one shape."""
     import jax
     import jax.numpy as jnp
 
     def grad_of(layer):
         def loss(*xs):
-            return jnp.sum(layer(*xs).astype(jnp.float32) * dout.astype(jnp.float32))
+            *xs, offs, gs, dout = xs
+            return jnp.sum(layer(xs[0], xs[1], offs, gs, *xs[2:]).astype(jnp.float32) * dout.astype(jnp.float32))
         return jax.jit(jax.grad(loss, argnums=tuple(range(operands))))
 
-    def with_offs(entry):
-        return lambda a, w, *bias: entry(a, w, offs, *bias)
+    def ours(entry):
+        return lambda a, w, offs, gs, *bias: entry(a, w, offs, *bias)
 
-    layers = {name: with_offs(fn) for name, fn in entries.items()}
-    return {name: grad_of(f) for name, f in {**layers, "jnp": jnp_peer(chain, sizes)}.items()}
+    layers = {name: ours(fn) for name, fn in entries.items()}
+    return {name: grad_of(f) for name, f in {**layers, "jnp": jnp_peer(chain)}.items()}
+
+
+STEPS: dict = {}  # (chain, our step names) -> mgpu_steps; "peer_gemms" -> jnp_peer_gemms()
 
 
 def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, modules: dict) -> dict:
@@ -411,9 +419,13 @@ def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, mod
     torch.cuda.synchronize()  # made on torch's stream: done before JAX reads them
     a, w, offs, dout = (jax.dlpack.from_dlpack(t.detach().contiguous()) for t in (a_t, b_t.transpose(1, 2), offs_t, grad_t))
     operands = (a, w, *([jax.dlpack.from_dlpack(bias_t.detach())] if bias_t is not None else []))
+    gs = jnp.asarray(sizes, jnp.int32)
     entries = {f"ours_{s}": modules[(chain, s)][0] for s in saves}
-    steps = mgpu_steps(chain, sizes, entries, offs, dout, len(operands))
+    if (chain, *entries) not in STEPS:
+        STEPS[(chain, *entries)] = mgpu_steps(chain, entries, len(operands))
+    steps = STEPS[(chain, *entries)]
     layers = list(entries)
+    operands = (*operands, offs, gs, dout)
     want = reference_grads(chain, a_t, b_t, sizes, bias_t, grad_t)  # dB in the op's (G, K, N) view
     errors = {}
     for o, f in steps.items():
@@ -421,10 +433,10 @@ def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, mod
         got[1] = got[1].transpose(1, 2)
         errors[o] = [distance(g, r) for g, r in zip(got, want, strict=True)]
     g_cols = jax.random.normal(jax.random.key(1), (sum(sizes), n * (2 if gated(chain) else 1)), jnp.bfloat16)
-    gemms = jnp_peer_gemms(sizes)
     calls = {o: jax_call(f, *operands) for o, f in steps.items()}
     calls["jnp_aa"] = calls["jnp"]
-    calls["peer_gemms"] = jax_call(gemms, a, w, g_cols)
+    STEPS["peer_gemms"] = STEPS.get("peer_gemms") or jnp_peer_gemms()
+    calls["peer_gemms"] = jax_call(STEPS["peer_gemms"], a, w, g_cols, gs)
     row = {"workload": name, "dist": dist, "sizes": sizes, "n": n, "k": k, "chain": chain,
            "specs": {f"ours_{s}": [modules[(chain, s)][1].name, modules[(chain, s)][1].spec_hash] for s in saves},
            "grad_rel_err_vs_f32": errors,
@@ -464,20 +476,26 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="one tiny row; without a GPU the Triton interpreter, "
                                                          "gradients only")
     args = ap.parse_args()
-    timed = torch.cuda.is_available()
-    if not timed:
-        if not args.smoke or args.backend != "triton":
-            raise SystemExit("no CUDA device: only `--smoke --backend triton` runs here (the Triton interpreter, "
-                             "f16, gradients only)")
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     saves = [s for s in args.saves.split(",") if s]
     if args.smoke:
         workloads, dists = [SMOKE], ["skewed"]
         args.chains = args.chains or ",".join(CHAINS)
     else:
         names = [w for w in args.workloads.split(",") if w]
-        workloads = [w for w in WORKLOADS if w[0] != "decode" and (not names or w[0] in names)]
+        known = [w[0] for w in WORKLOADS if w[0] != "decode"]
         dists = args.dists.split(",")
+        for what, given, valid in (("--workloads", names, known), ("--dists", dists, DISTRIBUTIONS),
+                                   ("--chains", [c for c in args.chains.split(",") if c], list(CHAINS)),
+                                   ("--saves", saves, SAVES)):
+            if unknown := [x for x in given if x not in valid]:
+                raise SystemExit(f"{what}: {', '.join(map(repr, unknown))} unknown (one of {', '.join(valid)})")
+        workloads = [w for w in WORKLOADS if w[0] in known and (not names or w[0] in names)]
+    timed = torch.cuda.is_available()
+    if not timed:
+        if not args.smoke or args.backend != "triton":
+            raise SystemExit("no CUDA device: only `--smoke --backend triton` runs here (the Triton interpreter, "
+                             "f16, gradients only)")
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     dtype, tile = (torch.bfloat16, None) if timed else (torch.float16, 16)  # the interpreter is wrong for bf16
     modules: dict = {}
     mm, how = peer_mm("cuda" if timed else "cpu", dtype)
@@ -507,7 +525,7 @@ def main() -> None:
         for save in saves:
             mine = [r["ratio"][peer][f"ours_{save}"]["ratio"] for r in rows if f"ours_{save}" in r["ratio"][peer]]
             if mine:
-                    print(f"| {args.backend} | geomean | | | {save} | | | {geomean(mine):.3f} | | | | |")
+                print(f"| {args.backend} | geomean | | | {save} | | | {geomean(mine):.3f} | | | | |")
     record = {"backend": args.backend, "target": TARGETS[args.backend], "rounds": args.rounds, "peer": peer,
               "peer_backward": how if args.backend != "mgpu" else "jax's autodiff of ragged_dot_general",
               "rows": rows}
