@@ -1,7 +1,9 @@
-"""The grouped kind's training step (issue 38): forward + backward of the generated op against the eager peer, on
-the issue-37 MoE rows (gpu/bench_grouped.py's WORKLOADS and group-size generators, decode left out: no training
-step there), timed with the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call once a round,
-rotating order, L2 flushed before each; all kernels of one call summed), an A/A pair of the peer beside each table.
+"""The grouped kind's training step (issue 38) against its peers, on Triton, CuTe sm90 and Mosaic GPU.
+
+Forward + backward of the generated op against the eager peer, on the issue-37 MoE rows (gpu/bench_grouped.py's
+WORKLOADS and group-size generators, decode left out: no training step there), timed with the project's paired CUPTI
+timer (specgen.bench.timing.kernel_cycle: every call once a round, rotating order, L2 flushed before each; all kernels
+of one call summed), an A/A pair of the peer beside each table.
 
 torch backends (`--backend triton` or `cute`): a step is out = op(a, b, offs[, bias]) then torch.autograd.grad(out,
 (a, b[, bias]), dOut): dA (ragged-M dgrad), dB (ragged-K wgrad) and dbias where the chain has a bias. Ours: the
@@ -27,7 +29,7 @@ on the device): max |g - ref| / max |ref| for dA, dB[, dbias]; and the bytes eac
 with save = "preact", none with "recompute").
 
     python gpu/bench_grouped_train.py --backend triton --out out/gpu [--rounds 10] [--workloads "Mixtral up,..."]
-        [--dists even,skewed] [--chains bias_gelu,swiglu] [--saves preact,recompute] [--no-compile]
+        [--dists even,skewed] [--chains bias_gelu,swiglu] [--saves preact,recompute] [--no-compile] [--flush read]
     python gpu/bench_grouped_train.py --smoke      (one tiny row; without a GPU: the Triton interpreter in f16,
                                                      gradients only, nothing timed)
 """
@@ -312,7 +314,7 @@ def summarize(cycle: dict, ours: list[str], peers: list[str]) -> dict:
 
 
 def run_torch_row(backend: str, workload: tuple, dist: str, chain: str, saves, rounds: int, compiled: bool, mm,
-                  modules: dict, timed: bool, dtype: torch.dtype) -> dict:
+                  modules: dict, timed: bool, dtype: torch.dtype, flush: str = "write") -> dict:
     from specgen.bench.timing import kernel_cycle
 
     name, experts, rows, n, k = workload
@@ -339,7 +341,7 @@ def run_torch_row(backend: str, workload: tuple, dist: str, chain: str, saves, r
     row["saved_bytes_expected"] = expected_saved(chain, saves, sum(sizes), n)
     print(f"  {backend} {name} {dist} {chain}: bytes kept for the backward beyond the output (measured): "
           + ", ".join(f"{o} {v}" for o, v in row["saved_bytes_measured"].items()), flush=True)
-    row.update(summarize(kernel_cycle(calls, rounds), list(ours), ["eager", "compiled"]))
+    row.update(summarize(kernel_cycle(calls, rounds, flush), list(ours), ["eager", "compiled"]))
     row["flops"] = 3 * 2 * sum(sizes) * cols * k
     return row
 
@@ -406,7 +408,7 @@ def mgpu_steps(chain: str, entries: dict, operands: int) -> dict:
 STEPS: dict = {}  # (chain, our step names) -> mgpu_steps; "peer_gemms" -> jnp_peer_gemms()
 
 
-def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, modules: dict) -> dict:
+def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, modules: dict, flush: str = "write") -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -443,7 +445,7 @@ def run_mgpu_row(workload: tuple, dist: str, chain: str, saves, rounds: int, mod
            "saved_bytes_expected": expected_saved(chain, saves, sum(sizes), n)}
     print(f"  mgpu {name} {dist} {chain}: |grad - f32| / max|f32| (dA, dB[, dbias]): "
           + "; ".join(f"{s} {', '.join(f'{e:.2g}' for e in v)}" for s, v in errors.items()), flush=True)
-    row.update(summarize(kernel_cycle(calls, rounds), list(layers), ["jnp"]))
+    row.update(summarize(kernel_cycle(calls, rounds, flush), list(layers), ["jnp"]))
     row["flops"] = 3 * 2 * sum(sizes) * n * (2 if gated(chain) else 1) * k
     return row
 
@@ -472,6 +474,9 @@ def main() -> None:
     ap.add_argument("--chains", default="", help=f"the chains of every row ({', '.join(CHAINS)}); default: an up "
                                                  "row's bias_gelu and swiglu, a down row's plain")
     ap.add_argument("--saves", default="preact,recompute")
+    ap.add_argument("--flush", choices=("write", "read"), default="write",
+                    help="how the timer empties the L2 before each call (specgen.bench.timing.Flush; `read` where a "
+                         "step launches a kernel of the write flush's name and the timer says so)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile's step out (torch backends)")
     ap.add_argument("--smoke", action="store_true", help="one tiny row; without a GPU the Triton interpreter, "
                                                          "gradients only")
@@ -513,10 +518,10 @@ def main() -> None:
                     modules[(chain, save)] = our_op(args.backend, chain, save, "bf16" if timed else "f16", tile)
             for dist in dists:
                 if args.backend == "mgpu":
-                    row = run_mgpu_row(workload, dist, chain, chain_saves, args.rounds, modules)
+                    row = run_mgpu_row(workload, dist, chain, chain_saves, args.rounds, modules, args.flush)
                 else:
                     row = run_torch_row(args.backend, workload, dist, chain, chain_saves, args.rounds, not args.no_compile,
-                                        mm, modules, timed, dtype)
+                                        mm, modules, timed, dtype, args.flush)
                 rows.append(row)
                 if timed:
                     print_row(args.backend, row)
@@ -532,7 +537,7 @@ def main() -> None:
     if timed:
         from specgen.bench.record import environment
 
-        record["environment"] = environment().model_dump(mode="json")
+        record["environment"] = environment(args.flush).model_dump(mode="json")
     else:
         record["environment"] = {"gpu": None, "torch": torch.__version__, "note": "CPU smoke: Triton interpreter, "
                                  "f16, gradients only, nothing timed"}
