@@ -31,7 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 from specgen.bench.stats import geomean, paired  # noqa: E402
-from specgen.bench.timing import kernel_cycle  # noqa: E402
+from specgen.bench.timing import jax_call, kernel_cycle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_grouped import WORKLOADS, group_sizes  # noqa: E402  (the bench's rows and distributions, not a copy)
@@ -66,10 +66,6 @@ def main() -> None:
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(lambda a, b, sizes: jax.lax.ragged_dot(a, b, sizes))
-
-    def jax_call(f, *xs):  # XLA's stream is not torch's: order the call after the flush, and wait for it
-        return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
-
     table = []
     for label in args.rows.split(","):
         name, dist = label.split(":")

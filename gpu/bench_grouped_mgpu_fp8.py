@@ -28,7 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 from specgen.bench.stats import paired  # noqa: E402
-from specgen.bench.timing import kernel_cycle  # noqa: E402
+from specgen.bench.timing import jax_call, kernel_cycle  # noqa: E402
 from specgen.kinds.grouped.problem import Shape, group_sizes  # noqa: E402
 
 ROWS = {"deepseek_up": Shape(32, 128, 4096, 7168), "deepseek_down": Shape(32, 128, 7168, 2048),
@@ -62,9 +62,6 @@ def main() -> None:
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(ragged_peer)
-
-    def jax_call(f, *xs):  # XLA's stream is not torch's: order the call after the flush, and wait for it
-        return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
 
     for label in args.rows.split(","):
         shape = ROWS[label]

@@ -31,7 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 from specgen.bench.stats import paired  # noqa: E402
-from specgen.bench.timing import kernel_cycle  # noqa: E402
+from specgen.bench.timing import jax_call, kernel_cycle  # noqa: E402
 from specgen.kinds.grouped.problem import DISTRIBUTIONS, Shape, group_sizes  # noqa: E402
 
 # The layer's shapes (G experts x rows each, N, the layer's K): the weight gradient's M is the layer's K, its K
@@ -84,9 +84,6 @@ def main() -> None:
     numbers = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(((0,), (0,)), ((), ())),
                                                 lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
     ragged = jax.jit(lambda x, dy, s: jax.lax.ragged_dot_general(x, dy, s, numbers))
-
-    def jax_call(f, *xs):  # XLA's stream is not torch's: order the call after the flush, and wait for it
-        return lambda: (torch.cuda.synchronize(), f(*xs).block_until_ready())
 
     for label in args.rows.split(","):
         name, _, dist = label.partition(":")

@@ -123,6 +123,15 @@ def kernel_cycle(fns: dict[str, Callable[[], object]], rounds: int = 40, flush: 
     return out
 
 
+def jax_call(f: Callable[..., object], *args: object) -> Callable[[], object]:
+    """A JAX call for kernel_cycle: XLA's stream is not torch's, so the call waits for torch's work (the flush)
+    first and is waited for (every array of its result) before the timer moves on."""
+    import jax
+    import torch
+
+    return lambda: (torch.cuda.synchronize(), jax.block_until_ready(f(*args)))
+
+
 def host_us_interleaved(fns: dict[str, Callable[[], object]], calls: int = 100,
                         batches: int = 41) -> dict[str, list[float]]:
     """Host microseconds per call of several calls, their batches interleaved: batch i of every call runs
