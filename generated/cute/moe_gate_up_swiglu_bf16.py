@@ -26,15 +26,17 @@ Epilogue, applied in order to each group's f32 accumulator:
 
 Kernel: tile 128x128x64, 4 TMA stages of A and B, one producer warp and 2 cooperative wgmma
 warpgroups, persistent (one CTA per SM walks the groups' tiles); epilogue in 128x32 subtiles through
-SMEM (2 buffers) and 8-element vector stores predicated on the group's rows; 215040 B of SMEM.
+SMEM (2 buffers) and TMA stores where a subtile's rows are its group's (asynchronous), 8-element
+vector stores predicated on the group's rows where its end cuts one; 215040 B of SMEM.
 
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows, from shapes: the group sizes stay on the device; each compiled once, on its first call or by
 `specgen compile`):
     0. M <= 64: tile 64x128x64, 5 TMA stages of A and B, one producer warp and 1 cooperative wgmma
        warpgroup, persistent (one CTA per SM walks the groups' tiles); epilogue in 64x32 subtiles
-       through SMEM (2 buffers) and 8-element vector stores predicated on the group's rows; 215040 B
-       of SMEM
+       through SMEM (2 buffers) and TMA stores where a subtile's rows are its group's (asynchronous),
+       8-element vector stores predicated on the group's rows where its end cuts one; 215040 B of
+       SMEM
 
 The kernel reads tensors in place whose bases and leading strides are 16-byte aligned (TMA); a legal input that
 is not (or a strided vector or index) is copied once per call. Tensors sit on the current CUDA device; a wrong
@@ -213,13 +215,22 @@ def grouped_host(
     tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
         _g2s(False), mB, cute.slice_(sB_layout, (None, None, 0)), (cfg.tile_n, cfg.tile_k)
     )  # a gate and an up tile a stage, through the one descriptor
+    # out's TMA store: one descriptor, boxes of an epilogue subtile; TMA clips the rows past M and the columns past N
+    # (the guards stage an out whose base, strides or row extent are no 16-byte multiples: cuTensorMapEncodeTiled, and
+    # a store writes a row's last 16 bytes whole)
+    # out (M, N), every group's rows: a tile's subtiles sit at its group's row by a coordinate offset, and only those
+    # whose rows are all the group's (or reach M) go by TMA; the others are stored predicated on the group's rows
+    mOut = out
+    tma_out, tOut = cute.nvgpu.cpasync.make_tiled_tma_atom(
+        cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n)
+    )
     # A static bound on the tiles from shapes alone (the group sizes stay on the device): each group, and the
     # rows past the last one, add at most one partial row tile to cdiv(M, tile_m).
     M, N, G = a.shape[0], out.shape[1], b.shape[0]
     bound = ((M + cfg.tile_m - 1) // cfg.tile_m + G + 1) * ((N + cfg.tile_n - 1) // cfg.tile_n)
     grouped_kernel(
         tma_a, tA, tma_b, tB, offs,
-        out, tiled_mma, sA_layout, sB_layout, sOut_layout, bound, cfg,
+        tma_out, tOut, out, tiled_mma, sA_layout, sB_layout, sOut_layout, bound, cfg,
     ).launch(grid=(cutlass.min(bound, max_ctas), 1, 1), block=[cfg.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
 
@@ -230,7 +241,9 @@ def grouped_kernel(
     tma_b: cute.CopyAtom,
     mB: cute.Tensor,
     mIndex: cute.Tensor,
-    mOut: cute.Tensor,
+    tma_out: cute.CopyAtom,
+    mOut: cute.Tensor,  # out's TMA view
+    mOutPred: cute.Tensor,  # out itself: the predicated stores of the subtiles a group's end cuts
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -244,6 +257,7 @@ def grouped_kernel(
     if warp == 0:
         cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
         cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_out)
 
     # --- SMEM and the A/B pipeline (full barrier: TMA bytes landed; empty: every consumer warp done) ------
     storage = cutlass.memory.SmemAllocator().allocate(shared_storage(cfg))
@@ -341,8 +355,9 @@ def grouped_kernel(
         acc_up = cute.make_rmem_tensor(tiled_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), ACC_DTYPE)  # the up columns'
         k_blocks = cute.size(tCrA, mode=[2])
 
-        # Epilogue copies: registers -> SMEM subtile (stmatrix), then SMEM -> global in 16-byte vectors, a row
-        # segment a thread, each predicated on the group's rows and on N.
+        # Epilogue copies: registers -> SMEM subtile (stmatrix), then SMEM -> out by TMA (the dense kernel's) where
+        # the subtile's rows are all its group's, else SMEM -> global in 16-byte vectors, a row segment a thread,
+        # each predicated on the group's rows and on N.
         r2s = make_r2s_copy(cfg, tiled_mma)
         thr_r2s = r2s.get_slice(tile_tidx)
         tRS_sOut = thr_r2s.partition_D(sOut)
@@ -353,6 +368,13 @@ def grouped_kernel(
         r_out = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)
         tRS_up = r2s.retile(acc_up)  # the up accumulator, in the gate's (acc_regs') layout
         r_up = cute.make_rmem_tensor(sub_shape, ACC_DTYPE)
+        # The TMA store pipeline over the SMEM subtile buffers (a buffer is written again only once its store has read
+        # it: a tile's stores drain under the next work item's mainloop), and the barrier of the tile's threads.
+        store_pipe = pipeline.PipelineTmaStore.create(
+            num_stages=cfg.epi_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
+        )
+        store_warp = 4  # the tile's first warp issues its TMA stores
+        epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=cfg.tile_threads)
         per_row = cfg.epi_n // cfg.store_vector  # threads along a subtile row
         s2g = cute.make_tiled_copy_tv(
             cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), OUT_DTYPE, num_bits_per_copy=128),
@@ -361,7 +383,6 @@ def grouped_kernel(
         )
         thr_s2g = s2g.get_slice(tile_tidx)
         st_crd = thr_s2g.partition_S(cute.make_identity_tensor((cfg.epi_m, cfg.epi_n)))
-        epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=cfg.tile_threads)
 
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.ab_stages)
@@ -413,9 +434,14 @@ def grouped_kernel(
                     ab_pipe.consumer_release(release)
                     release.advance()
 
-                # ---- epilogue: subtile by subtile, registers -> fused ops -> SMEM -> predicated stores
+                # ---- epilogue: subtile by subtile, registers -> fused ops -> SMEM, then a TMA store where the subtile's
+                # rows are all its group's, predicated stores where the group's end cuts it
                 row0, row_end = start + mt * cfg.tile_m, end  # the tile's first row; its group's rows end at `end`
-                gOut = cute.local_tile(cute.domain_offset((row0, 0), mOut), (cfg.tile_m, cfg.tile_n), (0, nt))
+                gOut = cute.local_tile(cute.domain_offset((row0, 0), mOutPred), (cfg.tile_m, cfg.tile_n), (0, nt))
+                gOut_sub = cute.zipped_divide(cute.local_tile(cute.domain_offset((row0, 0), mOut), (cfg.tile_m, cfg.tile_n), (0, nt)), (cfg.epi_m, cfg.epi_n))
+                bSG_s, bSG_g = cute.nvgpu.cpasync.tma_partition(
+                    tma_out, 0, cute.make_layout(1), cute.group_modes(sOut, 0, 2), gOut_sub
+                )
                 subs_n = cfg.tile_n // cfg.epi_n
                 subs = cfg.tile_m // cfg.epi_m * subs_n
                 for si in cutlass.range_constexpr(subs):
@@ -432,25 +458,38 @@ def grouped_kernel(
                     r_out.store(acc.to(OUT_DTYPE))
                     buf = (stored + si) % cfg.epi_stages
                     cute.copy(r2s, r_out, tRS_sOut[(None, None, None, buf)])
-                    epi_barrier.arrive_and_wait()  # the subtile is in SMEM
-                    tS = thr_s2g.partition_S(sOut[(None, None, buf)])
-                    tG = thr_s2g.partition_D(cute.local_tile(gOut, (cfg.epi_m, cfg.epi_n), sub_crd))
-                    for i in cutlass.range_constexpr(cute.size(tS, mode=[1])):
-                        for j in cutlass.range_constexpr(cute.size(tS, mode=[2])):
-                            rc = st_crd[(0, i, j)]
-                            if rc[0] < rows_left:  # a row of this group (never another group's)
-                                if rc[1] + cfg.store_vector <= cols_left:
-                                    cute.copy(s2g, tS[(None, i, j)], tG[(None, i, j)])
-                                else:  # the last columns of an N that is no multiple of the vector
-                                    for e in cutlass.range_constexpr(cfg.store_vector):
-                                        if rc[1] + e < cols_left:
-                                            tG[(e, i, j)] = tS[(e, i, j)]
-                    if cutlass.const_expr(cfg.epi_stages == 1):
-                        epi_barrier.arrive_and_wait()  # one buffer: every store has read it
+                    if rows_left >= cfg.epi_m or row_end == M:  # every row its group's (or past M, which TMA clips)
+                        cute.arch.fence_proxy("async.shared", space="cta")  # make the SMEM writes visible to TMA
+                        epi_barrier.arrive_and_wait()
+                        if warp == store_warp:
+                            cute.copy(tma_out, bSG_s[(None, buf)], bSG_g[(None, sub_crd)])
+                            store_pipe.producer_commit()
+                            store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
+                        epi_barrier.arrive_and_wait()
+                    else:  # the group ends inside the subtile: the rows after it are the next group's (another CTA's)
+                        if warp == store_warp:  # the store pipeline counts this buffer as the TMA branch does (an empty
+                            store_pipe.producer_commit()  # bulk group), so every TMA store epi_stages - 1 subtiles
+                            store_pipe.producer_acquire()  # back has read its buffer before the next one is written
+                        epi_barrier.arrive_and_wait()  # the subtile is in SMEM (and the next buffer free of TMA reads)
+                        tS = thr_s2g.partition_S(sOut[(None, None, buf)])
+                        tG = thr_s2g.partition_D(cute.local_tile(gOut, (cfg.epi_m, cfg.epi_n), sub_crd))
+                        for i in cutlass.range_constexpr(cute.size(tS, mode=[1])):
+                            for j in cutlass.range_constexpr(cute.size(tS, mode=[2])):
+                                rc = st_crd[(0, i, j)]
+                                if rc[0] < rows_left:  # a row of this group (never another group's)
+                                    if rc[1] + cfg.store_vector <= cols_left:
+                                        cute.copy(s2g, tS[(None, i, j)], tG[(None, i, j)])
+                                    else:  # the last columns of an N that is no multiple of the vector
+                                        for e in cutlass.range_constexpr(cfg.store_vector):
+                                            if rc[1] + e < cols_left:
+                                                tG[(e, i, j)] = tS[(e, i, j)]
+                        if cutlass.const_expr(cfg.epi_stages == 1):
+                            epi_barrier.arrive_and_wait()  # one buffer: every store has read it
                 stored += subs
                 work += work_stride
             else:
                 work = work_count  # past every tile: work indices only grow
+        store_pipe.producer_tail()  # every TMA store of out done before the CTA exits
 
 
 def _fake_args(variant: int | None) -> tuple:

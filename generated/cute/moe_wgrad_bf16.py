@@ -189,6 +189,10 @@ def grouped_host(
     tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
         _g2s(False), mB, cute.slice_(sB_layout, (None, None, 0)), (cfg.tile_n, cfg.tile_k)
     )
+    # out's TMA store: one descriptor, boxes of an epilogue subtile; TMA clips the rows past M and the columns past N
+    # (the guards stage an out whose base, strides or row extent are no 16-byte multiples: cuTensorMapEncodeTiled, and
+    # a store writes a row's last 16 bytes whole)
+    # out (G, M, N) as (M, N, G), the group the third coordinate: nothing of another group's out[g] is written
     mOut = cute.make_tensor(out.iterator, cute.make_layout((out.shape[1], out.shape[2], out.shape[0]), stride=(out.stride[1], out.stride[2], out.stride[0])))
     tma_out, tOut = cute.nvgpu.cpasync.make_tiled_tma_atom(
         cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n)
@@ -210,7 +214,7 @@ def grouped_kernel(
     mB: cute.Tensor,
     mIndex: cute.Tensor,
     tma_out: cute.CopyAtom,
-    mOut: cute.Tensor,  # out's (M, N, G) TMA view
+    mOut: cute.Tensor,  # out's TMA view: (M, N, G)
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -317,6 +321,8 @@ def grouped_kernel(
         sub_size = cute.size(sub_shape)
         r_acc = cute.make_rmem_tensor(sub_shape, ACC_DTYPE)
         r_out = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)
+        # The TMA store pipeline over the SMEM subtile buffers (a buffer is written again only once its store has read
+        # it: a tile's stores drain under the next work item's mainloop), and the barrier of the tile's threads.
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=cfg.epi_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
         )

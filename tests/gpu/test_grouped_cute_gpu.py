@@ -8,19 +8,32 @@ at the decode benchmark's shape (32 experts x 2 rows, N 4096, K 7168, even and s
 replayed with new decode sizes, the variant's compiled function checked to be the launcher's; guards before launch; and a CUDA
 graph captured once and replayed with new group sizes.
 
+The epilogue's two stores (session 29: a TMA store of each subtile whose rows are all its group's, or reach M; the
+predicated vector stores of one a group's end cuts; templates/grouped/cute/kernel_sm90.jinja): every form on group
+sizes that are and are not multiples of the tile in one launch (128 and 256 rows beside 130, 7, 200 and empty
+groups; a last group ending at M off the tile), out a NaN-poisoned view with a padded 16-byte row stride written in
+place (the guards do not stage it: TMA stores into the caller's out) inside a NaN band, and with N off 16 bytes
+(staged: the columns past N stay NaN); tail zero and untouched, both B majors, fp8, the gated forms and the decode
+tile; the catalogue's moe_fp8_rowwise at DeepSeek-V3 down's shape. (Written in session 29; not run on a GPU until
+the lead reports it.)
+
 Marked `gpu`: CI (CPU only) deselects them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import pytest
 import torch
 
+from specgen.kinds.gemm.testing.data import poison, tolerance, torch_dtype
+from specgen.kinds.grouped.testing.data import BAND, Case, GroupedProblem
 from specgen.kinds.grouped.testing.numerics import GroupedNumericsTests
-from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, assert_rows_match
+from specgen.kinds.grouped.testing.reference import DECODE_SIZES, RAGGED_SIZES, assert_rows_match, grouped
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS, CUTE_FP8_FORMS
+from specgen.runtime.guards import _needs_copy
 
 pytestmark = pytest.mark.gpu
 
@@ -41,20 +54,21 @@ def _ran(fn_module, rows: int) -> None:
 _LOADED: dict[str, object] = {}  # one module (and one compile) per form for the whole run
 
 
+def _form(spec: dict, kernel_dir):
+    from kernels import load_target_module
+
+    if spec["name"] not in _LOADED:
+        _LOADED[spec["name"]] = load_target_module(spec, "cute:sm90", kernel_dir, "_specgen_gpu_cute_")[0]
+    return _LOADED[spec["name"]]
+
+
 class TestCuteFormsNumerics(GroupedNumericsTests):
     SPECS = CUTE_FORMS
     DEVICE = "cuda"
 
     @pytest.fixture
     def module(self, kernel_dir):
-        from kernels import load_target_module
-
-        def load(spec: dict):
-            if spec["name"] not in _LOADED:
-                _LOADED[spec["name"]] = load_target_module(spec, "cute:sm90", kernel_dir, "_specgen_gpu_cute_")[0]
-            return _LOADED[spec["name"]]
-
-        return load
+        return lambda spec: _form(spec, kernel_dir)
 
 
 class TestCuteFp8FormsNumerics(TestCuteFormsNumerics):
@@ -239,3 +253,71 @@ def test_moe_fp8_rowwise_against_float64_and_scaled_grouped_mm(case: str) -> Non
     if rows:  # the peer on the same tensors (its B column-major: our K-major (G, K, N) view)
         peer = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)[:rows].float()
         assert (out[:rows].float() - peer).abs().max().item() <= 2e-2 * (1 + peer.abs().max().item())
+
+
+# Group sizes for the two stores in one launch (N 200: no whole 128- or 256-column tile, 400-byte rows; K 80: a K tail
+# past one 64-deep tile, 16-byte rows for fp8 too): whole tiles (128, 256, 384 rows: every subtile by TMA) beside
+# groups their end cuts (130, 200: whole tiles then a partial one; 7: one partial tile), empty groups in the middle
+# and last, rows past the last group (untouched, or zeros where the form says tail = "zero": TMA, the tail ends at
+# M); a last group ending at M off the tile (its partial tile by TMA, clipped at M).
+STORE_CASES = {
+    "mixed": Case((256, 0, 130, 128, 7, 0, 384, 200), n=200, k=80, tail=17),
+    "ends_at_m": Case((128, 0, 300), n=200, k=80, tail=0),
+    "empty_last": Case((0, 131, 128, 0, 0), n=200, k=80, tail=9),
+}
+STORE_FORMS = {**CUTE_FORMS, **CUTE_FP8_FORMS}
+
+
+@pytest.mark.parametrize(("case", "n"), [("mixed", 200), ("mixed", 203), ("ends_at_m", 200), ("empty_last", 200)])
+@pytest.mark.parametrize("name", sorted(STORE_FORMS))
+def test_tma_and_predicated_stores_in_one_launch(name: str, case: str, n: int, kernel_dir) -> None:
+    """out a NaN-poisoned (rows, N) view of a NaN storage with BAND rows above and below and a padded row pitch (16
+    bytes and at least 3 columns past N). N = 200: 16-byte rows, so the guards leave it in place and the TMA stores
+    write the caller's out; N = 203 (406-byte bf16 rows): staged by the guards (a TMA store moves a row's last 16
+    bytes whole). Either way: nothing outside out written, every group's row within the float64 loop's tolerance,
+    rows past the last group zero (tail "zero") or still NaN (untouched)."""
+    spec = STORE_FORMS[name]
+    fn = getattr(_form(spec, kernel_dir), name)
+    c = dataclasses.replace(STORE_CASES[case], n=n)
+    problem = GroupedProblem(spec, c, f"stores-{case}-{n}", "cuda")
+    a, b, _ = problem.operands()
+    index = problem.index()
+    args = problem.epilogue_args()
+    dtype = torch_dtype(spec["out"]["dtype"])
+    per = 16 // dtype.itemsize
+    storage = torch.full((c.rows + 2 * BAND, -(-(n + 3) // per) * per), poison(dtype), device="cuda", dtype=dtype)
+    out = storage[BAND: BAND + c.rows, :n]
+    assert _needs_copy(out, -1, True, store=True) == (n * dtype.itemsize % 16 != 0)  # in place at N = 200
+    assert fn(a, b, index, *(v for _, v in args), out=out) is out
+    torch.cuda.synchronize()
+    band = storage.clone()
+    band[BAND: BAND + c.rows, :n] = float("nan")
+    assert band.isnan().all(), f"{name} {case}: written outside out: {(~band.isnan()).nonzero()[:6].tolist()}"
+    want, written = grouped(spec, a, b, index, {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args})
+    got = out.cpu().double()
+    assert not got[written].isnan().any(), f"{name} {case}: {int(got[written].isnan().sum())} elements unwritten"
+    assert got[~written].isnan().all(), f"{name} {case}: a row past the groups (tail untouched) was written"
+    torch.testing.assert_close(got[written], want[written], **tolerance(spec), msg=lambda m: f"{name} {case} N={n}: {m}")
+
+
+@pytest.mark.parametrize("dist", ["even", "skewed"])
+def test_moe_fp8_rowwise_at_deepseek_v3_down(dist: str) -> None:
+    """The benchmark's fp8 DeepSeek-V3 down row (32 experts, 128 rows each, N 7168, K 2048: every subtile by TMA;
+    skewed: the same 4096 rows in sizes off the tile, empty experts among them, so both stores run) into a
+    NaN-poisoned out, against the float64 loop and torch._scaled_grouped_mm."""
+    module = _module("moe_fp8_rowwise")
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    sizes = [128] * 32 if dist == "even" else [295, 0, 77, 128, 1, 0, 513, 256, 99, 131, 0, 2] + [143] * 18 + [20, 0]
+    assert sum(sizes) == 4096 and len(sizes) == 32
+    n, k, m = 7168, 2048, sum(sizes)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(len(sizes), n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn).transpose(-2, -1)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    sa = torch.rand(m, device="cuda", generator=gen) * 0.5 + 0.5
+    sb = (torch.rand(len(sizes), n, device="cuda", generator=gen) * 0.5 + 0.5) / k**0.5
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert module.moe_fp8_rowwise(a, b, offs, sa, sb, out=out) is out
+    assert_rows_match(out, _reference(a, b, offs, lambda y, i, r: y * sa[r, None].double() * sb[i].double()),
+                      f"fp8 DeepSeek-V3 down {dist}")
+    peer = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16).float()
+    assert (out.float() - peer).abs().max().item() <= 2e-2 * (1 + peer.abs().max().item())

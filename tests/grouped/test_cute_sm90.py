@@ -1,8 +1,8 @@
 """The grouped CuTe sm90 design on the CPU: every form (specgen/kinds/grouped/testing/specs.py CUTE_FORMS) and the
 catalogue's cute:sm90 grouped kernels pass check, render, and compile for sm_90a through `cute.compile` over fake
-tensors (dynamic M, N, K, G) with exactly the SMEM the plan allocates, TMA loads (no TMA store: the epilogue's
-stores are predicated on the group's rows), wgmma and no local-memory spills, every config of a module (the
-default and the decode variant) compiled on its own; the launcher picks the variant by total rows; each variant's
+tensors (dynamic M, N, K, G) with exactly the SMEM the plan allocates, TMA loads, wgmma, both stores (a TMA store
+of each epilogue subtile inside its group's rows, the predicated vector stores of one a group's end cuts) and no
+local-memory spills, every config of a module (the default and the decode variant) compiled on its own; the launcher picks the variant by total rows; each variant's
 config checked by every rule, CFG003 taking cute:sm90 variants; the spec takes cute:sm90 beside cute:sm100 (the
 CuTe sm100 design's module: tests/grouped/test_cute_sm100.py); a render that skipped check refuses what the kernel
 cannot do. fp8: the CUTE_FP8_FORMS check clean and render 8-bit operands with the rowwise scales first in the chain
@@ -84,7 +84,7 @@ def test_fp8_forms_check_clean_and_render_8_bit_stages(name):
 @pytest.mark.parametrize("name", sorted(CUTE_FORMS))
 def test_each_form_checks_clean_and_compiles_for_sm90a_with_the_plans_smem(name, tmp_path, monkeypatch):
     from specgen.compile import load_rendered
-    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_module
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     ls = load(CUTE_FORMS[name])
@@ -94,12 +94,18 @@ def test_each_form_checks_clean_and_compiles_for_sm90a_with_the_plans_smem(name,
     path = tmp_path / f"{name}.py"
     path.write_text(text)
     module = load_rendered(path, f"_specgen_test_cute_grouped_{name}")
-    results = compile_module(module, target_info("cute:sm90"), sass=True, fill_cache=False)
-    assert len(results) == 1 + len(module.VARIANT_CONFIGS) == 1 + len(CUTE_FORMS[name].get("variants", []))
-    for r in results:  # the default config, then each variant's
+    plan = module.METADATA["plan"][90]
+    configs = [(None, module.CONFIG, plan["smem_bytes"])] + [
+        (i, c, v["smem_bytes"]) for i, (c, v) in enumerate(zip(module.VARIANT_CONFIGS, plan["variants"], strict=True))]
+    assert len(configs) == 1 + len(CUTE_FORMS[name].get("variants", []))
+    for variant, cfg, smem in configs:  # the default config, then each variant's
+        r = compile_config(module._launcher, name, variant, target_info("cute:sm90"), smem, True, False,
+                           ops=(*SASS_OPS, "STG"))
         assert not r.error, r
         assert r.compiler_smem == r.plan_smem <= 232448, r  # the design's struct, to the byte
-        assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0 and r.sass["UTMASTG"] == 0, r.sass
+        assert r.sass["UTMALDG"] > 0 and r.sass["HGMMA"] > 0, r.sass
+        # one TMA store a subtile (the subtile loop is unrolled), and the predicated 16-byte stores beside them
+        assert r.sass["UTMASTG"] == cfg.tile_m // cfg.epi_m * (cfg.tile_n // cfg.epi_n) and r.sass["STG"] > 0, r.sass
         assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, r.sass
 
 
@@ -126,6 +132,13 @@ def test_the_module_documents_its_schedule_and_epilogue():
     assert "bias: + bias[g] (G, N) bf16, per group and column" in text
     assert "scale: * w[g, n] (G, N) f32, per group and column" in text
     assert "predicated on the group's rows" in text and "two" not in text.split("Kernel:")[1].split("\n")[0]
+    # the epilogue chain runs once a subtile, then the store branches: TMA inside the group's rows, else predicated
+    body = text.split("r_out.store(acc.to(OUT_DTYPE))")[1]
+    assert text.count("r_out.store(acc.to(OUT_DTYPE))") == 1
+    assert body.index("if rows_left >= cfg.epi_m or row_end == M:") < body.index("cute.copy(tma_out, bSG_s[(None, buf)]")
+    assert body.index("cute.copy(tma_out,") < body.index("else:  # the group ends inside the subtile") < \
+        body.index("store_pipe.producer_commit()  # bulk group") < body.index("if rc[0] < rows_left:")
+    assert body.index("stored += subs") < body.index("store_pipe.producer_tail()")
     compile(text, "cg_every_op.py", "exec")
 
 

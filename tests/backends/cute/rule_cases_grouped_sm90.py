@@ -48,7 +48,8 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("GRP302", "cute:sm90", {**G, "tile": tile(64, 128, 64), "cute": {"swap_ab": True}},
      ("error", ["cute.swap_ab is not rendered by the grouped cute:sm90 kernel"], ("cute", "swap_ab"))),
     ("GRP302", "cute:sm90", {**G, "cute": {"tma_store": False}},
-     ("note", ["always stores through predicated vector stores"], ("cute", "tma_store"))),
+     ("warning", ["cute.tma_store = false is ignored by the grouped cute:sm90 kernel: every epilogue subtile inside "
+                  "its group's rows is stored by TMA"], ("cute", "tma_store"))),
     ("GRP302", "cute:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
                              "groups": {"ragged": "k"}, "cute": {"tma_store": False}},
      ("warning", ["cute.tma_store = false is ignored by the grouped cute:sm90 kernel's ragged K: out[g] is written "

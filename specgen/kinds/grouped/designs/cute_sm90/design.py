@@ -17,14 +17,19 @@ epilogue op macros are imported from templates/gemm/cute/, not copied) under a g
   group's rows, which its store drops; past M, TMA reads zeros), the tile placed at its group's first row by a
   coordinate offset (`cute.domain_offset`), B one 3-D descriptor over (N, K, G), the group as its coordinate.
 - Stores: the accumulator goes through the fused epilogue into SMEM subtiles (stmatrix, the dense design's
-  copy), then every tile thread stores 16-byte vectors of them to global memory, each predicated on the group's
-  last row and on N. Not TMA: a host-built descriptor cannot follow group ends that live on the device, and
-  per-group descriptors rewritten on the device need a global workspace and a descriptor fence per group
-  change; the predicated store needs neither, and writes no row of another group. Ragged K's out (G, M, N) is
-  dense (every out[g] written whole), so there the subtiles go out by TMA as the dense kernel's do (its store
+  copy), once for every subtile; then only the store differs. A subtile whose rows all lie in its group (or reach
+  M: the tail's, and the last group's where it ends at M) goes out by TMA as the dense kernel's do (its store
   pipeline, asynchronous: a tile's stores drain under the next work item's mainloop), through one descriptor over
-  out's (M, N, G) view whose bounds clip the rows past M and the columns past N (SMEM unchanged: the store
-  pipeline's bulk groups hold no barrier).
+  out (M, N) placed at the group's row by a coordinate offset, whose bounds clip the rows past M and the columns
+  past N. A subtile its group's end cuts (the group's last, at most one per N tile and group) is stored by every
+  tile thread in 16-byte vectors predicated on the group's last row and on N: a box would clip only at M and
+  write the next group's rows, racing the CTA that owns them (per-group descriptors rewritten on the device
+  would need a global workspace and a descriptor fence per group change). That branch commits an empty bulk group
+  where the other commits its store, so both keep one count of the SMEM buffers (a buffer written again only once
+  the store epi_stages - 1 subtiles back has read it). Ragged K's out (G, M, N) is dense (every out[g] written
+  whole), so there every subtile goes out by TMA, through one descriptor over out's (M, N, G) view. SMEM is
+  unchanged by the TMA stores: they read the epilogue subtiles the struct already holds (epi_stages of them,
+  counted in `memory`), and the store pipeline's bulk groups hold no barrier.
 - Rows past the last group: `groups.tail = "zero"` walks them as one more group whose tiles skip the mainloop
   and store zeros; "untouched" never visits them.
 
@@ -107,7 +112,7 @@ class GroupedConfig(NamedTuple):
     epi_n: int
     epi_stages: int
     mma_warpgroups: int
-    store_vector: int  # elements a thread stores at once (16 bytes)
+    store_vector: int  # elements a thread stores at once (16 bytes): the predicated stores of a subtile a group's end cuts
     smem_bytes: int
     smem_breakdown: str = ""
     acc_registers: int = 0
@@ -160,7 +165,7 @@ class GroupedCutePlan(GroupedHostOperands, ModuleHeader):
     gated_layout: str = ""  # where its gate and up columns sit: "halves" or "interleaved"
     batch: bool = False  # the dense views' switch (templates/gemm/cute/views.jinja)
     tma: bool = True  # A and B load by TMA: the host guards want 16-byte strides
-    aligned_out: bool = True  # the 16-byte vector stores (ragged M) and TMA stores (ragged K) want 16-byte strides of out
+    aligned_out: bool = True  # the TMA stores (and ragged M's 16-byte vector stores) want 16-byte strides and rows of out
     training: object | None = None  # a `training` backward (training.py: GroupedCuteTrainingPlan)
 
     @property
@@ -210,10 +215,9 @@ class CuteSm90Grouped(GroupedDesign):
         return self.memory_of(spec, target, ab_stages)  # type: ignore[arg-type]
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """The dense design's A and B boxes (a gated B: a gate and an up box of tile.n columns each); ragged M stores
-        the output through predicated vector stores, ragged K by TMA in the dense design's epilogue subtile box."""
-        boxes = CuteSm90Gemm.tma_boxes(self, spec, target)  # type: ignore[arg-type]
-        return boxes if spec.groups.ragged == "k" else boxes[:2]
+        """The dense design's boxes: A and B (a gated B: a gate and an up box of tile.n columns each) and out's
+        epilogue subtile, which both groupings store by TMA (ragged M where the subtile's rows are its group's)."""
+        return CuteSm90Gemm.tma_boxes(self, spec, target)  # type: ignore[arg-type]
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         served = [t for t in targets if serves(t)]

@@ -36,8 +36,9 @@ def cute_grouped_dtypes(ctx: RuleContext) -> Iterator[Finding]:
     m64nNk16) or, ragged M only (the spec refuses fp8 ragged K), 8-bit ones (fp8 e4m3 and e5m2, which may mix:
     wgmma m64nNk32's .e4m3 / .e5m2 atype and btype, PTX ISA "wgmma.mma_async" and CD `warpgroup/mma.py` MmaF8Op;
     K-major only, MAJ001; tile.k a multiple of 32, MMA001) into an f32 accumulator, stored as bf16, f16 or f32
-    through 16-byte vector stores (8 or 4 elements a thread). fp8's rowwise scales are the epilogue's `scale` by =
-    "rowcol" (scale_a (M,), scale_b (G, N)), applied to the f32 accumulator before the rest of the chain. Not
+    by TMA (16-byte vector stores, 8 or 4 elements a thread, where a group ends inside a subtile). fp8's rowwise
+    scales are the epilogue's `scale` by = "rowcol" (scale_a (M,), scale_b (G, N)), applied to the f32
+    accumulator before the rest of the chain. Not
     rendered: 32-bit operands (for either grouping: the Triton design's), an f16 accumulator, 8-bit outputs. A
     gated epilogue's limits (a K-major B) are EPI003's."""
     s = ctx.spec
@@ -62,11 +63,10 @@ def cute_grouped_config(ctx: RuleContext) -> Iterator[Finding]:
     on the device), cooperative consumer warpgroups (1 or 2 splitting the tile along M), the tile computed
     unswapped (out = A B, tile.m on wgmma's rows). Ping-pong warpgroups, `cute.swap_ab` (decode's transposed
     tile) and clusters are the dense kernel's and not rendered here (errors: the kernel would run another
-    schedule than the spec says). `cute.tma_store` does not apply: a tile's rows end at its group's end on the
-    device, which a host-built TMA store descriptor cannot follow, so the kernel always stores through
-    predicated vector stores (a note where the spec asks for TMA stores explicitly off, which is what runs); the
-    ragged-K kernel (out (G, M, N), a fixed shape) always stores by TMA, as the dense kernel does (a warning where
-    the spec asks them off, as the dense design's CUTE003: not honoured)."""
+    schedule than the spec says). `cute.tma_store = false` is not honoured (a warning, as the dense design's
+    CUTE003): ragged M stores by TMA every epilogue subtile whose rows all lie in its group (or reach M), and
+    through predicated vector stores only one its group's end cuts (a host-built descriptor cannot follow group
+    ends on the device); ragged K (out (G, M, N), a fixed shape) stores every subtile by TMA."""
     s = ctx.spec
     if s.cluster.m * s.cluster.n > 1:
         yield Finding("GRP302", "error", f"cluster = {s.cluster.m}x{s.cluster.n}: the grouped cute:sm90 kernel runs one "
@@ -82,9 +82,9 @@ def cute_grouped_config(ctx: RuleContext) -> Iterator[Finding]:
                       "K: out[g] is written whole, by TMA (as the dense kernel stores)", "drop cute.tma_store",
                       ("cute", "tma_store"))
     elif not s.cute.tma_store:
-        yield Finding("GRP302", "note", "cute.tma_store = false: the grouped cute:sm90 kernel always stores through "
-                      "predicated vector stores (group ends live on the device)", "drop cute.tma_store",
-                      ("cute", "tma_store"))
+        yield Finding("GRP302", "warning", "cute.tma_store = false is ignored by the grouped cute:sm90 kernel: every "
+                      "epilogue subtile inside its group's rows is stored by TMA, only one a group's end cuts through "
+                      "predicated vector stores", "drop cute.tma_store", ("cute", "tma_store"))
 
 
 def register_findings(ctx: RuleContext) -> Iterator[Finding]:
