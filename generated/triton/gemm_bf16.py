@@ -107,7 +107,7 @@ def _gemm_bf16_kernel(
         if SWAP_AB:
             acc = acc.T  # back to BLOCK_M x BLOCK_N for the epilogue and the store
         if SPLIT_K > 1:
-            acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K, SPLIT_K_ATOMIC, BLOCK_M, BLOCK_N)
+            acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K, SPLIT_K, SPLIT_K_ATOMIC, BLOCK_M, BLOCK_N)
         else:
             last = True
         if last:
@@ -205,20 +205,21 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K: tl.constexpr, SPLIT_K_ATOMIC: tl.constexpr,
+def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, splits, SPLIT_K: tl.constexpr, SPLIT_K_ATOMIC: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # Split-K: publish this program's f32 partial of tile `slot`, count the arrival, and in the last
-    # program to arrive return the tile's full sum (last = True) with its workspace and counter reset.
+    # Split-K: publish this program's f32 partial of tile `slot` (one of `splits`, SPLIT_K at most), count the
+    # arrival, and in the last program to arrive return the tile's full sum (last = True) with its workspace and
+    # counter reset. With splits == SPLIT_K (a constexpr: the dense kernel's) the `part < splits` tests fold away.
     ws_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if SPLIT_K_ATOMIC:  # one f32 tile per output tile, summed into by float atomics
         tile_ws = ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + ws_offs
         tl.atomic_add(tile_ws, acc, sem="relaxed")
     else:  # one f32 tile per split
-        tile_ws = ws_ptr + slot.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N) + ws_offs
+        tile_ws = ws_ptr + slot.to(tl.int64) * (splits * BLOCK_M * BLOCK_N) + ws_offs
         tl.store(tile_ws + pid_k * (BLOCK_M * BLOCK_N), acc, cache_modifier=".cg")
     tl.debug_barrier()  # every thread's partial is written before the arrival is counted (release)
     arrived = tl.atomic_add(counts_ptr + slot, 1, sem="acq_rel")
-    last = arrived == SPLIT_K - 1
+    last = arrived == splits - 1
     if last:
         if SPLIT_K_ATOMIC:
             acc = tl.load(tile_ws, cache_modifier=".cg")
@@ -227,7 +228,8 @@ def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, SPLIT_K: tl.constexpr,
             # In split order whichever program arrives last: the same sum, bit for bit, every run.
             acc = tl.load(tile_ws, cache_modifier=".cg")
             for part in tl.static_range(1, SPLIT_K):
-                acc += tl.load(tile_ws + part * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+                if part < splits:
+                    acc += tl.load(tile_ws + part * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
         tl.atomic_xchg(counts_ptr + slot, 0)  # ready for the next launch
     return acc, last
 
