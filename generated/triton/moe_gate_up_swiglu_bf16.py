@@ -24,7 +24,7 @@ Epilogue, applied in order to each group's float32 accumulator:
     0. gated: silu(gate) * up (SwiGLU; B has 2N columns, gate column 2j, up 2j + 1)
 
 Schedule: tile 128x128x64, persistent (each program, one per SM, walks the groups' tiles),
-TMA loads and masked pointer stores.
+TMA loads and masked pointer stores, a last partial wave split along K.
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows):
     0. M <= 64: tile 64x64x128, sm90 4 warps 4 stages; sm100 4 warps 4 stages
@@ -206,10 +206,11 @@ def _moe_gate_up_swiglu_bf16_kernel(
             a = a_desc.load([off_m, off_k])
             b = b_desc.load([g, 2 * off_n, off_k]).reshape(2 * BLOCK_N, BLOCK_K).T  # B[g] is K-major: boxes of (2N, K)
             acc = tl.dot(a, b, acc)
-        acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, part, splits, TAIL_SPLIT, False, BLOCK_M, 2 * BLOCK_N)
+        acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, part, splits, False, BLOCK_M, 2 * BLOCK_N)
+        # Adjacent accumulator columns sit in one thread (the MMA layouts hold column pairs): the split is free.
+        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        acc = gate  # the chain's shape before the branch that rewrites it (Triton keeps a variable's type across an if)
         if last:  # the tile's sum, in part order: the epilogue and the store as a whole tile's
-            # Adjacent accumulator columns sit in one thread (the MMA layouts hold column pairs): the split is free.
-            gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
             # epilogue[0]: gated: silu(gate) * up (SwiGLU; B has 2N columns, gate column 2j, up 2j + 1)
             acc = gate * (0.5 + 0.5 * _tanh(0.5 * gate, FAST_MATH)) * up  # SiLU, x * sigmoid(x) of gate, times up
             tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
@@ -217,11 +218,10 @@ def _moe_gate_up_swiglu_bf16_kernel(
 
 
 @triton.jit
-def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, splits, SPLIT_K: tl.constexpr, SPLIT_K_ATOMIC: tl.constexpr,
+def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, splits, SPLIT_K_ATOMIC: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # Split-K: publish this program's f32 partial of tile `slot` (one of `splits`, SPLIT_K at most), count the
-    # arrival, and in the last program to arrive return the tile's full sum (last = True) with its workspace and
-    # counter reset. With splits == SPLIT_K (a constexpr: the dense kernel's) the `part < splits` tests fold away.
+    # Split-K: publish this program's f32 partial of tile `slot` (one of `splits`), count the arrival, and in the
+    # last program to arrive return the tile's full sum (last = True) with its workspace and counter reset.
     ws_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if SPLIT_K_ATOMIC:  # one f32 tile per output tile, summed into by float atomics
         tile_ws = ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + ws_offs
@@ -237,11 +237,12 @@ def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, splits, SPLIT_K: tl.co
             acc = tl.load(tile_ws, cache_modifier=".cg")
             tl.store(tile_ws, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
         else:
-            # In split order whichever program arrives last: the same sum, bit for bit, every run.
+            # In split order whichever program arrives last: the same sum, bit for bit, every run. A loop, not
+            # unrolled: one partial in registers beside the sum (unrolled, the grouped kernel's 128x256 tile
+            # spilled 536 B at 255 registers on sm_90a, triton 3.9).
             acc = tl.load(tile_ws, cache_modifier=".cg")
-            for part in tl.static_range(1, SPLIT_K):
-                if part < splits:
-                    acc += tl.load(tile_ws + part * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+            for part in range(1, splits):
+                acc += tl.load(tile_ws + part * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
         tl.atomic_xchg(counts_ptr + slot, 0)  # ready for the next launch
     return acc, last
 

@@ -13,7 +13,9 @@ side, so each expert's weight tile is read from DRAM once however many row tiles
 the host, so a CUDA graph replays with new group sizes. With `triton.tma` (the default) A and B load through
 host-built TMA descriptors: A's over all rows (a tile that runs past its group's end reads the next group's
 rows, which its store drops), B's a 3-D one with one expert's box; the output is stored through masked pointers
-(its rows stop at the group's end). Without it, loads are masked pointer accesses too.
+(its rows stop at the group's end). Without it, loads are masked pointer accesses too. A last partial wave of
+R tiles (the groups' tile count mod the SMs, counted on the device) runs split along K in 2 or 4 parts where R times
+that fits the SMs, reduced through the dense split-K's workspace (`tail_split` on the plan; docs/grouped.md).
 
 SMEM: A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do, and a TMA one transposes a K-major
 f32 B through a tile of scratch), an epilogue stored through pointers (none staged).
