@@ -136,3 +136,26 @@ def test_which_plans_split():
     module = text(train)
     assert module.count("acc, last = _split_k_reduce(") == 1  # the forward's only
     assert module.count("    ws_ptr,\n") == 1
+
+
+def test_a_malformed_index_splits_as_the_cursor_reads_it(f32_module, monkeypatch):
+    """A decreasing offs index: the vectorized count clamps it as the cursor does ([0, 20), [20, 20), [20, 30)), so
+    the split covers exactly the cursor's tiles: those rows match the float64 loop over the clamped groups, nothing
+    lands outside `out` and every counter is back at zero."""
+    case = Case((20, 0, 10), n=24, k=64, tail=19)  # the clamped groups the malformed index below means
+    sms = 5  # T = (2 + 0 + 1) x 2 = 6 tiles: R = 1, S = 4
+    launcher = f32_module._launcher
+    monkeypatch.setitem(launcher._devices, -1, (next(iter(launcher.configs.values())), sms))
+    assert expected_split(F32, case, sms, (16, 16, 8)) == (1, 4)
+    for ws, _ in launcher._workspaces.values():
+        ws.zero_()
+    problem = GroupedProblem(F32, case, "malformed")
+    a, b, _ = problem.operands()
+    args = dict(problem.epilogue_args())
+    out, storage = problem.out()
+    f32_module.g_tail_f32(a, b, torch.tensor([20, 5, 30], dtype=torch.int32), *args.values(), out=out)
+    assert written_rows_and_band(out, storage).isnan().all(), "the kernel wrote outside the output"
+    want, _ = grouped(F32, a, b, problem.index(), args)
+    torch.testing.assert_close(out[:30].double(), want[:30], **tolerance(F32))
+    ((ws, counts),) = launcher._workspaces.values()
+    assert not counts.any() and int(ws.view(-1, 16 * 16).ne(0).any(1).sum()) == 4
