@@ -64,7 +64,8 @@ def run_case(module, s: dict, case: Case, sms: int, tag: str, monkeypatch, tile=
     ((ws, counts),) = launcher._workspaces.values()
     assert not counts.any(), "an arrival counter was left set"
     gated = s["epilogue"] and s["epilogue"][0]["op"] == "gated"
-    parts = ws.view(-1, tile[0] * tile[1] * (2 if gated else 1))
+    elems = tile[0] * tile[1] * (2 if gated else 1)
+    parts = ws[: ws.numel() // elems * elems].view(-1, elems)  # (a grown workspace may end in a part tile)
     ran = int(parts.ne(0).any(1).sum())
     assert ran == (r * splits if splits > 1 else 0), f"{tag}: {ran} partial tiles written, R {r} S {splits}"
     assert not parts[ran:].any()
@@ -158,4 +159,4 @@ def test_a_malformed_index_splits_as_the_cursor_reads_it(f32_module, monkeypatch
     want, _ = grouped(F32, a, b, problem.index(), args)
     torch.testing.assert_close(out[:30].double(), want[:30], **tolerance(F32))
     ((ws, counts),) = launcher._workspaces.values()
-    assert not counts.any() and int(ws.view(-1, 16 * 16).ne(0).any(1).sum()) == 4
+    assert not counts.any() and int(ws[: ws.numel() // 256 * 256].view(-1, 256).ne(0).any(1).sum()) == 4
