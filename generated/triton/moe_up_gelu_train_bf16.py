@@ -24,7 +24,7 @@ Epilogue, applied in order to each group's float32 accumulator:
     1. activation: gelu_tanh
 
 Schedule: tile 128x128x64, persistent (each program, one per SM, walks the groups' tiles),
-TMA loads and masked pointer stores.
+TMA loads and masked pointer stores, a last partial wave split along K.
 
 Training (spec: training, save = "preact"; docs/grouped.md, "Training"): differentiable in a, b, bias
 when an argument requires grad (offs has no gradient); the backward's kernels follow the forward's: forward_pre, dgrad, wgrad
@@ -74,6 +74,8 @@ def _moe_up_gelu_train_bf16_kernel(
     out_ptr,
     index_ptr,
     bias_ptr,
+    ws_ptr,
+    counts_ptr,
     M,
     N,
     K,
@@ -85,9 +87,34 @@ def _moe_up_gelu_train_bf16_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
+    G_BLOCK: tl.constexpr,
+    TAIL_SPLIT: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
+    # The split last wave (plan: tail_split). The launch's T tiles leave a last wave of R = T mod NUM_SMS tiles;
+    # run whole, it costs a full wave's time on R SMs while the rest idle (Mixtral down, skewed sizes on 132 SMs:
+    # 1,088 tiles, 8 waves and 32 tiles). When R * S <= NUM_SMS for a split S >= 2 (a power of two, TAIL_SPLIT at
+    # most, each part two K steps at least), those R tiles are R * S work items instead, each over a K/S of K, and
+    # the last part to arrive sums the partials in part order (deterministic; the dense split-K's _split_k_reduce
+    # and workspace) and runs the epilogue and store. T comes from the group index on the device: no host sync, so
+    # a CUDA graph replays with new group sizes, the split following R.
+    offs_g = tl.arange(0, G_BLOCK)
+    raw = tl.load(index_ptr + offs_g, mask=offs_g < G, other=0)
+    # group g's end is the running max of the ends through g, its start the running max before g (_cursor_max)
+    ends, starts = tl.associative_scan((raw, tl.full((G_BLOCK,), -1, tl.int32)), 0, _cursor_max)
+    ends = tl.minimum(tl.maximum(ends, 0), M)
+    starts = tl.minimum(tl.maximum(starts, 0), M)
+    group_tiles = tl.cdiv(ends - starts, BLOCK_M) * num_pid_n
+    total = tl.sum(group_tiles, 0)
+    R = total % NUM_SMS
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    splits = 1
+    while (R > 0) & (splits * 2 <= TAIL_SPLIT) & (R * splits * 2 <= NUM_SMS) & (k_tiles >= 4 * splits):
+        splits *= 2
+    split_from = MAX_TILES  # the first tile left to the split wave: none unless it splits
+    if splits > 1:
+        split_from = total - R
     # The cursor: group g holds rows [start, end) and the launch's tiles [seen, seen + tiles). It only moves
     # forward, as this program's tiles do; at g == G it holds the rows past the groups, [start, M).
     g = 0
@@ -107,36 +134,37 @@ def _moe_up_gelu_train_bf16_kernel(
             end = tl.minimum(tl.maximum(end, start), M)
             tiles = tl.cdiv(end - start, BLOCK_M) * num_pid_n
         if g < G:
-            # M tiles of one N tile side by side: an expert's weight tile is read from DRAM once for all its row tiles
-            local = work - seen
-            num_pid_m = tl.cdiv(end - start, BLOCK_M)
-            pid_m = local % num_pid_m
-            pid_n = local // num_pid_m
-            offs_m = start + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # global rows
-            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask_m = offs_m < end
-            mask_n = offs_n < N
-            if INDEX_64:  # some span passes 2^31 elements (the launcher says): offsets in 64 bits
-                rows, cols = offs_m.to(tl.int64), offs_n.to(tl.int64)
-                bias_g = bias_ptr + tl.cast(g, tl.int64) * N
-            else:
-                rows, cols = offs_m, offs_n
-                bias_g = bias_ptr + g * N
-            bias_v = tl.load(bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            off_m = start + pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k in range(0, tl.cdiv(K, BLOCK_K)):
-                off_k = k * BLOCK_K  # TMA reads zeros past M and K
-                a = a_desc.load([off_m, off_k])
-                b = b_desc.load([g, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T  # B[g] is K-major: boxes of (N, K)
-                acc = tl.dot(a, b, acc)
-            # epilogue[0]: bias: + bias[g] (G, N) bf16, per group and column
-            acc += bias_v[None, :]
-            # epilogue[1]: activation: gelu_tanh
-            acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
-            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
-                     mask=mask_m[:, None] & mask_n[None, :])
+            if work < split_from:  # the split wave's tiles come after the loop
+                # M tiles of one N tile side by side: an expert's weight tile is read from DRAM once for all its row tiles
+                local = work - seen
+                num_pid_m = tl.cdiv(end - start, BLOCK_M)
+                pid_m = local % num_pid_m
+                pid_n = local // num_pid_m
+                offs_m = start + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # global rows
+                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask_m = offs_m < end
+                mask_n = offs_n < N
+                if INDEX_64:  # some span passes 2^31 elements (the launcher says): offsets in 64 bits
+                    rows, cols = offs_m.to(tl.int64), offs_n.to(tl.int64)
+                    bias_g = bias_ptr + tl.cast(g, tl.int64) * N
+                else:
+                    rows, cols = offs_m, offs_n
+                    bias_g = bias_ptr + g * N
+                bias_v = tl.load(bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                off_m = start + pid_m * BLOCK_M
+                off_n = pid_n * BLOCK_N
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for k in range(0, tl.cdiv(K, BLOCK_K)):
+                    off_k = k * BLOCK_K  # TMA reads zeros past M and K
+                    a = a_desc.load([off_m, off_k])
+                    b = b_desc.load([g, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T  # B[g] is K-major: boxes of (N, K)
+                    acc = tl.dot(a, b, acc)
+                # epilogue[0]: bias: + bias[g] (G, N) bf16, per group and column
+                acc += bias_v[None, :]
+                # epilogue[1]: activation: gelu_tanh
+                acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
+                tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
+                         mask=mask_m[:, None] & mask_n[None, :])
         elif work < seen + tiles:
             # Past the groups the cursor holds the tail, rows [start, M): zeroed (spec: groups.tail = "zero").
             # M tiles of one N tile side by side: an expert's weight tile is read from DRAM once for all its row tiles
@@ -154,6 +182,101 @@ def _moe_up_gelu_train_bf16_kernel(
                 rows = offs_m
             tl.store(out_ptr + rows[:, None] * stride_om + offs_n[None, :], tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.bfloat16),
                      mask=mask_m[:, None] & mask_n[None, :])
+    # The split wave: work item i < R * splits is part i % splits of tile total - R + i // splits, one per program
+    # (R * splits <= NUM_SMS). Its group comes from the vectorized view, not the cursor (which may have walked past
+    # it to the rows after the groups).
+    item = tl.program_id(0)
+    if (splits > 1) & (item < R * splits):
+        slot = item // splits  # the tile's arrival counter and partials
+        part = item % splits
+        work = total - R + slot
+        offs_g = tl.arange(0, G_BLOCK)
+        raw = tl.load(index_ptr + offs_g, mask=offs_g < G, other=0)
+        # group g's end is the running max of the ends through g, its start the running max before g (_cursor_max)
+        ends, starts = tl.associative_scan((raw, tl.full((G_BLOCK,), -1, tl.int32)), 0, _cursor_max)
+        ends = tl.minimum(tl.maximum(ends, 0), M)
+        starts = tl.minimum(tl.maximum(starts, 0), M)
+        group_tiles = tl.cdiv(ends - starts, BLOCK_M) * num_pid_n
+        past = tl.cumsum(group_tiles, 0)  # the launch's tiles through each group
+        g = tl.sum((past <= work).to(tl.int32), 0)
+        here = offs_g == g
+        seen = tl.sum(tl.where(here, past - group_tiles, 0), 0)
+        start = tl.sum(tl.where(here, starts, 0), 0)
+        end = tl.sum(tl.where(here, ends, 0), 0)
+        k_per_split = tl.cdiv(k_tiles, splits)
+        k_lo = part * k_per_split
+        k_hi = tl.minimum(k_tiles, k_lo + k_per_split)
+        # M tiles of one N tile side by side: an expert's weight tile is read from DRAM once for all its row tiles
+        local = work - seen
+        num_pid_m = tl.cdiv(end - start, BLOCK_M)
+        pid_m = local % num_pid_m
+        pid_n = local // num_pid_m
+        offs_m = start + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # global rows
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_m = offs_m < end
+        mask_n = offs_n < N
+        if INDEX_64:  # some span passes 2^31 elements (the launcher says): offsets in 64 bits
+            rows, cols = offs_m.to(tl.int64), offs_n.to(tl.int64)
+            bias_g = bias_ptr + tl.cast(g, tl.int64) * N
+        else:
+            rows, cols = offs_m, offs_n
+            bias_g = bias_ptr + g * N
+        off_m = start + pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_lo, k_hi):
+            off_k = k * BLOCK_K  # TMA reads zeros past M and K
+            a = a_desc.load([off_m, off_k])
+            b = b_desc.load([g, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T  # B[g] is K-major: boxes of (N, K)
+            acc = tl.dot(a, b, acc)
+        acc, last = _split_k_reduce(acc, ws_ptr, counts_ptr, slot, part, splits, False, BLOCK_M, BLOCK_N)
+        if last:  # the tile's sum, in part order: the epilogue and the store as a whole tile's
+            # (the epilogue's vectors load here, not before the K loop: fewer registers live across the reduction, which
+            # spilled on sm100 with a per-row scale)
+            bias_v = tl.load(bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            # epilogue[0]: bias: + bias[g] (G, N) bf16, per group and column
+            acc += bias_v[None, :]
+            # epilogue[1]: activation: gelu_tanh
+            acc = 0.5 * acc * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))  # GELU, tanh form
+            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
+                     mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _split_k_reduce(acc, ws_ptr, counts_ptr, slot, pid_k, splits, SPLIT_K_ATOMIC: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Split-K: publish this program's f32 partial of tile `slot` (one of `splits`), count the arrival, and in the
+    # last program to arrive return the tile's full sum (last = True) with its workspace and counter reset.
+    ws_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if SPLIT_K_ATOMIC:  # one f32 tile per output tile, summed into by float atomics
+        tile_ws = ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + ws_offs
+        tl.atomic_add(tile_ws, acc, sem="relaxed")
+    else:  # one f32 tile per split
+        tile_ws = ws_ptr + slot.to(tl.int64) * (splits * BLOCK_M * BLOCK_N) + ws_offs
+        tl.store(tile_ws + pid_k * (BLOCK_M * BLOCK_N), acc, cache_modifier=".cg")
+    tl.debug_barrier()  # every thread's partial is written before the arrival is counted (release)
+    arrived = tl.atomic_add(counts_ptr + slot, 1, sem="acq_rel")
+    last = arrived == splits - 1
+    if last:
+        if SPLIT_K_ATOMIC:
+            acc = tl.load(tile_ws, cache_modifier=".cg")
+            tl.store(tile_ws, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
+        else:
+            # In split order whichever program arrives last: the same sum, bit for bit, every run. A loop, not
+            # unrolled: one partial in registers beside the sum (unrolled, the grouped kernel's 128x256 tile
+            # spilled 536 B at 255 registers on sm_90a, triton 3.9).
+            acc = tl.load(tile_ws, cache_modifier=".cg")
+            for part in range(1, splits):
+                acc += tl.load(tile_ws + part * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+        tl.atomic_xchg(counts_ptr + slot, 0)  # ready for the next launch
+    return acc, last
+
+
+@triton.jit
+def _cursor_max(a_max, a_before, b_max, b_before):
+    # The tail split's scan of an `offs` index (kernels.jinja group_tiles): (max of a span, max of all its elements
+    # but the last); a span then a span: the first's max for "all but the last" unless the second has more.
+    return tl.maximum(a_max, b_max), tl.maximum(a_max, b_before)
 
 
 
@@ -436,6 +559,9 @@ def _moe_up_gelu_train_bf16_grad_cols_kernel(src_ptr, pre_ptr, g_ptr, dbias_ptr,
 
 # Tile (spec: tile).
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
+# The split last wave (the kernel's comment says why): at most TAIL_SPLIT parts a tile. G_BLOCK is the group
+# index's block, a power of two >= G chosen per call (16 at least: a few compiles cover every G).
+TAIL_SPLIT, G_BLOCK = 4, 16
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
@@ -476,7 +602,7 @@ def _validate(a, b, offs, bias, out):
 
 # Compile-time constants; INDEX_64 is chosen per call (64-bit offsets where a span passes 2^31 elements),
 # FAST_MATH picks hardware approximations on the GPU and exact formulas under the CPU interpreter.
-_CONSTEXPRS = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "INDEX_64": False, "FAST_MATH": not _g.INTERPRET}
+_CONSTEXPRS = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "INDEX_64": False, "G_BLOCK": G_BLOCK, "TAIL_SPLIT": TAIL_SPLIT, "FAST_MATH": not _g.INTERPRET}
 _CONSTEXPRS_64 = {**_CONSTEXPRS, "INDEX_64": True}
 _launcher = TritonLauncher(_moe_up_gelu_train_bf16_kernel, "moe_up_gelu_train_bf16", CONFIGS)
 _launcher.bf16_dot = True  # refused under Triton's CPU interpreter, which multiplies bf16 tiles as their raw bits
@@ -499,9 +625,15 @@ def _run(a, b, offs, bias, out):
     # rows past the last one, add at most one partial row tile to cdiv(M, block_m). The launcher caps the grid
     # at the SM count: the kernel is persistent.
     tiles = (-(-M // block_m) + G + 1) * -(-N // block_n)
+    # The split last wave's workspace, the launcher's (cached per device and stream, as the dense split-K's): at
+    # most NUM_SMS parts of f32 partials, an arrival counter per tile of at most NUM_SMS / 2 split tiles.
+    ws, counts = _launcher.workspace(device, _launcher.num_sms(device) // 2, 2, block_m * block_n, False)
+    g_block = max(G_BLOCK, 1 << (G - 1).bit_length())
+    if g_block != G_BLOCK:
+        constexprs = {**constexprs, "G_BLOCK": g_block}
     # Triton specializes N, K and the strides on `% 16 == 0` and `== 1`, and types an integer past 32 bits as i64:
     # the compiled kernel's key is those facts and the index width (M, G and the tile bound are not specialized).
-    key = (index_64, M >= 0x80000000, N % 16 == 0, N == 1, N >= 0x80000000, K % 16 == 0, K == 1, K >= 0x80000000, G >= 0x80000000, so[-2] % 16 == 0, so[-2] == 1, so[-2] >= 0x80000000, tiles >= 0x80000000, )
+    key = (index_64, g_block, M >= 0x80000000, N % 16 == 0, N == 1, N >= 0x80000000, K % 16 == 0, K == 1, K >= 0x80000000, G >= 0x80000000, so[-2] % 16 == 0, so[-2] == 1, so[-2] >= 0x80000000, tiles >= 0x80000000, )
     _launcher(
         device,
         key,
@@ -512,6 +644,8 @@ def _run(a, b, offs, bias, out):
             out,
             offs,
             bias,
+            ws,
+            counts,
             M,
             N,
             K,
@@ -788,6 +922,8 @@ METADATA = {
         ['out_ptr', '*bf16', 'aligned'],
         ['index_ptr', '*i32', 'aligned'],
         ['bias_ptr', '*bf16', 'aligned'],
+        ['ws_ptr', '*fp32', 'aligned'],
+        ['counts_ptr', '*i32', 'aligned'],
         ['M', 'i32', 'none'],
         ['N', 'i32', 'aligned'],
         ['K', 'i32', 'aligned'],
@@ -799,6 +935,8 @@ METADATA = {
         ['BLOCK_N', 'constexpr', 'constexpr'],
         ['BLOCK_K', 'constexpr', 'constexpr'],
         ['INDEX_64', 'constexpr', 'constexpr'],
+        ['G_BLOCK', 'constexpr', 'constexpr'],
+        ['TAIL_SPLIT', 'constexpr', 'constexpr'],
         ['FAST_MATH', 'constexpr', 'constexpr'],
     ],
     'training': {

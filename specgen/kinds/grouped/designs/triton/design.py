@@ -13,7 +13,9 @@ side, so each expert's weight tile is read from DRAM once however many row tiles
 the host, so a CUDA graph replays with new group sizes. With `triton.tma` (the default) A and B load through
 host-built TMA descriptors: A's over all rows (a tile that runs past its group's end reads the next group's
 rows, which its store drops), B's a 3-D one with one expert's box; the output is stored through masked pointers
-(its rows stop at the group's end). Without it, loads are masked pointer accesses too.
+(its rows stop at the group's end). Without it, loads are masked pointer accesses too. A last partial wave of
+R tiles (the groups' tile count mod the SMs, counted on the device) runs split along K in 2 or 4 parts where R times
+that fits the SMs, reduced through the dense split-K's workspace (`tail_split` on the plan; docs/grouped.md).
 
 SMEM: A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do, and a TMA one transposes a K-major
 f32 B through a tile of scratch), an epilogue stored through pointers (none staged).
@@ -166,6 +168,10 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     # planned (16-bit) dtype in registers before the dot
     convert_a: bool = False
     convert_b: bool = False
+    # the ragged-M forward splits its last partial wave along K (kernels.jinja ragged_m; f32 accumulators only, as
+    # the dense split-K): the kernel takes the launcher's workspace and G_BLOCK / TAIL_SPLIT. The training
+    # companions (dgrad, pre) stay unsplit: their launches come from the backward's host part, which has no workspace
+    tail_split: bool = False
 
 
 
@@ -183,7 +189,8 @@ def _arch_config(r: Resolved) -> TritonArchConfig:
                             r.budget.total, r.budget.breakdown(), r.acc_registers)
 
 
-def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved]) -> GroupedTritonPlan:
+def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
+                 companion: bool = False) -> GroupedTritonPlan:
     spec: GroupedSpec = resolved[str(targets[0])].spec  # CFG001: the module's targets agree on shared_config
     # check refuses an M-major A with groups of rows (GRP001); a render that skipped check must not emit a wrong kernel
     if spec.a.major != "k" and spec.groups.ragged == "m":
@@ -208,6 +215,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
              if gated is not None else f"(G, K, N) {spec.b.dtype}, {spec.b.major}-major: one weight per group")
     index_name, index_doc = INDEX_ARGS[spec.groups.index]
     ragged_k = spec.groups.ragged == "k"
+    tail_split = not ragged_k and not companion and spec.accumulator == DType.f32
     if ragged_k:
         docs = (f"(M, K) {a_dt}, {spec.a.major}-major: every group's K columns, group by group (A^T of a (K, M) input)",
                 f"(K, N) {spec.b.dtype}, {spec.b.major}-major: every group's K rows, group by group",
@@ -240,7 +248,8 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         tile_k=spec.tile.k,
         configs=[_arch_config(resolved[str(t)]) for t in targets],
         spec_json=loaded.spec.model_dump(mode="json"),
-        params=_params_ragged_k(spec) if ragged_k else _params(spec, swap),
+        params=_params_ragged_k(spec) if ragged_k else _params(spec, swap, tail_split),
+        tail_split=tail_split,
         steps=_steps(spec),
         gated=gated is not None,
         gated_layout=gated.layout if gated is not None else "",
@@ -261,13 +270,17 @@ def _desc_type(spec: GroupedSpec, side: str) -> str:
     return f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, _boxes(spec)[side]))}]>"
 
 
-def _params(spec: GroupedSpec, swap: bool = False) -> list[KernelParam]:
+def _params(spec: GroupedSpec, swap: bool = False, tail_split: bool = False) -> list[KernelParam]:
     """The kernel's parameters in declaration order. N, K and the strides are specialized as the JIT does (on
 `% 16 == 0` and `== 1`: 16-byte aligned rows let Triton pipeline the pointer loads as async copies); the
 total rows M, the group count G and the tile bound never are (`none`), so new group sizes and counts reuse the
-compiled kernel. The launcher's key is those specializations, INDEX_64 and which integers pass 32 bits."""
+compiled kernel. The launcher's key is those specializations, INDEX_64 (and G_BLOCK, with the tail split) and
+which integers pass 32 bits."""
     tma = uses_tma(spec)
     ps = _operand_params(spec)
+    if tail_split:  # the split last wave's f32 partials and arrival counters (the launcher's workspace)
+        ps += [KernelParam("ws_ptr", "*fp32", "workspace", "aligned", "name", "ws"),
+               KernelParam("counts_ptr", "*i32", "workspace", "aligned", "name", "counts")]
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("N", "K") else "none", "name", d) for d in ("M", "N", "K", "G")]
     if not tma:  # descriptors carry A's and B's strides
         ps += [KernelParam("stride_a", "i32", "stride", "aligned", "stride", "sa", -2 if spec.a.major == "k" else -1),
@@ -277,7 +290,8 @@ compiled kernel. The launcher's key is those specializations, INDEX_64 and which
            KernelParam("MAX_TILES", "i32", "size", "none", "name", "tiles"),
            KernelParam("NUM_SMS", "i32", "device", "none", "num_sms")]
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
-           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", *(("SWAP_AB",) if swap else ()), "INDEX_64")]
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", *(("SWAP_AB",) if swap else ()), "INDEX_64",
+                     *(("G_BLOCK", "TAIL_SPLIT") if tail_split else ()))]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
     return ps
 

@@ -9,6 +9,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # a `training` backward's (templates/grouped/triton/backward.jinja): its launch helpers and tables, and the
     # index's name where a lambda takes it at module level
     "STREAM_TILES", "_BF16", "_dgrad", "_wgrad", "_forward_train", "_recompute", "offs",
+    # the split last wave's (kernels.jinja ragged_m; its reduction is the dense design's _split_k_reduce)
+    "TAIL_SPLIT", "G_BLOCK", "_cursor_max",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's
@@ -25,6 +27,9 @@ RESERVED: frozenset[str] = frozenset({
     "N2", "acc_up", "b_up", "b_up_ptrs", "offs_bn", "mask_bn", "bcols", "gate", "up",
     # a `training` backward's: the ragged-K wgrad kernel's and the streaming kernels' parameters and locals
     "d", "gg", "pid", "programs", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_og", "src_stride",
+    # the split last wave's: the group index's vector view, the split, the wave's work items, the offs scan
+    "offs_g", "raw", "starts", "group_tiles", "splits", "split_from", "item", "past", "here", "g_block",
+    "a_max", "a_before", "b_max", "b_before",
 })
 
 # The module-level names its backward derives from a kernel's name beside `_<name>_kernel`.

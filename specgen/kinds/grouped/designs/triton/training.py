@@ -82,7 +82,7 @@ def plan_training(loaded: LoadedSpec, targets: list[Target], resolved: dict[str,
     for i, c in enumerate(first.companions):
         mine = {str(target): resolved[str(target)].companions[i] for target in targets}
         assert all(r.companion == c.companion for r in mine.values())
-        plans[c.companion] = plan_grouped(loaded, targets, mine)
+        plans[c.companion] = plan_grouped(loaded, targets, mine, companion=True)  # unsplit (design.py: tail_split)
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     name = spec.name  # type: ignore[attr-defined]
