@@ -73,18 +73,34 @@ def act_fn(name: str):
 
 def stand_ins(mod, spec: dict, set_attr) -> None:
     """Replace the module's kernels (the forward's `_forward`, `_pre_call`, `_dgrad_call`, `_wgrad_call`) by their jnp
-    models; `set_attr(module, name, value)` (monkeypatch.setattr in a test, setattr in the script)."""
+    models; `set_attr(module, name, value)` (monkeypatch.setattr in a test, setattr in the script). An fp8 forward's
+    forward and pre take the scales (scale_a (M,), scale_b (G, N)) after B; dgrad and wgrad, 16-bit kernels, refuse
+    an operand of another dtype than the output's (the module converts the 8-bit A and B before them)."""
     import jax.numpy as jnp
 
     gemms = mod.METADATA["training"]["gemms"]
-    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]])
+    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["out"]["dtype"]])  # the backward's operands'
     gated = layout(spec)
     fn = next((op["fn"] for op in spec["epilogue"] if op["op"] in ("activation", "gated")), "")
+    fp8 = spec["a"]["dtype"].startswith("fp8")
+
+    def scaled(sizes, a, b, scales, bias, out_dtype, tail_zero):
+        """pre = scale_a scale_b[g] (A @ B[g]) (+ bias[g]) for an fp8 forward, else A @ B[g] (+ bias[g])."""
+        if not fp8:
+            return ragged_m(sizes, a, b, spec["b"]["major"], out_dtype, tail_zero, *bias)
+        scale_a, scale_b = scales
+        m, g = a.shape[0], b.shape[0]
+        x = ragged_m(sizes, a, b, spec["b"]["major"], jnp.float32, tail_zero)
+        x = x * scale_a.reshape(m, 1) * scale_b.reshape(g, -1)[jnp.minimum(_groups(sizes, m), g - 1)]
+        if bias:
+            x = x + bias[0].reshape(g, -1)[jnp.minimum(_groups(sizes, m), g - 1)].astype(jnp.float32)
+        return x.astype(out_dtype)
 
     def forward(cfg, varying, sizes, a, b, *rest):
         *bias, out = rest
+        scales, bias = (bias[:2], bias[2:]) if fp8 else ((), bias)
         m = a.shape[0]
-        x = ragged_m(sizes, a, b, spec["b"]["major"], jnp.float32, True, *([] if gated else bias))
+        x = scaled(sizes, a, b, scales, [] if gated else bias, jnp.float32, True)
         if gated:  # act(gate) * up, then the bias
             n = x.shape[1] // 2
             gate, up = (x[:, :n], x[:, n:]) if gated == "halves" else (x[:, 0::2], x[:, 1::2])
@@ -99,10 +115,15 @@ def stand_ins(mod, spec: dict, set_attr) -> None:
     pre_dtype = dt if "forward_pre" in gemms else jnp.float32
     set_attr(mod, "_forward", forward)
     if "forward_pre" in gemms or "recompute" in gemms:
-        set_attr(mod, "_pre_call", lambda varying, sizes, x, y, *bias: ragged_m(
-            sizes, x, y, spec["b"]["major"], pre_dtype, False, *bias))
-    set_attr(mod, "_dgrad_call", lambda varying, sizes, x, y: ragged_m(sizes, x, y, gemms["dgrad"]["b_major"], dt, True))
-    set_attr(mod, "_wgrad_call", lambda varying, sizes, x, y: ragged_k(sizes, x, y, dt))
+        set_attr(mod, "_pre_call", lambda varying, sizes, x, y, *args: scaled(
+            sizes, x, y, args[:2] if fp8 else (), list(args[2:] if fp8 else args), pre_dtype, False))
+
+    def sixteen(x, y):  # wgmma's 16-bit MN-major operands: both of the output's dtype (an fp8 forward's converted)
+        assert x.dtype == y.dtype == dt, (x.dtype, y.dtype, dt)
+
+    set_attr(mod, "_dgrad_call", lambda varying, sizes, x, y: sixteen(x, y) or ragged_m(
+        sizes, x, y, gemms["dgrad"]["b_major"], dt, True))
+    set_attr(mod, "_wgrad_call", lambda varying, sizes, x, y: sixteen(x, y) or ragged_k(sizes, x, y, dt))
 
 
 # ---- the shard_map step --------------------------------------------------------------------------------------
