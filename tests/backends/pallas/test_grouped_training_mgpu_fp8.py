@@ -119,22 +119,26 @@ SIZES = np.array([0, 9, 0, 14, 11, 0], np.int32)  # empty groups first, in the m
 M, N, K = 45, 24, 40
 
 
-def problem(spec: dict, seed: int = 7) -> dict:
-    """Seeded fp8 A (M, K) and B (G, N, K), scales, a bias, the caller's out (an untouched tail) and the loss weights
-    W (NaN past the groups with a zero tail: no gradient may read them)."""
+def problem(spec: dict, seed: int = 7, shape: tuple = (M, N, K), sizes: np.ndarray = SIZES) -> dict:
+    """Seeded fp8 A (M, K) and B (G, N, K), scales, a bias, the caller's out (an untouched tail: NaN in the rows the
+    groups hold, which the forward overwrites) and the loss weights W (NaN past the groups with a zero tail: no
+    gradient may read them); `sizes` the group sizes (int32, rows past their sum)."""
     rng = np.random.default_rng(seed)
-    g, fp8, out = len(SIZES), FP8[spec["a"]["dtype"]], OUT[spec["out"]["dtype"]]
-    untouched = spec["groups"]["tail"] == "untouched"
-    w = rng.standard_normal((M, N)).astype(np.float32)
+    (m, n, k), g = shape, len(sizes)
+    fp8, out_dt = FP8[spec["a"]["dtype"]], OUT[spec["out"]["dtype"]]
+    untouched, inside = spec["groups"]["tail"] == "untouched", int(min(sizes.sum(), m))
+    w = rng.standard_normal((m, n)).astype(np.float32)
+    out = rng.standard_normal((m, n))
+    out[:inside] = np.nan
     if not untouched:
-        w[SIZES.sum():] = np.nan
+        w[inside:] = np.nan
     bias = bias_dtype(spec)
-    index = np.cumsum(SIZES) if spec["groups"]["index"] == "offs" else SIZES
-    return {"a": jnp.asarray(rng.standard_normal((M, K)) * 2, fp8), "b": jnp.asarray(rng.standard_normal((g, N, K)), fp8),
-            "index": jnp.asarray(index, jnp.int32), "scale_a": jnp.asarray(rng.uniform(0.5, 1.5, M) / K, jnp.float32),
-            "scale_b": jnp.asarray(rng.uniform(0.5, 1.5, (g, N)), jnp.float32),
-            "bias": None if bias is None else jnp.asarray(rng.standard_normal((g, N)), bias),
-            "out": jnp.asarray(rng.standard_normal((M, N)), out) if untouched else None, "w": w}
+    index = np.cumsum(sizes) if spec["groups"]["index"] == "offs" else sizes
+    return {"a": jnp.asarray(rng.standard_normal((m, k)) * 2, fp8), "b": jnp.asarray(rng.standard_normal((g, n, k)), fp8),
+            "index": jnp.asarray(index, jnp.int32), "scale_a": jnp.asarray(rng.uniform(0.5, 1.5, m) / k, jnp.float32),
+            "scale_b": jnp.asarray(rng.uniform(0.5, 1.5, (g, n)), jnp.float32),
+            "bias": None if bias is None else jnp.asarray(rng.standard_normal((g, n)), bias),
+            "out": jnp.asarray(out, out_dt) if untouched else None, "w": w, "sizes": np.asarray(sizes, np.int32)}
 
 
 def expected(spec: dict, x: dict) -> dict:
@@ -142,7 +146,7 @@ def expected(spec: dict, x: dict) -> dict:
     position (0 a, 1 b (G, N, K), 2 bias, 3 out)."""
     a, b = dequantized(x["a"], x["b"], x["scale_a"], x["scale_b"], "k")
     rest = {**spec, "epilogue": spec["epilogue"][1:]}
-    return _reference(rest, a, b, SIZES, x["bias"], np.nan_to_num(x["w"]), x["out"])
+    return _reference(rest, a, b, x["sizes"], x["bias"], np.nan_to_num(x["w"]), x["out"])
 
 
 def check(spec: dict, x: dict, got: tuple, what: str) -> None:
@@ -154,7 +158,8 @@ def check(spec: dict, x: dict, got: tuple, what: str) -> None:
         gi, ref = np.asarray(jnp.asarray(gi, jnp.float32), np.float64), want[key]
         assert gi.shape == ref.shape and np.isfinite(gi).all(), (what, key)
         np.testing.assert_allclose(gi, ref, rtol=3e-2, atol=3e-2 * max(1.0, np.abs(ref).max()), err_msg=f"{what} arg {key}")
-    inside, empty = int(SIZES.sum()), [g for g, s in enumerate(SIZES) if s == 0]
+    sizes = x["sizes"]
+    inside, empty = int(min(sizes.sum(), x["a"].shape[0])), [g for g, s in enumerate(sizes) if s == 0]
     assert not np.asarray(got[0], np.float64)[inside:].any()
     assert not np.asarray(got[1], np.float64)[empty].any()
     if x["bias"] is not None:
@@ -185,17 +190,24 @@ def test_the_vjp_glue_against_float64_autograd(modules, name) -> None:
     mod, spec, _ = modules[name]
     mod = model(mod, spec, "glue")
     x = problem(spec)
+    loss, argnums, xs = loss_fn(mod, x)
+    got, y = jax.jit(jax.grad(loss, argnums=argnums, has_aux=True))(*xs)
+    check(spec, x, got[:-2], name)
+    assert np.isfinite(np.asarray(y)).all()  # the caller's out was NaN in the groups' rows: overwritten
+    assert [d.shape for d in got[-2:]] == [(M,), (len(SIZES), N)] and not any(np.asarray(d).any() for d in got[-2:])
+
+
+def loss_fn(mod: object, x: dict):
+    """sum(W * entry(...)) over the rows W is finite, in (A, B, the scales, [the bias], [the caller's out])."""
     xs, w = arrays(x), jnp.asarray(x["w"])
     n_in = len(xs)
 
     def loss(*ys):
-        y = mod._call(*ys[:n_in], ys[n_in] if x["out"] is not None else None).astype(jnp.float32)
-        return jnp.sum(jnp.where(jnp.isnan(w), 0.0, w * y))
+        y = mod._call(*ys[:n_in], ys[n_in] if x["out"] is not None else None).astype(jnp.float32)  # type: ignore[attr-defined]
+        return jnp.sum(jnp.where(jnp.isnan(w), 0.0, w * y)), y
 
     diff = (0, 1, *((5,) if x["bias"] is not None else ()), *((n_in,) if x["out"] is not None else ()))
-    got = jax.jit(jax.grad(loss, argnums=(*diff, 3, 4)))(*xs, *([x["out"]] if x["out"] is not None else []))
-    check(spec, x, got[:-2], name)
-    assert [d.shape for d in got[-2:]] == [(M,), (len(SIZES), N)] and not any(np.asarray(d).any() for d in got[-2:])
+    return loss, (*diff, 3, 4), [*xs, *([x["out"]] if x["out"] is not None else [])]
 
 
 @pytest.mark.parametrize("check_vma", [True, False])
