@@ -34,16 +34,16 @@ mesh axes any argument does (`_rt.vary`), and types every kernel's output likewi
 output as not varying), so the custom_vjp's cotangents have their primals' types and a replicated B's and bias's
 gradients come back summed over the mesh by the casts' transposes, as jax's own autodiff gives them.
 
-An fp8 forward (A and B e4m3, e5m2 or one of each, K-major: MAJ001; rowwise scales first, then [bias], [activation] or
+An fp8 forward (A and B e4m3 or e5m2, one of each where the forward's PAL004 lets them mix; B K-major: MAJ001; rowwise scales first, then [bias], [activation] or
 [bias, activation]; session 29) has the grouped Pallas TPU and Triton designs' backward, in the output's 16-bit dtype,
 the gradients of the dequantized operands A scale_a and B[g] scale_b[g]: pre is the fp8 ragged-M companion with the
 scales and the bias (the one kernel that reads the scales); U = dOut * act'(pre) (f32, jnp) over the groups' rows;
 dgrad's G is U scale_b[g] (each row's group's row of scale_b) and wgrad's scale_a U, both rounded to the output's dtype
-in jnp (`fp8_backward_operands`: the TPU design's formulas); dbias U's column sums; the scales get none (None). wgmma
+in jnp (templates/grouped/pallas/fp8_backward.jinja, shared with the TPU backward); dbias U's column sums; the scales get none (None). wgmma
 cannot mix an 8-bit and a 16-bit operand, and dgrad reads B, wgrad A MN-major (16-bit only), so the 8-bit A and B are
 converted to the output's dtype by a jnp astype before those kernels (exact: every e4m3 and e5m2 value is a bf16 and
 an f16 value): one pass each that reads the fp8 array and writes a 2-byte copy (3 B an element, G N K and M K of
-them), and the kernels read 2 B an element instead of 1 (docs/training.md says so). The companions are the 16-bit ones
+them), and the kernels read 2 B an element instead of 1 (docs/grouped.md says so). The companions are the 16-bit ones
 the grouped kind derives (dgrad and wgrad in the output's dtype), so no kernel here reads an 8-bit operand past the
 forward's and pre's.
 
