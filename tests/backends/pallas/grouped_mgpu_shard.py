@@ -8,7 +8,9 @@ The kernels run on a Hopper GPU only (Mosaic GPU has no interpreter), so for eac
   =True, the mode that types the arrays over the mesh) lowered for CUDA, every backward kernel named in the program;
 - then the kernels are replaced by their jnp models and the step runs on the four CPU devices, its gradients saved.
 JOB: a JSON list of cases {path (the rendered module), name, spec (its dict), inputs (an npz: a (S*m, K), b as stored,
-bias (G, N), base (S*m, N), index (S, G), dout (S*m, N), in f32), dtypes {a, b, bias, out}, bias, untouched}. Each
+bias (G, N), base (S*m, N), index (S, G), dout (S*m, N), an fp8 forward's scale_a (S*m,) and scale_b (G, N), in f32),
+dtypes {a, b, bias, out}, bias, untouched, fp8}. An fp8 forward's scale_a is sharded with the rows, scale_b replicated
+(neither differentiated). Each
 shard holds its own m rows of A and dOut and its own group index (row s of `index`); B and the bias are replicated;
 an untouched tail's caller `out` is sharded with the rows. The step (the grouped TPU shard test's):
 - check_vma=True: jax.grad of the mesh's loss (psum of each shard's sum(out * dOut)): A's (and out's) gradient per
@@ -128,17 +130,17 @@ def stand_ins(mod, spec: dict, set_attr) -> None:
 
 # ---- the shard_map step --------------------------------------------------------------------------------------
 def local_loss(fn, case: dict):
-    """One shard's loss sum(fn(...) * dOut) from (a, b, [bias], [out], index (1, G), dout): the entry `fn` (the module's
-    `_call`) over the shard's ragged batch."""
+    """One shard's loss sum(fn(...) * dOut) from (a, b, [bias], [out], index (1, G), dout, [scale_a, scale_b]): the
+    entry `fn` (the module's `_call`) over the shard's ragged batch."""
     import jax.numpy as jnp
 
     n_diff = 2 + case["bias"] + case["untouched"]
 
     def local(*xs):
-        a, b, rest, (index, dout) = xs[0], xs[1], list(xs[2:n_diff]), xs[n_diff:]
+        a, b, rest, (index, dout, *scales) = xs[0], xs[1], list(xs[2:n_diff]), xs[n_diff:]
         bias = (rest.pop(0),) if case["bias"] else ()
         out = rest.pop(0) if case["untouched"] else None
-        y = fn(a, b, index.reshape(-1), *bias, out)
+        y = fn(a, b, index.reshape(-1), *scales, *bias, out)
         return jnp.sum(y.astype(jnp.float32) * dout)
 
     return local
@@ -184,14 +186,18 @@ def main(job: str, out: str) -> None:
         if case["untouched"]:
             arrays.append(jnp.asarray(data["base"], dt["out"]))
             specs.append(rows)
+        n_diff = len(arrays)
         arrays += [jnp.asarray(data["index"], jnp.int32), jnp.asarray(data["dout"], jnp.float32)]
         specs += [rows, rows]
+        if case.get("fp8"):  # scale_a with the rows, scale_b replicated
+            arrays += [jnp.asarray(data["scale_a"], jnp.float32), jnp.asarray(data["scale_b"], jnp.float32)]
+            specs += [P("x"), P()]
         placed = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(arrays, specs, strict=True)]
         psums[case["name"]] = []
 
-        def build(module, check_vma: bool, case: dict = case, specs: tuple = tuple(specs)):
+        def build(module, check_vma: bool, case: dict = case, specs: tuple = tuple(specs), n_diff: int = n_diff):
             return jax.jit(jax.shard_map(step_fn(module._call, case, check_vma), mesh=mesh, in_specs=specs,
-                                         out_specs=specs[:-2], check_vma=check_vma))
+                                         out_specs=specs[:n_diff], check_vma=check_vma))
 
         for check_vma in (True, False):  # the real kernels: traced; lowered for CUDA with check_vma=True
             traced = build(mod, check_vma).trace(*placed)

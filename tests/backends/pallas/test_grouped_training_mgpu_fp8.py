@@ -11,15 +11,13 @@ Here: the conversion is exact (every e4m3 and e5m2 value, into bf16 and f16); ja
 lowers for CUDA (jax 0.10.2's Mosaic GPU lowering runs in Python) with every backward kernel, gradients of the output's
 dtype; the vjp glue against float64 torch autograd of the per-group loop over the dequantized operands, with the
 kernels replaced by jnp models of their contracts whose dgrad and wgrad refuse an operand of another dtype than the
-output's (grouped_mgpu_shard.stand_ins); the same under jax.shard_map in both check_vma modes (a one-device mesh:
-the types and the lowering; the four-device runs are test_grouped_training_mgpu_shard.py's, for the 16-bit forms);
-TRN001 on both sides. The kernels' numerics run on a Hopper GPU: tests/gpu/test_grouped_training_mgpu_fp8_gpu.py."""
+output's (grouped_mgpu_shard.stand_ins); TRN001 on both sides. Under jax.shard_map (four CPU devices, both check_vma
+modes, the e5m2 form among the shard test's): test_grouped_training_mgpu_shard.py. The kernels' numerics run on a
+Hopper GPU: tests/gpu/test_grouped_training_mgpu_fp8_gpu.py."""
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 
 import jax
 import jax.numpy as jnp
@@ -208,45 +206,6 @@ def loss_fn(mod: object, x: dict):
 
     diff = (0, 1, *((5,) if x["bias"] is not None else ()), *((n_in,) if x["out"] is not None else ()))
     return loss, (*diff, 3, 4), [*xs, *([x["out"]] if x["out"] is not None else [])]
-
-
-@pytest.mark.parametrize("check_vma", [True, False])
-def test_inside_shard_map(modules, check_vma) -> None:
-    """The e4m3 preact form's step inside jax.shard_map on a one-device mesh (A, scale_a and the loss weights by rows;
-    B, scale_b, the bias and the group index replicated): traced in both vma modes and (check_vma=True) lowered for CUDA with every backward kernel, no
-    psum but the loss's and one per replicated argument (B, the bias); then run with the kernels as jnp models against
-    the float64 reference."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    name = "gmt_fp8_bias_gelu_tanh_preact"
-    mod, spec, r = modules[name]
-    x = problem(spec, seed=3)
-    mesh = jax.make_mesh((1,), ("x",))
-    rows = P("x", None)
-    specs = (rows, P(), P(), P("x"), P(), P(), rows)  # a, b, index, scale_a, scale_b, bias, w
-
-    def step(a, b, index, sa, sb, bias, w, mod=mod):
-        def local(a, b, bias):
-            y = mod._call(a, b, index, sa, sb, bias, None).astype(jnp.float32)
-            return jnp.sum(jnp.where(jnp.isnan(w), 0.0, w * y))
-
-        if check_vma:
-            return jax.grad(lambda *ys: jax.lax.psum(local(*ys), "x"), argnums=(0, 1, 2))(a, b, bias)
-        da, db, dbias = jax.grad(local, argnums=(0, 1, 2))(a, b, bias)
-        return da, jax.lax.psum(db, "x"), jax.lax.psum(dbias, "x")
-
-    def build(mod):
-        return jax.jit(jax.shard_map(functools.partial(step, mod=mod), mesh=mesh, in_specs=specs, out_specs=(rows, P(), P()), check_vma=check_vma))
-
-    xs = [jax.device_put(v, NamedSharding(mesh, s)) for v, s in zip([*arrays(x), jnp.asarray(x["w"])], specs, strict=True)]
-    traced = build(mod).trace(*xs)
-
-    assert len(re.findall(r"\bpsum\w*\[", str(traced.jaxpr))) == (3 if check_vma else 2)
-    if check_vma:
-        text = traced.lower(lowering_platforms=("cuda",)).as_text()
-        assert all(f"{name}_{c.companion}" in text for c in r.companions)
-    check(spec, x, build(model(mod, spec, f"shard_{check_vma}"))(*xs), f"shard_map check_vma={check_vma}")
 
 
 # --- check's side ----------------------------------------------------------------------------------------------
