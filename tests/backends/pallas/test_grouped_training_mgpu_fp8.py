@@ -112,6 +112,20 @@ def test_grad_under_jit_lowers_with_every_backward_kernel(modules, name, shape) 
     assert [(s.shape, s.dtype) for s in got[2:]] == [(xs[i].shape, xs[i].dtype) for i in argnums[2:]]
 
 
+def test_the_compile_hook_lowers_the_forward_and_each_backward_gemm(modules) -> None:
+    """`specgen compile`'s hook lowers the fp8 forward, then each backward GEMM's launcher alone: pre over 8-bit A and
+    B with the scales and the bias, dgrad and wgrad over operands of the output's dtype, each with its plan's SMEM."""
+    from specgen.kinds.grouped.designs.pallas_mgpu.compile import compile_module
+    from specgen.targets import TARGETS
+
+    name = "gmt_fp8_bias_gelu_tanh_preact"
+    mod, _, r = modules[name]
+    rows = compile_module(mod, TARGETS["pallas:gpu_sm90"])
+    assert [x.kernel for x in rows] == [name, *(f"{name}[{c.companion}]" for c in r.companions)]
+    for x, plan in zip(rows, [mod.CONFIG.smem_bytes, *(c.budget.total for c in r.companions)], strict=True):
+        assert not x.error and x.compiler_smem == x.plan_smem == plan, (x.kernel, x.error)
+
+
 # --- the vjp glue against float64 autograd of the dequantized problem: the kernels as jnp models -----------------
 SIZES = np.array([0, 9, 0, 14, 11, 0], np.int32)  # empty groups first, in the middle and last; 34 rows, 11 past them
 M, N, K = 45, 24, 40
