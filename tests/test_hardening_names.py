@@ -27,6 +27,9 @@ from kernels import catalogue, interpreter_variant, load_module, triton_only
 from specgen.kinds.grouped.testing.cute_sm100_specs import CUTE_SM100_FORMS as GROUPED_CUTE_SM100_FORMS
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS as GROUPED_MGPU_FORMS
 from specgen.kinds.grouped.testing.mgpu_specs import (
+    MGPU_FP8_TRAINING_FORMS as GROUPED_MGPU_FP8_TRAINING_FORMS,
+)
+from specgen.kinds.grouped.testing.mgpu_specs import (
     MGPU_GATED_TRAINING_FORMS as GROUPED_MGPU_GATED_TRAINING_FORMS,
 )
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_RAGGED_K_FORMS as GROUPED_MGPU_RAGGED_K_FORMS
@@ -139,6 +142,7 @@ def variants():
     yield from GROUPED_MGPU_RAGGED_K_FORMS.values()  # (the weight gradient's: groups along K)
     yield from GROUPED_MGPU_TRAINING_FORMS.values()  # (their backward: a custom_vjp and the companions' kernels)
     yield from GROUPED_MGPU_GATED_TRAINING_FORMS.values()  # (a gated op's backward: pre and G over B's 2N columns)
+    yield from GROUPED_MGPU_FP8_TRAINING_FORMS.values()  # (an fp8 forward's: the scales, the converted A and B)
     yield from GROUPED_CUTE_SM100_FORMS.values()  # and its CuTe sm100 modules
     # a backward of the other chains (spec: training; the dense Triton design's chain pass) in both save modes, every
     # op, and an fp8 forward's (rowwise scales, the dequantized operands' gradients)

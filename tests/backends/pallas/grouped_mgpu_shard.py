@@ -8,7 +8,9 @@ The kernels run on a Hopper GPU only (Mosaic GPU has no interpreter), so for eac
   =True, the mode that types the arrays over the mesh) lowered for CUDA, every backward kernel named in the program;
 - then the kernels are replaced by their jnp models and the step runs on the four CPU devices, its gradients saved.
 JOB: a JSON list of cases {path (the rendered module), name, spec (its dict), inputs (an npz: a (S*m, K), b as stored,
-bias (G, N), base (S*m, N), index (S, G), dout (S*m, N), in f32), dtypes {a, b, bias, out}, bias, untouched}. Each
+bias (G, N), base (S*m, N), index (S, G), dout (S*m, N), an fp8 forward's scale_a (S*m,) and scale_b (G, N), in f32),
+dtypes {a, b, bias, out}, bias, untouched, fp8}. An fp8 forward's scale_a is sharded with the rows, scale_b replicated
+(neither differentiated). Each
 shard holds its own m rows of A and dOut and its own group index (row s of `index`); B and the bias are replicated;
 an untouched tail's caller `out` is sharded with the rows. The step (the grouped TPU shard test's):
 - check_vma=True: jax.grad of the mesh's loss (psum of each shard's sum(out * dOut)): A's (and out's) gradient per
@@ -73,18 +75,34 @@ def act_fn(name: str):
 
 def stand_ins(mod, spec: dict, set_attr) -> None:
     """Replace the module's kernels (the forward's `_forward`, `_pre_call`, `_dgrad_call`, `_wgrad_call`) by their jnp
-    models; `set_attr(module, name, value)` (monkeypatch.setattr in a test, setattr in the script)."""
+    models; `set_attr(module, name, value)` (monkeypatch.setattr in a test, setattr in the script). An fp8 forward's
+    forward and pre take the scales (scale_a (M,), scale_b (G, N)) after B; dgrad and wgrad, 16-bit kernels, refuse
+    an operand of another dtype than the output's (the module converts the 8-bit A and B before them)."""
     import jax.numpy as jnp
 
     gemms = mod.METADATA["training"]["gemms"]
-    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["a"]["dtype"]])
+    dt = jnp.dtype({"bf16": jnp.bfloat16, "f16": jnp.float16}[spec["out"]["dtype"]])  # the backward's operands'
     gated = layout(spec)
     fn = next((op["fn"] for op in spec["epilogue"] if op["op"] in ("activation", "gated")), "")
+    fp8 = spec["a"]["dtype"].startswith("fp8")
+
+    def scaled(sizes, a, b, scales, bias, out_dtype, tail_zero):
+        """pre = scale_a scale_b[g] (A @ B[g]) (+ bias[g]) for an fp8 forward, else A @ B[g] (+ bias[g])."""
+        if not fp8:
+            return ragged_m(sizes, a, b, spec["b"]["major"], out_dtype, tail_zero, *bias)
+        scale_a, scale_b = scales
+        m, g = a.shape[0], b.shape[0]
+        x = ragged_m(sizes, a, b, spec["b"]["major"], jnp.float32, tail_zero)
+        x = x * scale_a.reshape(m, 1) * scale_b.reshape(g, -1)[jnp.minimum(_groups(sizes, m), g - 1)]
+        if bias:
+            x = x + bias[0].reshape(g, -1)[jnp.minimum(_groups(sizes, m), g - 1)].astype(jnp.float32)
+        return x.astype(out_dtype)
 
     def forward(cfg, varying, sizes, a, b, *rest):
         *bias, out = rest
+        scales, bias = (bias[:2], bias[2:]) if fp8 else ((), bias)
         m = a.shape[0]
-        x = ragged_m(sizes, a, b, spec["b"]["major"], jnp.float32, True, *([] if gated else bias))
+        x = scaled(sizes, a, b, scales, [] if gated else bias, jnp.float32, True)
         if gated:  # act(gate) * up, then the bias
             n = x.shape[1] // 2
             gate, up = (x[:, :n], x[:, n:]) if gated == "halves" else (x[:, 0::2], x[:, 1::2])
@@ -99,25 +117,30 @@ def stand_ins(mod, spec: dict, set_attr) -> None:
     pre_dtype = dt if "forward_pre" in gemms else jnp.float32
     set_attr(mod, "_forward", forward)
     if "forward_pre" in gemms or "recompute" in gemms:
-        set_attr(mod, "_pre_call", lambda varying, sizes, x, y, *bias: ragged_m(
-            sizes, x, y, spec["b"]["major"], pre_dtype, False, *bias))
-    set_attr(mod, "_dgrad_call", lambda varying, sizes, x, y: ragged_m(sizes, x, y, gemms["dgrad"]["b_major"], dt, True))
-    set_attr(mod, "_wgrad_call", lambda varying, sizes, x, y: ragged_k(sizes, x, y, dt))
+        set_attr(mod, "_pre_call", lambda varying, sizes, x, y, *args: scaled(
+            sizes, x, y, args[:2] if fp8 else (), list(args[2:] if fp8 else args), pre_dtype, False))
+
+    def sixteen(x, y):  # wgmma's 16-bit MN-major operands: both of the output's dtype (an fp8 forward's converted)
+        assert x.dtype == y.dtype == dt, (x.dtype, y.dtype, dt)
+
+    set_attr(mod, "_dgrad_call", lambda varying, sizes, x, y: sixteen(x, y) or ragged_m(
+        sizes, x, y, gemms["dgrad"]["b_major"], dt, True))
+    set_attr(mod, "_wgrad_call", lambda varying, sizes, x, y: sixteen(x, y) or ragged_k(sizes, x, y, dt))
 
 
 # ---- the shard_map step --------------------------------------------------------------------------------------
 def local_loss(fn, case: dict):
-    """One shard's loss sum(fn(...) * dOut) from (a, b, [bias], [out], index (1, G), dout): the entry `fn` (the module's
-    `_call`) over the shard's ragged batch."""
+    """One shard's loss sum(fn(...) * dOut) from (a, b, [bias], [out], index (1, G), dout, [scale_a, scale_b]): the
+    entry `fn` (the module's `_call`) over the shard's ragged batch."""
     import jax.numpy as jnp
 
     n_diff = 2 + case["bias"] + case["untouched"]
 
     def local(*xs):
-        a, b, rest, (index, dout) = xs[0], xs[1], list(xs[2:n_diff]), xs[n_diff:]
+        a, b, rest, (index, dout, *scales) = xs[0], xs[1], list(xs[2:n_diff]), xs[n_diff:]
         bias = (rest.pop(0),) if case["bias"] else ()
         out = rest.pop(0) if case["untouched"] else None
-        y = fn(a, b, index.reshape(-1), *bias, out)
+        y = fn(a, b, index.reshape(-1), *scales, *bias, out)
         return jnp.sum(y.astype(jnp.float32) * dout)
 
     return local
@@ -163,14 +186,18 @@ def main(job: str, out: str) -> None:
         if case["untouched"]:
             arrays.append(jnp.asarray(data["base"], dt["out"]))
             specs.append(rows)
+        n_diff = len(arrays)
         arrays += [jnp.asarray(data["index"], jnp.int32), jnp.asarray(data["dout"], jnp.float32)]
         specs += [rows, rows]
+        if case.get("fp8"):  # scale_a with the rows, scale_b replicated
+            arrays += [jnp.asarray(data["scale_a"], jnp.float32), jnp.asarray(data["scale_b"], jnp.float32)]
+            specs += [P("x"), P()]
         placed = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(arrays, specs, strict=True)]
         psums[case["name"]] = []
 
-        def build(module, check_vma: bool, case: dict = case, specs: tuple = tuple(specs)):
+        def build(module, check_vma: bool, case: dict = case, specs: tuple = tuple(specs), n_diff: int = n_diff):
             return jax.jit(jax.shard_map(step_fn(module._call, case, check_vma), mesh=mesh, in_specs=specs,
-                                         out_specs=specs[:-2], check_vma=check_vma))
+                                         out_specs=specs[:n_diff], check_vma=check_vma))
 
         for check_vma in (True, False):  # the real kernels: traced; lowered for CUDA with check_vma=True
             traced = build(mod, check_vma).trace(*placed)

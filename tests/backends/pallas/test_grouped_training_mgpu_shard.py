@@ -2,7 +2,7 @@
 jax.shard_map (issue 38), on four CPU devices in a subprocess (grouped_mgpu_shard.py: the device count is fixed when
 jax starts). Each shard holds its own ragged batch: its m rows of A and dOut and its own group index (sizes or offs,
 empty groups, a shard with no rows in any group, one whose groups fill it); B and the bias are replicated; an
-untouched tail's caller `out` is sharded with the rows; dOut is NaN in the rows past a shard's last group where the
+untouched tail's caller `out` is sharded with the rows (an fp8 forward's scale_a too, its scale_b replicated); dOut is NaN in the rows past a shard's last group where the
 tail is zero (they take no part). jax.grad under jax.jit of the loss over the shards' outputs, in both vma modes
 (check_vma=True: B's and the bias's gradients come back summed over the mesh by the entry's casts' transposes;
 False: each shard's, which the step psums).
@@ -31,7 +31,12 @@ import pytest
 from backends.pallas.grouped_mgpu_shard import layout
 from backends.pallas.test_grouped_mgpu import render
 from backends.pallas.test_grouped_training_mgpu import _reference
-from specgen.kinds.grouped.testing.mgpu_specs import MGPU_GATED_TRAINING_FORMS, MGPU_TRAINING_FORMS
+from specgen.kinds.grouped.testing.mgpu_specs import (
+    MGPU_FP8_TRAINING_FORMS,
+    MGPU_GATED_TRAINING_FORMS,
+    MGPU_TRAINING_FORMS,
+)
+from specgen.kinds.grouped.testing.reference import dequantized
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.xdist_group("grouped_mgpu_shard")  # one worker builds the subprocess fixture
@@ -40,10 +45,16 @@ pytestmark = pytest.mark.xdist_group("grouped_mgpu_shard")  # one worker builds 
 SHARD_SIZES = ((0, 3, 2, 2, 9, 0), (5, 0, 0, 11, 0, 3), (0, 0, 0, 0, 0, 0), (1, 4, 4, 4, 4, 4))
 M, N, K = 21, 24, 40
 # a plain bias + GELU-tanh preact (B K-major, offs), a halves SwiGLU + bias preact (B K-major), an interleaved
-# GeGLU-tanh recompute (f16, offs, an untouched tail with the caller's `out`)
-SPECS = {name: {**MGPU_TRAINING_FORMS, **MGPU_GATED_TRAINING_FORMS}[name] for name in (
-    "gmt_bias_gelu_tanh_preact_k", "gmt_swiglu_bias_preact_k", "gmt_geglu_il_recompute_k_f16")}
-DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+# GeGLU-tanh recompute (f16, offs, an untouched tail with the caller's `out`), an fp8 e5m2 SiLU recompute (an untouched
+# tail; scale_a with the rows, scale_b replicated; the gradients of the dequantized operands)
+SPECS = {name: {**MGPU_TRAINING_FORMS, **MGPU_GATED_TRAINING_FORMS, **MGPU_FP8_TRAINING_FORMS}[name] for name in (
+    "gmt_bias_gelu_tanh_preact_k", "gmt_swiglu_bias_preact_k", "gmt_geglu_il_recompute_k_f16",
+    "gmt_fp8_e5m2_silu_recompute")}
+DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def fp8(spec: dict) -> bool:
+    return spec["a"]["dtype"].startswith("fp8")
 
 
 def form(spec: dict) -> tuple[bool, bool]:
@@ -71,7 +82,9 @@ def inputs(spec: dict, seed: int) -> dict[str, np.ndarray]:
             dout[i * M + sum(sizes):(i + 1) * M] = np.nan
     bias = next((op["dtype"] for op in spec["epilogue"] if op["op"] == "bias"), "f32")
     index = np.stack([np.cumsum(sz) if spec["groups"]["index"] == "offs" else np.asarray(sz) for sz in SHARD_SIZES])
-    return {"a": rounded(rng.standard_normal((s * M, K)) * 0.5, dt),
+    scales = {"scale_a": (rng.uniform(0.5, 1.5, s * M) / K).astype(np.float32),
+              "scale_b": rng.uniform(0.5, 1.5, (g, N)).astype(np.float32)} if fp8(spec) else {}
+    return {**scales, "a": rounded(rng.standard_normal((s * M, K)) * (2.0 if fp8(spec) else 0.5), dt),
             "b": rounded(rng.standard_normal((g, nb, K) if spec["b"]["major"] == "k" else (g, K, nb)) * 0.3, dt),
             "bias": rounded(rng.standard_normal((g, N)), bias), "base": rounded(rng.standard_normal((s * M, N)), dt),
             "dout": dout, "index": index.astype(np.int32)}
@@ -81,10 +94,14 @@ def reference(spec: dict, x: dict[str, np.ndarray]) -> list[np.ndarray]:
     """float64 autograd of the whole problem, in the step's gradient order (a, b, [bias], [out]): each shard's
     per-group loop (test_grouped_training_mgpu.py's), A's and out's rows per shard, B's and the bias's summed."""
     bias, untouched = form(spec)
+    a, b = x["a"], x["b"]
+    if fp8(spec):  # the dequantized operands' gradients: the loop over A scale_a and B[g] scale_b[g], the chain past them
+        a, b = dequantized(a, b, x["scale_a"], x["scale_b"], spec["b"]["major"])
+        spec = {**spec, "epilogue": spec["epilogue"][1:]}
     parts = []
     for s, sizes in enumerate(SHARD_SIZES):
         rows = slice(s * M, (s + 1) * M)
-        parts.append(_reference(spec, x["a"][rows], x["b"], np.asarray(sizes), x["bias"] if bias else None,
+        parts.append(_reference(spec, a[rows], b, np.asarray(sizes), x["bias"] if bias else None,
                                 np.nan_to_num(x["dout"][rows]), x["base"][rows] if untouched else None))
     want = [np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts)]
     return want + ([sum(p[2] for p in parts)] if bias else []) + ([np.concatenate([p[3] for p in parts])] if untouched else [])
@@ -101,7 +118,7 @@ def sharded(tmp_path_factory) -> tuple[dict, dict, dict]:
         dt = {"a": DTYPES[spec["a"]["dtype"]], "b": DTYPES[spec["b"]["dtype"]], "out": DTYPES[spec["out"]["dtype"]],
               "bias": DTYPES[next((op["dtype"] for op in spec["epilogue"] if op["op"] == "bias"), "f32")]}
         job.append({"path": render(spec, tmp).__file__, "name": name, "spec": spec, "inputs": str(tmp / f"{name}.npz"),
-                    "dtypes": dt, "bias": bias, "untouched": untouched})
+                    "dtypes": dt, "bias": bias, "untouched": untouched, "fp8": fp8(spec)})
     (tmp / "job.json").write_text(json.dumps(job))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}

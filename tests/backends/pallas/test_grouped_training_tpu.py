@@ -25,7 +25,7 @@ import torch
 
 from backends.pallas.test_grouped_tpu import render
 from specgen.check import check_all
-from specgen.kinds.grouped.testing.reference import grouped
+from specgen.kinds.grouped.testing.reference import dequantized, grouped
 from specgen.kinds.grouped.testing.tpu_specs import TPU_TRAINING_FORMS
 from specgen.spec.load import load_text
 
@@ -108,9 +108,7 @@ class Problem:
 
         spec = self.spec
         if self.fp8:  # the dequantized operands' gradients: the loop over A scale_a and B[g] scale_b[g], then the chain
-            sa, sb = (np.asarray(x, np.float64) for x in self.scales)
-            a = f64(np.asarray(jnp.asarray(self.a, jnp.float32), np.float64) * sa[:, None])
-            b = f64(np.asarray(jnp.asarray(self.b_logical, jnp.float32), np.float64) * sb[:, None, :])
+            a, b = (f64(x) for x in dequantized(self.a, self.b_logical, *self.scales, "mn"))  # B (G, K, N) logical
             spec = {**spec, "a": {**spec["a"], "dtype": "f32"}, "b": {**spec["b"], "dtype": "f32"},
                     "epilogue": spec["epilogue"][1:], "training": None}
         else:

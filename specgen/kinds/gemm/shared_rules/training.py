@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from specgen.design import DesignBase
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.training import chain_refusal
 from specgen.registry import rendering
@@ -15,9 +16,15 @@ RULES = RuleSet()
 GROUPED = "grouped"  # the grouped kind (specgen/kinds/grouped/__init__.py's KIND: importing it here would cycle)
 
 
+def _covers_every_section(d: DesignBase, info: object) -> bool:
+    """A design whose backward renders every `training` section its kind takes: TRN001 has nothing to say for it (a
+    design with a `training_refusal` of its own may still refuse one: the grouped Mosaic GPU design's dtypes)."""
+    return (d.renders_training_on(info) and d.renders_gated_training_on(info) and d.renders_chain_training  # type: ignore[arg-type]
+            and type(d).training_refusal is DesignBase.training_refusal)
+
+
 @RULES.rule("TRN001", "a training backward where a design renders it",
-            served_by(lambda d, info: not (d.renders_training_on(info) and d.renders_gated_training_on(info)
-                                           and d.renders_chain_training), (KIND, GROUPED)))
+            served_by(lambda d, info: not _covers_every_section(d, info), (KIND, GROUPED)))
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
@@ -31,10 +38,11 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
-    op's since session 27, halves as its forward's GRP204; no fp8 forward), its CuTe sm90 design the plain chains and
-    a gated op's of 16-bit operands (session 28; `training_refusal`: one dtype; no fp8 form), and so does its Mosaic GPU
-    design (session 28: f16 / bf16, a gated op's too, no fp8 forward: `training_refusal` and this rule's chain branch); its
-    CuTe sm100 design the forward only. The rule concerns every target where a design serving it lacks one of the three."""
+    op's since session 27, halves as its forward's GRP204; an fp8 forward's since session 27), its CuTe sm90 design the plain
+    chains and a gated op's of 16-bit operands (session 28; `training_refusal`: one dtype; no fp8 form: this rule's chain
+    branch, naming the kind's designs that render it), and so does its Mosaic GPU design (session 28: f16 / bf16, a gated
+    op's too; an fp8 forward's since session 29: `training_refusal` refuses other dtypes); its CuTe sm100 design the
+    forward only. The rule concerns every target where a design serving it lacks one of the three."""
     if getattr(ctx.spec, "training", None) is None:
         return
     op = gated_op(ctx.spec.epilogue)
@@ -48,9 +56,12 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
-        # grouped kind refuses them at load: the grouped Triton design, which renders the gated backward, is not served)
+        # grouped kind refuses the chains at load; its fp8 forward's backward is its Triton, Pallas TPU and Mosaic GPU
+        # designs': the kind's designs with `renders_chain_training`, named)
+        where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_chain_training)
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
-                      f"no backward for it on {ctx.target} (the Triton design does)", f"drop {ctx.target} from targets, "
+                      f"no backward for it on {ctx.target} (the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
+                      f"drop {ctx.target} from targets, "
                       f"or drop `training` or {'`batch`' if what.startswith('training with batch') else 'the ops'}",
                       ("training",))
     elif ctx.design.renders_training_on(ctx.info) and (why := ctx.design.training_refusal(ctx.spec, ctx.info)):

@@ -88,9 +88,11 @@ MGPU_RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
 
 
 def mgpu_training_form(name: str, *, save: str, dtype: str = "bf16", b: str = "k", index: str = "sizes",
-                       tail: str = "zero", tile: dict | None = None, epilogue: tuple = (), **training: object) -> dict:
-    """A ragged-M grouped spec with `training` on pallas:gpu_sm90 (the backward's companions at `training`'s configs)."""
-    s = mgpu_form(name, dtype=dtype, b=b, index=index, tail=tail, tile=tile, epilogue=epilogue)
+                       tail: str = "zero", tile: dict | None = None, epilogue: tuple = (), out: str | None = None,
+                       **training: object) -> dict:
+    """A ragged-M grouped spec with `training` on pallas:gpu_sm90 (the backward's companions at `training`'s configs);
+    out is `dtype` unless given."""
+    s = mgpu_form(name, dtype=dtype, out=out, b=b, index=index, tail=tail, tile=tile, epilogue=epilogue)
     return spec(name, **{k: v for k, v in s.items() if k != "name"}, training={"save": save, **training})
 
 
@@ -122,4 +124,24 @@ MGPU_GATED_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
                        epilogue=({"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"},)),
     mgpu_training_form("gmt_swiglu_f32_bias_preact_mn", save="preact", b="mn", index="offs", tail="untouched",
                        epilogue=({"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias", "dtype": "f32"})),
+)}
+
+
+# An fp8 forward's backward (session 29: in the output's dtype, w.r.t. the dequantized operands A scale_a and B[g]
+# scale_b[g]; the forward reads B K-major only, MAJ001): e4m3 with a bf16 bias and GELU-tanh saved (offs, tail zero);
+# e5m2 with SiLU recomputed (an untouched tail, a 64-row tile); e4m3 with an f32 bias alone (G = dOut, no pre kernel),
+# an f16 output, an untouched tail. No e4m3 x e5m2 mix: the forward refuses it (PAL004: one input dtype up to jax 0.10). dgrad and wgrad are 16-bit GEMMs (the output's dtype) on tiles of their
+# own: the forward's 128-byte K rows hold 64 of their elements.
+FP8_BACKWARD = {"dgrad": {"tile": {"m": 128, "n": 128, "k": 64}}, "wgrad": {"tile": {"m": 128, "n": 128, "k": 64}}}
+FP8_TILE = {"m": 128, "n": 128, "k": 128}
+MGPU_FP8_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    mgpu_training_form("gmt_fp8_bias_gelu_tanh_preact", save="preact", dtype="fp8_e4m3", out="bf16", index="offs",
+                       tile=FP8_TILE, epilogue=({"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
+                                                {"op": "activation", "fn": "gelu_tanh"}), **FP8_BACKWARD),
+    mgpu_training_form("gmt_fp8_e5m2_silu_recompute", save="recompute", dtype="fp8_e5m2", out="bf16", tail="untouched",
+                       tile={"m": 64, "n": 128, "k": 128},
+                       epilogue=({"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "silu"}), **FP8_BACKWARD),
+    mgpu_training_form("gmt_fp8_bias_f16", save="preact", dtype="fp8_e4m3", out="f16",
+                       tail="untouched", tile=FP8_TILE,
+                       epilogue=({"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}), **FP8_BACKWARD),
 )}

@@ -80,3 +80,16 @@ RAGGED_SIZES: dict[str, list[int]] = {
     "many_tiny": [i % 3 for i in range(256)],  # 256 groups of 0-2 rows
 }
 DECODE_SIZES = [2, 0, 1, 3, 2, 0, 2, 2, 1, 2, 0, 3, 2, 2, 1, 2]  # M = 42 <= 64: a decode variant's rows
+
+
+def dequantized(a: object, b: object, scale_a: object, scale_b: object, b_major: str) -> tuple:
+    """An fp8 forward's dequantized operands in float64 numpy, A scale_a (M, K) and B[g] scale_b[g] in B's stored
+    layout ((G, N, K) K-major, (G, K, N) N-major): what a training backward's dA and dB are the gradients of (the
+    grouped Pallas TPU and Mosaic GPU tests' references). Arrays of any library numpy reads (fp8 through f32)."""
+    import numpy as np
+
+    def f64(x: object) -> np.ndarray:
+        return np.asarray(np.asarray(x, np.float32), np.float64)
+
+    sa, sb = f64(scale_a).reshape(-1, 1), f64(scale_b)
+    return f64(a) * sa, f64(b) * (sb[:, :, None] if b_major == "k" else sb[:, None, :])

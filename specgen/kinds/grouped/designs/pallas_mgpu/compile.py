@@ -40,8 +40,9 @@ ROLE_PREFIX = {"forward_pre": "_pre", "recompute": "_pre", "dgrad": "_dgrad", "w
 
 def _lower_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:
     """One backward GEMM's launcher lowered alone for CUDA: (varying, sizes, x, y[, bias]) over 3 groups of ragged rows,
-    x and y in the shapes the backward passes them (pre: A and B as stored, a gated B's 2N columns one plain GEMM's; dgrad: G (M, N) and B as stored; wgrad:
-    x (M, P) and y (M, Q), the groups' rows its K)."""
+    x and y in the shapes the backward passes them (pre: A and B as stored, a gated B's 2N columns one plain GEMM's, an
+    fp8 forward's 8-bit with its scales; dgrad: G (M, N) and B as stored, of the output's dtype (an fp8 forward's
+    converted); wgrad: x (M, P) and y (M, Q), the groups' rows its K)."""
     import jax
     import jax.numpy as jnp
 
@@ -65,7 +66,11 @@ def _lower_role(module: ModuleType, target: TargetInfo, role: str) -> CompileRes
         gated = any(op.op == "gated" for op in spec.epilogue)  # pre over B's 2N columns, the bias after the gate (jnp)
         bias = [struct((GROUPS, q), jnp.dtype(JNP_DTYPES[op.dtype])) for op in spec.epilogue if op.op == "bias"
                 ] if prefix == "_pre" and not gated else []
-        args = [struct((p, r)), struct(y), *bias]
+        if prefix == "_pre" and spec.a.dtype.is_fp8:  # an fp8 forward's pre: A and B 8-bit, scale_a (M,), scale_b (G, N)
+            fp8 = [jnp.dtype(JNP_DTYPES[spec.a.dtype]), jnp.dtype(JNP_DTYPES[spec.b.dtype])]
+            args = [struct((p, r), fp8[0]), struct(y, fp8[1]), struct((p,), jnp.float32), struct((GROUPS, q), jnp.float32), *bias]
+        else:
+            args = [struct((p, r)), struct(y), *bias]
     start = time.perf_counter()
     try:
         launch = functools.partial(getattr(module, f"{prefix}_call"), frozenset())

@@ -37,7 +37,9 @@ boundary only), the rows of another group in a shared edge tile zeroed in SMEM b
 Training (a ragged-M spec's `training`; training.py, templates/grouped/pallas/backward_mgpu.jinja): a jax.custom_vjp
 on the JAX entry whose backward GEMMs are copies of the two kernels above (mgpu_m.jinja, mgpu_k.jinja: macros with a
 name prefix) at each companion's checked config; f16 / bf16, a gated op's too (pre and G over B's 2N columns in the
-forward's layout), no fp8 forward (TRN001); under jax.shard_map in both check_vma modes (`_rt.vary` casts).
+forward's layout), and an fp8 forward's (session 29: in the output's dtype, w.r.t. the dequantized operands, the 8-bit
+A and B converted by a jnp astype before dgrad and wgrad); under jax.shard_map in both check_vma modes (`_rt.vary`
+casts).
 
 SMEM (`memory`): the dense Mosaic GPU figure (A/B stages, their full/empty barriers, two warpgroups' output
 slots, each buffer padded to whole KiB; a gated epilogue's up B buffer beside the gate's), which the unswizzled
@@ -115,10 +117,12 @@ class PallasMgpuGrouped(GroupedDesign):
     # gate columns are no TMA view; fp8; PAL009 the erf GELU)
     renders_gated = True
     # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp on the JAX entry; the torch entry stays
-    # forward-only): f16 / bf16, the legacy chains and a gated op's (pre and G over B's 2N columns, the forward's layout);
-    # no fp8 forward's (TRN001 names the designs that have one)
+    # forward-only): f16 / bf16, the legacy chains and a gated op's (pre and G over B's 2N columns, the forward's layout),
+    # and an fp8 forward's (rowwise scales first; session 29). The grouped kind refuses every other chain at load, so
+    # TRN001's chain branch has nothing left to refuse here (`renders_chain_training`, as the Pallas TPU design's)
     renders_training = True
     renders_gated_training = True
+    renders_chain_training = True
 
     def training_refusal(self, spec: GroupedSpec, target: TargetInfo | None = None) -> str:
         return training_refusal(spec)

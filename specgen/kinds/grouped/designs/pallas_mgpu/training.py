@@ -34,9 +34,23 @@ mesh axes any argument does (`_rt.vary`), and types every kernel's output likewi
 output as not varying), so the custom_vjp's cotangents have their primals' types and a replicated B's and bias's
 gradients come back summed over the mesh by the casts' transposes, as jax's own autodiff gives them.
 
+An fp8 forward (A and B e4m3 or e5m2, one of each where the forward's PAL004 lets them mix; B K-major: MAJ001; rowwise scales first, then [bias], [activation] or
+[bias, activation]; session 29) has the grouped Pallas TPU and Triton designs' backward, in the output's 16-bit dtype,
+the gradients of the dequantized operands A scale_a and B[g] scale_b[g]: pre is the fp8 ragged-M companion with the
+scales and the bias (the one kernel that reads the scales); U = dOut * act'(pre) (f32, jnp) over the groups' rows;
+dgrad's G is U scale_b[g] (each row's group's row of scale_b) and wgrad's scale_a U, both rounded to the output's dtype
+in jnp (templates/grouped/pallas/fp8_backward.jinja, shared with the TPU backward); dbias U's column sums; the scales get none (None). wgmma
+cannot mix an 8-bit and a 16-bit operand, and dgrad reads B, wgrad A MN-major (16-bit only), so the 8-bit A and B are
+converted to the output's dtype by a jnp astype before those kernels (exact: every e4m3 and e5m2 value is a bf16 and
+an f16 value): one pass each that reads the fp8 array and writes a 2-byte copy (3 B an element, G N K and M K of
+them), and the kernels read 2 B an element instead of 1 (docs/grouped.md says so). The companions are the 16-bit ones
+the grouped kind derives (dgrad and wgrad in the output's dtype), so no kernel here reads an 8-bit operand past the
+forward's and pre's.
+
 Covered: f16 / bf16 operands with an output of their dtype, [], [bias], [activation], [bias, activation] (the grouped
-kind's legacy chains), [gated] and [gated, bias], both B majors, both index formats, both tails. TRN001 refuses an
-fp8 forward (the Triton and Pallas TPU designs have its backward) and other dtypes (`training_refusal`).
+kind's legacy chains), [gated] and [gated, bias], both B majors, both index formats, both tails; an fp8 forward's
+(its forward takes B K-major only). TRN001 refuses other dtypes (`training_refusal`); the grouped kind refuses other
+chains at load (`renders_chain_training` says so to TRN001).
 """
 
 from __future__ import annotations
@@ -59,11 +73,11 @@ MGPU_TRAINING_DTYPES = (DType.f16, DType.bf16)
 def training_refusal(spec: object) -> str:
     """Why the grouped Mosaic GPU module renders no backward for `spec` ("" where it does): TRN001's message."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if a.is_fp8:
-        return ""  # TRN001's chain branch says so, naming the design that renders it
+    if a.is_fp8 and b.is_fp8 and out in MGPU_TRAINING_DTYPES:
+        return ""  # an fp8 forward: a backward in the output's dtype (the grouped kind's check refuses the rest at load)
     if a not in MGPU_TRAINING_DTYPES or b != a or out != a:
-        return (f"training: the grouped Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype "
-                f"(dgrad and wgrad read B, A and G MN-major, 16-bit only for wgmma; pre is stored in the output's "
+        return (f"training: the grouped Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype, "
+                f"or fp8 A and B with an f16 or bf16 output (dgrad and wgrad read B, A and G MN-major, 16-bit only for wgmma; pre is stored in the output's "
                 f"dtype); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
     return ""
 
@@ -74,9 +88,10 @@ class GroupedMgpuTrainingPlan(SaveModes):
     act: str  # the activation's formula name ("" without one: G = dOut)
     act_op: dict[str, object]  # the activation or gated op (its params for the formula macros); {} without one
     bias: str  # the bias argument's name ("" without one)
-    operand_jnp: str  # A's, B's and out's dtype: G is rounded to it for the dots
+    operand_jnp: str  # A's, B's and out's dtype (an fp8 forward's: out's): G is rounded to it for the dots
     b_major: str  # the forward's B major: wgrad's operand order and dB's layout
     gated: str  # a gated op's layout ("halves", "interleaved"; "" without one): pre and G (rows, 2N) in it
+    fp8: bool  # an fp8 forward (rowwise scales first): a backward in the output's dtype, w.r.t. the dequantized operands
     pre: object | None  # the companion plans (GroupedMgpuPlan): the ragged-M GEMM that computes pre (with an activation)
     dgrad: object
     wgrad: object
@@ -101,7 +116,7 @@ def plan_mgpu_training(loaded: LoadedSpec, target: Target, r: Resolved,
     if t is None:
         return None
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    if why := training_refusal(spec) or chain_refusal(spec):
+    if why := training_refusal(spec) or (chain_refusal(spec) if not spec.a.dtype.is_fp8 else ""):  # type: ignore[attr-defined]
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the grouped Mosaic GPU design renders no backward for it: {why} (TRN001)")  # type: ignore[attr-defined]
     plans = {c.companion: plan_one(loaded, target, c) for c in r.companions}
@@ -111,14 +126,15 @@ def plan_mgpu_training(loaded: LoadedSpec, target: Target, r: Resolved,
 
     return GroupedMgpuTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
-        bias=bias.name if bias is not None else "", operand_jnp=JNP_DTYPES[spec.a.dtype],  # type: ignore[attr-defined]
-        b_major=spec.b.major, gated=gated.layout if gated is not None else "",  # type: ignore[attr-defined]
+        bias=bias.name if bias is not None else "", operand_jnp=JNP_DTYPES[spec.out.dtype],  # type: ignore[attr-defined]
+        fp8=spec.a.dtype.is_fp8, b_major=spec.b.major, gated=gated.layout if gated is not None else "",  # type: ignore[attr-defined]
         pre=plans.get("forward_pre", plans.get("recompute")), dgrad=plans["dgrad"], wgrad=plans["wgrad"])
 
 
 def training_metadata(t: GroupedMgpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: the save mode and each GEMM's tile, stages, majors, grouping and SMEM."""
-    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}), "gemms": {
+    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}),
+            **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}), "gemms": {
         role: {"tile": [p.config.tile_m, p.config.tile_n, p.config.tile_k], "stages": p.config.ab_stages,  # type: ignore[attr-defined]
                "a_major": p.a_major, "b_major": p.b_major, "ragged": "k" if p.ragged_k else "m",  # type: ignore[attr-defined]
                "tail": "zero" if p.tail_zero else "untouched", "smem_bytes": p.config.smem_bytes}  # type: ignore[attr-defined]
