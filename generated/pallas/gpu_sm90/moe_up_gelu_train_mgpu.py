@@ -783,8 +783,11 @@ def _train_bwd(cfg: Config, varying: frozenset, saved: tuple, grad):
     # GELU's derivative, tanh form
     gr = grad.astype(jnp.float32) * (0.5 * (1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) + 0.5 * acc * ((1.0 + jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc))) * (1.0 + -1.0 * jnp.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc)))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
     gr = jnp.where(inside, gr, 0.0)  # f32; pre past the groups is unspecified and never used
-    # dbias (G, N): G's f32 column sums by each row's group (an empty group's 0; rows past the groups dropped)
-    dbias = jax.ops.segment_sum(gr, _row_groups(sizes, m), num_segments=g, indices_are_sorted=True)
+    # dbias (G, N): G's f32 column sums by each row's group (an empty group's 0; rows past the groups dropped),
+    # as one (G, rows) one-hot product (exact products, f32 sums): segment_sum's scatter, every row adding into one of
+    # G rows, ran 356 ms at 8192 x 14336 on an H200 (8 groups) against the step's 3.8 ms of GEMMs
+    onehot = (_row_groups(sizes, m)[None, :] == lax.broadcasted_iota(jnp.int32, (g, m), 0)).astype(jnp.float32)
+    dbias = jnp.dot(onehot, gr, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
     dbias = dbias.reshape(bias.shape).astype(bias.dtype)
     gr = gr.astype(OPERAND)  # G, the operands' dtype
     da = _dgrad_call(varying, sizes, gr, b)  # (M, K); tail zero: rows past the last group get 0

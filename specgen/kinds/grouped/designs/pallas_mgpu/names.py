@@ -47,7 +47,7 @@ RESERVED: frozenset[str] = frozenset({
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
     # the backward's locals and the keywords it passes (a training module's)
     "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "y", "x_ext", "y_ext",
-    "out_rows", "num_segments", "indices_are_sorted", "side",
+    "out_rows", "onehot", "precision", "preferred_element_type", "side",
 })
 
 # How its templates derive names from an epilogue argument `x`.
