@@ -87,13 +87,15 @@ def _moe_gate_up_swiglu_bf16_kernel(
     FAST_MATH: tl.constexpr,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    # The split last wave (plan: tail_split). The launch's T tiles leave a last wave of R = T mod NUM_SMS tiles;
-    # run whole, it costs a full wave's time on R SMs while the rest idle (Mixtral down, skewed sizes on 132 SMs:
-    # 1,088 tiles, 8 waves and 32 tiles). When R * S <= NUM_SMS for a split S >= 2 (a power of two, TAIL_SPLIT at
-    # most, each part two K steps at least), those R tiles are R * S work items instead, each over a K/S of K, and
-    # the last part to arrive sums the partials in part order (deterministic; the dense split-K's _split_k_reduce
-    # and workspace) and runs the epilogue and store. T comes from the group index on the device: no host sync, so
-    # a CUDA graph replays with new group sizes, the split following R.
+    # The split last wave (plan: tail_split). The launch's T tiles leave a last wave of R = T mod P tiles (P: the
+    # programs launched, NUM_SMS or the shapes' tile bound where that is fewer); run whole, it costs a full wave's
+    # time on R SMs while the rest idle (Mixtral down, skewed sizes on 132 SMs: 1,088 tiles, 8 waves and 32 tiles).
+    # When R * S <= P for a split S >= 2 (a power of two, TAIL_SPLIT at most, each part two K steps at least), those
+    # R tiles are R * S work items instead, one a program, each over a K/S of K, and the last part to arrive sums the
+    # partials in part order (deterministic; the dense split-K's _split_k_reduce and workspace) and runs the
+    # epilogue and store. T comes from the group index on the device: no host sync, so a CUDA graph replays with
+    # new group sizes, the split following R. (P, not NUM_SMS: items past the grid would never run, their tiles
+    # left unwritten and their counters short; found on an H200 where a small launch's grid was its tile bound.)
     offs_g = tl.arange(0, G_BLOCK)
     raw = tl.load(index_ptr + offs_g, mask=offs_g < G, other=0)
     # group g's end is the running max of the ends through g, its start the running max before g (_cursor_max)
@@ -102,10 +104,11 @@ def _moe_gate_up_swiglu_bf16_kernel(
     starts = tl.minimum(tl.maximum(starts, 0), M)
     group_tiles = tl.cdiv(ends - starts, BLOCK_M) * num_pid_n
     total = tl.sum(group_tiles, 0)
-    R = total % NUM_SMS
+    programs = tl.num_programs(0)
+    R = total % programs
     k_tiles = tl.cdiv(K, BLOCK_K)
     splits = 1
-    while (R > 0) & (splits * 2 <= TAIL_SPLIT) & (R * splits * 2 <= NUM_SMS) & (k_tiles >= 4 * splits):
+    while (R > 0) & (splits * 2 <= TAIL_SPLIT) & (R * splits * 2 <= programs) & (k_tiles >= 4 * splits):
         splits *= 2
     split_from = MAX_TILES  # the first tile left to the split wave: none unless it splits
     if splits > 1:
@@ -160,7 +163,7 @@ def _moe_gate_up_swiglu_bf16_kernel(
                 tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
                          mask=mask_m[:, None] & mask_n[None, :])
     # The split wave: work item i < R * splits is part i % splits of tile total - R + i // splits, one per program
-    # (R * splits <= NUM_SMS). Its group comes from the vectorized view, not the cursor (which may have walked past
+    # (R * splits <= P). Its group comes from the vectorized view, not the cursor (which may have walked past
     # it to the rows after the groups).
     item = tl.program_id(0)
     if (splits > 1) & (item < R * splits):
