@@ -287,8 +287,8 @@ def _cursor_max(a_max, a_before, b_max, b_before):
 # the output's dtype for the backward (act_rows then writes out = act(pre)).
 @triton.jit(do_not_specialize=['M', 'G', 'MAX_TILES', 'NUM_SMS'])
 def _moe_up_gelu_train_bf16_forward_pre_kernel(
-    a_ptr,
-    b_ptr,
+    a_desc,
+    b_desc,
     out_ptr,
     index_ptr,
     bias_ptr,
@@ -296,9 +296,6 @@ def _moe_up_gelu_train_bf16_forward_pre_kernel(
     N,
     K,
     G,
-    stride_a,
-    stride_bg,
-    stride_b,
     stride_om,
     MAX_TILES,
     NUM_SMS,
@@ -337,26 +334,21 @@ def _moe_up_gelu_train_bf16_forward_pre_kernel(
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             mask_m = offs_m < end
             mask_n = offs_n < N
-            offs_k = tl.arange(0, BLOCK_K)
             if INDEX_64:  # some span passes 2^31 elements (the launcher says): offsets in 64 bits
-                rows, cols, ks = offs_m.to(tl.int64), offs_n.to(tl.int64), offs_k.to(tl.int64)
-                b_base = b_ptr + tl.cast(g, tl.int64) * stride_bg
+                rows, cols = offs_m.to(tl.int64), offs_n.to(tl.int64)
                 bias_g = bias_ptr + tl.cast(g, tl.int64) * N
             else:
-                rows, cols, ks = offs_m, offs_n, offs_k
-                b_base = b_ptr + g * stride_bg
+                rows, cols = offs_m, offs_n
                 bias_g = bias_ptr + g * N
             bias_v = tl.load(bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            a_ptrs = a_ptr + rows[:, None] * stride_a + ks[None, :]  # A is K-major: (M, K), K contiguous
-            b_ptrs = b_base + ks[:, None] + cols[None, :] * stride_b  # B[g] is K-major: (K, N), K contiguous
+            off_m = start + pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for k in range(0, tl.cdiv(K, BLOCK_K)):
-                k_in = offs_k < K - k * BLOCK_K  # the K tail reads zeros
-                a = tl.load(a_ptrs, mask=mask_m[:, None] & k_in[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_in[:, None] & mask_n[None, :], other=0.0)
+                off_k = k * BLOCK_K  # TMA reads zeros past M and K
+                a = a_desc.load([off_m, off_k])
+                b = b_desc.load([g, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T  # B[g] is K-major: boxes of (N, K)
                 acc = tl.dot(a, b, acc)
-                a_ptrs += BLOCK_K
-                b_ptrs += BLOCK_K
             # epilogue[0]: bias: + bias[g] (G, N) bf16, per group and column
             acc += bias_v[None, :]
             tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
@@ -368,17 +360,14 @@ def _moe_up_gelu_train_bf16_forward_pre_kernel(
 # stored layout), rows past the last group zeroed.
 @triton.jit(do_not_specialize=['M', 'G', 'MAX_TILES', 'NUM_SMS'])
 def _moe_up_gelu_train_bf16_dgrad_kernel(
-    a_ptr,
-    b_ptr,
+    a_desc,
+    b_desc,
     out_ptr,
     index_ptr,
     M,
     N,
     K,
     G,
-    stride_a,
-    stride_bg,
-    stride_b,
     stride_om,
     MAX_TILES,
     NUM_SMS,
@@ -417,23 +406,18 @@ def _moe_up_gelu_train_bf16_dgrad_kernel(
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             mask_m = offs_m < end
             mask_n = offs_n < N
-            offs_k = tl.arange(0, BLOCK_K)
             if INDEX_64:  # some span passes 2^31 elements (the launcher says): offsets in 64 bits
-                rows, cols, ks = offs_m.to(tl.int64), offs_n.to(tl.int64), offs_k.to(tl.int64)
-                b_base = b_ptr + tl.cast(g, tl.int64) * stride_bg
+                rows, cols = offs_m.to(tl.int64), offs_n.to(tl.int64)
             else:
-                rows, cols, ks = offs_m, offs_n, offs_k
-                b_base = b_ptr + g * stride_bg
-            a_ptrs = a_ptr + rows[:, None] * stride_a + ks[None, :]  # A is K-major: (M, K), K contiguous
-            b_ptrs = b_base + ks[:, None] * stride_b + cols[None, :]  # B[g] is N-major: (K, N), N contiguous
+                rows, cols = offs_m, offs_n
+            off_m = start + pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for k in range(0, tl.cdiv(K, BLOCK_K)):
-                k_in = offs_k < K - k * BLOCK_K  # the K tail reads zeros
-                a = tl.load(a_ptrs, mask=mask_m[:, None] & k_in[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_in[:, None] & mask_n[None, :], other=0.0)
+                off_k = k * BLOCK_K  # TMA reads zeros past M and K
+                a = a_desc.load([off_m, off_k])
+                b = b_desc.load([g, off_k, off_n]).reshape(BLOCK_K, BLOCK_N)  # B[g] is N-major: boxes of (K, N)
                 acc = tl.dot(a, b, acc)
-                a_ptrs += BLOCK_K
-                b_ptrs += BLOCK_K * stride_b
             tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
                      mask=mask_m[:, None] & mask_n[None, :])
         elif work < seen + tiles:
@@ -736,6 +720,14 @@ def _forward_pre(a, b, offs, out, bias):
     G, _, N = b.shape
     if M == 0 or N == 0:
         return
+    if G == 0:  # no group (TMA encodes no descriptor of an empty weight): nothing to store
+        return
+    # TMA loads, the forward's descriptors: A (M, K) over every group's rows, B one expert's box of its 3-D view; an
+    # operand TMA cannot read in place (a base or row pitch off 16 bytes, e.g. G's rows at an odd N) is copied aligned
+    a = _g.readable(a, -1, tma=True)
+    b = _g.readable(b, -2, tma=True)
+    a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [BACKWARD_TILES["forward_pre"]["BLOCK_M"], BACKWARD_TILES["forward_pre"]["BLOCK_K"]])
+    b_desc = _descriptor(b, [G, N, K], [b.stride(0), b.stride(2), 1], [1, BACKWARD_TILES["forward_pre"]["BLOCK_N"], BACKWARD_TILES["forward_pre"]["BLOCK_K"]])
     tiles = (-(-M // BACKWARD_TILES["forward_pre"]["BLOCK_M"]) + G + 1) * -(-N // BACKWARD_TILES["forward_pre"]["BLOCK_N"])
     programs = min(tiles, _tr.sm_count(-1 if a.device.type == "cpu" else a.get_device()))
     grid = programs
@@ -744,7 +736,7 @@ def _forward_pre(a, b, offs, out, bias):
     index_64 = _gg.needs_int64(a, b, out)
     _tr.launch("moe_up_gelu_train_bf16 (forward_pre)", _moe_up_gelu_train_bf16_forward_pre_kernel, _tr.config_for("moe_up_gelu_train_bf16", BACKWARD_CONFIGS["forward_pre"], device),
                BACKWARD_TILES["forward_pre"], grid,
-               (a, b, out, offs, bias, M, N, K, G, sa[-2], sb[0], sb[-1], so[-2], tiles, programs, ), _BF16, INDEX_64=index_64)
+               (a_desc, b_desc, out, offs, bias, M, N, K, G, so[-2], tiles, programs, ), _BF16, INDEX_64=index_64)
 
 
 def _dgrad(a, b, offs, out):
@@ -753,6 +745,15 @@ def _dgrad(a, b, offs, out):
     G, _, N = b.shape
     if M == 0 or N == 0:
         return
+    if G == 0:  # no group (TMA encodes no descriptor of an empty weight): every row is past the groups, zeroed
+        out.zero_()
+        return
+    # TMA loads, the forward's descriptors: A (M, K) over every group's rows, B one expert's box of its 3-D view; an
+    # operand TMA cannot read in place (a base or row pitch off 16 bytes, e.g. G's rows at an odd N) is copied aligned
+    a = _g.readable(a, -1, tma=True)
+    b = _g.readable(b, -1, tma=True)
+    a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [BACKWARD_TILES["dgrad"]["BLOCK_M"], BACKWARD_TILES["dgrad"]["BLOCK_K"]])
+    b_desc = _descriptor(b, [G, K, N], [b.stride(0), b.stride(1), 1], [1, BACKWARD_TILES["dgrad"]["BLOCK_K"], BACKWARD_TILES["dgrad"]["BLOCK_N"]])
     tiles = (-(-M // BACKWARD_TILES["dgrad"]["BLOCK_M"]) + G + 1) * -(-N // BACKWARD_TILES["dgrad"]["BLOCK_N"])
     programs = min(tiles, _tr.sm_count(-1 if a.device.type == "cpu" else a.get_device()))
     grid = programs
@@ -761,7 +762,7 @@ def _dgrad(a, b, offs, out):
     index_64 = _gg.needs_int64(a, b, out)
     _tr.launch("moe_up_gelu_train_bf16 (dgrad)", _moe_up_gelu_train_bf16_dgrad_kernel, _tr.config_for("moe_up_gelu_train_bf16", BACKWARD_CONFIGS["dgrad"], device),
                BACKWARD_TILES["dgrad"], grid,
-               (a, b, out, offs, M, N, K, G, sa[-2], sb[0], sb[-2], so[-2], tiles, programs, ), _BF16, INDEX_64=index_64)
+               (a_desc, b_desc, out, offs, M, N, K, G, so[-2], tiles, programs, ), _BF16, INDEX_64=index_64)
 
 
 def _wgrad(a, b, offs, out):

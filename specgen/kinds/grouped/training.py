@@ -103,11 +103,15 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
 
 def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType, epilogue: list,
              tail: str, ragged: str) -> object:
-    """A grouped GEMM with the given operands, chain and grouping, loading through masked pointers, with the config
-    `cfg` gives over the forward's (tile, warps, stages)."""
+    """A grouped GEMM with the given operands, chain and grouping, with the config `cfg` gives over the forward's
+    (tile, warps, stages). On Triton the ragged-M companions (pre, dgrad) load through TMA where the forward does
+    (session 29: through masked pointers they ran 1.2-1.5x cuBLAS's GEMM time at Mixtral's shapes on an H200), but
+    not behind an fp8 forward, whose dgrad converts the fp8 B tile in registers on the pointer path; ragged K
+    (wgrad) keeps its own loads (GRP103)."""
     cfg = cfg or BackwardGemm()
+    tma = s.triton.tma and ragged == "m" and not s.a.dtype.is_fp8  # type: ignore[attr-defined]
     triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
-        "tma": False, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
+        "tma": tma, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
     groups = s.groups.model_copy(update={"tail": tail, "ragged": ragged})  # type: ignore[attr-defined]
     return s.model_copy(update={  # type: ignore[attr-defined]

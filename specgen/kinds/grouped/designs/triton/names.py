@@ -28,7 +28,7 @@ RESERVED: frozenset[str] = frozenset({
     # a `training` backward's: the ragged-K wgrad kernel's and the streaming kernels' parameters and locals
     "d", "gg", "pid", "programs", "stride_ak", "stride_am", "stride_bk", "stride_bn", "stride_og", "src_stride",
     # the split last wave's: the group index's vector view, the split, the wave's work items, the offs scan
-    "offs_g", "raw", "starts", "group_tiles", "programs", "splits", "split_from", "item", "past", "here", "g_block",
+    "offs_g", "raw", "starts", "group_tiles", "splits", "split_from", "item", "past", "here", "g_block",
     "a_max", "a_before", "b_max", "b_before",
 })
 
