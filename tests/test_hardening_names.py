@@ -38,6 +38,7 @@ from specgen.kinds.grouped.testing.specs import CUTE_FORMS as GROUPED_CUTE_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_RAGGED_K_FORMS as GROUPED_CUTE_RAGGED_K_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_TRAINING_FORMS as GROUPED_CUTE_TRAINING_FORMS
 from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
+from specgen.kinds.grouped.testing.specs import RAGGED_K_FORMS as GROUPED_RAGGED_K_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_FORMS as GROUPED_TPU_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_GATED_FORMS as GROUPED_TPU_GATED_FORMS
 from specgen.kinds.grouped.testing.tpu_specs import TPU_RAGGED_K_FORMS as GROUPED_TPU_RAGGED_K_FORMS
@@ -131,6 +132,7 @@ def variants():
                                 {"when": {"m_max": 64, "n_max": 1024}, "tile": {"m": 64, "n": 64, "k": 64}}])
     # the grouped kind's Triton modules: every template branch (index formats, tails, B majors, epilogue ops)
     yield from GROUPED_FORMS.values()
+    yield from GROUPED_RAGGED_K_FORMS.values()  # (the weight gradient's: TMA boxes and masked pointers)
     yield from GROUPED_TPU_FORMS.values()  # and its Pallas TPU modules
     yield from GROUPED_TPU_GATED_FORMS.values()  # (their gated epilogue)
     yield from GROUPED_TPU_RAGGED_K_FORMS.values()  # (the weight gradient's: groups along K)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from specgen.runtime.guards import ALIGN, _fail, _same_device, _tensor, output
+from specgen.runtime.guards import ALIGN, _fail, _same_device, _tensor, aligned_copy, output
 
 INT32_SPAN = 2**31  # what a 32-bit offset addresses; past it the kernel indexes in 64 bits
 
@@ -83,3 +83,17 @@ def needs_int64(*tensors: torch.Tensor) -> bool:
     and out, groups x group stride for B and a per-group bias), so that it must index in 64 bits. 32-bit
     indexing is cheaper, and kept where every offset fits."""
     return any(last_offset(t) >= INT32_SPAN for t in tensors)
+
+
+def k_descriptors(a: torch.Tensor, b: torch.Tensor, a_inner: int, b_inner: int, block_m: int, block_n: int,
+                  block_k: int, descriptor) -> tuple[object, object]:
+    """The ragged-K kernel's TMA descriptors over A (M, K) and B (K, N) as stored (checked or staged by the guards:
+    a 16-byte base and 16-byte strides but the unit one), each with its contiguous dim inner (`a_inner`, `b_inner`:
+    0 or 1), so an M-major A is described as (K, M) and a K-major B as (N, K). With K = 0 (every group empty:
+    nothing is loaded) a zero (M, 1) / (1, N) stand-in takes each operand's place: TMA encodes no empty tensor."""
+    if a.shape[1] == 0:
+        a = aligned_copy(a.new_zeros((a.shape[0], 1)), a_inner)
+        b = aligned_copy(b.new_zeros((1, b.shape[1])), b_inner)
+    boxes = ((a, a_inner, (block_m, block_k)), (b, b_inner, (block_k, block_n)))
+    return tuple(descriptor(t, [t.shape[1 - inner], t.shape[inner]], [t.stride(1 - inner), 1],
+                            [box[1 - inner], box[inner]]) for t, inner, box in boxes)  # type: ignore[return-value]

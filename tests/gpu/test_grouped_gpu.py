@@ -218,3 +218,33 @@ def test_fp8_e5m2_forms_against_float64(a_dtype: str, b_dtype: str, tmp_path) ->
         out = torch.full((a.shape[0], N), float("nan"), device="cuda", dtype=torch.bfloat16)
         assert fn(a, b, offs, scale_a, scale_b, out=out) is out
         assert_rows_match(out, _fp8_reference(a, b, offs, scale_a, scale_b), f"{name} {case}")
+
+
+@pytest.mark.parametrize(("a_major", "b_major"), [("k", "k"), ("mn", "k"), ("k", "mn")])
+def test_ragged_k_tma_boxes_of_a_k_major_operand(load_kernel, a_major: str, b_major: str) -> None:
+    """The ragged-K kernel's TMA loads where A or B is K-major: a box's first K element must sit on 16 bytes (an
+    illegal instruction otherwise), so a group's boxes start at the 8-row boundary at or before its first row, the
+    first one masked like the last. Groups start at rows 5, 14, 36, 169 and 170 (none on 8), one spans two whole
+    tiles; the (M, 241) K-major operand's rows are 482 bytes, so the guards stage it aligned; rows past the last
+    group never reach a sum."""
+    from specgen.kinds.grouped.testing.specs import spec
+
+    s = spec(f"gk_gpu_tma_{a_major}_{b_major}", a={"dtype": "bf16", "major": a_major},
+             b={"dtype": "bf16", "major": b_major}, out={"dtype": "f32"}, tile={"m": 64, "n": 64, "k": 64},
+             groups={"index": "offs", "ragged": "k"}, triton={"num_warps": 4})
+    fn = getattr(load_kernel(s), s["name"])
+    sizes, m, n = [5, 0, 9, 22, 133, 1, 64], 72, 40
+    rows = sum(sizes) + 7
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    x = torch.randn(rows, m, device="cuda", dtype=torch.bfloat16, generator=gen) / 8
+    dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    a = x.t().contiguous() if a_major == "k" else x.t()  # (M, K)
+    b = dy.t().contiguous().t() if b_major == "k" else dy  # (K, N)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    out = torch.full((len(sizes), m, n), float("nan"), device="cuda", dtype=torch.float32)
+    fn(a, b, offs, out=out)
+    torch.cuda.synchronize()
+    ends = [0, *offs.tolist()]
+    want = torch.stack([x[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in zip(ends, ends[1:], strict=False)])
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=1e-2)

@@ -30,7 +30,8 @@ class TestTritonRaggedKNumerics(RaggedKNumericsTests):
     def cases(cls) -> list[tuple[str, str]]:
         from specgen.kinds.grouped.testing.data import CASES
 
-        every = ("gk_offs_mn_mn", "gk_sizes_k_k")  # the others (a variant, the shipped ones) on a few cases
+        # both loads (TMA, masked pointers) on every case; the others (a variant, the shipped ones) on a few
+        every = ("gk_tma_offs_mn_mn", "gk_sizes_k_k", "gk_offs_mn_mn")
         return [(s, c) for s in cls.SPECS for c in CASES if s in every or c in SOME_CASES]
 
 
@@ -103,11 +104,13 @@ def _findings(**changes) -> dict[str, list]:
 
 
 def test_check_on_ragged_k():
-    """GRP001 (A M-major) is ragged M's; GRP103 refuses swap_ab and notes that TMA does not apply; the TPU's grouped
-    kernel renders ragged K since session 26 (GRP203, which refused it, is retired): no error there."""
+    """GRP001 (A M-major) is ragged M's; GRP103 refuses swap_ab and notes masked pointer loads (tma = false; with
+    TMA, the default, no note); the TPU's grouped kernel renders ragged K since session 26 (GRP203, which refused
+    it, is retired): no error there."""
     assert "GRP001" not in _findings()
-    found = _findings(triton={"num_warps": 4, "tma": True, "swap_ab": True}, tile={"m": 16, "n": 64, "k": 16})
+    found = _findings(triton={"num_warps": 4, "tma": False, "swap_ab": True}, tile={"m": 16, "n": 64, "k": 16})
     assert {d.severity for d in found["GRP103"]} == {"error", "note"}
+    assert "GRP103" not in _findings(triton={"num_warps": 4})
     tpu = _findings(a={"dtype": "bf16", "major": "mn"}, b={"dtype": "bf16", "major": "mn"}, out={"dtype": "bf16"},
                     tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"])
     assert "GRP203" not in tpu and not [d for ds in tpu.values() for d in ds if d.severity == "error"]
@@ -136,3 +139,23 @@ def test_the_bench_peer_computes_what_a_ragged_k_spec_means_on_the_cpu():
     target = model.targets[0]
     assert problem.slot_for(model, target, problem.Shape(8, 100, 4096, 64)) == 0  # M = 64 (K), K = 800 rows
     assert problem.slot_for(model, target, problem.Shape(8, 200, 4096, 64)) is None  # 1600 rows
+
+
+def test_tma_loads_take_no_k_rows_and_strides_off_16_bytes(load_kernel):
+    """The TMA form's host side: with K = 0 (every group empty, nothing loaded) stand-in descriptors take the
+    operands' place (TMA encodes no empty tensor) and every out[g] is zeros; an A whose rows are 26 bytes (13 f16
+    columns of x) is staged by the guards (the interpreter's descriptor refuses a stride off 16 bytes) and its groups
+    (5 rows: shorter than a 16-row tile, 0, 35: two tiles and 3 rows) match the float64 loop."""
+    s = RAGGED_K_FORMS["gk_tma_offs_mn_mn"]
+    fn = getattr(load_kernel(s), s["name"])
+    out = torch.full((3, 13, 8), float("nan"), dtype=torch.float16)
+    got = fn(torch.empty(0, 13).half().t(), torch.empty(0, 8).half(), torch.zeros(3, dtype=torch.int32), out=out)
+    assert got is out and not out.isnan().any() and not out.any()
+    gen = torch.Generator().manual_seed(3)
+    x, dy = torch.randn(43, 13, generator=gen).half(), torch.randn(43, 8, generator=gen).half()
+    offs = torch.tensor([5, 5, 40], dtype=torch.int32)
+    out.fill_(float("nan"))
+    fn(x.t(), dy, offs, out=out)
+    ends = [0, *offs.tolist()]
+    want = torch.stack([x[a:b].double().t() @ dy[a:b].double() for a, b in zip(ends, ends[1:], strict=False)])
+    torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)

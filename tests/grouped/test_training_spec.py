@@ -114,8 +114,8 @@ def test_companions_are_grouped_gemms(save: str, b_major: str) -> None:
     # wgrad: ragged K, both operands with their own rows contiguous (A^T or G^T, A or G), no epilogue
     w = comp["wgrad"]
     assert (w.groups.ragged, w.a.major, w.b.major, w.tile.m, w.epilogue) == ("k", "mn", "mn", 128, [])
-    # TMA loads where the forward has them, on ragged M (pre, dgrad); ragged K keeps its own (GRP103)
-    assert [comp[label].triton.tma for label in (pre, "dgrad", "wgrad")] == [True, True, False]
+    # TMA loads where the forward has them: on ragged M (pre, dgrad) and on ragged K (wgrad: whole K tiles, GRP103)
+    assert [comp[label].triton.tma for label in (pre, "dgrad", "wgrad")] == [True, True, True]
     assert all(c.training is None for c in comp.values())
     untma = GroupedSpec.model_validate(spec(training={"save": save}, triton={"tma": False}))
     assert not any(c.triton.tma for _, c, _ in untma.companions())

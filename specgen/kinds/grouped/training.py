@@ -107,9 +107,11 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
     (tile, warps, stages). On Triton the ragged-M companions (pre, dgrad) load through TMA where the forward does
     (session 29: through masked pointers they ran 1.2-1.5x cuBLAS's GEMM time at Mixtral's shapes on an H200), but
     not behind an fp8 forward, whose dgrad converts the fp8 B tile in registers on the pointer path; ragged K
-    (wgrad) keeps its own loads (GRP103)."""
+    (wgrad) loads each group's whole K tiles by TMA where the forward does, an fp8 forward's too (its TMA loop
+    converts the fp8 tile in registers; descriptors 2-D, over the operands as stored: backward.jinja `_wgrad`).
+    """
     cfg = cfg or BackwardGemm()
-    tma = s.triton.tma and ragged == "m" and not s.a.dtype.is_fp8  # type: ignore[attr-defined]
+    tma = s.triton.tma and (ragged == "k" or not s.a.dtype.is_fp8)  # type: ignore[attr-defined]
     triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
         "tma": tma, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]

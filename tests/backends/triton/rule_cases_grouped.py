@@ -16,12 +16,14 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("GRP001", "triton:sm100", {**G, "a": {"dtype": "f32", "major": "mn"}, "b": {"dtype": "f32"}},
      ("error", ["a multiple of 4 f32 rows"], ("a", "major"))),
     ("GRP001", "triton:sm90", {**G, "a": {"dtype": "bf16", "major": "mn"}, "groups": {"ragged": "k"}}, None),  # groups along K
-    # GRP103: the ragged-K kernel loads through masked pointers (tma a note) and computes its tiles unswapped
-    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": False}}, None),
+    # GRP103: the ragged-K kernel loads by TMA (masked pointers, with tma = false, a note) and computes its tiles
+    # unswapped
+    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": True}}, None),
     ("GRP103", "triton:sm90", {**G, "triton": {"swap_ab": True}}, None),  # ragged M: swapped decode tiles render
-    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": True}},
-     ("note", ["triton.tma does not apply to groups.ragged = 'k'"], ("triton", "tma"))),
-    ("GRP103", "triton:sm100", {**G, "groups": {"ragged": "k"}, "triton": {"tma": False, "swap_ab": True}},
+    ("GRP103", "triton:sm90", {**G, "triton": {"tma": False}}, None),  # ragged M: masked pointers, no note
+    ("GRP103", "triton:sm90", {**G, "groups": {"ragged": "k"}, "triton": {"tma": False}},
+     ("note", ["triton.tma = false with groups.ragged = 'k'", "masked pointers at every K step"], ("triton", "tma"))),
+    ("GRP103", "triton:sm100", {**G, "groups": {"ragged": "k"}, "triton": {"tma": True, "swap_ab": True}},
      ("error", ["triton.swap_ab with groups.ragged = 'k'"], ("triton", "swap_ab"))),
     # GRP002: always persistent (a warning where the spec says otherwise); no split-K
     ("GRP002", "triton:sm90", {**G, "schedule": {"persistent": True, "raster": "along_n"}}, None),

@@ -101,15 +101,20 @@ FP8_GUARD_SPEC = FP8_FORMS["g_fp8_rowcol"]
 # Ragged K (the weight gradient, groups.ragged = "k"): A (M, K) either major (M-major: an input x passed as x.T),
 # B (K, N) either major, out (G, M, N); each index format; a per-group bias with the chain after it; an f32 output.
 RAGGED_K_FORMS: dict[str, dict] = {s["name"]: s for s in (
-    spec("gk_offs_mn_mn", a={"dtype": "f16", "major": "mn"}, b={"dtype": "f16", "major": "mn"},
-         groups={"index": "offs", "ragged": "k"}, triton={"num_warps": 4, "tma": False}),
+    # TMA loads (the default): each group's whole K tiles by box, its last partial tile one box masked in registers
+    spec("gk_tma_offs_mn_mn", a={"dtype": "f16", "major": "mn"}, b={"dtype": "f16", "major": "mn"},
+         groups={"index": "offs", "ragged": "k"}),
     spec("gk_sizes_k_k", groups={"index": "sizes", "ragged": "k"}, out={"dtype": "f32"}, tile={"m": 16, "n": 32, "k": 16},
-         triton={"num_warps": 4, "tma": False},
          epilogue=[{"op": "bias", "dtype": "f16"}, {"op": "activation", "fn": "gelu_tanh"},
                    {"op": "scale", "by": "scalar", "name": "alpha"}, {"op": "clamp", "min": -3.0, "max": 3.0}]),
     spec("gk_f32_variant", a={"dtype": "f32", "major": "mn"}, b={"dtype": "f32", "major": "k"}, out={"dtype": "f32"},
-         tile={"m": 16, "n": 16, "k": 8}, groups={"ragged": "k"}, triton={"num_warps": 4, "tma": False},
+         tile={"m": 16, "n": 16, "k": 8}, groups={"ragged": "k"},
          variants=[{"when": {"k_max": 40}, "tile": {"m": 32, "n": 16, "k": 16}}]),
+    # masked pointer loads (triton.tma = false)
+    spec("gk_offs_mn_mn", a={"dtype": "f16", "major": "mn"}, b={"dtype": "f16", "major": "mn"},
+         groups={"index": "offs", "ragged": "k"}, triton={"num_warps": 4, "tma": False}),
+    spec("gk_ptr_sizes_k_k", groups={"index": "sizes", "ragged": "k"}, out={"dtype": "f32"}, tile={"m": 16, "n": 32, "k": 16},
+         triton={"num_warps": 4, "tma": False}, epilogue=[{"op": "bias", "dtype": "f16"}]),
 )}
 
 

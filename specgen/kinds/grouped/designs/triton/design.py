@@ -130,9 +130,9 @@ class TritonGrouped(GroupedDesign):
 
 
 def uses_tma(spec: GroupedSpec) -> bool:
-    """Whether A and B load through TMA descriptors: `triton.tma`, in the ragged-M kernel (the ragged-K kernel's
-    groups end anywhere along K: masked pointer loads, GRP103)."""
-    return spec.triton.tma and spec.groups.ragged == "m"
+    """Whether A and B load through TMA descriptors: `triton.tma`, in both kernels (the ragged-K kernel's over
+    each group's whole K tiles, its last partial tile one box masked in registers: kernels.jinja ragged_k)."""
+    return spec.triton.tma
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +172,9 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     # the dense split-K): the kernel takes the launcher's workspace and G_BLOCK / TAIL_SPLIT. The training
     # companions (dgrad, pre) stay unsplit: their launches come from the backward's host part, which has no workspace
     tail_split: bool = False
+    # the ragged-K kernel's TMA boxes start on a multiple of this many K rows: 16 bytes of a K-major operand (a box
+    # whose inner coordinate is off 16 bytes is an illegal instruction), 1 where both are M- / N-major
+    k_align: int = 1
 
 
 
@@ -250,6 +253,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         spec_json=loaded.spec.model_dump(mode="json"),
         params=_params_ragged_k(spec) if ragged_k else _params(spec, swap, tail_split),
         tail_split=tail_split,
+        k_align=max([16 // o.dtype.bytes for o in (spec.a, spec.b) if o.major == "k" and ragged_k and uses_tma(spec)] or [1]),
         steps=_steps(spec),
         gated=gated is not None,
         gated_layout=gated.layout if gated is not None else "",
@@ -258,9 +262,13 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
 
 def _boxes(spec: GroupedSpec) -> dict[str, list[int]]:
     """A's and B's TMA boxes (none without `triton.tma`): B's descriptor is 3-D, (G, N, K) for a K-major weight,
-    (G, K, N) for an N-major one, a box holding one expert's tile."""
+    (G, K, N) for an N-major one, a box holding one expert's tile. The ragged-K kernel's are 2-D, over A (M, K) and
+    B (K, N) as stored, the contiguous dim inner (gemm's `tma_boxes`: an M-major A's boxes are (K, M))."""
     if not uses_tma(spec):
         return {}
+    if spec.groups.ragged == "k":
+        a, b = tma_boxes(spec)[:2]
+        return {"a": [a.outer, a.inner], "b": [b.outer, b.inner]}
     t, bn = spec.tile, b_box_columns(spec)  # an interleaved gated tile's 2 tile.n columns in one box
     return {"a": [t.m, t.k], "b": [1, bn, t.k] if spec.b.major == "k" else [1, t.k, bn]}
 
@@ -314,16 +322,18 @@ def _operand_params(spec: GroupedSpec) -> list[KernelParam]:
 
 
 def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
-    """The ragged-K kernel's parameters: masked pointer loads of A (M, K) and B (K, N) in either major (each stride
-    its own: the unit one specializes to 1), out (G, M, N). M and N are the model's (specialized as the JIT does);
-    K, every group's rows, and G never are, so new group sizes and counts reuse the compiled kernel."""
+    """The ragged-K kernel's parameters: A (M, K) and B (K, N) in either major, as TMA descriptors (`triton.tma`)
+    or pointers with their strides (each its own: the unit one specializes to 1), out (G, M, N). M and N are the
+    model's (specialized as the JIT does); K, every group's rows, and G never are, so new group sizes and counts
+    reuse the compiled kernel."""
     ps = _operand_params(spec)
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("M", "N") else "none", "name", d) for d in ("M", "N", "K", "G")]
-    ps += [KernelParam("stride_am", "i32", "stride", "aligned", "stride", "sa", -2),
-           KernelParam("stride_ak", "i32", "stride", "aligned", "stride", "sa", -1),
-           KernelParam("stride_bk", "i32", "stride", "aligned", "stride", "sb", -2),
-           KernelParam("stride_bn", "i32", "stride", "aligned", "stride", "sb", -1),
-           KernelParam("stride_og", "i32", "stride", "wide", "stride", "so", 0),
+    if not uses_tma(spec):  # descriptors carry A's and B's strides
+        ps += [KernelParam("stride_am", "i32", "stride", "aligned", "stride", "sa", -2),
+               KernelParam("stride_ak", "i32", "stride", "aligned", "stride", "sa", -1),
+               KernelParam("stride_bk", "i32", "stride", "aligned", "stride", "sb", -2),
+               KernelParam("stride_bn", "i32", "stride", "aligned", "stride", "sb", -1)]
+    ps += [KernelParam("stride_og", "i32", "stride", "wide", "stride", "so", 0),
            KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2)]
     ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c) for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64")]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))

@@ -1,6 +1,6 @@
 """The grouped Triton design's own rules: Triton's block limits (the dense Triton design's POW001, the same rule),
-tl.dot's minimum shapes (GRP101), an 8-bit B K-major on sm90 (GRP102), the ragged-K kernel's options (GRP103),
-and its register estimate (REG001's verdict: the dense Triton design's, over
+tl.dot's minimum shapes (GRP101), an 8-bit B K-major on sm90 (GRP102), the ragged-K kernel's options (GRP103:
+swap_ab refused, masked pointer loads noted), and its register estimate (REG001's verdict: the dense Triton design's, over
 the same tile and warps)."""
 
 from __future__ import annotations
@@ -57,20 +57,23 @@ def grouped_fp8_b_major(ctx: RuleContext) -> Iterator[Finding]:
 
 @OWN.rule("GRP103", "the ragged-K kernel's options", SERVED)
 def ragged_k_options(ctx: RuleContext) -> Iterator[Finding]:
-    """The ragged-K kernel (groups along K: the weight gradient) loads A and B through masked pointers: a group's
-    K rows end anywhere, and a TMA box would read the next group's (its zero fill is at the tensor's bounds only),
-    so `triton.tma` does not apply (a note). It computes each (group, M tile, N tile) as one tile of M rows by N
-    columns: `triton.swap_ab`, decode's transposed tile for a few rows, is not rendered for it (error)."""
+    """The ragged-K kernel (groups along K: the weight gradient) loads each group's whole K tiles by TMA with
+    `triton.tma` (the default; a box may start at any K row), and its last partial tile as one more box whose rows
+    past the group's end are zeroed in registers (TMA zero-fills only past the tensor, so the box reads the next
+    group's rows). With `triton.tma = false` every K step is a masked pointer load (a note: slower, and its address
+    tensors cost registers). It computes each (group, M tile, N tile) as one tile of M rows by N columns:
+    `triton.swap_ab`, decode's transposed tile for a few rows, is not rendered for it (error)."""
     s = ctx.spec
     if s.groups.ragged != "k":
         return
     if s.triton.swap_ab:
         yield Finding("GRP103", "error", "triton.swap_ab with groups.ragged = 'k': the ragged-K kernel computes its "
                       "tiles unswapped", "set triton.swap_ab = false", ("triton", "swap_ab"))
-    if s.triton.tma:
-        yield Finding("GRP103", "note", "triton.tma does not apply to groups.ragged = 'k': A and B load through masked "
-                      "pointers (a group's K rows end anywhere; a TMA box would read the next group's)",
-                      "set triton.tma = false to say so", ("triton", "tma"))
+    if not s.triton.tma:
+        yield Finding("GRP103", "note", "triton.tma = false with groups.ragged = 'k': A and B load through masked "
+                      "pointers at every K step (with TMA, the default, each group's whole K tiles load by box and "
+                      "only its last partial tile is masked, in registers)", "drop triton.tma = false to load by TMA",
+                      ("triton", "tma"))
 
 
 RULES = [*(r for r in dense.RULES if r.id == "POW001"), *OWN]

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from specgen.kinds.gemm.designs.triton.design import TL_DTYPES
+from specgen.kinds.gemm.designs.triton.design import TL_DTYPES, TRITON_SIG
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
@@ -92,7 +92,11 @@ def plan_training(loaded: LoadedSpec, targets: list[Target], resolved: dict[str,
     if fp8:  # dgrad: G_b (rows, N) @ B[g]^T, B fp8; wgrad: A^T @ G_a (B N-major) or G_a^T @ A (B K-major), A fp8
         plans["dgrad"] = replace(plans["dgrad"], convert_b=True)
         b_major = spec.b.major  # type: ignore[attr-defined]
-        plans["wgrad"] = replace(plans["wgrad"], convert_a=b_major == "mn", convert_b=b_major == "k")
+        w = plans["wgrad"]
+        fp8_side = "a" if b_major == "mn" else "b"  # the operand that is fp8 in memory: a TMA descriptor says so
+        sig = f"tensordesc<{TRITON_SIG[spec.a.dtype]}"  # type: ignore[attr-defined]
+        params = [replace(q, type=sig + q.type[q.type.index("["):]) if q.name == f"{fp8_side}_desc" else q for q in w.params]
+        plans["wgrad"] = replace(w, convert_a=b_major == "mn", convert_b=b_major == "k", params=params)
     return GroupedTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
