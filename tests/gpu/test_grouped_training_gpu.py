@@ -24,7 +24,7 @@ from specgen.kinds.grouped.testing.training import reference_grads, train_inputs
 pytestmark = pytest.mark.gpu
 
 NAME = "moe_up_gelu_train_bf16"
-N, K = 400, 328  # past whole tiles (128x128x64; wgrad's 128x128x32): column and K tails in every GEMM
+N, K = 400, 328  # past whole tiles (128x128x64; pre, dgrad and wgrad 128x256x64): column and K tails in every GEMM
 TAIL = 17  # rows past the last expert: out and dA zero there
 SIZES = {"even": [128] * 4, **RAGGED_SIZES, "decode": DECODE_SIZES, "m1": [0, 1]}
 

@@ -188,8 +188,9 @@ def test_a_grouped_spec_without_training_still_refuses_grad(load_kernel) -> None
 
 
 def test_the_shipped_kernel_with_f16_operands(load_kernel) -> None:
-    """moe_up_gelu_train_bf16 (specs/training.toml) as the interpreter runs it (bf16 -> f16), its own tiles (128,
-    wgrad's 128x128x32): empty experts first and in the middle, groups off the tile, rows past the last expert."""
+    """moe_up_gelu_train_bf16 (specs/training.toml) as the interpreter runs it (bf16 -> f16), its own tiles (the
+    forward's 128x128x64, the backward GEMMs' 128x256x64, wgrad's TMA-loaded): empty experts first and in the middle,
+    groups off the tile, rows past the last expert."""
     from kernels import catalogue, interpreter_variant
 
     spec = interpreter_variant(catalogue("grouped")["moe_up_gelu_train_bf16"])
