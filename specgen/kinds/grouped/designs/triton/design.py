@@ -75,6 +75,11 @@ class TritonGrouped(GroupedDesign):
     # and an fp8 forward's (rowwise scales): every chain the grouped kind's `training` takes (it refuses the rest at
     # load), so TRN001 has nothing to refuse here
     renders_chain_training = True
+    # Its companions run backward.jinja's kernels, each rendered from the companion's own plan (unsplit: no tail split,
+    # TMA or pointer loads as training.py derives them): check settles their near verdicts by compiling those (the
+    # training module's role rows), not a forward at the companion's config, which would split its last wave (the
+    # reduction's registers: a 128x256 dgrad's forward spilled 4 B at 255 registers where the dgrad kernel uses 193)
+    backward_kernels = True
     variant_shared_config = (("triton", "tma"),)
     dot_accumulators = TritonGemm.dot_accumulators
     # `specgen tune`'s knobs: the dense Triton kernel's (block shape, warps, pipeline depth), which the grouped
