@@ -164,7 +164,8 @@ def _moe_gate_up_swiglu_bf16_kernel(
                          mask=mask_m[:, None] & mask_n[None, :])
     # The split wave: work item i < R * splits is part i % splits of tile total - R + i // splits, one per program
     # (R * splits <= P). Its group comes from the vectorized view, not the cursor (which may have walked past
-    # it to the rows after the groups).
+    # it to the rows after the groups): loaded again here rather than kept from the kernel's start, so none of it
+    # stays live across the tile loop (the 128x256 tiles run at 252-255 registers).
     item = tl.program_id(0)
     if (splits > 1) & (item < R * splits):
         slot = item // splits  # the tile's arrival counter and partials
@@ -336,8 +337,9 @@ def _run(a, b, offs, out):
     if index_64:
         constexprs = {**constexprs, "INDEX_64": True}
     # Host-side TMA descriptors: A (M, K) over every group's rows; B one expert's box of a 3-D view, (G, N, K).
-    a_desc = _descriptor(a, [M, K], [sa[-2], 1], [block_m, block_k])
-    b_desc = _descriptor(b, [G, 2 * N, K], [sb[0], sb[-1], 1], [1, 2 * block_n, block_k])
+    a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [block_m, block_k])
+    b_desc = _descriptor(b, [G, 2 * N, K], [b.stride(0), b.stride(2), 1], [1, 2 * block_n, block_k])
+
     # A static bound on the tiles, from shapes alone (the group sizes stay on the device): each group, and the
     # rows past the last one, add at most one partial row tile to cdiv(M, block_m). The launcher caps the grid
     # at the SM count: the kernel is persistent.

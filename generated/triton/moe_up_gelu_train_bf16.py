@@ -187,7 +187,8 @@ def _moe_up_gelu_train_bf16_kernel(
                      mask=mask_m[:, None] & mask_n[None, :])
     # The split wave: work item i < R * splits is part i % splits of tile total - R + i // splits, one per program
     # (R * splits <= P). Its group comes from the vectorized view, not the cursor (which may have walked past
-    # it to the rows after the groups).
+    # it to the rows after the groups): loaded again here rather than kept from the kernel's start, so none of it
+    # stays live across the tile loop (the 128x256 tiles run at 252-255 registers).
     item = tl.program_id(0)
     if (splits > 1) & (item < R * splits):
         slot = item // splits  # the tile's arrival counter and partials
@@ -613,8 +614,9 @@ def _run(a, b, offs, bias, out):
     block_m, block_n, block_k = BLOCK_M, BLOCK_N, BLOCK_K
     constexprs = _CONSTEXPRS_64 if index_64 else _CONSTEXPRS
     # Host-side TMA descriptors: A (M, K) over every group's rows; B one expert's box of a 3-D view, (G, N, K).
-    a_desc = _descriptor(a, [M, K], [sa[-2], 1], [block_m, block_k])
-    b_desc = _descriptor(b, [G, N, K], [sb[0], sb[-1], 1], [1, block_n, block_k])
+    a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [block_m, block_k])
+    b_desc = _descriptor(b, [G, N, K], [b.stride(0), b.stride(2), 1], [1, block_n, block_k])
+
     # A static bound on the tiles, from shapes alone (the group sizes stay on the device): each group, and the
     # rows past the last one, add at most one partial row tile to cdiv(M, block_m). The launcher caps the grid
     # at the SM count: the kernel is persistent.
@@ -731,10 +733,10 @@ def _forward_pre(a, b, offs, out, bias):
         return
     # TMA loads, the forward's descriptors: A (M, K) over every group's rows, B one expert's box of its 3-D view; an
     # operand TMA cannot read in place (a base or row pitch off 16 bytes, e.g. G's rows at an odd N) is copied aligned
-    a = _g.readable(a, -1, tma=True)
-    b = _g.readable(b, -2, tma=True)
+    a, b = _g.readable(a, 1, True), _g.readable(b, 1, True)
     a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [BACKWARD_TILES["forward_pre"]["BLOCK_M"], BACKWARD_TILES["forward_pre"]["BLOCK_K"]])
     b_desc = _descriptor(b, [G, N, K], [b.stride(0), b.stride(2), 1], [1, BACKWARD_TILES["forward_pre"]["BLOCK_N"], BACKWARD_TILES["forward_pre"]["BLOCK_K"]])
+
     tiles = (-(-M // BACKWARD_TILES["forward_pre"]["BLOCK_M"]) + G + 1) * -(-N // BACKWARD_TILES["forward_pre"]["BLOCK_N"])
     programs = min(tiles, _tr.sm_count(-1 if a.device.type == "cpu" else a.get_device()))
     grid = programs
@@ -757,10 +759,10 @@ def _dgrad(a, b, offs, out):
         return
     # TMA loads, the forward's descriptors: A (M, K) over every group's rows, B one expert's box of its 3-D view; an
     # operand TMA cannot read in place (a base or row pitch off 16 bytes, e.g. G's rows at an odd N) is copied aligned
-    a = _g.readable(a, -1, tma=True)
-    b = _g.readable(b, -1, tma=True)
+    a, b = _g.readable(a, 1, True), _g.readable(b, 2, True)
     a_desc = _descriptor(a, [M, K], [a.stride(0), 1], [BACKWARD_TILES["dgrad"]["BLOCK_M"], BACKWARD_TILES["dgrad"]["BLOCK_K"]])
     b_desc = _descriptor(b, [G, K, N], [b.stride(0), b.stride(1), 1], [1, BACKWARD_TILES["dgrad"]["BLOCK_K"], BACKWARD_TILES["dgrad"]["BLOCK_N"]])
+
     tiles = (-(-M // BACKWARD_TILES["dgrad"]["BLOCK_M"]) + G + 1) * -(-N // BACKWARD_TILES["dgrad"]["BLOCK_N"])
     programs = min(tiles, _tr.sm_count(-1 if a.device.type == "cpu" else a.get_device()))
     grid = programs
