@@ -58,7 +58,7 @@ def tiles_bound(rows: int, groups: int, block_m: int) -> int:
 
 
 def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
-                   partial_tail: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+                   partial_tail: bool = False, count: bool = False) -> tuple[jax.Array, ...]:
     """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound` (+ 1 with
     `partial_tail`), int32.
 
@@ -72,7 +72,9 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
     and fetches no new output block). With `partial_tail` (a kernel whose group visits store their own rows only,
     the Mosaic GPU one) the tail's visits start at the tile holding the last group's end, whose rows past it no
     group visit writes, and V has one visit more, so that they always fit: the real visits are at most used + G - 1
-    (used: the row tiles holding some group's rows), leaving T - used + 1 for the tail's T - end // block_m tiles."""
+    (used: the row tiles holding some group's rows), leaving T - used + 1 for the tail's T - end // block_m tiles.
+    With `count`, a fourth array (1,): the number of visits that serve a group (they come first), which the Mosaic GPU
+    kernel's split last wave reads."""
     groups = sizes.shape[0]
     tiles = -(-rows // block_m)
     visits = tiles_bound(rows, groups, block_m) + (1 if partial_tail else 0)
@@ -94,6 +96,8 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
     spare = jnp.minimum(first_spare + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
     tile = jnp.where(v < real, tile, spare).astype(jnp.int32)
     group = jnp.where(v < real, group, groups).astype(jnp.int32)
+    if count:
+        return offsets, group, tile, real.astype(jnp.int32).reshape(1)
     return offsets, group, tile
 
 

@@ -13,9 +13,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _metadata(index, offsets_out, groups_out, tiles_out, G, rows, visits,
+def _metadata(index, offsets_out, groups_out, tiles_out, count_out, G, rows, visits,
               BLOCK_M: tl.constexpr, FROM_OFFS: tl.constexpr, VISIT_TAIL: tl.constexpr, PARTIAL_TAIL: tl.constexpr,
-              BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
+              BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr, COUNT: tl.constexpr):
     # Every program derives the groups' row spans from the index (G values: cheaper than a second launch), then
     # answers its BLOCK_V visits: which group each serves (a compare-and-count over the groups, searchsorted's
     # right side) and which row tile. Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
@@ -36,6 +36,8 @@ def _metadata(index, offsets_out, groups_out, tiles_out, G, rows, visits,
     if tl.program_id(0) == 0:
         tl.store(offsets_out + g + 1, ends.to(tl.int32), mask=is_group)
         tl.store(offsets_out + g, tl.zeros([BLOCK_G], tl.int32), mask=g == 0)
+        if COUNT:  # the visits that serve a group (the split last wave's tile count)
+            tl.store(count_out, real.to(tl.int32))
 
     v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     counted = (span_ends[None, :] <= v[:, None]) & is_group[None, :]
@@ -57,18 +59,19 @@ def _metadata(index, offsets_out, groups_out, tiles_out, G, rows, visits,
 
 
 def group_metadata(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool, partial_tail: bool = False,
-                   from_offs: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   from_offs: bool = False, count: bool = False) -> tuple[torch.Tensor, ...]:
     """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), int32 on `index`'s device, as
     runtime/grouped_jax.py's `group_metadata` of the sizes (`from_offs`: of `index`'s differences, torch._grouped_mm's
-    cumulative ends). G >= 1."""
+    cumulative ends). G >= 1. With `count`, a fourth tensor (1,): the visits that serve a group, as the jax one's."""
     groups = index.shape[0]
     visits = -(-rows // block_m) + groups - 1 + (1 if partial_tail else 0)
     offsets = torch.empty(groups + 1, dtype=torch.int32, device=index.device)
     group = torch.empty(visits, dtype=torch.int32, device=index.device)
     tile = torch.empty(visits, dtype=torch.int32, device=index.device)
+    real = torch.empty(1, dtype=torch.int32, device=index.device)
     block_g = triton.next_power_of_2(groups)
     block_v = max(16, min(128, 8192 // block_g))  # the visit x group compare stays ~8K elements a program
     _metadata[(max(1, triton.cdiv(visits, block_v)),)](
-        index, offsets, group, tile, groups, rows, visits, BLOCK_M=block_m, FROM_OFFS=from_offs,
-        VISIT_TAIL=visit_tail, PARTIAL_TAIL=partial_tail, BLOCK_G=block_g, BLOCK_V=block_v)
-    return offsets, group, tile
+        index, offsets, group, tile, real, groups, rows, visits, BLOCK_M=block_m, FROM_OFFS=from_offs,
+        VISIT_TAIL=visit_tail, PARTIAL_TAIL=partial_tail, BLOCK_G=block_g, BLOCK_V=block_v, COUNT=count)
+    return (offsets, group, tile, real) if count else (offsets, group, tile)
