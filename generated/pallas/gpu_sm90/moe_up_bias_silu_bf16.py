@@ -112,6 +112,27 @@ def _tail_splits(cfg: Config, k: int, programs: int) -> tuple[int, ...]:
     return tuple(s for s in (2, TAIL_SPLIT) if s <= programs and k_steps % s == 0 and k_steps // s >= max(2, in_flight + 1))
 
 
+def _tail_plan(real_visits, n_tiles: int, programs: int, splits: tuple[int, ...]):
+    """On the device, from the real visits' count: (T, full, items, S): T real tiles, the first `full` of them
+    whole waves' (T - R, R = T mod programs, where a split S of `splits` fits R x S <= programs: the largest;
+    else T), the R x S split items after them (0 without a split), S the parts a split tile runs in (1: none)."""
+    tiles_real = real_visits * n_tiles
+    rem = tiles_real % programs
+    parts = jnp.int32(1)
+    for s in splits:  # ascending: the largest S that fits
+        parts = jnp.where((rem > 0) & (rem * s <= programs), s, parts)
+    return tiles_real, tiles_real - jnp.where(parts > 1, rem, 0), jnp.where(parts > 1, rem * parts, 0), parts
+
+
+def _tail_item(lin, tiles_real, full, items, parts):
+    """The loop's item `lin` (`_tail_plan`'s figures): (split, part, t): a whole tile t below `full` and past the
+    split items (t from T on: the visits past the groups), or part `part` of tile t = full + (lin - full) // S."""
+    in_split = (lin >= full) & (lin < full + items)
+    each = jnp.maximum(parts, 1)
+    after = jnp.where(lin < full, lin, lin - items + (tiles_real - full))
+    return in_split, lax.rem(jnp.maximum(lin - full, 0), each), jnp.where(in_split, full + lax.div(jnp.maximum(lin - full, 0), each), after)
+
+
 def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
@@ -162,22 +183,15 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
         # are its own wave's, on lower CTAs. Without a split (R = 0, none fits) the loop is the T tiles in order,
         # then the visits past the groups.
         real_visits = counts_gmem[0]
-        tiles_real = real_visits * n_tiles
-        rem = tiles_real % programs
-        parts = jnp.int32(1)
-        for s in splits:  # ascending: the largest S that fits
-            parts = jnp.where((rem > 0) & (rem * s <= programs), s, parts)
-        full = tiles_real - jnp.where(parts > 1, rem, 0)
-        items = jnp.where(parts > 1, rem * parts, 0)
+        tiles_real, full, items, parts = _tail_plan(real_visits, n_tiles, programs, splits)
         bound = visits * n_tiles + (programs if splits else 0)  # the items add (S - 1) x R < programs
+        sm = lax.axis_index("sm")
 
         @plgpu.nd_loop((bound,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
             # Item lin: a whole tile t (lin < full, or past the split items), or part `part` of tile t.
-            in_split = (lin >= full) & (lin < full + items)
-            part = (lin - full) % jnp.maximum(parts, 1)
-            t = jnp.where(in_split, full + (lin - full) // jnp.maximum(parts, 1), jnp.where(lin < full, lin, lin - items + (tiles_real - full)))
+            in_split, part, t = _tail_item(lin, tiles_real, full, items, parts)
             live = t < visits * n_tiles
             # the real tiles in bands (plgpu.planar_snake over real visits x N tiles), then the visits past the groups
             snake_vi, snake_ni = plgpu.planar_snake(t, (jnp.maximum(real_visits, 1), n_tiles), cfg.raster_dim, cfg.group_m)
@@ -253,8 +267,6 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
                     b_view.at[pl.ds(ni * cfg.tile_n, cfg.tile_n), :],
                     allocations=allocations,
                 )
-
-            sm = lax.axis_index("sm")
 
             def split_finish(s, part):
                 """A split tile's part `part` of `s`, once its K range is summed: parts below s - 1 store their f32

@@ -1,0 +1,169 @@
+"""The grouped Mosaic GPU forward's split last wave (templates/grouped/pallas/mgpu_m.jinja; the module's
+`_tail_splits`, `_tail_plan`, `_tail_item`) on a CPU machine: which K splits a shape admits; the loop's schedule
+over many (real visits, N tiles, CTAs) cases, evaluated by the module's own jnp functions (each real tile once,
+whole or as S parts, the parts all in the last wave on distinct CTAs, each part's semaphore and workspace rows the
+ones its last part waits on and reads, the visits past the groups after them); the catalogue kernels lowered for
+CUDA (jax's Python lowering, the compile hook's) with the split's S = 2 and S = 4 K loops, its semaphore signal
+and wait, and SMEM equal to the plan's (the partials move between registers and GMEM: no SMEM), and without them
+where K admits no split; the direct torch launch's program carrying the semaphores (zero-filled) and the
+partials as the compiled kernel's own scratch. Numerics run on the GPU: tests/gpu/test_grouped_mgpu_split_gpu.py."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specgen.kinds.gemm.designs.pallas.compile import mosaic_gpu_launch_smem
+from specgen.runtime import mgpu_torch as mt
+
+
+def module(name: str = "moe_bf16"):
+    return importlib.import_module(f"generated.pallas.gpu_sm90.{name}")
+
+
+def test_splits_take_whole_k_parts_of_two_steps_or_more():
+    mod = module()
+    cfg = mod.CONFIG  # tile_k 64, one wgmma group in flight
+    assert mod.TAIL_SPLIT == 4
+    assert mod._tail_splits(cfg, 14336, 132) == (2, 4)  # Mixtral down: 224 steps
+    assert mod._tail_splits(cfg, 6 * 64, 132) == (2,)  # 6 steps: 4 does not divide them
+    assert mod._tail_splits(cfg, 8 * 64 - 5, 132) == (2, 4)  # a K tail: 8 steps, the last part's last one short
+    assert mod._tail_splits(cfg, 3 * 64, 132) == ()  # 3 steps: no part of two
+    assert mod._tail_splits(cfg, 2 * 64, 132) == ()  # 2 steps: parts of one
+    assert mod._tail_splits(cfg, 16 * 64, 3) == (2,)  # S <= the grid
+    assert mod._tail_splits(cfg, 16 * 64, 1) == ()
+    deep = cfg._replace(wgmma_in_flight=2)  # a part keeps more steps than the wgmma groups in flight
+    assert mod._tail_splits(deep, 4 * 64, 132) == () and mod._tail_splits(deep, 6 * 64, 132) == (2,)
+
+
+CASES = list(itertools.product((0, 1, 3, 9, 33, 70), (1, 2, 7, 56), (1, 2, 3, 16, 132)))
+LONGEST = (70 + 5) * 56 + 132  # the most items of a case: 5 visits past the groups, the split's extra bound
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def schedule(splits, real, n_tiles, programs):
+    """`_tail_plan` and `_tail_item` (the kernel's own functions) over items 0..LONGEST - 1, traced once a split
+    set: the case's values are arguments, so every case reuses the compiled program."""
+    mod = module()
+    plan = mod._tail_plan(real, n_tiles, programs, splits)
+    return plan, mod._tail_item(jnp.arange(LONGEST, dtype=jnp.int32), *plan)
+
+
+@pytest.mark.parametrize("splits", [(2, 4), (2,), ()], ids=str)
+def test_the_schedule_runs_each_tile_once_and_splits_only_the_last_wave(splits):
+    """The kernel's items over every case, each CTA c running items c, c + P, c + 2P, ... (plgpu.nd_loop) up to
+    the kernel's bound."""
+    split_cases = 0
+    for real, n_tiles, programs in CASES:
+        visits = real + 5
+        programs = min(programs, visits * n_tiles)
+        plan, item = schedule(splits, jnp.int32(real), jnp.int32(n_tiles), jnp.int32(programs))
+        tiles_real, full, items, parts = (int(x) for x in plan)
+        bound = visits * n_tiles + (programs if splits else 0)
+        lin = np.arange(bound)
+        in_split, part, t = (np.asarray(x)[:bound] for x in item)
+        case = (real, n_tiles, programs, splits)
+        rem = tiles_real % programs
+        fits = [s for s in splits if rem and rem * s <= programs]
+        assert parts == (max(fits) if fits else 1), case  # the largest S that fits, else none
+        assert full == tiles_real - (rem if fits else 0) and (not fits or full % programs == 0), case
+        split_cases += bool(fits)
+        whole = ~in_split & (t < tiles_real)
+        seen = np.zeros(tiles_real, int)
+        np.add.at(seen, t[whole], parts)  # a whole tile counts as all its parts
+        np.add.at(seen, t[in_split], 1)
+        assert (seen == parts).all() if fits else (seen == 1).all(), case
+        assert sorted(t[~in_split & (t >= tiles_real) & (t < visits * n_tiles)]) == list(range(tiles_real, visits * n_tiles)), case
+        if not fits:
+            assert not in_split.any(), case
+            continue
+        split_lin = np.nonzero(in_split)[0]
+        cta = split_lin % programs
+        assert (split_lin // programs == full // programs).all(), case  # one wave: the last real one
+        assert len(set(cta)) == len(cta) == rem * parts, case  # one part a CTA
+        for tile in range(full, tiles_real):
+            these = split_lin[t[split_lin] == tile]
+            assert sorted(part[these]) == list(range(parts)), case
+            last = cta[np.isin(split_lin, these)][part[these] == parts - 1][0]
+            for item in these:  # each part signals its last part's semaphore; the last reads its workspace rows
+                c, q = item % programs, part[item]
+                assert c - q + parts - 1 == last and last - (parts - 1) + q == c, case
+        later = [c for i, c in zip(lin, lin % programs) if i > split_lin.max() and t[i] < tiles_real]
+        assert not set(later) & set(cta), case  # no CTA runs a whole tile after its part
+    assert split_cases > (30 if splits else -1) and (split_cases == 0) == (splits == ())
+
+
+def _lowered(mod, m: int, n: int, k: int, g: int) -> tuple[str, object]:
+    """The Mosaic GPU module's text (the lowering's, before the compile hook's serialization) and the lowered
+    program of the module's jitted entry at these shapes (A and B K-major as stored, the spec's arguments)."""
+    from jax._src.pallas.mosaic_gpu import pallas_call_registration as registration
+
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
+    from specgen.kinds.grouped.spec import GroupedSpec
+
+    spec = GroupedSpec.model_validate(mod.SPEC)
+    dt = jnp.dtype(JNP_DTYPES[spec.a.dtype])
+    bn = 2 * n if spec.epilogue and spec.epilogue[0].op == "gated" else n
+    args = [jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((g, bn, k), dt), jax.ShapeDtypeStruct((g,), jnp.int32)]
+    for arg in spec.runtime_args():
+        shape = {"group_n": (g, n), "vec_m": (m,), "scalar": ()}[arg.shape]
+        args.append(jax.ShapeDtypeStruct(shape, jnp.float32 if arg.shape != "group_n" else jnp.dtype(JNP_DTYPES[arg.dtype])))
+    texts = []
+    lower = registration.lowering.lower_pipelined_jaxpr_to_module
+
+    def keep(*a, **kw):
+        result = lower(*a, **kw)
+        texts.append(str(result.module.operation))
+        return result
+
+    registration.lowering.lower_pipelined_jaxpr_to_module = keep
+    try:
+        lowered = jax.jit(mod._launch).trace(*args).lower(lowering_platforms=("cuda",))
+    finally:
+        registration.lowering.lower_pipelined_jaxpr_to_module = lower
+    (text,) = texts
+    return text, lowered
+
+
+@pytest.mark.parametrize("name", ["moe_bf16", "moe_gate_up_swiglu_bf16", "moe_fp8_rowwise", "moe_down_router_bf16"])
+def test_catalogue_kernels_lower_with_both_splits_and_the_plans_smem(name):
+    """M = 1000 over 8 groups, N = 512, K = 16 tile_k steps (S = 2 and 4 both divide them): three K loops in the
+    kernel (the whole tile's, S = 2's, S = 4's: three times one loop's wgmma), a signal and a wait at GPU scope
+    for each split, SMEM the plan's; at K = 5 steps (2 and 4 divide neither) no split renders."""
+    mod = module(name)
+    cfg = mod._config_for(1000, 512, 16 * mod.CONFIG.tile_k)
+    assert cfg == mod.CONFIG
+    text, lowered = _lowered(mod, 1000, 512, 16 * cfg.tile_k, 8)
+    assert mosaic_gpu_launch_smem(lowered) == cfg.smem_bytes
+    assert text.count("red.release.gpu.global.add") == 2 and text.count("atom.relaxed.gpu.global.cas") == 2
+    assert text.count("fence.acquire.gpu") == 2
+    plain, lowered = _lowered(mod, 1000, 512, 5 * cfg.tile_k, 8)
+    assert mosaic_gpu_launch_smem(lowered) == cfg.smem_bytes
+    assert "red.release" not in plain and text.count("wgmma.mma_async") == 3 * plain.count("wgmma.mma_async") > 0
+
+
+def test_the_direct_launch_runs_the_split_with_its_own_scratch():
+    """The kernel `_direct` compiles: with a split, jax's zero-filled semaphores (2 a CTA) and the partials output
+    (a tile a CTA) are the compiled program's scratch, the program still the one call on its arguments; without one,
+    no scratch."""
+    mod = module()
+    m, n, g = 1000, 512, 8
+    cfg = mod._config_for(m, n, 1024)
+    visits = mod._gj.tiles_bound(m, g, cfg.tile_m) + mod.TAIL_ZERO
+    programs = min(132, visits * n // cfg.tile_n)
+    for k, splits in ((1024, True), (192, False)):
+        structs = [jax.ShapeDtypeStruct(s, d) for s, d in (((g + 1,), jnp.int32), ((visits,), jnp.int32), ((visits,), jnp.int32),
+                                                            ((1,), jnp.int32), ((m, k), jnp.bfloat16), ((g, n, k), jnp.bfloat16))]
+        found = mt.program(mod._build(cfg, m, n, k, g, n, 132, frozenset()), structs)
+        assert found is not None and found.args == 6 and len(found.asm) > 1000
+        if splits:
+            assert found.zeroed == (((programs * mod.WARPGROUPS,), "i32"),)
+            assert found.scratch == (((programs * cfg.tile_m, cfg.tile_n), "f32", None), ((programs * mod.WARPGROUPS,), "i32", 6))
+        else:
+            assert found.zeroed == () and found.scratch == ()
