@@ -94,7 +94,7 @@ def test_the_schedule_runs_each_tile_once_and_splits_only_the_last_wave(splits):
             for item in these:  # each part signals its last part's semaphore; the last reads its workspace rows
                 c, q = item % programs, part[item]
                 assert c - q + parts - 1 == last and last - (parts - 1) + q == c, case
-        later = [c for i, c in zip(lin, lin % programs) if i > split_lin.max() and t[i] < tiles_real]
+        later = [c for i, c in zip(lin, lin % programs, strict=True) if i > split_lin.max() and t[i] < tiles_real]
         assert not set(later) & set(cta), case  # no CTA runs a whole tile after its part
     assert split_cases > (30 if splits else -1) and (split_cases == 0) == (splits == ())
 
