@@ -133,6 +133,16 @@ def _tail_item(lin, tiles_real, full, items, parts):
     return in_split, lax.rem(jnp.maximum(lin - full, 0), each), jnp.where(in_split, full + lax.div(jnp.maximum(lin - full, 0), each), after)
 
 
+def _tail_tile(t, real_visits, tiles_real, n_tiles: int, visits: int, cfg: Config):
+    """Tile t's (visit, N tile, real, live): the real tiles (t < T) in bands (plgpu.planar_snake over real visits x
+    N tiles, the config's raster), then the visits past the groups in order; `live` false past every visit's tiles
+    (the visit clamped to the last: the item does nothing)."""
+    snake_vi, snake_ni = plgpu.planar_snake(t, (jnp.maximum(real_visits, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+    spare = jnp.maximum(t - tiles_real, 0)
+    vi = jnp.minimum(jnp.where(t < tiles_real, snake_vi, real_visits + spare // n_tiles), visits - 1)
+    return vi, jnp.where(t < tiles_real, snake_ni, spare % n_tiles), t < tiles_real, t < visits * n_tiles
+
+
 def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
@@ -192,15 +202,10 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
             (lin,) = info.index
             # Item lin: a whole tile t (lin < full, or past the split items), or part `part` of tile t.
             in_split, part, t = _tail_item(lin, tiles_real, full, items, parts)
-            live = t < visits * n_tiles
-            # the real tiles in bands (plgpu.planar_snake over real visits x N tiles), then the visits past the groups
-            snake_vi, snake_ni = plgpu.planar_snake(t, (jnp.maximum(real_visits, 1), n_tiles), cfg.raster_dim, cfg.group_m)
-            spare = jnp.maximum(t - tiles_real, 0)
-            vi = jnp.minimum(jnp.where(t < tiles_real, snake_vi, real_visits + spare // n_tiles), visits - 1)
-            ni = jnp.where(t < tiles_real, snake_ni, spare % n_tiles)
+            vi, ni, counted, live = _tail_tile(t, real_visits, tiles_real, n_tiles, visits, cfg)
             # Visit vi: group `group` (g_total where it serves none) in row tile mi (runtime/grouped_jax.py).
             group, mi = groups_gmem[vi], tiles_gmem[vi]
-            real = group < g_total
+            real = (group < g_total) & counted  # an item past the tiles reads the last visit: not its tile
             g = jnp.minimum(group, g_total - 1)
             tile0 = mi * cfg.tile_m
             # The rows this visit stores, [lo, hi): its group's within the tile (past the groups: the tail's).

@@ -42,32 +42,41 @@ def test_splits_take_whole_k_parts_of_two_steps_or_more():
     assert mod._tail_splits(deep, 4 * 64, 132) == () and mod._tail_splits(deep, 6 * 64, 132) == (2,)
 
 
-CASES = list(itertools.product((0, 1, 3, 9, 33, 70), (1, 2, 7, 56), (1, 2, 3, 16, 132)))
+CASES = list(itertools.product((0, 1, 3, 9, 33, 70), (1, 2, 7, 56), (1, 3, 16, 132)))
 LONGEST = (70 + 5) * 56 + 132  # the most items of a case: 5 visits past the groups, the split's extra bound
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def schedule(splits, real, n_tiles, programs):
-    """`_tail_plan` and `_tail_item` (the kernel's own functions) over items 0..LONGEST - 1, traced once a split
-    set: the case's values are arguments, so every case reuses the compiled program."""
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def schedule(splits, cfg, real, n_tiles, programs, visits):
+    """`_tail_plan`, `_tail_item` and `_tail_tile` (the kernel's own functions) over items 0..LONGEST - 1, traced
+    once a split set and config: the case's values are arguments, so every case reuses the compiled program."""
     mod = module()
     plan = mod._tail_plan(real, n_tiles, programs, splits)
-    return plan, mod._tail_item(jnp.arange(LONGEST, dtype=jnp.int32), *plan)
+    in_split, part, t = mod._tail_item(jnp.arange(LONGEST, dtype=jnp.int32), *plan)
+    return plan, (in_split, part, t, *mod._tail_tile(t, real, plan[0], n_tiles, visits, cfg))
 
 
 @pytest.mark.parametrize("splits", [(2, 4), (2,), ()], ids=str)
 def test_the_schedule_runs_each_tile_once_and_splits_only_the_last_wave(splits):
-    """The kernel's items over every case, each CTA c running items c, c + P, c + 2P, ... (plgpu.nd_loop) up to
-    the kernel's bound."""
+    """The kernel's items over every case (the visits past the groups 0 or 5, both rasters), each CTA c running
+    items c, c + P, c + 2P, ... (plgpu.nd_loop) up to the kernel's bound: each real (visit, N tile) once, whole or
+    as S parts; each spare visit's tiles once after them; the items past those live nowhere."""
     split_cases = 0
-    for real, n_tiles, programs in CASES:
-        visits = real + 5
+    for (real, n_tiles, programs), spare_visits, raster in itertools.product(CASES, (0, 5), (0, 1)):
+        visits = max(real + spare_visits, 1)
         programs = min(programs, visits * n_tiles)
-        plan, item = schedule(splits, jnp.int32(real), jnp.int32(n_tiles), jnp.int32(programs))
+        cfg = module().CONFIG._replace(raster_dim=raster, group_m=3)
+        plan, item = schedule(splits, cfg, jnp.int32(real), jnp.int32(n_tiles), jnp.int32(programs), jnp.int32(visits))
         tiles_real, full, items, parts = (int(x) for x in plan)
         bound = visits * n_tiles + (programs if splits else 0)
         lin = np.arange(bound)
-        in_split, part, t = (np.asarray(x)[:bound] for x in item)
+        in_split, part, t, vi, ni, counted, live = (np.asarray(x)[:bound] for x in item)
+        assert (counted == (t < tiles_real)).all() and (live == (t < visits * n_tiles)).all()
+        pairs = sorted(zip(vi[counted & ~in_split].tolist(), ni[counted & ~in_split].tolist(), strict=True))
+        pairs += sorted(set(zip(vi[in_split].tolist(), ni[in_split].tolist(), strict=True)))
+        assert sorted(pairs) == [(v, n) for v in range(real) for n in range(n_tiles)], (real, n_tiles, programs, splits)
+        spare = sorted(zip(vi[live & ~counted].tolist(), ni[live & ~counted].tolist(), strict=True))
+        assert spare == [(v, n) for v in range(real, visits) for n in range(n_tiles)]
         case = (real, n_tiles, programs, splits)
         rem = tiles_real % programs
         fits = [s for s in splits if rem and rem * s <= programs]
@@ -96,7 +105,7 @@ def test_the_schedule_runs_each_tile_once_and_splits_only_the_last_wave(splits):
                 assert c - q + parts - 1 == last and last - (parts - 1) + q == c, case
         later = [c for i, c in zip(lin, lin % programs, strict=True) if i > split_lin.max() and t[i] < tiles_real]
         assert not set(later) & set(cta), case  # no CTA runs a whole tile after its part
-    assert split_cases > (30 if splits else -1) and (split_cases == 0) == (splits == ())
+    assert split_cases > (60 if splits else -1) and (split_cases == 0) == (splits == ())
 
 
 def _lowered(mod, m: int, n: int, k: int, g: int) -> tuple[str, object]:
