@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from backends.pallas.test_grouped_tpu import Problem
+
 from gpu.test_grouped_mgpu_gpu import _reference, _torch_problem, check
 
 pytestmark = pytest.mark.gpu

@@ -40,6 +40,9 @@ issue wgmma on a 128x64 half into an f32 accumulator (two: gate and up), then ru
 them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
 (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
 its K loop. SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
+The real tiles run first, a last partial wave of R tiles split along K where R x S fits the grid (S = 2 or
+TAIL_SPLIT = 4 parts of whole K steps, two at least): each part's f32 partial goes to GMEM, the tile's last part adds
+them in part order after a GMEM semaphore and runs the epilogue (`_tail_plan`; no SMEM of its own).
 
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows, a static shape when the call traces, so the choice costs nothing per call and no sync):

@@ -48,6 +48,9 @@ issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 
 them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
 (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
 its K loop and stores the zeros of the rows past the last group (one visit more in the bound). SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
+The real tiles run first, a last partial wave of R tiles split along K where R x S fits the grid (S = 2 or
+TAIL_SPLIT = 4 parts of whole K steps, two at least): each part's f32 partial goes to GMEM, the tile's last part adds
+them in part order after a GMEM semaphore and runs the epilogue (`_tail_plan`; no SMEM of its own).
 
 K and N tails: TMA reads past an edge as zeros and clips stores; an operand whose extent TMA's tiled view
 cannot take is zero-padded first (a copy), and the result sliced back.

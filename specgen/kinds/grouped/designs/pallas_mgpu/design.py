@@ -8,7 +8,9 @@ visits instead of a dense tile grid: a static bound of cdiv(M, tile.m) + G - 1 r
 once, plus one for each group boundary inside a tile) times the N tiles, the group and row tile of each visit
 computed on the device from the group sizes (specgen/runtime/grouped_jax.py `group_metadata`, the TPU design's)
 and read by the kernel from GMEM. A visit past the groups skips its K loop (with `groups.tail = "zero"` it stores
-the zeros of the rows past the last group instead).
+the zeros of the rows past the last group instead). The forward's last partial wave splits along K (session 30,
+the Triton design's split ported; templates/grouped/pallas/mgpu_m.jinja `split`): R = T mod P tiles as R x S parts
+when that fits the grid, partials in an f32 output, one GMEM semaphore per CTA and consumer warpgroup, no SMEM.
 
 Stores: the epilogue stages each 64-row subtile in SMEM unswizzled and stores only its group's rows by TMA, as a
 ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bit of the row count: JAX's
