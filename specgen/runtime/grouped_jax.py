@@ -1,6 +1,6 @@
 """What the grouped kind's JAX entries import beside specgen/runtime/jax.py: the trace-time checks of the group
 index, of a per-group operand and of a caller's `out` (errors name the kernel and the argument), and the group
-metadata a Pallas TPU grouped kernel scalar-prefetches, computed on the device from the group sizes (jit-able,
+metadata a Pallas grouped kernel reads (the TPU one scalar-prefetches it), computed on the device from the group sizes (jit-able,
 static shapes: new sizes of the same shapes reuse the compiled kernel). Imported only by generated code."""
 
 from __future__ import annotations
@@ -57,10 +57,9 @@ def tiles_bound(rows: int, groups: int, block_m: int) -> int:
     return -(-rows // block_m) + groups - 1
 
 
-def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
-                   partial_tail: bool = False, count: bool = False) -> tuple[jax.Array, ...]:
-    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound` (+ 1 with
-    `partial_tail`), int32.
+def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), V = `tiles_bound`, int32: the
+    Pallas TPU kernel's visits (its BlockSpecs take whole row tiles).
 
     Group g holds rows [offsets[g], offsets[g + 1]); a negative size counts as 0 and rows past `rows` are
     dropped (the groups' ends are clamped to [0, rows] on the device, as jax.lax.ragged_dot's mask drops them), so
@@ -69,36 +68,87 @@ def group_metadata(sizes: jax.Array, rows: int, block_m: int, visit_tail: bool,
     group G (no group: the kernel computes nothing there): with `visit_tail` they first take the tiles wholly past
     the last group, one each (visited only so that the kernel writes those rows: zeros, or the caller's `out`; there
     are never more of them than visits left over), then repeat the last tile (visiting it again writes nothing
-    and fetches no new output block). With `partial_tail` (a kernel whose group visits store their own rows only,
-    the Mosaic GPU one) the tail's visits start at the tile holding the last group's end, whose rows past it no
-    group visit writes, and V has one visit more, so that they always fit: the real visits are at most used + G - 1
-    (used: the row tiles holding some group's rows), leaving T - used + 1 for the tail's T - end // block_m tiles.
-    With `count`, a fourth array (1,): the number of visits that serve a group (they come first), which the Mosaic GPU
-    kernel's split last wave reads."""
+    and fetches no new output block)."""
     groups = sizes.shape[0]
     tiles = -(-rows // block_m)
-    visits = tiles_bound(rows, groups, block_m) + (1 if partial_tail else 0)
-    ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), rows).astype(jnp.int32)
-    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
-    starts = offsets[:-1]
+    visits = tiles_bound(rows, groups, block_m)
+    offsets = _offsets(sizes, rows)
+    starts, ends = offsets[:-1], offsets[1:]
     first = starts // block_m
     span = jnp.where(ends > starts, (ends - 1) // block_m - first + 1, 0)  # row tiles each group's rows touch
     span_ends = jnp.cumsum(span)
     real = span_ends[-1]  # visits that belong to a group
     v = jnp.arange(visits, dtype=jnp.int32)
-    # compare_all: one fused compare-and-count (V x G); the default binary search is a while loop, which XLA on a
-    # GPU runs as a few tiny kernels an iteration (~20 us a call at 32 groups, measured on an H100)
-    group = jnp.searchsorted(span_ends, v, side="right", method="compare_all").astype(jnp.int32)
+    group = _segment_of(span_ends, v)
     g = jnp.minimum(group, groups - 1)
     tile = first[g] + v - (span_ends[g] - span[g])
     used = -(-ends[-1] // block_m)  # row tiles holding some group's rows
-    first_spare = ends[-1] // block_m if partial_tail else used
-    spare = jnp.minimum(first_spare + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
+    spare = jnp.minimum(used + v - real, tiles - 1) if visit_tail else jnp.full_like(v, jnp.maximum(used - 1, 0))
     tile = jnp.where(v < real, tile, spare).astype(jnp.int32)
     group = jnp.where(v < real, group, groups).astype(jnp.int32)
-    if count:
-        return offsets, group, tile, real.astype(jnp.int32).reshape(1)
     return offsets, group, tile
+
+
+# Mosaic GPU copies through GMEM views tiled in 8 rows (runtime/mgpu.py `tma_extent`): a TMA box of A's rows starts
+# on a multiple of 8, not at any group's first row.
+ROW_ALIGN = 8
+
+
+def row_visits_bound(rows: int, groups: int, block_m: int, visit_tail: bool) -> int:
+    """The static bound on `group_row_starts`' visits: segments (the groups, and the tail's rows with
+    `visit_tail`) of x_s rows from an 8-row boundary take sum cdiv(x_s, block_m) <= cdiv(sum x_s, block_m) +
+    segments - 1 visits, and sum x_s <= rows + 7 (segments - 1) (the first segment starts at row 0)."""
+    segments = groups + (1 if visit_tail else 0)
+    return -(-(rows + (ROW_ALIGN - 1) * (segments - 1)) // block_m) + segments - 1
+
+
+def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
+                     visit_tail: bool, count: bool = False) -> tuple[jax.Array, ...]:
+    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), V = `row_visits_bound`,
+    int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first row (rounded down to 8 rows),
+    so a tile holds one group's rows and no tile is computed twice for two groups (as `group_metadata`'s row tiles
+    a boundary splits are): fewer visits where group sizes are no multiple of block_m (DeepSeek-V3 up with skewed
+    sizes: 47 against 56).
+
+    Offsets as `group_metadata`'s (clamped to [0, rows]). Visit j of a group of rows [s, e) stores rows [lo, hi) =
+    [max(s, b + j block_m), min(e, b + j block_m + block_m)), b = s rounded down to 8; the kernel derives its
+    nominal first row b + j block_m as lo rounded down to 8, and hi from it. With `visit_tail` the rows past the
+    last group, [offsets[G], rows), are walked the same way as one more segment (group G: the kernel stores zeros).
+    The visits left over are marked group G with lo = rows (nothing to store). With `count`, a fourth array (1,):
+    the number of visits that serve a group (they come first; the tail's after them), which the Mosaic GPU kernel's
+    split last wave reads."""
+    groups = sizes.shape[0]
+    visits = row_visits_bound(rows, groups, block_m, visit_tail)
+    offsets = _offsets(sizes, rows)
+    starts, ends = offsets[:-1], offsets[1:]
+    if visit_tail:  # the tail's rows: segment G
+        starts = jnp.concatenate([starts, offsets[-1:]])
+        ends = jnp.concatenate([ends, jnp.full((1,), rows, jnp.int32)])
+    base = starts // ROW_ALIGN * ROW_ALIGN
+    span = jnp.where(ends > starts, -(-(ends - base) // block_m), 0)  # visits of each segment
+    span_ends = jnp.cumsum(span)
+    real = span_ends[-1]
+    v = jnp.arange(visits, dtype=jnp.int32)
+    segment = jnp.minimum(_segment_of(span_ends, v), starts.shape[0] - 1)
+    lo = jnp.maximum(starts[segment], base[segment] + (v - (span_ends[segment] - span[segment])) * block_m)
+    lo = jnp.where(v < real, lo, rows).astype(jnp.int32)
+    group = jnp.where(v < real, jnp.minimum(segment, groups), groups).astype(jnp.int32)
+    if count:
+        return offsets, group, lo, span_ends[groups - 1].astype(jnp.int32).reshape(1)
+    return offsets, group, lo
+
+
+def _offsets(sizes: jax.Array, rows: int) -> jax.Array:
+    """The groups' cumulative ends from 0, negative sizes as 0, clamped to [0, rows] (G + 1,) int32."""
+    ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), rows).astype(jnp.int32)
+    return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
+
+
+def _segment_of(span_ends: jax.Array, v: jax.Array) -> jax.Array:
+    """Which segment each visit falls in (searchsorted's right side, int32). compare_all: one fused
+    compare-and-count (V x G); the default binary search is a while loop, which XLA on a GPU runs as a few tiny
+    kernels an iteration (~20 us a call at 32 groups, measured on an H100)."""
+    return jnp.searchsorted(span_ends, v, side="right", method="compare_all").astype(jnp.int32)
 
 
 def k_group_metadata(sizes: jax.Array, k: int, block_k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -115,15 +165,14 @@ def k_group_metadata(sizes: jax.Array, k: int, block_k: int) -> tuple[jax.Array,
     last real visit's K tile (no new block fetched)."""
     groups = sizes.shape[0]
     visits = tiles_bound(k, groups, block_k)
-    ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), k).astype(jnp.int32)
-    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
-    starts = offsets[:-1]
+    offsets = _offsets(sizes, k)
+    starts, ends = offsets[:-1], offsets[1:]
     first = jnp.minimum(starts // block_k, -(-k // block_k) - 1)  # an empty group at k: the last tile (unread)
     span = jnp.where(ends > starts, (ends - 1) // block_k - starts // block_k + 1, 1)
     span_ends = jnp.cumsum(span)
     real = span_ends[-1]
     v = jnp.arange(visits, dtype=jnp.int32)
-    group = jnp.searchsorted(span_ends, v, side="right", method="compare_all").astype(jnp.int32)
+    group = _segment_of(span_ends, v)
     g = jnp.minimum(group, groups - 1)
     tile = first[g] + v - (span_ends[g] - span[g])
     tile = jnp.where(v < real, tile, tile[jnp.maximum(real - 1, 0)]).astype(jnp.int32)

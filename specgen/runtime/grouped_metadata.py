@@ -1,5 +1,5 @@
 """The group metadata of a Mosaic GPU grouped module's direct torch launch in one Triton kernel: value for value
-runtime/grouped_jax.py's `group_metadata` (the jitted program's, which XLA fuses into a few kernels), computed
+runtime/grouped_jax.py's `group_row_starts` (the jitted program's, which XLA fuses into a few kernels), computed
 from torch._grouped_mm's `offs` (or the sizes) on the device, so a CUDA graph captures it and its replays take new
 group sizes. runtime/grouped.py's torch-ops form of the same values took about 20 small kernels (~35-45 us a call
 on an H100 and an H200: a tenth of a DeepSeek-V3 down projection); this is one launch. Imported only by generated
@@ -11,14 +11,16 @@ import torch
 import triton
 import triton.language as tl
 
+from specgen.runtime.grouped_jax import ROW_ALIGN, row_visits_bound
+
 
 @triton.jit
-def _metadata(index, offsets_out, groups_out, tiles_out, count_out, G, rows, visits,
-              BLOCK_M: tl.constexpr, FROM_OFFS: tl.constexpr, VISIT_TAIL: tl.constexpr, PARTIAL_TAIL: tl.constexpr,
+def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits,
+              BLOCK_M: tl.constexpr, ALIGN: tl.constexpr, FROM_OFFS: tl.constexpr, VISIT_TAIL: tl.constexpr,
               BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr, COUNT: tl.constexpr):
-    # Every program derives the groups' row spans from the index (G values: cheaper than a second launch), then
-    # answers its BLOCK_V visits: which group each serves (a compare-and-count over the groups, searchsorted's
-    # right side) and which row tile. Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
+    # Every program derives the segments' row spans from the index (G values: cheaper than a second launch), then
+    # answers its BLOCK_V visits: which segment each serves (a compare-and-count over the segments, searchsorted's
+    # right side) and the first row it stores. Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
     g = tl.arange(0, BLOCK_G)
     is_group = g < G
     x = tl.load(index + g, mask=is_group, other=0).to(tl.int64)
@@ -27,51 +29,46 @@ def _metadata(index, offsets_out, groups_out, tiles_out, count_out, G, rows, vis
     size = tl.maximum(x, 0)
     total = tl.cumsum(size, 0)
     ends = tl.minimum(total, rows)  # groups' ends clamped to [0, rows]: rows past M are dropped
-    starts = tl.minimum(total - size, rows)
-    first = starts // BLOCK_M
-    span = tl.where(ends > starts, (ends - 1) // BLOCK_M - first + 1, 0)  # row tiles each group's rows touch
-    span_ends = tl.cumsum(span, 0)
-    real = tl.sum(span, 0)  # visits that belong to a group
-    last = tl.max(ends, 0)  # padded lanes (size 0) repeat the last group's end
+    starts = tl.minimum(total - size, rows)  # lanes past G: empty, at the last group's end
     if tl.program_id(0) == 0:
         tl.store(offsets_out + g + 1, ends.to(tl.int32), mask=is_group)
         tl.store(offsets_out + g, tl.zeros([BLOCK_G], tl.int32), mask=g == 0)
-        if COUNT:  # the visits that serve a group (the split last wave's tile count)
-            tl.store(count_out, real.to(tl.int32))
+    if VISIT_TAIL:  # the tail's rows [offsets[G], rows): segment G
+        ends = tl.where(g == G, rows, ends)
+    base = starts // ALIGN * ALIGN
+    span = tl.where(ends > starts, (ends - base + BLOCK_M - 1) // BLOCK_M, 0)  # visits of each segment
+    span_ends = tl.cumsum(span, 0)
+    real = tl.sum(span, 0)
+    if COUNT and tl.program_id(0) == 0:  # the visits that serve a group (the split last wave's tile count)
+        tl.store(count_out, tl.sum(tl.where(is_group, span, 0), 0).to(tl.int32))
 
     v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
-    counted = (span_ends[None, :] <= v[:, None]) & is_group[None, :]
-    group = tl.sum(counted.to(tl.int64), 1)
-    which = tl.minimum(group, G - 1)
-    base = tl.sum(tl.where(g[None, :] == which[:, None], first - (span_ends - span), 0), 1)
-    tile = base + v
-    used = (last + BLOCK_M - 1) // BLOCK_M  # row tiles holding some group's rows
-    if VISIT_TAIL:
-        first_spare = last // BLOCK_M if PARTIAL_TAIL else used
-        spare = tl.minimum(first_spare + v - real, (rows + BLOCK_M - 1) // BLOCK_M - 1)
-    else:
-        spare = tl.zeros([BLOCK_V], tl.int64) + tl.maximum(used - 1, 0)
+    segment = tl.sum((span_ends[None, :] <= v[:, None]).to(tl.int64), 1)
+    which = g[None, :] == segment[:, None]
+    first = tl.sum(tl.where(which, starts, 0), 1)
+    nominal = tl.sum(tl.where(which, base - (span_ends - span) * BLOCK_M, 0), 1) + v * BLOCK_M
     is_real = v < real
-    tile = tl.where(is_real, tile, spare)
-    group = tl.where(is_real, group, G)
-    tl.store(tiles_out + v, tile.to(tl.int32), mask=v < visits)
+    lo = tl.where(is_real, tl.maximum(first, nominal), rows)
+    group = tl.where(is_real, tl.minimum(segment, G), G)
+    tl.store(lo_out + v, lo.to(tl.int32), mask=v < visits)
     tl.store(groups_out + v, group.to(tl.int32), mask=v < visits)
 
 
-def group_metadata(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool, partial_tail: bool = False,
-                   from_offs: bool = False, count: bool = False) -> tuple[torch.Tensor, ...]:
-    """(offsets (G + 1,), group of each visit (V,), row tile of each visit (V,)), int32 on `index`'s device, as
-    runtime/grouped_jax.py's `group_metadata` of the sizes (`from_offs`: of `index`'s differences, torch._grouped_mm's
-    cumulative ends). G >= 1. With `count`, a fourth tensor (1,): the visits that serve a group, as the jax one's."""
+def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool,
+                     from_offs: bool = False, count: bool = False) -> tuple[torch.Tensor, ...]:
+    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), int32 on `index`'s device, as
+    runtime/grouped_jax.py's `group_row_starts` of the sizes (`from_offs`: of `index`'s differences,
+    torch._grouped_mm's cumulative ends). G >= 1. With `count`, a fourth tensor (1,): the visits that serve a group,
+    as the jax one's."""
     groups = index.shape[0]
-    visits = -(-rows // block_m) + groups - 1 + (1 if partial_tail else 0)
+    visits = row_visits_bound(rows, groups, block_m, visit_tail)
     offsets = torch.empty(groups + 1, dtype=torch.int32, device=index.device)
     group = torch.empty(visits, dtype=torch.int32, device=index.device)
-    tile = torch.empty(visits, dtype=torch.int32, device=index.device)
+    lo = torch.empty(visits, dtype=torch.int32, device=index.device)
     real = torch.empty(1, dtype=torch.int32, device=index.device)
-    block_g = triton.next_power_of_2(groups)
-    block_v = max(16, min(128, 8192 // block_g))  # the visit x group compare stays ~8K elements a program
+    block_g = triton.next_power_of_2(groups + 1)  # the groups and the tail's segment
+    block_v = max(16, min(128, 8192 // block_g))  # the visit x segment compare stays ~8K elements a program
     _metadata[(max(1, triton.cdiv(visits, block_v)),)](
-        index, offsets, group, tile, real, groups, rows, visits, BLOCK_M=block_m, FROM_OFFS=from_offs,
-        VISIT_TAIL=visit_tail, PARTIAL_TAIL=partial_tail, BLOCK_G=block_g, BLOCK_V=block_v, COUNT=count)
-    return (offsets, group, tile, real) if count else (offsets, group, tile)
+        index, offsets, group, lo, real, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
+        VISIT_TAIL=visit_tail, BLOCK_G=block_g, BLOCK_V=block_v, COUNT=count)
+    return (offsets, group, lo, real) if count else (offsets, group, lo)

@@ -55,10 +55,9 @@ def parts_of(mod, sizes, m: int, n: int, k: int) -> int:
     cfg = mod._config_for(m, n, k)
     g = len(sizes)
     n_tiles = -(-n // cfg.tile_n)
-    visits = mod._gj.tiles_bound(m, g, cfg.tile_m) + mod.TAIL_ZERO
+    visits = mod._gj.row_visits_bound(m, g, cfg.tile_m, mod.TAIL_ZERO)
     programs = min(SMS, visits * n_tiles)
-    real = int(mod._gj.group_metadata(jnp.asarray(sizes, jnp.int32), m, cfg.tile_m, mod.TAIL_ZERO,
-                                      partial_tail=mod.TAIL_ZERO, count=True)[3][0])
+    real = int(mod._gj.group_row_starts(jnp.asarray(sizes, jnp.int32), m, cfg.tile_m, mod.TAIL_ZERO, count=True)[3][0])
     plan = mod._tail_plan(jnp.int32(real), n_tiles, programs, mod._tail_splits(cfg, k, programs))
     rem = (real * n_tiles) % programs
     return int(plan[3]) if rem else 0  # 0: the tiles fill whole waves (nothing to split)

@@ -32,9 +32,9 @@ Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by su
     0. scale: * router_weights[m]
 
 The kernel (the dense Mosaic GPU kernel's warp-specialized pipeline over grouped tile visits): a persistent grid
-of one CTA per SM walks (row-tile visit, N tile) pairs in bands of 8 visits: cdiv(M, 128) + G - 1
-visits, each the rows of one group in one 128-row tile (a tile shared by groups is visited once per group),
-which group and row tile computed on the device from the group sizes. A memory warpgroup keeps 4 K steps of
+of one CTA per SM walks (visit, N tile) pairs in bands of 8 visits. A visit is 128 rows of one group from its first row rounded down to 8 (a TMA box starts on Mosaic GPU's 8-row GMEM
+tiles), so no tile is computed for two groups; at most cdiv(M + 7 (G - 1), 128) + G - 1 visits, which group and
+rows computed on the device from the group sizes. A memory warpgroup keeps 4 K steps of
 128x64 A and 64x256 B[g] tiles in flight (TMA into swizzled SMEM); 2 consumer warpgroups each
 issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 64x64 subtiles, stage
 them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
@@ -146,7 +146,7 @@ def _tail_tile(t, real_visits, tiles_real, n_tiles: int, visits: int, cfg: Confi
     return vi, jnp.where(t < tiles_real, snake_ni, spare % n_tiles), t < tiles_real, t < visits * n_tiles
 
 
-def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -206,14 +206,17 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
             # Item lin: a whole tile t (lin < full, or past the split items), or part `part` of tile t.
             in_split, part, t = _tail_item(lin, tiles_real, full, items, parts)
             vi, ni, counted, live = _tail_tile(t, real_visits, tiles_real, n_tiles, visits, cfg)
-            # Visit vi: group `group` (g_total where it serves none) in row tile mi (runtime/grouped_jax.py).
-            group, mi = groups_gmem[vi], tiles_gmem[vi]
+            # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
+            # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
+            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
+            group, lo = groups_gmem[vi], starts_gmem[vi]
             real = (group < g_total) & counted  # an item past the tiles reads the last visit: not its tile
             g = jnp.minimum(group, g_total - 1)
-            tile0 = mi * cfg.tile_m
-            # The rows this visit stores, [lo, hi): its group's within the tile (past the groups: the tail's).
-            lo = jnp.maximum(jnp.where(real, offsets_gmem[g], offsets_gmem[g_total]), tile0)
-            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), tile0 + cfg.tile_m)
+            row = lo // 8 * 8
+            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
+            # The tile loaded and stored from: `row`'s, or for a group's last visit past the last whole row tile the
+            # one ending there, which holds the same rows (per-row vectors are padded to whole row tiles).
+            tile0 = jnp.minimum(row, pl.cdiv(m, cfg.tile_m) * cfg.tile_m - cfg.tile_m)
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
@@ -325,7 +328,7 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
 def _build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int, sms: int, varying: frozenset):
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
-    visits = _gj.tiles_bound(m, g_total, cfg.tile_m) + TAIL_ZERO  # tail zero: one visit more (group_metadata)
+    visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, TAIL_ZERO)  # group_row_starts' visits
     programs = min(sms, visits * (n_pad // cfg.tile_n))
     splits = _tail_splits(cfg, k, programs)
     body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits,
@@ -395,10 +398,9 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
     if k == 0 or g == 0:
         raise ValueError(f"{NAME}: a has K = {k} columns and b G = {g} groups: the kernel needs K >= 1 and G >= 1")
     sizes = _gj.sizes_from_offs(offs)
-    # Which group and row tile each visit serves (with tail zero, the visits past the groups take the tail's tiles,
-    # from the one holding the last group's end: a group's visit stores its own rows only; and how many visits
-    # serve a group: the split last wave's tile count).
-    offsets, groups, tiles, counts = _gj.group_metadata(sizes, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO, count=True)
+    # Which group each visit serves and the first row it stores (tiles from each group's first row; with tail zero
+    # the rows past the groups are walked as one more), and how many visits serve a group (the split last wave's).
+    offsets, groups, starts, counts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO, count=True)
     varying = _rt.varying_axes(a, b, router_weights, offs)  # mesh axes, under jax.shard_map
     a_ext, b_ext, out_cols = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
@@ -407,8 +409,8 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
     router_weights = _mg.pad(router_weights.reshape(m), (pl.cdiv(m, cfg.tile_m) * cfg.tile_m,))
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
-    result = _rt.no_derivative(NAME, ("offsets", "groups", "tiles", "counts", "a", "b", "router_weights"), kernel)(
-        offsets, groups, tiles, counts, a, b, router_weights)
+    result = _rt.no_derivative(NAME, ("offsets", "groups", "starts", "counts", "a", "b", "router_weights"), kernel)(
+        offsets, groups, starts, counts, a, b, router_weights)
     if out_cols != n:
         result = result[:, :n]
     if out is not None:  # the rows past the last group keep out's values
@@ -497,7 +499,7 @@ def _direct(a, b, offs, router_weights, out):
     key = (device, cfg, m, n, k, g)
     launch = _DIRECT.get(key, False)
     if launch is False:  # first call at this shape: lower the kernel alone, compile its Mosaic GPU module
-        visits = _gj.tiles_bound(m, g, cfg.tile_m) + TAIL_ZERO
+        visits = _gj.row_visits_bound(m, g, cfg.tile_m, TAIL_ZERO)
         # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
             ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((1,), torch.int32), ((m, k), a.dtype),
@@ -506,11 +508,11 @@ def _direct(a, b, offs, router_weights, out):
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    offsets, groups, tiles, counts = _gm.group_metadata(offs, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO,
-                                                        from_offs=True, count=True)
+    offsets, groups, starts, counts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
+                                                           from_offs=True, count=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     # a split last wave's partials and semaphores are the compiled kernel's own scratch (runtime/mgpu_torch.py)
-    launch((offsets.data_ptr(), groups.data_ptr(), tiles.data_ptr(), counts.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
+    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), counts.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
 

@@ -40,14 +40,15 @@ Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by su
     1. activation: gelu_tanh
 
 The kernel (the dense Mosaic GPU kernel's warp-specialized pipeline over grouped tile visits): a persistent grid
-of one CTA per SM walks (row-tile visit, N tile) pairs in bands of 8 visits: cdiv(M, 128) + G
-visits, each the rows of one group in one 128-row tile (a tile shared by groups is visited once per group),
-which group and row tile computed on the device from the group sizes. A memory warpgroup keeps 4 K steps of
+of one CTA per SM walks (visit, N tile) pairs in bands of 8 visits. A visit is 128 rows of one group (or of
+the rows past the last group) from its first row rounded down to 8 (a TMA box starts on Mosaic GPU's 8-row GMEM
+tiles), so no tile is computed for two groups; at most cdiv(M + 7 (G), 128) + G visits, which group and
+rows computed on the device from the group sizes. A memory warpgroup keeps 4 K steps of
 128x64 A and 64x256 B[g] tiles in flight (TMA into swizzled SMEM); 2 consumer warpgroups each
 issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 64x64 subtiles, stage
 them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
 (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
-its K loop and stores the zeros of the rows past the last group (one visit more in the bound). SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
+its K loop and stores the zeros of the rows past the last group. SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
 The real tiles run first, a last partial wave of R tiles split along K where R x S fits the grid (S = 2 or
 TAIL_SPLIT = 4 parts of whole K steps, two at least): each part's f32 partial goes to GMEM, the tile's last part adds
 them in part order after a GMEM semaphore and runs the epilogue (`_tail_plan`; no SMEM of its own).
@@ -149,7 +150,7 @@ def _tail_tile(t, real_visits, tiles_real, n_tiles: int, visits: int, cfg: Confi
     return vi, jnp.where(t < tiles_real, snake_ni, spare % n_tiles), t < tiles_real, t < visits * n_tiles
 
 
-def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -209,14 +210,17 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
             # Item lin: a whole tile t (lin < full, or past the split items), or part `part` of tile t.
             in_split, part, t = _tail_item(lin, tiles_real, full, items, parts)
             vi, ni, counted, live = _tail_tile(t, real_visits, tiles_real, n_tiles, visits, cfg)
-            # Visit vi: group `group` (g_total where it serves none) in row tile mi (runtime/grouped_jax.py).
-            group, mi = groups_gmem[vi], tiles_gmem[vi]
+            # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
+            # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
+            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
+            group, lo = groups_gmem[vi], starts_gmem[vi]
             real = (group < g_total) & counted  # an item past the tiles reads the last visit: not its tile
             g = jnp.minimum(group, g_total - 1)
-            tile0 = mi * cfg.tile_m
-            # The rows this visit stores, [lo, hi): its group's within the tile (past the groups: the tail's).
-            lo = jnp.maximum(jnp.where(real, offsets_gmem[g], offsets_gmem[g_total]), tile0)
-            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), tile0 + cfg.tile_m)
+            row = lo // 8 * 8
+            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
+            # The tile loaded and stored from: `row`'s, or for a group's last visit past the last whole row tile the
+            # one ending there, which holds the same rows (per-row vectors are padded to whole row tiles).
+            tile0 = jnp.minimum(row, pl.cdiv(m, cfg.tile_m) * cfg.tile_m - cfg.tile_m)
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
@@ -333,7 +337,7 @@ def _kernel(offsets_gmem, groups_gmem, tiles_gmem, counts_gmem, a_gmem, b_gmem, 
 def _build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int, sms: int, varying: frozenset):
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
-    visits = _gj.tiles_bound(m, g_total, cfg.tile_m) + TAIL_ZERO  # tail zero: one visit more (group_metadata)
+    visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, TAIL_ZERO)  # group_row_starts' visits
     programs = min(sms, visits * (n_pad // cfg.tile_n))
     splits = _tail_splits(cfg, k, programs)
     body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits,
@@ -390,7 +394,7 @@ OPERAND = jnp.bfloat16
 _PRE_CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128, epi_m=64, epi_n=64, out_slots=2, a_swizzle=128, b_swizzle=128, group_m=8, raster_dim=0, smem_bytes=229440)
 
 
-def _pre_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -428,14 +432,17 @@ def _pre_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, bias_gmem
         def _tile(info):
             (lin,) = info.index
             vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
-            # Visit vi: group `group` (g_total where it serves none) in row tile mi (runtime/grouped_jax.py).
-            group, mi = groups_gmem[vi], tiles_gmem[vi]
+            # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
+            # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
+            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
+            group, lo = groups_gmem[vi], starts_gmem[vi]
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
-            tile0 = mi * cfg.tile_m
-            # The rows this visit stores, [lo, hi): its group's within the tile (past the groups: the tail's).
-            lo = jnp.maximum(jnp.where(real, offsets_gmem[g], offsets_gmem[g_total]), tile0)
-            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), tile0 + cfg.tile_m)
+            row = lo // 8 * 8
+            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
+            # The tile loaded and stored from: `row`'s, or for a group's last visit past the last whole row tile the
+            # one ending there, which holds the same rows (per-row vectors are padded to whole row tiles).
+            tile0 = jnp.minimum(row, pl.cdiv(m, cfg.tile_m) * cfg.tile_m - cfg.tile_m)
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
@@ -504,7 +511,7 @@ def _pre_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, bias_gmem
 def _pre_build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int, sms: int, varying: frozenset):
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
-    visits = _gj.tiles_bound(m, g_total, cfg.tile_m) + False  # tail zero: one visit more (group_metadata)
+    visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, False)  # group_row_starts' visits
     body = functools.partial(_pre_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits)
     body.__name__ = "moe_up_gelu_train_mgpu_forward_pre"  # the kernel's name in profiles
     kernel = plgpu.kernel(
@@ -536,12 +543,12 @@ def _pre_call(varying: frozenset, sizes, x, y, bias):
     """pre (M, N) = A[rows of g] @ B[g] + bias[g], B as stored; the rows past the last group are unspecified (never read)."""
     cfg = _PRE_CONFIG
     (m, k), g, n = x.shape, y.shape[0], y.shape[1]
-    offsets, groups, tiles = _gj.group_metadata(sizes, m, cfg.tile_m, False, partial_tail=False)
+    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, False)
     x_ext, y_ext, out_cols = _pre_extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _pre_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, tiles, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)), bias)
+    result = kernel(offsets, groups, starts, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)), bias)
     (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
@@ -551,7 +558,7 @@ def _pre_call(varying: frozenset, sizes, x, y, bias):
 _DGRAD_CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128, epi_m=64, epi_n=64, out_slots=2, a_swizzle=128, b_swizzle=128, group_m=8, raster_dim=0, smem_bytes=229440)
 
 
-def _dgrad_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -589,14 +596,17 @@ def _dgrad_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, out_gme
         def _tile(info):
             (lin,) = info.index
             vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
-            # Visit vi: group `group` (g_total where it serves none) in row tile mi (runtime/grouped_jax.py).
-            group, mi = groups_gmem[vi], tiles_gmem[vi]
+            # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
+            # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
+            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
+            group, lo = groups_gmem[vi], starts_gmem[vi]
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
-            tile0 = mi * cfg.tile_m
-            # The rows this visit stores, [lo, hi): its group's within the tile (past the groups: the tail's).
-            lo = jnp.maximum(jnp.where(real, offsets_gmem[g], offsets_gmem[g_total]), tile0)
-            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), tile0 + cfg.tile_m)
+            row = lo // 8 * 8
+            hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
+            # The tile loaded and stored from: `row`'s, or for a group's last visit past the last whole row tile the
+            # one ending there, which holds the same rows (per-row vectors are padded to whole row tiles).
+            tile0 = jnp.minimum(row, pl.cdiv(m, cfg.tile_m) * cfg.tile_m - cfg.tile_m)
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
@@ -668,7 +678,7 @@ def _dgrad_kernel(offsets_gmem, groups_gmem, tiles_gmem, a_gmem, b_gmem, out_gme
 def _dgrad_build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int, sms: int, varying: frozenset):
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
-    visits = _gj.tiles_bound(m, g_total, cfg.tile_m) + True  # tail zero: one visit more (group_metadata)
+    visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, True)  # group_row_starts' visits
     body = functools.partial(_dgrad_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits)
     body.__name__ = "moe_up_gelu_train_mgpu_dgrad"  # the kernel's name in profiles
     kernel = plgpu.kernel(
@@ -700,11 +710,11 @@ def _dgrad_call(varying: frozenset, sizes, x, y):
     """dA (M, K) = G[rows of g] @ B[g]^T: x is G (M, N), y B as stored; rows past the last group 0."""
     cfg = _DGRAD_CONFIG
     (m, k), g, n = x.shape, y.shape[0], y.shape[2]
-    offsets, groups, tiles = _gj.group_metadata(sizes, m, cfg.tile_m, True, partial_tail=True)
+    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, True)
     x_ext, y_ext, out_cols = _dgrad_extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     kernel = _dgrad_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, tiles, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)))
+    result = kernel(offsets, groups, starts, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)))
     (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
@@ -975,17 +985,16 @@ def _launch(a, b, offs, bias, out=None, config: Config | None = None) -> jax.Arr
 def _forward(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     """The forward kernel over checked arguments (the custom_vjp's primal): metadata, TMA padding, the kernel."""
     m, n, k, g, _ = _dims(a, b, sizes)
-    # Which group and row tile each visit serves (with tail zero, the visits past the groups take the tail's tiles,
-    # from the one holding the last group's end: a group's visit stores its own rows only; and how many visits
-    # serve a group: the split last wave's tile count).
-    offsets, groups, tiles, counts = _gj.group_metadata(sizes, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO, count=True)
+    # Which group each visit serves and the first row it stores (tiles from each group's first row; with tail zero
+    # the rows past the groups are walked as one more), and how many visits serve a group (the split last wave's).
+    offsets, groups, starts, counts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO, count=True)
     a_ext, b_ext, out_cols = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     a = _mg.pad(a, a_ext)
     b = _mg.pad(b, (g, *b_ext))
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, tiles, counts, a, b, bias)
+    result = kernel(offsets, groups, starts, counts, a, b, bias)
     # under jax.shard_map: jax 0.10's plgpu.kernel types its output as not varying over the mesh (it traces with
     # check_vma off), which would make jax sum its cotangent over the mesh: typed as the arguments vary instead
     (result,) = _rt.vary(varying, result)
@@ -1075,7 +1084,7 @@ def _direct(a, b, offs, bias, out):
     key = (device, cfg, m, n, k, g)
     launch = _DIRECT.get(key, False)
     if launch is False:  # first call at this shape: lower the kernel alone, compile its Mosaic GPU module
-        visits = _gj.tiles_bound(m, g, cfg.tile_m) + TAIL_ZERO
+        visits = _gj.row_visits_bound(m, g, cfg.tile_m, TAIL_ZERO)
         # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
             ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((1,), torch.int32), ((m, k), a.dtype),
@@ -1084,11 +1093,11 @@ def _direct(a, b, offs, bias, out):
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    offsets, groups, tiles, counts = _gm.group_metadata(offs, m, cfg.tile_m, TAIL_ZERO, partial_tail=TAIL_ZERO,
-                                                        from_offs=True, count=True)
+    offsets, groups, starts, counts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
+                                                           from_offs=True, count=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     # a split last wave's partials and semaphores are the compiled kernel's own scratch (runtime/mgpu_torch.py)
-    launch((offsets.data_ptr(), groups.data_ptr(), tiles.data_ptr(), counts.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
+    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), counts.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
 

@@ -24,7 +24,7 @@ from specgen.kinds.grouped.spec import GroupedSpec
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_FORMS, mgpu_form
 from specgen.registry import design_for
 from specgen.resolve import resolve
-from specgen.runtime.grouped_jax import group_metadata, tiles_bound
+from specgen.runtime.grouped_jax import group_row_starts, row_visits_bound
 from specgen.spec.load import load_text
 from specgen.targets import TARGETS
 
@@ -143,24 +143,36 @@ def test_an_empty_output_traces_without_a_kernel(modules):
     assert jax.eval_shape(mod._call, *structs(MGPU_FORMS["gm_plain_zero_k"], 0, 256, 64, 2)).shape == (0, 256)
 
 
-# --- the group metadata's tail visits ------------------------------------------------------------------------
-def test_tail_visits_cover_every_row_past_the_last_group():
-    """With partial_tail (tail zero here) the visits past the groups start at the tile holding the last group's end
-    and, with the one visit more, always reach the last tile: every row is stored by exactly the visit the kernel
-    assigns (its group's rows, or the tail's), however the groups split the tiles."""
+# --- the group metadata: visits from each group's first row ------------------------------------------------------
+def test_row_start_visits_store_every_row_once_from_8_row_aligned_tiles():
+    """group_row_starts, read as the kernel reads it (row = lo rounded down to 8, hi = min(end, row + tile), the tile
+    loaded from min(row, the last whole row tile)): every group row is stored exactly once, by a visit of its own
+    group, and with the tail every row past the groups once by a tail visit (none without); each store lies in its
+    visit's loaded tile, which starts on 8 rows and ends within the whole row tiles per-row vectors are padded to;
+    and the static count is row_visits_bound's (a bound too small would leave rows unstored). Sizes drawn to stress
+    the bound too: many groups starting one row past an 8-row boundary."""
     rng = random.Random(37)
-    metadata = jax.jit(group_metadata, static_argnums=(1, 2, 3, 4))
-    for _ in range(60):  # shapes from a few (each compiles the jitted metadata once), sizes free
-        rows, block, g = rng.choice([1, 63, 64, 200, 600]), rng.choice([64, 128]), rng.choice([1, 2, 5, 12])
-        sizes = [rng.choice([0, 0, 1, 2, rng.randint(0, 200)]) for _ in range(g)]
-        off, grp, til = (np.asarray(x) for x in metadata(jnp.asarray(sizes, jnp.int32), rows, block, True, True))
-        assert len(grp) == tiles_bound(rows, g, block) + 1
-        hits = np.zeros(rows, int)
-        for group, tile in {(int(a), int(b)) for a, b in zip(grp, til, strict=True)}:
-            lo = max(off[group] if group < g else off[g], tile * block)
-            hi = min(off[group + 1] if group < g else rows, tile * block + block)
-            hits[lo:max(lo, hi)] += 1
-        assert (hits == 1).all(), (rows, block, sizes)
+    metadata = jax.jit(group_row_starts, static_argnums=(1, 2, 3))
+    for draw in range(32):  # shapes from a few (each compiles the jitted metadata once), sizes free
+        rows, block, g = rng.choice([1, 63, 200, 1000]), rng.choice([64, 128]), rng.choice([1, 5, 40])
+        if draw % 4 == 0:  # every group block + 1 rows: each starts off the 8-row grid, spans one visit more
+            sizes = [block + 1] * g
+        else:
+            sizes = [rng.choice([0, 0, 1, 2, 9, -3, rng.randint(0, 200)]) for _ in range(g)]
+        for tail in (False, True):
+            off, grp, lo = (np.asarray(x) for x in metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail))
+            assert len(grp) == len(lo) == row_visits_bound(rows, g, block, tail)
+            whole = -(-rows // block) * block
+            hits = np.zeros(rows, int)
+            for group, first in zip(grp.tolist(), lo.tolist(), strict=True):
+                row = first // 8 * 8
+                tile0 = min(row, whole - block)
+                hi = min(off[group + 1] if group < g else rows, row + block)
+                assert tile0 % 8 == 0 and tile0 >= 0 and tile0 + block <= max(whole, block)
+                if hi > first:
+                    assert tile0 <= first and hi <= tile0 + block and (off[group] <= first if group < g else tail)
+                    hits[first:hi] += 1
+            assert (hits == (1 if tail else (np.arange(rows) < off[g]))).all(), (rows, block, sizes, tail)
 
 
 # --- check ---------------------------------------------------------------------------------------------------
@@ -333,16 +345,16 @@ def test_the_direct_launchs_metadata_kernel_equals_the_jitted_programs():
     from specgen.runtime import grouped_metadata as gm
 
     rng = random.Random(22)
-    metadata = jax.jit(gj.group_metadata, static_argnums=(1, 2, 3, 4, 5))
+    metadata = jax.jit(gj.group_row_starts, static_argnums=(1, 2, 3, 4))
     for draw in range(12):  # shapes from a few (each compiles the jitted metadata once), sizes free
         g, rows, block = (300, 1, 7, 40)[draw % 4], rng.choice([1, 130, 900]), rng.choice([64, 128])
         sizes = [rng.choice([0, 0, 1, 2, -3, rng.randint(0, 300)]) for _ in range(g)]
         offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32)  # what a negative size does to offs: a step back
         for tail in (False, True):
-            want = metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail, tail, True)
+            want = metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail, True)
             # the fourth: the visits that serve a group (the split last wave's count), the first ones
             assert int(want[3][0]) == int((np.asarray(want[1]) < g).sum()) and (np.asarray(want[1])[:int(want[3][0])] < g).all()
-            for got in (gm.group_metadata(torch.tensor(sizes, dtype=torch.int32), rows, block, tail, tail, count=True),
-                        gm.group_metadata(offs, rows, block, tail, tail, from_offs=True, count=True)):
+            for got in (gm.group_row_starts(torch.tensor(sizes, dtype=torch.int32), rows, block, tail, count=True),
+                        gm.group_row_starts(offs, rows, block, tail, from_offs=True, count=True)):
                 for x, y in zip(want, got, strict=True):
                     assert y.dtype == torch.int32 and np.array_equal(np.asarray(x), y.numpy()), (sizes, rows, block, tail)

@@ -164,7 +164,7 @@ def test_the_direct_launch_runs_the_split_with_its_own_scratch():
     mod = module()
     m, n, g = 1000, 512, 8
     cfg = mod._config_for(m, n, 1024)
-    visits = mod._gj.tiles_bound(m, g, cfg.tile_m) + mod.TAIL_ZERO
+    visits = mod._gj.row_visits_bound(m, g, cfg.tile_m, mod.TAIL_ZERO)
     programs = min(132, visits * n // cfg.tile_n)
     for k, splits in ((1024, True), (192, False)):
         structs = [jax.ShapeDtypeStruct(s, d) for s, d in (((g + 1,), jnp.int32), ((visits,), jnp.int32), ((visits,), jnp.int32),

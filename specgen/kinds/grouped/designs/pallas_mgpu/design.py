@@ -3,14 +3,18 @@
 
 The kernel is the dense Mosaic GPU kernel's (kinds/gemm/designs/pallas, JAX's warp-specialized Hopper matmul: a
 persistent grid of one CTA per SM, a memory warpgroup feeding a TMA pipeline into swizzled SMEM, two consumer
-warpgroups each issuing wgmma on half the tile's N into an f32 accumulator) walking the grouped TPU kernel's tile
-visits instead of a dense tile grid: a static bound of cdiv(M, tile.m) + G - 1 row-tile visits (every row tile
-once, plus one for each group boundary inside a tile) times the N tiles, the group and row tile of each visit
-computed on the device from the group sizes (specgen/runtime/grouped_jax.py `group_metadata`, the TPU design's)
-and read by the kernel from GMEM. A visit past the groups skips its K loop (with `groups.tail = "zero"` it stores
-the zeros of the rows past the last group instead). The forward's last partial wave splits along K (session 30,
-the Triton design's split ported; templates/grouped/pallas/mgpu_m.jinja `split`): R = T mod P tiles as R x S parts
-when that fits the grid, partials in an f32 output, one GMEM semaphore per CTA and consumer warpgroup, no SMEM.
+warpgroups each issuing wgmma on half the tile's N into an f32 accumulator) walking grouped tile visits instead of a
+dense tile grid: each visit tile.m rows of one group from its first row rounded down to 8 (a TMA box starts on
+Mosaic GPU's 8-row GMEM tiles), so no tile is computed for two groups (the TPU design's row tiles are, once per group
+sharing them: DeepSeek-V3 up with skewed sizes, 56 visits there, 47 here), a static bound of cdiv(M + 7 (G - 1),
+tile.m) + G - 1 of them times the N tiles, each visit's group and first row computed on the device from the group
+sizes (specgen/runtime/grouped_jax.py `group_row_starts`) and read by the kernel from GMEM. A group's last visit
+past the last whole row tile loads the row tile ending there (the same rows: per-row vectors stay padded to whole
+row tiles). A visit past the groups skips its K loop (with `groups.tail = "zero"` the rows past the last group are
+walked as one more segment whose visits store zeros instead). The forward's last partial wave splits along K
+(session 30, the Triton design's split ported; templates/grouped/pallas/mgpu_m.jinja `split`): R = T mod P tiles
+as R x S parts when that fits the grid, partials in an f32 output, one GMEM semaphore per CTA and consumer
+warpgroup, no SMEM.
 
 Stores: the epilogue stages each 64-row subtile in SMEM unswizzled and stores only its group's rows by TMA, as a
 ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bit of the row count: JAX's

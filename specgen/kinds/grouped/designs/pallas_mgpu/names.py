@@ -26,24 +26,24 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
 # names (`offs`, `group_sizes`) among them.
 RESERVED: frozenset[str] = frozenset({
-    "offsets_gmem", "groups_gmem", "tiles_gmem", "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem",
+    "offsets_gmem", "groups_gmem", "starts_gmem", "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem",
     "acc_ref", "a_spec", "b_spec", "a_first", "b_first", "a_op", "b_op", "b_view", "allocations", "body", "cfg",
     "col0", "row0", "context", "count", "ei", "ej", "first", "g", "g_total", "group", "hi", "ignore", "info", "k",
-    "k_steps", "kk", "lin", "lo", "m", "mi", "mma", "n", "n_tiles", "ni", "pipeline", "real", "rows", "run_pipeline",
+    "k_steps", "kk", "lin", "lo", "m", "mma", "n", "n_tiles", "ni", "pipeline", "real", "rows", "run_pipeline",
     "slot", "store", "tile0", "vi", "visits", "wg", "wg_cols", "x", "x_of", "_acc", "_scope", "_tile", "_real",
-    "_tail", "acc", "offsets", "groups", "tiles", "sizes", "varying", "kernel", "out", "offs", "group_sizes",
+    "_tail", "acc", "offsets", "groups", "starts", "sizes", "varying", "kernel", "out", "offs", "group_sizes",
     "a", "b", "a_ext", "b_ext", "out_cols", "n_pad", "sms", "config", "name", "object", "frozenset",
     "mgpu", "mosaic_gpu", "collective_axes", "compiler_params", "delay_release", "grid", "grid_names",
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
-    "memory_space", "predicate", "static_argnames", "typing", "partial_tail", "int", "tensors", "base",
+    "memory_space", "predicate", "static_argnames", "typing", "int", "tensors", "base",
     # a gated epilogue's: B's 2N columns, the up tile, its accumulator and subtile, the warpgroup's B half
     "n2", "smem", "dims", "warpgroup_half", "up_smem", "accs", "up_ref", "up",
     # the ragged-K kernel's: its K loops (their BlockSpecs, delays, edge tiles' masking) and launcher
     "_deep", "_edge", "_empty", "_shallow", "b_half", "delay", "edge", "ends", "idx", "in_flight", "index", "k0",
     "k_axis", "k_pad", "kt0", "specs", "steps", "zero",
     # the torch entry's direct launch
-    "sb", "direct", "launch", "structs", "shape", "str", "from_offs", "grouped_metadata",
+    "sb", "direct", "launch", "structs", "shape", "str", "from_offs", "grouped_metadata", "row",
     # the Config fields (attributes, but also the NamedTuple's class-body names)
     "tile_m", "tile_n", "tile_k", "stages", "wgmma_in_flight", "wg_n", "epi_m", "epi_n", "out_slots", "a_swizzle",
     "b_swizzle", "group_m", "raster_dim", "smem_bytes", "swap_ab",
@@ -53,7 +53,7 @@ RESERVED: frozenset[str] = frozenset({
     # the forward's split last wave: the real visits' count, its items, the parts' partials and semaphores
     "counts_gmem", "partials_gmem", "sems", "real_visits", "tiles_real", "rem", "parts", "items", "each", "after",
     "in_split", "t", "sm", "snake_vi", "snake_ni", "spare", "counted", "split_finish", "finish", "context_for", "epilogue",
-    "_partial", "_last", "_split", "q", "row", "s", "xs", "arrays", "memory_scope",
+    "_partial", "_last", "_split", "q", "s", "xs", "arrays", "memory_scope",
 })
 
 # How its templates derive names from an epilogue argument `x`.
