@@ -144,7 +144,8 @@ def _lowered(mod, m: int, n: int, k: int, g: int) -> tuple[str, object]:
 def test_catalogue_kernels_lower_with_both_splits_and_the_plans_smem(name):
     """M = 1000 over 8 groups, N = 512, K = 16 tile_k steps (S = 2 and 4 both divide them): three K loops in the
     kernel (the whole tile's, S = 2's, S = 4's: three times one loop's wgmma), a signal and a wait at GPU scope
-    for each split, SMEM the plan's; at K = 5 steps (2 and 4 divide neither) no split renders."""
+    for each split, SMEM the plan's; at K = 5 steps (2 and 4 divide neither) no split renders (moe_bf16: one
+    lowering more, the rest as its)."""
     mod = module(name)
     cfg = mod._config_for(1000, 512, 16 * mod.CONFIG.tile_k)
     assert cfg == mod.CONFIG
@@ -152,6 +153,8 @@ def test_catalogue_kernels_lower_with_both_splits_and_the_plans_smem(name):
     assert mosaic_gpu_launch_smem(lowered) == cfg.smem_bytes
     assert text.count("red.release.gpu.global.add") == 2 and text.count("atom.relaxed.gpu.global.cas") == 2
     assert text.count("fence.acquire.gpu") == 2
+    if name != "moe_bf16":
+        return
     plain, lowered = _lowered(mod, 1000, 512, 5 * cfg.tile_k, 8)
     assert mosaic_gpu_launch_smem(lowered) == cfg.smem_bytes
     assert "red.release" not in plain and text.count("wgmma.mma_async") == 3 * plain.count("wgmma.mma_async") > 0
