@@ -448,6 +448,7 @@ def _moe_up_gelu_train_bf16_wgrad_kernel(
     a_desc,
     b_desc,
     out_ptr,
+    out_desc,
     index_ptr,
     M,
     N,
@@ -459,6 +460,7 @@ def _moe_up_gelu_train_bf16_wgrad_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
+    TMA_STORE: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -502,8 +504,11 @@ def _moe_up_gelu_train_bf16_wgrad_kernel(
         a = tl.where(k_in[None, :], a, 0.0)
         b = tl.where(k_in[:, None], b, 0.0)
         acc = tl.dot(a, b, acc)
-    tl.store(out_ptr + gg * stride_og + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
-             mask=mask_m[:, None] & mask_n[None, :])
+    if TMA_STORE:  # one group's tile of out's (G, M, N) descriptor: TMA clips the box at M and N, never out[g + 1]'s rows
+        out_desc.store([g, off_m, off_n], tl.reshape(acc.to(tl.bfloat16), (1, BLOCK_M, BLOCK_N)))
+    else:  # out's base, strides or rows off 16 bytes (the host decides): masked pointer stores
+        tl.store(out_ptr + gg * stride_og + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
+                 mask=mask_m[:, None] & mask_n[None, :])
 
 
 # Training (forward_pre): out = act(pre) over the groups' rows, zeros past them (spec: groups.tail).
@@ -712,9 +717,9 @@ BACKWARD_CONFIGS = {
         100: {"num_warps": 8, "num_stages": 4},
     },
     "wgrad": {
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         90: {"num_warps": 8, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         100: {"num_warps": 8, "num_stages": 4},
     },
 }
@@ -787,12 +792,15 @@ def _wgrad(a, b, offs, out):
     # stride but the unit one is off 16 bytes (the forward's operands and G as they come; guards.py `readable`)
     a, b = _g.readable(a, 0, True), _g.readable(b, 1, True)
     a_desc, b_desc = _gg.k_descriptors(a, b, 0, 1, *(BACKWARD_TILES["wgrad"][f"BLOCK_{d}"] for d in "MNK"), _descriptor)
+    # dB stored by TMA where its base, strides and rows are 16-byte multiples (kernels.jinja ragged_k), else through
+    # masked pointers: TMA_STORE, decided per call
+    out_desc = _gg.out_descriptor(out, BACKWARD_TILES["wgrad"]["BLOCK_M"], BACKWARD_TILES["wgrad"]["BLOCK_N"], _descriptor)
     device = -1 if a.device.type == "cpu" else a.get_device()
     sa, sb, so = a.stride(), b.stride(), out.stride()
     index_64 = _gg.needs_int64(a, b, out)
     _tr.launch("moe_up_gelu_train_bf16 (wgrad)", _moe_up_gelu_train_bf16_wgrad_kernel, _tr.config_for("moe_up_gelu_train_bf16", BACKWARD_CONFIGS["wgrad"], device),
                BACKWARD_TILES["wgrad"], grid,
-               (a_desc, b_desc, out, offs, M, N, K, G, so[0], so[-2], ), _BF16, INDEX_64=index_64)
+               (a_desc, b_desc, out, out_desc, offs, M, N, K, G, so[0], so[-2], ), _BF16, INDEX_64=index_64, TMA_STORE=out_desc is not None)
 
 
 def _grad_cols(src, pre, g, dbias, offs):
