@@ -108,8 +108,8 @@ def derived_spec(backend: str, chain: str, save: str, dtype: str = "bf16", tile:
         spec["training"] = {"save": save}
         if gated(chain):
             spec["cute"]["mma_warpgroups"] = 2  # a gate and an up accumulator (REG001)
-    if backend == "mgpu" and gated(chain):  # two accumulators (gate, up): 128 x 256 outputs' worth (REG001)
-        spec["tile"] = {"m": 128, "n": 128, "k": 64}
+    if backend in ("mgpu", "triton") and gated(chain):  # two accumulators (gate, up): 128 x 256 outputs' worth
+        spec["tile"] = {"m": 128, "n": 128, "k": 64}  # (REG001; the catalogue's gated kernels' tile)
     if tile:  # the interpreter's small tile, every GEMM of the step
         spec["tile"] = {"m": tile, "n": tile, "k": tile}
         spec["triton"]["num_warps"] = 4

@@ -20,7 +20,7 @@ new group sizes. An index that is decreasing or passes K is clamped on the devic
 
 Epilogue, applied in order to each group's float32 accumulator: none
 
-Schedule: tile 128x256x64, one program per (group, M tile, N tile), TMA loads of each group's whole K tiles (its last partial one masked in registers) and masked pointer stores.
+Schedule: tile 128x256x64, one program per (group, M tile, N tile), TMA loads of each group's whole K tiles (its last partial one masked in registers) and a TMA store of out[g]'s tile where out's base, strides and rows are 16-byte multiples (masked pointer stores otherwise).
 Tensors sit on the current CUDA device (on the CPU under TRITON_INTERPRET=1); a wrong dtype, shape, major mode
 or device raises before the kernel launches, naming the argument.
 """
@@ -51,12 +51,14 @@ if RUNTIME_ABI != 1:
 # it: the range's whole K tiles by TMA (host-built descriptors over all of A and B: a box may start at any K row),
 # then its last rows, fewer than a tile, in one more box whose rows past the range's end are zeroed in registers
 # (TMA's zero fill is at the tensor's bounds only: the box reads the next group's rows), so an empty group's tile
-# is the epilogue of zeros.
+# is the epilogue of zeros. The tile is stored by TMA (TMA_STORE: the host could describe out, boxes of one group's
+# tile clipped at M and N) or through masked pointers.
 @triton.jit(do_not_specialize=['K', 'G', 'stride_og'])
 def _moe_wgrad_bf16_kernel(
     a_desc,
     b_desc,
     out_ptr,
+    out_desc,
     index_ptr,
     M,
     N,
@@ -68,6 +70,7 @@ def _moe_wgrad_bf16_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     INDEX_64: tl.constexpr,
+    TMA_STORE: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -111,8 +114,11 @@ def _moe_wgrad_bf16_kernel(
         a = tl.where(k_in[None, :], a, 0.0)
         b = tl.where(k_in[:, None], b, 0.0)
         acc = tl.dot(a, b, acc)
-    tl.store(out_ptr + gg * stride_og + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
-             mask=mask_m[:, None] & mask_n[None, :])
+    if TMA_STORE:  # one group's tile of out's (G, M, N) descriptor: TMA clips the box at M and N, never out[g + 1]'s rows
+        out_desc.store([g, off_m, off_n], tl.reshape(acc.to(tl.bfloat16), (1, BLOCK_M, BLOCK_N)))
+    else:  # out's base, strides or rows off 16 bytes (the host decides): masked pointer stores
+        tl.store(out_ptr + gg * stride_og + rows[:, None] * stride_om + cols[None, :], acc.to(tl.bfloat16),
+                 mask=mask_m[:, None] & mask_n[None, :])
 
 
 # Tile (spec: tile).
@@ -120,9 +126,9 @@ BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
 
@@ -148,7 +154,7 @@ def _validate(a, b, offs, out):
 
 # Compile-time constants; INDEX_64 is chosen per call (64-bit offsets where a span passes 2^31 elements),
 # FAST_MATH picks hardware approximations on the GPU and exact formulas under the CPU interpreter.
-_CONSTEXPRS = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "INDEX_64": False, "FAST_MATH": not _g.INTERPRET}
+_CONSTEXPRS = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "INDEX_64": False, "TMA_STORE": True, "FAST_MATH": not _g.INTERPRET}
 _launcher = TritonLauncher(_moe_wgrad_bf16_kernel, "moe_wgrad_bf16", CONFIGS)
 _launcher.bf16_dot = True  # refused under Triton's CPU interpreter, which multiplies bf16 tiles as their raw bits
 
@@ -164,10 +170,15 @@ def _run(a, b, offs, out):
     # Host-side TMA descriptors over A (M, K) and B (K, N) as stored ((K, M) and (K, N), the contiguous dim inner);
     # _validate staged any operand whose base or strides TMA cannot take (16 bytes).
     a_desc, b_desc = _gg.k_descriptors(a, b, 0, 1, block_m, block_n, BLOCK_K, _descriptor)
+    # out (G, M, N) stored by TMA where its base, strides and rows are 16-byte multiples (one group's tile a box, clipped
+    # at M and N), else through masked pointers (any strides: a padded out, N = 29 bf16 columns): decided here, per call
+    out_desc = _gg.out_descriptor(out, block_m, block_n, _descriptor)
+    if out_desc is None:
+        constexprs = {**constexprs, "TMA_STORE": False}
     tiles = G * -(-M // block_m) * -(-N // block_n)  # one program per (group, M tile, N tile)
     # Triton specializes M, N and the strides on `% 16 == 0` and `== 1`, and types an integer past 32 bits as i64:
     # the compiled kernel's key is those facts and the index width (K and G are not specialized).
-    key = (index_64, M % 16 == 0, M == 1, M >= 0x80000000, N % 16 == 0, N == 1, N >= 0x80000000, K >= 0x80000000, G >= 0x80000000, so[0] >= 0x80000000, so[-2] % 16 == 0, so[-2] == 1, so[-2] >= 0x80000000, )
+    key = (index_64, out_desc is None, M % 16 == 0, M == 1, M >= 0x80000000, N % 16 == 0, N == 1, N >= 0x80000000, K >= 0x80000000, G >= 0x80000000, so[0] >= 0x80000000, so[-2] % 16 == 0, so[-2] == 1, so[-2] >= 0x80000000, )
     _launcher(
         device,
         key,
@@ -176,6 +187,7 @@ def _run(a, b, offs, out):
             a_desc,
             b_desc,
             out,
+            out_desc,
             offs,
             M,
             N,
@@ -234,14 +246,14 @@ METADATA = {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
         100: {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
     },
@@ -249,6 +261,7 @@ METADATA = {
         ['a_desc', 'tensordesc<bf16[64, 128]>', 'aligned'],
         ['b_desc', 'tensordesc<bf16[64, 256]>', 'aligned'],
         ['out_ptr', '*bf16', 'aligned'],
+        ['out_desc', 'tensordesc<bf16[1, 128, 256]>', 'aligned'],
         ['index_ptr', '*i32', 'aligned'],
         ['M', 'i32', 'aligned'],
         ['N', 'i32', 'aligned'],
@@ -260,6 +273,7 @@ METADATA = {
         ['BLOCK_N', 'constexpr', 'constexpr'],
         ['BLOCK_K', 'constexpr', 'constexpr'],
         ['INDEX_64', 'constexpr', 'constexpr'],
+        ['TMA_STORE', 'constexpr', 'constexpr'],
         ['FAST_MATH', 'constexpr', 'constexpr'],
     ],
 }

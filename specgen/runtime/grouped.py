@@ -97,3 +97,23 @@ def k_descriptors(a: torch.Tensor, b: torch.Tensor, a_inner: int, b_inner: int, 
     boxes = ((a, a_inner, (block_m, block_k)), (b, b_inner, (block_k, block_n)))
     return tuple(descriptor(t, [t.shape[1 - inner], t.shape[inner]], [t.stride(1 - inner), 1],
                             [box[1 - inner], box[inner]]) for t, inner, box in boxes)  # type: ignore[return-value]
+
+
+def out_descriptor(out: torch.Tensor, block_m: int, block_n: int, descriptor) -> object | None:
+    """The ragged-K kernel's out (G, M, N) as one 3-D TMA descriptor with boxes of one group's (block_m, block_n) tile
+    (its TMA store: TMA clips a box at M within its group, where a (G * M, N) view would spill a partial tile's rows
+    into out[g + 1]), or None where TMA cannot store into out in place, so the kernel stores through masked pointers
+    (any strides; the host decides per call). TMA wants a 16-byte base, group and row strides of 16-byte multiples
+    that do not overlap, and a row extent of one: a store writes a row's last 16 bytes whole (guards._needs_copy: into
+    a view of N = 29 bf16 columns it wrote the caller's columns 29-31). A dim of one is never stepped along: its stride
+    is described as packed, whatever the caller's view says."""
+    groups, m, n = out.shape
+    size = out.element_size()
+    sg, sm, sn = out.stride()
+    if not out.numel() or out.data_ptr() % ALIGN or sn != 1 or (n * size) % ALIGN:
+        return None
+    sm = n if m == 1 else sm
+    sg = m * sm if groups == 1 else sg
+    if (sm * size) % ALIGN or sm < n or (sg * size) % ALIGN or sg < m * sm:
+        return None
+    return descriptor(out, [groups, m, n], [sg, sm, 1], [1, block_m, block_n])

@@ -20,7 +20,7 @@ def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits
               BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr, COUNT: tl.constexpr):
     # Every program derives the segments' row spans from the index (G values: cheaper than a second launch), then
     # answers its BLOCK_V visits: which segment each serves (a compare-and-count over the segments, searchsorted's
-    # right side) and the first row it stores. Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
+    # right side) and the first row it stores (the segment's values gathered). Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
     g = tl.arange(0, BLOCK_G)
     is_group = g < G
     x = tl.load(index + g, mask=is_group, other=0).to(tl.int64)
@@ -35,6 +35,8 @@ def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits
         tl.store(offsets_out + g, tl.zeros([BLOCK_G], tl.int32), mask=g == 0)
     if VISIT_TAIL:  # the tail's rows [offsets[G], rows): segment G
         ends = tl.where(g == G, rows, ends)
+    # Past the clamp every value fits 32 bits (rows < 2^31): the visit x segment work below runs in int32.
+    starts, ends = starts.to(tl.int32), ends.to(tl.int32)
     base = starts // ALIGN * ALIGN
     span = tl.where(ends > starts, (ends - base + BLOCK_M - 1) // BLOCK_M, 0)  # visits of each segment
     span_ends = tl.cumsum(span, 0)
@@ -43,15 +45,14 @@ def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits
         tl.store(count_out, tl.sum(tl.where(is_group, span, 0), 0).to(tl.int32))
 
     v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
-    segment = tl.sum((span_ends[None, :] <= v[:, None]).to(tl.int64), 1)
-    which = g[None, :] == segment[:, None]
-    first = tl.sum(tl.where(which, starts, 0), 1)
-    nominal = tl.sum(tl.where(which, base - (span_ends - span) * BLOCK_M, 0), 1) + v * BLOCK_M
+    segment = tl.sum((span_ends[None, :] <= v[:, None]).to(tl.int32), 1)
+    which = tl.minimum(segment, BLOCK_G - 1)  # a gather's index stays in the block (visits past `real` drop it)
+    nominal = tl.gather(base - (span_ends - span) * BLOCK_M, which, 0) + v * BLOCK_M
     is_real = v < real
-    lo = tl.where(is_real, tl.maximum(first, nominal), rows)
+    lo = tl.where(is_real, tl.maximum(tl.gather(starts, which, 0), nominal), rows)
     group = tl.where(is_real, tl.minimum(segment, G), G)
-    tl.store(lo_out + v, lo.to(tl.int32), mask=v < visits)
-    tl.store(groups_out + v, group.to(tl.int32), mask=v < visits)
+    tl.store(lo_out + v, lo, mask=v < visits)
+    tl.store(groups_out + v, group, mask=v < visits)
 
 
 def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool,
@@ -67,7 +68,9 @@ def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: b
     lo = torch.empty(visits, dtype=torch.int32, device=index.device)
     real = torch.empty(1, dtype=torch.int32, device=index.device)
     block_g = triton.next_power_of_2(groups + 1)  # the groups and the tail's segment
-    block_v = max(16, min(128, 8192 // block_g))  # the visit x segment compare stays ~8K elements a program
+    # the visit x segment compare stays ~4K elements a program: its code is unrolled (a first form with three such
+    # passes in int64 ran 28 us a call at 32 groups on an H200; this one compiles to ~2,900 SASS lines there)
+    block_v = max(16, min(128, 4096 // block_g))
     _metadata[(max(1, triton.cdiv(visits, block_v)),)](
         index, offsets, group, lo, real, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
         VISIT_TAIL=visit_tail, BLOCK_G=block_g, BLOCK_V=block_v, COUNT=count)

@@ -183,6 +183,41 @@ def test_ragged_k_weight_gradient_against_float64_and_grouped_mm(case: str) -> N
     torch.testing.assert_close(out.float(), peer.float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize(("n", "row_pad", "store"), [(400, 0, "tma"), (400, 3, "pointer"), (29, 3, "pointer")])
+def test_ragged_k_stores_by_tma_in_place_or_through_pointers(monkeypatch, n: int, row_pad: int, store: str) -> None:
+    """moe_wgrad_bf16's two stores (session 30): out (G, K, N) inside a NaN storage with rows of NaN above and below
+    each out[g] and columns past N. 16-byte rows and strides: the host builds out's 3-D descriptor and TMA stores each
+    out[g] tile in place, clipped at M = 328 (off the 128-row tile) within its group and at N = 400 (off 256); rows of
+    403 elements (806 bytes), or N = 29 (58-byte rows in 64): no descriptor, the masked pointer store. Either way the
+    band stays NaN and every out[g] (empty groups first, middle and last: zeros) matches float64."""
+    from specgen.kinds.grouped.testing.ragged_k import padded_out
+    from specgen.runtime import grouped
+
+    mod = importlib.import_module("generated.triton.moe_wgrad_bf16")
+    sizes = [0, 100, 0, 0, 77, 129, 1, 0]
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    rows = sum(sizes) + TAIL
+    x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16, generator=gen) / 12
+    dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(torch.int32)
+    out, storage = padded_out(len(sizes), K, n, torch.bfloat16, "cuda", row_pad)
+    built = []
+    real = grouped.out_descriptor
+    monkeypatch.setattr(grouped, "out_descriptor", lambda *xs: built.append(real(*xs)) or built[-1])
+    covered = torch.zeros(storage.shape, dtype=torch.bool, device="cuda")
+    covered.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(True)
+    ends = [0, *offs.tolist()]
+    want = torch.stack([x[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in zip(ends, ends[1:], strict=False)])
+    for call in range(2):  # the first through Triton's JIT, the second the launcher's direct launch of that kernel
+        storage.fill_(float("nan"))
+        assert mod.moe_wgrad_bf16(x.t(), dy, offs, out=out) is out
+        torch.cuda.synchronize()
+        assert len(built) == call + 1 and (built[call] is not None) == (store == "tma")
+        assert storage[~covered].isnan().all(), f"call {call}: the store wrote outside out"
+        assert not out.isnan().any()
+        torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
+
+
 def test_ragged_k_cuda_graph_replays_new_group_sizes() -> None:
     mod = importlib.import_module("generated.triton.moe_wgrad_bf16")
     gen = torch.Generator(device="cuda").manual_seed(12)

@@ -13,6 +13,7 @@ import torch
 from kernels import catalogue, interpreter_variant
 
 from specgen.check import check_specs
+from specgen.kinds.grouped.testing.numerics import written_rows_and_band
 from specgen.kinds.grouped.testing.ragged_k import RaggedKNumericsTests
 from specgen.kinds.grouped.testing.specs import RAGGED_K_FORMS, spec
 from specgen.spec.load import SpecError, load_text
@@ -159,3 +160,97 @@ def test_tma_loads_take_no_k_rows_and_strides_off_16_bytes(load_kernel):
     ends = [0, *offs.tolist()]
     want = torch.stack([x[a:b].double().t() @ dy[a:b].double() for a, b in zip(ends, ends[1:], strict=False)])
     torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)
+
+
+# The stores (session 30): out in a NaN storage whose base, group and row strides are 16-byte multiples, so the kernel
+# stores out[g]'s tiles by TMA in place; M and N off the tile, so a box's rows past M (another group's rows in a
+# (G * M, N) view: here the poisoned band) and columns past N must be clipped. A row_pad > 0 makes rows off 16 bytes:
+# the masked pointer store, in place too. (form, group sizes, M, N, K rows past the last group, row_pad.)
+STORE_CASES = {
+    "empty_first_middle_last_k_tails": ("gk_tma_offs_mn_mn", (0, 5, 0, 35, 19, 0), 37, 40, 3, 0),
+    "all_empty": ("gk_tma_offs_mn_mn", (0, 0, 0), 21, 24, 6, 0),
+    "one_group": ("gk_tma_offs_mn_mn", (23,), 16, 16, 0, 0),
+    "m_of_one": ("gk_tma_offs_mn_mn", (4, 0, 13), 1, 24, 0, 0),
+    "f32_out_bias_gelu_k_major": ("gk_sizes_k_k", (9, 0, 30), 37, 36, 2, 0),
+    "variant_f32": ("gk_f32_variant", (0, 17, 6), 37, 20, 4, 0),  # K = 27 <= 40: the 32x16x16 variant's boxes
+    "pointer_rows_off_16_bytes": ("gk_tma_offs_mn_mn", (0, 5, 0, 35, 19, 0), 37, 40, 3, 3),
+    "pointer_f32_rows_off_16_bytes": ("gk_sizes_k_k", (9, 0, 30), 37, 36, 2, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(STORE_CASES))
+def test_each_store_writes_out_in_place_and_nothing_past_m_or_n(load_kernel, monkeypatch, case):
+    """Each out[g] matches the float64 loop (an empty group's the epilogue of zeros), the poisoned band between the
+    groups' rows and past N stays NaN, and the host took the store the layout allows (`_gg.out_descriptor` built one,
+    with the config's box, or None)."""
+    from specgen.kinds.gemm.testing.data import tolerance, torch_dtype
+    from specgen.kinds.grouped.testing.data import Case
+    from specgen.kinds.grouped.testing.ragged_k import RaggedKProblem, padded_out, ragged_k
+    from specgen.runtime import grouped
+
+    form, sizes, m, n, tail, row_pad = STORE_CASES[case]
+    s = RAGGED_K_FORMS[form]
+    fn = getattr(load_kernel(s), s["name"])
+    problem = RaggedKProblem(s, Case(sizes, n=n, k=m, tail=tail), case)
+    a, b, _ = problem.operands()
+    index, args = problem.index(), problem.epilogue_args()
+    out, storage = padded_out(len(sizes), m, n, torch_dtype(s["out"]["dtype"]), row_pad=row_pad)
+    built = []
+    real = grouped.out_descriptor
+    monkeypatch.setattr(grouped, "out_descriptor", lambda *xs: built.append(real(*xs)) or built[-1])
+    assert fn(a, b, index, *(v for _, v in args), out=out) is out
+    tile = s["variants"][0]["tile"] if case.startswith("variant") else s["tile"]
+    assert len(built) == 1
+    assert (built[0] is None) if row_pad else (built[0] is not None and built[0].block_shape == [1, tile["m"], tile["n"]])
+    assert written_rows_and_band(out, storage).isnan().all(), "the store wrote outside out"
+    assert not out.isnan().any()
+    want = ragged_k(s, a, b, index, dict(args))
+    torch.testing.assert_close(out.double(), want, **tolerance(s))
+
+
+def test_the_host_stores_by_tma_only_where_tma_can_take_out_in_place():
+    """`_gg.out_descriptor`: a 3-D (G, M, N) descriptor of one group's tile where out's base, group and row strides
+    and row extent are 16-byte multiples (a dim of one described as packed, whatever its stride), else None and the
+    kernel's masked pointer store: the numerics cases' outs (rows of N + 3 elements), N = 29 f16 columns in rows of
+    32 (a TMA store would write columns 29-31), a base off 16 bytes, overlapping groups."""
+    from specgen.kinds.grouped.testing.data import CASES
+    from specgen.kinds.grouped.testing.ragged_k import RaggedKProblem, padded_out
+    from specgen.runtime.grouped import out_descriptor
+
+    def desc(t):
+        d = out_descriptor(t, 16, 32, lambda base, shape, strides, box: (shape, strides, box))
+        return None if d is None else d[1]
+
+    assert desc(padded_out(3, 37, 40, torch.float16)[0]) == [(37 + 6) * 48, 48, 1]
+    assert desc(padded_out(2, 5, 36, torch.float32)[0]) == [11 * 40, 40, 1]
+    assert desc(torch.empty(4, 37, 40, dtype=torch.float16)) == [37 * 40, 40, 1]
+    assert desc(torch.empty(1, 37, 48)[:, :, :40]) == [37 * 48, 48, 1]  # G = 1
+    assert desc(torch.empty(3 * 56).as_strided((3, 1, 40), (56, 3, 1))) == [56, 40, 1]  # M = 1: its stride unused
+    assert desc(torch.empty(1, 1, 8).as_strided((1, 1, 8), (5, 3, 1))) == [8, 8, 1]
+    spec = RAGGED_K_FORMS["gk_tma_offs_mn_mn"]
+    assert desc(RaggedKProblem(spec, CASES["ragged"], "ragged").out()[0]) is None  # rows of 27 f16: 54 bytes
+    assert desc(padded_out(3, 37, 29, torch.float16, row_pad=3)[0]) is None  # N = 29 f16 in rows of 32
+    assert desc(torch.empty(3, 37, 41)[:, :, :40]) is None  # rows of 164 bytes
+    assert desc(torch.empty(3 * 37 * 40 + 4, dtype=torch.float16)[4:].view(3, 37, 40)) is None  # base off 16 bytes
+    assert desc(torch.empty(37, 40).expand(3, 37, 40)) is None  # every group the same rows
+    assert desc(torch.empty(3, 40, 37).transpose(1, 2)) is None  # column-major
+    assert desc(torch.empty(0, 37, 40)) is None
+
+
+def test_the_plan_counts_the_out_tile_over_the_drained_stages():
+    """SMEM001's figure for the ragged-K kernel: the A/B stages or the out tile, whichever is larger (after the K loop
+    the tile goes through SMEM over the drained stages: the TMA store's staging, the pointer store's layout conversion).
+    triton 3.9 and 3.6 for sm_90: 128x128x32 over 2 stages compiles at 32,800 B with a bf16 out, 65,536 B with an f32
+    one; 128x256x32 f32 at 131,072; 128x256x64 bf16 over 4 stages at 196,672 (the stages' 196,608 and barriers)."""
+    from specgen.resolve import resolve
+    from specgen.spec.models import parse_target
+
+    def planned(out: str, n: int, k: int, stages: int) -> int:
+        s = {**RAGGED_K_FORMS["gk_tma_offs_mn_mn"], "a": {"dtype": "bf16", "major": "mn"}, "b": {"dtype": "bf16", "major": "mn"},
+             "out": {"dtype": out}, "tile": {"m": 128, "n": n, "k": k}, "pipeline": {"ab_stages": stages},
+             "triton": {"num_warps": 8}}
+        (ls,) = load_text(json.dumps({"kernels": [s]}), "t.json", ".json")
+        return resolve(ls.spec, parse_target("triton:sm90")).budget.total
+
+    assert planned("bf16", 128, 32, 2) == 32768 and planned("f32", 128, 32, 2) == 65536
+    assert planned("f32", 256, 32, 2) == 131072 and planned("bf16", 256, 64, 4) == 196608

@@ -98,3 +98,17 @@ class RaggedKNumericsTests(GroupedNumericsTests):
         assert not got.isnan().any(), f"{int(got.isnan().sum())} elements of out unwritten"
         want = ragged_k(spec, a, b, index, {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in args})
         torch.testing.assert_close(got, want, **tolerance(spec), msg=lambda m: f"{name} {case}: {m}")
+
+
+def padded_out(groups: int, m: int, n: int, dtype: torch.dtype, device: str = "cpu",
+               row_pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A NaN-poisoned (G, M, N) out inside a NaN storage with BAND rows above and below each out[g] and columns past
+    N: (view, storage). `row_pad` 0 gives rows of 16-byte multiples (N rounded up to 16 bytes, plus 16 bytes) and a
+    16-byte base, so the kernel's TMA store takes out in place and its boxes' rows past M and columns past N would
+    land in the poison; any other row_pad makes rows of N + row_pad elements (the pointer store's layout where that is
+    no 16-byte multiple), with 16 bytes of rows above each out[g] so that its base stays on 16 bytes (the guards
+    stage an out whose base is off them)."""
+    per = max(1, 16 // dtype.itemsize)
+    cols, band = (-(-n // per) * per + per, BAND) if row_pad == 0 else (n + row_pad, per)
+    storage = torch.full((groups, m + 2 * band, cols), poison(dtype), dtype=dtype, device=device)
+    return storage[:, band: band + m, :n], storage

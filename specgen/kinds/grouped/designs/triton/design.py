@@ -13,12 +13,16 @@ side, so each expert's weight tile is read from DRAM once however many row tiles
 the host, so a CUDA graph replays with new group sizes. With `triton.tma` (the default) A and B load through
 host-built TMA descriptors: A's over all rows (a tile that runs past its group's end reads the next group's
 rows, which its store drops), B's a 3-D one with one expert's box; the output is stored through masked pointers
-(its rows stop at the group's end). Without it, loads are masked pointer accesses too. A last partial wave of
+(its rows stop at the group's end). Without it, loads are masked pointer accesses too. The ragged-K kernel
+(ragged_k.py.jinja: one program per out[g] tile) loads by TMA the same way and, with `triton.tma`, stores out (G, M, N)
+by TMA too where the host can describe it (`tma_store`; a masked pointer store otherwise, chosen per call). A last partial wave of
 R tiles (the groups' tile count mod the SMs, counted on the device) runs split along K in 2 or 4 parts where R times
 that fits the SMs, reduced through the dense split-K's workspace (`tail_split` on the plan; docs/grouped.md).
 
 SMEM: A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do, and a TMA one transposes a K-major
-f32 B through a tile of scratch), an epilogue stored through pointers (none staged).
+f32 B through a tile of scratch), an epilogue stored through pointers (none staged). The ragged-K kernel's TMA store
+stages its tile in SMEM once the K loop is done, where the compiler reuses the A/B stages (dead by then): the same
+figure (`specgen compile`).
 """
 
 from __future__ import annotations
@@ -104,13 +108,20 @@ class TritonGrouped(GroupedDesign):
         # an FMA dot reads B N-major: a TMA kernel transposes a K-major f32 B through one tile (the dense design's)
         scratch = (t.k * b_box_columns(spec) * 4 if spec.a.dtype == DType.f32 and uses_tma(spec) and spec.b.major == "k"
                    else 0)
-        return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, 0, True,
+        # the ragged-K kernel's out tile goes through SMEM after the K loop, over the drained A/B stages: the TMA store's
+        # staging, or the pointer store's layout conversion (the same bytes, triton 3.9: 65,536 B for a 128x128 f32 out
+        # over two 16,384 B stages, 131,072 for 128x256; `specgen compile`)
+        epilogue = t.m * t.n * spec.out.dtype.bytes if spec.groups.ragged == "k" else 0
+        return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epilogue, True,
                             extra_bytes=scratch, extra_label="layout scratch",
                             ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
 
     def tma_boxes(self, spec: GroupedSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
-        """A's and B's boxes where they load by TMA (the output is stored through pointers)."""
-        return tma_boxes(spec)[:2] if uses_tma(spec) and target.gpu is not None else ()
+        """A's and B's boxes where they load by TMA, and the ragged-K kernel's out tile (its TMA store; the ragged-M
+        kernel's output is stored through pointers)."""
+        if not uses_tma(spec) or target.gpu is None:
+            return ()
+        return tma_boxes(spec)[:3 if spec.groups.ragged == "k" else 2]
 
     def modules(self, spec: GroupedSpec, targets: list[Target]) -> dict[str, list[Target]]:
         return {f"{Backend.triton.value}/{spec.name}.py": list(targets)}
@@ -180,6 +191,10 @@ class GroupedTritonPlan(GroupedHostOperands, ModuleHeader):
     # the ragged-K kernel's TMA boxes start on a multiple of this many K rows: 16 bytes of a K-major operand (a box
     # whose inner coordinate is off 16 bytes is an illegal instruction), 1 where both are M- / N-major
     k_align: int = 1
+    # the ragged-K kernel stores out (G, M, N) through a host-built 3-D TMA descriptor (out_desc, boxes of one group's
+    # (BLOCK_M, BLOCK_N) tile, so TMA clips a box at M within its group) where the host can describe out; the
+    # constexpr TMA_STORE picks it or the masked pointer store per call (`_gg.out_descriptor`)
+    tma_store: bool = False
 
 
 
@@ -258,6 +273,7 @@ def plan_grouped(loaded: LoadedSpec, targets: list[Target], resolved: dict[str, 
         spec_json=loaded.spec.model_dump(mode="json"),
         params=_params_ragged_k(spec) if ragged_k else _params(spec, swap, tail_split),
         tail_split=tail_split,
+        tma_store=ragged_k and uses_tma(spec),
         k_align=max([16 // o.dtype.bytes for o in (spec.a, spec.b) if o.major == "k" and ragged_k and uses_tma(spec)] or [1]),
         steps=_steps(spec),
         gated=gated is not None,
@@ -271,15 +287,15 @@ def _boxes(spec: GroupedSpec) -> dict[str, list[int]]:
     B (K, N) as stored, the contiguous dim inner (gemm's `tma_boxes`: an M-major A's boxes are (K, M))."""
     if not uses_tma(spec):
         return {}
-    if spec.groups.ragged == "k":
+    if spec.groups.ragged == "k":  # and out's, (1, tile.m, tile.n): one group's tile of its (G, M, N) view (TMA store)
         a, b = tma_boxes(spec)[:2]
-        return {"a": [a.outer, a.inner], "b": [b.outer, b.inner]}
+        return {"a": [a.outer, a.inner], "b": [b.outer, b.inner], "out": [1, spec.tile.m, spec.tile.n]}
     t, bn = spec.tile, b_box_columns(spec)  # an interleaved gated tile's 2 tile.n columns in one box
     return {"a": [t.m, t.k], "b": [1, bn, t.k] if spec.b.major == "k" else [1, t.k, bn]}
 
 
 def _desc_type(spec: GroupedSpec, side: str) -> str:
-    dtype = spec.a.dtype if side == "a" else spec.b.dtype
+    dtype = {"a": spec.a.dtype, "b": spec.b.dtype, "out": spec.out.dtype}[side]
     return f"tensordesc<{TRITON_SIG[dtype]}[{', '.join(map(str, _boxes(spec)[side]))}]>"
 
 
@@ -332,6 +348,8 @@ def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
     model's (specialized as the JIT does); K, every group's rows, and G never are, so new group sizes and counts
     reuse the compiled kernel."""
     ps = _operand_params(spec)
+    if uses_tma(spec):  # out's 3-D descriptor after its pointer: the TMA store's (None where TMA_STORE is False)
+        ps.insert(3, KernelParam("out_desc", _desc_type(spec, "out"), "operand", "aligned", "name", "out_desc"))
     ps += [KernelParam(d, "i32", "size", "aligned" if d in ("M", "N") else "none", "name", d) for d in ("M", "N", "K", "G")]
     if not uses_tma(spec):  # descriptors carry A's and B's strides
         ps += [KernelParam("stride_am", "i32", "stride", "aligned", "stride", "sa", -2),
@@ -340,7 +358,8 @@ def _params_ragged_k(spec: GroupedSpec) -> list[KernelParam]:
                KernelParam("stride_bn", "i32", "stride", "aligned", "stride", "sb", -1)]
     ps += [KernelParam("stride_og", "i32", "stride", "wide", "stride", "so", 0),
            KernelParam("stride_om", "i32", "stride", "aligned", "stride", "so", -2)]
-    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c) for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64")]
+    ps += [KernelParam(c, "constexpr", "constexpr", "constexpr", "constant", c)
+           for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "INDEX_64", *(("TMA_STORE",) if uses_tma(spec) else ()))]
     ps.append(KernelParam("FAST_MATH", "constexpr", "constexpr", "constexpr", "fast_math"))
     return ps
 

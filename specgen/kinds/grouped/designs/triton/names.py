@@ -30,8 +30,8 @@ RESERVED: frozenset[str] = frozenset({
     # the split last wave's: the group index's vector view, the split, the wave's work items, the offs scan
     "offs_g", "raw", "starts", "group_tiles", "splits", "split_from", "item", "past", "here", "g_block",
     "a_max", "a_before", "b_max", "b_before",
-    # the ragged-K kernel's TMA loop: its first box's row, the whole tiles, a masked box's rows
-    "k0", "whole", "k_rows",
+    # the ragged-K kernel's TMA loop: its first box's row, the whole tiles, a masked box's rows; its TMA store's switch
+    "k0", "whole", "k_rows", "TMA_STORE",
 })
 
 # The module-level names its backward derives from a kernel's name beside `_<name>_kernel`.
