@@ -103,7 +103,7 @@ def row_visits_bound(rows: int, groups: int, block_m: int, visit_tail: bool) -> 
 
 
 def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
-                     visit_tail: bool, count: bool = False) -> tuple[jax.Array, ...]:
+                     visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), V = `row_visits_bound`,
     int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first row (rounded down to 8 rows),
     so a tile holds one group's rows and no tile is computed twice for two groups (as `group_metadata`'s row tiles
@@ -114,9 +114,7 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
     [max(s, b + j block_m), min(e, b + j block_m + block_m)), b = s rounded down to 8; the kernel derives its
     nominal first row b + j block_m as lo rounded down to 8, and hi from it. With `visit_tail` the rows past the
     last group, [offsets[G], rows), are walked the same way as one more segment (group G: the kernel stores zeros).
-    The visits left over are marked group G with lo = rows (nothing to store). With `count`, a fourth array (1,):
-    the number of visits that serve a group (they come first; the tail's after them), which the Mosaic GPU kernel's
-    split last wave reads."""
+    The visits left over are marked group G with lo = rows (nothing to store)."""
     groups = sizes.shape[0]
     visits = row_visits_bound(rows, groups, block_m, visit_tail)
     offsets = _offsets(sizes, rows)
@@ -133,8 +131,6 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
     lo = jnp.maximum(starts[segment], base[segment] + (v - (span_ends[segment] - span[segment])) * block_m)
     lo = jnp.where(v < real, lo, rows).astype(jnp.int32)
     group = jnp.where(v < real, jnp.minimum(segment, groups), groups).astype(jnp.int32)
-    if count:
-        return offsets, group, lo, span_ends[groups - 1].astype(jnp.int32).reshape(1)
     return offsets, group, lo
 
 

@@ -15,9 +15,9 @@ from specgen.runtime.grouped_jax import ROW_ALIGN, row_visits_bound
 
 
 @triton.jit
-def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits,
+def _metadata(index, offsets_out, groups_out, lo_out, G, rows, visits,
               BLOCK_M: tl.constexpr, ALIGN: tl.constexpr, FROM_OFFS: tl.constexpr, VISIT_TAIL: tl.constexpr,
-              BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr, COUNT: tl.constexpr):
+              BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
     # Every program derives the segments' row spans from the index (G values: cheaper than a second launch), then
     # answers its BLOCK_V visits: which segment each serves (a compare-and-count over the segments, searchsorted's
     # right side) and the first row it stores (the segment's values gathered). Sums run in 64 bits: int32 sizes summed past 2^31 stay ordered.
@@ -41,8 +41,6 @@ def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits
     span = tl.where(ends > starts, (ends - base + BLOCK_M - 1) // BLOCK_M, 0)  # visits of each segment
     span_ends = tl.cumsum(span, 0)
     real = tl.sum(span, 0)
-    if COUNT and tl.program_id(0) == 0:  # the visits that serve a group (the split last wave's tile count)
-        tl.store(count_out, tl.sum(tl.where(is_group, span, 0), 0).to(tl.int32))
 
     v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     segment = tl.sum((span_ends[None, :] <= v[:, None]).to(tl.int32), 1)
@@ -56,22 +54,20 @@ def _metadata(index, offsets_out, groups_out, lo_out, count_out, G, rows, visits
 
 
 def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool,
-                     from_offs: bool = False, count: bool = False) -> tuple[torch.Tensor, ...]:
+                     from_offs: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), int32 on `index`'s device, as
     runtime/grouped_jax.py's `group_row_starts` of the sizes (`from_offs`: of `index`'s differences,
-    torch._grouped_mm's cumulative ends). G >= 1. With `count`, a fourth tensor (1,): the visits that serve a group,
-    as the jax one's."""
+    torch._grouped_mm's cumulative ends). G >= 1."""
     groups = index.shape[0]
     visits = row_visits_bound(rows, groups, block_m, visit_tail)
     offsets = torch.empty(groups + 1, dtype=torch.int32, device=index.device)
     group = torch.empty(visits, dtype=torch.int32, device=index.device)
     lo = torch.empty(visits, dtype=torch.int32, device=index.device)
-    real = torch.empty(1, dtype=torch.int32, device=index.device)
     block_g = triton.next_power_of_2(groups + 1)  # the groups and the tail's segment
     # the visit x segment compare stays ~4K elements a program: its code is unrolled (a first form with three such
     # passes in int64 ran 28 us a call at 32 groups on an H200; this one compiles to ~2,900 SASS lines there)
     block_v = max(16, min(128, 4096 // block_g))
     _metadata[(max(1, triton.cdiv(visits, block_v)),)](
-        index, offsets, group, lo, real, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
-        VISIT_TAIL=visit_tail, BLOCK_G=block_g, BLOCK_V=block_v, COUNT=count)
-    return (offsets, group, lo, real) if count else (offsets, group, lo)
+        index, offsets, group, lo, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
+        VISIT_TAIL=visit_tail, BLOCK_G=block_g, BLOCK_V=block_v)
+    return offsets, group, lo

@@ -40,9 +40,6 @@ issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 
 them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
 (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
 its K loop. SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
-The real tiles run first, a last partial wave of R tiles split along K where R x S fits the grid (S = 2 or
-TAIL_SPLIT = 4 parts of whole K steps, two at least): each part's f32 partial goes to GMEM, the tile's last part adds
-them in part order after a GMEM semaphore and runs the epilogue (`_tail_plan`; no SMEM of its own).
 
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows, a static shape when the call traces, so the choice costs nothing per call and no sync):
@@ -103,50 +100,7 @@ class Config(NamedTuple):
     swap_ab: bool = False  # never: the dense epilogue's vector loads read it (out's orientation)
 
 
-# The split last wave (the kernel's comment says why): at most TAIL_SPLIT K parts a tile.
-TAIL_SPLIT = 4
-
-
-def _tail_splits(cfg: Config, k: int, programs: int) -> tuple[int, ...]:
-    """The K splits (2, TAIL_SPLIT) a last partial wave may take at this K over `programs` CTAs: S dividing the K
-    steps into parts of two steps at least (and more than the wgmma groups kept in flight), S <= programs."""
-    k_steps = pl.cdiv(k, cfg.tile_k)
-    in_flight = max(0, min(cfg.wgmma_in_flight, k_steps - 1))
-    return tuple(s for s in (2, TAIL_SPLIT) if s <= programs and k_steps % s == 0 and k_steps // s >= max(2, in_flight + 1))
-
-
-def _tail_plan(real_visits, n_tiles: int, programs: int, splits: tuple[int, ...]):
-    """On the device, from the real visits' count: (T, full, items, S): T real tiles, the first `full` of them
-    whole waves' (T - R, R = T mod programs, where a split S of `splits` fits R x S <= programs: the largest;
-    else T), the R x S split items after them (0 without a split), S the parts a split tile runs in (1: none)."""
-    tiles_real = real_visits * n_tiles
-    rem = tiles_real % programs
-    parts = jnp.int32(1)
-    for s in splits:  # ascending: the largest S that fits
-        parts = jnp.where((rem > 0) & (rem * s <= programs), s, parts)
-    return tiles_real, tiles_real - jnp.where(parts > 1, rem, 0), jnp.where(parts > 1, rem * parts, 0), parts
-
-
-def _tail_item(lin, tiles_real, full, items, parts):
-    """The loop's item `lin` (`_tail_plan`'s figures): (split, part, t): a whole tile t below `full` and past the
-    split items (t from T on: the visits past the groups), or part `part` of tile t = full + (lin - full) // S."""
-    in_split = (lin >= full) & (lin < full + items)
-    each = jnp.maximum(parts, 1)
-    after = jnp.where(lin < full, lin, lin - items + (tiles_real - full))
-    return in_split, lax.rem(jnp.maximum(lin - full, 0), each), jnp.where(in_split, full + lax.div(jnp.maximum(lin - full, 0), each), after)
-
-
-def _tail_tile(t, real_visits, tiles_real, n_tiles: int, visits: int, cfg: Config):
-    """Tile t's (visit, N tile, real, live): the real tiles (t < T) in bands (plgpu.planar_snake over real visits x
-    N tiles, the config's raster), then the visits past the groups in order; `live` false past every visit's tiles
-    (the visit clamped to the last: the item does nothing)."""
-    snake_vi, snake_ni = plgpu.planar_snake(t, (jnp.maximum(real_visits, 1), n_tiles), cfg.raster_dim, cfg.group_m)
-    spare = jnp.maximum(t - tiles_real, 0)
-    vi = jnp.minimum(jnp.where(t < tiles_real, snake_vi, real_visits + spare // n_tiles), visits - 1)
-    return vi, jnp.where(t < tiles_real, snake_ni, spare % n_tiles), t < tiles_real, t < visits * n_tiles
-
-
-def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -158,10 +112,10 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem,
     b_spec = plgpu.BlockSpec((cfg.tile_n, cfg.tile_k), lambda kk: (0, kk), transforms=_mg.transforms(b_gmem.dtype, cfg.b_swizzle),
                              memory_space=plgpu.SMEM, delay_release=cfg.wgmma_in_flight)
 
-    def pipeline(body, context, steps=k_steps):
+    def pipeline(body, context):
         """The K loop: a memory warpgroup fills cfg.stages slots by TMA; `body` runs on the consumers."""
         return plgpu.emit_pipeline_warp_specialized(
-            body, grid=(steps,), memory_registers=40, in_specs=[a_spec, b_spec], wg_axis="wg",
+            body, grid=(k_steps,), memory_registers=40, in_specs=[a_spec, b_spec], wg_axis="wg",
             num_compute_wgs=WARPGROUPS, max_concurrent_steps=cfg.stages, compute_context=context)
 
     def ignore(*_, **__):
@@ -169,9 +123,6 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem,
 
     a_first = a_gmem.at[pl.ds(0, cfg.tile_m), :]
     b_first = b_gmem.at[0].at[pl.ds(0, cfg.tile_n), :]
-    # One GMEM semaphore per (CTA, consumer warpgroup): a split tile's last part waits on its own (pl.get_global:
-    # jax zero-fills them before each launch; the direct torch launch keeps them zeroed, runtime/mgpu_torch.py).
-    sems = pl.get_global(plgpu.SemaphoreType.REGULAR((programs * WARPGROUPS,))) if splits else None
 
     @functools.partial(
         pl.run_scoped,
@@ -182,35 +133,16 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem,
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
-        # The split last wave (the Triton design's, docs/grouped.md). The T real tiles (real visits x N tiles, the
-        # count from the metadata: no host sync) run in waves of `programs` CTAs; a last wave of R = T mod programs
-        # tiles would keep R SMs busy for a whole tile's K loop while the rest idle. Where R x S <= programs for a
-        # split S in `splits` (2 or 4: S divides the K steps, two steps a part at least; the largest that fits),
-        # those R tiles run as R x S items, each one part's K/S steps, all in the last wave (items
-        # [full, full + R x S) of the loop, full = T - R a multiple of `programs`: one a CTA). Parts 0..S-2 store
-        # their f32 partials in `partials_gmem` (the CTA's own rows) and signal the tile's last part's semaphore;
-        # the last part (the tile's highest CTA) waits for the S - 1 signals (each wait takes them back: the
-        # semaphores end at 0), adds the partials in part order (deterministic) to its own sum and runs the
-        # epilogue and the store as a whole tile does. No deadlock: a part that signals never waits, the grid is
-        # at most one CTA per SM (each holds most of an SM's SMEM: all resident), and the parts a last part waits on
-        # are its own wave's, on lower CTAs. Without a split (R = 0, none fits) the loop is the T tiles in order,
-        # then the visits past the groups.
-        real_visits = counts_gmem[0]
-        tiles_real, full, items, parts = _tail_plan(real_visits, n_tiles, programs, splits)
-        bound = visits * n_tiles + (programs if splits else 0)  # the items add (S - 1) x R < programs
-        sm = lax.axis_index("sm")
 
-        @plgpu.nd_loop((bound,), collective_axes="sm")
+        @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            # Item lin: a whole tile t (lin < full, or past the split items), or part `part` of tile t.
-            in_split, part, t = _tail_item(lin, tiles_real, full, items, parts)
-            vi, ni, counted, live = _tail_tile(t, real_visits, tiles_real, n_tiles, visits, cfg)
+            vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
             group, lo = groups_gmem[vi], starts_gmem[vi]
-            real = (group < g_total) & counted  # an item past the tiles reads the last visit: not its tile
+            real = group < g_total
             g = jnp.minimum(group, g_total - 1)
             row = lo // 8 * 8
             hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
@@ -248,78 +180,27 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, counts_gmem, a_gmem, b_gmem,
                 plgpu.wgmma_wait(cfg.wgmma_in_flight)
                 return acc_ref
 
-            def epilogue(acc, up, partials=None):
-                """The epilogue chain over this warpgroup's accumulator, stored subtile by subtile;
-                `partials(ei, ej, x)` adds the other K parts' sums to a subtile (a split tile's last part)."""
-                def x_of(ei, ej, row0, col0):
-                    x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
-                    if partials is not None:
-                        x = partials(ei, ej, x)
-                    x = x * _mg.along_m(router_weights_gmem, row0, cfg)
-                    return x
+            def context(run_pipeline):
+                @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((cfg.tile_m, cfg.wg_n), jnp.float32))
+                def _acc(acc_ref):
+                    run_pipeline(acc_ref)
+                    acc = acc_ref[...]
 
-                store(x_of)
+                    def x_of(ei, ej, row0, col0):
+                        x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
+                        x = x * _mg.along_m(router_weights_gmem, row0, cfg)
+                        return x
 
-            def context_for(finish):
-                """The consumers' context of a K loop: the accumulator, then `finish` on its value."""
-                def context(run_pipeline):
-                    @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((cfg.tile_m, cfg.wg_n), jnp.float32))
-                    def _acc(acc_ref):
-                        run_pipeline(acc_ref)
-                        finish(acc_ref[...], None)
-                return context
+                    store(x_of)
 
-            @pl.when(real & ~in_split)
+            @pl.when(real)
             def _real():
                 b_view = b_gmem.at[g]
-                pipeline(mma, context_for(epilogue))(
+                pipeline(mma, context)(
                     a_gmem.at[pl.ds(tile0, cfg.tile_m), :],
                     b_view.at[pl.ds(ni * cfg.tile_n, cfg.tile_n), :],
                     allocations=allocations,
                 )
-
-            def split_finish(s, part):
-                """A split tile's part `part` of `s`, once its K range is summed: parts below s - 1 store their f32
-                partial and signal; the last adds the others' and runs the epilogue."""
-                def finish(acc, up):
-                    @pl.when(part < s - 1)
-                    def _partial():
-                        base = sm * cfg.tile_m  # this CTA's rows of the workspace
-                        partials_gmem[0][pl.ds(base, cfg.tile_m), pl.ds(wg * cfg.wg_n, cfg.wg_n)] = acc
-                        # after every thread's stores (a warpgroup barrier), one release add at GPU scope
-                        plgpu.semaphore_signal(sems.at[(sm - part + s - 1) * WARPGROUPS + wg], 1, memory_scope="gpu")
-
-                    @pl.when(part == s - 1)
-                    def _last():
-                        plgpu.semaphore_wait(sems.at[sm * WARPGROUPS + wg], s - 1, memory_scope="gpu")  # back to 0
-
-                        def partials(ei, ej, *xs):
-                            def read(q, which):  # part q's partial of this subtile (gate 0, up 1)
-                                row = (sm - (s - 1) + q) * cfg.tile_m + which * cfg.tile_m + ei * cfg.epi_m
-                                return _mg.load(partials_gmem[0].at[pl.ds(row, cfg.epi_m), pl.ds(wg * cfg.wg_n + ej * cfg.epi_n, cfg.epi_n)],
-                                                plgpu.Layout.WGMMA)
-                            sums = []
-                            for which, x in enumerate(xs):
-                                total = read(0, which)
-                                for q in range(1, s - 1):
-                                    total = total + read(q, which)
-                                sums.append(total + x)  # parts 0, 1, ..., s - 1 in order
-                            return sums[0] if len(sums) == 1 else tuple(sums)
-
-                        epilogue(acc, up, partials)
-                return finish
-
-            for s in splits:
-                @pl.when(in_split & (parts == s))
-                def _split(s=s):
-                    steps = k_steps // s
-                    k0 = part * (steps * cfg.tile_k)
-                    b_view = b_gmem.at[g]
-                    pipeline(mma, context_for(split_finish(s, part)), steps)(
-                        a_gmem.at[pl.ds(tile0, cfg.tile_m), pl.ds(k0, steps * cfg.tile_k)],
-                        b_view.at[pl.ds(ni * cfg.tile_n, cfg.tile_n), pl.ds(k0, steps * cfg.tile_k)],
-                        allocations=allocations,
-                    )
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # every store has left SMEM before the CTA exits
 
@@ -329,24 +210,18 @@ def _build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int,
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
     visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, TAIL_ZERO)  # group_row_starts' visits
-    programs = min(sms, visits * (n_pad // cfg.tile_n))
-    splits = _tail_splits(cfg, k, programs)
-    body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits,
-                             programs=programs, splits=splits)
+    body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits)
     body.__name__ = NAME  # the kernel's name in profiles
-    kernel = plgpu.kernel(
+    return plgpu.kernel(
         body,
-        # with a split: the parts' f32 partials, a tile a CTA (CTA c's from row c x tile_m)
-        out_type=(_rt.out_struct((m, out_cols), jnp.bfloat16, varying), *((_rt.out_struct(
-            (programs * cfg.tile_m, cfg.tile_n), jnp.float32, varying),) if splits else ())),
-        grid=(programs,),
+        out_type=_rt.out_struct((m, out_cols), jnp.bfloat16, varying),
+        grid=(min(sms, visits * (n_pad // cfg.tile_n)),),
         grid_names=("sm",),
         num_threads=WARPGROUPS + 1,
         thread_name="wg",
         # approx_math: tanh (gelu_tanh, silu, sigmoid) as one tanh.approx.f32, as the dense Mosaic GPU kernel runs it
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup, approx_math=True),
     )
-    return lambda *arrays: kernel(*arrays)[0]  # out: the partials are the kernel's scratch
 
 
 # The configs the call chooses from (`_config_for`), each checked by `specgen check` on its own.
@@ -399,8 +274,8 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
         raise ValueError(f"{NAME}: a has K = {k} columns and b G = {g} groups: the kernel needs K >= 1 and G >= 1")
     sizes = _gj.sizes_from_offs(offs)
     # Which group each visit serves and the first row it stores (tiles from each group's first row; with tail zero
-    # the rows past the groups are walked as one more), and how many visits serve a group (the split last wave's).
-    offsets, groups, starts, counts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO, count=True)
+    # the rows past the groups are walked as one more).
+    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO)
     varying = _rt.varying_axes(a, b, router_weights, offs)  # mesh axes, under jax.shard_map
     a_ext, b_ext, out_cols = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
@@ -409,8 +284,8 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
     router_weights = _mg.pad(router_weights.reshape(m), (pl.cdiv(m, cfg.tile_m) * cfg.tile_m,))
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
-    result = _rt.no_derivative(NAME, ("offsets", "groups", "starts", "counts", "a", "b", "router_weights"), kernel)(
-        offsets, groups, starts, counts, a, b, router_weights)
+    result = _rt.no_derivative(NAME, ("offsets", "groups", "starts", "a", "b", "router_weights"), kernel)(
+        offsets, groups, starts, a, b, router_weights)
     if out_cols != n:
         result = result[:, :n]
     if out is not None:  # the rows past the last group keep out's values
@@ -502,17 +377,16 @@ def _direct(a, b, offs, router_weights, out):
         visits = _gj.row_visits_bound(m, g, cfg.tile_m, TAIL_ZERO)
         # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
-            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((1,), torch.int32), ((m, k), a.dtype),
+            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((m, k), a.dtype),
             (tuple(sb.shape), sb.dtype), ((router_weights.numel(),), router_weights.dtype))]
         kernel = _build(cfg, m, n_pad, k, g, n, _mg.num_sms(132), frozenset())
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    offsets, groups, starts, counts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
-                                                           from_offs=True, count=True)
+    offsets, groups, starts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
+                                                   from_offs=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
-    # a split last wave's partials and semaphores are the compiled kernel's own scratch (runtime/mgpu_torch.py)
-    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), counts.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
+    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
 

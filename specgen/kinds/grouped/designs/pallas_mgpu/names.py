@@ -19,8 +19,6 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_dgrad_kernel", "_dgrad_build", "_dgrad_extents", "_dgrad_call", "_wgrad_kernel", "_wgrad_build",
     "_wgrad_extents", "_wgrad_call", "_train", "_train_fwd", "_train_bwd", "_forward", "_dims", "_inside",
     "_row_groups",
-    # the forward's split last wave: its cap, K splits, plan and items (templates/grouped/pallas/mgpu_m.jinja)
-    "TAIL_SPLIT", "_tail_splits", "_tail_plan", "_tail_item", "_tail_tile", "enumerate",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -50,10 +48,6 @@ RESERVED: frozenset[str] = frozenset({
     # the backward's locals and the keywords it passes (a training module's)
     "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "y", "x_ext", "y_ext",
     "out_rows", "onehot", "precision", "preferred_element_type", "side",
-    # the forward's split last wave: the real visits' count, its items, the parts' partials and semaphores
-    "counts_gmem", "partials_gmem", "sems", "real_visits", "tiles_real", "rem", "parts", "items", "each", "after",
-    "in_split", "t", "sm", "snake_vi", "snake_ni", "spare", "counted", "split_finish", "finish", "context_for", "epilogue",
-    "_partial", "_last", "_split", "q", "s", "xs", "arrays", "memory_scope",
 })
 
 # How its templates derive names from an epilogue argument `x`.
