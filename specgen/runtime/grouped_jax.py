@@ -103,9 +103,9 @@ def row_visits_bound(rows: int, groups: int, block_m: int, visit_tail: bool) -> 
 
 
 def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
-                     visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), V = `row_visits_bound`,
-    int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first row (rounded down to 8 rows),
+                     visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,), the visits that store rows
+    (1,)), V = `row_visits_bound`, int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first row (rounded down to 8 rows),
     so a tile holds one group's rows and no tile is computed twice for two groups (as `group_metadata`'s row tiles
     a boundary splits are): fewer visits where group sizes are no multiple of block_m (DeepSeek-V3 up with skewed
     sizes: 47 against 56).
@@ -114,7 +114,9 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
     [max(s, b + j block_m), min(e, b + j block_m + block_m)), b = s rounded down to 8; the kernel derives its
     nominal first row b + j block_m as lo rounded down to 8, and hi from it. With `visit_tail` the rows past the
     last group, [offsets[G], rows), are walked the same way as one more segment (group G: the kernel stores zeros).
-    The visits left over are marked group G with lo = rows (nothing to store)."""
+    The visits left over come last, marked group G with lo = rows (nothing to store); the count of the others lets
+    the kernel walk them first (its grid then spreads them evenly: the left-over ones inside the last band of
+    visits had some CTAs idle while others ran their last tiles)."""
     groups = sizes.shape[0]
     visits = row_visits_bound(rows, groups, block_m, visit_tail)
     offsets = _offsets(sizes, rows)
@@ -131,7 +133,7 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
     lo = jnp.maximum(starts[segment], base[segment] + (v - (span_ends[segment] - span[segment])) * block_m)
     lo = jnp.where(v < real, lo, rows).astype(jnp.int32)
     group = jnp.where(v < real, jnp.minimum(segment, groups), groups).astype(jnp.int32)
-    return offsets, group, lo
+    return offsets, group, lo, real.reshape(1).astype(jnp.int32)
 
 
 def _offsets(sizes: jax.Array, rows: int) -> jax.Array:

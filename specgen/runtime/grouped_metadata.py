@@ -15,7 +15,7 @@ from specgen.runtime.grouped_jax import ROW_ALIGN, row_visits_bound
 
 
 @triton.jit
-def _metadata(index, offsets_out, groups_out, lo_out, G, rows, visits,
+def _metadata(index, offsets_out, groups_out, lo_out, used_out, G, rows, visits,
               BLOCK_M: tl.constexpr, ALIGN: tl.constexpr, FROM_OFFS: tl.constexpr, VISIT_TAIL: tl.constexpr,
               BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
     # Every program derives the segments' row spans from the index (G values: cheaper than a second launch), then
@@ -41,6 +41,8 @@ def _metadata(index, offsets_out, groups_out, lo_out, G, rows, visits,
     span = tl.where(ends > starts, (ends - base + BLOCK_M - 1) // BLOCK_M, 0)  # visits of each segment
     span_ends = tl.cumsum(span, 0)
     real = tl.sum(span, 0)
+    if tl.program_id(0) == 0:
+        tl.store(used_out, real)
 
     v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     segment = tl.sum((span_ends[None, :] <= v[:, None]).to(tl.int32), 1)
@@ -54,8 +56,9 @@ def _metadata(index, offsets_out, groups_out, lo_out, G, rows, visits,
 
 
 def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: bool,
-                     from_offs: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,)), int32 on `index`'s device, as
+                     from_offs: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,), the visits that store rows
+    (1,)), int32 on `index`'s device, as
     runtime/grouped_jax.py's `group_row_starts` of the sizes (`from_offs`: of `index`'s differences,
     torch._grouped_mm's cumulative ends). G >= 1."""
     groups = index.shape[0]
@@ -63,11 +66,12 @@ def group_row_starts(index: torch.Tensor, rows: int, block_m: int, visit_tail: b
     offsets = torch.empty(groups + 1, dtype=torch.int32, device=index.device)
     group = torch.empty(visits, dtype=torch.int32, device=index.device)
     lo = torch.empty(visits, dtype=torch.int32, device=index.device)
+    used = torch.empty(1, dtype=torch.int32, device=index.device)
     block_g = triton.next_power_of_2(groups + 1)  # the groups and the tail's segment
     # the visit x segment compare stays ~4K elements a program: its code is unrolled (a first form with three such
     # passes in int64 ran 28 us a call at 32 groups on an H200; this one compiles to ~2,900 SASS lines there)
     block_v = max(16, min(128, 4096 // block_g))
     _metadata[(max(1, triton.cdiv(visits, block_v)),)](
-        index, offsets, group, lo, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
+        index, offsets, group, lo, used, groups, rows, visits, BLOCK_M=block_m, ALIGN=ROW_ALIGN, FROM_OFFS=from_offs,
         VISIT_TAIL=visit_tail, BLOCK_G=block_g, BLOCK_V=block_v)
-    return offsets, group, lo
+    return offsets, group, lo, used

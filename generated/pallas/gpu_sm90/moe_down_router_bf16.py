@@ -100,7 +100,7 @@ class Config(NamedTuple):
     swap_ab: bool = False  # never: the dense epilogue's vector loads read it (out's orientation)
 
 
-def _kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, router_weights_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -133,15 +133,22 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, router_weigh
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
+        # The visits that store rows come first in the metadata: the (visit, N tile) pairs walk only those, so the
+        # grid's round-robin gives each CTA the same count (+-1); walked over the static bound, the left-over visits
+        # inside the last band left some CTAs idle while others ran their last tiles.
+        used = used_gmem[0]
 
         @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
+            live = lin < used * n_tiles
+            vi, ni = plgpu.planar_snake(lin, (jnp.maximum(used, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+            vi = jnp.minimum(vi, visits - 1)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
-            group, lo = groups_gmem[vi], starts_gmem[vi]
+            group = jnp.where(live, groups_gmem[vi], g_total)
+            lo = jnp.where(live, starts_gmem[vi], m)
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
             row = lo // 8 * 8
@@ -275,7 +282,7 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
     sizes = _gj.sizes_from_offs(offs)
     # Which group each visit serves and the first row it stores (tiles from each group's first row; with tail zero
     # the rows past the groups are walked as one more).
-    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO)
+    offsets, groups, starts, used = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO)
     varying = _rt.varying_axes(a, b, router_weights, offs)  # mesh axes, under jax.shard_map
     a_ext, b_ext, out_cols = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
@@ -284,8 +291,8 @@ def _launch(a, b, offs, router_weights, out=None, config: Config | None = None) 
     router_weights = _mg.pad(router_weights.reshape(m), (pl.cdiv(m, cfg.tile_m) * cfg.tile_m,))
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
     # No derivative rule yet: jax.grad, jax.vjp and jax.jvp through the kernel raise when traced, naming it.
-    result = _rt.no_derivative(NAME, ("offsets", "groups", "starts", "a", "b", "router_weights"), kernel)(
-        offsets, groups, starts, a, b, router_weights)
+    result = _rt.no_derivative(NAME, ("offsets", "groups", "starts", "used", "a", "b", "router_weights"), kernel)(
+        offsets, groups, starts, used, a, b, router_weights)
     if out_cols != n:
         result = result[:, :n]
     if out is not None:  # the rows past the last group keep out's values
@@ -377,16 +384,16 @@ def _direct(a, b, offs, router_weights, out):
         visits = _gj.row_visits_bound(m, g, cfg.tile_m, TAIL_ZERO)
         # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
-            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((m, k), a.dtype),
+            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((1,), torch.int32), ((m, k), a.dtype),
             (tuple(sb.shape), sb.dtype), ((router_weights.numel(),), router_weights.dtype))]
         kernel = _build(cfg, m, n_pad, k, g, n, _mg.num_sms(132), frozenset())
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    offsets, groups, starts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
-                                                   from_offs=True)
+    offsets, groups, starts, used = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
+                                                         from_offs=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
-    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
+    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), used.data_ptr(), a.data_ptr(), sb.data_ptr(), router_weights.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
 

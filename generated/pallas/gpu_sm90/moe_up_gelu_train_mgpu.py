@@ -104,7 +104,7 @@ class Config(NamedTuple):
     swap_ab: bool = False  # never: the dense epilogue's vector loads read it (out's orientation)
 
 
-def _kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -137,15 +137,22 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, bias_gmem, o
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
+        # The visits that store rows come first in the metadata: the (visit, N tile) pairs walk only those, so the
+        # grid's round-robin gives each CTA the same count (+-1); walked over the static bound, the left-over visits
+        # inside the last band left some CTAs idle while others ran their last tiles.
+        used = used_gmem[0]
 
         @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
+            live = lin < used * n_tiles
+            vi, ni = plgpu.planar_snake(lin, (jnp.maximum(used, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+            vi = jnp.minimum(vi, visits - 1)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
-            group, lo = groups_gmem[vi], starts_gmem[vi]
+            group = jnp.where(live, groups_gmem[vi], g_total)
+            lo = jnp.where(live, starts_gmem[vi], m)
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
             row = lo // 8 * 8
@@ -269,7 +276,7 @@ OPERAND = jnp.bfloat16
 _PRE_CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128, epi_m=64, epi_n=64, out_slots=2, a_swizzle=128, b_swizzle=128, group_m=8, raster_dim=0, smem_bytes=229440)
 
 
-def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -302,15 +309,22 @@ def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, bias_gme
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
+        # The visits that store rows come first in the metadata: the (visit, N tile) pairs walk only those, so the
+        # grid's round-robin gives each CTA the same count (+-1); walked over the static bound, the left-over visits
+        # inside the last band left some CTAs idle while others ran their last tiles.
+        used = used_gmem[0]
 
         @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
+            live = lin < used * n_tiles
+            vi, ni = plgpu.planar_snake(lin, (jnp.maximum(used, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+            vi = jnp.minimum(vi, visits - 1)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
-            group, lo = groups_gmem[vi], starts_gmem[vi]
+            group = jnp.where(live, groups_gmem[vi], g_total)
+            lo = jnp.where(live, starts_gmem[vi], m)
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
             row = lo // 8 * 8
@@ -409,12 +423,12 @@ def _pre_call(varying: frozenset, sizes, x, y, bias):
     """pre (M, N) = A[rows of g] @ B[g] + bias[g], B as stored; the rows past the last group are unspecified (never read)."""
     cfg = _PRE_CONFIG
     (m, k), g, n = x.shape, y.shape[0], y.shape[1]
-    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, False)
+    offsets, groups, starts, used = _gj.group_row_starts(sizes, m, cfg.tile_m, False)
     x_ext, y_ext, out_cols = _pre_extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _pre_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, starts, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)), bias)
+    result = kernel(offsets, groups, starts, used, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)), bias)
     (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
@@ -424,7 +438,7 @@ def _pre_call(varying: frozenset, sizes, x, y, bias):
 _DGRAD_CONFIG = Config(tile_m=128, tile_n=256, tile_k=64, stages=4, wgmma_in_flight=1, wg_n=128, epi_m=64, epi_n=64, out_slots=2, a_swizzle=128, b_swizzle=128, group_m=8, raster_dim=0, smem_bytes=229440)
 
 
-def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -457,15 +471,22 @@ def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, a_gmem, b_gmem, out_gm
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
+        # The visits that store rows come first in the metadata: the (visit, N tile) pairs walk only those, so the
+        # grid's round-robin gives each CTA the same count (+-1); walked over the static bound, the left-over visits
+        # inside the last band left some CTAs idle while others ran their last tiles.
+        used = used_gmem[0]
 
         @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
         def _tile(info):
             (lin,) = info.index
-            vi, ni = plgpu.planar_snake(lin, (visits, n_tiles), cfg.raster_dim, cfg.group_m)
+            live = lin < used * n_tiles
+            vi, ni = plgpu.planar_snake(lin, (jnp.maximum(used, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+            vi = jnp.minimum(vi, visits - 1)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
-            group, lo = groups_gmem[vi], starts_gmem[vi]
+            group = jnp.where(live, groups_gmem[vi], g_total)
+            lo = jnp.where(live, starts_gmem[vi], m)
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
             row = lo // 8 * 8
@@ -567,11 +588,11 @@ def _dgrad_call(varying: frozenset, sizes, x, y):
     """dA (M, K) = G[rows of g] @ B[g]^T: x is G (M, N), y B as stored; rows past the last group 0."""
     cfg = _DGRAD_CONFIG
     (m, k), g, n = x.shape, y.shape[0], y.shape[2]
-    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, True)
+    offsets, groups, starts, used = _gj.group_row_starts(sizes, m, cfg.tile_m, True)
     x_ext, y_ext, out_cols = _dgrad_extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     kernel = _dgrad_build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, starts, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)))
+    result = kernel(offsets, groups, starts, used, _mg.pad(x, x_ext), _mg.pad(y, (g, *y_ext)))
     (result,) = _rt.vary(varying, result)  # typed as the arguments vary (under jax.shard_map; `_forward`)
     return result if out_cols == n else result[:, :n]
 
@@ -844,14 +865,14 @@ def _forward(cfg: Config, varying: frozenset, sizes, a, b, bias, out):
     m, n, k, g, _ = _dims(a, b, sizes)
     # Which group each visit serves and the first row it stores (tiles from each group's first row; with tail zero
     # the rows past the groups are walked as one more).
-    offsets, groups, starts = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO)
+    offsets, groups, starts, used = _gj.group_row_starts(sizes, m, cfg.tile_m, TAIL_ZERO)
     a_ext, b_ext, out_cols = _extents(cfg, m, n, k)  # what TMA takes: aligned shapes copy nothing
     n_pad = pl.cdiv(n, cfg.tile_n) * cfg.tile_n
     a = _mg.pad(a, a_ext)
     b = _mg.pad(b, (g, *b_ext))
     bias = _mg.pad(bias.reshape(g, n), (g, n_pad)).reshape(g * n_pad)  # whole subtiles of each row
     kernel = _build(cfg, m, n_pad, k, g, out_cols, _mg.num_sms(132), varying)
-    result = kernel(offsets, groups, starts, a, b, bias)
+    result = kernel(offsets, groups, starts, used, a, b, bias)
     # under jax.shard_map: jax 0.10's plgpu.kernel types its output as not varying over the mesh (it traces with
     # check_vma off), which would make jax sum its cotangent over the mesh: typed as the arguments vary instead
     (result,) = _rt.vary(varying, result)
@@ -944,16 +965,16 @@ def _direct(a, b, offs, bias, out):
         visits = _gj.row_visits_bound(m, g, cfg.tile_m, TAIL_ZERO)
         # the kernel's arguments as the jitted path passes them: the metadata, A, B as stored, flat vectors
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(str(dtype).removeprefix("torch."))) for shape, dtype in (
-            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((m, k), a.dtype),
+            ((g + 1,), torch.int32), ((visits,), torch.int32), ((visits,), torch.int32), ((1,), torch.int32), ((m, k), a.dtype),
             (tuple(sb.shape), sb.dtype), ((bias.numel(),), bias.dtype))]
         kernel = _build(cfg, m, n_pad, k, g, n, _mg.num_sms(132), frozenset())
         launch = _DIRECT[key] = _mt.compile(kernel, structs)
     if launch is None:
         return None
-    offsets, groups, starts = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
-                                                   from_offs=True)
+    offsets, groups, starts, used = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
+                                                         from_offs=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
-    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
+    launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), used.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
 

@@ -145,7 +145,7 @@ def test_an_empty_output_traces_without_a_kernel(modules):
 
 # --- the group metadata: visits from each group's first row ------------------------------------------------------
 def test_row_start_visits_store_every_row_once_from_8_row_aligned_tiles():
-    """group_row_starts, read as the kernel reads it (row = lo rounded down to 8, hi = min(end, row + tile), the tile
+    """group_row_starts, read as the kernel reads it (its first `used` visits) (row = lo rounded down to 8, hi = min(end, row + tile), the tile
     loaded from min(row, the last whole row tile)): every group row is stored exactly once, by a visit of its own
     group, and with the tail every row past the groups once by a tail visit (none without); each store lies in its
     visit's loaded tile, which starts on 8 rows and ends within the whole row tiles per-row vectors are padded to;
@@ -160,11 +160,14 @@ def test_row_start_visits_store_every_row_once_from_8_row_aligned_tiles():
         else:
             sizes = [rng.choice([0, 0, 1, 2, 9, -3, rng.randint(0, 200)]) for _ in range(g)]
         for tail in (False, True):
-            off, grp, lo = (np.asarray(x) for x in metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail))
+            off, grp, lo, used = (np.asarray(x) for x in metadata(jnp.asarray(sizes, jnp.int32), rows, block, tail))
             assert len(grp) == len(lo) == row_visits_bound(rows, g, block, tail)
+            # the visits that store rows come first (the kernel walks those `used` only), the left-over ones after
+            (used,) = used.tolist()
+            assert (lo[:used] < rows).all() and (lo[used:] == rows).all() and (grp[used:] == g).all()
             whole = -(-rows // block) * block
             hits = np.zeros(rows, int)
-            for group, first in zip(grp.tolist(), lo.tolist(), strict=True):
+            for group, first in zip(grp[:used].tolist(), lo[:used].tolist(), strict=True):
                 row = first // 8 * 8
                 tile0 = min(row, whole - block)
                 hi = min(off[group + 1] if group < g else rows, row + block)

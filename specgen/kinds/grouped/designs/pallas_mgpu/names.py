@@ -24,7 +24,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
 # names (`offs`, `group_sizes`) among them.
 RESERVED: frozenset[str] = frozenset({
-    "offsets_gmem", "groups_gmem", "starts_gmem", "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem",
+    "offsets_gmem", "groups_gmem", "starts_gmem", "used_gmem", "used", "live", "a_gmem", "b_gmem", "out_gmem", "a_smem", "b_smem", "out_smem",
     "acc_ref", "a_spec", "b_spec", "a_first", "b_first", "a_op", "b_op", "b_view", "allocations", "body", "cfg",
     "col0", "row0", "context", "count", "ei", "ej", "first", "g", "g_total", "group", "hi", "ignore", "info", "k",
     "k_steps", "kk", "lin", "lo", "m", "mma", "n", "n_tiles", "ni", "pipeline", "real", "rows", "run_pipeline",
