@@ -268,17 +268,17 @@ TAIL_SPLIT, G_BLOCK = 4, 16
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
 # Size-selected variants (spec: variants): each one's launch config per compute capability.
 VARIANT_CONFIGS = (
     {  # 0. M <= 64: tile 16x128x128, operands swapped
-        # sm90: SMEM 147456 B = A/B 4 x 36864 = 147456; accumulator 16 registers/thread
+        # sm90: SMEM 147456 B = A/B 4 x 36864 = 147456 + epilogue 4096 (reuses A/B); accumulator 16 registers/thread
         90: {"num_warps": 4, "num_stages": 4},
-        # sm100: SMEM 147456 B = A/B 4 x 36864 = 147456; accumulator 16 registers/thread
+        # sm100: SMEM 147456 B = A/B 4 x 36864 = 147456 + epilogue 4096 (reuses A/B); accumulator 16 registers/thread
         100: {"num_warps": 4, "num_stages": 4},
     },
 )
@@ -416,14 +416,14 @@ METADATA = {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
         100: {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
     },

@@ -565,9 +565,9 @@ TAIL_SPLIT, G_BLOCK = 4, 16
 
 # Launch config per compute capability (spec: targets; stages from specgen's SMEM budget).
 CONFIGS = {
-    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     90: {"num_warps": 8, "num_stages": 4},
-    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608; accumulator 128 registers/thread
+    # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B); accumulator 128 registers/thread
     100: {"num_warps": 8, "num_stages": 4},
 }
 
@@ -705,15 +705,15 @@ BACKWARD_TILES = {
 }
 BACKWARD_CONFIGS = {
     "forward_pre": {
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         90: {"num_warps": 8, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         100: {"num_warps": 8, "num_stages": 4},
     },
     "dgrad": {
-        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm90: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         90: {"num_warps": 8, "num_stages": 4},
-        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608
+        # sm100: SMEM 196608 B = A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)
         100: {"num_warps": 8, "num_stages": 4},
     },
     "wgrad": {
@@ -930,14 +930,14 @@ METADATA = {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
         100: {
             'num_warps': 8,
             'num_stages': 4,
             'smem_bytes': 196608,
-            'smem_breakdown': 'A/B 4 x 49152 = 196608',
+            'smem_breakdown': 'A/B 4 x 49152 = 196608 + epilogue 65536 (reuses A/B)',
             'acc_registers': 128,
         },
     },

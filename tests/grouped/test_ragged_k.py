@@ -254,3 +254,23 @@ def test_the_plan_counts_the_out_tile_over_the_drained_stages():
 
     assert planned("bf16", 128, 32, 2) == 32768 and planned("f32", 128, 32, 2) == 65536
     assert planned("f32", 256, 32, 2) == 131072 and planned("bf16", 256, 64, 4) == 196608
+
+
+def test_the_ragged_m_plan_counts_the_out_tile_too():
+    """The ragged-M kernel's masked pointer stores convert the accumulator's layout through SMEM over the drained
+    stages the same way: triton 3.9 for sm_90 compiles a 128x128x32 bf16 x bf16 -> f32 tile over 2 stages at 65,536 B
+    and 128x256x32 at 131,072 (`specgen compile`; the plan had the stages' 32,768 / 49,152 before session 30), a bf16
+    out's tile stays under its stages."""
+    from specgen.resolve import resolve
+    from specgen.spec.models import parse_target
+
+    def planned(out: str, n: int, stages: int) -> int:
+        s = {"name": "gm_smem_plan", "kind": "grouped", "a": {"dtype": "bf16", "major": "k"},
+             "b": {"dtype": "bf16", "major": "k"}, "out": {"dtype": out}, "groups": {"index": "offs", "tail": "untouched"},
+             "tile": {"m": 128, "n": n, "k": 32}, "pipeline": {"ab_stages": stages}, "targets": ["triton:sm90"],
+             "triton": {"num_warps": 8}}
+        (ls,) = load_text(json.dumps({"kernels": [s]}), "t.json", ".json")
+        return resolve(ls.spec, parse_target("triton:sm90")).budget.total
+
+    assert planned("f32", 128, 2) == 65536 and planned("f32", 256, 2) == 131072
+    assert planned("bf16", 128, 2) == 32768 and planned("bf16", 256, 4) == 4 * (128 + 256) * 32 * 2

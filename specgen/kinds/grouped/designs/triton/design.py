@@ -20,9 +20,9 @@ R tiles (the groups' tile count mod the SMs, counted on the device) runs split a
 that fits the SMs, reduced through the dense split-K's workspace (`tail_split` on the plan; docs/grouped.md).
 
 SMEM: A/B stages (FMA dots keep one buffer fewer, as the dense kernel's do, and a TMA one transposes a K-major
-f32 B through a tile of scratch), an epilogue stored through pointers (none staged). The ragged-K kernel's TMA store
-stages its tile in SMEM once the K loop is done, where the compiler reuses the A/B stages (dead by then): the same
-figure (`specgen compile`).
+f32 B through a tile of scratch), and the out tile once the K loop is done, where the compiler reuses the A/B stages
+(dead by then): the pointer stores' layout conversion, or the ragged-K kernel's TMA store staging; it is the figure
+where it exceeds the stages (an f32 out over a shallow pipeline: `specgen compile`).
 """
 
 from __future__ import annotations
@@ -108,10 +108,11 @@ class TritonGrouped(GroupedDesign):
         # an FMA dot reads B N-major: a TMA kernel transposes a K-major f32 B through one tile (the dense design's)
         scratch = (t.k * b_box_columns(spec) * 4 if spec.a.dtype == DType.f32 and uses_tma(spec) and spec.b.major == "k"
                    else 0)
-        # the ragged-K kernel's out tile goes through SMEM after the K loop, over the drained A/B stages: the TMA store's
-        # staging, or the pointer store's layout conversion (the same bytes, triton 3.9: 65,536 B for a 128x128 f32 out
-        # over two 16,384 B stages, 131,072 for 128x256; `specgen compile`)
-        epilogue = t.m * t.n * spec.out.dtype.bytes if spec.groups.ragged == "k" else 0
+        # the out tile goes through SMEM after the K loop, over the drained A/B stages: the ragged-K kernel's TMA store
+        # stages it, and the masked pointer stores (both kernels) convert the accumulator's layout through it (the same
+        # bytes, triton 3.9: 65,536 B for a 128x128 f32 out over two 16,384 B stages, 131,072 for 128x256, ragged M or
+        # K; `specgen compile`)
+        epilogue = t.m * t.n * spec.out.dtype.bytes
         return MemoryBudget("SMEM", gpu.smem_per_block, 0, ab_stage_bytes(spec), ab_stages, epilogue, True,
                             extra_bytes=scratch, extra_label="layout scratch",
                             ab_buffers_delta=-1 if spec.a.dtype == DType.f32 else 0)
