@@ -105,15 +105,15 @@ def row_visits_bound(rows: int, groups: int, block_m: int, visit_tail: bool) -> 
 def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
                      visit_tail: bool) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """(offsets (G + 1,), group of each visit (V,), first row each visit stores (V,), the visits that store rows
-    (1,)), V = `row_visits_bound`, int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first row (rounded down to 8 rows),
-    so a tile holds one group's rows and no tile is computed twice for two groups (as `group_metadata`'s row tiles
-    a boundary splits are): fewer visits where group sizes are no multiple of block_m (DeepSeek-V3 up with skewed
-    sizes: 47 against 56).
+    (1,)), V = `row_visits_bound`, int32: the Mosaic GPU kernel's visits, each block_m rows from its group's first
+    row (rounded down to ROW_ALIGN rows), so a tile holds one group's rows and no tile is computed twice for two
+    groups (as `group_metadata`'s row tiles a boundary splits are): fewer visits where group sizes are no multiple
+    of block_m (DeepSeek-V3 up with skewed sizes: 47 against 56).
 
     Offsets as `group_metadata`'s (clamped to [0, rows]). Visit j of a group of rows [s, e) stores rows [lo, hi) =
-    [max(s, b + j block_m), min(e, b + j block_m + block_m)), b = s rounded down to 8; the kernel derives its
-    nominal first row b + j block_m as lo rounded down to 8, and hi from it. With `visit_tail` the rows past the
-    last group, [offsets[G], rows), are walked the same way as one more segment (group G: the kernel stores zeros).
+    [max(s, b + j block_m), min(e, b + j block_m + block_m)), b = s rounded down to ROW_ALIGN; the kernel derives
+    its nominal first row b + j block_m as lo rounded down to ROW_ALIGN, and hi from it. With `visit_tail` the rows
+    past the last group, [offsets[G], rows), are walked the same way as one more segment (group G: zeros stored).
     The visits left over come last, marked group G with lo = rows (nothing to store); the count of the others lets
     the kernel walk them first (its grid then spreads them evenly: the left-over ones inside the last band of
     visits had some CTAs idle while others ran their last tiles)."""

@@ -146,12 +146,12 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, o
             vi = jnp.minimum(vi, visits - 1)
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
-            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary).
+            # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary, ROW_ALIGN).
             group = jnp.where(live, groups_gmem[vi], g_total)
             lo = jnp.where(live, starts_gmem[vi], m)
             real = group < g_total
             g = jnp.minimum(group, g_total - 1)
-            row = lo // 8 * 8
+            row = lo // _gj.ROW_ALIGN * _gj.ROW_ALIGN
             hi = jnp.minimum(jnp.where(real, offsets_gmem[g + 1], m), row + cfg.tile_m)
             # The tile loaded and stored from: `row`'s, or for a group's last visit past the last whole row tile the
             # one ending there, which holds the same rows (per-row vectors are padded to whole row tiles).
