@@ -46,8 +46,8 @@ tiles), so no tile is computed for two groups; at most cdiv(M + 7 (G), 128) + G 
 rows computed on the device from the group sizes. A memory warpgroup keeps 4 K steps of
 128x64 A and 64x256 B[g] tiles in flight (TMA into swizzled SMEM); 2 consumer warpgroups each
 issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 64x64 subtiles, stage
-them in SMEM (2 slots, unswizzled) and store the group's rows only, by TMA boxes of 64, 32, ..., 1 rows
-(one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
+them in SMEM (2 slots, unswizzled) and store the group's rows only: one box for a subtile within them, else TMA
+boxes of 64, 32, ..., 1 rows (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
 its K loop and stores the zeros of the rows past the last group. SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
 
 K and N tails: TMA reads past an edge as zeros and clips stores; an operand whose extent TMA's tiled view
@@ -163,7 +163,9 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
-                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows."""
+                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows. A subtile whole
+                within them takes one box: the ladder's seven TMA stores, six predicated off, cost Mixtral up 4% on an
+                H200 where every subtile is whole (bench/results/2026-11-28-h200-s31.md)."""
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's stores left SMEM
                 for ei in range(cfg.tile_m // cfg.epi_m):
                     for ej in range(cfg.wg_n // cfg.epi_n):
@@ -175,13 +177,22 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
                         plgpu.commit_smem()
                         first = jnp.clip(lo - row0, 0, cfg.epi_m)
                         count = jnp.maximum(jnp.clip(hi - row0, 0, cfg.epi_m) - first, 0)
-                        rows = 1 << (min(cfg.epi_m, m).bit_length() - 1)  # no box past M rows
-                        while rows:
-                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(first, rows)],
-                                                    out_gmem.at[pl.ds(row0 + first, rows), pl.ds(col0, cfg.epi_n)],
-                                                    predicate=(count & rows) != 0)
-                            first = first + (count & rows)
-                            rows //= 2
+                        if cfg.epi_m <= m:  # whole: one box (else count < epi_m, and no box may pass M rows)
+                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
+                                                    out_gmem.at[pl.ds(row0, cfg.epi_m), pl.ds(col0, cfg.epi_n)],
+                                                    predicate=count == cfg.epi_m, commit_group=False)
+
+                        @pl.when((count > 0) & (count < cfg.epi_m))
+                        def _ladder():
+                            at, rows = first, 1 << (min(cfg.epi_m, m).bit_length() - 1)
+                            while rows:
+                                plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(at, rows)],
+                                                        out_gmem.at[pl.ds(row0 + at, rows), pl.ds(col0, cfg.epi_n)],
+                                                        predicate=(count & rows) != 0, commit_group=False)
+                                at = at + (count & rows)
+                                rows //= 2
+
+                        plgpu.commit_smem_to_gmem_group()  # one bulk group a subtile: the slot's wait counts them
 
             def mma(_, a_smem, b_smem, acc_ref):
                 b_op = b_smem.at[pl.ds(wg * cfg.wg_n, cfg.wg_n), :].transpose((1, 0))  # stored (N, K)
@@ -335,7 +346,9 @@ def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gme
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
-                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows."""
+                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows. A subtile whole
+                within them takes one box: the ladder's seven TMA stores, six predicated off, cost Mixtral up 4% on an
+                H200 where every subtile is whole (bench/results/2026-11-28-h200-s31.md)."""
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's stores left SMEM
                 for ei in range(cfg.tile_m // cfg.epi_m):
                     for ej in range(cfg.wg_n // cfg.epi_n):
@@ -347,13 +360,22 @@ def _pre_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gme
                         plgpu.commit_smem()
                         first = jnp.clip(lo - row0, 0, cfg.epi_m)
                         count = jnp.maximum(jnp.clip(hi - row0, 0, cfg.epi_m) - first, 0)
-                        rows = 1 << (min(cfg.epi_m, m).bit_length() - 1)  # no box past M rows
-                        while rows:
-                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(first, rows)],
-                                                    out_gmem.at[pl.ds(row0 + first, rows), pl.ds(col0, cfg.epi_n)],
-                                                    predicate=(count & rows) != 0)
-                            first = first + (count & rows)
-                            rows //= 2
+                        if cfg.epi_m <= m:  # whole: one box (else count < epi_m, and no box may pass M rows)
+                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
+                                                    out_gmem.at[pl.ds(row0, cfg.epi_m), pl.ds(col0, cfg.epi_n)],
+                                                    predicate=count == cfg.epi_m, commit_group=False)
+
+                        @pl.when((count > 0) & (count < cfg.epi_m))
+                        def _ladder():
+                            at, rows = first, 1 << (min(cfg.epi_m, m).bit_length() - 1)
+                            while rows:
+                                plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(at, rows)],
+                                                        out_gmem.at[pl.ds(row0 + at, rows), pl.ds(col0, cfg.epi_n)],
+                                                        predicate=(count & rows) != 0, commit_group=False)
+                                at = at + (count & rows)
+                                rows //= 2
+
+                        plgpu.commit_smem_to_gmem_group()  # one bulk group a subtile: the slot's wait counts them
 
             def mma(_, a_smem, b_smem, acc_ref):
                 b_op = b_smem.at[pl.ds(wg * cfg.wg_n, cfg.wg_n), :].transpose((1, 0))  # stored (N, K)
@@ -497,7 +519,9 @@ def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_g
 
             def store(x_of):
                 """Each subtile of this warpgroup's half: `x_of` computes it, the SMEM slot stages it, and TMA boxes
-                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows."""
+                of 2^j rows (one per set bit of its row count in [lo, hi)) store exactly those rows. A subtile whole
+                within them takes one box: the ladder's seven TMA stores, six predicated off, cost Mixtral up 4% on an
+                H200 where every subtile is whole (bench/results/2026-11-28-h200-s31.md)."""
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's stores left SMEM
                 for ei in range(cfg.tile_m // cfg.epi_m):
                     for ej in range(cfg.wg_n // cfg.epi_n):
@@ -509,13 +533,22 @@ def _dgrad_kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_g
                         plgpu.commit_smem()
                         first = jnp.clip(lo - row0, 0, cfg.epi_m)
                         count = jnp.maximum(jnp.clip(hi - row0, 0, cfg.epi_m) - first, 0)
-                        rows = 1 << (min(cfg.epi_m, m).bit_length() - 1)  # no box past M rows
-                        while rows:
-                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(first, rows)],
-                                                    out_gmem.at[pl.ds(row0 + first, rows), pl.ds(col0, cfg.epi_n)],
-                                                    predicate=(count & rows) != 0)
-                            first = first + (count & rows)
-                            rows //= 2
+                        if cfg.epi_m <= m:  # whole: one box (else count < epi_m, and no box may pass M rows)
+                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot],
+                                                    out_gmem.at[pl.ds(row0, cfg.epi_m), pl.ds(col0, cfg.epi_n)],
+                                                    predicate=count == cfg.epi_m, commit_group=False)
+
+                        @pl.when((count > 0) & (count < cfg.epi_m))
+                        def _ladder():
+                            at, rows = first, 1 << (min(cfg.epi_m, m).bit_length() - 1)
+                            while rows:
+                                plgpu.copy_smem_to_gmem(out_smem.at[wg, slot, pl.ds(at, rows)],
+                                                        out_gmem.at[pl.ds(row0 + at, rows), pl.ds(col0, cfg.epi_n)],
+                                                        predicate=(count & rows) != 0, commit_group=False)
+                                at = at + (count & rows)
+                                rows //= 2
+
+                        plgpu.commit_smem_to_gmem_group()  # one bulk group a subtile: the slot's wait counts them
 
             def mma(_, a_smem, b_smem, acc_ref):
                 b_op = b_smem.at[:, pl.ds(wg * cfg.wg_n, cfg.wg_n)]

@@ -35,6 +35,8 @@ RESERVED: frozenset[str] = frozenset({
     "lowering_semantics", "max_concurrent_steps", "memory_registers", "num_compute_wgs", "num_threads", "out_type",
     "thread_name", "transforms", "wait_read_only", "wg_axis", "approx_math", "compute_context", "in_specs",
     "memory_space", "predicate", "static_argnames", "typing", "int", "tensors", "base",
+    # the store ladder (a subtile a group boundary cuts): its boxes, committed as one bulk group
+    "_ladder", "at", "commit_group",
     # a gated epilogue's: B's 2N columns, the up tile, its accumulator and subtile, the warpgroup's B half
     "n2", "smem", "dims", "warpgroup_half", "up_smem", "accs", "up_ref", "up",
     # the ragged-K kernel's: its K loops (their BlockSpecs, delays, edge tiles' masking) and launcher
