@@ -12,7 +12,7 @@ its direct launch at these aligned shapes). The rows and their group sizes are g
 issue's workloads, even and Dirichlet(0.3) skewed sizes from the same seed), so every GPU backend is timed on the
 same sizes; a markdown table with the geomean closes the run.
 
-    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows "decode:even,Mixtral up:skewed"] [--configs ...]
+    python gpu/bench_grouped_mgpu.py --out out/gpu [--rounds 20] [--rows "decode:even,Mixtral up:skewed"] [--configs ...] [--split-ab]
 """
 
 from __future__ import annotations
@@ -40,12 +40,39 @@ SHAPES = {name: (experts, rows, n, k) for name, experts, rows, n, k in WORKLOADS
 ROWS = [f"{name}:{dist}" for name in SHAPES for dist in ("even", "skewed")]
 
 
+def unsplit(mod, *args):
+    """The module's jitted program at `args` with its split last wave off (its `_tail_splits` admitting none while
+    it traces, the kernel cache cleared around it), compiled ahead: the A/B partner of "ours" (docs/grouped.md,
+    the Mosaic GPU split last wave)."""
+    splits, mod._tail_splits = mod._tail_splits, lambda *_: ()
+    mod._build.cache_clear()
+    try:
+        return jax.jit(lambda *xs: mod._launch(*xs)).lower(*args).compile()  # a function of its own: no trace shared
+    finally:
+        mod._tail_splits = splits
+        mod._build.cache_clear()
+
+
+def row_problem(label: str):
+    """A bench row's JAX problem ("WORKLOAD:DIST", gpu/bench_grouped.py's): (sizes, a (M, K), w (G, N, K) bf16 as
+    torch._grouped_mm callers store it, offs (G,) int32), from one seed, the same data for every script timing it."""
+    name, dist = label.split(":")
+    experts, per_expert, n, k = SHAPES[name]
+    sizes = group_sizes(dist, experts, per_expert)
+    key = jax.random.key(0)
+    a = jax.random.normal(key, (sum(sizes), k), jnp.bfloat16)
+    w = jax.random.normal(jax.random.fold_in(key, 1), (experts, n, k), jnp.bfloat16) * 0.02
+    return sizes, a, w, jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--configs", default="", help="forced configs: TMxTNxTKxSTAGES[r<raster dim>][g<group_m>], ...")
     parser.add_argument("--hlo", action="store_true", help="write ragged_dot's optimized HLO per row to --out")
+    parser.add_argument("--split-ab", action="store_true",
+                        help="also time the module with its split last wave off (ours_no_split, paired with ours)")
     parser.add_argument("--rows", default=",".join(ROWS),
                         help="the rows to time, comma-separated WORKLOAD:DIST pairs (gpu/bench_grouped.py's)")
     args = parser.parse_args()
@@ -70,13 +97,9 @@ def main() -> None:
     for label in args.rows.split(","):
         name, dist = label.split(":")
         experts, per_expert, n, k = SHAPES[name]
-        sizes = group_sizes(dist, experts, per_expert)
+        sizes, a, w, offs = row_problem(label)
         rows = sum(sizes)
-        key = jax.random.key(0)
-        a = jax.random.normal(key, (rows, k), jnp.bfloat16)
-        w = jax.random.normal(jax.random.fold_in(key, 1), (experts, n, k), jnp.bfloat16) * 0.02
         w_kn = jnp.swapaxes(w, 1, 2).copy()  # ragged_dot's own (G, K, N) layout, materialized
-        offs = jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
         gs = jnp.asarray(sizes, jnp.int32)
         if args.hlo:  # what XLA runs for ragged_dot: its optimized HLO (fusions, custom calls)
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -84,6 +107,8 @@ def main() -> None:
         calls = {"ours": jax_call(mod._call, a, w, offs), "ragged_dot": jax_call(ragged, a, w_kn, gs)}
         for name, cfg in configs.items():
             calls[name] = jax_call(lambda a, w, o, cfg=cfg: mod._call(a, w, o, None, config=cfg), a, w, offs)
+        if args.split_ab:  # the split last wave's A/B in one run: the same program compiled with no split
+            calls["ours_no_split"] = jax_call(unsplit(mod, a, w, offs), a, w, offs)
         calls["ours_again"] = calls["ours"]  # A/A
         ta = torch.from_dlpack(a)
         tw = torch.from_dlpack(w)

@@ -21,14 +21,10 @@ from pathlib import Path
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU in this process
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_grouped import WORKLOADS, group_sizes  # noqa: E402  (the bench's rows and distributions)
-
-SHAPES = {name: (experts, rows, n, k) for name, experts, rows, n, k in WORKLOADS}
+from bench_grouped_mgpu import row_problem  # noqa: E402  (the bench's rows, its data)
 
 
 def main() -> None:
@@ -40,13 +36,7 @@ def main() -> None:
     from generated.pallas.gpu_sm90 import moe_bf16 as mod
 
     for label in args.rows.split(","):
-        name, dist = label.split(":")
-        experts, per_expert, n, k = SHAPES[name]
-        sizes = group_sizes(dist, experts, per_expert)
-        key = jax.random.key(0)
-        a = jax.random.normal(key, (sum(sizes), k), jnp.bfloat16)
-        w = jax.random.normal(jax.random.fold_in(key, 1), (experts, n, k), jnp.bfloat16) * 0.02
-        offs = jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
+        sizes, a, w, offs = row_problem(label)
         mod._call(a, w, offs, None).block_until_ready()  # trace and compile (its launch is profiled too)
         mod._call(a, w, offs, None).block_until_ready()
         ta, tw, toffs = torch.from_dlpack(a), torch.from_dlpack(w), torch.from_dlpack(offs)

@@ -136,6 +136,14 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
     return offsets, group, lo, real.reshape(1).astype(jnp.int32)
 
 
+def serving_visits(used: jax.Array, tail_start: jax.Array, rows: int, block_m: int) -> jax.Array:
+    """Of `group_row_starts`' `used` storing visits with `visit_tail`, those that serve a group (they come first): the
+    tail's segment [tail_start, rows) takes cdiv(rows - b, block_m) visits from b = tail_start rounded down to
+    ROW_ALIGN, none when empty. Scalar jnp ops: the Mosaic GPU kernel's split last wave evaluates it on the device."""
+    first = tail_start // ROW_ALIGN * ROW_ALIGN
+    return used - jnp.where(rows > tail_start, (rows - first + block_m - 1) // block_m, 0)
+
+
 def _offsets(sizes: jax.Array, rows: int) -> jax.Array:
     """The groups' cumulative ends from 0, negative sizes as 0, clamped to [0, rows] (G + 1,) int32."""
     ends = jnp.minimum(jnp.cumsum(jnp.maximum(sizes, 0)), rows).astype(jnp.int32)

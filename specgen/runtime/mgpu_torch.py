@@ -15,6 +15,7 @@ DLPack path serves the call."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -46,9 +47,43 @@ def _plugin() -> Any:
     return lib
 
 
-def module_bytes(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStruct]) -> bytes | None:
-    """The serialized Mosaic GPU module of `kernel` at `structs`, where its jitted program is that one
-    custom call on the program's arguments (in order) returning its result; else None."""
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """A jitted program the direct launch can run: its Mosaic GPU module (`asm`), called on the program's `args`
+    arguments (in order) and then `zeroed`, buffers the program fills with zeros before the call (a kernel's GMEM
+    scratch, pl.get_global's semaphores: jax zero-fills them, the call aliases each to a result), returning the
+    program's results first and then `scratch` (a result the program drops, as `(shape, dtype, operand)`:
+    `operand` the zeroed operand it aliases, or None for a buffer of the kernel's own, a split's partials)."""
+
+    asm: bytes
+    args: int
+    zeroed: tuple[tuple[tuple[int, ...], str], ...] = ()
+    scratch: tuple[tuple[tuple[int, ...], str, int | None], ...] = ()
+
+
+def _tensor(value: Any) -> tuple[tuple[int, ...], str]:
+    from jax._src.lib.mlir import ir
+
+    t = ir.RankedTensorType(value.type)
+    return tuple(t.shape), str(t.element_type)
+
+
+def _zero_fill(value: Any) -> bool:
+    """Whether `value` is a zero splat the program builds (a constant 0, or one broadcast)."""
+    op = getattr(value.owner, "opview", value.owner)
+    name = getattr(op, "name", "")
+    if name == "stablehlo.broadcast_in_dim":
+        return _zero_fill(op.operands[0])
+    if name == "stablehlo.constant":
+        return str(op.attributes["value"]).startswith(("dense<0>", "dense<0.000000e+00>"))
+    return False
+
+
+def program(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStruct]) -> Program | None:
+    """The Mosaic GPU program of `kernel` at `structs`, where its jitted program is that one custom call on the
+    program's arguments (in order) and zero-filled scratch, returning its first results; else None."""
+    import re
+
     from jax._src.lib.mlir import passmanager
     from jax._src.lib.mlir.dialects import func
     from jax.experimental.mosaic import gpu as mgpu
@@ -62,19 +97,42 @@ def module_bytes(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStr
             return None
         [block] = mains[0].body.blocks
         ops = list(block.operations)
-        if len(ops) != 2 or ops[0].name != "stablehlo.custom_call" or ops[1].name != "func.return":
+        calls = [op for op in ops if op.name == "stablehlo.custom_call"]
+        if len(calls) != 1 or ops[-1].name != "func.return" or ops[-2] != calls[0]:
             return None
-        call, ret = ops
+        call, ret = calls[0], ops[-1]
+        if any(op.name not in ("stablehlo.constant", "stablehlo.broadcast_in_dim") for op in ops[:-2]):
+            return None  # anything but the scratch's zeros runs before the call
         if call.attributes["call_target_name"].value != "mosaic_gpu_v2":
             return None
-        if list(call.operands) != list(block.arguments) or list(ret.operands) != list(call.results):
+        operands, args = list(call.operands), list(block.arguments)
+        if operands[:len(args)] != args or not all(_zero_fill(v) for v in operands[len(args):]):
             return None
-        if len(call.results) != 1 or list(getattr(call, "output_operand_aliases", None) or []):
+        results, returned = list(call.results), list(ret.operands)
+        if not returned or returned != results[:len(returned)]:
             return None
+        aliases = {}
+        if "output_operand_aliases" in call.attributes:
+            text = str(call.attributes["output_operand_aliases"])
+            for out, operand in re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", text):
+                aliases[int(out)] = int(operand)
+        zeroed = range(len(args), len(operands))
+        if any(out < len(returned) or operand not in zeroed for out, operand in aliases.items()) or (
+                sorted(aliases.values()) != list(zeroed)):
+            return None  # only the zeroed scratch is aliased, each to a dropped result
         config = call.attributes["mhlo.backend_config"]
         if "uses_xla_collective_metadata" in config and bool(config["uses_xla_collective_metadata"].value):
             return None
-        return bytes(config["module"].value_bytes)
+        return Program(bytes(config["module"].value_bytes), len(args),
+                       tuple(_tensor(v) for v in operands[len(args):]),
+                       tuple((*_tensor(results[i]), aliases.get(i)) for i in range(len(returned), len(results))))
+
+
+def module_bytes(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStruct]) -> bytes | None:
+    """The serialized Mosaic GPU module of `kernel` at `structs` where the direct launch can run its program
+    (`program`); else None."""
+    found = program(kernel, structs)
+    return None if found is None else found.asm
 
 
 # How the compiled host program is called changed between the two jax lines specgen supports (each
@@ -83,16 +141,26 @@ def module_bytes(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStr
 _PACKED_ARGS = jax.__version_info__ < (0, 11)
 
 
+# The torch dtypes of the scratch buffers a program may carry (MLIR element types).
+_TORCH_DTYPES = {"i32": torch.int32, "f32": torch.float32, "i64": torch.int64, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
 class Kernel:
     """One compiled Mosaic GPU module: `launch(addresses, stream)` with the inputs' then the output's
     device addresses (the XLA calling convention's buffer list) on a raw CUDA stream. Unloaded when
-    garbage-collected."""
+    garbage-collected. A program with scratch (`Program.zeroed`, `.scratch`) gets its buffers here, one set
+    per device and stream (launches on one stream run in order; another stream's may overlap): the zeroed
+    ones filled with zeros once, which the kernel must leave as it found them (a split's semaphores end at 0)."""
 
-    def __init__(self, asm: bytes) -> None:
+    def __init__(self, asm: bytes | Program) -> None:
         lib = _plugin()
+        found = asm if isinstance(asm, Program) else Program(asm, -1)
+        asm = found.asm
         handle = lib.MosaicGpuCompile(asm, len(asm))
         if not handle:
             raise RuntimeError("MosaicGpuCompile failed on a module jax lowered")
+        self._program = found
+        self._scratch: dict[tuple[int, int], tuple[list[Any], list[int], list[int]]] = {}
         self._function = ctypes.c_void_p(handle[0])
         if _PACKED_ARGS:
             self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(handle[1])
@@ -101,7 +169,26 @@ class Kernel:
                                            ctypes.POINTER(ctypes.c_void_p))(handle[1])
         weakref.finalize(self, lib.MosaicGpuUnload, handle)
 
+    def _buffers(self, stream: int) -> tuple[list[int], list[int]]:
+        """The scratch's addresses on the current device for `stream`: the zeroed operands', the dropped results'."""
+        device = torch.cuda.current_device()
+        found = self._scratch.get((device, stream))
+        if found is None:
+            where = torch.device("cuda", device)
+            zeroed = [torch.zeros(shape, dtype=_TORCH_DTYPES[dtype], device=where) for shape, dtype in self._program.zeroed]
+            own = [None if operand is not None else torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=where)
+                   for shape, dtype, operand in self._program.scratch]
+            ins = [t.data_ptr() for t in zeroed]
+            outs = [zeroed[operand - self._program.args].data_ptr() if t is None else t.data_ptr()
+                    for t, (_, _, operand) in zip(own, self._program.scratch, strict=True)]
+            found = self._scratch[(device, stream)] = (zeroed + [t for t in own if t is not None], ins, outs)
+        return found[1], found[2]
+
     def launch(self, addresses: Sequence[int], stream: int) -> None:
+        if self._program.zeroed or self._program.scratch:
+            ins, outs = self._buffers(stream)
+            split = self._program.args
+            addresses = [*addresses[:split], *ins, *addresses[split:], *outs]
         buffers = (ctypes.c_void_p * len(addresses))(*addresses)
         if not _PACKED_ARGS:
             self._entry(self._function, stream, buffers)
@@ -117,8 +204,8 @@ def compile(kernel: Callable[..., Any], structs: Sequence[jax.ShapeDtypeStruct])
     """The direct launch of `kernel` at `structs`, or None where it cannot take the direct path."""
     if _plugin() is None:
         return None
-    asm = module_bytes(kernel, structs)
-    return None if asm is None else Kernel(asm).launch
+    found = program(kernel, structs)
+    return None if found is None else Kernel(found).launch
 
 
 def stream(device: int) -> int:

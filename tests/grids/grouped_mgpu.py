@@ -53,22 +53,26 @@ def grid(n: int, seed: int = GRID_SEED) -> list[dict]:
     return specs
 
 
-def ladder_facts(jaxpr, cfg, paths: int) -> dict[str, object]:
+def ladder_facts(jaxpr, cfg, tail_paths: int) -> dict[str, object]:
     """What the traced store ladder does (program_facts' `covered` counts every TMA store, and each subtile here
-    is a ladder of power-of-two row boxes, once per store path: the zero tail stores zeros through a second):
+    is a ladder of power-of-two row boxes, once per store path: one after each K loop, the whole tile's and the
+    split last wave's one per S, and `tail_paths` more, the zero tail's zeros):
     how many epi_m x epi_n subtiles a warpgroup stores (its top boxes over the paths) and whether they cover its
     accumulator; and the bytes of an SMEM staging row the boxes read from. A box starts on any row of its slot
     (a group's rows begin anywhere), and TMA reads SMEM from 128-byte aligned addresses (PTX ISA,
     cp.async.bulk.tensor), which the lowering does not check for a dynamic start: `runs` asks a row span of a
     multiple of 128 B (tests/grids/mgpu.py)."""
-    from mgpu import all_eqns
+    from mgpu import all_eqns, all_jaxprs
 
+    loops = sum(any(eqn.primitive.name == "wgmma_ref" for eqn in body.eqns) for body in all_jaxprs(jaxpr))
+    paths = loops + tail_paths
     copies: list[tuple[int, int]] = []  # (rows of the box, bytes of its source's SMEM row)
     for eqn in all_eqns(jaxpr):
         if eqn.primitive.name == "copy_smem_to_gmem":
             src = eqn.invars[0].aval
             hit = re.search(r"Slice\[\(\w+, (\d+), 1\)\]", str(eqn.params["src_transforms_treedef"]))
-            copies.append((int(hit.group(1)) if hit else src.shape[-2], src.shape[-1] * src.dtype.itemsize))
+            if hit:  # a ladder box (a whole subtile's one box, unsliced, beside it is not counted again)
+                copies.append((int(hit.group(1)), src.shape[-1] * src.dtype.itemsize))
     top = max(rows for rows, _ in copies)
     subtiles = sum(rows == top for rows, _ in copies) // paths
     return {"subtiles": subtiles, "covered": subtiles * cfg.epi_m * cfg.epi_n >= cfg.tile_m * cfg.wg_n,
@@ -82,7 +86,7 @@ def compile_case(spec: dict) -> dict:
 
     def facts(jaxpr, cfg) -> dict[str, object]:
         return {**program_facts(jaxpr, (cfg.epi_m, cfg.epi_n)),
-                **ladder_facts(jaxpr, cfg, paths=2 if spec["groups"]["tail"] == "zero" else 1)}
+                **ladder_facts(jaxpr, cfg, tail_paths=1 if spec["groups"]["tail"] == "zero" else 0)}
 
     return lower_case(spec, "grouped_mgpu", lambda s, struct, args, m, n, k: args, facts)
 

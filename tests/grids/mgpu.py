@@ -290,16 +290,30 @@ def all_eqns(jaxpr) -> Iterator:
                     yield from all_eqns(inner)
 
 
+def all_jaxprs(jaxpr) -> Iterator:
+    """A traced program and every program nested in it (kernel bodies, loops, conds), each once per occurrence."""
+    yield jaxpr
+    for eqn in jaxpr.eqns:
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from all_jaxprs(inner)
+
+
 def program_facts(jaxpr, epi: tuple[int, int]) -> dict[str, object]:
     """What the traced kernel itself does, read off its jaxpr: the wgmma accumulator's shape (registers a
     thread holds for it, for every accumulator a warpgroup keeps) and how many epi-sized output subtiles it stores to GMEM, and whether those cover
     the accumulator (else part of each tile is never written: wrong results, no lowering error)."""
     found = list(all_eqns(jaxpr))
-    # each accumulator ref the wgmmas write, once (a gated kernel's gate and up: two refs of one shape, both held)
-    refs = {id(eqn.invars[0]): tuple(eqn.invars[0].aval.shape) for eqn in found if eqn.primitive.name == "wgmma_ref"}
+    # the accumulator refs one K loop's body writes, held together (a gated kernel's gate and up: two refs of one
+    # shape); separate loops (the grouped kernel's split last wave runs its parts in loops of their own, under
+    # pl.when) hold theirs in turn, so the most any one body writes counts
+    held = [[tuple(eqn.invars[0].aval.shape) for eqn in body.eqns if eqn.primitive.name == "wgmma_ref"]
+            for body in all_jaxprs(jaxpr)]
     stores = sum(eqn.primitive.name == "copy_smem_to_gmem" for eqn in found)
-    (acc,) = set(refs.values()) or {(0, 0)}
-    return {"acc_shape": list(acc), "acc_registers": len(refs) * acc[0] * acc[1] // WG_THREADS, "stores": stores,
+    (acc,) = {shape for refs in held for shape in refs} or {(0, 0)}
+    return {"acc_shape": list(acc), "acc_registers": max(map(len, held)) * acc[0] * acc[1] // WG_THREADS, "stores": stores,
             "covered": stores * epi[0] * epi[1] >= acc[0] * acc[1] > 0}
 
 

@@ -40,6 +40,10 @@ issue wgmma on a 128x128 half into an f32 accumulator, then run the epilogue on 
 them in SMEM (2 slots, unswizzled) and store the group's rows only: one box for a subtile within them, else TMA
 boxes of 64, 32, ..., 1 rows (one per set bit of the row count: a box never covers another group's rows). A visit past the groups skips
 its K loop. SMEM: 229440 B = A/B 4 x 49168 = 196672 + epilogue 32768.
+The real tiles run first, a last partial wave of R tiles split along K where R x S fits the grid (S = 2 or
+TAIL_SPLIT = 4 parts of whole K steps, two at least), in a loop of its own after the whole tiles': each part's f32
+partial goes to GMEM, the tile's last part adds them in part order after a GMEM semaphore and runs the epilogue
+(`_tail_plan`; no SMEM of its own).
 
 Size-selected variants, tried in order before that default (the first whose bounds hold runs; M counts every
 group's rows, a static shape when the call traces, so the choice costs nothing per call and no sync):
@@ -100,7 +104,53 @@ class Config(NamedTuple):
     swap_ab: bool = False  # never: the dense epilogue's vector loads read it (out's orientation)
 
 
-def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int):
+# The split last wave (the kernel's comment says why): at most TAIL_SPLIT K parts a tile.
+TAIL_SPLIT = 4
+
+
+def _tail_splits(cfg: Config, k: int, programs: int) -> tuple[int, ...]:
+    """The K splits (2, TAIL_SPLIT) a last partial wave may take at this K over `programs` CTAs: S dividing the K
+    steps into parts of two steps at least (and more than the wgmma groups kept in flight), S <= programs."""
+    k_steps = pl.cdiv(k, cfg.tile_k)
+    in_flight = max(0, min(cfg.wgmma_in_flight, k_steps - 1))
+    return tuple(ways for ways in (2, TAIL_SPLIT)
+                 if ways <= programs and k_steps % ways == 0 and k_steps // ways >= max(2, in_flight + 1))
+
+
+def _tail_plan(real_visits, n_tiles: int, programs: int, splits: tuple[int, ...]):
+    """On the device, from the count of visits serving a group: (T, full, items, S): T real tiles, the first
+    `full` of them whole waves' (T - R, R = T mod programs, where a split S of `splits` fits R x S <= programs: the
+    largest; else T), the R x S split items after them (0 without a split), S the parts a split tile runs in (1:
+    none)."""
+    tiles_real = real_visits * n_tiles
+    rem = tiles_real % programs
+    parts = jnp.int32(1)
+    for ways in splits:  # ascending: the largest S that fits
+        parts = jnp.where((rem > 0) & (rem * ways <= programs), ways, parts)
+    return tiles_real, tiles_real - jnp.where(parts > 1, rem, 0), jnp.where(parts > 1, rem * parts, 0), parts
+
+
+def _whole_tile(lin, tiles_real, full, serving, n_tiles: int, cfg: Config):
+    """The whole tiles' loop's item `lin` (`_tail_plan`'s figures): (t, visit, N tile): the real tiles but a split's
+    last R in bands (plgpu.planar_snake over the serving visits x N tiles, the config's raster), then from t = T on
+    the visits past the groups (the tail's, with tail zero) in order."""
+    tile_index = jnp.where(lin < full, lin, lin + tiles_real - full)
+    vi, ni = plgpu.planar_snake(tile_index, (jnp.maximum(serving, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+    spare = jnp.maximum(tile_index - tiles_real, 0)
+    real = tile_index < tiles_real
+    return tile_index, jnp.where(real, vi, serving + spare // n_tiles), jnp.where(real, ni, spare % n_tiles)
+
+
+def _split_part(j, full, parts, serving, n_tiles: int, cfg: Config):
+    """The split loop's item j, CTA j's (`_tail_plan`'s figures): (t, part, visit, N tile): part j mod S of tile
+    t = full + j // S, a split tile's parts on neighbouring CTAs, its last part on the highest."""
+    each = jnp.maximum(parts, 1)
+    tile_index = full + lax.div(j, each)
+    vi, ni = plgpu.planar_snake(tile_index, (jnp.maximum(serving, 1), n_tiles), cfg.raster_dim, cfg.group_m)
+    return tile_index, lax.rem(j, each), vi, ni
+
+
+def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, bias_gmem, out_gmem, *partials_gmem, cfg: Config, m: int, n_pad: int, k: int, g_total: int, visits: int, programs: int, splits: tuple[int, ...]):
     n_tiles, k_steps = n_pad // cfg.tile_n, pl.cdiv(k, cfg.tile_k)
     # A K loop of k_steps <= wgmma_in_flight steps releases no slot to the loads (each release waits that many
     # steps: delay_release), so the memory warpgroup would start the next tile's loads unsynchronized, over
@@ -112,10 +162,10 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
     b_spec = plgpu.BlockSpec((cfg.tile_n, cfg.tile_k), lambda kk: (0, kk), transforms=_mg.transforms(b_gmem.dtype, cfg.b_swizzle),
                              memory_space=plgpu.SMEM, delay_release=cfg.wgmma_in_flight)
 
-    def pipeline(body, context):
+    def pipeline(body, context, steps=k_steps):
         """The K loop: a memory warpgroup fills cfg.stages slots by TMA; `body` runs on the consumers."""
         return plgpu.emit_pipeline_warp_specialized(
-            body, grid=(k_steps,), memory_registers=40, in_specs=[a_spec, b_spec], wg_axis="wg",
+            body, grid=(steps,), memory_registers=40, in_specs=[a_spec, b_spec], wg_axis="wg",
             num_compute_wgs=WARPGROUPS, max_concurrent_steps=cfg.stages, compute_context=context)
 
     def ignore(*_, **__):
@@ -123,6 +173,9 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
 
     a_first = a_gmem.at[pl.ds(0, cfg.tile_m), :]
     b_first = b_gmem.at[0].at[pl.ds(0, cfg.tile_n), :]
+    # One GMEM semaphore per (CTA, consumer warpgroup): a split tile's last part waits on its own (pl.get_global:
+    # jax zero-fills them before each launch; the direct torch launch keeps them zeroed, runtime/mgpu_torch.py).
+    sems = pl.get_global(plgpu.SemaphoreType.REGULAR((programs * WARPGROUPS,))) if splits else None
 
     @functools.partial(
         pl.run_scoped,
@@ -133,17 +186,28 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
     )
     def _scope(allocations, out_smem):
         wg = lax.axis_index("wg")
-        # The visits that store rows come first in the metadata: the (visit, N tile) pairs walk only those, so the
-        # grid's round-robin gives each CTA the same count (+-1); walked over the static bound, the left-over visits
-        # inside the last band left some CTAs idle while others ran their last tiles.
+        # The visits that store rows come first in the metadata (`used` of them): the (visit, N tile) pairs walk
+        # those first, so the grid's round-robin gives each CTA the same count (+-1); walked over the static bound,
+        # the left-over visits inside the last band left some CTAs idle while others ran their last tiles.
         used = used_gmem[0]
+        # The split last wave (the Triton design's, docs/grouped.md). The T real tiles (the visits serving a group x
+        # N tiles, the count from the metadata: no host sync) run in waves of `programs` CTAs; a last wave of R = T
+        # mod programs tiles would keep R SMs busy for a whole tile's K loop while the rest idle. Where R x S <=
+        # programs for a split S in `splits` (2 or 4: S divides the K steps, two steps a part at least; the largest
+        # that fits), those R tiles run as R x S items, each one part's K/S steps, after every whole tile, in a loop
+        # of their own (one item a CTA; in the whole tiles' loop their code cost every tile 2-8% on an H200, session
+        # 30). Parts 0..S-2 store their f32 partials in `partials_gmem` (the CTA's own rows) and signal the tile's
+        # last part's semaphore; the last part (the tile's highest CTA) waits for the S - 1 signals (each wait takes
+        # them back: the semaphores end at 0), adds the partials in part order (deterministic) to its own sum and
+        # runs the epilogue and the store as a whole tile does. No deadlock: a part that signals never waits, the
+        # grid is at most one CTA per SM (each holds most of an SM's SMEM: all resident), and the parts a last part
+        # waits on are its own wave's, on lower CTAs.
+        serving = used  # the visits serving a group
+        tiles_real, full, items, parts = _tail_plan(serving, n_tiles, programs, splits)
+        sm = lax.axis_index("sm")
 
-        @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
-        def _tile(info):
-            (lin,) = info.index
-            live = lin < used * n_tiles
-            vi, ni = plgpu.planar_snake(lin, (jnp.maximum(used, 1), n_tiles), cfg.raster_dim, cfg.group_m)
-            vi = jnp.minimum(vi, visits - 1)
+        def visit(vi, ni, live, split=None):
+            """Tile (visit vi, N tile ni), walked where `live`: a whole tile, or with `split` = (S, part) one K part."""
             # Visit vi: group `group` (g_total: the tail's rows, or none), storing rows [lo, hi) of its group (past
             # the groups: of the tail), tile_m rows from `row`, its group's first row rounded down to 8 plus whole
             # tiles (runtime/grouped_jax.py `group_row_starts`: a TMA box starts on an 8-row boundary, ROW_ALIGN).
@@ -198,28 +262,94 @@ def _kernel(offsets_gmem, groups_gmem, starts_gmem, used_gmem, a_gmem, b_gmem, b
                 plgpu.wgmma_wait(cfg.wgmma_in_flight)
                 return acc_ref
 
-            def context(run_pipeline):
-                @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((cfg.tile_m, cfg.wg_n), jnp.float32))
-                def _acc(acc_ref):
-                    run_pipeline(acc_ref)
-                    acc = acc_ref[...]
+            def epilogue(acc, up, partials=None):
+                """The epilogue chain over this warpgroup's accumulator, stored subtile by subtile;
+                `partials(ei, ej, x)` adds the other K parts' sums to a subtile (a split tile's last part)."""
+                def x_of(ei, ej, row0, col0):
+                    x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
+                    if partials is not None:
+                        x = partials(ei, ej, x)
+                    x = x + _mg.cols(bias_gmem, g * n_pad + col0, cfg.epi_m, cfg.epi_n)  # group g's row
+                    x = x * (0.5 + 0.5 * jnp.tanh(0.5 * x))  # SiLU, x * sigmoid(x)
+                    return x
 
-                    def x_of(ei, ej, row0, col0):
-                        x = acc[ei * cfg.epi_m:(ei + 1) * cfg.epi_m, ej * cfg.epi_n:(ej + 1) * cfg.epi_n]
-                        x = x + _mg.cols(bias_gmem, g * n_pad + col0, cfg.epi_m, cfg.epi_n)  # group g's row
-                        x = x * (0.5 + 0.5 * jnp.tanh(0.5 * x))  # SiLU, x * sigmoid(x)
-                        return x
+                store(x_of)
 
-                    store(x_of)
+            def context_for(finish):
+                """The consumers' context of a K loop: the accumulator, then `finish` on its value."""
+                def context(run_pipeline):
+                    @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((cfg.tile_m, cfg.wg_n), jnp.float32))
+                    def _acc(acc_ref):
+                        run_pipeline(acc_ref)
+                        finish(acc_ref[...], None)
+                return context
+
+            if split is not None:
+                ways, part = split
+
+                def finish(acc, up):
+                    """Part `part` of `ways`, once its K range is summed: parts below ways - 1 store their f32 partials
+                    and signal; the last adds the others' and runs the epilogue."""
+                    @pl.when(part < ways - 1)
+                    def _partial():
+                        base = sm * cfg.tile_m  # this CTA's rows of the workspace
+                        partials_gmem[0][pl.ds(base, cfg.tile_m), pl.ds(wg * cfg.wg_n, cfg.wg_n)] = acc
+                        # after every thread's stores (a warpgroup barrier), one release add at GPU scope
+                        plgpu.semaphore_signal(sems.at[(sm - part + ways - 1) * WARPGROUPS + wg], 1, memory_scope="gpu")
+
+                    @pl.when(part == ways - 1)
+                    def _last():
+                        plgpu.semaphore_wait(sems.at[sm * WARPGROUPS + wg], ways - 1, memory_scope="gpu")  # back to 0
+
+                        def partials(ei, ej, *subtiles):
+                            def read(earlier, which):  # part `earlier`'s partial of this subtile (gate 0, up 1)
+                                row = (sm - (ways - 1) + earlier) * cfg.tile_m + which * cfg.tile_m + ei * cfg.epi_m
+                                return _mg.load(partials_gmem[0].at[pl.ds(row, cfg.epi_m), pl.ds(wg * cfg.wg_n + ej * cfg.epi_n, cfg.epi_n)],
+                                                plgpu.Layout.WGMMA)
+                            sums = []
+                            for which, x in enumerate(subtiles):
+                                total = read(0, which)
+                                for earlier in range(1, ways - 1):
+                                    total = total + read(earlier, which)
+                                sums.append(total + x)  # parts 0, 1, ..., ways - 1 in order
+                            return sums[0] if len(sums) == 1 else tuple(sums)
+
+                        epilogue(acc, up, partials)
+
+                steps = k_steps // ways
+                k0 = part * (steps * cfg.tile_k)
+                b_view = b_gmem.at[g]
+                pipeline(mma, context_for(finish), steps)(
+                    a_gmem.at[pl.ds(tile0, cfg.tile_m), pl.ds(k0, steps * cfg.tile_k)],
+                    b_view.at[pl.ds(ni * cfg.tile_n, cfg.tile_n), pl.ds(k0, steps * cfg.tile_k)],
+                    allocations=allocations,
+                )
+                return
 
             @pl.when(real)
             def _real():
                 b_view = b_gmem.at[g]
-                pipeline(mma, context)(
+                pipeline(mma, context_for(epilogue))(
                     a_gmem.at[pl.ds(tile0, cfg.tile_m), :],
                     b_view.at[pl.ds(ni * cfg.tile_n, cfg.tile_n), :],
                     allocations=allocations,
                 )
+
+        @plgpu.nd_loop((visits * n_tiles,), collective_axes="sm")
+        def _tile(info):
+            (lin,) = info.index
+            tile_index, vi, ni = _whole_tile(lin, tiles_real, full, serving, n_tiles, cfg)
+            visit(jnp.minimum(vi, visits - 1), ni, tile_index < used * n_tiles)
+
+        if splits:  # the split items after every whole tile, in a loop of their own: one a CTA (R x S <= programs)
+            @plgpu.nd_loop((programs,), collective_axes="sm")
+            def _split_item(info):
+                (j,) = info.index
+                _, part, vi, ni = _split_part(j, full, parts, serving, n_tiles, cfg)
+                for ways in splits:
+                    @pl.when((j < items) & (parts == ways))
+                    def _split(ways=ways):
+                        visit(jnp.minimum(vi, visits - 1), ni, jnp.bool_(True), (ways, part))
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # every store has left SMEM before the CTA exits
 
@@ -229,18 +359,24 @@ def _build(cfg: Config, m: int, n_pad: int, k: int, g_total: int, out_cols: int,
     """The kernel for one config and problem shape (cached): `out_cols` is out's width TMA stores into (N, padded
     where TMA needs it), `n_pad` the whole N tiles the visits walk."""
     visits = _gj.row_visits_bound(m, g_total, cfg.tile_m, TAIL_ZERO)  # group_row_starts' visits
-    body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits)
+    programs = min(sms, visits * (n_pad // cfg.tile_n))
+    splits = _tail_splits(cfg, k, programs)
+    body = functools.partial(_kernel, cfg=cfg, m=m, n_pad=n_pad, k=k, g_total=g_total, visits=visits,
+                             programs=programs, splits=splits)
     body.__name__ = NAME  # the kernel's name in profiles
-    return plgpu.kernel(
+    kernel = plgpu.kernel(
         body,
-        out_type=_rt.out_struct((m, out_cols), jnp.bfloat16, varying),
-        grid=(min(sms, visits * (n_pad // cfg.tile_n)),),
+        # with a split: the parts' f32 partials, a tile a CTA (CTA c's from row c x tile_m)
+        out_type=(_rt.out_struct((m, out_cols), jnp.bfloat16, varying), *((_rt.out_struct(
+            (programs * cfg.tile_m, cfg.tile_n), jnp.float32, varying),) if splits else ())),
+        grid=(programs,),
         grid_names=("sm",),
         num_threads=WARPGROUPS + 1,
         thread_name="wg",
         # approx_math: tanh (gelu_tanh, silu, sigmoid) as one tanh.approx.f32, as the dense Mosaic GPU kernel runs it
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup, approx_math=True),
     )
+    return lambda *arrays: kernel(*arrays)[0]  # out: the partials are the kernel's scratch
 
 
 # The configs the call chooses from (`_config_for`), each checked by `specgen check` on its own.
@@ -406,6 +542,7 @@ def _direct(a, b, offs, bias, out):
     offsets, groups, starts, used = _gm.group_row_starts(offs, m, cfg.tile_m, TAIL_ZERO,
                                                          from_offs=True)
     result = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
+    # a split last wave's partials and semaphores are the compiled kernel's own scratch (runtime/mgpu_torch.py)
     launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), used.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result

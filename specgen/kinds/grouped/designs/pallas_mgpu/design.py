@@ -11,7 +11,10 @@ tile.m) + G - 1 of them times the N tiles, each visit's group and first row comp
 sizes (specgen/runtime/grouped_jax.py `group_row_starts`) and read by the kernel from GMEM. A group's last visit
 past the last whole row tile loads the row tile ending there (the same rows: per-row vectors stay padded to whole
 row tiles). A visit past the groups skips its K loop (with `groups.tail = "zero"` the rows past the last group are
-walked as one more segment whose visits store zeros instead).
+walked as one more segment whose visits store zeros instead). The forward's last partial wave splits along K
+(the Triton design's split; templates/grouped/pallas/mgpu_m.jinja `split`): R = T mod P tiles as R x S parts when
+that fits the grid, run in a loop of their own after the whole tiles' (in one loop their code cost every tile
+2-8%), partials in an f32 output, one GMEM semaphore per CTA and consumer warpgroup, no SMEM.
 
 Stores: the epilogue stages each 64-row subtile in SMEM unswizzled and stores only its group's rows by TMA, as a
 ladder of power-of-two row boxes (64, 32, ..., 1 rows, each predicated on the bit of the row count: JAX's

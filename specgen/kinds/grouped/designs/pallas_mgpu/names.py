@@ -19,6 +19,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_dgrad_kernel", "_dgrad_build", "_dgrad_extents", "_dgrad_call", "_wgrad_kernel", "_wgrad_build",
     "_wgrad_extents", "_wgrad_call", "_train", "_train_fwd", "_train_bwd", "_forward", "_dims", "_inside",
     "_row_groups",
+    # the forward's split last wave: its cap, K splits, plan and items (templates/grouped/pallas/mgpu_m.jinja)
+    "TAIL_SPLIT", "_tail_splits", "_tail_plan", "_whole_tile", "_split_part", "enumerate",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
@@ -50,6 +52,11 @@ RESERVED: frozenset[str] = frozenset({
     # the backward's locals and the keywords it passes (a training module's)
     "saved", "grad", "pre", "gr", "inside", "dbase", "da", "db", "tail", "result", "y", "x_ext", "y_ext",
     "out_rows", "onehot", "precision", "preferred_element_type", "side",
+    # a tile's visit (the loops call it) and the forward's split last wave: the serving visits' count, the loops'
+    # items, the parts' partials and semaphores
+    "visit", "partials_gmem", "sems", "serving", "real_visits", "tiles_real", "rem", "parts", "items",
+    "each", "split", "tile_index", "sm", "spare", "finish", "context_for", "epilogue", "_split_item", "_partial",
+    "_last", "_split", "earlier", "read", "sums", "total", "which", "ways", "subtiles", "arrays", "memory_scope",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -68,7 +68,8 @@ def store_rows_aligned(ctx: RuleContext) -> Iterator[Finding]:
 @OWN.rule("MGP003", "what the grouped Mosaic GPU kernel does not render yet", target_of(DESIGN))
 def not_yet(ctx: RuleContext) -> Iterator[Finding]:
     """1x1 clusters only: the dense kernel's TMA multicast pairs neighbouring tiles, which here may belong to
-    different groups (a different B). (fp8 operands with their rowwise `scale` by = "rowcol" are rendered: the
+    different groups (a different B); visits paired within a group (a pad visit for an odd count) measured 2-37%
+    slower on an H200 (session 31, bench/results/2026-11-28-h200-s31.md). (fp8 operands with their rowwise `scale` by = "rowcol" are rendered: the
     dense kernel's wgmma on 8-bit tiles, K-major by MAJ001, one dtype for both by PAL004.)
 
     A gated epilogue loads its gate and up tiles through a view of B with a gate / up axis (templates/grouped/
