@@ -125,7 +125,7 @@ def group_row_starts(sizes: jax.Array, rows: int, block_m: int,
         starts = jnp.concatenate([starts, offsets[-1:]])
         ends = jnp.concatenate([ends, jnp.full((1,), rows, jnp.int32)])
     base = starts // ROW_ALIGN * ROW_ALIGN
-    span = jnp.where(ends > starts, -(-(ends - base) // block_m), 0)  # visits of each segment
+    span = _segment_visits(starts, ends, block_m)
     span_ends = jnp.cumsum(span)
     real = span_ends[-1]
     v = jnp.arange(visits, dtype=jnp.int32)
@@ -140,8 +140,13 @@ def serving_visits(used: jax.Array, tail_start: jax.Array, rows: int, block_m: i
     """Of `group_row_starts`' `used` storing visits with `visit_tail`, those that serve a group (they come first): the
     tail's segment [tail_start, rows) takes cdiv(rows - b, block_m) visits from b = tail_start rounded down to
     ROW_ALIGN, none when empty. Scalar jnp ops: the Mosaic GPU kernel's split last wave evaluates it on the device."""
-    first = tail_start // ROW_ALIGN * ROW_ALIGN
-    return used - jnp.where(rows > tail_start, (rows - first + block_m - 1) // block_m, 0)
+    return used - _segment_visits(tail_start, rows, block_m)
+
+
+def _segment_visits(starts: jax.Array, ends: jax.Array | int, block_m: int) -> jax.Array:
+    """Visits of the segments [starts, ends): block_m rows each from the start rounded down to ROW_ALIGN, none for
+    an empty segment (`group_row_starts`' spans, and the tail's in `serving_visits`)."""
+    return jnp.where(ends > starts, -(-(ends - starts // ROW_ALIGN * ROW_ALIGN) // block_m), 0)
 
 
 def _offsets(sizes: jax.Array, rows: int) -> jax.Array:
