@@ -32,6 +32,7 @@ element by element (gated: G's halves pairs), so the gated ratio includes that s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -111,6 +112,7 @@ CUTE_NAMES = {"gelu": "linear_gelu_train_recompute_cute_bench", "gated": "mlp_up
 CUTE_PLAIN = "dgrad@recompute_plain"
 
 
+@functools.cache  # once a process: a module's import registers its torch ops
 def cute_module(name: str):
     """The layer's CuTe sm90 module with save = "recompute" (gated: the one bench/train_step.py --layer gated_cute
     renders, so the disk cache serves both), its plain row (CUTE_PLAIN) added to TRAIN_CONFIGS."""

@@ -26,7 +26,8 @@ out=${OUT:-out/gpu}
 mkdir -p "$out"
 cached() { find "$SPECGEN_CUTE_CACHE" -name '*.o' 2>/dev/null | wc -l; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
-python3 -c "import torch, importlib.metadata as md; print('torch', torch.__version__, 'cutlass-dsl', md.version('nvidia-cutlass-dsl'), 'tvm-ffi', md.version('apache-tvm-ffi'))" | tee -a "$out/gpu.txt"
+python3 -c "import importlib.metadata as md, importlib.util as u
+print(*(f'{p} {md.version(p)}' for p in ('torch', 'triton', 'nvidia-cutlass-dsl', 'apache-tvm-ffi') if u.find_spec(p.replace('nvidia-cutlass-dsl', 'cutlass').replace('apache-tvm-ffi', 'tvm_ffi'))), sep=', ')" | tee -a "$out/gpu.txt"
 echo "CuTe cache before: $(cached) kernels" | tee -a "$out/gpu.txt"
 start=$SECONDS
 python3 gpu/bench_backward_epilogue.py --design cute --rounds "${ROUNDS_EPI:-30}" \
