@@ -2,7 +2,8 @@
 configs, each beside its cuBLAS peer, timed with the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle:
 every call once a round, rotating order, L2 flushed before each), each candidate's result checked against cuBLAS's.
 
-    python3 bench/cute_train_tiles.py [--shape 4096x14336x4096] [--rounds 20] [--compile-only] [--step] [--json out.json]
+    python3 bench/cute_train_tiles.py [--layer gelu|gated] [--shape 4096x14336x4096] [--rounds 20] [--compile-only] [--step]
+                                      [--compile] [--json out.json]
 
 A candidate is the role's TRAIN_CONFIGS row with fields replaced (CANDIDATES: tile, stages, cluster),
 traced by the module's own kernel under the key "<role>@<name>" (so the CuTe disk cache keeps each apart):
@@ -10,12 +11,27 @@ traced by the module's own kernel under the key "<role>@<name>" (so the CuTe dis
 call to load. `--step` then times the whole training step (bench/train_step.py's --layer gelu_cute) twice: with the
 module's configs, and with each role's fastest candidate put in its place (what the spec's `training` section would
 render), eager side by side.
+
+--layer gated: the gated up-projection (bench/train_step.py's GATED_CUTE: SwiGLU, halves, a 128x128x64 gated tile
+over two consumer warpgroups, 2x1 clusters), its forward_pre role (save = "preact": pre's gate and up stored by TMA
+beside out) and its recompute role (save = "recompute": G from dOut, stored element by element). A candidate is
+GATED_CUTE with fields set (GATED_CANDIDATES: tile, pipeline stages, cluster), run through `specgen check`'s rules
+first (a refused one is listed with its findings, neither compiled nor timed) and rendered: the role's row as that
+spec renders it goes into the module's TRAIN_CONFIGS under "<role>@<name>" (the kernel code is the same for every
+candidate: the renders differ in their Config rows only). Each is timed beside cuBLAS's torch.mm over the same
+(M, 2N, K), its pre and out (forward_pre) or G (recompute) NaN-poisoned, then checked against values formed in f32
+from cuBLAS's product. `--step` times the gated training step (train_step.py's measure_gated: eager, the cuBLAS GEMMs
+alone, both CuTe save modes; `--compile` adds torch.compile) with the modules' configs, then with each role's fastest
+candidate. `--compile-only` compiles every candidate and every kernel the step runs (specgen compile's per-config
+hook: the compiler's SMEM beside the plan's, registers, spills) into the disk cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -38,7 +54,8 @@ FORWARD_CANDIDATES = ("128x256x64s4", "128x256x64s4c2x1", "128x256x64s4c1x2")  #
 
 
 def smem(cfg) -> int:
-    """The SharedStorage struct the kernel declares (as the design's plan counts it), + the 1024-byte base pad."""
+    """The SharedStorage struct the kernel declares for a plain (ungated) row (as the design's plan counts it), + the
+    1024-byte base pad; a gated row's stage holds B's gate and up tiles: a plain row's twice as wide."""
     up = lambda n: -(-n // 1024) * 1024  # noqa: E731
     stage = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
     return 1024 + up(2 * cfg.ab_stages * 8) + cfg.ab_stages * stage + up(cfg.epi_m * cfg.epi_n * cfg.epi_stages * 2)
@@ -64,7 +81,11 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--step", action="store_true", help="then time the training step with the fastest candidates")
     ap.add_argument("--json", default="")
+    ap.add_argument("--layer", choices=("gelu", "gated"), default="gelu")
+    ap.add_argument("--compile", action="store_true", help="gated --step: torch.compile's step beside eager")
     args = ap.parse_args()
+    if args.layer == "gated":
+        return main_gated(args)
     import generated.cute.linear_gelu_train_cute_bf16 as m
 
     cands = candidates(m)
@@ -141,6 +162,204 @@ def step(m, cands: dict, best: dict, M: int, N: int, K: int, rounds: int) -> dic
     for role, key in best.items():
         m._train_launcher.ready[(device, role)] = m._train_launcher.entry(device, key, cands[key])
     after = ts.measure_cute(M, N, K, rounds, False)
+    return {"module_configs": before, "fastest_candidates": after, "candidates": best}
+
+
+# The gated layer's candidates by role: fields set over GATED_CUTE (its tile 128x128x64; 2x1 clusters; stages as
+# the SMEM budget fits: forward_pre 3 A/B stages and 2 x 3 epilogue buffers, recompute 4 and 2). Some are refused by
+# check's rules (SMEM001, REG001, CUTE001) and listed as such: the list says what was tried.
+def _p(ab: int | None = None, epi: int | None = None) -> dict:
+    return {"pipeline": {**({"ab_stages": ab} if ab else {}), **({"epilogue_stages": epi} if epi else {})}}
+
+
+C11, C12 = {"cluster": {"m": 1, "n": 1}}, {"cluster": {"m": 1, "n": 2}}
+GATED_CANDIDATES: dict[str, dict[str, dict]] = {
+    "forward_pre": {
+        "s4e1": _p(4, 1), "s3e1": _p(3, 1), "s3c1x1": {**_p(3), **C11}, "s3c1x2": {**_p(3), **C12},
+        "s4e1c1x1": {**_p(4, 1), **C11}, "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}},
+        "128x128x128e1": {"tile": {"m": 128, "n": 128, "k": 128}, **_p(None, 1)},
+        "s4": _p(4), "s5e1": _p(5, 1), "64x256x64": {"tile": {"m": 64, "n": 256, "k": 64}},
+        "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
+    },
+    "recompute": {
+        "s3": _p(3), "s4e1": _p(4, 1), "c1x1": C11, "c1x2": C12,
+        "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}}, "128x128x128": {"tile": {"m": 128, "n": 128, "k": 128}},
+        "s5": _p(5), "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
+    },
+}
+GATED_ROLE = {"preact": "forward_pre", "recompute": "recompute"}
+# bench/train_step.py --layer gated_cute's module names: the same renders, so the disk cache serves both scripts
+GATED_NAMES = {"preact": "mlp_up_swiglu_train_cute_bench", "recompute": "mlp_up_swiglu_train_recompute_cute_bench"}
+
+
+def config_row(m, text: str, role: str):
+    """The role's TRAIN_CONFIGS row in a rendered module's text, as the module `m`'s Config."""
+    found = re.search(rf'^    "{role}": Config\((.*)\),$', text, re.M)
+    assert found, f"no {role} row in the rendered candidate"
+    call = ast.parse(f"f({found.group(1)})", mode="eval").body
+    return m.Config(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
+
+
+def gated_candidates(m, save: str, base: dict) -> tuple[dict, dict, list]:
+    """({"<role>@<name>": Config}, added to m.TRAIN_CONFIGS; {refused key: check's errors}; the names whose row is
+    the module's own), each candidate's fields set over `base` (GATED_CUTE)."""
+    from specgen.check import check_spec
+    from specgen.render.catalogue import render_modules
+    from specgen.spec.load import load_text
+
+    role = GATED_ROLE[save]
+    out, refused, same = {}, {}, []
+    for name, change in GATED_CANDIDATES[role].items():
+        spec = {**base, **change, "name": "mlp_up_swiglu_candidate", "training": {**base["training"], "save": save}}
+        (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<candidate:{role}@{name}>", ".json")
+        errors = list(dict.fromkeys(f"{d.rule}: {d.message}" for d in check_spec(ls) if d.severity == "error"))
+        if errors:
+            refused[f"{role}@{name}"] = errors
+            continue
+        ((_, text),) = render_modules(ls, ls.spec.targets).items()
+        cfg = config_row(m, text, role)
+        if cfg == m.TRAIN_CONFIGS[role]:
+            same.append(name)
+        else:
+            out[f"{role}@{name}"] = cfg
+    m.TRAIN_CONFIGS.update(out)
+    return out, refused, same
+
+
+def main_gated(args) -> None:
+    import bench.train_step as ts
+
+    mods = {save: ts.render_cute_module(ts.GATED_CUTE, GATED_NAMES[save], save) for save in GATED_NAMES}
+    cands, refused, same = {}, {}, {}
+    for save, m in mods.items():
+        role = GATED_ROLE[save]
+        cands[save], r, same[role] = gated_candidates(m, save, ts.GATED_CUTE)
+        refused |= r
+        print(f"{role} (the module's row): {m.TRAIN_CONFIGS[role]}; candidates giving the same row: "
+              f"{same[role] or 'none'}", flush=True)
+        for key, cfg in cands[save].items():
+            print(f"  {key}: {cfg}", flush=True)
+    for key, errors in refused.items():
+        print(f"refused by check (not timed) {key}:", *errors, sep="\n    ", flush=True)
+    if args.compile_only:
+        compile_gated(mods, cands)
+        return
+    M, N, K = map(int, args.shape.split("x"))
+    report = measure_gated(mods, cands, M, N, K, args.rounds) | {"refused": refused, "same_as_module": same}
+    print(json.dumps(report, indent=1), flush=True)
+    if args.step:
+        report["step"] = gated_step(mods, report["best"], M, N, K, max(5, args.rounds // 2), args.compile)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+def compile_gated(mods: dict, cands: dict) -> None:
+    """Every candidate, then every kernel of both modules (what --step runs), into the CuTe disk cache, each
+    with its compiler SMEM, registers and spills (specgen compile's hook); exits non-zero where one fails."""
+    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_config, compile_module
+    from specgen.targets import TARGETS
+
+    target, rows = TARGETS["cute:sm90"], []
+    for save, m in mods.items():
+        kernel = m.METADATA["kernel"]
+        rows += [compile_config(m._train_launcher, kernel, key, target, cfg.smem_bytes, False, True)
+                 for key, cfg in cands[save].items()]
+        rows += compile_module(m, target)
+    bad = 0
+    for r in rows:
+        # a config that spills (check's register model passes it, ptxas does not) is still timed: it is not cached
+        # (the hook refuses to), so the GPU compiles it at its first call
+        spills = bool(r.spills and (r.spills.stores or r.spills.loads))
+        wrong = (r.error and not spills) or (r.plan_smem and r.compiler_smem != r.plan_smem)
+        bad += bool(wrong)
+        state = "FAILED" if wrong else "SPILLS, not cached" if spills else "compiled" + (", cached" if r.cache else "")
+        print(f"{state} {r.kernel}: {r.seconds:.1f} s, SMEM plan {r.plan_smem} compiler {r.compiler_smem}, registers "
+              f"{r.registers}{', ' + r.error if r.error else ''}", flush=True)
+    if bad:
+        raise SystemExit(f"{bad} of {len(rows)} kernels failed")
+
+
+def measure_gated(mods: dict, cands: dict, M: int, N: int, K: int, rounds: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from specgen.bench.timing import kernel_cycle
+
+    assert N % 8 == 0, f"N = {N}: forward_pre stores pre in place only where N is a multiple of 8"
+    mp, mr = mods["preact"], mods["recompute"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
+    w = (torch.randn(2 * N, K, generator=gen, device="cuda") / K**0.5).bfloat16()  # gate_up weight (2N, K)
+    dout = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    b = w.t()
+    h = torch.empty(M, 2 * N, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    pre, g = (torch.empty(M, 2 * N, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    xp, yp = mp._operands("forward_pre", x, b)  # as _forward_pre and _backward pass them
+    xr, yr = mr._operands("recompute", x, b)
+    dout_ready = mr._tr.tma_ready(dout, 1)
+
+    def run(key: str):
+        if key.split("@")[0] == "forward_pre":
+            return lambda: mp._gemm(key, xp, yp, out, pre)
+        return lambda: mr._gemm(key, xr, yr, g, dout_ready)
+
+    keys = ["forward_pre", *cands["preact"], "recompute", *cands["recompute"]]
+    torch.mm(x, b, out=h)
+    want = h.float().requires_grad_()  # cuBLAS's product; out and G formed from it in f32 (halves: gate, up)
+    gate, up = want.chunk(2, dim=-1)
+    act = F.silu(gate) * up
+    (g_want,) = torch.autograd.grad(act, want, dout.float())
+    act, want = act.detach(), want.detach()
+
+    def rel(got, ref):
+        return ((got.float() - ref).abs().max() / ref.abs().max()).item()  # NaN (unwritten) propagates
+
+    errors = {}
+    for key in keys:  # each candidate's outputs NaN-poisoned, then checked
+        for t in (out, pre, g):
+            t.fill_(float("nan"))
+        run(key)()
+        torch.cuda.synchronize()
+        errors[key] = ({"pre": rel(pre, want), "out": rel(out, act)} if key.startswith("forward_pre")
+                       else {"g": rel(g, g_want)})
+    del want, act, g_want, gate, up
+    calls = {"cublas:mm": lambda: torch.mm(x, b, out=h), "cublas:mm_aa": lambda: torch.mm(x, b, out=h)}
+    calls |= {k: run(k) for k in keys}
+    res = kernel_cycle(calls, rounds=rounds)
+    med = {k: statistics.median(v["samples"]) for k, v in res.items()}
+    paired = {k: statistics.median(c / s for c, s in zip(res["cublas:mm"]["samples"], v["samples"], strict=True))
+              for k, v in res.items()}
+    best = {}
+    for role in GATED_ROLE.values():
+        ok = [k for k in keys if k.split("@")[0] == role and all(e < 1e-2 for e in errors[k].values())]  # NaN fails
+        best[role] = min(ok, key=med.__getitem__) if ok else role
+    flops = 2 * M * 2 * N * K
+    configs = {k: (mp if k.startswith("forward_pre") else mr).TRAIN_CONFIGS[k]._asdict() for k in keys}
+    return {"layer": "gated (SwiGLU, halves) on CuTe sm90", "shape": [M, N, K], "rounds": rounds,
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cutlass_dsl": __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl"),
+            "median_us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
+            "paired_cublas_over": paired, "kernels_us": {k: v["kernels"] for k, v in res.items()},
+            "rel_err_vs_cublas": errors, "best": best, "configs": configs}
+
+
+def gated_step(mods: dict, best: dict, M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
+    """The gated step (train_step.py's measure_gated: eager, the cuBLAS GEMMs alone, both CuTe save modes) with the
+    modules' configs, then with each role's fastest candidate in its place (its compiled function under the role's
+    key: what `_gemm(role)` launches)."""
+    import torch
+
+    import bench.train_step as ts
+
+    entries = {f"specgen_cute_{save}": getattr(m, GATED_NAMES[save]) for save, m in mods.items()}
+    before = ts.measure_gated(M, N, K, rounds, compiled, entries)
+    device = torch.cuda.current_device()
+    for save, m in mods.items():
+        role = GATED_ROLE[save]
+        if best[role] != role:
+            m._train_launcher.ready[(device, role)] = m._train_launcher.entry(device, best[role], m.TRAIN_CONFIGS[best[role]])
+    after = ts.measure_gated(M, N, K, rounds, compiled, entries)
     return {"module_configs": before, "fastest_candidates": after, "candidates": best}
 
 

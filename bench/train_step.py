@@ -162,16 +162,24 @@ GATED_CUTE = {"kind": "gemm", "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype
 
 def render_cute(name: str, save: str):
     """GATED_CUTE with `save`, rendered for cute:sm90 into a temporary file and imported: its torch entry."""
+    return getattr(render_cute_module(GATED_CUTE, name, save), name)
+
+
+def render_cute_module(spec: dict, name: str, save: str):
+    """`spec` (a kernel's fields: GATED_CUTE, a catalogue entry) named `name` with training.save = `save`, rendered for
+    its targets into a temporary file and imported: the module. The same (spec, name, save) renders the same bytes in
+    every process (the source label is the name's), so the CuTe disk cache (keyed by them) serves a later process:
+    bench/cute_train_tiles.py --compile-only fills it on a machine without a GPU."""
     from specgen.compile import load_rendered
     from specgen.render.catalogue import render_modules
     from specgen.spec.load import load_text
 
-    spec = {**GATED_CUTE, "name": name, "training": {**GATED_CUTE["training"], "save": save}}
+    spec = {**spec, "name": name, "training": {**spec["training"], "save": save}}
     (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<bench:{name}>", ".json")
     ((rel, text),) = render_modules(ls, ls.spec.targets).items()
     path = Path(tempfile.mkdtemp(prefix="specgen-bench-")) / Path(rel).name
     path.write_text(text)
-    return getattr(load_rendered(path), name)
+    return load_rendered(path)
 
 
 def measure_gated_cute(M: int, N: int, K: int, rounds: int, compiled: bool,
