@@ -165,8 +165,9 @@ def step(m, cands: dict, best: dict, M: int, N: int, K: int, rounds: int) -> dic
     return {"module_configs": before, "fastest_candidates": after, "candidates": best}
 
 
-# The gated layer's candidates by role: fields set over GATED_CUTE (its tile 128x128x64; 2x1 clusters; stages as
-# the SMEM budget fits: forward_pre 3 A/B stages and 2 x 3 epilogue buffers, recompute 4 and 2). Some are refused by
+# The gated layer's candidates by role: fields set over GATED_CUTE (its tile 128x128x64; 2x1 clusters; one epilogue
+# stage: forward_pre 4 A/B stages and 3 epilogue buffers, recompute 4 and 1; a candidate's `pipeline` replaces the
+# whole table: "s3e2" is the default's 3 A/B stages and 2 x 3 buffers, GATED_CUTE's own before session 32). Some are refused by
 # check's rules (SMEM001, REG001, CUTE001) and listed as such: the list says what was tried.
 def _p(ab: int | None = None, epi: int | None = None) -> dict:
     return {"pipeline": {**({"ab_stages": ab} if ab else {}), **({"epilogue_stages": epi} if epi else {})}}
@@ -175,14 +176,14 @@ def _p(ab: int | None = None, epi: int | None = None) -> dict:
 C11, C12 = {"cluster": {"m": 1, "n": 1}}, {"cluster": {"m": 1, "n": 2}}
 GATED_CANDIDATES: dict[str, dict[str, dict]] = {
     "forward_pre": {
-        "s4e1": _p(4, 1), "s3e1": _p(3, 1), "s3c1x1": {**_p(3), **C11}, "s3c1x2": {**_p(3), **C12},
+        "s3e2": _p(3, 2), "s3e1": _p(3, 1), "s3c1x1": {**_p(3), **C11}, "s3c1x2": {**_p(3), **C12},
         "s4e1c1x1": {**_p(4, 1), **C11}, "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}},
         "128x128x128e1": {"tile": {"m": 128, "n": 128, "k": 128}, **_p(None, 1)},
         "s4": _p(4), "s5e1": _p(5, 1), "64x256x64": {"tile": {"m": 64, "n": 256, "k": 64}},
         "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
     },
     "recompute": {
-        "s3": _p(3), "s4e1": _p(4, 1), "c1x1": C11, "c1x2": C12,
+        "s3": _p(3), "s4e2": _p(4, 2), "c1x1": C11, "c1x2": C12,
         "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}}, "128x128x128": {"tile": {"m": 128, "n": 128, "k": 128}},
         "s5": _p(5), "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
     },
