@@ -479,6 +479,7 @@ def gemm_kernel(
         M, N = mOut.shape[0], mOut.shape[1]
         r_bias = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
         r_aux = cute.make_rmem_tensor(sub_shape, cutlass.Float32)  # recompute: dOut at this subtile
+        r_aux_next = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # recompute: dOut loaded a subtile ahead
         r_pre = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # forward_pre: pre as stored
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=cfg.epi_stages // cfg.epi_per_subtile, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
@@ -550,13 +551,21 @@ def gemm_kernel(
                         r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
-                        # this thread's view of dOut's subtile, each element predicated on the bounds
-                        sub_tm, sub_tn = tm * (cfg.tile_m // cfg.epi_m) + sub_crd[0], tn * (cfg.tile_n // cfg.epi_n) + sub_crd[1]
-                        rows_left, cols_left = M - sub_tm * cfg.epi_m, N - sub_tn * cfg.epi_n
-                        g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (sub_tm, sub_tn)))
-                        for ei in cutlass.range_constexpr(sub_size):
-                            if cute.elem_less(crd[ei], (rows_left, cols_left)):
-                                r_aux[ei] = g_aux[ei].to(cutlass.Float32)
+                        if cutlass.const_expr(si == 0):
+                            aux_crd = sub_crd
+                            aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
+                            g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
+                            for ei in cutlass.range_constexpr(sub_size):
+                                if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
+                                    r_aux_next[ei] = g_aux[ei]
+                        r_aux.store(r_aux_next.load().to(cutlass.Float32))
+                        if cutlass.const_expr(si + 1 < subs):
+                            aux_crd = sub_grid.get_hier_coord(si + 1)
+                            aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
+                            g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
+                            for ei in cutlass.range_constexpr(sub_size):
+                                if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
+                                    r_aux_next[ei] = g_aux[ei]
                         # G = dOut * act'(pre), pre the f32 accumulator (+ bias): GELU's derivative, tanh form
                         acc = r_aux.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
 
