@@ -176,20 +176,26 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object) -> str:
+def chain_refusal(spec: object, fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
-    not concern them)."""
-    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 design's), its
+    rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation])."""
+    if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
     if getattr(spec, "batch", False):  # (a grouped spec has no `batch`)
         return ("training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
                 "for each batch i, a bias's gradient summed over the batches and rows)")
     epilogue = spec.epilogue  # type: ignore[attr-defined]
-    if legacy_chain(epilogue):
+    # an fp8 forward's dequantization (its first op: check_training sees to it) has a backward wherever fp8's has one
+    rest = epilogue[1:] if spec.a.dtype.is_fp8 else epilogue  # type: ignore[attr-defined]
+    if legacy_chain(rest):
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+        return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands and epilogue {names} (an fp8 "  # type: ignore[attr-defined]
+                "forward's backward here: its rowwise scales, then [bias], [activation] or [bias, activation])")
     return f"training with epilogue {names}"
 
 
