@@ -35,7 +35,8 @@ e5m2 or a mix of the two: A and B each either) with rowwise scales first, whose 
 dtype and gives the gradients of the dequantized operands, the scales none, and `batch = true` (A (batch, M, K), B
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
-elsewhere). An int8 forward has no backward.
+elsewhere; the dense CuTe sm90 design renders the fp8 forward's too, its scales then a chain every design renders).
+An int8 forward has no backward.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Training(Strict):
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
     design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
-    the scales get none), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
+    the scales get none; the dense CuTe sm90 design's too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation)."""

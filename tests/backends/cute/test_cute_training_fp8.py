@@ -2,12 +2,13 @@
 training.py, templates/gemm/cute/training.jinja, grad_cols.jinja) on this CPU machine. No GPU runs here (numerics:
 tests/gpu/test_training_cute_fp8_gpu.py), so:
 
-- check accepts e4m3 (preact, scales + bias + GELU-tanh) and e4m3 x e5m2 (recompute, scales + ReLU) on cute:sm90; the
-  plan's dgrad and wgrad read G_b / G_a and 16-bit copies of B and A (bf16 configs), the recompute companion's SMEM is
-  its bf16 pre's;
-- every kernel of the two modules compiles for sm_90a in one module-scoped fixture, with the plan's SMEM to the byte
-  and no spills: forward_pre and recompute on fp8 wgmma (QGMMA) storing pre by TMA (forward_pre beside out), dgrad and
-  wgrad on bf16 wgmma (HGMMA), the fp8 columns kernel in 16-byte loads and stores, the bands' sum;
+- check accepts e4m3 (preact, scales + bias + GELU-tanh), e4m3 x e5m2 (recompute, scales + ReLU) and e5m2 x e4m3
+  (scales + bias, an f16 output: no pre) on cute:sm90; the plan's dgrad and wgrad read G_b / G_a and 16-bit copies of B
+  and A (configs of the output's dtype), the recompute companion's SMEM is its 16-bit pre's;
+- every kernel of the preact module and the others' new ones compile for sm_90a in one test, with the plan's SMEM to
+  the byte and no spills: forward_pre and recompute on fp8 wgmma (QGMMA) storing pre by TMA (forward_pre beside out),
+  dgrad and wgrad on bf16 wgmma (HGMMA), the fp8 columns kernel (with and without pre) in 16-byte loads and stores,
+  the bands' sum;
 - the backward's host glue (`_backward`: pre recomputed or saved, G_b and G_a, the 16-bit copies, the orientations,
   dbias, NaN-poisoned buffers, M = 1, N and K off the tile) with each kernel replaced by a torch model of its contract,
   against float64 autograd of act((A sa) @ (B sb) + bias); the RuntimeErrors for a scale or an fp8 operand that
@@ -31,22 +32,25 @@ from specgen.spec.models import parse_target
 from specgen.targets import target_info
 
 TARGET = parse_target("cute:sm90")
-# name: (A dtype, B dtype, save, bias, activation)
-FORMS = {"cf8_pre": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh"),
-         "cf8_rec": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu")}
-# what each form compiles: every backward kernel of the preact module, the recompute module's new ones
-ROLES = {"cf8_pre": ("forward_pre", "dgrad", "wgrad"), "cf8_rec": ("recompute",)}
-COLS = {"cf8_pre": ("grad_cols_fp8", "grad_cols_bands"), "cf8_rec": ("grad_cols_fp8",)}
-TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+# name: (A dtype, B dtype, save, bias, activation, output)
+FORMS = {"cf8_pre": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", "bf16"),
+         "cf8_rec": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu", "bf16"),
+         "cf8_bias": ("fp8_e5m2", "fp8_e4m3", "preact", True, "", "f16")}
+# what each form compiles: every backward kernel of the preact module, the others' new ones (without an activation the
+# columns kernel reads no pre)
+ROLES = {"cf8_pre": ("forward_pre", "dgrad", "wgrad"), "cf8_rec": ("recompute",), "cf8_bias": ()}
+COLS = {"cf8_pre": ("grad_cols_fp8", "grad_cols_bands"), "cf8_rec": ("grad_cols_fp8",), "cf8_bias": ("grad_cols_fp8",)}
+TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2, "bf16": torch.bfloat16, "f16": torch.float16}
+ACTS = {"gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "relu": torch.relu, "": lambda v: v}
 
 
 def spec(name: str, **more) -> dict:
-    a, b, save, bias, act = FORMS[name]
+    a, b, save, bias, act, out = FORMS[name]
     return {"name": name, "kind": "gemm", "a": {"dtype": a, "major": "k"}, "b": {"dtype": b, "major": "k"},
-            "out": {"dtype": "bf16"}, "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 128},
+            "out": {"dtype": out}, "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 128},
             "schedule": {"persistent": True},
-            "epilogue": [{"op": "scale", "by": "rowcol"}] + ([{"op": "bias", "dtype": "bf16"}] if bias else [])
-            + [{"op": "activation", "fn": act}],
+            "epilogue": [{"op": "scale", "by": "rowcol"}] + ([{"op": "bias", "dtype": out}] if bias else [])
+            + ([{"op": "activation", "fn": act}] if act else []),
             "training": {"save": save}, **more}
 
 
@@ -65,24 +69,25 @@ def rendered(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(FORMS))
 def test_check_accepts_it_and_the_plan_reads_16_bit_copies(name: str) -> None:
-    _, _, save, bias, act = FORMS[name]
+    _, _, save, bias, act, out = FORMS[name]
     ls = load(spec(name))
     assert [d for d in check_all([ls]) if d.severity == "error"] == []
     r = resolve(ls.spec, TARGET)
     t = DESIGN.plan(ls, [TARGET], {"cute:sm90": r}).training
     assert (t.fp8, t.act, t.bias, t.scales, t.operand_torch) == (True, act, "bias" if bias else "", ("scale_a", "scale_b"),
-                                                                 "bfloat16")
-    pre_role = "forward_pre" if save == "preact" else "recompute"
-    assert list(t.gemms) == [pre_role, "dgrad", "wgrad"] and t.kernels[3:] == list(COLS["cf8_pre" if bias else name])
+                                                                 {"bf16": "bfloat16", "f16": "float16"}[out])
+    pre_role = ["forward_pre" if save == "preact" else "recompute"] if act else []  # without one, U = dOut: no pre
+    assert list(t.gemms) == [*pre_role, "dgrad", "wgrad"]
+    assert t.kernels[len(t.gemms):] == ["grad_cols_fp8", *(["grad_cols_bands"] if bias else [])]
     # dA = G_b @ B16^T (B K-major: the (N, K) weight's storage), dB^T (N, K) = G_a^T @ A16: the weight's own layout
     g = t.gemms
     assert (g["dgrad"].x, g["dgrad"].y, g["dgrad"].transposed) == ("g_b", "b16.t()", False)
     assert (g["wgrad"].x, g["wgrad"].y, g["wgrad"].transposed) == ("g_a.t()", "a16", True)
     by_role = {c.companion: c for c in r.companions}
-    assert {by_role[role].spec.a.dtype.value for role in ("dgrad", "wgrad")} == {"bf16"}
+    assert {by_role[role].spec.a.dtype.value for role in ("dgrad", "wgrad")} == {out}
     # the companions the rules check: dgrad's and wgrad's SMEM as planned; recompute ruled as the Triton chain's f32 pre
     # GEMM (conservative), planned with this kernel's bf16 pre (its subtiles half the bytes, the same stages)
-    for role in ("dgrad", "wgrad") + (("forward_pre",) if save == "preact" else ()):
+    for role in ("dgrad", "wgrad") + (("forward_pre",) if save == "preact" and act else ()):
         assert g[role].config.smem_bytes == by_role[role].budget.total, role
     if save == "recompute":
         assert by_role["recompute"].spec.out.dtype.value == "f32"
@@ -109,9 +114,11 @@ def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_p
             assert not r.error, (name, role, r)
             assert r.compiler_smem == r.plan_smem, (name, role, r)
             assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, (name, role, r.sass)
-            if role == "grad_cols_fp8":  # 16-byte vectors: dOut's and pre's loads a row (4 rows a batch, then the band's
-                # last rows one at a time) and scale_b's two; G_b's and G_a's stores a row, then the f32 sums (2)
-                assert (r.sass["LDG"], r.sass["STG"]) == (2 * 5 + 2 + 5, 2 * 5 + 2), (name, role, r.sass)
+            if role == "grad_cols_fp8":  # 16-byte vectors: dOut's (and pre's) loads a row (4 rows a batch, then the
+                # band's last rows one at a time), scale_a's one and scale_b's two; G_b's and G_a's stores a row, then
+                # the f32 sums (2)
+                loads = 2 if FORMS[name][4] else 1
+                assert (r.sass["LDG"], r.sass["STG"]) == (loads * 5 + 5 + 2, 2 * 5 + 2), (name, role, r.sass)
             if role.startswith("grad_cols"):
                 continue
             cfg = module.TRAIN_CONFIGS[role]
@@ -128,8 +135,11 @@ def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_p
 
 def test_the_module_converts_the_fp8_operands_and_refuses_their_grad(rendered) -> None:
     for name, (text, module) in rendered.items():
-        assert "b16 = b.to(torch.bfloat16)" in text and "a16 = a.to(torch.bfloat16)" in text
-        assert [module.TRAIN_CONFIGS[r].operands[1] for r in module.TRAIN_CONFIGS][1:] == [module.OUT_DTYPE] * 2
+        dt = {"bf16": "bfloat16", "f16": "float16"}[FORMS[name][5]]
+        assert f"b16 = b.to(torch.{dt})" in text and f"a16 = a.to(torch.{dt})" in text
+        cfgs = module.TRAIN_CONFIGS
+        assert [cfgs[r].operands[1] for r in ("dgrad", "wgrad")] == [module.OUT_DTYPE] * 2
+        assert all(cfgs[r].operands[1] is module.A_DTYPE for r in cfgs if r not in ("dgrad", "wgrad"))
         assert "_tr.refuse_fp8_grad(" in text and "_jax_differentiable" not in text  # the JAX entry: forward only
         for n in ("scale_a", "scale_b", "a"):  # through autograd's setup, before anything is saved
             inputs = [torch.zeros(4, 4).to(TORCH[FORMS[name][0]]), torch.zeros(4, 4).to(TORCH[FORMS[name][1]]),
@@ -146,10 +156,10 @@ def _models(module, act: str, monkeypatch) -> None:
     """Each kernel of the backward replaced by a torch model of its contract (the CPU has no GPU to run them): the
     GEMMs (f32 sums, rounded to the output; recompute's epilogue the scales and the bias), the fp8 columns kernel (U in
     f32, G_b, G_a rounded, U's band sums; a thread's last vector writes up to the padded pitch) and the bands' sum."""
-    fn = {"gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "relu": torch.relu}[act]
+    fn = ACTS[act]
 
     def gemm(role, x, y, dst, aux=None, scale_a=None, scale_b=None, bias=None):
-        assert role not in ("dgrad", "wgrad") or x.dtype == y.dtype == torch.bfloat16, role
+        assert role not in ("dgrad", "wgrad") or x.dtype == y.dtype == dst.dtype, role
         acc = x.float() @ y.float()
         if role == "recompute":
             acc = acc * scale_a[:, None] * scale_b[None, :] + (bias.float() if bias is not None else 0)
@@ -158,6 +168,7 @@ def _models(module, act: str, monkeypatch) -> None:
     def cols(src, pre, g_b, g_a, sa, sb, partial, rows):
         M, N = src.shape
         assert g_b.stride(0) % 8 == 0 and g_a.stride(0) % 8 == 0 and sb.shape[1] % 8 == 0
+        assert act or pre is src  # without an activation the kernel reads no pre
         p = pre.float().requires_grad_()
         fn(p).backward(src.float())
         u = p.grad
@@ -179,30 +190,30 @@ def _models(module, act: str, monkeypatch) -> None:
 def test_the_backward_glue_gives_the_dequantized_operands_gradients(rendered, name, M, N, K, monkeypatch) -> None:
     """`_backward` with each kernel a torch model, against float64 autograd of act((A sa) @ (B sb) + bias): dA and dB
     (bf16, A's and B's shapes and strides) into NaN-poisoned buffers, the bias's too; the scales get empty tensors."""
-    _, _, save, bias, act = FORMS[name]
+    _, _, save, bias, act, out = FORMS[name]
+    dt = TORCH[out]
     module = rendered[name][1]
     _models(module, act, monkeypatch)
     gen = torch.Generator().manual_seed(M + N + K)
     a = torch.randn(M, K, generator=gen).to(TORCH[FORMS[name][0]])
     b = torch.randn(N, K, generator=gen).to(TORCH[FORMS[name][1]]).t()  # K-major: the (N, K) weight's storage
     sa, sb = torch.rand(M, generator=gen) / 10 + 0.05, torch.rand(N, generator=gen) / 10 + 0.05
-    vec = torch.randn(N, generator=gen).bfloat16()
-    grad = torch.randn(M, N, generator=gen).bfloat16()
+    vec = torch.randn(N, generator=gen).to(dt)
+    grad = torch.randn(M, N, generator=gen).to(dt)
     deq_a = (a.double() * sa.double()[:, None]).requires_grad_()
     deq_b = (b.double() * sb.double()[None, :]).requires_grad_()
     bias64 = vec.double().requires_grad_()
     pre64 = deq_a @ deq_b + (bias64 if bias else 0)
-    (torch.nn.functional.gelu(pre64, approximate="tanh") if act == "gelu_tanh" else torch.relu(pre64)).backward(grad.double())
+    ACTS[act](pre64).backward(grad.double())
     args = (a, b, sa, sb, vec) if bias else (a, b, sa, sb)
-    pre = pre64.detach().bfloat16() if save == "preact" else None  # forward_pre's pre, rounded
-    bufs = {"da": torch.full((M, K), float("nan"), dtype=torch.bfloat16),
-            "db": torch.full((N, K), float("nan"), dtype=torch.bfloat16).t()}
+    pre = pre64.detach().to(dt) if save == "preact" and act else None  # forward_pre's pre, rounded
+    bufs = {"da": torch.full((M, K), float("nan"), dtype=dt), "db": torch.full((N, K), float("nan"), dtype=dt).t()}
     if bias:
-        bufs["dbias"] = torch.full((N,), float("nan"), dtype=torch.bfloat16)
+        bufs["dbias"] = torch.full((N,), float("nan"), dtype=dt)
     got = module._backward(grad, *args, pre, **bufs)
     assert len(got) == len(args) and got[2].numel() == got[3].numel() == 0  # the scales: no gradient
     for g, want, n in ((got[0], deq_a.grad, "da"), (got[1], deq_b.grad, "db")) + (((got[4], bias64.grad, "dbias"),) if bias else ()):
-        assert g.data_ptr() == bufs[n].data_ptr() and g.dtype is torch.bfloat16 and g.shape == want.shape, n
+        assert g.data_ptr() == bufs[n].data_ptr() and g.dtype is dt and g.shape == want.shape, n
         assert not g.isnan().any(), n
         assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-6, n
     assert got[1].stride() == b.stride()  # dB in B's layout (dB^T stored as the weight's (N, K))

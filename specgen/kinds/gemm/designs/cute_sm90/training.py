@@ -29,6 +29,14 @@ up column N elements on unless N is a multiple of 8); dgrad and wgrad run the ke
 pass forms G from pre with dOut's column sums (the bias after the gate), 8 output columns a thread in 16-byte loads and
 stores (the up vector N columns on with halves, a 16-element run split in registers with interleaved; an N off whole
 16 bytes through padded copies).
+
+An fp8 forward (A and B fp8, rowwise scales first, then [bias], [activation] or both; `chain_refusal(spec, fp8=True)`),
+the Triton design's meaning (docs/training.md, "An fp8 forward on CuTe sm90"): forward_pre is the fp8 kernel storing pre
+(after the scales and the bias) beside out, recompute the fp8 kernel storing pre as its output (U's column sums, the
+bias gradient, need U itself: an epilogue forming G would sum it across CTAs only with atomics); one columns kernel
+(`grad_cols_fp8`) reads dOut and pre and stores G_b = U scale_b and G_a = scale_a U in the output's dtype with U's band
+sums; dgrad (G_b, B's copy) and wgrad (A's copy, G_a) run the kernel on 16-bit operands (`Config.operands` by role) over
+copies the backward makes with `.to()` (exact for e4m3 and e5m2; wgmma reads no 8-bit MN-major operand).
 """
 
 from __future__ import annotations
