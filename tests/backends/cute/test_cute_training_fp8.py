@@ -169,8 +169,9 @@ def _models(module, act: str, monkeypatch) -> None:
         M, N = src.shape
         assert g_b.stride(0) % 8 == 0 and g_a.stride(0) % 8 == 0 and sb.shape[1] % 8 == 0
         assert act or pre is src  # without an activation the kernel reads no pre
-        p = pre.float().requires_grad_()
-        fn(p).backward(src.float())
+        with torch.enable_grad():  # (also when autograd's backward calls it, grad mode off)
+            p = pre.float().requires_grad_()
+            fn(p).backward(src.float())
         u = p.grad
         g_b.copy_((u * sb[0, :N]).to(g_b.dtype))
         g_a.copy_((sa[:, None] * u).to(g_a.dtype))
