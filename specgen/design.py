@@ -130,6 +130,9 @@ class DesignBase:
     # the backward of the other chains (scale, residual, clamp, cast, bias along m, any order) and of an fp8
     # forward (rowwise scales) too, where training is rendered (TRN001 elsewhere)
     renders_chain_training: ClassVar[bool] = False
+    # of those, an fp8 forward's only (rowwise scales first, then a chain every design renders), where training is
+    # rendered (TRN001 elsewhere: `chain_refusal`)
+    renders_fp8_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

@@ -163,6 +163,13 @@ def variants():
     yield spec_of("v_train_fp8", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
                   a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"},
                   tile={"m": 64, "n": 64, "k": 64}, training={"save": "preact"})
+    # the CuTe sm90 design's (G_b and G_a from the fp8 columns kernel, the 16-bit copies), both save modes, with and
+    # without a bias and an activation
+    for save, chain in (("preact", [{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}]),
+                        ("recompute", [{"op": "activation", "fn": "relu"}]), ("preact", [])):
+        yield spec_of(f"c_train_fp8_{save}_{len(chain)}", [{"op": "scale", "by": "rowcol"}, *chain],
+                      a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e5m2", "major": "k"}, out={"dtype": "bf16"},
+                      tile={"m": 128, "n": 128, "k": 128}, targets=["cute:sm90"], training={"save": save})
     # the grouped Triton design's fp8 forward's backward (its rowwise scales, G twice), both save modes
     for save in ("preact", "recompute"):
         yield {"name": f"g_train_fp8_{save}", "kind": "grouped", "a": {"dtype": "fp8_e5m2", "major": "k"},

@@ -145,20 +145,38 @@ def test_the_other_chains_load_and_pass_on_the_triton_design_only(chain: list) -
                                                            ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3 x fp8_e5m2")])
 def test_an_fp8_forward_has_a_16_bit_backward(a_dtype: str, b_dtype: str, named: str) -> None:
     """fp8 A and B (e4m3, e5m2 or one of each) with rowwise scales first: loads; dgrad and wgrad are checked as GEMMs
-    of the output's dtype (G times the fp8 operand converted exactly), both operands bf16; TRN001 off the Triton design,
-    naming the fp8 dtypes."""
+    of the output's dtype (G times the fp8 operand converted exactly), both operands bf16; TRN001 off the Triton and
+    dense CuTe sm90 designs (session 32), naming the fp8 dtypes."""
     d = spec(a={"dtype": a_dtype, "major": "k"}, b={"dtype": b_dtype, "major": "k"}, out={"dtype": "bf16"},
              epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
-             tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
+             tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90", "pallas:tpu_v7x"])
     comp = {label: c for label, c, _ in GemmSpec.model_validate(d).companions()}
     assert list(comp) == ["dgrad", "wgrad"]  # the dequantization reads no value: no pre
     assert {c.a.dtype.value for c in comp.values()} == {c.b.dtype.value for c in comp.values()} == {"bf16"}
     trn = [x for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
-    assert [x.target for x in trn] == ["cute:sm90"] and f"training with {named} operands" in trn[0].message, \
+    assert [x.target for x in trn] == ["pallas:tpu_v7x"] and f"training with {named} operands" in trn[0].message, \
         [str(x) for x in trn]
     with pytest.raises(SpecError, match=r"epilogue\[1\] \(scale by rowcol\)"):
         load(spec(a={"dtype": "fp8_e4m3"}, b={"dtype": "fp8_e4m3"}, out={"dtype": "bf16"},
                   epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "scale", "by": "rowcol"}]))
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "gelu"}, {"op": "clamp", "max": 4.0}]},
+     "training with fp8_e4m3 operands and epilogue ['scale', 'activation', 'clamp'] (an fp8 forward's backward here: "
+     "its rowwise scales, then [bias], [activation] or [bias, activation])"),
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "along": "m"}]},
+     "training with fp8_e4m3 operands and epilogue ['scale', 'bias along m']"),
+    ({"batch": True}, "training with batch = true"),
+], ids=["clamp", "bias_m", "batch"])
+def test_the_cute_sm90_fp8_backward_refuses_the_rest(changes: dict, says: str) -> None:
+    """cute:sm90 renders an fp8 forward's backward with its rowwise scales, then [bias], [activation] or both (bias
+    along n): TRN001 there names any other chain, and a batched forward, with the Triton design that renders them."""
+    d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
+             tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
+    (trn,) = [x for x in check_specs([load({**d, **changes})]).diagnostics if x.rule == "TRN001"]
+    assert trn.target == "cute:sm90" and says in trn.message and "(the Triton design does)" in trn.message, str(trn)
 
 
 @pytest.mark.parametrize("epilogue", [[{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}],

@@ -806,8 +806,8 @@ def _train_fake_args(role: str) -> tuple:
         return make_fake_tensor(dtype, (rows, cols), (1, lead) if major_rows else (lead, 1), assumed_align=16)
 
     return (
-        matrix(A_DTYPE, M, K, major_rows=not cfg.a_k),
-        matrix(B_DTYPE, K, N, major_rows=cfg.b_k),
+        matrix(cfg.operands[1], M, K, major_rows=not cfg.a_k),
+        matrix(cfg.operands[3], K, N, major_rows=cfg.b_k),
         make_fake_tensor(cutlass.BFloat16, (N if cfg.fused else cute.sym_int32(),), (1,), assumed_align=16),
         matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role == "forward_pre"),  # forward_pre stores pre by TMA
         matrix(OUT_DTYPE, M, N, major_rows=False),

@@ -35,7 +35,8 @@ e5m2 or a mix of the two: A and B each either) with rowwise scales first, whose 
 dtype and gives the gradients of the dequantized operands, the scales none, and `batch = true` (A (batch, M, K), B
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
-elsewhere). An int8 forward has no backward.
+elsewhere; the dense CuTe sm90 design renders the fp8 forward's too, its scales then a chain every design renders).
+An int8 forward has no backward.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Training(Strict):
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype). The dense Triton
     design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
-    the scales get none), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
+    the scales get none; the dense CuTe sm90 design's too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation)."""
@@ -176,20 +177,26 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object) -> str:
+def chain_refusal(spec: object, fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
-    not concern them)."""
-    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 design's), its
+    rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation])."""
+    if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
     if getattr(spec, "batch", False):  # (a grouped spec has no `batch`)
         return ("training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
                 "for each batch i, a bias's gradient summed over the batches and rows)")
     epilogue = spec.epilogue  # type: ignore[attr-defined]
-    if legacy_chain(epilogue):
+    # an fp8 forward's dequantization (its first op: check_training sees to it) has a backward wherever fp8's has one
+    rest = epilogue[1:] if spec.a.dtype.is_fp8 else epilogue  # type: ignore[attr-defined]
+    if legacy_chain(rest):
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+        return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands and epilogue {names} (an fp8 "  # type: ignore[attr-defined]
+                "forward's backward here: its rowwise scales, then [bias], [activation] or [bias, activation])")
     return f"training with epilogue {names}"
 
 

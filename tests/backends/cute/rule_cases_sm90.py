@@ -81,7 +81,8 @@ CASES: list[tuple[str, str, dict, object]] = [
      None),
     ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "out": {"dtype": "f32"}},
      ("error", ["training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
-                "are stored in it); a.dtype = bf16, b.dtype = bf16, out.dtype = f32 (cute:sm90)"], ("training",))),
+                "are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = bf16, b.dtype = bf16, out.dtype = f32 "
+                "(cute:sm90)"], ("training",))),
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "tile": tile(64, 64, 64),
                              "cute": {"swap_ab": True, "mma_warpgroups": 1}},
      ("error", ["training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true)"], ("training",))),
@@ -94,7 +95,17 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "out": {"dtype": "f32"},
                              "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}]},
      ("error", ["training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
-                "are stored in it); a.dtype = bf16, b.dtype = bf16, out.dtype = f32 (cute:sm90)"], ("training",))),
+                "are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = bf16, b.dtype = bf16, out.dtype = f32 "
+                "(cute:sm90)"], ("training",))),
+    # an fp8 forward's (session 32): its rowwise scales, then [bias], [activation] or both; any other chain is refused
+    ("TRN001", "cute:sm90", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "recompute"},
+                             "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias"}, {"op": "activation", "fn": "gelu"}]},
+     None),
+    ("TRN001", "cute:sm90", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
+                             "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "residual", "dtype": "bf16"}]},
+     ("error", ["training with fp8_e4m3 operands and epilogue ['scale', 'residual'] (an fp8 forward's backward here: its "
+                "rowwise scales, then [bias], [activation] or [bias, activation]): the CuTe sm90 design renders no backward "
+                "for it on cute:sm90 (the Triton design does)"], ("training",))),
     ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "epilogue": [{"op": "bias", "along": "m"}]},
      ("error", ["training with epilogue ['bias along m']: the CuTe sm90 design renders no backward for it on cute:sm90 "
                 "(the Triton design does)"], ("training",))),

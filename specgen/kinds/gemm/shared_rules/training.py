@@ -54,7 +54,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"(the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
-            what := chain_refusal(ctx.spec)):
+            what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
         # grouped kind refuses the chains at load; its fp8 forward's backward is its Triton, Pallas TPU and Mosaic GPU
         # designs': the kind's designs with `renders_chain_training`, named)

@@ -66,12 +66,13 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
     rows = [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
             for variant, plan_smem in zip(launcher.configs, smem, strict=True)]
     training = plan.get("training")
-    if training and backward:  # the backward's GEMMs (`<kernel>[dgrad]`), each beside its plan SMEM, then its columns kernel (no SMEM)
+    if training and backward:  # the backward's GEMMs (`<kernel>[dgrad]`), each beside its plan SMEM, then its columns kernels (no SMEM)
         train = module._train_launcher
         rows += [compile_config(train, meta["kernel"], role, target, training["kernels"][role]["smem_bytes"], sass, fill_cache)
                  for role in train.configs]
-        cols = getattr(module, "_cols_launcher", None)
-        rows += [compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache) for v in (cols.configs if cols else ())]
+        for name in ("_cols_launcher", "_cols_fp8_launcher"):  # (an fp8 forward's columns kernel has its own)
+            cols = getattr(module, name, None)
+            rows += [compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache) for v in (cols.configs if cols else ())]
     return rows
 
 

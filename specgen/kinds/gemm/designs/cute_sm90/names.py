@@ -24,6 +24,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
     # a gated backward: pre's and G's (M, N, 2) pairs, the gated columns kernel and its 16-byte checks and views
     "_gated_pairs", "_grad_cols_gated_kernel",
+    # an fp8 forward's backward: its columns kernel (G_b, G_a) and launcher
+    "_cols_fp8_launcher", "_grad_cols_fp8_fake_args", "_grad_cols_fp8_host", "_grad_cols_fp8_kernel",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -62,6 +64,8 @@ RESERVED: frozenset[str] = frozenset({
     # its backward (pre's and G's pairs stored element-wise, the gated columns kernel's vectors, its padded copies)
     "dgate_frag", "dgate_view", "dup_frag", "dup_view", "every_other", "g_v", "gates", "grad_pairs", "half", "mPairs",
     "pairs", "pre_v", "r_pre_up", "sc", "sr", "ups", "vectors",
+    # an fp8 forward's backward (G_b, G_a, the scales in the columns kernel, the operands' 16-bit copies)
+    "a16", "b16", "g_a", "g_b", "mGa", "mGb", "mSa", "mSb", "scale_b_frag", "scales",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -29,6 +29,14 @@ up column N elements on unless N is a multiple of 8); dgrad and wgrad run the ke
 pass forms G from pre with dOut's column sums (the bias after the gate), 8 output columns a thread in 16-byte loads and
 stores (the up vector N columns on with halves, a 16-element run split in registers with interleaved; an N off whole
 16 bytes through padded copies).
+
+An fp8 forward (A and B fp8, rowwise scales first, then [bias], [activation] or both; `chain_refusal(spec, fp8=True)`),
+the Triton design's meaning (docs/training.md, "An fp8 forward on CuTe sm90"): forward_pre is the fp8 kernel storing pre
+(after the scales and the bias) beside out, recompute the fp8 kernel storing pre as its output (U's column sums, the
+bias gradient, need U itself: an epilogue forming G would sum it across CTAs only with atomics); one columns kernel
+(`grad_cols_fp8`) reads dOut and pre and stores G_b = U scale_b and G_a = scale_a U in the output's dtype with U's band
+sums; dgrad (G_b, B's copy) and wgrad (A's copy, G_a) run the kernel on 16-bit operands (`Config.operands` by role) over
+copies the backward makes with `.to()` (exact for e4m3 and e5m2; wgmma reads no 8-bit MN-major operand).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
+    value_index,
 )
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
@@ -75,19 +84,40 @@ class CuteTrainingPlan(SaveModes):
     out_torch: str
     gemms: dict[str, CuteBackwardGemm]  # by role
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
+    # an fp8 forward (rowwise scales first: their arguments' names): dgrad and wgrad over G_b = U scale_b and
+    # G_a = scale_a U and 16-bit copies of B and A, in the output's dtype (operand_torch); the scales get no gradient
+    fp8: bool = False
+    scales: tuple[str, ...] = ()
+    start: int = -1  # an fp8 forward's: the op pre is the value before (its activation; -1: none)
 
     @property
     def kernels(self) -> list[str]:
         """The backward's kernels, as the module docstring lists them."""
+        if self.fp8:
+            return [*self.gemms, "grad_cols_fp8", *(["grad_cols_bands"] if self.bias else [])]
         return [*self.gemms, *(["grad_cols"] if self.stores_pre or self.bias else [])]
+
+    @property
+    def reads_pre(self) -> bool:
+        """An fp8 backward's columns pass reads pre (stored by forward_pre, or recomputed): with an activation."""
+        return self.fp8 and bool(self.act)
+
+    @property
+    def grad_args(self) -> tuple[str, ...]:
+        """The chain's arguments that get a gradient (the bias; an fp8 forward's scales none): the torch side's
+        autograd macro (templates/gemm/torch/training.jinja) reads it for an fp8 module, whose backward op takes
+        a need flag for each argument."""
+        return (self.bias,) if self.bias else ()
 
 
 def training_refusal(spec: object) -> str:
-    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm90."""
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm90 (an fp8
+    forward's: the section's own checks and `chain_refusal` say what it refuses)."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if a not in CUTE_TRAINING_DTYPES or out != a:
+    if (a not in CUTE_TRAINING_DTYPES or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
         return (f"training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
-                f"are stored in it); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
+                f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
+                f"out.dtype = {out.value}")
     if spec.cute.swap_ab:  # type: ignore[attr-defined]
         return "training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true); drop it or `training`"
     if spec.schedule.split_k > 1:  # type: ignore[attr-defined]
@@ -116,13 +146,18 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> Cu
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = training_refusal(spec) or chain_refusal(spec)
+    why = training_refusal(spec) or chain_refusal(spec, fp8=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, am, bm, transposed = oriented(c.companion, spec)
+        if fp8 and c.companion in FP8_NAMES:  # G_b times B's 16-bit copy (dgrad), A's times G_a (wgrad)
+            x, y = (_renamed(v, FP8_NAMES[c.companion]) for v in (x, y))
+        if fp8 and c.companion == "recompute":
+            c = _pre_in_output_dtype(c, spec.out.dtype)  # type: ignore[attr-defined]
         # the forward's persistent schedule (the companion resets the schedule to its group_m; SMEM is the same)
         cfg = dataclasses.replace(cute_config(c), index=None, when="", bounds=[], persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
         gemms[c.companion] = CuteBackwardGemm(c.companion, x, y, am, bm, transposed, cfg)
@@ -132,8 +167,29 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> Cu
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     return CuteTrainingPlan(save=t.save, act=act, act_op=act_op, bias=bias.name if bias is not None else "",
                             bias_torch=torch_name(bias.dtype) if bias is not None else "",
-                            operand_torch=torch_name(spec.a.dtype), out_torch=torch_name(spec.out.dtype),  # type: ignore[attr-defined]
-                            gemms=gemms, gated=gated.layout if gated is not None else "")
+                            operand_torch=torch_name(spec.out.dtype if fp8 else spec.a.dtype), out_torch=torch_name(spec.out.dtype),  # type: ignore[attr-defined]
+                            gemms=gemms, gated=gated.layout if gated is not None else "", fp8=fp8,
+                            scales=tuple(a.name for a in spec.epilogue[0].runtime_args()) if fp8 else (),  # type: ignore[attr-defined]
+                            start=value_index(spec.epilogue, fp8) if fp8 else -1)  # type: ignore[attr-defined]
+
+
+# An fp8 forward's dgrad and wgrad: what they read in place of G and the fp8 operand (the backward's names for them)
+FP8_NAMES = {"dgrad": {"g": "g_b", "b": "b16"}, "wgrad": {"g": "g_a", "a": "a16"}}
+
+
+def _renamed(operand: str, names: dict[str, str]) -> str:
+    """"b.t()" as "b16.t()" where names maps b to b16."""
+    base, dot, rest = operand.partition(".")
+    return names.get(base, base) + dot + rest
+
+
+def _pre_in_output_dtype(c: Resolved, out: DType) -> Resolved:
+    """An fp8 forward's recompute companion as this design runs it: it stores pre in the output's dtype (the value
+    forward_pre stores) where the shared companion is the Triton chain pass's f32 pre (`companions`). Check rules
+    that f32 GEMM (its epilogue subtiles twice these bytes: conservative); the plan's SMEM and epilogue subtile are
+    this kernel's, at the stages check resolved."""
+    spec = c.spec.model_copy(update={"out": c.spec.out.model_copy(update={"dtype": out})})  # type: ignore[attr-defined]
+    return dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
 
 
 def training_metadata(t: CuteTrainingPlan) -> dict[str, object]:
