@@ -78,3 +78,19 @@ def vector_rows(t: torch.Tensor, per: int) -> torch.Tensor:
         if end * t.element_size() > t.untyped_storage().nbytes():
             return aligned_copy(t, 1)
     return t
+
+
+def refuse_fp8_grad(kernel: str, inputs: tuple) -> None:
+    """An fp8 forward's backward gives no gradient to its fp8 operands through autograd (torch would round the
+    gradient of an fp8 tensor to fp8) nor to its dequantization scales (inputs without grad, as torch._scaled_mm's):
+    a clear error where one of them requires grad."""
+    for name, t in zip(("a", "b", "scale_a", "scale_b"), inputs, strict=False):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            if name in ("scale_a", "scale_b"):
+                raise RuntimeError(f"{kernel}: {name} requires grad, but an fp8 forward's dequantization scales are inputs "
+                                   "without grad (as torch._scaled_mm's): detach it")
+            spelled = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(t.dtype, str(t.dtype))
+            raise RuntimeError(f"{kernel}: {name} ({spelled}) requires grad, but autograd would round its gradient to "
+                               "fp8; the bf16 backward's gradients are those of the dequantized operands (a scale_a, "
+                               f"b scale_b): call the module's _backward(grad, ...) from your own autograd.Function "
+                               "(the straight-through step of your quantization), or detach it")

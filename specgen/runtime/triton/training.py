@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specgen.runtime.guards import INT32_SPAN, INTERPRET, refuse_interpreter_bf16
-from specgen.runtime.torch.training import backward_sizes, needs_grad, out_refused  # noqa: F401  (the modules call them as _tr.*)
+from specgen.runtime.torch.training import backward_sizes, needs_grad, out_refused, refuse_fp8_grad  # noqa: F401  (the modules call them as _tr.*)
 from specgen.runtime.triton.descriptors import descriptor
 
 _CAPABILITY: dict[int, int] = {}
@@ -164,22 +164,6 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
 def flat(v: torch.Tensor) -> torch.Tensor:
     """A vector argument ((M,), (M, 1), (1, N), any strides) as the chain's kernels read it: flat and contiguous."""
     return v.reshape(-1) if v.is_contiguous() else v.contiguous().reshape(-1)
-
-
-def refuse_fp8_grad(kernel: str, inputs: tuple) -> None:
-    """An fp8 forward's backward gives no gradient to its fp8 operands through autograd (torch would round the
-    gradient of an fp8 tensor to fp8) nor to its dequantization scales (inputs without grad, as torch._scaled_mm's):
-    a clear error where one of them requires grad."""
-    for name, t in zip(("a", "b", "scale_a", "scale_b"), inputs, strict=False):
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            if name in ("scale_a", "scale_b"):
-                raise RuntimeError(f"{kernel}: {name} requires grad, but an fp8 forward's dequantization scales are inputs "
-                                   "without grad (as torch._scaled_mm's): detach it")
-            spelled = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(t.dtype, str(t.dtype))
-            raise RuntimeError(f"{kernel}: {name} ({spelled}) requires grad, but autograd would round its gradient to "
-                               "fp8; the bf16 backward's gradients are those of the dequantized operands (a scale_a, "
-                               f"b scale_b): call the module's _backward(grad, ...) from your own autograd.Function "
-                               "(the straight-through step of your quantization), or detach it")
 
 
 def chain_pass(kernel: str, jit: object, sums: object, config: dict[str, int], tiles: dict[str, int], device: int,
