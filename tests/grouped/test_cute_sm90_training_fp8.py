@@ -4,8 +4,8 @@ a per-group bias and GELU-tanh, preact and recompute; e5m2 with SiLU into f16; e
 clean (TRN001 lifted on cute:sm90; still refusing other dtypes, naming them); pre is the fp8 ragged-M companion with the
 scales and the bias, dgrad and wgrad the 16-bit companions whose Config rows read OUT_DTYPE operands; every kernel of
 the preact GELU module (pre's QGMMA, dgrad's and wgrad's HGMMA, the columns pass's act_rows and its fp8 grad_cols in
-16-byte vectors and an element at a time), the e5m2 pre GEMM and the bias-only grad_cols compile for sm_90a with the
-plan's SMEM and no spills (one test, one compile a kernel); and the host side (every compiled function stood in for by
+16-byte vectors and an element at a time), the recompute and e5m2 forms' pre GEMMs and the bias-only grad_cols compile
+for sm_90a with the plan's SMEM and no spills (one test, one compile a kernel); and the host side (every compiled function stood in for by
 torch code of what its kernel computes, reading its operands in the layouts its fake arguments declare) gives the
 float64 gradients of the dequantized operands A scale_a and B[g] scale_b[g] and of the bias, into NaN-poisoned
 buffers, refusing an fp8 operand or a scale that requires grad as the grouped Triton module does. The numerics run on
@@ -19,6 +19,7 @@ import os
 import pytest
 import torch
 
+from grouped.test_cute_sm90_training import _wide_accesses
 from specgen.check import check_all
 from specgen.kinds.grouped.designs.cute_sm90.design import DESIGN
 from specgen.kinds.grouped.testing.reference import group_bounds
@@ -101,13 +102,14 @@ def test_each_role_is_its_companions_plan(rendered) -> None:
 def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, monkeypatch, tmp_path) -> None:
     """One test (one xdist worker compiles): the preact GELU module's three GEMMs (pre on the fp8 QGMMA path; dgrad
     and wgrad on the 16-bit HGMMA path: their 16-bit SMEM stages are what the plan counts) and its columns pass
-    (act_rows in vectors; grad_cols forming both G in vectors and an element at a time), the e5m2 form's pre GEMM and
-    the bias-only form's grad_cols (U = dOut, no pre read)."""
+    (act_rows in vectors; grad_cols forming both G in vectors and an element at a time), the recompute form's pre GEMM
+    (64-row tile), the e5m2 form's pre GEMM and the bias-only form's grad_cols (U = dOut, no pre read)."""
     from specgen.kinds.gemm.designs.cute_sm90.compile import compile_config
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     target = target_info("cute:sm90")
     compiled = (("cgt_fp8_e4m3_gelu_preact", ("forward_pre", "dgrad", "wgrad"), ("act_rows_v", "grad_cols_v", "grad_cols")),
+                ("cgt_fp8_e4m3_gelu_recompute", ("recompute",), ()),  # pre in the output's dtype, a 64-row tile
                 ("cgt_fp8_e5m2_silu_f16", ("forward_pre",), ()),
                 ("cgt_fp8_mixed_bias_only", (), ("grad_cols_v",)))
     for name, roles, cols in compiled:
@@ -117,12 +119,13 @@ def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, monke
             r = compile_config(module._train_launcher, name, role, target, t["kernels"][role]["smem_bytes"], True, False)
             assert not r.error, r
             assert r.compiler_smem == r.plan_smem <= 232448, r
-            mma = "QGMMA" if role == "forward_pre" else "HGMMA"  # fp8 wgmma for pre, 16-bit for dgrad and wgrad
+            mma = "HGMMA" if role in ("dgrad", "wgrad") else "QGMMA"  # fp8 wgmma for pre, 16-bit for dgrad and wgrad
             assert r.sass["UTMALDG"] > 0 and r.sass[mma] > 0 and r.sass["UTMASTG"] > 0, (role, r.sass)
             assert r.spills.stores == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0, r
-        for c in cols:
-            r = compile_config(module._cols_launcher, name, c, target, 0, True, False)
+        for c in cols:  # SIMT, no SMEM; the "_v" variants load and store 16 bytes a thread and row (scale_b's too)
+            r = compile_config(module._cols_launcher, name, c, target, 0, True, False, more=_wide_accesses)
             assert not r.error and r.compiler_smem == 0 and r.sass["HGMMA"] == 0 and r.sass["STL"] == 0, r
+            assert (r.resources["ldg128"] > 0 and r.resources["stg128"] > 0) == c.endswith("_v"), (c, r.resources)
 
 
 # --- the host side on the CPU: each compiled function replaced by a torch stand-in of what its kernel computes
