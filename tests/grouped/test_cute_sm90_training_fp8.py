@@ -57,7 +57,7 @@ def rendered(tmp_path_factory) -> dict[str, tuple[object, str]]:
 
 def test_each_form_checks_clean_and_trn001_refuses_the_other_dtypes() -> None:
     """TRN001 lifted for an fp8 forward on cute:sm90 (it refused it before session 32); a 16-bit forward whose output
-    is of another dtype is still refused, naming the dtypes and the fp8 form it takes."""
+    is of another dtype is still refused, naming the dtypes and the fp8 form it takes; the companions' own rules."""
     for s in FORMS.values():
         assert [d for d in check_all([_load(s)]) if d.severity == "error"] == [], s["name"]
     s = {**FORMS["cgt_fp8_e4m3_gelu_preact"], "a": {"dtype": "f16", "major": "k"}, "b": {"dtype": "f16", "major": "k"},
@@ -65,6 +65,13 @@ def test_each_form_checks_clean_and_trn001_refuses_the_other_dtypes() -> None:
     (trn,) = [d for d in check_all([_load(s)]) if d.rule == "TRN001"]
     assert all(w in trn.message for w in ("a.dtype = f16, b.dtype = f16, out.dtype = bf16", "or fp8 A and B with an f16 "
                                           "or bf16 output", "cute:sm90")), trn.message
+    # the companions are checked as the GEMMs they are: dgrad at 256x256x128 in 16 bits (2 x 131072 B of stages) is
+    # SMEM001 at training.dgrad, pre at the same tile in fp8 (65536 B a stage) is not
+    base = FORMS["cgt_fp8_e4m3_gelu_preact"]
+    for role, smem in (("dgrad", True), ("pre", False)):
+        s = {**base, "training": {"save": "preact", role: {"tile": {"m": 256, "n": 256, "k": 128}}}}
+        found = [d for d in check_all([_load(s)]) if d.rule == "SMEM001"]
+        assert bool(found) == smem and all(d.variant == "backward dgrad" and "2 x 131072" in d.message for d in found), found
 
 
 def test_each_role_is_its_companions_plan(rendered) -> None:
