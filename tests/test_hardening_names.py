@@ -35,6 +35,7 @@ from specgen.kinds.grouped.testing.mgpu_specs import (
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_RAGGED_K_FORMS as GROUPED_MGPU_RAGGED_K_FORMS
 from specgen.kinds.grouped.testing.mgpu_specs import MGPU_TRAINING_FORMS as GROUPED_MGPU_TRAINING_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_FORMS as GROUPED_CUTE_FORMS
+from specgen.kinds.grouped.testing.specs import CUTE_FP8_TRAINING_FORMS as GROUPED_CUTE_FP8_TRAINING_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_RAGGED_K_FORMS as GROUPED_CUTE_RAGGED_K_FORMS
 from specgen.kinds.grouped.testing.specs import CUTE_TRAINING_FORMS as GROUPED_CUTE_TRAINING_FORMS
 from specgen.kinds.grouped.testing.specs import FORMS as GROUPED_FORMS
@@ -140,6 +141,7 @@ def variants():
     yield from GROUPED_CUTE_FORMS.values()  # and its CuTe sm90 modules
     yield from GROUPED_CUTE_RAGGED_K_FORMS.values()  # (their ragged K: the weight gradient)
     yield from GROUPED_CUTE_TRAINING_FORMS.values()  # (their backward: the companions' kernels, the columns pass)
+    yield from GROUPED_CUTE_FP8_TRAINING_FORMS.values()  # (an fp8 forward's: both G, the 16-bit A and B copies)
     yield from GROUPED_MGPU_FORMS.values()  # and its Mosaic GPU modules
     yield from GROUPED_MGPU_RAGGED_K_FORMS.values()  # (the weight gradient's: groups along K)
     yield from GROUPED_MGPU_TRAINING_FORMS.values()  # (their backward: a custom_vjp and the companions' kernels)

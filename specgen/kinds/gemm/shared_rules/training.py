@@ -39,8 +39,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
     op's since session 27, halves as its forward's GRP204; an fp8 forward's since session 27), its CuTe sm90 design the plain
-    chains and a gated op's of 16-bit operands (session 28; `training_refusal`: one dtype; no fp8 form: this rule's chain
-    branch, naming the kind's designs that render it), and so does its Mosaic GPU design (session 28: f16 / bf16, a gated
+    chains and a gated op's of 16-bit operands (session 28; `training_refusal`: one dtype) and an fp8 forward's (session
+    32), and so does its Mosaic GPU design (session 28: f16 / bf16, a gated
     op's too; an fp8 forward's since session 29: `training_refusal` refuses other dtypes); its CuTe sm100 design the
     forward only. The rule concerns every target where a design serving it lacks one of the three."""
     if getattr(ctx.spec, "training", None) is None:

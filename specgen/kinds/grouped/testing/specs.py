@@ -203,3 +203,24 @@ CUTE_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
                                       "out": {"dtype": "f16"}}, groups={"index": "sizes"}, tile={"m": 64, "n": 128, "k": 64},
          epilogue=[{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}], training={"save": "recompute"}),
 )}
+
+# The grouped CuTe sm90 design's backward of an fp8 forward (session 32; designs/cute_sm90/training.py): e4m3 with the
+# rowwise scales, a per-group bias and GELU-tanh, preact (offs, a zeroed tail) and recompute (the sizes index, an
+# untouched tail, a 64-row tile); e5m2 with SiLU into f16, preact; e4m3 A x e5m2 B (the formats mix) with an f32 bias
+# alone into f16 (no activation: U = dOut). B K-major (wgmma reads 8-bit operands K-major only: MAJ001); dgrad and
+# wgrad are the 16-bit companions at the forward's tile (its 128 K a stage: 256 bytes in 16 bits, 3 stages).
+# tests/grouped/test_cute_sm90_training_fp8.py (CPU), tests/gpu/test_grouped_training_cute_fp8_gpu.py (GPU).
+FP8_BIAS_GELU = [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}]
+CUTE_FP8_TRAINING_FORMS: dict[str, dict] = {s["name"]: s for s in (
+    spec("cgt_fp8_e4m3_gelu_preact", **CUTE_FP8, groups={"index": "offs", "tail": "zero"},
+         tile={"m": 128, "n": 128, "k": 128}, epilogue=FP8_BIAS_GELU, training={"save": "preact"}),
+    spec("cgt_fp8_e4m3_gelu_recompute", **CUTE_FP8, groups={"index": "sizes"}, tile={"m": 64, "n": 128, "k": 128},
+         epilogue=FP8_BIAS_GELU, training={"save": "recompute"}),
+    spec("cgt_fp8_e5m2_silu_f16", **{**CUTE_FP8, "a": {"dtype": "fp8_e5m2", "major": "k"},
+                                     "b": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "f16"}},
+         groups={"index": "offs"}, tile={"m": 128, "n": 128, "k": 128},
+         epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "activation", "fn": "silu"}], training={"save": "preact"}),
+    spec("cgt_fp8_mixed_bias_only", **{**CUTE_FP8, "b": {"dtype": "fp8_e5m2", "major": "k"}, "out": {"dtype": "f16"}},
+         groups={"index": "offs", "tail": "zero"}, tile={"m": 128, "n": 128, "k": 128},
+         epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "f32"}], training={"save": "preact"}),
+)}

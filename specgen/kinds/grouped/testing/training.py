@@ -8,7 +8,7 @@ import torch
 
 from specgen.kinds.gemm.testing.reference import TORCH_DTYPES
 from specgen.kinds.grouped.spec import GroupedSpec
-from specgen.kinds.grouped.testing.reference import grouped
+from specgen.kinds.grouped.testing.reference import group_bounds, grouped
 
 CHAINS: dict[str, list[dict]] = {
     "plain": [],
@@ -76,3 +76,48 @@ def close(got: torch.Tensor, want: torch.Tensor, rel: float, what: str) -> None:
     scale = max(want.abs().max().item(), 1.0) if want.numel() else 1.0
     err = (got.detach().cpu().double() - want).abs().max().item() if want.numel() else 0.0
     assert err <= rel * scale, f"{what}: max error {err:.3g} > {rel:.1g} x {scale:.3g}"
+
+
+FP8_TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def fp8_train_inputs(spec: dict, sizes: list[int], tail_rows: int, n: int, k: int, seed: int = 0,
+                     device: str = "cpu") -> dict[str, torch.Tensor]:
+    """An fp8 forward's inputs in call order: a (rows, K) and b (G, K, N) (K-major: a (G, N, K) weight viewed
+    transposed) in their fp8 dtypes, the index, scale_a (rows,) and scale_b (G, N) f32 (scale_b / sqrt(K): out of
+    order one), the bias (G, N) in its dtype where the chain has one."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rows, g = sum(sizes) + tail_rows, len(sizes)
+    a = torch.randn(rows, k, generator=gen, device=device).to(FP8_TORCH[spec["a"]["dtype"]])
+    b = torch.randn(g, n, k, generator=gen, device=device).to(FP8_TORCH[spec["b"]["dtype"]]).transpose(1, 2)
+    ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0) if spec["groups"]["index"] == "offs" else torch.tensor(sizes)
+    args = {"a": a, "b": b, "index": ends.to(torch.int32).to(device),
+            "scale_a": torch.rand(rows, generator=gen, device=device) + 0.5,
+            "scale_b": (torch.rand(g, n, generator=gen, device=device) + 0.5) / k**0.5}
+    for op in spec["epilogue"]:
+        if op["op"] == "bias":
+            args["bias"] = torch.randn(g, n, generator=gen, device=device).to(TORCH_DTYPES[op.get("dtype", "f32")])
+    return args
+
+
+def fp8_reference(spec: dict, args: dict[str, torch.Tensor], grad: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """float64 autograd of the per-group loop act((A scale_a) @ (B[g] scale_b[g]) + bias[g]) over the dequantized
+    operands: (the groups' rows of out, the gradients of the dequantized A and B and of the bias: "a", "b", "bias"),
+    zeros where no row reads an operand."""
+    fns = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu, "relu": torch.nn.functional.relu,
+           "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+    act = next((op["fn"] for op in spec["epilogue"] if op["op"] == "activation"), "")
+    x = {n: t.detach().cpu() for n, t in args.items()}
+    leaves = {"a": (x["a"].double() * x["scale_a"].double()[:, None]).requires_grad_(),
+              "b": (x["b"].double() * x["scale_b"].double()[:, None, :]).requires_grad_()}
+    if "bias" in x:
+        leaves["bias"] = x["bias"].double().requires_grad_()
+    full = GroupedSpec.model_validate(spec).model_dump(mode="json")
+    outs = []
+    for g, (s, e) in enumerate(group_bounds(full, x["index"], x["a"].shape[0])):
+        y = leaves["a"][s:e] @ leaves["b"][g] + (leaves["bias"][g] if "bias" in leaves else 0.0)
+        outs.append(fns[act](y) if act else y)
+    want = torch.cat(outs) if outs else leaves["a"].new_zeros(0, x["b"].shape[2])
+    if want.numel() and want.requires_grad:
+        (want * grad.detach().cpu().double()[: want.shape[0]]).sum().backward()
+    return want.detach(), {n: t.grad if t.grad is not None else torch.zeros_like(t) for n, t in leaves.items()}

@@ -193,10 +193,14 @@ class CuteSm90Grouped(GroupedDesign):
     # elsewhere; EPI003 its limits)
     renders_gated = True
     # a `training` backward (training.py in this package: the companions' GEMMs are this kernel rendered again from
-    # their plans, beside a columns pass and autograd); plain and gated chains of 16-bit operands (TRN001: fp8 elsewhere)
+    # their plans, beside a columns pass and autograd); plain and gated chains of 16-bit operands
     renders_training = True
     # a gated op's backward too (pre and G of B's 2N columns in the forward's layout; session 28, issue 38)
     renders_gated_training = True
+    # and an fp8 forward's (rowwise scales first; session 32: dgrad and wgrad over 16-bit copies of A and B). The
+    # grouped kind refuses every other chain at load, so TRN001's chain branch has nothing left to refuse here;
+    # `training_refusal` refuses the other dtypes
+    renders_chain_training = True
 
     def training_refusal(self, spec: GroupedSpec, target: TargetInfo | None = None) -> str:
         return trn.training_refusal(spec)

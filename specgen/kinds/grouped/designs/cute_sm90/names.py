@@ -21,8 +21,10 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # a gated epilogue's up tile, its SMEM, fragments and accumulator, and the output's width (B holds 2N columns);
 # ragged K's cursor (a work index's group, its K rows, the first K tile's row and lead), its boundary tile's barrier and
 # zeroed rows' end, a wgmma block's rows, a tile's last row; the columns pass's gated bias (act_rows), its fragment
-# and G's gate / up pairs, the fake arguments' 2N.
+# and G's gate / up pairs, the fake arguments' 2N; an fp8 forward's backward (session 32): the columns pass's second G
+# (wgrad's G_a), its scales' fragments, the 16-bit copies of A and B, the unread GEMM arguments' stand-ins.
 RESERVED: frozenset[str] = frozenset({
+    "a16", "b16", "dst2", "mDst2", "mScaleA", "mScaleB", "row_scales", "stubs", "y2",
     "N2", "acc_up", "bias_frag", "g_pairs", "gbias", "mBias", "vectors", "wide", "fake", "mDst", "bound", "ctas", "e", "gU", "gi", "gw", "k_len", "live", "mIndex", "mOutPred", "max_ctas", "mt", "nt",
     "num_bits_per_copy", "per_row", "r_up", "rc", "row_end", "rows_m", "s2g", "sU", "st_crd", "store_vector", "subs_n",
     "tCrU", "tG", "tRS_up", "tS", "tUgU", "tUsU", "thr_s2g", "tiles_m", "tiles_mn", "tiles_n", "zero_barrier", "z_end",

@@ -32,10 +32,25 @@ has no epilogue: gate and up land in the forward's layout, halves or interleaved
 * up + bias[g], `grad_cols` forms G (rows, 2N, the same layout) of dgate = (dOut * up) * act'(gate) and dup = dOut *
 act(gate), and dbias[g] = the column sum of dOut over group g's rows; dgrad and wgrad are the same GEMMs over 2N.
 
+An fp8 forward (A and B e4m3 or e5m2, B K-major: the forward's MAJ001; rowwise scales first, then [bias],
+[activation] or [bias, activation]; a bf16 or f16 output; session 32) has the grouped Triton, Pallas TPU and Mosaic GPU
+designs' backward, in the output's dtype, the gradients of the dequantized operands A scale_a and B[g] scale_b[g]: pre
+is the fp8 ragged-M companion with the scales and the bias (the forward's kernel at the companion's config, the one GEMM
+that reads the scales); `grad_cols` forms U = dOut * act'(pre) (dOut without an activation) in f32 and stores both of
+the backward's G, dgrad's G_b = U scale_b[g] (each row's group's row of scale_b) and wgrad's G_a = scale_a U, each
+rounded to the output's dtype, beside dbias (U's column sums): one pass reads dOut, pre and the scales once and writes
+2 x 2 bytes an element (the two G), against a second pass's re-read of U. wgmma cannot read 8-bit MN-major operands
+(dgrad reads B, wgrad A MN-major), so `_backward` converts A and B to the output's dtype by a torch `.to()` first
+(exact: every e4m3 and e5m2 value is a bf16 and an f16 value; 1 byte read and 2 written an element, B's where dA is
+needed, A's where dB is), and dgrad and wgrad are the 16-bit companions the grouped kind derives (their Config rows
+say a_dtype = b_dtype = OUT_DTYPE). The scales and the group index get no gradient (the autograd layer refuses a
+scale or an fp8 operand that requires grad, as the grouped Triton module does).
+
 Covered: 16-bit A, B and out of one dtype (f16, bf16), the chains [bias], [activation], [bias, activation], the
 plain GEMM and a gated op (silu, gelu, gelu_tanh; halves or interleaved) with at most a bias after it, save =
-"preact" and "recompute", either B major (a gated op: K-major, EPI003), either group index. Refused (TRN001): an
-fp8 forward (the grouped Triton design's), other dtypes.
+"preact" and "recompute", either B major (a gated op: K-major, EPI003), either group index; an fp8 forward's (above).
+Refused (TRN001): other dtypes (the grouped kind refuses the other chains, an fp8 gated op, fp8 beside a 16-bit
+operand and an fp8 forward's f32 output at load).
 """
 
 from __future__ import annotations
@@ -67,8 +82,10 @@ class GroupedCuteTrainingPlan(SaveModes):
     pre_torch: str  # pre's: the output's (both save modes)
     roles: dict[str, object]  # the backward GEMMs' plans (GroupedCutePlan) by role, in the order they run
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"; "" without one): act is its fn
-    fp8: bool = False  # the autograd layer's switch (templates/grouped/torch/training.jinja): never here
-    chain_args: tuple[str, ...] = ()  # the chain's tensor arguments in order (the bias)
+    # an fp8 forward (rowwise scales first): a backward in the output's dtype w.r.t. the dequantized operands; the
+    # autograd layer's switch too (templates/grouped/torch/training.jinja)
+    fp8: bool = False
+    chain_args: tuple[str, ...] = ()  # the chain's tensor arguments in order (the bias; an fp8 forward's scale_a, scale_b first)
 
     @property
     def kernels(self) -> dict[str, str]:
@@ -76,10 +93,15 @@ class GroupedCuteTrainingPlan(SaveModes):
         return {role: SUFFIX[role] for role in self.roles}
 
     @property
-    def gemm_bias(self) -> str:
-        """The bias argument the backward GEMMs' host function takes ("" where none reads it): the pre GEMM's; after a
-        gated op the bias is on the N outputs, added by act_rows."""
-        return "" if self.gated else self.bias
+    def gemm_args(self) -> tuple[str, ...]:
+        """The chain arguments the backward GEMMs' host function takes (the pre GEMM's: the bias, an fp8 forward's
+        scales first; dgrad and wgrad read none): none after a gated op, whose bias act_rows adds on the N outputs."""
+        return () if self.gated else self.chain_args
+
+    def operand_dtype(self, role: str) -> str:
+        """The module constant naming a role's A and B element type: the forward's (A_DTYPE, B_DTYPE: "") but for an
+        fp8 forward's dgrad and wgrad, whose operands are 16-bit copies in the output's dtype ("OUT_DTYPE")."""
+        return "OUT_DTYPE" if self.fp8 and role in ("dgrad", "wgrad") else ""
 
     @property
     def pre_role(self) -> str:
@@ -89,10 +111,12 @@ class GroupedCuteTrainingPlan(SaveModes):
 def training_refusal(spec: object) -> str:
     """Why this design renders no backward for `spec` ("" where it does): TRN001's message on grouped cute:sm90."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES:
+        return ""  # an fp8 forward: a backward in the output's dtype (the grouped kind's check refuses the rest at load)
     if a not in CUTE_TRAINING_DTYPES or b != a or out != a:
-        return (f"training: the grouped CuTe sm90 backward takes f16 or bf16 A and B with an output of their dtype (pre "
-                f"and G are stored in it, and its GEMMs read them as A and B); a.dtype = {a.value}, b.dtype = "
-                f"{b.value}, out.dtype = {out.value}")
+        return (f"training: the grouped CuTe sm90 backward takes f16 or bf16 A and B with an output of their dtype, or "
+                f"fp8 A and B with an f16 or bf16 output (pre and G are stored in the output's dtype, and its GEMMs read "
+                f"G and 16-bit A and B); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
     return ""
 
 
@@ -117,18 +141,22 @@ def plan_training(spec: object, r: Resolved, plan_role: Callable, memory: Callab
     act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     out = spec.out.dtype  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     return GroupedCuteTrainingPlan(
         save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
         bias=bias.name if bias is not None else "", bias_torch=bias.dtype.info.torch if bias is not None else "",
         bias_cutlass=CUTLASS_DTYPES[bias.dtype] if bias is not None else "",
-        operand_torch=spec.a.dtype.info.torch, out_torch=out.info.torch, pre_torch=out.info.torch,  # type: ignore[attr-defined]
-        roles=roles, gated=gated.layout if gated is not None else "", chain_args=(bias.name,) if bias is not None else ())
+        # G (and an fp8 forward's dA, dB) in the operands' dtype: the output's for an fp8 forward
+        operand_torch=(out if fp8 else spec.a.dtype).info.torch, out_torch=out.info.torch, pre_torch=out.info.torch,  # type: ignore[attr-defined]
+        roles=roles, gated=gated.layout if gated is not None else "", fp8=fp8,
+        chain_args=(("scale_a", "scale_b") if fp8 else ()) + ((bias.name,) if bias is not None else ()))
 
 
 def training_metadata(t: GroupedCuteTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: what the forward saves and each backward GEMM's config (the compile hook reads
     each one's SMEM)."""
-    return {"save": t.save, **({"gated": t.gated} if t.gated else {}), "kernels": {
+    return {"save": t.save, **({"gated": t.gated} if t.gated else {}),
+            **({"fp8_backward_dtype": t.out_torch} if t.fp8 else {}), "kernels": {
         role: {"tile": [q.config.tile_m, q.config.tile_n, q.config.tile_k],  # type: ignore[attr-defined]
                "ab_stages": q.config.ab_stages, "smem_bytes": q.config.smem_bytes,  # type: ignore[attr-defined]
                "mma_warpgroups": q.config.mma_warpgroups, "a_major": q.a_major, "b_major": q.b_major,  # type: ignore[attr-defined]
