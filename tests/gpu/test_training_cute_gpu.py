@@ -42,6 +42,10 @@ RENDERED = {
     "cute_train_gelu_a_mn": (rendered_spec("cute_train_gelu_a_mn", "gelu", False, "preact", "bf16", "mn", "k"), "gelu", False),
     "cute_train_recompute_sigmoid": (rendered_spec("cute_train_recompute_sigmoid", "sigmoid", True, "recompute"), "sigmoid", True),
     "cute_train_bias_only": (rendered_spec("cute_train_bias_only", "", True, "preact"), "", True),
+    # the recompute GEMM alone on the ping-pong schedule (training.pre.schedule), its epilogue under the other
+    # warpgroup's mainloop
+    "cute_train_recompute_pingpong": ({**rendered_spec("cute_train_recompute_pingpong", "gelu_tanh", True, "recompute"),
+                                       "training": {"save": "recompute", "pre": {"schedule": "pingpong"}}}, "gelu_tanh", True),
 }
 _MODULES: dict[str, object] = {}
 

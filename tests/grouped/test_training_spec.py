@@ -160,3 +160,10 @@ def test_trn001_off_the_designs_that_render_the_backward() -> None:
     forward_only = spec(targets=["triton:sm90", "cute:sm100"])
     del forward_only["training"]
     assert not [d for d in check_specs([load(forward_only)]).diagnostics if d.rule == "TRN001"]
+
+
+def test_a_roles_schedule_reaches_its_companions_rules() -> None:
+    # the grouped cute:sm90 kernel renders no ping-pong (GRP302): a backward GEMM's `schedule` is refused at its field
+    d = spec(targets=["cute:sm90"], training={"save": "preact", "dgrad": {"schedule": "pingpong"}})
+    errors = [x for x in check_specs([load(d)]).diagnostics if x.severity == "error"]
+    assert [(x.rule, x.variant) for x in errors] == [("GRP302", "backward dgrad")]

@@ -116,7 +116,8 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         "tma": tma, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
     pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
     groups = s.groups.model_copy(update={"tail": tail, "ragged": ragged})  # type: ignore[attr-defined]
+    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={"schedule": cfg.schedule})  # type: ignore[attr-defined]
     return s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue,  # type: ignore[attr-defined]
-        "groups": groups, "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline,  # type: ignore[attr-defined]
+        "groups": groups, "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline, "cute": cute,  # type: ignore[attr-defined]
         "training": None, "per_target": {}, "variants": []})

@@ -163,3 +163,18 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
 
     walk(jaxpr.jaxpr)
     assert found == calls
+
+
+def test_a_roles_schedule_is_its_own_and_the_module_renders_ping_pong_for_it() -> None:
+    # training.pre.schedule = "pingpong": the recompute GEMM alone runs ping-pong (a whole 128x128 tile per warpgroup,
+    # its epilogue under the other's mainloop); the forward, dgrad and wgrad keep the forward's cooperative schedule,
+    # and the module renders the ping-pong code (its order barriers) for that one row
+    pre = {"tile": {"m": 128, "n": 128, "k": 64}, "schedule": "pingpong"}
+    ls = loaded(save="recompute", training={"save": "recompute", "pre": pre})
+    t = plan(ls)
+    assert {role: g.config.pingpong for role, g in t.gemms.items()} == {"recompute": True, "dgrad": False, "wgrad": False}
+    assert t.gemms["recompute"].config.mma_warpgroups == 1  # one warpgroup a tile, two of them in turn
+    ((_, text),) = render_modules(ls, ls.spec.targets).items()
+    assert "mma_order" in text and "pingpong=True, group_m" in text
+    ((_, before),) = render_modules(loaded(save="recompute"), ["cute:sm90"]).items()
+    assert "mma_order" not in before  # without it no row runs ping-pong: nothing of it rendered
