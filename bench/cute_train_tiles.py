@@ -58,7 +58,9 @@ def smem(cfg) -> int:
     1024-byte base pad; a gated row's stage holds B's gate and up tiles: a plain row's twice as wide."""
     up = lambda n: -(-n // 1024) * 1024  # noqa: E731
     stage = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
-    return 1024 + up(2 * cfg.ab_stages * 8) + cfg.ab_stages * stage + up(cfg.epi_m * cfg.epi_n * cfg.epi_stages * 2)
+    sets = 2 if cfg.pingpong else 1  # ping-pong: a set of epilogue buffers per warpgroup, two order barriers
+    return (1024 + up(2 * cfg.ab_stages * 8 + 16 * cfg.pingpong) + cfg.ab_stages * stage
+            + up(sets * cfg.epi_m * cfg.epi_n * cfg.epi_stages * 2))
 
 
 def candidates(m) -> dict[str, object]:
@@ -165,27 +167,32 @@ def step(m, cands: dict, best: dict, M: int, N: int, K: int, rounds: int) -> dic
     return {"module_configs": before, "fastest_candidates": after, "candidates": best}
 
 
-# The gated layer's candidates by role: fields set over GATED_CUTE (its tile 128x128x64; 2x1 clusters; one epilogue
-# stage: forward_pre 4 A/B stages and 3 epilogue buffers, recompute 4 and 1; a candidate's `pipeline` replaces the
-# whole table: "s3e2" is the default's 3 A/B stages and 2 x 3 buffers, GATED_CUTE's own before session 32). Some are refused by
-# check's rules (SMEM001, REG001, CUTE001) and listed as such: the list says what was tried.
+# The gated layer's candidates by role: fields set over GATED_CUTE (a 128x128x64 gated tile over two cooperative
+# warpgroups, 2x1 clusters, one epilogue stage; the GEMM that computes pre, `training.pre`, on its own ping-pong
+# schedule at 64x128x64: a whole gated tile a warpgroup, 3 epilogue buffers each). A candidate's `training.pre`
+# replaces GATED_CUTE's ({} is the forward's cooperative tile and schedule, its row before the ping-pong one), its
+# `pipeline` the whole table ("coop_s3e2": the default's 3 A/B stages and 2 x 3 buffers, GATED_CUTE's row before
+# session 32). Some are refused by check's rules (SMEM001, REG001, CUTE001) and listed as such: what was tried.
 def _p(ab: int | None = None, epi: int | None = None) -> dict:
     return {"pipeline": {**({"ab_stages": ab} if ab else {}), **({"epilogue_stages": epi} if epi else {})}}
 
 
+def _pre(m: int = 64, n: int = 128, pingpong: bool = True, **more: object) -> dict:
+    return {"training": {"pre": {"tile": {"m": m, "n": n, "k": 64}, **({"schedule": "pingpong"} if pingpong else {}),
+                                 **more}}}
+
+
 C11, C12 = {"cluster": {"m": 1, "n": 1}}, {"cluster": {"m": 1, "n": 2}}
+COOP = {"training": {"pre": {}}}
 GATED_CANDIDATES: dict[str, dict[str, dict]] = {
     "forward_pre": {
-        "s3e2": _p(3, 2), "s3e1": _p(3, 1), "s3c1x1": {**_p(3), **C11}, "s3c1x2": {**_p(3), **C12},
-        "s4e1c1x1": {**_p(4, 1), **C11}, "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}},
-        "128x128x128e1": {"tile": {"m": 128, "n": 128, "k": 128}, **_p(None, 1)},
-        "s4": _p(4), "s5e1": _p(5, 1), "64x256x64": {"tile": {"m": 64, "n": 256, "k": 64}},
-        "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
+        "coop": COOP, "coop_s3e2": {**COOP, **_p(3, 2)}, "coop_c1x1": {**COOP, **C11}, "pp128x64": _pre(128, 64),
+        "pp64x128_c1x1": {**_pre(), **C11}, "pp64x128_e2": {**_pre(), **_p(None, 2)}, "pp64x128_s4": _pre(ab_stages=4),
+        "coop_s4e2": {**COOP, **_p(4, 2)}, "pp64x256": _pre(64, 256), "coop_128x256": _pre(128, 256, False),
     },
     "recompute": {
-        "s3": _p(3), "s4e2": _p(4, 2), "c1x1": C11, "c1x2": C12,
-        "128x192x64": {"tile": {"m": 128, "n": 192, "k": 64}}, "128x128x128": {"tile": {"m": 128, "n": 128, "k": 128}},
-        "s5": _p(5), "128x256x64": {"tile": {"m": 128, "n": 256, "k": 64}},
+        "coop": COOP, "coop_c1x2": {**COOP, **C12}, "pp128x64": _pre(128, 64), "pp64x128_c1x1": {**_pre(), **C11},
+        "pp64x128_s4": _pre(ab_stages=4), "coop_s5": {**COOP, **_p(5)}, "coop_128x256": _pre(128, 256, False),
     },
 }
 GATED_ROLE = {"preact": "forward_pre", "recompute": "recompute"}
@@ -211,7 +218,8 @@ def gated_candidates(m, save: str, base: dict) -> tuple[dict, dict, list]:
     role = GATED_ROLE[save]
     out, refused, same = {}, {}, []
     for name, change in GATED_CANDIDATES[role].items():
-        spec = {**base, **change, "name": "mlp_up_swiglu_candidate", "training": {**base["training"], "save": save}}
+        spec = {**base, **change, "name": "mlp_up_swiglu_candidate",
+                "training": {**base["training"], **change.get("training", {}), "save": save}}
         (ls,) = load_text(json.dumps({"kernels": [spec]}), f"<candidate:{role}@{name}>", ".json")
         errors = list(dict.fromkeys(f"{d.rule}: {d.message}" for d in check_spec(ls) if d.severity == "error"))
         if errors:

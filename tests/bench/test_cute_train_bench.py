@@ -48,8 +48,8 @@ def _rendered_row(tiles, gated: dict, save: str, role: str) -> dict:
 
 
 @pytest.mark.parametrize(("save", "refused"), [
-    ("preact", {"s4": "SMEM001", "s5e1": "SMEM001", "64x256x64": "CUTE001", "128x256x64": "REG001"}),
-    ("recompute", {"s5": "SMEM001", "128x256x64": "REG001"}),
+    ("preact", {"coop_s4e2": "SMEM001", "pp64x256": "REG001", "coop_128x256": "REG001"}),
+    ("recompute", {"coop_s5": "SMEM001", "coop_128x256": "REG001"}),
 ])
 def test_gated_candidates_checked(tiles, gated, save, refused):
     role = tiles.GATED_ROLE[save]
@@ -64,7 +64,8 @@ def test_gated_candidates_checked(tiles, gated, save, refused):
     assert all(m.TRAIN_CONFIGS[k] == c for k, c in cands.items())  # added under their keys
     assert all(c != own for c in rows) and len({json.dumps(c, sort_keys=True) for c in rows}) == len(rows)
     for c in rows:
-        assert (c["role"], c["a_k"], c["b_k"], c["mma_warpgroups"]) == (role, True, True, 2)
+        # cooperative: two warpgroups share a tile; ping-pong (the role's own schedule): one a tile, two in turn
+        assert (c["role"], c["a_k"], c["b_k"], c["mma_warpgroups"]) == (role, True, True, 1 if c["pingpong"] else 2)
         assert c["smem_bytes"] <= SMEM_LIMIT
         # the struct the kernel declares: a stage holds B's gate and up tiles (a plain tile twice as wide)
         assert c["smem_bytes"] == tiles.smem(SimpleNamespace(**{**c, "tile_n": 2 * c["tile_n"]}))

@@ -29,7 +29,7 @@ def gated_spec(name: str, fn: str, layout: str, save: str, bias: bool) -> dict:
             "out": {"dtype": "bf16"}, "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 64},
             "cute": {"mma_warpgroups": 2}, "schedule": {"persistent": True},
             "epilogue": [{"op": "gated", "fn": fn, "layout": layout}] + ([{"op": "bias", "dtype": "bf16"}] if bias else []),
-            "training": {"save": save}}
+            "training": {"save": save, **({"pre": PRE[name]} if name in PRE else {})}}
 
 
 # name: (fn, layout, save, bias): each layout in each save mode, every gated fn, a bias after the gate or not
@@ -38,7 +38,12 @@ FORMS = {
     "cgt_swiglu_il_rec": ("silu", "interleaved", "recompute", True),
     "cgt_geglu_tanh_il_pre": ("gelu_tanh", "interleaved", "preact", False),
     "cgt_geglu_halves_rec": ("gelu", "halves", "recompute", False),
+    "cgt_swiglu_halves_pre_pp": ("silu", "halves", "preact", True),
+    "cgt_swiglu_halves_rec_pp": ("silu", "halves", "recompute", False),
 }
+# the GEMM that computes pre on its own ping-pong schedule (training.pre.schedule): a whole 64x128 gated tile a
+# warpgroup, the forward, dgrad and wgrad keeping the spec's cooperative 128x128
+PRE = {name: {"tile": {"m": 64, "n": 128, "k": 64}, "schedule": "pingpong"} for name in FORMS if name.endswith("_pp")}
 _MODULES: dict[str, object] = {}
 
 

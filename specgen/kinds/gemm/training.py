@@ -277,7 +277,9 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
         stages = s.pipeline.epilogue_stages  # type: ignore[attr-defined]
         per = 3 if any(getattr(op, "layout", "") == "halves" for op in epilogue or []) else 2
         pipeline = pipeline.model_copy(update={"epilogue_stages": per * (DEFAULT_EPILOGUE_STAGES if stages == "auto" else stages)})
-    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={"schedule": cfg.schedule})  # type: ignore[attr-defined]
+    # a role's own schedule replaces the forward's split of a tile between warpgroups (ping-pong: a whole tile each)
+    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={  # type: ignore[attr-defined]
+        "schedule": cfg.schedule, **({"mma_warpgroups": None} if cfg.schedule == "pingpong" else {})})
     return s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline, "cute": cute,  # type: ignore[attr-defined]
