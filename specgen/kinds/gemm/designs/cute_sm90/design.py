@@ -398,8 +398,7 @@ class CuteSm90Plan(CuteModulePlan):
     @property
     def any_pingpong(self) -> bool:
         """Some config runs ping-pong (the template renders that code only then): a backward GEMM's among them."""
-        roles = [g.config for g in self.training.gemms.values()] if self.training else []
-        return any(c.pingpong for c in (self.config, *self.variants, *roles))
+        return any(c.pingpong for c in (self.config, *self.variants, *(self.training.configs if self.training else ())))
 
     @property
     def any_swap_ab(self) -> bool:

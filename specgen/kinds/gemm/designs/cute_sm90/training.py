@@ -98,6 +98,11 @@ class CuteTrainingPlan(SaveModes):
         return [*self.gemms, *(["grad_cols"] if self.stores_pre or self.bias else [])]
 
     @property
+    def configs(self) -> list[object]:
+        """Each backward GEMM's config (the module renders ping-pong code where one runs it)."""
+        return [g.config for g in self.gemms.values()]
+
+    @property
     def reads_pre(self) -> bool:
         """An fp8 backward's columns pass reads pre (stored by forward_pre, or recomputed): with an activation."""
         return self.fp8 and bool(self.act)
