@@ -302,8 +302,8 @@ class PallasGemmDesign(GemmDesign):
     def renders_training_on(self, target: TargetInfo) -> bool:
         return is_tpu_target(target) or is_mgpu_target(target)
 
-    def renders_fp8_training_on(self, target: TargetInfo) -> bool:  # an fp8 forward's (training.py): TPU
-        return is_tpu_target(target)
+    def renders_fp8_training_on(self, target: TargetInfo) -> bool:  # an fp8 forward's: both (training*.py)
+        return is_tpu_target(target) or is_mgpu_target(target)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""

@@ -62,6 +62,8 @@ RESERVED: frozenset[str] = frozenset({
     "acc_refs", "half", "halved", "major", "outer", "ps", "qs", "rs", "squeezed", "tail", "x_plain", "y_plain", "y_refs",
     # a TPU fp8 forward's backward (training): dgrad's and wgrad's G (U scale_b, scale_a U), their refs, the conversion
     "g_b", "g_a", "gb_ref", "ga_ref", "convert",
+    # ... and a Mosaic GPU one's: U (jnp) and the element sizes of the TMA extents (the 8-bit pre GEMM, its f32 pre)
+    "u", "size", "c_size",
 })
 
 # How its templates derive names from an epilogue argument `x`.
