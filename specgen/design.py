@@ -243,6 +243,11 @@ class DesignBase:
         (TRN001 refuses it where it does not): the design's `renders_gated_training`, unless it differs by target."""
         return self.renders_gated_training
 
+    def renders_fp8_training_on(self, target: TargetInfo) -> bool:
+        """Whether the module serving `target` renders an fp8 forward's backward where it renders `training` (TRN001
+        refuses it where it does not): the design's `renders_fp8_training`, unless it differs by target."""
+        return self.renders_fp8_training
+
     def training_refusal(self, spec: LayeredSpec, target: TargetInfo | None = None) -> str:
         """Why this design renders no backward for `spec` on `target` where it renders `training` ("" where it does):
         TRN001's message for a section its backward does not cover (dtypes, schedules)."""

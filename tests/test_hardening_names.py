@@ -303,6 +303,17 @@ def pallas_variants():
         yield spec_of(f"tgt{i}", [{"op": "gated", "fn": "silu", "layout": "halves"}, *(EVERY_OP[:1] if i % 3 else [])],
                       a={"dtype": "f16", "major": a}, b={"dtype": "f16", "major": b}, tile={"m": 128, "n": 128, "k": 128},
                       targets=["pallas:tpu_v5e"], training={"save": save})
+    # a TPU fp8 forward's backward: the rowwise scales, then a bias and an activation or neither, both save modes
+    for i, (save, rest) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8], []])):
+        yield spec_of(f"tf8{i}", [EVERY_OP[6], *rest], a={"dtype": "fp8_e4m3", "major": "k"},
+                      b={"dtype": "fp8_e4m3", "major": "mn" if i % 2 else "k"}, out={"dtype": "bf16"},
+                      tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v7x"], training={"save": save})
+    # a Mosaic GPU fp8 forward's backward: the same chains, both save modes
+    for i, (save, rest) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8], []])):
+        yield spec_of(f"tgf8{i}", [EVERY_OP[6], *rest], a={"dtype": "fp8_e4m3", "major": "k"},
+                      b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"}, tile={"m": 128, "n": 128, "k": 64},
+                      targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
+                      training={"save": save})
     # ... and the TPU gated forward alone with B N-major (its N check), batched
     yield spec_of("tgf", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]], batch=True,
                   a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"}, tile={"m": 128, "n": 128, "k": 128},

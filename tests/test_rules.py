@@ -79,7 +79,7 @@ APPLIES = {
     "PAL001": TPU, "PAL002": TPU,
     "PAL003": TPU, "PAL004": {"pallas:gpu_sm90"}, "PAL005": {"pallas:gpu_sm90"}, "PAL006": {"pallas:gpu_sm90"},
     "PAL007": {"pallas:gpu_sm90"}, "PAL008": {"pallas:gpu_sm90"}, "PAL009": {"pallas:gpu_sm90"},
-    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "PAL014": TPU, "TRN001": (GPU - TRITON) | TPU,
+    "PAL010": {"pallas:gpu_sm90"}, "PAL011": TPU, "PAL012": {"pallas:gpu_sm90"}, "PAL013": TPU, "PAL014": TPU, "PAL015": TPU, "TRN001": (GPU - TRITON) | TPU,
     "SPK001": (GPU - TRITON - {"cute:sm90"}) | TPU, "SPK002": TRITON, "SPK003": TRITON, "OPT001": GPU | TPU,
 }
 

@@ -35,7 +35,8 @@ e5m2 or a mix of the two: A and B each either) with rowwise scales first, whose 
 dtype and gives the gradients of the dequantized operands, the scales none, and `batch = true` (A (batch, M, K), B
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
-elsewhere; the dense CuTe sm90 design renders the fp8 forward's too, its scales then a chain every design renders).
+elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
+chain every design renders).
 An int8 forward has no backward.
 """
 
@@ -88,7 +89,7 @@ class Training(Strict):
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
     design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
-    the scales get none; the dense CuTe sm90 design's too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
+    the scales get none; the dense CuTe sm90 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
@@ -186,7 +187,8 @@ def legacy_refusal(data: dict[str, object]) -> str:
 def chain_refusal(spec: object, fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
-    not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 design's), its
+    not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
+    designs': `renders_fp8_training_on` the target), its
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation])."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]

@@ -174,6 +174,14 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "training": {"save": "recompute", "pre": {"tile": tile(2048, 1664, 128)}}},
      ("error", ["backward recompute: needs 72065024 B", "+ dOut's blocks and the bias's, double-buffered: 27369472)"],
       ("training", "pre"))),
+    # PAL015: an fp8 forward's TPU backward reads the 8-bit A as stored in wgrad's blocks, M on their rows (tile.k of
+    # training.wgrad for a K-major A, tile.m for an mn-major one): a multiple of the 32-row 8-bit sublane tile
+    ("PAL015", "pallas:tpu_v7x", {**FP8, "tile": tile(32, 128, 128), "epilogue": [{"op": "scale", "by": "rowcol"}],
+                                  "training": {"save": "preact", "wgrad": {"tile": tile(128, 128, 32)}}}, None),
+    ("PAL015", "pallas:tpu_v7x", {**FP8, "tile": tile(32, 128, 128), "epilogue": [{"op": "scale", "by": "rowcol"}],
+                                  "training": {"save": "preact", "wgrad": {"tile": tile(128, 128, 16)}}},
+     ("error", ["training.wgrad: the backward reads A (fp8_e4m3, k-major) as stored in blocks of 16 rows (tile.k = 16), "
+                "not a multiple of the 32-row sublane tile of an 8-bit block on tpu_v7x"], ("training", "wgrad", "tile", "k"))),
     # TRN001 on Mosaic GPU: its backward takes 16-bit operands with an output of their dtype, no swap_ab, no cluster,
     # and square epilogue subtiles (tile.m >= 64, tile.n >= 128) for a GEMM storing its product's transpose
     ("TRN001", "pallas:gpu_sm90", {"training": {"save": "recompute"}}, None),

@@ -82,17 +82,24 @@ def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> Compi
     its tile (K long enough for every stage), with its operands in the role's stored majors."""
     import jax
 
+    from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
+
     cfg, x_k, y_k, _, dtype = module.TRAIN_GEMMS[role]
     plan_smem = module.METADATA["training"]["gemms"][role]["smem_bytes"]
     p, q, r = 2 * cfg.tile_m + 3, 2 * cfg.tile_n + 3, (cfg.stages + 1) * cfg.tile_k + 3
     # a gated backward's forward_pre and recompute read B's 2N columns (gate and up); its recompute takes no bias
     gated = bool(module.METADATA["training"].get("gated")) and role in ("forward_pre", "recompute")
     qb = 2 * q if gated else q
-    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), dtype), jax.ShapeDtypeStruct((qb, r) if y_k else (r, qb), dtype)]
     spec = GemmSpec.model_validate(module.SPEC)
-    if role == "forward_pre" or (role == "recompute" and not gated):  # the bias, then dOut (recompute)
+    # an fp8 forward's pre GEMM reads the 8-bit A and B and the scales (and the bias), its recompute no dOut
+    fp8 = "fp8_backward_dtype" in module.METADATA["training"] and role in ("forward_pre", "recompute")
+    xd, yd = (JNP_DTYPES[spec.a.dtype], JNP_DTYPES[spec.b.dtype]) if fp8 else (dtype, dtype)
+    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), xd), jax.ShapeDtypeStruct((qb, r) if y_k else (r, qb), yd)]
+    if fp8:
+        args += [jax.ShapeDtypeStruct((p,) if a.shape == "vec_m" else (q,), JNP_DTYPES[a.dtype]) for a in spec.runtime_args()]
+    elif role == "forward_pre" or (role == "recompute" and not gated):  # the bias, then dOut (recompute)
         args += [jax.ShapeDtypeStruct((q,), dtype) for a in spec.runtime_args() if a.shape == "vec_n"]
-    if role == "recompute":
+    if role == "recompute" and not fp8:
         args += [jax.ShapeDtypeStruct((p, q), dtype)]
     start = time.perf_counter()
     name = f"{module.METADATA['kernel']}[{role}]"

@@ -295,11 +295,14 @@ class PallasGemmDesign(GemmDesign):
         return is_mgpu_target(target)
 
     # A `training` backward, a jax.custom_vjp on the module's JAX entry, a gated op's too: TPU (training.py in this
-    # package; halves: PAL013) and Mosaic GPU (training_mgpu.py: 16-bit operands, no swap_ab or cluster)
+    # package; halves: PAL013; fp8 since session 32) and Mosaic GPU (training_mgpu.py: 16-bit, no swap_ab or cluster)
     training_label = gated_training_label = "Pallas (TPU, Mosaic GPU)"
     renders_gated_training = True
 
     def renders_training_on(self, target: TargetInfo) -> bool:
+        return is_tpu_target(target) or is_mgpu_target(target)
+
+    def renders_fp8_training_on(self, target: TargetInfo) -> bool:  # an fp8 forward's: both (training*.py)
         return is_tpu_target(target) or is_mgpu_target(target)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
@@ -324,7 +327,6 @@ class PallasGemmDesign(GemmDesign):
     def mma_tile(self, spec: GemmSpec) -> tuple[tuple[int, str], tuple[int, str]]:
         """With `pallas.swap_ab` wgmma's rows are tile.n (each warpgroup's half) and its columns tile.m."""
         return ((spec.tile.n, "n"), (spec.tile.m, "m")) if spec.pallas.swap_ab else super().mma_tile(spec)
-
 
     # Mosaic lowering for TPU, which runs on a CPU machine (libtpu's own compile, and its VMEM figure, need a TPU)
     compile_hook = "specgen.kinds.gemm.designs.pallas.compile:compile_module"

@@ -60,6 +60,10 @@ RESERVED: frozenset[str] = frozenset({
     "dgate", "dout", "dup", "full", "gate_ref", "inside", "num_warps", "shapes", "sums_ref", "up_acc", "which", "ys", "ys_accs",
     # a TPU gated backward's (training): B's and pre / G's halves as a leading block dim, dgrad's and wgrad's folded grids
     "acc_refs", "half", "halved", "major", "outer", "ps", "qs", "rs", "squeezed", "tail", "x_plain", "y_plain", "y_refs",
+    # a TPU fp8 forward's backward (training): dgrad's and wgrad's G (U scale_b, scale_a U), their refs, the conversion
+    "g_b", "g_a", "gb_ref", "ga_ref", "convert",
+    # ... and a Mosaic GPU one's: U (jnp) and the element sizes of the TMA extents (the 8-bit pre GEMM, its f32 pre)
+    "u", "size", "c_size",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,5 +1,6 @@
 """The Pallas design's own rules: Mosaic TPU's dtypes, VMEM budget, block shapes and buffering (DT003,
-VMEM001, PAL001-PAL003, and PAL011 / PAL014 for a backward's transposed gradients and its kernels' VMEM), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
+VMEM001, PAL001-PAL003, and PAL011 / PAL014 / PAL015 for a backward's transposed gradients, its kernels' VMEM and an fp8
+forward's 8-bit blocks), the Mosaic GPU kernel's dtypes, staging, warpgroup split, clusters, swizzles
 and epilogue ops (PAL004-PAL009), its gated epilogue's configurations (PAL012), its register verdict (REG001) and its options (OPT001)."""
 
 from __future__ import annotations
@@ -392,10 +393,12 @@ def tpu_backward_vmem(ctx: RuleContext) -> Iterator[Finding]:
         if c.companion not in ("forward_pre", "recompute") or not c.budget.fits:  # VMEM001 says it where it does not
             continue
         extra = pre_role_vmem(ctx.spec, c.companion, c.spec.tile)  # type: ignore[attr-defined]
-        gated = gated_op(ctx.spec.epilogue) is not None
+        gated, fp8 = gated_op(ctx.spec.epilogue) is not None, ctx.spec.a.dtype.is_fp8
         bias = any(op.op == "bias" for op in ctx.spec.epilogue) and (c.companion == "forward_pre" or not gated)
         what = ("pre's" + (" gate and up" if gated else "") if c.companion == "forward_pre"
                 else "dOut's" + (" and G's up" if gated else "")) + " blocks" + (" and the bias's" if bias else "")
+        if fp8:  # an fp8 forward's pre GEMM reads the scales; its recompute stores pre (the companion's) without dOut
+            what = ("pre's blocks, " if c.companion == "forward_pre" else "") + "the scales'" + (" and the bias's" if bias else "") + " blocks"
         if c.budget.total + extra > c.budget.capacity:
             yield Finding("PAL014", "error", f"backward {c.companion}: needs {c.budget.total + extra} B of VMEM > "
                           f"{c.budget.capacity} B on {ctx.tpu.name} (the GEMM's {c.budget.total} + {what}, "
@@ -405,3 +408,27 @@ def tpu_backward_vmem(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("PAL014", "error", f"backward grad_cols: its {ctx.spec.tile.m}x{ctx.spec.tile.n} blocks (the "
                       f"forward's tile: dOut, pre and G, or the one it sums, double-buffered) need {cols} B of VMEM > "
                       f"{ctx.tpu.vmem_bytes} B on {ctx.tpu.name}", "shrink the tile", ("tile",))
+
+
+@RULES.rule("PAL015", "TPU fp8 backward: the 8-bit A block wgrad reads", is_tpu)
+def tpu_fp8_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
+    """An fp8 forward's backward (training.py: the gradients of the dequantized operands, in the output's dtype) runs
+    dgrad and wgrad as GEMMs of that dtype, which check takes as such (VMEM001, PAL001 at `training.*`), but they read
+    B and A as stored, 8-bit, converting each block in the kernel. wgrad's A block has M on its rows: tile.k of
+    `training.wgrad` for a K-major A ((M, K) read as (tile.k, tile.m)), its tile.m for an mn-major one, which must be
+    a multiple of the 8-bit sublane tile (32: PAL001's source, jax `_src/pallas/mosaic/lowering.py`) where PAL001 on
+    the 16-bit companion asks 8 or 16. dgrad's B block needs no rule: its rows are lanes of G's or dA's block, which
+    PAL001 makes multiples of 128 (the grouped design's GRP205, for the same reason)."""
+    s = ctx.spec
+    if getattr(s, "training", None) is None or not s.a.dtype.is_fp8:
+        return
+    for c in ctx.companions:
+        if c.companion != "wgrad":
+            continue
+        axis = "k" if s.a.major == "k" else "m"
+        rows, sub = getattr(c.spec.tile, axis), tpu_sublanes(ctx, s.a.dtype)  # type: ignore[attr-defined]
+        if rows % sub:
+            yield Finding("PAL015", "error", f"training.wgrad: the backward reads A ({s.a.dtype}, {s.a.major}-major) as "
+                          f"stored in blocks of {rows} rows (tile.{axis} = {rows}), not a multiple of the {sub}-row "
+                          f"sublane tile of an 8-bit block on {ctx.tpu.name}",  # type: ignore[union-attr]
+                          f"set training.wgrad.tile.{axis} to a multiple of {sub}", ("training", "wgrad", "tile", axis))

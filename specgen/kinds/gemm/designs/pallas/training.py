@@ -23,9 +23,20 @@ j + N / block, which needs N a multiple of every block along N (`n_blocks`; the 
 along 2N are its folded steps, wgrad writes dB (K, 2N) over G's two planes. G = [(dOut * up) * act'(gate),
 dOut * act(gate)]; the bias (after the gate) has dOut's column sum.
 
+An fp8 forward (A and B fp8_e4m3 / fp8_e5m2, the rowwise scales first, then [bias], [activation] or both, a 16-bit
+output; session 32) has the dense Triton design's backward in the output's dtype (OPERAND), the gradients of the
+dequantized operands A scale_a[:, None] and B scale_b[None, :]: pre = scale_a scale_b (A @ B) + bias is an fp8 GEMM
+multiplying the 8-bit blocks as the forward does (the scales and bias in its epilogue), stored in the output's dtype
+by forward_pre (preact) or in f32 by recompute (which then reads no dOut: the companion's f32 output, as the Triton
+design's); grad_cols always runs, over dOut (and pre), forming U = dOut * act'(pre) (or dOut) in f32 and storing
+G_b = U scale_b (dgrad's X) and G_a = scale_a U (wgrad's) in OPERAND, dbias U's column sum; dgrad and wgrad read B and
+A as stored (8-bit) and convert each block to OPERAND in the kernel (exact for both formats), so check takes them as
+GEMMs of the output's dtype and PAL015 asks the 8-bit A block wgrad reads for its sublane tile. The scales get no
+gradient (None: jax.grad gives zeros).
+
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
 pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
-block), and grad_cols has blocks of its own at the forward's tile.
+block; an fp8 forward's scale blocks), and grad_cols has blocks of its own at the forward's tile.
 """
 
 from __future__ import annotations
@@ -34,13 +45,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.designs.pallas.tpu_vmem import TPU_ARGS_DOUBLE_BUFFERED, TPU_TILE_ROW_BYTES
+from specgen.kinds.gemm.designs.pallas.tpu_vmem import TPU_ARGS_DOUBLE_BUFFERED, TPU_LANES, TPU_TILE_ROW_BYTES
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
 )
 from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
@@ -78,11 +90,20 @@ class TpuTrainingPlan(SaveModes):
     gated: bool = False  # a gated epilogue (halves): pre and G are (2, M, N), dgrad / wgrad over B's 2N rows
     cols_vmem_bytes: int = 0  # grad_cols's VMEM figure at the forward's blocks (0: no columns pass)
     cols_vmem_limit_bytes: int = 0  # the scoped limit its pallas_call requests (the figure + 25%, capped at VMEM)
+    # an fp8 forward (rowwise scales first): the backward in the output's dtype (operand_jnp), w.r.t. the dequantized
+    # operands; grad_cols forms G_b = U scale_b and G_a = scale_a U, dgrad / wgrad convert the 8-bit blocks
+    fp8: bool = False
 
     @property
     def grad_cols(self) -> bool:
-        """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias)."""
-        return self.stores_pre or bool(self.bias)
+        """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias; an fp8
+        forward's always: G_b and G_a)."""
+        return self.stores_pre or bool(self.bias) or self.fp8
+
+    @property
+    def cols_reads_pre(self) -> bool:
+        """Whether the columns pass reads pre (preact's saved one; an fp8 forward's recomputed f32 one too)."""
+        return self.stores_pre or (self.fp8 and self.recomputes)
 
     @property
     def n_blocks(self) -> list[int]:
@@ -92,34 +113,42 @@ class TpuTrainingPlan(SaveModes):
 
 
 def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGemm:
-    """The role's GEMM in the orientation its output's stored layout takes."""
+    """The role's GEMM in the orientation its output's stored layout takes. An fp8 forward's: dA and dB in the
+    output's dtype, dgrad's G is G_b (`g_b`), wgrad's G_a (`g_a`), recompute's output pre in f32."""
     a, b = spec.a.major, spec.b.major  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     flip = {"k": "mn", "mn": "k"}
     t = (tile.m, tile.n, tile.k)  # type: ignore[attr-defined]
     if role in ("forward_pre", "recompute"):  # pre (M, N) = A (M, K) @ B (K, N), as the forward
-        out = spec.out.dtype if role == "forward_pre" else spec.a.dtype  # type: ignore[attr-defined]
+        out = spec.out.dtype if role == "forward_pre" else DType.f32 if fp8 else spec.a.dtype  # type: ignore[attr-defined]
         return TpuBackwardGemm(role, "a", a, "b", b, "m", "n", "k", *t, jnp[out], False)
+    da, db = (jnp[spec.out.dtype],) * 2 if fp8 else (jnp[spec.a.dtype], jnp[spec.b.dtype])  # type: ignore[attr-defined]
+    g = ("g_b" if role == "dgrad" else "g_a") if fp8 else "g"
     if role == "dgrad":
         if a == "k":  # dA (M, K) = G (M, N) @ B^T: B (N, K) stored k-major is (R, Q)
-            return TpuBackwardGemm(role, "g", "k", "b", flip[b], "m", "k", "n", *t, jnp[spec.a.dtype], False)  # type: ignore[attr-defined]
+            return TpuBackwardGemm(role, g, "k", "b", flip[b], "m", "k", "n", *t, da, False)
         # dA^T (K, M) = B (K, N) @ G^T (N, M): G (M, N) is (Q, R)
-        return TpuBackwardGemm(role, "b", flip[b], "g", "k", "k", "m", "n", t[1], t[0], t[2], jnp[spec.a.dtype], True)  # type: ignore[attr-defined]
+        return TpuBackwardGemm(role, "b", flip[b], g, "k", "k", "m", "n", t[1], t[0], t[2], da, True)
     if b == "mn":  # dB (K, N) = A^T (K, M) @ G (M, N)
-        return TpuBackwardGemm(role, "a", flip[a], "g", "mn", "k", "n", "m", *t, jnp[spec.b.dtype], False)  # type: ignore[attr-defined]
+        return TpuBackwardGemm(role, "a", flip[a], g, "mn", "k", "n", "m", *t, db, False)
     # dB^T (N, K) = G^T (N, M) @ A (M, K): G (M, N) is (R, P); A k-major (M, K) is (R, Q)
-    return TpuBackwardGemm(role, "g", "mn", "a", flip[a], "n", "k", "m", t[1], t[0], t[2], jnp[spec.b.dtype], True)  # type: ignore[attr-defined]
+    return TpuBackwardGemm(role, g, "mn", "a", flip[a], "n", "k", "m", t[1], t[0], t[2], db, True)
 
 
 def pre_role_vmem(spec: object, role: str, tile: object) -> int:
     """VMEM the pre GEMM's pallas_call (forward_pre, recompute) holds beyond its companion's figure (VMEM001's, the
     GEMM whose output is out or G): forward_pre's pre (gated: its gate and up planes) in the output's dtype, recompute's
     dOut (the output's dtype) and, gated, G's up plane (the operands'), each double-buffered; and the bias's (1, tile.n)
-    block where the kernel reads it (forward_pre; recompute without a gated op), as the forward's vectors count."""
+    block where the kernel reads it (forward_pre; recompute without a gated op), as the forward's vectors count. An fp8
+    forward's recompute reads no dOut (it stores pre, the companion's f32 output); both roles read the scales' blocks,
+    scale_a's (tile.m, 1) padded to 128 lanes of f32 and scale_b's (1, tile.n)."""
     gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     block, out, g = tile.m * tile.n, spec.out.dtype.bytes, spec.a.dtype.bytes  # type: ignore[attr-defined]
-    blocks = (2 if gated else 1) * out if role == "forward_pre" else out + (g if gated else 0)
+    blocks = (2 if gated else 1) * out if role == "forward_pre" else 0 if fp8 else out + (g if gated else 0)
     bias = any(op.op == "bias" for op in spec.epilogue) and (role == "forward_pre" or not gated)  # type: ignore[attr-defined]
-    return TPU_ARGS_DOUBLE_BUFFERED * (block * blocks + (TPU_TILE_ROW_BYTES * tile.n if bias else 0))  # type: ignore[attr-defined]
+    scales = tile.m * TPU_LANES * 4 + TPU_TILE_ROW_BYTES * tile.n if fp8 else 0  # type: ignore[attr-defined]
+    return TPU_ARGS_DOUBLE_BUFFERED * (block * blocks + (TPU_TILE_ROW_BYTES * tile.n if bias else 0) + scales)  # type: ignore[attr-defined]
 
 
 def grad_cols_vmem(spec: object) -> int:
@@ -131,14 +160,19 @@ def grad_cols_vmem(spec: object) -> int:
     act, save, t = activation_fn(spec.epilogue), spec.training.save, spec.tile  # type: ignore[attr-defined]
     bias = any(op.op == "bias" for op in spec.epilogue)  # type: ignore[attr-defined]
     out, g, halves = spec.out.dtype.bytes, spec.a.dtype.bytes, 2 if gated else 1  # type: ignore[attr-defined]
-    if act and save == "preact":
+    if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+        # dOut, pre (preact: the output's dtype; recompute: f32) and the scales' blocks in, G_b and G_a out
+        pre = (out if save == "preact" else 4) if act else 0
+        blocks = out + pre + 2 * out
+        vectors = TPU_ARGS_DOUBLE_BUFFERED * (t.m * TPU_LANES * 4 + TPU_TILE_ROW_BYTES * t.n)
+    elif act and save == "preact":
         blocks = out + halves * (out + g)
     elif bias:
         blocks = g if act and not gated else out
     else:
         return 0
     sums = (TPU_ARGS_DOUBLE_BUFFERED + 1) * TPU_TILE_ROW_BYTES * t.n if bias else 0
-    return TPU_ARGS_DOUBLE_BUFFERED * t.m * t.n * blocks + sums
+    return TPU_ARGS_DOUBLE_BUFFERED * t.m * t.n * blocks + sums + (vectors if spec.a.dtype.is_fp8 else 0)  # type: ignore[attr-defined]
 
 
 def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, Resolved],
@@ -151,7 +185,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec):  # scale, residual, clamp, cast, bias along m, fp8: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}
@@ -163,18 +197,21 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
         gemms[c.companion] = dataclasses.replace(oriented(c.companion, spec, c.spec.tile, jnp),  # type: ignore[attr-defined]
                                                  vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     cols = grad_cols_vmem(spec)
     cap = min(resolved[str(target)].budget.capacity for target in targets)
     return TpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
                            bias=bias.name if bias is not None else "",
                            bias_jnp=jnp[bias.dtype] if bias is not None else "",
-                           operand_jnp=jnp[spec.a.dtype], gemms=gemms, gated=gated is not None,  # type: ignore[attr-defined]
+                           operand_jnp=jnp[spec.out.dtype if fp8 else spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
+                           gated=gated is not None, fp8=fp8,
                            cols_vmem_bytes=cols, cols_vmem_limit_bytes=min(cap, math.ceil(cols * headroom)))
 
 
 def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
     return {"save": t.save, "activation": t.act, **({"gated": "halves"} if t.gated else {}),
+            **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}),  # the dequantized operands' gradients
             **({"grad_cols_vmem_bytes": t.cols_vmem_bytes} if t.cols_vmem_bytes else {}),
             "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
                              "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}

@@ -22,6 +22,15 @@ accumulators, as the gated forward) and store pre / G as an (M, 2, N) array, gat
 store through a squeezed middle index); G in B's layout (preact: grad_cols writes it so; recompute: halves the
 array's (M, 2N) reshape, no copy, interleaved its transpose, an XLA copy) feeds dgrad and wgrad, the plain GEMMs over
 2N; dbias = dOut's column sum.
+An fp8 forward (A and B both e4m3 or both e5m2, B K-major: the forward's PAL004 / MAJ001; the rowwise scales first,
+then [bias], [activation] or both; a bf16 or f16 output; session 32): the dense Triton and Pallas TPU designs'
+meaning, a backward in the output's dtype giving the gradients of the dequantized operands, the scales none. The pre
+GEMM (with an activation) is this kernel over the 8-bit A and B with the scales and the bias in its epilogue (as the
+forward applies them): forward_pre stores pre (the output's dtype) and out = act(pre), recompute stores pre in f32
+(the companion's output) and reads no dOut. U = dOut * act'(pre) (or dOut), G_b = U scale_b, G_a = scale_a U and dbias
+(U's column sum) are jnp (templates/gemm/pallas/fp8_backward.jinja, the grouped Pallas backwards' macro); wgmma takes
+no 8-bit operand MN-major nor beside a 16-bit one, so dgrad and wgrad read 16-bit copies of B and A (a jnp astype,
+exact), as the grouped Mosaic GPU backward does.
 """
 
 from __future__ import annotations
@@ -72,11 +81,13 @@ class MgpuTrainingPlan(SaveModes):
     operand_jnp: str  # A's, B's and out's dtype: pre and G are stored in it
     gemms: dict[str, MgpuBackwardGemm]  # by role
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"); "" without one
+    fp8: bool = False  # an fp8 forward: the backward in the output's dtype (operand_jnp), w.r.t. the dequantized operands
 
     @property
     def grad_cols(self) -> bool:
-        """Whether the backward runs the columns pass (G from the saved pre, and / or the bias gradient)."""
-        return self.stores_pre or bool(self.bias)
+        """Whether the backward runs the columns pass (G from the saved pre, and / or the bias gradient; an fp8
+        forward's U, G_b and G_a are jnp)."""
+        return (self.stores_pre or bool(self.bias)) and not self.fp8
 
 
 def _role_tile(spec: object, role: str) -> object:
@@ -93,10 +104,11 @@ def transposed_roles(spec: object) -> tuple[str, ...]:
 def training_refusal(spec: object) -> str:
     """Why the Mosaic GPU module renders no backward for `spec` ("" where it does): TRN001's message there."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if a not in MGPU_TRAINING_DTYPES or out != a:
-        return (f"training: the Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype (pre and "
-                f"G are stored in it; wgmma reads the transposed operands MN-major, 16-bit only); a.dtype = {a.value}, "
-                f"b.dtype = {b.value}, out.dtype = {out.value}")
+    fp8 = a.is_fp8 and b.is_fp8 and out in MGPU_TRAINING_DTYPES  # its dgrad and wgrad read 16-bit copies of B and A
+    if not fp8 and (a not in MGPU_TRAINING_DTYPES or out != a):
+        return (f"training: the Mosaic GPU backward takes f16 or bf16 operands with an output of their dtype, or fp8 A "
+                f"and B with an f16 or bf16 output (pre and G are stored in it; wgmma reads the transposed operands "
+                f"MN-major, 16-bit only); a.dtype = {a.value}, b.dtype = {b.value}, out.dtype = {out.value}")
     if spec.pallas.swap_ab:  # type: ignore[attr-defined]
         return "training: the Mosaic GPU backward has no swap_ab forward (pallas.swap_ab = true); drop it or `training`"
     if spec.cluster.m * spec.cluster.n > 1:  # type: ignore[attr-defined]
@@ -130,11 +142,12 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec):
+    if why := training_refusal(spec) or chain_refusal(spec, fp8=True):
         # check refuses these (TRN001: a batched forward's among them); a render that skipped check must not emit a
         # wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, xm, ym, p, q, rr, transposed = oriented(c.companion, spec)
@@ -142,9 +155,10 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
         cfg = dataclasses.replace(mgpu_config(c), index=None, when="", bounds=[],  # type: ignore[type-var]
                                   persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
         # recompute TMA-loads dOut into each staging slot (one mbarrier a slot, as a residual's): beyond the companion
-        extra = cfg.out_slots * 2 * barrier_bytes if c.companion == "recompute" else 0  # type: ignore[attr-defined]
-        dtype = {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype, "dgrad": spec.a.dtype,  # type: ignore[attr-defined]
-                 "wgrad": spec.b.dtype}[c.companion]  # type: ignore[attr-defined]
+        # (an fp8 forward's recompute stores pre, its companion's f32 output, and reads no dOut)
+        extra = cfg.out_slots * 2 * barrier_bytes if c.companion == "recompute" and not fp8 else 0  # type: ignore[attr-defined]
+        dtype = c.spec.out.dtype if fp8 else {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype,  # type: ignore[attr-defined]
+                                              "dgrad": spec.a.dtype, "wgrad": spec.b.dtype}[c.companion]  # type: ignore[attr-defined]
         gemms[c.companion] = MgpuBackwardGemm(c.companion, x, y, xm, ym, p, q, rr, transposed, jnp[dtype], cfg,
                                               cfg.smem_bytes + extra)  # type: ignore[attr-defined]
         if gemms[c.companion].smem_bytes > c.budget.capacity:
@@ -155,13 +169,14 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     return MgpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
                             bias=bias.name if bias is not None else "",
                             bias_jnp=jnp[bias.dtype] if bias is not None else "",
-                            operand_jnp=jnp[spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
-                            gated=gated.layout if gated is not None else "")
+                            operand_jnp=jnp[spec.out.dtype if fp8 else spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
+                            gated=gated.layout if gated is not None else "", fp8=fp8)
 
 
 def mgpu_training_metadata(t: MgpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: the save mode and each GEMM's tile, majors, orientation and SMEM."""
-    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}), "gemms": {
+    return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}),
+            **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}), "gemms": {
         role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "stages": g.config.ab_stages,  # type: ignore[attr-defined]
                "x": g.x, "y": g.y, "x_major": g.x_major, "y_major": g.y_major, "transposed": g.transposed,
                "smem_bytes": g.smem_bytes}

@@ -39,7 +39,7 @@ An fp8 forward (A and B e4m3 or e5m2, one of each where the forward's PAL004 let
 the gradients of the dequantized operands A scale_a and B[g] scale_b[g]: pre is the fp8 ragged-M companion with the
 scales and the bias (the one kernel that reads the scales); U = dOut * act'(pre) (f32, jnp) over the groups' rows;
 dgrad's G is U scale_b[g] (each row's group's row of scale_b) and wgrad's scale_a U, both rounded to the output's dtype
-in jnp (templates/grouped/pallas/fp8_backward.jinja, shared with the TPU backward); dbias U's column sums; the scales get none (None). wgmma
+in jnp (templates/gemm/pallas/fp8_backward.jinja, shared with the TPU backward); dbias U's column sums; the scales get none (None). wgmma
 cannot mix an 8-bit and a 16-bit operand, and dgrad reads B, wgrad A MN-major (16-bit only), so the 8-bit A and B are
 converted to the output's dtype by a jnp astype before those kernels (exact: every e4m3 and e5m2 value is a bf16 and
 an f16 value): one pass each that reads the fp8 array and writes a 2-byte copy (3 B an element, G N K and M K of
