@@ -1,6 +1,6 @@
 """The Mosaic GPU (pallas:gpu_sm90) module's backward (a spec's `training` section, specgen/kinds/gemm/training.py):
 the plan of the kernels templates/gemm/pallas/backward_mgpu.jinja renders into the module, behind a `jax.custom_vjp`
-on its JAX entry, as the TPU module's (training.py in this package).
+on its JAX entry (backward_mgpu_vjp.jinja), as the TPU module's (training.py in this package).
 
 Every backward GEMM is the module's own warp-specialized wgmma kernel (a memory warpgroup's TMA pipeline into
 swizzled SMEM, two consumer warpgroups, the epilogue staged in SMEM and stored by TMA) traced with the role's
