@@ -166,6 +166,20 @@ def f64(x) -> torch.Tensor:
     return torch.from_numpy(np.asarray(np.asarray(x).astype(np.float32), np.float64))
 
 
+def dequantized_reference(spec: dict, args: list, dout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """float64 autograd of act(A_d @ B_d^T + bias) over the dequantized operands A_d = A scale_a[:, None] and B_d =
+    B scale_b[:, None] (B stored (N, K): scale_b per row of it) for `dout` (the GPU test's reference too):
+    (out, {"a": dA_d, "b": dB_d, "bias": dbias})."""
+    ad = (f64(args[0]) * f64(args[2])[:, None]).requires_grad_()
+    bd = (f64(args[1]) * f64(args[3])[:, None]).requires_grad_()
+    bias = f64(args[4]).requires_grad_()
+    x = ad @ bd.T + bias
+    fn = spec["epilogue"][-1].get("fn")
+    x = torch.nn.functional.gelu(x, approximate="tanh") if fn == "gelu_tanh" else torch.nn.functional.silu(x) if fn else x
+    x.backward(f64(dout))
+    return x.detach(), {"a": ad.grad, "b": bd.grad, "bias": bias.grad}
+
+
 @pytest.mark.parametrize("name", list(FORMS))
 def test_the_vjp_glue_against_float64_autograd(modules, name) -> None:
     """jax.grad under jax.jit of the entry (a fresh copy of the module, its kernels the jnp models above) against
@@ -184,14 +198,9 @@ def test_the_vjp_glue_against_float64_autograd(modules, name) -> None:
     w = jnp.asarray(rng.standard_normal((M, N)), jnp.float32)
     loss = lambda *xs: jnp.sum(mod._call(*xs).astype(jnp.float32) * w)  # noqa: E731
     got = jax.jit(jax.grad(loss, argnums=tuple(range(5))))(*args)
-    ad = (f64(args[0]) * f64(args[2])[:, None]).requires_grad_()
-    bd = (f64(args[1]) * f64(args[3])[:, None]).requires_grad_()  # B stored (N, K): scale_b per row of it
-    bias = f64(args[4]).requires_grad_()
-    x = ad @ bd.T + bias
-    fn = spec["epilogue"][-1].get("fn")
-    x = torch.nn.functional.gelu(x, approximate="tanh") if fn == "gelu_tanh" else torch.nn.functional.silu(x) if fn else x
-    x.backward(f64(w))
-    for what, g, want, dtype in (("a", got[0], ad.grad, out), ("b", got[1], bd.grad, out), ("bias", got[4], bias.grad, args[4].dtype)):
+    _, want_grads = dequantized_reference(spec, args, w)
+    for what, g, want, dtype in (("a", got[0], want_grads["a"], out), ("b", got[1], want_grads["b"], out),
+                                 ("bias", got[4], want_grads["bias"], args[4].dtype)):
         assert g.dtype == dtype, (what, g.dtype)
         err = (f64(g) - want).abs().max().item()
         assert err <= 1.5e-2 * max(want.abs().max().item(), 1.0), (what, err)
