@@ -398,3 +398,23 @@ def test_triton_margins_are_the_models_measured_error_over_both_records():
             assert REGISTER_MARGIN.near(need, TRITON_REGISTERS)
         if (plan <= cap) != (smem <= cap):
             assert TritonGemm.smem_margin.near(plan, cap)
+
+
+# --- one real compile: a CuTe sm90 forward_pre's verdict is settled by its own kernel ------------------------
+def test_a_cute_forward_pres_near_verdict_compiles_its_own_kernel(monkeypatch, tmp_path):
+    """The CuTe sm90 design's forward_pre is its kernel with pre's stores beside out's, more registers than the
+    forward at the companion's config: a gated 128x192x64 tile (REG001 near: ~231 of 232 registers) compiles clean as
+    a forward and spills 4 bytes as forward_pre (nvidia-cutlass-dsl 4.8.1, sm_90a; session 32: check in compile mode
+    had passed it, `specgen compile` failed it). Settled by the role's kernel: REG001 from the compiler."""
+    monkeypatch.setenv("SPECGEN_SETTLE_CACHE", str(tmp_path))
+    spec = {"name": "g192", "kind": "gemm", "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
+            "out": {"dtype": "bf16"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
+            "tile": {"m": 128, "n": 192, "k": 64}, "cute": {"mma_warpgroups": 2}, "cluster": {"m": 2, "n": 1},
+            "pipeline": {"epilogue_stages": 1}, "schedule": {"persistent": True, "group_m": 8}, "targets": ["cute:sm90"],
+            "training": {"save": "preact"}}
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
+    (pre,) = [c for c in resolve(ls.spec, ls.spec.targets[0]).companions if c.companion == "forward_pre"]
+    assert settle.backward_role(pre) == "forward_pre"
+    errors = [d for d in check_specs([ls], settle="compile").diagnostics if d.severity == "error"]
+    assert [(d.rule, d.variant) for d in errors] == [("REG001", "backward forward_pre")], [str(d) for d in errors]
+    assert "spilled" in errors[0].message

@@ -55,13 +55,17 @@ def launch_smem(ir_text: str) -> int | None:
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
-                   fill_cache: bool = True, backward: bool = True) -> list[CompileResult]:
+                   fill_cache: bool = True, backward: bool = True, role: str = "") -> list[CompileResult]:
     """Compile one rendered CuTe module for its target (the `compile_hook` of kinds/gemm/designs/cute_sm90/design.py):
     every config, the default first, then each size-selected variant (reported as `<kernel>[variant i]`),
-    each beside its own plan SMEM; optionally count SASS opcodes; fill the disk cache the launcher reads."""
+    each beside its own plan SMEM; optionally count SASS opcodes; fill the disk cache the launcher reads. `role`:
+    that backward GEMM's kernel alone (check's settle step: forward_pre and recompute carry more than the forward)."""
     launcher = module._launcher
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
+    if role:
+        return [compile_config(module._train_launcher, meta["kernel"], role, target,
+                               plan["training"]["kernels"][role]["smem_bytes"], sass, fill_cache)]
     smem = [plan["smem_bytes"]] + [v["smem_bytes"] for v in plan.get("variants", [])]
     rows = [compile_config(launcher, meta["kernel"], variant, target, plan_smem, sass, fill_cache)
             for variant, plan_smem in zip(launcher.configs, smem, strict=True)]

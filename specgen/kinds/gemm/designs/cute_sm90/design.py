@@ -432,8 +432,8 @@ class CuteSm90Gemm(GemmDesign):
     # schedule.split_k: the K splits of a tile run as a cluster's third dim and meet in split 0's SMEM
     # (no workspace, no counters: the JAX and C entries launch it as the torch one does)
     renders_split_k = True
-    # a `training` backward (training.py in this package): its GEMMs are this kernel with the role's config
-    renders_training = True
+    # a `training` backward (training.py): its GEMMs are this kernel by role, and check settles a companion with it
+    renders_training = backward_kernels = True
     # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
     renders_gated = True
     renders_gated_training = renders_fp8_training = True  # its backward (training.py: G (M, 2N)); an fp8 forward's
