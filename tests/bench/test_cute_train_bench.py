@@ -3,7 +3,7 @@ gpu/bench_backward_epilogue.py --design cute): the gated candidates go through c
 by the rule that says why, none timed), each accepted one renders its role's row with the role and majors of the
 module's own and a distinct config within the SMEM budget, and the plain GEMM the recompute epilogue is measured
 against (its dgrad row at the recompute's config, the gated tile twice as wide) plans the recompute's SMEM. Rendering
-only: the modules are not imported (their timing and compiles: `gpu/run_s32_cute_train.sh [fill]`)."""
+only: the modules are not imported (their timing and compiles: `gpu/run_cute_train_bench.sh [fill]`)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@
 #   2. the gated layer's forward_pre and recompute configs beside cuBLAS, then the gated step with the fastest ones
 #      (bench/cute_train_tiles.py --layer gated --step --compile, 4096x14336x4096).
 #
-#   gpu/run_s32_cute_train.sh fill   # on the CPU box: compile every kernel both run into .specgen/cute-cache (~1.3 MB)
-#   gpu/run_s32_cute_train.sh        # on the GPU, from the repo root (carry .specgen/cute-cache); logs, JSON under $OUT
+#   gpu/run_cute_train_bench.sh fill   # on the CPU box: compile every kernel both run into .specgen/cute-cache (~1.3 MB)
+#   gpu/run_cute_train_bench.sh        # on the GPU, from the repo root (carry .specgen/cute-cache); logs, JSON under $OUT
 #
 # The CuTe disk cache (SPECGEN_CUTE_CACHE, default .specgen/cute-cache) is keyed by the rendered module's bytes, the
 # arch, the DSL version and TVM-FFI: a miss (no cache carried, or a config that spills, which the fill leaves out) is
