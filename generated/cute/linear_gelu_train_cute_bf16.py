@@ -852,18 +852,18 @@ def _gemm(role, x, y, dst, aux=None, bias=None):
     to it); the bias read by forward_pre and recompute only."""
     device = x.get_device()
     fn, clusters = _train_launcher.ready.get((device, role)) or _train_launcher.entry(device, role, TRAIN_CONFIGS[role])
-    if bias is None:  # dgrad and wgrad: any aligned vector stands in
-        bias = _vector_stub(device)
+    if bias is None:  # dgrad and wgrad: any aligned vector of its dtype stands in
+        bias = _vector_stub(device, torch.bfloat16)
     fn(x, y, bias, dst if aux is None else aux, dst, clusters)
 
 
-_STUBS: dict[int, torch.Tensor] = {}
+_STUBS: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
 
-def _vector_stub(device: int) -> torch.Tensor:
-    stub = _STUBS.get(device)
+def _vector_stub(device: int, dtype: torch.dtype) -> torch.Tensor:
+    stub = _STUBS.get((device, dtype))
     if stub is None:
-        stub = _STUBS[device] = torch.zeros(8, device=f"cuda:{device}", dtype=torch.bfloat16)
+        stub = _STUBS[(device, dtype)] = torch.zeros(8, device=f"cuda:{device}", dtype=dtype)
     return stub
 
 
