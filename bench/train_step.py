@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--layer", choices=("gelu", "gelu_cute", "gated", "gated_cute"), default="gelu")
     ap.add_argument("--cute-saves", default="preact,recompute", help="gated_cute: the CuTe save modes timed")
     ap.add_argument("--module", action="append", default=[], metavar="NAME=PATH",
-                    help="gelu, gated_cute: a rendered module file timed beside (its entry NAME, the layer's torch op)")
+                    help="gelu, gated, gated_cute: a rendered module file timed beside (its entry NAME, the layer's torch op)")
     args = ap.parse_args()
     extra = dict(m.split("=", 1) for m in args.module)
     if args.layer == "gated_cute":
@@ -52,9 +52,11 @@ def main() -> None:
                                       args.cute_saves.split(","), extra) for shape in args.shape]
     elif args.layer == "gelu":
         reports = [measure(*map(int, shape.split("x")), args.rounds, args.compile, extra) for shape in args.shape]
+    elif args.layer == "gated":
+        reports = [measure_gated(*map(int, shape.split("x")), args.rounds, args.compile, None, extra)
+                   for shape in args.shape]
     else:
-        fn = {"gated": measure_gated, "gelu_cute": measure_cute}[args.layer]
-        reports = [fn(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
+        reports = [measure_cute(*map(int, shape.split("x")), args.rounds, args.compile) for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=1)
@@ -205,9 +207,11 @@ def measure_gated_cute(M: int, N: int, K: int, rounds: int, compiled: bool,
             "cutlass_dsl": __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl")}
 
 
-def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool, modules: dict | None = None) -> dict:
+def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool, modules: dict | None = None,
+                  extra: dict[str, str] | None = None) -> dict:
     """The gated up-projection's step (N: the output's columns; w is (2N, K)); `modules`: the torch entries timed
-    (name: fn(a, b) with b = w.t()), the Triton preact and recompute kernels where not given."""
+    (name: fn(a, b) with b = w.t()), the Triton preact and recompute kernels where not given; `extra`: rendered
+    module files timed beside them ({entry name: file})."""
     if modules is None:
         from generated.triton.mlp_up_swiglu_train_bf16 import mlp_up_swiglu_train_bf16 as preact
         from generated.triton.mlp_up_swiglu_train_recompute_bf16 import (
@@ -215,6 +219,10 @@ def measure_gated(M: int, N: int, K: int, rounds: int, compiled: bool, modules: 
         )
 
         modules = {"specgen_preact": preact, "specgen_recompute": recompute}
+    if extra:
+        from specgen.compile import load_rendered
+
+        modules = {**modules, **{name: getattr(load_rendered(Path(path)), name) for name, path in extra.items()}}
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, generator=gen, device="cuda").bfloat16().requires_grad_()
