@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from specgen.design import module_identity
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.designs.cute_sm90 import training as sm90_trn
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
@@ -57,6 +58,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     host_parameters,
     render_per_arch,
 )
+from specgen.kinds.gemm.designs.cute_sm100 import training as trn
 from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.memo import per_spec
@@ -238,6 +240,8 @@ class CuteSm100Plan(CuteModulePlan):
     spec_json: dict[str, object]
     config: CuteSm100Config  # the default config
     variants: list[CuteSm100Config]  # size-selected, in the launcher's order
+    # the backward (spec: training; training.py in this package), None for a forward-only kernel
+    training: sm90_trn.CuteTrainingPlan | None = None
 
     @property
     def tma(self) -> bool:
@@ -246,7 +250,7 @@ class CuteSm100Plan(CuteModulePlan):
 
     @property
     def any_two_cta(self) -> bool:
-        return any(c.two_cta for c in (self.config, *self.variants))
+        return any(c.two_cta for c in (self.config, *self.variants, *(self.training.configs if self.training else ())))
 
 
 class CuteSm100Gemm(GemmDesign):
@@ -266,9 +270,15 @@ class CuteSm100Gemm(GemmDesign):
     # `auto` takes as many A/B stages as SMEM holds (fp8 256x128x128 over a pair: 8): no bf16-tuned cap
     max_auto_stages = 16
     renders_variants = True
+    # a `training` backward (training.py in this package: the sm90 design's plan and host, this kernel by role): 16-bit
+    # operands, the plain chains; compiled for sm_100a and read in SASS, never run. TRN001 refuses the rest
+    renders_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
+
+    def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
+        return trn.training_refusal(spec)
 
     def config_notes(self, spec: GemmSpec) -> str:
         """`check --variants`: the MMA a 2-CTA pair shares (tile.m is per CTA)."""
@@ -324,6 +334,7 @@ class CuteSm100Gemm(GemmDesign):
             spec_json=loaded.spec.model_dump(mode="json"),
             config=sm100_config(r),
             variants=[sm100_config(v) for v in r.variants],
+            training=trn.plan_training(spec, r, sm100_config),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
@@ -339,7 +350,8 @@ def metadata(p: CuteSm100Plan) -> dict[str, object]:
                                         "smem_bytes": c.smem_bytes, "smem_breakdown": c.smem_breakdown,
                                         "tmem_columns": c.tmem_columns, "two_cta": c.two_cta,
                                         "arch_flag": p.arch_flag,
-                                        "variants": [_variant_meta(v) for v in p.variants]}},
+                                        "variants": [_variant_meta(v) for v in p.variants],
+                                        **({"training": sm90_trn.training_metadata(p.training, ("tmem_columns", "two_cta"))} if p.training else {})}},
         "parameters": host_parameters(p),
     }
 
@@ -351,7 +363,8 @@ def _variant_meta(c: CuteSm100Config) -> dict[str, object]:
 
 
 def render_context(p: CuteSm100Plan) -> dict[str, object]:
-    return {"p": p, "metadata": metadata(p), **host_context(p)}
+    training = {"backward_schema": sm90_trn.backward_schema([p.a, p.b, *p.args])} if p.training is not None else {}
+    return {"p": p, "metadata": metadata(p), **host_context(p), **training}
 
 
 DESIGN = CuteSm100Gemm()

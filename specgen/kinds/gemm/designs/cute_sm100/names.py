@@ -43,6 +43,9 @@ RESERVED: frozenset[str] = frozenset({
     "typing", "unroll", "use_tvm_ffi_env_stream", "variant", "variants", "vector", "warp", "warp_n", "within", "work",
     "work_count",
     "work_index", "work_stride", "x",
+    # a `training` backward's own (templates/gemm/cute/training_sm100.jinja: dOut at a subtile, pre's TMA views; the
+    # rest of its names are the sm90 module's, rendered by the same macros: cute_sm90/names.py)
+    "aux_sub", "g_aux_tile", "gPre_epi", "pre_tile", "tRS_pre",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -1,0 +1,81 @@
+"""The CuTe sm100 design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the CuTe sm90
+design's backward (designs/cute_sm90/training.py: its plan, `plan_cute_training`, is this design's with this design's
+config rows) on the tcgen05 kernel, behind the same `_backward`, autograd registration and JAX custom_vjp.
+
+Every backward GEMM is this design's own kernel (templates/gemm/cute/gemm_sm100.py.jinja: TMA loads by warp 5,
+tcgen05 MMAs into TMEM by warp 4, the epilogue warps' TMEM -> registers -> SMEM -> TMA store; its training parts in
+templates/gemm/cute/training_sm100.jinja) traced with the role's `Config` row: the companion's tile, cluster, 1-CTA
+or 2-CTA MMA and stages as check resolved them, the role's operand majors (tcgen05 reads K- or MN-major 16-bit
+operands from SMEM: dgrad and wgrad read the transposed operands as they are stored) and the role's epilogue:
+`forward_pre` stores pre = acc + bias by TMA beside out = act(pre) (a second SMEM subtile per subtile: its companion
+has twice the forward's epilogue stages), `recompute` reads dOut as a matrix operand (as the forward reads a
+residual: this thread's TMEM fragment's elements, predicated on the bounds) and stores G = dOut * act'(acc + bias),
+dgrad and wgrad store the plain product. The gradients' orientation (dA^T = B G^T where A is mn-major, ...), the
+columns pass (templates/gemm/cute/grad_cols.jinja: G from dOut and the saved pre, the bias gradient in row bands) and
+the host side are the sm90 module's, rendered by the same macros (templates/gemm/cute/training.jinja).
+
+The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut) beside the chain's
+operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
+`epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
+the companion's own GEMM, whose subtile is never smaller: conservative).
+
+Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
+(bias along N), both save modes, 1-CTA and 2-CTA configs and clusters. Refused by TRN001 (and by the plan, for a
+render that skipped check): other dtypes, a gated epilogue, an fp8 forward, batch = true, the other chains.
+
+Verified on a CPU only: every role's kernel compiles for sm_100a and its SASS has UTCHMMA and no local-memory
+spills, and the plan's SMEM and TMEM equal what each compiled kernel allocates (tests/backends/cute/
+test_cute_sm100_training.py). No Blackwell GPU has run it: no numerics and no speed are claimed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specgen.kinds.gemm.designs.cute_sm90.training import (
+    CUTE_TRAINING_DTYPES,
+    CuteTrainingPlan,
+    plan_cute_training,
+)
+from specgen.kinds.gemm.training import chain_refusal
+from specgen.resolved import Resolved
+from specgen.spec.epilogue import Residual, gated_op
+
+FUSED_ROLES = ("forward_pre", "recompute")
+
+
+def training_refusal(spec: object) -> str:
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a gated
+    epilogue's and the other chains' are TRN001's own, ahead of this one)."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if a not in CUTE_TRAINING_DTYPES or b != a or out != a:
+        return (f"training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                f"are stored in it; an fp8 forward's backward is the CuTe sm90 design's); a.dtype = {a.value}, "
+                f"b.dtype = {b.value}, out.dtype = {out.value}")
+    op = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    if op is not None:
+        return (f"training with a gated epilogue ({op.fn}, {op.layout}): the CuTe sm100 backward has none yet (the CuTe "
+                "sm90 design's has)")
+    return ""
+
+
+def _refusal(spec: object) -> str:
+    return training_refusal(spec) or chain_refusal(spec)
+
+
+def role_config(forward: object, sm100_config):
+    """The config factory of `plan_cute_training`: a companion's config row, the fused roles' epilogue subtile sized
+    for the forward's chain and the one matrix they read or store beside it (pre, dOut), their SMEM that subtile's."""
+    def make(c: Resolved):
+        if c.companion in FUSED_ROLES:
+            # (counted only: never rendered, so its name needs no check)
+            extra = Residual.model_construct(op="residual", dtype=c.spec.out.dtype, name="aux")  # type: ignore[attr-defined]
+            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, extra]})  # type: ignore[attr-defined]
+            c = dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
+        return sm100_config(c)
+    return make
+
+
+def plan_training(spec: object, r: Resolved, sm100_config) -> CuteTrainingPlan | None:
+    """The backward's plan (None without `training`); raises what TRN001 refuses (a render that skipped check)."""
+    return plan_cute_training(spec, r, role_config(spec, sm100_config), lambda d: d.info.torch, _refusal)
