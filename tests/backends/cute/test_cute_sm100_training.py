@@ -177,7 +177,7 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     import jax
     import jax.numpy as jnp
 
-    from specgen.runtime.cute_jax_train import cute_train_p
+    from specgen.kinds.gemm.testing.autograd import cute_train_calls
 
     mod = modules("t100_recompute_silu")
     M, N, K = 37, 100, 75
@@ -186,17 +186,5 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     grad = jax.jit(jax.grad(lambda *xs: mod.t100_recompute_silu_jax(*xs).astype(jnp.float32).sum(), argnums=(0, 1, 2)))
     jaxpr = jax.make_jaxpr(grad)(*args)
     assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
-    found = []
-
-    def walk(j):
-        for e in j.eqns:
-            if e.primitive is cute_train_p:
-                found.append(e.params["kernel"].variant)
-            for p in e.params.values():
-                inner = getattr(p, "jaxpr", None)
-                if inner is not None:
-                    walk(getattr(inner, "jaxpr", inner))
-
-    walk(jaxpr.jaxpr)
-    assert found == ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]
+    assert cute_train_calls(jaxpr.jaxpr) == ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]
 

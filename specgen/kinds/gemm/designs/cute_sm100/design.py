@@ -30,6 +30,11 @@ A gated epilogue (SwiGLU, GeGLU; cute_sm90/gated.py) keeps a gate and an up TMEM
 side (`tmem_columns`: 2 tile.n), read by the same tcgen05.ld at each subtile; its up tiles take their own SMEM
 buffer (`memory`). Compiled and read in SASS only, as the rest of this design.
 
+A `training` section (16-bit operands, the plain chains; training.py in this package) renders the CuTe sm90 design's
+backward on this kernel: each backward GEMM a row of `TRAIN_CONFIGS` (the role's operand majors, the companion's tile,
+cluster, 2-CTA MMA and stages), forward_pre storing pre by TMA beside out, recompute reading dOut as a residual is read;
+the host side, the columns pass and the JAX custom_vjp are the sm90 module's. Compiled and read in SASS only.
+
 Verification: there is no Blackwell GPU here. The kernel is verified by compiling it for sm_100a
 (nvidia-cutlass-dsl, on a CPU) and reading its SASS (one UTMALDG site per operand, UTCHMMA /
 UTCQMMA, UTMASTG, no local-memory spills); no numerics and no speed are claimed.
