@@ -545,7 +545,7 @@ def test_trn001_refuses_a_gated_op_where_no_gated_backward_is_rendered(monkeypat
     (f,) = findings("TRN001", ctx)
     assert (f.severity, f.field) == ("error", ("training",))
     assert f.message == ("training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no "
-                         "gated backward for pallas:tpu_v6e (the CuTe sm90 and Triton designs do)")
+                         "gated backward for pallas:tpu_v6e (the CuTe sm100, CuTe sm90 and Triton designs do)")
 
 
 def _with_gpu(ctx: RuleContext, cc: int) -> RuleContext:

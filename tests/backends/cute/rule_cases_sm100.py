@@ -96,14 +96,18 @@ CASES: list[tuple[str, str, dict, object]] = [
                                "cluster": {"m": 2}}, ("error", ["64x48 epilogue subtile", "24 bytes"], ("tile", "n"))),
     ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
     # TRN001: the CuTe sm100 backward (designs/cute_sm100/training.py): 16-bit operands with an output of their dtype,
-    # the plain chains; a gated epilogue's, an fp8 forward's, a batched one's and the other chains' are refused
+    # the plain chains and a gated op's (halves); an interleaved gated op's, an fp8 forward's, a batched one's and the
+    # other chains' are refused
     ("TRN001", "cute:sm100", {"training": {"save": "recompute"}, "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "out": {"dtype": "f32"}},
      ("error", ["training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype",
                 "out.dtype = f32 (cute:sm100)"], ("training",))),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]},
-     ("error", ["training with a gated epilogue (silu, halves): the CuTe sm100 design renders no gated backward for "
-                "cute:sm100"], ("training",))),
+     None),
+    ("TRN001", "cute:sm100", {"training": {"save": "preact"},
+                              "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
+     ("error", ["training with a gated epilogue (silu, interleaved): the CuTe sm100 backward takes the halves layout"],
+      ("training",))),
     ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
                               "epilogue": [{"op": "scale", "by": "rowcol"}]},
      ("error", ["training with fp8_e4m3 operands", "the CuTe sm100 design renders no backward for it"], ("training",))),

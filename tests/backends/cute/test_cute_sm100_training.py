@@ -2,10 +2,11 @@
 verified by compiling every kernel of a training module for sm_100a and reading its SASS, and by its host side up to
 the launch; nothing of it has run (no numerics, no speed).
 
-- one compile of five training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias],
-  []; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row CTAs, clusters 2x1, 2x2, 1x2):
-  every role's kernel and the columns kernels compile, UTCHMMA in every GEMM, no LDL / STL anywhere, the plan's SMEM
-  and TMEM equal what each compiled kernel allocates, forward_pre stores pre by TMA beside out;
+- one compile of six training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias], and a gated op
+  (halves) with and without a bias; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row
+  CTAs, clusters 2x1, 2x2, 1x2): every role's kernel and the columns kernels compile, UTCHMMA in every GEMM (twice in a
+  gated fused role: two accumulators), no LDL / STL anywhere, the plan's SMEM and TMEM equal what each compiled kernel
+  allocates, forward_pre stores pre (gated: both halves) by TMA beside out;
 - the plan is the sm90 design's (the same orientation of every gradient, the same host) with this design's config
   rows: the companions' tile, cluster, 2-CTA MMA and stages;
 - what TRN001 refuses a render that skipped check refuses too;
@@ -54,7 +55,14 @@ FORMS = {  # name: (spec, the kernels the module compiles beside its forward)
                          ["forward_pre", "dgrad", "wgrad", "grad_cols"]),
     "t100_bias": (spec("t100_bias", epilogue=[{"op": "bias"}], cluster={"m": 1, "n": 2}),
                   ["dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]),
-    "t100_plain": (spec("t100_plain", "recompute", []), ["dgrad", "wgrad"]),
+    # a gated epilogue (halves): forward_pre and recompute the gated kernel (two TMEM accumulators), dgrad and wgrad
+    # plain GEMMs over B's 2N columns; pre's halves by TMA, G's element-wise
+    "t100_gated_preact": (spec("t100_gated_preact", epilogue=[{"op": "gated", "fn": "silu", "layout": "halves"},
+                                                              {"op": "bias"}]),
+                          ["forward_pre", "dgrad", "wgrad", "grad_cols_gated", "grad_cols_bands"]),
+    "t100_gated_recompute": (spec("t100_gated_recompute", "recompute", [{"op": "gated", "fn": "gelu", "layout": "halves"}],
+                                  a="mn", tile={"m": 128, "n": 64, "k": 64}, cluster={"m": 2, "n": 1}),
+                             ["recompute", "dgrad", "wgrad"]),
 }
 
 
@@ -71,7 +79,7 @@ def modules(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_plans_smem_and_tmem(modules):
-    """One test over every form (one compile of each kernel, ~15 s of CPU: a module-scoped fixture would compile them
+    """One test over every form (one compile of each kernel, ~25 s of CPU: a module-scoped fixture would compile them
     once per xdist worker): every kernel compiles, UTCHMMA in every GEMM, no spills, SMEM and TMEM as planned;
     forward_pre stores two subtiles by TMA (out's, then pre's from the SMEM buffer beside it) where the forward stores
     one at the same subtile, its SMEM holding the pair (twice the forward's epilogue stages)."""
@@ -88,17 +96,22 @@ def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_pl
             if "grad_cols" in kernel:  # the SIMT columns kernels: no MMA, no SMEM, no TMEM
                 assert r.plan_smem == 0 and r.sass["UTCHMMA"] == 0
                 continue
-            assert r.sass["UTCHMMA"] > 0 and r.sass["UTMALDG"] > 0 and r.sass["UTMASTG"] > 0, (kernel, r.sass)
+            stores = kernel != f"{name}[recompute]" or "gated" not in name  # a gated recompute stores G element-wise
+            assert r.sass["UTCHMMA"] > 0 and r.sass["UTMALDG"] > 0 and (r.sass["UTMASTG"] > 0) == stores, (kernel, r.sass)
             assert r.resources["tmem_columns"] == r.resources["plan_tmem_columns"] > 0, kernel
         for role, meta in mod.METADATA["plan"][100]["training"]["kernels"].items():
             cfg = mod.TRAIN_CONFIGS[role]
             assert (meta["smem_bytes"], meta["tmem_columns"], meta["two_cta"]) == (cfg.smem_bytes, cfg.tmem_columns, cfg.two_cta)
             assert cfg.two_cta == mod.CONFIG.two_cta and (cfg.cluster_m, cfg.cluster_n) == (mod.CONFIG.cluster_m, mod.CONFIG.cluster_n)
+        gated = "gated" in name  # the fused roles' MMAs twice the plain ones' (a gate and an up accumulator)
+        mma = {role: rows[f"{name}[{role}]"].sass["UTCHMMA"] for role in roles if "grad_cols" not in role}
+        assert all(n == (2 if gated and role in ("forward_pre", "recompute") else 1) * mma["dgrad"] for role, n in mma.items())
         if "forward_pre" in roles:
             fwd, pre = mod.CONFIG, mod.TRAIN_CONFIGS["forward_pre"]
-            assert pre.epi_stages == 2 * fwd.epi_stages
+            per = 3 if gated else 2  # out's subtile, and pre's (gated: its gate's and up's halves)
+            assert pre.epi_stages == per * fwd.epi_stages
             if (pre.epi_m, pre.epi_n) == (fwd.epi_m, fwd.epi_n):
-                assert rows[f"{name}[forward_pre]"].sass["UTMASTG"] == 2 * rows[name].sass["UTMASTG"], name
+                assert rows[f"{name}[forward_pre]"].sass["UTMASTG"] == per * rows[name].sass["UTMASTG"], name
 
 
 def loaded(d: dict):
@@ -132,7 +145,7 @@ def test_the_plan_is_the_sm90_backwards_with_this_designs_config_rows(a: str, b:
 
 @pytest.mark.parametrize(("changes", "says"), [
     ({"out": {"dtype": "f32"}}, "the CuTe sm100 backward takes f16 or bf16 operands"),
-    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}]}, "gated epilogue (silu, halves)"),
+    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]}, "gated epilogue (silu, interleaved)"),
     ({"batch": True}, "training with batch = true"),
     ({"epilogue": [{"op": "bias"}, {"op": "clamp", "min": 0.0}]}, "training with epilogue ['bias along n', 'clamp']"),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},

@@ -32,7 +32,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton, dense CuTe
-    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013) or
+    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013; the dense CuTe sm100 design's
+    halves since session 33, its `training_refusal` refusing interleaved) or
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
     scales then a chain every design renders is also the dense CuTe sm90 design's and, on its TPU targets, the Pallas

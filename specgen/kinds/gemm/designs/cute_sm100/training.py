@@ -14,14 +14,22 @@ dgrad and wgrad store the plain product. The gradients' orientation (dA^T = B G^
 columns pass (templates/gemm/cute/grad_cols.jinja: G from dOut and the saved pre, the bias gradient in row bands) and
 the host side are the sm90 module's, rendered by the same macros (templates/gemm/cute/training.jinja).
 
-The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut) beside the chain's
-operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
+A gated epilogue (halves; the sm90 backward's meaning, cute_sm90/training.py): forward_pre and recompute are the gated
+kernel (a gate and an up TMEM accumulator a stage), forward_pre storing pre's gate and up halves by TMA beside out (three
+SMEM subtiles a subtile: its companion keeps three times the forward's epilogue stages), recompute storing G's dgate =
+(dOut * up) * act'(gate) and dup = dOut * act(gate) element-wise into G's (M, N, 2) pairs; dgrad and wgrad run the
+kernel ungated (`Config.gated`: one accumulator, no up tiles), plain GEMMs over B's 2N columns; the columns pass is the
+sm90 module's gated one. The interleaved layout is refused (TRN001): its pre would be stored element-wise.
+
+The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
+or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
 `epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
 the companion's own GEMM, whose subtile is never smaller: conservative).
 
 Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
-(bias along N), both save modes, 1-CTA and 2-CTA configs and clusters. Refused by TRN001 (and by the plan, for a
-render that skipped check): other dtypes, a gated epilogue, an fp8 forward, batch = true, the other chains.
+(bias along N) and [gated], [gated, bias] (halves), both save modes, 1-CTA and 2-CTA configs (a gated forward has no
+2-CTA form: EPI003) and clusters. Refused by TRN001 (and by the plan, for a render that skipped check): other dtypes,
+an interleaved gated epilogue, an fp8 forward, batch = true, the other chains.
 
 Verified on a CPU only: every role's kernel compiles for sm_100a and its SASS has UTCHMMA and no local-memory
 spills, and the plan's SMEM and TMEM equal what each compiled kernel allocates (tests/backends/cute/
@@ -53,9 +61,9 @@ def training_refusal(spec: object) -> str:
                 f"are stored in it; an fp8 forward's backward is the CuTe sm90 design's); a.dtype = {a.value}, "
                 f"b.dtype = {b.value}, out.dtype = {out.value}")
     op = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    if op is not None:
-        return (f"training with a gated epilogue ({op.fn}, {op.layout}): the CuTe sm100 backward has none yet (the CuTe "
-                "sm90 design's has)")
+    if op is not None and op.layout != "halves":
+        return (f"training with a gated epilogue ({op.fn}, {op.layout}): the CuTe sm100 backward takes the halves layout "
+                "(pre's gate and up halves stored by TMA); the interleaved one's is the CuTe sm90 design's")
     return ""
 
 
@@ -68,9 +76,10 @@ def role_config(forward: object, sm100_config):
     for the forward's chain and the one matrix they read or store beside it (pre, dOut), their SMEM that subtile's."""
     def make(c: Resolved):
         if c.companion in FUSED_ROLES:
-            # (counted only: never rendered, so its name needs no check)
+            # (counted only: never rendered, so its name needs no check); a gated role holds pre's or G's two halves
             extra = Residual.model_construct(op="residual", dtype=c.spec.out.dtype, name="aux")  # type: ignore[attr-defined]
-            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, extra]})  # type: ignore[attr-defined]
+            held = [extra] * (2 if gated_op(forward.epilogue) is not None else 1)  # type: ignore[attr-defined]
+            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, *held]})  # type: ignore[attr-defined]
             c = dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
         return sm100_config(c)
     return make
