@@ -96,8 +96,8 @@ CASES: list[tuple[str, str, dict, object]] = [
                                "cluster": {"m": 2}}, ("error", ["64x48 epilogue subtile", "24 bytes"], ("tile", "n"))),
     ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
     # TRN001: the CuTe sm100 backward (designs/cute_sm100/training.py): 16-bit operands with an output of their dtype,
-    # the plain chains and a gated op's (halves); an interleaved gated op's, an fp8 forward's, a batched one's and the
-    # other chains' are refused
+    # the plain chains, a gated op's (halves) and an fp8 forward's (its scales, then [bias], [activation] or both); an
+    # interleaved gated op's, a batched one's and the other chains' are refused
     ("TRN001", "cute:sm100", {"training": {"save": "recompute"}, "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "out": {"dtype": "f32"}},
      ("error", ["training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype",
@@ -109,8 +109,11 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["training with a gated epilogue (silu, interleaved): the CuTe sm100 backward takes the halves layout"],
       ("training",))),
     ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
-                              "epilogue": [{"op": "scale", "by": "rowcol"}]},
-     ("error", ["training with fp8_e4m3 operands", "the CuTe sm100 design renders no backward for it"], ("training",))),
+                              "epilogue": [{"op": "scale", "by": "rowcol"}]}, None),
+    ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
+                              "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "residual", "dtype": "bf16"}]},
+     ("error", ["training with fp8_e4m3 operands and epilogue ['scale', 'residual']",
+                "the CuTe sm100 design renders no backward for it"], ("training",))),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "batch": True},
      ("error", ["training with batch = true", "the CuTe sm100 design renders no backward for it"], ("training",))),
 ]

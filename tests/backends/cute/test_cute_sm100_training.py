@@ -2,10 +2,10 @@
 verified by compiling every kernel of a training module for sm_100a and reading its SASS, and by its host side up to
 the launch; nothing of it has run (no numerics, no speed).
 
-- one compile of six training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias], and a gated op
-  (halves) with and without a bias; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row
+- one compile of seven training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias], a gated op
+  (halves) with and without a bias, and an fp8 forward's scales, bias and GELU; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row
   CTAs, clusters 2x1, 2x2, 1x2): every role's kernel and the columns kernels compile, UTCHMMA in every GEMM (twice in a
-  gated fused role: two accumulators), no LDL / STL anywhere, the plan's SMEM and TMEM equal what each compiled kernel
+  gated fused role: two accumulators; UTCQMMA in an fp8 forward's, UTCHMMA in its dgrad and wgrad), no LDL / STL anywhere, the plan's SMEM and TMEM equal what each compiled kernel
   allocates, forward_pre stores pre (gated: both halves) by TMA beside out;
 - the plan is the sm90 design's (the same orientation of every gradient, the same host) with this design's config
   rows: the companions' tile, cluster, 2-CTA MMA and stages;
@@ -63,6 +63,13 @@ FORMS = {  # name: (spec, the kernels the module compiles beside its forward)
     "t100_gated_recompute": (spec("t100_gated_recompute", "recompute", [{"op": "gated", "fn": "gelu", "layout": "halves"}],
                                   a="mn", tile={"m": 128, "n": 64, "k": 64}, cluster={"m": 2, "n": 1}),
                              ["recompute", "dgrad", "wgrad"]),
+    # an fp8 forward (e4m3 x e5m2, rowwise scales, then a bias and a GELU; 2-CTA): forward_pre the fp8 kernel, dgrad
+    # and wgrad 16-bit GEMMs over G_b / G_a and the operands' bf16 copies, the fp8 columns kernel
+    "t100_fp8": (spec("t100_fp8", epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
+                                            {"op": "activation", "fn": "gelu_tanh"}],
+                      a="k", b="k", tile={"m": 128, "n": 128, "k": 128}, **TWO_CTA) | {
+                          "a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}},
+                 ["forward_pre", "dgrad", "wgrad", "grad_cols_bands", "grad_cols_fp8"]),
 }
 
 
@@ -97,7 +104,10 @@ def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_pl
                 assert r.plan_smem == 0 and r.sass["UTCHMMA"] == 0
                 continue
             stores = kernel != f"{name}[recompute]" or "gated" not in name  # a gated recompute stores G element-wise
-            assert r.sass["UTCHMMA"] > 0 and r.sass["UTMALDG"] > 0 and (r.sass["UTMASTG"] > 0) == stores, (kernel, r.sass)
+            # 16-bit MMAs (UTCHMMA), or an fp8 forward's fp8 ones (UTCQMMA: its forward and forward_pre)
+            fp8 = "fp8" in name and not kernel.endswith(("[dgrad]", "[wgrad]"))
+            assert (r.sass["UTCQMMA" if fp8 else "UTCHMMA"] > 0 and r.sass["UTCHMMA" if fp8 else "UTCQMMA"] == 0
+                    and r.sass["UTMALDG"] > 0 and (r.sass["UTMASTG"] > 0) == stores), (kernel, r.sass)
             assert r.resources["tmem_columns"] == r.resources["plan_tmem_columns"] > 0, kernel
         for role, meta in mod.METADATA["plan"][100]["training"]["kernels"].items():
             cfg = mod.TRAIN_CONFIGS[role]
@@ -105,7 +115,8 @@ def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_pl
             assert cfg.two_cta == mod.CONFIG.two_cta and (cfg.cluster_m, cfg.cluster_n) == (mod.CONFIG.cluster_m, mod.CONFIG.cluster_n)
         gated = "gated" in name  # the fused roles' MMAs twice the plain ones' (a gate and an up accumulator)
         mma = {role: rows[f"{name}[{role}]"].sass["UTCHMMA"] for role in roles if "grad_cols" not in role}
-        assert all(n == (2 if gated and role in ("forward_pre", "recompute") else 1) * mma["dgrad"] for role, n in mma.items())
+        assert "fp8" in name or all(n == (2 if gated and role in ("forward_pre", "recompute") else 1) * mma["dgrad"]
+                                    for role, n in mma.items())
         if "forward_pre" in roles:
             fwd, pre = mod.CONFIG, mod.TRAIN_CONFIGS["forward_pre"]
             per = 3 if gated else 2  # out's subtile, and pre's (gated: its gate's and up's halves)
@@ -149,7 +160,8 @@ def test_the_plan_is_the_sm90_backwards_with_this_designs_config_rows(a: str, b:
     ({"batch": True}, "training with batch = true"),
     ({"epilogue": [{"op": "bias"}, {"op": "clamp", "min": 0.0}]}, "training with epilogue ['bias along n', 'clamp']"),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
-      "epilogue": [{"op": "scale", "by": "rowcol"}], "tile": {"m": 128, "n": 128, "k": 128}}, "a.dtype = fp8_e4m3"),
+      "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "min": 0.0}], "tile": {"m": 128, "n": 128, "k": 128}},
+     "training with fp8_e4m3 operands and epilogue ['scale', 'clamp']"),
 ], ids=["f32_out", "gated", "batch", "clamp", "fp8"])
 def test_a_render_that_skipped_check_refuses_what_trn001_refuses(changes: dict, says: str) -> None:
     ls = loaded({**spec("refused"), **changes})

@@ -36,7 +36,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     halves since session 33, its `training_refusal` refusing interleaved) or
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
-    scales then a chain every design renders is also the dense CuTe sm90 design's and, on its TPU targets, the Pallas
+    scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
     design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype; the CuTe sm100
     design: those, and no gated epilogue yet).

@@ -64,9 +64,10 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
         rows += [sm90.compile_config(module._train_launcher, meta["kernel"], role, target, roles[role]["smem_bytes"], sass,
                                      fill_cache, ops=SASS_OPS, keep=KEEP, more=_tmem(roles[role]))
                  for role in module._train_launcher.configs]
-        cols = getattr(module, "_cols_launcher", None)
-        rows += [sm90.compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache, ops=SASS_OPS)
-                 for v in (cols.configs if cols else ())]
+        for name in ("_cols_launcher", "_cols_fp8_launcher"):  # (an fp8 forward's columns kernel has its own)
+            cols = getattr(module, name, None)
+            rows += [sm90.compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache, ops=SASS_OPS)
+                     for v in (cols.configs if cols else ())]
     return rows
 
 
