@@ -125,6 +125,22 @@ def variants():
                       cluster={"m": 2 if two else 1, "n": 1}, cute={"two_cta": two}, schedule={"group_m": 8},
                       variants=[{"when": {"m_max": 64}, "tile": {"m": 128, "n": 64, "k": 64},
                                  "cluster": {"m": 1, "n": 1}, "cute": {"two_cta": False}}])
+    # the CuTe sm100 backward (spec: training; the sm90 module's host and columns pass on the tcgen05 kernel): both save
+    # modes, 1-CTA and 2-CTA, a gated op's (halves) and an fp8 forward's
+    for save, two in (("preact", False), ("recompute", True)):
+        yield spec_of(f"b_train_{save}", [{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}], targets=["cute:sm100"],
+                      tile={"m": 128, "n": 128, "k": 64}, cluster={"m": 2 if two else 1, "n": 1}, cute={"two_cta": two},
+                      a={"dtype": "bf16", "major": "k"}, b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"},
+                      per_target={}, variants=[], training={"save": save})
+        yield spec_of(f"b_ftrain_{save}", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
+                                            {"op": "activation", "fn": "relu"}], targets=["cute:sm100"],
+                      tile={"m": 128, "n": 128, "k": 128}, a={"dtype": "fp8_e4m3", "major": "k"},
+                      b={"dtype": "fp8_e5m2", "major": "k"}, out={"dtype": "bf16"}, per_target={}, variants=[],
+                      training={"save": save})
+        yield spec_of(f"b_gtrain_{save}", [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}],
+                      targets=["cute:sm100"], tile={"m": 128, "n": 128, "k": 64}, a={"dtype": "bf16", "major": "k"},
+                      b={"dtype": "bf16", "major": "k"}, out={"dtype": "bf16"}, per_target={}, variants=[],
+                      training={"save": save})
     # size-selected variants (the launcher's selection locals), with TMA boxes and with pointers
     for tma in (False, True):
         yield spec_of(f"v_sizes_{tma}", EVERY_OP[:3], schedule={"persistent": tma},

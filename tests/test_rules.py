@@ -436,11 +436,10 @@ CASES: list[tuple[str, str, dict, object]] = [
       ("schedule", "split_k"))),
     ("SPK001", "cute:sm100", {"schedule": {"split_k": 2}},
      ("error", ["schedule.split_k = 2: the CuTe sm100 design renders no split-K"], ("schedule", "split_k"))),
-    # TRN001: a training backward is the Triton, CuTe sm90 and Pallas (TPU, Mosaic GPU) designs' (not CuTe sm100)
+    # TRN001: a training backward is the Triton, CuTe (sm90, sm100) and Pallas (TPU, Mosaic GPU) designs' (what the CuTe
+    # sm100 design's refuses: tests/backends/cute/rule_cases_sm100.py)
     ("TRN001", "cute:sm100", {}, None),
-    ("TRN001", "cute:sm100", {"training": {"save": "preact"}},
-     ("error", ["training: the CuTe sm100 design renders no backward for cute:sm100 (the CuTe sm90, Pallas (TPU, Mosaic "
-                "GPU) and Triton designs do)"], ("training",))),
+    ("TRN001", "cute:sm100", {"training": {"save": "preact"}}, None),
     # ... and a gated epilogue's backward on every design that renders training (the Triton, CuTe sm90 and Pallas
     # designs: TPU and Mosaic GPU); a design without one: test_trn001_refuses_a_gated_op_where_no_gated_backward_is_rendered
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}}, None),
@@ -546,7 +545,7 @@ def test_trn001_refuses_a_gated_op_where_no_gated_backward_is_rendered(monkeypat
     (f,) = findings("TRN001", ctx)
     assert (f.severity, f.field) == ("error", ("training",))
     assert f.message == ("training with a gated epilogue (silu, halves): the Pallas (TPU, Mosaic GPU) design renders no "
-                         "gated backward for pallas:tpu_v6e (the CuTe sm90 and Triton designs do)")
+                         "gated backward for pallas:tpu_v6e (the CuTe sm100, CuTe sm90 and Triton designs do)")
 
 
 def _with_gpu(ctx: RuleContext, cc: int) -> RuleContext:

@@ -84,12 +84,13 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
-    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU halves);
-    f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
+    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU and CuTe sm100 halves);
+    f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
+    for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
     design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
-    the scales get none; the dense CuTe sm90 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
+    the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""

@@ -139,7 +139,7 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     import jax.numpy as jnp
     from kernels import load_target_module
 
-    from specgen.runtime.cute_jax_train import cute_train_p
+    from specgen.kinds.gemm.testing.autograd import cute_train_calls
 
     spec = json.loads(json.dumps(loaded(save, act, bias, a, b).spec.model_dump(mode="json", exclude_defaults=True)))
     mod, _ = load_target_module({**spec, "name": f"jaxvjp_{save}_{act or 'none'}"}, "cute:sm90", tmp_path)
@@ -150,19 +150,7 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
     jaxpr = jax.make_jaxpr(grad)(*args)
     assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
-    found = []
-
-    def walk(j):
-        for e in j.eqns:
-            if e.primitive is cute_train_p:
-                found.append(e.params["kernel"].variant)
-            for p in e.params.values():
-                inner = getattr(p, "jaxpr", None)
-                if inner is not None:
-                    walk(getattr(inner, "jaxpr", inner))
-
-    walk(jaxpr.jaxpr)
-    assert found == calls
+    assert cute_train_calls(jaxpr.jaxpr) == calls
 
 
 def test_a_roles_schedule_is_its_own_and_the_module_renders_ping_pong_for_it() -> None:

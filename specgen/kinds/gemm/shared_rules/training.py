@@ -28,16 +28,18 @@ def _covers_every_section(d: DesignBase, info: object) -> bool:
 def training_design(ctx: RuleContext) -> Iterator[Finding]:
     """A spec's `training` section asks for backward kernels (dgrad, wgrad, and the forward that stores the
     pre-activation or the backward's recompute) and an op that registers them with autograd: designs that
-    render them say `renders_training` (the Triton and CuTe sm90 designs) or `renders_training_on` the target (the Pallas
+    render them say `renders_training` (the Triton and CuTe sm90 designs; the CuTe sm100 design's since session 33) or `renders_training_on` the target (the Pallas
     design's TPU and Mosaic GPU targets, a jax.custom_vjp); the others render the forward only, whose op would
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton, dense CuTe
-    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013) or
+    sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013; the dense CuTe sm100 design's
+    halves since session 33, its `training_refusal` refusing interleaved) or
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
-    scales then a chain every design renders is also the dense CuTe sm90 design's and, on its TPU targets, the Pallas
+    scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
     design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU). A design whose backward covers less than the section says why in `training_refusal`
-    (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
+    (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype; the CuTe sm100
+    design: those, and no gated epilogue yet).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
     op's since session 27, halves as its forward's GRP204; an fp8 forward's since session 27), its CuTe sm90 design the plain

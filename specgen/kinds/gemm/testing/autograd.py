@@ -1,7 +1,8 @@
 """What the autograd and guard tests of every backend share: the refusal messages (specgen/runtime/guards.py
 and specgen/runtime/jax.py), and stand-ins for CUDA tensors on a CPU machine: `FakeCuda` (a wrapper, for
 the CUDA-only torch entries' fast paths: CuTe's `_lean`, Mosaic GPU's `_direct`) and `cuda_like` (a real
-tensor that says it sits on CUDA device 0, for the torch host guards, which check `isinstance`)."""
+tensor that says it sits on CUDA device 0, for the torch host guards, which check `isinstance`); and the CuTe
+JAX backward's calls in a traced jaxpr (`cute_train_calls`)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,23 @@ def cuda_like(x: object) -> object:
     if type(x) is torch.Tensor and x.device.type == "cpu":
         return x.as_subclass(CudaLike)
     return x
+
+
+def cute_train_calls(jaxpr: object) -> list[str]:
+    """The kernels (their config names: a role, a columns kernel) a CuTe module's JAX backward calls in a traced
+    jaxpr (`jax.make_jaxpr(jax.grad(...))(...).jaxpr`), in order, nested jaxprs (jit, custom_vjp) included."""
+    from specgen.runtime.cute_jax_train import cute_train_p
+
+    found: list[str] = []
+
+    def walk(j: object) -> None:
+        for e in j.eqns:  # type: ignore[attr-defined]
+            if e.primitive is cute_train_p:
+                found.append(e.params["kernel"].variant)
+            for p in e.params.values():
+                inner = getattr(p, "jaxpr", None)
+                if inner is not None:
+                    walk(getattr(inner, "jaxpr", inner))
+
+    walk(jaxpr)
+    return found

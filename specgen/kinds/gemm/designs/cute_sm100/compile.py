@@ -46,16 +46,32 @@ def tmem_alloc_columns(ptx: str) -> int | None:
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
-                   fill_cache: bool = True) -> list[CompileResult]:
+                   fill_cache: bool = True, backward: bool = True) -> list[CompileResult]:
     """Compile one rendered sm100 module: every config (the default first, then each size-selected
-    variant, reported as `<kernel>[variant i]`), each beside its own plan SMEM and TMEM."""
+    variant, reported as `<kernel>[variant i]`), each beside its own plan SMEM and TMEM; with a `training`
+    section (and `backward`) then each backward GEMM's role (`<kernel>[dgrad]`, beside its plan SMEM and TMEM) and
+    the columns kernels (no SMEM, no TMEM), as the sm90 hook compiles them."""
     launcher = module._launcher
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
     plans = [plan] + list(plan.get("variants", []))
-    return [sm90.compile_config(launcher, meta["kernel"], variant, target, p["smem_bytes"], sass, fill_cache,
-                                ops=SASS_OPS, keep="--keep-cubin --keep-ptx", more=_tmem(p))
+    rows = [sm90.compile_config(launcher, meta["kernel"], variant, target, p["smem_bytes"], sass, fill_cache,
+                                ops=SASS_OPS, keep=KEEP, more=_tmem(p))
             for variant, p in zip(launcher.configs, plans, strict=True)]
+    training = plan.get("training")
+    if training and backward:
+        roles = training["kernels"]
+        rows += [sm90.compile_config(module._train_launcher, meta["kernel"], role, target, roles[role]["smem_bytes"], sass,
+                                     fill_cache, ops=SASS_OPS, keep=KEEP, more=_tmem(roles[role]))
+                 for role in module._train_launcher.configs]
+        for name in ("_cols_launcher", "_cols_fp8_launcher"):  # (an fp8 forward's columns kernel has its own)
+            cols = getattr(module, name, None)
+            rows += [sm90.compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache, ops=SASS_OPS)
+                     for v in (cols.configs if cols else ())]
+    return rows
+
+
+KEEP = "--keep-cubin --keep-ptx"  # the PTX: its tcgen05.alloc is the TMEM read
 
 
 def _tmem(plan: dict) -> Callable[[Any], dict[str, int]]:

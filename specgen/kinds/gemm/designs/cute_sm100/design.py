@@ -30,6 +30,11 @@ A gated epilogue (SwiGLU, GeGLU; cute_sm90/gated.py) keeps a gate and an up TMEM
 side (`tmem_columns`: 2 tile.n), read by the same tcgen05.ld at each subtile; its up tiles take their own SMEM
 buffer (`memory`). Compiled and read in SASS only, as the rest of this design.
 
+A `training` section (16-bit operands: the plain chains and a gated op's, halves; an fp8 forward's; training.py here) renders the CuTe sm90 design's
+backward on this kernel: each backward GEMM a row of `TRAIN_CONFIGS` (the role's operand majors, the companion's tile,
+cluster, 2-CTA MMA and stages), forward_pre storing pre by TMA beside out, recompute reading dOut as a residual is read;
+the host side, the columns pass and the JAX custom_vjp are the sm90 module's. Compiled and read in SASS only.
+
 Verification: there is no Blackwell GPU here. The kernel is verified by compiling it for sm_100a
 (nvidia-cutlass-dsl, on a CPU) and reading its SASS (one UTMALDG site per operand, UTCHMMA /
 UTCQMMA, UTMASTG, no local-memory spills); no numerics and no speed are claimed.
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from specgen.design import module_identity
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.design import GemmDesign, epilogue_stages, tma_boxes
+from specgen.kinds.gemm.designs.cute_sm90 import training as sm90_trn
 
 # the CuTe designs spell dtypes and arguments alike and compile for the arch-specific target (sm_100a, not
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
@@ -57,6 +63,7 @@ from specgen.kinds.gemm.designs.cute_sm90.design import (
     host_parameters,
     render_per_arch,
 )
+from specgen.kinds.gemm.designs.cute_sm100 import training as trn
 from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec
 from specgen.memo import per_spec
@@ -238,6 +245,8 @@ class CuteSm100Plan(CuteModulePlan):
     spec_json: dict[str, object]
     config: CuteSm100Config  # the default config
     variants: list[CuteSm100Config]  # size-selected, in the launcher's order
+    # the backward (spec: training; training.py in this package), None for a forward-only kernel
+    training: sm90_trn.CuteTrainingPlan | None = None
 
     @property
     def tma(self) -> bool:
@@ -246,7 +255,7 @@ class CuteSm100Plan(CuteModulePlan):
 
     @property
     def any_two_cta(self) -> bool:
-        return any(c.two_cta for c in (self.config, *self.variants))
+        return any(c.two_cta for c in (self.config, *self.variants, *(self.training.configs if self.training else ())))
 
 
 class CuteSm100Gemm(GemmDesign):
@@ -266,9 +275,20 @@ class CuteSm100Gemm(GemmDesign):
     # `auto` takes as many A/B stages as SMEM holds (fp8 256x128x128 over a pair: 8): no bf16-tuned cap
     max_auto_stages = 16
     renders_variants = True
+    # a `training` backward (training.py in this package: the sm90 design's plan and host, this kernel by role): 16-bit
+    # operands, the plain chains; compiled for sm_100a and read in SASS, never run. TRN001 refuses the rest
+    renders_training = True
+    # a gated epilogue's (halves: pre's gate and up halves stored by TMA; `training_refusal` refuses interleaved)
+    renders_gated_training = True
+    # an fp8 forward's (rowwise scales, then [bias], [activation] or both: the sm90 plan's, dgrad and wgrad over the
+    # operands' 16-bit copies)
+    renders_fp8_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)
+
+    def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
+        return trn.training_refusal(spec)
 
     def config_notes(self, spec: GemmSpec) -> str:
         """`check --variants`: the MMA a 2-CTA pair shares (tile.m is per CTA)."""
@@ -324,6 +344,7 @@ class CuteSm100Gemm(GemmDesign):
             spec_json=loaded.spec.model_dump(mode="json"),
             config=sm100_config(r),
             variants=[sm100_config(v) for v in r.variants],
+            training=trn.plan_training(spec, r, sm100_config),
         )
 
     def render(self, loaded: LoadedSpec, targets: list[Target], resolved: dict[str, Resolved],
@@ -339,7 +360,8 @@ def metadata(p: CuteSm100Plan) -> dict[str, object]:
                                         "smem_bytes": c.smem_bytes, "smem_breakdown": c.smem_breakdown,
                                         "tmem_columns": c.tmem_columns, "two_cta": c.two_cta,
                                         "arch_flag": p.arch_flag,
-                                        "variants": [_variant_meta(v) for v in p.variants]}},
+                                        "variants": [_variant_meta(v) for v in p.variants],
+                                        **({"training": sm90_trn.training_metadata(p.training, ("tmem_columns", "two_cta"))} if p.training else {})}},
         "parameters": host_parameters(p),
     }
 
@@ -351,7 +373,8 @@ def _variant_meta(c: CuteSm100Config) -> dict[str, object]:
 
 
 def render_context(p: CuteSm100Plan) -> dict[str, object]:
-    return {"p": p, "metadata": metadata(p), **host_context(p)}
+    training = {"backward_schema": sm90_trn.backward_schema([p.a, p.b, *p.args])} if p.training is not None else {}
+    return {"p": p, "metadata": metadata(p), **host_context(p), **training}
 
 
 DESIGN = CuteSm100Gemm()

@@ -43,6 +43,11 @@ RESERVED: frozenset[str] = frozenset({
     "typing", "unroll", "use_tvm_ffi_env_stream", "variant", "variants", "vector", "warp", "warp_n", "within", "work",
     "work_count",
     "work_index", "work_stride", "x",
+    # a `training` backward's own (templates/gemm/cute/training_sm100.jinja: dOut at a subtile, pre's TMA views; the
+    # rest of its names are the sm90 module's, rendered by the same macros: cute_sm90/names.py)
+    "aux_sub", "g_aux_tile", "gPre_epi", "pre_tile", "tRS_pre",
+    # a gated one's (pre's up half by TMA, G's dgate and dup element-wise, the up tiles aliasing B's in dgrad and wgrad)
+    "g_gate", "g_gate_sub", "g_gate_tile", "g_up", "g_up_sub", "g_up_tile", "gUp_epi", "gU", "tRS_pre_up", "up_pre_tile",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -146,12 +146,14 @@ def oriented(role: str, spec: object) -> tuple[str, str, str, str, bool]:
     return "g.t()", "a", "mn", FLIP[a], True  # dB^T (N, K) = G^T (N, M) @ A (M, K)
 
 
-def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name) -> CuteTrainingPlan | None:
-    """The backward's plan from the companions check resolved on the module's target (None without `training`)."""
+def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refusal=None) -> CuteTrainingPlan | None:
+    """The backward's plan from the companions check resolved on the module's target (None without `training`):
+    each role's config is `cute_config(companion)` (the design's config row: this design's, or the sm100 design's,
+    cute_sm100/training.py), `refusal(spec)` what the design refuses (TRN001's message; default: this design's)."""
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = training_refusal(spec) or chain_refusal(spec, fp8=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
@@ -197,13 +199,13 @@ def _pre_in_output_dtype(c: Resolved, out: DType) -> Resolved:
     return dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
 
 
-def training_metadata(t: CuteTrainingPlan) -> dict[str, object]:
+def training_metadata(t: CuteTrainingPlan, fields: tuple[str, ...] = ("mma_warpgroups",)) -> dict[str, object]:
     """The backward's METADATA entry: what the forward saves and each backward GEMM's config (the compile hook
-    reads each one's SMEM)."""
+    reads each one's SMEM; `fields`: the design's config fields beside it, the sm100 design's TMEM columns)."""
     return {"save": t.save, "kernels": {
         role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "x": g.x, "y": g.y,  # type: ignore[attr-defined]
                "ab_stages": g.config.ab_stages, "smem_bytes": g.config.smem_bytes,  # type: ignore[attr-defined]
-               "mma_warpgroups": g.config.mma_warpgroups, "transposed": g.transposed}  # type: ignore[attr-defined]
+               **{f: getattr(g.config, f) for f in fields}, "transposed": g.transposed}
         for role, g in t.gemms.items()}}
 
 

@@ -1,0 +1,96 @@
+"""The CuTe sm100 design's backward (a spec's `training` section, specgen/kinds/gemm/training.py): the CuTe sm90
+design's backward (designs/cute_sm90/training.py: its plan, `plan_cute_training`, is this design's with this design's
+config rows) on the tcgen05 kernel, behind the same `_backward`, autograd registration and JAX custom_vjp.
+
+Every backward GEMM is this design's own kernel (templates/gemm/cute/gemm_sm100.py.jinja: TMA loads by warp 5,
+tcgen05 MMAs into TMEM by warp 4, the epilogue warps' TMEM -> registers -> SMEM -> TMA store; its training parts in
+templates/gemm/cute/training_sm100.jinja) traced with the role's `Config` row: the companion's tile, cluster, 1-CTA
+or 2-CTA MMA and stages as check resolved them, the role's operand majors (tcgen05 reads K- or MN-major 16-bit
+operands from SMEM: dgrad and wgrad read the transposed operands as they are stored) and the role's epilogue:
+`forward_pre` stores pre = acc + bias by TMA beside out = act(pre) (a second SMEM subtile per subtile: its companion
+has twice the forward's epilogue stages), `recompute` reads dOut as a matrix operand (as the forward reads a
+residual: this thread's TMEM fragment's elements, predicated on the bounds) and stores G = dOut * act'(acc + bias),
+dgrad and wgrad store the plain product. The gradients' orientation (dA^T = B G^T where A is mn-major, ...), the
+columns pass (templates/gemm/cute/grad_cols.jinja: G from dOut and the saved pre, the bias gradient in row bands) and
+the host side are the sm90 module's, rendered by the same macros (templates/gemm/cute/training.jinja).
+
+A gated epilogue (halves; the sm90 backward's meaning, cute_sm90/training.py): forward_pre and recompute are the gated
+kernel (a gate and an up TMEM accumulator a stage), forward_pre storing pre's gate and up halves by TMA beside out (three
+SMEM subtiles a subtile: its companion keeps three times the forward's epilogue stages), recompute storing G's dgate =
+(dOut * up) * act'(gate) and dup = dOut * act(gate) element-wise into G's (M, N, 2) pairs; dgrad and wgrad run the
+kernel ungated (`Config.gated`: one accumulator, no up tiles), plain GEMMs over B's 2N columns; the columns pass is the
+sm90 module's gated one. The interleaved layout is refused (TRN001): its pre would be stored element-wise.
+
+An fp8 forward (A and B fp8, rowwise scales first, then [bias], [activation] or both; the sm90 plan's meaning):
+forward_pre is the fp8 kernel storing pre (after the scales and the bias) beside out, recompute the fp8 kernel storing
+pre as its output; the sm90 module's fp8 columns kernel forms G_b and G_a; dgrad and wgrad run the kernel on 16-bit
+operands (`Config.operands` by role: the SMEM struct, layouts and MMA take the config's dtypes) over the operands'
+copies the backward makes with `.to()` (exact), as on sm90.
+
+The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
+or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
+`epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
+the companion's own GEMM, whose subtile is never smaller: conservative).
+
+Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
+(bias along N), [gated], [gated, bias] (halves) and an fp8 forward's, both save modes, 1-CTA and 2-CTA configs (a
+gated forward has no 2-CTA form: EPI003) and clusters. Refused by TRN001 (and by the plan, for a render that skipped
+check): other dtypes, an interleaved gated epilogue, batch = true, the other chains.
+
+Verified on a CPU only: every role's kernel compiles for sm_100a and its SASS has UTCHMMA and no local-memory
+spills, and the plan's SMEM and TMEM equal what each compiled kernel allocates (tests/backends/cute/
+test_cute_sm100_training.py). No Blackwell GPU has run it: no numerics and no speed are claimed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specgen.kinds.gemm.designs.cute_sm90.training import (
+    CUTE_TRAINING_DTYPES,
+    CuteTrainingPlan,
+    plan_cute_training,
+)
+from specgen.kinds.gemm.training import chain_refusal
+from specgen.resolved import Resolved
+from specgen.spec.epilogue import Residual, gated_op
+
+FUSED_ROLES = ("forward_pre", "recompute")
+
+
+def training_refusal(spec: object) -> str:
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a gated
+    epilogue's and the other chains' are TRN001's own, ahead of this one)."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if (a not in CUTE_TRAINING_DTYPES or b != a or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
+        return (f"training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
+                f"out.dtype = {out.value}")
+    op = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    if op is not None and op.layout != "halves":
+        return (f"training with a gated epilogue ({op.fn}, {op.layout}): the CuTe sm100 backward takes the halves layout "
+                "(pre's gate and up halves stored by TMA); the interleaved one's is the CuTe sm90 design's")
+    return ""
+
+
+def _refusal(spec: object) -> str:
+    return training_refusal(spec) or chain_refusal(spec, fp8=True)
+
+
+def role_config(forward: object, sm100_config):
+    """The config factory of `plan_cute_training`: a companion's config row, the fused roles' epilogue subtile sized
+    for the forward's chain and the one matrix they read or store beside it (pre, dOut), their SMEM that subtile's."""
+    def make(c: Resolved):
+        if c.companion in FUSED_ROLES:
+            # (counted only: never rendered, so its name needs no check); a gated role holds pre's or G's two halves
+            extra = Residual.model_construct(op="residual", dtype=c.spec.out.dtype, name="aux")  # type: ignore[attr-defined]
+            held = [extra] * (2 if gated_op(forward.epilogue) is not None else 1)  # type: ignore[attr-defined]
+            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, *held]})  # type: ignore[attr-defined]
+            c = dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
+        return sm100_config(c)
+    return make
+
+
+def plan_training(spec: object, r: Resolved, sm100_config) -> CuteTrainingPlan | None:
+    """The backward's plan (None without `training`); raises what TRN001 refuses (a render that skipped check)."""
+    return plan_cute_training(spec, r, role_config(spec, sm100_config), lambda d: d.info.torch, _refusal)
