@@ -184,12 +184,14 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False) -> str:
+def chain_refusal(spec: object, fp8: bool = False, chains: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
     not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
     designs': `renders_fp8_training_on` the target), its
-    rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation])."""
+    rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
+    it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 design's chain pass:
+    `renders_unbatched_chain_training`); a batched forward and an fp8 one's other chains stay refused."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
@@ -199,7 +201,7 @@ def chain_refusal(spec: object, fp8: bool = False) -> str:
     epilogue = spec.epilogue  # type: ignore[attr-defined]
     # an fp8 forward's dequantization (its first op: check_training sees to it) has a backward wherever fp8's has one
     rest = epilogue[1:] if spec.a.dtype.is_fp8 else epilogue  # type: ignore[attr-defined]
-    if legacy_chain(rest):
+    if legacy_chain(rest) or (chains and not spec.a.dtype.is_fp8):  # type: ignore[attr-defined]
         return ""
     names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in epilogue]
     if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
