@@ -36,7 +36,7 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
-chain every design renders).
+chain every design renders, and the dense CuTe sm90 design the other chains unbatched: `chains`).
 An int8 forward has no backward.
 """
 
@@ -87,7 +87,7 @@ class Training(Strict):
     or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU halves);
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order, an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90 design's too, unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
