@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpu.test_training_chain_gpu import data as _data
+from gpu.test_training_chain_gpu import eager
 from specgen.kinds.gemm.testing.reference import REFERENCES
 
 pytestmark = pytest.mark.gpu
@@ -55,25 +57,8 @@ def module(s: dict, tmp_path_factory: pytest.TempPathFactory):
 
 
 def data(s: dict, shape: tuple[int, int, int], seed: int = 0) -> dict[str, object]:
-    M, N, K = shape
-    gen = torch.Generator(device="cuda").manual_seed(seed + M + N + K)
-    out: dict[str, object] = {"a": torch.randn(M, K, generator=gen, device="cuda").bfloat16(),
-                              "b": (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).bfloat16().t()}
-    for op in s["epilogue"]:
-        if op["op"] == "bias":
-            n = M if op.get("along") == "m" else N
-            out[op.get("name", "bias")] = torch.randn(n, generator=gen, device="cuda").to(
-                torch.bfloat16 if op.get("dtype") == "bf16" else torch.float32)
-        elif op["op"] == "residual":
-            out["c"] = torch.randn(M, N, generator=gen, device="cuda").to(
-                torch.float32 if op["dtype"] == "f32" else torch.bfloat16)
-        elif op["op"] == "scale" and op["by"] == "scalar" and "value" not in op:
-            out["alpha"] = 0.75
-        elif op["op"] == "scale" and op["by"] != "scalar":
-            for name, n in {"rowcol": (("scale_a", M), ("scale_b", N)), "col": (("col_scale", N),),
-                            "row": (("row_scale", M),)}[op["by"]]:
-                out[name] = torch.rand(n, generator=gen, device="cuda") + 0.5
-    return out
+    """A (M, K), B (K, N) K-major and the chain's arguments, bf16 (an f32 residual or row bias as the spec says)."""
+    return _data(s, shape, seed + sum(shape))
 
 
 def _epilogue(s: dict) -> list[dict]:
@@ -100,17 +85,6 @@ def reference(s: dict, args: dict[str, object], grad: torch.Tensor) -> tuple[tor
         x = REFERENCES["gemm"]([op], x, eye, rest)
     x.backward(grad.double())
     return x.detach(), {n: t.grad for n, t in leaves.items() if isinstance(t, torch.Tensor)}
-
-
-def eager(s: dict, args: dict[str, object], grad: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The same chain in eager bf16 autograd (the matmul in bf16, the epilogue in the tensors' dtypes)."""
-    leaves = {n: t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) else t for n, t in args.items()}
-    x = leaves["a"] @ leaves["b"]
-    rest = {n: t for n, t in leaves.items() if n not in "ab"}
-    for op in _epilogue(s):
-        x = REFERENCES["gemm"]([op], x, torch.eye(x.shape[1], dtype=x.dtype, device=x.device), rest).to(x.dtype)
-    x.backward(grad)
-    return {n: t.grad for n, t in leaves.items() if isinstance(t, torch.Tensor)}
 
 
 @pytest.mark.parametrize(("chain", "save"), CASES, ids=[f"{c}-{s}" for c, s in CASES])

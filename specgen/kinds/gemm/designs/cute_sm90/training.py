@@ -105,23 +105,12 @@ class CuteTrainingPlan(SaveModes):
     # plan's ChainOps (a cast's dtype its spec name), replayed and differentiated by the chain pass (chain_pass.jinja)
     chain: tuple[ChainOp, ...] = ()
 
-    @property
-    def stores_pre(self) -> bool:
-        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "recompute"
-
-    @property
-    def forms_g(self) -> bool:
-        """A chain's G differs from dOut (a scale, an activation, a clamp or a cast in it)."""
-        return any(op.op in ("scale", "activation", "clamp", "cast") for op in self.chain)
-
-    @property
-    def grad_kinds(self) -> tuple[tuple[str, str], ...]:
-        """A chain's (argument, "cols" | "rows" | "matrix"): how the chain pass writes its gradient (TrainingPlan's)."""
-        return TrainingPlan.grad_kinds.fget(self)  # type: ignore[attr-defined]
+    # pre stored or recomputed where an op reads a value (a chain's `start`, else the activation), whether G differs
+    # from dOut, and how the chain pass writes each gradient ("cols", "rows", "matrix"): the Triton plan's meaning
+    stores_pre = TrainingPlan.stores_pre
+    recomputes = TrainingPlan.recomputes
+    forms_g = TrainingPlan.forms_g
+    grad_kinds = TrainingPlan.grad_kinds
 
     @property
     def replayed(self) -> tuple[str, ...]:
