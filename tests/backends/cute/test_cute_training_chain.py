@@ -198,6 +198,10 @@ def _models(name: str, module, monkeypatch) -> None:
         kernel_args = [n for n in arg_names if roles[n] != "matrix"] + list(t.replayed)
         params, bufs, (rows, wants) = rest[:len(kernel_args)], rest[len(kernel_args):-2], rest[-2:]
         assert src.stride(0) % 8 == 0 and pre.stride(0) % 8 == 0 and g.stride(0) % 8 == 0
+        assert src.shape == pre.shape == g.shape  # one (M, N) in the fake
+        for n, p in zip(kernel_args, params, strict=True):  # an (M,) row vector, a replayed residual (M, N)
+            assert roles[n] != "vec_m" or p.shape == (M,), n
+            assert roles[n] != "matrix" or (p.shape == (M, N) and p.stride(0) * p.element_size() % 16 == 0), n
         assert len(bufs) == len(t.grad_kinds) and rows >= 32
         given = {}
         for n, p in zip(kernel_args, params, strict=True):
@@ -225,6 +229,7 @@ def _models(name: str, module, monkeypatch) -> None:
                 buf.copy_(grad.to(buf.dtype))
             else:  # partial sums: the whole sum in the first row, the other partials zero
                 assert buf.shape == ((bands, -(-N // 8) * 8) if kind == "cols" else (-(-N // 8), M)), (n, buf.shape)
+                assert buf.stride(0) % 4 == 0 and buf.stride(1) == 1, n  # 16-byte pitches, as its fake says
                 buf.zero_()
                 buf[0, :grad.numel()] = grad.reshape(-1)
 
