@@ -20,7 +20,7 @@ import torch
 
 from gpu.test_training_chain_gpu import data as _data
 from gpu.test_training_chain_gpu import eager
-from specgen.kinds.gemm.testing.reference import REFERENCES
+from specgen.kinds.gemm.testing.reference import apply_epilogue
 
 pytestmark = pytest.mark.gpu
 
@@ -78,11 +78,10 @@ def reference(s: dict, args: dict[str, object], grad: torch.Tensor) -> tuple[tor
     rest = {n: t for n, t in leaves.items() if n not in "ab"}
     ops, start = _epilogue(s), _start(s)
     x = leaves["a"] @ leaves["b"]
-    eye = torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
     for i, op in enumerate(ops):
         if i == start:
             x = x + (x.bfloat16().double() - x).detach()
-        x = REFERENCES["gemm"]([op], x, eye, rest)
+        x = apply_epilogue([op], x, rest)  # elementwise: a NaN in dOut stays where the chain puts it
     x.backward(grad.double())
     return x.detach(), {n: t.grad for n, t in leaves.items() if isinstance(t, torch.Tensor)}
 
@@ -148,3 +147,19 @@ def test_an_argument_without_grad_beside_one_with(tmp_path_factory) -> None:
                 assert t.grad is None, n
                 continue
             assert (t.grad.double() - want[n]).abs().max().item() <= 3e-2 * want[n].abs().max().item() + 1e-2, n
+
+
+def test_a_nan_in_dout_gives_float64s_nan_pattern(tmp_path_factory) -> None:
+    """NaNs in dOut: the clamp's derivative selects (a NaN outside [min, max] gives 0, as torch's clamp_backward), the
+    rest propagate; every gradient's NaNs where float64 autograd's are."""
+    s = spec("alpha_clamp_res_row", "preact")
+    fn = getattr(module(s, tmp_path_factory), s["name"])
+    args = data(s, SHAPES[3], seed=4)
+    grad = torch.randn(SHAPES[3][0], SHAPES[3][1], device="cuda").bfloat16()
+    grad[3, ::7] = float("nan")
+    grad[20, 5] = float("nan")
+    _, want = reference(s, args, grad)
+    leaves = {n: t.clone().requires_grad_() if isinstance(t, torch.Tensor) else t for n, t in args.items()}
+    fn(*leaves.values()).backward(grad)
+    for n, w in want.items():
+        assert torch.equal(leaves[n].grad.isnan(), w.isnan()), n
