@@ -133,6 +133,9 @@ class DesignBase:
     # of those, an fp8 forward's only (rowwise scales first, then a chain every design renders), where training is
     # rendered (TRN001 elsewhere: `chain_refusal`)
     renders_fp8_training: ClassVar[bool] = False
+    # the other chains too, unbatched and not after an fp8 forward's scales, where training is rendered (TRN001
+    # elsewhere: `chain_refusal(chains=True)` refuses only those two)
+    renders_unbatched_chain_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

@@ -55,11 +55,14 @@ def data(s: dict, shape: tuple[int, int, int], seed: int = 0) -> dict[str, objec
             out[op.get("name", "bias")] = torch.randn(n, generator=gen, device="cuda").to(
                 torch.bfloat16 if op.get("dtype") == "bf16" else torch.float32)
         elif op["op"] == "residual":
-            out["c"] = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+            out["c"] = torch.randn(M, N, generator=gen, device="cuda").to(
+                torch.float32 if op["dtype"] == "f32" else torch.bfloat16)
         elif op["op"] == "scale" and op["by"] == "scalar":
-            out["alpha"] = 0.75
+            if "value" not in op:  # (a constant scale has no argument)
+                out["alpha"] = 0.75
         elif op["op"] == "scale":
-            for name, n in {"rowcol": (("scale_a", M), ("scale_b", N)), "col": (("col_scale", N),)}[op["by"]]:
+            for name, n in {"rowcol": (("scale_a", M), ("scale_b", N)), "col": (("col_scale", N),),
+                            "row": (("row_scale", M),)}[op["by"]]:
                 out[name] = torch.rand(n, generator=gen, device="cuda") + 0.5
     return out
 

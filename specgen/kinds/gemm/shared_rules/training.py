@@ -37,9 +37,10 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
     scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
-    design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU). A design whose backward covers less than the section says why in `training_refusal`
+    design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU); the other chains unbatched, of 16-bit
+    operands, the dense CuTe sm90 design's too (session 33: `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype; the CuTe sm100
-    design: those, and no gated epilogue yet).
+    design: those, and the gated epilogue's halves layout only).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
     op's since session 27, halves as its forward's GRP204; an fp8 forward's since session 27), its CuTe sm90 design the plain
@@ -58,7 +59,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"(the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
-            what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training_on(ctx.info))):
+            what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training_on(ctx.info),
+                                  ctx.design.renders_unbatched_chain_training)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
         # grouped kind refuses the chains at load; its fp8 forward's backward is its Triton, Pallas TPU and Mosaic GPU
         # designs': the kind's designs with `renders_chain_training`, named)

@@ -40,7 +40,13 @@ def gated(op: dict, acc: torch.Tensor) -> torch.Tensor:
 
 def gemm(epilogue: list[dict], a: torch.Tensor, b: torch.Tensor, args: dict[str, object]) -> torch.Tensor:
     """epilogue(A @ B) in float64 (batched when A and B are)."""
-    acc = a.double() @ b.double()
+    return apply_epilogue(epilogue, a.double() @ b.double(), args)
+
+
+def apply_epilogue(epilogue: list[dict], acc: torch.Tensor, args: dict[str, object]) -> torch.Tensor:
+    """The epilogue's ops on `acc` (float64 values; a cast rounds through its dtype), elementwise: a test that splits
+    the chain (a training backward's pre between two ops) applies each part without a matmul by the identity, whose
+    backward would spread a NaN along a row."""
 
     def vec(name: str, along: str) -> torch.Tensor:
         v = args[name].double().reshape(-1)

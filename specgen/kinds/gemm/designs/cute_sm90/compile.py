@@ -74,7 +74,7 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
         train = module._train_launcher
         rows += [compile_config(train, meta["kernel"], role, target, training["kernels"][role]["smem_bytes"], sass, fill_cache)
                  for role in train.configs]
-        for name in ("_cols_launcher", "_cols_fp8_launcher"):  # (an fp8 forward's columns kernel has its own)
+        for name in ("_cols_launcher", "_cols_fp8_launcher", "_chain_launcher"):  # (an fp8 forward's, a chain's: their own)
             cols = getattr(module, name, None)
             rows += [compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache) for v in (cols.configs if cols else ())]
     return rows

@@ -436,7 +436,7 @@ class CuteSm90Gemm(GemmDesign):
     renders_training = backward_kernels = True
     # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
     renders_gated = True
-    renders_gated_training = renders_fp8_training = True  # its backward (training.py: G (M, 2N)); an fp8 forward's
+    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = True  # gated, fp8, other chains
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)

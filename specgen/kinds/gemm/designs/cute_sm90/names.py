@@ -26,6 +26,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_gated_pairs", "_grad_cols_gated_kernel",
     # an fp8 forward's backward: its columns kernel (G_b, G_a) and launcher
     "_cols_fp8_launcher", "_grad_cols_fp8_fake_args", "_grad_cols_fp8_host", "_grad_cols_fp8_kernel",
+    # another chain's backward (templates/gemm/cute/chain_pass.jinja): the chain pass, its launcher and host
+    "_chain_launcher", "_chain_pass", "_chain_pass_fake_args", "_chain_pass_host", "_chain_pass_kernel", "_chain_rows",
+    "sum",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -66,6 +69,8 @@ RESERVED: frozenset[str] = frozenset({
     "pairs", "pre_v", "r_pre_up", "sc", "sr", "ups", "vectors",
     # an fp8 forward's backward (G_b, G_a, the scales in the columns kernel, the operands' 16-bit copies)
     "a16", "b16", "g_a", "g_b", "mGa", "mGb", "mSa", "mSb", "scale_b_frag", "scales",
+    # another chain's (the chain pass's gradient buffers, their want bits, a row sum's lanes and column runs)
+    "bufs", "kind", "lanes", "params", "runs", "wants",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -37,6 +37,16 @@ bias gradient, need U itself: an epilogue forming G would sum it across CTAs onl
 (`grad_cols_fp8`) reads dOut and pre and stores G_b = U scale_b and G_a = scale_a U in the output's dtype with U's band
 sums; dgrad (G_b, B's copy) and wgrad (A's copy, G_a) run the kernel on 16-bit operands (`Config.operands` by role) over
 copies the backward makes with `.to()` (exact for e4m3 and e5m2; wgmma reads no 8-bit MN-major operand).
+
+The other chains (`chain`: scale, residual, clamp, cast, bias along m, in any order; session 33), the Triton design's
+meaning (its plan's ChainOps; docs/training.md, "Other chains"): forward_pre applies the ops before `start` (the first
+whose backward reads a value, `value_index`), stores pre (the output's dtype) beside out = the rest of the chain;
+recompute is the kernel storing that same pre as its output, in the output's dtype (the value forward_pre stores, so
+both save modes differentiate the same rounded pre; the kernel's epilogue SMEM and TMA store are one dtype, the
+companion is ruled as the Triton chain's f32 pre GEMM: conservative); one SIMT CuTe kernel (templates/gemm/cute/
+chain_pass.jinja) replays the chain from pre, walks it backward from dOut and forms G and each argument's gradient
+(a residual's beta dOut, a vector's column sums as band partials or row sums as column-run partials, f32, added in
+order by the columns pass's bands kernel: no atomics); dgrad and wgrad as above over G (dOut where no op changes it).
 """
 
 from __future__ import annotations
@@ -44,10 +54,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from specgen.kinds.gemm.designs.triton.training import ChainOp, TrainingPlan, _chain
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
+    legacy_chain,
     value_index,
 )
 from specgen.resolved import Resolved
@@ -88,13 +100,32 @@ class CuteTrainingPlan(SaveModes):
     # G_a = scale_a U and 16-bit copies of B and A, in the output's dtype (operand_torch); the scales get no gradient
     fp8: bool = False
     scales: tuple[str, ...] = ()
-    start: int = -1  # an fp8 forward's: the op pre is the value before (its activation; -1: none)
+    start: int = -1  # the op pre is the value before (an fp8 forward's activation, a chain's `value_index`; -1: none)
+    # the other chains (scale, residual, clamp, cast, bias along m, any order; empty for the ones above): the Triton
+    # plan's ChainOps (a cast's dtype its spec name), replayed and differentiated by the chain pass (chain_pass.jinja)
+    chain: tuple[ChainOp, ...] = ()
+
+    # pre stored or recomputed where an op reads a value (a chain's `start`, else the activation), whether G differs
+    # from dOut, and how the chain pass writes each gradient ("cols", "rows", "matrix"): the Triton plan's meaning
+    stores_pre = TrainingPlan.stores_pre
+    recomputes = TrainingPlan.recomputes
+    forms_g = TrainingPlan.forms_g
+    grad_kinds = TrainingPlan.grad_kinds
+
+    @property
+    def replayed(self) -> tuple[str, ...]:
+        """The residuals the chain pass reads: those between pre and an op whose backward reads its input."""
+        reads = [k for k, op in enumerate(self.chain) if op.op in ("activation", "clamp") or (op.op == "scale" and op.axis)]
+        return tuple(op.names[0] for k, op in enumerate(self.chain)
+                     if op.op == "residual" and self.start <= k < max(reads, default=-1))
 
     @property
     def kernels(self) -> list[str]:
         """The backward's kernels, as the module docstring lists them."""
         if self.fp8:
             return [*self.gemms, "grad_cols_fp8", *(["grad_cols_bands"] if self.bias else [])]
+        if self.chain:
+            return [*self.gemms, "chain_pass", "grad_cols_bands"]
         return [*self.gemms, *(["grad_cols"] if self.stores_pre or self.bias else [])]
 
     @property
@@ -109,9 +140,11 @@ class CuteTrainingPlan(SaveModes):
 
     @property
     def grad_args(self) -> tuple[str, ...]:
-        """The chain's arguments that get a gradient (the bias; an fp8 forward's scales none): the torch side's
-        autograd macro (templates/gemm/torch/training.jinja) reads it for an fp8 module, whose backward op takes
-        a need flag for each argument."""
+        """The chain's arguments that get a gradient (the bias; an fp8 forward's scales none; a chain's tensors, a
+        runtime scalar none): the torch side's autograd macro (templates/gemm/torch/training.jinja) reads it for an
+        fp8 module or a chain's, whose backward op takes a need flag for each argument."""
+        if self.chain:
+            return TrainingPlan.grad_args.fget(self)  # type: ignore[attr-defined]
         return (self.bias,) if self.bias else ()
 
 
@@ -153,17 +186,19 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    # the other chains: the Triton plan's ops (a cast's and a residual's dtype by spec name), their args the chain's
+    chain = () if fp8 or legacy_chain(spec.epilogue) else _chain(spec, {d: d.value for d in DType}, torch_name)  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, am, bm, transposed = oriented(c.companion, spec)
         if fp8 and c.companion in FP8_NAMES:  # G_b times B's 16-bit copy (dgrad), A's times G_a (wgrad)
             x, y = (_renamed(v, FP8_NAMES[c.companion]) for v in (x, y))
-        if fp8 and c.companion == "recompute":
+        if (fp8 or chain) and c.companion == "recompute":
             c = _pre_in_output_dtype(c, spec.out.dtype)  # type: ignore[attr-defined]
         # the forward's persistent schedule (the companion resets the schedule to its group_m; SMEM is the same)
         cfg = dataclasses.replace(cute_config(c), index=None, when="", bounds=[], persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
@@ -171,13 +206,13 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     act = activation_fn(spec.epilogue)  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
-    bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
+    bias = None if chain else next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     return CuteTrainingPlan(save=t.save, act=act, act_op=act_op, bias=bias.name if bias is not None else "",
                             bias_torch=torch_name(bias.dtype) if bias is not None else "",
                             operand_torch=torch_name(spec.out.dtype if fp8 else spec.a.dtype), out_torch=torch_name(spec.out.dtype),  # type: ignore[attr-defined]
                             gemms=gemms, gated=gated.layout if gated is not None else "", fp8=fp8,
                             scales=tuple(a.name for a in spec.epilogue[0].runtime_args()) if fp8 else (),  # type: ignore[attr-defined]
-                            start=value_index(spec.epilogue, fp8) if fp8 else -1)  # type: ignore[attr-defined]
+                            start=value_index(spec.epilogue, fp8) if fp8 or chain else -1, chain=chain)  # type: ignore[attr-defined]
 
 
 # An fp8 forward's dgrad and wgrad: what they read in place of G and the fp8 operand (the backward's names for them)
@@ -191,7 +226,7 @@ def _renamed(operand: str, names: dict[str, str]) -> str:
 
 
 def _pre_in_output_dtype(c: Resolved, out: DType) -> Resolved:
-    """An fp8 forward's recompute companion as this design runs it: it stores pre in the output's dtype (the value
+    """An fp8 forward's (or another chain's) recompute companion as this design runs it: it stores pre in the output's dtype (the value
     forward_pre stores) where the shared companion is the Triton chain pass's f32 pre (`companions`). Check rules
     that f32 GEMM (its epilogue subtiles twice these bytes: conservative); the plan's SMEM and epilogue subtile are
     this kernel's, at the stages check resolved."""
@@ -212,5 +247,6 @@ def training_metadata(t: CuteTrainingPlan, fields: tuple[str, ...] = ("mma_warpg
 def backward_schema(args: list) -> list[list[str]]:
     """The backward op's arguments: the output's gradient, the forward's, the saved pre (None: not saved), and which
     gradients autograd needs (spec: training), as the Triton design's."""
-    return [["grad", "Tensor"], *([a.name, "Tensor"] for a in args), ["pre", "Tensor?"],
+    return [["grad", "Tensor"], *([a.name, "float" if getattr(a, "role", "") == "scalar" else "Tensor"] for a in args),
+            ["pre", "Tensor?"],
             *([f"need_{a.name}", "bool"] for a in args)]
