@@ -300,9 +300,15 @@ class SaveModes:
     act: str
 
     @property
+    def reads_pre(self) -> bool:
+        """Whether the backward starts from pre: an activation's input, or (a plan of the other chains, with `chain`
+        and `start`) the value before the first op whose backward reads one."""
+        return getattr(self, "start", -1) >= 0 if getattr(self, "chain", None) else bool(self.act)
+
+    @property
     def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
+        return self.reads_pre and self.save == "preact"
 
     @property
     def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
+        return self.reads_pre and self.save == "recompute"

@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 from backends.pallas.common import render_module
+from backends.pallas.test_training_tpu_fp8 import close, f64
 from specgen.check import check_specs
 from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
 from specgen.kinds.gemm.designs.pallas.tpu_vmem import TPU_TILE_ROW_BYTES
@@ -90,10 +90,6 @@ def inputs(s: dict, shape: tuple[int, int, int], seed: int = 0) -> tuple[list[st
     return names, arrays, jnp.asarray(rng.standard_normal((M, N)), dt)
 
 
-def f64(x: jax.Array) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(np.asarray(x).astype(np.float32), np.float64))
-
-
 def reference(s: dict, names: list[str], arrays: list[jax.Array], grad: jax.Array):
     """float64 torch autograd of apply_epilogue(A @ B) with every array a leaf (a runtime scalar a number: no gradient),
     in the stored layouts."""
@@ -104,16 +100,6 @@ def reference(s: dict, names: list[str], arrays: list[jax.Array], grad: jax.Arra
     out = apply_epilogue(s["epilogue"], a @ b, args)
     out.backward(f64(grad))
     return out.detach(), {n: leaf.grad for n, leaf in leaves.items()}
-
-
-def close(got: jax.Array, want: torch.Tensor, rel: float, what: str) -> None:
-    """|got - want| within rel of want's largest magnitude (at least 1), no NaN (the strict interpreter's poison)."""
-    g = f64(got)
-    assert g.shape == want.shape, f"{what}: shape {tuple(g.shape)}, want {tuple(want.shape)}"
-    assert not g.isnan().any(), f"{what}: NaN"
-    scale = max(want.abs().max().item(), 1.0)
-    err = (g - want).abs().max().item()
-    assert err <= rel * scale, f"{what}: max error {err:.3g} > {rel:.1g} x {scale:.3g}"
 
 
 @pytest.mark.parametrize("name", list(FORMS))

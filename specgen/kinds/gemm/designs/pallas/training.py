@@ -111,14 +111,6 @@ class TpuTrainingPlan(SaveModes):
     pre_args: tuple[str, ...] = ()
 
     @property
-    def stores_pre(self) -> bool:
-        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "preact"
-
-    @property
-    def recomputes(self) -> bool:
-        return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "recompute"
-
-    @property
     def grad_cols(self) -> bool:
         """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias; an fp8
         forward's always: G_b and G_a; the other chains never: their pass is jnp)."""
