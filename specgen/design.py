@@ -251,11 +251,6 @@ class DesignBase:
         refuses it where it does not): the design's `renders_fp8_training`, unless it differs by target."""
         return self.renders_fp8_training
 
-    def renders_unbatched_chain_training_on(self, target: TargetInfo) -> bool:
-        """Whether the module serving `target` renders the other chains' backward, unbatched (TRN001 refuses them where
-        it does not): the design's `renders_unbatched_chain_training`, unless it differs by target."""
-        return self.renders_unbatched_chain_training
-
     def training_refusal(self, spec: LayeredSpec, target: TargetInfo | None = None) -> str:
         """Why this design renders no backward for `spec` on `target` where it renders `training` ("" where it does):
         TRN001's message for a section its backward does not cover (dtypes, schedules)."""

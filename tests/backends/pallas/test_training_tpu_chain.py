@@ -8,8 +8,8 @@ The dense Triton design's meaning (docs/training.md): pre is the value before th
 (`value_index`), stored by forward_pre (the output's dtype) or recomputed in f32; the chain's backward (jnp) forms G and
 every argument's gradient, a runtime scalar none. jax.grad of <out, dOut> under jax.jit against float64 torch autograd of
 the reference chain (`apply_epilogue`), f32 operands (the interpreter's dots run in f32, not f64) and one bf16 form, both
-save modes, M = 1, N and K off the blocks, both operand majors; check's side (TRN001 lifted on the TPU targets only) and
-the plan refusing what TRN001 still refuses."""
+save modes, M = 1, N and K off the blocks, both operand majors; check's side (TRN001 lifted) and the plan refusing what
+TRN001 still refuses. The Mosaic GPU module shares the chain pass: tests/backends/pallas/test_training_mgpu_chain.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from backends.pallas.common import render_module
 from backends.pallas.test_training_tpu_fp8 import close, f64
@@ -90,14 +91,21 @@ def inputs(s: dict, shape: tuple[int, int, int], seed: int = 0) -> tuple[list[st
     return names, arrays, jnp.asarray(rng.standard_normal((M, N)), dt)
 
 
-def reference(s: dict, names: list[str], arrays: list[jax.Array], grad: jax.Array):
+def reference(s: dict, names: list[str], arrays: list[jax.Array], grad: jax.Array, start: int = -1,
+              round_pre: torch.dtype | None = None):
     """float64 torch autograd of apply_epilogue(A @ B) with every array a leaf (a runtime scalar a number: no gradient),
-    in the stored layouts."""
+    in the stored layouts. `round_pre` (with `start`, pre's op): the chain after pre differentiated at pre rounded to that
+    dtype, as a backward reading a saved 16-bit pre does (its value passed on unrounded: a straight-through rounding)."""
     leaves = {n: f64(x).requires_grad_() for n, x in zip(names, arrays, strict=True) if np.ndim(x)}
     a = leaves["a"] if s["a"]["major"] == "k" else leaves["a"].t()
     b = leaves["b"].t() if s["b"]["major"] == "k" else leaves["b"]
     args = {n: (leaves[n] if n in leaves else float(x)) for n, x in zip(names, arrays, strict=True)}
-    out = apply_epilogue(s["epilogue"], a @ b, args)
+    if round_pre is None or start < 0:
+        out = apply_epilogue(s["epilogue"], a @ b, args)
+    else:
+        pre = apply_epilogue(s["epilogue"][:start], a @ b, args)
+        rounded = pre.detach().to(round_pre).double()
+        out = apply_epilogue(s["epilogue"][start:], pre + (rounded - pre).detach(), args)
     out.backward(f64(grad))
     return out.detach(), {n: leaf.grad for n, leaf in leaves.items()}
 
@@ -148,10 +156,10 @@ def load(d: dict):
     return loaded
 
 
-def test_check_lifts_trn001_on_tpu_only() -> None:
-    """Every form passes check on a TPU target (TRN001 lifted there: `renders_unbatched_chain_training_on`); Mosaic GPU
-    still refuses the chain, naming it; a batched chain stays refused on TPU (naming the batch), and so does an fp8
-    forward's other chain; the plan of a render that skipped check refuses them too."""
+def test_check_lifts_trn001() -> None:
+    """Every form passes check on a TPU target (TRN001 lifted: `renders_unbatched_chain_training`), a bf16 one on TPU and
+    Mosaic GPU together; a batched chain stays refused on TPU (naming the batch), and so does an fp8 forward's other
+    chain; the plan of a render that skipped check refuses them too."""
     for name in FORMS:
         report = check_specs([load(SPECS[name])])
         errors = [str(x) for x in report.diagnostics if x.severity == "error"]
@@ -159,9 +167,7 @@ def test_check_lifts_trn001_on_tpu_only() -> None:
     d = {**SPECS["pch_col"], "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
          "out": {"dtype": "bf16"}, "epilogue": [{**op, "dtype": "bf16"} if "dtype" in op else op for op in SPECS["pch_col"]["epilogue"]],
          "tile": {"m": 128, "n": 128, "k": 64}, "targets": ["pallas:tpu_v6e", "pallas:gpu_sm90"]}
-    (trn,) = [x for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
-    assert trn.target == "pallas:gpu_sm90" and trn.message.startswith("training with epilogue ['scale', 'bias along n'")
-    assert "renders no backward for it on pallas:gpu_sm90" in trn.message, trn.message
+    assert not [str(x) for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
     batched = {**SPECS["pch_col"], "batch": True}
     (trn,) = [x for x in check_specs([load(batched)]).diagnostics if x.rule == "TRN001"]
     assert trn.message.startswith("training with batch = true"), trn.message

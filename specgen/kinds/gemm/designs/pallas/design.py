@@ -301,8 +301,7 @@ class PallasGemmDesign(GemmDesign):
 
     renders_fp8_training_on = renders_training_on  # an fp8 forward's: both (training*.py)
 
-    def renders_unbatched_chain_training_on(self, target: TargetInfo) -> bool:  # the other chains: TPU (training.py)
-        return is_tpu_target(target)
+    renders_unbatched_chain_training = True  # the other chains, unbatched: both (training*.py)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
