@@ -146,7 +146,7 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
         return (a32 if s["a"]["major"] == "k" else a32.T) @ (b32.T if s["b"]["major"] == "k" else b32)
 
     def launch(*xs):  # the forward kernel: the whole chain on the f32 product
-        return _ops(s["epilogue"], logical(*xs[:2]), dict(zip(names[2:], xs[2:]))).astype(jnp.bfloat16)
+        return _ops(s["epilogue"], logical(*xs[:2]), dict(zip(names[2:], xs[2:], strict=True))).astype(jnp.bfloat16)
 
     def model(role, m, n, k, x, y, *extra):
         if role in ("forward_pre", "recompute"):
