@@ -84,7 +84,7 @@ class Training(Strict):
     the backward reads it; `"recompute"`: nothing more is kept, the backward recomputes it in one GEMM. `dgrad`
     (dA = G @ B^T) and `wgrad` (dB = A^T @ G), G = dOut * act'(pre) formed once, take the
     forward's tile, warps and stages unless given, as does `pre`, the GEMM that stores or recomputes pre. Covered: the plain GEMM, bias along n, then one activation;
-    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and Pallas designs, on TPU and CuTe sm100 halves);
+    or a gated op then at most a bias along n (pre has B's 2N columns; the Triton, dense CuTe sm90 and sm100 and Pallas designs, on TPU halves);
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
