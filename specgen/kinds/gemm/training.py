@@ -36,7 +36,8 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
-chain every design renders, and the dense CuTe sm90 and sm100 designs the other chains unbatched: `chains`).
+chain every design renders, and the dense CuTe sm90 and sm100 and Pallas (TPU, Mosaic GPU) designs the other chains
+unbatched: `chains`).
 An int8 forward has no backward.
 """
 
@@ -88,7 +89,7 @@ class Training(Strict):
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90 and sm100 designs' too, unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too, unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows). A grouped spec takes the same section for
@@ -192,7 +193,7 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False) -> str:
     designs': `renders_fp8_training_on` the target), its
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
-    pass: `renders_unbatched_chain_training`); a batched forward and an fp8 one's other chains stay refused."""
+    pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); a batched forward and an fp8 one's other chains stay refused."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
