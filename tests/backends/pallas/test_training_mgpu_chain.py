@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from backends.pallas.test_mgpu_module import render
-from backends.pallas.test_training_tpu_chain import close, reference
+from backends.pallas.test_training_tpu_chain import check_grads, reference
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.compile import compile_module
 from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
@@ -70,6 +70,16 @@ def structs(s: dict, shape: tuple[int, int, int]) -> list:
         shp = {"vec_m": (M,), "vec_n": (N,), "matrix": (M, N), "scalar": ()}[arg.shape]
         args.append(jax.ShapeDtypeStruct(shp, JNP_DTYPES[arg.dtype]))
     return args
+
+
+def inputs(name: str, shape: tuple[int, int, int], seed: int) -> tuple[list[jax.Array], jax.Array]:
+    """The entry's arrays (A scaled by 1 / sqrt(K); a runtime scalar 0.75 as a 0-d f32 array) and dOut, bf16."""
+    rng = np.random.default_rng(seed)
+    arrays: list[jax.Array] = []
+    for st in structs(SPECS[name], shape):
+        x = rng.standard_normal(st.shape) / (np.sqrt(shape[2]) if not arrays else 1)
+        arrays.append(jnp.asarray(0.75 if st.shape == () else x, st.dtype))
+    return arrays, jnp.asarray(rng.standard_normal(shape[:2]), jnp.bfloat16)
 
 
 def test_each_role_lowers_to_its_plan_smem(modules) -> None:
@@ -162,24 +172,13 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
 
     monkeypatch.setattr(mod, "_gemm", model)
     monkeypatch.setattr(mod, "_launch", launch)
-    shape = FORMS[name][3]
-    rng = np.random.default_rng(3)
-    arrays = []
-    for st in structs(s, shape):
-        x = rng.standard_normal(st.shape) / (np.sqrt(shape[2]) if len(arrays) == 0 else 1)
-        arrays.append(jnp.asarray(0.75 if st.shape == () else x, st.dtype))
-    grad = jnp.asarray(rng.standard_normal(shape[:2]), jnp.bfloat16)
+    arrays, grad = inputs(name, FORMS[name][3], 3)
     fn = mod._call
     loss = lambda *xs: jnp.sum(fn(*xs).astype(jnp.float32) * grad.astype(jnp.float32))  # noqa: E731
     grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(arrays)))))(*arrays)
     # preact: the backward reads pre as forward_pre stores it, in bf16 (a clamp's or ReLU's select flips at its bounds)
     _, want = reference(s, names, arrays, grad, start, torch.bfloat16 if s["training"]["save"] == "preact" else None)
-    for n, g, x in zip(names, grads, arrays, strict=True):
-        assert g.dtype == x.dtype and g.shape == x.shape, (n, g.dtype, g.shape)
-        if n in want:
-            close(g, want[n], 3e-2, f"d{n}")
-        else:
-            assert not jnp.any(g), f"d{n}: a runtime scalar gets no gradient"
+    check_grads(names, grads, arrays, want, 3e-2)
 
 
 def test_trn001_on_mosaic_gpu() -> None:

@@ -110,6 +110,16 @@ def reference(s: dict, names: list[str], arrays: list[jax.Array], grad: jax.Arra
     return out.detach(), {n: leaf.grad for n, leaf in leaves.items()}
 
 
+def check_grads(names: list[str], grads: tuple, arrays: list[jax.Array], want: dict, rel: float) -> None:
+    """Each gradient in its argument's dtype and shape, within `rel` of float64's (`close`); a runtime scalar's zero."""
+    for n, g, x in zip(names, grads, arrays, strict=True):
+        assert g.dtype == x.dtype and g.shape == x.shape, (n, g.dtype, g.shape)
+        if n in want:
+            close(g, want[n], rel, f"d{n}")
+        else:
+            assert not jnp.any(g), f"d{n}: a runtime scalar gets no gradient (zeros)"
+
+
 @pytest.mark.parametrize("name", list(FORMS))
 def test_gradients_match_float64_autograd(name: str, modules: dict) -> None:
     """jax.grad of <out, dOut> under one jax.jit with the output: out, dA, dB and every argument's gradient (dtype and
@@ -125,12 +135,7 @@ def test_gradients_match_float64_autograd(name: str, modules: dict) -> None:
     cast = any(op["op"] == "cast" for op in s["epilogue"])
     rel = 2e-2 if s["a"]["dtype"] == "bf16" else 1e-2 if cast else 1e-4
     close(out, want_out, rel, "out")
-    for n, g, x in zip(names, grads, arrays, strict=True):
-        assert g.dtype == x.dtype and g.shape == x.shape, (n, g.dtype, g.shape)
-        if n in want:
-            close(g, want[n], rel, f"d{n}")
-        else:
-            assert not jnp.any(g), f"d{n}: a runtime scalar gets no gradient (zeros)"
+    check_grads(names, grads, arrays, want, rel)
     meta = mod.METADATA["training"]
     assert meta["chain_pre_before"] == FORMS[name][5]
     assert ("forward_pre" in meta["gemms"]) == (s["training"]["save"] == "preact" and FORMS[name][5] >= 0)
