@@ -185,18 +185,19 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False, chains: bool = False) -> str:
+def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
     not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
     designs': `renders_fp8_training_on` the target), its
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 design's chain pass:
-    `renders_unbatched_chain_training`); a batched forward and an fp8 one's other chains stay refused."""
+    `renders_unbatched_chain_training`); an fp8 one's other chains stay refused. `batch`: it renders a batched
+    forward's backward too, of 16-bit operands (the dense CuTe sm90 design's: `renders_batched_training`)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    if getattr(spec, "batch", False):  # (a grouped spec has no `batch`)
+    if getattr(spec, "batch", False) and not (batch and not spec.a.dtype.is_fp8):  # (a grouped spec has no `batch`)
         return ("training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
                 "for each batch i, a bias's gradient summed over the batches and rows)")
     epilogue = spec.epilogue  # type: ignore[attr-defined]

@@ -158,6 +158,11 @@ def training_refusal(spec: object) -> str:
                 f"out.dtype = {out.value}")
     if spec.cute.swap_ab:  # type: ignore[attr-defined]
         return "training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true); drop it or `training`"
+    if spec.batch and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
+        names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in spec.epilogue]  # type: ignore[attr-defined]
+        return (f"training with batch = true and epilogue {names}: the CuTe sm90 backward of a batched GEMM takes [], "
+                f"[bias], [activation], [bias, activation] or a gated op (then at most a bias); drop `batch`, or the "
+                f"ops, or `training` (the Triton design renders it)")
     if spec.schedule.split_k > 1:  # type: ignore[attr-defined]
         return (f"training: the CuTe sm90 backward has no split-K forward (schedule.split_k = "
                 f"{spec.schedule.split_k}); drop it or `training`")  # type: ignore[attr-defined]
@@ -186,7 +191,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
