@@ -127,7 +127,7 @@ CHAINS = [
 def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chain: list) -> None:
     """scale, residual, clamp, cast, bias along m, in any order: the section accepts them; the Triton target renders
     their backward (its companions: the pre GEMM where an op reads a value), and since session 33 the dense CuTe sm90
-    design's chain pass (16-bit operands, unbatched: `renders_unbatched_chain_training`); TRN001 on Pallas TPU names the
+    design's chain pass (16-bit operands; batched too since session 33: `renders_batched_training`); TRN001 on Pallas TPU names the
     chain, with the Triton design as before (chain_refusal's message unchanged)."""
     d = spec(epilogue=chain, targets=["triton:sm90", "cute:sm90", "pallas:tpu_v6e"], out={"dtype": "bf16"},
              tile={"m": 128, "n": 128, "k": 64}, cute={"mma_warpgroups": 2})
@@ -140,10 +140,10 @@ def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chai
     assert not errors, errors
     assert chain_refusal(GemmSpec.model_validate(d)).startswith("training with epilogue [")  # elsewhere: as before
     assert not chain_refusal(GemmSpec.model_validate(d), chains=True)
-    # batched, the CuTe sm90 design refuses it still (its batched backward: the chains every design renders), naming
-    # the batch and the chain (the Triton design renders it)
-    (trn,) = [x for x in check_specs([load({**d, "batch": True})]).diagnostics if x.rule == "TRN001" and x.target == "cute:sm90"]
-    assert trn.message.startswith("training with batch = true and epilogue [") and "Triton design" in trn.message, str(trn)
+    # batched too since session 33 (`renders_batched_training`): no TRN001 on cute:sm90 (Pallas TPU's names the chain)
+    batched = check_specs([load({**d, "batch": True})]).diagnostics
+    assert [x.target for x in batched if x.rule == "TRN001"] == ["pallas:tpu_v6e"], [str(x) for x in batched]
+    assert not chain_refusal(GemmSpec.model_validate({**d, "batch": True}), chains=True, batch=True)
     labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
     reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)
     assert labels == (["forward_pre"] if reads else []) + ["dgrad", "wgrad"]

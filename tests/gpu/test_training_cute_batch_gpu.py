@@ -3,7 +3,7 @@ GEMM") on a Hopper GPU: specs rendered in the test (bf16, B K-major: each batch'
 Triton design's meaning (each backward GEMM per batch, every batch its own B; the bias gradient summed over the
 batches and rows). Gradients of A, B and the bias within bf16 rounding of float64 autograd and no worse than twice
 eager bf16 autograd's error; both save modes; [], [bias, gelu_tanh], the gated op (SwiGLU halves, GeGLU-tanh
-interleaved with a bias); batch 5, 3 and 1 (M = 1), M, N and K off the tiles and N off whole 16 bytes;
+interleaved with a bias), a chain (bias along m, a batched residual, silu, a column scale: their gradients too); batch 5, 3 and 1 (M = 1), M, N and K off the tiles and N off whole 16 bytes;
 NaN-poisoned gradient buffers written everywhere; the same bits on a second backward (no atomics).
 Written in session 33 without a GPU: NOT YET RUN until the lead reports it.
 
@@ -24,10 +24,12 @@ CHAINS = {
     "bias_gelu": [{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}],
     "swiglu": [{"op": "gated", "fn": "silu", "layout": "halves"}],
     "geglu_il": [{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, {"op": "bias", "dtype": "bf16"}],
+    "chain": [{"op": "bias", "along": "m", "name": "row_bias"}, {"op": "residual", "dtype": "bf16"},
+              {"op": "activation", "fn": "silu"}, {"op": "scale", "by": "col"}],
 }
 # (chain, save): every chain in one mode, [bias, gelu_tanh] in both
 FORMS = [("plain", "preact"), ("bias_gelu", "preact"), ("bias_gelu", "recompute"), ("swiglu", "preact"),
-         ("geglu_il", "recompute")]
+         ("geglu_il", "recompute"), ("chain", "preact"), ("chain", "recompute")]
 SHAPES = [(5, 256, 512, 384), (3, 200, 100, 72), (1, 1, 264, 72)]  # batch, M, N, K
 _MODULES: dict[str, object] = {}
 
@@ -54,8 +56,15 @@ def data(s: dict, shape: tuple[int, int, int, int], seed: int = 0) -> dict[str, 
     cols = 2 * N if s["epilogue"] and s["epilogue"][0]["op"] == "gated" else N
     out = {"a": torch.randn(batch, M, K, generator=gen, device="cuda").bfloat16(),
            "b": (torch.randn(batch, cols, K, generator=gen, device="cuda") / K**0.5).bfloat16().mT}
-    if any(op["op"] == "bias" for op in s["epilogue"]):
-        out["bias"] = torch.randn(N, generator=gen, device="cuda").bfloat16()
+    for op in s["epilogue"]:
+        if op["op"] == "bias" and op.get("along") == "m":
+            out[op["name"]] = torch.randn(M, generator=gen, device="cuda")  # f32 (the spec's default)
+        elif op["op"] == "bias":
+            out["bias"] = torch.randn(N, generator=gen, device="cuda").bfloat16()
+        elif op["op"] == "residual":
+            out["c"] = torch.randn(batch, M, N, generator=gen, device="cuda").bfloat16()
+        elif op["op"] == "scale":
+            out["col_scale"] = torch.rand(N, generator=gen, device="cuda") + 0.5
     return out
 
 
@@ -63,8 +72,14 @@ def forward(s: dict, args: dict[str, torch.Tensor]) -> torch.Tensor:
     """The batched op in the leaves' dtype (float64: the reference; bf16: eager, rounded after each op)."""
     v = args["a"] @ args["b"]
     for op in s["epilogue"]:
-        if op["op"] == "bias":
+        if op["op"] == "bias" and op.get("along") == "m":
+            v = v + args[op["name"]].to(v.dtype)[:, None]
+        elif op["op"] == "bias":
             v = v + args["bias"]
+        elif op["op"] == "residual":
+            v = v + args["c"]
+        elif op["op"] == "scale":
+            v = v * args["col_scale"].to(v.dtype)
         elif op["op"] == "activation":
             v = ACTS[op["fn"]](v)
         else:
@@ -101,7 +116,7 @@ def test_batched_gradients_against_float64(chain: str, save: str, tmp_path_facto
             got = leaves[n].grad
             assert got is not None and got.dtype == args[n].dtype and got.shape == args[n].shape, n
             within(got, w, theirs[n], f"{s['name']} d{n} at {shape}")
-        pre = mod._forward_pre(*args.values())[1] if save == "preact" and s["epilogue"] else None
+        pre = mod._forward_pre(*args.values())[1] if hasattr(mod, "_forward_pre") else None
         bufs = {f"d{n}": torch.full_like(t, float("nan")) for n, t in args.items()}
         got = mod._backward(grad, *args.values(), pre, **bufs)
         again = mod._backward(grad, *args.values(), pre)

@@ -36,7 +36,7 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
-chain every design renders, and the dense CuTe sm90 design the other chains unbatched: `chains`).
+chain every design renders, and the dense CuTe sm90 design the other chains, `chains`, and, 16-bit, `batch`).
 An int8 forward has no backward.
 """
 
@@ -88,10 +88,10 @@ class Training(Strict):
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90 design's too, unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90 design's too), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
-    gradient summed over the batches and rows). A grouped spec takes the same section for
+    gradient summed over the batches and rows; the dense CuTe sm90 design's too, 16-bit). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
 

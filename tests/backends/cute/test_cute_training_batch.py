@@ -7,11 +7,13 @@ No GPU runs here (numerics: tests/gpu/test_training_cute_batch_gpu.py), so:
   cute:sm90; the companions keep the batch; the module renders the batched host glue and a forward-only JAX entry;
 - every kernel a batched module adds compiles for sm_90a in one test (3-D fakes: the batch mode of every TMA
   descriptor), with the plan's SMEM to the byte and no spills: forward_pre (pre by TMA beside out; the gated halves'
-  gate and up subtiles), recompute (gated: G element-wise), dgrad, wgrad and the columns kernels;
+  gate and up subtiles; a chain's, with a batched residual), recompute (G from dOut read per batch; gated: G
+  element-wise; a chain's pre), dgrad, wgrad and the columns kernels;
 - the backward's host glue (`_backward`: G, dA, dB and the bias gradient into NaN-poisoned buffers, the need flags,
   batch 0, 1 and 3, M = 1, N and K off the tile and off whole vectors, an expanded gradient) with each kernel replaced
   by a torch model of its contract (its operands' layouts checked: 3-D, the majors the role's config reads, 16-byte
-  strides; the columns pass over the batch x M rows), against float64 autograd of the batched op."""
+  strides; the columns pass over the batch x M rows), against float64 autograd of the batched op; the other chains
+  likewise (test_cute_training_chain.py's forms and models), every vector's gradient summed over the batches."""
 
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ FORMS = {
 }
 # what the compile test compiles: each role new to a batched module, once
 COMPILES = {"cbt_bias_gelu": ("forward_pre", "dgrad", "wgrad", "grad_cols", "grad_cols_bands"),
-            "cbt_swiglu": ("forward_pre", "grad_cols_gated"), "cbt_geglu_il": ("recompute",)}
+            "cbt_relu_rec": ("recompute", "grad_cols_sum"), "cbt_swiglu": ("forward_pre", "grad_cols_gated"),
+            "cbt_geglu_il": ("recompute",),
+            # the other chains' pre GEMMs (a batched residual read element-wise, vectors along m and n)
+            "cch_col": ("forward_pre",), "cch_rowcol": ("recompute",)}
 
 
 def spec(name: str, **more) -> dict:
@@ -65,6 +70,20 @@ def rendered(tmp_path_factory):
             for name in FORMS}
 
 
+# The other chains batched: test_cute_training_chain.py's forms, models and reference, each with a batch mode
+CHAINS = ("cch_col", "cch_rowcol", "cch_clamp", "cch_nopre")
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory):
+    """{name: (module text, module)}: each chain form rendered batched and imported."""
+    from test_cute_training_chain import spec as chain_spec
+
+    folder = tmp_path_factory.mktemp("cute_batch_chain_train")
+    return {name: load_target_module(chain_spec(name, batch=True), "cute:sm90", folder,
+                                     "_specgen_test_cute_batch_chain_")[::-1] for name in CHAINS}
+
+
 @pytest.mark.parametrize("name", list(FORMS))
 def test_check_accepts_it_and_the_companions_keep_the_batch(name: str) -> None:
     ls = load(spec(name))
@@ -84,7 +103,7 @@ def test_the_module_renders_batched_glue_and_a_forward_only_jax_entry(rendered) 
         assert [len(f.shape) for f in fakes[:2]] == [3, 3], name
 
 
-def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_path, monkeypatch) -> None:
+def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, chains, tmp_path, monkeypatch) -> None:
     """One test compiles (CuTe compiles are slow: under xdist a fixture would compile once per worker)."""
     from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
 
@@ -93,7 +112,7 @@ def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_p
     info = target_info("cute:sm90")
     ops = (*SASS_OPS, "LDG", "STG")
     for name, roles in COMPILES.items():
-        module = rendered[name][1]
+        module = (rendered | chains)[name][1]
         kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
         for role in roles:
             cols = role.startswith("grad_cols")
@@ -110,9 +129,10 @@ def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_p
             assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0, (name, role, r.sass)
             # out stored by TMA (forward_pre: pre beside it; halves: pre's gate and up); a gated recompute stores G
             # element-wise, nothing by TMA
-            want = {"forward_pre": 3 if FORMS[name][0][0]["op"] == "gated" else 2, "recompute": 0}.get(role, 1)
+            gated = name in FORMS and FORMS[name][0][0]["op"] == "gated"
+            want = {"forward_pre": 3 if gated else 2, "recompute": 0 if gated else 1}.get(role, 1)
             assert r.sass["UTMASTG"] == want * subs, (name, role, r.sass)
-            assert (r.sass["STG"] > 0) is (role == "recompute"), (name, role, r.sass)
+            assert (r.sass["STG"] > 0) is (role == "recompute" and gated), (name, role, r.sass)
 
 
 def _split(v: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,3 +268,44 @@ def test_the_backward_glue_gives_every_batchs_gradients(rendered, name, batch, M
     only = module._backward(grad, *args.values(), _pre(name, args), *flags)
     assert all(x.numel() == 0 for n, x in zip(args, only, strict=True) if n != "b")
     assert only[1].shape == args["b"].shape and torch.equal(only[1], got[1])
+
+
+@pytest.mark.parametrize("name", CHAINS)
+@pytest.mark.parametrize(("batch", "M", "N", "K"), [(3, 37, 13, 40), (1, 1, 100, 72), (2, 24, 16, 8)])
+def test_the_batched_chains_glue_sums_each_vector_over_the_batches(chains, name, batch, M, N, K, monkeypatch) -> None:
+    """`_backward` of a batched chain with each kernel a torch model (the chain pass sees the batch x M rows as one
+    matrix, a vector along m repeated for each batch), against float64 autograd: dA, dB, a residual's (batch, M, N)
+    gradient, every vector's summed over the batches and rows; into NaN-poisoned buffers."""
+    from test_cute_training_chain import FORMS as CHAIN_FORMS
+    from test_cute_training_chain import _apply, _inputs, _models, plan
+
+    module = chains[name][1]
+    _models(name, module, monkeypatch)
+    t, ls = plan(name)
+    gen = torch.Generator().manual_seed(batch + M + N + K)
+    a = torch.randn(batch, M, K, generator=gen).half()
+    b = torch.randn(batch, N, K, generator=gen).half().mT  # K-major: each batch's (N, K) weight
+    args = _inputs(ls, M, N, gen)
+    names = [x.name for x in ls.spec.runtime_args()]
+    for arg in ls.spec.runtime_args():  # a residual per batch
+        if arg.shape == "matrix":
+            args[arg.name] = torch.randn(batch, M, N, generator=gen).to(args[arg.name].dtype)
+    grad = torch.randn(batch, M, N, generator=gen).half()
+    leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in args.items()}
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    ops, start = CHAIN_FORMS[name][0], t.start
+    v = _apply(ops[:start] if start >= 0 else ops, a64 @ b64, leaves)
+    if start >= 0:  # the value at pre rounded to the output's dtype, its gradient straight through
+        v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
+    v.backward(grad.double())
+    pre = _apply(ops[:start], a.float() @ b.float(), args).half() if t.stores_pre else None
+    bufs = {"da": torch.full((batch, M, K), float("nan")).half(), "db": torch.full((batch, N, K), float("nan")).half().mT}
+    for n, _ in t.grad_kinds:
+        bufs[f"d{n}"] = torch.full_like(args[n], float("nan"))
+    got = module._backward(grad, a, b, *(args[n] for n in names), pre, **bufs)
+    wants = {"da": a64.grad, "db": b64.grad} | {f"d{n}": leaves[n].grad for n, _ in t.grad_kinds}
+    results = {"da": got[0], "db": got[1]} | {f"d{n}": got[2 + names.index(n)] for n, _ in t.grad_kinds}
+    for n, want in wants.items():
+        g = results[n]
+        assert g.data_ptr() == bufs[n].data_ptr() and g.shape == want.shape and not g.isnan().any(), n
+        assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-3, n

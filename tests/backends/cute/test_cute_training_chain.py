@@ -12,7 +12,8 @@ tests/gpu/test_training_cute_chain_gpu.py), so:
 - the backward's host glue (`_forward_pre`, `_backward`: pre saved or recomputed, G, each argument's gradient, the need
   flags, NaN-poisoned buffers, M = 1, N and K off the tile and off whole vectors) with each kernel replaced by a torch
   model of its contract, against float64 autograd of the chain;
-- a render that skipped check refuses what TRN001 still refuses (batch = true)."""
+- a render that skipped check refuses what TRN001 still refuses (an output of another dtype; batch = true renders since
+  session 33: test_cute_training_batch.py)."""
 
 from __future__ import annotations
 
@@ -304,7 +305,7 @@ def test_the_backward_glue_gives_the_chains_gradients(rendered, name, M, N, K, m
 
 
 def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
-    ls = load(spec("cch_col", batch=True))
+    ls = load(spec("cch_col", out={"dtype": "f32"}))
     assert "TRN001" in {d.rule for d in check_all([ls]) if d.severity == "error"}
-    with pytest.raises(ValueError, match=r"training with batch = true.*TRN001"):
+    with pytest.raises(ValueError, match=r"with an output of their dtype.*TRN001"):
         DESIGN.plan(ls, [TARGET], {"cute:sm90": resolve(ls.spec, TARGET)})

@@ -158,11 +158,6 @@ def training_refusal(spec: object) -> str:
                 f"out.dtype = {out.value}")
     if spec.cute.swap_ab:  # type: ignore[attr-defined]
         return "training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true); drop it or `training`"
-    if spec.batch and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
-        names = [f"bias along {op.along}" if op.op == "bias" else op.op for op in spec.epilogue]  # type: ignore[attr-defined]
-        return (f"training with batch = true and epilogue {names}: the CuTe sm90 backward of a batched GEMM takes [], "
-                f"[bias], [activation], [bias, activation] or a gated op (then at most a bias); drop `batch`, or the "
-                f"ops, or `training` (the Triton design renders it)")
     if spec.schedule.split_k > 1:  # type: ignore[attr-defined]
         return (f"training: the CuTe sm90 backward has no split-K forward (schedule.split_k = "
                 f"{spec.schedule.split_k}); drop it or `training`")  # type: ignore[attr-defined]
