@@ -47,6 +47,12 @@ companion is ruled as the Triton chain's f32 pre GEMM: conservative); one SIMT C
 chain_pass.jinja) replays the chain from pre, walks it backward from dOut and forms G and each argument's gradient
 (a residual's beta dOut, a vector's column sums as band partials or row sums as column-run partials, f32, added in
 order by the columns pass's bands kernel: no atomics); dgrad and wgrad as above over G (dOut where no op changes it).
+
+A batched forward (`batch = true`, 16-bit; session 33), the Triton design's meaning (docs/training.md, "A batched GEMM on
+CuTe sm90"): every GEMM above per batch over (batch, rows, cols) views (the kernel walks their L mode as the forward's
+does; `.mT` the transposes), the columns pass and the chain pass over the batches' rows as one (batch M, N) matrix (a
+vector along m repeated per batch, a row gradient's partials added over the runs and batches in order); the plan is
+the unbatched one (`chain_refusal(batch=True)` refuses a batched fp8 forward).
 """
 
 from __future__ import annotations
