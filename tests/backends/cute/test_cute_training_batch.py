@@ -13,7 +13,9 @@ No GPU runs here (numerics: tests/gpu/test_training_cute_batch_gpu.py), so:
   batch 0, 1 and 3, M = 1, N and K off the tile and off whole vectors, an expanded gradient) with each kernel replaced
   by a torch model of its contract (its operands' layouts checked: 3-D, the majors the role's config reads, 16-byte
   strides; the columns pass over the batch x M rows), against float64 autograd of the batched op; the other chains
-  likewise (test_cute_training_chain.py's forms and models), every vector's gradient summed over the batches."""
+  likewise (test_cute_training_chain.py's forms and models), every vector's gradient summed over the batches;
+- `_forward_pre` (its CUDA-only check stubbed) with forward_pre a torch model: pre per batch, staged where TMA cannot
+  store it in place (halves: each half padded to 16 bytes), an empty K, no batches."""
 
 from __future__ import annotations
 
@@ -173,6 +175,22 @@ def _models(name: str, module, monkeypatch, seen: list) -> None:
             dst.copy_(_join(derivative(gate, dout * up), dout * ACTS[act](gate), gated["layout"]).to(dst.dtype))
         elif role == "recompute":
             dst.copy_(derivative(acc + bias.float(), aux.float()).to(dst.dtype))
+        elif role == "forward_pre":  # pre (TMA-stored: 16-byte rows; halves: the up half at column aux's 2N / 2)
+            assert aux.stride(-1) == 1 and all(x % 8 == 0 for x in aux.stride()[:-1]), aux.stride()
+            pre = acc + bias.float() if bias is not None else acc
+            if gated and gated["layout"] == "halves":
+                half, n = aux.shape[-1] // 2, dst.shape[-1]
+                assert aux.shape[-1] % 16 == 0
+                aux[..., :n], aux[..., half:half + n] = pre[..., :n], pre[..., n:]
+            else:
+                # a TMA store writes a row's last 16 bytes whole: the pitch holds them (the backward's own buffer)
+                assert gated or aux.stride(-2) >= -(-aux.shape[-1] // 8) * 8, aux.stride()
+                aux.copy_(pre.to(aux.dtype))
+            if gated:
+                gate, up = _split(pre, gated["layout"])
+                dst.copy_((ACTS[act](gate) * up).to(dst.dtype))
+            else:
+                dst.copy_(ACTS[act](pre).to(dst.dtype))
         else:
             assert role in ("dgrad", "wgrad") and aux is None, role
             dst.copy_(acc.to(dst.dtype))
@@ -309,3 +327,31 @@ def test_the_batched_chains_glue_sums_each_vector_over_the_batches(chains, name,
         g = results[n]
         assert g.data_ptr() == bufs[n].data_ptr() and g.shape == want.shape and not g.isnan().any(), n
         assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-3, n
+
+
+@pytest.mark.parametrize("name", ["cbt_bias_gelu", "cbt_swiglu"])
+@pytest.mark.parametrize(("batch", "M", "N", "K"), [(3, 37, 45, 40), (2, 8, 16, 0), (0, 4, 8, 8)])
+def test_forward_pre_stores_each_batchs_pre(rendered, name, batch, M, N, K, monkeypatch) -> None:
+    """`_forward_pre` with forward_pre a torch model (its arguments' check, CUDA only, stubbed: A and B with 16-byte
+    strides, out with 16-byte rows, as it stages them): pre (batch, M, N), or (batch, M, 2N) of gate and up, through a
+    staging buffer of 16-byte rows where TMA cannot store pre in place (the halves each padded to whole 16 bytes: N
+    off 8), zeros of K = 16 for an empty K, nothing for no batches."""
+    module = rendered[name][1]
+    _models(name, module, monkeypatch, [])
+    gated = FORMS[name][0][0]["op"] == "gated"
+    gen = torch.Generator().manual_seed(batch + M + N + K)
+    cols = 2 * N if gated else N
+    args = {"a": torch.randn(batch, M, K, generator=gen).bfloat16(),
+            "b": torch.randn(batch, cols, K, generator=gen).bfloat16().mT}
+    if not gated:
+        args["bias"] = torch.randn(N, generator=gen)
+
+    def check(*xs):
+        out = module._tr.tma_empty(M, N, torch.bfloat16, "cpu", batch)
+        return -1, batch, M, N, K, xs[:-1], out, out
+
+    monkeypatch.setattr(module, "_check", check)
+    out, pre = module._forward_pre(*args.values())
+    want = args["a"].float() @ args["b"].float() + (args["bias"] if not gated else 0)
+    assert pre.shape == (batch, M, cols) and pre.dtype == torch.bfloat16 and out.shape == (batch, M, N)
+    assert torch.equal(pre, want.bfloat16())
