@@ -97,12 +97,18 @@ def test_check_accepts_it_and_the_companions_keep_the_batch(name: str) -> None:
     assert list(t.gemms) == [*pre_role, "dgrad", "wgrad"]
 
 
-def test_the_module_renders_batched_glue_and_a_forward_only_jax_entry(rendered) -> None:
-    for name, (text, module) in rendered.items():
+def test_the_module_renders_batched_glue_and_a_forward_only_jax_entry(rendered, chains) -> None:
+    for name, (text, module) in (rendered | chains).items():
         assert "batched=True)" in text and "_jax_differentiable" not in text, name
         # the backward GEMMs' fakes: (batch, rows, cols) tensors, the batch stride of a TMA-moved one 16 bytes whole
         fakes = module._train_fake_args("dgrad")
         assert [len(f.shape) for f in fakes[:2]] == [3, 3], name
+    # a residual: the pre GEMM's has A's batch (one symbol: the compiled check ties them); dgrad's, an unread stub
+    # (1, 1, 8), its own
+    module = chains["cch_col"][1]
+    for role, same in (("forward_pre", True), ("dgrad", False)):
+        fakes = module._train_fake_args(role)
+        assert (fakes[0].shape[0] is fakes[4].shape[0]) is same and len(fakes[4].shape) == 3, role
 
 
 def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, chains, tmp_path, monkeypatch) -> None:
