@@ -300,8 +300,7 @@ def test_the_batched_chains_glue_sums_each_vector_over_the_batches(chains, name,
     """`_backward` of a batched chain with each kernel a torch model (the chain pass sees the batch x M rows as one
     matrix, a vector along m repeated for each batch), against float64 autograd: dA, dB, a residual's (batch, M, N)
     gradient, every vector's summed over the batches and rows; into NaN-poisoned buffers."""
-    from test_cute_training_chain import FORMS as CHAIN_FORMS
-    from test_cute_training_chain import _apply, _inputs, _models, plan
+    from test_cute_training_chain import _inputs, _models, checked, plan
 
     module = chains[name][1]
     _models(name, module, monkeypatch)
@@ -315,24 +314,8 @@ def test_the_batched_chains_glue_sums_each_vector_over_the_batches(chains, name,
         if arg.shape == "matrix":
             args[arg.name] = torch.randn(batch, M, N, generator=gen).to(args[arg.name].dtype)
     grad = torch.randn(batch, M, N, generator=gen).half()
-    leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in args.items()}
-    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
-    ops, start = CHAIN_FORMS[name][0], t.start
-    v = _apply(ops[:start] if start >= 0 else ops, a64 @ b64, leaves)
-    if start >= 0:  # the value at pre rounded to the output's dtype, its gradient straight through
-        v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
-    v.backward(grad.double())
-    pre = _apply(ops[:start], a.float() @ b.float(), args).half() if t.stores_pre else None
-    bufs = {"da": torch.full((batch, M, K), float("nan")).half(), "db": torch.full((batch, N, K), float("nan")).half().mT}
-    for n, _ in t.grad_kinds:
-        bufs[f"d{n}"] = torch.full_like(args[n], float("nan"))
-    got = module._backward(grad, a, b, *(args[n] for n in names), pre, **bufs)
-    wants = {"da": a64.grad, "db": b64.grad} | {f"d{n}": leaves[n].grad for n, _ in t.grad_kinds}
-    results = {"da": got[0], "db": got[1]} | {f"d{n}": got[2 + names.index(n)] for n, _ in t.grad_kinds}
-    for n, want in wants.items():
-        g = results[n]
-        assert g.data_ptr() == bufs[n].data_ptr() and g.shape == want.shape and not g.isnan().any(), n
-        assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-3, n
+    checked(name, module, t, names, args, a, b, grad, {"da": torch.full((batch, M, K), float("nan")).half(),
+                                                         "db": torch.full((batch, N, K), float("nan")).half().mT})
 
 
 @pytest.mark.parametrize("name", ["cbt_bias_gelu", "cbt_swiglu"])
