@@ -170,9 +170,11 @@ def variants():
                                                                       {"op": "cast", "dtype": "f16"}]
     for save in ("preact", "recompute"):
         yield spec_of(f"v_train_{save}", chain, training={"save": save})
-        # the CuTe sm90 design's chain pass (session 33): the same chain, unbatched
+        # the CuTe sm90 design's chain pass (session 33): the same chain, unbatched; and the CuTe sm100 design's
         yield spec_of(f"c_train_chain_{save}", chain, targets=["cute:sm90"], tile={"m": 128, "n": 128, "k": 64},
                       cute={"mma_warpgroups": 2}, per_target={}, variants=[], training={"save": save})
+        yield spec_of(f"b_train_chain_{save}", chain, targets=["cute:sm100"], tile={"m": 128, "n": 128, "k": 64},
+                      per_target={}, variants=[], training={"save": save})
     # the batched backward (batch = true): the GEMMs' batch strides and rebased pointers, the streaming passes' batch
     # axis, for the chain pass, the columns pass and a gated epilogue's
     for save in ("preact", "recompute"):

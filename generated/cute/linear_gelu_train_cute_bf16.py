@@ -524,6 +524,16 @@ def gemm_kernel(
             if cutlass.const_expr(cfg.fused):  # dgrad and wgrad read none
                 for ei in cutlass.range_constexpr(sub_size):
                     r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
+            if cutlass.const_expr(cfg.role == "recompute"):  # dOut's first subtile: its loads fly under the mainloop
+                aux_crd = (0, 0)
+                aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
+                g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
+                if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
+                    cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
+                else:
+                    for ei in cutlass.range_constexpr(sub_size):
+                        if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
+                            r_aux_next[ei] = g_aux[ei]
             if cutlass.const_expr(cfg.pingpong):
                 cute.arch.mbarrier_wait(mma_order.sync_object_full.get_barrier(turn), order_phase)
             cute.nvgpu.warpgroup.fence()
@@ -578,21 +588,17 @@ def gemm_kernel(
                         r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
-                        if cutlass.const_expr(si == 0):
-                            aux_crd = sub_crd
-                            aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
-                            g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                            for ei in cutlass.range_constexpr(sub_size):
-                                if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                                    r_aux_next[ei] = g_aux[ei]
                         r_aux.store(r_aux_next.load().to(cutlass.Float32))
                         if cutlass.const_expr(si + 1 < subs):
                             aux_crd = sub_grid.get_hier_coord(si + 1)
                             aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
                             g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                            for ei in cutlass.range_constexpr(sub_size):
-                                if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                                    r_aux_next[ei] = g_aux[ei]
+                            if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
+                                cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
+                            else:
+                                for ei in cutlass.range_constexpr(sub_size):
+                                    if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
+                                        r_aux_next[ei] = g_aux[ei]
                         # G = dOut * act'(pre), pre the f32 accumulator (+ bias): GELU's derivative, tanh form
                         acc = r_aux.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
 

@@ -96,9 +96,12 @@ CASES: list[tuple[str, str, dict, object]] = [
                                "cluster": {"m": 2}}, ("error", ["64x48 epilogue subtile", "24 bytes"], ("tile", "n"))),
     ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
     # TRN001: the CuTe sm100 backward (designs/cute_sm100/training.py): 16-bit operands with an output of their dtype,
-    # the plain chains, a gated op's (halves) and an fp8 forward's (its scales, then [bias], [activation] or both); an
-    # interleaved gated op's, a batched one's and the other chains' are refused
+    # the plain chains, a gated op's (halves), an fp8 forward's (its scales, then [bias], [activation] or both) and the
+    # other chains (unbatched), a gated op's either layout; a batched one's and an fp8 forward's other chains are refused
     ("TRN001", "cute:sm100", {"training": {"save": "recompute"}, "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
+    ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "epilogue": [{"op": "bias", "along": "m"},
+                                                                          {"op": "clamp", "min": 0.0},
+                                                                          {"op": "residual", "dtype": "bf16"}]}, None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "out": {"dtype": "f32"}},
      ("error", ["training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype",
                 "out.dtype = f32 (cute:sm100)"], ("training",))),
@@ -106,8 +109,7 @@ CASES: list[tuple[str, str, dict, object]] = [
      None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"},
                               "epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]},
-     ("error", ["training with a gated epilogue (silu, interleaved): the CuTe sm100 backward takes the halves layout"],
-      ("training",))),
+     None),
     ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
                               "epilogue": [{"op": "scale", "by": "rowcol"}]}, None),
     ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},

@@ -2,17 +2,20 @@
 verified by compiling every kernel of a training module for sm_100a and reading its SASS, and by its host side up to
 the launch; nothing of it has run (no numerics, no speed).
 
-- one compile of seven training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias], a gated op
-  (halves) with and without a bias, and an fp8 forward's scales, bias and GELU; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row
-  CTAs, clusters 2x1, 2x2, 1x2): every role's kernel and the columns kernels compile, UTCHMMA in every GEMM (twice in a
+- one compile of twelve training modules (both save modes; [bias, gelu], [bias, silu], [relu], [bias], a gated op
+  (halves, interleaved) with and without a bias, an fp8 forward's scales, bias and GELU, and three of the other chains covering
+  every op; every pair of operand majors; f16 and bf16; 1-CTA, 2-CTA of 128- and 64-row CTAs, clusters 2x1, 2x2, 1x2):
+  every role's kernel, the columns kernels and the chain pass compile, UTCHMMA in every GEMM (twice in a
   gated fused role: two accumulators; UTCQMMA in an fp8 forward's, UTCHMMA in its dgrad and wgrad), no LDL / STL anywhere, the plan's SMEM and TMEM equal what each compiled kernel
-  allocates, forward_pre stores pre (gated: both halves) by TMA beside out;
+  allocates, forward_pre stores pre (gated: both halves; interleaved: element-wise, out alone by TMA) by TMA beside out;
 - the plan is the sm90 design's (the same orientation of every gradient, the same host) with this design's config
   rows: the companions' tile, cluster, 2-CTA MMA and stages;
+- a chain module's chain pass, its launcher and `_backward` are the sm90 module's, character for character, and its
+  plan the sm90 plan's (pre's op, the gradients' kinds, the residuals the pass replays);
 - what TRN001 refuses a render that skipped check refuses too;
 - the host side on CPU tensors: a call that requires grad takes the differentiable op (refused at the device check,
   naming the argument, where a forward-only module refuses the grad); the backward's argument checks; the JAX entry
-  is a custom_vjp whose backward traces one call per kernel the torch side runs.
+  is a custom_vjp whose backward traces one call per kernel the torch side runs (an interleaved gated module's too).
 """
 
 from __future__ import annotations
@@ -63,6 +66,14 @@ FORMS = {  # name: (spec, the kernels the module compiles beside its forward)
     "t100_gated_recompute": (spec("t100_gated_recompute", "recompute", [{"op": "gated", "fn": "gelu", "layout": "halves"}],
                                   a="mn", tile={"m": 128, "n": 64, "k": 64}, cluster={"m": 2, "n": 1}),
                              ["recompute", "dgrad", "wgrad"]),
+    # interleaved (gate j at column 2j, up j at 2j + 1): forward_pre stores pre's pairs element-wise (no TMA box holds
+    # every other column: out's TMA stores alone), recompute G's, as the halves' recompute
+    "t100_gated_il_preact": (spec("t100_gated_il_preact", epilogue=[{"op": "gated", "fn": "silu", "layout": "interleaved"},
+                                                                    {"op": "bias", "dtype": "f16"}], dtype="f16"),
+                             ["forward_pre", "dgrad", "wgrad", "grad_cols_gated", "grad_cols_bands"]),
+    "t100_gated_il_recompute": (spec("t100_gated_il_recompute", "recompute",
+                                     [{"op": "gated", "fn": "gelu", "layout": "interleaved"}], a="mn", cluster={"m": 1, "n": 2}),
+                                ["recompute", "dgrad", "wgrad"]),
     # an fp8 forward (e4m3 x e5m2, rowwise scales, then a bias and a GELU; 2-CTA): forward_pre the fp8 kernel, dgrad
     # and wgrad 16-bit GEMMs over G_b / G_a and the operands' bf16 copies, the fp8 columns kernel
     "t100_fp8": (spec("t100_fp8", epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
@@ -70,6 +81,27 @@ FORMS = {  # name: (spec, the kernels the module compiles beside its forward)
                       a="k", b="k", tile={"m": 128, "n": 128, "k": 128}, **TWO_CTA) | {
                           "a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}},
                  ["forward_pre", "dgrad", "wgrad", "grad_cols_bands", "grad_cols_fp8"]),
+    # the other chains (the sm90 plan and chain pass, cute_sm90/training.py): forward_pre applies the ops before pre's
+    # and stores pre beside out, recompute stores pre as its output, the SIMT chain pass forms G and the arguments'
+    # gradients; every op across the three (scale by col / rowcol / row / runtime scalar / constant, a bias along n
+    # and m, GELU-tanh, sigmoid, a residual with beta 0.5 and one the pass replays, clamp [lo, hi], cast)
+    "t100_chain_col": (spec("t100_chain_col", epilogue=[{"op": "scale", "by": "col"}, {"op": "bias", "dtype": "f16"},
+                                                        {"op": "activation", "fn": "gelu_tanh"},
+                                                        {"op": "residual", "dtype": "f16", "beta": 0.5}],
+                            dtype="f16", **TWO_CTA),
+                       ["forward_pre", "dgrad", "wgrad", "grad_cols_bands", "chain_pass"]),
+    "t100_chain_rowcol": (spec("t100_chain_rowcol", "recompute", [{"op": "bias", "along": "m", "dtype": "f32"},
+                                                                  {"op": "scale", "by": "rowcol"},
+                                                                  {"op": "activation", "fn": "sigmoid"},
+                                                                  {"op": "cast", "dtype": "f16"}],
+                               a="mn", cluster={"m": 1, "n": 2}),
+                          ["recompute", "dgrad", "wgrad", "grad_cols_bands", "chain_pass"]),
+    "t100_chain_clamp": (spec("t100_chain_clamp", epilogue=[{"op": "scale", "by": "scalar"},
+                                                            {"op": "clamp", "min": -1.0, "max": 2.0},
+                                                            {"op": "residual", "dtype": "bf16"}, {"op": "scale", "by": "row"},
+                                                            {"op": "scale", "by": "scalar", "value": 0.5}],
+                              b="mn", tile={"m": 64, "n": 128, "k": 64}, cute={"two_cta": True}, cluster={"m": 2, "n": 1}),
+                         ["forward_pre", "dgrad", "wgrad", "grad_cols_bands", "chain_pass"]),
 }
 
 
@@ -100,7 +132,7 @@ def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_pl
             assert not r.error, (kernel, r.error)
             assert r.sass["LDL"] == 0 and r.sass["STL"] == 0 and not r.spills.stores, (kernel, r.spills)
             assert r.compiler_smem == r.plan_smem, kernel
-            if "grad_cols" in kernel:  # the SIMT columns kernels: no MMA, no SMEM, no TMEM
+            if "grad_cols" in kernel or "chain_pass" in kernel:  # the SIMT columns kernels: no MMA, no SMEM, no TMEM
                 assert r.plan_smem == 0 and r.sass["UTCHMMA"] == 0
                 continue
             stores = kernel != f"{name}[recompute]" or "gated" not in name  # a gated recompute stores G element-wise
@@ -114,13 +146,14 @@ def test_every_kernel_of_the_backward_compiles_for_sm100a_spill_free_with_the_pl
             assert (meta["smem_bytes"], meta["tmem_columns"], meta["two_cta"]) == (cfg.smem_bytes, cfg.tmem_columns, cfg.two_cta)
             assert cfg.two_cta == mod.CONFIG.two_cta and (cfg.cluster_m, cfg.cluster_n) == (mod.CONFIG.cluster_m, mod.CONFIG.cluster_n)
         gated = "gated" in name  # the fused roles' MMAs twice the plain ones' (a gate and an up accumulator)
-        mma = {role: rows[f"{name}[{role}]"].sass["UTCHMMA"] for role in roles if "grad_cols" not in role}
+        mma = {role: rows[f"{name}[{role}]"].sass["UTCHMMA"] for role in roles if role in mod.TRAIN_CONFIGS}
         assert "fp8" in name or all(n == (2 if gated and role in ("forward_pre", "recompute") else 1) * mma["dgrad"]
                                     for role, n in mma.items())
         if "forward_pre" in roles:
             fwd, pre = mod.CONFIG, mod.TRAIN_CONFIGS["forward_pre"]
-            per = 3 if gated else 2  # out's subtile, and pre's (gated: its gate's and up's halves)
-            assert pre.epi_stages == per * fwd.epi_stages
+            # out's subtile, and pre's (gated: its gate's and up's halves; interleaved: none, pre stored element-wise)
+            per = 1 if "_il_" in name else 3 if gated else 2
+            assert pre.epi_stages == max(per, 2) * fwd.epi_stages  # (interleaved: the companion's, all out's)
             if (pre.epi_m, pre.epi_n) == (fwd.epi_m, fwd.epi_n):
                 assert rows[f"{name}[forward_pre]"].sass["UTMASTG"] == per * rows[name].sass["UTMASTG"], name
 
@@ -154,15 +187,40 @@ def test_the_plan_is_the_sm90_backwards_with_this_designs_config_rows(a: str, b:
     assert (t.gemms["dgrad"].config.tile_m, t.gemms["dgrad"].config.tile_n) == (128, 64)  # training.dgrad.tile
 
 
+@pytest.mark.parametrize("name", ["t100_chain_col", "t100_chain_rowcol", "t100_chain_clamp"])
+def test_a_chains_backward_is_the_sm90_modules_host_and_chain_pass(name: str) -> None:
+    """The same spec rendered for cute:sm90 (its options aside): the chain pass's kernel, host and fake, its launcher,
+    `_chain_pass` and `_backward` are the same text in both modules (one host, the sm90 one's macros), the plans the same
+    chain, pre's op, gradient kinds and replayed residuals, the GEMMs the same orientation; recompute stores pre in the
+    output's dtype (the shared companion is the Triton chain's f32 pre GEMM)."""
+    from specgen.render.catalogue import render_modules
+
+    d = FORMS[name][0]
+    d90 = {**d, "targets": ["cute:sm90"], "cute": {}, "cluster": {"m": 1, "n": 1}, "tile": {"m": 128, "n": 128, "k": 64}}
+    t100, t90 = (design.plan(loaded(x), [target], {str(target): resolve(loaded(x).spec, target)}).training
+                 for design, x, target in ((DESIGN, d, SM100), (SM90, d90, parse_target("cute:sm90"))))
+    assert (t100.chain, t100.start, t100.grad_kinds, t100.replayed, t100.kernels) == (
+        t90.chain, t90.start, t90.grad_kinds, t90.replayed, t90.kernels) and t100.chain
+    assert [(g.x, g.y, g.transposed) for g in t100.gemms.values()] == [(g.x, g.y, g.transposed) for g in t90.gemms.values()]
+    if "recompute" in t100.gemms:
+        r = resolve(loaded(d).spec, SM100)
+        assert next(c for c in r.companions if c.companion == "recompute").spec.out.dtype.value == "f32"
+        assert t100.gemms["recompute"].config.smem_bytes < next(c.budget.total for c in r.companions if c.companion == "recompute")
+    (text100,), (text90,) = (render_modules(loaded(x), [parse_target(x["targets"][0])]).values() for x in (d, d90))
+    start, end = text90.index("@cute.kernel\ndef _chain_pass_kernel("), text90.index("\ndef _operands(")
+    assert text90[start:end] in text100
+    start = text90.index("\ndef _backward(")
+    assert text90[start:text90.index("\n\n\n", start)] in text100
+
+
 @pytest.mark.parametrize(("changes", "says"), [
     ({"out": {"dtype": "f32"}}, "the CuTe sm100 backward takes f16 or bf16 operands"),
-    ({"epilogue": [{"op": "gated", "fn": "silu", "layout": "interleaved"}]}, "gated epilogue (silu, interleaved)"),
     ({"batch": True}, "training with batch = true"),
-    ({"epilogue": [{"op": "bias"}, {"op": "clamp", "min": 0.0}]}, "training with epilogue ['bias along n', 'clamp']"),
+    ({"epilogue": [{"op": "bias"}, {"op": "clamp", "min": 0.0}], "batch": True}, "training with batch = true"),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
       "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "min": 0.0}], "tile": {"m": 128, "n": 128, "k": 128}},
      "training with fp8_e4m3 operands and epilogue ['scale', 'clamp']"),
-], ids=["f32_out", "gated", "batch", "clamp", "fp8"])
+], ids=["f32_out", "batch", "batch_clamp", "fp8"])
 def test_a_render_that_skipped_check_refuses_what_trn001_refuses(changes: dict, says: str) -> None:
     ls = loaded({**spec("refused"), **changes})
     with pytest.raises(ValueError, match="TRN001") as info:
@@ -213,3 +271,26 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
     assert cute_train_calls(jaxpr.jaxpr) == ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]
 
+
+
+@pytest.mark.parametrize(("name", "calls"), [
+    ("t100_gated_il_preact", ["forward_pre", "grad_cols_gated", "dgrad", "wgrad", "grad_cols_bands"]),
+    ("t100_gated_il_recompute", ["recompute", "dgrad", "wgrad"])])
+def test_an_interleaved_gated_modules_jax_entry_traces_its_kernels(modules, name: str, calls: list) -> None:
+    """The interleaved layout's custom_vjp (the sm90 module's, B's 2N columns interleaved): one call per kernel the torch
+    side runs, each gradient in its operand's shape, layout and dtype, odd M and N."""
+    import jax
+    import jax.numpy as jnp
+
+    from specgen.kinds.gemm.testing.autograd import cute_train_calls
+
+    mod = modules(name)
+    M, N, K = 37, 100, 72
+    dt = jnp.float16 if name.endswith("preact") else jnp.bfloat16
+    args = [jax.ShapeDtypeStruct((M, K) if name.endswith("preact") else (K, M), dt), jax.ShapeDtypeStruct((2 * N, K), dt),
+            *([jax.ShapeDtypeStruct((N,), dt)] if name.endswith("preact") else [])]
+    fn = getattr(mod, f"{name}_jax")
+    grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
+    jaxpr = jax.make_jaxpr(grad)(*args)
+    assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
+    assert cute_train_calls(jaxpr.jaxpr) == calls

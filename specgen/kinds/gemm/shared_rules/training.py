@@ -33,14 +33,13 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     refuse every input that requires grad. A gated epilogue's backward (pre of B's 2N columns, G holding dgate
     and dup in the forward's layout) is a design's where it says `renders_gated_training` (the Triton, dense CuTe
     sm90 and Pallas designs: the Pallas TPU backward's halves, as its forward's PAL013; the dense CuTe sm100 design's
-    halves since session 33, its `training_refusal` refusing interleaved) or
+    since session 33, both layouts) or
     `renders_gated_training_on` the target; every shipped design that renders training renders it. The other chains (scale, residual, clamp, cast, bias along m, any order), an fp8 forward's backward
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
     scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
     design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU); the other chains unbatched, of 16-bit
-    operands, the dense CuTe sm90 design's too (session 33: `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
-    (the CuTe sm90 design and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype; the CuTe sm100
-    design: those, and the gated epilogue's halves layout only).
+    operands, the dense CuTe sm90 and sm100 designs' too (session 33: `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
+    (the CuTe sm90 and sm100 designs and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
     op's since session 27, halves as its forward's GRP204; an fp8 forward's since session 27), its CuTe sm90 design the plain

@@ -64,7 +64,7 @@ def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
         rows += [sm90.compile_config(module._train_launcher, meta["kernel"], role, target, roles[role]["smem_bytes"], sass,
                                      fill_cache, ops=SASS_OPS, keep=KEEP, more=_tmem(roles[role]))
                  for role in module._train_launcher.configs]
-        for name in ("_cols_launcher", "_cols_fp8_launcher"):  # (an fp8 forward's columns kernel has its own)
+        for name in ("_cols_launcher", "_cols_fp8_launcher", "_chain_launcher"):  # (an fp8 forward's, a chain's: their own)
             cols = getattr(module, name, None)
             rows += [sm90.compile_config(cols, meta["kernel"], v, target, 0, sass, fill_cache, ops=SASS_OPS)
                      for v in (cols.configs if cols else ())]

@@ -14,12 +14,13 @@ dgrad and wgrad store the plain product. The gradients' orientation (dA^T = B G^
 columns pass (templates/gemm/cute/grad_cols.jinja: G from dOut and the saved pre, the bias gradient in row bands) and
 the host side are the sm90 module's, rendered by the same macros (templates/gemm/cute/training.jinja).
 
-A gated epilogue (halves; the sm90 backward's meaning, cute_sm90/training.py): forward_pre and recompute are the gated
-kernel (a gate and an up TMEM accumulator a stage), forward_pre storing pre's gate and up halves by TMA beside out (three
-SMEM subtiles a subtile: its companion keeps three times the forward's epilogue stages), recompute storing G's dgate =
+A gated epilogue (either layout; the sm90 backward's meaning, cute_sm90/training.py): forward_pre and recompute are the
+gated kernel (a gate and an up TMEM accumulator a stage), forward_pre storing pre's gate and up halves by TMA beside out
+(three SMEM subtiles a subtile: its companion keeps three times the forward's epilogue stages; interleaved: pre's pairs
+element-wise, as sm90 stores them, no TMA box holding every other column, its SMEM out's alone), recompute storing G's dgate =
 (dOut * up) * act'(gate) and dup = dOut * act(gate) element-wise into G's (M, N, 2) pairs; dgrad and wgrad run the
 kernel ungated (`Config.gated`: one accumulator, no up tiles), plain GEMMs over B's 2N columns; the columns pass is the
-sm90 module's gated one. The interleaved layout is refused (TRN001): its pre would be stored element-wise.
+sm90 module's gated one (either layout).
 
 An fp8 forward (A and B fp8, rowwise scales first, then [bias], [activation] or both; the sm90 plan's meaning):
 forward_pre is the fp8 kernel storing pre (after the scales and the bias) beside out, recompute the fp8 kernel storing
@@ -27,15 +28,22 @@ pre as its output; the sm90 module's fp8 columns kernel forms G_b and G_a; dgrad
 operands (`Config.operands` by role: the SMEM struct, layouts and MMA take the config's dtypes) over the operands'
 copies the backward makes with `.to()` (exact), as on sm90.
 
+The other chains (scale, residual, clamp, cast, bias along m, in any order; unbatched, 16-bit; the sm90 plan's `chain`
+and meaning): forward_pre and recompute run templates/gemm/cute/chain_pass.jinja's epilogue (the ops before `start`,
+pre stored in the output's dtype: by TMA beside out, or as recompute's output), `train_host` passes every chain
+argument as the forward's host does, and the backward is the sm90 module's chain pass, bands kernel and `_backward`,
+rendered by the same macros (`chain_refusal(spec, fp8=True, chains=True)`; the design's
+`renders_unbatched_chain_training`).
+
 The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
 or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
 `epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
 the companion's own GEMM, whose subtile is never smaller: conservative).
 
 Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
-(bias along N), [gated], [gated, bias] (halves) and an fp8 forward's, both save modes, 1-CTA and 2-CTA configs (a
-gated forward has no 2-CTA form: EPI003) and clusters. Refused by TRN001 (and by the plan, for a render that skipped
-check): other dtypes, an interleaved gated epilogue, batch = true, the other chains.
+(bias along N), [gated], [gated, bias] (halves or interleaved), the other chains and an fp8 forward's, both save
+modes, 1-CTA and 2-CTA configs (a gated forward has no 2-CTA form: EPI003) and clusters. Refused by TRN001 (and by the plan, for a
+render that skipped check): other dtypes, batch = true, an fp8 forward's other chains.
 
 Verified on a CPU only: every role's kernel compiles for sm_100a and its SASS has UTCHMMA and no local-memory
 spills, and the plan's SMEM and TMEM equal what each compiled kernel allocates (tests/backends/cute/
@@ -59,22 +67,18 @@ FUSED_ROLES = ("forward_pre", "recompute")
 
 
 def training_refusal(spec: object) -> str:
-    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a gated
-    epilogue's and the other chains' are TRN001's own, ahead of this one)."""
+    """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a batched
+    forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one)."""
     a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
     if (a not in CUTE_TRAINING_DTYPES or b != a or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
         return (f"training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
                 f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
                 f"out.dtype = {out.value}")
-    op = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    if op is not None and op.layout != "halves":
-        return (f"training with a gated epilogue ({op.fn}, {op.layout}): the CuTe sm100 backward takes the halves layout "
-                "(pre's gate and up halves stored by TMA); the interleaved one's is the CuTe sm90 design's")
     return ""
 
 
 def _refusal(spec: object) -> str:
-    return training_refusal(spec) or chain_refusal(spec, fp8=True)
+    return training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True)
 
 
 def role_config(forward: object, sm100_config):
