@@ -136,6 +136,9 @@ class DesignBase:
     # the other chains too, unbatched and not after an fp8 forward's scales, where training is rendered (TRN001
     # elsewhere: `chain_refusal(chains=True)` refuses only those two)
     renders_unbatched_chain_training: ClassVar[bool] = False
+    # a batched forward's (`batch = true`) too, not an fp8 one's, where training is rendered (TRN001 elsewhere:
+    # `chain_refusal(batch=True)`)
+    renders_batched_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

@@ -127,9 +127,9 @@ CHAINS = [
 def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chain: list) -> None:
     """scale, residual, clamp, cast, bias along m, in any order: the section accepts them; the Triton target renders
     their backward (its companions: the pre GEMM where an op reads a value), and since session 33 the dense CuTe sm90
-    and sm100 designs' chain pass (16-bit operands, unbatched: `renders_unbatched_chain_training`) and the Pallas
-    design's (TPU and Mosaic GPU, unbatched): no TRN001 on any of them; chain_refusal's message (TRN001's on a design
-    that renders training but not these chains) unchanged."""
+    and sm100 designs' chain pass (16-bit operands, the sm90 one's batched too since session 33:
+    `renders_batched_training`) and the Pallas design's (TPU and Mosaic GPU, unbatched): no TRN001 on any of them;
+    chain_refusal's message (TRN001's on a design that renders training but not these chains) unchanged."""
     d = spec(epilogue=chain, targets=["triton:sm90", "cute:sm90", "cute:sm100", "pallas:tpu_v6e", "pallas:gpu_sm90"],
              out={"dtype": "bf16"}, tile={"m": 128, "n": 128, "k": 64},
              per_target={"cute:sm90": {"cute": {"mma_warpgroups": 2}}})
@@ -140,10 +140,12 @@ def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chai
     assert not errors, errors
     assert chain_refusal(GemmSpec.model_validate(d)).startswith("training with epilogue [")  # elsewhere: as before
     assert not chain_refusal(GemmSpec.model_validate(d), chains=True)
-    # batched, the CuTe designs refuse it still, naming the batch (the Triton design renders it)
+    # batched, the CuTe sm100 design refuses it still, naming the batch (the Triton design renders it); the CuTe sm90
+    # design renders it since session 33 (`renders_batched_training`)
     trn = [x for x in check_specs([load({**d, "batch": True})]).diagnostics if x.rule == "TRN001" and x.target.startswith("cute")]
-    assert [x.target for x in trn] == ["cute:sm90", "cute:sm100"], [str(x) for x in trn]
+    assert [x.target for x in trn] == ["cute:sm100"], [str(x) for x in trn]
     assert all(x.message.startswith("training with batch = true") and "(the Triton design does)" in x.message for x in trn)
+    assert not chain_refusal(GemmSpec.model_validate({**d, "batch": True}), chains=True, batch=True)
     labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
     reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)
     assert labels == (["forward_pre"] if reads else []) + ["dgrad", "wgrad"]
@@ -192,19 +194,19 @@ def test_the_cute_sm90_fp8_backward_refuses_the_rest(changes: dict, says: str) -
 @pytest.mark.parametrize("epilogue", [[{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}],
                                       [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}]],
                          ids=["bias_gelu_tanh", "gated"])
-def test_a_batched_forward_has_a_backward_on_the_triton_design_only(epilogue: list) -> None:
-    """batch = true loads (it was refused: "batch = true: a batched GEMM has no backward yet"); the Triton targets
-    check its backward GEMMs as batched GEMMs of their own (the companions keep the batch); TRN001 on CuTe sm90 and
-    Pallas (Mosaic GPU) names the batch, with the hint to drop it."""
+def test_a_batched_forward_has_a_backward_on_the_triton_and_cute_sm90_designs(epilogue: list) -> None:
+    """batch = true loads (it was refused: "batch = true: a batched GEMM has no backward yet"); the Triton and (session
+    33: `renders_batched_training`) dense CuTe sm90 targets check its backward GEMMs as batched GEMMs of their own (the
+    companions keep the batch); TRN001 on Pallas (Mosaic GPU) names the batch, with the hint to drop it."""
     d = spec(epilogue=epilogue, batch=True, targets=["triton:sm90", "triton:sm100", "cute:sm90", "pallas:gpu_sm90"],
-             tile={"m": 128, "n": 128, "k": 64})
+             tile={"m": 128, "n": 128, "k": 64}, cute={"mma_warpgroups": 2})
     loaded = load(d)
     assert all(c.batch for _, c, _ in loaded.spec.companions())
     report = check_specs([loaded])
     trn = [x for x in report.diagnostics if x.rule == "TRN001"]
-    assert sorted(x.target for x in trn) == ["cute:sm90", "pallas:gpu_sm90"], [str(x) for x in trn]
+    assert sorted(x.target for x in trn) == ["pallas:gpu_sm90"], [str(x) for x in trn]
     assert all("training with batch = true" in x.message and "drop `training` or `batch`" in x.hint for x in trn)
-    errors = [x for x in report.diagnostics if x.severity == "error" and x.target.startswith("triton")]
+    errors = [x for x in report.diagnostics if x.severity == "error" and x.target.startswith(("triton", "cute"))]
     assert not errors, [str(x) for x in errors]
 
 

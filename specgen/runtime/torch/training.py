@@ -49,10 +49,11 @@ def tma_ready(t: torch.Tensor, contiguous_dim: int) -> torch.Tensor:
     return t
 
 
-def tma_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialized row-major (rows, cols) matrix a TMA store can write: its row pitch padded to 16 bytes."""
+def tma_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device, *batch: int) -> torch.Tensor:
+    """An uninitialized row-major (rows, cols) matrix a TMA store can write: its row pitch padded to 16 bytes (`batch`:
+    (batch, rows, cols), the batches rows x pitch apart, so that (batch rows, cols) is a view of it)."""
     per = max(1, ALIGN // torch.empty((), dtype=dtype).element_size())
-    return torch.empty((rows, -(-max(cols, 1) // per) * per), dtype=dtype, device=device)[:, :cols]
+    return torch.empty((*batch, rows, -(-max(cols, 1) // per) * per), dtype=dtype, device=device)[..., :cols]
 
 
 def writable(dst: torch.Tensor) -> bool:

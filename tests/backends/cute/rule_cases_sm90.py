@@ -106,9 +106,12 @@ CASES: list[tuple[str, str, dict, object]] = [
      ("error", ["training with fp8_e4m3 operands and epilogue ['scale', 'residual'] (an fp8 forward's backward here: its "
                 "rowwise scales, then [bias], [activation] or [bias, activation]): the CuTe sm90 design renders no backward "
                 "for it on cute:sm90 (the Triton design does)"], ("training",))),
-    # the other chains (session 33: the chain pass, chain_pass.jinja), unbatched; batched, TRN001 names the batch
+    # the other chains (session 33: the chain pass, chain_pass.jinja), batched too (session 33: each GEMM per batch);
+    # an fp8 forward batched: TRN001 names the batch
     ("TRN001", "cute:sm90", {"training": {"save": "recompute"}, "epilogue": [{"op": "bias", "along": "m"}]}, None),
-    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "bias", "along": "m"}], "batch": True},
+    ("TRN001", "cute:sm90", {"training": {"save": "preact"}, "epilogue": [{"op": "bias", "along": "m"}], "batch": True}, None),
+    ("TRN001", "cute:sm90", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
+                             "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias"}], "batch": True},
      ("error", ["training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] for "
                 "each batch i, a bias's gradient summed over the batches and rows): the CuTe sm90 design renders no "
                 "backward for it on cute:sm90 (the Triton design does)"], ("training",))),

@@ -12,7 +12,8 @@ tests/gpu/test_training_cute_chain_gpu.py), so:
 - the backward's host glue (`_forward_pre`, `_backward`: pre saved or recomputed, G, each argument's gradient, the need
   flags, NaN-poisoned buffers, M = 1, N and K off the tile and off whole vectors) with each kernel replaced by a torch
   model of its contract, against float64 autograd of the chain;
-- a render that skipped check refuses what TRN001 still refuses (batch = true)."""
+- a render that skipped check refuses what TRN001 still refuses (an output of another dtype; batch = true renders since
+  session 33: test_cute_training_batch.py)."""
 
 from __future__ import annotations
 
@@ -255,6 +256,35 @@ def _inputs(ls, M: int, N: int, gen: torch.Generator) -> dict:
     return out
 
 
+def checked(name: str, module, t, names: list, args: dict, a, b, grad, bufs: dict) -> tuple:
+    """`_backward` (pre as forward_pre stores it) into NaN-poisoned buffers (`bufs`: dA's and dB's; each gradient's
+    added), against float64 autograd of the chain: (its gradients, them by buffer name, pre). Shared by the batched
+    chains' test (test_cute_training_batch.py)."""
+    leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in args.items()}
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    # the reference rounds the value at pre to the output's dtype (as forward_pre stores it and the backward reads it:
+    # a clamp's step where f16 and float64 differ would move a gradient by a whole dOut), its gradient straight through
+    ops, start = FORMS[name][0], t.start
+    v = _apply(ops[:start] if start >= 0 else ops, a64 @ b64, leaves)
+    if start >= 0:
+        v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
+    v.backward(grad.double())
+    # forward_pre's pre (its host, `_forward_pre`, checks for a CUDA device: the GPU tests run it): the ops before
+    # `start` on the f32 product, rounded to the output's dtype
+    pre = _apply(ops[:start], a.float() @ b.float(), args).half() if t.stores_pre else None
+    for n, _ in t.grad_kinds:
+        bufs[f"d{n}"] = torch.full_like(args[n], float("nan"))
+    got = module._backward(grad, a, b, *(args[n] for n in names), pre, **bufs)
+    assert len(got) == 2 + len(names)
+    wants = {"da": a64.grad, "db": b64.grad} | {f"d{n}": leaves[n].grad for n, _ in t.grad_kinds}
+    results = {"da": got[0], "db": got[1]} | {f"d{n}": got[2 + names.index(n)] for n, _ in t.grad_kinds}
+    for n, want in wants.items():
+        g = results[n]
+        assert g.data_ptr() == bufs[n].data_ptr() and g.shape == want.shape and not g.isnan().any(), n
+        assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-3, n
+    return got, results, pre
+
+
 @pytest.mark.parametrize("name", list(FORMS))
 @pytest.mark.parametrize(("M", "N", "K"), [(96, 64, 80), (1, 100, 72), (37, 13, 40)])
 def test_the_backward_glue_gives_the_chains_gradients(rendered, name, M, N, K, monkeypatch) -> None:
@@ -269,29 +299,9 @@ def test_the_backward_glue_gives_the_chains_gradients(rendered, name, M, N, K, m
     args = _inputs(ls, M, N, gen)
     names = [x.name for x in ls.spec.runtime_args()]
     grad = torch.randn(M, N, generator=gen).half()
-    leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in args.items()}
-    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
-    # the reference rounds the value at pre to the output's dtype (as forward_pre stores it and the backward reads it:
-    # a clamp's step where f16 and float64 differ would move a gradient by a whole dOut), its gradient straight through
-    ops, start = FORMS[name][0], t.start
-    v = _apply(ops[:start] if start >= 0 else ops, a64 @ b64, leaves)
-    if start >= 0:
-        v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
-    v.backward(grad.double())
-    # forward_pre's pre (its host, `_forward_pre`, checks for a CUDA device: the GPU tests run it): the ops before
-    # `start` on the f32 product, rounded to the output's dtype
-    pre = _apply(FORMS[name][0][:t.start], a.float() @ b.float(), args).half() if t.stores_pre else None
-    bufs = {"da": torch.full((M, K), float("nan")).half(), "db": torch.full((N, K), float("nan")).half().t()}
-    for n, _ in t.grad_kinds:
-        bufs[f"d{n}"] = torch.full_like(args[n], float("nan"))
-    got = module._backward(grad, a, b, *(args[n] for n in names), pre, **bufs)
-    assert len(got) == 2 + len(names)
-    wants = {"da": a64.grad, "db": b64.grad} | {f"d{n}": leaves[n].grad for n, _ in t.grad_kinds}
-    results = {"da": got[0], "db": got[1]} | {f"d{n}": got[2 + names.index(n)] for n, _ in t.grad_kinds}
-    for n, want in wants.items():
-        g = results[n]
-        assert g.data_ptr() == bufs[n].data_ptr() and g.shape == want.shape and not g.isnan().any(), n
-        assert (g.double() - want).abs().max().item() <= 2e-2 * want.abs().max().item() + 1e-3, n
+    got, results, pre = checked(name, module, t, names, args, a, b, grad,
+                                {"da": torch.full((M, K), float("nan")).half(),
+                                 "db": torch.full((N, K), float("nan")).half().t()})
     if "alpha" in names:
         assert got[2 + names.index("alpha")].numel() == 0  # a runtime scalar: no gradient
     # only what is asked for: the first gradient argument alone, the rest empty
@@ -304,7 +314,7 @@ def test_the_backward_glue_gives_the_chains_gradients(rendered, name, M, N, K, m
 
 
 def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
-    ls = load(spec("cch_col", batch=True))
+    ls = load(spec("cch_col", out={"dtype": "f32"}))
     assert "TRN001" in {d.rule for d in check_all([ls]) if d.severity == "error"}
-    with pytest.raises(ValueError, match=r"training with batch = true.*TRN001"):
+    with pytest.raises(ValueError, match=r"with an output of their dtype.*TRN001"):
         DESIGN.plan(ls, [TARGET], {"cute:sm90": resolve(ls.spec, TARGET)})

@@ -60,7 +60,7 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training_on(ctx.info),
-                                  ctx.design.renders_unbatched_chain_training)):
+                                  ctx.design.renders_unbatched_chain_training, ctx.design.renders_batched_training)):
         # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
         # grouped kind refuses the chains at load; its fp8 forward's backward is its Triton, Pallas TPU and Mosaic GPU
         # designs': the kind's designs with `renders_chain_training`, named)

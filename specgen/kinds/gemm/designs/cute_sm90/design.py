@@ -435,8 +435,8 @@ class CuteSm90Gemm(GemmDesign):
     # a `training` backward (training.py): its GEMMs are this kernel by role, and check settles a companion with it
     renders_training = backward_kernels = True
     # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
-    renders_gated = True
-    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = True  # gated, fp8, other chains
+    renders_gated = True  # the backward: gated, fp8, the other chains, batch = true (16-bit)
+    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = renders_batched_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)

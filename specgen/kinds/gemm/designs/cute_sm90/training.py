@@ -47,6 +47,12 @@ companion is ruled as the Triton chain's f32 pre GEMM: conservative); one SIMT C
 chain_pass.jinja) replays the chain from pre, walks it backward from dOut and forms G and each argument's gradient
 (a residual's beta dOut, a vector's column sums as band partials or row sums as column-run partials, f32, added in
 order by the columns pass's bands kernel: no atomics); dgrad and wgrad as above over G (dOut where no op changes it).
+
+A batched forward (`batch = true`, 16-bit; session 33), the Triton design's meaning (docs/training.md, "A batched GEMM on
+CuTe sm90"): every GEMM above per batch over (batch, rows, cols) views (the kernel walks their L mode as the forward's
+does; `.mT` the transposes), the columns pass and the chain pass over the batches' rows as one (batch M, N) matrix (a
+vector along m repeated per batch, a row gradient's partials added over the runs and batches in order); the plan is
+the unbatched one (`chain_refusal(batch=True)` refuses a batched fp8 forward).
 """
 
 from __future__ import annotations
@@ -186,7 +192,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
