@@ -329,6 +329,15 @@ def pallas_variants():
         yield spec_of(f"tf8{i}", [EVERY_OP[6], *rest], a={"dtype": "fp8_e4m3", "major": "k"},
                       b={"dtype": "fp8_e4m3", "major": "mn" if i % 2 else "k"}, out={"dtype": "bf16"},
                       tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v7x"], training={"save": save})
+    # a TPU and a Mosaic GPU backward of the other chains (session 33): every op in both save modes (Mosaic GPU's
+    # recompute without the residuals before pre), and a chain no op of reads a value
+    for i, (save, chain) in enumerate((("preact", EVERY_OP), ("recompute", EVERY_OP), ("recompute", EVERY_OP[12:14]))):
+        yield spec_of(f"tch{i}", chain, a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"},
+                      tile={"m": 128, "n": 128, "k": 128}, targets=["pallas:tpu_v5e"], training={"save": save})
+        yield spec_of(f"tchg{i}", [op for op in chain if save == "preact" or op["op"] != "residual" or i == 2],
+                      a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"}, tile={"m": 128, "n": 128, "k": 64},
+                      targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
+                      training={"save": save})
     # a Mosaic GPU fp8 forward's backward: the same chains, both save modes
     for i, (save, rest) in enumerate(itertools.product(["preact", "recompute"], [EVERY_OP[:1] + EVERY_OP[7:8], []])):
         yield spec_of(f"tgf8{i}", [EVERY_OP[6], *rest], a={"dtype": "fp8_e4m3", "major": "k"},

@@ -36,8 +36,8 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 (batch, K, N): each GEMM of the backward per batch, dA[i] = G[i] @ B[i]^T and dB[i] = A[i]^T @ G[i], every batch with
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
-chain every design renders, and the dense CuTe sm90 and sm100 designs the other chains, `chains`, and the dense CuTe
-sm90 design, 16-bit, `batch`).
+chain every design renders, and the dense CuTe sm90 and sm100 and Pallas (TPU, Mosaic GPU) designs the other chains,
+`chains` (unbatched on all but the CuTe sm90 design), and the dense CuTe sm90 design, 16-bit, `batch`).
 An int8 forward has no backward.
 """
 
@@ -89,7 +89,7 @@ class Training(Strict):
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90 and sm100 designs' too, the sm100 one's unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the sm100 and Pallas ones' unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows; the dense CuTe sm90 design's too, 16-bit). A grouped spec takes the same section for
@@ -193,8 +193,9 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: 
     designs': `renders_fp8_training_on` the target), its
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
-    pass: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused. `batch`: it renders a batched
-    forward's backward too, of 16-bit operands (the dense CuTe sm90 design's: `renders_batched_training`)."""
+    pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused.
+    `batch`: it renders a batched forward's backward too, of 16-bit operands (the dense CuTe sm90 design's:
+    `renders_batched_training`)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
@@ -302,9 +303,15 @@ class SaveModes:
     act: str
 
     @property
+    def reads_pre(self) -> bool:
+        """Whether the backward starts from pre: an activation's input, or (a plan of the other chains, with `chain`
+        and `start`) the value before the first op whose backward reads one."""
+        return getattr(self, "start", -1) >= 0 if getattr(self, "chain", None) else bool(self.act)
+
+    @property
     def stores_pre(self) -> bool:
-        return bool(self.act) and self.save == "preact"
+        return self.reads_pre and self.save == "preact"
 
     @property
     def recomputes(self) -> bool:
-        return bool(self.act) and self.save == "recompute"
+        return self.reads_pre and self.save == "recompute"

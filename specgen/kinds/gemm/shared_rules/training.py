@@ -38,7 +38,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     and a batched one's (`batch = true`) are the dense Triton design's (`renders_chain_training`); an fp8 forward's with its
     scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
     design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU); the other chains unbatched, of 16-bit
-    operands, the dense CuTe sm90 and sm100 designs' too (session 33: `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
+    operands, the dense CuTe sm90 and sm100 designs' too and the Pallas design's, TPU and Mosaic GPU (session 33:
+    `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 and sm100 designs and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated

@@ -282,10 +282,7 @@ class PallasGemmDesign(GemmDesign):
 
     name = "Pallas"
     keys = (("gemm", Backend.pallas, "mxu"), ("gemm", Backend.pallas, "wgmma"))
-    compiler_modules = ("jax",)
-    libraries = ("jax", "jaxlib")
-    extra = "pallas"
-    max_auto_stages = 4
+    compiler_modules, libraries, extra, max_auto_stages = ("jax",), ("jax", "jaxlib"), "pallas", 4
 
     # The Mosaic GPU module renders size-selected variants (a Config row each, picked by the jitted call at
     # trace time); the TPU module renders one config (check's CFG003 refuses variants there).
@@ -302,8 +299,9 @@ class PallasGemmDesign(GemmDesign):
     def renders_training_on(self, target: TargetInfo) -> bool:
         return is_tpu_target(target) or is_mgpu_target(target)
 
-    def renders_fp8_training_on(self, target: TargetInfo) -> bool:  # an fp8 forward's: both (training*.py)
-        return is_tpu_target(target) or is_mgpu_target(target)
+    renders_fp8_training_on = renders_training_on  # an fp8 forward's: both (training*.py)
+
+    renders_unbatched_chain_training = True  # the other chains, unbatched: both (training*.py)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""

@@ -20,6 +20,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_train_kernel", "_train_build", "_train_extents", "_gemm",
     # ... its preact G and bias gradient (one Pallas Triton kernel) and the gated roles' slicing
     "COLS_BLOCK", "_grad_cols_kernel", "pltriton", "slice",
+    # a TPU backward of the other chains (training): its jnp pass (templates/gemm/pallas/chain_backward.jinja)
+    "_chain_grads",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -64,6 +66,8 @@ RESERVED: frozenset[str] = frozenset({
     "g_b", "g_a", "gb_ref", "ga_ref", "convert",
     # ... and a Mosaic GPU one's: U (jnp) and the element sizes of the TMA extents (the 8-bit pre GEMM, its f32 pre)
     "u", "size", "c_size",
+    # ... and the other chains' jnp pass: the inputs of the ops it replays from pre
+    "xs",
 })
 
 # How its templates derive names from an epilogue argument `x`.

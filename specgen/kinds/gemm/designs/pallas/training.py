@@ -34,6 +34,15 @@ A as stored (8-bit) and convert each block to OPERAND in the kernel (exact for b
 GEMMs of the output's dtype and PAL015 asks the 8-bit A block wgrad reads for its sublane tile. The scales get no
 gradient (None: jax.grad gives zeros).
 
+The other chains (scale, residual, clamp, cast, bias along m, in any order; unbatched, 16- or 32-bit operands; session
+33) have the dense Triton design's meaning (`chain`, `start`): pre is the value before op `start` (value_index: the
+first op whose backward reads its input; -1: none, no pre GEMM). forward_pre applies epilogue[:start] to the
+accumulator, stores pre (the output's dtype), applies the rest and stores out; recompute applies epilogue[:start] and
+stores pre in f32 (the companion's output; it reads no dOut). The chain's backward is jnp code shared with the Mosaic
+GPU module (templates/gemm/pallas/chain_backward.jinja), fused by XLA: it replays the chain from pre and walks it
+backward from dOut, forming G (the operands' dtype) and every argument's gradient (a residual's beta dOut at it, a
+vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are the plain backward GEMMs over G.
+
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
 pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
 block; an fp8 forward's scale blocks), and grad_cols has blocks of its own at the forward's tile.
@@ -50,6 +59,8 @@ from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
+    legacy_chain,
+    value_index,
 )
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
@@ -93,12 +104,17 @@ class TpuTrainingPlan(SaveModes):
     # an fp8 forward (rowwise scales first): the backward in the output's dtype (operand_jnp), w.r.t. the dequantized
     # operands; grad_cols forms G_b = U scale_b and G_a = scale_a U, dgrad / wgrad convert the 8-bit blocks
     fp8: bool = False
+    # the other chains (module docstring): pre is the value before epilogue[start] (-1: no op reads a value, no pre
+    # GEMM); `pre_args` the runtime arguments of the ops before it (recompute's inputs beside A and B)
+    chain: bool = False
+    start: int = -1
+    pre_args: tuple[str, ...] = ()
 
     @property
     def grad_cols(self) -> bool:
         """Whether the backward runs the columns pass (to form G from the saved pre, or to sum dbias; an fp8
-        forward's always: G_b and G_a)."""
-        return self.stores_pre or bool(self.bias) or self.fp8
+        forward's always: G_b and G_a; the other chains never: their pass is jnp)."""
+        return (self.stores_pre or bool(self.bias) or self.fp8) and not self.chain
 
     @property
     def cols_reads_pre(self) -> bool:
@@ -120,7 +136,8 @@ def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGem
     flip = {"k": "mn", "mn": "k"}
     t = (tile.m, tile.n, tile.k)  # type: ignore[attr-defined]
     if role in ("forward_pre", "recompute"):  # pre (M, N) = A (M, K) @ B (K, N), as the forward
-        out = spec.out.dtype if role == "forward_pre" else DType.f32 if fp8 else spec.a.dtype  # type: ignore[attr-defined]
+        f32 = fp8 or not legacy_chain(spec.epilogue)  # type: ignore[attr-defined]  # recompute's pre in f32 (no G)
+        out = spec.out.dtype if role == "forward_pre" else DType.f32 if f32 else spec.a.dtype  # type: ignore[attr-defined]
         return TpuBackwardGemm(role, "a", a, "b", b, "m", "n", "k", *t, jnp[out], False)
     da, db = (jnp[spec.out.dtype],) * 2 if fp8 else (jnp[spec.a.dtype], jnp[spec.b.dtype])  # type: ignore[attr-defined]
     g = ("g_b" if role == "dgrad" else "g_a") if fp8 else "g"
@@ -145,6 +162,17 @@ def pre_role_vmem(spec: object, role: str, tile: object) -> int:
     gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
     block, out, g = tile.m * tile.n, spec.out.dtype.bytes, spec.a.dtype.bytes  # type: ignore[attr-defined]
+    if not fp8 and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
+        # the other chains: forward_pre stores pre beside out and reads every argument; recompute (pre in f32, the
+        # companion's output) the arguments of the ops before pre; a row vector's (tile.m, 1) block padded to 128
+        # lanes of f32, a column vector's (1, tile.n) a tile row, a residual's block, a scalar in SMEM
+        ops = spec.epilogue if role == "forward_pre" else spec.epilogue[:value_index(spec.epilogue)]  # type: ignore[attr-defined]
+        args = [arg for op in ops for arg in op.runtime_args()]
+        need = block * out if role == "forward_pre" else 0
+        for arg in args:
+            need += {"vec_m": tile.m * TPU_LANES * 4, "vec_n": TPU_TILE_ROW_BYTES * tile.n,  # type: ignore[attr-defined]
+                     "matrix": block * arg.dtype.bytes}.get(arg.shape, 0)
+        return TPU_ARGS_DOUBLE_BUFFERED * need
     blocks = (2 if gated else 1) * out if role == "forward_pre" else 0 if fp8 else out + (g if gated else 0)
     bias = any(op.op == "bias" for op in spec.epilogue) and (role == "forward_pre" or not gated)  # type: ignore[attr-defined]
     scales = tile.m * TPU_LANES * 4 + TPU_TILE_ROW_BYTES * tile.n if fp8 else 0  # type: ignore[attr-defined]
@@ -158,6 +186,8 @@ def grad_cols_vmem(spec: object) -> int:
     block and its f32 sum (one (8, 128) tile per 128 columns)."""
     gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
     act, save, t = activation_fn(spec.epilogue), spec.training.save, spec.tile  # type: ignore[attr-defined]
+    if not spec.a.dtype.is_fp8 and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
+        return 0  # the other chains' backward pass is jnp (XLA's fusion), not a Pallas kernel
     bias = any(op.op == "bias" for op in spec.epilogue)  # type: ignore[attr-defined]
     out, g, halves = spec.out.dtype.bytes, spec.a.dtype.bytes, 2 if gated else 1  # type: ignore[attr-defined]
     if spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
@@ -185,7 +215,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec, fp8=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True, chains=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}
@@ -198,13 +228,16 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
                                                  vmem_bytes=need, vmem_limit_bytes=min(cap, math.ceil(need * headroom)))
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    chain = not fp8 and not legacy_chain(spec.epilogue)  # type: ignore[attr-defined]
+    start = value_index(spec.epilogue) if chain else -1  # type: ignore[attr-defined]
     cols = grad_cols_vmem(spec)
     cap = min(resolved[str(target)].budget.capacity for target in targets)
     return TpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue),  # type: ignore[attr-defined]
-                           bias=bias.name if bias is not None else "",
-                           bias_jnp=jnp[bias.dtype] if bias is not None else "",
+                           bias=bias.name if bias is not None and not chain else "",
+                           bias_jnp=jnp[bias.dtype] if bias is not None and not chain else "",
                            operand_jnp=jnp[spec.out.dtype if fp8 else spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
-                           gated=gated is not None, fp8=fp8,
+                           gated=gated is not None, fp8=fp8, chain=chain, start=start,
+                           pre_args=tuple(a.name for op in spec.epilogue[:max(start, 0)] for a in op.runtime_args()),  # type: ignore[attr-defined]
                            cols_vmem_bytes=cols, cols_vmem_limit_bytes=min(cap, math.ceil(cols * headroom)))
 
 
@@ -212,6 +245,7 @@ def training_metadata(t: TpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA: the save mode and each GEMM's blocks (P, Q, R) and VMEM figure."""
     return {"save": t.save, "activation": t.act, **({"gated": "halves"} if t.gated else {}),
             **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}),  # the dequantized operands' gradients
+            **({"chain_pre_before": t.start} if t.chain else {}),  # the other chains: pre is the value before op start
             **({"grad_cols_vmem_bytes": t.cols_vmem_bytes} if t.cols_vmem_bytes else {}),
             "gemms": {role: {"blocks": [g.block_p, g.block_q, g.block_r], "x_major": g.x_major, "y_major": g.y_major,
                              "transposed": g.transposed, "vmem_bytes": g.vmem_bytes}

@@ -31,6 +31,14 @@ forward applies them): forward_pre stores pre (the output's dtype) and out = act
 (U's column sum) are jnp (templates/gemm/pallas/fp8_backward.jinja, the grouped Pallas backwards' macro); wgmma takes
 no 8-bit operand MN-major nor beside a 16-bit one, so dgrad and wgrad read 16-bit copies of B and A (a jnp astype,
 exact), as the grouped Mosaic GPU backward does.
+The other chains (scale, residual, clamp, cast, bias along m, any order; unbatched; session 33): the Pallas TPU
+module's meaning and jnp chain pass (templates/gemm/pallas/chain_backward.jinja, `_chain_grads`), dgrad and wgrad
+the plain GEMMs over its G. forward_pre applies the ops before pre (`start`) in its epilogue, stores pre, applies
+the rest and stores out; recompute applies the ops before pre and stores it in f32 (the companion's output, as the
+TPU's and the fp8 forward's recompute), reading no dOut. A residual's subtile is TMA-loaded into the slot of the store
+that follows it (one mbarrier a slot, as recompute's dOut; PAL005: the output's dtype), so recompute, whose slots are
+f32, takes no residual before pre (`training_refusal`: save = "preact" does); a runtime scalar is read as the forward
+reads it (an epi_n-long f32 vector).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specgen.kinds.gemm.training import SaveModes, activation_fn, chain_refusal
+from specgen.kinds.gemm.training import SaveModes, activation_fn, chain_refusal, legacy_chain, value_index
 from specgen.resolved import Resolved
 from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
@@ -82,12 +90,17 @@ class MgpuTrainingPlan(SaveModes):
     gemms: dict[str, MgpuBackwardGemm]  # by role
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"); "" without one
     fp8: bool = False  # an fp8 forward: the backward in the output's dtype (operand_jnp), w.r.t. the dequantized operands
+    # the other chains (module docstring): pre is the value before epilogue[start] (-1: none); `pre_args` the
+    # arguments of the ops before it (recompute's), `residuals` whether a role's epilogue TMA-loads a residual
+    chain: bool = False
+    start: int = -1
+    pre_args: tuple[str, ...] = ()
 
     @property
     def grad_cols(self) -> bool:
         """Whether the backward runs the columns pass (G from the saved pre, and / or the bias gradient; an fp8
-        forward's U, G_b and G_a are jnp)."""
-        return (self.stores_pre or bool(self.bias)) and not self.fp8
+        forward's U, G_b and G_a are jnp, as the other chains' pass)."""
+        return (self.stores_pre or bool(self.bias)) and not self.fp8 and not self.chain
 
 
 def _role_tile(spec: object, role: str) -> object:
@@ -114,6 +127,12 @@ def training_refusal(spec: object) -> str:
     if spec.cluster.m * spec.cluster.n > 1:  # type: ignore[attr-defined]
         return (f"training: the Mosaic GPU backward runs no cluster (cluster = {spec.cluster.m}x{spec.cluster.n}); "  # type: ignore[attr-defined]
                 "drop it or `training`")
+    if spec.training.save == "recompute" and not fp8 and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
+        start = value_index(spec.epilogue)  # type: ignore[attr-defined]
+        if (i := next((i for i, op in enumerate(spec.epilogue[:max(start, 0)]) if op.op == "residual"), None)) is not None:  # type: ignore[attr-defined]
+            return (f"training: epilogue[{i}] (residual) comes before epilogue[{start}], whose backward reads its input: "
+                    "the Mosaic GPU recompute stores that value in f32 and would stage the residual's subtile in its f32 "
+                    "SMEM slot (a residual is staged in the output's dtype); set training.save = \"preact\"")
     for role in transposed_roles(spec):
         tile = _role_tile(spec, role)
         if tile.m < EPI_TILE or tile.n < 2 * EPI_TILE:  # type: ignore[attr-defined]
@@ -142,12 +161,16 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec, fp8=True):
+    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True):
         # check refuses these (TRN001: a batched forward's among them); a render that skipped check must not emit a
         # wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    chain = not fp8 and not legacy_chain(spec.epilogue)  # type: ignore[attr-defined]
+    start = value_index(spec.epilogue) if chain else -1  # type: ignore[attr-defined]
+    # the ops each pre role's epilogue applies (the other chains): forward_pre all, recompute those before pre
+    applies = {"forward_pre": spec.epilogue, "recompute": spec.epilogue[:max(start, 0)]} if chain else {}  # type: ignore[attr-defined]
     gemms = {}
     for c in r.companions:
         x, y, xm, ym, p, q, rr, transposed = oriented(c.companion, spec)
@@ -156,27 +179,31 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
                                   persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
         # recompute TMA-loads dOut into each staging slot (one mbarrier a slot, as a residual's): beyond the companion
         # (an fp8 forward's recompute stores pre, its companion's f32 output, and reads no dOut)
-        extra = cfg.out_slots * 2 * barrier_bytes if c.companion == "recompute" and not fp8 else 0  # type: ignore[attr-defined]
-        dtype = c.spec.out.dtype if fp8 else {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype,  # type: ignore[attr-defined]
+        # (the other chains: a residual's TMA loads into the slots, one mbarrier a slot, where forward_pre applies one)
+        loads = any(op.op == "residual" for op in applies.get(c.companion, [])) if chain else c.companion == "recompute" and not fp8
+        extra = cfg.out_slots * 2 * barrier_bytes if loads else 0  # type: ignore[attr-defined]
+        dtype = c.spec.out.dtype if fp8 or chain else {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype,  # type: ignore[attr-defined]
                                               "dgrad": spec.a.dtype, "wgrad": spec.b.dtype}[c.companion]  # type: ignore[attr-defined]
         gemms[c.companion] = MgpuBackwardGemm(c.companion, x, y, xm, ym, p, q, rr, transposed, jnp[dtype], cfg,
                                               cfg.smem_bytes + extra)  # type: ignore[attr-defined]
         if gemms[c.companion].smem_bytes > c.budget.capacity:
             raise ValueError(f"{spec.name}: the Mosaic GPU {c.companion} needs {gemms[c.companion].smem_bytes} B of SMEM "  # type: ignore[attr-defined]
-                             f"(its dOut barriers), past {c.budget.capacity}: set training.pre")
+                             f"(its dOut or residual barriers), past {c.budget.capacity}: set training.pre")
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     return MgpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]
-                            bias=bias.name if bias is not None else "",
-                            bias_jnp=jnp[bias.dtype] if bias is not None else "",
+                            bias=bias.name if bias is not None and not chain else "",
+                            bias_jnp=jnp[bias.dtype] if bias is not None and not chain else "",
                             operand_jnp=jnp[spec.out.dtype if fp8 else spec.a.dtype], gemms=gemms,  # type: ignore[attr-defined]
-                            gated=gated.layout if gated is not None else "", fp8=fp8)
+                            gated=gated.layout if gated is not None else "", fp8=fp8, chain=chain, start=start,
+                            pre_args=tuple(a.name for op in applies.get("recompute", []) for a in op.runtime_args()))
 
 
 def mgpu_training_metadata(t: MgpuTrainingPlan) -> dict[str, object]:
     """The backward's METADATA entry: the save mode and each GEMM's tile, majors, orientation and SMEM."""
     return {"save": t.save, "activation": t.act, **({"gated": t.gated} if t.gated else {}),
-            **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}), "gemms": {
+            **({"fp8_backward_dtype": t.operand_jnp} if t.fp8 else {}),
+            **({"chain_pre_before": t.start} if t.chain else {}), "gemms": {
         role: {"tile": [g.config.tile_m, g.config.tile_n, g.config.tile_k], "stages": g.config.ab_stages,  # type: ignore[attr-defined]
                "x": g.x, "y": g.y, "x_major": g.x_major, "y_major": g.y_major, "transposed": g.transposed,
                "smem_bytes": g.smem_bytes}
