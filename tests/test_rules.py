@@ -453,7 +453,7 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "batch": True},
      ("error", ["training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
                 "for each batch i, a bias's gradient summed over the batches and rows): the Pallas (TPU, Mosaic GPU) "
-                "design renders no backward for it on pallas:tpu_v6e (the Triton design does)"], ("training",))),
+                "design renders no backward for it on pallas:tpu_v6e (the CuTe sm90 and Triton designs do)"], ("training",))),
 ]
 
 
