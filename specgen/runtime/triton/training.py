@@ -174,7 +174,8 @@ def flat(v: torch.Tensor) -> torch.Tensor:
 def chain_pass(kernel: str, jit: object, sums: object, config: dict[str, int], tiles: dict[str, int], device: int,
                grad: torch.Tensor, pre: torch.Tensor | None, g: torch.Tensor | None, g2: torch.Tensor | None,
                inputs: tuple, strides: tuple, outputs: tuple, bf16: bool) -> None:
-    """The chain pass over grad (M x N): G into g (and g2: an fp8 forward's second) where given, and each argument's
+    """The chain pass over grad (M x N): G into g (and g2: an fp8 forward's second; g and g2 alike laid out) where
+    given, and each argument's
     gradient in `outputs` ((name, kind, tensor or None): "matrix" written in place, "cols" / "rows" summed as f32
     partials (a row a band / a row a column block) that the sums kernel adds in order into the tensor)."""
     *lead, M, N = grad.shape  # batched: (batch, M, N), every batch's rows (the grid's third axis)
@@ -206,8 +207,9 @@ def chain_pass(kernel: str, jit: object, sums: object, config: dict[str, int], t
     launch(kernel, jit, config, tiles, (cols, bands, batch) if grad.dim() == 3 else (cols, bands),
            (grad, grad if pre is None else pre, grad if g is None else g, grad if g2 is None else g2, *inputs, *ptrs, M, N,
             rows_per, *grad.stride(), *(pre.stride() if pre is not None else none),
-            *(g.stride() if g is not None else none), *strides, *out_strides),
-           bf16, per_matrix=grad.dim() == 3, FORM_G=g is not None, **needs)
+            *(next(x for x in (g, g2) if x is not None).stride() if g is not None or g2 is not None else none), *strides,
+            *out_strides),
+           bf16, per_matrix=grad.dim() == 3, FORM_G=g is not None, FORM_G2=g2 is not None, **needs)
     for part, dst in partials:  # the partials' sums, in order
         launch(kernel, sums, config, {"BLOCK_N": BN}, (-(-part.shape[1] // BN),), (part, dst, part.shape[0], part.shape[1],
                                                                                   part.stride(0)), False)

@@ -287,6 +287,12 @@ def test_fp8_forward_backward_is_the_dequantized_operands_gradient(save: str, a_
     close(da, deq_a.grad, 1e-2, "dA (dequantized)")
     close(db, deq_b.grad, 1e-2, "dB (dequantized)")
     close(dbias, bias64.grad, 1e-2, "dbias")
+    # one operand's gradient alone (frozen fp8 weights: dA only): its G alone is formed, the other GEMM not run
+    da1, db1, *_ = mod._backward(grad, a, b, sa, sb, bias, pre, True, False, False, False, True)
+    db2, da2 = mod._backward(grad, a, b, sa, sb, bias, pre, False, True, False, False, False)[1::-1]
+    assert db1.numel() == da2.numel() == 0
+    close(da1, deq_a.grad, 1e-2, "dA alone")
+    close(db2, deq_b.grad, 1e-2, "dB alone")
     leaf = bias.clone().requires_grad_()
     fn(a, b, sa, sb, leaf).backward(grad)
     close(leaf.grad, bias64.grad, 1e-2, "dbias (autograd)")
