@@ -418,3 +418,20 @@ def test_a_cute_forward_pres_near_verdict_compiles_its_own_kernel(monkeypatch, t
     errors = [d for d in check_specs([ls], settle="compile").diagnostics if d.severity == "error"]
     assert [(d.rule, d.variant) for d in errors] == [("REG001", "backward forward_pre")], [str(d) for d in errors]
     assert "spilled" in errors[0].message
+
+
+def test_a_cute_sm100_companion_is_settled_by_its_roles_kernel():
+    """The CuTe sm100 backward runs the tcgen05 kernel by role as sm90's does (forward_pre stores pre beside out): a
+    near verdict of one of its companions would be settled by compiling that role's kernel, which its compile hook
+    takes (`role`, as the probe passes it: specgen/probe.py)."""
+    import inspect
+
+    from specgen.kinds.gemm.designs.cute_sm100.compile import compile_module
+
+    spec = {"name": "s100", "kind": "gemm", "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
+            "out": {"dtype": "bf16"}, "epilogue": [{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}],
+            "tile": {"m": 128, "n": 256, "k": 64}, "targets": ["cute:sm100"], "training": {"save": "recompute"}}
+    (ls,) = load_text(json.dumps({"kernels": [spec]}), "<test>", ".json")
+    roles = {c.companion: settle.backward_role(c) for c in resolve(ls.spec, ls.spec.targets[0]).companions}
+    assert roles == {"recompute": "recompute", "dgrad": "dgrad", "wgrad": "wgrad"}, roles
+    assert "role" in inspect.signature(compile_module).parameters

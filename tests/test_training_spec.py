@@ -140,11 +140,12 @@ def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chai
     assert not errors, errors
     assert chain_refusal(GemmSpec.model_validate(d)).startswith("training with epilogue [")  # elsewhere: as before
     assert not chain_refusal(GemmSpec.model_validate(d), chains=True)
-    # batched, the CuTe sm100 design refuses it still, naming the batch (the Triton design renders it); the CuTe sm90
-    # design renders it since session 33 (`renders_batched_training`)
+    # batched, the CuTe sm100 design refuses it still, naming the batch and the designs that render it (the Triton and,
+    # since session 33, the CuTe sm90 and Pallas designs: `renders_batched_training`)
     trn = [x for x in check_specs([load({**d, "batch": True})]).diagnostics if x.rule == "TRN001" and x.target.startswith("cute")]
     assert [x.target for x in trn] == ["cute:sm100"], [str(x) for x in trn]
-    assert all(x.message.startswith("training with batch = true") and "(the Triton design does)" in x.message for x in trn)
+    assert all(x.message.startswith("training with batch = true") and "(the CuTe sm90, Pallas (TPU, Mosaic GPU) and Triton designs do)" in x.message
+               for x in trn)
     assert not chain_refusal(GemmSpec.model_validate({**d, "batch": True}), chains=True, batch=True)
     labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
     reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)

@@ -61,10 +61,13 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training_on(ctx.info),
                                   ctx.design.renders_unbatched_chain_training, ctx.design.renders_batched_training)):
-        # scale, residual, clamp, cast, bias along m, other orders, an fp8 forward: the dense Triton design's only (the
-        # grouped kind refuses the chains at load; its fp8 forward's backward is its Triton, Pallas TPU and Mosaic GPU
-        # designs': the kind's designs with `renders_chain_training`, named)
-        where = sorted(d.name for d in rendering(ctx.design.kind) if d.renders_chain_training)
+        # scale, residual, clamp, cast, bias along m, other orders, a batched or an fp8 forward: named, the kind's
+        # designs that render this spec's (`renders_chain_training`, or their flags pass `chain_refusal`; the grouped
+        # kind refuses the chains at load)
+        where = sorted(d.training_label or d.name for d in rendering(ctx.design.kind) if d.renders_chain_training or (
+            (d.renders_training or d.training_label) and not chain_refusal(
+                ctx.spec, d.renders_fp8_training or bool(d.training_label), d.renders_unbatched_chain_training,
+                d.renders_batched_training)))
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
                       f"no backward for it on {ctx.target} (the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, "

@@ -46,14 +46,19 @@ def tmem_alloc_columns(ptx: str) -> int | None:
 
 
 def compile_module(module: ModuleType, target: TargetInfo, sass: bool = False,
-                   fill_cache: bool = True, backward: bool = True) -> list[CompileResult]:
+                   fill_cache: bool = True, backward: bool = True, role: str = "") -> list[CompileResult]:
     """Compile one rendered sm100 module: every config (the default first, then each size-selected
     variant, reported as `<kernel>[variant i]`), each beside its own plan SMEM and TMEM; with a `training`
     section (and `backward`) then each backward GEMM's role (`<kernel>[dgrad]`, beside its plan SMEM and TMEM) and
-    the columns kernels (no SMEM, no TMEM), as the sm90 hook compiles them."""
+    the columns kernels (no SMEM, no TMEM), as the sm90 hook compiles them. `role`: that backward GEMM's kernel
+    alone (check's settle step, as sm90's: forward_pre and recompute carry more than the forward)."""
     launcher = module._launcher
     meta = module.METADATA
     plan = meta["plan"][target.compute_capability]
+    if role:
+        roles = plan["training"]["kernels"]
+        return [sm90.compile_config(module._train_launcher, meta["kernel"], role, target, roles[role]["smem_bytes"], sass,
+                                    fill_cache, ops=SASS_OPS, keep=KEEP, more=_tmem(roles[role]))]
     plans = [plan] + list(plan.get("variants", []))
     rows = [sm90.compile_config(launcher, meta["kernel"], variant, target, p["smem_bytes"], sass, fill_cache,
                                 ops=SASS_OPS, keep=KEEP, more=_tmem(p))

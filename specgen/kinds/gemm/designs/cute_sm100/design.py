@@ -278,7 +278,7 @@ class CuteSm100Gemm(GemmDesign):
     renders_variants = True
     # a `training` backward (training.py in this package: the sm90 design's plan and host, this kernel by role): 16-bit
     # operands; compiled for sm_100a and read in SASS, never run. TRN001 refuses the rest
-    renders_training = True
+    renders_training = backward_kernels = True  # check settles a companion by its role's kernel (as sm90's)
     # a gated epilogue's (halves: pre's gate and up halves stored by TMA; interleaved: element-wise, as sm90's)
     renders_gated_training = True
     # an fp8 forward's (rowwise scales, then [bias], [activation] or both: the sm90 plan's, dgrad and wgrad over the
