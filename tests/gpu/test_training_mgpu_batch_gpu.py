@@ -4,8 +4,8 @@ JAX entry (its jax.custom_vjp: each backward GEMM per batch entry with the unbat
 pass over the batches' rows as one (batch M, N) matrix), gradients of A, B and every argument within bf16 rounding of
 float64 autograd of the batched reference (or twice the same step's error in plain jnp at bf16), in their stored
 layouts, a vector's gradient summed over every batch entry: [bias, gelu_tanh] preact, [bias, silu] recompute with A
-stored (batch, K, M), [] with both operands mn-major, a gated op (halves) with a bias, and the other chains (a row
-vector, a column scale, a residual) recompute; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
+stored (batch, K, M), [] with both operands mn-major, a gated op with a bias (SwiGLU halves preact, GeGLU-tanh
+interleaved recompute), and the other chains (a row vector, a column scale, a residual) recompute; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
 poisoned with NaN first (an unwritten tile stays NaN).
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them. Not run on a GPU until the lead reports they have.
@@ -27,6 +27,8 @@ CASES = {
     "mgbg_bias_silu_rec_mnk": ([BIAS, {"op": "activation", "fn": "silu"}], "recompute", "mn_k", (3, 1, 264, 72)),
     "mgbg_plain_mnmn": ([], "preact", "mn_mn", (1, 37, 136, 40)),
     "mgbg_gated_pre": ([{"op": "gated", "fn": "silu", "layout": "halves"}, BIAS], "preact", "k_k", (3, 130, 192, 72)),
+    "mgbg_geglu_il_rec": ([{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, BIAS], "recompute", "k_k",
+                          (3, 1, 128, 72)),
     "mgbg_chain_rec": ([{"op": "bias", "along": "m", "dtype": "f32"}, {"op": "activation", "fn": "sigmoid"},
                         {"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16", "beta": 0.5}], "recompute", "k_k",
                        (3, 200, 136, 136)),
@@ -96,7 +98,8 @@ def plain_jnp(spec: dict, names):
         for op in spec["epilogue"]:
             if op["op"] == "gated":
                 n = v.shape[-1] // 2
-                v = acts[op["fn"]](v[..., :n].astype(jnp.bfloat16).astype(jnp.float32)) * v[..., n:]
+                gate, up = (v[..., :n], v[..., n:]) if op["layout"] == "halves" else (v[..., 0::2], v[..., 1::2])
+                v = acts[op["fn"]](gate.astype(jnp.bfloat16).astype(jnp.float32)) * up
             elif op["op"] == "bias":
                 v = v + args[op["name"]].astype(jnp.float32).reshape((-1, 1) if op["along"] == "m" else (1, -1))
             elif op["op"] == "activation":

@@ -26,13 +26,14 @@ from specgen.targets import target_info
 
 BIAS = {"op": "bias", "along": "n", "dtype": "bf16"}
 # name: (epilogue, save, majors, (batch, M, N, K)): [bias, activation] preact, [bias, sigmoid] recompute with A
-# stored (K, M), [] with both operands mn-major, a gated op (halves) with a bias, and the other chains (a row vector, a
+# stored (K, M), [] with both operands mn-major, a gated op with a bias (halves preact, interleaved recompute), and the other chains (a row vector, a
 # residual, pre before the activation) recompute
 FORMS = {
     "mgb_bias_gelu": ([BIAS, {"op": "activation", "fn": "gelu_tanh"}], "preact", "k_k", (3, 37, 200, 72)),
     "mgb_sigmoid_rec": ([BIAS, {"op": "activation", "fn": "sigmoid"}], "recompute", "mn_k", (3, 1, 48, 40)),
     "mgb_plain": ([], "preact", "mn_mn", (1, 37, 130, 72)),
     "mgb_gated": ([{"op": "gated", "fn": "silu", "layout": "halves"}, BIAS], "preact", "k_k", (3, 20, 64, 72)),
+    "mgb_gated_il": ([{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, BIAS], "recompute", "k_k", (3, 1, 64, 40)),
     "mgb_chain": ([{"op": "bias", "along": "m", "dtype": "f32"}, {"op": "activation", "fn": "sigmoid"},
                    {"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16", "beta": 0.5}], "recompute", "k_k",
                   (3, 37, 130, 40)),
