@@ -344,6 +344,16 @@ def pallas_variants():
                       b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"}, tile={"m": 128, "n": 128, "k": 64},
                       targets=["pallas:gpu_sm90"], cluster={"m": 1, "n": 1}, per_target={}, variants=[],
                       training={"save": save})
+    # a batched forward's backward on both (session 33; batch_backward.jinja's `_per_batch`): every op's chain pass
+    # (preact), a gated op with a bias (recompute), a bias and an activation
+    for i, (target, save, chain) in enumerate((("pallas:tpu_v5e", "preact", EVERY_OP),
+                                               ("pallas:tpu_v5e", "recompute", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]]),
+                                               ("pallas:gpu_sm90", "preact", EVERY_OP),
+                                               ("pallas:gpu_sm90", "recompute", EVERY_OP[:1] + EVERY_OP[7:8]))):
+        gpu = {"cluster": {"m": 1, "n": 1}, "per_target": {}, "variants": []} if target.endswith("sm90") else {}
+        yield spec_of(f"tb{i}", chain, batch=True, a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "k"},
+                      tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target],
+                      training={"save": save}, **gpu)
     # ... and the TPU gated forward alone with B N-major (its N check), batched
     yield spec_of("tgf", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]], batch=True,
                   a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "mn"}, tile={"m": 128, "n": 128, "k": 128},

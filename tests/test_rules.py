@@ -449,11 +449,9 @@ CASES: list[tuple[str, str, dict, object]] = [
     # Pallas design's too, tests/backends/pallas/test_training_*_chain.py)
     ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"},
                                   "epilogue": [{"op": "residual", "dtype": "bf16"}, {"op": "clamp", "min": 0.0}]}, None),
-    # ... and a batched GEMM's (batch = true: each backward GEMM per batch; the Triton side: tests/test_training_spec.py)
-    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "batch": True},
-     ("error", ["training with batch = true (a batched GEMM's backward: dA[i] = G[i] @ B[i]^T, dB[i] = A[i]^T @ G[i] "
-                "for each batch i, a bias's gradient summed over the batches and rows): the Pallas (TPU, Mosaic GPU) "
-                "design renders no backward for it on pallas:tpu_v6e (the CuTe sm90 and Triton designs do)"], ("training",))),
+    # ... and a batched GEMM's (batch = true: each backward GEMM per batch; since session 33 the Pallas design's too,
+    # tests/backends/pallas/test_training_*_batch.py; the Triton side: tests/test_training_spec.py)
+    ("TRN001", "pallas:tpu_v6e", {"training": {"save": "preact"}, "batch": True}, None),
 ]
 
 

@@ -34,7 +34,7 @@ A as stored (8-bit) and convert each block to OPERAND in the kernel (exact for b
 GEMMs of the output's dtype and PAL015 asks the 8-bit A block wgrad reads for its sublane tile. The scales get no
 gradient (None: jax.grad gives zeros).
 
-The other chains (scale, residual, clamp, cast, bias along m, in any order; unbatched, 16- or 32-bit operands; session
+The other chains (scale, residual, clamp, cast, bias along m, in any order; 16- or 32-bit operands; session
 33) have the dense Triton design's meaning (`chain`, `start`): pre is the value before op `start` (value_index: the
 first op whose backward reads its input; -1: none, no pre GEMM). forward_pre applies epilogue[:start] to the
 accumulator, stores pre (the output's dtype), applies the rest and stores out; recompute applies epilogue[:start] and
@@ -42,6 +42,11 @@ stores pre in f32 (the companion's output; it reads no dOut). The chain's backwa
 GPU module (templates/gemm/pallas/chain_backward.jinja), fused by XLA: it replays the chain from pre and walks it
 backward from dOut, forming G (the operands' dtype) and every argument's gradient (a residual's beta dOut at it, a
 vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are the plain backward GEMMs over G.
+
+A batched forward (`batch = true`, every chain above but an fp8 forward's; session 33) has the Triton design's meaning
+with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module) runs each
+backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain pass over
+the batches' rows as one (batch M, N) matrix.
 
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
 pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
@@ -215,7 +220,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec, fp8=True, chains=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True, chains=True, batch=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}

@@ -31,7 +31,7 @@ forward applies them): forward_pre stores pre (the output's dtype) and out = act
 (U's column sum) are jnp (templates/gemm/pallas/fp8_backward.jinja, the grouped Pallas backwards' macro); wgmma takes
 no 8-bit operand MN-major nor beside a 16-bit one, so dgrad and wgrad read 16-bit copies of B and A (a jnp astype,
 exact), as the grouped Mosaic GPU backward does.
-The other chains (scale, residual, clamp, cast, bias along m, any order; unbatched; session 33): the Pallas TPU
+The other chains (scale, residual, clamp, cast, bias along m, any order; session 33): the Pallas TPU
 module's meaning and jnp chain pass (templates/gemm/pallas/chain_backward.jinja, `_chain_grads`), dgrad and wgrad
 the plain GEMMs over its G. forward_pre applies the ops before pre (`start`) in its epilogue, stores pre, applies
 the rest and stores out; recompute applies the ops before pre and stores it in f32 (the companion's output, as the
@@ -161,8 +161,9 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True):
-        # check refuses these (TRN001: a batched forward's among them); a render that skipped check must not emit a
+    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True):
+        # check refuses these (TRN001: a batched fp8 forward's among them; a batched forward's backward is the plan's
+        # kernels per batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a
         # wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]

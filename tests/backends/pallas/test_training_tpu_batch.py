@@ -1,0 +1,124 @@
+"""Training with `batch = true` on the Pallas TPU design (docs/training.md, "A batched GEMM on Pallas"), in Pallas's
+strict TPU interpret mode on the CPU: each backward GEMM per batch entry (the unbatched kernels), the columns pass and
+the chain pass over the batches' rows as one (batch M, N) matrix, a vector's gradient summed over every batch's rows.
+jax.grad under jax.jit against float64 torch autograd of the reference (specgen/kinds/gemm/testing/reference.py,
+batched), f32 operands (the interpreter runs no float64 kernel): batch 1 and 3, M = 1, N and K off the blocks, both
+save modes, [], [bias], [activation], [bias, activation], a gated op (halves) and the other chains; the output's
+gradient NaN-poisoned at one element of one batch entry reaches only that entry's rows and columns."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from backends.pallas.test_training_tpu import close, module, run
+from specgen.kinds.gemm.spec import GemmSpec
+from specgen.kinds.gemm.testing.reference import REFERENCES
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+
+BIAS = {"op": "bias", "along": "n", "dtype": "f32", "name": "bias"}
+CHAINS = {
+    "plain": [],
+    "bias": [BIAS],
+    "gelu": [{"op": "activation", "fn": "gelu"}],
+    "bias_silu": [BIAS, {"op": "activation", "fn": "silu"}],
+    # the other chains: a row vector (its gradient summed over every batch's columns and entries), a residual (batch,
+    # M, N), a clamp read from pre
+    "chain": [{"op": "bias", "along": "m", "dtype": "f32", "name": "rbias"}, {"op": "activation", "fn": "sigmoid"},
+              {"op": "scale", "by": "col", "name": "col_scale"}, {"op": "residual", "name": "res", "beta": 0.5, "dtype": "f32"},
+              {"op": "clamp", "min": -1.5, "max": 1.5}],
+    "gated": [{"op": "gated", "fn": "silu", "layout": "halves"}, BIAS],
+}
+BACKWARD = {"tile": {"m": 128, "n": 128, "k": 128}}
+
+
+def batch_spec(chain: str, save: str, b_major: str = "k") -> dict:
+    spec = {
+        "name": f"train_batch_{chain}_{save}_{b_major}", "kind": "gemm", "batch": True,
+        "a": {"dtype": "f32", "major": "k"}, "b": {"dtype": "f32", "major": b_major}, "out": {"dtype": "f32"},
+        "epilogue": CHAINS[chain], "training": {"save": save, "dgrad": BACKWARD, "wgrad": BACKWARD},
+        "tile": {"m": 16, "n": 128, "k": 128}, "targets": ["pallas:tpu_v5e"],
+    }
+    return GemmSpec.model_validate(spec).model_dump(mode="json")
+
+
+def inputs(spec: dict, shape: tuple[int, int, int, int], seed: int = 0):
+    """a, b (batch-leading, stored layouts), the epilogue's arguments, and dOut (batch, M, N)."""
+    batch, M, N, K = shape
+    rng = np.random.default_rng(seed)
+    gated = any(op["op"] == "gated" for op in spec["epilogue"])
+    bn = 2 * N if gated else N
+    a = rng.standard_normal((batch, M, K)) / np.sqrt(K)
+    b = rng.standard_normal((batch, bn, K) if spec["b"]["major"] == "k" else (batch, K, bn))
+    args, names = [jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)], []
+    for op in spec["epilogue"]:
+        if op["op"] == "bias":
+            args.append(jnp.asarray(rng.standard_normal(M if op["along"] == "m" else N), jnp.float32))
+        elif op["op"] == "scale":
+            args.append(jnp.asarray(rng.uniform(0.5, 1.5, N), jnp.float32))
+        elif op["op"] == "residual":
+            args.append(jnp.asarray(rng.standard_normal((batch, M, N)), jnp.float32))
+        else:
+            continue
+        names.append(op["name"])
+    return args, names, jnp.asarray(rng.standard_normal((batch, M, N)), jnp.float32)
+
+
+def reference(spec: dict, args, names, grad):
+    """The float64 reference's output and gradients (torch autograd, batched A @ B), in the stored layouts."""
+    leaves = [torch.from_numpy(np.asarray(x, np.float64)).requires_grad_() for x in args]
+    b = leaves[1].mT if spec["b"]["major"] == "k" else leaves[1]
+    out = REFERENCES["gemm"](spec["epilogue"], leaves[0], b, dict(zip(names, leaves[2:], strict=True)))
+    out.backward(torch.from_numpy(np.asarray(grad, np.float64)))
+    return out.detach(), [x.grad for x in leaves]
+
+
+def check(spec: dict, tmp_path_factory, shape, seed: int = 0, poison: bool = False) -> None:
+    args, names, grad = inputs(spec, shape, seed)
+    if poison:  # one NaN in entry batch - 1 of dOut: that entry's dA row and dB column, every vector element it feeds
+        grad = grad.at[-1, 0, 1].set(jnp.nan)
+    out, grads = run(getattr(module(spec, tmp_path_factory), spec["name"]), args, grad)
+    want_out, want = reference(spec, args, names, grad)
+    close(out, want_out, 1e-5, "out")
+    for name, g, w, x in zip(("a", "b", *names), grads, want, args, strict=True):
+        assert g.dtype == x.dtype and g.shape == x.shape, name
+        got = torch.from_numpy(np.asarray(g, np.float64))
+        assert torch.equal(got.isnan(), w.isnan()), f"d{name}: NaN where float64 has none (or not)"
+        assert got.isnan().any() == (poison and name in ("a", "b", "bias")), name
+        close(got.nan_to_num(0).numpy(), w.nan_to_num(0), 1e-5, f"d{name}")
+
+
+# (chain, save, (batch, M, N, K)): each chain in both save modes but [] and [activation] (one each); batch 1 and 3, M = 1,
+# N and K off the 128 blocks (one case past them: the unbatched kernels' own tails are tests/backends/pallas/
+# test_training_tpu*.py's); small shapes, as interpret mode is slow
+SMALL = (3, 9, 45, 29)
+CASES = [("plain", "preact", SMALL), ("bias", "recompute", (3, 1, 45, 29)), ("gelu", "recompute", (1, 9, 45, 29)),
+         ("bias_silu", "preact", (3, 37, 130, 150)), ("bias_silu", "recompute", (3, 20, 45, 29)),
+         ("chain", "preact", SMALL), ("chain", "recompute", (1, 1, 45, 29)), ("gated", "preact", SMALL),
+         ("gated", "recompute", (3, 1, 45, 29))]
+
+
+@pytest.mark.parametrize(("chain", "save", "shape"), CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_batched_gradients_equal_float64_autograd(chain: str, save: str, shape, tmp_path_factory) -> None:
+    check(batch_spec(chain, save), tmp_path_factory, shape, seed=len(chain))
+
+
+def test_nan_in_one_entry_stays_there(tmp_path_factory) -> None:
+    """A NaN in dOut[2] reaches dA[2]'s row, dB[2]'s column and dbias's element (the sum over every entry), as in
+    float64 autograd: the other entries' gradients stay finite."""
+    check(batch_spec("bias_silu", "preact"), tmp_path_factory, SMALL, seed=3, poison=True)
+
+
+def test_n_major_b_and_vjp(tmp_path_factory) -> None:
+    """B (batch, K, N) N-major (dB per entry in its stored layout), and jax.vjp's pullback under jit."""
+    spec = batch_spec("bias_silu", "recompute", b_major="mn")
+    fn = getattr(module(spec, tmp_path_factory), spec["name"])
+    args, names, grad = inputs(spec, SMALL, seed=5)
+    _, want = reference(spec, args, names, grad)
+    got = jax.jit(lambda *xs: jax.vjp(fn, *xs)[1](grad))(*args)
+    for name, g, w in zip(("a", "b", "bias"), got, want, strict=True):
+        close(g, w, 1e-5, f"d{name}")
