@@ -36,7 +36,7 @@ RESERVED: frozenset[str] = frozenset({
     "pre_ptr", "pre_tile", "kr", "r_in", "role", "stride_dm", "stride_dn", "acc_lo", "acc_hi", "offs_h", "mask_h",
     "stride_gm", "stride_gn", "stride_pm", "stride_pn", "training", "strict", "x_desc", "y_desc", "dst_ptr", "dst", "D_TMA", "D_T",
     "x_ptr", "y_ptr", "x_ptrs", "y_ptrs", "stride_xp", "stride_xr", "stride_yr", "stride_yq", "stride_dstp", "stride_dstq",
-    "X_T", "Y_T", "r0", "y", "src", "src_ptr", "stride_srcm", "stride_srcn", "FORM_G", "HAS_DBIAS", "form", "has_dbias",
+    "X_T", "Y_T", "r0", "y", "src", "src_ptr", "stride_srcm", "stride_srcn", "FORM_G", "FORM_G2", "HAS_DBIAS", "form", "has_dbias",
     "m0", "rows", "col_sum", "sums", "tensors", "strides", "sums_ptr", "rows_per", "stride_sums", "first", "bands", "cols", "kernel",
     # a gated epilogue's backward: G's gate and up halves, Y's up tile, the host part's layout flag
     "g_gate", "g_up", "y_up", "gated",
