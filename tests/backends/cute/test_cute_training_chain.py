@@ -21,6 +21,7 @@ import json
 
 import pytest
 import torch
+from backends.cute.training_compiles import compile_training
 from kernels import load_target_module
 
 from specgen.check import check_all
@@ -28,7 +29,6 @@ from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
-from specgen.targets import target_info
 
 TARGET = parse_target("cute:sm90")
 # name: (epilogue, save)
@@ -108,20 +108,13 @@ ROLES = {"cch_col": ("forward_pre", "dgrad", "wgrad"), "cch_rowcol": ("recompute
 
 def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_path, monkeypatch) -> None:
     """One test compiles (CuTe compiles are slow: under xdist a fixture would compile once per worker)."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
-    info = target_info("cute:sm90")
-    ops = (*SASS_OPS, "LDG", "STG")
     for name, (_, module) in rendered.items():
-        kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
-        results = {role: compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True,
-                                        False, ops=ops) for role in ROLES[name]}
-        results["chain_pass"] = compile_config(module._chain_launcher, name, "chain_pass", info, 0, True, False, ops=ops)
-        if name == "cch_col":
-            results["grad_cols_bands"] = compile_config(module._cols_launcher, name, "grad_cols_bands", info, 0, True,
-                                                        False, ops=ops)
+        passes = {"chain_pass": module._chain_launcher, **({"grad_cols_bands": module._cols_launcher} if name == "cch_col" else {})}
+        results = compile_training(module, name, ROLES[name], passes, (*SASS_OPS, "LDG", "STG"))
         for role, r in results.items():
             assert not r.error, (name, role, r)
             assert r.compiler_smem == r.plan_smem, (name, role, r)

@@ -22,6 +22,7 @@ import types
 
 import pytest
 import torch
+from backends.cute.training_compiles import compile_training
 from kernels import load_target_module
 
 from specgen.check import check_all
@@ -29,7 +30,6 @@ from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
-from specgen.targets import target_info
 
 TARGET = parse_target("cute:sm90")
 # name: (A dtype, B dtype, save, bias, activation, output)
@@ -97,18 +97,14 @@ def test_check_accepts_it_and_the_plan_reads_16_bit_copies(name: str) -> None:
 
 def test_every_kernel_compiles_with_the_plans_smem_and_no_spills(rendered, tmp_path, monkeypatch) -> None:
     """One test compiles (CuTe compiles are slow: under xdist a fixture would compile once per worker)."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
-    info = target_info("cute:sm90")
-    ops = (*SASS_OPS, "LDG", "STG")
     for name, (_, module) in rendered.items():
-        kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
-        results = {role: compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True,
-                                        False, ops=ops) for role in ROLES[name]}
         launchers = {"grad_cols_fp8": module._cols_fp8_launcher, "grad_cols_bands": module._cols_launcher}
-        results |= {v: compile_config(launchers[v], name, v, info, 0, True, False, ops=ops) for v in COLS[name]}
+        results = compile_training(module, name, ROLES[name], {v: launchers[v] for v in COLS[name]},
+                                   (*SASS_OPS, "LDG", "STG"))
         assert set(results) == {*ROLES[name], *COLS[name]}, name
         for role, r in results.items():
             assert not r.error, (name, role, r)

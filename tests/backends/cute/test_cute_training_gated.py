@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from backends.cute.training_compiles import compile_training
 from kernels import load_target_module
 
 from specgen.check import check_all
@@ -26,7 +27,6 @@ from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
-from specgen.targets import target_info
 
 TARGET = parse_target("cute:sm90")
 # name: (fn, layout, save, bias)
@@ -54,21 +54,17 @@ def load(s: dict):
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """{name: (module text, {role: CompileResult})}: each form rendered, imported and its new kernels compiled."""
-    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS, compile_config
+    from specgen.kinds.gemm.designs.cute_sm90.compile import SASS_OPS
 
     folder = tmp_path_factory.mktemp("cute_gated_train")
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECGEN_CUTE_CACHE", str(folder / "cache"))
         mp.setenv("CUTE_DSL_ARCH", "sm_90a")
-        info = target_info("cute:sm90")
         for name in FORMS:
             module, text = load_target_module(spec(name), "cute:sm90", folder, "_specgen_test_cute_gated_train_")
-            kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
-            results = {role: compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True,
-                                            False, ops=(*SASS_OPS, "STG")) for role in ROLES[name]}
-            results |= {v: compile_config(module._cols_launcher, name, v, info, 0, True, False, ops=(*SASS_OPS, "LDG", "STG"))
-                        for v in COLS[name]}
+            results = compile_training(module, name, ROLES[name], dict.fromkeys(COLS[name], module._cols_launcher),
+                                       (*SASS_OPS, "LDG", "STG"))
             out[name] = (text, results, module)
     return out
 
