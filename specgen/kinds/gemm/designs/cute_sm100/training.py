@@ -55,8 +55,8 @@ from __future__ import annotations
 import dataclasses
 
 from specgen.kinds.gemm.designs.cute_sm90.training import (
-    CUTE_TRAINING_DTYPES,
     CuteTrainingPlan,
+    dtype_refusal,
     plan_cute_training,
 )
 from specgen.kinds.gemm.training import chain_refusal
@@ -69,12 +69,7 @@ FUSED_ROLES = ("forward_pre", "recompute")
 def training_refusal(spec: object) -> str:
     """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a batched
     forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one)."""
-    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if (a not in CUTE_TRAINING_DTYPES or b != a or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
-        return (f"training: the CuTe sm100 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
-                f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
-                f"out.dtype = {out.value}")
-    return ""
+    return dtype_refusal(spec, "sm100")
 
 
 def _refusal(spec: object) -> str:

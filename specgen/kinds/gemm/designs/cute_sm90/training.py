@@ -154,14 +154,22 @@ class CuteTrainingPlan(SaveModes):
         return (self.bias,) if self.bias else ()
 
 
+def dtype_refusal(spec: object, arch: str) -> str:
+    """The CuTe backwards' (sm90, sm100) dtypes: 16-bit operands of one dtype with an output of it (wgmma and tcgen05
+    read MN-major operands of 16-bit types only; pre and G are stored in it), or fp8 ones with a 16-bit output."""
+    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
+    if (a not in CUTE_TRAINING_DTYPES or b != a or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
+        return (f"training: the CuTe {arch} backward takes f16 or bf16 operands with an output of their dtype (pre and G "
+                f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
+                f"out.dtype = {out.value}")
+    return ""
+
+
 def training_refusal(spec: object) -> str:
     """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm90 (an fp8
     forward's: the section's own checks and `chain_refusal` say what it refuses)."""
-    a, b, out = spec.a.dtype, spec.b.dtype, spec.out.dtype  # type: ignore[attr-defined]
-    if (a not in CUTE_TRAINING_DTYPES or out != a) and not (a.is_fp8 and b.is_fp8 and out in CUTE_TRAINING_DTYPES):
-        return (f"training: the CuTe sm90 backward takes f16 or bf16 operands with an output of their dtype (pre and G "
-                f"are stored in it), or fp8 ones with a bf16 or f16 output; a.dtype = {a.value}, b.dtype = {b.value}, "
-                f"out.dtype = {out.value}")
+    if why := dtype_refusal(spec, "sm90"):
+        return why
     if spec.cute.swap_ab:  # type: ignore[attr-defined]
         return "training: the CuTe sm90 backward has no swap_ab forward (cute.swap_ab = true); drop it or `training`"
     if spec.schedule.split_k > 1:  # type: ignore[attr-defined]
