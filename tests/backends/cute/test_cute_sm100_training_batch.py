@@ -11,7 +11,8 @@ no Blackwell GPU here: nothing of it has run (no numerics, no speed), so:
   descriptor, the kernel walking its L mode): forward_pre (pre by TMA beside out; the halves' gate and up; a chain's,
   a batched residual read element-wise), recompute (dOut per batch; gated: G's pairs element-wise; a chain's pre with
   vectors along m and n), dgrad and wgrad (the transposed operands' 3-D views): UTCHMMA (a gated fused role's twice
-  a plain one's), TMA loads and stores (none in a gated recompute), no LDL / STL, the plan's SMEM and TMEM to the byte.
+  a plain one's), TMA loads and stores (none in a gated recompute), each with the batch among its box's modes (3-D, a
+  gated view's 4-D: no 2-D one), no LDL / STL, the plan's SMEM and TMEM to the byte.
   The columns kernels and the chain pass are unchanged by the batch (the host hands them the batches' rows as one
   matrix): test_cute_sm100_training.py compiles them;
 - the host side (`_forward_pre`, `_backward`, the chain pass's host, the fakes) is the sm90 batched module's, character
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from kernels import load_target_module
@@ -88,27 +90,38 @@ def test_check_accepts_it_and_the_companions_keep_the_batch(name: str) -> None:
 
 
 def test_every_kernel_compiles_for_sm100a_spill_free_with_the_plans_smem_and_tmem(modules, tmp_path, monkeypatch) -> None:
-    """One test compiles (under xdist a module-scoped fixture would compile once per worker; ~8 s of CPU)."""
-    from specgen.kinds.gemm.designs.cute_sm100.compile import SASS_OPS, compile_module
+    """One test compiles (under xdist a module-scoped fixture would compile once per worker; ~8 s of CPU). Every TMA
+    load and store carries the batch: a 3-D box over (rows, cols, batch), or 4-D over a gated role's (N, K, 2, L) B
+    and (M, N, 2, L) pairs (an unbatched kernel's are a rank lower: 2-D and 3-D, read by hand, 2026-11-29)."""
+    from specgen.kinds.gemm.designs.cute_sm90.compile import compile_config
+    from specgen.kinds.gemm.designs.cute_sm100.compile import KEEP, SASS_OPS, _tmem
 
     monkeypatch.setenv("SPECGEN_CUTE_CACHE", str(tmp_path / "cache"))
     info = target_info(TARGET)
     mma = {}
     for name, roles in COMPILES.items():
         module = modules(name)
+        kernels = module.METADATA["plan"][info.compute_capability]["training"]["kernels"]
         for role in roles:
-            (r,) = compile_module(module, info, sass=True, fill_cache=False, role=role)
+            def more(compiled, plan=kernels[role]):  # TMEM (the PTX's tcgen05.alloc) and the TMA ops' ranks
+                ptx = compiled.artifacts.PTX
+                text = ptx if isinstance(ptx, str) and "tcgen05" in ptx else Path(ptx).read_text()
+                ranks = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.", text)
+                return _tmem(plan)(compiled) | {f"tma_{d}d": ranks.count(d) for d in "2345"}
+            r = compile_config(module._train_launcher, name, role, info, kernels[role]["smem_bytes"], True, False,
+                               ops=SASS_OPS, keep=KEEP, more=more)
             assert not r.error, (name, role, r.error)
+            gated = name in ("cbt_swiglu", "cbt_geglu_il")
+            assert r.resources["tma_2d"] == 0 and r.resources["tma_3d"] > 0, (name, role, r.resources)
+            assert (r.resources["tma_4d"] > 0) is (gated and role in ("forward_pre", "recompute")), (name, role, r.resources)
             assert r.sass["LDL"] == r.sass["STL"] == 0 and not r.spills.stores, (name, role, r.sass)
             assert r.compiler_smem == r.plan_smem, (name, role, r)
             assert r.resources["tmem_columns"] == r.resources["plan_tmem_columns"] > 0, (name, role, r.resources)
             assert r.sass["UTCHMMA"] > 0 and r.sass["UTCQMMA"] == 0 and r.sass["UTMALDG"] > 0, (name, role, r.sass)
             # out stored by TMA (forward_pre: pre beside it, the halves' gate and up too); a gated recompute stores G
             # element-wise, nothing by TMA
-            gated = name in ("cbt_swiglu", "cbt_geglu_il")
             assert (r.sass["UTMASTG"] == 0) is (gated and role == "recompute"), (name, role, r.sass)
             mma[name, role] = r.sass["UTCHMMA"]
-            assert set(r.sass) >= set(SASS_OPS)
     # a gated fused role: two accumulators (gate, up), twice the MMAs of a plain one at the same MMA tile
     assert mma["cbt_swiglu", "forward_pre"] == 2 * mma["cbt_bias_gelu", "forward_pre"] > 0
 
