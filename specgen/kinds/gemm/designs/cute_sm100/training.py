@@ -42,7 +42,7 @@ rows, cols) views as the batched forward does (its persistent schedule over batc
 TMA store and a gated role's (M, N, 2, L) pairs), the transposes `.mT` views; the columns and chain passes see the
 batches' rows as one (batch M, N) matrix. Nothing of the kernel changed but the batched pairs' view of pre and G
 (`_gated_pairs`' batch mode, the halves' up column from pre's last dim). A batched fp8 forward stays refused
-(`training_refusal`, `chain_refusal(batch=True)`'s message first).
+(`chain_refusal(batch=True)`).
 
 The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
 or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
@@ -70,7 +70,7 @@ from specgen.kinds.gemm.designs.cute_sm90.training import (
     dtype_refusal,
     plan_cute_training,
 )
-from specgen.kinds.gemm.training import chain_refusal, fp8_names
+from specgen.kinds.gemm.training import chain_refusal
 from specgen.resolved import Resolved
 from specgen.spec.epilogue import Residual, gated_op
 
@@ -79,15 +79,8 @@ FUSED_ROLES = ("forward_pre", "recompute")
 
 def training_refusal(spec: object) -> str:
     """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a batched
-    fp8 forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one; the batched
-    fp8 forward's refused here too, whatever `chain_refusal` lets through for the designs that render it)."""
-    if why := dtype_refusal(spec, "sm100"):
-        return why
-    if getattr(spec, "batch", False) and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
-        return (f"training with batch = true and {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a batched fp8 "  # type: ignore[attr-defined]
-                "forward's backward): the CuTe sm100 backward renders an fp8 forward's unbatched only; drop `batch` "
-                "or `training`")
-    return ""
+    fp8 forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one)."""
+    return dtype_refusal(spec, "sm100")
 
 
 def _refusal(spec: object) -> str:
