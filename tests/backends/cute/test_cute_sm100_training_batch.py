@@ -13,8 +13,8 @@ no Blackwell GPU here: nothing of it has run (no numerics, no speed), so:
   vectors along m and n), dgrad and wgrad (the transposed operands' 3-D views): UTCHMMA (a gated fused role's twice
   a plain one's), TMA loads and stores (none in a gated recompute), each with the batch among its box's modes (3-D, a
   gated view's 4-D: no 2-D one), no LDL / STL, the plan's SMEM and TMEM to the byte.
-  The columns kernels and the chain pass are unchanged by the batch (the host hands them the batches' rows as one
-  matrix): test_cute_sm100_training.py compiles them;
+  The columns kernels and the chain pass are the unbatched module's, to the character (the host hands them the
+  batches' rows as one matrix): test_cute_sm100_training.py compiles them;
 - the host side (`_forward_pre`, `_backward`, the chain pass's host, the fakes) is the sm90 batched module's, character
   for character; run with each kernel a torch model of its contract against float64 autograd (the sm90 batch test's
   bodies: batch 1 and 3, M = 1, N and K off the tile, an expanded gradient, NaN-poisoned buffers, dB alone)."""
@@ -136,13 +136,25 @@ def _host(text: str) -> str:
 @pytest.mark.parametrize("name", ["cbt_bias_gelu", "cbt_swiglu", "cbt_geglu_il", "cch_col", "cch_rowcol"])
 def test_the_host_side_is_the_sm90_batched_modules(name: str) -> None:
     """The same spec rendered for cute:sm90: every host function of the backward (the fakes, `_gemm`, `_product`, the
-    columns and chain passes, `_forward_pre`, `_backward`, the autograd op) is the same text in both modules."""
+    columns and chain passes, `_forward_pre`, `_backward`, the autograd op) is the same text in both modules; the
+    passes' kernels are the unbatched sm100 module's."""
     d100 = spec(name)
     d90 = {**d100, "targets": ["cute:sm90"], "cute": {"mma_warpgroups": 2}, "cluster": {"m": 1, "n": 1},
            "tile": {"m": 128, "n": 128, "k": 64}}
-    (text100,), (text90,) = (render_modules(load(d), [parse_target(d["targets"][0])]).values() for d in (d100, d90))
+    (text100,), (text90,), (unbatched,) = (render_modules(load(d), [parse_target(d["targets"][0])]).values()
+                                           for d in (d100, d90, spec(name, batch=False)))
     assert "batched=True)" in text100 and "_jax_differentiable" not in text100
     assert _host(text100) == _host(text90)
+    # the columns and chain passes' kernels are the unbatched module's (the host hands them (batch M, N) matrices)
+    kernels = re.findall(r"\n@cute\.kernel\ndef (_(?:grad_cols|chain_pass)\w*)\(", text100)
+    assert kernels and kernels == re.findall(r"\n@cute\.kernel\ndef (_(?:grad_cols|chain_pass)\w*)\(", unbatched)
+    for kernel in kernels:
+        assert _function(text100, kernel) == _function(unbatched, kernel), kernel
+
+
+def _function(text: str, name: str) -> str:
+    start = text.index(f"\ndef {name}(")
+    return text[start:text.index("\n\n\n", start)]
 
 
 @pytest.mark.parametrize("name", list(FORMS))
