@@ -79,7 +79,15 @@ def test_companions_are_the_backward_gemms(save: str) -> None:
     # dgrad: G (M, N) K-major @ B^T, B k-major -> B^T mn-major; wgrad: A^T (A k-major -> mn) @ G (mn)
     assert (comp["dgrad"].a.major, comp["dgrad"].b.major, comp["dgrad"].tile.m) == ("k", "mn", 64)
     assert (comp["wgrad"].a.major, comp["wgrad"].b.major, comp["wgrad"].tile.m) == ("mn", "mn", 128)
-    assert all(c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
+    assert all(c.triton.tma and c.training is None for c in comp.values())
+    assert not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+    # the pre GEMM carries the epilogue its kernel runs: forward_pre the forward's chain, storing pre beside out;
+    # recompute the bias and the activation (its derivative) with dOut read as a residual of the output's shape
+    pre = comp["forward_pre" if save == "preact" else "recompute"]
+    ops = [(op.op, getattr(op, "name", "")) for op in pre.epilogue]
+    assert ops == [("bias", "bias"), ("activation", "")] + ([] if save == "preact" else [("residual", "dout")])
+    assert pre.stores == (save == "preact")
+    assert save == "preact" or pre.epilogue[-1].dtype == s.out.dtype  # dOut: the output's dtype
     plain = GemmSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
     assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
 
@@ -93,7 +101,9 @@ def test_a_gated_forward_has_a_backward_checked_as_the_gated_gemm(layout: str) -
         s = GemmSpec.model_validate(spec(epilogue=chain, training={"save": "recompute"}))
         comp = {label: c for label, c, _ in s.companions()}
         assert list(comp) == ["recompute", "dgrad", "wgrad"]
-        assert comp["recompute"].epilogue == [s.epilogue[0]] and not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+        # recompute: the gated op (no bias: G does not read it) and dOut, G's up half stored beside its gate half
+        assert comp["recompute"].epilogue[0] == s.epilogue[0] and not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+        assert [op.op for op in comp["recompute"].epilogue] == ["gated", "residual"] and comp["recompute"].stores == 1
     report = check_specs([load(spec(epilogue=[gated, {"op": "bias"}], tile={"m": 128, "n": 128, "k": 64}))])
     assert not [d for d in report.diagnostics if d.severity == "error"], [str(d) for d in report.diagnostics]
     # the pre GEMM's stages hold a gate and an up box of B: 5 x (128 x 64 + 2 x 128 x 64) x 2 B = 240 KiB, past

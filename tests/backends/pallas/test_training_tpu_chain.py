@@ -194,7 +194,7 @@ def test_check_lifts_trn001() -> None:
 
 def test_plan_and_vmem() -> None:
     """The plan: pre's op, the recompute's inputs (the ops before pre's arguments), recompute storing pre in f32, no
-    columns pass (the chain's backward is jnp); PAL014's figure for forward_pre counts pre and every argument's block."""
+    columns pass (the chain's backward is jnp); forward_pre's figure counts pre (PAL014) and every argument's block (its companion)."""
     for name, (_, _, dtype, _, _, start) in FORMS.items():
         loaded = load(SPECS[name])
         targets = list(loaded.spec.targets)
@@ -206,9 +206,14 @@ def test_plan_and_vmem() -> None:
             assert plan.gemms["recompute"].out_jnp == "float32"
         if plan.stores_pre:
             assert plan.gemms["forward_pre"].out_jnp == JNP_DTYPES[DType(dtype)]
-    # pch_col's forward_pre (16 x 128 f32 blocks): pre's block, the column scale's and the bias's tile rows, the
-    # residual's block, each double-buffered; pch_rowcol's recompute: the row bias's (16, 1) block padded to 128 lanes
+    # pch_col's forward_pre (16 x 128 f32 blocks): its companion counts the column scale's and the bias's tile rows and
+    # the residual's block (its chain the kernel's), PAL014 pre's block beside it, each double-buffered; pch_rowcol's
+    # recompute: its companion counts the row bias's (16, 1) block padded to 128 lanes, PAL014 nothing more
+    col = resolve(load(SPECS["pch_col"]).spec, load(SPECS["pch_col"]).spec.targets[0])
+    (pre,) = [c for c in col.companions if c.companion == "forward_pre"]
+    bare = pre.design.budget(pre.spec.model_copy(update={"epilogue": []}), pre.info, pre.ab_stages)
+    assert pre.budget.total - bare.total == 2 * (16 * 128 * 4 + 2 * TPU_TILE_ROW_BYTES * 128)
     tile = load(SPECS["pch_col"]).spec.tile
-    assert pre_role_vmem(load(SPECS["pch_col"]).spec, "forward_pre", tile) == 2 * (16 * 128 * 4 * 2 + 2 * TPU_TILE_ROW_BYTES * 128)
-    assert pre_role_vmem(load(SPECS["pch_rowcol"]).spec, "recompute", tile) == 2 * 16 * 128 * 4
+    assert pre_role_vmem(load(SPECS["pch_col"]).spec, "forward_pre", tile) == 2 * 16 * 128 * 4
+    assert pre_role_vmem(load(SPECS["pch_rowcol"]).spec, "recompute", tile) == 0
     assert grad_cols_vmem(load(SPECS["pch_col"]).spec) == 0

@@ -126,8 +126,10 @@ GELU_ERF_FRAGMENTS = 4
 
 def held_fragments(spec: GemmSpec) -> int:
     """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand (a grouped
-    kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), and an erf GELU's working set."""
+    kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), each matrix a training companion
+    stores beside its output (`GemmSpec.stores`: forward_pre's pre, ...), and an erf GELU's working set."""
     operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix", "group_n"))
+    operands += getattr(spec, "stores", 0)  # (a grouped spec has none)
     gelu = any(op.op in ("activation", "gated") and op.fn == "gelu" for op in spec.epilogue)  # GeGLU's erf too
     up = gated_op(spec.epilogue) is not None  # a gated epilogue's up accumulator subtile
     return 2 + up + operands + GELU_ERF_FRAGMENTS * gelu

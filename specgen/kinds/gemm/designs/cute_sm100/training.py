@@ -44,10 +44,12 @@ batches' rows as one (batch M, N) matrix. Nothing of the kernel changed but the 
 (`_gated_pairs`' batch mode, the halves' up column from pre's last dim). A batched fp8 forward stays refused
 (`chain_refusal(batch=True)`).
 
-The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
-or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
-`epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
-the companion's own GEMM, whose subtile is never smaller: conservative).
+The fused roles' companions (forward_pre, recompute; specgen/kinds/gemm/training.py `pre_epilogue`) carry the epilogue
+their kernel runs: the forward's chain and pre stored beside out (a gated one's two halves: `GemmSpec.stores`), or
+dOut read as a residual is beside the bias and the activation (a gated op's G: dOut, and G's up half stored beside its
+gate half), or the ops before pre (the other chains, an fp8 forward's): `epilogue_tile` counts their fragments, so
+the subtile, SMEM and TMA boxes check rules are the ones this plan renders (`plan_cute_training` takes each
+companion's config row as check resolved it).
 
 Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
 (bias along N), [gated], [gated, bias] (halves or interleaved), the other chains and an fp8 forward's, both save
@@ -63,8 +65,6 @@ and no speed are claimed.
 
 from __future__ import annotations
 
-import dataclasses
-
 from specgen.kinds.gemm.designs.cute_sm90.training import (
     CuteTrainingPlan,
     dtype_refusal,
@@ -72,9 +72,6 @@ from specgen.kinds.gemm.designs.cute_sm90.training import (
 )
 from specgen.kinds.gemm.training import chain_refusal
 from specgen.resolved import Resolved
-from specgen.spec.epilogue import Residual, gated_op
-
-FUSED_ROLES = ("forward_pre", "recompute")
 
 
 def training_refusal(spec: object) -> str:
@@ -87,20 +84,6 @@ def _refusal(spec: object) -> str:
     return training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
 
 
-def role_config(forward: object, sm100_config):
-    """The config factory of `plan_cute_training`: a companion's config row, the fused roles' epilogue subtile sized
-    for the forward's chain and the one matrix they read or store beside it (pre, dOut), their SMEM that subtile's."""
-    def make(c: Resolved):
-        if c.companion in FUSED_ROLES:
-            # (counted only: never rendered, so its name needs no check); a gated role holds pre's or G's two halves
-            extra = Residual.model_construct(op="residual", dtype=c.spec.out.dtype, name="aux")  # type: ignore[attr-defined]
-            held = [extra] * (2 if gated_op(forward.epilogue) is not None else 1)  # type: ignore[attr-defined]
-            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, *held]})  # type: ignore[attr-defined]
-            c = dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
-        return sm100_config(c)
-    return make
-
-
 def plan_training(spec: object, r: Resolved, sm100_config) -> CuteTrainingPlan | None:
     """The backward's plan (None without `training`); raises what TRN001 refuses (a render that skipped check)."""
-    return plan_cute_training(spec, r, role_config(spec, sm100_config), lambda d: d.info.torch, _refusal)
+    return plan_cute_training(spec, r, sm100_config, lambda d: d.info.torch, _refusal)

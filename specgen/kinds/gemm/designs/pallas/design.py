@@ -512,7 +512,7 @@ class PallasGemmDesign(GemmDesign):
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             spec_json=loaded.spec.model_dump(mode="json"),
-            training=mgt.plan_mgpu_training(spec, ctx, mgpu_config, JNP_DTYPES, MGPU_BARRIER_BYTES),
+            training=mgt.plan_mgpu_training(spec, ctx, mgpu_config, JNP_DTYPES),
         )
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:
