@@ -223,4 +223,4 @@ def test_trn001_passes_the_fp8_forms_and_names_the_rest() -> None:
     assert "training with fp8_e4m3 operands and epilogue ['scale', 'bias along n', 'activation', 'clamp']" in trn.message
     target = ls.spec.targets[0]
     with pytest.raises(ValueError, match=r"'clamp'\].*\(TRN001\)"):
-        plan_mgpu_training(ls.spec, resolve(ls.spec, target), mgpu_config, {}, 8)
+        plan_mgpu_training(ls.spec, resolve(ls.spec, target), mgpu_config, {})
