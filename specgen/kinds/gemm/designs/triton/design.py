@@ -101,9 +101,8 @@ class TritonGemm(GemmDesign):
         # flatten pipelines a persistent kernel's whole tile loop, epilogue included: its buffers stay
         # live beside the next tile's loads (a split-K kernel reduces outside that loop: measured)
         flat = persistent and flatten and not split
-        # A backward pre kernel's matrices (dOut, a chain's residuals) convert in its pointer stores' region (triton 3.9,
-        # sm_90: recompute with dOut at 256x128x64, 3 stages, 180,248 B = the plan without it + 24; forward_pre with a
-        # residual at 128x128x64, 4 stages, 163,872 B, + 32)
+        # a backward pre kernel's matrices (dOut, residuals) share its pointer stores' region (triton 3.9, sm_90: 256x128x64
+        # recompute with dOut, 3 stages: 180,248 B, the plan without it + 24; 128x128x64 forward_pre with one, 4: + 32)
         residuals = [] if prestore else [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
         # The TMA store stages the output tile (half of it with epilogue_subtile). A persistent kernel
         # keeps it beside the next tile's pipeline; one program per tile, or a split-K kernel's last
