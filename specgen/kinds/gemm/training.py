@@ -188,7 +188,8 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False) -> str:
+def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False,
+                  batch_fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
     not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
@@ -196,12 +197,13 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: 
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
     pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused.
-    `batch`: it renders a batched forward's backward too, not an fp8 one's (the dense CuTe sm90 design's, 16-bit, and
-    the Pallas design's, TPU and Mosaic GPU: `renders_batched_training`)."""
+    `batch`: it renders a batched forward's backward too (the dense CuTe sm90 design's and the Pallas design's, TPU and
+    Mosaic GPU: `renders_batched_training`), an fp8 one's only with `batch_fp8` (those designs' since session 34:
+    `renders_batched_fp8_training`)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    if getattr(spec, "batch", False) and batch and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    if getattr(spec, "batch", False) and batch and not batch_fp8 and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
         return (f"training with batch = true and {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a batched fp8 "  # type: ignore[attr-defined]
                 "forward's backward: this design renders an fp8 forward's backward unbatched only)")
     if getattr(spec, "batch", False) and not batch:  # (a grouped spec has no `batch`)

@@ -435,8 +435,9 @@ class CuteSm90Gemm(GemmDesign):
     # a `training` backward (training.py): its GEMMs are this kernel by role, and check settles a companion with it
     renders_training = backward_kernels = True
     # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
-    renders_gated = True  # the backward: gated, fp8, the other chains, batch = true (16-bit)
-    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = renders_batched_training = True
+    renders_gated = True  # the backward: gated, fp8, the other chains, batch = true (16-bit; fp8 since session 34)
+    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = True
+    renders_batched_training = renders_batched_fp8_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)

@@ -200,7 +200,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]

@@ -220,7 +220,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec, fp8=True, chains=True, batch=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}
