@@ -94,7 +94,7 @@ class Training(Strict):
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows; the dense CuTe sm90 design's too, 16-bit, and the Pallas design's, TPU and
-    Mosaic GPU; not after an fp8 forward). A grouped spec takes the same section for
+    Mosaic GPU; after an fp8 forward too, its scales shared by the batches). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
 

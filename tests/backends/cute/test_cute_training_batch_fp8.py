@@ -13,7 +13,9 @@ tests/gpu/test_training_cute_batch_gpu.py's fp8 cases), so:
 - `_backward` with each kernel a torch model of its contract (the GEMMs' operands 3-D, in the role's majors, 16-byte
   strides; the columns pass over the batch x M rows with scale_a repeated for each batch), against float64 autograd
   of act((A[i] sa) @ (B[i] sb) + bias) at batch 3 and 1, M = 1, N and K off the tile and whole vectors, an expanded
-  gradient (batch stride 0), no batches; NaN-poisoned buffers; dA alone."""
+  gradient (batch stride 0), no batches; NaN-poisoned buffers; dA alone;
+- `_forward_pre` (its CUDA-only check stubbed) with forward_pre a torch model: pre per batch through a 16-byte-row
+  staging buffer (N = 45), the scales and the bias as 1-D vectors, an empty K, no batches."""
 
 from __future__ import annotations
 
@@ -139,7 +141,9 @@ def _models(name: str, module, monkeypatch, seen: list) -> None:
         acc = x.float() @ y.float()
         if role in ("forward_pre", "recompute"):
             acc = acc * scale_a[:, None] * scale_b[None, :] + (bias.float() if bias is not None else 0)
-        if role == "forward_pre":
+        if role == "forward_pre":  # pre stored by TMA: 16-byte rows and batch strides (the staging buffer's)
+            assert aux.dim() == 3 and aux.stride(-1) == 1 and all(s % 8 == 0 for s in aux.stride()[:-1]), aux.stride()
+            assert scale_a.dim() == scale_b.dim() == bias.dim() == 1 and scale_a.shape == (x.shape[1],), role
             aux.copy_(acc.to(aux.dtype))
             acc = ACTS[FORMS[name][4]](acc)
         dst.copy_(acc.to(dst.dtype))
@@ -190,3 +194,27 @@ def test_the_backward_glue_gives_every_batchs_dequantized_gradients(rendered, na
         assert ("recompute" in seen) is (save == "recompute" and bool(act)), seen
     need = module._backward(grad, *args, pre, True, *[False] * (len(args) - 1))
     assert need[1].numel() == 0 and torch.equal(need[0], got[0])  # dA alone: the same bits
+
+
+@pytest.mark.parametrize(("batch", "M", "N", "K"), [(3, 37, 45, 48), (2, 8, 16, 0), (0, 4, 8, 16)])
+def test_forward_pre_stores_each_batchs_pre(rendered, batch, M, N, K, monkeypatch) -> None:
+    """`_forward_pre` of the batched fp8 module with forward_pre a torch model (its arguments' check, CUDA only,
+    stubbed: A and B as it stages them, 16-byte strides): pre (batch, M, N) = (A[i] @ B[i]) sa sb + bias rounded to bf16, through a 16-byte-row staging buffer where
+    TMA cannot store it in place (N = 45), the scales and the bias passed to the kernel as 1-D vectors; zeros of K = 16
+    for an empty K; nothing for no batches."""
+    module = rendered["cbf8_pre"][1]
+    _models("cbf8_pre", module, monkeypatch, [])
+    gen = torch.Generator().manual_seed(batch + M + N + K)
+    a = torch.randn(batch, M, K, generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(batch, N, K, generator=gen).to(torch.float8_e4m3fn).mT
+    sa, sb, bias = torch.rand(M, generator=gen) + 0.5, torch.rand(N, generator=gen) + 0.5, torch.randn(N, generator=gen).bfloat16()
+
+    def check(*xs):
+        out = module._tr.tma_empty(M, N, torch.bfloat16, "cpu", batch)
+        return -1, batch, M, N, K, xs[:-1], out, out
+
+    monkeypatch.setattr(module, "_check", check)
+    out, pre = module._forward_pre(a, b, sa, sb, bias)
+    want = (a.float() @ b.float()) * sa[:, None] * sb[None, :] + bias.float()
+    assert pre.shape == (batch, M, N) and pre.dtype == torch.bfloat16 and out.shape == (batch, M, N)
+    assert torch.equal(pre, want.bfloat16())

@@ -3,8 +3,8 @@
 tests/gpu/test_training_mgpu_batch_gpu.py's fp8 cases). The Triton design's meaning: scale_a (M,) and scale_b (N,) shared
 by the batches; U, G_b = U scale_b and G_a = scale_a U over (batch, M, N) in jnp, dbias U's column sum over every entry's
 rows; dgrad and wgrad per batch entry (the unbatched 16-bit kernels, `_per_batch`) over 16-bit copies of B and A; the
-scales no gradient. Here: `specgen compile`'s hook lowers the batched fp8 forward and every role to exactly its plan
-SMEM; jax.grad under jax.jit of the batched entry lowers for CUDA with every role's kernel; the glue (with the kernels as
+scales no gradient. Here: `specgen compile`'s hook lowers the batched fp8 forward and every role (preact) to exactly its
+plan SMEM; jax.grad under jax.jit of the batched entry lowers for CUDA with every role's kernel; the glue (with the kernels as
 jnp models refusing an operand of another dtype, each called on one entry) against float64 autograd of the batched
 dequantized forward, a NaN in dOut[-1] staying in entry -1."""
 
@@ -49,18 +49,18 @@ def structs(spec: dict, shape: tuple[int, int, int, int]) -> list:
 
 
 def test_each_role_lowers_to_its_plan_smem_and_grad_lowers_with_every_role(modules) -> None:
-    """`specgen compile`'s hook lowers the batched fp8 forward and every backward role (the unbatched kernels run per
-    entry: the pre GEMM over 8-bit A and B, dgrad and wgrad 16-bit) for CUDA, each to exactly its plan SMEM; jax.grad of
+    """`specgen compile`'s hook lowers the batched fp8 forward and every backward role of the preact form (the unbatched
+    kernels run per entry: forward_pre over 8-bit A and B, dgrad and wgrad 16-bit) for CUDA, each to exactly its plan
+    SMEM; jax.grad of
     the batched entry under jax.jit lowers with each role's kernel and no columns pass (U, G_b, G_a are jnp), dA and dB
     in the output's dtype with A's and B's shapes, the scales' and the bias's gradients in theirs."""
     info = target_info("pallas:gpu_sm90")
     for name, (mod, _) in modules.items():
-        if name == "e4m3_bias":  # dgrad and wgrad alone: the other forms' roles
-            continue
-        rows = compile_module(mod, info)
-        assert [r.kernel for r in rows] == [mod.NAME, *(f"{mod.NAME}[{role}]" for role in mod.TRAIN_GEMMS)], name
-        for r in rows:
-            assert not r.error and r.compiler_smem == r.plan_smem, (r.kernel, r.error, r.compiler_smem, r.plan_smem)
+        if name == "e4m3_bias_gelu_preact":  # (the recompute form's pre GEMM is the unbatched fp8 module's kernel)
+            rows = compile_module(mod, info)
+            assert [r.kernel for r in rows] == [mod.NAME, *(f"{mod.NAME}[{role}]" for role in mod.TRAIN_GEMMS)], name
+            for r in rows:
+                assert not r.error and r.compiler_smem == r.plan_smem, (r.kernel, r.error, r.compiler_smem, r.plan_smem)
         args = structs(SPECS[name], SHAPES[name])
         loss = lambda *xs, mod=mod: jnp.sum(mod._call(*xs).astype(jnp.float32))  # noqa: E731
         grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))

@@ -43,10 +43,10 @@ GPU module (templates/gemm/pallas/chain_backward.jinja), fused by XLA: it replay
 backward from dOut, forming G (the operands' dtype) and every argument's gradient (a residual's beta dOut at it, a
 vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are the plain backward GEMMs over G.
 
-A batched forward (`batch = true`, every chain above but an fp8 forward's; session 33) has the Triton design's meaning
-with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module) runs each
-backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain pass over
-the batches' rows as one (batch M, N) matrix.
+A batched forward (`batch = true`, every chain above; session 33, an fp8 forward's since session 34) has the Triton
+design's meaning with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module)
+runs each backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain
+pass over the batches' rows as one (batch M, N) matrix (an fp8 forward's scale_a, shared by the batches, tiled to it).
 
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
 pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
