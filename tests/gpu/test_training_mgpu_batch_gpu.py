@@ -159,9 +159,9 @@ def test_batched_fp8_gradients(name: str, shape, tmp_path_factory) -> None:
     """jax.grad under jax.jit of the batched fp8 entry: out, dA, dB (the output's dtype) and dbias within 2e-2 of the
     largest float64 value (the unbatched fp8 GPU test's bound), the scales' gradients zeros."""
     import jax.numpy as jnp
-    import torch
     from backends.pallas.test_mgpu_module import render
-    from backends.pallas.test_training_mgpu_batch_fp8 import JNP, SPECS, f64
+    from backends.pallas.test_training_mgpu_batch_fp8 import JNP, SPECS
+    from backends.pallas.test_training_mgpu_fp8 import dequantized_reference
 
     from gpu.test_training_mgpu_gpu import err, grads_of
 
@@ -176,15 +176,9 @@ def test_batched_fp8_gradients(name: str, shape, tmp_path_factory) -> None:
     dout = jnp.asarray(rng.standard_normal((batch, M, N)), out_dt)
     poison(args, dout)
     out, grads = grads_of(getattr(mod, spec["name"]), args, dout)
-    ad = (f64(args[0]) * f64(args[2])[:, None]).requires_grad_()
-    bd = (f64(args[1]) * f64(args[3])[:, None]).requires_grad_()
-    bias = f64(args[4]).requires_grad_()
-    x = ad @ bd.mT + bias
-    fn = spec["epilogue"][-1].get("fn")
-    x = torch.nn.functional.gelu(x, approximate="tanh") if fn == "gelu_tanh" else torch.nn.functional.silu(x) if fn else x
-    x.backward(f64(dout))
-    for what, got, want, dtype in (("out", out, x.detach(), out_dt), ("da", grads[0], ad.grad, out_dt),
-                                   ("db", grads[1], bd.grad, out_dt), ("dbias", grads[4], bias.grad, args[4].dtype)):
+    x, ref = dequantized_reference(spec, args, dout)
+    for what, got, want, dtype in (("out", out, x, out_dt), ("da", grads[0], ref["a"], out_dt),
+                                   ("db", grads[1], ref["b"], out_dt), ("dbias", grads[4], ref["bias"], args[4].dtype)):
         assert got.dtype == dtype, (name, what, got.dtype)
         e, scale = err(got, want.numpy())
         assert e <= 2e-2 * scale, f"{name} {what}: error {e:.3g} > 2e-2 x {scale:.3g}"

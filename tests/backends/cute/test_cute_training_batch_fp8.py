@@ -19,42 +19,28 @@ tests/gpu/test_training_cute_batch_gpu.py's fp8 cases), so:
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from backends.cute.test_cute_training_fp8 import ACTS, TORCH, load
+from backends.cute.test_cute_training_fp8 import FORMS as UNBATCHED
+from backends.cute.test_cute_training_fp8 import spec as unbatched_spec
 from backends.cute.training_compiles import compile_training
 from kernels import load_target_module
 
 from specgen.check import check_all
 from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
 from specgen.resolve import resolve
-from specgen.spec.load import load_text
 from specgen.spec.models import parse_target
 
 TARGET = parse_target("cute:sm90")
-# name: (A dtype, B dtype, save, bias, activation, output)
-FORMS = {"cbf8_pre": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", "bf16"),
-         "cbf8_rec": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu", "bf16"),
-         "cbf8_bias": ("fp8_e5m2", "fp8_e4m3", "preact", True, "", "f16")}
+# name: the unbatched fp8 test's form it batches (its FORMS: A dtype, B dtype, save, bias, activation, output)
+BATCHED = {"cbf8_pre": "cf8_pre", "cbf8_rec": "cf8_rec", "cbf8_bias": "cf8_bias"}
+FORMS = {name: UNBATCHED[form] for name, form in BATCHED.items()}
 COMPILES = {"cbf8_pre": ("forward_pre", "dgrad", "wgrad"), "cbf8_rec": ("recompute",)}
-TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2, "bf16": torch.bfloat16, "f16": torch.float16}
-ACTS = {"gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "relu": torch.relu, "": lambda v: v}
 
 
-def spec(name: str, **more) -> dict:
-    a, b, save, bias, act, out = FORMS[name]
-    return {"name": name, "kind": "gemm", "batch": True, "a": {"dtype": a, "major": "k"}, "b": {"dtype": b, "major": "k"},
-            "out": {"dtype": out}, "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 128},
-            "schedule": {"persistent": True},
-            "epilogue": [{"op": "scale", "by": "rowcol"}] + ([{"op": "bias", "dtype": out}] if bias else [])
-            + ([{"op": "activation", "fn": act}] if act else []),
-            "training": {"save": save}, **more}
-
-
-def load(s: dict):
-    (ls,) = load_text(json.dumps({"kernels": [s]}), f"<test:{s['name']}>", ".json")
-    return ls
+def spec(name: str) -> dict:
+    return {**unbatched_spec(BATCHED[name], batch=True), "name": name}
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from backends.pallas.test_mgpu_module import render
-from backends.pallas.test_training_mgpu_fp8 import JNP, _act, f64, fp8_spec
+from backends.pallas.test_training_mgpu_fp8 import JNP, dequantized_reference, f64, fp8_spec
+from backends.pallas.test_training_mgpu_fp8 import stand_ins as fp8_stand_ins
 from backends.pallas.test_training_tpu import close
 from specgen.compile import load_rendered
 from specgen.kinds.gemm.designs.pallas.compile import compile_module
@@ -72,32 +73,18 @@ def test_each_role_lowers_to_its_plan_smem_and_grad_lowers_with_every_role(modul
 
 
 def stand_ins(mod: object, spec: dict) -> None:
-    """`_launch` (the batched forward) and `_gemm` (every role, one entry's operands: 2-D) as jnp models: the pre GEMM
-    takes the 8-bit A[i] and B[i] and the shared scales and bias, dgrad and wgrad only operands of the output's dtype."""
-    operand = mod.OPERAND  # type: ignore[attr-defined]
+    """The unbatched fp8 test's jnp models (`_launch` the forward, here batched; `_gemm` every role, the pre GEMM over
+    the 8-bit A and B and the scales, dgrad and wgrad over operands of the output's dtype only), each GEMM checked to
+    get one entry's operands (2-D) and the shared vectors whole."""
+    fp8_stand_ins(mod, spec)
+    gemm = mod._gemm  # type: ignore[attr-defined]
 
-    def launch(a, b, scale_a, scale_b, bias):
-        acc = jnp.matmul(a.astype(jnp.float32), b.astype(jnp.float32).mT, precision="highest")
-        pre = acc * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1) + bias.reshape(1, -1).astype(jnp.float32)
-        return _act(spec, pre).astype(operand)
-
-    def gemm(role, m, n, k, x, y, *extra):
-        _, x_k, y_k, transposed, c_dtype = mod.TRAIN_GEMMS[role]  # type: ignore[attr-defined]
+    def per_entry(role, m, n, k, x, y, *extra):
         assert x.ndim == 2 and y.ndim == 2, (role, x.shape, y.shape)  # one entry's operands
-        if role in ("forward_pre", "recompute"):
-            assert x.dtype == y.dtype == JNP[spec["a"]["dtype"]] and len(extra) == 3, (role, x.dtype)
-            sa, sb, bias = extra
-            assert sa.shape == (m,) and sb.shape == bias.shape == (n,), (role, sa.shape, sb.shape)
-            acc = jnp.dot(x.astype(jnp.float32), y.astype(jnp.float32).T, precision="highest")
-            pre = acc * sa.reshape(-1, 1) * sb.reshape(1, -1) + bias.astype(jnp.float32)
-            return (_act(spec, pre).astype(operand), pre.astype(c_dtype)) if role == "forward_pre" else pre.astype(c_dtype)
-        assert x.dtype == y.dtype == operand and not extra, (role, x.dtype, y.dtype)
-        xs, ys = (x if x_k else x.T), (y.T if y_k else y)
-        assert xs.shape == (m, k) and ys.shape == (k, n), (role, xs.shape, ys.shape)
-        c = jnp.dot(xs.astype(jnp.float32), ys.astype(jnp.float32), precision="highest").astype(c_dtype)
-        return c.T if transposed else c
+        assert [v.shape for v in extra] == ([(m,), (n,), (n,)] if extra else []), (role, [v.shape for v in extra])
+        return gemm(role, m, n, k, x, y, *extra)
 
-    mod._launch, mod._gemm = launch, gemm  # type: ignore[attr-defined]
+    mod._gemm = per_entry  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", list(FORMS))
@@ -118,15 +105,9 @@ def test_the_batched_vjp_glue_against_float64_autograd(modules, name) -> None:
     dout = jnp.asarray(rng.standard_normal((batch, M, N)), jnp.float32).at[-1, 0, 1].set(jnp.nan)
     loss = lambda *xs: jnp.sum(mod._call(*xs).astype(jnp.float32) * dout)  # noqa: E731
     got = jax.jit(jax.grad(loss, argnums=tuple(range(5))))(*args)
-    ad = (f64(args[0]) * f64(args[2])[:, None]).requires_grad_()
-    bd = (f64(args[1]) * f64(args[3])[:, None]).requires_grad_()
-    bias = f64(args[4]).requires_grad_()
-    x = ad @ bd.mT + bias
-    fn = spec["epilogue"][-1].get("fn")
-    x = torch.nn.functional.gelu(x, approximate="tanh") if fn == "gelu_tanh" else torch.nn.functional.silu(x) if fn else x
-    x.backward(f64(dout))
+    _, want = dequantized_reference(spec, args, dout)  # (batched: scale_a and scale_b shared by the entries)
     out = JNP[spec["out"]["dtype"]]
-    for what, g, w, arg in (("a", got[0], ad.grad, args[0]), ("b", got[1], bd.grad, args[1]), ("bias", got[4], bias.grad, args[4])):
+    for what, g, w, arg in (("a", got[0], want["a"], args[0]), ("b", got[1], want["b"], args[1]), ("bias", got[4], want["bias"], args[4])):
         assert g.shape == arg.shape and g.dtype == (out if what != "bias" else arg.dtype), (what, g.shape, g.dtype)
         g = f64(g)
         assert torch.equal(g.isnan(), w.isnan()) and g.isnan().any(), f"d{what}: NaN where float64 has none (or not)"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from backends.pallas.test_training_tpu import module
-from backends.pallas.test_training_tpu_fp8 import JNP, close, f64, fp8_spec
+from backends.pallas.test_training_tpu_fp8 import JNP, close, f64, fp8_spec, reference  # (batched too: .mT)
 from specgen.check import check_specs
 from specgen.spec.load import load_text
 
@@ -50,27 +50,6 @@ def inputs(spec: dict, shape: tuple[int, int, int, int], seed: int = 0) -> tuple
     if bias is not None:
         args.append(jnp.asarray(rng.standard_normal(N), JNP.get(bias["dtype"], jnp.float32)))
     return args, jnp.asarray(rng.standard_normal((batch, M, N)), jnp.bfloat16)
-
-
-def reference(spec: dict, args: list[jax.Array], grad: jax.Array) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """float64 autograd of act(A_d[i] @ B_d[i] + bias), A_d = A scale_a[:, None], B_d = B scale_b[None, :] (the leaves),
-    gradients in the stored layouts."""
-    a, b = f64(args[0]), f64(args[1])
-    b = b.mT if spec["b"]["major"] == "k" else b
-    ad = (a * f64(args[2])[:, None]).requires_grad_()
-    bd = (b * f64(args[3])[None, :]).requires_grad_()
-    x = ad @ bd
-    bias = f64(args[4]).requires_grad_() if len(args) > 4 else None
-    for op in spec["epilogue"][1:]:
-        if op["op"] == "bias":
-            x = x + bias
-        elif op["fn"] == "gelu_tanh":
-            x = torch.nn.functional.gelu(x, approximate="tanh")
-        else:
-            x = torch.nn.functional.silu(x)
-    x.backward(f64(grad))
-    db = bd.grad.mT if spec["b"]["major"] == "k" else bd.grad
-    return x.detach(), [ad.grad, db, *([bias.grad] if bias is not None else [])]
 
 
 def grads_of(fn, args: list[jax.Array], grad: jax.Array):
