@@ -37,7 +37,7 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
 chain every design renders, and the dense CuTe sm90 and sm100 and Pallas (TPU, Mosaic GPU) designs the other chains,
-`chains` (unbatched on the CuTe sm100 design), and the dense CuTe sm90 (16-bit) and Pallas designs `batch`, not an fp8
+`chains`, and the dense CuTe sm90 and sm100 (16-bit) and Pallas designs `batch`, not an fp8
 forward's).
 An int8 forward has no backward.
 """
@@ -90,11 +90,11 @@ class Training(Strict):
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the sm100 one's unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
-    gradient summed over the batches and rows; the dense CuTe sm90 design's too, 16-bit, and the Pallas design's, TPU and
-    Mosaic GPU; after an fp8 forward too, its scales shared by the batches). A grouped spec takes the same section for
+    gradient summed over the batches and rows; the dense CuTe sm90 and sm100 designs' too, 16-bit, and the Pallas design's, TPU and
+    Mosaic GPU; after an fp8 forward the CuTe sm90 and Pallas designs', its scales shared by the batches). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
 
@@ -197,9 +197,9 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: 
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
     pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused.
-    `batch`: it renders a batched forward's backward too (the dense CuTe sm90 design's and the Pallas design's, TPU and
-    Mosaic GPU: `renders_batched_training`), an fp8 one's only with `batch_fp8` (those designs' since session 34:
-    `renders_batched_fp8_training`)."""
+    `batch`: it renders a batched forward's backward too (the dense CuTe sm90 and sm100 designs' and the Pallas
+    design's, TPU and Mosaic GPU: `renders_batched_training`), an fp8 one's only with `batch_fp8` (the CuTe sm90 and
+    Pallas designs' since session 34: `renders_batched_fp8_training`; the sm100 one refuses it)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")

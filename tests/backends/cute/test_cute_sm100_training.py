@@ -215,12 +215,13 @@ def test_a_chains_backward_is_the_sm90_modules_host_and_chain_pass(name: str) ->
 
 @pytest.mark.parametrize(("changes", "says"), [
     ({"out": {"dtype": "f32"}}, "the CuTe sm100 backward takes f16 or bf16 operands"),
-    ({"batch": True}, "training with batch = true"),
-    ({"epilogue": [{"op": "bias"}, {"op": "clamp", "min": 0.0}], "batch": True}, "training with batch = true"),
     ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
       "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "min": 0.0}], "tile": {"m": 128, "n": 128, "k": 128}},
      "training with fp8_e4m3 operands and epilogue ['scale', 'clamp']"),
-], ids=["f32_out", "batch", "batch_clamp", "fp8"])
+    ({"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e5m2", "major": "k"}, "batch": True,
+      "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}], "tile": {"m": 128, "n": 128, "k": 128}},
+     "training with batch = true and fp8_e4m3 x fp8_e5m2 operands"),
+], ids=["f32_out", "fp8", "fp8_batch"])
 def test_a_render_that_skipped_check_refuses_what_trn001_refuses(changes: dict, says: str) -> None:
     ls = loaded({**spec("refused"), **changes})
     with pytest.raises(ValueError, match="TRN001") as info:
