@@ -189,11 +189,13 @@ def test_an_fp8_forward_has_a_16_bit_backward(a_dtype: str, b_dtype: str, named:
      "its rowwise scales, then [bias], [activation] or [bias, activation])"),
     ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "along": "m"}]},
      "training with fp8_e4m3 operands and epilogue ['scale', 'bias along m']"),
-    ({"batch": True}, "training with batch = true"),
-], ids=["clamp", "bias_m", "batch"])
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "along": "m"}], "batch": True},
+     "training with fp8_e4m3 operands and epilogue ['scale', 'bias along m']"),
+], ids=["clamp", "bias_m", "batch_bias_m"])
 def test_the_cute_sm90_fp8_backward_refuses_the_rest(changes: dict, says: str) -> None:
     """cute:sm90 renders an fp8 forward's backward with its rowwise scales, then [bias], [activation] or both (bias
-    along n): TRN001 there names any other chain, and a batched forward, with the Triton design that renders them."""
+    along n), batched too since session 34: TRN001 there names any other chain (batched or not), with the Triton design
+    that renders them."""
     d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
              epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
              tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
@@ -217,6 +219,30 @@ def test_a_batched_forward_has_a_backward_on_the_triton_cute_and_pallas_designs(
     assert not trn, [str(x) for x in trn]
     errors = [x for x in report.diagnostics if x.severity == "error"]
     assert not errors, [str(x) for x in errors]
+
+
+@pytest.mark.parametrize("save", ["preact", "recompute"])
+def test_a_batched_fp8_forward_has_a_backward_on_the_cute_sm90_and_pallas_designs(save: str) -> None:
+    """batch = true with an fp8 forward (its rowwise scales shared by the batches; session 34:
+    `renders_batched_fp8_training`): no TRN001 on the Triton, dense CuTe sm90 and Pallas targets (Mosaic GPU here; the TPU:
+    tests/backends/pallas/test_training_tpu_batch_fp8.py), the companions keeping the batch; `chain_refusal` refuses it only to a design that renders a batched and an fp8 backward but not the two
+    together (TRN001's message, naming the designs that render it)."""
+    d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}],
+             tile={"m": 128, "n": 128, "k": 128}, batch=True, training={"save": save},
+             targets=["triton:sm90", "cute:sm90", "pallas:gpu_sm90"], per_target={"cute:sm90": {"cute": {"mma_warpgroups": 2}}})
+    loaded = load(d)
+    assert all(c.batch for _, c, _ in loaded.spec.companions())
+    errors = [str(x) for x in check_specs([loaded]).diagnostics if x.severity == "error"]
+    assert not errors, errors
+    s = GemmSpec.model_validate(d)
+    assert not chain_refusal(s, fp8=True, chains=True, batch=True, batch_fp8=True)
+    assert chain_refusal(s, fp8=True, chains=True, batch=True).startswith(
+        "training with batch = true and fp8_e4m3 operands (a batched fp8 forward's backward: this design renders an fp8 "
+        "forward's backward unbatched only)")
+    trn = [x for x in check_specs([load({**d, "targets": ["cute:sm100"], "per_target": {}})]).diagnostics if x.rule == "TRN001"]
+    assert len(trn) == 1 and trn[0].message.startswith("training with batch = true"), [str(x) for x in trn]
+    assert "(the CuTe sm90, Pallas (TPU, Mosaic GPU) and Triton designs do)" in trn[0].message, trn[0].message
 
 
 def test_trn001_off_the_triton_design() -> None:

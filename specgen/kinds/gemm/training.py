@@ -95,7 +95,7 @@ class Training(Strict):
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
     gradient summed over the batches and rows; the dense CuTe sm90 and sm100 designs' too, 16-bit, and the Pallas design's, TPU and
-    Mosaic GPU; not after an fp8 forward). A grouped spec takes the same section for
+    Mosaic GPU; after an fp8 forward the CuTe sm90 and Pallas designs', its scales shared by the batches). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
 
@@ -189,7 +189,8 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False) -> str:
+def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False,
+                  batch_fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
     not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
@@ -197,12 +198,13 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: 
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
     pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused.
-    `batch`: it renders a batched forward's backward too, not an fp8 one's (the dense CuTe sm90 and sm100 designs',
-    16-bit, and the Pallas design's, TPU and Mosaic GPU: `renders_batched_training`)."""
+    `batch`: it renders a batched forward's backward too (the dense CuTe sm90 and sm100 designs' and the Pallas
+    design's, TPU and Mosaic GPU: `renders_batched_training`), an fp8 one's only with `batch_fp8` (the CuTe sm90 and
+    Pallas designs' since session 34: `renders_batched_fp8_training`; the sm100 one refuses it)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    if getattr(spec, "batch", False) and batch and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    if getattr(spec, "batch", False) and batch and not batch_fp8 and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
         return (f"training with batch = true and {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a batched fp8 "  # type: ignore[attr-defined]
                 "forward's backward: this design renders an fp8 forward's backward unbatched only)")
     if getattr(spec, "batch", False) and not batch:  # (a grouped spec has no `batch`)

@@ -95,8 +95,8 @@ def reference(spec: dict, args: list[jax.Array], grad: jax.Array) -> tuple[torch
     """float64 autograd of act(A_d @ B_d + bias), A_d = A scale_a[:, None] and B_d = B scale_b[None, :] the dequantized
     operands (the leaves: their gradients are what the backward gives for a and b), in the stored layouts."""
     a, b = f64(args[0]), f64(args[1])
-    a = a if spec["a"]["major"] == "k" else a.t()
-    b = b.t() if spec["b"]["major"] == "k" else b
+    a = a if spec["a"]["major"] == "k" else a.mT  # (.mT: a batched spec's (batch, ...) operands too)
+    b = b.mT if spec["b"]["major"] == "k" else b
     ad = (a * f64(args[2])[:, None]).requires_grad_()
     bd = (b * f64(args[3])[None, :]).requires_grad_()
     x = ad @ bd
@@ -109,8 +109,8 @@ def reference(spec: dict, args: list[jax.Array], grad: jax.Array) -> tuple[torch
         else:
             x = torch.nn.functional.silu(x)
     x.backward(f64(grad))
-    da = ad.grad if spec["a"]["major"] == "k" else ad.grad.t()
-    db = bd.grad.t() if spec["b"]["major"] == "k" else bd.grad
+    da = ad.grad if spec["a"]["major"] == "k" else ad.grad.mT
+    db = bd.grad.mT if spec["b"]["major"] == "k" else bd.grad
     return x.detach(), [da, db, *([bias.grad] if bias is not None else [])]
 
 

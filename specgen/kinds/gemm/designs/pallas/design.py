@@ -302,7 +302,8 @@ class PallasGemmDesign(GemmDesign):
     renders_fp8_training_on = renders_training_on  # an fp8 forward's: both (training*.py)
 
     renders_unbatched_chain_training = True  # the other chains, unbatched: both (training*.py)
-    renders_batched_training = True  # a batched forward's (not an fp8 one's): both (batch_backward.jinja)
+    renders_batched_training = True  # a batched forward's: both (batch_backward.jinja)
+    renders_batched_fp8_training = True  # an fp8 one's too (session 34): both (batch_backward.jinja)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""

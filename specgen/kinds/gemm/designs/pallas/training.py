@@ -43,10 +43,10 @@ GPU module (templates/gemm/pallas/chain_backward.jinja), fused by XLA: it replay
 backward from dOut, forming G (the operands' dtype) and every argument's gradient (a residual's beta dOut at it, a
 vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are the plain backward GEMMs over G.
 
-A batched forward (`batch = true`, every chain above but an fp8 forward's; session 33) has the Triton design's meaning
-with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module) runs each
-backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain pass over
-the batches' rows as one (batch M, N) matrix.
+A batched forward (`batch = true`, every chain above; session 33, an fp8 forward's since session 34) has the Triton
+design's meaning with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module)
+runs each backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain
+pass over the batches' rows as one (batch M, N) matrix (an fp8 forward's scale_a, shared by the batches, tiled to it).
 
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is (the
 pre GEMM's with the chain its kernel applies: the bias's, the scales' and the arguments' blocks, a recompute's dOut);
@@ -208,7 +208,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec, fp8=True, chains=True, batch=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}

@@ -161,8 +161,8 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True):
-        # check refuses these (TRN001: a batched fp8 forward's among them; a batched forward's backward is the plan's
+    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):
+        # check refuses these (TRN001; a batched forward's backward, an fp8 one's too, is the plan's
         # kernels per batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a
         # wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
