@@ -102,6 +102,8 @@ def _build(m: int, n: int, k: int, varying: frozenset, interpret: object):
     blk_m = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     blk_n = n if n < BLOCK_N else BLOCK_N
     blk_k = k if k < BLOCK_K else BLOCK_K
+    if not (m and n and k):  # an extent of 0 (no rows: M = 0 or a batch of 0): an empty output, no kernel
+        return _rt.zeros_call(_rt.out_struct((m, n), jnp.bfloat16, varying), varying, NAME, sums=False)
     grid = (pl.cdiv(m, blk_m), pl.cdiv(n, blk_n), pl.cdiv(k, blk_k))
     in_specs = [
         pl.BlockSpec((blk_m, blk_k), lambda i, j, k: (i, k)),  # a
@@ -204,7 +206,7 @@ def _train_pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
 def _backward_gemm(role: str, p_dim: int, q_dim: int, r_dim: int, varying: frozenset, interpret: object):
     """The pallas_call of one backward GEMM for one problem shape (blocks clamped to the arrays, as the forward's)."""
     x_major, y_major, (bp, bq, br), c_dtype, vmem_limit = TRAIN_GEMMS[role]
-    bp, bq, br = min(p_dim, bp), min(q_dim, bq), min(r_dim, br)
+    bp, bq, br = min(p_dim, bp) or 1, min(q_dim, bq) or 1, min(r_dim, br) or 1  # 1 where an extent is 0: no kernel runs (below)
     c_block = pl.BlockSpec((bp, bq), lambda i, j, kk: (i, j))
     in_specs = [
         pl.BlockSpec((bp, br), lambda i, j, kk: (i, kk)) if x_major == "k" else pl.BlockSpec((br, bp), lambda i, j, kk: (kk, i)),
@@ -215,6 +217,8 @@ def _backward_gemm(role: str, p_dim: int, q_dim: int, r_dim: int, varying: froze
         in_specs.append(pl.BlockSpec((1, bq), lambda i, j, kk: (0, j)))  # bias
     if role == "forward_pre":  # out and pre
         out_shape, out_specs, kernel = [*out_shape, _rt.out_struct((p_dim, q_dim), c_dtype, varying)], [c_block, c_block], _train_pre_kernel
+    if not (p_dim and q_dim and r_dim):  # no rows (M = 0, a batch of 0), columns or K: zeros, no kernel
+        return _rt.zeros_call(out_shape, varying, NAME, sums=role in ("dgrad", "wgrad"))
     return pl.pallas_call(
         functools.partial(kernel, r_total=r_dim, block_r=br, x_axis=1 if x_major == "k" else 0, y_axis=1 if y_major == "k" else 0),
         out_shape=out_shape,
@@ -261,7 +265,7 @@ def _train_cols_kernel(src_ref, pre_ref, g_ref, dbias_ref, sum_ref, *, m_total: 
 @functools.cache
 def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
     """The columns pass for one shape: grid (N blocks, M blocks), walking each column block's rows in order."""
-    blk_m, blk_n = min(m, BLOCK_M), min(n, BLOCK_N)
+    blk_m, blk_n = min(m, BLOCK_M) or 1, min(n, BLOCK_N) or 1  # 1 where an extent is 0: no kernel runs (below)
     c_block = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
     out_shape, out_specs, scratch = [], [], []
     out_shape.append(_rt.out_struct((m, n), OPERAND, varying))  # G
@@ -269,6 +273,8 @@ def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
     out_shape.append(_rt.out_struct((1, n), jnp.bfloat16, varying))  # the bias gradient
     out_specs.append(pl.BlockSpec((1, blk_n), lambda j, i: (0, j)))
     scratch.append(pltpu.VMEM((1, blk_n), jnp.float32))
+    if not (m and n):  # no rows (M = 0, a batch of 0) or columns: G empty, the bias gradient 0 (a sum over no rows)
+        return _rt.zeros_call(out_shape, varying, NAME, sums=True)
     return pl.pallas_call(
         functools.partial(_train_cols_kernel, m_total=m, block_m=blk_m),
         out_shape=out_shape,
