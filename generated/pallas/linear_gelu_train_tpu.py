@@ -22,7 +22,7 @@ interpreter. Arrays spread over several devices raise unless the call runs under
 Differentiable (spec: training, save = "preact"): a jax.custom_vjp whose backward runs Pallas
 kernels rendered from the same spec: the forward also stores pre = A @ B + bias (saved),
 G = dOut * gelu_tanh'(pre) formed once, dA = G @ B^T, dB = A^T @ G, dbias = G's column sum,
-each in its operand's stored layout. The torch entry stays forward-only (a tensor that requires grad is refused).
+each in its operand's stored layout. The torch entry is differentiable too (its backward runs jax.vjp of this entry).
 
 Epilogue, applied in order to the float32 accumulator at the last K step:
     0. bias: + bias (N,) bf16, per column
@@ -344,7 +344,12 @@ def linear_gelu_train_tpu(a, b, bias, *, interpret: object = None) -> jax.Array:
 
 def linear_gelu_train_tpu_torch(a, b, bias, *, interpret: object = None):
     """The torch entry point: logical shapes as the Triton launcher takes them (A (M, K), B (K, N)), any
-    device jax shares through DLPack (CPU tensors run the interpreter). Returns a torch tensor."""
+    device jax shares through DLPack (CPU tensors run the interpreter). Returns a torch tensor. Differentiable (spec:
+    training): with grad on and a tensor that requires grad, or under torch.compile, the call is a torch op whose
+    backward runs jax.vjp of the JAX entry (_torch_entry)."""
+    _torch_entry()  # (built once; under torch.compile at trace time)
+    if _TORCH_ENTRY[0].needed(a, b, bias):
+        return _TORCH_ENTRY[0](a, b, bias, interpret=interpret)
     result = linear_gelu_train_tpu(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
@@ -352,6 +357,29 @@ def linear_gelu_train_tpu_torch(a, b, bias, *, interpret: object = None):
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The torch entry's differentiable op (spec: training; specgen/runtime/jax_torch.py), registered on the first torch
+# call or, where torch is imported already, here.
+_TORCH_ENTRY: list = []
+
+
+def _torch_entry():
+    """This module's torch op with its backward (jax.vjp of the JAX entry), built once."""
+    if not _TORCH_ENTRY:
+        from specgen.runtime import jax_torch
+
+        args = (("a", False), ("b", True), ("bias", None),)
+        _TORCH_ENTRY.append(jax_torch.Entry(NAME, "90cc6e6448cb2efa", args, lambda mode, *xs: _call(*xs, interpret=mode),
+                                            jnp.bfloat16, gated=False, fp8=False))
+    return _TORCH_ENTRY[0]
+
+
+# torch.compile runs _torch_entry at trace time (torch._dynamo.assume_constant_result's mark, set without importing
+# torch; the entry then reads _TORCH_ENTRY): a module imported before torch registers its ops in a first compiled call.
+_torch_entry._dynamo_marked_constant = True
+if _rt.torch_imported():
+    _torch_entry()
 
 
 # The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -173,6 +174,12 @@ def zeros_call(out_shape: Any, varying: frozenset, fn: str, sums: bool) -> Calla
         return outs if isinstance(out_shape, list) else outs[0]
 
     return call
+
+
+def torch_imported() -> bool:
+    """Whether torch is imported already (a training module then registers its torch ops at import: see
+    runtime/jax_torch.py)."""
+    return "torch" in sys.modules
 
 
 def _stored(fn: str, name: str, t: Any, transpose: bool | None) -> Any:

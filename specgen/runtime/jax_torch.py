@@ -1,0 +1,154 @@
+"""The torch entry of a Pallas training module (a spec's `training` section; TPU and Mosaic GPU) as a differentiable
+torch op (issue 38): `specgen::<kernel>_torch_<spec hash>` runs the JAX entry on the tensors (DLPack both ways), its
+backward `specgen::<kernel>_torch_backward_<spec hash>` runs jax.vjp of the same jitted JAX entry (the module's
+custom_vjp: its forward rule, then its backward's kernels) on the output's gradient, and
+torch.library.register_autograd joins them, as the Triton and CuTe modules' ops are joined (runtime/torch/ops.py).
+Both ops have fake implementations, so torch.compile(fullgraph=True) takes the entry as two opaque ops with no graph
+break. The backward runs the forward rule again (jax.vjp of the entry: the residuals live in JAX, not in the torch
+graph): preact's forward_pre, recompute's forward, then the backward's kernels. Imported by generated code on its
+first torch call (or at its import where torch is already imported, so that a call under torch.compile finds the ops
+registered)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from specgen.runtime import jax as _rt
+from specgen.runtime.torch.ops import register_backward, register_custom_op
+from specgen.runtime.torch.training import refuse_fp8_grad
+
+# The interpret modes calls have passed (None: the default; True, False, an InterpretParams), by index: the ops'
+# schema takes the index (an int).
+_MODES: list[object] = [None]
+
+
+@torch._dynamo.assume_constant_result
+def mode_index(mode: object) -> int:
+    """`mode`'s index in _MODES, added on first use (under torch.compile at trace time: a constant of the graph)."""
+    for i, known in enumerate(_MODES):
+        if known is mode or (type(known) is type(mode) and known == mode):
+            return i
+    _MODES.append(mode)
+    return len(_MODES) - 1
+
+
+class Entry:
+    """One module's differentiable torch entry. `args`: its arguments in order, (name, transpose) each (transpose:
+    True where the JAX entry takes the tensor's last two dims swapped (its stored layout), False as it is, None a
+    vector, "scalar" a runtime scalar: a Python number, no gradient); `call(mode, *xs)`: the jitted JAX entry on the
+    stored arrays; `out_dtype`: a jnp dtype; `gated`: out's N is half B's last dim; `fp8`: a and b are 8-bit (no
+    gradient through autograd: refuse_fp8_grad)."""
+
+    def __init__(self, kernel: str, spec_hash: str, args: tuple[tuple[str, Any], ...], call: Callable[..., jax.Array],
+                 out_dtype: Any, gated: bool, fp8: bool) -> None:
+        self.kernel, self.args, self.call, self.gated, self.fp8 = kernel, args, call, gated, fp8
+        self.out_dtype = getattr(torch, jnp.dtype(out_dtype).name)
+        self.tensors = tuple(i for i, (_, how) in enumerate(args) if how != "scalar")
+        schema = [[name, "float" if how == "scalar" else "Tensor"] for name, how in args]
+        self.op = register_custom_op(f"{kernel}_torch", spec_hash, self._forward, self._forward_fake,
+                                     [*schema, ["mode", "int"]])
+        needs = [[f"need_{args[i][0]}", "bool"] for i in self.tensors]
+        self.backward_op = register_custom_op(f"{kernel}_torch_backward", spec_hash, self._backward, self._backward_fake,
+                                              [["grad", "Tensor"], *schema, *needs, ["mode", "int"]],
+                                              "(" + ", ".join(["Tensor"] * len(self.tensors)) + ")")
+        register_backward(f"{kernel}_torch", spec_hash, self._autograd_backward, self._setup_context)
+
+    @staticmethod
+    def needed(*xs: object) -> bool:
+        """Whether the torch entry takes the op: grad mode on and a tensor that requires grad, or torch.compile
+        tracing (the op is opaque there; the eager path runs JAX, which dynamo cannot trace)."""
+        if torch.compiler.is_compiling():
+            return True
+        return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in xs)
+
+    def __call__(self, *xs: Any, interpret: object = None) -> torch.Tensor:
+        return self.op(*xs, mode_index(interpret))
+
+    def arrays(self, xs: tuple) -> list[Any]:
+        """The arguments as the JAX entry's (stored layouts; a scalar as it is)."""
+        out = [x if how == "scalar" else None for x, (_, how) in zip(xs, self.args, strict=True)]
+        tensors = tuple((self.args[i][0], xs[i], self.args[i][1]) for i in self.tensors)
+        for i, arr in zip(self.tensors, _rt.torch_to_jax(self.kernel, tensors), strict=True):
+            out[i] = arr
+        return out
+
+    def _forward(self, *xs_mode: Any) -> torch.Tensor:
+        *xs, mode = xs_mode
+        return _rt.to_torch(self.call(_MODES[mode], *self.arrays(tuple(xs))))
+
+    def _forward_fake(self, *xs_mode: Any) -> torch.Tensor:
+        a, b = xs_mode[0], xs_mode[1]  # A (..., M, K), B (..., K, N or 2N): the logical shapes
+        return a.new_empty((*a.shape[:-1], b.shape[-1] // 2 if self.gated else b.shape[-1]), dtype=self.out_dtype)
+
+    def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        if self.fp8:  # no gradient to the 8-bit operands (autograd would round it to fp8) nor to the scales
+            for name, t in zip(("a", "b"), inputs, strict=False):
+                if t.requires_grad:
+                    raise RuntimeError(
+                        f"{self.kernel}: {name} ({t.dtype}) requires grad, but autograd would round its gradient to fp8; "
+                        "the backward's gradients are those of the dequantized operands (a scale_a, b scale_b): take them "
+                        f"from jax.vjp of the JAX entry {self.kernel} (the straight-through step of your quantization), or "
+                        "detach it")
+            refuse_fp8_grad(self.kernel, (None, None, *inputs[2:4]))
+        ctx.save_for_backward(*(inputs[i] for i in self.tensors))
+        ctx.scalars = tuple(x for x, (_, how) in zip(inputs, self.args, strict=False) if how == "scalar")
+        ctx.mode = inputs[-1]
+
+    def _autograd_backward(self, ctx: Any, grad: torch.Tensor) -> tuple:
+        need = ctx.needs_input_grad
+        xs, tensors, scalars = [], iter(ctx.saved_tensors), iter(ctx.scalars)
+        for _, how in self.args:
+            xs.append(next(scalars) if how == "scalar" else next(tensors))
+        grads = iter(self.backward_op(grad, *xs, *(need[i] for i in self.tensors), ctx.mode))
+        out = [next(grads) if i in self.tensors else None for i in range(len(self.args))]
+        return (*(g if n else None for g, n in zip(out, need, strict=False)), None)
+
+    def _backward(self, grad: torch.Tensor, *rest: Any) -> tuple[torch.Tensor, ...]:
+        """The gradients of the tensors asked for (need_*), each shaped and strided as its argument; an empty tensor
+        for one not asked for. jax.vjp of the jitted JAX entry on the stored arrays, the output's gradient imported
+        through DLPack (any view: copied where it is not contiguous, as autograd's expanded gradient of a sum)."""
+        n = len(self.args)
+        xs, needs, mode = rest[:n], rest[n:-1], rest[-1]
+        wrt = tuple(i for i, need in zip(self.tensors, needs, strict=True) if need)
+        out = {i: xs[i].new_empty(0) for i in self.tensors}
+        if wrt:
+            arrays = self.arrays(tuple(xs))
+            g = _rt.from_torch(self.kernel, "grad", grad, transpose=None)
+            grads = _vjp(self.call, wrt, mode)(g, *arrays)
+            for i, got in zip(wrt, grads, strict=True):
+                t = _rt.to_torch(got)
+                t = t.transpose(-1, -2) if self.args[i][1] is True else t.reshape(xs[i].shape)
+                if t.stride() != xs[i].stride() and xs[i].numel() > 1:  # in the argument's strides (the fake's)
+                    t = torch.empty_like(xs[i], dtype=t.dtype).copy_(t)
+                out[i] = t
+        return tuple(out[i] for i in self.tensors)
+
+    def _backward_fake(self, grad: torch.Tensor, *rest: Any) -> tuple[torch.Tensor, ...]:
+        n = len(self.args)
+        xs, needs = rest[:n], rest[n:-1]
+        dtype = self.out_dtype if self.fp8 else None  # fp8's dA and dB: the output's dtype (refused in autograd)
+        return tuple(torch.empty_like(xs[i], dtype=dtype if i < 2 else None) if need else xs[i].new_empty(0)
+                     for i, need in zip(self.tensors, needs, strict=True))
+
+
+@functools.cache
+def _vjp(call: Callable[..., jax.Array], wrt: tuple[int, ...], mode: int) -> Callable[..., tuple]:
+    """jax.vjp of `call` with respect to the arguments at `wrt`, applied to the output's gradient: one jitted program
+    per entry, argument set and interpret mode (and, inside, per shape)."""
+    def grads(g: jax.Array, *xs: Any) -> tuple:
+        def of(*ws: Any) -> jax.Array:
+            full = list(xs)
+            for i, w in zip(wrt, ws, strict=True):
+                full[i] = w
+            return call(_MODES[mode], *full)
+
+        _, pullback = jax.vjp(of, *(xs[i] for i in wrt))
+        return pullback(g)  # (autograd hands the output's gradient in the output's dtype)
+
+    return jax.jit(grads)
