@@ -234,6 +234,7 @@ def test_torch_entry_gradients_against_float64(name: str, shape, tmp_path_factor
     of A, B and the bias within the JAX entry's bound of float64 autograd (test_gradients_against_float64's), each in its
     leaf's shape, dtype and strides; the gradients' memory comes from JAX (nothing to poison on the torch side)."""
     import jax
+    import jax.numpy as jnp
     import torch
 
     mod, spec = module(name, tmp_path_factory)
@@ -249,9 +250,9 @@ def test_torch_entry_gradients_against_float64(name: str, shape, tmp_path_factor
     grads = [x.grad for x in leaves]
     for g, x in zip(grads, leaves, strict=True):
         assert g.shape == x.shape and g.dtype == x.dtype and (g.stride() == x.stride() or not x.numel())
-    as_np = lambda t: t.detach().float().cpu().numpy()  # noqa: E731
-    compare(f"torch {name} {shape}", (as_np(out), [as_np(g) for g in grads]), (want_out, want), (ref_out, ref_grads), args,
-            2e-2 if spec["a"]["dtype"] == "bf16" else 4e-3)
+    as_jnp = lambda t, like: jnp.asarray(t.detach().float().cpu().numpy(), like.dtype)  # noqa: E731 (exact: bf16 / f16 in f32)
+    compare(f"torch {name} {shape}", (as_jnp(out, args[0]), [as_jnp(g, x) for g, x in zip(grads, args, strict=True)]),
+            (want_out, want), (ref_out, ref_grads), args, 2e-2 if spec["a"]["dtype"] == "bf16" else 4e-3)
 
 
 def test_torch_entry_compiled_step_has_no_graph_break(tmp_path_factory) -> None:
