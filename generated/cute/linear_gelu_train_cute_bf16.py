@@ -88,11 +88,18 @@ class Config(NamedTuple):
     role: str = "forward"
     a_k: bool = True  # A's K contiguous (else M)
     b_k: bool = True  # B's K contiguous (else N)
+    dout_stages: int = 0  # recompute: dOut's SMEM subtile buffers (templates/gemm/cute/dout_sm90.jinja; other roles 0)
 
     @property
     def epi_per_subtile(self) -> int:
         """SMEM buffers a subtile takes: forward_pre stores pre's beside out's (its epi_stages count both)."""
         return 2 if self.role == "forward_pre" else 1
+
+    @property
+    def reads_dout(self) -> bool:
+        """The recompute's epilogue reads dOut from its SMEM ring (dout_sm90.jinja); another role traced with its
+        config (a benchmark's plain GEMM) allocates the same SMEM and loads none."""
+        return self.role == "recompute" and self.dout_stages > 0
 
     @property
     def fused(self) -> bool:
@@ -158,9 +165,15 @@ def shared_storage(cfg: Config):
         ab_barriers: cute.struct.MemRange[cutlass.Int64, cfg.ab_stages * 2]
         if cfg.pingpong:
             order_barriers: cute.struct.MemRange[cutlass.Int64, 2]  # whose turn at the mainloop
+        if cfg.dout_stages:
+            dout_barriers: cute.struct.MemRange[cutlass.Int64, cfg.dout_stages * 2]  # recompute: dOut's full / empty
+            if cfg.pingpong:
+                dout_order: cute.struct.MemRange[cutlass.Int64, 2]  # whose turn at the ring
         sA: cute.struct.Align[cute.struct.MemRange[a_dtype, cfg.tile_m * cfg.tile_k * cfg.ab_stages], 1024]
         sB: cute.struct.Align[cute.struct.MemRange[b_dtype, cfg.tile_n * cfg.tile_k * cfg.ab_stages], 1024]
         sOut: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.epi_stages * (2 if cfg.pingpong else 1)], 1024]
+        if cfg.dout_stages:
+            sDout: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.dout_stages], 1024]
 
     return SharedStorage
 
@@ -283,6 +296,7 @@ def gemm_host(
         cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
     )
 
+    tma_dout, tDout, sDout_layout = tma_out, tOut, sOut_layout  # the forward reads no dOut
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
     raster = make_raster(cfg, tiles)
     # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
@@ -291,6 +305,7 @@ def gemm_host(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
         mOut, tma_out, tOut,
+        tma_dout, tDout, sDout_layout,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -339,6 +354,14 @@ def train_host(
         tma_pre, tPre = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), _mkl(aux), cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
         )
+    # recompute: dOut's (epi_m, epi_n) subtiles loaded by TMA into a ring of cfg.dout_stages buffers of the epilogue
+    # subtiles' layout (other roles: out's atom and layout, unused)
+    tma_dout, tDout, sDout_layout = tma_out, tOut, sOut_layout
+    if cutlass.const_expr(cfg.reads_dout):
+        sDout_layout = cute.tile_to_shape(out_atom, (cfg.epi_m, cfg.epi_n, cfg.dout_stages), order=(1, 0, 2) if m_major else (0, 1, 2))
+        tma_dout, tDout = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), _mkl(aux), cute.slice_(sDout_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
+        )
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
     raster = make_raster(cfg, tiles)
     # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
@@ -347,6 +370,7 @@ def train_host(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
         _mkl(aux), tma_pre, tPre,
+        tma_dout, tDout, sDout_layout,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -363,6 +387,9 @@ def gemm_kernel(
     maux: cute.Tensor,  # the backward's pre (stored by forward_pre) or dOut (read by recompute)
     tma_pre: cute.CopyAtom,  # forward_pre: pre's subtiles stored by TMA (other roles: out's atom, unused)
     mPreT: cute.Tensor,
+    tma_dout: cute.CopyAtom,  # recompute: dOut's subtiles loaded by TMA into sDout (other roles: out's, unused)
+    mDout: cute.Tensor,
+    sDout_layout: cute.ComposedLayout,
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -411,6 +438,27 @@ def gemm_kernel(
             barrier_storage=storage.order_barriers.data_ptr(), depth=1, length=2, group_id=warpgroup - 1,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128), defer_sync=True,
         )
+    if cutlass.const_expr(cfg.reads_dout):
+        # recompute: dOut's subtiles through a ring of its own (full: the TMA bytes landed; empty: every warp of the
+        # tile's warpgroups read the buffer), in the order the tiles' epilogues read them
+        dout_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.dout_barriers.data_ptr(),
+            num_stages=cfg.dout_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads // 32),
+            tx_count=cute.size_in_bytes(OUT_DTYPE, cute.slice_(sDout_layout, (None, None, 0))),
+            defer_sync=True,
+        )
+        sDout = storage.sDout.get_tensor(sDout_layout.outer, swizzle=sDout_layout.inner)
+        if cutlass.const_expr(cfg.pingpong):
+            # ping-pong: the warpgroups take turns at the ring, a tile's subtiles each (the first warpgroup first: a
+            # buffer's full barrier is then never two phases ahead of its reader's parity)
+            dout_order = pipeline.PipelineOrder.create(
+                barrier_storage=storage.dout_order.data_ptr(), depth=1, length=2, group_id=warpgroup - 1,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128), defer_sync=True,
+            )
+        # a tile's subtiles in the epilogue's order (its sub_grid)
+        dout_grid = cute.make_layout((cfg.tile_m // cfg.epi_m, cfg.tile_n // cfg.epi_n), stride=(cfg.tile_n // cfg.epi_n, 1))
     pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
     sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
     sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
@@ -459,6 +507,28 @@ def gemm_kernel(
                     state.advance()
                 work += work_stride
             ab_pipe.producer_tail(state)
+        if cutlass.const_expr(cfg.reads_dout):
+            if warp == 1:
+                dout_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, cfg.dout_stages)
+                gDout = cute.local_tile(mDout, (cfg.tile_m, cfg.tile_n), (None, None, None))
+                work = cutlass.Int32(first_work)
+                while work < work_count:
+                    cluster_of = cluster_at(cfg, work, raster.shape)  # this work index's cluster, then this CTA's tile in it
+                    tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
+                    tn = cute.arch.make_warp_uniform(cluster_of[1] * cfg.cluster_n + cta_n)
+                    tl = cute.arch.make_warp_uniform(cluster_of[2])
+                    bDout_s, bDout_g = cute.nvgpu.cpasync.tma_partition(
+                        tma_dout, 0, cute.make_layout(1), cute.group_modes(sDout, 0, 2),
+                        cute.zipped_divide(gDout[(None, None, tm, tn, tl)], (cfg.epi_m, cfg.epi_n)),
+                    )
+                    for si in cutlass.range_constexpr(cute.size(dout_grid)):
+                        dout_pipe.producer_acquire(dout_state)  # wait until the buffer is free
+                        cute.copy(tma_dout, bDout_g[(None, dout_grid.get_hier_coord(si))], bDout_s[(None, dout_state.index)],
+                                  tma_bar_ptr=dout_pipe.producer_get_barrier(dout_state))
+                        dout_pipe.producer_commit(dout_state)
+                        dout_state.advance()
+                    work += work_stride
+                dout_pipe.producer_tail(dout_state)
     else:
         # ================= consumers: wgmma over the stages, then the fused epilogue ================
         cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -488,7 +558,7 @@ def gemm_kernel(
         M, N = mOut.shape[0], mOut.shape[1]
         r_bias = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
         r_aux = cute.make_rmem_tensor(sub_shape, cutlass.Float32)  # recompute: dOut at this subtile
-        r_aux_next = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # recompute: dOut loaded a subtile ahead
+        r_aux_next = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # recompute: dOut as sDout holds it
         r_pre = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # forward_pre: pre as stored
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=cfg.epi_stages // cfg.epi_per_subtile, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
@@ -509,6 +579,14 @@ def gemm_kernel(
                 release.advance()
             order_phase = 1 - turn  # the first warpgroup's first wait passes at once
         stored = cutlass.Int32(0)  # subtiles this warpgroup has stored (rotates the SMEM buffers)
+        if cutlass.const_expr(cfg.reads_dout):
+            dout_read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.dout_stages)
+            tRS_sDout = thr_r2s.partition_S(sDout)  # the elements this thread holds of a subtile (its accumulator's)
+            dout_phase = cutlass.Int32(1)  # ping-pong: the parity this warpgroup's turn at the ring waits for
+            if cutlass.const_expr(cfg.pingpong):
+                for _s in range(cute.size(dout_grid) * turn):
+                    dout_read.advance()
+                dout_phase = 1 - turn  # the first warpgroup's first wait passes at once
         while work < work_count:
             cluster_of = cluster_at(cfg, work, raster.shape)  # this work index's cluster, then this CTA's tile in it
             tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
@@ -524,16 +602,6 @@ def gemm_kernel(
             if cutlass.const_expr(cfg.fused):  # dgrad and wgrad read none
                 for ei in cutlass.range_constexpr(sub_size):
                     r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
-            if cutlass.const_expr(cfg.role == "recompute"):  # dOut's first subtile: its loads fly under the mainloop
-                aux_crd = (0, 0)
-                aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
-                g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
-                    cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
-                else:
-                    for ei in cutlass.range_constexpr(sub_size):
-                        if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                            r_aux_next[ei] = g_aux[ei]
             if cutlass.const_expr(cfg.pingpong):
                 cute.arch.mbarrier_wait(mma_order.sync_object_full.get_barrier(turn), order_phase)
             cute.nvgpu.warpgroup.fence()
@@ -588,17 +656,17 @@ def gemm_kernel(
                         r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
+                        if cutlass.const_expr(cfg.pingpong and si == 0):  # this warpgroup's turn at the ring: the other's tile is read
+                            cute.arch.mbarrier_wait(dout_order.sync_object_full.get_barrier(turn), dout_phase)
+                        dout_pipe.consumer_wait(dout_read)  # dOut's subtile si landed
+                        cute.autovec_copy(tRS_sDout[(None, None, None, dout_read.index)], r_aux_next)
                         r_aux.store(r_aux_next.load().to(cutlass.Float32))
-                        if cutlass.const_expr(si + 1 < subs):
-                            aux_crd = sub_grid.get_hier_coord(si + 1)
-                            aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
-                            g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                            if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
-                                cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
-                            else:
-                                for ei in cutlass.range_constexpr(sub_size):
-                                    if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                                        r_aux_next[ei] = g_aux[ei]
+                        cute.arch.sync_warp()  # the warp's reads done before its one arrive frees the buffer
+                        dout_pipe.consumer_release(dout_read)
+                        dout_read.advance()
+                        if cutlass.const_expr(cfg.pingpong and si + 1 == subs):  # the tile's last subtile read: the other's turn
+                            cute.arch.mbarrier_arrive(dout_order.sync_object_full.get_barrier(1 - turn))
+                            dout_phase = dout_phase ^ 1
                         # G = dOut * act'(pre), pre the f32 accumulator (+ bias): GELU's derivative, tanh form
                         acc = r_aux.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
 
@@ -624,6 +692,9 @@ def gemm_kernel(
                     store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
                 epi_barrier.arrive_and_wait()
             stored += subs
+            if cutlass.const_expr(cfg.reads_dout and cfg.pingpong):
+                for _s in cutlass.range_constexpr(cute.size(dout_grid)):
+                    dout_read.advance()
             work += work_stride * (2 if cfg.pingpong else 1)
         store_pipe.producer_tail()
 
@@ -827,8 +898,8 @@ _op = register_custom_op(
 
 def _train_fake_args(role: str) -> tuple:
     """What `cute.compile` sees for a backward GEMM (train_host): A, B and out as TMA moves them (16-byte leading
-    strides, the role's majors), aux element-wise (any leading stride), the bias unread by dgrad and wgrad (its
-    own extent)."""
+    strides, the role's majors), aux by TMA where the role moves it (forward_pre's pre, recompute's dOut), else
+    element-wise (any leading stride), the bias unread by dgrad and wgrad (its own extent)."""
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     cfg = TRAIN_CONFIGS[role]
@@ -842,7 +913,7 @@ def _train_fake_args(role: str) -> tuple:
         matrix(cfg.operands[1], M, K, major_rows=not cfg.a_k),
         matrix(cfg.operands[3], K, N, major_rows=cfg.b_k),
         make_fake_tensor(cutlass.BFloat16, (N if cfg.fused else cute.sym_int32(),), (1,), assumed_align=16),
-        matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role == "forward_pre"),  # forward_pre stores pre by TMA
+        matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role in ("forward_pre", "recompute")),  # pre stored, dOut read by TMA
         matrix(OUT_DTYPE, M, N, major_rows=False),
         cutlass.Int32(1),
         role,

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.designs.triton.training import ChainOp, TrainingPlan, _chain
 from specgen.kinds.gemm.training import (
     SaveModes,  # noqa: I001
@@ -154,6 +155,48 @@ class CuteTrainingPlan(SaveModes):
         return (self.bias,) if self.bias else ()
 
 
+# The recompute epilogue's dOut (act and gated recomputes; session 34): the producer warpgroup's second warp loads its
+# (epi_m, epi_n) subtiles by TMA into a ring of SMEM buffers ahead of the consumers (its own full / empty mbarriers),
+# the epilogue reads each from SMEM. The ring: as many subtiles as the SMEM the A/B stages leave, DOUT_STAGES[0] at
+# least (counted when `auto` picks the A/B depth: the depth drops where two do not fit) and DOUT_STAGES[1] at most.
+DOUT_STAGES = (2, 4)
+
+
+def reads_dout(spec: object) -> bool:
+    """Whether a companion is the recompute GEMM whose epilogue reads dOut (an act or gated recompute: the operands'
+    dtype out; an fp8 forward's and the other chains' recompute store pre, in f32 as check rules them, and the plan's
+    own copy of theirs is `_pre_in_output_dtype`'s, whose role says so)."""
+    s = spec  # GemmSpec
+    return (s.triton.backward_role == "recompute" and s.a.dtype in CUTE_TRAINING_DTYPES  # type: ignore[attr-defined]
+            and s.out.dtype == s.a.dtype)  # type: ignore[attr-defined]
+
+
+def dout_ring(budget: MemoryBudget, spec: object, subtile_bytes: int, barrier_bytes: int, pad: int,
+              pingpong: bool) -> MemoryBudget:
+    """The sm90 kernel's SMEM struct (`budget`: design.py's `memory`, `barrier_bytes` its mbarriers before their
+    1024-byte alignment, `pad` the static SMEM before it) with the recompute GEMM's dOut ring: 2 mbarriers and a
+    1024-aligned subtile a buffer (+ 2 mbarriers ordering the ping-pong warpgroups' turns), as many buffers as the
+    room the rest leaves beside the ring's most mbarriers holds, up to DOUT_STAGES[1], at least DOUT_STAGES[0]
+    (SMEM001 refuses a config where those do not fit; an `auto` A/B depth is the deepest whose total fits with
+    them). Unchanged where the companion reads no dOut."""
+    if not reads_dout(spec):
+        return budget
+    order = 16 if pingpong else 0
+    room = budget.capacity - (budget.total - budget.reserve) - pad - _aligned(barrier_bytes + 16 * DOUT_STAGES[1] + order)
+    n = max(DOUT_STAGES[0], min(DOUT_STAGES[1], room // subtile_bytes))
+    return dataclasses.replace(budget, reserve=pad + _aligned(barrier_bytes + 16 * n + order),
+                               extra_bytes=budget.extra_bytes + _aligned(n * subtile_bytes), extra_label="dOut subtiles")
+
+
+def dout_buffers(budget: MemoryBudget, subtile_bytes: int) -> int:
+    """The dOut ring's subtile buffers a budget holds (`dout_ring`'s; 0 without one): the kernel's Config.dout_stages."""
+    return budget.extra_bytes // subtile_bytes if budget.extra_label == "dOut subtiles" else 0
+
+
+def _aligned(n: int) -> int:
+    return -(-n // 1024) * 1024  # the struct's buffers (and its mbarriers as a group) start 1024-aligned
+
+
 def dtype_refusal(spec: object, arch: str) -> str:
     """The CuTe backwards' (sm90, sm100) dtypes: 16-bit operands of one dtype with an output of it (wgmma and tcgen05
     read MN-major operands of 16-bit types only; pre and G are stored in it), or fp8 ones with a 16-bit output."""
@@ -244,7 +287,8 @@ def _pre_in_output_dtype(c: Resolved, out: DType) -> Resolved:
     forward_pre stores) where the shared companion is the Triton chain pass's f32 pre (`companions`). Check rules
     that f32 GEMM (its epilogue subtiles twice these bytes: conservative); the plan's SMEM and epilogue subtile are
     this kernel's, at the stages check resolved."""
-    spec = c.spec.model_copy(update={"out": c.spec.out.model_copy(update={"dtype": out})})  # type: ignore[attr-defined]
+    spec = c.spec.model_copy(update={"out": c.spec.out.model_copy(update={"dtype": out}),  # type: ignore[attr-defined]
+                                     "triton": c.spec.triton.for_backward("recompute_pre")})  # reads no dOut  # type: ignore[attr-defined]
     return dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
 
 
