@@ -165,15 +165,9 @@ def shared_storage(cfg: Config):
         ab_barriers: cute.struct.MemRange[cutlass.Int64, cfg.ab_stages * 2]
         if cfg.pingpong:
             order_barriers: cute.struct.MemRange[cutlass.Int64, 2]  # whose turn at the mainloop
-        if cfg.dout_stages:
-            dout_barriers: cute.struct.MemRange[cutlass.Int64, cfg.dout_stages * 2]  # recompute: dOut's full / empty
-            if cfg.pingpong:
-                dout_order: cute.struct.MemRange[cutlass.Int64, 2]  # whose turn at the ring
         sA: cute.struct.Align[cute.struct.MemRange[a_dtype, cfg.tile_m * cfg.tile_k * cfg.ab_stages], 1024]
         sB: cute.struct.Align[cute.struct.MemRange[b_dtype, cfg.tile_n * cfg.tile_k * cfg.ab_stages], 1024]
         sOut: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.epi_stages * (2 if cfg.pingpong else 1)], 1024]
-        if cfg.dout_stages:
-            sDout: cute.struct.Align[cute.struct.MemRange[OUT_DTYPE, cfg.epi_m * cfg.epi_n * cfg.dout_stages], 1024]
 
     return SharedStorage
 
@@ -296,7 +290,6 @@ def gemm_host(
         cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mOut, cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
     )
 
-    tma_dout, tDout, sDout_layout = tma_out, tOut, sOut_layout  # the forward reads no dOut
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
     raster = make_raster(cfg, tiles)
     # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
@@ -305,7 +298,6 @@ def gemm_host(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
         mOut, tma_out, tOut,
-        tma_dout, tDout, sDout_layout,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -354,14 +346,6 @@ def train_host(
         tma_pre, tPre = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), _mkl(aux), cute.slice_(sOut_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
         )
-    # recompute: dOut's (epi_m, epi_n) subtiles loaded by TMA into a ring of cfg.dout_stages buffers of the epilogue
-    # subtiles' layout (other roles: out's atom and layout, unused)
-    tma_dout, tDout, sDout_layout = tma_out, tOut, sOut_layout
-    if cutlass.const_expr(cfg.reads_dout):
-        sDout_layout = cute.tile_to_shape(out_atom, (cfg.epi_m, cfg.epi_n, cfg.dout_stages), order=(1, 0, 2) if m_major else (0, 1, 2))
-        tma_dout, tDout = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), _mkl(aux), cute.slice_(sDout_layout, (None, None, 0)), (cfg.epi_m, cfg.epi_n),
-        )
     tiles = cute.zipped_divide(mOut, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
     raster = make_raster(cfg, tiles)
     # persistent: at most max_clusters clusters, each walking the work indices w, w + grid_z, ...
@@ -370,7 +354,6 @@ def train_host(
         tma_a, tA, tma_b, tB, tma_out, tOut,
         bias,
         _mkl(aux), tma_pre, tPre,
-        tma_dout, tDout, sDout_layout,
         tiled_mma, sA_layout, sB_layout, sOut_layout, raster, cfg,
     ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1), min_blocks_per_mp=1, stream=stream)
 
@@ -387,9 +370,6 @@ def gemm_kernel(
     maux: cute.Tensor,  # the backward's pre (stored by forward_pre) or dOut (read by recompute)
     tma_pre: cute.CopyAtom,  # forward_pre: pre's subtiles stored by TMA (other roles: out's atom, unused)
     mPreT: cute.Tensor,
-    tma_dout: cute.CopyAtom,  # recompute: dOut's subtiles loaded by TMA into sDout (other roles: out's, unused)
-    mDout: cute.Tensor,
-    sDout_layout: cute.ComposedLayout,
     tiled_mma: cute.TiledMma,
     sA_layout: cute.ComposedLayout,
     sB_layout: cute.ComposedLayout,
@@ -438,27 +418,6 @@ def gemm_kernel(
             barrier_storage=storage.order_barriers.data_ptr(), depth=1, length=2, group_id=warpgroup - 1,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128), defer_sync=True,
         )
-    if cutlass.const_expr(cfg.reads_dout):
-        # recompute: dOut's subtiles through a ring of its own (full: the TMA bytes landed; empty: every warp of the
-        # tile's warpgroups read the buffer), in the order the tiles' epilogues read them
-        dout_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.dout_barriers.data_ptr(),
-            num_stages=cfg.dout_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads // 32),
-            tx_count=cute.size_in_bytes(OUT_DTYPE, cute.slice_(sDout_layout, (None, None, 0))),
-            defer_sync=True,
-        )
-        sDout = storage.sDout.get_tensor(sDout_layout.outer, swizzle=sDout_layout.inner)
-        if cutlass.const_expr(cfg.pingpong):
-            # ping-pong: the warpgroups take turns at the ring, a tile's subtiles each (the first warpgroup first: a
-            # buffer's full barrier is then never two phases ahead of its reader's parity)
-            dout_order = pipeline.PipelineOrder.create(
-                barrier_storage=storage.dout_order.data_ptr(), depth=1, length=2, group_id=warpgroup - 1,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128), defer_sync=True,
-            )
-        # a tile's subtiles in the epilogue's order (its sub_grid)
-        dout_grid = cute.make_layout((cfg.tile_m // cfg.epi_m, cfg.tile_n // cfg.epi_n), stride=(cfg.tile_n // cfg.epi_n, 1))
     pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
     sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
     sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
@@ -507,28 +466,6 @@ def gemm_kernel(
                     state.advance()
                 work += work_stride
             ab_pipe.producer_tail(state)
-        if cutlass.const_expr(cfg.reads_dout):
-            if warp == 1:
-                dout_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, cfg.dout_stages)
-                gDout = cute.local_tile(mDout, (cfg.tile_m, cfg.tile_n), (None, None, None))
-                work = cutlass.Int32(first_work)
-                while work < work_count:
-                    cluster_of = cluster_at(cfg, work, raster.shape)  # this work index's cluster, then this CTA's tile in it
-                    tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
-                    tn = cute.arch.make_warp_uniform(cluster_of[1] * cfg.cluster_n + cta_n)
-                    tl = cute.arch.make_warp_uniform(cluster_of[2])
-                    bDout_s, bDout_g = cute.nvgpu.cpasync.tma_partition(
-                        tma_dout, 0, cute.make_layout(1), cute.group_modes(sDout, 0, 2),
-                        cute.zipped_divide(gDout[(None, None, tm, tn, tl)], (cfg.epi_m, cfg.epi_n)),
-                    )
-                    for si in cutlass.range_constexpr(cute.size(dout_grid)):
-                        dout_pipe.producer_acquire(dout_state)  # wait until the buffer is free
-                        cute.copy(tma_dout, bDout_g[(None, dout_grid.get_hier_coord(si))], bDout_s[(None, dout_state.index)],
-                                  tma_bar_ptr=dout_pipe.producer_get_barrier(dout_state))
-                        dout_pipe.producer_commit(dout_state)
-                        dout_state.advance()
-                    work += work_stride
-                dout_pipe.producer_tail(dout_state)
     else:
         # ================= consumers: wgmma over the stages, then the fused epilogue ================
         cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -579,14 +516,6 @@ def gemm_kernel(
                 release.advance()
             order_phase = 1 - turn  # the first warpgroup's first wait passes at once
         stored = cutlass.Int32(0)  # subtiles this warpgroup has stored (rotates the SMEM buffers)
-        if cutlass.const_expr(cfg.reads_dout):
-            dout_read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.dout_stages)
-            tRS_sDout = thr_r2s.partition_S(sDout)  # the elements this thread holds of a subtile (its accumulator's)
-            dout_phase = cutlass.Int32(1)  # ping-pong: the parity this warpgroup's turn at the ring waits for
-            if cutlass.const_expr(cfg.pingpong):
-                for _s in range(cute.size(dout_grid) * turn):
-                    dout_read.advance()
-                dout_phase = 1 - turn  # the first warpgroup's first wait passes at once
         while work < work_count:
             cluster_of = cluster_at(cfg, work, raster.shape)  # this work index's cluster, then this CTA's tile in it
             tm = cute.arch.make_warp_uniform(cluster_of[0] * cfg.cluster_m + cta_m)
@@ -656,19 +585,7 @@ def gemm_kernel(
                         r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
-                        if cutlass.const_expr(cfg.pingpong and si == 0):  # this warpgroup's turn at the ring: the other's tile is read
-                            cute.arch.mbarrier_wait(dout_order.sync_object_full.get_barrier(turn), dout_phase)
-                        dout_pipe.consumer_wait(dout_read)  # dOut's subtile si landed
-                        cute.autovec_copy(tRS_sDout[(None, None, None, dout_read.index)], r_aux_next)
-                        r_aux.store(r_aux_next.load().to(cutlass.Float32))
-                        cute.arch.sync_warp()  # the warp's reads done before its one arrive frees the buffer
-                        dout_pipe.consumer_release(dout_read)
-                        dout_read.advance()
-                        if cutlass.const_expr(cfg.pingpong and si + 1 == subs):  # the tile's last subtile read: the other's turn
-                            cute.arch.mbarrier_arrive(dout_order.sync_object_full.get_barrier(1 - turn))
-                            dout_phase = dout_phase ^ 1
-                        # G = dOut * act'(pre), pre the f32 accumulator (+ bias): GELU's derivative, tanh form
-                        acc = r_aux.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
+                        pass  # save = "preact": no recompute GEMM (the forward stores pre)
 
                 r_out.store(acc.to(OUT_DTYPE))
                 if cutlass.const_expr(si + 1 < subs and cfg.fused):
@@ -692,9 +609,6 @@ def gemm_kernel(
                     store_pipe.producer_acquire()  # at most epi_stages - 1 stores still reading SMEM
                 epi_barrier.arrive_and_wait()
             stored += subs
-            if cutlass.const_expr(cfg.reads_dout and cfg.pingpong):
-                for _s in cutlass.range_constexpr(cute.size(dout_grid)):
-                    dout_read.advance()
             work += work_stride * (2 if cfg.pingpong else 1)
         store_pipe.producer_tail()
 
