@@ -52,7 +52,9 @@ A batched forward (`batch = true`, 16-bit; session 33), the Triton design's mean
 CuTe sm90"): every GEMM above per batch over (batch, rows, cols) views (the kernel walks their L mode as the forward's
 does; `.mT` the transposes), the columns pass and the chain pass over the batches' rows as one (batch M, N) matrix (a
 vector along m repeated per batch, a row gradient's partials added over the runs and batches in order); the plan is
-the unbatched one (`chain_refusal(batch=True)` refuses a batched fp8 forward).
+the unbatched one. An fp8 one's too (session 34; templates/gemm/cute/fp8_backward.jinja): the scales shared by the
+batches, the fp8 columns pass over the batch x M rows with scale_a repeated for each batch, dgrad and wgrad per batch
+over 16-bit copies (`chain_refusal(batch=True, batch_fp8=True)`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from dataclasses import dataclass
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.designs.triton.training import ChainOp, TrainingPlan, _chain
 from specgen.kinds.gemm.training import (
+    DOUT,
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
@@ -163,12 +166,18 @@ DOUT_STAGES = (2, 4)
 
 
 def reads_dout(spec: object) -> bool:
-    """Whether a companion is the recompute GEMM whose epilogue reads dOut (an act or gated recompute: the operands'
-    dtype out; an fp8 forward's and the other chains' recompute store pre, in f32 as check rules them, and the plan's
-    own copy of theirs is `_pre_in_output_dtype`'s, whose role says so)."""
-    s = spec  # GemmSpec
-    return (s.triton.backward_role == "recompute" and s.a.dtype in CUTE_TRAINING_DTYPES  # type: ignore[attr-defined]
-            and s.out.dtype == s.a.dtype)  # type: ignore[attr-defined]
+    """Whether a companion is the dense recompute GEMM whose epilogue reads dOut (an act or gated recompute: its chain
+    carries dOut as the residual `DOUT`, specgen/kinds/gemm/training.py's `pre_epilogue`; an fp8 forward's and the
+    other chains' recompute store pre and read none; the grouped kind's kernel reads it from global memory)."""
+    return getattr(spec, "kind", "") == "gemm" and any(
+        op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
+
+
+def gathered_args(spec: object) -> list:
+    """The epilogue's runtime arguments read from global memory at a subtile (the register model's operands): all of
+    them but dOut where the SMEM ring holds it (read there a subtile at a time, it is no residual's gathered
+    fragment: the model before dOut was counted, session 34, left the ring's kernels spill-free)."""
+    return [x for x in spec.runtime_args() if not (x.name == DOUT and reads_dout(spec))]  # type: ignore[attr-defined]
 
 
 def dout_ring(budget: MemoryBudget, spec: object, subtile_bytes: int, barrier_bytes: int, pad: int,
@@ -243,7 +252,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
@@ -287,8 +296,7 @@ def _pre_in_output_dtype(c: Resolved, out: DType) -> Resolved:
     forward_pre stores) where the shared companion is the Triton chain pass's f32 pre (`companions`). Check rules
     that f32 GEMM (its epilogue subtiles twice these bytes: conservative); the plan's SMEM and epilogue subtile are
     this kernel's, at the stages check resolved."""
-    spec = c.spec.model_copy(update={"out": c.spec.out.model_copy(update={"dtype": out}),  # type: ignore[attr-defined]
-                                     "triton": c.spec.triton.for_backward("recompute_pre")})  # reads no dOut  # type: ignore[attr-defined]
+    spec = c.spec.model_copy(update={"out": c.spec.out.model_copy(update={"dtype": out})})  # type: ignore[attr-defined]
     return dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
 
 
