@@ -72,7 +72,7 @@ RESERVED: frozenset[str] = frozenset({
     # another chain's (the chain pass's gradient buffers, their want bits, a row sum's lanes and column runs)
     "bufs", "kind", "lanes", "params", "runs", "wants",
     # the recompute's dOut ring (templates/gemm/cute/dout_sm90.jinja: its loader warp, pipeline, order and SMEM view)
-    "_s", "bDout_g", "bDout_s", "dout_barriers", "dout_grid", "dout_order", "dout_phase", "dout_pipe", "dout_read",
+    "_s", "DOUT_L2_EVICT_FIRST", "cache_policy", "bDout_g", "bDout_s", "dout_barriers", "dout_grid", "dout_order", "dout_phase", "dout_pipe", "dout_read",
     "dout_stages", "dout_state", "gDout", "mDout", "reads_dout", "sDout", "sDout_layout", "tDout", "tma_dout", "tRS_sDout",
 })
 
