@@ -22,7 +22,7 @@ interpreter. Arrays spread over several devices raise unless the call runs under
 Differentiable (spec: training, save = "preact"): a jax.custom_vjp whose backward runs Pallas
 kernels rendered from the same spec: the forward also stores pre = A @ B + bias (saved),
 G = dOut * gelu_tanh'(pre) formed once, dA = G @ B^T, dB = A^T @ G, dbias = G's column sum,
-each in its operand's stored layout. The torch entry is differentiable too (its backward runs jax.vjp of this entry).
+each in its operand's stored layout. The torch entry is differentiable too (an op running jax.vjp of this entry).
 
 Epilogue, applied in order to the float32 accumulator at the last K step:
     0. bias: + bias (N,) bf16, per column
@@ -345,8 +345,8 @@ def linear_gelu_train_tpu(a, b, bias, *, interpret: object = None) -> jax.Array:
 def linear_gelu_train_tpu_torch(a, b, bias, *, interpret: object = None):
     """The torch entry point: logical shapes as the Triton launcher takes them (A (M, K), B (K, N)), any
     device jax shares through DLPack (CPU tensors run the interpreter). Returns a torch tensor. Differentiable (spec:
-    training): with grad on and a tensor that requires grad, or under torch.compile, the call is a torch op whose
-    backward runs jax.vjp of the JAX entry (_torch_entry)."""
+    training): with grad on and a tensor that requires grad, or under torch.compile, the call is a torch op running
+    jax.vjp of the JAX entry, its backward the pullback (_torch_entry)."""
     _torch_entry()  # (built once; under torch.compile at trace time)
     if _TORCH_ENTRY[0].needed(a, b, bias):
         return _TORCH_ENTRY[0](a, b, bias, interpret=interpret)
@@ -365,7 +365,7 @@ _TORCH_ENTRY: list = []
 
 
 def _torch_entry():
-    """This module's torch op with its backward (jax.vjp of the JAX entry), built once."""
+    """This module's torch ops (jax.vjp of the JAX entry and its pullback), built once."""
     if not _TORCH_ENTRY:
         from specgen.runtime import jax_torch
 

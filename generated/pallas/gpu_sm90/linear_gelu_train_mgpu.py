@@ -547,7 +547,7 @@ def linear_gelu_train_mgpu_torch(a, b, bias):
     kernel on torch's current stream (`_direct`: CUDA graphs capture it); any other call is shared with
     jax through DLPack (no copies; jax waits once for torch's stream) and runs the jitted program. Returns
     a torch tensor on the same device, ready on torch's current stream. Differentiable (spec: training): with grad
-    on and a tensor that requires grad, or under torch.compile, a torch op whose backward runs jax.vjp of the JAX entry.
+    on and a tensor that requires grad, or under torch.compile, a torch op running jax.vjp of the JAX entry (its pullback).
     """
     _torch_entry()  # (built once; under torch.compile at trace time)
     if _TORCH_ENTRY[0].needed(a, b, bias):
@@ -571,7 +571,7 @@ _TORCH_ENTRY: list = []
 
 
 def _torch_entry():
-    """This module's torch op with its backward (jax.vjp of the JAX entry), built once."""
+    """This module's torch ops (jax.vjp of the JAX entry and its pullback), built once."""
     if not _TORCH_ENTRY:
         from specgen.runtime import jax_torch
 

@@ -110,7 +110,8 @@ def test_linear_layer_eager_compiled_and_gradcheck(modules: dict) -> None:
     torch.compile(fullgraph=True, aot_eager) of a step over the entry has no graph break and gives eager's gradients
     (the op and its backward op, their fakes traced); torch.autograd.gradcheck's finite differences in float32 (the
     spec dtypes have no float64, nor has the TPU path; eps 1e-2, fast mode). One shape throughout: one compile of the
-    interpreted forward and backward programs. M = 0: an empty output, empty and zero gradients."""
+    interpreted forward and backward programs. M = 0: an empty output, empty and zero gradients. The pullback's
+    lifetime: the graph's."""
     from torch._dynamo.utils import counters
 
     name = "ttg_bias_gelu_pre"
@@ -136,6 +137,23 @@ def test_linear_layer_eager_compiled_and_gradcheck(modules: dict) -> None:
                                     fast_mode=True)
     with torch.no_grad():
         assert fn(*logical(spec, {k: v for k, v in zip(xs, args, strict=True)})).grad_fn is None
+    # the pullback (with pre) is kept while the graph that saves its handle lives: a backward kept with
+    # retain_graph runs twice (the gradients accumulate), the graph's release drops it, as does an unused forward's
+    from specgen.runtime import jax_torch
+
+    before = len(jax_torch._PENDING)
+    leaves_ = [x.detach().clone().requires_grad_() for x in xs.values()]
+    out = fn(leaves_[0], leaves_[1].t(), leaves_[2])
+    assert len(jax_torch._PENDING) == before + 1
+    out.sum().backward(retain_graph=True)
+    once = [x.grad.clone() for x in leaves_]
+    out.sum().backward()
+    for x, g in zip(leaves_, once, strict=True):
+        torch.testing.assert_close(x.grad, 2 * g)
+    del out
+    assert len(jax_torch._PENDING) == before
+    fn(leaves_[0], leaves_[1].t(), leaves_[2])  # not kept: its graph is freed at once
+    assert len(jax_torch._PENDING) == before
 
 
 def test_a_chain_with_a_scalar_and_mn_major_operands(modules: dict) -> None:
@@ -202,12 +220,14 @@ def test_mosaic_gpu_training_module_registers_its_op() -> None:
     mod = importlib.import_module("generated.pallas.gpu_sm90.linear_gelu_train_mgpu")
     entry = mod._torch_entry()
     assert entry.op._qualified_op_name == f"specgen::linear_gelu_train_mgpu_torch_{mod.METADATA['spec_hash']}"
+    assert entry.train_op._qualified_op_name == f"specgen::linear_gelu_train_mgpu_torch_train_{mod.METADATA['spec_hash']}"
     w = torch.randn(200, 72, dtype=torch.bfloat16)
     a, bias = torch.randn(37, 72, dtype=torch.bfloat16).requires_grad_(), torch.randn(200, dtype=torch.bfloat16)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        out = entry.op(a, w.t(), bias, 0)
-        da, db, dbias = entry.backward_op(out, a, w.t(), bias, True, True, False, 0)
-    assert (out.shape, out.dtype) == ((37, 200), torch.bfloat16)
+        out, handle = entry.train_op(a, w.t(), bias, 0b011, 0)
+        assert entry.op(a, w.t(), bias, 0).shape == out.shape
+        da, db, dbias = entry.backward_op(out, handle, a, w.t(), bias, True, True, False, 0b011, 0)
+    assert (out.shape, out.dtype, handle.shape, handle.dtype) == ((37, 200), torch.bfloat16, (), torch.int64)
     assert (da.shape, da.stride(), db.shape, db.stride(), dbias.shape) == ((37, 72), (72, 1), (72, 200), (1, 72), (0,))
     with pytest.raises(RuntimeError, match="linear_gelu_train_mgpu: Mosaic GPU kernels run on an sm90 CUDA device"):
         mod.linear_gelu_train_mgpu_torch(a, w.t(), bias)
