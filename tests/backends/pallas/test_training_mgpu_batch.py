@@ -162,3 +162,36 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
         if n in ("a", "b"):
             assert got.isnan().any() and not got[:-1].isnan().any(), n  # entry -1's only
         close(got.nan_to_num(0).numpy(), leaf.grad.nan_to_num(0), 3e-2, f"d{n}")
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_grad_inside_shard_map_lowers_with_every_role(modules, check_vma: bool) -> None:
+    """jax.grad inside jax.shard_map (a one-device CPU mesh: the typing does not depend on the mesh's size) of the
+    batched chain and of a gated form traces and lowers for CUDA with every role's kernel, A, dOut, the residual and
+    the row vector sharded along M, B and the column vectors replicated. With check_vma the program holds exactly one
+    psum per replicated argument and the loss's (a kernel output typed as not varying would add one: its cotangent
+    summed over the mesh, wrong gradients on a real mesh); without it only the step's own, one per replicated argument."""
+    import re
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from backends.shard_grads import shard_step
+
+    mesh = jax.make_mesh((1,), ("x",))
+    for name in ("mgb_chain", "mgb_gated"):
+        mod, s = modules[name][0], SPECS[name]
+        batch, M, N, _ = FORMS[name][3]
+        args = [*structs(s, FORMS[name][3]), jax.ShapeDtypeStruct((batch, M, N), jnp.bfloat16)]
+        roles = {"vec_m": P("x"), "vec_n": P(), "matrix": P(None, "x", None), "scalar": P()}
+        parts = [P(None, "x", None), P(), *(roles[a.shape] for a in GemmSpec.model_validate(s).runtime_args()),
+                 P(None, "x", None)]
+        f, _ = shard_step(mod._call, [np.zeros(x.shape, np.float32) for x in args], parts, mesh, check_vma)
+        placed = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, sp)) for x, sp in zip(args, parts, strict=True)]
+        traced = f.trace(*placed)
+        psums = len(re.findall(r"\bpsum\w*\[", str(traced.jaxpr)))
+        replicated = sum(not any(sp) for sp in parts[:-1])
+        assert psums == replicated + check_vma, (name, psums)
+        text = traced.lower(lowering_platforms=("cuda",)).as_text()
+        assert all(f"{mod.NAME}_{role}" in text for role in mod.TRAIN_GEMMS), name
+        assert [(g.shape, g.dtype) for g in traced.out_info] == [(x.shape, x.dtype) for x in args[:-1]], name
