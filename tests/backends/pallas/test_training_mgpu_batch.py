@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from backends.pallas.common import host_primitives
 from backends.pallas.test_mgpu_module import render
 from backends.pallas.test_training_mgpu_chain import _ops
 from backends.pallas.test_training_tpu import close
@@ -84,13 +85,19 @@ def test_each_role_lowers_to_its_plan_smem(modules) -> None:
 
 def test_grad_under_jit_lowers_with_every_role(modules) -> None:
     """jax.grad of the batched entry under jax.jit traces the custom_vjp and lowers for CUDA, each role's kernel in the
-    program (the columns pass where preact forms G or sums a bias); every gradient in its argument's shape and dtype."""
+    program (the columns pass where preact forms G or sums a bias), each launched once for every batch entry (no loop
+    around a kernel; without a forward_pre role the batched forward kernel runs too); every gradient in its argument's shape and dtype."""
     for name, (mod, _) in modules.items():
         args = structs(SPECS[name], FORMS[name][3])
         loss = lambda *xs, mod=mod: jnp.sum(mod._call(*xs).astype(jnp.float32))  # noqa: E731
         grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))
-        text = grads.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        traced = grads.trace(*args)
+        text = traced.lower(lowering_platforms=("cuda",)).as_text()
         assert all(f"{mod.NAME}_{role}" in text for role in mod.TRAIN_GEMMS), name
+        # every role one launch for every entry (session 33 ran each per entry in a lax.map: a scan)
+        host = host_primitives(traced.jaxpr.jaxpr)
+        assert "scan" not in host and "while" not in host, (name, host)
+        assert host.count("mpmd_map") == len(mod.TRAIN_GEMMS) + ("forward_pre" not in mod.TRAIN_GEMMS), (name, host)
         cols = FORMS[name][1] == "preact" and bool(FORMS[name][0])
         assert (f"{mod.NAME}_grad_cols" in text) == cols, name
         got = jax.eval_shape(grads, *args)
@@ -99,7 +106,7 @@ def test_grad_under_jit_lowers_with_every_role(modules) -> None:
 
 @pytest.mark.parametrize("name", GLUE)
 def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
-    """jax.grad under jax.jit with `_gemm` as a jnp model of each role's unbatched contract (called per entry) and
+    """jax.grad under jax.jit with `_gemm` as a jnp model of each role's batched contract (one call for every entry) and
     `_launch` of the batched forward's, against float64 autograd of the batched reference within bf16's bound: the
     per-entry slices, the (batch M, N) views and a vector's gradient summed over every entry. A NaN in dOut[-1] stays
     in entry -1's dA and dB."""
@@ -117,7 +124,8 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
         return _ops(s["epilogue"], logical(*xs[:2]), dict(zip(names[2:], xs[2:], strict=True))).astype(jnp.bfloat16)
 
     def model(role, m, n, k, x, y, *extra):
-        assert x.ndim == 2 and y.ndim == 2, (role, x.shape, y.shape)  # one entry's operands
+        batch = FORMS[name][3][0]
+        assert x.shape[0] == batch and y.shape[0] == batch and x.ndim == y.ndim == 3, (role, x.shape, y.shape)  # every entry at once
         if role in ("forward_pre", "recompute"):
             if mod.METADATA["training"].get("chain_pre_before") is None:  # the plain chains: recompute forms G
                 has_bias = bool(s["epilogue"]) and s["epilogue"][0]["op"] == "bias"
@@ -133,8 +141,8 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
             return pre if role == "recompute" else (_ops(s["epilogue"][start:], pre, given).astype(jnp.bfloat16), pre.astype(jnp.bfloat16))
         _, x_k, y_k, transposed, _ = mod.TRAIN_GEMMS[role]
         x32, y32 = x.astype(jnp.float32), y.astype(jnp.float32)
-        c = (x32 if x_k else x32.T) @ (y32.T if y_k else y32)
-        return (c.T if transposed else c).astype(jnp.bfloat16)
+        c = (x32 if x_k else x32.mT) @ (y32.mT if y_k else y32)
+        return (c.mT if transposed else c).astype(jnp.bfloat16)
 
     def grad_cols(grad, pre, interpret=False):  # the columns pass's kernel in Pallas' interpreter
         return modules[name][0]._grad_cols(grad, pre, interpret=True)

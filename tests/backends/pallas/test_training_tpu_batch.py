@@ -140,3 +140,20 @@ def test_n_major_b_and_vjp(tmp_path_factory) -> None:
     got = jax.jit(lambda *xs: jax.vjp(fn, *xs)[1](grad))(*args)
     for name, g, w in zip(("a", "b", "bias"), got, want, strict=True):
         close(g, w, 1e-5, f"d{name}")
+
+
+@pytest.mark.parametrize("chain", ["bias_silu", "gated"])
+def test_every_backward_gemm_is_one_call_for_every_entry(chain: str, tmp_path_factory) -> None:
+    """jax.grad's program holds each backward GEMM once, one pallas_call over every batch entry (the batch folded into
+    its grid), and no loop (session 33 ran each per entry in a lax.map: a scan); preact: forward_pre, the columns pass,
+    dgrad and wgrad."""
+    from backends.pallas.common import host_primitives
+
+    spec = batch_spec(chain, "preact")
+    fn = getattr(module(spec, tmp_path_factory), spec["name"])
+    args, _, grad = inputs(spec, SMALL)
+    loss = lambda *xs: jnp.sum(fn(*xs) * grad)  # noqa: E731
+    host = host_primitives(jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(*args).jaxpr.jaxpr)
+    assert "scan" not in host and "while" not in host, host
+    assert host.count("pallas_call") == 4, host
+
