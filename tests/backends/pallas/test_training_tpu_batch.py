@@ -157,3 +157,13 @@ def test_every_backward_gemm_is_one_call_for_every_entry(chain: str, tmp_path_fa
     assert "scan" not in host and "while" not in host, host
     assert host.count("pallas_call") == 4, host
 
+
+
+def test_a_batch_of_none_without_a_columns_pass(tmp_path_factory) -> None:
+    """batch = 0 with no columns pass ([] preact: G = dOut): each backward GEMM's pallas_call has an empty grid, the
+    output and the gradients are empty arrays of their shapes. (A columns pass over an empty (batch M, N) fails on
+    its block size: not covered.)"""
+    spec = batch_spec("plain", "preact")
+    args, _, grad = inputs(spec, (0, 9, 45, 29))
+    out, grads = run(getattr(module(spec, tmp_path_factory), spec["name"]), args, grad)
+    assert out.shape == (0, 9, 45) and [g.shape for g in grads] == [x.shape for x in args]
