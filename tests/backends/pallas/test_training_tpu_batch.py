@@ -146,7 +146,8 @@ def test_n_major_b_and_vjp(tmp_path_factory) -> None:
 def test_every_backward_gemm_is_one_call_for_every_entry(chain: str, tmp_path_factory) -> None:
     """jax.grad's program holds each backward GEMM once, one pallas_call over every batch entry (the batch folded into
     its grid), and no loop (session 33 ran each per entry in a lax.map: a scan); preact: forward_pre, the columns pass,
-    dgrad and wgrad."""
+    dgrad and wgrad. The native program (bf16, 3 x 256 x 256 x 512) lowers for TPU through Pallas's Mosaic
+    lowering, each of the four a tpu_custom_call."""
     from backends.pallas.common import host_primitives
 
     spec = batch_spec(chain, "preact")
@@ -156,6 +157,12 @@ def test_every_backward_gemm_is_one_call_for_every_entry(chain: str, tmp_path_fa
     host = host_primitives(jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(*args).jaxpr.jaxpr)
     assert "scan" not in host and "while" not in host, host
     assert host.count("pallas_call") == 4, host
+    spec = batch_spec(chain, "preact", dtype="bf16")
+    fn = getattr(module(spec, tmp_path_factory), spec["name"])
+    args, _, grad = inputs(spec, (3, 256, 256, 512))
+    native = lambda *xs: jnp.sum(fn(*xs, interpret=False).astype(jnp.float32) * grad.astype(jnp.float32))  # noqa: E731
+    text = jax.jit(jax.grad(native, argnums=(0, 1, 2))).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+    assert text.count("tpu_custom_call") == 4, chain
 
 
 
