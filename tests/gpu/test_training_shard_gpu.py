@@ -109,7 +109,8 @@ def more_case(name: str, tmp_path_factory):
         rows, mine = P("x", None), None
         want = [want[n].numpy() if n in want else None for n in names]
     else:
-        from gpu.test_training_mgpu_batch_gpu import grads_of, inputs, plain_jnp, reference, rendered
+        from gpu.test_training_mgpu_batch_gpu import inputs, plain_jnp, reference, rendered
+        from gpu.test_training_mgpu_gpu import grads_of
 
         mod, spec = rendered(name, tmp_path_factory)
         fn = getattr(mod, name)
