@@ -10,8 +10,8 @@ residuals before and after pre in preact; batch 1 and 3, M = 1, M, N, K off the 
 poisoned with NaN first (an unwritten tile stays NaN).
 
 Since session 34 each backward GEMM runs every batch entry in one launch (the kernel walking batch x tiles): the six
-session-33 cases passed on an H200 with the per-entry launches; with the one-launch form, and the seventh case, they
-have not run on a GPU until the lead reports they have.
+session-33 cases passed on an H200 with the per-entry launches (session 33) and with the one-launch form (session 34);
+the seventh case (mgbg_chain_pre_res) has not run on a GPU until the lead reports it has.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
