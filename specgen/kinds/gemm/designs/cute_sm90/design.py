@@ -432,11 +432,11 @@ class CuteSm90Gemm(GemmDesign):
     # schedule.split_k: the K splits of a tile run as a cluster's third dim and meet in split 0's SMEM
     # (no workspace, no counters: the JAX and C entries launch it as the torch one does)
     renders_split_k = True
-    # a `training` backward (training.py): its GEMMs are this kernel by role, and check settles a companion with it
-    renders_training = backward_kernels = True
-    # a gated epilogue (gated.py in this package: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
-    renders_gated = True  # the backward: gated, fp8, the other chains, batch = true (16-bit)
-    renders_gated_training = renders_fp8_training = renders_unbatched_chain_training = renders_batched_training = True
+    # a `training` backward (training.py): its GEMMs are this kernel by role, and check settles a companion with it;
+    # gated, fp8, the other chains, batch = true (an fp8 forward's too since session 34)
+    renders_training = backward_kernels = renders_gated_training = renders_fp8_training = True
+    renders_unbatched_chain_training = renders_batched_training = renders_batched_fp8_training = True
+    renders_gated = True  # a gated epilogue (gated.py: B viewed (N, K, 2, L), gate and up accumulators; EPI003 its limits)
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)

@@ -68,7 +68,7 @@ RESERVED: frozenset[str] = frozenset({
     "dgate_frag", "dgate_view", "dup_frag", "dup_view", "every_other", "g_v", "gates", "grad_pairs", "half", "mPairs",
     "pairs", "pre_v", "r_pre_up", "sc", "sr", "ups", "vectors",
     # an fp8 forward's backward (G_b, G_a, the scales in the columns kernel, the operands' 16-bit copies)
-    "a16", "b16", "g_a", "g_b", "mGa", "mGb", "mSa", "mSb", "scale_b_frag", "scales",
+    "a16", "b16", "g_a", "g_b", "mGa", "mGb", "mSa", "mSb", "scale_b_frag", "scales", "sa_rows",
     # another chain's (the chain pass's gradient buffers, their want bits, a row sum's lanes and column runs)
     "bufs", "kind", "lanes", "params", "runs", "wants",
 })

@@ -52,7 +52,9 @@ A batched forward (`batch = true`, 16-bit; session 33), the Triton design's mean
 CuTe sm90"): every GEMM above per batch over (batch, rows, cols) views (the kernel walks their L mode as the forward's
 does; `.mT` the transposes), the columns pass and the chain pass over the batches' rows as one (batch M, N) matrix (a
 vector along m repeated per batch, a row gradient's partials added over the runs and batches in order); the plan is
-the unbatched one (`chain_refusal(batch=True)` refuses a batched fp8 forward).
+the unbatched one. An fp8 one's too (session 34; templates/gemm/cute/fp8_backward.jinja): the scales shared by the
+batches, the fp8 columns pass over the batch x M rows with scale_a repeated for each batch, dgrad and wgrad per batch
+over 16-bit copies (`chain_refusal(batch=True, batch_fp8=True)`).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def plan_cute_training(spec: object, r: Resolved, cute_config, torch_name, refus
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
+    why = refusal(spec) if refusal is not None else training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True)
     if why:
         # check refuses these (TRN001); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
