@@ -10,14 +10,14 @@ residuals before and after pre in preact; batch 1 and 3, M = 1, M, N, K off the 
 poisoned with NaN first (an unwritten tile stays NaN).
 
 Since session 34 each backward GEMM runs every batch entry in one launch (the kernel walking batch x tiles): the six
-session-33 cases passed on an H200 with the per-entry launches (session 33) and with the one-launch form (session 34);
-the seventh case (mgbg_chain_pre_res) has not run on a GPU until the lead reports it has.
+session-33 cases passed on an H200 with the per-entry launches (session 33) and with the one-launch form (session 34),
+and so did the seventh case (mgbg_chain_pre_res, session 34).
 
 Session 34 adds a batched fp8 forward's (`test_batched_fp8_gradients`: the CPU tests' three forms,
 tests/backends/pallas/test_training_mgpu_batch_fp8.py; scale_a (M,) and scale_b (N,) shared by the batches): dA[i] and
 dB[i] the gradients of the dequantized operands within the 16-bit backward's rounding of float64 autograd, dbias over
-every entry's rows, the scales' gradients zeros; NaN-poisoned memory first. Not run on a GPU until the lead reports it
-(with the one-launch form: written before it).
+every entry's rows, the scales' gradients zeros; NaN-poisoned memory first. Passed on an H200 (session 34, through the
+one-launch kernels).
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """

@@ -7,8 +7,7 @@ one-device mesh in both vma modes (tests/backends/shard_grads.py's step: check_v
 gradients by the casts' transposes, False by the step's psum) giving the jit step's gradients. The CPU side (four
 devices, kernels as jnp models): tests/backends/test_training_shard_map.py.
 
-Session 34 (on an H200: the chain case and the CuTe case passed; the two batched cases' first run failed on a test
-import, fixed, and have not passed on a GPU until the lead reports it): the Mosaic GPU entry with the other chains and
+Session 34 (passed on an H200, jax 0.11.2; the two batched cases after a test import was fixed): the Mosaic GPU entry with the other chains and
 with `batch = true` (a chain recompute unbatched: col scale, bias, GELU-tanh, residual; batched: a row bias, sigmoid,
 a col scale and a residual, recompute, and a SwiGLU + bias preact) the same way, A's rows (batched: every entry's rows)
 with dOut, a residual and a row vector sharded, B and the column vectors replicated; and the CuTe sm90 entry of a
