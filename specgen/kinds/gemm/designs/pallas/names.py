@@ -22,9 +22,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "COLS_BLOCK", "_grad_cols_kernel", "pltriton", "slice",
     # a TPU backward of the other chains (training): its jnp pass (templates/gemm/pallas/chain_backward.jinja)
     "_chain_grads",
-    # a batched forward's backward (training, batch = true; templates/gemm/pallas/batch_backward.jinja): each backward
-    # GEMM per batch entry
-    "_per_batch",
+    # a batched forward's backward (training, batch = true; templates/gemm/pallas/batch_backward.jinja): a TPU backward
+    # GEMM's every batch entry in one pallas_call
+    "_entries", "_every_entry",
     # a training module's differentiable torch entry (templates/gemm/pallas/torch_grad.jinja; runtime/jax_torch.py)
     "_TORCH_ENTRY", "_torch_entry", "jax_torch",
 })
@@ -73,8 +73,8 @@ RESERVED: frozenset[str] = frozenset({
     "u", "size", "c_size",
     # ... and the other chains' jnp pass: the inputs of the ops it replays from pre
     "xs",
-    # ... and a batched forward's (batch_backward.jinja): `_per_batch`'s slicing, the Mosaic GPU rule's per-role call
-    "sliced", "entry", "_per_role",
+    # ... and a batched forward's (batch_backward.jinja, backward_mgpu.jinja): a batch entry's block or view
+    "entry",
     # ... and the differentiable torch entry's (torch_grad.jinja): the Entry's keyword
     "fp8",
 })
