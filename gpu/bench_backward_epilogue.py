@@ -27,6 +27,16 @@ the recompute's majors: a Config row of the module's TRAIN_CONFIGS, launched by 
 (plain: A @ B; fused: G from dOut and the f32 pre, by autograd). The recompute's G is stored by TMA (gelu) or
 element by element (gated: G's halves pairs), so the gated ratio includes that store's cost against a TMA store.
 `--compile-only` (no GPU) compiles both kernels of each layer into the CuTe disk cache (SPECGEN_CUTE_CACHE).
+
+--variants (the Triton design, issue 38's "<= 3%"): the recompute kernel's variants side by side in one
+kernel_cycle (VARIANTS: its epilogue knobs, templates/gemm/triton/recompute.jinja: EPI_SPLIT column subtiles, dOut
+by TMA, G stored by TMA, the first dOut subtile before the K loop; and its tile, warps and stages), each variant's G
+checked against a float32 G (NaN-poisoned first); beside them the plain GEMM (the dgrad kernel) at every launch
+config the variants use, with pointer stores (as before) and with TMA stores ("plain_tma"), and an A/A pair of the
+shipped config's plain GEMM. Ratios per round over the shipped config's plain GEMM (pointer stores: the figure
+docs/training.md reports), over the variant's own config's plain GEMM, and over its TMA-store plain GEMM.
+`--variants --compile-only` (no GPU): each variant's recompute kernel compiled for sm_90 with the Triton here
+(registers, spills, SMEM), as specgen compile does, so a variant that cannot fit is known before a GPU run.
 """
 
 from __future__ import annotations
@@ -105,6 +115,186 @@ def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
               "plain_rel_err_vs_f32": plain_err}
     print(json.dumps(report, indent=1))
     return report
+
+
+# The recompute kernel's variants (--variants): (epilogue knobs over the module's RECOMPUTE_EPILOGUE, tile over
+# BACKWARD_TILES["recompute"], launch config over BACKWARD_CONFIGS["recompute"]) by layer; "shipped" is the module's.
+_KNOBS = {"": {}, "split2": {"EPI_SPLIT": 2}, "split4": {"EPI_SPLIT": 4}, "dtma": {"DOUT_TMA": True},
+          "split2_dtma": {"EPI_SPLIT": 2, "DOUT_TMA": True}, "split4_dtma": {"EPI_SPLIT": 4, "DOUT_TMA": True},
+          "split2_gtma": {"EPI_SPLIT": 2, "G_TMA": True}, "split2_dtma_gtma": {"EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True},
+          "split4_dtma_gtma": {"EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True},
+          "split2_early": {"EPI_SPLIT": 2, "DOUT_EARLY": True},
+          "split2_dtma_early": {"EPI_SPLIT": 2, "DOUT_TMA": True, "DOUT_EARLY": True},
+          "split4_dtma_early": {"EPI_SPLIT": 4, "DOUT_TMA": True, "DOUT_EARLY": True}}
+_OFF = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
+VARIANTS = {
+    "gelu": {
+        "shipped": (None, {}, {}),
+        **{k: ({**_OFF, **v}, {}, {}) for k, v in _KNOBS.items() if k},
+        # 128 x 256: the forward's and dgrad's tile
+        "t128x256_split2": ({**_OFF, "EPI_SPLIT": 2}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
+        "t128x256_split4_dtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
+        "t128x128_s4": (dict(_OFF), {"BLOCK_P": 128, "BLOCK_Q": 128}, {"num_stages": 4}),
+        "t128x128_s4_split2_dtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True}, {"BLOCK_P": 128, "BLOCK_Q": 128},
+                                    {"num_stages": 4}),
+        "t128x256_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True},
+                                      {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
+        "s4_split4_dtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True}, {}, {"num_stages": 4}),
+        "s4_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {}, {"num_stages": 4}),
+    },
+    "gated": {
+        "shipped": (None, {}, {}),
+        **{k: ({**_OFF, **v}, {}, {}) for k, v in _KNOBS.items() if k},
+        # 128 x 128 (the gate's and the up's: 128 x 256 of B a K step), 3 stages
+        "t128x128_s3": (dict(_OFF), {"BLOCK_Q": 128}, {"num_stages": 3}),
+        "t128x128_s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
+                                         {"num_stages": 3}),
+        "t128x128_s3_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
+                                         {"num_stages": 3}),
+        "t128x128_s4_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
+                                         {"num_stages": 4}),
+        "s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {}, {"num_stages": 3}),
+    },
+}
+
+
+def variant_launch(module, name: str, layer_name: str):
+    """(knobs, tiles, per-capability configs) of variant `name` of the layer's recompute kernel."""
+    knobs, tile, config = VARIANTS[layer_name][name]
+    tiles = {**module.BACKWARD_TILES["recompute"], **tile}
+    configs = {cc: {**c, **config} for cc, c in module.BACKWARD_CONFIGS["recompute"].items()}
+    return (dict(module.RECOMPUTE_EPILOGUE) if knobs is None else knobs), tiles, configs
+
+
+def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[str]) -> dict:
+    """The recompute kernel's variants and the plain GEMMs at their launch configs, in one kernel_cycle."""
+    import torch.nn.functional as F
+
+    module = layer(name)
+    kernel = module.METADATA["kernel"]
+    gated = "halves" if name == "gated" else ""
+    width = 2 if gated else 1
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
+    w = (torch.randn(width * N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
+    b = w.t()
+    bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
+    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    device = a.get_device()
+    fused_args = (grad, bias) if not gated else (grad,)
+    names = [v for v in VARIANTS[name] if not only or v in only or v == "shipped"]
+    launches = {v: variant_launch(module, v, name) for v in names}
+    calls, outs, plains = {}, {}, {}
+
+    def fused(knobs, tiles, configs, g):
+        return lambda: tr.gemm(kernel, module._BACKWARD_KERNELS["recompute"], configs, tiles, device, a, b, g, fused_args,
+                               grad.stride(), False, True, gated=gated, epilogue=knobs)
+
+    def plain(tiles, configs, out, tma):
+        ptiles = {**tiles, "BLOCK_Q": tiles["BLOCK_Q"] * width}
+
+        def run():
+            tr.TMA_STORES = tma
+            try:
+                tr.gemm(kernel, module._BACKWARD_KERNELS["dgrad"], configs, ptiles, device, a, b, out, (), (), True, True)
+            finally:
+                tr.TMA_STORES = True
+        return run
+
+    def config_key(tiles, configs):
+        cc = tr.capability(device)
+        return f"{tiles['BLOCK_P']}x{tiles['BLOCK_Q']}x{tiles['BLOCK_R']}_w{configs[cc]['num_warps']}_s{configs[cc]['num_stages']}"
+
+    errors: dict[str, str] = {}
+    for v in names:
+        knobs, tiles, configs = launches[v]
+        key = config_key(tiles, configs)
+        g = torch.full((M, width * N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        try:
+            fn = fused(knobs, tiles, configs, g)
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # a variant that does not fit (SMEM, registers): reported, not timed
+            errors[v] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        calls[v], outs[v] = fn, g
+        for tma in (False, True):
+            pk = f"plain{'_tma' if tma else ''}@{key}"
+            if pk not in plains:
+                plains[pk] = plain(tiles, configs, torch.empty(M, width * N, device="cuda", dtype=torch.bfloat16), tma)
+        if v == "shipped":
+            shipped_key = key
+            plains[f"plain_aa@{key}"] = plain(tiles, configs, torch.empty(M, width * N, device="cuda",
+                                                                          dtype=torch.bfloat16), False)
+    # float32 G (halves: [dgate | dup]) by autograd from the f32 pre
+    ref = a.float() @ b.float()
+    pre = (ref if gated else ref + bias.float()).requires_grad_()
+    if gated:
+        gate, up = pre.chunk(2, dim=-1)
+        act = F.silu(gate) * up
+    else:
+        act = F.gelu(pre, approximate="tanh")
+    (g_ref,) = torch.autograd.grad(act, pre, grad.float())
+    rel = {v: ((g.float() - g_ref).abs().max() / g_ref.abs().max()).item() for v, g in outs.items()}  # NaN: unwritten
+    del ref, pre, act, g_ref
+    res = kernel_cycle({**plains, **calls}, rounds=rounds)
+
+    def over(k, base):
+        return statistics.median(s / p for s, p in zip(res[k]["samples"], res[base]["samples"], strict=True))
+
+    base = f"plain@{shipped_key}"
+    table = {}
+    for v in calls:
+        key = config_key(*launches[v][1:])
+        table[v] = {"knobs": launches[v][0], "config": key, "us": statistics.median(res[v]["samples"]),
+                    "over_shipped_plain": over(v, base), "over_own_plain": over(v, f"plain@{key}"),
+                    "over_own_plain_tma": over(v, f"plain_tma@{key}"), "rel_err_vs_f32": rel[v]}
+    report = {"layer": name, "kernel": kernel, "shape": [M, N, K], "rounds": rounds,
+              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__, "variants": table,
+              "plain_us": {k: statistics.median(res[k]["samples"]) for k in plains},
+              "plain_over_shipped_plain": {k: over(k, base) for k in plains}, "aa": over(f"plain_aa@{shipped_key}", base),
+              "errors": errors}
+    print(f"{name} {M}x{N}x{K}: A/A {report['aa']:.3f}; plain " + ", ".join(
+        f"{k} {u:.1f} us" for k, u in report["plain_us"].items()), flush=True)
+    for v, r in sorted(table.items(), key=lambda kv: kv[1]["over_shipped_plain"]):
+        print(f"  {v:24s} {r['config']:22s} {r['us']:8.1f} us  / shipped plain {r['over_shipped_plain']:.3f}  / own plain "
+              f"{r['over_own_plain']:.3f}  / own plain TMA {r['over_own_plain_tma']:.3f}  err {r['rel_err_vs_f32']:.2e}",
+              flush=True)
+    for v, e in errors.items():
+        print(f"  {v}: not run: {e}", flush=True)
+    return report
+
+
+def compile_variants(layers: list[str], only: list[str]) -> None:
+    """Each variant's recompute kernel compiled for sm_90 (the launch the module's own backward records, its knobs,
+    tile and config replaced): registers, spills, SMEM."""
+    from specgen.compile import CompileResult  # noqa: F401  (timed_cubin's rows)
+    from specgen.kinds.gemm.designs.triton import compile_backward as cb
+    from specgen.kinds.gemm.designs.triton.compile import timed_cubin
+    from specgen.targets import TARGETS
+
+    target = TARGETS["triton:sm90"]
+    for name in layers:
+        module = layer(name)
+        saved = (dict(module.RECOMPUTE_EPILOGUE), dict(module.BACKWARD_TILES["recompute"]),
+                 {cc: dict(c) for cc, c in module.BACKWARD_CONFIGS["recompute"].items()})
+        for v in VARIANTS[name]:
+            if only and v not in only and v != "shipped":
+                continue
+            knobs, tiles, configs = variant_launch(module, v, name)
+            module.RECOMPUTE_EPILOGUE.update(knobs)
+            module.BACKWARD_TILES["recompute"].update(tiles)
+            module.BACKWARD_CONFIGS["recompute"].update(configs)
+            try:
+                (row,) = cb.compile_backward(module, target, timed_cubin, roles=("recompute",))
+            finally:
+                module.RECOMPUTE_EPILOGUE.update(saved[0])
+                module.BACKWARD_TILES["recompute"].update(saved[1])
+                module.BACKWARD_CONFIGS["recompute"].update(saved[2])
+            spills = row.spills
+            print(f"{name:5s} {v:24s} SMEM {row.compiler_smem}, registers {row.registers}, spills {spills}, "
+                  f"{row.seconds:.1f} s{', ' + row.error if row.error else ''}", flush=True)
 
 
 # The CuTe design's modules (rendered with save = "recompute"), and the key of its plain GEMM's config row.
@@ -226,7 +416,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", default="")
     ap.add_argument("--compile-only", action="store_true", help="cute: fill the CuTe disk cache, time nothing")
+    ap.add_argument("--variants", nargs="*", default=None,
+                    help="triton: the recompute kernel's variants side by side (names from VARIANTS; none: all)")
     args = ap.parse_args()
+    if args.variants is not None:
+        if args.design != "triton":
+            ap.error("--variants is for --design triton")
+        if args.compile_only:
+            compile_variants(args.layer, args.variants)
+            return
+        reports = [measure_variants(name, *map(int, shape.split("x")), args.rounds, args.variants)
+                   for name in args.layer for shape in args.shape]
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(reports, f, indent=1)
+        return
     if args.compile_only:
         if args.design != "cute":
             ap.error("--compile-only is for --design cute")

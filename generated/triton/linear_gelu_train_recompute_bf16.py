@@ -130,6 +130,10 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
     stride_dn,
     X_T: tl.constexpr,
     Y_T: tl.constexpr,
+    EPI_SPLIT: tl.constexpr,
+    DOUT_TMA: tl.constexpr,
+    G_TMA: tl.constexpr,
+    DOUT_EARLY: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -146,6 +150,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
         mask_p = offs_p < P
         mask_q = offs_q < Q
         acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+        if DOUT_EARLY:
+            if DOUT_TMA:
+                dout_early = dout_ptr.load([pid_p * BLOCK_P, pid_q * BLOCK_Q])
+            else:
+                offs_s = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+                dout_early = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_p[:, None] & (offs_s < Q)[None, :], other=0.0)
         for kr in range(0, tl.cdiv(R, BLOCK_R)):
             r0 = kr * BLOCK_R
             if X_T:
@@ -157,11 +167,111 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
             else:
                 y = y_desc.load([r0, pid_q * BLOCK_Q])
             acc = tl.dot(x, y, acc)
-        mask = mask_p[:, None] & mask_q[None, :]
-        acc += tl.load(bias_ptr + offs_q, mask=mask_q, other=0.0).to(tl.float32)[None, :]
-        dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_q[None, :] * stride_dn, mask=mask, other=0.0).to(tl.float32)
-        g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
-        tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask)
+        if EPI_SPLIT == 1:
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+        elif EPI_SPLIT == 2:
+            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s0 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s1 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+        else:
+            tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
+            acc_h0, acc_h1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc_h0, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            acc_s2, acc_s3 = tl.split(tl.permute(tl.reshape(acc_h1, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s0 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s1 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 2 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s2 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) + 0.5 * acc_s2 * ((1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s2 * acc_s2))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 3 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            acc_s3 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            g = dout * (0.5 * (1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) + 0.5 * acc_s3 * ((1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s3 * acc_s3))  # GELU's derivative, tanh form
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
 
 
 @triton.jit
@@ -612,13 +722,18 @@ _BACKWARD_KERNELS = {
     "dgrad": (_linear_gelu_train_recompute_bf16_dgrad_kernel_tma, _linear_gelu_train_recompute_bf16_dgrad_kernel),
     "wgrad": (_linear_gelu_train_recompute_bf16_wgrad_kernel_tma, _linear_gelu_train_recompute_bf16_wgrad_kernel),
 }
+# The recompute GEMM's epilogue in its TMA form (templates/gemm/triton/recompute.jinja): EPI_SPLIT column subtiles
+# in turn, dOut read as TMA boxes (DOUT_TMA), G stored as TMA boxes (G_TMA), the first subtile's dOut loaded before
+# the K loop (DOUT_EARLY); where dOut's or G's layout has no TMA descriptor, pointer loads or stores.
+RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):
     # dst = X @ Y with the role's epilogue reading `tensors` (the strides of its matrix among them follow dst's);
     # dgrad and wgrad store through TMA where dst allows it.
     _tr.gemm("linear_gelu_train_recompute_bf16", _BACKWARD_KERNELS[role], BACKWARD_CONFIGS[role], BACKWARD_TILES[role], device, x, y, dst, tensors,
-             strides, role in ("dgrad", "wgrad"), True)
+             strides, role in ("dgrad", "wgrad"), True,
+             epilogue=RECOMPUTE_EPILOGUE if role == "recompute" else None)
 
 
 # grad_cols: rows a step and columns a program (64 x 32 measured best of four on the H100: 173 us for 4096 x 14336 bf16,

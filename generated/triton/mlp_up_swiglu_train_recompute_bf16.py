@@ -133,6 +133,10 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
     stride_dn,
     X_T: tl.constexpr,
     Y_T: tl.constexpr,
+    EPI_SPLIT: tl.constexpr,
+    DOUT_TMA: tl.constexpr,
+    G_TMA: tl.constexpr,
+    DOUT_EARLY: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -152,6 +156,12 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
         mask_q = offs_q < Q
         acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)  # gated, halves: the up columns Q + offs_q
+        if DOUT_EARLY:
+            if DOUT_TMA:
+                dout_early = dout_ptr.load([pid_p * BLOCK_P, pid_q * BLOCK_Q])
+            else:
+                offs_s = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+                dout_early = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_p[:, None] & (offs_s < Q)[None, :], other=0.0)
         for kr in range(0, tl.cdiv(R, BLOCK_R)):
             r0 = kr * BLOCK_R
             if X_T:
@@ -168,14 +178,136 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
             else:
                 y_up = y_desc.load([r0, Q + pid_q * BLOCK_Q])
             acc_up = tl.dot(x, y_up, acc_up)
-        mask = mask_p[:, None] & mask_q[None, :]
-        gate, up = acc, acc_up
-        dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_q[None, :] * stride_dn, mask=mask, other=0.0).to(tl.float32)
-        # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
-        g_gate = dout * up * ((0.5 + 0.5 * _tanh(0.5 * gate, FAST_MATH)) * (1.0 + gate * (0.5 + -0.5 * _tanh(0.5 * gate, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
-        g_up = dout * (gate * (0.5 + 0.5 * _tanh(0.5 * gate, FAST_MATH)))  # SiLU, x * sigmoid(x)
-        tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask)
-        tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_q)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask)
+        if EPI_SPLIT == 1:
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * acc_up * ((0.5 + 0.5 * _tanh(0.5 * acc, FAST_MATH)) * (1.0 + acc * (0.5 + -0.5 * _tanh(0.5 * acc, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc * (0.5 + 0.5 * _tanh(0.5 * acc, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+        elif EPI_SPLIT == 2:
+            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            up_s0, up_s1 = tl.split(tl.permute(tl.reshape(acc_up, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s0 * ((0.5 + 0.5 * _tanh(0.5 * acc_s0, FAST_MATH)) * (1.0 + acc_s0 * (0.5 + -0.5 * _tanh(0.5 * acc_s0, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s0 * (0.5 + 0.5 * _tanh(0.5 * acc_s0, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s1 * ((0.5 + 0.5 * _tanh(0.5 * acc_s1, FAST_MATH)) * (1.0 + acc_s1 * (0.5 + -0.5 * _tanh(0.5 * acc_s1, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s1 * (0.5 + 0.5 * _tanh(0.5 * acc_s1, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+        else:
+            tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
+            acc_h0, acc_h1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc_h0, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            acc_s2, acc_s3 = tl.split(tl.permute(tl.reshape(acc_h1, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            up_h0, up_h1 = tl.split(tl.permute(tl.reshape(acc_up, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
+            up_s0, up_s1 = tl.split(tl.permute(tl.reshape(up_h0, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            up_s2, up_s3 = tl.split(tl.permute(tl.reshape(up_h1, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
+            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_EARLY:
+                dout = dout_early.to(tl.float32)
+            elif DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s0 * ((0.5 + 0.5 * _tanh(0.5 * acc_s0, FAST_MATH)) * (1.0 + acc_s0 * (0.5 + -0.5 * _tanh(0.5 * acc_s0, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s0 * (0.5 + 0.5 * _tanh(0.5 * acc_s0, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s1 * ((0.5 + 0.5 * _tanh(0.5 * acc_s1, FAST_MATH)) * (1.0 + acc_s1 * (0.5 + -0.5 * _tanh(0.5 * acc_s1, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s1 * (0.5 + 0.5 * _tanh(0.5 * acc_s1, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 2 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s2 * ((0.5 + 0.5 * _tanh(0.5 * acc_s2, FAST_MATH)) * (1.0 + acc_s2 * (0.5 + -0.5 * _tanh(0.5 * acc_s2, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s2 * (0.5 + 0.5 * _tanh(0.5 * acc_s2, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
+            sub_q0 = pid_q * BLOCK_Q + 3 * (BLOCK_Q // EPI_SPLIT)
+            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
+            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+            if DOUT_TMA:
+                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
+            else:
+                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+            # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
+            g_gate = dout * up_s3 * ((0.5 + 0.5 * _tanh(0.5 * acc_s3, FAST_MATH)) * (1.0 + acc_s3 * (0.5 + -0.5 * _tanh(0.5 * acc_s3, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
+            g_up = dout * (acc_s3 * (0.5 + 0.5 * _tanh(0.5 * acc_s3, FAST_MATH)))  # SiLU, x * sigmoid(x)
+            if G_TMA:
+                dst_ptr.store([pid_p * BLOCK_P, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+                dst_ptr.store([pid_p * BLOCK_P, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, BLOCK_Q // EPI_SPLIT))
+            else:
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
+                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
 
 
 @triton.jit
@@ -594,6 +726,10 @@ _BACKWARD_KERNELS = {
     "dgrad": (_mlp_up_swiglu_train_recompute_bf16_dgrad_kernel_tma, _mlp_up_swiglu_train_recompute_bf16_dgrad_kernel),
     "wgrad": (_mlp_up_swiglu_train_recompute_bf16_wgrad_kernel_tma, _mlp_up_swiglu_train_recompute_bf16_wgrad_kernel),
 }
+# The recompute GEMM's epilogue in its TMA form (templates/gemm/triton/recompute.jinja): EPI_SPLIT column subtiles
+# in turn, dOut read as TMA boxes (DOUT_TMA), G stored as TMA boxes (G_TMA), the first subtile's dOut loaded before
+# the K loop (DOUT_EARLY); where dOut's or G's layout has no TMA descriptor, pointer loads or stores.
+RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):
@@ -601,7 +737,8 @@ def _gemm(role, device, x, y, dst, tensors=(), strides=()):
     # dgrad and wgrad store through TMA where dst allows it.
     _tr.gemm("mlp_up_swiglu_train_recompute_bf16", _BACKWARD_KERNELS[role], BACKWARD_CONFIGS[role], BACKWARD_TILES[role], device, x, y, dst, tensors,
              strides, role in ("dgrad", "wgrad"), True,
-             gated="halves" if role in ("forward_pre", "recompute") else "")
+             gated="halves" if role in ("forward_pre", "recompute") else "",
+             epilogue=RECOMPUTE_EPILOGUE if role == "recompute" else None)
 
 
 def _backward(grad, a, b, pre, need_a=True, need_b=True, *, da=None, db=None):

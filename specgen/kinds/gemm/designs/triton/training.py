@@ -122,6 +122,13 @@ class TrainingPlan(SaveModes):
         return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "recompute"
 
     @property
+    def epilogue_knobs(self) -> bool:
+        """Whether the recompute GEMM's TMA form takes the epilogue knobs (templates/gemm/triton/recompute.jinja:
+        EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY; the module's RECOMPUTE_EPILOGUE): unbatched, no other chain, a plain
+        or a halves-gated activation."""
+        return self.recomputes and not self.chain and not self.batch and self.gated in ("", "halves")
+
+    @property
     def forms_g(self) -> bool:
         """Whether G differs from dOut (a scale, an activation, a clamp or a cast, which rounds it; fp8's two G's)."""
         return self.fp8 or any(op.op in ("scale", "activation", "clamp", "cast") for op in self.chain)
