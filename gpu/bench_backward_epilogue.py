@@ -126,7 +126,7 @@ _KNOBS = {"": {}, "split2": {"EPI_SPLIT": 2}, "split4": {"EPI_SPLIT": 4}, "dtma"
           "split2_early": {"EPI_SPLIT": 2, "DOUT_EARLY": True},
           "split2_dtma_early": {"EPI_SPLIT": 2, "DOUT_TMA": True, "DOUT_EARLY": True},
           "split4_dtma_early": {"EPI_SPLIT": 4, "DOUT_TMA": True, "DOUT_EARLY": True}}
-_OFF = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
+_OFF = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False}
 VARIANTS = {
     "gelu": {
         "shipped": (None, {}, {}),
@@ -141,6 +141,14 @@ VARIANTS = {
                                       {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
         "s4_split4_dtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True}, {}, {"num_stages": 4}),
         "s4_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {}, {"num_stages": 4}),
+        # gelu_tanh's derivative factored (fewer f32 operations an element)
+        "fact": ({**_OFF, "GELU_FACTORED": True}, {}, {}),
+        "split2_fact": ({**_OFF, "EPI_SPLIT": 2, "GELU_FACTORED": True}, {}, {}),
+        "split4_dtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "GELU_FACTORED": True}, {}, {}),
+        "split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "GELU_FACTORED": True}, {}, {}),
+        "split2_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True, "GELU_FACTORED": True}, {}, {}),
+        "t128x256_split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True,
+                                           "GELU_FACTORED": True}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
     },
     "gated": {
         "shipped": (None, {}, {}),

@@ -134,6 +134,7 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
     DOUT_TMA: tl.constexpr,
     G_TMA: tl.constexpr,
     DOUT_EARLY: tl.constexpr,
+    GELU_FACTORED: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -178,7 +179,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc * acc
+                gelu_t = _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc - acc * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -195,7 +201,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s0 * acc_s0
+                gelu_t = _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s0 - acc_s0 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -208,7 +219,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s1 * acc_s1
+                gelu_t = _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s1 - acc_s1 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -228,7 +244,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s0 * acc_s0
+                gelu_t = _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s0 - acc_s0 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -241,7 +262,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s1 * acc_s1
+                gelu_t = _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s1 - acc_s1 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -254,7 +280,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) + 0.5 * acc_s2 * ((1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s2 * acc_s2))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s2 * acc_s2
+                gelu_t = _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s2 - acc_s2 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) + 0.5 * acc_s2 * ((1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s2 * acc_s2))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -267,7 +298,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
                 dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
             else:
                 dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            g = dout * (0.5 * (1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) + 0.5 * acc_s3 * ((1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s3 * acc_s3))  # GELU's derivative, tanh form
+            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+                gelu_sq = acc_s3 * acc_s3
+                gelu_t = _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s3 - acc_s3 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+            else:
+                g = dout * (0.5 * (1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) + 0.5 * acc_s3 * ((1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s3 * acc_s3))  # GELU's derivative, tanh form
             if G_TMA:
                 dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
             else:
@@ -724,8 +760,9 @@ _BACKWARD_KERNELS = {
 }
 # The recompute GEMM's epilogue in its TMA form (templates/gemm/triton/recompute.jinja): EPI_SPLIT column subtiles
 # in turn, dOut read as TMA boxes (DOUT_TMA), G stored as TMA boxes (G_TMA), the first subtile's dOut loaded before
-# the K loop (DOUT_EARLY); where dOut's or G's layout has no TMA descriptor, pointer loads or stores.
-RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
+# the K loop (DOUT_EARLY), gelu_tanh's derivative factored (GELU_FACTORED); where dOut's or G's layout has no TMA
+# descriptor, pointer loads or stores.
+RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False}
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):

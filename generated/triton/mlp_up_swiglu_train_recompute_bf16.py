@@ -137,6 +137,7 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
     DOUT_TMA: tl.constexpr,
     G_TMA: tl.constexpr,
     DOUT_EARLY: tl.constexpr,
+    GELU_FACTORED: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -728,8 +729,9 @@ _BACKWARD_KERNELS = {
 }
 # The recompute GEMM's epilogue in its TMA form (templates/gemm/triton/recompute.jinja): EPI_SPLIT column subtiles
 # in turn, dOut read as TMA boxes (DOUT_TMA), G stored as TMA boxes (G_TMA), the first subtile's dOut loaded before
-# the K loop (DOUT_EARLY); where dOut's or G's layout has no TMA descriptor, pointer loads or stores.
-RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False}
+# the K loop (DOUT_EARLY), gelu_tanh's derivative factored (GELU_FACTORED); where dOut's or G's layout has no TMA
+# descriptor, pointer loads or stores.
+RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False}
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):

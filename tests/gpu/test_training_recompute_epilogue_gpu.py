@@ -1,6 +1,6 @@
 """The recompute GEMM's epilogue knobs on a Hopper GPU (templates/gemm/triton/recompute.jinja; the module's
-RECOMPUTE_EPILOGUE): every combination of column subtiles (EPI_SPLIT 1, 2, 4), dOut by TMA, G stored by TMA and the
-first dOut subtile before the K loop, on the shipped bf16 modules (linear_gelu_train_recompute_bf16,
+RECOMPUTE_EPILOGUE): every combination of column subtiles (EPI_SPLIT 1, 2, 4), dOut by TMA and G stored by TMA, the
+first dOut subtile before the K loop and gelu_tanh's factored derivative with some, on the shipped bf16 modules (linear_gelu_train_recompute_bf16,
 mlp_up_swiglu_train_recompute_bf16), writes G = dOut * act'(A @ B + bias) (gated: [dOut * up * act'(gate),
 dOut * act(gate)]) into a NaN-poisoned buffer within bf16 rounding of float64's, at shapes off the tiles and M = 1;
 the launch keeps the knobs asked for (every layout here takes TMA), and a column-major dOut falls back to pointer
@@ -18,14 +18,15 @@ import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
 
-KNOBS = [(s, d, g, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
-    (2, False, False, True), (2, True, False, True), (4, True, True, True)]
+KNOBS = [(s, d, g, False, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
+    (2, False, False, True, False), (2, True, False, True, False), (4, True, True, True, True), (2, False, False, False, True),
+    (4, True, True, False, True)]
 SHAPES = [(200, 136, 96), (1, 264, 72), (1000, 1032, 520)]
 LAYERS = {"gelu": "linear_gelu_train_recompute_bf16", "gated": "mlp_up_swiglu_train_recompute_bf16"}
 
 
 def knob_dict(k: tuple) -> dict[str, object]:
-    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY"), k, strict=True))
+    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
 
 
 def g_of(layer: str, shape: tuple[int, int, int], knobs: dict, dout_t: bool = False):
@@ -82,7 +83,7 @@ def test_every_knob_forms_g(layer: str, knobs: tuple) -> None:
 
 @pytest.mark.parametrize("layer", list(LAYERS))
 def test_a_column_major_output_gradient_takes_pointer_loads(layer: str) -> None:
-    knobs = knob_dict((2, True, True, False))
+    knobs = knob_dict((2, True, True, False, True))
     got, want, seen = g_of(layer, (200, 136, 96), knobs, dout_t=True)
     within(got, want, f"{layer}, dOut column-major")
     assert seen == [{**knobs, "DOUT_TMA": False}], seen

@@ -1,6 +1,7 @@
 """The recompute GEMM's epilogue knobs in its TMA form (templates/gemm/triton/recompute.jinja; the module's
 RECOMPUTE_EPILOGUE): EPI_SPLIT column subtiles, dOut read as TMA boxes, G stored as TMA boxes (gated halves: a 3-D
-descriptor over G viewed (M, 2, N)), the first subtile's dOut loaded before the K loop. Each combination's G, written
+descriptor over G viewed (M, 2, N)), the first subtile's dOut loaded before the K loop, gelu_tanh's derivative
+factored. Each combination's G, written
 into a NaN-poisoned buffer by the recompute GEMM alone, against float64's G = dOut * act'(A @ B + bias) (gated:
 [dOut * up * act'(gate), dOut * act(gate)]), with M, N, K off the 32 x 32 x 16 tile, M = 1 and a K tail, and which
 knobs the launch kept (a layout TMA cannot take falls back to pointers); then the module's backward through
@@ -19,14 +20,16 @@ from backends.triton.test_training_gated import gated_inputs, gated_spec
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")]
 
-# (EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY): every split with every load and store form, early with each load form
-KNOBS = [(s, d, g, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
-    (2, False, False, True), (4, True, True, True), (1, True, False, True)]
+# (EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY, GELU_FACTORED): every split with every load and store form, early with
+# each load form, the factored derivative with the pointer and the TMA forms
+KNOBS = [(s, d, g, False, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
+    (2, False, False, True, False), (4, True, True, True, True), (1, True, False, True, False), (2, False, False, False, True),
+    (4, True, True, False, True)]
 SHAPES = [(37, 40, 40), (1, 72, 24)]  # M, N, K: rows of 16 bytes in f16 and f32 (TMA reads and stores them)
 
 
 def knob_dict(k: tuple) -> dict[str, object]:
-    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY"), k, strict=True))
+    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
 
 
 def launched_knobs(monkeypatch) -> list[dict]:
@@ -37,7 +40,7 @@ def launched_knobs(monkeypatch) -> list[dict]:
 
     def record(kernel, jit, *rest, **constexprs):
         if "EPI_SPLIT" in constexprs:
-            seen.append({k: constexprs[k] for k in ("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY")})
+            seen.append({k: constexprs[k] for k in ("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED")})
         return real(kernel, jit, *rest, **constexprs)
 
     monkeypatch.setattr(runtime, "launch", record)
@@ -109,9 +112,10 @@ def test_layouts_tma_cannot_take_fall_back_to_pointers(layer: str, modules, monk
     args = gated_inputs(spec, (M, N, K), seed=3) if gated else inputs(spec, (M, N, K), seed=3)
     grad = torch.randn(N, M, generator=torch.Generator().manual_seed(4)).t()  # column-major
     bias = args.get("bias")
-    got = recompute_g(mod, args["a"], args["b"], grad, () if gated else (bias,), gated, knob_dict((2, True, True, True)))
+    knobs = knob_dict((2, True, True, True, True))
+    got = recompute_g(mod, args["a"], args["b"], grad, () if gated else (bias,), gated, knobs)
     close(got, want_g(args["a"], args["b"], bias, grad, gated), 1e-5, f"{layer}: G")
-    assert seen == [knob_dict((2, False, False, True))], seen
+    assert seen == [knob_dict((2, False, False, True, True))], seen
 
 
 @pytest.mark.parametrize("layer", ["gelu", "gated"])
