@@ -123,8 +123,6 @@ _KNOBS = {"": {}, "split2": {"EPI_SPLIT": 2}, "split4": {"EPI_SPLIT": 4}, "dtma"
           "split2_dtma": {"EPI_SPLIT": 2, "DOUT_TMA": True}, "split4_dtma": {"EPI_SPLIT": 4, "DOUT_TMA": True},
           "split2_gtma": {"EPI_SPLIT": 2, "G_TMA": True}, "split2_dtma_gtma": {"EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True},
           "split4_dtma_gtma": {"EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True},
-          "split2_early": {"EPI_SPLIT": 2, "DOUT_EARLY": True},
-          "split2_dtma_early": {"EPI_SPLIT": 2, "DOUT_TMA": True, "DOUT_EARLY": True},
           "split4_dtma_early": {"EPI_SPLIT": 4, "DOUT_TMA": True, "DOUT_EARLY": True}}
 _OFF = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False}
 VARIANTS = {
@@ -132,17 +130,12 @@ VARIANTS = {
         "shipped": (None, {}, {}),
         **{k: ({**_OFF, **v}, {}, {}) for k, v in _KNOBS.items() if k},
         # 128 x 256: the forward's and dgrad's tile
-        "t128x256_split2": ({**_OFF, "EPI_SPLIT": 2}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
-        "t128x256_split4_dtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
-        "t128x128_s4": (dict(_OFF), {"BLOCK_P": 128, "BLOCK_Q": 128}, {"num_stages": 4}),
         "t128x128_s4_split2_dtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True}, {"BLOCK_P": 128, "BLOCK_Q": 128},
                                     {"num_stages": 4}),
         "t128x256_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True},
                                       {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
-        "s4_split4_dtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True}, {}, {"num_stages": 4}),
         "s4_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {}, {"num_stages": 4}),
         # gelu_tanh's derivative factored (fewer f32 operations an element)
-        "fact": ({**_OFF, "GELU_FACTORED": True}, {}, {}),
         "split2_fact": ({**_OFF, "EPI_SPLIT": 2, "GELU_FACTORED": True}, {}, {}),
         "split4_dtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "GELU_FACTORED": True}, {}, {}),
         "split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "GELU_FACTORED": True}, {}, {}),
@@ -152,16 +145,21 @@ VARIANTS = {
     },
     "gated": {
         "shipped": (None, {}, {}),
-        **{k: ({**_OFF, **v}, {}, {}) for k, v in _KNOBS.items() if k},
+        **{k: ({**_OFF, **v}, {}, {}) for k, v in _KNOBS.items() if k},  # (FLATTEN: the module's, added by variant_launch)
         # 128 x 128 (the gate's and the up's: 128 x 256 of B a K step), 3 stages
-        "t128x128_s3": (dict(_OFF), {"BLOCK_Q": 128}, {"num_stages": 3}),
         "t128x128_s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
                                          {"num_stages": 3}),
         "t128x128_s3_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
                                          {"num_stages": 3}),
         "t128x128_s4_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True}, {"BLOCK_Q": 128},
                                          {"num_stages": 4}),
-        "s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {}, {"num_stages": 3}),
+        # the persistent loop flattened (the next tile's loads under this one's epilogue, as the gelu kernel's)
+        "flat": ({**_OFF, "FLATTEN": True}, {}, {}),
+        "flat_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True, "FLATTEN": True}, {}, {}),
+        "flat_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "FLATTEN": True}, {}, {}),
+        "flat_split2_dtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "FLATTEN": True}, {}, {}),
+        "flat_t128x128_s3_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "FLATTEN": True},
+                                              {"BLOCK_Q": 128}, {"num_stages": 3}),
     },
 }
 
@@ -171,7 +169,9 @@ def variant_launch(module, name: str, layer_name: str):
     knobs, tile, config = VARIANTS[layer_name][name]
     tiles = {**module.BACKWARD_TILES["recompute"], **tile}
     configs = {cc: {**c, **config} for cc, c in module.BACKWARD_CONFIGS["recompute"].items()}
-    return (dict(module.RECOMPUTE_EPILOGUE) if knobs is None else knobs), tiles, configs
+    shipped = dict(module.RECOMPUTE_EPILOGUE)
+    # a knob the module has and the variant leaves out (FLATTEN: the gated kernel's) keeps the module's value
+    return ({**shipped, **{k: v for k, v in knobs.items() if k in shipped}} if knobs is not None else shipped), tiles, configs
 
 
 def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[str]) -> dict:

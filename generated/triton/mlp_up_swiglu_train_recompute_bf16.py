@@ -138,6 +138,7 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
     G_TMA: tl.constexpr,
     DOUT_EARLY: tl.constexpr,
     GELU_FACTORED: tl.constexpr,
+    FLATTEN: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -148,7 +149,8 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
     # num_programs-th tile. Not flattened: with the gate and up accumulators and two or three tiles stored, the
     # flattened loop ran forward_pre at 1620 us against 1279 us unflattened (H100, 4096 x 14336 x 4096, SwiGLU;
     # bench/results/2026-11-27-h100-s23-train-gated-pre-sweep.json).
-    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0)):
+    # (the recompute GEMM: flattened where FLATTEN, an epilogue knob)
+    for tile_id in tl.range(tl.program_id(0), tl.cdiv(P, BLOCK_P) * tl.cdiv(Q, BLOCK_Q), tl.num_programs(0), flatten=FLATTEN):
         pid_p, pid_q = _tile_coords(tile_id, tl.cdiv(P, BLOCK_P), tl.cdiv(Q, BLOCK_Q), GROUP_M)
         offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
         offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -729,9 +731,9 @@ _BACKWARD_KERNELS = {
 }
 # The recompute GEMM's epilogue in its TMA form (templates/gemm/triton/recompute.jinja): EPI_SPLIT column subtiles
 # in turn, dOut read as TMA boxes (DOUT_TMA), G stored as TMA boxes (G_TMA), the first subtile's dOut loaded before
-# the K loop (DOUT_EARLY), gelu_tanh's derivative factored (GELU_FACTORED); where dOut's or G's layout has no TMA
+# the K loop (DOUT_EARLY), gelu_tanh's derivative factored (GELU_FACTORED), the persistent loop flattened (FLATTEN); where dOut's or G's layout has no TMA
 # descriptor, pointer loads or stores.
-RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False}
+RECOMPUTE_EPILOGUE = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False, "GELU_FACTORED": False, "FLATTEN": False}
 
 
 def _gemm(role, device, x, y, dst, tensors=(), strides=()):

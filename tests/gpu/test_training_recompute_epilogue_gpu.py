@@ -1,6 +1,7 @@
 """The recompute GEMM's epilogue knobs on a Hopper GPU (templates/gemm/triton/recompute.jinja; the module's
 RECOMPUTE_EPILOGUE): every combination of column subtiles (EPI_SPLIT 1, 2, 4), dOut by TMA and G stored by TMA, the
-first dOut subtile before the K loop and gelu_tanh's factored derivative with some, on the shipped bf16 modules (linear_gelu_train_recompute_bf16,
+first dOut subtile before the K loop and gelu_tanh's factored derivative with some (the gated kernel's each with its
+persistent loop flattened and not), on the shipped bf16 modules (linear_gelu_train_recompute_bf16,
 mlp_up_swiglu_train_recompute_bf16), writes G = dOut * act'(A @ B + bias) (gated: [dOut * up * act'(gate),
 dOut * act(gate)]) into a NaN-poisoned buffer within bf16 rounding of float64's, at shapes off the tiles and M = 1;
 the launch keeps the knobs asked for (every layout here takes TMA), and a column-major dOut falls back to pointer
@@ -10,7 +11,6 @@ loads. Marked `gpu`: CI (CPU only) deselects them.
 from __future__ import annotations
 
 import importlib
-import itertools
 
 import pytest
 import torch
@@ -18,15 +18,20 @@ import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
 
-KNOBS = [(s, d, g, False, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
-    (2, False, False, True, False), (2, True, False, True, False), (4, True, True, True, True), (2, False, False, False, True),
-    (4, True, True, False, True)]
+KNOBS = {  # (EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY, GELU_FACTORED[, FLATTEN]): each knob on in some, off in others
+    "gelu": [(1, False, False, False, False), (2, True, True, False, False), (4, True, True, False, True),
+             (4, False, False, False, True), (2, False, True, True, False), (1, True, False, False, False)],
+    "gated": [(1, False, False, False, False, False), (2, True, True, False, False, True), (4, True, True, True, False, True),
+              (4, False, False, False, False, False), (2, False, True, False, False, True), (1, True, False, False, False, True)],
+}
 SHAPES = [(200, 136, 96), (1, 264, 72), (1000, 1032, 520)]
 LAYERS = {"gelu": "linear_gelu_train_recompute_bf16", "gated": "mlp_up_swiglu_train_recompute_bf16"}
 
 
-def knob_dict(k: tuple) -> dict[str, object]:
-    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
+def knob_dict(k: tuple, flatten: bool | None = None) -> dict[str, object]:
+    """The knobs of tuple `k`; `flatten`: the gated kernel's FLATTEN (its persistent loop flattened)."""
+    out = dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
+    return out if flatten is None else {**out, "FLATTEN": flatten}
 
 
 def g_of(layer: str, shape: tuple[int, int, int], knobs: dict, dout_t: bool = False):
@@ -72,18 +77,20 @@ def within(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert err <= 2e-2 * want.abs().max().item(), f"{what}: {err:.4g} > 2e-2 x {want.abs().max().item():.4g}"
 
 
-@pytest.mark.parametrize("knobs", KNOBS, ids=["-".join(map(str, k)) for k in KNOBS])
-@pytest.mark.parametrize("layer", list(LAYERS))
-def test_every_knob_forms_g(layer: str, knobs: tuple) -> None:
+CASES = [("gelu", knob_dict(k)) for k in KNOBS["gelu"]] + [("gated", knob_dict(k[:5], k[5])) for k in KNOBS["gated"]]
+
+
+@pytest.mark.parametrize(("layer", "knobs"), CASES, ids=[f"{c[0]}-" + "-".join(map(str, c[1].values())) for c in CASES])
+def test_every_knob_forms_g(layer: str, knobs: dict) -> None:
     for shape in SHAPES:
-        got, want, seen = g_of(layer, shape, knob_dict(knobs))
-        within(got, want, f"{layer} {shape} {knob_dict(knobs)}")
-        assert seen == [knob_dict(knobs)], seen
+        got, want, seen = g_of(layer, shape, knobs)
+        within(got, want, f"{layer} {shape} {knobs}")
+        assert seen == [knobs], seen
 
 
 @pytest.mark.parametrize("layer", list(LAYERS))
 def test_a_column_major_output_gradient_takes_pointer_loads(layer: str) -> None:
-    knobs = knob_dict((2, True, True, False, True))
+    knobs = knob_dict((2, True, True, False, True), True if layer == "gated" else None)
     got, want, seen = g_of(layer, (200, 136, 96), knobs, dout_t=True)
     within(got, want, f"{layer}, dOut column-major")
     assert seen == [{**knobs, "DOUT_TMA": False}], seen

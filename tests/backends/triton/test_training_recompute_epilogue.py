@@ -1,7 +1,7 @@
 """The recompute GEMM's epilogue knobs in its TMA form (templates/gemm/triton/recompute.jinja; the module's
 RECOMPUTE_EPILOGUE): EPI_SPLIT column subtiles, dOut read as TMA boxes, G stored as TMA boxes (gated halves: a 3-D
 descriptor over G viewed (M, 2, N)), the first subtile's dOut loaded before the K loop, gelu_tanh's derivative
-factored. Each combination's G, written
+factored, the gated kernel's persistent loop flattened. Each combination's G, written
 into a NaN-poisoned buffer by the recompute GEMM alone, against float64's G = dOut * act'(A @ B + bias) (gated:
 [dOut * up * act'(gate), dOut * act(gate)]), with M, N, K off the 32 x 32 x 16 tile, M = 1 and a K tail, and which
 knobs the launch kept (a layout TMA cannot take falls back to pointers); then the module's backward through
@@ -28,8 +28,10 @@ KNOBS = [(s, d, g, False, False) for s, d, g in itertools.product((1, 2, 4), (Fa
 SHAPES = [(37, 40, 40), (1, 72, 24)]  # M, N, K: rows of 16 bytes in f16 and f32 (TMA reads and stores them)
 
 
-def knob_dict(k: tuple) -> dict[str, object]:
-    return dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
+def knob_dict(k: tuple, flatten: bool | None = None) -> dict[str, object]:
+    """The knobs of tuple `k`; `flatten`: the gated kernel's FLATTEN (its persistent loop flattened)."""
+    out = dict(zip(("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED"), k, strict=True))
+    return out if flatten is None else {**out, "FLATTEN": flatten}
 
 
 def launched_knobs(monkeypatch) -> list[dict]:
@@ -40,7 +42,8 @@ def launched_knobs(monkeypatch) -> list[dict]:
 
     def record(kernel, jit, *rest, **constexprs):
         if "EPI_SPLIT" in constexprs:
-            seen.append({k: constexprs[k] for k in ("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "GELU_FACTORED")})
+            seen.append({k: v for k, v in constexprs.items() if k in ("EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY",
+                                                                          "GELU_FACTORED", "FLATTEN")})
         return real(kernel, jit, *rest, **constexprs)
 
     monkeypatch.setattr(runtime, "launch", record)
@@ -95,10 +98,11 @@ def test_every_knob_forms_g(layer: str, dtype: str, modules, monkeypatch) -> Non
         bias = args.get("bias")
         extra = () if gated else (bias,)
         want = want_g(args["a"], args["b"], bias, grad, gated)
-        for k in KNOBS:
-            got = recompute_g(mod, args["a"], args["b"], grad, extra, gated, knob_dict(k))
-            close(got, want, rel, f"{layer} {dtype} {shape} {knob_dict(k)}: G")
-            assert seen[-1] == knob_dict(k), (seen[-1], k)  # every layout here takes TMA: no knob fell back
+        for i, k in enumerate(KNOBS):
+            knobs = knob_dict(k, i % 2 == 1 if gated else None)  # gated: every other one flattened
+            got = recompute_g(mod, args["a"], args["b"], grad, extra, gated, knobs)
+            close(got, want, rel, f"{layer} {dtype} {shape} {knobs}: G")
+            assert seen[-1] == knobs, (seen[-1], knobs)  # every layout here takes TMA: no knob fell back
 
 
 @pytest.mark.parametrize("layer", ["gelu", "gated"])
@@ -112,10 +116,10 @@ def test_layouts_tma_cannot_take_fall_back_to_pointers(layer: str, modules, monk
     args = gated_inputs(spec, (M, N, K), seed=3) if gated else inputs(spec, (M, N, K), seed=3)
     grad = torch.randn(N, M, generator=torch.Generator().manual_seed(4)).t()  # column-major
     bias = args.get("bias")
-    knobs = knob_dict((2, True, True, True, True))
+    knobs = knob_dict((2, True, True, True, True), True if gated else None)
     got = recompute_g(mod, args["a"], args["b"], grad, () if gated else (bias,), gated, knobs)
     close(got, want_g(args["a"], args["b"], bias, grad, gated), 1e-5, f"{layer}: G")
-    assert seen == [knob_dict((2, False, False, True, True))], seen
+    assert seen == [{**knobs, "DOUT_TMA": False, "G_TMA": False}], seen
 
 
 @pytest.mark.parametrize("layer", ["gelu", "gated"])

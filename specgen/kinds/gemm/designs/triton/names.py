@@ -54,7 +54,7 @@ RESERVED: frozenset[str] = frozenset({
     # subtiles' accumulators (acc_h*: halves split again), offsets and masks, the dOut loaded before the K loop
     "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "acc_s0", "acc_s1",
     "acc_s2", "acc_s3", "acc_h0", "acc_h1", "up_s0", "up_s1", "up_s2", "up_s3", "up_h0", "up_h1", "epilogue",
-    "GELU_FACTORED", "gelu_sq", "gelu_t",
+    "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
 })
 
 # How its templates derive names from an epilogue argument `x`.
