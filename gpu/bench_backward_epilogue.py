@@ -142,6 +142,19 @@ VARIANTS = {
         "split2_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True, "GELU_FACTORED": True}, {}, {}),
         "t128x256_split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True,
                                            "GELU_FACTORED": True}, {"BLOCK_P": 128, "BLOCK_Q": 256}, {}),
+        # a program a tile (not persistent) on tiles small enough for two CTAs an SM: one's epilogue under the
+        # other's mainloop
+        "np_t128x128_w4_s3_split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True,
+                                                    "GELU_FACTORED": True}, {"BLOCK_P": 128, "BLOCK_Q": 128},
+                                                   {"num_warps": 4, "num_stages": 3, "persistent": False}),
+        "np_t128x128_w8_s3_split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True,
+                                                    "GELU_FACTORED": True}, {"BLOCK_P": 128, "BLOCK_Q": 128},
+                                                   {"num_stages": 3, "persistent": False}),
+        "np_t128x128_w4_s2_split2_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True,
+                                                    "GELU_FACTORED": True}, {"BLOCK_P": 128, "BLOCK_Q": 128},
+                                                   {"num_warps": 4, "num_stages": 2, "persistent": False}),
+        "np_split4_dtma_gtma_fact": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "GELU_FACTORED": True},
+                                     {}, {"persistent": False}),
     },
     "gated": {
         "shipped": (None, {}, {}),
@@ -160,18 +173,29 @@ VARIANTS = {
         "flat_split2_dtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "FLATTEN": True}, {}, {}),
         "flat_t128x128_s3_split4_dtma_gtma": ({**_OFF, "EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "FLATTEN": True},
                                               {"BLOCK_Q": 128}, {"num_stages": 3}),
+        # a program a tile (not persistent), two or more CTAs an SM
+        "np_w4_s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {},
+                                      {"num_warps": 4, "num_stages": 3, "persistent": False}),
+        "np_s3_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {},
+                                   {"num_stages": 3, "persistent": False}),
+        "np_split2_dtma_gtma": ({**_OFF, "EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True}, {}, {"persistent": False}),
     },
 }
 
 
 def variant_launch(module, name: str, layer_name: str):
-    """(knobs, tiles, per-capability configs) of variant `name` of the layer's recompute kernel."""
+    """(knobs, tiles, per-capability configs, persistent) of variant `name` of the layer's recompute kernel (a
+    config's "persistent": False launches a program a tile, so an SM holds as many CTAs as fit, where the shipped
+    launch runs one program an SM)."""
     knobs, tile, config = VARIANTS[layer_name][name]
+    config = dict(config)
+    persistent = config.pop("persistent", True)
     tiles = {**module.BACKWARD_TILES["recompute"], **tile}
     configs = {cc: {**c, **config} for cc, c in module.BACKWARD_CONFIGS["recompute"].items()}
     shipped = dict(module.RECOMPUTE_EPILOGUE)
     # a knob the module has and the variant leaves out (FLATTEN: the gated kernel's) keeps the module's value
-    return ({**shipped, **{k: v for k, v in knobs.items() if k in shipped}} if knobs is not None else shipped), tiles, configs
+    return ({**shipped, **{k: v for k, v in knobs.items() if k in shipped}} if knobs is not None else shipped), tiles, configs, \
+        persistent
 
 
 def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[str]) -> dict:
@@ -194,32 +218,39 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
     launches = {v: variant_launch(module, v, name) for v in names}
     calls, outs, plains = {}, {}, {}
 
-    def fused(knobs, tiles, configs, g):
-        return lambda: tr.gemm(kernel, module._BACKWARD_KERNELS["recompute"], configs, tiles, device, a, b, g, fused_args,
-                               grad.stride(), False, True, gated=gated, epilogue=knobs)
+    def fused(knobs, tiles, configs, persistent, g):
+        def run():
+            tr.PERSISTENT = persistent
+            try:
+                tr.gemm(kernel, module._BACKWARD_KERNELS["recompute"], configs, tiles, device, a, b, g, fused_args,
+                        grad.stride(), False, True, gated=gated, epilogue=knobs)
+            finally:
+                tr.PERSISTENT = True
+        return run
 
-    def plain(tiles, configs, out, tma):
+    def plain(tiles, configs, persistent, out, tma):
         ptiles = {**tiles, "BLOCK_Q": tiles["BLOCK_Q"] * width}
 
         def run():
-            tr.TMA_STORES = tma
+            tr.TMA_STORES, tr.PERSISTENT = tma, persistent
             try:
                 tr.gemm(kernel, module._BACKWARD_KERNELS["dgrad"], configs, ptiles, device, a, b, out, (), (), True, True)
             finally:
-                tr.TMA_STORES = True
+                tr.TMA_STORES = tr.PERSISTENT = True
         return run
 
-    def config_key(tiles, configs):
+    def config_key(tiles, configs, persistent):
         cc = tr.capability(device)
-        return f"{tiles['BLOCK_P']}x{tiles['BLOCK_Q']}x{tiles['BLOCK_R']}_w{configs[cc]['num_warps']}_s{configs[cc]['num_stages']}"
+        return (f"{tiles['BLOCK_P']}x{tiles['BLOCK_Q']}x{tiles['BLOCK_R']}_w{configs[cc]['num_warps']}"
+                f"_s{configs[cc]['num_stages']}{'' if persistent else '_np'}")
 
     errors: dict[str, str] = {}
     for v in names:
-        knobs, tiles, configs = launches[v]
-        key = config_key(tiles, configs)
+        knobs, tiles, configs, persistent = launches[v]
+        key = config_key(tiles, configs, persistent)
         g = torch.full((M, width * N), float("nan"), device="cuda", dtype=torch.bfloat16)
         try:
-            fn = fused(knobs, tiles, configs, g)
+            fn = fused(knobs, tiles, configs, persistent, g)
             fn()
             torch.cuda.synchronize()
         except Exception as e:  # a variant that does not fit (SMEM, registers): reported, not timed
@@ -229,11 +260,12 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
         for tma in (False, True):
             pk = f"plain{'_tma' if tma else ''}@{key}"
             if pk not in plains:
-                plains[pk] = plain(tiles, configs, torch.empty(M, width * N, device="cuda", dtype=torch.bfloat16), tma)
+                plains[pk] = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda",
+                                                                           dtype=torch.bfloat16), tma)
         if v == "shipped":
             shipped_key = key
-            plains[f"plain_aa@{key}"] = plain(tiles, configs, torch.empty(M, width * N, device="cuda",
-                                                                          dtype=torch.bfloat16), False)
+            plains[f"plain_aa@{key}"] = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda",
+                                                                                      dtype=torch.bfloat16), False)
     # float32 G (halves: [dgate | dup]) by autograd from the f32 pre
     ref = a.float() @ b.float()
     pre = (ref if gated else ref + bias.float()).requires_grad_()
@@ -290,7 +322,7 @@ def compile_variants(layers: list[str], only: list[str]) -> None:
         for v in VARIANTS[name]:
             if only and v not in only and v != "shipped":
                 continue
-            knobs, tiles, configs = variant_launch(module, v, name)
+            knobs, tiles, configs, _ = variant_launch(module, v, name)  # (the kernel is the same either way)
             module.RECOMPUTE_EPILOGUE.update(knobs)
             module.BACKWARD_TILES["recompute"].update(tiles)
             module.BACKWARD_CONFIGS["recompute"].update(configs)
