@@ -25,6 +25,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:Run
 KNOBS = [(s, d, g, False, False) for s, d, g in itertools.product((1, 2, 4), (False, True), (False, True))] + [
     (2, False, False, True, False), (4, True, True, True, True), (1, True, False, True, False), (2, False, False, False, True),
     (4, True, True, False, True)]
+# a few of them, each knob on in some and off in others: with f16, and at M = 1
+FEW = [(1, False, False, False, False), (2, True, True, True, True), (4, True, True, False, True),
+       (4, False, False, False, False), (2, False, True, False, False)]
 SHAPES = [(37, 40, 40), (1, 72, 24)]  # M, N, K: rows of 16 bytes in f16 and f32 (TMA reads and stores them)
 
 
@@ -98,7 +101,7 @@ def test_every_knob_forms_g(layer: str, dtype: str, modules, monkeypatch) -> Non
         bias = args.get("bias")
         extra = () if gated else (bias,)
         want = want_g(args["a"], args["b"], bias, grad, gated)
-        for i, k in enumerate(KNOBS):
+        for i, k in enumerate(KNOBS if dtype == "f32" and M > 1 else FEW):
             knobs = knob_dict(k, i % 2 == 1 if gated else None)  # gated: every other one flattened
             got = recompute_g(mod, args["a"], args["b"], grad, extra, gated, knobs)
             close(got, want, rel, f"{layer} {dtype} {shape} {knobs}: G")
