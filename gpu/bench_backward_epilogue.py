@@ -245,23 +245,32 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
                 f"_s{configs[cc]['num_stages']}{'' if persistent else '_np'}")
 
     errors: dict[str, str] = {}
+
+    def runs(label, fn) -> bool:
+        """Whether `fn` runs (a kernel that does not fit the device, SMEM or registers, at this Triton raises at its
+        first launch: reported under `label`, not timed)."""
+        try:
+            fn()
+            torch.cuda.synchronize()
+            return True
+        except Exception as e:
+            errors[label] = f"{type(e).__name__}: {e}"[:300]
+            return False
+
     for v in names:
         knobs, tiles, configs, persistent = launches[v]
         key = config_key(tiles, configs, persistent)
         g = torch.full((M, width * N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        try:
-            fn = fused(knobs, tiles, configs, persistent, g)
-            fn()
-            torch.cuda.synchronize()
-        except Exception as e:  # a variant that does not fit (SMEM, registers): reported, not timed
-            errors[v] = f"{type(e).__name__}: {e}"[:300]
+        fn = fused(knobs, tiles, configs, persistent, g)
+        if not runs(v, fn):
             continue
         calls[v], outs[v] = fn, g
         for tma in (False, True):
             pk = f"plain{'_tma' if tma else ''}@{key}"
-            if pk not in plains:
-                plains[pk] = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda",
-                                                                           dtype=torch.bfloat16), tma)
+            if pk not in plains and pk not in errors:
+                p = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda", dtype=torch.bfloat16), tma)
+                if runs(pk, p):
+                    plains[pk] = p
         if v == "shipped":
             shipped_key = key
             plains[f"plain_aa@{key}"] = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda",
@@ -279,7 +288,9 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
     del ref, pre, act, g_ref
     res = kernel_cycle({**plains, **calls}, rounds=rounds)
 
-    def over(k, base):
+    def over(k, base):  # NaN where the base did not run
+        if base not in res:
+            return float("nan")
         return statistics.median(s / p for s, p in zip(res[k]["samples"], res[base]["samples"], strict=True))
 
     base = f"plain@{shipped_key}"
@@ -306,35 +317,75 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
     return report
 
 
+def _cpu_launch(module, role: str, tiles: dict, configs: dict, knobs: dict, tma: bool, gated: str, tensors: tuple) -> None:
+    """The recompute kernel (with `knobs`) or the plain GEMM (dgrad's kernel, TMA stores where `tma`) as
+    measure_variants launches them, on CPU tensors (compile_variants records the launch)."""
+    a, b, out, grad, bias = tensors
+    kernel = module.METADATA["kernel"]
+    tr.TMA_STORES = tma
+    try:
+        if role == "recompute":
+            tr.gemm(kernel, module._BACKWARD_KERNELS[role], configs, tiles, -1, a, b, out, (grad,) if gated else (grad, bias),
+                    grad.stride(), False, True, gated=gated, epilogue=knobs)
+        else:
+            tr.gemm(kernel, module._BACKWARD_KERNELS[role], configs, tiles, -1, a, b, out, (), (), True, True)
+    finally:
+        tr.TMA_STORES = True
+
+
 def compile_variants(layers: list[str], only: list[str]) -> None:
-    """Each variant's recompute kernel compiled for sm_90 (the launch the module's own backward records, its knobs,
-    tile and config replaced): registers, spills, SMEM."""
-    from specgen.compile import CompileResult  # noqa: F401  (timed_cubin's rows)
+    """Each variant's recompute kernel and its plain GEMMs (pointer and TMA stores) compiled for sm_90 with the Triton
+    here, launched as measure_variants launches them (on small CPU tensors, the runtime's launch recorded): registers,
+    spills, SMEM (over sm_90's 232,448 B: it will not launch)."""
     from specgen.kinds.gemm.designs.triton import compile_backward as cb
     from specgen.kinds.gemm.designs.triton.compile import timed_cubin
+    from specgen.runtime import guards
     from specgen.targets import TARGETS
 
     target = TARGETS["triton:sm90"]
+    limit = 232448
+    done: set[tuple] = set()
+
+    def record(call) -> tuple:
+        got = []
+        saved = tr.launch, tr.config_for, guards.INTERPRET
+        tr.launch = lambda name, jit, config, tiles, grid, args, bf16, per_matrix=False, **ce: got.append(
+            (jit, config, args, {**tiles, **ce}))
+        tr.config_for, guards.INTERPRET = (lambda name, configs, device: configs[90]), True
+        try:
+            call()
+        finally:
+            tr.launch, tr.config_for, guards.INTERPRET = saved
+        (launch,) = got
+        return launch
+
     for name in layers:
         module = layer(name)
-        saved = (dict(module.RECOMPUTE_EPILOGUE), dict(module.BACKWARD_TILES["recompute"]),
-                 {cc: dict(c) for cc, c in module.BACKWARD_CONFIGS["recompute"].items()})
+        gated = "halves" if name == "gated" else ""
+        width = 2 if gated else 1
+        n = 256
+        a = torch.zeros(n, n, dtype=torch.bfloat16)
+        b = torch.zeros(width * n, n, dtype=torch.bfloat16).t()
+        grad, bias = torch.zeros(n, n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.bfloat16)
+        out = torch.zeros(n, width * n, dtype=torch.bfloat16)
         for v in VARIANTS[name]:
             if only and v not in only and v != "shipped":
                 continue
-            knobs, tiles, configs, _ = variant_launch(module, v, name)  # (the kernel is the same either way)
-            module.RECOMPUTE_EPILOGUE.update(knobs)
-            module.BACKWARD_TILES["recompute"].update(tiles)
-            module.BACKWARD_CONFIGS["recompute"].update(configs)
-            try:
-                (row,) = cb.compile_backward(module, target, timed_cubin, roles=("recompute",))
-            finally:
-                module.RECOMPUTE_EPILOGUE.update(saved[0])
-                module.BACKWARD_TILES["recompute"].update(saved[1])
-                module.BACKWARD_CONFIGS["recompute"].update(saved[2])
-            spills = row.spills
-            print(f"{name:5s} {v:24s} SMEM {row.compiler_smem}, registers {row.registers}, spills {spills}, "
-                  f"{row.seconds:.1f} s{', ' + row.error if row.error else ''}", flush=True)
+            knobs, tiles, configs, _ = variant_launch(module, v, name)  # (persistence: the same kernel)
+            ptiles = {**tiles, "BLOCK_Q": tiles["BLOCK_Q"] * width}
+            for label, role, t, tma in ((v, "recompute", tiles, False), ("  plain", "dgrad", ptiles, False),
+                                        ("  plain_tma", "dgrad", ptiles, True)):
+                jit, config, args, constexprs = record(functools.partial(
+                    _cpu_launch, module, role, t, configs, knobs, tma, gated, (a, b, out, grad, bias)))
+                key = (jit.__name__, tuple(sorted(config.items())), tuple(sorted(constexprs.items())))
+                if key in done:
+                    continue
+                done.add(key)
+                row = cb._compile(label, jit, config, args, constexprs, target, 0, timed_cubin)
+                smem = row.compiler_smem or 0
+                print(f"{name:5s} {label:40s} SMEM {smem}{' (over sm_90: will not launch)' if smem > limit else ''}, "
+                      f"registers {row.registers}, spills {row.spills.store_bytes if row.spills else '?'} B, "
+                      f"{row.seconds:.1f} s{', ' + row.error if row.error else ''}", flush=True)
 
 
 # The CuTe design's modules (rendered with save = "recompute"), and the key of its plain GEMM's config row.

@@ -175,7 +175,10 @@ def recompute_descriptors(knobs: dict[str, object], g: torch.Tensor, tensors: tu
     """(G's argument, the role's tensors, the constexprs) for the recompute GEMM's TMA form with epilogue `knobs`:
     dOut (tensors[0]) as a descriptor of BP x BQ / EPI_SPLIT boxes where DOUT_TMA and dOut lies row-major as TMA
     reads it, G (g) as one where G_TMA and g allows a TMA store (gated halves: a 3-D descriptor over g viewed
-    (M, 2, N), boxes (BP, 1, BQ / EPI_SPLIT), so each half's box clips at N); else that knob off (pointers)."""
+    (M, 2, N), boxes (BP, 1, BQ / EPI_SPLIT), so each half's box clips at N); else that knob off (pointers). A dOut
+    asked for by TMA that falls back to pointer loads turns G_TMA off too: a pointer-loaded dOut's layout conversion
+    scratch beside G's staging box can pass sm_90's SMEM (245,784 B with triton 3.6 at 256 x 128, EPI_SPLIT 2, rows
+    of 136 elements)."""
     out = dict(knobs)
     sub = BQ // int(knobs["EPI_SPLIT"])  # type: ignore[call-overload]
     dst: object = g
@@ -184,6 +187,8 @@ def recompute_descriptors(knobs: dict[str, object], g: torch.Tensor, tensors: tu
         out["DOUT_TMA"] = bool(dd and not dd[1])
         if out["DOUT_TMA"]:
             tensors = (dd[0], *tensors[1:])  # type: ignore[index]
+        else:
+            out["G_TMA"] = False
     if out["G_TMA"]:
         gd = None
         if gated:

@@ -110,19 +110,20 @@ def test_every_knob_forms_g(layer: str, dtype: str, modules, monkeypatch) -> Non
 
 @pytest.mark.parametrize("layer", ["gelu", "gated"])
 def test_layouts_tma_cannot_take_fall_back_to_pointers(layer: str, modules, monkeypatch) -> None:
-    """dOut as a column-major view (TMA would read its transpose) and G with a row of 3 f32 elements (12 bytes: no
-    TMA store) take the pointer forms whatever the knobs say; G stays right."""
+    """dOut as a column-major view (TMA would read its transpose) takes pointer loads, and G pointer stores with it
+    (rows of 3 f32 elements, 12 bytes, take no TMA store either; rows of 40 would, but a pointer-loaded dOut's
+    conversion scratch beside G's staging box can pass the SMEM), whatever the knobs say; G stays right."""
     spec, mod = modules[layer, "f32"]
     gated = layer == "gated"
     seen = launched_knobs(monkeypatch)
-    M, N, K = 37, 3, 40
-    args = gated_inputs(spec, (M, N, K), seed=3) if gated else inputs(spec, (M, N, K), seed=3)
-    grad = torch.randn(N, M, generator=torch.Generator().manual_seed(4)).t()  # column-major
-    bias = args.get("bias")
     knobs = knob_dict((2, True, True, True, True), True if gated else None)
-    got = recompute_g(mod, args["a"], args["b"], grad, () if gated else (bias,), gated, knobs)
-    close(got, want_g(args["a"], args["b"], bias, grad, gated), 1e-5, f"{layer}: G")
-    assert seen == [{**knobs, "DOUT_TMA": False, "G_TMA": False}], seen
+    for M, N, K in ((37, 3, 40), (37, 40, 40)):
+        args = gated_inputs(spec, (M, N, K), seed=3) if gated else inputs(spec, (M, N, K), seed=3)
+        grad = torch.randn(N, M, generator=torch.Generator().manual_seed(4)).t()  # column-major
+        bias = args.get("bias")
+        got = recompute_g(mod, args["a"], args["b"], grad, () if gated else (bias,), gated, knobs)
+        close(got, want_g(args["a"], args["b"], bias, grad, gated), 1e-5, f"{layer} N = {N}: G")
+        assert seen[-1] == {**knobs, "DOUT_TMA": False, "G_TMA": False}, seen
 
 
 @pytest.mark.parametrize("layer", ["gelu", "gated"])
