@@ -45,6 +45,12 @@ from specgen.spec.models import Target
 
 ROLES = ("forward_pre", "recompute", "dgrad", "wgrad")
 
+# The recompute GEMM's shipped epilogue knobs (templates/gemm/triton/recompute.jinja; docs/training.md, "The
+# recompute GEMM's epilogue knobs"): gpu/bench_backward_epilogue.py --variants times the others.
+RECOMPUTE_KNOBS: dict[str, object] = {"EPI_SPLIT": 1, "DOUT_TMA": False, "G_TMA": False, "DOUT_EARLY": False,
+                                      "GELU_FACTORED": False}
+GATED_FLATTEN = False  # a gated recompute kernel's persistent loop flattened
+
 
 @dataclass(frozen=True)
 class BackwardConfig:
@@ -124,9 +130,15 @@ class TrainingPlan(SaveModes):
     @property
     def epilogue_knobs(self) -> bool:
         """Whether the recompute GEMM's TMA form takes the epilogue knobs (templates/gemm/triton/recompute.jinja:
-        EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY; the module's RECOMPUTE_EPILOGUE): unbatched, no other chain, a plain
-        or a halves-gated activation."""
+        EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY, GELU_FACTORED, gated FLATTEN; the module's RECOMPUTE_EPILOGUE):
+        unbatched, no other chain, a plain or a halves-gated activation."""
         return self.recomputes and not self.chain and not self.batch and self.gated in ("", "halves")
+
+    @property
+    def recompute_knobs(self) -> dict[str, object]:
+        """The shipped epilogue knobs (the module's RECOMPUTE_EPILOGUE) where `epilogue_knobs`: RECOMPUTE_KNOBS, a
+        gated kernel's with FLATTEN."""
+        return {**RECOMPUTE_KNOBS, **({"FLATTEN": GATED_FLATTEN} if self.gated else {})}
 
     @property
     def forms_g(self) -> bool:
