@@ -64,6 +64,20 @@ def layer(name: str):
     return module
 
 
+def g_reference(ab: torch.Tensor, bias, grad: torch.Tensor, gated: bool) -> torch.Tensor:
+    """G by autograd from pre = A @ B (`ab`, in its precision) + bias (gated: SiLU(gate) * up over the halves, G =
+    [dgate | dup]; the bias after the gate plays no part), for the output's gradient `grad`."""
+    import torch.nn.functional as F
+
+    pre = (ab if gated else ab + bias.to(ab.dtype)).requires_grad_()
+    if gated:
+        gate, up = pre.chunk(2, dim=-1)
+        act = F.silu(gate) * up
+    else:
+        act = F.gelu(pre, approximate="tanh")
+    return torch.autograd.grad(act, pre, grad.to(ab.dtype))[0]
+
+
 def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
     module = layer(name)
     kernel = module.METADATA["kernel"]
@@ -200,7 +214,6 @@ def variant_launch(module, name: str, layer_name: str):
 
 def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[str]) -> dict:
     """The recompute kernel's variants and the plain GEMMs at their launch configs, in one kernel_cycle."""
-    import torch.nn.functional as F
 
     module = layer(name)
     kernel = module.METADATA["kernel"]
@@ -275,17 +288,9 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
             shipped_key = key
             plains[f"plain_aa@{key}"] = plain(tiles, configs, persistent, torch.empty(M, width * N, device="cuda",
                                                                                       dtype=torch.bfloat16), False)
-    # float32 G (halves: [dgate | dup]) by autograd from the f32 pre
-    ref = a.float() @ b.float()
-    pre = (ref if gated else ref + bias.float()).requires_grad_()
-    if gated:
-        gate, up = pre.chunk(2, dim=-1)
-        act = F.silu(gate) * up
-    else:
-        act = F.gelu(pre, approximate="tanh")
-    (g_ref,) = torch.autograd.grad(act, pre, grad.float())
+    g_ref = g_reference(a.float() @ b.float(), bias, grad, bool(gated))
     rel = {v: ((g.float() - g_ref).abs().max() / g_ref.abs().max()).item() for v, g in outs.items()}  # NaN: unwritten
-    del ref, pre, act, g_ref
+    del g_ref
     res = kernel_cycle({**plains, **calls}, rounds=rounds)
 
     def over(k, base):  # NaN where the base did not run
@@ -416,7 +421,6 @@ def cute_module(name: str):
 
 
 def measure_cute(name: str, M: int, N: int, K: int, rounds: int) -> dict:
-    import torch.nn.functional as F
 
     m = cute_module(name)
     gated = name == "gated"
@@ -447,19 +451,13 @@ def measure_cute(name: str, M: int, N: int, K: int, rounds: int) -> dict:
     torch.cuda.synchronize()
     # float32 references: the product, and G from dOut and the f32 pre by autograd (halves: [dgate | dup])
     ref = a.float() @ b.float()
-    pre = (ref if gated else ref + bias.float()).requires_grad_()
-    if gated:
-        gate, up = pre.chunk(2, dim=-1)
-        act = F.silu(gate) * up
-    else:
-        act = F.gelu(pre, approximate="tanh")
-    (g_ref,) = torch.autograd.grad(act, pre, grad.float())
+    g_ref = g_reference(ref, bias, grad, gated)
 
     def rel(got, want):
         return ((got.float() - want).abs().max() / want.abs().max()).item()  # NaN (unwritten) propagates
 
     errors = {"plain": rel(c, ref), "plain_aa": rel(c_aa, ref), "cublas": rel(c_cublas, ref), "fused": rel(g, g_ref)}
-    del ref, pre, act, g_ref
+    del ref, g_ref
     res = kernel_cycle(calls, rounds=rounds)
     med = {k: statistics.median(v["samples"]) for k, v in res.items()}
     per_round = {k: [s / p for s, p in zip(res[k]["samples"], res["plain"]["samples"], strict=True)]
