@@ -181,9 +181,10 @@ def recompute_descriptors(knobs: dict[str, object], g: torch.Tensor, tensors: tu
     of 136 elements)."""
     out = dict(knobs)
     sub = BQ // int(knobs["EPI_SPLIT"])  # type: ignore[call-overload]
+    # (a TMA box's rows at least 16 bytes: a narrower subtile reads and stores by pointers)
     dst: object = g
     if out["DOUT_TMA"]:
-        dd = tma_operand(tensors[0], BP, sub)
+        dd = tma_operand(tensors[0], BP, sub) if sub * tensors[0].element_size() >= 16 else None
         out["DOUT_TMA"] = bool(dd and not dd[1])
         if out["DOUT_TMA"]:
             tensors = (dd[0], *tensors[1:])  # type: ignore[index]
@@ -199,6 +200,7 @@ def recompute_descriptors(knobs: dict[str, object], g: torch.Tensor, tensors: tu
         else:
             t = tma_operand(g, BP, sub, store=True)
             gd = t[0] if t and not t[1] else None
+        gd = gd if sub * g.element_size() >= 16 else None
         out["G_TMA"] = gd is not None
         dst = gd if gd is not None else g
     return dst, tensors, out
