@@ -7,7 +7,8 @@ once a round, rotating order, L2 flushed before each; per-round ratios) and an A
 The fused epilogue is the recompute kernel's (save = "recompute": G = dOut * act'(A @ B + bias), dOut read as a
 matrix operand at each output tile, G stored in the operands' dtype). Its plain GEMM is the same module's
 epilogue-free backward kernel (the dgrad kernel: C = X @ Y) launched with the recompute role's tile, warps and
-stages on the same A, B and a C of G's shape, stored the way recompute stores (masked pointer stores, no TMA store).
+stages on the same A, B and a C of G's shape, stored by masked pointer stores (no TMA store: as recompute stored G
+until session 34, which stores it by TMA boxes: --variants times the plain GEMM both ways).
 Both go through the module's own launch path (specgen.runtime.triton.training.gemm: the TMA form, persistent).
 - gelu: linear_gelu_train_recompute_bf16 (bias + GELU-tanh), an M x N x K GEMM.
 - gated: mlp_up_swiglu_train_recompute_bf16 (SwiGLU, halves): the recompute GEMM reads gate and up tiles of B
@@ -133,6 +134,9 @@ def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
 
 # The recompute kernel's variants (--variants): (epilogue knobs over the module's RECOMPUTE_EPILOGUE, tile over
 # BACKWARD_TILES["recompute"], launch config over BACKWARD_CONFIGS["recompute"]) by layer; "shipped" is the module's.
+# The session-34 record (bench/results/2026-11-29-h200-s34-recompute-variants-*) ran them over the configs shipped
+# before it (gelu 256 x 128 x 3 stages, gated 128 x 64 x 4, every knob off); since then the module ships its winners
+# (gelu t128x256_split4_dtma_gtma_fact, gated t128x128_s3_split2_dtma_gtma), which the overrides now start from.
 _KNOBS = {"": {}, "split2": {"EPI_SPLIT": 2}, "split4": {"EPI_SPLIT": 4}, "dtma": {"DOUT_TMA": True},
           "split2_dtma": {"EPI_SPLIT": 2, "DOUT_TMA": True}, "split4_dtma": {"EPI_SPLIT": 4, "DOUT_TMA": True},
           "split2_gtma": {"EPI_SPLIT": 2, "G_TMA": True}, "split2_dtma_gtma": {"EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True},
