@@ -40,6 +40,7 @@ from specgen.kinds.gemm.training import (
     value_index,
 )
 from specgen.resolved import Resolved
+from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
@@ -65,8 +66,6 @@ def prestore_scratch(spec: object, flat: bool, pointer: int) -> int:
     G_TMA, and for dOut where DOUT_TMA and the loop is flattened (else a drained stage holds it), or the pointer
     conversion / EPI_SPLIT where flattened. f32 operands, whose other chains' recompute also stores in f32, take the
     larger of that and `pointer`."""
-    from specgen.spec.dtypes import DType
-
     opt, t = spec.triton, spec.tile  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     if (opt.backward_role != "recompute" or spec.batch or spec.out.dtype != spec.b.dtype  # type: ignore[attr-defined]
