@@ -79,17 +79,23 @@ def g_reference(ab: torch.Tensor, bias, grad: torch.Tensor, gated: bool) -> torc
     return torch.autograd.grad(act, pre, grad.to(ab.dtype))[0]
 
 
+def layer_inputs(M: int, N: int, K: int, width: int) -> tuple[torch.Tensor, ...]:
+    """a (M, K), b (K, width N) K-major (an nn.Linear (out, in) weight's w.t(): what the op is called with), the
+    bias (N,) and the output's gradient (M, N), bf16 on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
+    w = (torch.randn(width * N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
+    bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
+    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    return a, w.t(), bias, grad
+
+
 def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
     module = layer(name)
     kernel = module.METADATA["kernel"]
     gated = "halves" if name == "gated" else ""
     width = 2 if gated else 1
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
-    w = (torch.randn(width * N, K, generator=gen, device="cuda") / K**0.5).bfloat16()  # nn.Linear's (out, in)
-    b = w.t()  # (K, width N), K-major: what the op is called with
-    bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
-    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    a, b, bias, grad = layer_inputs(M, N, K, width)
     g = torch.empty(M, width * N, device="cuda", dtype=torch.bfloat16)
     c, c_aa = torch.empty_like(g), torch.empty_like(g)
     device = a.get_device()
@@ -99,7 +105,7 @@ def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
 
     def fused():
         tr.gemm(kernel, module._BACKWARD_KERNELS["recompute"], configs, tiles, device, a, b, g, fused_args, grad.stride(),
-                False, True, gated=gated)
+                False, True, gated=gated, epilogue=module.RECOMPUTE_EPILOGUE)
 
     def plain(out):
         def run():  # the dgrad kernel's store path, with its TMA store off (tr.TMA_STORES): recompute's pointer stores
@@ -223,12 +229,7 @@ def measure_variants(name: str, M: int, N: int, K: int, rounds: int, only: list[
     kernel = module.METADATA["kernel"]
     gated = "halves" if name == "gated" else ""
     width = 2 if gated else 1
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
-    w = (torch.randn(width * N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
-    b = w.t()
-    bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
-    grad = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+    a, b, bias, grad = layer_inputs(M, N, K, width)
     device = a.get_device()
     fused_args = (grad, bias) if not gated else (grad,)
     names = [v for v in VARIANTS[name] if not only or v in only or v == "shipped"]
