@@ -139,6 +139,9 @@ class DesignBase:
     # a batched forward's (`batch = true`) too, not an fp8 one's, where training is rendered (TRN001 elsewhere:
     # `chain_refusal(batch=True)`)
     renders_batched_training: ClassVar[bool] = False
+    # a batched fp8 forward's too, where it renders a batched one's and an fp8 one's (TRN001 elsewhere:
+    # `chain_refusal(batch=True, batch_fp8=False)`)
+    renders_batched_fp8_training: ClassVar[bool] = False
     # how TRN001's message names a design that renders the backward on some of its targets only (see
     # `renders_training_on`); "" where it renders none
     training_label: ClassVar[str] = ""

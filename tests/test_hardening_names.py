@@ -193,6 +193,11 @@ def variants():
         yield spec_of(f"c_train_fp8_{save}_{len(chain)}", [{"op": "scale", "by": "rowcol"}, *chain],
                       a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e5m2", "major": "k"}, out={"dtype": "bf16"},
                       tile={"m": 128, "n": 128, "k": 128}, targets=["cute:sm90"], training={"save": save})
+    # ... batched (session 34: the columns pass over the batches' rows, scale_a for each batch)
+    yield spec_of("c_train_fp8_batch", [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"},
+                                        {"op": "activation", "fn": "relu"}], batch=True,
+                  a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+                  tile={"m": 128, "n": 128, "k": 128}, targets=["cute:sm90"], training={"save": "recompute"})
     # the grouped Triton design's fp8 forward's backward (its rowwise scales, G twice), both save modes
     for save in ("preact", "recompute"):
         yield {"name": f"g_train_fp8_{save}", "kind": "grouped", "a": {"dtype": "fp8_e5m2", "major": "k"},
@@ -353,6 +358,13 @@ def pallas_variants():
         gpu = {"cluster": {"m": 1, "n": 1}, "per_target": {}, "variants": []} if target.endswith("sm90") else {}
         yield spec_of(f"tb{i}", chain, batch=True, a={"dtype": "f16", "major": "k"}, b={"dtype": "f16", "major": "k"},
                       tile={"m": 128, "n": 128, "k": 128 if target.endswith("v5e") else 64}, targets=[target],
+                      training={"save": save}, **gpu)
+    # ... and a batched fp8 forward's on both (session 34): the scales, a bias and an activation, both save modes
+    for i, (target, save) in enumerate((("pallas:tpu_v7x", "preact"), ("pallas:gpu_sm90", "recompute"))):
+        gpu = {"cluster": {"m": 1, "n": 1}, "per_target": {}, "variants": []} if target.endswith("sm90") else {}
+        yield spec_of(f"tbf8{i}", [EVERY_OP[6], *EVERY_OP[:1], *EVERY_OP[7:8]], batch=True,
+                      a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+                      tile={"m": 128, "n": 128, "k": 128 if target.endswith("v7x") else 64}, targets=[target],
                       training={"save": save}, **gpu)
     # ... and the TPU gated forward alone with B N-major (its N check), batched
     yield spec_of("tgf", [{"op": "gated", "fn": "silu", "layout": "halves"}, *EVERY_OP[:1]], batch=True,

@@ -79,7 +79,15 @@ def test_companions_are_the_backward_gemms(save: str) -> None:
     # dgrad: G (M, N) K-major @ B^T, B k-major -> B^T mn-major; wgrad: A^T (A k-major -> mn) @ G (mn)
     assert (comp["dgrad"].a.major, comp["dgrad"].b.major, comp["dgrad"].tile.m) == ("k", "mn", 64)
     assert (comp["wgrad"].a.major, comp["wgrad"].b.major, comp["wgrad"].tile.m) == ("mn", "mn", 128)
-    assert all(c.triton.tma and not c.epilogue and c.training is None for c in comp.values())
+    assert all(c.triton.tma and c.training is None for c in comp.values())
+    assert not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+    # the pre GEMM carries the epilogue its kernel runs: forward_pre the forward's chain, storing pre beside out;
+    # recompute the bias and the activation (its derivative) with dOut read as a residual of the output's shape
+    pre = comp["forward_pre" if save == "preact" else "recompute"]
+    ops = [(op.op, getattr(op, "name", "")) for op in pre.epilogue]
+    assert ops == [("bias", "bias"), ("activation", "")] + ([] if save == "preact" else [("residual", "dout")])
+    assert pre.stores == (save == "preact")
+    assert save == "preact" or pre.epilogue[-1].dtype == s.out.dtype  # dOut: the output's dtype
     plain = GemmSpec.model_validate(spec(epilogue=[{"op": "bias"}]))
     assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
 
@@ -93,7 +101,9 @@ def test_a_gated_forward_has_a_backward_checked_as_the_gated_gemm(layout: str) -
         s = GemmSpec.model_validate(spec(epilogue=chain, training={"save": "recompute"}))
         comp = {label: c for label, c, _ in s.companions()}
         assert list(comp) == ["recompute", "dgrad", "wgrad"]
-        assert comp["recompute"].epilogue == [s.epilogue[0]] and not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+        # recompute: the gated op (no bias: G does not read it) and dOut, G's up half stored beside its gate half
+        assert comp["recompute"].epilogue[0] == s.epilogue[0] and not comp["dgrad"].epilogue and not comp["wgrad"].epilogue
+        assert [op.op for op in comp["recompute"].epilogue] == ["gated", "residual"] and comp["recompute"].stores == 1
     report = check_specs([load(spec(epilogue=[gated, {"op": "bias"}], tile={"m": 128, "n": 128, "k": 64}))])
     assert not [d for d in report.diagnostics if d.severity == "error"], [str(d) for d in report.diagnostics]
     # the pre GEMM's stages hold a gate and an up box of B: 5 x (128 x 64 + 2 x 128 x 64) x 2 B = 240 KiB, past
@@ -140,13 +150,12 @@ def test_the_other_chains_load_and_pass_on_the_triton_and_cute_sm90_designs(chai
     assert not errors, errors
     assert chain_refusal(GemmSpec.model_validate(d)).startswith("training with epilogue [")  # elsewhere: as before
     assert not chain_refusal(GemmSpec.model_validate(d), chains=True)
-    # batched, the CuTe sm100 design refuses it still, naming the batch and the designs that render it (the Triton and,
-    # since session 33, the CuTe sm90 and Pallas designs: `renders_batched_training`)
+    # batched: the CuTe sm90 and Pallas designs (session 33) and the CuTe sm100 design (session 34) render it too
+    # (`renders_batched_training`): no TRN001 on a CuTe target
     trn = [x for x in check_specs([load({**d, "batch": True})]).diagnostics if x.rule == "TRN001" and x.target.startswith("cute")]
-    assert [x.target for x in trn] == ["cute:sm100"], [str(x) for x in trn]
-    assert all(x.message.startswith("training with batch = true") and "(the CuTe sm90, Pallas (TPU, Mosaic GPU) and Triton designs do)" in x.message
-               for x in trn)
+    assert not trn, [str(x) for x in trn]
     assert not chain_refusal(GemmSpec.model_validate({**d, "batch": True}), chains=True, batch=True)
+    assert chain_refusal(GemmSpec.model_validate({**d, "batch": True}), chains=True).startswith("training with batch = true")
     labels = [label for label, _, _ in GemmSpec.model_validate(d).companions()]
     reads = any(op["op"] in ("activation", "clamp") or (op["op"] == "scale" and op["by"] != "scalar") for op in chain)
     assert labels == (["forward_pre"] if reads else []) + ["dgrad", "wgrad"]
@@ -180,11 +189,13 @@ def test_an_fp8_forward_has_a_16_bit_backward(a_dtype: str, b_dtype: str, named:
      "its rowwise scales, then [bias], [activation] or [bias, activation])"),
     ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "along": "m"}]},
      "training with fp8_e4m3 operands and epilogue ['scale', 'bias along m']"),
-    ({"batch": True}, "training with batch = true"),
-], ids=["clamp", "bias_m", "batch"])
+    ({"epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "along": "m"}], "batch": True},
+     "training with fp8_e4m3 operands and epilogue ['scale', 'bias along m']"),
+], ids=["clamp", "bias_m", "batch_bias_m"])
 def test_the_cute_sm90_fp8_backward_refuses_the_rest(changes: dict, says: str) -> None:
     """cute:sm90 renders an fp8 forward's backward with its rowwise scales, then [bias], [activation] or both (bias
-    along n): TRN001 there names any other chain, and a batched forward, with the Triton design that renders them."""
+    along n), batched too since session 34: TRN001 there names any other chain (batched or not), with the Triton design
+    that renders them."""
     d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
              epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}],
              tile={"m": 128, "n": 128, "k": 128}, targets=["triton:sm90", "cute:sm90"])
@@ -195,12 +206,12 @@ def test_the_cute_sm90_fp8_backward_refuses_the_rest(changes: dict, says: str) -
 @pytest.mark.parametrize("epilogue", [[{"op": "bias"}, {"op": "activation", "fn": "gelu_tanh"}],
                                       [{"op": "gated", "fn": "silu", "layout": "halves"}, {"op": "bias"}]],
                          ids=["bias_gelu_tanh", "gated"])
-def test_a_batched_forward_has_a_backward_on_the_triton_cute_sm90_and_pallas_designs(epilogue: list) -> None:
+def test_a_batched_forward_has_a_backward_on_the_triton_cute_and_pallas_designs(epilogue: list) -> None:
     """batch = true loads (it was refused: "batch = true: a batched GEMM has no backward yet"); the Triton and (session
-    33: `renders_batched_training`) dense CuTe sm90 and Pallas (Mosaic GPU here) targets check its backward GEMMs as
-    GEMMs of their own (the companions keep the batch): no TRN001, no error."""
-    d = spec(epilogue=epilogue, batch=True, targets=["triton:sm90", "triton:sm100", "cute:sm90", "pallas:gpu_sm90"],
-             tile={"m": 128, "n": 128, "k": 64}, cute={"mma_warpgroups": 2})
+    33: `renders_batched_training`) dense CuTe sm90 and Pallas (Mosaic GPU here) targets and (session 34) the dense CuTe
+    sm100 one check its backward GEMMs as GEMMs of their own (the companions keep the batch): no TRN001, no error."""
+    d = spec(epilogue=epilogue, batch=True, targets=["triton:sm90", "triton:sm100", "cute:sm90", "cute:sm100", "pallas:gpu_sm90"],
+             tile={"m": 128, "n": 128, "k": 64}, per_target={"cute:sm90": {"cute": {"mma_warpgroups": 2}}})
     loaded = load(d)
     assert all(c.batch for _, c, _ in loaded.spec.companions())
     report = check_specs([loaded])
@@ -208,6 +219,30 @@ def test_a_batched_forward_has_a_backward_on_the_triton_cute_sm90_and_pallas_des
     assert not trn, [str(x) for x in trn]
     errors = [x for x in report.diagnostics if x.severity == "error"]
     assert not errors, [str(x) for x in errors]
+
+
+@pytest.mark.parametrize("save", ["preact", "recompute"])
+def test_a_batched_fp8_forward_has_a_backward_on_the_cute_sm90_and_pallas_designs(save: str) -> None:
+    """batch = true with an fp8 forward (its rowwise scales shared by the batches; session 34:
+    `renders_batched_fp8_training`): no TRN001 on the Triton, dense CuTe sm90 and Pallas targets (Mosaic GPU here; the TPU:
+    tests/backends/pallas/test_training_tpu_batch_fp8.py), the companions keeping the batch; `chain_refusal` refuses it only to a design that renders a batched and an fp8 backward but not the two
+    together (TRN001's message, naming the designs that render it)."""
+    d = spec(a={"dtype": "fp8_e4m3", "major": "k"}, b={"dtype": "fp8_e4m3", "major": "k"}, out={"dtype": "bf16"},
+             epilogue=[{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}],
+             tile={"m": 128, "n": 128, "k": 128}, batch=True, training={"save": save},
+             targets=["triton:sm90", "cute:sm90", "pallas:gpu_sm90"], per_target={"cute:sm90": {"cute": {"mma_warpgroups": 2}}})
+    loaded = load(d)
+    assert all(c.batch for _, c, _ in loaded.spec.companions())
+    errors = [str(x) for x in check_specs([loaded]).diagnostics if x.severity == "error"]
+    assert not errors, errors
+    s = GemmSpec.model_validate(d)
+    assert not chain_refusal(s, fp8=True, chains=True, batch=True, batch_fp8=True)
+    assert chain_refusal(s, fp8=True, chains=True, batch=True).startswith(
+        "training with batch = true and fp8_e4m3 operands (a batched fp8 forward's backward: this design renders an fp8 "
+        "forward's backward unbatched only)")
+    trn = [x for x in check_specs([load({**d, "targets": ["cute:sm100"], "per_target": {}})]).diagnostics if x.rule == "TRN001"]
+    assert len(trn) == 1 and trn[0].message.startswith("training with batch = true"), [str(x) for x in trn]
+    assert "(the CuTe sm90, Pallas (TPU, Mosaic GPU) and Triton designs do)" in trn[0].message, trn[0].message
 
 
 def test_trn001_off_the_triton_design() -> None:

@@ -215,9 +215,8 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
         out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(SAME), matrix(SAME)))
         variant = "grad_cols_gated" if bw.gated else "grad_cols"  # gated: G's gate and up from dOut and pre's
         out["grad_cols"] = cols(variant, "cols", (matrix(SAME),) * 3 + ((SAME, u),))
-    if bw.act and bw.save == "recompute":  # dOut: read element-wise (gated: through the tiles' TMA view)
-        dout = matrix(SAME) if bw.gated else (SAME, 1)
-        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(SAME)))
+    if bw.act and bw.save == "recompute":  # dOut: read by TMA (16-byte rows: padded as every array here)
+        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(SAME), matrix(SAME)))
     if bw.bias:
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))

@@ -5,10 +5,21 @@ pass over the batches' rows as one (batch M, N) matrix), gradients of A, B and e
 float64 autograd of the batched reference (or twice the same step's error in plain jnp at bf16), in their stored
 layouts, a vector's gradient summed over every batch entry: [bias, gelu_tanh] preact, [bias, silu] recompute with A
 stored (batch, K, M), [] with both operands mn-major, a gated op with a bias (SwiGLU halves preact, GeGLU-tanh
-interleaved recompute), and the other chains (a row vector, a column scale, a residual) recompute; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
+interleaved recompute), and the other chains (a row vector, a column scale, a residual) recompute, and (session 34)
+residuals before and after pre in preact; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
 poisoned with NaN first (an unwritten tile stays NaN).
 
-Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them. Not run on a GPU until the lead reports they have.
+Since session 34 each backward GEMM runs every batch entry in one launch (the kernel walking batch x tiles): the six
+session-33 cases passed on an H200 with the per-entry launches (session 33) and with the one-launch form (session 34),
+and so did the seventh case (mgbg_chain_pre_res, session 34).
+
+Session 34 adds a batched fp8 forward's (`test_batched_fp8_gradients`: the CPU tests' three forms,
+tests/backends/pallas/test_training_mgpu_batch_fp8.py; scale_a (M,) and scale_b (N,) shared by the batches): dA[i] and
+dB[i] the gradients of the dequantized operands within the 16-bit backward's rounding of float64 autograd, dbias over
+every entry's rows, the scales' gradients zeros; NaN-poisoned memory first. Passed on an H200 (session 34, through the
+one-launch kernels).
+
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ CASES = {
     "mgbg_chain_rec": ([{"op": "bias", "along": "m", "dtype": "f32"}, {"op": "activation", "fn": "sigmoid"},
                         {"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16", "beta": 0.5}], "recompute", "k_k",
                        (3, 200, 136, 136)),
+    # session 34: residuals before and after pre in preact (each tile's subtiles TMA-loaded from its entry's matrix)
+    "mgbg_chain_pre_res": ([{"op": "residual", "dtype": "bf16", "name": "c"}, {"op": "activation", "fn": "silu"},
+                            {"op": "residual", "dtype": "bf16", "beta": 0.5, "name": "r2"}], "preact", "k_k", (3, 200, 136, 136)),
 }
 
 
@@ -141,3 +155,39 @@ def test_batched_gradients_against_float64(name: str, tmp_path_factory) -> None:
         assert e <= max(2e-2 * scale, 2 * e_jnp), f"{name} {what}: error {e:.3g} (plain jnp's {e_jnp:.3g}, scale {scale:.3g})"
     for g, x in zip(grads, args, strict=True):
         assert g.shape == x.shape and g.dtype == x.dtype
+
+
+# A batched fp8 forward (session 34): (form of the CPU test, (batch, M, N, K)): off every tile, M = 1 with N under one
+FP8_CASES = [("e4m3_bias_gelu_preact", (3, 300, 520, 200)), ("e5m2_bias_silu_recompute", (3, 1, 48, 40)),
+             ("e4m3_bias", (1, 130, 264, 72))]
+
+
+@pytest.mark.parametrize(("name", "shape"), FP8_CASES, ids=[c[0] for c in FP8_CASES])
+def test_batched_fp8_gradients(name: str, shape, tmp_path_factory) -> None:
+    """jax.grad under jax.jit of the batched fp8 entry: out, dA, dB (the output's dtype) and dbias within 2e-2 of the
+    largest float64 value (the unbatched fp8 GPU test's bound), the scales' gradients zeros."""
+    import jax.numpy as jnp
+    from backends.pallas.test_mgpu_module import render
+    from backends.pallas.test_training_mgpu_batch_fp8 import JNP, SPECS
+    from backends.pallas.test_training_mgpu_fp8 import dequantized_reference
+
+    from gpu.test_training_mgpu_gpu import err, grads_of
+
+    spec = SPECS[name]
+    mod = render(spec, Path(tmp_path_factory.mktemp(name)))[0]
+    batch, M, N, K = shape
+    rng = np.random.default_rng(batch + M + N + K)
+    fp8, out_dt = JNP[spec["a"]["dtype"]], JNP[spec["out"]["dtype"]]
+    args = [jnp.asarray(rng.standard_normal((batch, M, K)) * 2, fp8), jnp.asarray(rng.standard_normal((batch, N, K)) * 2, fp8),
+            jnp.asarray(rng.uniform(0.5, 1.5, M) / np.sqrt(K), jnp.float32), jnp.asarray(rng.uniform(0.5, 1.5, N), jnp.float32),
+            jnp.asarray(rng.standard_normal(N), JNP[spec["epilogue"][1]["dtype"]])]
+    dout = jnp.asarray(rng.standard_normal((batch, M, N)), out_dt)
+    poison(args, dout)
+    out, grads = grads_of(getattr(mod, spec["name"]), args, dout)
+    x, ref = dequantized_reference(spec, args, dout)
+    for what, got, want, dtype in (("out", out, x, out_dt), ("da", grads[0], ref["a"], out_dt),
+                                   ("db", grads[1], ref["b"], out_dt), ("dbias", grads[4], ref["bias"], args[4].dtype)):
+        assert got.dtype == dtype, (name, what, got.dtype)
+        e, scale = err(got, want.numpy())
+        assert e <= 2e-2 * scale, f"{name} {what}: error {e:.3g} > 2e-2 x {scale:.3g}"
+    assert not jnp.any(grads[2]) and not jnp.any(grads[3])  # the scales: no gradient

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, ValidationInfo, field_validator, model_validator
 
 from specgen.kinds.gemm.designs.cute_sm90 import options as cute_options
 from specgen.kinds.gemm.designs.cute_sm90.options import CuteOptions
@@ -112,6 +112,15 @@ class GemmSpec(LayeredSpec):
     @classmethod
     def _training(cls, training: Training | None, info: ValidationInfo) -> Training | None:
         return check_training(training, info.data)  # the error points at the spec's `training`
+
+    # Not a spec key: the matrices a training companion's kernel stores beside its output (forward_pre's pre, a gated
+    # one's gate and up halves; a gated recompute's G up half beside its gate half), each a fragment of the output's
+    # shape its epilogue holds (training.py's `companions` sets it; 0 for a spec's own kernel)
+    _stores: int = PrivateAttr(default=0)
+
+    @property
+    def stores(self) -> int:
+        return self._stores
 
     def companions(self) -> tuple[tuple[str, LayeredSpec, tuple[str, ...]], ...]:
         """The GEMMs a `training` spec's backward runs, as specs resolve and the rules take (training.py)."""

@@ -21,7 +21,8 @@ design renders from this spec:
   modes are the same kernels.
 
 The backward GEMMs' configs are checked by the same rules as the forward's: each is a GEMM spec derived
-here (`companions`: operands, majors, dtypes, tile, warps, stages), resolved and ruled on every target.
+here (`companions`: operands, majors, dtypes, tile, warps, stages, and for the GEMM that computes pre the epilogue its
+kernel runs, `pre_epilogue`), resolved and ruled on every target.
 
 What has a backward (anything else is refused here, naming the op, and the op keeps refusing grad): the
 plain GEMM, `bias` along N, and one `activation` (relu, gelu, gelu_tanh, silu, sigmoid) after it; or a
@@ -37,7 +38,7 @@ dtype and gives the gradients of the dequantized operands, the scales none, and 
 its own B; a vector argument's gradient summed over the batches and rows; `chain_refusal` says what TRN001 refuses
 elsewhere; the dense CuTe sm90 and Pallas (TPU, Mosaic GPU) designs render the fp8 forward's too, its scales then a
 chain every design renders, and the dense CuTe sm90 and sm100 and Pallas (TPU, Mosaic GPU) designs the other chains,
-`chains` (unbatched on the CuTe sm100 design), and the dense CuTe sm90 (16-bit) and Pallas designs `batch`, not an fp8
+`chains`, and the dense CuTe sm90 and sm100 (16-bit) and Pallas designs `batch`, not an fp8
 forward's).
 An int8 forward has no backward.
 """
@@ -56,7 +57,7 @@ from specgen.kinds.gemm.sections import (
     Tile,
 )
 from specgen.spec.dtypes import DType
-from specgen.spec.epilogue import gated_op
+from specgen.spec.epilogue import Residual, gated_op
 from specgen.spec.models import KeysAddedLater, Strict, bounded
 
 SAVE_MODES = ("preact", "recompute")
@@ -90,11 +91,11 @@ class Training(Strict):
     f16, bf16, f32 operands (Triton, CuTe sm90 and Pallas targets, TPU and Mosaic GPU; CuTe sm100 f16 / bf16, compiled
     for sm_100a only: TRN001 elsewhere;
     the CuTe sm90 and Mosaic GPU backwards take f16 / bf16 operands and an output of their dtype, or fp8 ones below). The dense Triton
-    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the sm100 one's unbatched), an fp8 forward (fp8_e4m3, fp8_e5m2, or
+    design also: scale, residual, clamp, cast, bias along m, in any order (the dense CuTe sm90, CuTe sm100 and Pallas designs' too), an fp8 forward (fp8_e4m3, fp8_e5m2, or
     one of each) with rowwise scales first (its backward in the output's dtype, the dequantized operands' gradients;
     the scales get none; the dense CuTe sm90, CuTe sm100 and Pallas designs' too, the scales then [bias], [activation] or both), and `batch = true` (each backward GEMM per batch, dB[i] = A[i]^T @ G[i]; a vector's
-    gradient summed over the batches and rows; the dense CuTe sm90 design's too, 16-bit, and the Pallas design's, TPU and
-    Mosaic GPU; not after an fp8 forward). A grouped spec takes the same section for
+    gradient summed over the batches and rows; the dense CuTe sm90 and sm100 designs' too, 16-bit, and the Pallas design's, TPU and
+    Mosaic GPU; after an fp8 forward the CuTe sm90 and Pallas designs', its scales shared by the batches). A grouped spec takes the same section for
     its ragged-M forward (the grouped Triton design: docs/grouped.md), an fp8 one's too (rowwise scales, then a bias
     and an activation; the grouped Pallas TPU, Mosaic GPU and CuTe sm90 designs' as well)."""
 
@@ -188,7 +189,8 @@ def legacy_refusal(data: dict[str, object]) -> str:
     return ""
 
 
-def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False) -> str:
+def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: bool = False,
+                  batch_fp8: bool = False) -> str:
     """What in a training spec only the Triton designs' backward renders ("" where every design that renders
     training does): TRN001's message elsewhere (the Triton designs render every chain their kind takes: TRN001 does
     not concern them). `fp8`: the design renders an fp8 forward's backward too (the dense CuTe sm90 and Pallas
@@ -196,12 +198,13 @@ def chain_refusal(spec: object, fp8: bool = False, chains: bool = False, batch: 
     rowwise scales first and then a chain every design renders ([bias], [activation], [bias, activation]). `chains`:
     it renders the other chains of 16- or 32-bit operands too, unbatched (the dense CuTe sm90 and sm100 designs' chain
     pass, the Pallas design's jnp one: `renders_unbatched_chain_training`); an fp8 one's other chains stay refused.
-    `batch`: it renders a batched forward's backward too, not an fp8 one's (the dense CuTe sm90 design's, 16-bit, and
-    the Pallas design's, TPU and Mosaic GPU: `renders_batched_training`)."""
+    `batch`: it renders a batched forward's backward too (the dense CuTe sm90 and sm100 designs' and the Pallas
+    design's, TPU and Mosaic GPU: `renders_batched_training`), an fp8 one's only with `batch_fp8` (the CuTe sm90 and
+    Pallas designs' since session 34: `renders_batched_fp8_training`; the sm100 one refuses it)."""
     if spec.a.dtype.is_fp8 and not fp8:  # type: ignore[attr-defined]
         return (f"training with {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a bf16 backward w.r.t. the "  # type: ignore[attr-defined]
                 "dequantized operands)")
-    if getattr(spec, "batch", False) and batch and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
+    if getattr(spec, "batch", False) and batch and not batch_fp8 and spec.a.dtype.is_fp8:  # type: ignore[attr-defined]
         return (f"training with batch = true and {fp8_names(spec.a.dtype, spec.b.dtype)} operands (a batched fp8 "  # type: ignore[attr-defined]
                 "forward's backward: this design renders an fp8 forward's backward unbatched only)")
     if getattr(spec, "batch", False) and not batch:  # (a grouped spec has no `batch`)
@@ -255,14 +258,13 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     # the backward's operand dtype: the operands', or an fp8 forward's output dtype (bf16: the dequantized operands)
     g = s.out.dtype if a.dtype.is_fp8 else b.dtype  # type: ignore[attr-defined]
     if act or value_index(s.epilogue, a.dtype.is_fp8) >= 0:  # type: ignore[attr-defined]
-        # with a gated op the GEMM that computes pre reads B's 2N columns as the forward does (a gate and an up
-        # tile a stage, two accumulators): checked as that gated GEMM (SMEM, TMA boxes, registers, EPI002)
+        # the GEMM that computes pre, derived with the epilogue its kernel runs (`pre_epilogue`), so that every rule
+        # (SMEM, registers, TMA boxes, EPI*) sees that kernel; with a gated op it reads B's 2N columns as the forward
+        # does (a gate and an up tile a stage, two accumulators)
         label = "forward_pre" if t.save == "preact" else "recompute"
-        gated = gated_op(s.epilogue)  # type: ignore[attr-defined]
         kept = s.out.dtype if t.save == "preact" else (b.dtype if legacy_chain(s.epilogue) else DType.f32)  # type: ignore[attr-defined]
-        out.append((label, _derived(s, label, t.pre, a, b, kept,
-                                    [gated] if gated is not None else []),
-                    ("training", "pre")))
+        epilogue, stores = pre_epilogue(s, label)
+        out.append((label, _derived(s, label, t.pre, a, b, kept, epilogue, stores), ("training", "pre")))
     # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
     # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a
     # gated op N is B's 2N columns (G holds dgate and dup): the same plain GEMMs over a longer N.
@@ -274,8 +276,33 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     return tuple(out)
 
 
+# The name of the dOut operand in a recompute companion's epilogue, which the rules count as a residual (never rendered:
+# the Triton backward's own name for it, reserved, so no argument of the spec's chain shares it)
+DOUT = "dout"
+
+
+def pre_epilogue(spec: object, role: str) -> tuple[list, int]:
+    """The epilogue the GEMM computing pre (forward_pre, recompute) runs, as a chain the rules read, and the matrices
+    it stores beside its output (GemmSpec.stores): forward_pre applies the forward's whole chain and stores pre beside
+    out (a gated op's gate and up halves: two); a recompute whose epilogue forms G (the chains every design renders,
+    an activation or a gated op) reads dOut, a matrix of the output's shape and dtype, which its chain counts as a
+    residual (named DOUT), beside the ops G needs: the bias and the activation (its derivative in the kernel), or the
+    gated op alone (the bias after the gate plays no part in G; G's up half stored beside its gate half); the other
+    recomputes (the other chains, an fp8 forward's) apply the ops before pre (`value_index`) and store pre as their
+    output."""
+    epilogue = list(spec.epilogue)  # type: ignore[attr-defined]
+    gated = gated_op(epilogue)
+    if role == "forward_pre":
+        return epilogue, 2 if gated is not None else 1
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    if fp8 or not legacy_chain(epilogue):
+        return epilogue[:value_index(epilogue, fp8)], 0
+    dout = Residual.model_construct(op="residual", dtype=spec.out.dtype, beta=1.0, name=DOUT)  # type: ignore[attr-defined]
+    return ([gated, dout], 1) if gated is not None else ([*epilogue, dout], 0)
+
+
 def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType,
-             epilogue: list | None = None) -> object:
+             epilogue: list | None = None, stores: int = 0) -> object:
     """A GEMM read through TMA (its kernel's pointer form, for layouts TMA cannot read, needs no more SMEM: one
     program per tile, no split-K) with the given operands and the config `cfg` gives over the forward's. Its
     Triton options carry the role: the Triton design plans backward.jinja's kernel for it (persistent, its own
@@ -293,11 +320,13 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
     # a role's own schedule replaces the forward's split of a tile between warpgroups (ping-pong: a whole tile each)
     cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={  # type: ignore[attr-defined]
         "schedule": cfg.schedule, **({"mma_warpgroups": None} if cfg.schedule == "pingpong" else {})})
-    return s.model_copy(update={  # type: ignore[attr-defined]
+    derived = s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
         "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline, "cute": cute,  # type: ignore[attr-defined]
         "schedule": Schedule(group_m=s.schedule.group_m), "training": None,  # type: ignore[attr-defined]
         "per_target": {}, "variants": []})
+    derived._stores = stores
+    return derived
 
 
 class SaveModes:

@@ -97,7 +97,8 @@ CASES: list[tuple[str, str, dict, object]] = [
     ("CUTE103", "cute:sm100", {"cute": {"tma_store": False}}, ("warning", ["ignored on cute:sm100"], ("cute", "tma_store"))),
     # TRN001: the CuTe sm100 backward (designs/cute_sm100/training.py): 16-bit operands with an output of their dtype,
     # the plain chains, a gated op's (halves), an fp8 forward's (its scales, then [bias], [activation] or both) and the
-    # other chains (unbatched), a gated op's either layout; a batched one's and an fp8 forward's other chains are refused
+    # other chains, a gated op's either layout, batched too (session 34); a batched fp8 forward's and an fp8 forward's
+    # other chains are refused
     ("TRN001", "cute:sm100", {"training": {"save": "recompute"}, "cute": {"two_cta": True}, "cluster": {"m": 2}}, None),
     ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "epilogue": [{"op": "bias", "along": "m"},
                                                                           {"op": "clamp", "min": 0.0},
@@ -116,6 +117,11 @@ CASES: list[tuple[str, str, dict, object]] = [
                               "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "residual", "dtype": "bf16"}]},
      ("error", ["training with fp8_e4m3 operands and epilogue ['scale', 'residual']",
                 "the CuTe sm100 design renders no backward for it"], ("training",))),
-    ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "batch": True},
-     ("error", ["training with batch = true", "the CuTe sm100 design renders no backward for it"], ("training",))),
+    ("TRN001", "cute:sm100", {"training": {"save": "preact"}, "batch": True}, None),
+    ("TRN001", "cute:sm100", {"training": {"save": "recompute"}, "batch": True,
+                              "epilogue": [{"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16"}]}, None),
+    ("TRN001", "cute:sm100", {**FP8, "out": {"dtype": "bf16"}, "tile": tile(128, 128, 128), "training": {"save": "preact"},
+                              "epilogue": [{"op": "scale", "by": "rowcol"}], "batch": True},
+     ("error", ["training with batch = true and fp8_e4m3 operands",
+                "the CuTe sm100 design renders no backward for it on cute:sm100"], ("training",))),
 ]

@@ -262,7 +262,11 @@ def _pre(name: str, args: dict) -> torch.Tensor | None:
 def test_the_backward_glue_gives_every_batchs_gradients(rendered, name, batch, M, N, K, monkeypatch) -> None:
     """`_backward` with each kernel a torch model, against float64 autograd: dA, dB (each batch's) and the bias
     gradient (summed over the batches and rows) into NaN-poisoned buffers; only those asked for."""
-    module = rendered[name][1]
+    backward_glue(rendered[name][1], name, batch, M, N, K, monkeypatch)
+
+
+def backward_glue(module, name: str, batch: int, M: int, N: int, K: int, monkeypatch) -> None:
+    """The glue test's body, shared with the CuTe sm100 batched backward's (the same host: test_cute_sm100_training_batch.py)."""
     seen: list = []
     _models(name, module, monkeypatch, seen)
     epilogue, _, am, bm = FORMS[name]
@@ -300,9 +304,13 @@ def test_the_batched_chains_glue_sums_each_vector_over_the_batches(chains, name,
     """`_backward` of a batched chain with each kernel a torch model (the chain pass sees the batch x M rows as one
     matrix, a vector along m repeated for each batch), against float64 autograd: dA, dB, a residual's (batch, M, N)
     gradient, every vector's summed over the batches and rows; into NaN-poisoned buffers."""
+    chain_glue(chains[name][1], name, batch, M, N, K, monkeypatch)
+
+
+def chain_glue(module, name: str, batch: int, M: int, N: int, K: int, monkeypatch) -> None:
+    """The batched chains' glue test's body, shared with the CuTe sm100 batched backward's."""
     from test_cute_training_chain import _inputs, _models, checked, plan
 
-    module = chains[name][1]
     _models(name, module, monkeypatch)
     t, ls = plan(name)
     gen = torch.Generator().manual_seed(batch + M + N + K)
@@ -325,7 +333,11 @@ def test_forward_pre_stores_each_batchs_pre(rendered, name, batch, M, N, K, monk
     strides, out with 16-byte rows, as it stages them): pre (batch, M, N), or (batch, M, 2N) of gate and up, through a
     staging buffer of 16-byte rows where TMA cannot store pre in place (the halves each padded to whole 16 bytes: N
     off 8), zeros of K = 16 for an empty K, nothing for no batches."""
-    module = rendered[name][1]
+    forward_pre_glue(rendered[name][1], name, batch, M, N, K, monkeypatch)
+
+
+def forward_pre_glue(module, name: str, batch: int, M: int, N: int, K: int, monkeypatch) -> None:
+    """The forward_pre glue test's body, shared with the CuTe sm100 batched backward's."""
     _models(name, module, monkeypatch, [])
     gated = FORMS[name][0][0]["op"] == "gated"
     gen = torch.Generator().manual_seed(batch + M + N + K)

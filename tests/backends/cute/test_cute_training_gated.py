@@ -86,7 +86,10 @@ def test_check_accepts_it_and_the_plan_runs_the_plain_gemms_over_2n(name: str) -
     by_role = {c.companion: c for c in r.companions}
     for role, gemm in g.items():  # the companions SMEM001 rules: pre's with the up tiles, dgrad's and wgrad's without
         assert gemm.config.smem_bytes == by_role[role].budget.total, role
-    assert [op.op for op in by_role[pre_role].spec.epilogue] == ["gated"]
+    # the pre GEMM's companion carries its kernel's epilogue: forward_pre the forward's [gated, bias]; recompute the
+    # gated op and dOut (read as a residual is; G reads no bias)
+    assert [op.op for op in by_role[pre_role].spec.epilogue] == (["gated", "bias"] if pre_role == "forward_pre"
+                                                                 else ["gated", "residual"])
     # forward_pre stores out's, pre's gate's and pre's up's subtiles through SMEM (halves): three buffers for each of
     # the forward's epilogue stages (2); recompute stores G element-wise, out not at all: the forward's stages
     assert g[pre_role].config.epi_stages == (3 * 2 if pre_role == "forward_pre" else 2), g[pre_role].config

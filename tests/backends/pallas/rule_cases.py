@@ -148,20 +148,21 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "training": {"save": "preact", "dgrad": {"tile": tile(64, 128, 128)}}},
      ("error", ["backward dgrad: dA is stored (K, M): a.major = mn, so its kernel writes 128x64 blocks"],
       ("training", "dgrad"))),
-    # PAL014: a TPU backward's pallas_calls hold blocks their companion's GEMM (VMEM001) does not: forward_pre's pre (a
-    # gated op's gate and up planes) and the bias, recompute's dOut (gated: and G's up plane), grad_cols's dOut, pre
-    # and G at the forward's tile; each side of v5p's 64 MiB
+    # PAL014: a TPU backward's pallas_calls hold blocks their companion's GEMM (VMEM001: its chain the kernel's, the
+    # bias's block and a recompute's dOut among them) does not: forward_pre's pre (a gated op's gate and up planes), a
+    # gated recompute G's up plane, grad_cols's dOut, pre and G at the forward's tile; each side of v5p's 64 MiB (the
+    # same totals as when the companion's figure left the bias and dOut to PAL014)
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS,
                                   "training": {"save": "preact", "pre": {"tile": tile(1024, 1792, 128)}}}, None),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS,
                                   "training": {"save": "preact", "pre": {"tile": tile(1024, 2048, 128)}}},
-     ("error", ["backward forward_pre: needs 72482816 B of VMEM > 67108864 B on tpu_v5p (the GEMM's 38797312 + pre's "
-                "gate and up blocks and the bias's, double-buffered: 33685504)"], ("training", "pre"))),
+     ("error", ["backward forward_pre: needs 72482816 B of VMEM > 67108864 B on tpu_v5p (the GEMM's 38928384 + pre's "
+                "gate and up blocks, double-buffered: 33554432)"], ("training", "pre"))),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS[:1],
                                   "training": {"save": "recompute", "pre": {"tile": tile(1024, 1792, 128)}}}, None),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": GATED_BIAS[:1],
                                   "training": {"save": "recompute", "pre": {"tile": tile(1024, 2048, 128)}}},
-     ("error", ["backward recompute: needs 72351744 B", "+ dOut's and G's up blocks, double-buffered: 33554432)"],
+     ("error", ["backward recompute: needs 72351744 B", "(the GEMM's 55574528 + G's up blocks, double-buffered: 16777216)"],
       ("training", "pre"))),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(1024, 1536, 128), "epilogue": GATED_BIAS,
                                   "training": {"save": "preact", "pre": {"tile": tile(128, 128, 128)}}}, None),
@@ -169,10 +170,10 @@ CASES: list[tuple[str, str, dict, object]] = [
                                   "training": {"save": "preact", "pre": {"tile": tile(128, 128, 128)}}},
      ("error", ["backward grad_cols: its 1024x1664 blocks", "need 68317184 B of VMEM > 67108864 B on tpu_v5p"], ("tile",))),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": BIAS_RELU,
-                                  "training": {"save": "recompute", "pre": {"tile": tile(2048, 1536, 128)}}}, None),
+                                  "training": {"save": "preact", "pre": {"tile": tile(2048, 1536, 128)}}}, None),
     ("PAL014", "pallas:tpu_v5p", {**F32, "tile": tile(512, 512, 128), "epilogue": BIAS_RELU,
-                                  "training": {"save": "recompute", "pre": {"tile": tile(2048, 1664, 128)}}},
-     ("error", ["backward recompute: needs 72065024 B", "+ dOut's blocks and the bias's, double-buffered: 27369472)"],
+                                  "training": {"save": "preact", "pre": {"tile": tile(2048, 1664, 128)}}},
+     ("error", ["backward forward_pre: needs 72065024 B", "(the GEMM's 44802048 + pre's blocks, double-buffered: 27262976)"],
       ("training", "pre"))),
     # PAL015: an fp8 forward's TPU backward reads the 8-bit A as stored in wgrad's blocks, M on their rows (tile.k of
     # training.wgrad for a K-major A, tile.m for an mn-major one): a multiple of the 32-row 8-bit sublane tile

@@ -138,8 +138,8 @@ def stand_ins(mod: object, spec: dict) -> None:
     A and B and the scales (and the bias), dgrad and wgrad only operands of the output's dtype (the 16-bit copies)."""
     operand = mod.OPERAND  # type: ignore[attr-defined]
 
-    def forward(a, b, scale_a, scale_b, bias):
-        acc = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32).T, precision="highest")
+    def forward(a, b, scale_a, scale_b, bias):  # (a batched spec's (batch, ...) A and B too)
+        acc = jnp.matmul(a.astype(jnp.float32), b.astype(jnp.float32).mT, precision="highest")
         return _act(spec, acc * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1) + bias.reshape(1, -1).astype(jnp.float32))
 
     def launch(a, b, scale_a, scale_b, bias):
@@ -173,7 +173,7 @@ def dequantized_reference(spec: dict, args: list, dout) -> tuple[torch.Tensor, d
     ad = (f64(args[0]) * f64(args[2])[:, None]).requires_grad_()
     bd = (f64(args[1]) * f64(args[3])[:, None]).requires_grad_()
     bias = f64(args[4]).requires_grad_()
-    x = ad @ bd.T + bias
+    x = ad @ bd.mT + bias  # (.mT: a batched spec's (batch, N, K) B too)
     fn = spec["epilogue"][-1].get("fn")
     x = torch.nn.functional.gelu(x, approximate="tanh") if fn == "gelu_tanh" else torch.nn.functional.silu(x) if fn else x
     x.backward(f64(dout))
@@ -223,4 +223,4 @@ def test_trn001_passes_the_fp8_forms_and_names_the_rest() -> None:
     assert "training with fp8_e4m3 operands and epilogue ['scale', 'bias along n', 'activation', 'clamp']" in trn.message
     target = ls.spec.targets[0]
     with pytest.raises(ValueError, match=r"'clamp'\].*\(TRN001\)"):
-        plan_mgpu_training(ls.spec, resolve(ls.spec, target), mgpu_config, {}, 8)
+        plan_mgpu_training(ls.spec, resolve(ls.spec, target), mgpu_config, {})

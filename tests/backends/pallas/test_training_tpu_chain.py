@@ -163,8 +163,8 @@ def load(d: dict):
 
 def test_check_lifts_trn001() -> None:
     """Every form passes check on a TPU target (TRN001 lifted: `renders_unbatched_chain_training`), a bf16 one on TPU and
-    Mosaic GPU together, a batched one too (session 33); a batched fp8 forward stays refused on TPU (naming the batch
-    and the dtypes), and so does an fp8 forward's other chain; the plan of a render that skipped check refuses them too."""
+    Mosaic GPU together, a batched one too (session 33), a batched fp8 forward too (session 34); an fp8 forward's other
+    chain stays refused on TPU (naming the dtypes), batched or not; the plan of a render that skipped check refuses it too."""
     for name in FORMS:
         report = check_specs([load(SPECS[name])])
         errors = [str(x) for x in report.diagnostics if x.severity == "error"]
@@ -173,19 +173,21 @@ def test_check_lifts_trn001() -> None:
          "out": {"dtype": "bf16"}, "epilogue": [{**op, "dtype": "bf16"} if "dtype" in op else op for op in SPECS["pch_col"]["epilogue"]],
          "tile": {"m": 128, "n": 128, "k": 64}, "targets": ["pallas:tpu_v6e", "pallas:gpu_sm90"]}
     assert not [str(x) for x in check_specs([load(d)]).diagnostics if x.rule == "TRN001"]
-    # batched: rendered since session 33 (test_training_tpu_batch.py); a batched fp8 forward's is refused
+    # batched: rendered since session 33 (test_training_tpu_batch.py); a batched fp8 forward's since session 34
+    # (test_training_tpu_batch_fp8.py)
     assert not [str(x) for x in check_specs([load({**SPECS["pch_col"], "batch": True})]).diagnostics if x.rule == "TRN001"]
     batched = {**SPECS["pch_col"], "batch": True, "a": {"dtype": "fp8_e4m3", "major": "k"},
                "b": {"dtype": "fp8_e4m3", "major": "k"}, "out": {"dtype": "bf16"},
                "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "bias", "dtype": "bf16"}], "tile": {"m": 32, "n": 128, "k": 128}}
-    (trn,) = [x for x in check_specs([load(batched)]).diagnostics if x.rule == "TRN001"]
-    assert trn.message.startswith("training with batch = true and fp8_e4m3 operands (a batched fp8 forward's"), trn.message
+    assert not [str(x) for x in check_specs([load(batched)]).diagnostics if x.rule == "TRN001"]
     fp8 = {**SPECS["pch_col"], "a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
            "out": {"dtype": "bf16"}, "epilogue": [{"op": "scale", "by": "rowcol"}, {"op": "clamp", "max": 4.0}],
            "tile": {"m": 32, "n": 128, "k": 128}}
     (trn,) = [x for x in check_specs([load(fp8)]).diagnostics if x.rule == "TRN001"]
     assert trn.message.startswith("training with fp8_e4m3 operands and epilogue ['scale', 'clamp']"), trn.message
-    for bad, says in ((batched, "batch = true"), (fp8, "fp8_e4m3 operands")):
+    (trn,) = [x for x in check_specs([load({**fp8, "batch": True})]).diagnostics if x.rule == "TRN001"]
+    assert trn.message.startswith("training with fp8_e4m3 operands and epilogue ['scale', 'clamp']"), trn.message
+    for bad, says in (({**fp8, "batch": True}, "fp8_e4m3 operands"), (fp8, "fp8_e4m3 operands")):
         loaded = load(bad)
         targets = list(loaded.spec.targets)
         with pytest.raises(ValueError, match=f"{says}.*the Pallas TPU backward renders none"):
@@ -194,7 +196,7 @@ def test_check_lifts_trn001() -> None:
 
 def test_plan_and_vmem() -> None:
     """The plan: pre's op, the recompute's inputs (the ops before pre's arguments), recompute storing pre in f32, no
-    columns pass (the chain's backward is jnp); PAL014's figure for forward_pre counts pre and every argument's block."""
+    columns pass (the chain's backward is jnp); forward_pre's figure counts pre (PAL014) and every argument's block (its companion)."""
     for name, (_, _, dtype, _, _, start) in FORMS.items():
         loaded = load(SPECS[name])
         targets = list(loaded.spec.targets)
@@ -206,9 +208,14 @@ def test_plan_and_vmem() -> None:
             assert plan.gemms["recompute"].out_jnp == "float32"
         if plan.stores_pre:
             assert plan.gemms["forward_pre"].out_jnp == JNP_DTYPES[DType(dtype)]
-    # pch_col's forward_pre (16 x 128 f32 blocks): pre's block, the column scale's and the bias's tile rows, the
-    # residual's block, each double-buffered; pch_rowcol's recompute: the row bias's (16, 1) block padded to 128 lanes
+    # pch_col's forward_pre (16 x 128 f32 blocks): its companion counts the column scale's and the bias's tile rows and
+    # the residual's block (its chain the kernel's), PAL014 pre's block beside it, each double-buffered; pch_rowcol's
+    # recompute: its companion counts the row bias's (16, 1) block padded to 128 lanes, PAL014 nothing more
+    col = resolve(load(SPECS["pch_col"]).spec, load(SPECS["pch_col"]).spec.targets[0])
+    (pre,) = [c for c in col.companions if c.companion == "forward_pre"]
+    bare = pre.design.budget(pre.spec.model_copy(update={"epilogue": []}), pre.info, pre.ab_stages)
+    assert pre.budget.total - bare.total == 2 * (16 * 128 * 4 + 2 * TPU_TILE_ROW_BYTES * 128)
     tile = load(SPECS["pch_col"]).spec.tile
-    assert pre_role_vmem(load(SPECS["pch_col"]).spec, "forward_pre", tile) == 2 * (16 * 128 * 4 * 2 + 2 * TPU_TILE_ROW_BYTES * 128)
-    assert pre_role_vmem(load(SPECS["pch_rowcol"]).spec, "recompute", tile) == 2 * 16 * 128 * 4
+    assert pre_role_vmem(load(SPECS["pch_col"]).spec, "forward_pre", tile) == 2 * 16 * 128 * 4
+    assert pre_role_vmem(load(SPECS["pch_rowcol"]).spec, "recompute", tile) == 0
     assert grad_cols_vmem(load(SPECS["pch_col"]).spec) == 0

@@ -142,8 +142,8 @@ def test_gradients_equal_float64_autograd(modules, name: str) -> None:
 
 def test_the_plan_counts_each_kernels_vmem(modules) -> None:
     """Each backward pallas_call requests its own scoped VMEM: forward_pre / recompute the gated GEMM's figure (the
-    companion check resolved: A, gate and up blocks, out, two accumulators) plus pre's planes or dOut and G's up
-    plane (and the bias), grad_cols its blocks at the forward's tile; METADATA says the layout and the figures."""
+    companion check resolved: A, gate and up blocks, out, two accumulators, the bias's block or dOut's) plus pre's
+    planes or G's up plane, grad_cols its blocks at the forward's tile; METADATA says the layout and the figures."""
     from specgen.resolve import resolve
 
     for name, mod in modules.items():
@@ -157,8 +157,10 @@ def test_the_plan_counts_each_kernels_vmem(modules) -> None:
         (c,) = [c for c in r.companions if c.companion == role]
         assert c.spec.epilogue and c.spec.epilogue[0].op == "gated"  # checked as the gated GEMM (up block, 2 accumulators)
         t, o, g = c.spec.tile, 4 if dtype == "f32" else 2, 4 if dtype == "f32" else 2
-        blocks = 2 * o if role == "forward_pre" else o + g  # pre's two planes; dOut and G's up plane
-        want = c.budget.total + 2 * t.m * t.n * blocks + (2 * 32 * t.n if bias and role == "forward_pre" else 0)
+        # the companion's chain is the kernel's: the bias (forward_pre) and dOut (recompute, a residual) are its own
+        assert [op.op for op in c.spec.epilogue[1:]] == (["bias"] if bias else []) if role == "forward_pre" else ["residual"]
+        blocks = 2 * o if role == "forward_pre" else g  # pre's two planes; G's up plane
+        want = c.budget.total + 2 * t.m * t.n * blocks
         assert meta["gemms"][role]["vmem_bytes"] == want == c.budget.total + pre_role_vmem(r.spec, role, t)
         assert mod.TRAIN_GEMMS[role][4] == math.ceil(want * 1.25)
         cols = grad_cols_vmem(r.spec)

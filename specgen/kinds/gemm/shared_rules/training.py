@@ -39,7 +39,8 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
     scales then a chain every design renders is also the dense CuTe sm90 and (session 33) CuTe sm100 designs' and, on its TPU targets, the Pallas
     design's (session 32: `renders_fp8_training_on` the target, TPU and Mosaic GPU); the other chains unbatched, of 16-bit
     operands, the dense CuTe sm90 and sm100 designs' too and the Pallas design's, TPU and Mosaic GPU (session 33:
-    `renders_unbatched_chain_training`). A design whose backward covers less than the section says why in `training_refusal`
+    `renders_unbatched_chain_training`); a batched fp8 forward's (its scales shared by the batches) the dense CuTe sm90
+    and Pallas designs' too (session 34: `renders_batched_fp8_training`). A design whose backward covers less than the section says why in `training_refusal`
     (the CuTe sm90 and sm100 designs and the Pallas one on Mosaic GPU: f16 / bf16 operands, out of their dtype).
     The grouped kind's `training` (ragged M, a gated op's too, and an fp8 forward's) is its Triton design's (every
     chain the kind takes: `renders_chain_training`); its Pallas TPU design renders it too (a jax.custom_vjp; a gated
@@ -60,14 +61,15 @@ def training_design(ctx: RuleContext) -> Iterator[Finding]:
                       f"drop {ctx.target} from targets, or drop `training`", ("training",))
     elif ctx.design.renders_training_on(ctx.info) and not ctx.design.renders_chain_training and (
             what := chain_refusal(ctx.spec, ctx.design.renders_fp8_training_on(ctx.info),
-                                  ctx.design.renders_unbatched_chain_training, ctx.design.renders_batched_training)):
+                                  ctx.design.renders_unbatched_chain_training, ctx.design.renders_batched_training,
+                                  ctx.design.renders_batched_fp8_training)):
         # scale, residual, clamp, cast, bias along m, other orders, a batched or an fp8 forward: named, the kind's
         # designs that render this spec's (`renders_chain_training`, or their flags pass `chain_refusal`; the grouped
         # kind refuses the chains at load)
         where = sorted(d.training_label or d.name for d in rendering(ctx.design.kind) if d.renders_chain_training or (
             (d.renders_training or d.training_label) and not chain_refusal(
                 ctx.spec, d.renders_fp8_training or bool(d.training_label), d.renders_unbatched_chain_training,
-                d.renders_batched_training)))
+                d.renders_batched_training, d.renders_batched_fp8_training)))
         yield Finding("TRN001", "error", f"{what}: the {ctx.design.training_label or ctx.design.name} design renders "
                       f"no backward for it on {ctx.target} (the {_listed(where)} design{'s do' if len(where) > 1 else ' does'})",
                       f"drop {ctx.target} from targets, "

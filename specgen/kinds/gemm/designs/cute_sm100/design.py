@@ -30,8 +30,8 @@ A gated epilogue (SwiGLU, GeGLU; cute_sm90/gated.py) keeps a gate and an up TMEM
 side (`tmem_columns`: 2 tile.n), read by the same tcgen05.ld at each subtile; its up tiles take their own SMEM
 buffer (`memory`). Compiled and read in SASS only, as the rest of this design.
 
-A `training` section (16-bit operands: the plain chains, a gated op's and the other chains (unbatched: the sm90
-chain pass); an fp8 forward's; training.py here) renders the CuTe sm90 design's
+A `training` section (16-bit operands: the plain chains, a gated op's and the other chains (the sm90 chain pass),
+batched too; an fp8 forward's, unbatched; training.py here) renders the CuTe sm90 design's
 backward on this kernel: each backward GEMM a row of `TRAIN_CONFIGS` (the role's operand majors, the companion's tile,
 cluster, 2-CTA MMA and stages), forward_pre storing pre by TMA beside out, recompute reading dOut as a residual is read;
 the host side, the columns pass and the JAX custom_vjp are the sm90 module's. Compiled and read in SASS only.
@@ -126,8 +126,10 @@ GELU_ERF_FRAGMENTS = 4
 
 def held_fragments(spec: GemmSpec) -> int:
     """Fragments an epilogue thread holds at once: accumulator, output, each tensor operand (a grouped
-    kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), and an erf GELU's working set."""
+    kernel's per-group (G, N) operands too: kinds/grouped/designs/cute_sm100), each matrix a training companion
+    stores beside its output (`GemmSpec.stores`: forward_pre's pre, ...), and an erf GELU's working set."""
     operands = sum(1 for a in spec.runtime_args() if a.shape in ("vec_m", "vec_n", "matrix", "group_n"))
+    operands += getattr(spec, "stores", 0)  # (a grouped spec has none)
     gelu = any(op.op in ("activation", "gated") and op.fn == "gelu" for op in spec.epilogue)  # GeGLU's erf too
     up = gated_op(spec.epilogue) is not None  # a gated epilogue's up accumulator subtile
     return 2 + up + operands + GELU_ERF_FRAGMENTS * gelu
@@ -284,8 +286,10 @@ class CuteSm100Gemm(GemmDesign):
     # an fp8 forward's (rowwise scales, then [bias], [activation] or both: the sm90 plan's, dgrad and wgrad over the
     # operands' 16-bit copies)
     renders_fp8_training = True
-    # the other chains (scale, residual, clamp, cast, bias along m; unbatched, 16-bit): the sm90 plan's and chain pass
+    # the other chains (scale, residual, clamp, cast, bias along m; 16-bit): the sm90 plan's and chain pass
     renders_unbatched_chain_training = True
+    # a batched forward's (batch = true, 16-bit; not an fp8 one's): the sm90 host's batched glue, the kernel over its L mode
+    renders_batched_training = True
 
     def serves(self, info: TargetInfo) -> bool:
         return serves(info)

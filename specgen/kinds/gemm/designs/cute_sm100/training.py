@@ -28,31 +28,42 @@ pre as its output; the sm90 module's fp8 columns kernel forms G_b and G_a; dgrad
 operands (`Config.operands` by role: the SMEM struct, layouts and MMA take the config's dtypes) over the operands'
 copies the backward makes with `.to()` (exact), as on sm90.
 
-The other chains (scale, residual, clamp, cast, bias along m, in any order; unbatched, 16-bit; the sm90 plan's `chain`
+The other chains (scale, residual, clamp, cast, bias along m, in any order; 16-bit; the sm90 plan's `chain`
 and meaning): forward_pre and recompute run templates/gemm/cute/chain_pass.jinja's epilogue (the ops before `start`,
 pre stored in the output's dtype: by TMA beside out, or as recompute's output), `train_host` passes every chain
 argument as the forward's host does, and the backward is the sm90 module's chain pass, bands kernel and `_backward`,
-rendered by the same macros (`chain_refusal(spec, fp8=True, chains=True)`; the design's
+rendered by the same macros (`chain_refusal(spec, fp8=True, chains=True, batch=True)`; the design's
 `renders_unbatched_chain_training`).
 
-The fused roles (forward_pre, recompute) hold one fragment more than the forward (pre, or dOut; a gated role two: pre's
-or G's halves) beside the chain's operands: their epilogue subtile is sized for that (`role_config`: the forward's chain and one matrix operand, as
-`epilogue_tile` counts fragments), so the plan's SMEM is the kernel's at the stages check resolved (check rules
-the companion's own GEMM, whose subtile is never smaller: conservative).
+A batched forward (`batch = true`, 16-bit; session 34), the sm90 batched backward's meaning (cute_sm90/training.py:
+each GEMM per batch, every batch its own B, a vector's gradient summed over the batches and rows in a fixed order) and
+its host (training.jinja's batched glue, character for character): every role's kernel walks the L mode of (batch,
+rows, cols) views as the batched forward does (its persistent schedule over batch x tiles, `tl` indexing dOut, pre's
+TMA store and a gated role's (M, N, 2, L) pairs), the transposes `.mT` views; the columns and chain passes see the
+batches' rows as one (batch M, N) matrix. Nothing of the kernel changed but the batched pairs' view of pre and G
+(`_gated_pairs`' batch mode, the halves' up column from pre's last dim). A batched fp8 forward stays refused
+(`chain_refusal(batch=True)`).
+
+The fused roles' companions (forward_pre, recompute; specgen/kinds/gemm/training.py `pre_epilogue`) carry the epilogue
+their kernel runs: the forward's chain and pre stored beside out (a gated one's two halves: `GemmSpec.stores`), or
+dOut read as a residual is beside the bias and the activation (a gated op's G: dOut, and G's up half stored beside its
+gate half), or the ops before pre (the other chains, an fp8 forward's): `epilogue_tile` counts their fragments, so
+the subtile, SMEM and TMA boxes check rules are the ones this plan renders (`plan_cute_training` takes each
+companion's config row as check resolved it).
 
 Covered: f16 / bf16 operands with an output of their dtype, the chains [], [bias], [activation], [bias, activation]
 (bias along N), [gated], [gated, bias] (halves or interleaved), the other chains and an fp8 forward's, both save
-modes, 1-CTA and 2-CTA configs (a gated forward has no 2-CTA form: EPI003) and clusters. Refused by TRN001 (and by the plan, for a
-render that skipped check): other dtypes, batch = true, an fp8 forward's other chains.
+modes, 1-CTA and 2-CTA configs (a gated forward has no 2-CTA form: EPI003) and clusters, batched (16-bit) or not.
+Refused by TRN001 (and by the plan, for a render that skipped check): other dtypes, an fp8 forward batched, an fp8
+forward's other chains.
 
 Verified on a CPU only: every role's kernel compiles for sm_100a and its SASS has UTCHMMA and no local-memory
 spills, and the plan's SMEM and TMEM equal what each compiled kernel allocates (tests/backends/cute/
-test_cute_sm100_training.py). No Blackwell GPU has run it: no numerics and no speed are claimed.
+test_cute_sm100_training.py; batched: test_cute_sm100_training_batch.py). No Blackwell GPU has run it: no numerics
+and no speed are claimed.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from specgen.kinds.gemm.designs.cute_sm90.training import (
     CuteTrainingPlan,
@@ -61,35 +72,18 @@ from specgen.kinds.gemm.designs.cute_sm90.training import (
 )
 from specgen.kinds.gemm.training import chain_refusal
 from specgen.resolved import Resolved
-from specgen.spec.epilogue import Residual, gated_op
-
-FUSED_ROLES = ("forward_pre", "recompute")
 
 
 def training_refusal(spec: object) -> str:
     """Why this design renders no backward for `spec` ("" where it does): TRN001's message on cute:sm100 (a batched
-    forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one)."""
+    fp8 forward's and an fp8 forward's other chains' are TRN001's own, `chain_refusal`, ahead of this one)."""
     return dtype_refusal(spec, "sm100")
 
 
 def _refusal(spec: object) -> str:
-    return training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True)
-
-
-def role_config(forward: object, sm100_config):
-    """The config factory of `plan_cute_training`: a companion's config row, the fused roles' epilogue subtile sized
-    for the forward's chain and the one matrix they read or store beside it (pre, dOut), their SMEM that subtile's."""
-    def make(c: Resolved):
-        if c.companion in FUSED_ROLES:
-            # (counted only: never rendered, so its name needs no check); a gated role holds pre's or G's two halves
-            extra = Residual.model_construct(op="residual", dtype=c.spec.out.dtype, name="aux")  # type: ignore[attr-defined]
-            held = [extra] * (2 if gated_op(forward.epilogue) is not None else 1)  # type: ignore[attr-defined]
-            spec = c.spec.model_copy(update={"epilogue": [*forward.epilogue, *held]})  # type: ignore[attr-defined]
-            c = dataclasses.replace(c, spec=spec, budget=c.design.budget(spec, c.info, c.ab_stages))
-        return sm100_config(c)
-    return make
+    return training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True)
 
 
 def plan_training(spec: object, r: Resolved, sm100_config) -> CuteTrainingPlan | None:
     """The backward's plan (None without `training`); raises what TRN001 refuses (a render that skipped check)."""
-    return plan_cute_training(spec, r, role_config(spec, sm100_config), lambda d: d.info.torch, _refusal)
+    return plan_cute_training(spec, r, sm100_config, lambda d: d.info.torch, _refusal)

@@ -302,7 +302,8 @@ class PallasGemmDesign(GemmDesign):
     renders_fp8_training_on = renders_training_on  # an fp8 forward's: both (training*.py)
 
     renders_unbatched_chain_training = True  # the other chains, unbatched: both (training*.py)
-    renders_batched_training = True  # a batched forward's (not an fp8 one's): both (batch_backward.jinja)
+    renders_batched_training = True  # a batched forward's: both (batch_backward.jinja)
+    renders_batched_fp8_training = True  # an fp8 one's too (session 34): both (batch_backward.jinja)
 
     def training_refusal(self, spec: GemmSpec, target: TargetInfo | None = None) -> str:
         return mgt.training_refusal(spec) if target is not None and is_mgpu_target(target) else ""
@@ -512,7 +513,7 @@ class PallasGemmDesign(GemmDesign):
             epilogue=[op.model_dump(mode="json") for op in spec.epilogue],
             args=[_arg(a.name, a.shape, a.dtype, a.doc) for a in spec.runtime_args()],
             spec_json=loaded.spec.model_dump(mode="json"),
-            training=mgt.plan_mgpu_training(spec, ctx, mgpu_config, JNP_DTYPES, MGPU_BARRIER_BYTES),
+            training=mgt.plan_mgpu_training(spec, ctx, mgpu_config, JNP_DTYPES),
         )
 
     def tune_space(self, spec: GemmSpec, target: TargetInfo, when: When | None = None) -> dict[str, tuple[object, ...]]:

@@ -383,25 +383,22 @@ def tpu_backward_blocks(ctx: RuleContext) -> Iterator[Finding]:
 @RULES.rule("PAL014", "TPU backward: the VMEM of the blocks beyond each companion's", is_tpu)
 def tpu_backward_vmem(ctx: RuleContext) -> Iterator[Finding]:
     """VMEM001 checks each backward GEMM as the GEMM its companion is (A, B, out and the accumulator; a gated op's up
-    block and accumulator). The pre GEMM's pallas_call (templates/gemm/pallas/backward_tpu.jinja) holds more: forward_pre
-    stores pre beside out (a gated op's gate and up planes), recompute reads dOut beside G (a gated op's G has two
-    planes), each double-buffered, with the bias block; and the columns pass (grad_cols) holds dOut, pre and G blocks
-    (or the one it sums) at the forward's tile, with the bias gradient's. Each pallas_call's figure must fit VMEM
-    (`pre_role_vmem`, `grad_cols_vmem` in training.py: the figures the plan's scoped limits are made from)."""
+    block and accumulator; the chain its kernel applies, a recompute's dOut read as a residual is). The pre GEMM's
+    pallas_call (templates/gemm/pallas/backward_tpu.jinja) holds more: forward_pre stores pre beside out (a gated op's
+    gate and up planes), a gated recompute G's up plane beside its gate plane, each double-buffered; and the columns
+    pass (grad_cols) holds dOut, pre and G blocks (or the one it sums) at the forward's tile, with the bias gradient's.
+    Each pallas_call's figure must fit VMEM (`pre_role_vmem`, `grad_cols_vmem` in training.py: the figures the plan's
+    scoped limits are made from)."""
     assert ctx.tpu is not None
     for c in ctx.companions:
         if c.companion not in ("forward_pre", "recompute") or not c.budget.fits:  # VMEM001 says it where it does not
             continue
         extra = pre_role_vmem(ctx.spec, c.companion, c.spec.tile)  # type: ignore[attr-defined]
-        gated, fp8 = gated_op(ctx.spec.epilogue) is not None, ctx.spec.a.dtype.is_fp8
-        bias = any(op.op == "bias" for op in ctx.spec.epilogue) and (c.companion == "forward_pre" or not gated)
-        what = ("pre's" + (" gate and up" if gated else "") if c.companion == "forward_pre"
-                else "dOut's" + (" and G's up" if gated else "")) + " blocks" + (" and the bias's" if bias else "")
-        if fp8:  # an fp8 forward's pre GEMM reads the scales; its recompute stores pre (the companion's) without dOut
-            what = ("pre's blocks, " if c.companion == "forward_pre" else "") + "the scales'" + (" and the bias's" if bias else "") + " blocks"
+        gated = gated_op(ctx.spec.epilogue) is not None
+        what = "pre's" + (" gate and up" if gated else "") if c.companion == "forward_pre" else "G's up"
         if c.budget.total + extra > c.budget.capacity:
             yield Finding("PAL014", "error", f"backward {c.companion}: needs {c.budget.total + extra} B of VMEM > "
-                          f"{c.budget.capacity} B on {ctx.tpu.name} (the GEMM's {c.budget.total} + {what}, "
+                          f"{c.budget.capacity} B on {ctx.tpu.name} (the GEMM's {c.budget.total} + {what} blocks, "
                           f"double-buffered: {extra})", "set a smaller training.pre.tile", ("training", "pre"))
     cols = grad_cols_vmem(ctx.spec) if getattr(ctx.spec, "training", None) is not None else 0
     if cols > ctx.tpu.vmem_bytes:

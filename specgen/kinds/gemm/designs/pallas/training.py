@@ -43,14 +43,17 @@ GPU module (templates/gemm/pallas/chain_backward.jinja), fused by XLA: it replay
 backward from dOut, forming G (the operands' dtype) and every argument's gradient (a residual's beta dOut at it, a
 vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are the plain backward GEMMs over G.
 
-A batched forward (`batch = true`, every chain above but an fp8 forward's; session 33) has the Triton design's meaning
-with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module) runs each
-backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain pass over
-the batches' rows as one (batch M, N) matrix.
+A batched forward (`batch = true`, every chain above; session 33, an fp8 forward's since session 34) has the Triton
+design's meaning with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module)
+runs each backward GEMM for every batch entry in one pallas_call of the kernels above, the batch folded into its grid's
+first axis (`_every_entry`, `_entries`; session 34, where session 33 launched it per entry in a lax.map), and the
+columns pass / chain pass over the batches' rows as one (batch M, N) matrix (an fp8 forward's scale_a, shared by the
+batches, tiled to it).
 
-VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is; the
-pre GEMM's pallas_call holds more (pre stored beside out, or dOut read beside G: gated, both planes; the bias
-block; an fp8 forward's scale blocks), and grad_cols has blocks of its own at the forward's tile.
+VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is (the
+pre GEMM's with the chain its kernel applies: the bias's, the scales' and the arguments' blocks, a recompute's dOut);
+the pre GEMM's pallas_call holds more (pre stored beside out, gated both planes; a gated recompute G's up plane), and
+grad_cols has blocks of its own at the forward's tile.
 """
 
 from __future__ import annotations
@@ -158,30 +161,17 @@ def oriented(role: str, spec: object, tile: object, jnp: dict) -> TpuBackwardGem
 
 
 def pre_role_vmem(spec: object, role: str, tile: object) -> int:
-    """VMEM the pre GEMM's pallas_call (forward_pre, recompute) holds beyond its companion's figure (VMEM001's, the
-    GEMM whose output is out or G): forward_pre's pre (gated: its gate and up planes) in the output's dtype, recompute's
-    dOut (the output's dtype) and, gated, G's up plane (the operands'), each double-buffered; and the bias's (1, tile.n)
-    block where the kernel reads it (forward_pre; recompute without a gated op), as the forward's vectors count. An fp8
-    forward's recompute reads no dOut (it stores pre, the companion's f32 output); both roles read the scales' blocks,
-    scale_a's (tile.m, 1) padded to 128 lanes of f32 and scale_b's (1, tile.n)."""
+    """VMEM the pre GEMM's pallas_call (forward_pre, recompute) holds beyond its companion's figure (VMEM001's: the
+    GEMM whose output is out, G or pre, its chain the one its kernel applies, specgen/kinds/gemm/training.py
+    `pre_epilogue`, so its figure counts every argument's block and a recompute's dOut, a residual's): forward_pre's pre
+    (gated: its gate and up planes) in the output's dtype, a gated recompute's G up plane (the operands' dtype), each
+    double-buffered."""
     gated = gated_op(spec.epilogue) is not None  # type: ignore[attr-defined]
+    block = tile.m * tile.n  # type: ignore[attr-defined]
+    if role == "forward_pre":
+        return TPU_ARGS_DOUBLE_BUFFERED * block * (2 if gated else 1) * spec.out.dtype.bytes  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
-    block, out, g = tile.m * tile.n, spec.out.dtype.bytes, spec.a.dtype.bytes  # type: ignore[attr-defined]
-    if not fp8 and not legacy_chain(spec.epilogue):  # type: ignore[attr-defined]
-        # the other chains: forward_pre stores pre beside out and reads every argument; recompute (pre in f32, the
-        # companion's output) the arguments of the ops before pre; a row vector's (tile.m, 1) block padded to 128
-        # lanes of f32, a column vector's (1, tile.n) a tile row, a residual's block, a scalar in SMEM
-        ops = spec.epilogue if role == "forward_pre" else spec.epilogue[:value_index(spec.epilogue)]  # type: ignore[attr-defined]
-        args = [arg for op in ops for arg in op.runtime_args()]
-        need = block * out if role == "forward_pre" else 0
-        for arg in args:
-            need += {"vec_m": tile.m * TPU_LANES * 4, "vec_n": TPU_TILE_ROW_BYTES * tile.n,  # type: ignore[attr-defined]
-                     "matrix": block * arg.dtype.bytes}.get(arg.shape, 0)
-        return TPU_ARGS_DOUBLE_BUFFERED * need
-    blocks = (2 if gated else 1) * out if role == "forward_pre" else 0 if fp8 else out + (g if gated else 0)
-    bias = any(op.op == "bias" for op in spec.epilogue) and (role == "forward_pre" or not gated)  # type: ignore[attr-defined]
-    scales = tile.m * TPU_LANES * 4 + TPU_TILE_ROW_BYTES * tile.n if fp8 else 0  # type: ignore[attr-defined]
-    return TPU_ARGS_DOUBLE_BUFFERED * (block * blocks + (TPU_TILE_ROW_BYTES * tile.n if bias else 0) + scales)  # type: ignore[attr-defined]
+    return TPU_ARGS_DOUBLE_BUFFERED * block * spec.a.dtype.bytes if gated and not fp8 else 0  # type: ignore[attr-defined]
 
 
 def grad_cols_vmem(spec: object) -> int:
@@ -220,7 +210,7 @@ def plan_tpu_training(spec: object, targets: list[Target], resolved: dict[str, R
     if gated is not None and gated.layout != "halves":
         # check refuses it (PAL013); a render that skipped check must not emit a wrong backward
         raise ValueError(f"{spec.name}: the Pallas TPU backward reads a gated B as halves (PAL013)")  # type: ignore[attr-defined]
-    if why := chain_refusal(spec, fp8=True, chains=True, batch=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
+    if why := chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):  # scale, residual, clamp, cast, bias along m: the Triton design's (TRN001)
         raise ValueError(f"{spec.name}: {why}: the Pallas TPU backward renders none (TRN001)")  # type: ignore[attr-defined]
     first = resolved[str(targets[0])]
     gemms = {}

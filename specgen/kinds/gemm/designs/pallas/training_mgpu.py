@@ -155,16 +155,16 @@ def oriented(role: str, spec: object) -> tuple[str, str, str, str, str, str, str
     return "a", "g", FLIP[a], "mn", "k", "n", "m", b == "k"
 
 
-def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolved], object], jnp: dict,
-                       barrier_bytes: int) -> MgpuTrainingPlan | None:
+def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolved], object],
+                       jnp: dict) -> MgpuTrainingPlan | None:
     """The backward's plan from the companions check resolved on the Mosaic GPU target (None without `training`)."""
     t = getattr(spec, "training", None)
     if t is None:
         return None
-    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True):
-        # check refuses these (TRN001: a batched fp8 forward's among them; a batched forward's backward is the plan's
-        # kernels per batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a
-        # wrong backward
+    if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):
+        # check refuses these (TRN001; a batched forward's backward, an fp8 one's too, is the plan's kernels over every
+        # batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a wrong
+        # backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
@@ -178,18 +178,17 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
         # the forward's schedule (the companion keeps only its group_m); SMEM is the same
         cfg = dataclasses.replace(mgpu_config(c), index=None, when="", bounds=[],  # type: ignore[type-var]
                                   persistent=spec.schedule.persistent)  # type: ignore[attr-defined]
-        # recompute TMA-loads dOut into each staging slot (one mbarrier a slot, as a residual's): beyond the companion
-        # (an fp8 forward's recompute stores pre, its companion's f32 output, and reads no dOut)
-        # (the other chains: a residual's TMA loads into the slots, one mbarrier a slot, where forward_pre applies one)
-        loads = any(op.op == "residual" for op in applies.get(c.companion, [])) if chain else c.companion == "recompute" and not fp8
-        extra = cfg.out_slots * 2 * barrier_bytes if loads else 0  # type: ignore[attr-defined]
+        # recompute TMA-loads dOut into each staging slot (one mbarrier a slot, as a residual's; an fp8 forward's
+        # recompute stores pre and reads no dOut), as forward_pre and recompute load the other chains' residuals: the
+        # companion's chain (`pre_epilogue`) holds dOut and those residuals, so its SMEM counts their barriers
         dtype = c.spec.out.dtype if fp8 or chain else {"forward_pre": spec.out.dtype, "recompute": spec.a.dtype,  # type: ignore[attr-defined]
                                               "dgrad": spec.a.dtype, "wgrad": spec.b.dtype}[c.companion]  # type: ignore[attr-defined]
         gemms[c.companion] = MgpuBackwardGemm(c.companion, x, y, xm, ym, p, q, rr, transposed, jnp[dtype], cfg,
-                                              cfg.smem_bytes + extra)  # type: ignore[attr-defined]
-        if gemms[c.companion].smem_bytes > c.budget.capacity:
+                                              cfg.smem_bytes)  # type: ignore[attr-defined]
+        if gemms[c.companion].smem_bytes > c.budget.capacity:  # check refuses it (SMEM001); a render that skipped check
             raise ValueError(f"{spec.name}: the Mosaic GPU {c.companion} needs {gemms[c.companion].smem_bytes} B of SMEM "  # type: ignore[attr-defined]
-                             f"(its dOut or residual barriers), past {c.budget.capacity}: set training.pre")
+                             f"(its dOut or residual barriers among them), past {c.budget.capacity} (SMEM001): set "
+                             f"training.{'pre' if c.companion in ('forward_pre', 'recompute') else c.companion}")
     bias = next((op for op in spec.epilogue if op.op == "bias"), None)  # type: ignore[attr-defined]
     act_op = next((op.model_dump(mode="json") for op in spec.epilogue if op.op in ("activation", "gated")), {})  # type: ignore[attr-defined]
     return MgpuTrainingPlan(save=t.save, act=activation_fn(spec.epilogue), act_op=act_op,  # type: ignore[attr-defined]

@@ -91,9 +91,9 @@ class TritonGemm(GemmDesign):
         t, out_bytes, opt = spec.tile, spec.out.dtype.bytes, spec.triton
         tile_bytes = t.m * t.n * out_bytes
         persistent, flatten, tma_store = spec.schedule.persistent, opt.flatten, opt.tma
+        prestore = opt.backward_role in ("forward_pre", "recompute")
         if opt.backward_role:  # a training backward's GEMM: backward.jinja's TMA kernel for that role (persistent;
             # dgrad and wgrad store by TMA, forward_pre and recompute by pointers; a gated pre kernel not flattened)
-            prestore = opt.backward_role in ("forward_pre", "recompute")
             persistent, tma_store = True, not prestore
             flatten = not (prestore and gated_op(spec.epilogue) is not None)
         persistent_tma = opt.tma and persistent
@@ -101,7 +101,9 @@ class TritonGemm(GemmDesign):
         # flatten pipelines a persistent kernel's whole tile loop, epilogue included: its buffers stay
         # live beside the next tile's loads (a split-K kernel reduces outside that loop: measured)
         flat = persistent and flatten and not split
-        residuals = [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
+        # a backward pre kernel's matrices (dOut, residuals) share its pointer stores' region (triton 3.9, sm_90: 256x128x64
+        # recompute with dOut, 3 stages: 180,248 B, the plan without it + 24; 128x128x64 forward_pre with one, 4: + 32)
+        residuals = [] if prestore else [arg.dtype.bytes for arg in spec.runtime_args() if arg.shape == "matrix"]
         # The TMA store stages the output tile (half of it with epilogue_subtile). A persistent kernel
         # keeps it beside the next tile's pipeline; one program per tile, or a split-K kernel's last
         # program, reuses the drained pipeline buffers.
