@@ -34,13 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.kinds.gemm.training import (
+    DOUT,
     SaveModes,  # noqa: I001
     activation_fn,
     legacy_chain,
     value_index,
 )
 from specgen.resolved import Resolved
-from specgen.spec.dtypes import DType
 from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
@@ -61,14 +61,14 @@ GATED_RECOMPUTE_KNOBS: dict[str, object] = {"EPI_SPLIT": 2, "DOUT_TMA": True, "G
 def prestore_scratch(spec: object, flat: bool, pointer: int) -> int:
     """SMEM beside the pipeline of a kernel that stores by pointers (forward_pre, recompute, a forward's pointer
     form): `pointer`, a flattened loop's store conversion, where `flat`. The recompute GEMM with the epilogue knobs
-    (RECOMPUTE_KNOBS; unbatched, G in the operands' dtype, a plain or halves-gated activation; measured on sm_90 with
-    triton 3.6 and 3.9 to 64 B): a TMA box (BLOCK_P x BLOCK_Q / EPI_SPLIT, rows of 16 bytes or more) for G where
-    G_TMA, and for dOut where DOUT_TMA and the loop is flattened (else a drained stage holds it), or the pointer
-    conversion / EPI_SPLIT where flattened. f32 operands, whose other chains' recompute also stores in f32, take the
-    larger of that and `pointer`."""
+    (RECOMPUTE_KNOBS: the unbatched recompute that reads dOut, its chain's residual DOUT, with a plain or a
+    halves-gated activation; measured on sm_90 with triton 3.6 and 3.9 to 64 B): a TMA box (BLOCK_P x BLOCK_Q /
+    EPI_SPLIT, rows of 16 bytes or more) for G where G_TMA, and for dOut where DOUT_TMA and the loop is flattened
+    (else a drained stage holds it), or the pointer conversion / EPI_SPLIT where flattened."""
     opt, t = spec.triton, spec.tile  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    if (opt.backward_role != "recompute" or spec.batch or spec.out.dtype != spec.b.dtype  # type: ignore[attr-defined]
+    reads_dout = any(op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
+    if (opt.backward_role != "recompute" or spec.batch or not reads_dout  # type: ignore[attr-defined]
             or (gated is not None and gated.layout != "halves")):
         return pointer if flat else 0
     knobs = GATED_RECOMPUTE_KNOBS if gated is not None else RECOMPUTE_KNOBS
@@ -76,8 +76,7 @@ def prestore_scratch(spec: object, flat: bool, pointer: int) -> int:
     sub, size = t.n // int(knobs["EPI_SPLIT"]), spec.out.dtype.bytes  # type: ignore[attr-defined, call-overload]
     box = t.m * sub * size if sub * size >= 16 else 0
     dout = (box if box and knobs["DOUT_TMA"] else pointer // int(knobs["EPI_SPLIT"])) if flat else 0  # type: ignore[call-overload]
-    knobbed = dout + (box if knobs["G_TMA"] else 0)
-    return max(knobbed, pointer if flat else 0) if spec.a.dtype == DType.f32 else knobbed  # type: ignore[attr-defined]
+    return dout + (box if knobs["G_TMA"] else 0)
 
 
 @dataclass(frozen=True)
