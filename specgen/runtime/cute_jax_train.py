@@ -15,6 +15,10 @@ forward's layout (halves or interleaved), each half padded on its own to the pad
 the gated columns kernel forms G from the saved pre, dgrad and wgrad are the plain GEMMs over 2N, and the bias
 gradient is dOut's column sum.
 
+Batched (`batch = true`): every matrix has the batch first ((batch, rows, cols), each GEMM per batch: every batch its
+own B), the vectors none; the columns pass reads the (batch, M_padded, cols) arrays as (batch M_padded, cols) rows (a
+free reshape: the batches' zero rows add nothing), so the bias gradient is summed over every batch's rows in order.
+
 The differentiable function is built once per module (`differentiable`): jax.grad, jax.vjp and jax.value_and_grad
 work under jax.jit and inside jax.shard_map, as the Pallas modules' do: every argument is cast to vary over the mesh
 axes any one varies over (`specgen.runtime.jax.vary`), every call's inputs too (its outputs vary as they do), so the
@@ -182,6 +186,7 @@ class Backward:
     bands: int  # GRAD_COLS_BANDS
     min_rows: int  # GRAD_COLS_MIN_ROWS
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"): pre and G have B's 2N columns in it
+    batch: bool = False  # batch = true: (batch, rows, cols) arrays, each GEMM per batch, the columns pass over all rows
 
 
 def _jnp(name: str) -> Any:
@@ -206,25 +211,27 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
     def cols(variant: str, host: str, layouts: tuple) -> Kernel:
         return Kernel(f"{bw.name}[{variant}]", bw.hosts[host], bw.cols_launcher, variant, None, layouts)
 
-    # stored layouts: a (M, K) when K-major, else (K, M); b (N, K) when K-major, else (K, N); g, pre, out (M, N)
-    a_mode, b_mode = (SAME if bw.a_major == "k" else SWAP), (SWAP if bw.b_major == "k" else SAME)
+    # stored layouts: a (M, K) when K-major, else (K, M); b (N, K) when K-major, else (K, N); g, pre, out (M, N);
+    # batched: each with the batch first, the columns pass over (batch M, cols) rows
+    same, swap = ((0, 1, 2), (0, 2, 1)) if bw.batch else (SAME, SWAP)
+    a_mode, b_mode = (same if bw.a_major == "k" else swap), (swap if bw.b_major == "k" else same)
     stored_t = {"a": bw.a_major != "k", "b": bw.b_major == "k", "g": False}  # stored = the torch shape's transpose
     out: dict[str, Kernel] = {}
     bias_in = (vec,) if bw.bias else ()
     if bw.act and bw.save == "preact":
-        out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(SAME), matrix(SAME)))
+        out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(same), matrix(same)))
         variant = "grad_cols_gated" if bw.gated else "grad_cols"  # gated: G's gate and up from dOut and pre's
         out["grad_cols"] = cols(variant, "cols", (matrix(SAME),) * 3 + ((SAME, u),))
     if bw.act and bw.save == "recompute":  # dOut: read element-wise (gated: through the tiles' TMA view)
-        dout = matrix(SAME) if bw.gated else (SAME, 1)
-        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(SAME)))
+        dout = matrix(same) if bw.gated else (same, 1)
+        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(same)))
     if bw.bias:
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
     for role in ("dgrad", "wgrad"):
         x, y, _ = bw.gemms[role]
-        mode = [SWAP if (s.endswith(".t()") != stored_t[s[0]]) else SAME for s in (x, y)]
-        out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *bias_in, matrix(SAME)))
+        mode = [swap if (s.endswith(".t()") != stored_t[s[0]]) else same for s in (x, y)]
+        out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *bias_in, matrix(same)))
     return out
 
 
@@ -243,12 +250,13 @@ def differentiable(entry: Any, bw: Backward) -> Any:
 
     def padded(p: Any, named: dict[str, jax.Array]) -> tuple[tuple[int, int, int], dict[str, jax.Array]]:
         mp, np_, kp = round_up(p.m, u), round_up(p.n, u), round_up(p.k, u) if p.k else EMPTY_K
+        lead = p.batch  # batched: (batch,), every matrix's first dim
         a = named["a"] if p.k else jnp.zeros(named["a"].shape, dtype)  # an empty K: zeros (the kernels see 16)
         b = named["b"] if p.k else jnp.zeros(named["b"].shape, dtype)
         if bw.gated:  # B (2N, K): each half padded on its own, to np_ rows (the forward entry's `pad_gated`)
-            b = pad_to(b.reshape(halves(p.n) + (p.k,)), halves(np_) + (kp,)).reshape(2 * np_, kp)
-        out = {"a": pad_to(a, (mp, kp) if bw.a_major == "k" else (kp, mp)),
-               "b": b if bw.gated else pad_to(b, (np_, kp) if bw.b_major == "k" else (kp, np_))}
+            b = pad_to(b.reshape(lead + halves(p.n) + (p.k,)), lead + halves(np_) + (kp,)).reshape(lead + (2 * np_, kp))
+        out = {"a": pad_to(a, lead + ((mp, kp) if bw.a_major == "k" else (kp, mp))),
+               "b": b if bw.gated else pad_to(b, lead + ((np_, kp) if bw.b_major == "k" else (kp, np_)))}
         if bw.bias:
             out["bias"] = pad_to(named["bias"], (np_,))
         return (mp, np_, kp), out
@@ -259,12 +267,13 @@ def differentiable(entry: Any, bw: Backward) -> Any:
 
     def forward(*args: jax.Array) -> Any:
         p, named = sizes(args)
-        if not (bw.act and bw.save == "preact") or p.m == 0 or p.n == 0:
+        if not (bw.act and bw.save == "preact") or p.m == 0 or p.n == 0 or 0 in p.batch:
             return entry(*args), (args, None)
         (mp, np_, _), x = padded(p, named)
         ins = (x["a"], x["b"], *((x["bias"],) if bw.bias else ()))
-        pre, out = call(kern["forward_pre"], ins, (((mp, np_ * (2 if bw.gated else 1)), dtype), ((mp, np_), dtype)))
-        return out[: p.m, : p.n], (args, pre)
+        pre, out = call(kern["forward_pre"], ins, ((p.batch + (mp, np_ * (2 if bw.gated else 1)), dtype),
+                                                   (p.batch + (mp, np_), dtype)))
+        return out[..., : p.m, : p.n], (args, pre)
 
     def backward(res: Any, dout: jax.Array) -> tuple:
         args, pre = res
@@ -274,19 +283,26 @@ def differentiable(entry: Any, bw: Backward) -> Any:
     def gradients(args: tuple, pre: Any, dout: jax.Array) -> tuple:
         p, named = sizes(args)
         zeros = tuple(jnp.zeros(x.shape, x.dtype) for x in args)
-        if p.m == 0 or p.n == 0:
+        if p.m == 0 or p.n == 0 or 0 in p.batch:
             return zeros
         (mp, np_, kp), x = padded(p, named)
-        dout = pad_to(dout.astype(dtype), (mp, np_))
+        lead = p.batch
+        dout = pad_to(dout.astype(dtype), lead + (mp, np_))
         bias_in = (x["bias"],) if bw.bias else ()
-        rows = max(bw.min_rows, -(-mp // bw.bands))
-        sums = ((-(-mp // rows), np_), jnp.float32)
+        rows_all = mp * (lead[0] if lead else 1)  # the columns pass's rows: every batch's, the batches in order
+        rows = max(bw.min_rows, -(-rows_all // bw.bands))
+        sums = ((-(-rows_all // rows), np_), jnp.float32)
         partial = None
         n2 = np_ * (2 if bw.gated else 1)  # G's columns: B's (gated: gate and up, in the forward's layout)
+
+        def flat(v: jax.Array) -> jax.Array:  # (batch, M, cols) as the columns pass reads it: (batch M, cols)
+            return v.reshape(rows_all, v.shape[-1])
+
         if bw.act and bw.save == "preact":  # gated: partial is dOut's column sums (the bias after the gate)
-            g, partial = call(kern["grad_cols"], (dout, pre), (((mp, n2), dtype), sums))
+            g, partial = call(kern["grad_cols"], (flat(dout), flat(pre)), (((rows_all, n2), dtype), sums))
+            g = g.reshape(lead + (mp, n2))
         elif bw.act:
-            (g,) = call(kern["recompute"], (x["a"], x["b"], *bias_in, dout), (((mp, n2), dtype),))
+            (g,) = call(kern["recompute"], (x["a"], x["b"], *bias_in, dout), ((lead + (mp, n2), dtype),))
         else:
             g = dout
         grads = []
@@ -295,18 +311,19 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         for role, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, n2))):
             xs, ys, transposed = bw.gemms[role]
             shape = (q_, m_) if transposed else (m_, q_)
-            (c,) = call(kern[role], (ops[xs[0]], ops[ys[0]], *stub), ((shape, dtype),))
+            (c,) = call(kern[role], (ops[xs[0]], ops[ys[0]], *stub), ((lead + shape, dtype),))
             grads.append(c)
-        da = grads[0][: p.m, : p.k] if bw.a_major == "k" else grads[0][: p.k, : p.m]
+        da = grads[0][..., : p.m, : p.k] if bw.a_major == "k" else grads[0][..., : p.k, : p.m]
         if bw.gated:  # dB (2 np_, kp) in B's layout: each half sliced back to N rows
-            db = grads[1].reshape(halves(np_) + (kp,))[(slice(None), slice(p.n)) if bw.gated == "halves" else (slice(p.n),)]
-            db = db[..., : p.k].reshape(2 * p.n, p.k)
+            at = tuple(slice(None) for _ in lead) + ((slice(None), slice(p.n)) if bw.gated == "halves" else (slice(p.n),))
+            db = grads[1].reshape(lead + halves(np_) + (kp,))[at]
+            db = db[..., : p.k].reshape(lead + (2 * p.n, p.k))
         else:
-            db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]
+            db = grads[1][..., : p.n, : p.k] if bw.b_major == "k" else grads[1][..., : p.k, : p.n]
         if not bw.bias:
             return da.astype(args[0].dtype), db.astype(args[1].dtype)
         if partial is None:  # G's column sums (gated: dOut's, the bias after the gate)
-            (partial,) = call(kern["grad_cols_sum"], (dout if bw.gated else g,), (sums,))
+            (partial,) = call(kern["grad_cols_sum"], (flat(dout if bw.gated else g),), (sums,))
         (dbias,) = call(kern["grad_cols_bands"], (partial,), (((1, np_), _jnp(bw.bias_dtype)),))
         return da, db, dbias[0, : p.n].reshape(args[2].shape).astype(args[2].dtype)
 

@@ -1,0 +1,236 @@
+"""The differentiable JAX entry (`<name>_jax`, a jax.custom_vjp: specgen/runtime/cute_jax_train.py) of `batch = true`
+CuTe sm90 training modules (issue 38; session 34) on this CPU machine. No GPU runs here (numerics on the device:
+tests/gpu/test_training_cute_jax_more_gpu.py), so:
+
+- jax.grad under jax.jit traces: one XLA call per kernel the torch backward runs, each gradient in its primal's
+  (batch, ...) stored shape and dtype, and every new kernel (3-D arrays: the batch mode) compiles for sm_90a;
+- the JAX-side glue (zero-padding every matrix to 16-byte rows, the columns pass over the batch x M rows, the
+  gradients sliced back, the bias gradient summed over the batches) with each kernel replaced by a jnp model of its
+  contract (its arrays' padded extents checked), under jax.jit and a one-device jax.shard_map, against float64 autograd
+  of the batched op: the forms of test_cute_training_batch.py, batch 3 and 1, M = 1, N and K off whole vectors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernels import load_target_module
+from test_cute_training_batch import FORMS, _reference, spec
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+JACTS = {"gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True), "relu": jax.nn.relu, "silu": jax.nn.silu}
+CALLS = {  # the kernels jax.grad calls, in order (the torch backward's)
+    "cbt_bias_gelu": ["forward_pre", "grad_cols", "dgrad", "wgrad", "grad_cols_bands"],
+    "cbt_relu_rec": ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"],
+    "cbt_plain": ["dgrad", "wgrad"],
+    "cbt_swiglu": ["forward_pre", "grad_cols_gated", "dgrad", "wgrad"],
+    "cbt_geglu_il": ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"],
+}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cute_jax_batch_train")
+    return {name: load_target_module(spec(name), "cute:sm90", folder, "_specgen_test_cute_jax_batch_")[0] for name in FORMS}
+
+
+def stored_args(name: str, batch: int, M: int, N: int, K: int, dtype=None) -> list:
+    """The JAX entry's arguments (stored layouts) as ShapeDtypeStructs, or random arrays where `dtype` is given."""
+    epilogue, _, am, bm = FORMS[name]
+    cols = 2 * N if epilogue and epilogue[0]["op"] == "gated" else N
+    bias = next((op for op in epilogue if op["op"] == "bias"), None)
+    shapes = [((batch, M, K) if am == "k" else (batch, K, M), jnp.bfloat16),
+              ((batch, cols, K) if bm == "k" else (batch, K, cols), jnp.bfloat16)]
+    if bias:
+        shapes.append(((N,), jnp.bfloat16 if bias.get("dtype") == "bf16" else jnp.float32))
+    if dtype is None:
+        return [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
+    gen = torch.Generator().manual_seed(batch + M + N + K)
+    return [jnp.asarray((torch.randn(s, generator=gen) / (K**0.5 if i == 1 else 1)).numpy()).astype(d)
+            for i, (s, d) in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_jax_grad_traces_one_call_per_kernel_in_the_primals_shapes(modules, name: str) -> None:
+    from specgen.kinds.gemm.testing.autograd import cute_train_calls
+
+    fn = getattr(modules[name], f"{name}_jax")
+    args = stored_args(name, 3, 37, 45, 29)
+    grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
+    jaxpr = jax.make_jaxpr(grad)(*args)
+    assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
+    assert cute_train_calls(jaxpr.jaxpr) == CALLS[name]
+
+
+def backward_of(module, monkeypatch) -> object:
+    """The module's jt.Backward (what its template passes to `differentiable`)."""
+    from specgen.runtime import cute_jax_train as jt
+
+    seen = []
+    real = jt.differentiable
+    monkeypatch.setattr(jt, "differentiable", lambda entry, bw: seen.append(bw) or real(entry, bw))
+    monkeypatch.setattr(module, "_JAX_TRAIN", {})
+    module._jax_differentiable()
+    return seen[0]
+
+
+def test_every_kernel_of_the_batched_jax_backward_compiles_for_sm90a(modules, monkeypatch) -> None:
+    """One test compiles each kernel new to the batched JAX backward once (3-D arrays in cutlass.jax's convention)."""
+    from specgen.runtime import cute_jax_train as jt
+
+    bf = jnp.dtype(jnp.bfloat16)
+    todo = {"cbt_bias_gelu": ("forward_pre", "dgrad", "wgrad"), "cbt_relu_rec": ("recompute",)}
+    for name, roles in todo.items():
+        bw = backward_of(modules[name], monkeypatch)
+        assert bw.batch
+        kern = jt.kernels(bw)
+        bias = ((jnp.dtype(jt._jnp(bw.bias_dtype)),) if bw.bias else ())
+        for role in roles:
+            ins = {"forward_pre": (bf, bf, *bias), "recompute": (bf, bf, *bias, bf)}.get(role, (bf, bf, *bias))
+            outs = {"forward_pre": (bf, bf)}.get(role, (bf,))
+            assert all(len(mode) == 3 for mode, _ in kern[role].layouts if len(mode) > 1), (name, role)
+            obj = kern[role].compile(ins + outs, len(ins), 132)
+            assert len(obj) > 1000, (name, role)
+
+
+def _models(module, name: str, monkeypatch) -> list:
+    """Each kernel call replaced by a jnp model of its contract (f32 math, outputs in their dtypes), its arrays'
+    contiguous extents checked (whole 16-byte rows); the forward entry (no backward of its own) a jnp model too."""
+    from specgen.runtime import cute_jax_train as jt
+
+    epilogue, _, am, bm = FORMS[name]
+    gated = epilogue[0] if epilogue and epilogue[0]["op"] == "gated" else None
+    act = JACTS[gated["fn"] if gated else next((op["fn"] for op in epilogue if op["op"] == "activation"), "relu")]
+    has_act = bool(gated) or any(op["op"] == "activation" for op in epilogue)
+    seen: list = []
+
+    def logical(x, layout):
+        mode = layout[0]
+        return jnp.swapaxes(x, -1, -2) if mode[-2:] != tuple(sorted(mode))[-2:] else x
+
+    def split(v):
+        n = v.shape[-1] // 2
+        return (v[..., :n], v[..., n:]) if gated["layout"] == "halves" else (v[..., 0::2], v[..., 1::2])
+
+    def join(g, u):
+        return jnp.concatenate([g, u], -1) if gated["layout"] == "halves" else jnp.stack([g, u], -1).reshape(g.shape[:-1] + (-1,))
+
+    def deriv(v, up):
+        return jax.vjp(act, v)[1](up)[0]
+
+    def model(kernel, ins, outs):
+        seen.append(kernel.variant)
+        for x, (mode, div) in zip(ins, kernel.layouts, strict=False):
+            assert x.shape[-1] % div == 0 and x.ndim == len(mode), (kernel.variant, x.shape, mode, div)
+        f = [x.astype(jnp.float32) for x in ins]
+        v = kernel.variant
+        if v in ("forward_pre", "recompute", "dgrad", "wgrad"):
+            acc = logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])
+            bias = f[2] if len(ins) > (2 if v != "recompute" else 3) and v in ("forward_pre", "recompute") else None
+            if v == "forward_pre":
+                pre = acc + bias if bias is not None and not gated else acc
+                if gated:
+                    g_, u_ = split(pre)
+                    out = act(g_) * u_ + (bias if bias is not None else 0)
+                else:
+                    out = act(pre)
+                res = [pre, out]
+            elif v == "recompute":
+                dout = f[-1]
+                if gated:
+                    g_, u_ = split(acc)
+                    res = [join(deriv(g_, dout * u_), dout * act(g_))]
+                else:
+                    res = [deriv(acc + bias if bias is not None else acc, dout)]
+            else:
+                res = [acc]
+        else:
+            src = f[0]
+            if v == "grad_cols_bands":
+                res = [src.sum(0, keepdims=True)]
+            else:
+                rows = max(module.GRAD_COLS_MIN_ROWS, -(-src.shape[0] // module.GRAD_COLS_BANDS))
+                if v == "grad_cols":
+                    g = deriv(f[1], src)
+                    summed, res = g, [g]
+                elif v == "grad_cols_gated":
+                    g_, u_ = split(f[1])
+                    res, summed = [join(deriv(g_, src * u_), src * act(g_))], src
+                else:
+                    res, summed = [], src
+                bands = -(-src.shape[0] // rows)
+                pad = jnp.pad(summed, ((0, bands * rows - src.shape[0]), (0, 0)))
+                res.append(pad.reshape(bands, rows, -1).sum(1))
+        assert [tuple(r.shape) for r in res] == [tuple(s) for s, _ in outs], (v, [r.shape for r in res], outs)
+        return [r.astype(d) for r, (_, d) in zip(res, outs, strict=True)]
+
+    class Entry:  # the forward entry's checks, a jnp model of its kernel
+        def __init__(self, real):
+            self.real, self.problem = real, real.problem
+
+        def __call__(self, a, b, *vec):
+            A = a.astype(jnp.float32) if am == "k" else jnp.swapaxes(a, -1, -2).astype(jnp.float32)
+            B = jnp.swapaxes(b, -1, -2).astype(jnp.float32) if bm == "k" else b.astype(jnp.float32)
+            v = A @ B
+            if gated:
+                g_, u_ = split(v)
+                v = act(g_) * u_
+            if vec:
+                v = v + vec[0].astype(jnp.float32)
+            if has_act and not gated:
+                v = act(v)
+            return v.astype(jnp.bfloat16)
+
+    monkeypatch.setattr(jt, "call", model)
+    entry = Entry(module._jax_entry())
+    monkeypatch.setattr(module, "_jax_entry", lambda: entry)
+    monkeypatch.setattr(module, "_JAX_TRAIN", {})
+    return seen
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_the_jax_glue_gives_every_batchs_gradients_under_jit_and_shard_map(modules, name: str, monkeypatch) -> None:
+    """jax.grad of <name>_jax with the kernels modelled, against float64 autograd of the batched op: dA and dB per
+    batch, the bias gradient over every batch's rows, each in its primal's shape and dtype (batch 3 off every tile and
+    vector; batch 1 with M = 1 and K = 72); a one-device shard_map (the batch axis sharded, the bias replicated) gives
+    the same gradients."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    module = modules[name]
+    seen = _models(module, name, monkeypatch)
+    fn = getattr(module, f"{name}_jax")
+    epilogue, _, am, bm = FORMS[name]
+    mesh = Mesh(jax.devices("cpu")[:1], ("x",))
+    for batch, M, N, K in ((3, 37, 45, 29), (1, 1, 13, 72)):
+        args = stored_args(name, batch, M, N, K, jnp.bfloat16)
+        gen = torch.Generator().manual_seed(7)
+        dout = torch.randn(batch, M, N, generator=gen).bfloat16()
+
+        def loss(*xs, f=fn, dout=dout):
+            return (f(*xs).astype(jnp.float32) * jnp.asarray(dout.float().numpy())).sum()
+
+        argnums = tuple(range(len(args)))
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*args)
+        specs = (P("x"), P("x"), *([P()] if len(args) > 2 else []))
+        sharded = got if batch == 1 else jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh,
+                                                                in_specs=specs, out_specs=specs))(*args)
+        named = dict(zip(("a", "b", "bias"), (to_torch(x) for x in args), strict=False))
+        named["a"] = named["a"] if am == "k" else named["a"].mT
+        named["b"] = named["b"].mT if bm == "k" else named["b"]
+        want = _reference(name, named, dout.float())
+        for (n, w), g, s, x in zip(want.items(), got, sharded, args, strict=True):
+            assert g.shape == x.shape and g.dtype == x.dtype, (name, n)
+            t = to_torch(g).double()
+            t = t.mT if (n == "a" and am != "k") or (n == "b" and bm == "k") else t
+            err, scale = (t - w).abs().max().item(), w.abs().max().item()
+            assert err <= 2e-2 * scale + 1e-3, f"{name} d{n} at {(batch, M, N, K)}: {err:.4g} vs {scale:.4g}"
+            assert jnp.array_equal(g, s), f"{name} d{n}: shard_map's gradient differs"
+    assert set(seen) == set(CALLS[name]), seen
+
+
+def to_torch(x) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.array(x.astype(jnp.float32)))

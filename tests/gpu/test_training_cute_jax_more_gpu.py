@@ -1,0 +1,130 @@
+"""The differentiable JAX entry (`<name>_jax`, a jax.custom_vjp: specgen/runtime/cute_jax_train.py) of `batch = true`
+CuTe sm90 training modules (issue 38; session 34) on a Hopper GPU: jax.grad under jax.jit, and inside a one-device
+jax.shard_map (the batch sharded, the bias replicated), runs the module's kernels through XLA custom calls and gives
+dA, dB (each batch's) and the bias gradient (over every batch's rows) in their primals' stored shapes and dtypes,
+within bf16 rounding of float64 autograd and no worse than twice eager bf16 autograd's error: [] (B mn-major),
+[bias, gelu_tanh] preact, [bias, relu] recompute (A and B mn-major), SwiGLU halves (preact), GeGLU-tanh interleaved
+with a bias (recompute); batch 3 with M, N and K off the tiles and off whole 16 bytes, batch 1 with M = 1.
+The outputs are new arrays (XLA's), so no NaN poisoning applies; the padding they are sliced from is checked by the
+values at every edge. Written in session 34 without a GPU: NOT YET RUN until the lead reports it.
+
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+ACTS = {"gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "relu": torch.relu, "silu": F.silu}
+# name: (epilogue, save, a major, b major), as tests/backends/cute/test_cute_training_batch.py's FORMS
+FORMS = {
+    "gjb_plain": ([], "preact", "k", "mn"),
+    "gjb_bias_gelu": ([{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "gelu_tanh"}], "preact", "k", "k"),
+    "gjb_relu_rec": ([{"op": "bias", "dtype": "bf16"}, {"op": "activation", "fn": "relu"}], "recompute", "mn", "mn"),
+    "gjb_swiglu": ([{"op": "gated", "fn": "silu", "layout": "halves"}], "preact", "k", "k"),
+    "gjb_geglu_il": ([{"op": "gated", "fn": "gelu_tanh", "layout": "interleaved"}, {"op": "bias", "dtype": "bf16"}],
+                     "recompute", "k", "k"),
+}
+SHAPES = [(3, 200, 100, 72), (1, 1, 264, 40)]  # batch, M, N, K
+_MODULES: dict[str, object] = {}
+
+
+def spec(name: str) -> dict:
+    epilogue, save, am, bm = FORMS[name]
+    return {"name": name, "kind": "gemm", "batch": True, "a": {"dtype": "bf16", "major": am},
+            "b": {"dtype": "bf16", "major": bm}, "out": {"dtype": "bf16"}, "epilogue": epilogue,
+            "training": {"save": save}, "tile": {"m": 128, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 2},
+            "schedule": {"persistent": True}, "targets": ["cute:sm90"]}
+
+
+def module(name: str, tmp_path_factory):
+    if name not in _MODULES:
+        from kernels import load_target_module
+
+        _MODULES[name] = load_target_module(spec(name), "cute:sm90", tmp_path_factory.mktemp(name),
+                                            "_specgen_cute_jax_batch_train_")[0]
+    return _MODULES[name]
+
+
+def data(name: str, shape: tuple[int, int, int, int]) -> dict[str, torch.Tensor]:
+    """The logical (torch) operands: a (batch, M, K), b (batch, K, cols), bias (N,); float32 values of bf16s."""
+    epilogue = FORMS[name][0]
+    batch, M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(sum(shape))
+    cols = 2 * N if epilogue and epilogue[0]["op"] == "gated" else N
+    out = {"a": torch.randn(batch, M, K, generator=gen, device="cuda").bfloat16(),
+           "b": (torch.randn(batch, K, cols, generator=gen, device="cuda") / K**0.5).bfloat16()}
+    if any(op["op"] == "bias" for op in epilogue):
+        out["bias"] = torch.randn(N, generator=gen, device="cuda").bfloat16()
+    return out
+
+
+def forward(name: str, args: dict[str, torch.Tensor]) -> torch.Tensor:
+    v = args["a"] @ args["b"]
+    for op in FORMS[name][0]:
+        if op["op"] == "bias":
+            v = v + args["bias"]
+        elif op["op"] == "activation":
+            v = ACTS[op["fn"]](v)
+        else:
+            n = v.shape[-1] // 2
+            gate, up = (v[..., :n], v[..., n:]) if op["layout"] == "halves" else (v[..., 0::2], v[..., 1::2])
+            v = ACTS[op["fn"]](gate) * up
+    return v
+
+
+def grads(name: str, args: dict[str, torch.Tensor], grad: torch.Tensor, dtype) -> dict[str, torch.Tensor]:
+    leaves = {n: t.detach().to(dtype).requires_grad_() for n, t in args.items()}
+    forward(name, leaves).backward(grad.to(dtype))
+    return {n: t.grad for n, t in leaves.items()}
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_batched_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> None:
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mod = module(name, tmp_path_factory)
+    fn = getattr(mod, f"{name}_jax")
+    _, _, am, bm = FORMS[name]
+    mesh = Mesh(jax.devices()[:1], ("x",))
+
+    def to_jax(t: torch.Tensor):
+        return jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)
+
+    def back(x) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(x.astype(jnp.float32))).cuda()
+
+    for shape in SHAPES:
+        args = data(name, shape)
+        grad = torch.randn(*shape[:3], generator=torch.Generator(device="cuda").manual_seed(1), device="cuda").bfloat16()
+        stored = [to_jax(args["a"] if am == "k" else args["a"].mT), to_jax(args["b"].mT if bm == "k" else args["b"]),
+                  *([to_jax(args["bias"])] if "bias" in args else [])]
+        g_jax = to_jax(grad)
+
+        def loss(*xs, g_jax=g_jax):
+            return (fn(*xs).astype(jnp.float32) * g_jax.astype(jnp.float32)).sum()
+
+        argnums = tuple(range(len(stored)))
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*stored)
+        specs = (P("x"), P("x"), *([P()] if "bias" in args else []))
+        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs,
+                                        out_specs=specs))(*stored)
+        want, theirs = grads(name, args, grad, torch.float64), grads(name, args, grad, torch.bfloat16)
+        for (n, w), g, s, x in zip(want.items(), got, sharded, stored, strict=True):
+            where = f"{name} d{n} at {shape}"
+            assert g.shape == x.shape and g.dtype == x.dtype and s.shape == x.shape, where
+            t = back(g)
+            t = t.mT if (n == "a" and am != "k") or (n == "b" and bm == "k") else t
+            assert not t.isnan().any(), where
+            e_ours = (t.double() - w).abs().max().item()
+            e_eager = (theirs[n].double() - w).abs().max().item()
+            assert e_ours <= 2 * e_eager + 2e-2 * w.abs().max().item(), f"{where}: {e_ours:.4g} vs eager {e_eager:.4g}"
+            assert bool(jnp.array_equal(g, s)), f"{where}: shard_map's gradient differs from jit's"
