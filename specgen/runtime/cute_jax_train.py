@@ -187,6 +187,7 @@ class Backward:
     min_rows: int  # GRAD_COLS_MIN_ROWS
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"): pre and G have B's 2N columns in it
     batch: bool = False  # batch = true: (batch, rows, cols) arrays, each GEMM per batch, the columns pass over all rows
+    fp8: Any = None  # an fp8 forward: the fp8 columns kernel's launcher (`dtype` is then the output's, G's and pre's)
 
 
 def _jnp(name: str) -> Any:
@@ -196,10 +197,15 @@ def _jnp(name: str) -> Any:
     return jnp.dtype(cutlass_to_jax_dtype(getattr(cutlass, name)))
 
 
+def unit(bw: Backward) -> int:
+    """Every padded dim's multiple: whole 16-byte rows of the narrowest array (fp8 operands: 16 elements)."""
+    return ROW_BYTES // (1 if bw.fp8 else _jnp(bw.dtype).itemsize)
+
+
 @functools.cache
 def kernels(bw: Backward) -> dict[str, Kernel]:
     """The backward's kernels by role or columns variant, with each array's layout as XLA passes it."""
-    u = ROW_BYTES // _jnp(bw.dtype).itemsize
+    u = unit(bw)
     vec = ((0,), 1)  # a vector (the bias, or the stub dgrad and wgrad pass for it): any extent
 
     def matrix(mode: tuple[int, int]) -> tuple[tuple[int, int], int]:
@@ -208,8 +214,8 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
     def gemm(role: str, host: str, layouts: tuple) -> Kernel:
         return Kernel(f"{bw.name}[{role}]", bw.hosts[host], bw.train_launcher, role, bw.configs[role], layouts)
 
-    def cols(variant: str, host: str, layouts: tuple) -> Kernel:
-        return Kernel(f"{bw.name}[{variant}]", bw.hosts[host], bw.cols_launcher, variant, None, layouts)
+    def cols(variant: str, host: str, layouts: tuple, launcher: Any = None) -> Kernel:
+        return Kernel(f"{bw.name}[{variant}]", bw.hosts[host], launcher or bw.cols_launcher, variant, None, layouts)
 
     # stored layouts: a (M, K) when K-major, else (K, M); b (N, K) when K-major, else (K, N); g, pre, out (M, N);
     # batched: each with the batch first, the columns pass over (batch M, cols) rows
@@ -217,16 +223,23 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
     a_mode, b_mode = (same if bw.a_major == "k" else swap), (swap if bw.b_major == "k" else same)
     stored_t = {"a": bw.a_major != "k", "b": bw.b_major == "k", "g": False}  # stored = the torch shape's transpose
     out: dict[str, Kernel] = {}
-    bias_in = (vec,) if bw.bias else ()
+    bias_in = (vec,) * ((2 if bw.fp8 else 0) + (1 if bw.bias else 0))  # the vectors a GEMM reads (fp8: the scales first)
+    if bw.fp8:  # G_b, G_a and U's bands' column sums from dOut (and pre) and the scales (scale_b a (1, N) row)
+        if bw.act and bw.save == "recompute":  # pre stored as the fp8 kernel's output
+            out["recompute"] = gemm("recompute", "pre", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(same)))
+        out["grad_cols_fp8"] = cols("grad_cols_fp8", "cols_fp8", (matrix(SAME),) * 2 + (vec, matrix(SAME)) +
+                                    (matrix(SAME),) * 2 + ((SAME, u),), bw.fp8)
     if bw.act and bw.save == "preact":
         out["forward_pre"] = gemm("forward_pre", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(same), matrix(same)))
+    if bw.act and bw.save == "preact" and not bw.fp8:
         variant = "grad_cols_gated" if bw.gated else "grad_cols"  # gated: G's gate and up from dOut and pre's
         out["grad_cols"] = cols(variant, "cols", (matrix(SAME),) * 3 + ((SAME, u),))
-    if bw.act and bw.save == "recompute":  # dOut: read element-wise (gated: through the tiles' TMA view)
+    if bw.act and bw.save == "recompute" and not bw.fp8:  # dOut: read element-wise (gated: through the tiles' TMA view)
         dout = matrix(same) if bw.gated else (same, 1)
         out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(same)))
-    if bw.bias:
+    if bw.bias and not bw.fp8:
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
+    if bw.bias:
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
     for role in ("dgrad", "wgrad"):
         x, y, _ = bw.gemms[role]
@@ -239,11 +252,12 @@ def kernels(bw: Backward) -> dict[str, Kernel]:
 def differentiable(entry: Any, bw: Backward) -> Any:
     """The module's forward entry as a jax.custom_vjp (built once per module)."""
     dtype = _jnp(bw.dtype)
-    u = ROW_BYTES // dtype.itemsize
+    u = unit(bw)
     kern = kernels(bw)
+    names = tuple(o.name for o in entry.operands)  # a, b, (fp8: scale_a, scale_b), (the bias)
+    vectors = names[2:]
 
     def sizes(args: tuple) -> tuple[Any, dict[str, jax.Array]]:
-        names = ("a", "b", "bias") if bw.bias else ("a", "b")
         if len(args) != len(names):
             raise TypeError(f"{bw.name}: takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
         return entry.problem(dict(zip(names, args, strict=True)))
@@ -251,14 +265,14 @@ def differentiable(entry: Any, bw: Backward) -> Any:
     def padded(p: Any, named: dict[str, jax.Array]) -> tuple[tuple[int, int, int], dict[str, jax.Array]]:
         mp, np_, kp = round_up(p.m, u), round_up(p.n, u), round_up(p.k, u) if p.k else EMPTY_K
         lead = p.batch  # batched: (batch,), every matrix's first dim
-        a = named["a"] if p.k else jnp.zeros(named["a"].shape, dtype)  # an empty K: zeros (the kernels see 16)
-        b = named["b"] if p.k else jnp.zeros(named["b"].shape, dtype)
+        a = named["a"] if p.k else jnp.zeros(named["a"].shape, named["a"].dtype)  # an empty K: zeros (the kernels see 16)
+        b = named["b"] if p.k else jnp.zeros(named["b"].shape, named["b"].dtype)
         if bw.gated:  # B (2N, K): each half padded on its own, to np_ rows (the forward entry's `pad_gated`)
             b = pad_to(b.reshape(lead + halves(p.n) + (p.k,)), lead + halves(np_) + (kp,)).reshape(lead + (2 * np_, kp))
         out = {"a": pad_to(a, lead + ((mp, kp) if bw.a_major == "k" else (kp, mp))),
                "b": b if bw.gated else pad_to(b, lead + ((np_, kp) if bw.b_major == "k" else (kp, np_)))}
-        if bw.bias:
-            out["bias"] = pad_to(named["bias"], (np_,))
+        for o in entry.operands[2:]:  # the vectors (fp8: scale_a along M, then scale_b and the bias along N)
+            out[o.name] = pad_to(named[o.name], (mp if o.role == "vec_m" else np_,))
         return (mp, np_, kp), out
 
     def halves(n: int) -> tuple[int, int]:
@@ -270,25 +284,30 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         if not (bw.act and bw.save == "preact") or p.m == 0 or p.n == 0 or 0 in p.batch:
             return entry(*args), (args, None)
         (mp, np_, _), x = padded(p, named)
-        ins = (x["a"], x["b"], *((x["bias"],) if bw.bias else ()))
+        ins = (x["a"], x["b"], *(x[v] for v in vectors))
         pre, out = call(kern["forward_pre"], ins, ((p.batch + (mp, np_ * (2 if bw.gated else 1)), dtype),
                                                    (p.batch + (mp, np_), dtype)))
         return out[..., : p.m, : p.n], (args, pre)
 
     def backward(res: Any, dout: jax.Array) -> tuple:
         args, pre = res
-        # each gradient varies as its primal does (under jax.shard_map: zeros of an empty shard are cast too)
-        return _rt.vary(_rt.varying_axes(*args), *gradients(args, pre, dout))
+        # each gradient varies as its primal does (under jax.shard_map: zeros of an empty shard are cast too); None
+        # (an fp8 forward's scales: no gradient, jax.grad gives zeros)
+        grads = gradients(args, pre, dout)
+        cast = iter(_rt.vary(_rt.varying_axes(*args), *(g for g in grads if g is not None)))
+        return tuple(None if g is None else next(cast) for g in grads)
 
     def gradients(args: tuple, pre: Any, dout: jax.Array) -> tuple:
         p, named = sizes(args)
-        zeros = tuple(jnp.zeros(x.shape, x.dtype) for x in args)
+        zeros = tuple(jnp.zeros(x.shape, dtype if bw.fp8 else x.dtype) for x in args)
+        if bw.fp8:  # the gradients of the dequantized operands (the output's dtype), the scales none
+            zeros = (*zeros[:2], None, None, *zeros[4:])
         if p.m == 0 or p.n == 0 or 0 in p.batch:
             return zeros
         (mp, np_, kp), x = padded(p, named)
         lead = p.batch
         dout = pad_to(dout.astype(dtype), lead + (mp, np_))
-        bias_in = (x["bias"],) if bw.bias else ()
+        bias_in = tuple(x[v] for v in vectors)  # what forward_pre and recompute read (fp8: the scales, then the bias)
         rows_all = mp * (lead[0] if lead else 1)  # the columns pass's rows: every batch's, the batches in order
         rows = max(bw.min_rows, -(-rows_all // bw.bands))
         sums = ((-(-rows_all // rows), np_), jnp.float32)
@@ -298,7 +317,18 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         def flat(v: jax.Array) -> jax.Array:  # (batch, M, cols) as the columns pass reads it: (batch M, cols)
             return v.reshape(rows_all, v.shape[-1])
 
-        if bw.act and bw.save == "preact":  # gated: partial is dOut's column sums (the bias after the gate)
+        if bw.fp8:  # G_b = U scale_b (dgrad's), G_a = scale_a U (wgrad's), U's column sums; U = dOut (* act'(pre))
+            if bw.act and bw.save == "recompute":
+                (pre,) = call(kern["recompute"], (x["a"], x["b"], *bias_in), ((lead + (mp, np_), dtype),))
+            sa, sb = x[vectors[0]], x[vectors[1]]
+            sa = jnp.tile(sa, lead[0]) if lead else sa  # the scales shared by the batches: scale_a for each batch's rows
+            src = flat(dout)
+            g_b, g_a, partial = call(kern["grad_cols_fp8"], (src, flat(pre) if bw.act else src, sa, sb.reshape(1, np_)),
+                                     (((rows_all, np_), dtype),) * 2 + (sums,))
+            g = None
+            ops = {"dgrad": {"g": g_b.reshape(lead + (mp, np_)), "b": x["b"].astype(dtype)},  # 16-bit copies: exact
+                   "wgrad": {"g": g_a.reshape(lead + (mp, np_)), "a": x["a"].astype(dtype)}}
+        elif bw.act and bw.save == "preact":  # gated: partial is dOut's column sums (the bias after the gate)
             g, partial = call(kern["grad_cols"], (flat(dout), flat(pre)), (((rows_all, n2), dtype), sums))
             g = g.reshape(lead + (mp, n2))
         elif bw.act:
@@ -306,12 +336,13 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         else:
             g = dout
         grads = []
-        stub = (jnp.zeros((u,), _jnp(bw.bias_dtype)),) if bw.bias else ()
-        ops = {"a": x["a"], "b": x["b"], "g": g}
+        stub = tuple(jnp.zeros((u,), v.dtype) for v in bias_in)  # dgrad and wgrad read no vector: any aligned one
+        if not bw.fp8:
+            ops = {role: {"a": x["a"], "b": x["b"], "g": g} for role in ("dgrad", "wgrad")}
         for role, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, n2))):
             xs, ys, transposed = bw.gemms[role]
             shape = (q_, m_) if transposed else (m_, q_)
-            (c,) = call(kern[role], (ops[xs[0]], ops[ys[0]], *stub), ((lead + shape, dtype),))
+            (c,) = call(kern[role], (ops[role][xs[0]], ops[role][ys[0]], *stub), ((lead + shape, dtype),))
             grads.append(c)
         da = grads[0][..., : p.m, : p.k] if bw.a_major == "k" else grads[0][..., : p.k, : p.m]
         if bw.gated:  # dB (2 np_, kp) in B's layout: each half sliced back to N rows
@@ -320,12 +351,14 @@ def differentiable(entry: Any, bw: Backward) -> Any:
             db = db[..., : p.k].reshape(lead + (2 * p.n, p.k))
         else:
             db = grads[1][..., : p.n, : p.k] if bw.b_major == "k" else grads[1][..., : p.k, : p.n]
+        dx = (da, db) if bw.fp8 else (da.astype(args[0].dtype), db.astype(args[1].dtype))
+        dx = (*dx, None, None) if bw.fp8 else dx
         if not bw.bias:
-            return da.astype(args[0].dtype), db.astype(args[1].dtype)
+            return dx
         if partial is None:  # G's column sums (gated: dOut's, the bias after the gate)
             (partial,) = call(kern["grad_cols_sum"], (flat(dout if bw.gated else g),), (sums,))
         (dbias,) = call(kern["grad_cols_bands"], (partial,), (((1, np_), _jnp(bw.bias_dtype)),))
-        return da, db, dbias[0, : p.n].reshape(args[2].shape).astype(args[2].dtype)
+        return (*dx, dbias[0, : p.n].reshape(args[-1].shape).astype(args[-1].dtype))
 
     @jax.custom_vjp
     def f(*args: jax.Array) -> jax.Array:

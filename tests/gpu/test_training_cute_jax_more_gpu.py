@@ -128,3 +128,80 @@ def test_batched_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -
             e_eager = (theirs[n].double() - w).abs().max().item()
             assert e_ours <= 2 * e_eager + 2e-2 * w.abs().max().item(), f"{where}: {e_ours:.4g} vs eager {e_eager:.4g}"
             assert bool(jnp.array_equal(g, s)), f"{where}: shard_map's gradient differs from jit's"
+
+
+# An fp8 forward (rowwise scales first, then a bias and GELU-tanh, or ReLU alone; both K-major): jax.grad gives dA and dB,
+# the gradients of the dequantized A sa and B sb, in the output's dtype (bf16) in A's and B's stored shapes, the bias
+# U's column sum (over every batch's rows), the scales zeros; within 2e-2 of the largest float64 gradient (the torch
+# fp8 GPU tests' bound). Unbatched and batched (the scales shared by the batches).
+FP8_FORMS = {"gjf8_pre": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", False),
+             "gjf8_rec_b": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu", True),
+             "gjf8_pre_b": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", True)}
+FP8_SHAPES = [(3, 200, 100, 72), (1, 1, 264, 40)]
+
+
+def fp8_spec(name: str) -> dict:
+    a, b, save, bias, act, batch = FP8_FORMS[name]
+    return {"name": name, "kind": "gemm", "batch": batch, "a": {"dtype": a, "major": "k"}, "b": {"dtype": b, "major": "k"},
+            "out": {"dtype": "bf16"}, "targets": ["cute:sm90"], "tile": {"m": 128, "n": 128, "k": 128},
+            "schedule": {"persistent": True}, "training": {"save": save},
+            "epilogue": [{"op": "scale", "by": "rowcol"}] + ([{"op": "bias", "dtype": "bf16"}] if bias else [])
+            + [{"op": "activation", "fn": act}]}
+
+
+@pytest.mark.parametrize("name", list(FP8_FORMS))
+def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> None:
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+    from kernels import load_target_module
+
+    a_dt, b_dt, _, has_bias, act, batched = FP8_FORMS[name]
+    if name not in _MODULES:
+        _MODULES[name] = load_target_module(fp8_spec(name), "cute:sm90", tmp_path_factory.mktemp(name),
+                                            "_specgen_cute_jax_fp8_train_")[0]
+    fn = getattr(_MODULES[name], f"{name}_jax")
+    jd = {"fp8_e4m3": jnp.float8_e4m3fn, "fp8_e5m2": jnp.float8_e5m2}
+    mesh = Mesh(jax.devices()[:1], ("x",))
+    for batch, M, N, K in FP8_SHAPES:
+        lead = (batch,) if batched else ()
+        gen = torch.Generator().manual_seed(batch + M + N + K)
+        a = jnp.asarray(torch.randn(lead + (M, K), generator=gen).numpy()).astype(jd[a_dt])
+        b = jnp.asarray(torch.randn(lead + (N, K), generator=gen).numpy()).astype(jd[b_dt])
+        sa = jnp.asarray((torch.rand(M, generator=gen) / 10 + 0.05).numpy())
+        sb = jnp.asarray((torch.rand(N, generator=gen) / 10 + 0.05).numpy())
+        args = [a, b, sa, sb] + ([jnp.asarray(torch.randn(N, generator=gen).numpy()).astype(jnp.bfloat16)] if has_bias else [])
+        dout = jnp.asarray(torch.randn(lead + (M, N), generator=gen).numpy()).astype(jnp.bfloat16)
+
+        def loss(*xs, dout=dout):
+            return (fn(*xs).astype(jnp.float32) * dout.astype(jnp.float32)).sum()
+
+        argnums = tuple(range(len(args)))
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*args)
+        specs = (P("x") if batched else P(), P("x") if batched else P(), P(), P(), *([P()] if has_bias else []))
+        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs,
+                                        out_specs=specs))(*args)
+
+        def t64(x) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(x.astype(jnp.float32))).double()
+
+        deq_a = (t64(a) * t64(sa)[:, None]).requires_grad_()
+        deq_b = (t64(b).mT * t64(sb)).requires_grad_()
+        bias64 = t64(args[4]).requires_grad_() if has_bias else None
+        v = deq_a @ deq_b + (bias64 if has_bias else 0)
+        ACTS[act](v).backward(t64(dout))
+        want = [deq_a.grad, deq_b.grad.mT, None, None] + ([bias64.grad] if has_bias else [])
+        for i, (g, s, w, x) in enumerate(zip(got, sharded, want, args, strict=True)):
+            where = f"{name} grad {i} at {(batch, M, N, K)}"
+            assert g.shape == x.shape and s.shape == x.shape, where
+            if w is None:  # a scale: no gradient
+                assert not bool(jnp.any(g)), where
+                continue
+            assert g.dtype == jnp.bfloat16, where
+            t = t64(g)
+            assert not t.isnan().any(), where
+            err, scale = (t - w).abs().max().item(), w.abs().max().item()
+            assert err <= 2e-2 * scale, f"{where}: {err:.4g} > 2e-2 x {scale:.4g}"
+            assert bool(jnp.array_equal(g, s)), f"{where}: shard_map's gradient differs from jit's"

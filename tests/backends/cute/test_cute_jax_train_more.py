@@ -75,8 +75,10 @@ def backward_of(module, monkeypatch) -> object:
     return seen[0]
 
 
-def test_every_kernel_of_the_batched_jax_backward_compiles_for_sm90a(modules, monkeypatch) -> None:
-    """One test compiles each kernel new to the batched JAX backward once (3-D arrays in cutlass.jax's convention)."""
+def test_every_new_kernel_of_the_jax_backward_compiles_for_sm90a(modules, fp8_modules, monkeypatch) -> None:
+    """One test compiles each kernel new to the JAX backward once: the batched ones (3-D arrays in cutlass.jax's
+    convention), and a batched fp8 forward's recompute (the fp8 kernel storing pre), fp8 columns kernel (2-D: the
+    batches' rows) and dgrad (16-bit operands, the scales' and the bias's stubs)."""
     from specgen.runtime import cute_jax_train as jt
 
     bf = jnp.dtype(jnp.bfloat16)
@@ -92,6 +94,12 @@ def test_every_kernel_of_the_batched_jax_backward_compiles_for_sm90a(modules, mo
             assert all(len(mode) == 3 for mode, _ in kern[role].layouts if len(mode) > 1), (name, role)
             obj = kern[role].compile(ins + outs, len(ins), 132)
             assert len(obj) > 1000, (name, role)
+    bw = backward_of(fp8_modules["cjf8_rec_b"], monkeypatch)
+    kern, f32, f8 = jt.kernels(bw), jnp.dtype(jnp.float32), (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
+    assert bw.fp8 is not None and bw.batch and set(kern) == {"recompute", "grad_cols_fp8", "dgrad", "wgrad"}
+    for role, ins, outs in (("recompute", (*f8, f32, f32), (bf,)), ("grad_cols_fp8", (bf, bf, f32, f32), (bf, bf, f32)),
+                            ("dgrad", (bf, bf, f32, f32), (bf,))):
+        assert len(kern[role].compile(ins + outs, len(ins), 132)) > 1000, role
 
 
 def _models(module, name: str, monkeypatch) -> list:
@@ -167,7 +175,7 @@ def _models(module, name: str, monkeypatch) -> list:
 
     class Entry:  # the forward entry's checks, a jnp model of its kernel
         def __init__(self, real):
-            self.real, self.problem = real, real.problem
+            self.real, self.problem, self.operands = real, real.problem, real.operands
 
         def __call__(self, a, b, *vec):
             A = a.astype(jnp.float32) if am == "k" else jnp.swapaxes(a, -1, -2).astype(jnp.float32)
@@ -234,3 +242,133 @@ def to_torch(x) -> torch.Tensor:
     import numpy as np
 
     return torch.from_numpy(np.array(x.astype(jnp.float32)))
+
+
+# ---- an fp8 forward (rowwise scales first, then [bias], [activation]; both K-major), batched or not ----------------
+# name: (test_cute_training_fp8.py's form, batched)
+FP8 = {"cjf8_pre": ("cf8_pre", False), "cjf8_rec": ("cf8_rec", False), "cjf8_bias": ("cf8_bias", False),
+       "cjf8_pre_b": ("cf8_pre", True), "cjf8_rec_b": ("cf8_rec", True)}
+FP8_CALLS = {"cf8_pre": ["forward_pre", "grad_cols_fp8", "dgrad", "wgrad", "grad_cols_bands"],
+             "cf8_rec": ["recompute", "grad_cols_fp8", "dgrad", "wgrad"],
+             "cf8_bias": ["grad_cols_fp8", "dgrad", "wgrad", "grad_cols_bands"]}
+
+
+@pytest.fixture(scope="module")
+def fp8_modules(tmp_path_factory):
+    from backends.cute.test_cute_training_fp8 import spec as fp8_spec
+
+    folder = tmp_path_factory.mktemp("cute_jax_fp8_train")
+    return {name: load_target_module({**fp8_spec(form, **({"batch": True} if batched else {})), "name": name},
+                                     "cute:sm90", folder, "_specgen_test_cute_jax_fp8_")[0]
+            for name, (form, batched) in FP8.items()}
+
+
+def _fp8_models(module, form: str, monkeypatch) -> list:
+    """The fp8 backward's kernels as jnp models: forward_pre and recompute (pre = (A @ B) sa sb + bias; out = act(pre)),
+    the fp8 columns kernel (U = dOut * act'(pre); G_b = U sb, G_a = sa U; U's bands' column sums), dgrad and wgrad over
+    16-bit operands, the bands kernel; the forward entry a jnp model too."""
+    from backends.cute.test_cute_training_fp8 import FORMS as FP8_FORMS
+
+    from specgen.runtime import cute_jax_train as jt
+
+    _, _, _, _, act_name, _ = FP8_FORMS[form]
+    act = JACTS.get(act_name, lambda v: v)
+    seen: list = []
+
+    def logical(x, layout):
+        return jnp.swapaxes(x, -1, -2) if layout[0][-2:] != tuple(sorted(layout[0]))[-2:] else x
+
+    def model(kernel, ins, outs):
+        seen.append(kernel.variant)
+        for x, (mode, div) in zip(ins, kernel.layouts, strict=False):
+            assert x.shape[-1] % div == 0 and x.ndim == len(mode), (kernel.variant, x.shape, mode, div)
+        f = [x.astype(jnp.float32) for x in ins]
+        v = kernel.variant
+        if v in ("dgrad", "wgrad"):
+            assert ins[0].dtype == ins[1].dtype == outs[0][1], (v, ins[0].dtype, ins[1].dtype)  # 16-bit operands
+            res = [logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])]
+        elif v in ("forward_pre", "recompute"):
+            pre = (logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])) * f[2][:, None] * f[3]
+            pre = pre + f[4] if len(f) > 4 else pre
+            res = [pre, act(pre)] if v == "forward_pre" else [pre]
+        elif v == "grad_cols_fp8":
+            src, pre, sa, sb = f
+            u = jax.vjp(act, pre)[1](src)[0] if act_name else src
+            rows = max(module.GRAD_COLS_MIN_ROWS, -(-src.shape[0] // module.GRAD_COLS_BANDS))
+            bands = -(-src.shape[0] // rows)
+            sums = jnp.pad(u, ((0, bands * rows - src.shape[0]), (0, 0))).reshape(bands, rows, -1).sum(1)
+            res = [u * sb, sa[:, None] * u, sums]
+        else:
+            assert v == "grad_cols_bands", v
+            res = [f[0].sum(0, keepdims=True)]
+        assert [tuple(r.shape) for r in res] == [tuple(s) for s, _ in outs], (v, [r.shape for r in res], outs)
+        return [r.astype(d) for r, (_, d) in zip(res, outs, strict=True)]
+
+    class Entry:
+        def __init__(self, real):
+            self.real, self.problem, self.operands = real, real.problem, real.operands
+
+        def __call__(self, a, b, sa, sb, *bias):
+            v = (a.astype(jnp.float32) @ jnp.swapaxes(b, -1, -2).astype(jnp.float32)) * sa[:, None] * sb
+            return act(v + bias[0].astype(jnp.float32) if bias else v).astype(self.real.out.jnp_dtype)
+
+    monkeypatch.setattr(jt, "call", model)
+    entry = Entry(module._jax_entry())
+    monkeypatch.setattr(module, "_jax_entry", lambda: entry)
+    monkeypatch.setattr(module, "_JAX_TRAIN", {})
+    return seen
+
+
+@pytest.mark.parametrize("name", list(FP8))
+def test_an_fp8_forwards_jax_grad_is_the_dequantized_operands_and_the_scales_get_zeros(fp8_modules, name: str,
+                                                                                       monkeypatch) -> None:
+    """jax.grad under jax.jit of <name>_jax after an fp8 forward, the kernels modelled: dA and dB the gradients of the
+    dequantized A sa and B sb in the output's dtype (JAX takes the rule's cotangent dtype), in A's and B's stored shapes,
+    the bias U's column sum (over every batch's rows), the scales zeros (the rule gives None); against float64 autograd;
+    a one-device shard_map (batched: the batch sharded) gives the same gradients. The traced calls are the torch
+    backward's."""
+    from backends.cute.test_cute_training_fp8 import FORMS as FP8_FORMS
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    form, batched = FP8[name]
+    a_dt, b_dt, _, has_bias, act_name, out_dt = FP8_FORMS[form]
+    module = fp8_modules[name]
+    seen = _fp8_models(module, form, monkeypatch)
+    fn = getattr(module, f"{name}_jax")
+    jd = {"fp8_e4m3": jnp.float8_e4m3fn, "fp8_e5m2": jnp.float8_e5m2, "bf16": jnp.bfloat16, "f16": jnp.float16}
+    batch, M, N, K = (3, 37, 45, 29) if batched else (1, 37, 45, 29)
+    lead = (batch,) if batched else ()
+    gen = torch.Generator().manual_seed(5)
+    a = jnp.asarray(torch.randn(lead + (M, K), generator=gen).numpy()).astype(jd[a_dt])
+    b = jnp.asarray(torch.randn(lead + (N, K), generator=gen).numpy()).astype(jd[b_dt])
+    sa = jnp.asarray((torch.rand(M, generator=gen) / 10 + 0.05).numpy())
+    sb = jnp.asarray((torch.rand(N, generator=gen) / 10 + 0.05).numpy())
+    args = [a, b, sa, sb] + ([jnp.asarray(torch.randn(N, generator=gen).numpy()).astype(jd[out_dt])] if has_bias else [])
+    dout = jnp.asarray(torch.randn(lead + (M, N), generator=gen).numpy()).astype(jd[out_dt])
+
+    def loss(*xs):
+        return (fn(*xs).astype(jnp.float32) * dout.astype(jnp.float32)).sum()
+
+    argnums = tuple(range(len(args)))
+    got = jax.jit(jax.grad(loss, argnums=argnums))(*args)
+    assert seen == FP8_CALLS[form], seen  # traced once by jax.jit: the torch backward's kernels, in its order
+    mesh = Mesh(jax.devices("cpu")[:1], ("x",))
+    specs = (P("x") if batched else P(), P("x") if batched else P(), P(), P(), *([P()] if has_bias else []))
+    sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs, out_specs=specs))(*args)
+    deq_a = (to_torch(a).double() * to_torch(sa).double()[:, None]).requires_grad_()
+    deq_b = (to_torch(b).double().mT * to_torch(sb).double()).requires_grad_()
+    bias64 = to_torch(args[4]).double().requires_grad_() if has_bias else None
+    v = deq_a @ deq_b + (bias64 if has_bias else 0)
+    ACT64 = {"gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"), "relu": torch.relu, "": lambda t: t}
+    ACT64[act_name](v).backward(to_torch(dout).double())
+    want = [deq_a.grad, deq_b.grad.mT, None, None] + ([bias64.grad] if has_bias else [])
+    for i, (g, s, w, x) in enumerate(zip(got, sharded, want, args, strict=True)):
+        assert g.shape == x.shape and s.shape == x.shape, (name, i)
+        if w is None:  # a scale: no gradient (zeros)
+            assert g.dtype == x.dtype and not jnp.any(g), (name, i)
+            continue
+        assert g.dtype == jd[out_dt], (name, i, g.dtype)  # dA, dB: the output's dtype
+        err, scale = (to_torch(g).double() - w).abs().max().item(), w.abs().max().item()
+        assert err <= 2e-2 * scale + 1e-3, f"{name} grad {i}: {err:.4g} vs {scale:.4g}"
+        assert jnp.array_equal(g, s), f"{name} grad {i}: shard_map's gradient differs"
