@@ -105,18 +105,12 @@ def test_every_new_kernel_of_the_jax_backward_compiles_for_sm90a(modules, fp8_mo
 def _models(module, name: str, monkeypatch) -> list:
     """Each kernel call replaced by a jnp model of its contract (f32 math, outputs in their dtypes), its arrays'
     contiguous extents checked (whole 16-byte rows); the forward entry (no backward of its own) a jnp model too."""
-    from specgen.runtime import cute_jax_train as jt
-    from specgen.runtime import jax as _rt
 
     epilogue, _, am, bm = FORMS[name]
     gated = epilogue[0] if epilogue and epilogue[0]["op"] == "gated" else None
     act = JACTS[gated["fn"] if gated else next((op["fn"] for op in epilogue if op["op"] == "activation"), "relu")]
     has_act = bool(gated) or any(op["op"] == "activation" for op in epilogue)
     seen: list = []
-
-    def logical(x, layout):
-        mode = layout[0]
-        return jnp.swapaxes(x, -1, -2) if mode[-2:] != tuple(sorted(mode))[-2:] else x
 
     def split(v):
         n = v.shape[-1] // 2
@@ -129,14 +123,10 @@ def _models(module, name: str, monkeypatch) -> list:
         return jax.vjp(act, v)[1](up)[0]
 
     def model(kernel, ins, outs):
-        seen.append(kernel.variant)
-        ins = _rt.vary(_rt.varying_axes(*ins), *ins)  # as jt.call casts them (under shard_map)
-        for x, (mode, div) in zip(ins, kernel.layouts, strict=False):
-            assert x.shape[-1] % div == 0 and x.ndim == len(mode), (kernel.variant, x.shape, mode, div)
-        f = [x.astype(jnp.float32) for x in ins]
+        f = _checked(kernel, ins, seen)
         v = kernel.variant
         if v in ("forward_pre", "recompute", "dgrad", "wgrad"):
-            acc = logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])
+            acc = _logical(f[0], kernel.layouts[0]) @ _logical(f[1], kernel.layouts[1])
             bias = f[2] if len(ins) > (2 if v != "recompute" else 3) and v in ("forward_pre", "recompute") else None
             if v == "forward_pre":
                 pre = acc + bias if bias is not None and not gated else acc
@@ -175,28 +165,57 @@ def _models(module, name: str, monkeypatch) -> list:
         assert [tuple(r.shape) for r in res] == [tuple(s) for s, _ in outs], (v, [r.shape for r in res], outs)
         return [r.astype(d) for r, (_, d) in zip(res, outs, strict=True)]
 
-    class Entry:  # the forward entry's checks, a jnp model of its kernel
+    def forward(a, b, *vec):
+        A = a.astype(jnp.float32) if am == "k" else jnp.swapaxes(a, -1, -2).astype(jnp.float32)
+        B = jnp.swapaxes(b, -1, -2).astype(jnp.float32) if bm == "k" else b.astype(jnp.float32)
+        v = A @ B
+        if gated:
+            g_, u_ = split(v)
+            v = act(g_) * u_
+        if vec:
+            v = v + vec[0].astype(jnp.float32)
+        if has_act and not gated:
+            v = act(v)
+        return v.astype(jnp.bfloat16)
+
+    _install(module, model, forward, monkeypatch)
+    return seen
+
+
+def _install(module, model, forward, monkeypatch) -> None:
+    """jt.call replaced by `model` (kernel, inputs, outputs -> arrays), the module's forward entry by one that keeps
+    its checks (`problem`) and runs `forward` (a jnp model of its kernel); the differentiable entry built afresh."""
+    from specgen.runtime import cute_jax_train as jt
+
+    class Entry:
         def __init__(self, real):
             self.real, self.problem, self.operands = real, real.problem, real.operands
 
-        def __call__(self, a, b, *vec):
-            A = a.astype(jnp.float32) if am == "k" else jnp.swapaxes(a, -1, -2).astype(jnp.float32)
-            B = jnp.swapaxes(b, -1, -2).astype(jnp.float32) if bm == "k" else b.astype(jnp.float32)
-            v = A @ B
-            if gated:
-                g_, u_ = split(v)
-                v = act(g_) * u_
-            if vec:
-                v = v + vec[0].astype(jnp.float32)
-            if has_act and not gated:
-                v = act(v)
-            return v.astype(jnp.bfloat16)
+        def __call__(self, *args):
+            return forward(*args)
 
-    monkeypatch.setattr(jt, "call", model)
     entry = Entry(module._jax_entry())
+    monkeypatch.setattr(jt, "call", model)
     monkeypatch.setattr(module, "_jax_entry", lambda: entry)
     monkeypatch.setattr(module, "_JAX_TRAIN", {})
-    return seen
+
+
+def _logical(x, layout):
+    """An array as the kernel's logical view of it: the last two dims swapped where its layout's mode swaps them."""
+    mode = layout[0]
+    return jnp.swapaxes(x, -1, -2) if mode[-2:] != tuple(sorted(mode))[-2:] else x
+
+
+def _checked(kernel, ins, seen: list) -> list:
+    """A modelled call's inputs cast to vary as jt.call casts them (under shard_map), their contiguous extents checked
+    (whole 16-byte rows), then in f32; the call recorded in `seen`."""
+    from specgen.runtime import jax as _rt
+
+    seen.append(kernel.variant)
+    ins = _rt.vary(_rt.varying_axes(*ins), *ins)
+    for x, (mode, div) in zip(ins, kernel.layouts, strict=False):
+        assert x.shape[-1] % div == 0 and x.ndim == len(mode), (kernel.variant, x.shape, mode, div)
+    return [x.astype(jnp.float32) for x in ins]
 
 
 @pytest.mark.parametrize("name", list(FORMS))
@@ -274,28 +293,20 @@ def _fp8_models(module, form: str, monkeypatch) -> list:
     16-bit operands, the bands kernel; the forward entry a jnp model too."""
     from backends.cute.test_cute_training_fp8 import FORMS as FP8_FORMS
 
-    from specgen.runtime import cute_jax_train as jt
-    from specgen.runtime import jax as _rt
 
     _, _, _, _, act_name, _ = FP8_FORMS[form]
+    out_dtype = module._jax_entry().out.jnp_dtype
     act = JACTS.get(act_name, lambda v: v)
     seen: list = []
 
-    def logical(x, layout):
-        return jnp.swapaxes(x, -1, -2) if layout[0][-2:] != tuple(sorted(layout[0]))[-2:] else x
-
     def model(kernel, ins, outs):
-        seen.append(kernel.variant)
-        ins = _rt.vary(_rt.varying_axes(*ins), *ins)  # as jt.call casts them (under shard_map)
-        for x, (mode, div) in zip(ins, kernel.layouts, strict=False):
-            assert x.shape[-1] % div == 0 and x.ndim == len(mode), (kernel.variant, x.shape, mode, div)
-        f = [x.astype(jnp.float32) for x in ins]
+        f = _checked(kernel, ins, seen)
         v = kernel.variant
         if v in ("dgrad", "wgrad"):
             assert ins[0].dtype == ins[1].dtype == outs[0][1], (v, ins[0].dtype, ins[1].dtype)  # 16-bit operands
-            res = [logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])]
+            res = [_logical(f[0], kernel.layouts[0]) @ _logical(f[1], kernel.layouts[1])]
         elif v in ("forward_pre", "recompute"):
-            pre = (logical(f[0], kernel.layouts[0]) @ logical(f[1], kernel.layouts[1])) * f[2][:, None] * f[3]
+            pre = (_logical(f[0], kernel.layouts[0]) @ _logical(f[1], kernel.layouts[1])) * f[2][:, None] * f[3]
             pre = pre + f[4] if len(f) > 4 else pre
             res = [pre, act(pre)] if v == "forward_pre" else [pre]
         elif v == "grad_cols_fp8":
@@ -311,18 +322,11 @@ def _fp8_models(module, form: str, monkeypatch) -> list:
         assert [tuple(r.shape) for r in res] == [tuple(s) for s, _ in outs], (v, [r.shape for r in res], outs)
         return [r.astype(d) for r, (_, d) in zip(res, outs, strict=True)]
 
-    class Entry:
-        def __init__(self, real):
-            self.real, self.problem, self.operands = real, real.problem, real.operands
+    def forward(a, b, sa, sb, *bias):
+        v = (a.astype(jnp.float32) @ jnp.swapaxes(b, -1, -2).astype(jnp.float32)) * sa[:, None] * sb
+        return act(v + bias[0].astype(jnp.float32) if bias else v).astype(out_dtype)
 
-        def __call__(self, a, b, sa, sb, *bias):
-            v = (a.astype(jnp.float32) @ jnp.swapaxes(b, -1, -2).astype(jnp.float32)) * sa[:, None] * sb
-            return act(v + bias[0].astype(jnp.float32) if bias else v).astype(self.real.out.jnp_dtype)
-
-    monkeypatch.setattr(jt, "call", model)
-    entry = Entry(module._jax_entry())
-    monkeypatch.setattr(module, "_jax_entry", lambda: entry)
-    monkeypatch.setattr(module, "_JAX_TRAIN", {})
+    _install(module, model, forward, monkeypatch)
     return seen
 
 
