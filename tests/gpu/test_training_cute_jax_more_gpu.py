@@ -186,3 +186,61 @@ def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> No
             err, scale = (t - w).abs().max().item(), w.abs().max().item()
             assert err <= 2e-2 * scale, f"{where}: {err:.4g} > 2e-2 x {scale:.4g}"
             assert bool(jnp.array_equal(g, s)), f"{where}: shard_map's gradient differs from jit's"
+
+
+# The other chains (unbatched; test_training_cute_chain_gpu.py's specs, data, float64 reference and eager bound): jax.grad
+# under jax.jit and a one-device shard_map gives dA, dB (stored layouts) and every array argument's gradient (a runtime
+# scalar is compiled in: no gradient) within twice eager bf16's error of float64 autograd.
+CHAIN_CASES = [("col_gelu_res", "preact"), ("biasm_rowcol_cast", "recompute"), ("alpha_clamp_res_row", "preact"),
+               ("res_biasm", "preact")]
+CHAIN_SHAPES = [(200, 136, 96), (1, 264, 72), (37, 100, 160)]
+
+
+@pytest.mark.parametrize(("chain", "save"), CHAIN_CASES, ids=[f"{c}-{s}" for c, s in CHAIN_CASES])
+def test_chain_jax_grad_under_jit_and_shard_map(chain: str, save: str, tmp_path_factory) -> None:
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from gpu.test_training_chain_gpu import eager
+    from gpu.test_training_cute_chain_gpu import data as chain_data
+    from gpu.test_training_cute_chain_gpu import module as chain_module
+    from gpu.test_training_cute_chain_gpu import reference as chain_reference
+    from gpu.test_training_cute_chain_gpu import spec as chain_spec
+
+    s = chain_spec(chain, save)
+    fn = getattr(chain_module(s, tmp_path_factory), f"{s['name']}_jax")
+    mesh = Mesh(jax.devices()[:1], ("x",))
+    jd = {torch.bfloat16: jnp.bfloat16, torch.float32: jnp.float32, torch.float16: jnp.float16}
+    for shape in CHAIN_SHAPES:
+        args = chain_data(s, shape)
+        grad = torch.randn(shape[0], shape[1], generator=torch.Generator(device="cuda").manual_seed(2),
+                           device="cuda").bfloat16()
+        names = list(args)
+        scalars = {n: v for n, v in args.items() if not isinstance(v, torch.Tensor)}
+        arrays = [n for n in names if n not in scalars]
+        stored = [jnp.asarray((args[n].t() if n == "b" else args[n]).float().cpu().numpy()).astype(jd[args[n].dtype])
+                  for n in arrays]  # b: the (N, K) weight, as the JAX entry stores it
+        g_jax = jnp.asarray(grad.float().cpu().numpy()).astype(jnp.bfloat16)
+
+        def loss(*xs, g_jax=g_jax, arrays=arrays, scalars=scalars, names=names):
+            given = dict(zip(arrays, xs, strict=True)) | scalars
+            return (fn(*(given[n] for n in names)).astype(jnp.float32) * g_jax.astype(jnp.float32)).sum()
+
+        argnums = tuple(range(len(stored)))
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*stored)
+        specs = tuple(P() for _ in stored)
+        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs,
+                                        out_specs=specs))(*stored)
+        _, want = chain_reference(s, args, grad)
+        theirs = eager(s, args, grad)
+        for n, g, sh, x in zip(arrays, got, sharded, stored, strict=True):
+            where = f"{s['name']} d{n} at {shape}"
+            assert g.shape == x.shape and g.dtype == x.dtype, where
+            t = torch.from_numpy(np.asarray(g.astype(jnp.float32))).cuda()
+            t = t.t() if n == "b" else t
+            assert not t.isnan().any(), where
+            within(t, want[n], theirs[n], where)
+            assert bool(jnp.array_equal(g, sh)), f"{where}: shard_map's gradient differs from jit's"

@@ -75,10 +75,11 @@ def backward_of(module, monkeypatch) -> object:
     return seen[0]
 
 
-def test_every_new_kernel_of_the_jax_backward_compiles_for_sm90a(modules, fp8_modules, monkeypatch) -> None:
+def test_every_new_kernel_of_the_jax_backward_compiles_for_sm90a(modules, fp8_modules, chain_modules, monkeypatch) -> None:
     """One test compiles each kernel new to the JAX backward once: the batched ones (3-D arrays in cutlass.jax's
     convention), and a batched fp8 forward's recompute (the fp8 kernel storing pre), fp8 columns kernel (2-D: the
-    batches' rows) and dgrad (16-bit operands, the scales' and the bias's stubs)."""
+    batches' rows) and dgrad (16-bit operands, the scales' and the bias's stubs), and another chain's forward_pre,
+    dgrad and chain pass (a runtime scalar compiled in)."""
     from specgen.runtime import cute_jax_train as jt
 
     bf = jnp.dtype(jnp.bfloat16)
@@ -100,6 +101,15 @@ def test_every_new_kernel_of_the_jax_backward_compiles_for_sm90a(modules, fp8_mo
     for role, ins, outs in (("recompute", (*f8, f32, f32), (bf,)), ("grad_cols_fp8", (bf, bf, f32, f32), (bf, bf, f32)),
                             ("dgrad", (bf, bf, f32, f32), (bf,))):
         assert len(kern[role].compile(ins + outs, len(ins), 132)) > 1000, role
+    # another chain's: forward_pre and dgrad with a runtime scalar compiled in and a residual read element-wise (dgrad's
+    # a (1, 8) stub), the chain pass (a replayed residual, a row vector's partials)
+    bw = backward_of(chain_modules["cch_clamp"], monkeypatch)
+    ops = chain_modules["cch_clamp"]._jax_entry().operands[2:]
+    kern, f16 = jt.kernels(bw, tuple((o.name, o.role) for o in ops)), jnp.dtype(jnp.float16)
+    assert set(kern) == {"forward_pre", "chain_pass", "grad_cols_bands", "dgrad", "wgrad"} and kern["chain_pass"].scalars
+    for role, ins, outs in (("forward_pre", (f16, f16, f16, f32), (f16, f16)), ("dgrad", (f16, f16, f16, f32), (f16,)),
+                            ("chain_pass", (f16, f16, f32, f16), (f16, f16, f32))):
+        assert len(kern[role].compile(ins + outs, len(ins), 132, scalars=(0.75,))) > 1000, role
 
 
 def _models(module, name: str, monkeypatch) -> list:
@@ -122,7 +132,7 @@ def _models(module, name: str, monkeypatch) -> list:
     def deriv(v, up):
         return jax.vjp(act, v)[1](up)[0]
 
-    def model(kernel, ins, outs):
+    def model(kernel, ins, outs, scalars=()):
         f = _checked(kernel, ins, seen)
         v = kernel.variant
         if v in ("forward_pre", "recompute", "dgrad", "wgrad"):
@@ -299,7 +309,7 @@ def _fp8_models(module, form: str, monkeypatch) -> list:
     act = JACTS.get(act_name, lambda v: v)
     seen: list = []
 
-    def model(kernel, ins, outs):
+    def model(kernel, ins, outs, scalars=()):
         f = _checked(kernel, ins, seen)
         v = kernel.variant
         if v in ("dgrad", "wgrad"):
@@ -383,3 +393,167 @@ def test_an_fp8_forwards_jax_grad_is_the_dequantized_operands_and_the_scales_get
         err, scale = (to_torch(g).double() - w).abs().max().item(), w.abs().max().item()
         assert err <= 2e-2 * scale + 1e-3, f"{name} grad {i}: {err:.4g} vs {scale:.4g}"
         assert jnp.array_equal(g, s), f"{name} grad {i}: shard_map's gradient differs"
+
+
+# ---- the other chains (scale, residual, clamp, cast, bias along m; unbatched): test_cute_training_chain.py's forms ----
+CHAIN_CALLS = {"cch_col": ["forward_pre", "chain_pass", "dgrad", "wgrad", "grad_cols_bands", "grad_cols_bands"],
+               "cch_rowcol": ["recompute", "chain_pass", "dgrad", "wgrad"] + ["grad_cols_bands"] * 3,
+               "cch_clamp": ["forward_pre", "chain_pass", "dgrad", "wgrad", "grad_cols_bands"],
+               "cch_nopre": ["chain_pass", "dgrad", "wgrad", "grad_cols_bands"]}
+
+
+@pytest.fixture(scope="module")
+def chain_modules(tmp_path_factory):
+    from backends.cute.test_cute_training_chain import spec as chain_spec
+
+    folder = tmp_path_factory.mktemp("cute_jax_chain_train")
+    return {name: load_target_module(chain_spec(name), "cute:sm90", folder, "_specgen_test_cute_jax_chain_")[0]
+            for name in CHAIN_CALLS}
+
+
+def _japply(ops: list, v, args: dict):
+    """test_cute_training_chain.py's `_apply` in jnp (f32; a cast rounds through its dtype)."""
+    from backends.cute.test_cute_training_chain import _names
+
+    for op in ops:
+        names = _names(op)
+        if op["op"] == "bias":
+            x = args[names[0]].astype(v.dtype)
+            v = v + (x[:, None] if op.get("along") == "m" else x[None, :])
+        elif op["op"] == "scale" and op["by"] == "scalar":
+            v = v * (op["value"] if "value" in op else args[names[0]])
+        elif op["op"] == "scale":
+            if op["by"] in ("row", "rowcol"):
+                v = v * args[names[0]].astype(v.dtype)[:, None]
+            if op["by"] in ("col", "rowcol"):
+                v = v * args[names[-1]].astype(v.dtype)[None, :]
+        elif op["op"] == "activation":
+            v = {"gelu_tanh": lambda t: jax.nn.gelu(t, approximate=True), "sigmoid": jax.nn.sigmoid}[op["fn"]](v)
+        elif op["op"] == "residual":
+            v = v + op.get("beta", 1.0) * args[names[0]].astype(v.dtype)
+        elif op["op"] == "clamp":
+            v = jnp.clip(v, op.get("min"), op.get("max"))
+        else:
+            v = v.astype({"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}[op["dtype"]]).astype(v.dtype)
+    return v
+
+
+def _chain_models(module, name: str, monkeypatch) -> list:
+    """The chain backward's kernels as jnp models: the GEMMs (forward_pre's pre after the ops before `start`, rounded,
+    out the rest; recompute's pre), the chain pass (G and each argument's gradient by jax.vjp of the chain from pre,
+    the ops before it straight through; a vector's whole sum in its partials' first row) and the bands' sum."""
+    from backends.cute.test_cute_training_chain import FORMS as CHAIN_FORMS
+    from backends.cute.test_cute_training_chain import PLANS
+
+    ops, start = CHAIN_FORMS[name][0], PLANS[name][0]
+    real = module._jax_entry()
+    operands = real.operands[2:]
+    role = {o.name: o.role for o in operands}
+    tensors = [o.name for o in operands if o.role != "scalar"]
+    scalar_names = [o.name for o in operands if o.role == "scalar"]
+    kinds, chain_args = PLANS[name][1], [n for n in [o.name for o in operands] if role[n] != "matrix"] + list(PLANS[name][2])
+    seen: list = []
+
+    def model(kernel, ins, outs, scalars=()):
+        f = _checked(kernel, ins, seen)
+        v = kernel.variant
+        if v in ("forward_pre", "recompute", "dgrad", "wgrad"):
+            acc = _logical(f[0], kernel.layouts[0]) @ _logical(f[1], kernel.layouts[1])
+            if v in ("dgrad", "wgrad"):
+                res = [acc]
+            else:
+                given = dict(zip(tensors, f[2:], strict=True)) | dict(zip(scalar_names, scalars, strict=True))
+                pre = _japply(ops[:start], acc, given)
+                res = [pre, _japply(ops[start:], pre, given)] if v == "forward_pre" else [pre]
+        elif v == "grad_cols_bands":
+            res = [f[0].sum(0, keepdims=True)]
+        else:
+            assert v == "chain_pass", v
+            src, pre, params = f[0], f[1], f[2:]
+            given = {n: p for n, p in zip([n for n in chain_args if role[n] != "scalar"], params, strict=True)}
+            given = {n: (p[0] if role[n] == "vec_n" else p) for n, p in given.items()}  # a (1, N) row
+            given |= dict(zip(scalar_names, scalars, strict=True))
+            for n in tensors:  # a residual the pass does not replay: not read
+                given.setdefault(n, jnp.zeros(src.shape, jnp.float32))
+            diff = {n: given[n] for n, _ in kinds}
+
+            def chain(acc, d):
+                vals = given | d
+                u = _japply(ops[:start] if start >= 0 else ops, acc, vals)
+                if start >= 0:
+                    u = _japply(ops[start:], pre + (u - jax.lax.stop_gradient(u)), vals)
+                return u
+
+            _, pull = jax.vjp(chain, jnp.zeros(src.shape, jnp.float32), diff)
+            dacc, dargs = pull(src)
+            res = [dacc]
+            for (n, k), (shape, _) in zip(kinds, outs[1:], strict=True):
+                grad = dargs[n]
+                res.append(grad if k == "matrix" else jnp.zeros(shape, jnp.float32).at[0, : grad.size].set(grad))
+        assert [tuple(r.shape) for r in res] == [tuple(s) for s, _ in outs], (v, [r.shape for r in res], outs)
+        return [r.astype(d) for r, (_, d) in zip(res, outs, strict=True)]
+
+    def forward(a, b, *rest):
+        given = dict(zip([o.name for o in operands], rest, strict=True))
+        given = {n: (x if role[n] == "scalar" else x.astype(jnp.float32)) for n, x in given.items()}
+        acc = a.astype(jnp.float32) @ jnp.swapaxes(b, -1, -2).astype(jnp.float32)
+        return _japply(ops, acc, given).astype(real.out.jnp_dtype)
+
+    _install(module, model, forward, monkeypatch)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(CHAIN_CALLS))
+def test_another_chains_jax_grad_gives_every_arguments_gradient(chain_modules, name: str, monkeypatch) -> None:
+    """jax.grad under jax.jit of <name>_jax for the other chains (unbatched), the kernels modelled, against float64
+    autograd of the chain (pre rounded to the output's dtype, as forward_pre stores it): dA, dB (their stored
+    layouts), a residual's, a vector's (column or row sums) gradients; a runtime scalar is compiled in (a
+    nondiff argument: no gradient); M, N and K off the tiles; a one-device shard_map gives the same gradients."""
+    from backends.cute.test_cute_training_chain import FORMS as CHAIN_FORMS
+    from backends.cute.test_cute_training_chain import PLANS, _apply, _inputs, load
+    from backends.cute.test_cute_training_chain import spec as chain_spec
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    module = chain_modules[name]
+    seen = _chain_models(module, name, monkeypatch)
+    fn = getattr(module, f"{name}_jax")
+    ls = load(chain_spec(name))
+    names = [x.name for x in ls.spec.runtime_args()]
+    M, N, K = 37, 45, 29
+    gen = torch.Generator().manual_seed(11)
+    a, b = torch.randn(M, K, generator=gen).half(), torch.randn(N, K, generator=gen).half()  # b: the (N, K) weight
+    targs = _inputs(ls, M, N, gen)
+    dout = torch.randn(M, N, generator=gen).half()
+    scalars = {n: v for n, v in targs.items() if isinstance(v, float)}
+    arrays = [n for n in names if n not in scalars]
+
+    def jx(t):
+        return jnp.asarray(t.float().numpy()).astype({torch.float16: jnp.float16, torch.bfloat16: jnp.bfloat16,
+                                                      torch.float32: jnp.float32}[t.dtype])
+
+    def loss(a_, b_, *xs):
+        given = dict(zip(arrays, xs, strict=True)) | scalars
+        return (fn(a_, b_, *(given[n] for n in names)).astype(jnp.float32) * jx(dout).astype(jnp.float32)).sum()
+
+    args = [jx(a), jx(b), *(jx(targs[n]) for n in arrays)]
+    argnums = tuple(range(len(args)))
+    got = jax.jit(jax.grad(loss, argnums=argnums))(*args)
+    assert seen == CHAIN_CALLS[name], seen
+    mesh = Mesh(jax.devices("cpu")[:1], ("x",))
+    specs = tuple(P() for _ in args)
+    sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs, out_specs=specs))(*args)
+    leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in targs.items()}
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    ops, start = CHAIN_FORMS[name][0], PLANS[name][0]
+    v = _apply(ops[:start] if start >= 0 else ops, a64 @ b64.t(), leaves)
+    if start >= 0:
+        v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
+    v.backward(dout.double())
+    grad_names = {n for n, _ in PLANS[name][1]}
+    want = [a64.grad, b64.grad] + [leaves[n].grad if n in grad_names else torch.zeros(targs[n].shape) for n in arrays]
+    for n, g, s, w, x in zip(["a", "b", *arrays], got, sharded, want, args, strict=True):
+        assert g.shape == x.shape and g.dtype == x.dtype, (name, n)
+        err, scale = (to_torch(g).double() - w.double()).abs().max().item(), w.abs().max().item()
+        assert err <= 2e-2 * scale + 1e-3, f"{name} d{n}: {err:.4g} vs {scale:.4g}"
+        assert jnp.array_equal(g, s), f"{name} d{n}: shard_map's gradient differs"
