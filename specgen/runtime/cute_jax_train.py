@@ -460,6 +460,7 @@ def differentiable(entry: Any, bw: Backward) -> Any:
             raise TypeError(f"{bw.name}: takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
         arrays = [x for i, x in enumerate(args) if i not in scal]
         cast = iter(_rt.vary(_rt.varying_axes(*arrays), *arrays))
-        return f(*(x if i in scal else next(cast) for i, x in enumerate(args)))
+        fixed = dict(zip(scal, scalars(args), strict=True))  # concrete numbers (a traced one: the entry's TypeError)
+        return f(*(fixed[i] if i in scal else next(cast) for i, x in enumerate(args)))
 
     return varying
