@@ -1,7 +1,7 @@
 """The CuTe sm90 recompute GEMM (save = "recompute": G = dOut * gelu_tanh'(A @ B + bias)) on the ping-pong schedule,
 one warpgroup's epilogue under the other's mainloop (`training.pre.schedule = "pingpong"`, issue 38's fused-epilogue
 target), against the cooperative module's, each beside its plain GEMM (the module's dgrad kernel at the recompute's
-config: the GEMM the epilogue rides on) and cuBLAS's torch.mm, with the project's paired CUPTI timer (kernel_cycle, L2
+config: the GEMM the epilogue rides on; since session 34 that config's SMEM holds the dOut ring too, unread there) and cuBLAS's torch.mm, with the project's paired CUPTI timer (kernel_cycle, L2
 flushed, per-round ratios, an A/A of cuBLAS); G and the plain product checked against float32 (NaN-poisoned first).
 
     python3 gpu/bench_recompute_schedule.py [--variants coop pre_pp ...] [--shape 4096x14336x4096 ...] [--rounds 20]

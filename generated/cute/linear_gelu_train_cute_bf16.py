@@ -88,11 +88,18 @@ class Config(NamedTuple):
     role: str = "forward"
     a_k: bool = True  # A's K contiguous (else M)
     b_k: bool = True  # B's K contiguous (else N)
+    dout_stages: int = 0  # recompute: dOut's SMEM subtile buffers (templates/gemm/cute/dout_sm90.jinja; other roles 0)
 
     @property
     def epi_per_subtile(self) -> int:
         """SMEM buffers a subtile takes: forward_pre stores pre's beside out's (its epi_stages count both)."""
         return 2 if self.role == "forward_pre" else 1
+
+    @property
+    def reads_dout(self) -> bool:
+        """The recompute's epilogue reads dOut from its SMEM ring (dout_sm90.jinja); another role traced with its
+        config (a benchmark's plain GEMM) allocates the same SMEM and loads none."""
+        return self.role == "recompute" and self.dout_stages > 0
 
     @property
     def fused(self) -> bool:
@@ -488,7 +495,7 @@ def gemm_kernel(
         M, N = mOut.shape[0], mOut.shape[1]
         r_bias = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
         r_aux = cute.make_rmem_tensor(sub_shape, cutlass.Float32)  # recompute: dOut at this subtile
-        r_aux_next = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # recompute: dOut loaded a subtile ahead
+        r_aux_next = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # recompute: dOut as sDout holds it
         r_pre = cute.make_rmem_tensor(sub_shape, OUT_DTYPE)  # forward_pre: pre as stored
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=cfg.epi_stages // cfg.epi_per_subtile, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cfg.tile_threads)
@@ -524,16 +531,6 @@ def gemm_kernel(
             if cutlass.const_expr(cfg.fused):  # dgrad and wgrad read none
                 for ei in cutlass.range_constexpr(sub_size):
                     r_bias[ei] = mbias[cutlass.min(n0 + crd[ei][1], N - 1)].to(cutlass.Float32)
-            if cutlass.const_expr(cfg.role == "recompute"):  # dOut's first subtile: its loads fly under the mainloop
-                aux_crd = (0, 0)
-                aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
-                g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
-                    cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
-                else:
-                    for ei in cutlass.range_constexpr(sub_size):
-                        if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                            r_aux_next[ei] = g_aux[ei]
             if cutlass.const_expr(cfg.pingpong):
                 cute.arch.mbarrier_wait(mma_order.sync_object_full.get_barrier(turn), order_phase)
             cute.nvgpu.warpgroup.fence()
@@ -588,19 +585,7 @@ def gemm_kernel(
                         r_pre.store(acc.to(OUT_DTYPE))
                         acc = 0.5 * acc * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))  # GELU, tanh form
                     else:
-                        r_aux.store(r_aux_next.load().to(cutlass.Float32))
-                        if cutlass.const_expr(si + 1 < subs):
-                            aux_crd = sub_grid.get_hier_coord(si + 1)
-                            aux_tm, aux_tn = tm * (cfg.tile_m // cfg.epi_m) + aux_crd[0], tn * (cfg.tile_n // cfg.epi_n) + aux_crd[1]
-                            g_aux = thr_r2s.partition_S(cute.local_tile(maux[(None, None, lb)], (cfg.epi_m, cfg.epi_n), (aux_tm, aux_tn)))
-                            if (aux_tm + 1) * cfg.epi_m <= M and (aux_tn + 1) * cfg.epi_n <= N:
-                                cute.autovec_copy(g_aux, r_aux_next)  # a subtile wholly inside: the fragment's contiguous runs as vector loads
-                            else:
-                                for ei in cutlass.range_constexpr(sub_size):
-                                    if cute.elem_less(crd[ei], (M - aux_tm * cfg.epi_m, N - aux_tn * cfg.epi_n)):
-                                        r_aux_next[ei] = g_aux[ei]
-                        # G = dOut * act'(pre), pre the f32 accumulator (+ bias): GELU's derivative, tanh form
-                        acc = r_aux.load() * (0.5 * (1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) + 0.5 * acc * ((1.0 + cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True)) * (1.0 + -1.0 * cute.math.tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), fastmath=True))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))
+                        pass  # save = "preact": no recompute GEMM (the forward stores pre)
 
                 r_out.store(acc.to(OUT_DTYPE))
                 if cutlass.const_expr(si + 1 < subs and cfg.fused):
@@ -827,8 +812,8 @@ _op = register_custom_op(
 
 def _train_fake_args(role: str) -> tuple:
     """What `cute.compile` sees for a backward GEMM (train_host): A, B and out as TMA moves them (16-byte leading
-    strides, the role's majors), aux element-wise (any leading stride), the bias unread by dgrad and wgrad (its
-    own extent)."""
+    strides, the role's majors), aux by TMA where the role moves it (forward_pre's pre, recompute's dOut), else
+    element-wise (any leading stride), the bias unread by dgrad and wgrad (its own extent)."""
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     cfg = TRAIN_CONFIGS[role]
@@ -842,7 +827,7 @@ def _train_fake_args(role: str) -> tuple:
         matrix(cfg.operands[1], M, K, major_rows=not cfg.a_k),
         matrix(cfg.operands[3], K, N, major_rows=cfg.b_k),
         make_fake_tensor(cutlass.BFloat16, (N if cfg.fused else cute.sym_int32(),), (1,), assumed_align=16),
-        matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role == "forward_pre"),  # forward_pre stores pre by TMA
+        matrix(OUT_DTYPE, M, N, major_rows=False, tma=cfg.role in ("forward_pre", "recompute")),  # pre stored, dOut read by TMA
         matrix(OUT_DTYPE, M, N, major_rows=False),
         cutlass.Int32(1),
         role,

@@ -272,9 +272,8 @@ def kernels(bw: Backward, roles: tuple[tuple[str, str], ...] = ()) -> dict[str, 
     if bw.act and bw.save == "preact" and not bw.fp8:
         variant = "grad_cols_gated" if bw.gated else "grad_cols"  # gated: G's gate and up from dOut and pre's
         out["grad_cols"] = cols(variant, "cols", (matrix(SAME),) * 3 + ((SAME, u),))
-    if bw.act and bw.save == "recompute" and not bw.fp8:  # dOut: read element-wise (gated: through the tiles' TMA view)
-        dout = matrix(same) if bw.gated else (same, 1)
-        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, dout, matrix(same)))
+    if bw.act and bw.save == "recompute" and not bw.fp8:  # dOut: read by TMA (16-byte rows: padded as every array here)
+        out["recompute"] = gemm("recompute", "fused", (matrix(a_mode), matrix(b_mode), *bias_in, matrix(same), matrix(same)))
     if bw.bias and not bw.fp8:
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
     if bw.bias:
@@ -299,6 +298,10 @@ def differentiable(entry: Any, bw: Backward) -> Any:
 
     def scalars(args: tuple) -> tuple[float, ...]:
         return tuple(concrete_scalar(bw.name, names[i], args[i]) for i in scal)
+
+    def run(kernel: Kernel, ins: tuple, outs: tuple, sv: tuple[float, ...] = ()) -> list[jax.Array]:
+        """`call`, a chain's scalars passed only where it has some."""
+        return call(kernel, ins, outs, sv) if sv else call(kernel, ins, outs)
 
     def sizes(args: tuple) -> tuple[Any, dict[str, jax.Array]]:
         if len(args) != len(names):
@@ -331,8 +334,8 @@ def differentiable(entry: Any, bw: Backward) -> Any:
             return entry(*args), (arrays, None)
         (mp, np_, _), x = padded(p, named)
         ins = (x["a"], x["b"], *(x[v] for v in vectors))
-        pre, out = call(kern["forward_pre"], ins, ((p.batch + (mp, np_ * (2 if bw.gated else 1)), dtype),
-                                                   (p.batch + (mp, np_), dtype)), scalars(args))
+        pre, out = run(kern["forward_pre"], ins, ((p.batch + (mp, np_ * (2 if bw.gated else 1)), dtype),
+                                                  (p.batch + (mp, np_), dtype)), scalars(args))
         return out[..., : p.m, : p.n], (arrays, pre)
 
     def backward(*rest: Any) -> tuple:
@@ -419,22 +422,22 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         dt = {o.name: o.jnp_dtype for o in entry.operands}
         tens = tuple(x[v] for v in vectors)
         if "recompute" in kern:
-            (pre,) = call(kern["recompute"], (x["a"], x["b"], *tens), (((mp, np_), dtype),), sv)
+            (pre,) = run(kern["recompute"], (x["a"], x["b"], *tens), (((mp, np_), dtype),), sv)
         rows = max(bw.min_rows, -(-mp // bw.bands))
         vec = ROW_BYTES // dtype.itemsize  # the chain pass's columns a thread: a row vector's partials, one a run
         kin = tuple(x[n].reshape(1, np_) if role[n] == "vec_n" else x[n] for n in chain_args if role[n] != "scalar")
         outs = (((mp, np_), dtype),) + tuple(((mp, np_), dt[n]) if k == "matrix" else
                                              ((-(-mp // rows), np_) if k == "cols" else (np_ // vec, mp), jnp.float32)
                                              for n, k in kinds)
-        g, *bufs = call(kern["chain_pass"], (dout, pre if reads_pre else dout, *kin), outs, sv)
+        g, *bufs = run(kern["chain_pass"], (dout, pre if reads_pre else dout, *kin), outs, sv)
         g = g if forms_g else dout
         stub = tuple(jnp.zeros((u,) if role[n].startswith("vec") else (1, u), dt[n]) for n in vectors)
         grads = []
         for r, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, np_))):
             xs, ys, transposed = bw.gemms[r]
             ops = {"a": x["a"], "b": x["b"], "g": g}
-            (c,) = call(kern[r], (ops[xs[0]], ops[ys[0]], *stub), (((q_, m_) if transposed else (m_, q_), dtype),),
-                        (0.0,) * len(sv))
+            (c,) = run(kern[r], (ops[xs[0]], ops[ys[0]], *stub), (((q_, m_) if transposed else (m_, q_), dtype),),
+                       (0.0,) * len(sv))
             grads.append(c)
         da = grads[0][: p.m, : p.k] if bw.a_major == "k" else grads[0][: p.k, : p.m]
         db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]

@@ -57,26 +57,35 @@ def inputs(spec: dict, shape, seed: int = 0):
 
 def sharded_grads(fn, args, dout, spec: dict, mesh, check_vma: bool):
     """jax.grad of <fn(*args), dOut> in every argument inside jax.shard_map (the module docstring's step), jitted."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     a_spec = P("x", None) if spec["a"]["major"] == "k" else P(None, "x")
     in_specs = (a_spec, P(), *([P()] if len(args) > 2 else []), P("x", None))
+    return shard_step(fn, [*args, dout], in_specs, mesh, check_vma)
+
+
+def shard_step(fn, arrays: list, parts, mesh, check_vma: bool):
+    """The jitted step over mesh axis "x" and the arrays placed: jax.grad of <fn(*arrays[:-1]), arrays[-1]> (dOut last)
+    in every argument, `parts` each array's PartitionSpec. check_vma=True: the loss psum'd over the mesh, a replicated
+    argument's gradient comes back summed; False: each shard's gradients, a replicated argument's psum'd by the step."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    parts = tuple(parts)
+    argnums = tuple(range(len(arrays) - 1))
 
     def local(*xs):
         return jnp.sum(fn(*xs[:-1]).astype(jnp.float32) * xs[-1].astype(jnp.float32))
 
     def step(*xs):
-        if check_vma:  # the mesh's loss; B's and the bias's gradients come back summed (jax's own rule)
-            return jax.grad(lambda *ys: jax.lax.psum(local(*ys), "x"), argnums=tuple(range(len(args))))(*xs)
-        da, *weights = jax.grad(local, argnums=tuple(range(len(args))))(*xs)
-        return (da, *(jax.lax.psum(w, "x") for w in weights))  # each shard's: the step sums the weights'
+        if check_vma:  # the mesh's loss; a replicated argument's gradient comes back summed (jax's own rule)
+            return jax.grad(lambda *ys: jax.lax.psum(local(*ys), "x"), argnums=argnums)(*xs)
+        grads = jax.grad(local, argnums=argnums)(*xs)  # each shard's: the step sums a replicated argument's
+        return tuple(g if any(parts[i]) else jax.lax.psum(g, "x") for i, g in enumerate(grads))
 
-    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=in_specs, out_specs=in_specs[:-1], check_vma=check_vma))
-    placed = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip((*args, dout), in_specs, strict=True)]
-    return f, placed
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=parts, out_specs=parts[:-1], check_vma=check_vma))
+    return f, [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(arrays, parts, strict=True)]
 
 
 # ---- jnp models of the kernels' contracts (f32 products, each store rounded to its dtype) --------------------

@@ -2,8 +2,9 @@
 specs rendered here (recompute; relu, gelu, silu, sigmoid; no activation; f16; mn-major A and B, whose gradients
 come back from the transposed GEMMs) give gradients within bf16 / f16 rounding of float64 autograd of the reference
 and no worse than twice eager's error, in their operands' layouts; odd shapes (M, N, K off the tiles, M = 1, a K
-whose row pitch TMA cannot read in place), NaN-poisoned gradient buffers written everywhere, and a CUDA graph over
-forward and backward replaying to the gradients of fresh inputs; jax.grad under jax.jit of the JAX entry.
+whose row pitch TMA cannot read in place; the recompute's dOut ring over several tiles a CTA and an odd N),
+NaN-poisoned gradient buffers written everywhere, and a CUDA graph over forward and backward replaying to the
+gradients of fresh inputs; jax.grad under jax.jit of the JAX entry.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -46,6 +47,9 @@ RENDERED = {
     # warpgroup's mainloop
     "cute_train_recompute_pingpong": ({**rendered_spec("cute_train_recompute_pingpong", "gelu_tanh", True, "recompute"),
                                        "training": {"save": "recompute", "pre": {"schedule": "pingpong"}}}, "gelu_tanh", True),
+    # the recompute GEMM on two cooperative warpgroups a 128x256 tile (128x32 subtiles, a ring of 2)
+    "cute_train_recompute_coop256": ({**rendered_spec("cute_train_recompute_coop256", "gelu_tanh", True, "recompute"),
+                                      "tile": {"m": 128, "n": 256, "k": 64}}, "gelu_tanh", True),
 }
 _MODULES: dict[str, object] = {}
 
@@ -122,7 +126,13 @@ def check_grads(got: dict, want: dict, eager: dict | None, what: str, dtype: tor
             assert err <= 2 * e_eager + 1e-3 * scale, f"{what} d{n}: {err:.4g} vs eager {e_eager:.4g}"
 
 
-CASES = [(CATALOGUE, s) for s in SHAPES] + [(n, s) for n in RENDERED for s in (SHAPES[1], SHAPES[4])]
+# the recompute GEMM's dOut ring (TMA loads into SMEM ahead of the epilogue, session 34): several tiles a CTA (the
+# ring wrapping, the ping-pong warpgroups taking turns at it), edge tiles TMA zero-fills, an N whose rows TMA cannot
+# read in place (dOut copied to 16-byte rows), M = 1
+RING_SHAPES = [(4100, 2100, 136), (300, 1001, 64), (1, 1001, 40)]
+RING = ("cute_train_recompute_pingpong", "cute_train_recompute_coop256", "cute_train_recompute_relu_f16")
+CASES = [(CATALOGUE, s) for s in SHAPES] + [(n, s) for n in RENDERED for s in (SHAPES[1], SHAPES[4])] + [
+    (n, s) for n in RING for s in RING_SHAPES]
 
 
 @pytest.mark.parametrize(("name", "shape"), CASES, ids=[f"{n}-{'x'.join(map(str, s))}" for n, s in CASES])

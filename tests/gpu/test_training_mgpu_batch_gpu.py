@@ -5,16 +5,21 @@ pass over the batches' rows as one (batch M, N) matrix), gradients of A, B and e
 float64 autograd of the batched reference (or twice the same step's error in plain jnp at bf16), in their stored
 layouts, a vector's gradient summed over every batch entry: [bias, gelu_tanh] preact, [bias, silu] recompute with A
 stored (batch, K, M), [] with both operands mn-major, a gated op with a bias (SwiGLU halves preact, GeGLU-tanh
-interleaved recompute), and the other chains (a row vector, a column scale, a residual) recompute; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
+interleaved recompute), and the other chains (a row vector, a column scale, a residual) recompute, and (session 34)
+residuals before and after pre in preact; batch 1 and 3, M = 1, M, N, K off the tiles; the gradients' memory
 poisoned with NaN first (an unwritten tile stays NaN).
+
+Since session 34 each backward GEMM runs every batch entry in one launch (the kernel walking batch x tiles): the six
+session-33 cases passed on an H200 with the per-entry launches (session 33) and with the one-launch form (session 34),
+and so did the seventh case (mgbg_chain_pre_res, session 34).
 
 Session 34 adds a batched fp8 forward's (`test_batched_fp8_gradients`: the CPU tests' three forms,
 tests/backends/pallas/test_training_mgpu_batch_fp8.py; scale_a (M,) and scale_b (N,) shared by the batches): dA[i] and
 dB[i] the gradients of the dequantized operands within the 16-bit backward's rounding of float64 autograd, dbias over
-every entry's rows, the scales' gradients zeros; NaN-poisoned memory first.
+every entry's rows, the scales' gradients zeros; NaN-poisoned memory first. Passed on an H200 (session 34, through the
+one-launch kernels).
 
-Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them. The 16-bit cases passed on an H200 (session 33); the
-fp8 ones are not run on a GPU until the lead reports they have.
+Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ CASES = {
     "mgbg_chain_rec": ([{"op": "bias", "along": "m", "dtype": "f32"}, {"op": "activation", "fn": "sigmoid"},
                         {"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16", "beta": 0.5}], "recompute", "k_k",
                        (3, 200, 136, 136)),
+    # session 34: residuals before and after pre in preact (each tile's subtiles TMA-loaded from its entry's matrix)
+    "mgbg_chain_pre_res": ([{"op": "residual", "dtype": "bf16", "name": "c"}, {"op": "activation", "fn": "silu"},
+                            {"op": "residual", "dtype": "bf16", "beta": 0.5, "name": "r2"}], "preact", "k_k", (3, 200, 136, 136)),
 }
 
 

@@ -93,7 +93,8 @@ def test_a_render_that_skipped_check_refuses_what_trn001_refuses() -> None:
 def test_forward_pre_stages_pre_beside_out_in_smem_and_the_plan_counts_it() -> None:
     """forward_pre stores pre's subtiles by TMA beside out's: its companion (resolved, ruled by SMEM001) has twice the
     forward's epilogue stages (a pair of subtiles in flight per stage of the forward's), and its SMEM one more set of
-    subtiles than the same GEMM without pre; recompute, dgrad and wgrad keep the forward's epilogue."""
+    subtiles than the same GEMM without pre; recompute, dgrad and wgrad keep the forward's epilogue (recompute beside
+    its dOut ring: tests/backends/cute/test_cute_training_dout.py)."""
     for save, role in (("preact", "forward_pre"), ("recompute", "recompute")):
         ls = loaded(save)
         r = resolve(ls.spec, TARGET)
@@ -101,7 +102,7 @@ def test_forward_pre_stages_pre_beside_out_in_smem_and_the_plan_counts_it() -> N
         fwd, c = DESIGN.plan(ls, [TARGET], {"cute:sm90": r}).config, t.gemms[role].config
         subtile = c.epi_m * c.epi_n * 2  # bf16
         assert c.epi_stages == fwd.epi_stages * (2 if role == "forward_pre" else 1), role
-        assert c.smem_bytes - fwd.smem_bytes == (fwd.epi_stages * subtile if role == "forward_pre" else 0), role
+        assert c.smem_bytes - fwd.smem_bytes == (fwd.epi_stages * subtile if role == "forward_pre" else c.dout_stages * subtile), role
         by_role = {x.companion: x for x in r.companions}
         assert c.smem_bytes == by_role[role].budget.total  # what SMEM001 checks
         assert all(t.gemms[x].config.epi_stages == fwd.epi_stages for x in ("dgrad", "wgrad"))

@@ -149,3 +149,20 @@ def tolerance(spec: dict) -> dict[str, float]:
     if out == "bf16" or "bf16" in casts:  # one bf16 ulp (2**-7 relative) either way
         return {"atol": 1e-2, "rtol": 1e-2}
     return {"atol": 2e-5, "rtol": 2e-5}
+
+
+def host_primitives(jaxpr) -> list[str]:
+    """The primitives a traced program runs outside its kernels (into jit, custom_vjp / custom_vmap calls, control
+    flow; not into a pallas_call's or a Mosaic GPU kernel's (mpmd_map) body): a lax.map or loop shows as scan or while,
+    and each kernel launch once as pallas_call / mpmd_map."""
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        if eqn.primitive.name in ("pallas_call", "mpmd_map", "core_map"):
+            continue
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += host_primitives(inner)
+    return names

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from backends.pallas.common import host_primitives
 from backends.pallas.test_mgpu_module import render
 from backends.pallas.test_training_mgpu_chain import _ops
 from backends.pallas.test_training_tpu import close
@@ -27,7 +28,7 @@ from specgen.targets import target_info
 BIAS = {"op": "bias", "along": "n", "dtype": "bf16"}
 # name: (epilogue, save, majors, (batch, M, N, K)): [bias, activation] preact, [bias, sigmoid] recompute with A
 # stored (K, M), [] with both operands mn-major, a gated op with a bias (halves preact, interleaved recompute), and the other chains (a row vector, a
-# residual, pre before the activation) recompute
+# residual, pre before the activation) recompute, and residuals before and after pre in preact
 FORMS = {
     "mgb_bias_gelu": ([BIAS, {"op": "activation", "fn": "gelu_tanh"}], "preact", "k_k", (3, 37, 200, 72)),
     "mgb_sigmoid_rec": ([BIAS, {"op": "activation", "fn": "sigmoid"}], "recompute", "mn_k", (3, 1, 48, 40)),
@@ -37,6 +38,9 @@ FORMS = {
     "mgb_chain": ([{"op": "bias", "along": "m", "dtype": "f32"}, {"op": "activation", "fn": "sigmoid"},
                    {"op": "scale", "by": "col"}, {"op": "residual", "dtype": "bf16", "beta": 0.5}], "recompute", "k_k",
                   (3, 37, 130, 40)),
+    # preact: a residual before pre and one after it, each TMA-loaded per tile from its entry's (batch, M, N) matrix
+    "mgb_chain_pre": ([{"op": "residual", "dtype": "bf16", "name": "c"}, {"op": "activation", "fn": "silu"},
+                       {"op": "residual", "dtype": "bf16", "beta": 0.5, "name": "r2"}], "preact", "k_k", (2, 37, 130, 40)),
 }
 GLUE = ("mgb_bias_gelu", "mgb_sigmoid_rec", "mgb_chain")  # the glue's forms (the models below take no gated op)
 
@@ -84,14 +88,20 @@ def test_each_role_lowers_to_its_plan_smem(modules) -> None:
 
 def test_grad_under_jit_lowers_with_every_role(modules) -> None:
     """jax.grad of the batched entry under jax.jit traces the custom_vjp and lowers for CUDA, each role's kernel in the
-    program (the columns pass where preact forms G or sums a bias); every gradient in its argument's shape and dtype."""
+    program (the columns pass where preact forms G or sums a bias), each launched once for every batch entry (no loop
+    around a kernel; without a forward_pre role the batched forward kernel runs too); every gradient in its argument's shape and dtype."""
     for name, (mod, _) in modules.items():
         args = structs(SPECS[name], FORMS[name][3])
         loss = lambda *xs, mod=mod: jnp.sum(mod._call(*xs).astype(jnp.float32))  # noqa: E731
         grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))
-        text = grads.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        traced = grads.trace(*args)
+        text = traced.lower(lowering_platforms=("cuda",)).as_text()
         assert all(f"{mod.NAME}_{role}" in text for role in mod.TRAIN_GEMMS), name
-        cols = FORMS[name][1] == "preact" and bool(FORMS[name][0])
+        # every role one launch for every entry (session 33 ran each per entry in a lax.map: a scan)
+        host = host_primitives(traced.jaxpr.jaxpr)
+        assert "scan" not in host and "while" not in host, (name, host)
+        assert host.count("mpmd_map") == len(mod.TRAIN_GEMMS) + ("forward_pre" not in mod.TRAIN_GEMMS), (name, host)
+        cols = FORMS[name][1] == "preact" and bool(FORMS[name][0]) and "chain_pre_before" not in mod.METADATA["training"]
         assert (f"{mod.NAME}_grad_cols" in text) == cols, name
         got = jax.eval_shape(grads, *args)
         assert [(g.shape, g.dtype) for g in got] == [(x.shape, x.dtype) for x in args], name
@@ -99,7 +109,7 @@ def test_grad_under_jit_lowers_with_every_role(modules) -> None:
 
 @pytest.mark.parametrize("name", GLUE)
 def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
-    """jax.grad under jax.jit with `_gemm` as a jnp model of each role's unbatched contract (called per entry) and
+    """jax.grad under jax.jit with `_gemm` as a jnp model of each role's batched contract (one call for every entry) and
     `_launch` of the batched forward's, against float64 autograd of the batched reference within bf16's bound: the
     per-entry slices, the (batch M, N) views and a vector's gradient summed over every entry. A NaN in dOut[-1] stays
     in entry -1's dA and dB."""
@@ -117,7 +127,8 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
         return _ops(s["epilogue"], logical(*xs[:2]), dict(zip(names[2:], xs[2:], strict=True))).astype(jnp.bfloat16)
 
     def model(role, m, n, k, x, y, *extra):
-        assert x.ndim == 2 and y.ndim == 2, (role, x.shape, y.shape)  # one entry's operands
+        batch = FORMS[name][3][0]
+        assert x.shape[0] == batch and y.shape[0] == batch and x.ndim == y.ndim == 3, (role, x.shape, y.shape)  # every entry at once
         if role in ("forward_pre", "recompute"):
             if mod.METADATA["training"].get("chain_pre_before") is None:  # the plain chains: recompute forms G
                 has_bias = bool(s["epilogue"]) and s["epilogue"][0]["op"] == "bias"
@@ -133,8 +144,8 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
             return pre if role == "recompute" else (_ops(s["epilogue"][start:], pre, given).astype(jnp.bfloat16), pre.astype(jnp.bfloat16))
         _, x_k, y_k, transposed, _ = mod.TRAIN_GEMMS[role]
         x32, y32 = x.astype(jnp.float32), y.astype(jnp.float32)
-        c = (x32 if x_k else x32.T) @ (y32.T if y_k else y32)
-        return (c.T if transposed else c).astype(jnp.bfloat16)
+        c = (x32 if x_k else x32.mT) @ (y32.mT if y_k else y32)
+        return (c.mT if transposed else c).astype(jnp.bfloat16)
 
     def grad_cols(grad, pre, interpret=False):  # the columns pass's kernel in Pallas' interpreter
         return modules[name][0]._grad_cols(grad, pre, interpret=True)
@@ -162,3 +173,36 @@ def test_the_glue_against_float64_autograd(modules, name, monkeypatch) -> None:
         if n in ("a", "b"):
             assert got.isnan().any() and not got[:-1].isnan().any(), n  # entry -1's only
         close(got.nan_to_num(0).numpy(), leaf.grad.nan_to_num(0), 3e-2, f"d{n}")
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_grad_inside_shard_map_lowers_with_every_role(modules, check_vma: bool) -> None:
+    """jax.grad inside jax.shard_map (a one-device CPU mesh: the typing does not depend on the mesh's size) of the
+    batched chain and of a gated form traces and lowers for CUDA with every role's kernel, A, dOut, the residual and
+    the row vector sharded along M, B and the column vectors replicated. With check_vma the program holds exactly one
+    psum per replicated argument and the loss's (a kernel output typed as not varying would add one: its cotangent
+    summed over the mesh, wrong gradients on a real mesh); without it only the step's own, one per replicated argument."""
+    import re
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from backends.shard_grads import shard_step
+
+    mesh = jax.make_mesh((1,), ("x",))
+    for name in ("mgb_chain", "mgb_gated"):
+        mod, s = modules[name][0], SPECS[name]
+        batch, M, N, _ = FORMS[name][3]
+        args = [*structs(s, FORMS[name][3]), jax.ShapeDtypeStruct((batch, M, N), jnp.bfloat16)]
+        roles = {"vec_m": P("x"), "vec_n": P(), "matrix": P(None, "x", None), "scalar": P()}
+        parts = [P(None, "x", None), P(), *(roles[a.shape] for a in GemmSpec.model_validate(s).runtime_args()),
+                 P(None, "x", None)]
+        f, _ = shard_step(mod._call, [np.zeros(x.shape, np.float32) for x in args], parts, mesh, check_vma)
+        placed = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, sp)) for x, sp in zip(args, parts, strict=True)]
+        traced = f.trace(*placed)
+        psums = len(re.findall(r"\bpsum\w*\[", str(traced.jaxpr)))
+        replicated = sum(not any(sp) for sp in parts[:-1])
+        assert psums == replicated + check_vma, (name, psums)
+        text = traced.lower(lowering_platforms=("cuda",)).as_text()
+        assert all(f"{mod.NAME}_{role}" in text for role in mod.TRAIN_GEMMS), name
+        assert [(g.shape, g.dtype) for g in traced.out_info] == [(x.shape, x.dtype) for x in args[:-1]], name

@@ -75,16 +75,18 @@ def test_each_role_lowers_to_its_plan_smem_and_grad_lowers_with_every_role(modul
 def stand_ins(mod: object, spec: dict) -> None:
     """The unbatched fp8 test's jnp models (`_launch` the forward, here batched; `_gemm` every role, the pre GEMM over
     the 8-bit A and B and the scales, dgrad and wgrad over operands of the output's dtype only), each GEMM checked to
-    get one entry's operands (2-D) and the shared vectors whole."""
+    get every entry's operands in one call (3-D, as the kernel walking batch x tiles takes them) and the shared vectors
+    whole; the model runs entry by entry."""
     fp8_stand_ins(mod, spec)
     gemm = mod._gemm  # type: ignore[attr-defined]
 
-    def per_entry(role, m, n, k, x, y, *extra):
-        assert x.ndim == 2 and y.ndim == 2, (role, x.shape, y.shape)  # one entry's operands
+    def every_entry(role, m, n, k, x, y, *extra):
+        assert x.ndim == 3 and y.ndim == 3 and x.shape[0] == y.shape[0], (role, x.shape, y.shape)
         assert [v.shape for v in extra] == ([(m,), (n,), (n,)] if extra else []), (role, [v.shape for v in extra])
-        return gemm(role, m, n, k, x, y, *extra)
+        outs = [gemm(role, m, n, k, x[i], y[i], *extra) for i in range(x.shape[0])]
+        return tuple(jnp.stack(parts) for parts in zip(*outs, strict=True)) if isinstance(outs[0], tuple) else jnp.stack(outs)
 
-    mod._gemm = per_entry  # type: ignore[attr-defined]
+    mod._gemm = every_entry  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", list(FORMS))

@@ -210,7 +210,7 @@ def register_estimate(spec: GemmSpec) -> RegisterEstimate:
     accumulator = rows * cols // (1 if spec.accumulator.bytes == 4 else 2) // threads
     em, en = epilogue_tile(spec)
     fragment = em * en // threads
-    args = spec.runtime_args()
+    args = trn.gathered_args(spec)  # dOut in the recompute's SMEM ring: none of them
     # per kernel row / column: with swap_ab a per-row vector of out runs along the kernel's columns
     vec_m = sum(1 for a in args if a.shape == ("vec_n" if swap_ab(spec) else "vec_m"))
     vec_n = sum(1 for a in args if a.shape == ("vec_m" if swap_ab(spec) else "vec_n"))
@@ -312,6 +312,7 @@ class CuteConfig(StagedConfigRow):
     acc_registers: int
     swap_ab: bool = False  # the kernel computes out^T = B^T A^T
     split_k: int = 1  # CTAs along the cluster's third dim, each reducing a share of every tile's K loop
+    dout_stages: int = 0  # the recompute GEMM's dOut subtile buffers (training.py's `dout_ring`)
 
     @property
     def threads(self) -> int:
@@ -343,7 +344,7 @@ def cute_config(r: Resolved) -> CuteConfig:
         mma_warpgroups=mma_warpgroups(spec), pingpong=pingpong(spec), group_m=spec.schedule.group_m,
         group_rows=(spec.schedule.raster == "along_m") != swap_ab(spec), persistent=spec.schedule.persistent,
         smem_bytes=r.budget.total, smem_breakdown=r.budget.breakdown(), acc_registers=r.acc_registers,
-        swap_ab=swap_ab(spec), split_k=spec.schedule.split_k,
+        swap_ab=swap_ab(spec), split_k=spec.schedule.split_k, dout_stages=trn.dout_buffers(r.budget, em * en * spec.out.dtype.bytes),
     )
 
 
@@ -463,12 +464,11 @@ class CuteSm90Gemm(GemmDesign):
     renders_variants = True
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers (+ 2
-        ping-pong order barriers, + 2 split-K handoff barriers), then A, B and epilogue buffers (two sets
-        when ping-pong) and split-K's partials, each 1024-aligned; plus the 1024 bytes of static SMEM the compiler
-        puts in front of it so the dynamic base meets the struct's 1024-byte alignment (measured:
-        `.nv.shared.<kernel>` in the cubin). A/B stage sizes are multiples of 1024 for every tile
-        wgmma takes (64 rows x 16 bytes of K at least)."""
+        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers (+ 2 ping-pong order
+        barriers, + 2 split-K handoff barriers), then A, B and epilogue buffers (two sets when ping-pong), split-K's
+        partials and the recompute GEMM's dOut ring (training.py's `dout_ring`), each 1024-aligned; plus the 1024 bytes
+        of static SMEM the compiler puts before it so the dynamic base meets the struct's 1024-byte alignment
+        (`.nv.shared.<kernel>` in the cubin). A/B stages are multiples of 1024 for every tile wgmma takes."""
         gpu = target.gpu
         assert gpu is not None
         t = spec.tile
@@ -477,14 +477,14 @@ class CuteSm90Gemm(GemmDesign):
         epi = align_up(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
         order = 2 * MBARRIER_BYTES if pingpong(spec) else 0  # ping-pong: whose turn at the mainloop
         split = spec.schedule.split_k
-        handoff = 2 * MBARRIER_BYTES if split > 1 else 0  # split-K: partials landed / read
-        reserve = BASE_ALIGN_PAD + align_up(2 * ab_stages * MBARRIER_BYTES + order + handoff)
+        barriers = 2 * ab_stages * MBARRIER_BYTES + order + (2 * MBARRIER_BYTES if split > 1 else 0)  # split-K: landed / read
         # A and B tiles, and a gated B's up tile (its own 1024-aligned buffer, sU: tile.n x tile.k, a multiple of 1024)
         stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes * (2 if gated_op(spec.epilogue) else 1)
-        # split-K: split 0 receives the other splits' f32 partials of a whole tile
-        partials = align_up((split - 1) * t.m * t.n * spec.accumulator.bytes)
-        return MemoryBudget("SMEM", gpu.smem_per_block, reserve, stage, ab_stages, epi, epilogue_overlaps_ab=False,
-                            extra_bytes=partials, extra_label="split-K partials")
+        partials = align_up((split - 1) * t.m * t.n * spec.accumulator.bytes)  # split-K: the others' f32 tiles to split 0
+        budget = MemoryBudget("SMEM", gpu.smem_per_block, BASE_ALIGN_PAD + align_up(barriers), stage, ab_stages, epi,
+                              epilogue_overlaps_ab=False, extra_bytes=partials, extra_label="split-K partials")
+        # the recompute GEMM's dOut ring (the grouped design's kernel, whose struct this is too, has none)
+        return trn.dout_ring(budget, spec, em * en * spec.out.dtype.bytes, barriers, BASE_ALIGN_PAD, pingpong(spec)) if isinstance(self, CuteSm90Gemm) else budget
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for

@@ -58,7 +58,7 @@ RESERVED: frozenset[str] = frozenset({
     "split_phase", "partials", "cluster_ctas", "leader", "remote", "part", "i", "ptr", "value", "scope",
     "split_barriers", "sPartial", "unroll_full",
     # a `training` backward: the role's config and epilogue, the columns kernel, the host's operands
-    "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "r_aux_next", "aux_crd", "aux_tm", "aux_tn", "grad_frag", "r_pre", "stub", "sum_pending", "total",
+    "a_k", "aux", "b_k", "bx", "by", "configs", "contiguous", "fused", "g_aux", "layouts", "mG", "mPre", "mSrc", "mSums", "maux", "partial", "r_aux", "r_aux_next", "grad_frag", "r_pre", "stub", "sum_pending", "total",
     # the columns kernel's vectors and batches of rows, forward_pre's TMA store of pre
     "batched", "i0", "jv", "padded", "per_cta", "pitch", "pres", "ri", "srcs", "sums_frag", "vec",
     "bPre_g", "bPre_s", "bUp_g", "epi_per_subtile", "gPre_sub", "gUp_sub", "mPreT", "tPre", "tma_pre", "cute_jax_train", "dout",
@@ -72,6 +72,9 @@ RESERVED: frozenset[str] = frozenset({
     "a16", "b16", "g_a", "g_b", "mGa", "mGb", "mSa", "mSb", "scale_b_frag", "scales", "sa_rows",
     # another chain's (the chain pass's gradient buffers, their want bits, a row sum's lanes and column runs)
     "bufs", "kind", "lanes", "params", "runs", "wants",
+    # the recompute's dOut ring (templates/gemm/cute/dout_sm90.jinja: its loader warp, pipeline, order and SMEM view)
+    "_s", "DOUT_L2_EVICT_FIRST", "cache_policy", "bDout_g", "bDout_s", "dout_barriers", "dout_grid", "dout_order", "dout_phase", "dout_pipe", "dout_read",
+    "dout_stages", "dout_state", "gDout", "mDout", "reads_dout", "sDout", "sDout_layout", "tDout", "tma_dout", "tRS_sDout",
 })
 
 # How its templates derive names from an epilogue argument `x`.

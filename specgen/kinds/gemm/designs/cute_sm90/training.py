@@ -62,8 +62,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm.designs.triton.training import ChainOp, TrainingPlan, _chain
 from specgen.kinds.gemm.training import (
+    DOUT,
     SaveModes,  # noqa: I001
     activation_fn,
     chain_refusal,
@@ -154,6 +156,54 @@ class CuteTrainingPlan(SaveModes):
         if self.chain:
             return TrainingPlan.grad_args.fget(self)  # type: ignore[attr-defined]
         return (self.bias,) if self.bias else ()
+
+
+# The recompute epilogue's dOut (act and gated recomputes; session 34): the producer warpgroup's second warp loads its
+# (epi_m, epi_n) subtiles by TMA into a ring of SMEM buffers ahead of the consumers (its own full / empty mbarriers),
+# the epilogue reads each from SMEM. The ring: as many subtiles as the SMEM the A/B stages leave, DOUT_STAGES[0] at
+# least (counted when `auto` picks the A/B depth: the depth drops where two do not fit) and DOUT_STAGES[1] at most.
+DOUT_STAGES = (2, 4)
+
+
+def reads_dout(spec: object) -> bool:
+    """Whether a companion is the dense recompute GEMM whose epilogue reads dOut (an act or gated recompute: its chain
+    carries dOut as the residual `DOUT`, specgen/kinds/gemm/training.py's `pre_epilogue`; an fp8 forward's and the
+    other chains' recompute store pre and read none; the grouped kind's kernel reads it from global memory)."""
+    return getattr(spec, "kind", "") == "gemm" and any(
+        op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
+
+
+def gathered_args(spec: object) -> list:
+    """The epilogue's runtime arguments read from global memory at a subtile (the register model's operands): all of
+    them but dOut where the SMEM ring holds it (read there a subtile at a time, it is no residual's gathered
+    fragment: the model before dOut was counted, session 34, left the ring's kernels spill-free)."""
+    return [x for x in spec.runtime_args() if not (x.name == DOUT and reads_dout(spec))]  # type: ignore[attr-defined]
+
+
+def dout_ring(budget: MemoryBudget, spec: object, subtile_bytes: int, barrier_bytes: int, pad: int,
+              pingpong: bool) -> MemoryBudget:
+    """The sm90 kernel's SMEM struct (`budget`: design.py's `memory`, `barrier_bytes` its mbarriers before their
+    1024-byte alignment, `pad` the static SMEM before it) with the recompute GEMM's dOut ring: 2 mbarriers and a
+    1024-aligned subtile a buffer (+ 2 mbarriers ordering the ping-pong warpgroups' turns), as many buffers as the
+    room the rest leaves beside the ring's most mbarriers holds, up to DOUT_STAGES[1], at least DOUT_STAGES[0]
+    (SMEM001 refuses a config where those do not fit; an `auto` A/B depth is the deepest whose total fits with
+    them). Unchanged where the companion reads no dOut."""
+    if not reads_dout(spec):
+        return budget
+    order = 16 if pingpong else 0
+    room = budget.capacity - (budget.total - budget.reserve) - pad - _aligned(barrier_bytes + 16 * DOUT_STAGES[1] + order)
+    n = max(DOUT_STAGES[0], min(DOUT_STAGES[1], room // subtile_bytes))
+    return dataclasses.replace(budget, reserve=pad + _aligned(barrier_bytes + 16 * n + order),
+                               extra_bytes=budget.extra_bytes + _aligned(n * subtile_bytes), extra_label="dOut subtiles")
+
+
+def dout_buffers(budget: MemoryBudget, subtile_bytes: int) -> int:
+    """The dOut ring's subtile buffers a budget holds (`dout_ring`'s; 0 without one): the kernel's Config.dout_stages."""
+    return budget.extra_bytes // subtile_bytes if budget.extra_label == "dOut subtiles" else 0
+
+
+def _aligned(n: int) -> int:
+    return -(-n // 1024) * 1024  # the struct's buffers (and its mbarriers as a group) start 1024-aligned
 
 
 def dtype_refusal(spec: object, arch: str) -> str:

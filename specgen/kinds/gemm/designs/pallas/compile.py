@@ -79,7 +79,8 @@ def _lower_mgpu(module: ModuleType, target: TargetInfo, backward: bool = True) -
 
 def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> CompileResult:
     """One backward GEMM of a Mosaic GPU module (`_gemm(role, ...)`) lowered for CUDA over a problem ragged against
-    its tile (K long enough for every stage), with its operands in the role's stored majors."""
+    its tile (K long enough for every stage), with its operands in the role's stored majors; a batched module's over
+    BATCH entries (the kernel its backward launches once for every entry)."""
     import jax
 
     from specgen.kinds.gemm.designs.pallas.design import JNP_DTYPES
@@ -96,18 +97,19 @@ def _lower_mgpu_role(module: ModuleType, target: TargetInfo, role: str) -> Compi
     # the other chains' pre GEMM reads the chain's arguments (recompute: those of the ops before pre; its C f32), no dOut
     chain = "chain_pre_before" in module.METADATA["training"] and role in ("forward_pre", "recompute")
     xd, yd = (JNP_DTYPES[spec.a.dtype], JNP_DTYPES[spec.b.dtype]) if fp8 or chain else (dtype, dtype)
-    args = [jax.ShapeDtypeStruct((p, r) if x_k else (r, p), xd), jax.ShapeDtypeStruct((qb, r) if y_k else (r, qb), yd)]
+    lead = (BATCH,) if spec.batch else ()
+    args = [jax.ShapeDtypeStruct(lead + ((p, r) if x_k else (r, p)), xd), jax.ShapeDtypeStruct(lead + ((qb, r) if y_k else (r, qb)), yd)]
     if fp8:
         args += [jax.ShapeDtypeStruct((p,) if a.shape == "vec_m" else (q,), JNP_DTYPES[a.dtype]) for a in spec.runtime_args()]
     elif chain:
         before = module.METADATA["training"]["chain_pre_before"]
         ops = spec.epilogue if role == "forward_pre" else spec.epilogue[:before]
-        shapes = {"vec_m": (p,), "vec_n": (q,), "matrix": (p, q), "scalar": ()}
+        shapes = {"vec_m": (p,), "vec_n": (q,), "matrix": lead + (p, q), "scalar": ()}
         args += [jax.ShapeDtypeStruct(shapes[a.shape], JNP_DTYPES[a.dtype]) for op in ops for a in op.runtime_args()]
     elif role == "forward_pre" or (role == "recompute" and not gated):  # the bias, then dOut (recompute)
         args += [jax.ShapeDtypeStruct((q,), dtype) for a in spec.runtime_args() if a.shape == "vec_n"]
     if role == "recompute" and not fp8 and not chain:
-        args += [jax.ShapeDtypeStruct((p, q), dtype)]
+        args += [jax.ShapeDtypeStruct(lead + (p, q), dtype)]
     start = time.perf_counter()
     name = f"{module.METADATA['kernel']}[{role}]"
     try:

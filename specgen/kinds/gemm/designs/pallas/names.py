@@ -22,9 +22,9 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "COLS_BLOCK", "_grad_cols_kernel", "pltriton", "slice",
     # a TPU backward of the other chains (training): its jnp pass (templates/gemm/pallas/chain_backward.jinja)
     "_chain_grads",
-    # a batched forward's backward (training, batch = true; templates/gemm/pallas/batch_backward.jinja): each backward
-    # GEMM per batch entry
-    "_per_batch",
+    # a batched forward's backward (training, batch = true; templates/gemm/pallas/batch_backward.jinja): a TPU backward
+    # GEMM's every batch entry in one pallas_call
+    "_entries", "_every_entry",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -71,8 +71,8 @@ RESERVED: frozenset[str] = frozenset({
     "u", "size", "c_size",
     # ... and the other chains' jnp pass: the inputs of the ops it replays from pre
     "xs",
-    # ... and a batched forward's (batch_backward.jinja): `_per_batch`'s slicing, the Mosaic GPU rule's per-role call
-    "sliced", "entry", "_per_role",
+    # ... and a batched forward's (batch_backward.jinja, backward_mgpu.jinja): a batch entry's block or view
+    "entry",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -45,8 +45,10 @@ vector's row or column sums in f32, a runtime scalar none); dgrad and wgrad are 
 
 A batched forward (`batch = true`, every chain above; session 33, an fp8 forward's since session 34) has the Triton
 design's meaning with this plan unchanged: templates/gemm/pallas/batch_backward.jinja (shared with the Mosaic GPU module)
-runs each backward GEMM per batch entry with the kernels above (`_per_batch`, a lax.map), and the columns pass / chain
-pass over the batches' rows as one (batch M, N) matrix (an fp8 forward's scale_a, shared by the batches, tiled to it).
+runs each backward GEMM for every batch entry in one pallas_call of the kernels above, the batch folded into its grid's
+first axis (`_every_entry`, `_entries`; session 34, where session 33 launched it per entry in a lax.map), and the
+columns pass / chain pass over the batches' rows as one (batch M, N) matrix (an fp8 forward's scale_a, shared by the
+batches, tiled to it).
 
 VMEM (`pre_role_vmem`, `grad_cols_vmem`; PAL014 checks both): VMEM001 checks each companion as the GEMM it is (the
 pre GEMM's with the chain its kernel applies: the bias's, the scales' and the arguments' blocks, a recompute's dOut);

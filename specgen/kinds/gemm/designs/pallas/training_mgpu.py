@@ -162,9 +162,9 @@ def plan_mgpu_training(spec: object, r: Resolved, mgpu_config: Callable[[Resolve
     if t is None:
         return None
     if why := training_refusal(spec) or chain_refusal(spec, fp8=True, chains=True, batch=True, batch_fp8=True):
-        # check refuses these (TRN001; a batched forward's backward, an fp8 one's too, is the plan's
-        # kernels per batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a
-        # wrong backward
+        # check refuses these (TRN001; a batched forward's backward, an fp8 one's too, is the plan's kernels over every
+        # batch entry, templates/gemm/pallas/batch_backward.jinja); a render that skipped check must not emit a wrong
+        # backward
         raise ValueError(f"{spec.name}: {why} (TRN001)")  # type: ignore[attr-defined]
     gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
