@@ -4,9 +4,11 @@ jax.shard_map (the batch sharded, the bias replicated), runs the module's kernel
 dA, dB (each batch's) and the bias gradient (over every batch's rows) in their primals' stored shapes and dtypes,
 within bf16 rounding of float64 autograd and no worse than twice eager bf16 autograd's error: [] (B mn-major),
 [bias, gelu_tanh] preact, [bias, silu] recompute (A and B mn-major), SwiGLU halves (preact), GeGLU-tanh interleaved
-with a bias (recompute); batch 3 with M, N and K off the tiles and off whole 16 bytes, batch 1 with M = 1.
+with a bias (recompute); batch 3 with M, N and K off the tiles and off whole 16 bytes, batch 1 with M = 1 (passed on
+an H200, session 34, the lead's run of 1e3c245). Also an fp8 forward (three forms, batched or not) and the other chains
+(four, unbatched): written in session 34 without a GPU, NOT YET RUN until the lead reports them.
 The outputs are new arrays (XLA's), so no NaN poisoning applies; the padding they are sliced from is checked by the
-values at every edge. Written in session 34 without a GPU: NOT YET RUN until the lead reports it.
+values at every edge.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -193,7 +195,7 @@ def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> No
 # scalar is compiled in: no gradient) within twice eager bf16's error of float64 autograd.
 CHAIN_CASES = [("col_gelu_res", "preact"), ("biasm_rowcol_cast", "recompute"), ("alpha_clamp_res_row", "preact"),
                ("res_biasm", "preact")]
-CHAIN_SHAPES = [(200, 136, 96), (1, 264, 72), (37, 100, 160)]
+CHAIN_SHAPES = [(200, 136, 96), (1, 264, 72)]
 
 
 @pytest.mark.parametrize(("chain", "save"), CHAIN_CASES, ids=[f"{c}-{s}" for c, s in CHAIN_CASES])
