@@ -243,6 +243,15 @@ def kernels(bw: Backward, roles: tuple[tuple[str, str], ...] = ()) -> dict[str, 
     a_mode, b_mode = (same if bw.a_major == "k" else swap), (swap if bw.b_major == "k" else same)
     stored_t = {"a": bw.a_major != "k", "b": bw.b_major == "k", "g": False}  # stored = the torch shape's transpose
     out: dict[str, Kernel] = {}
+
+    def products(vectors: tuple) -> dict[str, Kernel]:
+        """`out` with dgrad and wgrad, their X and Y in the stored majors, the vectors (stubs) as the GEMM takes them."""
+        for role in ("dgrad", "wgrad"):
+            x, y, _ = bw.gemms[role]
+            mode = [swap if (s.endswith(".t()") != stored_t[s[0]]) else same for s in (x, y)]
+            out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *vectors, matrix(same)))
+        return out
+
     if bw.chain:  # the GEMMs read every tensor argument (a residual element-wise), the chain pass its own
         kinds, chain_args, _, _, launcher = bw.chain
         role_of = dict(roles)
@@ -256,11 +265,7 @@ def kernels(bw: Backward, roles: tuple[tuple[str, str], ...] = ()) -> dict[str, 
         out["chain_pass"] = Kernel(f"{bw.name}[chain_pass]", bw.hosts["chain"], launcher, "chain_pass", None,
                                    (matrix(SAME),) * 2 + ins + (matrix(SAME),) + ((SAME, u),) * len(kinds), True)
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
-        for role in ("dgrad", "wgrad"):
-            x, y, _ = bw.gemms[role]
-            mode = [swap if (s.endswith(".t()") != stored_t[s[0]]) else same for s in (x, y)]
-            out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *tensors, matrix(same)))
-        return out
+        return products(tensors)
     bias_in = (vec,) * ((2 if bw.fp8 else 0) + (1 if bw.bias else 0))  # the vectors a GEMM reads (fp8: the scales first)
     if bw.fp8:  # G_b, G_a and U's bands' column sums from dOut (and pre) and the scales (scale_b a (1, N) row)
         if bw.act and bw.save == "recompute":  # pre stored as the fp8 kernel's output
@@ -278,11 +283,7 @@ def kernels(bw: Backward, roles: tuple[tuple[str, str], ...] = ()) -> dict[str, 
         out["grad_cols_sum"] = cols("grad_cols_sum", "cols_sum", (matrix(SAME), (SAME, u)))
     if bw.bias:
         out["grad_cols_bands"] = cols("grad_cols_bands", "bands", ((SAME, 1), (SAME, 1)))
-    for role in ("dgrad", "wgrad"):
-        x, y, _ = bw.gemms[role]
-        mode = [swap if (s.endswith(".t()") != stored_t[s[0]]) else same for s in (x, y)]
-        out[role] = gemm(role, "gemm", (matrix(mode[0]), matrix(mode[1]), *bias_in, matrix(same)))
-    return out
+    return products(bias_in)
 
 
 @functools.cache
