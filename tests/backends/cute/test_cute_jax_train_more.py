@@ -280,8 +280,9 @@ def to_torch(x) -> torch.Tensor:
 
 # ---- an fp8 forward (rowwise scales first, then [bias], [activation]; both K-major), batched or not ----------------
 # name: (test_cute_training_fp8.py's form, batched)
-FP8 = {"cjf8_pre": ("cf8_pre", False), "cjf8_rec": ("cf8_rec", False), "cjf8_bias": ("cf8_bias", False),
-       "cjf8_pre_b": ("cf8_pre", True), "cjf8_rec_b": ("cf8_rec", True)}
+# (the unbatched preact form's glue is the batched one's with no batch dim: its module is not rendered here)
+FP8 = {"cjf8_rec": ("cf8_rec", False), "cjf8_bias": ("cf8_bias", False), "cjf8_pre_b": ("cf8_pre", True),
+       "cjf8_rec_b": ("cf8_rec", True)}
 FP8_CALLS = {"cf8_pre": ["forward_pre", "grad_cols_fp8", "dgrad", "wgrad", "grad_cols_bands"],
              "cf8_rec": ["recompute", "grad_cols_fp8", "dgrad", "wgrad"],
              "cf8_bias": ["grad_cols_fp8", "dgrad", "wgrad", "grad_cols_bands"]}
