@@ -118,6 +118,7 @@ def test_batched_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -
 # U's column sum (over every batch's rows), the scales zeros; within 2e-2 of the largest float64 gradient (the torch
 # fp8 GPU tests' bound). Unbatched and batched (the scales shared by the batches).
 FP8_FORMS = {"gjf8_pre": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", False),
+             "gjf8_rec": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu", False),
              "gjf8_rec_b": ("fp8_e4m3", "fp8_e5m2", "recompute", False, "relu", True),
              "gjf8_pre_b": ("fp8_e4m3", "fp8_e4m3", "preact", True, "gelu_tanh", True)}
 FP8_SHAPES = [(3, 200, 100, 72), (1, 1, 264, 40)]
