@@ -133,6 +133,19 @@ def fp8_spec(name: str) -> dict:
             + [{"op": "activation", "fn": act}]}
 
 
+def relu_slack(a64: torch.Tensor, b64: torch.Tensor, deq_a: torch.Tensor, deq_b: torch.Tensor, dout: torch.Tensor,
+               has_bias: bool) -> list:
+    """What ReLU's step may move each gradient by where the fp8 tensor core's accumulator cannot tell pre's sign: Hopper's
+    fp8 wgmma keeps about 13-14 bits of the sum (2,000-odd fp8 products' ties are common in the test data: round 2 had 3
+    flips, dA off by 0.64 at a scale of 3.6, which a 13-bit accumulator reproduces to 0.638 on the CPU). An element whose
+    float64 sum is within 2^-9 of its terms' magnitudes may take either mask value: its dOut's contribution to dA's row,
+    dB's column and the bias is allowed (each gradient's slack, in the reference's layout: dA, dB (K, N), dbias)."""
+    acc = a64 @ b64.mT
+    unsure = (acc.abs() <= 2.0**-9 * (a64.abs() @ b64.abs().mT)).double() * dout.abs()
+    out = [unsure @ deq_b.abs().mT, deq_a.abs().mT @ unsure, None, None]
+    return out + ([unsure.reshape(-1, unsure.shape[-1]).sum(0)] if has_bias else [])
+
+
 @pytest.mark.parametrize("name", list(FP8_FORMS))
 def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> None:
     jax = pytest.importorskip("jax")
@@ -177,6 +190,10 @@ def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> No
         v = deq_a @ deq_b + (bias64 if has_bias else 0)
         ACTS[act](v).backward(t64(dout))
         want = [deq_a.grad, deq_b.grad.mT, None, None] + ([bias64.grad] if has_bias else [])
+        # ReLU (a step): the elements the fp8 accumulator cannot place either side of 0 may move a gradient
+        slack = relu_slack(t64(a), t64(b), deq_a.detach(), deq_b.detach(), t64(dout), has_bias) if act == "relu" else None
+        if slack is not None:
+            slack[1] = slack[1].mT  # dB in its stored layout
         failures = []
         for i, (g, s, w, x) in enumerate(zip(got, sharded, want, args, strict=True)):
             where = f"{name} grad {i} at {(batch, M, N, K)}"
@@ -187,10 +204,12 @@ def test_fp8_jax_grad_under_jit_and_shard_map(name: str, tmp_path_factory) -> No
             assert g.dtype == jnp.bfloat16, where
             t = t64(g)
             assert not t.isnan().any(), where
-            err, scale = (t - w).abs().max().item(), w.abs().max().item()
+            scale = w.abs().max().item()
+            over = (t - w).abs() - (slack[i] if slack is not None else 0)  # past what a ReLU tie may move
+            err = over.max().item()
             # where it is off (a failure's message): the error per batch, and the rows and columns past 2e-2
-            bad = ((t - w).abs() > 2e-2 * scale).nonzero()
-            per_batch = [round((t[j] - w[j]).abs().max().item(), 4) for j in range(batch)] if batched else []
+            bad = (over > 2e-2 * scale).nonzero()
+            per_batch = [round(over[j].max().item(), 4) for j in range(batch)] if batched else []
             if err > 2e-2 * scale:  # every gradient's verdict in the message, then the assertion
                 failures.append(f"{where}: {err:.4g} > 2e-2 x {scale:.4g}; per batch {per_batch}; {len(bad)} elements "
                                 f"off, first {bad[:4].tolist()}, last {bad[-4:].tolist()}")
