@@ -136,8 +136,9 @@ def fp8_spec(name: str) -> dict:
 def relu_slack(a64: torch.Tensor, b64: torch.Tensor, deq_a: torch.Tensor, deq_b: torch.Tensor, dout: torch.Tensor,
                has_bias: bool) -> list:
     """What ReLU's step may move each gradient by where the fp8 tensor core's accumulator cannot tell pre's sign: Hopper's
-    fp8 wgmma keeps about 13-14 bits of the sum (2,000-odd fp8 products' ties are common in the test data: round 2 had 3
-    flips, dA off by 0.64 at a scale of 3.6, which a 13-bit accumulator reproduces to 0.638 on the CPU). An element whose
+    fp8 wgmma keeps about 13-14 bits of the sum, and without a bias a sum of 72 exact fp8 products often nearly cancels
+    (round 2 of session 34: dA off by 0.6405 at a scale of 3.615; a 13-bit accumulator on the CPU, from the same data:
+    3 mask flips, 0.6377). An element whose
     float64 sum is within 2^-9 of its terms' magnitudes may take either mask value: its dOut's contribution to dA's row,
     dB's column and the bias is allowed (each gradient's slack, in the reference's layout: dA, dB (K, N), dbias)."""
     acc = a64 @ b64.mT
