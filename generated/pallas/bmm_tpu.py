@@ -91,6 +91,8 @@ def _build(batch: int, m: int, n: int, k: int, varying: frozenset, interpret: ob
     blk_m = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     blk_n = n if n < BLOCK_N else BLOCK_N
     blk_k = k if k < BLOCK_K else BLOCK_K
+    if not (batch and m and n and k):  # an extent of 0 (no rows: M = 0 or a batch of 0): an empty output, no kernel
+        return _rt.zeros_call(_rt.out_struct((batch, m, n), jnp.bfloat16, varying), varying, NAME, sums=False)
     grid = (batch, pl.cdiv(m, blk_m), pl.cdiv(n, blk_n), pl.cdiv(k, blk_k))
     in_specs = [
         pl.BlockSpec((pl.Squeezed(), blk_m, blk_k), lambda bb, i, j, k: (bb, i, k)),  # a

@@ -96,6 +96,8 @@ def _build(m: int, n: int, k: int, varying: frozenset, interpret: object):
     blk_m = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     blk_n = n if n < BLOCK_N else BLOCK_N
     blk_k = k if k < BLOCK_K else BLOCK_K
+    if not (m and n and k):  # an extent of 0 (no rows: M = 0 or a batch of 0): an empty output, no kernel
+        return _rt.zeros_call(_rt.out_struct((m, n), jnp.bfloat16, varying), varying, NAME, sums=False)
     grid = (pl.cdiv(m, blk_m), pl.cdiv(n, blk_n), pl.cdiv(k, blk_k))
     in_specs = [
         pl.BlockSpec((blk_m, blk_k), lambda i, j, k: (i, k)),  # a

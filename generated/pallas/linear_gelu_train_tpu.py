@@ -22,7 +22,7 @@ interpreter. Arrays spread over several devices raise unless the call runs under
 Differentiable (spec: training, save = "preact"): a jax.custom_vjp whose backward runs Pallas
 kernels rendered from the same spec: the forward also stores pre = A @ B + bias (saved),
 G = dOut * gelu_tanh'(pre) formed once, dA = G @ B^T, dB = A^T @ G, dbias = G's column sum,
-each in its operand's stored layout. The torch entry stays forward-only (a tensor that requires grad is refused).
+each in its operand's stored layout. The torch entry is differentiable too (an op running jax.vjp of this entry).
 
 Epilogue, applied in order to the float32 accumulator at the last K step:
     0. bias: + bias (N,) bf16, per column
@@ -102,6 +102,8 @@ def _build(m: int, n: int, k: int, varying: frozenset, interpret: object):
     blk_m = m if m < BLOCK_M else BLOCK_M  # a block as large as its array is always legal
     blk_n = n if n < BLOCK_N else BLOCK_N
     blk_k = k if k < BLOCK_K else BLOCK_K
+    if not (m and n and k):  # an extent of 0 (no rows: M = 0 or a batch of 0): an empty output, no kernel
+        return _rt.zeros_call(_rt.out_struct((m, n), jnp.bfloat16, varying), varying, NAME, sums=False)
     grid = (pl.cdiv(m, blk_m), pl.cdiv(n, blk_n), pl.cdiv(k, blk_k))
     in_specs = [
         pl.BlockSpec((blk_m, blk_k), lambda i, j, k: (i, k)),  # a
@@ -204,7 +206,7 @@ def _train_pre_kernel(x_ref, y_ref, bias_ref, out_ref, pre_ref, acc_ref, **dot):
 def _backward_gemm(role: str, p_dim: int, q_dim: int, r_dim: int, varying: frozenset, interpret: object):
     """The pallas_call of one backward GEMM for one problem shape (blocks clamped to the arrays, as the forward's)."""
     x_major, y_major, (bp, bq, br), c_dtype, vmem_limit = TRAIN_GEMMS[role]
-    bp, bq, br = min(p_dim, bp), min(q_dim, bq), min(r_dim, br)
+    bp, bq, br = min(p_dim, bp) or 1, min(q_dim, bq) or 1, min(r_dim, br) or 1  # 1 where an extent is 0: no kernel runs (below)
     c_block = pl.BlockSpec((bp, bq), lambda i, j, kk: (i, j))
     in_specs = [
         pl.BlockSpec((bp, br), lambda i, j, kk: (i, kk)) if x_major == "k" else pl.BlockSpec((br, bp), lambda i, j, kk: (kk, i)),
@@ -215,6 +217,8 @@ def _backward_gemm(role: str, p_dim: int, q_dim: int, r_dim: int, varying: froze
         in_specs.append(pl.BlockSpec((1, bq), lambda i, j, kk: (0, j)))  # bias
     if role == "forward_pre":  # out and pre
         out_shape, out_specs, kernel = [*out_shape, _rt.out_struct((p_dim, q_dim), c_dtype, varying)], [c_block, c_block], _train_pre_kernel
+    if not (p_dim and q_dim and r_dim):  # no rows (M = 0, a batch of 0), columns or K: zeros, no kernel
+        return _rt.zeros_call(out_shape, varying, NAME, sums=role in ("dgrad", "wgrad"))
     return pl.pallas_call(
         functools.partial(kernel, r_total=r_dim, block_r=br, x_axis=1 if x_major == "k" else 0, y_axis=1 if y_major == "k" else 0),
         out_shape=out_shape,
@@ -261,7 +265,7 @@ def _train_cols_kernel(src_ref, pre_ref, g_ref, dbias_ref, sum_ref, *, m_total: 
 @functools.cache
 def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
     """The columns pass for one shape: grid (N blocks, M blocks), walking each column block's rows in order."""
-    blk_m, blk_n = min(m, BLOCK_M), min(n, BLOCK_N)
+    blk_m, blk_n = min(m, BLOCK_M) or 1, min(n, BLOCK_N) or 1  # 1 where an extent is 0: no kernel runs (below)
     c_block = pl.BlockSpec((blk_m, blk_n), lambda j, i: (i, j))
     out_shape, out_specs, scratch = [], [], []
     out_shape.append(_rt.out_struct((m, n), OPERAND, varying))  # G
@@ -269,6 +273,8 @@ def _grad_cols(m: int, n: int, varying: frozenset, interpret: object):
     out_shape.append(_rt.out_struct((1, n), jnp.bfloat16, varying))  # the bias gradient
     out_specs.append(pl.BlockSpec((1, blk_n), lambda j, i: (0, j)))
     scratch.append(pltpu.VMEM((1, blk_n), jnp.float32))
+    if not (m and n):  # no rows (M = 0, a batch of 0) or columns: G empty, the bias gradient 0 (a sum over no rows)
+        return _rt.zeros_call(out_shape, varying, NAME, sums=True)
     return pl.pallas_call(
         functools.partial(_train_cols_kernel, m_total=m, block_m=blk_m),
         out_shape=out_shape,
@@ -338,7 +344,12 @@ def linear_gelu_train_tpu(a, b, bias, *, interpret: object = None) -> jax.Array:
 
 def linear_gelu_train_tpu_torch(a, b, bias, *, interpret: object = None):
     """The torch entry point: logical shapes as the Triton launcher takes them (A (M, K), B (K, N)), any
-    device jax shares through DLPack (CPU tensors run the interpreter). Returns a torch tensor."""
+    device jax shares through DLPack (CPU tensors run the interpreter). Returns a torch tensor. Differentiable (spec:
+    training): with grad on and a tensor that requires grad, or under torch.compile, the call is a torch op running
+    jax.vjp of the JAX entry, its backward the pullback (_torch_entry)."""
+    _torch_entry()  # (built once; under torch.compile at trace time)
+    if _TORCH_ENTRY[0].needed(a, b, bias):
+        return _TORCH_ENTRY[0](a, b, bias, interpret=interpret)
     result = linear_gelu_train_tpu(
         _rt.from_torch(NAME, "a", a, transpose=False),
         _rt.from_torch(NAME, "b", b, transpose=True),
@@ -346,6 +357,29 @@ def linear_gelu_train_tpu_torch(a, b, bias, *, interpret: object = None):
         interpret=interpret,
     )
     return _rt.to_torch(result)
+
+
+# The torch entry's differentiable op (spec: training; specgen/runtime/jax_torch.py), registered on the first torch
+# call or, where torch is imported already, here.
+_TORCH_ENTRY: list = []
+
+
+def _torch_entry():
+    """This module's torch ops (jax.vjp of the JAX entry and its pullback), built once."""
+    if not _TORCH_ENTRY:
+        from specgen.runtime import jax_torch
+
+        args = (("a", False), ("b", True), ("bias", None),)
+        _TORCH_ENTRY.append(jax_torch.Entry(NAME, "90cc6e6448cb2efa", args, lambda mode, *xs: _call(*xs, interpret=mode),
+                                            jnp.bfloat16, gated=False, fp8=False))
+    return _TORCH_ENTRY[0]
+
+
+# torch.compile runs _torch_entry at trace time (torch._dynamo.assume_constant_result's mark, set without importing
+# torch; the entry then reads _TORCH_ENTRY): a module imported before torch registers its ops in a first compiled call.
+_torch_entry._dynamo_marked_constant = True
+if _rt.torch_imported():
+    _torch_entry()
 
 
 # The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above):

@@ -5,6 +5,8 @@ Imported only by generated code."""
 from __future__ import annotations
 
 import functools
+import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -154,6 +156,30 @@ def out_struct(shape: tuple[int, ...], dtype: Any, varying: frozenset) -> jax.Sh
     if manual is not None:
         return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=manual(varying=varying))
     return jax.ShapeDtypeStruct(shape, dtype, vma=varying)
+
+
+def zeros_call(out_shape: Any, varying: frozenset, fn: str, sums: bool) -> Callable[..., Any]:
+    """The stand-in for a pallas_call whose grid is empty (an extent of 0: no rows, M = 0 or a batch of 0; no columns;
+    no K), with no block of 0 to divide by sizing it: its outputs (`out_shape`, one ShapeDtypeStruct or a list, as
+    pallas_call takes) as zeros, the inputs unread. An output with no elements is empty; a GEMM's output over a
+    reduction of 0 (`sums`: dgrad's sum over no columns, wgrad's over no rows) is exactly 0, the sum over nothing.
+    A kernel whose epilogue runs on the product (the forward, pre, G) with K = 0 and a non-empty output is refused."""
+    structs = out_shape if isinstance(out_shape, list) else [out_shape]
+    if not sums and any(math.prod(s.shape) for s in structs):
+        raise ValueError(f"{fn}: K = 0 (the operands have no columns to reduce): the Pallas TPU kernels need K >= 1 "
+                         f"(their epilogue runs at the last K step, and an empty product has none)")
+
+    def call(*xs: Any) -> Any:
+        outs = [vary(varying, jnp.zeros(s.shape, s.dtype))[0] for s in structs]
+        return outs if isinstance(out_shape, list) else outs[0]
+
+    return call
+
+
+def torch_imported() -> bool:
+    """Whether torch is imported already (a training module then registers its torch ops at import: see
+    runtime/jax_torch.py)."""
+    return "torch" in sys.modules
 
 
 def _stored(fn: str, name: str, t: Any, transpose: bool | None) -> Any:

@@ -221,3 +221,61 @@ def test_an_mlp_layer_trains_as_plain_jnp_does(tmp_path_factory) -> None:
     gaps = [abs(a - b) / b for a, b in losses]
     assert max(gaps) < 0.01, losses
     assert losses[-1][0] < 0.7 * losses[0][0] and losses[-1][1] < 0.7 * losses[0][1], losses
+
+
+# The torch entry (session 34, specgen/runtime/jax_torch.py): CUDA tensors that require grad take the torch op whose
+# backward runs jax.vjp of the JAX entry; (name, shape) with a K-major weight held (N, K) and an mn-major A, M = 0.
+TORCH_PARAMS = [("mg_gelu_tanh_pre", (300, 520, 200)), ("mg_silu_rec_mnk", (37, 48, 40)), ("mg_gelu_tanh_pre", (0, 48, 40))]
+
+
+@pytest.mark.parametrize(("name", "shape"), TORCH_PARAMS, ids=[f"{n}-{m}x{nn}x{k}" for n, (m, nn, k) in TORCH_PARAMS])
+def test_torch_entry_gradients_against_float64(name: str, shape, tmp_path_factory) -> None:
+    """<name>_torch on CUDA tensors (leaves in the stored layouts, passed as the logical views): out and the gradients
+    of A, B and the bias within the JAX entry's bound of float64 autograd (test_gradients_against_float64's), each in its
+    leaf's shape, dtype and strides; the gradients' memory comes from JAX (nothing to poison on the torch side)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    mod, spec = module(name, tmp_path_factory)
+    args, grad = inputs(spec, shape)
+    leaves = [torch.from_dlpack(jax.device_put(x, jax.devices("gpu")[0])).clone().requires_grad_() for x in args]
+    a = leaves[0] if spec["a"]["major"] == "k" else leaves[0].t()
+    b = leaves[1].t() if spec["b"]["major"] == "k" else leaves[1]
+    out = getattr(mod, f"{name}_torch")(a, b, *leaves[2:])
+    assert out.is_cuda and out.grad_fn is not None
+    out.backward(torch.from_dlpack(jax.device_put(grad, jax.devices("gpu")[0])).clone())
+    want_out, want = reference(spec, args, grad)
+    ref_out, ref_grads = grads_of(plain_jnp(spec), args, grad)
+    grads = [x.grad for x in leaves]
+    for g, x in zip(grads, leaves, strict=True):
+        assert g.shape == x.shape and g.dtype == x.dtype and (g.stride() == x.stride() or not x.numel())
+    as_jnp = lambda t, like: jnp.asarray(t.detach().float().cpu().numpy(), like.dtype)  # noqa: E731 (exact: bf16 / f16 in f32)
+    compare(f"torch {name} {shape}", (as_jnp(out, args[0]), [as_jnp(g, x) for g, x in zip(grads, args, strict=True)]),
+            (want_out, want), (ref_out, ref_grads), args, 2e-2 if spec["a"]["dtype"] == "bf16" else 4e-3)
+
+
+def test_torch_entry_compiled_step_has_no_graph_break(tmp_path_factory) -> None:
+    """torch.compile(fullgraph=True, aot_eager) of a step over the torch entry on CUDA: no graph break, gradients equal
+    eager's (the same kernels: the op and its backward op)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    mod, spec = module("mg_gelu_tanh_pre", tmp_path_factory)
+    fn = mod.mg_gelu_tanh_pre_torch
+    g = torch.Generator(device="cuda").manual_seed(0)
+    xs = [torch.randn(300, 200, generator=g, device="cuda").bfloat16(), torch.randn(520, 200, generator=g, device="cuda").bfloat16() / 15,
+          torch.randn(520, generator=g, device="cuda").bfloat16()]
+
+    def step(a, w, bias):
+        return fn(a, w.t(), bias).float().square().sum()
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = [x.clone().requires_grad_() for x in xs]
+    torch.compile(step, fullgraph=True, backend="aot_eager")(*compiled).backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    eager = [x.clone().requires_grad_() for x in xs]
+    step(*eager).backward()
+    for got, want in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(got.grad, want.grad)  # (bf16's default tolerance)

@@ -546,7 +546,12 @@ def linear_gelu_train_mgpu_torch(a, b, bias):
     B (K, N)). Tensors the kernel reads in place at shapes TMA takes unpadded go straight to the compiled
     kernel on torch's current stream (`_direct`: CUDA graphs capture it); any other call is shared with
     jax through DLPack (no copies; jax waits once for torch's stream) and runs the jitted program. Returns
-    a torch tensor on the same device, ready on torch's current stream."""
+    a torch tensor on the same device, ready on torch's current stream. Differentiable (spec: training): with grad
+    on and a tensor that requires grad, or under torch.compile, a torch op running jax.vjp of the JAX entry (its pullback).
+    """
+    _torch_entry()  # (built once; under torch.compile at trace time)
+    if _TORCH_ENTRY[0].needed(a, b, bias):
+        return _TORCH_ENTRY[0](a, b, bias)
     _mg.require_gpu(NAME)
     out = _direct(a, b, bias)
     if out is not None:
@@ -558,6 +563,29 @@ def linear_gelu_train_mgpu_torch(a, b, bias):
     ))
     # The arrays come from one torch device, so the placement check has nothing to refuse: the jitted call.
     return _rt.to_torch(_call(a, b, bias))
+
+
+# The torch entry's differentiable op (spec: training; specgen/runtime/jax_torch.py), registered on the first torch
+# call or, where torch is imported already, here.
+_TORCH_ENTRY: list = []
+
+
+def _torch_entry():
+    """This module's torch ops (jax.vjp of the JAX entry and its pullback), built once."""
+    if not _TORCH_ENTRY:
+        from specgen.runtime import jax_torch
+
+        args = (("a", False), ("b", True), ("bias", None),)
+        _TORCH_ENTRY.append(jax_torch.Entry(NAME, "9efeccbc664147af", args, lambda mode, *xs: _mg.require_gpu(NAME) or _call(*xs),
+                                            jnp.bfloat16, gated=False, fp8=False))
+    return _TORCH_ENTRY[0]
+
+
+# torch.compile runs _torch_entry at trace time (torch._dynamo.assume_constant_result's mark, set without importing
+# torch; the entry then reads _TORCH_ENTRY): a module imported before torch registers its ops in a first compiled call.
+_torch_entry._dynamo_marked_constant = True
+if _rt.torch_imported():
+    _torch_entry()
 
 
 # The torch entry's direct launches, by device, config and shape: `_mt.compile`'s launch, or None where the

@@ -130,7 +130,7 @@ def _reads_tma(device: int) -> bool:
 
 def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str, int]], tiles: dict[str, int],
          device: int, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, tensors: tuple, strides: tuple,
-         tma_stores: bool, bf16: bool, gated: str = "") -> None:
+         tma_stores: bool, bf16: bool, gated: str = "", epilogue: dict[str, object] | None = None) -> None:
     """C (P, Q) = X (P, R) @ Y (R, Q) with a role's epilogue over the output tiles: the TMA form (`forms[0]`,
     persistent) where the device has TMA and both operands' layouts allow it, else the pointer form, which takes
     any strides. A TMA form with `tma_stores` stores C through TMA too where C's layout allows it (either major).
@@ -139,7 +139,9 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
     up; an interleaved tile reads them as one box of 2 BLOCK_Q columns. Batched (x, y and c of 3 dims, the batch
     first): C[i] = X[i] @ Y[i] for each batch i, the pointer form one program a tile and batch, the TMA form's
     programs walking batch x tiles (its 3-D descriptors' boxes of one batch), each matrix's strides with its batch
-    stride first."""
+    stride first. `epilogue`: the recompute GEMM's epilogue knobs for its TMA form (EPI_SPLIT, DOUT_TMA, G_TMA,
+    DOUT_EARLY: templates/gemm/triton/recompute.jinja), dOut being tensors[0]; its descriptors are built here
+    (recompute_descriptors)."""
     (P, R), Q = x.shape[-2:], y.shape[-1] // (2 if gated else 1)
     batch = x.shape[0] if x.dim() == 3 else 0  # 0: not batched
     BP, BQ, BR = tiles["BLOCK_P"], tiles["BLOCK_Q"], tiles["BLOCK_R"]
@@ -159,11 +161,49 @@ def gemm(kernel: str, forms: tuple[object, object], configs: dict[int, dict[str,
         cd = tma_operand(c, BP, BQ, store=True) if TMA_STORES else None
         stores = {"D_TMA": cd is not None, "D_T": bool(cd and cd[1])}
         dst = cd[0] if cd else c
+    if epilogue is not None:
+        dst, tensors, stores = recompute_descriptors(epilogue, c, tensors, BP, BQ, gated)
     if PERSISTENT:
         grid = min(grid * max(batch, 1), sm_count(device))
     launch(kernel, forms[0], config, tiles, grid, (xd[0], yd[0], dst, *tensors, P, Q, R, *((batch,) if batch else ()),
                                                    *c.stride(), *strides), bf16, per_matrix=bool(batch), X_T=xd[1],
            Y_T=yd[1], **stores)
+
+
+def recompute_descriptors(knobs: dict[str, object], g: torch.Tensor, tensors: tuple, BP: int, BQ: int,
+                          gated: str) -> tuple[object, tuple, dict[str, object]]:
+    """(G's argument, the role's tensors, the constexprs) for the recompute GEMM's TMA form with epilogue `knobs`:
+    dOut (tensors[0]) as a descriptor of BP x BQ / EPI_SPLIT boxes where DOUT_TMA and dOut lies row-major as TMA
+    reads it, G (g) as one where G_TMA and g allows a TMA store (gated halves: a 3-D descriptor over g viewed
+    (M, 2, N), boxes (BP, 1, BQ / EPI_SPLIT), so each half's box clips at N); else that knob off (pointers). A dOut
+    asked for by TMA that falls back to pointer loads turns G_TMA off too: a pointer-loaded dOut's layout conversion
+    scratch beside G's staging box can pass sm_90's SMEM (245,784 B with triton 3.6 at 256 x 128, EPI_SPLIT 2, rows
+    of 136 elements)."""
+    out = dict(knobs)
+    sub = BQ // int(knobs["EPI_SPLIT"])  # type: ignore[call-overload]
+    # (a TMA box's rows at least 16 bytes: a narrower subtile reads and stores by pointers)
+    dst: object = g
+    if out["DOUT_TMA"]:
+        dd = tma_operand(tensors[0], BP, sub) if sub * tensors[0].element_size() >= 16 else None
+        out["DOUT_TMA"] = bool(dd and not dd[1])
+        if out["DOUT_TMA"]:
+            tensors = (dd[0], *tensors[1:])  # type: ignore[index]
+        else:
+            out["G_TMA"] = False
+    if out["G_TMA"]:
+        gd = None
+        if gated:
+            N, size = g.shape[1] // 2, g.element_size()
+            if (g.stride(1) == 1 and g.data_ptr() % 16 == 0 and (g.stride(0) * size) % 16 == 0
+                    and (N * size) % 16 == 0 and g.shape[0] and N):
+                gd = descriptor(g, [g.shape[0], 2, N], [g.stride(0), N, 1], [BP, 1, sub])
+        else:
+            t = tma_operand(g, BP, sub, store=True)
+            gd = t[0] if t and not t[1] else None
+        gd = gd if sub * g.element_size() >= 16 else None
+        out["G_TMA"] = gd is not None
+        dst = gd if gd is not None else g
+    return dst, tensors, out
 
 
 def flat(v: torch.Tensor) -> torch.Tensor:

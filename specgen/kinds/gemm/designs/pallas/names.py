@@ -25,6 +25,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # a batched forward's backward (training, batch = true; templates/gemm/pallas/batch_backward.jinja): a TPU backward
     # GEMM's every batch entry in one pallas_call
     "_entries", "_every_entry",
+    # a training module's differentiable torch entry (templates/gemm/pallas/torch_grad.jinja; runtime/jax_torch.py)
+    "_TORCH_ENTRY", "_torch_entry", "jax_torch",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
@@ -73,6 +75,8 @@ RESERVED: frozenset[str] = frozenset({
     "xs",
     # ... and a batched forward's (batch_backward.jinja, backward_mgpu.jinja): a batch entry's block or view
     "entry",
+    # ... and the differentiable torch entry's (torch_grad.jinja): the Entry's keyword
+    "fp8",
 })
 
 # How its templates derive names from an epilogue argument `x`.

@@ -24,7 +24,7 @@ from specgen.design import module_identity, plan_header
 from specgen.envelope.budget import MemoryBudget
 from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import GemmDesign, ab_stage_bytes, b_box_columns, b_tile_columns
-from specgen.kinds.gemm.designs.triton.training import TrainingPlan, plan_training
+from specgen.kinds.gemm.designs.triton.training import TrainingPlan, plan_training, prestore_scratch
 from specgen.kinds.gemm.plan import ConfigRow, GemmModule
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -135,8 +135,8 @@ class TritonGemm(GemmDesign):
                           t.k * b_box_columns(spec) * 4 if spec.b.major == "k" else 0)
         if flat and tma_store and opt.epilogue_subtile:
             scratch = max(scratch, tile_bytes)
-        if flat and not tma_store:
-            scratch = max(scratch, min(FLAT_STORE_SCRATCH, tile_bytes))
+        if not tma_store:  # (the recompute GEMM's epilogue knobs: training.py)
+            scratch = max(scratch, prestore_scratch(spec, flat, min(FLAT_STORE_SCRATCH, tile_bytes)))
         # Conversions after the K loop go through scratch over the drained pipeline buffers (measured: a
         # conversion of more than 128 KB goes in pieces of 128 KB):
         # - an sm_90 pointer kernel converts a residual with rows of 1 KB or more through a whole tile;

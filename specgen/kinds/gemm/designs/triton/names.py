@@ -13,6 +13,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "GRAD_COLS", "_gemm", "_grad_cols",
     # the other chains' backward (scale, residual, clamp, cast, bias along m; an fp8 forward's): the chain pass's
     "CHAIN_COLS", "_CHAIN", "_inputs", "any", "list",
+    # the recompute GEMM's epilogue knobs (templates/gemm/triton/recompute.jinja)
+    "RECOMPUTE_EPILOGUE",
     "zip",
 })
 
@@ -48,6 +50,11 @@ RESERVED: frozenset[str] = frozenset({
     # a batched backward's: its matrices' batch strides, the TMA form's pointers before a tile's batch rebases them
     "stride_xb", "stride_yb", "stride_dstb", "stride_pb", "stride_db", "stride_srcb", "stride_gb", "pre_base",
     "dst_base", "dout_base", "per_matrix",
+    # the recompute GEMM's epilogue in column subtiles (templates/gemm/triton/recompute.jinja): its knobs, the
+    # subtiles' accumulators (acc_h*: halves split again), offsets and masks, the dOut loaded before the K loop
+    "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "acc_s0", "acc_s1",
+    "acc_s2", "acc_s3", "acc_h0", "acc_h1", "up_s0", "up_s1", "up_s2", "up_s3", "up_h0", "up_h1", "epilogue",
+    "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
 })
 
 # How its templates derive names from an epilogue argument `x`.

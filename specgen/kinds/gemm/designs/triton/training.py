@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.kinds.gemm.training import (
+    DOUT,
     SaveModes,  # noqa: I001
     activation_fn,
     legacy_chain,
@@ -44,6 +45,38 @@ from specgen.spec.epilogue import gated_op
 from specgen.spec.models import Target
 
 ROLES = ("forward_pre", "recompute", "dgrad", "wgrad")
+
+# The recompute GEMM's shipped epilogue knobs (templates/gemm/triton/recompute.jinja; docs/training.md, "The
+# recompute GEMM's epilogue knobs"), the fastest of gpu/bench_backward_epilogue.py --variants on the H200
+# (2026-11-29): a plain activation's in 4 column subtiles with dOut and G by TMA and gelu_tanh's derivative factored
+# (128 x 256: 704.5 us at 4096 x 14336 x 4096, 711.1 with the table's derivative; the 256 x 128 tile's whole-tile
+# pointer epilogue 735.2); a gated one's in 2 (128 x 128 over 3 stages: 1408.4 us, 4 subtiles 1441.2), its loop not
+# flattened (flattened: 1.4-2.2x the time).
+RECOMPUTE_KNOBS: dict[str, object] = {"EPI_SPLIT": 4, "DOUT_TMA": True, "G_TMA": True, "DOUT_EARLY": False,
+                                      "GELU_FACTORED": True}
+GATED_RECOMPUTE_KNOBS: dict[str, object] = {"EPI_SPLIT": 2, "DOUT_TMA": True, "G_TMA": True, "DOUT_EARLY": False,
+                                            "GELU_FACTORED": False, "FLATTEN": False}
+
+
+def prestore_scratch(spec: object, flat: bool, pointer: int) -> int:
+    """SMEM beside the pipeline of a kernel that stores by pointers (forward_pre, recompute, a forward's pointer
+    form): `pointer`, a flattened loop's store conversion, where `flat`. The recompute GEMM with the epilogue knobs
+    (RECOMPUTE_KNOBS: the unbatched recompute that reads dOut, its chain's residual DOUT, with a plain or a
+    halves-gated activation; measured on sm_90 with triton 3.6 and 3.9 to 64 B): a TMA box (BLOCK_P x BLOCK_Q /
+    EPI_SPLIT, rows of 16 bytes or more) for G where G_TMA, and for dOut where DOUT_TMA and the loop is flattened
+    (else a drained stage holds it), or the pointer conversion / EPI_SPLIT where flattened."""
+    opt, t = spec.triton, spec.tile  # type: ignore[attr-defined]
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    reads_dout = any(op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
+    if (opt.backward_role != "recompute" or spec.batch or not reads_dout  # type: ignore[attr-defined]
+            or (gated is not None and gated.layout != "halves")):
+        return pointer if flat else 0
+    knobs = GATED_RECOMPUTE_KNOBS if gated is not None else RECOMPUTE_KNOBS
+    flat = bool(knobs.get("FLATTEN", True))
+    sub, size = t.n // int(knobs["EPI_SPLIT"]), spec.out.dtype.bytes  # type: ignore[attr-defined, call-overload]
+    box = t.m * sub * size if sub * size >= 16 else 0
+    dout = (box if box and knobs["DOUT_TMA"] else pointer // int(knobs["EPI_SPLIT"])) if flat else 0  # type: ignore[call-overload]
+    return dout + (box if knobs["G_TMA"] else 0)
 
 
 @dataclass(frozen=True)
@@ -120,6 +153,18 @@ class TrainingPlan(SaveModes):
     @property
     def recomputes(self) -> bool:
         return (self.start >= 0 if self.chain else bool(self.act)) and self.save == "recompute"
+
+    @property
+    def epilogue_knobs(self) -> bool:
+        """Whether the recompute GEMM's TMA form takes the epilogue knobs (templates/gemm/triton/recompute.jinja:
+        EPI_SPLIT, DOUT_TMA, G_TMA, DOUT_EARLY, GELU_FACTORED, gated FLATTEN; the module's RECOMPUTE_EPILOGUE):
+        unbatched, no other chain, a plain or a halves-gated activation."""
+        return self.recomputes and not self.chain and not self.batch and self.gated in ("", "halves")
+
+    @property
+    def recompute_knobs(self) -> dict[str, object]:
+        """The shipped epilogue knobs (the module's RECOMPUTE_EPILOGUE) where `epilogue_knobs`."""
+        return dict(GATED_RECOMPUTE_KNOBS if self.gated else RECOMPUTE_KNOBS)
 
     @property
     def forms_g(self) -> bool:
