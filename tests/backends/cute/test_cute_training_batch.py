@@ -4,7 +4,7 @@ backward GEMM per batch, every batch its own B; the bias gradient summed over th
 No GPU runs here (numerics: tests/gpu/test_training_cute_batch_gpu.py), so:
 
 - check accepts [], [bias, activation] in both save modes and the gated op (halves, interleaved with a bias) batched on
-  cute:sm90; the companions keep the batch; the module renders the batched host glue and a forward-only JAX entry;
+  cute:sm90; the companions keep the batch; the module renders the batched host glue (the JAX entry: test_cute_jax_train_more.py);
 - every kernel a batched module adds compiles for sm_90a in one test (3-D fakes: the batch mode of every TMA
   descriptor), with the plan's SMEM to the byte and no spills: forward_pre (pre by TMA beside out; the gated halves'
   gate and up subtiles; a chain's, with a batched residual), recompute (G from dOut read per batch; gated: G
@@ -97,9 +97,10 @@ def test_check_accepts_it_and_the_companions_keep_the_batch(name: str) -> None:
     assert list(t.gemms) == [*pre_role, "dgrad", "wgrad"]
 
 
-def test_the_module_renders_batched_glue_and_a_forward_only_jax_entry(rendered, chains) -> None:
+def test_the_module_renders_batched_glue_and_its_jax_entry(rendered, chains) -> None:
     for name, (text, module) in (rendered | chains).items():
-        assert "batched=True)" in text and "_jax_differentiable" not in text, name
+        # the JAX entry: a jax.custom_vjp for the 16-bit forms (test_cute_jax_train_more.py), forward-only for a chain
+        assert "batched=True)" in text and ("_jax_differentiable" in text) == (name in FORMS), name
         # the backward GEMMs' fakes: (batch, rows, cols) tensors, the batch stride of a TMA-moved one 16 bytes whole
         fakes = module._train_fake_args("dgrad")
         assert [len(f.shape) for f in fakes[:2]] == [3, 3], name

@@ -70,7 +70,7 @@ def test_the_module_renders_batched_fp8_glue(rendered) -> None:
     for name, (text, module) in rendered.items():
         assert "batched=True)" in text and "sa_rows = scale_a.reshape(-1).repeat(batch)" in text, name
         assert "_product(\"dgrad\", g_b, b16.mT, da)" in text and "_product(\"wgrad\", g_a.mT, a16, db.mT)" in text, name
-        assert "_jax_differentiable" not in text, name  # the JAX entry: forward only, as the unbatched fp8 module's
+        assert "_jax_differentiable" in text, name  # the JAX entry: a jax.custom_vjp (test_cute_jax_train_more.py)
         fakes = module._train_fake_args("dgrad")
         assert [len(f.shape) for f in fakes[:2]] == [3, 3] and fakes[0].element_type is module.OUT_DTYPE, name
         fakes = module._train_fake_args("wgrad" if name == "cbf8_bias" else next(iter(module.TRAIN_CONFIGS)))

@@ -93,12 +93,12 @@ def test_check_accepts_it_and_the_plan_replays_the_chain(name: str) -> None:
         assert t.gemms["recompute"].config.smem_bytes < by_role["recompute"].budget.total
 
 
-def test_the_module_renders_the_chain_pass_and_a_forward_only_jax_entry(rendered) -> None:
+def test_the_module_renders_the_chain_pass_and_a_differentiable_jax_entry(rendered) -> None:
     for name, (text, module) in rendered.items():
         t = plan(name)[0]
         assert list(module.TRAIN_CONFIGS) == list(t.gemms) and module._chain_launcher.configs == ("chain_pass",)
         assert module._cols_launcher.configs == ("grad_cols_bands",)  # the columns pass: its bands kernel only
-        assert "_jax_differentiable" not in text  # the JAX entry: forward only (jax.grad has no rule for it)
+        assert "return _jax_differentiable()(" in text  # the JAX entry: a jax.custom_vjp (test_cute_jax_train_more.py)
         assert ("def _forward_pre(" in text) == t.stores_pre
 
 

@@ -22,6 +22,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "GRAD_COLS_BANDS", "GRAD_COLS_MIN_ROWS", "GRAD_COLS_THREADS", "GRAD_COLS_UNROLL", "GRAD_COLS_VEC", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
     # the JAX entry's backward (specgen/runtime/cute_jax_train.py)
     "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
+    "_jax_train_pre", "_jax_train_cols_fp8", "_jax_train_chain",
     # a gated backward: pre's and G's (M, N, 2) pairs, the gated columns kernel and its 16-byte checks and views
     "_gated_pairs", "_grad_cols_gated_kernel",
     # an fp8 forward's backward: its columns kernel (G_b, G_a) and launcher
@@ -34,7 +35,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
 # Every other identifier its code uses (an epilogue argument's names must avoid them).
 RESERVED: frozenset[str] = frozenset({
     "_k", "a_mask", "band_first", "per_batch", "rest", "within", "work_index", "a_tiles", "ab_barriers", "ab_pipe", "ab_stages", "acc_regs", "assumed_align", "atom", "b_mask",
-    "b_tiles", "barrier_id", "barrier_storage", "batch", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
+    "b_tiles", "barrier_id", "barrier_storage", "batch", "chain", "fp8", "bidx", "bidy", "bidz", "block", "bool", "bSG_g", "bSG_s",
     "buf", "cfg", "cluster", "cluster_crd", "fn", "staged", "cluster_m", "cluster_n", "cluster_of", "cluster_shape_mn",
     "clusters", "cm", "cn", "cols", "consumer_group", "consumers", "crd", "cta_layout", "cta_layout_vmnk", "cta_m",
     "cta_n", "defer_sync", "depth", "div", "divisibility", "dtype", "ei", "elem_ty_acc", "elem_ty_d", "epi_barrier",
