@@ -2,7 +2,7 @@
 costing <= 3% over the plain GEMM it rides on"), with the project's paired CUPTI timer (kernel_cycle: every call
 once a round, rotating order, L2 flushed before each; per-round ratios) and an A/A pair of the plain GEMM.
 
-    python3 gpu/bench_backward_epilogue.py [--shape 4096x14336x4096 ...] [--rounds 20] [--json out.json]
+    python3 gpu/bench_backward_epilogue.py [--shape 4096x14336x4096 ...] [--rounds 20] [--json out.json] [--against DIR]
 
 The fused epilogue is the recompute kernel's (save = "recompute": G = dOut * act'(A @ B + bias), dOut read as a
 matrix operand at each output tile, G stored in the operands' dtype). Its plain GEMM is the same module's
@@ -14,6 +14,10 @@ Both go through the module's own launch path (specgen.runtime.triton.training.ge
 - gated: mlp_up_swiglu_train_recompute_bf16 (SwiGLU, halves): the recompute GEMM reads gate and up tiles of B
   (K, 2N) and stores G (M, 2N); its plain GEMM is M x 2N x K with the role's tile twice as wide (BLOCK_Q x 2: each
   program covers the same output columns).
+--against DIR (the Triton design): DIR holds another tree's generated module of each layer under its file name
+(main's, say, beside a branch that changes the template): its recompute kernel ("before", its own shipped knobs) runs
+in the same kernel_cycle as this tree's and an A/A of this tree's; reported: fused_over_before beside
+fused_aa_over_fused (the A/A's noise), both G's against float32, and whether the two G's are equal bit for bit.
 With save = "preact" there is no fused backward epilogue: G and dbias come from the separate columns pass
 (`grad_cols`), whose time bench/train_step.py reports per kernel.
 
@@ -90,22 +94,42 @@ def layer_inputs(M: int, N: int, K: int, width: int) -> tuple[torch.Tensor, ...]
     return a, w.t(), bias, grad
 
 
-def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
+def module_from(path: Path, name: str):
+    """The generated module at `path` (another tree's: main's file copied, say), imported as generated.triton.`name`
+    (its relative import of its spec resolves in this tree)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"generated.triton.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(name: str, M: int, N: int, K: int, rounds: int, against: Path | None = None) -> dict:
+    """The recompute kernel against its plain GEMM (and an A/A of that); `against`: a folder holding another tree's
+    module of this layer, whose recompute kernel (its own shipped knobs) runs in the same kernel_cycle as "before",
+    beside an A/A of this tree's ("fused_aa"), its G compared bit for bit with this tree's."""
     module = layer(name)
     kernel = module.METADATA["kernel"]
     gated = "halves" if name == "gated" else ""
     width = 2 if gated else 1
     a, b, bias, grad = layer_inputs(M, N, K, width)
-    g = torch.empty(M, width * N, device="cuda", dtype=torch.bfloat16)
+    g = torch.full((M, width * N), float("nan"), device="cuda", dtype=torch.bfloat16)
     c, c_aa = torch.empty_like(g), torch.empty_like(g)
     device = a.get_device()
     tiles, configs = module.BACKWARD_TILES["recompute"], module.BACKWARD_CONFIGS["recompute"]
     plain_tiles = {**tiles, "BLOCK_Q": tiles["BLOCK_Q"] * width}
     fused_args = (grad, bias) if not gated else (grad,)
 
-    def fused():
-        tr.gemm(kernel, module._BACKWARD_KERNELS["recompute"], configs, tiles, device, a, b, g, fused_args, grad.stride(),
-                False, True, gated=gated, epilogue=module.RECOMPUTE_EPILOGUE)
+    def fused_by(mod, out):
+        def run():
+            tr.gemm(kernel, mod._BACKWARD_KERNELS["recompute"], mod.BACKWARD_CONFIGS["recompute"],
+                    mod.BACKWARD_TILES["recompute"], device, a, b, out, fused_args, grad.stride(), False, True, gated=gated,
+                    epilogue=mod.RECOMPUTE_EPILOGUE)
+        return run
+
+    fused = fused_by(module, g)
 
     def plain(out):
         def run():  # the dgrad kernel's store path, with its TMA store off (tr.TMA_STORES): recompute's pointer stores
@@ -118,22 +142,36 @@ def measure(name: str, M: int, N: int, K: int, rounds: int) -> dict:
         return run
 
     calls = {"plain": plain(c), "plain_aa": plain(c_aa), "fused": fused}
+    if against is not None:
+        before = module_from(against / f"{module.__name__.rsplit('.', 1)[1]}.py", f"_before_{kernel}")
+        g_before, g_aa = torch.full_like(g, float("nan")), torch.full_like(g, float("nan"))
+        calls |= {"before": fused_by(before, g_before), "fused_aa": fused_by(module, g_aa)}
     for fn in calls.values():
         fn()
     torch.cuda.synchronize()
     ref = (a.float() @ b.float()).bfloat16()
     plain_err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()  # the comparator computes A @ B
+    g_ref = g_reference(a.float() @ b.float(), bias, grad, bool(gated))
+    errs = {"fused": g} | ({"before": g_before, "fused_aa": g_aa} if against is not None else {})
+    g_err = {k: ((v.float() - g_ref).abs().max() / g_ref.abs().max()).item() for k, v in errs.items()}  # NaN: unwritten
+    del g_ref
     res = kernel_cycle(calls, rounds=rounds)
     med = {k: statistics.median(v["samples"]) for k, v in res.items()}
-    paired = {k: statistics.median(s / p for s, p in zip(res[k]["samples"], res["plain"]["samples"], strict=True))
-              for k in ("fused", "plain_aa")}
+
+    def over(k, base):
+        return statistics.median(s / p for s, p in zip(res[k]["samples"], res[base]["samples"], strict=True))
+
+    paired = {k: over(k, "plain") for k in calls if k != "plain"}
     flops = 2 * M * width * N * K
     report = {"layer": name, "kernel": kernel, "shape": [M, N, K], "rounds": rounds,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": __import__("triton").__version__, "tile": tiles, "config": configs,
               "median_us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
               "paired_time_over_plain": paired, "fused_overhead_pct": 100 * (paired["fused"] - 1),
-              "plain_rel_err_vs_f32": plain_err}
+              "plain_rel_err_vs_f32": plain_err, "g_rel_err_vs_f32": g_err}
+    if against is not None:  # this tree's over the other's, beside the A/A of this tree's kernel with itself
+        report |= {"against": str(against), "fused_over_before": over("fused", "before"),
+                   "fused_aa_over_fused": over("fused_aa", "fused"), "g_equals_before": bool(torch.equal(g, g_before))}
     print(json.dumps(report, indent=1))
     return report
 
@@ -510,6 +548,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", default="")
     ap.add_argument("--compile-only", action="store_true", help="cute: fill the CuTe disk cache, time nothing")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="triton: a folder with another tree's module of each layer (its file name), timed beside this one's")
     ap.add_argument("--variants", nargs="*", default=None,
                     help="triton: the recompute kernel's variants side by side (names from VARIANTS; none: all)")
     args = ap.parse_args()
@@ -530,7 +570,9 @@ def main() -> None:
             ap.error("--compile-only is for --design cute")
         compile_cute(args.layer)
         return
-    fn = measure_cute if args.design == "cute" else measure
+    if args.against and args.design != "triton":
+        ap.error("--against is for --design triton")
+    fn = measure_cute if args.design == "cute" else functools.partial(measure, against=args.against)
     reports = [fn(name, *map(int, shape.split("x")), args.rounds) for name in args.layer for shape in args.shape]
     if args.json:
         with open(args.json, "w") as f:

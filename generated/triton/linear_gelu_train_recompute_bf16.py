@@ -157,6 +157,8 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
             else:
                 offs_s = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q // EPI_SPLIT)
                 dout_early = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_p[:, None] & (offs_s < Q)[None, :], other=0.0)
+        else:
+            dout_early = None
         for kr in range(0, tl.cdiv(R, BLOCK_R)):
             r0 = kr * BLOCK_R
             if X_T:
@@ -168,146 +170,14 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
             else:
                 y = y_desc.load([r0, pid_q * BLOCK_Q])
             acc = tl.dot(x, y, acc)
-        if EPI_SPLIT == 1:
-            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_EARLY:
-                dout = dout_early.to(tl.float32)
-            elif DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc * acc
-                gelu_t = _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc - acc * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-        elif EPI_SPLIT == 2:
-            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
-            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s0 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_EARLY:
-                dout = dout_early.to(tl.float32)
-            elif DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s0 * acc_s0
-                gelu_t = _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s0 - acc_s0 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s1 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s1 * acc_s1
-                gelu_t = _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s1 - acc_s1 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-        else:
-            tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
-            acc_h0, acc_h1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_P, 2, BLOCK_Q // 2)), (0, 2, 1)))
-            acc_s0, acc_s1 = tl.split(tl.permute(tl.reshape(acc_h0, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
-            acc_s2, acc_s3 = tl.split(tl.permute(tl.reshape(acc_h1, (BLOCK_P, 2, BLOCK_Q // 4)), (0, 2, 1)))
-            sub_q0 = pid_q * BLOCK_Q + 0 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s0 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_EARLY:
-                dout = dout_early.to(tl.float32)
-            elif DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s0 * acc_s0
-                gelu_t = _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s0 - acc_s0 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) + 0.5 * acc_s0 * ((1.0 + _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s0 * (0.7978845608028654 + 0.0356774081363001 * acc_s0 * acc_s0), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s0 * acc_s0))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-            sub_q0 = pid_q * BLOCK_Q + 1 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s1 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s1 * acc_s1
-                gelu_t = _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s1 - acc_s1 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) + 0.5 * acc_s1 * ((1.0 + _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s1 * (0.7978845608028654 + 0.0356774081363001 * acc_s1 * acc_s1), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s1 * acc_s1))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-            sub_q0 = pid_q * BLOCK_Q + 2 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s2 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s2 * acc_s2
-                gelu_t = _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s2 - acc_s2 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) + 0.5 * acc_s2 * ((1.0 + _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s2 * (0.7978845608028654 + 0.0356774081363001 * acc_s2 * acc_s2), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s2 * acc_s2))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
-            sub_q0 = pid_q * BLOCK_Q + 3 * (BLOCK_Q // EPI_SPLIT)
-            offs_s = sub_q0 + tl.arange(0, BLOCK_Q // EPI_SPLIT)
-            mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-            acc_s3 += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-            if DOUT_TMA:
-                dout = dout_ptr.load([pid_p * BLOCK_P, sub_q0]).to(tl.float32)
-            else:
-                dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
-            if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
-                gelu_sq = acc_s3 * acc_s3
-                gelu_t = _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
-                g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s3 - acc_s3 * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
-            else:
-                g = dout * (0.5 * (1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) + 0.5 * acc_s3 * ((1.0 + _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s3 * (0.7978845608028654 + 0.0356774081363001 * acc_s3 * acc_s3), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s3 * acc_s3))  # GELU's derivative, tanh form
-            if G_TMA:
-                dst_ptr.store([pid_p * BLOCK_P, sub_q0], g.to(tl.bfloat16))
-            else:
-                tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+        # G in EPI_SPLIT column subtiles, one after another (a subtile's dOut, derivative and G live alone); the dOut
+        # loaded before the K loop is subtile 0's
+        for j in tl.static_range(EPI_SPLIT):
+            sub_q0 = pid_q * BLOCK_Q + j * (BLOCK_Q // EPI_SPLIT)
+            _recompute_subtile(_column_subtile(acc, j, EPI_SPLIT), dout_early,
+                               dst_ptr, dout_ptr, bias_ptr, offs_p, mask_p, pid_p * BLOCK_P, sub_q0, Q,
+                               stride_dstp, stride_dstq, stride_dm, stride_dn,
+                               BLOCK_P, BLOCK_Q // EPI_SPLIT, DOUT_EARLY and j == 0, DOUT_TMA, G_TMA, GELU_FACTORED, FAST_MATH)
 
 
 @triton.jit
@@ -355,6 +225,75 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel(
     dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_q[None, :] * stride_dn, mask=mask, other=0.0).to(tl.float32)
     g = dout * (0.5 * (1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) + 0.5 * acc * ((1.0 + _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc * (0.7978845608028654 + 0.0356774081363001 * acc * acc), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc * acc))  # GELU's derivative, tanh form
     tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_q[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def _recompute_subtile(
+    acc_s,
+    dout_early,
+    dst_ptr,
+    dout_ptr,
+    bias_ptr,
+    offs_p,
+    mask_p,
+    p0,
+    sub_q0,
+    Q,
+    stride_dstp,
+    stride_dstq,
+    stride_dm,
+    stride_dn,
+    BLOCK_P: tl.constexpr,
+    SUB_Q: tl.constexpr,
+    EARLY: tl.constexpr,
+    DOUT_TMA: tl.constexpr,
+    G_TMA: tl.constexpr,
+    GELU_FACTORED: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+):
+    # G at the tile's rows offs_p (mask_p: those in range; p0 the first) and columns [sub_q0, sub_q0 + SUB_Q), from
+    # acc_s, the accumulator's subtile; dOut is dout_early where EARLY (loaded before the K loop)
+    offs_s = sub_q0 + tl.arange(0, SUB_Q)
+    mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
+    acc_s += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
+    if EARLY:
+        dout = dout_early.to(tl.float32)
+    elif DOUT_TMA:
+        dout = dout_ptr.load([p0, sub_q0]).to(tl.float32)
+    else:
+        dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
+    if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
+        gelu_sq = acc_s * acc_s
+        gelu_t = _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * gelu_sq), FAST_MATH)
+        g = dout * ((0.5 + 0.5 * gelu_t) * (1.0 + (acc_s - acc_s * gelu_t) * (0.7978845608028654 + 0.10703222440890028 * gelu_sq)))
+    else:
+        g = dout * (0.5 * (1.0 + _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH)) + 0.5 * acc_s * ((1.0 + _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s * acc_s))  # GELU's derivative, tanh form
+    if G_TMA:
+        dst_ptr.store([p0, sub_q0], g.to(tl.bfloat16))
+    else:
+        tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
+
+
+@triton.jit
+def _column_subtile(acc, j: tl.constexpr, EPI_SPLIT: tl.constexpr):
+    # Column subtile j of EPI_SPLIT (1, 2 or 4) of acc
+    if EPI_SPLIT == 1:
+        acc_s = acc
+    elif EPI_SPLIT == 2:
+        acc_s = _column_half(acc, j)
+    else:
+        tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
+        acc_s = _column_half(_column_half(acc, j // 2), j % 2)
+    return acc_s
+
+
+@triton.jit
+def _column_half(acc, h: tl.constexpr):
+    # The left (h = 0) or right (h = 1) half of acc's columns
+    acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, acc.shape[1] // 2)), (0, 2, 1)))
+    return acc_hi if h == 1 else acc_lo
+
+
 # dgrad: dA (M, K) = G (M, N) @ B^T (N, K). X = G, Y = B^T: P = M, Q = K, R = N.
 @triton.jit
 def _linear_gelu_train_recompute_bf16_dgrad_kernel_tma(

@@ -13,8 +13,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "GRAD_COLS", "_gemm", "_grad_cols",
     # the other chains' backward (scale, residual, clamp, cast, bias along m; an fp8 forward's): the chain pass's
     "CHAIN_COLS", "_CHAIN", "_inputs", "any", "list",
-    # the recompute GEMM's epilogue knobs (templates/gemm/triton/recompute.jinja)
-    "RECOMPUTE_EPILOGUE",
+    # the recompute GEMM's epilogue knobs (templates/gemm/triton/recompute.jinja) and its jit helpers
+    "RECOMPUTE_EPILOGUE", "_recompute_subtile", "_column_subtile", "_column_half",
     "zip",
 })
 
@@ -51,10 +51,10 @@ RESERVED: frozenset[str] = frozenset({
     "stride_xb", "stride_yb", "stride_dstb", "stride_pb", "stride_db", "stride_srcb", "stride_gb", "pre_base",
     "dst_base", "dout_base", "per_matrix",
     # the recompute GEMM's epilogue in column subtiles (templates/gemm/triton/recompute.jinja): its knobs, the
-    # subtiles' accumulators (acc_h*: halves split again), offsets and masks, the dOut loaded before the K loop
-    "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "acc_s0", "acc_s1",
-    "acc_s2", "acc_s3", "acc_h0", "acc_h1", "up_s0", "up_s1", "up_s2", "up_s3", "up_h0", "up_h1", "epilogue",
-    "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
+    # subtile loop's index, a subtile's accumulators, origin, width, offsets and masks, the dOut loaded before the K
+    # loop (EARLY: the subtile takes it), a half's side
+    "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "j", "acc_s", "up_s",
+    "p0", "SUB_Q", "EARLY", "h", "epilogue", "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
 })
 
 # How its templates derive names from an epilogue argument `x`.
