@@ -65,6 +65,33 @@ def row_problem(label: str):
     return sizes, a, w, jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
 
 
+def forced_config(base, item: str):
+    """A --configs item ("TMxTNxTKxSTAGES[r<raster dim>][g<group_m>]") as the module's Config row: the design's plan of
+    moe_bf16's spec (specs/grouped.toml) at that tile, stages and visit order, one config for every size (what check
+    resolves and `mgpu_config` renders: the warpgroup split, epilogue subtiles, swizzles and SMEM)."""
+    import tomllib
+
+    from specgen.kinds.gemm.designs.pallas.design import mgpu_config
+    from specgen.kinds.grouped.designs.pallas_mgpu.design import CONFIG_FIELDS
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+
+    tm, tn, tk, st, r, gm = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:r(\d))?(?:g(\d+))?", item).groups()
+    with open(Path(__file__).resolve().parents[1] / "specs" / "grouped.toml", "rb") as f:
+        spec = next(k for k in tomllib.load(f)["kernels"] if k["name"] == "moe_bf16")
+    schedule = {**spec.get("schedule", {}), **({"raster": ("along_m", "along_n")[int(r)]} if r else {}),
+                **({"group_m": int(gm)} if gm else {})}
+    spec = {**spec, "tile": {"m": int(tm), "n": int(tn), "k": int(tk)}, "pipeline": {"ab_stages": int(st)},
+            "schedule": schedule, "targets": ["pallas:gpu_sm90"], "per_target": {}, "variants": []}
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<bench {item}>", ".json")
+    resolved = resolve(loaded.spec, loaded.spec.targets[0])
+    cfg = mgpu_config(resolved)
+    if cfg.smem_bytes > resolved.budget.capacity:
+        print(f"{item}: {cfg.smem_bytes} B of SMEM, past the {resolved.budget.capacity} B a block has: it will not lower",
+              flush=True)
+    return base._replace(**{field: getattr(cfg, planned) for field, planned in CONFIG_FIELDS})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
@@ -82,14 +109,7 @@ def main() -> None:
     base = mod.CONFIG
     configs = {}
     for item in filter(None, args.configs.split(",")):
-        tm, tn, tk, st, r, gm = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:r(\d))?(?:g(\d+))?", item).groups()
-        tm, tn = int(tm), int(tn)
-        wg_n = tn // 2
-        epi_m, epi_n = min(64, tm), min(64, wg_n)
-        configs[item] = base._replace(
-            tile_m=tm, tile_n=tn, tile_k=int(tk), stages=int(st), wgmma_in_flight=min(1, int(st) - 1), wg_n=wg_n,
-            epi_m=epi_m, epi_n=epi_n, out_slots=max(1, min(2, tm * wg_n // (epi_m * epi_n))),
-            raster_dim=base.raster_dim if r is None else int(r), group_m=base.group_m if gm is None else int(gm))
+        configs[item] = forced_config(base, item)
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(lambda a, b, sizes: jax.lax.ragged_dot(a, b, sizes))
