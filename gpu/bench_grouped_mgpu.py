@@ -68,9 +68,11 @@ def row_problem(label: str):
 def forced_config(base, item: str):
     """A --configs item ("TMxTNxTKxSTAGES[r<raster dim>][g<group_m>]") as the module's Config row: the design's plan of
     moe_bf16's spec (specs/grouped.toml) at that tile, stages and visit order, one config for every size (what check
-    resolves and `mgpu_config` renders: the warpgroup split, epilogue subtiles, swizzles and SMEM)."""
+    resolves and `mgpu_config` renders: the warpgroup split, epilogue subtiles, swizzles and SMEM); None (the
+    findings printed) where check refuses it."""
     import tomllib
 
+    from specgen.check import check_spec
     from specgen.kinds.gemm.designs.pallas.design import mgpu_config
     from specgen.kinds.grouped.designs.pallas_mgpu.design import CONFIG_FIELDS
     from specgen.resolve import resolve
@@ -84,11 +86,10 @@ def forced_config(base, item: str):
     spec = {**spec, "tile": {"m": int(tm), "n": int(tn), "k": int(tk)}, "pipeline": {"ab_stages": int(st)},
             "schedule": schedule, "targets": ["pallas:gpu_sm90"], "per_target": {}, "variants": []}
     (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<bench {item}>", ".json")
-    resolved = resolve(loaded.spec, loaded.spec.targets[0])
-    cfg = mgpu_config(resolved)
-    if cfg.smem_bytes > resolved.budget.capacity:
-        print(f"{item}: {cfg.smem_bytes} B of SMEM, past the {resolved.budget.capacity} B a block has: it will not lower",
-              flush=True)
+    if errors := list(dict.fromkeys(f"{d.rule}: {d.message}" for d in check_spec(loaded) if d.severity == "error")):
+        print(f"{item}: refused by check (not timed):", *errors, sep="\n    ", flush=True)
+        return None
+    cfg = mgpu_config(resolve(loaded.spec, loaded.spec.targets[0]))
     return base._replace(**{field: getattr(cfg, planned) for field, planned in CONFIG_FIELDS})
 
 
@@ -109,7 +110,8 @@ def main() -> None:
     base = mod.CONFIG
     configs = {}
     for item in filter(None, args.configs.split(",")):
-        configs[item] = forced_config(base, item)
+        if (cfg := forced_config(base, item)) is not None:  # (None: check refuses it, its findings printed)
+            configs[item] = cfg
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(lambda a, b, sizes: jax.lax.ragged_dot(a, b, sizes))
