@@ -53,18 +53,15 @@ CANDIDATES: dict[str, dict[str, int]] = {
 FORWARD_CANDIDATES = ("128x256x64s4", "128x256x64s4c2x1", "128x256x64s4c1x2")  # forward_pre's SMEM: 4 stages of 128x256 only
 
 
-def smem(cfg) -> int:
-    """The SharedStorage struct the kernel declares for a plain (ungated) row (as the design's plan counts it), + the
-    1024-byte base pad; a gated row's stage holds B's gate and up tiles: a plain row's twice as wide. A recompute row's
-    dOut ring (`dout_stages` subtiles, 2 mbarriers each, 2 more ordering the ping-pong warpgroups: dout_sm90.jinja) is
-    declared by every role traced at its config (the plain GEMM's too, unread)."""
-    up = lambda n: -(-n // 1024) * 1024  # noqa: E731
-    stage = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
-    sets = 2 if cfg.pingpong else 1  # ping-pong: a set of epilogue buffers per warpgroup, two order barriers
-    ring = getattr(cfg, "dout_stages", 0)
-    ring_barriers = 16 * ring + 16 * cfg.pingpong if ring else 0
-    return (1024 + up(2 * cfg.ab_stages * 8 + 16 * cfg.pingpong + ring_barriers) + cfg.ab_stages * stage
-            + up(sets * cfg.epi_m * cfg.epi_n * cfg.epi_stages * 2) + up(ring * cfg.epi_m * cfg.epi_n * 2))
+def smem(cfg, gated: bool = False) -> int:
+    """The SMEM a Config row declares (bf16 operands and output), as the design plans it: the CuTe sm90 kernel's
+    SharedStorage struct `memory` counts (specgen/kinds/gemm/designs/cute_sm90/smem.py's `row_smem`: the row's tile,
+    stages, epilogue subtiles, schedule and dOut ring, which every role traced at a recompute's config declares) + the
+    1024-byte base pad; `gated`: a stage holds B's gate and up tiles."""
+    from specgen.kinds.gemm.designs.cute_sm90.smem import row_smem
+    from specgen.targets import TARGETS
+
+    return row_smem(cfg, TARGETS["cute:sm90"].gpu.smem_per_block, gated=gated).total
 
 
 def candidates(m) -> dict[str, object]:
@@ -93,11 +90,12 @@ def main() -> None:
     if args.layer == "gated":
         return main_gated(args)
     import generated.cute.linear_gelu_train_cute_bf16 as m
+    from specgen.targets import TARGETS
 
     cands = candidates(m)
     if args.compile_only:
         for key, cfg in cands.items():
-            assert cfg.smem_bytes <= 232448, (key, cfg.smem_bytes)
+            assert cfg.smem_bytes <= TARGETS["cute:sm90"].gpu.smem_per_block, (key, cfg.smem_bytes)
             m._train_launcher.export(m._train_launcher.compile(key), key)
             print("compiled", key, cfg.smem_bytes, flush=True)
         return

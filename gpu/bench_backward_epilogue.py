@@ -391,7 +391,7 @@ def compile_variants(layers: list[str], only: list[str]) -> None:
     from specgen.targets import TARGETS
 
     target = TARGETS["triton:sm90"]
-    limit = 232448
+    limit = target.gpu.smem_per_block
     done: set[tuple] = set()
 
     def record(call) -> tuple:

@@ -65,6 +65,34 @@ def row_problem(label: str):
     return sizes, a, w, jnp.cumsum(jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
 
 
+def forced_config(base, item: str):
+    """A --configs item ("TMxTNxTKxSTAGES[r<raster dim>][g<group_m>]") as the module's Config row: the design's plan of
+    moe_bf16's spec (specs/grouped.toml) at that tile, stages and visit order, one config for every size (what check
+    resolves and `mgpu_config` renders: the warpgroup split, epilogue subtiles, swizzles and SMEM); None (the
+    findings printed) where check refuses it."""
+    import tomllib
+
+    from specgen.check import check_spec
+    from specgen.kinds.gemm.designs.pallas.design import mgpu_config
+    from specgen.kinds.grouped.designs.pallas_mgpu.design import CONFIG_FIELDS
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+
+    tm, tn, tk, st, r, gm = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:r(\d))?(?:g(\d+))?", item).groups()
+    with open(Path(__file__).resolve().parents[1] / "specs" / "grouped.toml", "rb") as f:
+        spec = next(k for k in tomllib.load(f)["kernels"] if k["name"] == "moe_bf16")
+    schedule = {**spec.get("schedule", {}), **({"raster": ("along_m", "along_n")[int(r)]} if r else {}),
+                **({"group_m": int(gm)} if gm else {})}
+    spec = {**spec, "tile": {"m": int(tm), "n": int(tn), "k": int(tk)}, "pipeline": {"ab_stages": int(st)},
+            "schedule": schedule, "targets": ["pallas:gpu_sm90"], "per_target": {}, "variants": []}
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<bench {item}>", ".json")
+    if errors := list(dict.fromkeys(f"{d.rule}: {d.message}" for d in check_spec(loaded) if d.severity == "error")):
+        print(f"{item}: refused by check (not timed):", *errors, sep="\n    ", flush=True)
+        return None
+    cfg = mgpu_config(resolve(loaded.spec, loaded.spec.targets[0]))
+    return base._replace(**{field: getattr(cfg, planned) for field, planned in CONFIG_FIELDS})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
@@ -82,14 +110,8 @@ def main() -> None:
     base = mod.CONFIG
     configs = {}
     for item in filter(None, args.configs.split(",")):
-        tm, tn, tk, st, r, gm = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:r(\d))?(?:g(\d+))?", item).groups()
-        tm, tn = int(tm), int(tn)
-        wg_n = tn // 2
-        epi_m, epi_n = min(64, tm), min(64, wg_n)
-        configs[item] = base._replace(
-            tile_m=tm, tile_n=tn, tile_k=int(tk), stages=int(st), wgmma_in_flight=min(1, int(st) - 1), wg_n=wg_n,
-            epi_m=epi_m, epi_n=epi_n, out_slots=max(1, min(2, tm * wg_n // (epi_m * epi_n))),
-            raster_dim=base.raster_dim if r is None else int(r), group_m=base.group_m if gm is None else int(gm))
+        if (cfg := forced_config(base, item)) is not None:  # (None: check refuses it, its findings printed)
+            configs[item] = cfg
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "rows": {}}
     ragged = jax.jit(lambda a, b, sizes: jax.lax.ragged_dot(a, b, sizes))

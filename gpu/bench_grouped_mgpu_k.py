@@ -57,6 +57,36 @@ def render() -> object:
     return load_rendered(path, f"_bench_{SPEC['name']}")
 
 
+def forced_config(base, item: str):
+    """A --configs item ("TMxTNxTKxSTAGES[xOUT_SLOTS]") as the module's Config row: the design's plan of SPEC at that
+    tile and stages (what check resolves and `mgpu_config` renders: the warpgroup split, epilogue subtiles, swizzles
+    and SMEM), its output slots forced where given (the design's SMEM at that layout, `mgpu_smem`); None (the
+    findings printed) where check refuses the spec."""
+    import dataclasses
+
+    from specgen.check import check_spec
+    from specgen.kinds.gemm.designs.pallas.design import mgpu_config, mgpu_layout, mgpu_smem
+    from specgen.kinds.grouped.designs.pallas_mgpu.design import CONFIG_FIELDS
+    from specgen.resolve import resolve
+    from specgen.spec.load import load_text
+
+    tm, tn, tk, st, slots = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?", item).groups()
+    spec = {**SPEC, "tile": {"m": int(tm), "n": int(tn), "k": int(tk)}, "pipeline": {"ab_stages": int(st)}}
+    (loaded,) = load_text(json.dumps({"kernels": [spec]}), f"<bench {item}>", ".json")
+    if errors := list(dict.fromkeys(f"{d.rule}: {d.message}" for d in check_spec(loaded) if d.severity == "error")):
+        print(f"{item}: refused by check (not timed):", *errors, sep="\n    ", flush=True)
+        return None
+    r = resolve(loaded.spec, loaded.spec.targets[0])
+    cfg = mgpu_config(r)
+    if slots:  # (SPEC has no residual: no residual barriers to scale with the slots)
+        lay = dataclasses.replace(mgpu_layout(r.spec), out_slots=int(slots))
+        budget = mgpu_smem(r.spec, r.budget.capacity, r.ab_stages, lay)
+        cfg = dataclasses.replace(cfg, out_slots=int(slots), smem_bytes=budget.total, smem_breakdown=budget.breakdown())
+    if cfg.smem_bytes > r.budget.capacity:  # (check ruled the design's slots; these are forced)
+        print(f"{item}: {cfg.smem_bytes} B of SMEM, past the {r.budget.capacity} B a block has: it will not lower", flush=True)
+    return base._replace(**{field: getattr(cfg, planned) for field, planned in CONFIG_FIELDS})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="out/gpu")
@@ -71,14 +101,8 @@ def main() -> None:
     base = mod.CONFIG
     configs = {}
     for item in filter(None, args.configs.split(",")):
-        tm, tn, tk, st, slots = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?", item).groups()
-        tm, tn, tk, st = int(tm), int(tn), int(tk), int(st)
-        wg_n = tn // 2
-        epi_m, epi_n = min(64, tm), min(64, wg_n)
-        slots = int(slots) if slots else max(1, min(2, tm * wg_n // (epi_m * epi_n)))
-        smem = st * (tm + tn) * tk * 2 + 2 * slots * epi_m * epi_n * 2 + (base.smem_bytes - base.stages * (base.tile_m + base.tile_n) * base.tile_k * 2 - 2 * base.out_slots * base.epi_m * base.epi_n * 2)
-        configs[item] = base._replace(tile_m=tm, tile_n=tn, tile_k=tk, stages=st, wgmma_in_flight=min(1, st - 1),
-                                      wg_n=wg_n, epi_m=epi_m, epi_n=epi_n, out_slots=slots, smem_bytes=smem)
+        if (cfg := forced_config(base, item)) is not None:  # (None: check refuses it, its findings printed)
+            configs[item] = cfg
     result: dict[str, object] = {"device": torch.cuda.get_device_name(), "jax": jax.__version__,
                                  "torch": torch.__version__, "config": base._asdict(), "rows": {}}
     numbers = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(((0,), (0,)), ((), ())),

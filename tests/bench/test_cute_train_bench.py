@@ -67,8 +67,8 @@ def test_gated_candidates_checked(tiles, gated, save, refused):
         # cooperative: two warpgroups share a tile; ping-pong (the role's own schedule): one a tile, two in turn
         assert (c["role"], c["a_k"], c["b_k"], c["mma_warpgroups"]) == (role, True, True, 1 if c["pingpong"] else 2)
         assert c["smem_bytes"] <= SMEM_LIMIT
-        # the struct the kernel declares: a stage holds B's gate and up tiles (a plain tile twice as wide)
-        assert c["smem_bytes"] == tiles.smem(SimpleNamespace(**{**c, "tile_n": 2 * c["tile_n"]}))
+        # the struct the kernel declares (the design's plan of the row): a stage holds B's gate and up tiles
+        assert c["smem_bytes"] == tiles.smem(SimpleNamespace(**c), gated=True)
 
 
 def test_plain_row_matches_recompute_smem(tiles, gated):

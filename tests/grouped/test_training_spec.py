@@ -123,6 +123,32 @@ def test_companions_are_grouped_gemms(save: str, b_major: str) -> None:
     assert [label for label, _, _ in plain.companions()] == ["dgrad", "wgrad"]  # nothing to save or recompute
 
 
+@pytest.mark.parametrize("save", ["preact", "recompute"])
+def test_the_pre_gemm_is_the_unfused_form_of_the_dense_kinds(save: str) -> None:
+    """The grouped pre kernel stores pre and nothing else (act_rows / grad_cols beside it), where the dense kind's
+    fuses the chain (forward_pre) or G from dOut (recompute): one rule, `pre_gemm`'s `fused`. An fp8 forward's
+    recompute is unfused in both kinds: the same chain and dtype. A role's ping-pong drops the forward's warpgroup
+    split in both (then GRP302 on grouped cute:sm90)."""
+    from specgen.kinds.gemm.spec import GemmSpec
+
+    chain = BASE["epilogue"]
+    dense = GemmSpec.model_validate({**spec(), "kind": "gemm", "epilogue": chain, "training": {"save": save}})
+    dense_pre, grouped_pre = (next(c for _, c, f in s.companions() if f == ("training", "pre")) for s in (
+        dense, GroupedSpec.model_validate(spec(training={"save": save}))))
+    fused = {"preact": ["bias", "activation"], "recompute": ["bias", "activation", "residual"]}[save]
+    assert [op.op for op in dense_pre.epilogue] == fused and [op.op for op in grouped_pre.epilogue] == ["bias"]
+    assert grouped_pre.out.dtype.value == ("bf16" if save == "preact" else "f32")
+    fp8 = {"a": {"dtype": "fp8_e4m3", "major": "k"}, "b": {"dtype": "fp8_e4m3", "major": "k"},
+           "epilogue": [{"op": "scale", "by": "rowcol"}, *chain], "training": {"save": "recompute"}}
+    d8, g8 = (next(c for _, c, f in s.companions() if f == ("training", "pre")) for s in (
+        GemmSpec.model_validate({**spec(**fp8), "kind": "gemm"}), GroupedSpec.model_validate(spec(**fp8))))
+    assert [op.op for op in d8.epilogue] == [op.op for op in g8.epilogue] == ["scale", "bias"]
+    assert d8.out.dtype == g8.out.dtype and g8.out.dtype.value == "f32"
+    pp = GroupedSpec.model_validate(spec(cute={"mma_warpgroups": 2}, training={"save": save, "dgrad": {"schedule": "pingpong"}}))
+    (dgrad,) = [c for label, c, _ in pp.companions() if label == "dgrad"]
+    assert (dgrad.cute.schedule, dgrad.cute.mma_warpgroups, pp.cute.mma_warpgroups) == ("pingpong", None, 2)
+
+
 @pytest.mark.parametrize("layout", ["halves", "interleaved"])
 def test_a_gated_forward_has_a_backward_over_2n(layout: str) -> None:
     """[gated] and [gated, bias] load; the GEMM that computes pre is the plain ragged-M GEMM over B's 2N columns

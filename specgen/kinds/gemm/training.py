@@ -251,29 +251,55 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     if t is None:
         return ()
     s = spec  # GemmSpec; typed loosely: the spec module imports this one
-    a, b = s.a, s.b  # type: ignore[attr-defined]
-    flip = {"k": "mn", "mn": "k"}
-    act = activation_fn(s.epilogue)  # type: ignore[attr-defined]
+    a = s.a  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
-    # the backward's operand dtype: the operands', or an fp8 forward's output dtype (bf16: the dequantized operands)
-    g = s.out.dtype if a.dtype.is_fp8 else b.dtype  # type: ignore[attr-defined]
-    if act or value_index(s.epilogue, a.dtype.is_fp8) >= 0:  # type: ignore[attr-defined]
+    if pre := pre_gemm(s):
         # the GEMM that computes pre, derived with the epilogue its kernel runs (`pre_epilogue`), so that every rule
         # (SMEM, registers, TMA boxes, EPI*) sees that kernel; with a gated op it reads B's 2N columns as the forward
         # does (a gate and an up tile a stage, two accumulators)
-        label = "forward_pre" if t.save == "preact" else "recompute"
-        kept = s.out.dtype if t.save == "preact" else (b.dtype if legacy_chain(s.epilogue) else DType.f32)  # type: ignore[attr-defined]
-        epilogue, stores = pre_epilogue(s, label)
-        out.append((label, _derived(s, label, t.pre, a, b, kept, epilogue, stores), ("training", "pre")))
-    # dgrad: dA (M, K) = G (M, N) @ B^T (N, K): G row-major (its reduction dim contiguous: K-major), B^T's
-    # major flips B's; wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a
-    # gated op N is B's 2N columns (G holds dgate and dup): the same plain GEMMs over a longer N.
-    # (fp8: G in the output's dtype times the fp8 operand, converted to it in registers: checked as that dtype's GEMM)
-    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=g, major="k"),
-                                  Operand(dtype=g, major=flip[b.major]), g), ("training", "dgrad")))
-    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g, major=flip[a.major]),
+        label, kept, epilogue, stores = pre
+        out.append((label, _derived(s, label, t.pre, a, s.b, kept, epilogue, stores), ("training", "pre")))  # type: ignore[attr-defined]
+    # wgrad: dB (K, N) = A^T (K, M) @ G (M, N): A^T's major flips A's, G is N-major. With a gated op N is B's 2N
+    # columns (G holds dgate and dup): the same plain GEMMs over a longer N.
+    g = backward_dtype(s)
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, *dgrad_operands(s)), ("training", "dgrad")))
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g, major=FLIP[a.major]),
                                   Operand(dtype=g, major="mn"), g), ("training", "wgrad")))
     return tuple(out)
+
+
+# The companions the dense and grouped kinds derive alike (specgen/kinds/grouped/training.py's `companions` too)
+FLIP = {"k": "mn", "mn": "k"}  # an operand read transposed: its major flipped
+
+
+def backward_dtype(spec: object) -> DType:
+    """The dtype dgrad and wgrad multiply in (G's, dA's, dB's): the operands', or an fp8 forward's output dtype (the
+    dequantized operands' gradients; the fp8 operand converted to it: checked as that dtype's GEMM)."""
+    return spec.out.dtype if spec.a.dtype.is_fp8 else spec.b.dtype  # type: ignore[attr-defined]
+
+
+def dgrad_operands(spec: object) -> tuple[Operand, Operand, DType]:
+    """dgrad's A, B and output: dA (M, K) = G (M, N) @ B^T (N, K), G row-major (its reduction dim contiguous: K-major),
+    B^T read as B is stored (its major flipped); a grouped kind's ragged-M dgrad reads them alike."""
+    g = backward_dtype(spec)
+    return Operand(dtype=g, major="k"), Operand(dtype=g, major=FLIP[spec.b.major]), g  # type: ignore[attr-defined]
+
+
+def pre_gemm(spec: object, fused: bool = True) -> tuple[str, DType, list, int] | None:
+    """The GEMM that computes pre (None where the backward reads none: G = dOut): its label (forward_pre where
+    save = "preact", else recompute), output dtype, epilogue and stored matrices (`pre_epilogue`). Its output: pre in
+    the output's dtype (forward_pre), a recompute's G in the operands' dtype where its epilogue forms G from dOut, or
+    pre in f32. `fused`: the dense designs' pre kernels, whose epilogue runs the rest of the chain (forward_pre) or forms
+    G; unfused, the grouped kind's (each grouped design renders its forward kernel again at this companion's config,
+    a streaming pass forming out or G beside it), which apply the ops before pre and store pre as their output."""
+    fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
+    if not activation_fn(spec.epilogue) and value_index(spec.epilogue, fp8) < 0:  # type: ignore[attr-defined]
+        return None
+    label = "forward_pre" if spec.training.save == "preact" else "recompute"  # type: ignore[attr-defined]
+    epilogue, stores = pre_epilogue(spec, label, fused)
+    forms_g = any(getattr(op, "name", "") == DOUT and op.op == "residual" for op in epilogue)
+    kept = spec.out.dtype if label == "forward_pre" else spec.b.dtype if forms_g else DType.f32  # type: ignore[attr-defined]
+    return label, kept, epilogue, stores
 
 
 # The name of the dOut operand in a recompute companion's epilogue, which the rules count as a residual (never rendered:
@@ -281,7 +307,7 @@ def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
 DOUT = "dout"
 
 
-def pre_epilogue(spec: object, role: str) -> tuple[list, int]:
+def pre_epilogue(spec: object, role: str, fused: bool = True) -> tuple[list, int]:
     """The epilogue the GEMM computing pre (forward_pre, recompute) runs, as a chain the rules read, and the matrices
     it stores beside its output (GemmSpec.stores): forward_pre applies the forward's whole chain and stores pre beside
     out (a gated op's gate and up halves: two); a recompute whose epilogue forms G (the chains every design renders,
@@ -289,13 +315,13 @@ def pre_epilogue(spec: object, role: str) -> tuple[list, int]:
     residual (named DOUT), beside the ops G needs: the bias and the activation (its derivative in the kernel), or the
     gated op alone (the bias after the gate plays no part in G; G's up half stored beside its gate half); the other
     recomputes (the other chains, an fp8 forward's) apply the ops before pre (`value_index`) and store pre as their
-    output."""
+    output, as an unfused pre kernel (`fused` False: the grouped kind's, either role) does."""
     epilogue = list(spec.epilogue)  # type: ignore[attr-defined]
     gated = gated_op(epilogue)
-    if role == "forward_pre":
-        return epilogue, 2 if gated is not None else 1
     fp8 = spec.a.dtype.is_fp8  # type: ignore[attr-defined]
-    if fp8 or not legacy_chain(epilogue):
+    if role == "forward_pre" and fused:
+        return epilogue, 2 if gated is not None else 1
+    if not fused or fp8 or not legacy_chain(epilogue):
         return epilogue[:value_index(epilogue, fp8)], 0
     dout = Residual.model_construct(op="residual", dtype=spec.out.dtype, beta=1.0, name=DOUT)  # type: ignore[attr-defined]
     return ([gated, dout], 1) if gated is not None else ([*epilogue, dout], 0)
@@ -308,25 +334,33 @@ def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Ope
     Triton options carry the role: the Triton design plans backward.jinja's kernel for it (persistent, its own
     stores), not its forward kernel."""
     cfg = cfg or BackwardGemm()
+    own = role_config(s, cfg)
     triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
-        "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False,
-        **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})}).for_backward(label)
-    pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
+        "tma": True, "swap_ab": False, "flatten": False, "epilogue_subtile": False, **own.pop("triton")}).for_backward(label)
+    pipeline = own.pop("pipeline")
     if label == "forward_pre":  # pre's epilogue subtiles beside out's (a TMA-storing design stages them in SMEM: pre's
         # one, or a gated pre's gate and up where they are halves, each a box of its own)
         stages = s.pipeline.epilogue_stages  # type: ignore[attr-defined]
         per = 3 if any(getattr(op, "layout", "") == "halves" for op in epilogue or []) else 2
         pipeline = pipeline.model_copy(update={"epilogue_stages": per * (DEFAULT_EPILOGUE_STAGES if stages == "auto" else stages)})
-    # a role's own schedule replaces the forward's split of a tile between warpgroups (ping-pong: a whole tile each)
-    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={  # type: ignore[attr-defined]
-        "schedule": cfg.schedule, **({"mma_warpgroups": None} if cfg.schedule == "pingpong" else {})})
     derived = s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue or [],  # type: ignore[attr-defined]
-        "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline, "cute": cute,  # type: ignore[attr-defined]
+        "triton": triton, "pipeline": pipeline, **own,
         "schedule": Schedule(group_m=s.schedule.group_m), "training": None,  # type: ignore[attr-defined]
         "per_target": {}, "variants": []})
     derived._stores = stores
     return derived
+
+
+def role_config(s: object, cfg: BackwardGemm) -> dict[str, object]:
+    """A backward GEMM's config over the forward's (dense and grouped): the tile, stages and CuTe schedule `cfg` gives,
+    the forward's where not, and `triton`: the Triton options' update (its warps). A role's own schedule replaces the
+    forward's split of a tile between warpgroups (ping-pong: a whole tile each)."""
+    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={  # type: ignore[attr-defined]
+        "schedule": cfg.schedule, **({"mma_warpgroups": None} if cfg.schedule == "pingpong" else {})})
+    return {"tile": cfg.tile or s.tile, "cute": cute,  # type: ignore[attr-defined]
+            "pipeline": s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages),  # type: ignore[attr-defined]
+            "triton": {"num_warps": cfg.num_warps} if cfg.num_warps is not None else {}}
 
 
 class SaveModes:

@@ -11,10 +11,13 @@
 - `offs` (or `group_sizes`) is an integer index: it has no gradient.
 
 Each backward GEMM is a grouped spec of its own (`companions`), resolved with the forward and run through the
-same rules (SMEM001 on "backward dgrad" points at `training.dgrad`), rendered by the same design: the GEMM that
-stores pre (save = "preact", the forward; "recompute", the backward) is the ragged-M kernel with the chain's bias
-and no activation, dgrad the ragged-M kernel with no epilogue and `groups.tail = "zero"`, wgrad the ragged-K
-kernel with no epilogue. They load through masked pointers (no TMA descriptors) in this first slice.
+same rules (SMEM001 on "backward dgrad" points at `training.dgrad`), rendered by the same design from that spec: the
+GEMM that stores pre (save = "preact", the forward; "recompute", the backward) is the ragged-M kernel with the ops
+before the activation (the bias; an fp8 forward's scales first) and no activation, pre its output (out = act(pre) and
+G = dOut * act'(pre) are streaming passes beside it: the dense designs' pre kernels fuse them instead, and their
+companions carry that chain), dgrad the ragged-M kernel with no epilogue and `groups.tail = "zero"`, wgrad the
+ragged-K kernel with no epilogue. The rules shared with the dense kind (the pre GEMM's chain and dtype, dgrad's
+operands, a role's config over the forward's) are its functions (specgen/kinds/gemm/training.py).
 
 Covered: the dense kind's chains, a bias per group: the plain GEMM, [bias], [activation], [bias, activation], and
 a gated op (SwiGLU, GeGLU; halves or interleaved) then at most a bias: pre = A @ B[g] has B's 2N columns, G (rows,
@@ -29,14 +32,20 @@ from __future__ import annotations
 
 import re
 
-from specgen.kinds.gemm.sections import Operand, Output, Pipeline
-from specgen.kinds.gemm.training import BackwardGemm, Training, activation_fn, check_training, legacy_refusal
+from specgen.kinds.gemm.sections import Operand, Output
+from specgen.kinds.gemm.training import (
+    BackwardGemm,
+    Training,
+    backward_dtype,
+    check_training,
+    dgrad_operands,
+    legacy_refusal,
+    pre_gemm,
+    role_config,
+)
 from specgen.spec.dtypes import DType
 
 __all__ = ["Training", "check_grouped_training", "companions"]
-
-FLIP = {"k": "mn", "mn": "k"}
-
 
 def check_grouped_training(training: Training | None, data: dict[str, object]) -> Training | None:
     """The grouped kind's own check (ragged M), then the dense kind's (dtypes, accumulator, the chain: a grouped bias
@@ -66,58 +75,47 @@ def check_grouped_training(training: Training | None, data: dict[str, object]) -
 
 def companions(spec: object) -> tuple[tuple[str, object, tuple[str, ...]], ...]:
     """The grouped GEMMs a training spec runs beside its forward, each a grouped spec of its own that resolve and
-    the rules take as they take the forward: (label, spec, the field a finding about it points at)."""
+    the rules take as they take the forward: (label, spec, the field a finding about it points at). Each grouped
+    design renders these specs' kernels (its own forward and ragged-K kernels at their configs), so each is what its
+    kernel runs; the rules shared with the dense kind's companions are its (specgen/kinds/gemm/training.py)."""
     t: Training | None = getattr(spec, "training", None)
     if t is None:
         return ()
     s = spec
-    a, b = s.a, s.b  # type: ignore[attr-defined]
     out: list[tuple[str, object, tuple[str, ...]]] = []
-    # an fp8 forward's backward runs in the output's dtype (G, and the fp8 operand converted exactly in registers):
-    # its dgrad and wgrad are checked as GEMMs of that dtype, their outputs (dA, dB) in it
-    fp8 = a.dtype.is_fp8
-    g_dtype = s.out.dtype if fp8 else None  # type: ignore[attr-defined]
-    if activation_fn(s.epilogue):  # type: ignore[attr-defined]
-        # pre = A @ B[g] + bias[g]: the forward's GEMM with the chain's bias only, stored in the output's dtype
-        # (preact: kept for the backward) or f32 (recompute: G formed from it at once, as the dense kind's
-        # recompute forms G from its f32 accumulator). With a gated op pre = A @ B[g] is the plain GEMM over B's 2N
-        # columns (gate and up in the forward's layout; the bias, after the gate, is on the N outputs).
-        label = "forward_pre" if t.save == "preact" else "recompute"
-        pre_dtype = s.out.dtype if t.save == "preact" else DType.f32  # type: ignore[attr-defined]
-        gated = any(op.op == "gated" for op in s.epilogue)  # type: ignore[attr-defined]
-        bias = [] if gated else [op for op in s.epilogue if op.op in ("bias", "scale")]  # type: ignore[attr-defined]
-        out.append((label, _derived(s, label, t.pre, a, b, pre_dtype, bias, "untouched", "m"), ("training", "pre")))
-    # dgrad: dA (rows, K) = G (rows, N) @ B[g]^T (N, K), ragged M: G row-major (K-major in this GEMM's terms), B^T
-    # the stored B read with its major flipped; rows past the last group zeroed.
-    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, Operand(dtype=g_dtype or b.dtype, major="k"),
-                                  Operand(dtype=g_dtype or b.dtype, major=FLIP[b.major]), g_dtype or a.dtype, [], "zero", "m"),
-                ("training", "dgrad")))
+    # pre = A @ B[g] (+ the ops before the activation: the bias, an fp8 forward's scales first), stored in the output's
+    # dtype (preact) or f32 (recompute); no activation, no dOut: out = act(pre) (act_rows, jnp) and G = dOut * act'(pre)
+    # (grad_cols, jnp) are streaming passes beside it, unlike the dense designs' fused pre kernels (`pre_gemm`'s
+    # `fused`). With a gated op pre is the plain GEMM over B's 2N columns (gate and up in the forward's layout; the
+    # bias, after the gate, is on the N outputs).
+    if pre := pre_gemm(s, fused=False):
+        label, kept, epilogue, _ = pre
+        out.append((label, _derived(s, label, t.pre, s.a, s.b, kept, epilogue, "untouched", "m"), ("training", "pre")))  # type: ignore[attr-defined]
+    # dgrad: dA (rows, K) = G (rows, N) @ B[g]^T (N, K), ragged M, as the dense kind's; rows past the last group zeroed.
+    out.append(("dgrad", _derived(s, "dgrad", t.dgrad, *dgrad_operands(s), [], "zero", "m"), ("training", "dgrad")))
     # wgrad: dB[g] = A_g^T @ G_g, ragged K (every group's rows are this GEMM's K): for an N-major B, A^T (K, rows)
     # @ G (rows, N) into (G, K, N); for a K-major B, G^T (N, rows) @ A (rows, K) into (G, N, K), B's own layout.
     # Either way both operands have their M (resp. N) dim contiguous: M-major and N-major in the ragged-K GEMM's terms.
-    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g_dtype or a.dtype, major="mn"),
-                                  Operand(dtype=g_dtype or a.dtype, major="mn"), g_dtype or b.dtype, [], "untouched", "k"),
-                ("training", "wgrad")))
+    g = backward_dtype(s)
+    out.append(("wgrad", _derived(s, "wgrad", t.wgrad, Operand(dtype=g, major="mn"), Operand(dtype=g, major="mn"), g,
+                                  [], "untouched", "k"), ("training", "wgrad")))
     return tuple(out)
 
 
 def _derived(s: object, label: str, cfg: BackwardGemm | None, a: Operand, b: Operand, out: DType, epilogue: list,
              tail: str, ragged: str) -> object:
     """A grouped GEMM with the given operands, chain and grouping, with the config `cfg` gives over the forward's
-    (tile, warps, stages). On Triton the ragged-M companions (pre, dgrad) load through TMA where the forward does
-    (session 29: through masked pointers they ran 1.2-1.5x cuBLAS's GEMM time at Mixtral's shapes on an H200), but
-    not behind an fp8 forward, whose dgrad converts the fp8 B tile in registers on the pointer path; ragged K
-    (wgrad) loads each group's whole K tiles by TMA where the forward does, an fp8 forward's too (its TMA loop
-    converts the fp8 tile in registers; descriptors 2-D, over the operands as stored: backward.jinja `_wgrad`).
+    (`role_config`: tile, warps, stages, schedule). On Triton the ragged-M companions (pre, dgrad) load through TMA
+    where the forward does (session 29: through masked pointers they ran 1.2-1.5x cuBLAS's GEMM time at Mixtral's
+    shapes on an H200), but not behind an fp8 forward, whose dgrad converts the fp8 B tile in registers on the pointer
+    path; ragged K (wgrad) loads each group's whole K tiles by TMA where the forward does, an fp8 forward's too (its
+    TMA loop converts the fp8 tile in registers; descriptors 2-D, over the operands as stored: backward.jinja
+    `_wgrad`).
     """
-    cfg = cfg or BackwardGemm()
+    own = role_config(s, cfg or BackwardGemm())
     tma = s.triton.tma and (ragged == "k" or not s.a.dtype.is_fp8)  # type: ignore[attr-defined]
-    triton = s.triton.model_copy(update={  # type: ignore[attr-defined]
-        "tma": tma, "swap_ab": False, **({"num_warps": cfg.num_warps} if cfg.num_warps is not None else {})})
-    pipeline = s.pipeline if cfg.ab_stages is None else Pipeline(ab_stages=cfg.ab_stages)  # type: ignore[attr-defined]
+    triton = s.triton.model_copy(update={"tma": tma, "swap_ab": False, **own.pop("triton")})  # type: ignore[attr-defined]
     groups = s.groups.model_copy(update={"tail": tail, "ragged": ragged})  # type: ignore[attr-defined]
-    cute = s.cute if cfg.schedule is None else s.cute.model_copy(update={"schedule": cfg.schedule})  # type: ignore[attr-defined]
     return s.model_copy(update={  # type: ignore[attr-defined]
         "name": f"{s.name}_{label}", "a": a, "b": b, "out": Output(dtype=out), "epilogue": epilogue,  # type: ignore[attr-defined]
-        "groups": groups, "tile": cfg.tile or s.tile, "triton": triton, "pipeline": pipeline, "cute": cute,  # type: ignore[attr-defined]
-        "training": None, "per_target": {}, "variants": []})
+        "groups": groups, "triton": triton, **own, "training": None, "per_target": {}, "variants": []})

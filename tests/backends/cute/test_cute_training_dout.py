@@ -24,6 +24,7 @@ from kernels import load_target_module
 
 from specgen.check import check_all
 from specgen.kinds.gemm.designs.cute_sm90.design import DESIGN
+from specgen.kinds.gemm.designs.cute_sm90.smem import row_smem
 from specgen.kinds.gemm.designs.cute_sm90.training import DOUT_STAGES
 from specgen.resolve import resolve
 from specgen.spec.load import load_text
@@ -67,6 +68,8 @@ def test_the_plan_counts_the_ring_to_the_byte_and_only_the_recompute_that_reads_
         epi = (2 if rec.pingpong else 1) * rec.epi_stages * subtile - (2 if dgrad.pingpong else 1) * dgrad.epi_stages * dgrad.epi_m * dgrad.epi_n * 2
         assert rec.smem_bytes - dgrad.smem_bytes == rec.dout_stages * subtile + epi, (name, rec.smem_breakdown, dgrad.smem_breakdown)
         assert rec.smem_bytes <= CAPACITY and CAPACITY - rec.smem_bytes < subtile or rec.dout_stages == DOUT_STAGES[1]
+        # a Config row's own struct (`row_smem`: what bench/cute_train_tiles.py sizes its candidate rows with) is the plan's
+        assert [row_smem(c, CAPACITY).total for c in (rec, dgrad)] == [rec.smem_bytes, dgrad.smem_bytes], name
     # an fp8 forward's and another chain's recompute store pre (no dOut read): no ring
     chain = [{"op": "bias"}, {"op": "scale", "by": "scalar"}, {"op": "activation", "fn": "silu"}]
     g, _ = gemms(load(spec("cdr_chain", FORMS["pingpong"], chain)))

@@ -54,16 +54,14 @@ from specgen.kinds.gemm.designs.cute_sm90 import training as sm90_trn
 # sm_100f: a known CUTLASS DSL issue with tcgen05)
 # and lay out SMEM alike (1024-aligned buffers after the compiler's 1024-byte static pad)
 from specgen.kinds.gemm.designs.cute_sm90.design import (
-    BASE_ALIGN_PAD,
     GRID_Z_MAX,
-    MBARRIER_BYTES,
     CuteModulePlan,
-    align_up,
     cute_module_fields,
     host_context,
     host_parameters,
     render_per_arch,
 )
+from specgen.kinds.gemm.designs.cute_sm90.smem import BASE_ALIGN_PAD, MBARRIER_BYTES, align_up
 from specgen.kinds.gemm.designs.cute_sm100 import training as trn
 from specgen.kinds.gemm.plan import StagedConfigRow
 from specgen.kinds.gemm.spec import GemmSpec

@@ -42,6 +42,7 @@ from specgen.kinds.gemm import KIND
 from specgen.kinds.gemm.design import WARPGROUP_THREADS, GemmDesign, decode_slot, epilogue_stages, tma_boxes
 from specgen.kinds.gemm.designs.cute_sm90 import training as trn
 from specgen.kinds.gemm.designs.cute_sm90.gated import b_columns_doc, gated_fields, refuse_unrendered
+from specgen.kinds.gemm.designs.cute_sm90.smem import BASE_ALIGN_PAD, smem_struct
 from specgen.kinds.gemm.plan import GemmModule, StagedConfigRow
 from specgen.kinds.gemm.sections import When
 from specgen.kinds.gemm.spec import GemmSpec
@@ -54,9 +55,6 @@ from specgen.spec.models import Target
 from specgen.targets import Backend, TargetInfo, target_info
 from specgen.values import value
 
-ALIGN = 1024  # every SMEM buffer of the struct starts on a 1024-byte boundary (128B swizzle atom x 8 rows)
-MBARRIER_BYTES = 8
-BASE_ALIGN_PAD = 1024  # static SMEM the compiler places before the 1024-aligned dynamic struct
 WGMMA_M = 64  # rows per warpgroup per wgmma
 GRID_Z_MAX = 65535  # CUDA's grid.z limit in CTAs: the clusters one launch holds along z
 # setmaxnreg: the producer gives registers back, the consumers take them (CUTLASS's sm90 split).
@@ -68,10 +66,6 @@ CUTLASS_DTYPES: dict[DType, str] = {
     DType.f32: "Float32", DType.tf32: "TFloat32", DType.f16: "Float16", DType.bf16: "BFloat16",
     DType.fp8_e4m3: "Float8E4M3FN", DType.fp8_e5m2: "Float8E5M2", DType.int8: "Int8", DType.int32: "Int32",
 }
-
-
-def align_up(n: int, to: int = ALIGN) -> int:
-    return -(-n // to) * to
 
 
 def pingpong(spec: GemmSpec) -> bool:
@@ -464,27 +458,18 @@ class CuteSm90Gemm(GemmDesign):
     renders_variants = True
 
     def memory(self, spec: GemmSpec, target: TargetInfo, ab_stages: int) -> MemoryBudget:
-        """The SharedStorage struct the template declares, to the byte: 2 x ab_stages mbarriers (+ 2 ping-pong order
-        barriers, + 2 split-K handoff barriers), then A, B and epilogue buffers (two sets when ping-pong), split-K's
-        partials and the recompute GEMM's dOut ring (training.py's `dout_ring`), each 1024-aligned; plus the 1024 bytes
-        of static SMEM the compiler puts before it so the dynamic base meets the struct's 1024-byte alignment
-        (`.nv.shared.<kernel>` in the cubin). A/B stages are multiples of 1024 for every tile wgmma takes."""
+        """The SharedStorage struct the template declares, to the byte (`smem_struct`), with the recompute GEMM's dOut
+        ring (training.py's `dout_ring`; the grouped design's kernel, whose struct this is too, has none)."""
         gpu = target.gpu
         assert gpu is not None
-        t = spec.tile
+        t, out = spec.tile, spec.out.dtype.bytes
         em, en = epilogue_tile(spec)
-        sets = 2 if pingpong(spec) else 1  # ping-pong: one set of subtiles per warpgroup
-        epi = align_up(sets * epilogue_stages(spec) * em * en * spec.out.dtype.bytes)
-        order = 2 * MBARRIER_BYTES if pingpong(spec) else 0  # ping-pong: whose turn at the mainloop
-        split = spec.schedule.split_k
-        barriers = 2 * ab_stages * MBARRIER_BYTES + order + (2 * MBARRIER_BYTES if split > 1 else 0)  # split-K: landed / read
-        # A and B tiles, and a gated B's up tile (its own 1024-aligned buffer, sU: tile.n x tile.k, a multiple of 1024)
-        stage = t.m * t.k * spec.a.dtype.bytes + t.n * t.k * spec.b.dtype.bytes * (2 if gated_op(spec.epilogue) else 1)
-        partials = align_up((split - 1) * t.m * t.n * spec.accumulator.bytes)  # split-K: the others' f32 tiles to split 0
-        budget = MemoryBudget("SMEM", gpu.smem_per_block, BASE_ALIGN_PAD + align_up(barriers), stage, ab_stages, epi,
-                              epilogue_overlaps_ab=False, extra_bytes=partials, extra_label="split-K partials")
-        # the recompute GEMM's dOut ring (the grouped design's kernel, whose struct this is too, has none)
-        return trn.dout_ring(budget, spec, em * en * spec.out.dtype.bytes, barriers, BASE_ALIGN_PAD, pingpong(spec)) if isinstance(self, CuteSm90Gemm) else budget
+        budget, barriers = smem_struct(gpu.smem_per_block, (t.m, t.n, t.k), (spec.a.dtype.bytes, spec.b.dtype.bytes, out),
+                                       ab_stages, (em, en, epilogue_stages(spec)), pingpong(spec), spec.schedule.split_k,
+                                       spec.accumulator.bytes, gated_op(spec.epilogue) is not None)
+        if not isinstance(self, CuteSm90Gemm):
+            return budget
+        return trn.dout_ring(budget, spec, em * en * out, barriers, BASE_ALIGN_PAD, pingpong(spec))
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The boxes the module's descriptors use: whole A and B tiles, and the epilogue subtile for

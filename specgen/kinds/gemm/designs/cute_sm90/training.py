@@ -190,10 +190,17 @@ def dout_ring(budget: MemoryBudget, spec: object, subtile_bytes: int, barrier_by
     them). Unchanged where the companion reads no dOut."""
     if not reads_dout(spec):
         return budget
-    order = 16 if pingpong else 0
-    room = budget.capacity - (budget.total - budget.reserve) - pad - _aligned(barrier_bytes + 16 * DOUT_STAGES[1] + order)
+    room = budget.capacity - (budget.total - budget.reserve) - pad - _aligned(barrier_bytes + 16 * DOUT_STAGES[1] + 16 * pingpong)
     n = max(DOUT_STAGES[0], min(DOUT_STAGES[1], room // subtile_bytes))
-    return dataclasses.replace(budget, reserve=pad + _aligned(barrier_bytes + 16 * n + order),
+    return ring_of(budget, n, subtile_bytes, barrier_bytes, pad, pingpong)
+
+
+def ring_of(budget: MemoryBudget, n: int, subtile_bytes: int, barrier_bytes: int, pad: int, pingpong: bool) -> MemoryBudget:
+    """The struct `budget` with a dOut ring of n subtile buffers (`dout_ring`'s; unchanged for n = 0): 2 mbarriers and
+    a 1024-aligned subtile a buffer, + 2 mbarriers ordering the ping-pong warpgroups' turns."""
+    if not n:
+        return budget
+    return dataclasses.replace(budget, reserve=pad + _aligned(barrier_bytes + 16 * n + 16 * pingpong),
                                extra_bytes=budget.extra_bytes + _aligned(n * subtile_bytes), extra_label="dOut subtiles")
 
 

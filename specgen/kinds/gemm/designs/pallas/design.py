@@ -157,6 +157,28 @@ def mgpu_layout(spec: GemmSpec) -> MgpuLayout:
     return MgpuLayout(wg_n, epi_m, epi_n, slots, MGPU_CONSUMER_WGS * slots if residual else 0)
 
 
+def mgpu_smem(spec: GemmSpec, capacity: int, ab_stages: int, lay: MgpuLayout) -> MemoryBudget:
+    """The Mosaic GPU kernel's SMEM (`memory`'s at `mgpu_layout`; a bench's rows at a layout of their own), the
+    structure of JAX's warp-specialized Hopper matmul (`pallas/ops/gpu/hopper_matmul_mgpu.py`): the CTA tile split along
+    N between two consumer warpgroups; per step an A and a B tile plus a full/empty mbarrier pair; per consumer
+    warpgroup up to two epi_m x epi_n (64 x 64) buffers staging the TMA store. Calibrated on real lowerings (jax 0.11.2,
+    H200: bench/results/2026-11-22-h200-mgpu-smem.jsonl): equal to the byte. A residual is TMA-loaded into the output's
+    staging slot, one mbarrier per slot (the example's `c_gmem` path): `residual_barriers` x 8 B more."""
+    t, out_bytes = spec.tile, spec.out.dtype.bytes
+    # The A buffer (all stages), the B buffer and the output's slots are each padded to whole KiB
+    # (MGPU_SMEM_ALIGNMENT; measured 512 B over the unpadded sum for a 3-stage 128x48x16 bf16 tile).
+    # gated: a gate and an up B buffer (two pipeline inputs, one barrier pair a step: jax pallas/mosaic_gpu/pipeline.py)
+    b_buffers = 2 if gated_op(spec.epilogue) is not None else 1
+    a_tile, b_tile = t.m * t.k * spec.a.dtype.bytes, t.k * t.n * spec.b.dtype.bytes
+    out_tiles = MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes
+    pad = (-(a_tile * ab_stages) % MGPU_SMEM_ALIGNMENT + b_buffers * (-(b_tile * ab_stages) % MGPU_SMEM_ALIGNMENT)
+           + -out_tiles % MGPU_SMEM_ALIGNMENT)
+    barriers = lay.residual_barriers * MGPU_BARRIER_BYTES
+    label = "KiB alignment" if not barriers else "residual barriers" if not pad else f"residual barriers {barriers} + KiB alignment {pad} ="
+    return MemoryBudget("SMEM", capacity, 0, a_tile + b_buffers * b_tile + 2 * MGPU_BARRIER_BYTES, ab_stages, out_tiles,
+                        epilogue_overlaps_ab=False, extra_bytes=barriers + pad, extra_label=label)
+
+
 @dataclass(frozen=True)
 class PallasModule(GemmModule):
     """What both Pallas modules add to the GEMM module header (its operands documented in their stored
@@ -364,30 +386,9 @@ class PallasGemmDesign(GemmDesign):
                 ab_stages, epilogue_bytes=buf * t.m * t.n * out_bytes + residual, epilogue_overlaps_ab=False,
                 extra_bytes=b_halves(spec) * t.m * t.n * acc_bytes + vectors,  # gated: the up block and accumulator
             )
-        # pallas:gpu_sm90 (Mosaic GPU), the structure of JAX's warp-specialized Hopper matmul
-        # (`pallas/ops/gpu/hopper_matmul_mgpu.py`): the CTA tile split along N between two consumer
-        # warpgroups; per step an A and a B tile plus a full/empty mbarrier pair; per consumer warpgroup
-        # up to two epi_m x epi_n (64 x 64) buffers staging the TMA store. Calibrated on real lowerings
-        # (jax 0.11.2, H200: bench/results/2026-11-22-h200-mgpu-smem.jsonl): equal to the byte.
-        # A residual is TMA-loaded into the output's staging slot, one mbarrier per slot (the example's
-        # `c_gmem` path): `residual_barriers` x 8 B more.
-        gpu = target.gpu
+        gpu = target.gpu  # pallas:gpu_sm90 (Mosaic GPU)
         assert gpu is not None
-        lay = mgpu_layout(spec)
-        # The A buffer (all stages), the B buffer and the output's slots are each padded to whole KiB
-        # (MGPU_SMEM_ALIGNMENT; measured 512 B over the unpadded sum for a 3-stage 128x48x16 bf16 tile).
-        # gated: a gate and an up B buffer (two pipeline inputs, one barrier pair a step: jax pallas/mosaic_gpu/pipeline.py)
-        b_buffers = 2 if gated_op(spec.epilogue) is not None else 1
-        a_tile, b_tile = t.m * t.k * spec.a.dtype.bytes, t.k * t.n * spec.b.dtype.bytes
-        out_tiles = MGPU_CONSUMER_WGS * lay.out_slots * lay.epi_m * lay.epi_n * out_bytes
-        pad = (-(a_tile * ab_stages) % MGPU_SMEM_ALIGNMENT + b_buffers * (-(b_tile * ab_stages) % MGPU_SMEM_ALIGNMENT)
-               + -out_tiles % MGPU_SMEM_ALIGNMENT)
-        barriers = lay.residual_barriers * MGPU_BARRIER_BYTES
-        label = ("KiB alignment" if not barriers else "residual barriers" if not pad
-                 else f"residual barriers {barriers} + KiB alignment {pad} =")
-        return MemoryBudget("SMEM", gpu.smem_per_block, 0, a_tile + b_buffers * b_tile + 2 * MGPU_BARRIER_BYTES,
-                            ab_stages, out_tiles, epilogue_overlaps_ab=False, extra_bytes=barriers + pad,
-                            extra_label=label)
+        return mgpu_smem(spec, gpu.smem_per_block, ab_stages, mgpu_layout(spec))
 
     def tma_boxes(self, spec: GemmSpec, target: TargetInfo) -> tuple[TmaBox, ...]:
         """The Mosaic GPU kernel's TMA boxes: the A and B tiles, and the epilogue's subtile for the output
