@@ -433,7 +433,9 @@ def _japply(ops: list, v, args: dict):
         elif op["op"] == "residual":
             v = v + op.get("beta", 1.0) * args[names[0]].astype(v.dtype)
         elif op["op"] == "clamp":
-            v = jnp.clip(v, op.get("min"), op.get("max"))
+            # the kernel's derivative: 1 inside [min, max], bounds included (jnp.clip's is 1/2 at a bound)
+            lo, hi = (-jnp.inf if op.get("min") is None else op["min"]), (jnp.inf if op.get("max") is None else op["max"])
+            v = jnp.where((v >= lo) & (v <= hi), v, jax.lax.stop_gradient(jnp.clip(v, lo, hi)))
         else:
             v = v.astype({"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}[op["dtype"]]).astype(v.dtype)
     return v
