@@ -193,6 +193,31 @@ def test_a_batched_chains_jax_grad_traces_its_kernels(modules) -> None:
     assert cute_train_calls(jaxpr.jaxpr) == ["recompute", "chain_pass", "dgrad", "wgrad"] + ["grad_cols_bands"] * 3
 
 
+def test_the_jax_backwards_gemms_compile_for_sm100a(modules, monkeypatch) -> None:
+    """The JAX entry's backward GEMMs in cutlass.jax's convention (3-D arrays: the batch mode) compile for sm_100a:
+    a batched 16-bit module's forward_pre and dgrad, a 2-CTA recompute reading dOut (A and B mn-major), and a batched
+    chain's forward_pre with a (batch, M, N) residual and dgrad with its (1, 1, 8) stub. (The columns and chain passes
+    are the sm90 modules' kernels, compiled for sm_90a by test_cute_jax_train_more.py.)"""
+    import jax.numpy as jnp
+    from test_cute_jax_train_more import backward_of
+
+    from specgen.runtime import cute_jax_train as jt
+
+    for name, roles in (("cbt_bias_gelu", ("forward_pre", "dgrad")), ("cbt_relu_rec", ("recompute",)),
+                        ("cch_col", ("forward_pre", "dgrad"))):
+        module = modules(name)
+        bw, entry = backward_of(module, monkeypatch), module._jax_entry()
+        assert bw.batch and bw.train_launcher.arch == "sm_100a", name
+        kern = jt.kernels(bw, tuple((o.name, o.role) for o in entry.operands[2:]))
+        ins = tuple(jnp.dtype(o.jnp_dtype) for o in entry.operands if o.role != "scalar")
+        out = jnp.dtype(entry.out.jnp_dtype)
+        for role in roles:
+            assert all(len(mode) == 3 for mode, _ in kern[role].layouts if len(mode) > 1), (name, role)
+            args = ins + ((out,) if role == "recompute" and not bw.chain else ())  # a 16-bit recompute reads dOut
+            outs = (out, out) if role == "forward_pre" else (out,)
+            assert len(kern[role].compile(args + outs, len(args), 148)) > 1000, (name, role)
+
+
 @pytest.mark.parametrize("name", ["cbt_bias_gelu", "cbt_swiglu"])
 def test_forward_pre_stores_each_batchs_pre(modules, name, monkeypatch) -> None:
     forward_pre_glue(modules(name), name, 3, 37, 45, 40, monkeypatch)
