@@ -11,7 +11,8 @@ so:
   batch, a row vector's partials added over the batches) with each kernel a jnp model of its contract
   (test_cute_jax_train_more.py's), against float64 autograd of the batched chain, under jax.jit and a one-device
   jax.shard_map (the batch sharded, the vectors replicated) giving the same bits; batch 3 off every tile and vector,
-  batch 1 with M = 1."""
+  batch 1 with M = 1; and on four CPU devices (a subprocess), 8 batches sharded, the vectors' gradients summed over
+  the mesh."""
 
 from __future__ import annotations
 
@@ -104,41 +105,89 @@ def test_the_jax_glue_sums_each_vector_over_the_batches_under_jit_and_shard_map(
     """jax.grad of <name>_jax with the kernels modelled, against float64 autograd of the batched chain (the value at pre
     rounded to f16, as forward_pre stores it): dA and dB per batch, a residual's per batch, every vector's over all
     batches' rows; each in its primal's shape and dtype; a one-device shard_map gives the same bits."""
+    seen = glue(modules[name], name, 1, ((3, 37, 45, 29), (1, 1, 13, 72)), monkeypatch)
+    assert set(seen) == set(CALLS[name]), seen
+
+
+def glue(module, name: str, devices: int, shapes: tuple, patch) -> list:
+    """The glue test's body on `devices` CPU devices (the batch sharded over them, the vectors replicated, dOut an
+    argument sharded as the output); `patch` sets the models in (pytest's monkeypatch, or a plain setattr). Returns the
+    kernels called."""
     from backends.cute.test_cute_training_chain import FORMS, PLANS, _apply
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
-    module = modules[name]
-    seen = _chain_models(module, name, monkeypatch)
+    seen = _chain_models(module, name, patch)
     fn = getattr(module, f"{name}_jax")
-    mesh = Mesh(jax.devices("cpu")[:1], ("x",))
+    mesh = Mesh(jax.devices("cpu")[:devices], ("x",))
     ops, start = FORMS[name][0], PLANS[name][0]
     grad_names = {n for n, _ in PLANS[name][1]}
-    for batch, M, N, K in ((3, 37, 45, 29), (1, 1, 13, 72)):
+    for batch, M, N, K in shapes:
         args, scalars, arrays = inputs(name, batch, M, N, K)
         names = list(args)
         dout = torch.randn(batch, M, N, generator=torch.Generator().manual_seed(3)).half()
 
-        def loss(*xs, arrays=arrays, scalars=scalars, names=names, dout=dout):
-            given = dict(zip(("a", "b", *arrays), xs, strict=True)) | scalars
-            return (fn(*(given[n] for n in names)).astype(jnp.float32) * jx(dout).astype(jnp.float32)).sum()
+        def loss(*xs, arrays=arrays, scalars=scalars, names=names):
+            given = dict(zip(("a", "b", *arrays), xs[:-1], strict=True)) | scalars
+            return (fn(*(given[n] for n in names)).astype(jnp.float32) * xs[-1].astype(jnp.float32)).sum()
 
         stored = [jx(args[n]) for n in ("a", "b", *arrays)]
         argnums = tuple(range(len(stored)))
-        got = jax.jit(jax.grad(loss, argnums=argnums))(*stored)
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*stored, jx(dout))
         specs = tuple(P("x") if x.ndim == 3 else P() for x in stored)  # the batch sharded, the vectors replicated
-        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs,
-                                        out_specs=specs))(*stored)
+        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=(*specs, P("x")),
+                                        out_specs=specs))(*stored, jx(dout))
         leaves = {n: (v if isinstance(v, float) else v.double().requires_grad_()) for n, v in args.items()}
         v = _apply(ops[:start] if start >= 0 else ops, leaves["a"] @ leaves["b"].mT, leaves)
         if start >= 0:
             v = _apply(ops[start:], v + (v.half().double() - v).detach(), leaves)
         v.backward(dout.double())
         for n, g, s, x in zip(("a", "b", *arrays), got, sharded, stored, strict=True):
-            where = f"{name} d{n} at {(batch, M, N, K)}"
-            assert g.shape == x.shape and g.dtype == x.dtype, where
+            where = f"{name} d{n} at {(batch, M, N, K)} on {devices} devices"
+            assert g.shape == x.shape and g.dtype == x.dtype and s.shape == x.shape and s.dtype == x.dtype, where
             w = leaves[n].grad if n in grad_names | {"a", "b"} else torch.zeros(x.shape, dtype=torch.float64)
-            err, scale = (to_torch(g).double() - w).abs().max().item(), w.abs().max().item()
-            assert err <= 2e-2 * scale + 1e-3, f"{where}: {err:.4g} vs {scale:.4g}"
-            assert jnp.array_equal(g, s), f"{where}: shard_map's gradient differs"
-    assert set(seen) == set(CALLS[name]), seen
+            for what, y in (("jit", g), ("shard_map", s)):
+                err, scale = (to_torch(y).double() - w).abs().max().item(), w.abs().max().item()
+                assert err <= 2e-2 * scale + 1e-3, f"{where} ({what}): {err:.4g} vs {scale:.4g}"
+            # a batch's own gradient: the same bits; a replicated vector's is summed over the mesh in another order
+            assert jnp.array_equal(g, s) or (devices > 1 and x.ndim == 1), f"{where}: shard_map's gradient differs"
+    return seen
+
+
+CHILD = """
+import sys
+from pathlib import Path
+
+from kernels import load_target_module
+from backends.cute.test_cute_training_chain import spec
+import test_cute_jax_train_batch_chain as t
+
+
+class Patch:
+    def setattr(self, obj, name, value):
+        setattr(obj, name, value)
+
+
+assert len(t.jax.devices("cpu")) == 4, t.jax.devices()
+for name in ("cch_col", "cch_clamp"):
+    module = load_target_module(spec(name, batch=True), "cute:sm90", Path(sys.argv[1]), "_specgen_test_bchain4_")[0]
+    t.glue(module, name, 4, ((8, 37, 45, 29),), Patch())
+"""
+
+
+def test_on_four_devices_each_shards_batches_and_the_vectors_summed_over_the_mesh(tmp_path) -> None:
+    """The glue on four CPU devices (a subprocess: the device count is fixed when jax starts), 8 batches, 2 a shard:
+    a residual, column vectors (cch_col) and a row vector beside a runtime scalar (cch_clamp), the vectors' gradients
+    summed over the mesh by the casts' transposes, against float64 autograd. (A model's own vjp seeds its zeros from
+    the varying dOut: a non-varying input's gradient would be summed over the mesh.)"""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests), str(Path(__file__).parent)])}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tests.parent)
+    assert proc.returncode == 0, proc.stderr[-4000:]
