@@ -11,8 +11,8 @@ Session 34 (passed on an H200, jax 0.11.2; the two batched cases after a test im
 with `batch = true` (a chain recompute unbatched: col scale, bias, GELU-tanh, residual; batched: a row bias, sigmoid,
 a col scale and a residual, recompute, and a SwiGLU + bias preact) the same way, A's rows (batched: every entry's rows)
 with dOut, a residual and a row vector sharded, B and the column vectors replicated; and the CuTe sm90 entry of a
-batched chain module: its forward inside jax.shard_map equal to the jit forward and to float64. Session 35 (NOT YET
-RUN until the lead reports it): that entry is a jax.custom_vjp now (it was forward-only: jax.grad refused), so
+batched chain module: its forward inside jax.shard_map equal to the jit forward and to float64. Session 35 (passed on
+an H200, the lead's run of 7ff55710): that entry is a jax.custom_vjp now (it was forward-only: jax.grad refused), so
 jax.grad inside jax.shard_map (every entry's rows sharded, both vma modes) gives the jit step's gradients bit for bit
 (its numerics against float64: tests/gpu/test_training_cute_jax_more_gpu.py).
 
