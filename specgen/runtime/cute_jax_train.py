@@ -17,7 +17,8 @@ gradient is dOut's column sum.
 
 Batched (`batch = true`): every matrix has the batch first ((batch, rows, cols), each GEMM per batch: every batch its
 own B), the vectors none; the columns pass reads the (batch, M_padded, cols) arrays as (batch M_padded, cols) rows (a
-free reshape: the batches' zero rows add nothing), so the bias gradient is summed over every batch's rows in order.
+free reshape: the batches' zero rows add nothing), so the bias gradient is summed over every batch's rows in order;
+another chain's pass likewise (a vector along m repeated for each batch, its row sums' partials added over the batches).
 
 The differentiable function is built once per module (`differentiable`): jax.grad, jax.vjp and jax.value_and_grad
 work under jax.jit and inside jax.shard_map, as the Pallas modules' do: every argument is cast to vary over the mesh
@@ -203,8 +204,8 @@ class Backward:
     gated: str = ""  # a gated epilogue's layout ("halves", "interleaved"): pre and G have B's 2N columns in it
     batch: bool = False  # batch = true: (batch, rows, cols) arrays, each GEMM per batch, the columns pass over all rows
     fp8: Any = None  # an fp8 forward: the fp8 columns kernel's launcher (`dtype` is then the output's, G's and pre's)
-    # another chain (unbatched): ((gradient, kind: matrix / cols / rows), ...), the chain pass's arguments in its
-    # order, whether it forms G, whether it reads pre, its launcher
+    # another chain: ((gradient, kind: matrix / cols / rows), ...), the chain pass's arguments in its order, whether
+    # it forms G, whether it reads pre, its launcher
     chain: tuple = ()
 
 
@@ -415,40 +416,55 @@ def differentiable(entry: Any, bw: Backward) -> Any:
         return (*dx, dbias[0, : p.n].reshape(args[-1].shape).astype(args[-1].dtype))
 
     def chain_gradients(p: Any, args: tuple, x: dict, pre: Any, dout: jax.Array, padded_mnk: tuple, zeros: tuple) -> tuple:
-        """Another chain's (unbatched): pre recomputed where the forward stored none, the chain pass (G and each
-        argument's gradient: a residual's (M, N), a vector's f32 partials added in order by the bands kernel), dgrad
-        and wgrad over G (or dOut)."""
+        """Another chain's: pre recomputed where the forward stored none, the chain pass (G and each argument's
+        gradient: a residual's (M, N), a vector's f32 partials added in order by the bands kernel), dgrad and wgrad
+        over G (or dOut). Batched: the chain pass over every batch's rows as one (batch M, N) matrix (a free reshape),
+        a vector along m repeated for each batch, a row vector's partials (runs, batch M) added as (runs x batch, M)
+        rows, run-major (the torch side's order), a column vector's over every batch's rows."""
         kinds, chain_args, forms_g, reads_pre, _ = bw.chain
         (mp, np_, kp), sv = padded_mnk, scalars(args)
+        lead = p.batch
+        rows_all = mp * (lead[0] if lead else 1)  # the chain pass's rows: every batch's, the batches in order
         dt = {o.name: o.jnp_dtype for o in entry.operands}
         tens = tuple(x[v] for v in vectors)
         if "recompute" in kern:
-            (pre,) = run(kern["recompute"], (x["a"], x["b"], *tens), (((mp, np_), dtype),), sv)
-        rows = max(bw.min_rows, -(-mp // bw.bands))
+            (pre,) = run(kern["recompute"], (x["a"], x["b"], *tens), ((lead + (mp, np_), dtype),), sv)
+        rows = max(bw.min_rows, -(-rows_all // bw.bands))
         vec = ROW_BYTES // dtype.itemsize  # the chain pass's columns a thread: a row vector's partials, one a run
-        kin = tuple(x[n].reshape(1, np_) if role[n] == "vec_n" else x[n] for n in chain_args if role[n] != "scalar")
-        outs = (((mp, np_), dtype),) + tuple(((mp, np_), dt[n]) if k == "matrix" else
-                                             ((-(-mp // rows), np_) if k == "cols" else (np_ // vec, mp), jnp.float32)
-                                             for n, k in kinds)
-        g, *bufs = run(kern["chain_pass"], (dout, pre if reads_pre else dout, *kin), outs, sv)
-        g = g if forms_g else dout
-        stub = tuple(jnp.zeros((u,) if role[n].startswith("vec") else (1, u), dt[n]) for n in vectors)
+
+        def flat(v: jax.Array) -> jax.Array:  # (batch, M, N) as the chain pass reads it: (batch M, N)
+            return v.reshape(rows_all, v.shape[-1])
+
+        def pass_arg(n: str) -> jax.Array:
+            if role[n] == "vec_n":  # the (1, N padded) row
+                return x[n].reshape(1, np_)
+            return (jnp.tile(x[n], lead[0]) if lead else x[n]) if role[n] == "vec_m" else flat(x[n])
+
+        kin = tuple(pass_arg(n) for n in chain_args if role[n] != "scalar")
+        outs = (((rows_all, np_), dtype),) + tuple(((rows_all, np_), dt[n]) if k == "matrix" else
+                                                   ((-(-rows_all // rows), np_) if k == "cols" else (np_ // vec, rows_all),
+                                                    jnp.float32) for n, k in kinds)
+        g, *bufs = run(kern["chain_pass"], (flat(dout), flat(pre if reads_pre else dout), *kin), outs, sv)
+        g = g.reshape(lead + (mp, np_)) if forms_g else dout
+        # dgrad and wgrad read no argument: aligned stubs (a residual's with the batch mode, its own extents)
+        stub = tuple(jnp.zeros((u,) if role[n].startswith("vec") else (1,) * len(lead) + (1, u), dt[n]) for n in vectors)
         grads = []
         for r, (m_, q_) in (("dgrad", (mp, kp)), ("wgrad", (kp, np_))):
             xs, ys, transposed = bw.gemms[r]
             ops = {"a": x["a"], "b": x["b"], "g": g}
-            (c,) = run(kern[r], (ops[xs[0]], ops[ys[0]], *stub), (((q_, m_) if transposed else (m_, q_), dtype),),
+            (c,) = run(kern[r], (ops[xs[0]], ops[ys[0]], *stub), ((lead + ((q_, m_) if transposed else (m_, q_)), dtype),),
                        (0.0,) * len(sv))
             grads.append(c)
-        da = grads[0][: p.m, : p.k] if bw.a_major == "k" else grads[0][: p.k, : p.m]
-        db = grads[1][: p.n, : p.k] if bw.b_major == "k" else grads[1][: p.k, : p.n]
+        da = grads[0][..., : p.m, : p.k] if bw.a_major == "k" else grads[0][..., : p.k, : p.m]
+        db = grads[1][..., : p.n, : p.k] if bw.b_major == "k" else grads[1][..., : p.k, : p.n]
         got = {}
         for (n, k), buf in zip(kinds, bufs, strict=True):
             if k == "matrix":
-                got[n] = buf[: p.m, : p.n]
-            else:  # the partials added in order
-                (total,) = call(kern["grad_cols_bands"], (buf,), (((1, buf.shape[1]), jnp.float32),))
-                got[n] = total[0, : p.n if k == "cols" else p.m]
+                got[n] = buf.reshape(lead + (mp, np_))[..., : p.m, : p.n]
+                continue
+            part = buf.reshape(-1, mp) if k == "rows" and lead else buf  # each batch's rows: (runs x batch, M)
+            (total,) = call(kern["grad_cols_bands"], (part,), (((1, part.shape[1]), jnp.float32),))  # in order
+            got[n] = total[0, : p.n if k == "cols" else p.m]
         out = [da.astype(args[0].dtype), db.astype(args[1].dtype)]
         for i, n in enumerate(names[2:], 2):
             out.append(got[n].reshape(args[i].shape).astype(args[i].dtype) if n in got else zeros[i])

@@ -7,7 +7,9 @@ within bf16 rounding of float64 autograd and no worse than twice eager bf16 auto
 with a bias (recompute); batch 3 with M, N and K off the tiles and off whole 16 bytes, batch 1 with M = 1 (passed on
 an H200, session 34, the lead's run of 1e3c245). Also an fp8 forward (four forms, batched or not; a ReLU form's slack:
 `relu_slack`) and the other chains (four, unbatched): the whole file passed on an H200 (session 34, the lead's run of
-d761ab2: 13 passed in 49.8 s).
+d761ab2: 13 passed in 49.8 s). Session 35 adds a batched chain (a bias along m, a batched residual, silu, a column
+scale; preact and recompute: `test_batched_chain_jax_grad_under_jit_and_shard_map`): the whole file passed on an H200
+(session 35, the lead's run of 7ff55710: 15 passed with the shard file's batched chain case, 16 in 49.5 s).
 The outputs are new arrays (XLA's), so no NaN poisoning applies; the padding they are sliced from is checked by the
 values at every edge.
 
@@ -274,4 +276,53 @@ def test_chain_jax_grad_under_jit_and_shard_map(chain: str, save: str, tmp_path_
             t = t.t() if n == "b" else t
             assert not t.isnan().any(), where
             within(t, want[n], theirs[n], where)
+            assert bool(jnp.array_equal(g, sh)), f"{where}: shard_map's gradient differs from jit's"
+
+
+# A batched chain (session 35; test_training_cute_batch_gpu.py's "chain": a bias along m, a batched residual, silu, a
+# column scale), preact and recompute: jax.grad under jax.jit and inside a one-device jax.shard_map (the batch sharded,
+# the vectors replicated) gives dA, dB and the residual's gradient per batch, the row bias's and the column scale's over
+# every batch's rows, within twice eager bf16's error of float64 autograd; shard_map's the same bits as jit's.
+BATCH_CHAIN_SAVES = ["preact", "recompute"]
+
+
+@pytest.mark.parametrize("save", BATCH_CHAIN_SAVES)
+def test_batched_chain_jax_grad_under_jit_and_shard_map(save: str, tmp_path_factory) -> None:
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from gpu.test_training_cute_batch_gpu import data as batch_data
+    from gpu.test_training_cute_batch_gpu import module as batch_module
+    from gpu.test_training_cute_batch_gpu import spec as batch_spec
+
+    s = batch_spec("chain", save)
+    fn = getattr(batch_module(s, tmp_path_factory), f"{s['name']}_jax")
+    mesh = Mesh(jax.devices()[:1], ("x",))
+    jd = {torch.bfloat16: jnp.bfloat16, torch.float32: jnp.float32}
+    for shape in SHAPES:
+        args = batch_data(s, shape, seed=sum(shape))
+        grad = torch.randn(*shape[:3], generator=torch.Generator(device="cuda").manual_seed(3), device="cuda").bfloat16()
+        # b: each batch's (N, K) weight, as the JAX entry stores it; the vectors 1-D, the residual (batch, M, N)
+        stored = [jnp.asarray((t.mT if n == "b" else t).float().cpu().numpy()).astype(jd[t.dtype]) for n, t in args.items()]
+        g_jax = jnp.asarray(grad.float().cpu().numpy()).astype(jnp.bfloat16)
+
+        def loss(*xs, g_jax=g_jax):
+            return (fn(*xs).astype(jnp.float32) * g_jax.astype(jnp.float32)).sum()
+
+        argnums = tuple(range(len(stored)))
+        got = jax.jit(jax.grad(loss, argnums=argnums))(*stored)
+        specs = tuple(P("x") if x.ndim == 3 else P() for x in stored)
+        sharded = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=specs,
+                                        out_specs=specs))(*stored)
+        want, theirs = grads(s, args, grad, torch.float64), grads(s, args, grad, torch.bfloat16)
+        for (n, w), g, sh, x in zip(want.items(), got, sharded, stored, strict=True):
+            where = f"{s['name']} d{n} at {shape}"
+            assert g.shape == x.shape and g.dtype == x.dtype and sh.shape == x.shape, where
+            t = torch.from_numpy(np.asarray(g.astype(jnp.float32))).cuda()
+            t = t.mT if n == "b" else t
+            assert not t.isnan().any(), where
+            within(t, w, theirs[n], where)
             assert bool(jnp.array_equal(g, sh)), f"{where}: shard_map's gradient differs from jit's"

@@ -11,8 +11,10 @@ Session 34 (passed on an H200, jax 0.11.2; the two batched cases after a test im
 with `batch = true` (a chain recompute unbatched: col scale, bias, GELU-tanh, residual; batched: a row bias, sigmoid,
 a col scale and a residual, recompute, and a SwiGLU + bias preact) the same way, A's rows (batched: every entry's rows)
 with dOut, a residual and a row vector sharded, B and the column vectors replicated; and the CuTe sm90 entry of a
-batched chain module, whose JAX entry is forward-only (the chains' and batch's backward runs from torch only): its
-forward inside jax.shard_map equal to the jit forward and to float64, jax.grad refused at trace time naming the entry.
+batched chain module: its forward inside jax.shard_map equal to the jit forward and to float64. Session 35 (passed on
+an H200, the lead's run of 7ff55710): that entry is a jax.custom_vjp now (it was forward-only: jax.grad refused), so
+jax.grad inside jax.shard_map (every entry's rows sharded, both vma modes) gives the jit step's gradients bit for bit
+(its numerics against float64: tests/gpu/test_training_cute_jax_more_gpu.py).
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
 """
@@ -152,11 +154,12 @@ def test_chain_and_batch_grad_under_jit_and_inside_shard_map(name: str, tmp_path
             assert diff <= 1e-2 * max(float(np.abs(ref).max()) if ref.size else 0.0, 1.0), (name, check_vma, what, diff)
 
 
-def test_cute_batched_chain_forward_inside_shard_map(tmp_path_factory) -> None:
+def test_cute_batched_chain_forward_and_grad_inside_shard_map(tmp_path_factory) -> None:
     """The CuTe sm90 entry of a batched chain module (row bias, residual, silu, col scale; preact): its forward inside
     jax.shard_map (one-device mesh, both vma modes; every entry's rows sharded, B and the vectors replicated) equals
-    the jit forward bit for bit and float64 within bf16 rounding; jax.grad through it raises NotImplementedError
-    naming the entry (the JAX entry of a chain or batched training module is forward-only)."""
+    the jit forward bit for bit and float64 within bf16 rounding; jax.grad inside it (a row vector's gradient per
+    shard, B's and the column scale's summed over the mesh) gives jax.grad under jax.jit's gradients bit for bit (one
+    device), every one finite and in its primal's shape."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -186,6 +189,15 @@ def test_cute_batched_chain_forward_inside_shard_map(tmp_path_factory) -> None:
     for check_vma in (True, False):
         f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(parts), out_specs=P(None, "x", None), check_vma=check_vma))
         assert np.array_equal(np.asarray(f(*placed), np.float64), jitted), check_vma
-    loss = lambda *xs: jnp.sum(fn(*xs).astype(jnp.float32))  # noqa: E731
-    with pytest.raises(NotImplementedError, match=s["name"]):
-        jax.jit(jax.shard_map(jax.grad(loss), mesh=mesh, in_specs=tuple(parts), out_specs=parts[0])).trace(*placed)
+    dout = jnp.asarray(rng.standard_normal((batch, M, N)), jnp.bfloat16)  # the output's gradient, sharded as it
+    loss = lambda *xs: jnp.sum(fn(*xs[:-1]).astype(jnp.float32) * xs[-1].astype(jnp.float32))  # noqa: E731
+    argnums = tuple(range(len(arrays)))
+    want_grads = jax.jit(jax.grad(loss, argnums=argnums))(*arrays, dout)
+    dout_placed = jax.device_put(dout, NamedSharding(mesh, parts[0]))
+    for check_vma in (True, False):
+        f = jax.jit(jax.shard_map(jax.grad(loss, argnums=argnums), mesh=mesh, in_specs=(*parts, parts[0]),
+                                  out_specs=tuple(parts), check_vma=check_vma))
+        for k, g, w, x in zip(args, f(*placed, dout_placed), want_grads, arrays, strict=True):
+            got = np.asarray(g, np.float64)
+            assert g.shape == x.shape and g.dtype == x.dtype and np.isfinite(got).all(), (k, check_vma)
+            assert np.array_equal(got, np.asarray(w, np.float64)), (k, check_vma)

@@ -433,7 +433,9 @@ def _japply(ops: list, v, args: dict):
         elif op["op"] == "residual":
             v = v + op.get("beta", 1.0) * args[names[0]].astype(v.dtype)
         elif op["op"] == "clamp":
-            v = jnp.clip(v, op.get("min"), op.get("max"))
+            # the kernel's derivative: 1 inside [min, max], bounds included (jnp.clip's is 1/2 at a bound)
+            lo, hi = (-jnp.inf if op.get("min") is None else op["min"]), (jnp.inf if op.get("max") is None else op["max"])
+            v = jnp.where((v >= lo) & (v <= hi), v, jax.lax.stop_gradient(jnp.clip(v, lo, hi)))
         else:
             v = v.astype({"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}[op["dtype"]]).astype(v.dtype)
     return v
@@ -474,8 +476,11 @@ def _chain_models(module, name: str, monkeypatch) -> list:
             given = {n: p for n, p in zip([n for n in chain_args if role[n] != "scalar"], params, strict=True)}
             given = {n: (p[0] if role[n] == "vec_n" else p) for n, p in given.items()}  # a (1, N) row
             given |= dict(zip(scalar_names, scalars, strict=True))
+            # zeros varying as src does (under jax.shard_map: a vjp's input that does not vary gets its gradient summed
+            # over the mesh)
+            zero = src * 0.0
             for n in tensors:  # a residual the pass does not replay: not read
-                given.setdefault(n, jnp.zeros(src.shape, jnp.float32))
+                given.setdefault(n, zero)
             diff = {n: given[n] for n, _ in kinds}
 
             def chain(acc, d):
@@ -485,7 +490,7 @@ def _chain_models(module, name: str, monkeypatch) -> list:
                     u = _japply(ops[start:], pre + (u - jax.lax.stop_gradient(u)), vals)
                 return u
 
-            _, pull = jax.vjp(chain, jnp.zeros(src.shape, jnp.float32), diff)
+            _, pull = jax.vjp(chain, zero, diff)
             dacc, dargs = pull(src)
             res = [dacc]
             for (n, k), (shape, _) in zip(kinds, outs[1:], strict=True):

@@ -273,6 +273,24 @@ def test_the_jax_entry_is_a_custom_vjp_whose_backward_calls_the_modules_kernels(
     assert cute_train_calls(jaxpr.jaxpr) == ["recompute", "dgrad", "wgrad", "grad_cols_sum", "grad_cols_bands"]
 
 
+def test_an_fp8_forwards_jax_backward_compiles_for_sm100a(modules, monkeypatch) -> None:
+    """The JAX entry's backward of an fp8 forward (2-CTA) in cutlass.jax's convention compiles for sm_100a: forward_pre
+    (the fp8 tcgen05 kernel storing pre beside out), dgrad (16-bit operands, the scales' and the bias's stubs) and the
+    fp8 columns kernel (G_b, G_a and U's band sums)."""
+    import jax.numpy as jnp
+    from test_cute_jax_train_more import backward_of
+
+    from specgen.runtime import cute_jax_train as jt
+
+    bw = backward_of(modules("t100_fp8"), monkeypatch)
+    kern = jt.kernels(bw)
+    assert bw.fp8 is not None and bw.train_launcher.arch == "sm_100a"
+    bf, f32, f8 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32), (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
+    for role, ins, outs in (("forward_pre", (*f8, f32, f32, bf), (bf, bf)), ("dgrad", (bf, bf, f32, f32, bf), (bf,)),
+                            ("grad_cols_fp8", (bf, bf, f32, f32), (bf, bf, f32))):
+        assert len(kern[role].compile(ins + outs, len(ins), 148)) > 1000, role
+
+
 
 @pytest.mark.parametrize(("name", "calls"), [
     ("t100_gated_il_preact", ["forward_pre", "grad_cols_gated", "dgrad", "wgrad", "grad_cols_bands"]),

@@ -143,8 +143,9 @@ def test_the_host_side_is_the_sm90_batched_modules(name: str) -> None:
            "tile": {"m": 128, "n": 128, "k": 64}}
     (text100,), (text90,), (unbatched,) = (render_modules(load(d), [parse_target(d["targets"][0])]).values()
                                            for d in (d100, d90, spec(name, batch=False)))
-    # the JAX entry: a jax.custom_vjp (the sm90 module's, test_cute_jax_train_more.py), forward-only for a chain
-    assert "batched=True)" in text100 and ("_jax_differentiable" in text100) == (not name.startswith("cch"))
+    # the JAX entry: a jax.custom_vjp (the sm90 module's: test_cute_jax_train_more.py, a chain's
+    # test_cute_jax_train_batch_chain.py; traced here: test_a_batched_chains_jax_grad_traces_its_kernels)
+    assert "batched=True)" in text100 and "_jax_differentiable" in text100
     assert _host(text100) == _host(text90)
     # the columns and chain passes' kernels are the unbatched module's (the host hands them (batch M, N) matrices)
     kernels = re.findall(r"\n@cute\.kernel\ndef (_(?:grad_cols|chain_pass)\w*)\(", text100)
@@ -170,6 +171,51 @@ def test_the_backward_glue_gives_every_batchs_gradients(modules, name, batch, M,
 @pytest.mark.parametrize(("batch", "M", "N", "K"), [(3, 37, 13, 40), (1, 1, 100, 72)])
 def test_the_batched_chains_glue_sums_each_vector_over_the_batches(modules, name, batch, M, N, K, monkeypatch) -> None:
     chain_glue(modules(name), name, batch, M, N, K, monkeypatch)
+
+
+def test_a_batched_chains_jax_grad_traces_its_kernels(modules) -> None:
+    """jax.grad under jax.jit of a batched chain's `<name>_jax` (vectors along m and n, a recompute) traces on any
+    machine: the torch backward's kernels (the sm90 module's JAX backward: the same host), each gradient in its primal's
+    shape and dtype."""
+    import jax
+    import jax.numpy as jnp
+
+    from specgen.kinds.gemm.testing.autograd import cute_train_calls
+
+    fn = modules("cch_rowcol").cch_rowcol_100_jax
+    batch, M, N, K = 3, 37, 45, 29
+    args = [jax.ShapeDtypeStruct((batch, M, K), jnp.float16), jax.ShapeDtypeStruct((batch, N, K), jnp.float16),
+            jax.ShapeDtypeStruct((M,), jnp.float32), jax.ShapeDtypeStruct((M,), jnp.float32),
+            jax.ShapeDtypeStruct((N,), jnp.float32)]  # bias along m, then scale_a and scale_b
+    grad = jax.jit(jax.grad(lambda *xs: fn(*xs).astype(jnp.float32).sum(), argnums=tuple(range(len(args)))))
+    jaxpr = jax.make_jaxpr(grad)(*args)
+    assert [(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars] == [(x.shape, x.dtype) for x in args]
+    assert cute_train_calls(jaxpr.jaxpr) == ["recompute", "chain_pass", "dgrad", "wgrad"] + ["grad_cols_bands"] * 3
+
+
+def test_the_jax_backwards_gemms_compile_for_sm100a(modules, monkeypatch) -> None:
+    """The JAX entry's backward GEMMs in cutlass.jax's convention (3-D arrays: the batch mode) compile for sm_100a:
+    a batched 16-bit module's forward_pre and dgrad, a 2-CTA recompute reading dOut (A and B mn-major), and a batched
+    chain's forward_pre with a (batch, M, N) residual and dgrad with its (1, 1, 8) stub. (The columns and chain passes
+    are the sm90 modules' kernels, compiled for sm_90a by test_cute_jax_train_more.py.)"""
+    import jax.numpy as jnp
+    from test_cute_jax_train_more import backward_of
+
+    from specgen.runtime import cute_jax_train as jt
+
+    for name, roles in (("cbt_bias_gelu", ("forward_pre", "dgrad")), ("cbt_relu_rec", ("recompute",)),
+                        ("cch_col", ("forward_pre", "dgrad"))):
+        module = modules(name)
+        bw, entry = backward_of(module, monkeypatch), module._jax_entry()
+        assert bw.batch and bw.train_launcher.arch == "sm_100a", name
+        kern = jt.kernels(bw, tuple((o.name, o.role) for o in entry.operands[2:]))
+        ins = tuple(jnp.dtype(o.jnp_dtype) for o in entry.operands if o.role != "scalar")
+        out = jnp.dtype(entry.out.jnp_dtype)
+        for role in roles:
+            assert all(len(mode) == 3 for mode, _ in kern[role].layouts if len(mode) > 1), (name, role)
+            args = ins + ((out,) if role == "recompute" and not bw.chain else ())  # a 16-bit recompute reads dOut
+            outs = (out, out) if role == "forward_pre" else (out,)
+            assert len(kern[role].compile(args + outs, len(args), 148)) > 1000, (name, role)
 
 
 @pytest.mark.parametrize("name", ["cbt_bias_gelu", "cbt_swiglu"])
