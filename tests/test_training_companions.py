@@ -33,13 +33,16 @@ PRE_LINE = TEMPLATE.splitlines().index("pre = {pre}") + 1
 
 # cute:sm90, the forward at 128 x 64 (180 registers estimated), the pre GEMM at 128 x 192 ping-pong: a 192-register
 # accumulator a thread beside the bias's and the erf GELU's fragments. Compiled for sm_90a (nvidia-cutlass-dsl 4.8.1),
-# forward_pre's kernel spills 8 B (1 STL, 1 LDL) at 232 registers; recompute's spilled 116 B (25 STL, 28 LDL) while it
-# gathered dOut from global memory, and compiles spill-free at 232 since dOut comes through its SMEM ring (session 34,
-# no gathered operand of the model: templates/gemm/cute/dout_sm90.jinja), which the model still refuses (a false
-# reject past REG001's margin). Their bare companions were estimated at 201, a near accept the model passed
+# forward_pre's kernel spills 8 B (1 STL, 1 LDL) at 232 registers: refused past REG001's margin. recompute's spilled
+# 116 B (25 STL, 28 LDL) while it gathered dOut from global memory, and compiles spill-free at 232 since dOut comes
+# through its SMEM ring (session 34, no gathered operand of the model: templates/gemm/cute/dout_sm90.jinja); the model
+# refused it at 277 past the margin (a false reject) until its erf derivative counted RECOMPUTE_GELU_ERF_FRAGMENTS
+# (session 35, tests/test_recompute_registers.py): 250, near, so check's compile mode accepts it. Their bare
+# companions were estimated at 201, a near accept the model passed
 CUTE = ("cute:sm90", "{ m = 128, n = 64, k = 64 }", '{ tile = { m = 128, n = 192, k = 64 }, schedule = "pingpong" }')
 REFUSED = {
-    "recompute": ("about 277 registers", "192 accumulator + 8.5 base + 25.2 epilogue operands + 50.4 epilogue temporaries"),
+    "recompute": ("about 250 registers", "192 accumulator + 8.5 base + 25.2 epilogue operands + 24 epilogue temporaries",
+                  "near the boundary"),
     "preact": ("about 277 registers", "192 accumulator + 8.5 base + 25.2 epilogue operands + 50.4 epilogue temporaries"),
 }
 
@@ -51,18 +54,21 @@ def text(target: str, tile: str, pre: str, save: str) -> str:
 
 
 def diagnostics(target: str, tile: str, pre: str, save: str):
-    return check_specs(load_text(text(target, tile, pre, save), "chained.toml", ".toml")).diagnostics
+    # the model's verdict, saying where it is near the boundary (check --no-compile's)
+    return check_specs(load_text(text(target, tile, pre, save), "chained.toml", ".toml"), settle="analytic").diagnostics
 
 
 @pytest.mark.parametrize("save", REFUSED)
 def test_a_pre_gemm_past_the_registers_with_its_chain_is_refused_at_training_pre(save: str) -> None:
     errors = [d for d in diagnostics(*CUTE, save) if d.severity == "error"]
     role = "recompute" if save == "recompute" else "forward_pre"
-    assert [(d.rule, d.variant, d.source) for d in errors] == [("REG001", f"backward {role}", "")], [str(d) for d in errors]
+    source = "model" if save == "recompute" else ""  # a near verdict's: the model's until the compiler settles it
+    assert [(d.rule, d.variant, d.source) for d in errors] == [("REG001", f"backward {role}", source)], [str(d) for d in errors]
     (d,) = errors
     assert (d.file, d.line) == ("chained.toml", PRE_LINE), str(d)
     for n in REFUSED[save]:
         assert n in d.message, d.message
+    assert ("near the boundary" in d.message) == (save == "recompute"), d.message  # forward_pre: far past it
 
 
 def test_a_triton_recompute_reads_dout_beside_its_pointer_stores() -> None:

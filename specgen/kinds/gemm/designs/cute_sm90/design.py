@@ -161,6 +161,11 @@ MATRIX_FRAGMENTS_BESIDE_PREFETCH = 0.97  # the same beside prefetched vectors
 PING_PONG_MATRIX_FRAGMENTS = 1.6  # more per matrix operand when two ping-pong warpgroups share the SM
 GELU_ERF_FRAGMENTS = 3.15  # an erf GELU's working set
 F16_GELU_ERF_FRAGMENTS = 4.5  # more beside an f16 accumulator (one spill of seed 20 set it)
+# The recompute GEMM's G = dOut * gelu'(pre) (dOut from its SMEM ring) in place of GELU_ERF_FRAGMENTS, compiled for
+# sm_90a (tests/data/grid_cute_sm90_recompute.json): ReLU's select spilled where erf did not (ping-pong 128x192: 8 B,
+# erf none); 1.5 keeps every spilling erf recompute over the budget (ping-pong 128x208: 5,924 B at 242) and puts the
+# spill-free 128x192 ping-pong at 250, near (3.15 put it at 277, past the margin: a far refusal)
+RECOMPUTE_GELU_ERF_FRAGMENTS = 1.5
 C_ROWS_PER_THREAD = 2  # rows r and r + 8 of its warp's 16 (wgmma m64nNk16 accumulator layout, PTX ISA)
 
 
@@ -218,7 +223,8 @@ def register_estimate(spec: GemmSpec) -> RegisterEstimate:
     operands += matrices * fragment * PING_PONG_MATRIX_FRAGMENTS * shared_sm
     gelu = any(op.op == "activation" and op.fn == "gelu" for op in spec.epilogue)  # (not GeGLU's: docs/grouped.md)
     f16 = spec.accumulator.bytes == 2
-    temporaries = fragment * (GELU_ERF_FRAGMENTS + F16_GELU_ERF_FRAGMENTS * f16) * gelu
+    erf = RECOMPUTE_GELU_ERF_FRAGMENTS if trn.reads_dout(spec) else GELU_ERF_FRAGMENTS
+    temporaries = fragment * (erf + F16_GELU_ERF_FRAGMENTS * f16) * gelu
     base = BASE_REGISTERS["ping-pong" if shared_sm else "two warpgroups" if wgs == 2 else "one warpgroup"]
     up = gated_op(spec.epilogue) is not None  # a gated epilogue: the up accumulator, and its subtile fragment
     return RegisterEstimate(accumulator * (1 + up), base, operands + fragment * up, temporaries)

@@ -58,20 +58,29 @@ GATED_RECOMPUTE_KNOBS: dict[str, object] = {"EPI_SPLIT": 2, "DOUT_TMA": True, "G
                                             "GELU_FACTORED": False, "FLATTEN": False}
 
 
+def recompute_knobs(spec: object) -> dict[str, object] | None:
+    """The epilogue knobs of the recompute GEMM that forms G (its companion reads dOut, its chain's residual DOUT):
+    RECOMPUTE_KNOBS or GATED_RECOMPUTE_KNOBS where they apply (unbatched, a plain or a halves-gated activation), {}
+    where the kernel forms G over the whole tile (batched, interleaved), None where it forms no G."""
+    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
+    reads_dout = any(op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
+    if not reads_dout or spec.triton.backward_role != "recompute":  # type: ignore[attr-defined]
+        return None
+    if getattr(spec, "batch", False) or (gated is not None and gated.layout != "halves"):
+        return {}
+    return GATED_RECOMPUTE_KNOBS if gated is not None else RECOMPUTE_KNOBS
+
+
 def prestore_scratch(spec: object, flat: bool, pointer: int) -> int:
     """SMEM beside the pipeline of a kernel that stores by pointers (forward_pre, recompute, a forward's pointer
     form): `pointer`, a flattened loop's store conversion, where `flat`. The recompute GEMM with the epilogue knobs
-    (RECOMPUTE_KNOBS: the unbatched recompute that reads dOut, its chain's residual DOUT, with a plain or a
-    halves-gated activation; measured on sm_90 with triton 3.6 and 3.9 to 64 B): a TMA box (BLOCK_P x BLOCK_Q /
+    (`recompute_knobs`; measured on sm_90 with triton 3.6 and 3.9 to 64 B): a TMA box (BLOCK_P x BLOCK_Q /
     EPI_SPLIT, rows of 16 bytes or more) for G where G_TMA, and for dOut where DOUT_TMA and the loop is flattened
     (else a drained stage holds it), or the pointer conversion / EPI_SPLIT where flattened."""
-    opt, t = spec.triton, spec.tile  # type: ignore[attr-defined]
-    gated = gated_op(spec.epilogue)  # type: ignore[attr-defined]
-    reads_dout = any(op.op == "residual" and op.name == DOUT for op in spec.epilogue)  # type: ignore[attr-defined]
-    if (opt.backward_role != "recompute" or spec.batch or not reads_dout  # type: ignore[attr-defined]
-            or (gated is not None and gated.layout != "halves")):
+    t = spec.tile  # type: ignore[attr-defined]
+    knobs = recompute_knobs(spec)
+    if not knobs:
         return pointer if flat else 0
-    knobs = GATED_RECOMPUTE_KNOBS if gated is not None else RECOMPUTE_KNOBS
     flat = bool(knobs.get("FLATTEN", True))
     sub, size = t.n // int(knobs["EPI_SPLIT"]), spec.out.dtype.bytes  # type: ignore[attr-defined, call-overload]
     box = t.m * sub * size if sub * size >= 16 else 0
