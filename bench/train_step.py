@@ -2,10 +2,12 @@
 the project's paired CUPTI timer (specgen.bench.timing.kernel_cycle: every call once a round, rotating order,
 L2 flushed before each; all kernels of one call summed), with an A/A pair of eager for the noise.
 
-    python3 bench/train_step.py [--layer gelu|gelu_cute|gated|gated_cute] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--json out.json]
+    python3 bench/train_step.py [--layer gelu|gelu_cute|gated|gated_cute] [--shape 4096x14336x4096 ...] [--rounds 20] [--compile] [--cute] [--json out.json]
                                 [--cute-saves preact,recompute] [--module NAME=PATH ...]
 
---compile adds torch.compile (default mode) of the eager step's forward as a second peer.
+--compile adds torch.compile (default mode) of the eager step's forward as a second peer. --layer gelu times the three
+cuBLAS GEMMs alone too (`cublas_gemms`: the ceiling, eager's time over theirs, and each module's fraction of it); with
+--cute, the CuTe sm90 preact module in the same cycle.
 
 --layer gelu (the default): a step is out = gelu_tanh(x @ w.T + bias), then torch.autograd.grad(out, (x, w, bias),
 dOut): three GEMMs of 2 M N K flops each. --layer gated: the gated up-projection (SwiGLU, specs/training.toml's
@@ -45,13 +47,15 @@ def main() -> None:
     ap.add_argument("--cute-saves", default="preact,recompute", help="gated_cute: the CuTe save modes timed")
     ap.add_argument("--module", action="append", default=[], metavar="NAME=PATH",
                     help="gelu, gated, gated_cute: a rendered module file timed beside (its entry NAME, the layer's torch op)")
+    ap.add_argument("--cute", action="store_true", help="gelu: the CuTe sm90 preact module in the same cycle")
     args = ap.parse_args()
     extra = dict(m.split("=", 1) for m in args.module)
     if args.layer == "gated_cute":
         reports = [measure_gated_cute(*map(int, shape.split("x")), args.rounds, args.compile,
                                       args.cute_saves.split(","), extra) for shape in args.shape]
     elif args.layer == "gelu":
-        reports = [measure(*map(int, shape.split("x")), args.rounds, args.compile, extra) for shape in args.shape]
+        reports = [measure(*map(int, shape.split("x")), args.rounds, args.compile, extra, args.cute)
+                   for shape in args.shape]
     elif args.layer == "gated":
         reports = [measure_gated(*map(int, shape.split("x")), args.rounds, args.compile, None, extra)
                    for shape in args.shape]
@@ -62,9 +66,11 @@ def main() -> None:
             json.dump(reports, f, indent=1)
 
 
-def measure(M: int, N: int, K: int, rounds: int, compiled: bool, extra: dict[str, str] | None = None) -> dict:
-    """The gelu layer's step: eager, the Triton preact and recompute kernels, and `extra`'s modules ({entry name:
-    rendered file}, e.g. another config of the same spec) beside them."""
+def measure(M: int, N: int, K: int, rounds: int, compiled: bool, extra: dict[str, str] | None = None,
+            cute: bool = False) -> dict:
+    """The gelu layer's step: eager, the three cuBLAS GEMMs alone (the ceiling), the Triton preact and recompute
+    kernels, with `cute` the CuTe sm90 preact kernel, and `extra`'s modules ({entry name: rendered file}, e.g. another
+    config of the same spec) beside them."""
     from generated.triton.linear_gelu_train_bf16 import linear_gelu_train_bf16 as preact
     from generated.triton.linear_gelu_train_recompute_bf16 import (
         linear_gelu_train_recompute_bf16 as recompute,
@@ -83,27 +89,37 @@ def measure(M: int, N: int, K: int, rounds: int, compiled: bool, extra: dict[str
     def eager(x, w, bias):
         return F.gelu(F.linear(x, w, bias), approximate="tanh")
 
+    def cublas_gemms():  # the ceiling's three GEMMs at cuBLAS speed: forward x @ w.T, dgrad grad @ w, wgrad grad^T @ x
+        with torch.no_grad():
+            return x @ w.t(), grad @ w, grad.t() @ x
+
+    ours = {"specgen_preact": step(lambda x, w, b: preact(x, w.t(), b)),
+            "specgen_recompute": step(lambda x, w, b: recompute(x, w.t(), b)),
+            **{name: step(lambda x, w, b, fn=getattr(load_rendered(Path(path)), name): fn(x, w.t(), b))
+               for name, path in (extra or {}).items()}}
+    if cute:  # the CuTe sm90 design's preact module in the same cycle (needs nvidia-cutlass-dsl)
+        from generated.cute.linear_gelu_train_cute_bf16 import linear_gelu_train_cute_bf16 as cute_preact
+        ours["specgen_cute_preact"] = step(lambda x, w, b: cute_preact(x, w.t(), b))
     calls = {"eager": step(eager), "eager_aa": step(eager), **({"compiled": step(torch.compile(eager))} if compiled else {}),
-             "specgen_preact": step(lambda x, w, b: preact(x, w.t(), b)),
-             "specgen_recompute": step(lambda x, w, b: recompute(x, w.t(), b)),
-             **{name: step(lambda x, w, b, fn=getattr(load_rendered(Path(path)), name): fn(x, w.t(), b))
-                for name, path in (extra or {}).items()}}
+             "cublas_gemms": cublas_gemms, **ours}
     # numerics first: each side's gradients against a float32 reference
     xr, wr, br = (t.detach().float().requires_grad_() for t in (x, w, bias))
     want = torch.autograd.grad(F.gelu(F.linear(xr, wr, br), approximate="tanh"), (xr, wr, br), grad.float())
     errors = {}
-    for name in ("eager", "specgen_preact", "specgen_recompute", *(extra or {})):
+    for name in ("eager", *ours):
         got = calls[name]()
         errors[name] = [((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, want, strict=True)]
     res = kernel_cycle(calls, rounds=rounds)
     flops = 3 * 2 * M * N * K
     med = {k: statistics.median(v["samples"]) for k, v in res.items()}
     ratios = {peer: {k: statistics.median(e / s for e, s in zip(res[peer]["samples"], v["samples"], strict=True))
-                     for k, v in res.items()} for peer in ("eager", "compiled") if peer in res}
+                     for k, v in res.items()} for peer in ("eager", "compiled", "cublas_gemms") if peer in res}
     report = {"shape": [M, N, K], "rounds": rounds, "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": __import__("triton").__version__,
               "median_us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
               "paired_ratio_peer_over": ratios, "kernels_us": {k: v["kernels"] for k, v in res.items()},
+              "ceiling_eager_over_cublas_gemms": ratios["eager"]["cublas_gemms"],
+              "fraction_of_ceiling": {k: ratios["cublas_gemms"][k] for k in ours},
               "grad_rel_err_vs_f32 (dx, dw, dbias)": errors,
               "saved_bytes": {"preact": M * N * 2, "recompute": 0, "eager": M * N * 2}}
     print(json.dumps(report, indent=1))
