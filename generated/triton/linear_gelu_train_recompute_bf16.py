@@ -172,12 +172,12 @@ def _linear_gelu_train_recompute_bf16_recompute_kernel_tma(
             acc = tl.dot(x, y, acc)
         # G in EPI_SPLIT column subtiles, one after another (a subtile's dOut, derivative and G live alone); the dOut
         # loaded before the K loop is subtile 0's
-        for j in tl.static_range(EPI_SPLIT):
-            sub_q0 = pid_q * BLOCK_Q + j * (BLOCK_Q // EPI_SPLIT)
-            _recompute_subtile(_column_subtile(acc, j, EPI_SPLIT), dout_early,
+        for sub_j in tl.static_range(EPI_SPLIT):
+            sub_q0 = pid_q * BLOCK_Q + sub_j * (BLOCK_Q // EPI_SPLIT)
+            _recompute_subtile(_column_subtile(acc, sub_j, EPI_SPLIT), dout_early,
                                dst_ptr, dout_ptr, bias_ptr, offs_p, mask_p, pid_p * BLOCK_P, sub_q0, Q,
                                stride_dstp, stride_dstq, stride_dm, stride_dn,
-                               BLOCK_P, BLOCK_Q // EPI_SPLIT, DOUT_EARLY and j == 0, DOUT_TMA, G_TMA, GELU_FACTORED, FAST_MATH)
+                               BLOCK_P, BLOCK_Q // EPI_SPLIT, DOUT_EARLY and sub_j == 0, DOUT_TMA, G_TMA, GELU_FACTORED, FAST_MATH)
 
 
 @triton.jit
@@ -236,7 +236,7 @@ def _recompute_subtile(
     bias_ptr,
     offs_p,
     mask_p,
-    p0,
+    sub_p0,
     sub_q0,
     Q,
     stride_dstp,
@@ -245,21 +245,21 @@ def _recompute_subtile(
     stride_dn,
     BLOCK_P: tl.constexpr,
     SUB_Q: tl.constexpr,
-    EARLY: tl.constexpr,
+    SUB_EARLY: tl.constexpr,
     DOUT_TMA: tl.constexpr,
     G_TMA: tl.constexpr,
     GELU_FACTORED: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
-    # G at the tile's rows offs_p (mask_p: those in range; p0 the first) and columns [sub_q0, sub_q0 + SUB_Q), from
-    # acc_s, the accumulator's subtile; dOut is dout_early where EARLY (loaded before the K loop)
+    # G at the tile's rows offs_p (mask_p: those in range; sub_p0 the first) and columns [sub_q0, sub_q0 + SUB_Q), from
+    # acc_s, the accumulator's subtile; dOut is dout_early where SUB_EARLY (loaded before the K loop)
     offs_s = sub_q0 + tl.arange(0, SUB_Q)
     mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
     acc_s += tl.load(bias_ptr + offs_s, mask=offs_s < Q, other=0.0).to(tl.float32)[None, :]
-    if EARLY:
+    if SUB_EARLY:
         dout = dout_early.to(tl.float32)
     elif DOUT_TMA:
-        dout = dout_ptr.load([p0, sub_q0]).to(tl.float32)
+        dout = dout_ptr.load([sub_p0, sub_q0]).to(tl.float32)
     else:
         dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
     if GELU_FACTORED:  # the table's derivative factored: 0.5 (1 + t) (1 + x (1 - t) (c0 + 3 c1 x^2)), ~10 f32 ops
@@ -269,29 +269,29 @@ def _recompute_subtile(
     else:
         g = dout * (0.5 * (1.0 + _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH)) + 0.5 * acc_s * ((1.0 + _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH)) * (1.0 + -1.0 * _tanh(acc_s * (0.7978845608028654 + 0.0356774081363001 * acc_s * acc_s), FAST_MATH))) * (0.7978845608028654 + 0.10703222440890028 * acc_s * acc_s))  # GELU's derivative, tanh form
     if G_TMA:
-        dst_ptr.store([p0, sub_q0], g.to(tl.bfloat16))
+        dst_ptr.store([sub_p0, sub_q0], g.to(tl.bfloat16))
     else:
         tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g.to(tl.bfloat16), mask=mask_s)
 
 
 @triton.jit
-def _column_subtile(acc, j: tl.constexpr, EPI_SPLIT: tl.constexpr):
-    # Column subtile j of EPI_SPLIT (1, 2 or 4) of acc
+def _column_subtile(acc, sub_j: tl.constexpr, EPI_SPLIT: tl.constexpr):
+    # Column subtile sub_j of EPI_SPLIT (1, 2 or 4) of acc
     if EPI_SPLIT == 1:
         acc_s = acc
     elif EPI_SPLIT == 2:
-        acc_s = _column_half(acc, j)
+        acc_s = _column_half(acc, sub_j)
     else:
         tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
-        acc_s = _column_half(_column_half(acc, j // 2), j % 2)
+        acc_s = _column_half(_column_half(acc, sub_j // 2), sub_j % 2)
     return acc_s
 
 
 @triton.jit
-def _column_half(acc, h: tl.constexpr):
-    # The left (h = 0) or right (h = 1) half of acc's columns
+def _column_half(acc, sub_h: tl.constexpr):
+    # The left (sub_h = 0) or right (sub_h = 1) half of acc's columns
     acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, acc.shape[1] // 2)), (0, 2, 1)))
-    return acc_hi if h == 1 else acc_lo
+    return acc_hi if sub_h == 1 else acc_lo
 
 
 # dgrad: dA (M, K) = G (M, N) @ B^T (N, K). X = G, Y = B^T: P = M, Q = K, R = N.

@@ -185,12 +185,12 @@ def _mlp_up_swiglu_train_recompute_bf16_recompute_kernel_tma(
             acc_up = tl.dot(x, y_up, acc_up)
         # G in EPI_SPLIT column subtiles, one after another (a subtile's dOut, derivative and G live alone); the dOut
         # loaded before the K loop is subtile 0's
-        for j in tl.static_range(EPI_SPLIT):
-            sub_q0 = pid_q * BLOCK_Q + j * (BLOCK_Q // EPI_SPLIT)
-            _recompute_subtile(_column_subtile(acc, j, EPI_SPLIT), _column_subtile(acc_up, j, EPI_SPLIT), dout_early,
+        for sub_j in tl.static_range(EPI_SPLIT):
+            sub_q0 = pid_q * BLOCK_Q + sub_j * (BLOCK_Q // EPI_SPLIT)
+            _recompute_subtile(_column_subtile(acc, sub_j, EPI_SPLIT), _column_subtile(acc_up, sub_j, EPI_SPLIT), dout_early,
                                dst_ptr, dout_ptr, offs_p, mask_p, pid_p * BLOCK_P, sub_q0, Q,
                                stride_dstp, stride_dstq, stride_dm, stride_dn,
-                               BLOCK_P, BLOCK_Q // EPI_SPLIT, DOUT_EARLY and j == 0, DOUT_TMA, G_TMA, FAST_MATH)
+                               BLOCK_P, BLOCK_Q // EPI_SPLIT, DOUT_EARLY and sub_j == 0, DOUT_TMA, G_TMA, FAST_MATH)
 
 
 @triton.jit
@@ -254,7 +254,7 @@ def _recompute_subtile(
     dout_ptr,
     offs_p,
     mask_p,
-    p0,
+    sub_p0,
     sub_q0,
     Q,
     stride_dstp,
@@ -263,50 +263,50 @@ def _recompute_subtile(
     stride_dn,
     BLOCK_P: tl.constexpr,
     SUB_Q: tl.constexpr,
-    EARLY: tl.constexpr,
+    SUB_EARLY: tl.constexpr,
     DOUT_TMA: tl.constexpr,
     G_TMA: tl.constexpr,
     FAST_MATH: tl.constexpr,
 ):
-    # G at the tile's rows offs_p (mask_p: those in range; p0 the first) and columns [sub_q0, sub_q0 + SUB_Q), from
-    # acc_s, the accumulator's subtile (the gate's; up_s the up's); dOut is dout_early where EARLY (loaded before the K loop)
+    # G at the tile's rows offs_p (mask_p: those in range; sub_p0 the first) and columns [sub_q0, sub_q0 + SUB_Q), from
+    # acc_s, the accumulator's subtile (the gate's; up_s the up's); dOut is dout_early where SUB_EARLY (loaded before the K loop)
     offs_s = sub_q0 + tl.arange(0, SUB_Q)
     mask_s = mask_p[:, None] & (offs_s < Q)[None, :]
-    if EARLY:
+    if SUB_EARLY:
         dout = dout_early.to(tl.float32)
     elif DOUT_TMA:
-        dout = dout_ptr.load([p0, sub_q0]).to(tl.float32)
+        dout = dout_ptr.load([sub_p0, sub_q0]).to(tl.float32)
     else:
         dout = tl.load(dout_ptr + offs_p[:, None] * stride_dm + offs_s[None, :] * stride_dn, mask=mask_s, other=0.0).to(tl.float32)
     # torch's order: d act(gate) = dOut * up, then times act'(gate); d up = dOut * act(gate)
     g_gate = dout * up_s * ((0.5 + 0.5 * _tanh(0.5 * acc_s, FAST_MATH)) * (1.0 + acc_s * (0.5 + -0.5 * _tanh(0.5 * acc_s, FAST_MATH))))  # SiLU's derivative, s (1 + x (1 - s))
     g_up = dout * (acc_s * (0.5 + 0.5 * _tanh(0.5 * acc_s, FAST_MATH)))  # SiLU, x * sigmoid(x)
     if G_TMA:  # G viewed (M, 2, N): the gate's box at [.., 0, ..], the up's at [.., 1, ..]
-        dst_ptr.store([p0, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, SUB_Q))
-        dst_ptr.store([p0, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, SUB_Q))
+        dst_ptr.store([sub_p0, 0, sub_q0], g_gate.to(tl.bfloat16).reshape(BLOCK_P, 1, SUB_Q))
+        dst_ptr.store([sub_p0, 1, sub_q0], g_up.to(tl.bfloat16).reshape(BLOCK_P, 1, SUB_Q))
     else:
         tl.store(dst_ptr + offs_p[:, None] * stride_dstp + offs_s[None, :] * stride_dstq, g_gate.to(tl.bfloat16), mask=mask_s)
         tl.store(dst_ptr + offs_p[:, None] * stride_dstp + (Q + offs_s)[None, :] * stride_dstq, g_up.to(tl.bfloat16), mask=mask_s)
 
 
 @triton.jit
-def _column_subtile(acc, j: tl.constexpr, EPI_SPLIT: tl.constexpr):
-    # Column subtile j of EPI_SPLIT (1, 2 or 4) of acc
+def _column_subtile(acc, sub_j: tl.constexpr, EPI_SPLIT: tl.constexpr):
+    # Column subtile sub_j of EPI_SPLIT (1, 2 or 4) of acc
     if EPI_SPLIT == 1:
         acc_s = acc
     elif EPI_SPLIT == 2:
-        acc_s = _column_half(acc, j)
+        acc_s = _column_half(acc, sub_j)
     else:
         tl.static_assert(EPI_SPLIT == 4, "EPI_SPLIT: 1, 2 or 4")
-        acc_s = _column_half(_column_half(acc, j // 2), j % 2)
+        acc_s = _column_half(_column_half(acc, sub_j // 2), sub_j % 2)
     return acc_s
 
 
 @triton.jit
-def _column_half(acc, h: tl.constexpr):
-    # The left (h = 0) or right (h = 1) half of acc's columns
+def _column_half(acc, sub_h: tl.constexpr):
+    # The left (sub_h = 0) or right (sub_h = 1) half of acc's columns
     acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, acc.shape[1] // 2)), (0, 2, 1)))
-    return acc_hi if h == 1 else acc_lo
+    return acc_hi if sub_h == 1 else acc_lo
 
 
 # dgrad: dA (M, K) = G (M, N) @ B^T (N, K). X = G, Y = B^T: P = M, Q = K, R = N.

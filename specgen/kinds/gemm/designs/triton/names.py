@@ -52,9 +52,9 @@ RESERVED: frozenset[str] = frozenset({
     "dst_base", "dout_base", "per_matrix",
     # the recompute GEMM's epilogue in column subtiles (templates/gemm/triton/recompute.jinja): its knobs, the
     # subtile loop's index, a subtile's accumulators, origin, width, offsets and masks, the dOut loaded before the K
-    # loop (EARLY: the subtile takes it), a half's side
-    "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "j", "acc_s", "up_s",
-    "p0", "SUB_Q", "EARLY", "h", "epilogue", "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
+    # loop (SUB_EARLY: the subtile takes it), a half's side
+    "EPI_SPLIT", "DOUT_TMA", "G_TMA", "DOUT_EARLY", "dout_early", "sub_q0", "offs_s", "mask_s", "sub_j", "acc_s", "up_s",
+    "sub_p0", "SUB_Q", "SUB_EARLY", "sub_h", "epilogue", "GELU_FACTORED", "gelu_sq", "gelu_t", "FLATTEN",
 })
 
 # How its templates derive names from an epilogue argument `x`.
