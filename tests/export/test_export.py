@@ -32,6 +32,9 @@ ARCHS = ["cute:sm90", "cute:sm100"]
 FLAGS = {"cute:sm90": "sm_90a", "cute:sm100": "sm_100a"}
 TOOLKIT = toolkit.find()
 needs_toolkit = pytest.mark.skipif(TOOLKIT is None, reason="the CUDA toolkit extra: pip install 'specgen[export]'")
+# one worker: the module-scoped export of the catalogue (a CLI compile of every CuTe config, ~20-50 s an arch) is built
+# once, not once on each xdist worker its tests land on
+pytestmark = pytest.mark.xdist_group("export")
 
 
 def catalogue(target: str) -> list:

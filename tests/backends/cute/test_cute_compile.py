@@ -18,6 +18,9 @@ from specgen.kinds.gemm.designs.cute_sm90.compile import launch_smem
 from specgen.spec.load import load_paths
 
 ROOT = Path(__file__).resolve().parents[3]
+# one worker: the module-scoped compile of the catalogue (every config, tens of seconds) is built once, not once on
+# each xdist worker its tests land on
+pytestmark = pytest.mark.xdist_group("cute_sm90_catalogue")
 CATALOGUE = {(ls.name, str(t)) for ls in load_paths([ROOT / "specs"]) for t in ls.spec.targets if str(t) == "cute:sm90"}
 FP8 = {ls.name for ls in load_paths([ROOT / "specs"]) if ls.spec.a.dtype.is_fp8}
 # every GEMM stores by TMA: the dense kernels, ragged K (moe_wgrad_bf16: out (G, M, N) written whole) and the ragged-M

@@ -35,6 +35,9 @@ from specgen.spec.models import parse_target
 from specgen.targets import target_info
 
 ROOT = Path(__file__).resolve().parents[3]
+# one worker: the module-scoped compile of the catalogue (every config, tens of seconds) is built once, not once on
+# each xdist worker its tests land on
+pytestmark = pytest.mark.xdist_group("cute_sm100_catalogue")
 SM90, SM100 = parse_target("cute:sm90"), parse_target("cute:sm100")
 DESIGN = design_for("gemm", "cute:sm100")
 SPECS = {ls.name: ls for ls in load_paths([ROOT / "specs"])}
