@@ -30,7 +30,7 @@ import torch
 
 from specgen.runtime import jax as _rt
 from specgen.runtime.torch.ops import register_backward, register_custom_op
-from specgen.runtime.torch.training import refuse_fp8_grad
+from specgen.runtime.torch.training import out_refused, refuse_fp8_grad
 
 # The interpret modes calls have passed (None: the default; True, False, an InterpretParams), by index: the ops'
 # schema takes the index (an int).
@@ -56,7 +56,8 @@ class Entry:
     True where the JAX entry takes the tensor's last two dims swapped (its stored layout), False as it is, None a
     vector, "scalar" a runtime scalar: a Python number, no gradient); `call(mode, *xs)`: the jitted JAX entry on the
     stored arrays; `out_dtype`: a jnp dtype; `gated`: out's N is half B's last dim; `fp8`: a and b are 8-bit (no
-    gradient through autograd: refuse_fp8_grad)."""
+    gradient through autograd: refuse_fp8_grad). A grouped module's (a (M, K), b (G, K, N), the group index: a
+    vector, int32, so never differentiated) takes the same entry: out (M, N) as the dense module's."""
 
     def __init__(self, kernel: str, spec_hash: str, args: tuple[tuple[str, Any], ...], call: Callable[..., jax.Array],
                  out_dtype: Any, gated: bool, fp8: bool) -> None:
@@ -76,13 +77,16 @@ class Entry:
         register_backward(f"{kernel}_torch_train", spec_hash, self._autograd_backward, self._setup_context)
         self.function = _eager_function(self)
 
-    @staticmethod
-    def needed(*xs: object) -> bool:
+    def needed(self, *xs: object, out: object = None) -> bool:
         """Whether the torch entry takes the op: grad mode on and a tensor that requires grad, or torch.compile
-        tracing (the op is opaque there; the eager path runs JAX, which dynamo cannot trace)."""
-        if torch.compiler.is_compiling():
-            return True
-        return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in xs)
+        tracing (the op is opaque there; the eager path runs JAX, which dynamo cannot trace). A caller's `out` (a
+        grouped module's) keeps the module's own path, and is refused with a tensor that requires grad."""
+        grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in xs)
+        if out is not None:
+            if grad:
+                raise out_refused(self.kernel)
+            return False
+        return grad or torch.compiler.is_compiling()
 
     def __call__(self, *xs: Any, interpret: object = None) -> torch.Tensor:
         """The train op where grad is on and a tensor requires grad (`wrt`: those tensors, a bit each in the order of
@@ -138,7 +142,8 @@ class Entry:
                         "the backward's gradients are those of the dequantized operands (a scale_a, b scale_b): take them "
                         f"from jax.vjp of the JAX entry {self.kernel} (the straight-through step of your quantization), or "
                         "detach it")
-            refuse_fp8_grad(self.kernel, (None, None, *inputs[2:4]))
+            refuse_fp8_grad(self.kernel, (None, None, *(x for x, (name, _) in zip(inputs, self.args, strict=False)
+                                                         if name in ("scale_a", "scale_b"))))
         ctx.save_for_backward(output[1], *(inputs[i] for i in self.tensors))
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)  # the handle's gradient stays None
