@@ -107,6 +107,26 @@ def main() -> None:
         import cProfile
         import pstats
 
+        # the host's time in the forward call and in .backward(), then the wait for the device: a host time near
+        # the kernels' and a short wait mean a call waited for the device inside
+        for name, entry in (("before", before), ("now", current)):
+            parts: list[list[float]] = [[], [], []]
+            for _ in range(args.steps):
+                for x in leaves:
+                    x.grad = None
+                sync()
+                t0 = time.perf_counter()
+                y = entry(leaves[0], leaves[1].t(), leaves[2], **kw)
+                t1 = time.perf_counter()
+                y.backward(dout)
+                t2 = time.perf_counter()
+                sync()
+                t3 = time.perf_counter()
+                for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2)):
+                    parts[i].append(d * 1e6)
+            print(f"  phases, torch entry {name} (median us): forward call {statistics.median(parts[0]):.1f}, "
+                  f".backward() {statistics.median(parts[1]):.1f}, then the device {statistics.median(parts[2]):.1f}")
+
         for name, entry in (("before", before), ("now", current)):
             prof = cProfile.Profile()
             prof.enable()
@@ -116,6 +136,7 @@ def main() -> None:
             prof.disable()
             print(f"\n--- cProfile of 50 steps, torch entry {name}, by own time")
             pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+
 
 if __name__ == "__main__":
     main()
