@@ -6,9 +6,10 @@ Entry is built for the same module and JAX call (its ops under another spec hash
 
 On a CUDA device: the Mosaic GPU catalogue layer (linear_gelu_train_mgpu, preact), 4096^3 bf16 unless given. On the
 CPU: the TPU layer (linear_gelu_train_tpu) in Pallas's interpreter, 16 x 128 x 128 bf16 unless given (the
-interpreted kernels about 100 us of a step, the rest the host's work). --profile: cProfile of 50 steps of each form.
+interpreted kernels about 100 us of a step, the rest the host's work). --phases: each form's host time in the
+forward call and in .backward(), then the device's tail; --profile: those and cProfile of 50 steps of each form.
 
-    python3 bench/torch_entry_ab.py --before DIR [--rounds R] [--steps S] [--profile] [M N K]
+    python3 bench/torch_entry_ab.py --before DIR [--rounds R] [--steps S] [--phases | --profile] [M N K]
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main() -> None:
     ap.add_argument("--before", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--profile", action="store_true", help="then cProfile 50 steps of either form")
+    ap.add_argument("--profile", action="store_true", help="then each form's phases and cProfile of 50 steps")
+    ap.add_argument("--phases", action="store_true", help="then each form's phases only")
     ap.add_argument("mnk", type=int, nargs="*")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -103,10 +105,7 @@ def main() -> None:
     base = statistics.median(rounds["jax.vjp of the JAX entry (one program)"])
     for name in ("torch entry, before", "torch entry, now"):
         print(f"  {name} / jax.vjp step: {statistics.median(rounds[name]) / base:.3f}")
-    if args.profile:  # where each form's host time goes (a call that blocks on the device shows as its own time)
-        import cProfile
-        import pstats
-
+    if args.profile or args.phases:
         # the host's time in the forward call and in .backward(), then the wait for the device: a host time near
         # the kernels' and a short wait mean a call waited for the device inside
         for name, entry in (("before", before), ("now", current)):
@@ -126,6 +125,9 @@ def main() -> None:
                     parts[i].append(d * 1e6)
             print(f"  phases, torch entry {name} (median us): forward call {statistics.median(parts[0]):.1f}, "
                   f".backward() {statistics.median(parts[1]):.1f}, then the device {statistics.median(parts[2]):.1f}")
+    if args.profile:  # where each form's host time goes (a call that blocks on the device shows as its own time)
+        import cProfile
+        import pstats
 
         for name, entry in (("before", before), ("now", current)):
             prof = cProfile.Profile()
