@@ -84,6 +84,16 @@ def main() -> None:
         alive.append(result)
         return result
 
+    def dropped(result: object) -> None:
+        del result
+
+    jax_held: collections.deque = collections.deque(maxlen=8)
+
+    def held(x: jax.Array) -> object:
+        """x exported to torch, x itself kept 8 calls (its buffer outlives torch's view)."""
+        jax_held.append(x)
+        return _rt.to_torch(x)
+
     pieces: dict[str, Callable[[], object]] = {
         "import A, B, bias (torch_to_jax)": lambda: entry.arrays(xs),
         "forward program, the same arrays": lambda: forward(arrays),
@@ -102,6 +112,15 @@ def main() -> None:
         "forward program, same arrays, outputs kept 4 calls": lambda: kept(forward(arrays)),
         "apply program, same dOut, outputs kept 4 calls": lambda: kept(apply(residuals, grad)),
         "jax.vjp (one program), outputs kept 4 calls": lambda: kept(jstep(*jargs)),
+        # the results dropped inside the timed call (as a step frees the last step's tensors): a drop that waits for
+        # the device makes host time about the synced time
+        "imports of A, B, bias, dropped": lambda: dropped(entry.arrays(xs)),
+        "forward program (same arrays), outputs dropped": lambda: dropped(forward(arrays)),
+        "forward program (same arrays), export out, both dropped": lambda: dropped(_rt.to_torch(forward(arrays)[0])),
+        "forward, export out, dropped; the jax array held 8 calls": lambda: dropped(held(forward(arrays)[0])),
+        "forward, export out kept 4 calls; the jax array dropped": lambda: kept(_rt.to_torch(forward(arrays)[0])),
+        "apply program (same dOut), 3 exports, all dropped": lambda: dropped([_rt.to_torch(x) for x in apply(residuals, grad)]),
+        "_train_forward, out and handle (residuals) dropped": lambda: dropped(entry._train_forward(*xs, wrt, mode)),
     }
     where = torch.cuda.get_device_name() if cuda else "CPU (TPU interpret)"
     print(f"M x N x K = {m}x{n}x{k} bf16 on {where} (jax {jax.__version__}, torch {torch.__version__}); median of "
