@@ -84,6 +84,13 @@ def main() -> None:
         alive.append(result)
         return result
 
+    def leaf_arrays() -> object:
+        with torch.no_grad():
+            return entry.arrays((leaves[0], leaves[1].t(), leaves[2]))
+
+    def leaf_call() -> torch.Tensor:
+        return entry(leaves[0], leaves[1].t(), leaves[2], interpret=interpret)
+
     def dropped(result: object) -> None:
         del result
 
@@ -121,6 +128,10 @@ def main() -> None:
         "forward, export out kept 4 calls; the jax array dropped": lambda: kept(_rt.to_torch(forward(arrays)[0])),
         "apply program (same dOut), 3 exports, all dropped": lambda: dropped([_rt.to_torch(x) for x in apply(residuals, grad)]),
         "_train_forward, out and handle (residuals) dropped": lambda: dropped(entry._train_forward(*xs, wrt, mode)),
+        # the step's forward call on leaves that require grad: the autograd.Function around _train_forward
+        "imports of the leaves (requiring grad)": lambda: leaf_arrays(),
+        "the entry's call with grad (autograd), out kept 4 calls": lambda: kept(leaf_call()),
+        "the entry's call with grad (autograd), out dropped": lambda: dropped(leaf_call()),
     }
     where = torch.cuda.get_device_name() if cuda else "CPU (TPU interpret)"
     print(f"M x N x K = {m}x{n}x{k} bf16 on {where} (jax {jax.__version__}, torch {torch.__version__}); median of "
