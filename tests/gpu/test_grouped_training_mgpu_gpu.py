@@ -6,7 +6,9 @@ the loop; group sizes with empty groups first, in the middle and last, groups of
 (dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). The plain
 forms PASSED on an H200 (session 28). The gated forms (MGPU_GATED_TRAINING_FORMS: a halves SwiGLU + bias preact on
 either B major, an interleaved GeGLU-tanh recompute; pre and G over B's 2N columns), two cases each, have not run on a
-GPU until the lead reports they have. Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
+GPU until the lead reports they have. The torch entry (session 35: differentiable through runtime/jax_torch.py):
+three forms' gradients against the same float64 loop and a compiled step with no graph break (-k torch_entry), 4
+PASSED on an H200 (session 35). Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
 python3 -m pytest -m gpu -q tests/gpu/test_grouped_training_mgpu_gpu.py
 """
 
