@@ -252,12 +252,28 @@ def _cuda_bridge(index: int) -> tuple[Any, int, Any] | None:
     return device, stream, torch.cuda.ExternalStream(stream, device=torch.device("cuda", index))
 
 
+@functools.cache
+def _cpu_bridge() -> tuple[Any, Callable[..., Any]] | None:
+    """jax's CPU device and its DLPack import, read once: jax.dlpack.from_dlpack looks the backend and
+    device up per tensor and then runs jnp.asarray on the result (a dispatch even where the dtype stays),
+    about 30 us a tensor. None where this jax lacks the private import (then the public path serves)."""
+    try:
+        from jax._src.lib import _jax, jaxlib_extension_version
+
+        if jaxlib_extension_version < 467:  # (the import's device-type argument)
+            return None
+        return jax.local_devices(backend="cpu")[0], _jax.dlpack_managed_tensor_to_buffer
+    except Exception:
+        return None
+
+
 def torch_to_jax(fn: str, tensors: tuple[tuple[str, Any, bool | None], ...]) -> list[jax.Array]:
     """Torch tensors ((name, tensor, transpose) each) as jax.Arrays sharing their memory. CUDA tensors of
     one device take the short path: jax's import stream waits ONCE for torch's current stream (all of
     torch's work on these tensors so far), then each capsule is made without another handshake
     (`__dlpack__(stream=-1)`) and imported with that stream, as jax.dlpack.from_dlpack does (the buffer is
-    ready when the stream reaches this point). Anything else goes through `from_torch`."""
+    ready when the stream reaches this point). CPU tensors are imported by jax's own call with no stream
+    (`_cpu_bridge`). Anything else goes through `from_torch`."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
@@ -266,21 +282,32 @@ def torch_to_jax(fn: str, tensors: tuple[tuple[str, Any, bool | None], ...]) -> 
             "allocates the output, and torch's capture needs both on the capturing stream; capture the "
             "Triton or CuTe module's entry instead, or call the JAX entry under jax.jit")
     stored = [_stored(fn, name, t, transpose) for name, t, transpose in tensors]
-    index = stored[0].device.index if stored[0].is_cuda else None
-    bridge = _cuda_bridge(index) if index is not None and all(s.device == stored[0].device for s in stored) else None
+    first = stored[0].device
+    if not all(s.device == first for s in stored):
+        return [jax.dlpack.from_dlpack(s) for s in stored]
+    if first.type == "cpu":
+        cpu = _cpu_bridge()
+        if cpu is None:
+            return [jax.dlpack.from_dlpack(s) for s in stored]
+        device, to_buffer = cpu
+        return [_canonical(to_buffer(s.__dlpack__(), device, None, None, _DL_CPU)) for s in stored]
+    bridge = _cuda_bridge(first.index)
     if bridge is None:
         return [jax.dlpack.from_dlpack(s) for s in stored]
     from jax._src.lib import _jax
 
     device, stream, waiting = bridge
-    waiting.wait_stream(torch.cuda.current_stream(index))
-    out = []
-    for s in stored:
-        arr = _jax.dlpack_managed_tensor_to_buffer(s.__dlpack__(stream=-1), device, stream, None, _DL_CUDA)
-        out.append(arr if arr.dtype == jax.dtypes.canonicalize_dtype(arr.dtype) else jnp.asarray(arr))
-    return out
+    waiting.wait_stream(torch.cuda.current_stream(first.index))
+    return [_canonical(_jax.dlpack_managed_tensor_to_buffer(s.__dlpack__(stream=-1), device, stream, None, _DL_CUDA))
+            for s in stored]
 
 
+def _canonical(arr: jax.Array) -> jax.Array:
+    """The import as jax.dlpack.from_dlpack returns it (its dtype canonical: an 8-byte type narrowed)."""
+    return arr if arr.dtype == jax.dtypes.canonicalize_dtype(arr.dtype) else jnp.asarray(arr)
+
+
+_DL_CPU = 1  # DLDeviceType kDLCPU
 _DL_CUDA = 2  # DLDeviceType kDLCUDA
 
 

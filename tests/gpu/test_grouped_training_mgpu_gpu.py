@@ -6,7 +6,9 @@ the loop; group sizes with empty groups first, in the middle and last, groups of
 (dA exactly 0 there, an empty group's dB[g] and dbias[g] exactly 0); M = 1; both B majors (the forms'). The plain
 forms PASSED on an H200 (session 28). The gated forms (MGPU_GATED_TRAINING_FORMS: a halves SwiGLU + bias preact on
 either B major, an interleaved GeGLU-tanh recompute; pre and G over B's 2N columns), two cases each, have not run on a
-GPU until the lead reports they have. Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
+GPU until the lead reports they have. The torch entry (session 35: differentiable through runtime/jax_torch.py):
+three forms' gradients against the same float64 loop and a compiled step with no graph break (-k torch_entry), 4
+PASSED on an H200 (session 35). Marked `gpu`: CI (CPU only) deselects them. Under ~60 s on an H200:
 python3 -m pytest -m gpu -q tests/gpu/test_grouped_training_mgpu_gpu.py
 """
 
@@ -123,3 +125,83 @@ def _forward_reference(spec: dict, a, b, sizes, bias) -> np.ndarray:
         rows.append(y)
         start = end
     return np.concatenate(rows)
+
+
+# The torch entry (session 35, specgen/runtime/jax_torch.py as the dense module's): CUDA tensors that require grad take
+# the torch op running jax.vjp of the JAX entry, its backward the pullback. (name, case): a K-major offs preact layer,
+# an N-major f16 recompute with sizes and an untouched tail, a gated K-major SwiGLU at M = 1.
+TORCH_CASES = [(CATALOGUE, "empty_first_middle_last"), ("gmt_bias_silu_recompute_mn", "off_the_tile_one_big"),
+               ("gmt_swiglu_bias_preact_k", "m_1")]
+
+
+def torch_problem(spec: dict, case: str, seed: int = 13) -> tuple:
+    """CUDA leaves in the stored layouts (A, B, [bias]), the index, dOut weights W (M, N) f32, the group sizes."""
+    import torch
+
+    m, n, k, sizes = CASES[case]
+    sizes = np.array(sizes, np.int32)
+    g, rng = len(sizes), np.random.default_rng(seed)
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}[spec["a"]["dtype"]]
+    nb = 2 * n if layout(spec) else n
+    a = torch.from_numpy(rng.standard_normal((m, k)) * 0.5).to(dt)
+    b = torch.from_numpy(rng.standard_normal((g, nb, k) if spec["b"]["major"] == "k" else (g, k, nb)) / np.sqrt(k)).to(dt)
+    bias_op = next((op for op in spec["epilogue"] if op["op"] == "bias"), None)
+    bias = [] if bias_op is None else [torch.from_numpy(rng.standard_normal((g, n))).to(
+        {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[bias_op["dtype"]])]
+    index = torch.from_numpy(np.cumsum(sizes).astype(np.int32) if spec["groups"]["index"] == "offs" else sizes)
+    leaves = [x.cuda().requires_grad_() for x in (a, b, *bias)]
+    return leaves, index.cuda(), rng.standard_normal((m, n)).astype(np.float32), sizes
+
+
+@pytest.mark.parametrize(("name", "case"), TORCH_CASES)
+def test_torch_entry_gradients_against_float64(modules, name, case) -> None:
+    """<name>_torch on CUDA tensors (B passed as torch._grouped_mm's (G, K, N) view of a K-major weight): the gradients
+    of A, B and the bias against float64 autograd of the per-group loop (the JAX test's bound), each in its leaf's
+    shape, dtype and strides; dA past the groups and an empty group's dB and dbias exactly 0; the forward's rows."""
+    import torch
+
+    mod, spec = modules[name]
+    leaves, index, w, sizes = torch_problem(spec, case)
+    kmajor = spec["b"]["major"] == "k"
+    y = getattr(mod, f"{name}_torch")(leaves[0], leaves[1].transpose(1, 2) if kmajor else leaves[1], index, *leaves[2:])
+    assert y.is_cuda and y.grad_fn is not None
+    y.backward(torch.from_numpy(w).cuda().to(y.dtype))
+    host = [x.detach().float().cpu().numpy() for x in leaves]
+    want = _reference(spec, host[0], host[1], sizes, host[2] if len(host) > 2 else None, w, None)
+    inside = int(min(sizes.sum(), host[0].shape[0]))
+    empty = [gi for gi, s in enumerate(sizes) if s == 0]
+    for i, x in enumerate(leaves):
+        got = x.grad
+        assert got.shape == x.shape and got.dtype == x.dtype and got.stride() == x.stride(), (name, i)
+        got = got.double().cpu().numpy()
+        assert np.isfinite(got).all(), (name, case, i)
+        np.testing.assert_allclose(got, want[i], rtol=3e-2, atol=2e-2 * max(1.0, float(np.abs(want[i]).max())),
+                                   err_msg=f"torch {name} {case} arg {i}")
+        assert not (got[inside:] if i == 0 else got[empty]).any(), (name, case, i)
+    ref = _forward_reference(spec, host[0], host[1], sizes, host[2] if len(host) > 2 else None)[:inside]
+    np.testing.assert_allclose(y.detach().double().cpu().numpy()[:inside], ref, rtol=2e-2,
+                               atol=2e-2 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_torch_entry_compiled_step_has_no_graph_break(modules) -> None:
+    """torch.compile(fullgraph=True, aot_eager) of a step over the grouped torch entry on CUDA: no graph break,
+    gradients equal eager's (the same kernels: the op and its backward op)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    mod, spec = modules[CATALOGUE]
+    leaves, index, _, _ = torch_problem(spec, "empty_first_middle_last", seed=5)
+    fn = getattr(mod, f"{CATALOGUE}_torch")
+
+    def step(a, b, bias):
+        return fn(a, b.transpose(1, 2), index, bias).float().square().sum()
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = [x.detach().clone().requires_grad_() for x in leaves]
+    torch.compile(step, fullgraph=True, backend="aot_eager")(*compiled).backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    eager = [x.detach().clone().requires_grad_() for x in leaves]
+    step(*eager).backward()
+    for got, want in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(got.grad, want.grad)

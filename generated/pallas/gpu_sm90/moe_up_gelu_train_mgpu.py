@@ -33,7 +33,8 @@ from it), G = dOut * gelu_tanh'(pre) over the groups' rows,
 dA = G @ B[g]^T (ragged M; rows past the last group 0), dB[g] = A_g^T @ G_g (ragged K; an empty group's 0), dbias[g] = G's column sum over group g's rows.
 Under jax.shard_map (either check_vma mode) each shard runs its own ragged batch; a replicated B's and bias's
 gradients come back as jax's own autodiff gives them (summed over the mesh with check_vma=True).
-The group index gets no gradient. The torch entry is forward-only (a tensor that requires grad is refused).
+The group index gets no gradient. The torch entry `moe_up_gelu_train_mgpu_torch` is differentiable the same way (a torch op
+running jax.vjp of this JAX entry, its backward the pullback: runtime/jax_torch.py), without `out=`.
 
 Epilogue, applied in order to each group's f32 accumulator, 64-row subtile by subtile:
     0. bias: + bias[g] (G, N) bf16, group g's row
@@ -1090,7 +1091,12 @@ def moe_up_gelu_train_mgpu_torch(a, b, offs, bias, *, out=None):
     torch ops (`_direct`: no host sync, so a CUDA graph captures the call and its replays take new group sizes);
     any other call is shared with jax through DLPack (no copies of tensors in the spec's majors; jax waits once
     for torch's stream) and runs the jitted program. Returns the result as a torch tensor on the same device,
-    ready on torch's current stream. With `out` the result is written into it and `out` returned: every row."""
+    ready on torch's current stream. With `out` the result is written into it and `out` returned: every row.    Differentiable (spec: training): with grad on and a tensor that requires grad, or under torch.compile without
+    `out`, a torch op running jax.vjp of the JAX entry (its pullback on .backward(); the group index gets no
+    gradient; `out=` refused with a tensor that requires grad)."""
+    _torch_entry()  # (built once; under torch.compile at trace time)
+    if _TORCH_ENTRY[0].needed(a, b, offs, bias, out=out):
+        return _TORCH_ENTRY[0](a, b, offs, bias)
     _mg.require_gpu(NAME)
     direct = _direct(a, b, offs, bias, out)
     if direct is not None:
@@ -1169,6 +1175,29 @@ def _direct(a, b, offs, bias, out):
     launch((offsets.data_ptr(), groups.data_ptr(), starts.data_ptr(), used.data_ptr(), a.data_ptr(), sb.data_ptr(), bias.data_ptr(),
             result.data_ptr()), _mt.stream(device))
     return result
+
+
+# The torch entry's differentiable op (spec: training; specgen/runtime/jax_torch.py), registered on the first torch
+# call or, where torch is imported already, here.
+_TORCH_ENTRY: list = []
+
+
+def _torch_entry():
+    """This module's torch ops (jax.vjp of the JAX entry and its pullback), built once."""
+    if not _TORCH_ENTRY:
+        from specgen.runtime import jax_torch
+
+        args = (("a", False), ("b", True), ("offs", None), ("bias", False),)
+        _TORCH_ENTRY.append(jax_torch.Entry(NAME, "3014f53caa7ab8ed", args, lambda mode, *xs: _mg.require_gpu(NAME) or _call(*xs),
+                                            jnp.bfloat16, gated=False, fp8=False))
+    return _TORCH_ENTRY[0]
+
+
+# torch.compile runs _torch_entry at trace time (torch._dynamo.assume_constant_result's mark, set without importing
+# torch; the entry then reads _TORCH_ENTRY): a module imported before torch registers its ops in a first compiled call.
+_torch_entry._dynamo_marked_constant = True
+if _rt.torch_imported():
+    _torch_entry()
 
 
 # The module's identity and plan figures for `specgen compile` and tools (its SPEC is imported above): data, kept

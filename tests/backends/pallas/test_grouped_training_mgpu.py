@@ -8,7 +8,7 @@ every backward kernel, its SMEM allocated) over shapes off every tile, M = 1 amo
 dbias, each GEMM's operands and orientation, the caller's `out`) against float64 autograd of the per-group loop, with
 the kernels replaced by jnp GEMMs of their contract (the kernels' numerics run on a Hopper GPU:
 tests/gpu/test_grouped_training_mgpu_gpu.py); check's side (TRN001 refusals, a backward config ruled as a GEMM of its
-own); a render that skipped check; the torch entry forward-only. Inside jax.shard_map: test_grouped_training_mgpu_shard.py."""
+own); a render that skipped check; the torch entry's differentiable op (registered, its fakes). Inside jax.shard_map: test_grouped_training_mgpu_shard.py."""
 
 from __future__ import annotations
 
@@ -244,16 +244,31 @@ def test_trn001_refuses_what_the_backward_does_not_cover(changes, words, tmp_pat
         render(s, tmp_path)
 
 
-def test_the_torch_entry_stays_forward_only(modules, monkeypatch) -> None:
-    """The torch entry refuses a tensor that requires grad in grad mode, naming it (the JAX entry has the backward);
-    past require_gpu (no GPU here), the refusal is the DLPack path's, before anything is traced."""
-    mod, spec, _ = modules[CATALOGUE]
-    monkeypatch.setattr(mod._mg, "require_gpu", lambda fn: None)
+def test_the_torch_entry_registers_its_differentiable_op(modules) -> None:
+    """The torch entry is differentiable (session 35: runtime/jax_torch.py, as the dense module's): its op and backward
+    op are registered with fakes giving the output's and each gradient's shape, dtype and strides (what torch.compile
+    traces; the group index gets none); an eager call on the CPU raises Mosaic GPU's GPU requirement, naming the
+    kernel; `out=` with a tensor that requires grad is refused. Numerics: tests/gpu/test_grouped_training_mgpu_gpu.py
+    (the TPU module's torch entry on the CPU: test_grouped_training_tpu_torch.py)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mod, _, _ = modules[CATALOGUE]
+    entry, fn = mod._torch_entry(), getattr(mod, f"{CATALOGUE}_torch")
+    assert entry.train_op._qualified_op_name == f"specgen::{CATALOGUE}_torch_train_{mod.METADATA['spec_hash']}"
     a = torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True)
-    b = torch.randn(2, 64, 256, dtype=torch.bfloat16)
+    w = torch.randn(2, 256, 64, dtype=torch.bfloat16)  # (G, N, K) as stored, passed as torch._grouped_mm's (G, K, N)
     offs, bias = torch.tensor([3, 8], dtype=torch.int32), torch.zeros(2, 256, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match=r"moe_up_gelu_train_mgpu.*'a'.*requires grad"):
-        getattr(mod, f"{CATALOGUE}_torch")(a, b, offs, bias)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        out, handle = entry.train_op(a, w.transpose(1, 2), offs, bias, 0b1011, 0)
+        da, dw, doffs, dbias = entry.backward_op(out, handle, a, w.transpose(1, 2), offs, bias, True, True, False, True,
+                                                 0b1011, 0)
+    assert (out.shape, out.dtype, handle.dtype) == ((8, 256), torch.bfloat16, torch.int64)
+    assert (da.shape, dw.shape, dw.stride(), doffs.shape, dbias.shape) == ((8, 64), (2, 64, 256), (16384, 1, 64), (0,),
+                                                                          (2, 256))
+    with pytest.raises(RuntimeError, match=f"{CATALOGUE}: Mosaic GPU kernels run on an sm90 CUDA device"):
+        fn(a, w.transpose(1, 2), offs, bias)
+    with pytest.raises(TypeError, match=f"{CATALOGUE}: out= is not supported when an argument requires grad"):
+        fn(a, w.transpose(1, 2), offs, bias, out=torch.empty(8, 256, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("name", [CATALOGUE, "gmt_swiglu_bias_preact_k"])

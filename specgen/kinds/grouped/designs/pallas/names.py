@@ -12,6 +12,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_dbias_kernel", "_dbias_build", "_meta", "_inside", "_train", "_train_fwd", "_train_bwd", "_dims",
     # a gated backward's (saved pre, a bias after the gate): each row's group
     "_row_groups",
+    # a training module's differentiable torch entry (templates/gemm/pallas/torch_grad.jinja; runtime/jax_torch.py)
+    "_TORCH_ENTRY", "_torch_entry", "jax_torch",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument

@@ -123,8 +123,8 @@ class PallasMgpuGrouped(GroupedDesign):
     # two pipeline inputs, two wgmma accumulators a consumer warpgroup (MGP003 refuses an interleaved N-major B, whose
     # gate columns are no TMA view; fp8; PAL009 the erf GELU)
     renders_gated = True
-    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp on the JAX entry; the torch entry stays
-    # forward-only): f16 / bf16, the legacy chains and a gated op's (pre and G over B's 2N columns, the forward's layout),
+    # A ragged-M spec's `training` backward (training.py: a jax.custom_vjp on the JAX entry; the torch entry's op runs
+    # jax.vjp of it: runtime/jax_torch.py): f16 / bf16, the legacy chains and a gated op's (pre and G over B's 2N columns, the forward's layout),
     # and an fp8 forward's (rowwise scales first; session 29). The grouped kind refuses every other chain at load, so
     # TRN001's chain branch has nothing left to refuse here (`renders_chain_training`, as the Pallas TPU design's)
     renders_training = True

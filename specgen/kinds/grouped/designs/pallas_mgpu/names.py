@@ -21,6 +21,8 @@ MODULE_NAMES: frozenset[str] = frozenset({
     "_row_groups",
     # the forward's split last wave: its cap, K splits, plan and items (templates/grouped/pallas/mgpu_m.jinja)
     "TAIL_SPLIT", "_tail_splits", "_tail_plan", "_whole_tile", "_split_part", "enumerate",
+    # a training module's differentiable torch entry (templates/gemm/pallas/torch_grad.jinja; runtime/jax_torch.py)
+    "_TORCH_ENTRY", "_torch_entry", "jax_torch",
 })
 
 # Every other identifier its code uses (an epilogue argument's names must avoid them): the group index's argument
