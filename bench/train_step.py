@@ -174,7 +174,7 @@ def measure_cute(M: int, N: int, K: int, rounds: int, compiled: bool) -> dict:
 # two sets of three leave room for 3: 1390 -> 1317 us for forward_pre beside cuBLAS's 1247 for the GEMM alone, the step
 # 1.146 -> 1.162x eager. And the GEMM that computes pre on its own ping-pong schedule (training.pre: a whole 64x128
 # gated tile a warpgroup, one's epilogue under the other's mainloop): forward_pre 1453 -> 1373 us in a step, the step
-# 1.160 -> 1.188x eager, 1.027 -> 1.047x torch.compile (H200, session 32; docs/training.md).
+# 1.160 -> 1.188x eager, 1.027 -> 1.047x torch.compile (H200, session 32; docs/training/measurements.md).
 GATED_CUTE = {"kind": "gemm", "a": {"dtype": "bf16", "major": "k"}, "b": {"dtype": "bf16", "major": "k"},
               "out": {"dtype": "bf16"}, "epilogue": [{"op": "gated", "fn": "silu", "layout": "halves"}],
               "tile": {"m": 128, "n": 128, "k": 64}, "cute": {"mma_warpgroups": 2}, "cluster": {"m": 2, "n": 1},

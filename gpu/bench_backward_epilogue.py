@@ -39,7 +39,7 @@ by TMA, G stored by TMA, the first dOut subtile before the K loop; and its tile,
 checked against a float32 G (NaN-poisoned first); beside them the plain GEMM (the dgrad kernel) at every launch
 config the variants use, with pointer stores (as before) and with TMA stores ("plain_tma"), and an A/A pair of the
 shipped config's plain GEMM. Ratios per round over the shipped config's plain GEMM (pointer stores: the figure
-docs/training.md reports), over the variant's own config's plain GEMM, and over its TMA-store plain GEMM.
+docs/training/measurements.md reports), over the variant's own config's plain GEMM, and over its TMA-store plain GEMM.
 `--variants --compile-only` (no GPU): each variant's recompute kernel compiled for sm_90 with the Triton here
 (registers, spills, SMEM), as specgen compile does, so a variant that cannot fit is known before a GPU run.
 """

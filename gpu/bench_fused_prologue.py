@@ -1,5 +1,5 @@
 """What forming G = dOut * D inside the backward GEMMs' operand loads costs on Triton (issue 38's Linear + GELU bound:
-docs/training.md "A different save: act'(pre)"), D = act'(pre) saved by the forward instead of pre. Near nothing would
+docs/training/measurements.md "A different save: act'(pre)"), D = act'(pre) saved by the forward instead of pre. Near nothing would
 take the columns pass (dOut and pre read, G written: 6 B an element) out of the step.
 
     python3 gpu/bench_fused_prologue.py [--shape 4096x14336x4096 ...] [--rounds 12] [--json out.json] [--check-only]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 38's two CuTe sm90 training measurements in one GPU call (session 32; docs/training.md says what each is):
+# Issue 38's two CuTe sm90 training measurements in one GPU call (session 32; docs/training/measurements.md says what each is):
 #   1. the backward's fused epilogue against the plain GEMM it rides on (gpu/bench_backward_epilogue.py --design cute:
 #      gelu and gated recompute kernels, 4096x14336x4096 and 8192^3, paired with an A/A of the plain GEMM);
 #   2. the gated layer's forward_pre and recompute configs beside cuBLAS, then the gated step with the fastest ones

@@ -25,7 +25,7 @@ work under jax.jit and inside jax.shard_map, as the Pallas modules' do: every ar
 axes any one varies over (`specgen.runtime.jax.vary`), every call's inputs too (its outputs vary as they do), so the
 backward's gradients have their primals' types and a replicated argument's gradient (B, the bias, with A's rows
 sharded) is summed over the mesh by the cast's transpose, as jax's own autodiff of a replicated weight is; with
-check_vma=False nothing varies and each shard gets its own gradients (docs/training.md). The primal call (no
+check_vma=False nothing varies and each shard gets its own gradients (docs/training/shard_map.md). The primal call (no
 derivative asked) is the forward entry itself.
 """
 

@@ -1,4 +1,4 @@
-"""Training with `batch = true` on the dense CuTe sm90 design (issue 38; session 33; docs/training.md, "A batched
+"""Training with `batch = true` on the dense CuTe sm90 design (issue 38; session 33; docs/training/batched.md, "A batched
 GEMM") on a Hopper GPU: specs rendered in the test (bf16, B K-major: each batch's (N, K) weight passed as .mT), the
 Triton design's meaning (each backward GEMM per batch, every batch its own B; the bias gradient summed over the
 batches and rows). Gradients of A, B and the bias within bf16 rounding of float64 autograd and no worse than twice

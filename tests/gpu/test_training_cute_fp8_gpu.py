@@ -4,7 +4,7 @@ in the test (no catalogue kernel), rowwise scales then a bias and GELU-tanh, e4m
 buffers, the gradients of the dequantized operands (a scale_a, b scale_b) within bf16 rounding of float64 autograd of
 gelu_tanh((A sa) @ (B sb) + bias) (the Triton design's bound: tests/gpu/test_training_chain_gpu.py
 test_fp8_forward_bf16_backward), the bias's too, the scales none; M = 1, N and K off the tile (K = 72: an fp8 row
-pitch TMA cannot read in place); `_backward` from a user's autograd.Function (docs/training.md's Fp8Linear); the
+pitch TMA cannot read in place); `_backward` from a user's autograd.Function (docs/training/triton.md's Fp8Linear); the
 RuntimeErrors for a scale or an fp8 operand that requires grad; the bias's gradient through autograd alone.
 
 Marked `gpu`: CI (CPU only) deselects them; gpu/run.sh runs them.
@@ -113,7 +113,7 @@ def quantize(x: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale[:, None]).to(FP8[dtype]), scale
 
 
-class Fp8Linear(torch.autograd.Function):  # docs/training.md's example: x (M, K), w (N, K) in bf16
+class Fp8Linear(torch.autograd.Function):  # docs/training/triton.md's example: x (M, K), w (N, K) in bf16
     @staticmethod
     def forward(ctx, x, w, bias, mod):
         (a, sx), (w8, sw) = quantize(x, "fp8_e4m3"), quantize(w, "fp8_e4m3")

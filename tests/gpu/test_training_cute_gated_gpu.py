@@ -1,5 +1,5 @@
-"""The gated up-projection's backward on the CuTe sm90 design (issue 38; docs/training.md's "A gated epilogue" and
-"CuTe sm90") on a Hopper GPU: specs rendered here (SwiGLU, GeGLU-tanh and erf GeGLU over B's 2N columns, `halves`
+"""The gated up-projection's backward on the CuTe sm90 design (issue 38; docs/training/triton.md's "A gated epilogue" and
+docs/training/cute_sm90.md) on a Hopper GPU: specs rendered here (SwiGLU, GeGLU-tanh and erf GeGLU over B's 2N columns, `halves`
 and `interleaved`, both save modes, with and without a bias after the gate; B K-major: the (2N, K) gate_up weight
 passed as w.t()) give bf16 gradients of A, B and the bias within rounding of float64 autograd of
 act(gate) * up (+ bias) and no worse than twice eager's error; odd shapes (M, N, K off the tiles, M = 1, a K whose row

@@ -1,4 +1,4 @@
-"""Training with `batch = true` on the Mosaic GPU target (pallas:gpu_sm90; docs/training.md, "A batched GEMM on
+"""Training with `batch = true` on the Mosaic GPU target (pallas:gpu_sm90; docs/training/batched.md, "A batched GEMM on
 Pallas") on a Hopper GPU with jax[cuda]: specs rendered here give, through `jax.grad` under `jax.jit` of the batched
 JAX entry (its jax.custom_vjp: each backward GEMM per batch entry with the unbatched wgmma kernels, the columns / chain
 pass over the batches' rows as one (batch M, N) matrix), gradients of A, B and every argument within bf16 rounding of

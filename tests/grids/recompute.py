@@ -10,7 +10,7 @@ a quiet CPU), one JSON line each to stdout and OUT (tests/data/grid_recompute_tr
 compiler). A Triton row's EPI_SPLIT is the plan's RECOMPUTE_KNOBS / GATED_RECOMPUTE_KNOBS entry, set for that
 compile only (the shipped knobs: 4 plain, 2 gated).
 
-Measured 2026-11-29 (triton 3.9.0, nvidia-cutlass-dsl 4.8.1): docs/training.md, "REG001 on the recompute GEMM".
+Measured 2026-11-29 (triton 3.9.0, nvidia-cutlass-dsl 4.8.1): docs/training/checks.md, "REG001 on the recompute GEMM".
 """
 
 from __future__ import annotations

@@ -530,7 +530,7 @@ _train.defvjp(_train_fwd, _train_bwd)
 @jax.jit
 def _call(a, b, bias) -> jax.Array:
     """Both entries' jitted call (one trace per shape and dtype), differentiable (spec: training): under jax.shard_map
-    each argument is cast to vary over the mesh axes any one does (_rt.vary; docs/training.md, JAX under shard_map)."""
+    each argument is cast to vary over the mesh axes any one does (_rt.vary; docs/training/shard_map.md)."""
     return _train(*_rt.vary(_rt.varying_axes(a, b, bias), a, b, bias))
 
 

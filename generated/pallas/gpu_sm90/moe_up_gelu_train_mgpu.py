@@ -1048,7 +1048,7 @@ def _launch(a, b, offs, bias, out=None, config: Config | None = None) -> jax.Arr
     # Differentiable (spec: training): jax.grad and jax.vjp run the backward's kernels (_train_bwd); the group index
     # gets no gradient. Under jax.shard_map
     # every array is cast to vary over the mesh axes any argument does, so each cotangent has its primal's type and a
-    # replicated weight's gradient comes back summed over the mesh by the cast's transpose (docs/training.md).
+    # replicated weight's gradient comes back summed over the mesh by the cast's transpose (docs/training/shard_map.md).
     return _train(cfg, varying, sizes, *_rt.vary(varying, a, b, bias), None)
 
 

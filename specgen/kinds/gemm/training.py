@@ -75,7 +75,7 @@ class BackwardGemm(KeysAddedLater):
     ab_stages: Stages | None = None
     # the CuTe sm90 design's consumer schedule for this GEMM (cute.schedule's values); the other designs have one.
     # "pingpong" runs one warpgroup's epilogue under the other's mainloop: the recompute GEMM's G = dOut * act'(pre)
-    # went 1.20 -> 1.14x and 1.12 -> 1.04x its plain GEMM's time at 128 x 128 tiles (docs/training.md)
+    # went 1.20 -> 1.14x and 1.12 -> 1.04x its plain GEMM's time at 128 x 128 tiles (docs/training/measurements.md)
     schedule: Literal["cooperative", "pingpong"] | None = None
 
     ADDED_LATER: ClassVar[dict[str, object]] = {"schedule": None}  # session 32: earlier specs hash as before

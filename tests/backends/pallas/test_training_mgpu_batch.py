@@ -1,4 +1,4 @@
-"""Training with `batch = true` on the Mosaic GPU target (pallas:gpu_sm90), on this CPU machine (docs/training.md, "A
+"""Training with `batch = true` on the Mosaic GPU target (pallas:gpu_sm90), on this CPU machine (docs/training/batched.md, "A
 batched GEMM on Pallas"): the batched entry's jax.custom_vjp runs each backward GEMM per batch entry with the module's
 unbatched wgmma kernels (`_per_batch`), the columns pass / chain pass over the batches' rows as one (batch M, N) matrix.
 Here: every role lowers for CUDA to exactly its plan SMEM (`specgen compile`'s hook), jax.grad under jax.jit of the

@@ -3,7 +3,7 @@ training_mgpu.py, templates/gemm/pallas/backward_mgpu.jinja), on this CPU machin
 kernels' numbers run on a Hopper GPU, tests/gpu/test_training_mgpu_fp8_gpu.py).
 
 A and B both e4m3 or both e5m2, K-major (the forward's PAL004 / MAJ001), the rowwise scales first, then [bias],
-[activation] or both, a bf16 or f16 output: the dense Triton and Pallas TPU designs' meaning (docs/training.md, "An fp8
+[activation] or both, a bf16 or f16 output: the dense Triton and Pallas TPU designs' meaning (docs/training/triton.md, "An fp8
 forward"). Here: each role's Config the one check resolved (the pre GEMM over 8-bit A and B, recompute's output f32,
 dgrad and wgrad 16-bit); `specgen compile`'s hook lowering each role to its plan SMEM to the byte; jax.grad under
 jax.jit lowered for CUDA with every backward kernel (M = 1 among the shapes); the glue (U, G_b, G_a, dbias, the 16-bit

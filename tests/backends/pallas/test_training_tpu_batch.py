@@ -1,4 +1,4 @@
-"""Training with `batch = true` on the Pallas TPU design (docs/training.md, "A batched GEMM on Pallas"), in Pallas's
+"""Training with `batch = true` on the Pallas TPU design (docs/training/batched.md, "A batched GEMM on Pallas"), in Pallas's
 strict TPU interpret mode on the CPU: each backward GEMM per batch entry (the unbatched kernels), the columns pass and
 the chain pass over the batches' rows as one (batch M, N) matrix, a vector's gradient summed over every batch's rows.
 jax.grad under jax.jit against float64 torch autograd of the reference (specgen/kinds/gemm/testing/reference.py,

@@ -1,6 +1,6 @@
 """A batched fp8 forward's backward on the dense Pallas TPU design (session 34; templates/gemm/pallas/batch_backward.jinja's
 `tpu_vjp`), in Pallas's strict TPU interpreter on the CPU (uninitialized VMEM and reads past an array's end are NaN; no
-TPU here). The Triton design's meaning (docs/training.md, "A batched fp8 forward"): scale_a (M,) and scale_b (N,) shared
+TPU here). The Triton design's meaning (docs/training/batched.md, "A batched fp8 forward"): scale_a (M,) and scale_b (N,) shared
 by the batches, dA[i] and dB[i] the gradients of the dequantized A[i] scale_a[:, None] and B[i] scale_b[None, :] in the
 output's dtype (bf16: the TPU's fp8 backward dots), the bias gradient U's column sum over every batch's rows, the scales
 none. jax.grad under jax.jit against float64 torch autograd of the batched dequantized forward: batch 1 and 3, M = 1, N

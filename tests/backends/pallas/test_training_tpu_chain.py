@@ -4,7 +4,7 @@ training.py, templates/gemm/pallas/chain_backward.jinja), in Pallas's strict TPU
 VMEM and reads past an array's end are NaN, so an unwritten block or an unmasked tail shows; jax has no output buffers
 to poison: the interpreter's NaN is the poison). No TPU here: nothing ran natively.
 
-The dense Triton design's meaning (docs/training.md): pre is the value before the first op whose backward reads a value
+The dense Triton design's meaning (docs/training/triton.md): pre is the value before the first op whose backward reads a value
 (`value_index`), stored by forward_pre (the output's dtype) or recomputed in f32; the chain's backward (jnp) forms G and
 every argument's gradient, a runtime scalar none. jax.grad of <out, dOut> under jax.jit against float64 torch autograd of
 the reference chain (`apply_epilogue`), f32 operands (the interpreter's dots run in f32, not f64) and one bf16 form, both

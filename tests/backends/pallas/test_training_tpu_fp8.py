@@ -3,7 +3,7 @@ templates/gemm/pallas/backward_tpu.jinja), in Pallas's strict TPU interpreter on
 past an array's end are NaN, so an unwritten block or an unmasked tail shows; no TPU here: nothing ran natively).
 
 A and B fp8 (e4m3, e5m2, one of each), the rowwise scales first, then [bias], [activation] or both, a 16-bit output:
-the dense Triton design's meaning (docs/training.md, "An fp8 forward"): dA and dB are the gradients of the dequantized
+the dense Triton design's meaning (docs/training/triton.md, "An fp8 forward"): dA and dB are the gradients of the dequantized
 operands A scale_a[:, None] and B scale_b[None, :] in the output's dtype, dbias U's column sum, the scales none.
 jax.grad under jax.jit against float64 torch autograd of the dequantized forward, both save modes, every operand major,
 M, N, K off the blocks, M = 1 and 1x1x1; jax.grad lowered for TPU; check's side (TRN001 lifted on the TPU targets only,

@@ -1,5 +1,5 @@
 """jax.grad under jax.jit inside jax.shard_map of the Pallas TPU training entry with the other chains and with `batch =
-true` (issue 38; docs/training.md, "JAX training under jax.shard_map"), in Pallas's TPU interpret mode over four CPU
+true` (issue 38; docs/training/shard_map.md, "JAX training under jax.shard_map"), in Pallas's TPU interpret mode over four CPU
 devices (a subprocess: tests/backends/pallas/tpu_shard.py), f32 operands, against float64 torch autograd of the whole
 problem within 1e-5 of the largest magnitude:
 

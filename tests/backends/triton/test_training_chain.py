@@ -223,7 +223,7 @@ def quantize(t: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> tuple
 
 
 class Fp8Linear(torch.autograd.Function):
-    """What a user of an fp8 forward writes (docs/training.md): quantize x (M, K) and w (N, K) rowwise to e4m3, call
+    """What a user of an fp8 forward writes (docs/training/triton.md): quantize x (M, K) and w (N, K) rowwise to e4m3, call
     the op, and hand the bf16 backward's dA and dB, the dequantized operands' gradients, to x and w (the
     quantization's straight-through step). `dtypes`: x's and w's fp8 formats (e4m3 both by default)."""
 

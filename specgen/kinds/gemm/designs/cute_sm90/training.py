@@ -31,7 +31,7 @@ stores (the up vector N columns on with halves, a 16-element run split in regist
 16 bytes through padded copies).
 
 An fp8 forward (A and B fp8, rowwise scales first, then [bias], [activation] or both; `chain_refusal(spec, fp8=True)`),
-the Triton design's meaning (docs/training.md, "An fp8 forward on CuTe sm90"): forward_pre is the fp8 kernel storing pre
+the Triton design's meaning (docs/training/cute_sm90.md, "An fp8 forward on CuTe sm90"): forward_pre is the fp8 kernel storing pre
 (after the scales and the bias) beside out, recompute the fp8 kernel storing pre as its output (U's column sums, the
 bias gradient, need U itself: an epilogue forming G would sum it across CTAs only with atomics); one columns kernel
 (`grad_cols_fp8`) reads dOut and pre and stores G_b = U scale_b and G_a = scale_a U in the output's dtype with U's band
@@ -39,7 +39,7 @@ sums; dgrad (G_b, B's copy) and wgrad (A's copy, G_a) run the kernel on 16-bit o
 copies the backward makes with `.to()` (exact for e4m3 and e5m2; wgmma reads no 8-bit MN-major operand).
 
 The other chains (`chain`: scale, residual, clamp, cast, bias along m, in any order; session 33), the Triton design's
-meaning (its plan's ChainOps; docs/training.md, "Other chains"): forward_pre applies the ops before `start` (the first
+meaning (its plan's ChainOps; docs/training/triton.md, "Other chains"): forward_pre applies the ops before `start` (the first
 whose backward reads a value, `value_index`), stores pre (the output's dtype) beside out = the rest of the chain;
 recompute is the kernel storing that same pre as its output, in the output's dtype (the value forward_pre stores, so
 both save modes differentiate the same rounded pre; the kernel's epilogue SMEM and TMA store are one dtype, the
@@ -48,7 +48,7 @@ chain_pass.jinja) replays the chain from pre, walks it backward from dOut and fo
 (a residual's beta dOut, a vector's column sums as band partials or row sums as column-run partials, f32, added in
 order by the columns pass's bands kernel: no atomics); dgrad and wgrad as above over G (dOut where no op changes it).
 
-A batched forward (`batch = true`, 16-bit; session 33), the Triton design's meaning (docs/training.md, "A batched GEMM on
+A batched forward (`batch = true`, 16-bit; session 33), the Triton design's meaning (docs/training/batched.md, "A batched GEMM on
 CuTe sm90"): every GEMM above per batch over (batch, rows, cols) views (the kernel walks their L mode as the forward's
 does; `.mT` the transposes), the columns pass and the chain pass over the batches' rows as one (batch M, N) matrix (a
 vector along m repeated per batch, a row gradient's partials added over the runs and batches in order); the plan is

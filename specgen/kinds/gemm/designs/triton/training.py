@@ -46,7 +46,7 @@ from specgen.spec.models import Target
 
 ROLES = ("forward_pre", "recompute", "dgrad", "wgrad")
 
-# The recompute GEMM's shipped epilogue knobs (templates/gemm/triton/recompute.jinja; docs/training.md, "The
+# The recompute GEMM's shipped epilogue knobs (templates/gemm/triton/recompute.jinja; docs/training/triton.md, "The
 # recompute GEMM's epilogue knobs"), the fastest of gpu/bench_backward_epilogue.py --variants on the H200
 # (2026-11-29): a plain activation's in 4 column subtiles with dOut and G by TMA and gelu_tanh's derivative factored
 # (128 x 256: 704.5 us at 4096 x 14336 x 4096, 711.1 with the table's derivative; the 256 x 128 tile's whole-tile
