@@ -868,6 +868,16 @@ def _vector(v: torch.Tensor) -> torch.Tensor:
 # threads a CTA, row bands of max(GRAD_COLS_MIN_ROWS, ceil(M / GRAD_COLS_BANDS)) rows (bands x N f32 partial sums,
 # added in band order by the second launch, one column a thread), GRAD_COLS_UNROLL rows loaded at a time
 GRAD_COLS_THREADS, GRAD_COLS_VEC, GRAD_COLS_BANDS, GRAD_COLS_MIN_ROWS, GRAD_COLS_UNROLL = 128, 8, 64, 32, 4
+# The torch launcher's bands: at least GRAD_COLS_BANDS, more where the columns alone give few CTAs, so that the CTAs
+# number GRAD_COLS_CTAS (~8 an SM on 132 SMs: 16384 x 4096's columns pass 154 -> 110 us on an H200 at 256 bands, 4 CTAs
+# a band; gpu/bench_cute_grad_cols.py)
+GRAD_COLS_CTAS = 1024
+
+
+def _cols_rows(M, N):
+    """The rows of one band of the columns pass over an (M, N) matrix."""
+    bands = max(GRAD_COLS_BANDS, -(-GRAD_COLS_CTAS // -(-N // (GRAD_COLS_THREADS * GRAD_COLS_VEC))))  # CTAs a band: N's
+    return max(GRAD_COLS_MIN_ROWS, -(-M // bands))
 
 
 @cute.kernel
@@ -968,7 +978,7 @@ def _grad_cols(src, pre, g, dbias):
     # G = src * act'(pre) into g where pre is given, and the column sum of G into dbias where given. src and pre read
     # GRAD_COLS_VEC columns at a time: in place where their rows are so laid out, else copied once (g is the backward's own)
     M, N = src.shape
-    rows = max(GRAD_COLS_MIN_ROWS, -(-M // GRAD_COLS_BANDS))
+    rows = _cols_rows(M, N)
     bands = -(-M // rows)
     padded = -(-N // GRAD_COLS_VEC) * GRAD_COLS_VEC
     partial = torch.empty((bands, padded), device=src.device, dtype=torch.float32)[:, :N]

@@ -19,7 +19,7 @@ MODULE_NAMES: frozenset[str] = frozenset({
     # split-K's DSMEM handoff (templates/gemm/cute/gemm_sm90.py.jinja)
     "_store_remote", "llvm", "nvvm",
     # a `training` backward (templates/gemm/cute/training.jinja, grad_cols.jinja, host_sm90.jinja)
-    "GRAD_COLS_BANDS", "GRAD_COLS_MIN_ROWS", "GRAD_COLS_THREADS", "GRAD_COLS_UNROLL", "GRAD_COLS_VEC", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
+    "GRAD_COLS_BANDS", "GRAD_COLS_CTAS", "GRAD_COLS_MIN_ROWS", "GRAD_COLS_THREADS", "GRAD_COLS_UNROLL", "GRAD_COLS_VEC", "TRAIN_CONFIGS", "_STUBS", "_cols", "_cols_launcher", "_cols_rows", "_grad_cols_fake_args", "_grad_cols_host", "_grad_cols_kernel", "_operands", "_product", "_train_fake_args", "_train_launcher", "_vector", "_vector_stub", "int", "isinstance", "train_host",
     # the JAX entry's backward (specgen/runtime/cute_jax_train.py)
     "_JAX_TRAIN", "_jax_differentiable", "_jax_train_bands", "_jax_train_cols", "_jax_train_cols_sum", "_jax_train_fused", "_jax_train_gemm", "_jt",
     "_jax_train_pre", "_jax_train_cols_fp8", "_jax_train_chain",
