@@ -105,7 +105,7 @@ def compiled(tmp_path_factory):
             cfg = module.TRAIN_CONFIGS["recompute"]
             module.TRAIN_CONFIGS["plain"] = cfg._replace(role="dgrad")  # the GEMM it rides on, at its config
             out[name] = (module, {key: compile_config(module._train_launcher, name, key, INFO, cfg.smem_bytes, True, False,
-                                                      ops=(*SASS_OPS, "LDG", "LDS"))
+                                                      ops=(*SASS_OPS, "LDG", "LDS", "FENCE"))
                                   for key in ("recompute", "plain")[:2 if name == "pingpong" else 1]})
     return out
 
@@ -125,3 +125,7 @@ def test_the_recompute_loads_dout_by_tma_and_reads_it_from_smem_on_both_schedule
         assert rec["LDS"] > 0 and plain["LDS"] == 0, (name, rec, plain)  # dOut's elements read from the ring
         assert rec["UTMASTG"] == plain["UTMASTG"], (name, rec, plain)  # G's subtiles stored as the product's
         assert name != "pingpong" or rec["HGMMA"] == plain["HGMMA"], (name, rec, plain)  # the same mainloop
+        # a proxy fence after each subtile's reads, before its buffer is freed for the next TMA write: without it ptxas
+        # left a loaded register's use (its LDS's completion) after the arrive, and G took a few elements of the next
+        # subtile's dOut (the interleaved GeGLU recompute, session 35)
+        assert name != "pingpong" or rec["FENCE"] >= plain["FENCE"] + subtiles, (name, rec, plain)
