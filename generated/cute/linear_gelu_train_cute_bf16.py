@@ -876,7 +876,7 @@ GRAD_COLS_CTAS = 1024
 
 def _cols_rows(M, N):
     """The rows of one band of the columns pass over an (M, N) matrix."""
-    bands = max(GRAD_COLS_BANDS, -(-GRAD_COLS_CTAS // -(-N // (GRAD_COLS_THREADS * GRAD_COLS_VEC))))  # CTAs a band: N's
+    bands = max(GRAD_COLS_BANDS, -(-GRAD_COLS_CTAS // max(1, -(-N // (GRAD_COLS_THREADS * GRAD_COLS_VEC)))))  # N's CTAs a band
     return max(GRAD_COLS_MIN_ROWS, -(-M // bands))
 
 
