@@ -19,16 +19,12 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels import load_target_module
-from test_cute_jax_train_more import _chain_models, backward_of, to_torch
+from test_cute_jax_train_more import CHAIN_CALLS, _chain_models, backward_of, to_torch
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-# the kernels jax.grad calls, in order (the torch backward's): the unbatched chains' (test_cute_jax_train_more.py)
-CALLS = {"cch_col": ["forward_pre", "chain_pass", "dgrad", "wgrad", "grad_cols_bands", "grad_cols_bands"],
-         "cch_rowcol": ["recompute", "chain_pass", "dgrad", "wgrad"] + ["grad_cols_bands"] * 3,
-         "cch_clamp": ["forward_pre", "chain_pass", "dgrad", "wgrad", "grad_cols_bands"],
-         "cch_nopre": ["chain_pass", "dgrad", "wgrad", "grad_cols_bands"]}
+CALLS = CHAIN_CALLS  # the kernels jax.grad calls, in order (the torch backward's): the unbatched chains'
 
 
 @pytest.fixture(scope="module")
